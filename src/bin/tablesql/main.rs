@@ -1,0 +1,142 @@
+//! The `tablesql` command line.
+
+mod output;
+
+use std::io::{IsTerminal, Write};
+use std::ops::Bound;
+
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tablesql::demo;
+use tablesql::storage::location::DEFAULT_LOCATION;
+use tablesql::storage::{KeyRange, PartitionKey, Query, RowKey, StoreLocation, TableName, TableStore};
+
+/// SQL over partitioned table storage (PartitionKey/RowKey), embedded or on Azure Tables.
+#[derive(Parser)]
+#[command(version, about)]
+struct Cli {
+    /// Where the store lives: a directory for the embedded store (or `embedded:DIR`).
+    #[arg(long, global = true, env = "TABLESQL_STORE", default_value = DEFAULT_LOCATION)]
+    store: StoreLocation,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// List the tables with their entity counts.
+    Tables,
+    /// (Re)create the race registrations demo table and load it.
+    Demo {
+        /// Registrations to load; each is written as two entities (BIB: and AGE: rows).
+        #[arg(long, default_value_t = 1000)]
+        rows: u64,
+        /// Print `committed B N` after each durable transaction (for crash tests).
+        #[arg(long, hide = true)]
+        print_commits: bool,
+    },
+    /// Print raw entities in key order.
+    Scan {
+        /// The table.
+        table: TableName,
+        /// Only this partition.
+        #[arg(long)]
+        pk: Option<String>,
+        /// First RowKey (inclusive).
+        #[arg(long)]
+        from: Option<String>,
+        /// Last RowKey (exclusive).
+        #[arg(long)]
+        to: Option<String>,
+        /// At most this many entities.
+        #[arg(long)]
+        limit: Option<usize>,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = output::Format::Table)]
+        format: output::Format,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    let store = cli.store.open().with_context(|| format!("opening the store at {}", cli.store))?;
+    match cli.command {
+        Command::Tables => tables(store.as_ref()).await,
+        Command::Demo { rows, print_commits } => run_demo(store.as_ref(), rows, print_commits).await,
+        Command::Scan { table, pk, from, to, limit, format } => {
+            let mut query = match pk {
+                Some(pk) => Query::partition(PartitionKey::new(pk)?),
+                None => Query::all(),
+            };
+            query.rows = KeyRange {
+                start: from.map(RowKey::new).transpose()?.map_or(Bound::Unbounded, Bound::Included),
+                end: to.map(RowKey::new).transpose()?.map_or(Bound::Unbounded, Bound::Excluded),
+            };
+            scan(store.as_ref(), &table, &query, limit, format).await
+        }
+    }
+}
+
+async fn tables(store: &dyn TableStore) -> anyhow::Result<()> {
+    let mut rows = Vec::new();
+    for table in store.list_tables().await? {
+        let count = store.count(&table).await?;
+        rows.push((table, count));
+    }
+    output::print_tables(&rows);
+    Ok(())
+}
+
+async fn run_demo(store: &dyn TableStore, rows: u64, print_commits: bool) -> anyhow::Result<()> {
+    let bar = ProgressBar::new(rows * 2);
+    if !std::io::stderr().is_terminal() || print_commits {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} entities {per_sec} eta {eta}")?);
+    let started = std::time::Instant::now();
+    let mut stdout = std::io::stdout().lock();
+    let loaded = demo::load(store, rows, |b, n| {
+        bar.inc(n as u64);
+        if print_commits {
+            // The line goes out only after the commit is durable.
+            let _ = writeln!(stdout, "committed {b} {n}").and_then(|_| stdout.flush());
+        }
+    })
+    .await?;
+    bar.finish_and_clear();
+    let secs = started.elapsed().as_secs_f64();
+    eprintln!(
+        "loaded {loaded} entities ({rows} registrations) into {} in {secs:.1} s ({:.0} entities/s)",
+        demo::TABLE,
+        loaded as f64 / secs.max(1e-9)
+    );
+    Ok(())
+}
+
+async fn scan(
+    store: &dyn TableStore,
+    table: &TableName,
+    query: &Query,
+    limit: Option<usize>,
+    format: output::Format,
+) -> anyhow::Result<()> {
+    let mut entities = Vec::new();
+    let mut token = None;
+    loop {
+        let page = store.query(table, query, token.as_ref()).await?;
+        entities.extend(page.entities);
+        if let Some(limit) = limit
+            && entities.len() >= limit
+        {
+            entities.truncate(limit);
+            break;
+        }
+        match page.continuation {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    output::print_entities(&entities, format)
+}

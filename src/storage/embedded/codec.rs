@@ -1,0 +1,264 @@
+//! The embedded store's byte formats.
+//!
+//! Keys: UTF-16BE of the PartitionKey, two zero bytes, UTF-16BE of the RowKey.
+//! Comparing these bytes is comparing (PartitionKey, RowKey) by UTF-16 code unit,
+//! the service's order, because U+0000 cannot occur in a key and so the separator
+//! sorts below every code unit.
+//!
+//! Values: Timestamp ticks (i64 LE), property count (u16 LE), then per property
+//! its name (u16 LE length, UTF-8), a type tag and the value (fixed width, or
+//! u32 LE length and bytes for String and Binary). The ETag follows from the
+//! Timestamp, so it is not stored.
+
+use chrono::{DateTime, Utc};
+use uuid::Uuid;
+
+use crate::storage::entity::{ETag, Entity, Properties, StoredEntity};
+use crate::storage::value::{EdmValue, from_ticks, to_ticks};
+use crate::storage::{PartitionKey, RowKey, StorageError};
+
+/// Appends a string as UTF-16BE.
+fn push_utf16(out: &mut Vec<u8>, s: &str) {
+    for unit in s.encode_utf16() {
+        out.extend_from_slice(&unit.to_be_bytes());
+    }
+}
+
+/// The bytes that every key of a partition starts with.
+pub fn partition_prefix(pk: &PartitionKey) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pk.as_str().len() * 2 + 2);
+    push_utf16(&mut out, pk.as_str());
+    out.extend_from_slice(&[0, 0]);
+    out
+}
+
+/// The smallest key above every key of a partition.
+pub fn after_partition(pk: &PartitionKey) -> Vec<u8> {
+    let mut out = partition_prefix(pk);
+    if let Some(last) = out.last_mut() {
+        *last = 1;
+    }
+    out
+}
+
+/// The key of an entity.
+pub fn encode_key(pk: &PartitionKey, rk: &RowKey) -> Vec<u8> {
+    let mut out = partition_prefix(pk);
+    push_utf16(&mut out, rk.as_str());
+    out
+}
+
+/// The smallest key above an entity's key and below every key that extends it.
+pub fn after_key(pk: &PartitionKey, rk: &RowKey) -> Vec<u8> {
+    let mut out = encode_key(pk, rk);
+    out.extend_from_slice(&[0, 0]);
+    out
+}
+
+fn corrupt(what: &str) -> StorageError {
+    StorageError::Corrupt(what.to_owned())
+}
+
+fn utf16_string(bytes: &[u8]) -> Result<String, StorageError> {
+    // Most keys are ASCII: every high byte zero and every low byte below 0x80.
+    if bytes.chunks_exact(2).all(|c| c[0] == 0 && c[1] < 0x80) {
+        let ascii: Vec<u8> = bytes.chunks_exact(2).map(|c| c[1]).collect();
+        return String::from_utf8(ascii).map_err(|_| corrupt("key is not UTF-16"));
+    }
+    let units = bytes.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]]));
+    char::decode_utf16(units).collect::<Result<String, _>>().map_err(|_| corrupt("key is not UTF-16"))
+}
+
+/// Splits a key back into its PartitionKey and RowKey.
+pub fn decode_key(key: &[u8]) -> Result<(PartitionKey, RowKey), StorageError> {
+    if key.len() % 2 != 0 {
+        return Err(corrupt("odd key length"));
+    }
+    let sep = key
+        .chunks_exact(2)
+        .position(|c| c == [0, 0])
+        .ok_or_else(|| corrupt("key has no separator"))?;
+    let pk = utf16_string(&key[..sep * 2])?;
+    let rk = utf16_string(&key[sep * 2 + 2..])?;
+    Ok((PartitionKey::from_stored(pk), RowKey::from_stored(rk)))
+}
+
+const STRING: u8 = 1;
+const BINARY: u8 = 2;
+const BOOLEAN: u8 = 3;
+const DATETIME: u8 = 4;
+const DOUBLE: u8 = 5;
+const GUID: u8 = 6;
+const INT32: u8 = 7;
+const INT64: u8 = 8;
+
+/// Encodes an entity's Timestamp and properties.
+pub fn encode_value(timestamp: &DateTime<Utc>, properties: &Properties) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    out.extend_from_slice(&to_ticks(timestamp).to_le_bytes());
+    // At most 252 properties: validated before any write.
+    out.extend_from_slice(&(properties.len() as u16).to_le_bytes());
+    for (name, value) in properties {
+        out.extend_from_slice(&(name.len() as u16).to_le_bytes());
+        out.extend_from_slice(name.as_bytes());
+        match value {
+            EdmValue::String(s) => {
+                out.push(STRING);
+                out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                out.extend_from_slice(s.as_bytes());
+            }
+            EdmValue::Binary(b) => {
+                out.push(BINARY);
+                out.extend_from_slice(&(b.len() as u32).to_le_bytes());
+                out.extend_from_slice(b);
+            }
+            EdmValue::Boolean(b) => out.extend_from_slice(&[BOOLEAN, u8::from(*b)]),
+            EdmValue::DateTime(t) => {
+                out.push(DATETIME);
+                out.extend_from_slice(&to_ticks(t).to_le_bytes());
+            }
+            EdmValue::Double(d) => {
+                out.push(DOUBLE);
+                out.extend_from_slice(&d.to_le_bytes());
+            }
+            EdmValue::Guid(g) => {
+                out.push(GUID);
+                out.extend_from_slice(g.as_bytes());
+            }
+            EdmValue::Int32(i) => {
+                out.push(INT32);
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+            EdmValue::Int64(i) => {
+                out.push(INT64);
+                out.extend_from_slice(&i.to_le_bytes());
+            }
+        }
+    }
+    out
+}
+
+/// A cursor over value bytes that fails, rather than panics, on truncation.
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], StorageError> {
+        if self.0.len() < n {
+            return Err(corrupt("value truncated"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn array<const N: usize>(&mut self) -> Result<[u8; N], StorageError> {
+        let mut a = [0; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+
+    fn text(&mut self, len: usize) -> Result<String, StorageError> {
+        String::from_utf8(self.take(len)?.to_vec()).map_err(|_| corrupt("text is not UTF-8"))
+    }
+}
+
+/// Decodes a stored value back into an entity with the given keys, keeping only
+/// the properties in `wanted` (all when `None`): the others are skipped unread.
+pub fn decode_value(
+    pk: PartitionKey,
+    rk: RowKey,
+    bytes: &[u8],
+    wanted: Option<&[String]>,
+) -> Result<StoredEntity, StorageError> {
+    let mut r = Reader(bytes);
+    let timestamp = from_ticks(i64::from_le_bytes(r.array()?));
+    let count = u16::from_le_bytes(r.array()?);
+    let mut properties = Properties::new();
+    for _ in 0..count {
+        let name_len = usize::from(u16::from_le_bytes(r.array()?));
+        let name = r.take(name_len)?;
+        let [tag] = r.array()?;
+        if wanted.is_some_and(|w| !w.iter().any(|n| n.as_bytes() == name)) {
+            let skip = match tag {
+                STRING | BINARY => u32::from_le_bytes(r.array()?) as usize,
+                BOOLEAN => 1,
+                INT32 => 4,
+                DATETIME | DOUBLE | INT64 => 8,
+                GUID => 16,
+                _ => return Err(corrupt("unknown type tag")),
+            };
+            r.take(skip)?;
+            continue;
+        }
+        let name = std::str::from_utf8(name).map_err(|_| corrupt("name is not UTF-8"))?.to_owned();
+        let value = match tag {
+            STRING => {
+                let len = u32::from_le_bytes(r.array()?) as usize;
+                EdmValue::String(r.text(len)?)
+            }
+            BINARY => {
+                let len = u32::from_le_bytes(r.array()?) as usize;
+                EdmValue::Binary(r.take(len)?.to_vec())
+            }
+            BOOLEAN => EdmValue::Boolean(r.array::<1>()?[0] != 0),
+            DATETIME => EdmValue::DateTime(from_ticks(i64::from_le_bytes(r.array()?))),
+            DOUBLE => EdmValue::Double(f64::from_le_bytes(r.array()?)),
+            GUID => EdmValue::Guid(Uuid::from_bytes(r.array()?)),
+            INT32 => EdmValue::Int32(i32::from_le_bytes(r.array()?)),
+            INT64 => EdmValue::Int64(i64::from_le_bytes(r.array()?)),
+            _ => return Err(corrupt("unknown type tag")),
+        };
+        properties.insert(name, value);
+    }
+    let etag = ETag::for_timestamp(&timestamp);
+    Ok(StoredEntity { entity: Entity { partition_key: pk, row_key: rk, properties }, timestamp, etag })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn key_bytes_order_is_utf16_order() {
+        let k = |p: &str, r: &str| {
+            encode_key(&PartitionKey::new(p).unwrap(), &RowKey::new(r).unwrap())
+        };
+        assert!(k("a", "z") < k("ab", ""));
+        assert!(k("\u{10000}", "") < k("\u{E000}", ""));
+        assert!(k("a", "b") < after_key(&PartitionKey::new("a").unwrap(), &RowKey::new("b").unwrap()));
+        assert!(after_key(&PartitionKey::new("a").unwrap(), &RowKey::new("b").unwrap()) < k("a", "b "));
+        assert!(k("a", "\u{FFFF}") < after_partition(&PartitionKey::new("a").unwrap()));
+        assert!(after_partition(&PartitionKey::new("a").unwrap()) < k("a ", ""));
+        let (p, r) = decode_key(&k("p\u{10000}", "r\u{0fff}")).unwrap();
+        assert_eq!((p.as_str(), r.as_str()), ("p\u{10000}", "r\u{0fff}"));
+    }
+
+    #[test]
+    fn value_round_trips_and_rejects_truncation() {
+        let t = from_ticks(123_456_789);
+        let props: Properties = [
+            ("s".to_owned(), EdmValue::String("x".into())),
+            ("b".to_owned(), EdmValue::Binary(vec![0, 255])),
+            ("t".to_owned(), EdmValue::Boolean(true)),
+            ("d".to_owned(), EdmValue::DateTime(from_ticks(-5))),
+            ("f".to_owned(), EdmValue::Double(f64::NAN)),
+            ("g".to_owned(), EdmValue::Guid(Uuid::from_u128(7))),
+            ("i".to_owned(), EdmValue::Int32(-3)),
+            ("l".to_owned(), EdmValue::Int64(i64::MIN)),
+        ]
+        .into_iter()
+        .collect();
+        let bytes = encode_value(&t, &props);
+        let pk = PartitionKey::new("p").unwrap();
+        let rk = RowKey::new("r").unwrap();
+        let e = decode_value(pk.clone(), rk.clone(), &bytes, None).unwrap();
+        assert_eq!(e.entity.properties, props);
+        assert_eq!(e.timestamp, t);
+        let wanted = ["l".to_owned(), "s".to_owned()];
+        let some = decode_value(pk.clone(), rk.clone(), &bytes, Some(&wanted)).unwrap();
+        assert_eq!(some.entity.properties.keys().collect::<Vec<_>>(), ["l", "s"]);
+        for cut in 0..bytes.len() {
+            assert!(decode_value(pk.clone(), rk.clone(), &bytes[..cut], None).is_err());
+        }
+    }
+}

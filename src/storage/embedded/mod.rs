@@ -1,0 +1,267 @@
+//! The embedded persistent backend on redb, the default store: one file, durable
+//! on commit (a write acknowledged to the caller survives `kill -9`), readers
+//! running beside the writer on their own snapshots.
+
+mod codec;
+mod scan;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+
+use super::value::to_ticks;
+use super::write::{Effect, apply, validate_batch};
+use super::{
+    Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, Page, PartitionKey, Query, Result, RowKey,
+    StorageError, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
+};
+
+/// The on-disk format this build reads and writes.
+pub const FORMAT_VERSION: u32 = 1;
+/// The file inside the store's directory.
+pub const FILE_NAME: &str = "tablesql.redb";
+
+/// Store-wide settings: format version, last write clock.
+const META: TableDefinition<&str, &[u8]> = TableDefinition::new("tablesql_meta");
+/// Folded table name -> name as created.
+const TABLES: TableDefinition<&str, &str> = TableDefinition::new("tablesql_tables");
+const FORMAT_KEY: &str = "format_version";
+const CLOCK_KEY: &str = "last_timestamp_ticks";
+
+/// The redb table that holds one table's entities.
+fn entity_table_name(table: &TableName) -> String {
+    format!("entities_{}", table.folded())
+}
+
+fn entities(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
+    TableDefinition::new(name)
+}
+
+/// Tables of entities in a redb database file.
+#[derive(Debug, Clone)]
+pub struct EmbeddedStore {
+    db: Arc<Database>,
+    clock: Arc<Clock>,
+    location: String,
+    scan_budget: usize,
+}
+
+impl EmbeddedStore {
+    /// Opens the store in a directory, creating both if needed.
+    pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
+        let dir = dir.as_ref();
+        std::fs::create_dir_all(dir)?;
+        let path: PathBuf = dir.join(FILE_NAME);
+        let db = Database::create(&path).map_err(|e| match e {
+            redb::DatabaseError::DatabaseAlreadyOpen => StorageError::InUse(path.display().to_string()),
+            e => e.into(),
+        })?;
+        Self::init(db, path.display().to_string())
+    }
+
+    /// A store in memory, with the same code paths as on disk but no file.
+    pub fn in_memory() -> Result<Self> {
+        let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
+        Self::init(db, "memory".to_owned())
+    }
+
+    /// Sets how many entities one page may examine before it stops with a token.
+    pub fn with_scan_budget(mut self, budget: usize) -> Self {
+        self.scan_budget = budget.max(1);
+        self
+    }
+
+    /// Where the store lives, for messages.
+    pub fn location(&self) -> &str {
+        &self.location
+    }
+
+    fn init(db: Database, location: String) -> Result<Self> {
+        let txn = db.begin_write()?;
+        let last_ticks = {
+            let mut meta = txn.open_table(META)?;
+            let found = meta.get(FORMAT_KEY)?.map(|v| read_u32(v.value())).transpose()?;
+            match found {
+                Some(found) if found != FORMAT_VERSION => {
+                    return Err(StorageError::FormatVersion { found, expected: FORMAT_VERSION });
+                }
+                Some(_) => {}
+                None => {
+                    meta.insert(FORMAT_KEY, FORMAT_VERSION.to_le_bytes().as_slice())?;
+                }
+            }
+            txn.open_table(TABLES)?;
+            let last = meta.get(CLOCK_KEY)?.map(|v| read_i64(v.value())).transpose()?;
+            last.unwrap_or(i64::MIN)
+        };
+        txn.commit()?;
+        Ok(Self {
+            db: Arc::new(db),
+            clock: Arc::new(Clock::starting_after(last_ticks)),
+            location,
+            scan_budget: DEFAULT_SCAN_BUDGET,
+        })
+    }
+
+    /// Runs blocking work (a commit waits for the disk) off the async threads.
+    async fn blocking<T, F>(&self, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&EmbeddedStore) -> Result<T> + Send + 'static,
+    {
+        let store = self.clone();
+        tokio::task::spawn_blocking(move || work(&store))
+            .await
+            .map_err(|e| StorageError::Task(e.to_string()))?
+    }
+
+    fn read_txn(&self, table: &TableName) -> Result<ReadTransaction> {
+        let txn = self.db.begin_read()?;
+        if txn.open_table(TABLES)?.get(table.folded().as_str())?.is_none() {
+            return Err(StorageError::TableNotFound(table.as_str().to_owned()));
+        }
+        Ok(txn)
+    }
+
+    fn write_batch(&self, table: &TableName, ops: &[WriteOp]) -> Result<Vec<WriteOutcome>> {
+        let txn = self.db.begin_write()?;
+        match self.apply_batch(&txn, table, ops) {
+            Ok(outcomes) => {
+                txn.commit()?;
+                Ok(outcomes)
+            }
+            Err(e) => {
+                txn.abort()?;
+                Err(e)
+            }
+        }
+    }
+
+    fn apply_batch(&self, txn: &WriteTransaction, table: &TableName, ops: &[WriteOp]) -> Result<Vec<WriteOutcome>> {
+        if txn.open_table(TABLES)?.get(table.folded().as_str())?.is_none() {
+            return Err(StorageError::TableNotFound(table.as_str().to_owned()));
+        }
+        let name = entity_table_name(table);
+        let mut rows = txn.open_table(entities(&name))?;
+        let timestamp = self.clock.next();
+        let mut outcomes = Vec::with_capacity(ops.len());
+        for (index, op) in ops.iter().enumerate() {
+            let (pk, rk) = op.keys();
+            let key = codec::encode_key(pk, rk);
+            let existing = match rows.get(key.as_slice())? {
+                Some(v) => Some(codec::decode_value(pk.clone(), rk.clone(), v.value(), None)?),
+                None => None,
+            };
+            // Operations touch distinct entities, so one failing leaves nothing to
+            // undo but this transaction, which the caller aborts.
+            let effect = apply(existing.as_ref(), op, timestamp)
+                .map_err(|e| StorageError::Batch { index, source: Box::new(e) })?;
+            match effect {
+                Effect::Put(e) => {
+                    let value = codec::encode_value(&e.timestamp, &e.entity.properties);
+                    rows.insert(key.as_slice(), value.as_slice())?;
+                    outcomes.push(WriteOutcome { etag: Some(e.etag) });
+                }
+                Effect::Delete => {
+                    rows.remove(key.as_slice())?;
+                    outcomes.push(WriteOutcome { etag: None });
+                }
+            }
+        }
+        let ticks = to_ticks(&timestamp).to_le_bytes();
+        txn.open_table(META)?.insert(CLOCK_KEY, ticks.as_slice())?;
+        Ok(outcomes)
+    }
+}
+
+fn read_u32(b: &[u8]) -> Result<u32> {
+    Ok(u32::from_le_bytes(b.try_into().map_err(|_| StorageError::Corrupt("format marker".into()))?))
+}
+
+fn read_i64(b: &[u8]) -> Result<i64> {
+    Ok(i64::from_le_bytes(b.try_into().map_err(|_| StorageError::Corrupt("clock".into()))?))
+}
+
+#[async_trait]
+impl TableStore for EmbeddedStore {
+    async fn create_table(&self, table: &TableName) -> Result<()> {
+        let table = table.clone();
+        self.blocking(move |s| {
+            let txn = s.db.begin_write()?;
+            {
+                let mut tables = txn.open_table(TABLES)?;
+                let existing = tables.get(table.folded().as_str())?.map(|v| v.value().to_owned());
+                if let Some(existing) = existing {
+                    return Err(StorageError::TableAlreadyExists(existing));
+                }
+                tables.insert(table.folded().as_str(), table.as_str())?;
+                txn.open_table(entities(&entity_table_name(&table)))?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn delete_table(&self, table: &TableName) -> Result<()> {
+        let table = table.clone();
+        self.blocking(move |s| {
+            let txn = s.db.begin_write()?;
+            {
+                let removed = txn.open_table(TABLES)?.remove(table.folded().as_str())?.is_some();
+                if !removed {
+                    return Err(StorageError::TableNotFound(table.as_str().to_owned()));
+                }
+                txn.delete_table(entities(&entity_table_name(&table)))?;
+            }
+            txn.commit()?;
+            Ok(())
+        })
+        .await
+    }
+
+    async fn list_tables(&self) -> Result<Vec<TableName>> {
+        let txn = self.db.begin_read()?;
+        let tables = txn.open_table(TABLES)?;
+        let mut out = Vec::new();
+        for item in tables.iter()? {
+            let (_, name) = item?;
+            let name = TableName::new(name.value()).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+            out.push(name);
+        }
+        Ok(out)
+    }
+
+    async fn get(&self, table: &TableName, pk: &PartitionKey, rk: &RowKey) -> Result<Option<StoredEntity>> {
+        let txn = self.read_txn(table)?;
+        let name = entity_table_name(table);
+        let rows = txn.open_table(entities(&name))?;
+        let found = rows.get(codec::encode_key(pk, rk).as_slice())?;
+        found.map(|v| codec::decode_value(pk.clone(), rk.clone(), v.value(), None)).transpose()
+    }
+
+    async fn query(
+        &self,
+        table: &TableName,
+        query: &Query,
+        continuation: Option<&ContinuationToken>,
+    ) -> Result<Page> {
+        query.page_size()?;
+        let (table, query, token) = (table.clone(), query.clone(), continuation.cloned());
+        self.blocking(move |s| {
+            let txn = s.read_txn(&table)?;
+            let name = entity_table_name(&table);
+            let rows = txn.open_table(entities(&name))?;
+            scan::page(&rows, &query, token.as_ref(), s.scan_budget)
+        })
+        .await
+    }
+
+    async fn execute_batch(&self, table: &TableName, mut ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
+        validate_batch(&mut ops)?;
+        let table = table.clone();
+        self.blocking(move |s| s.write_batch(&table, &ops)).await
+    }
+}

@@ -1,0 +1,236 @@
+//! Entities: keys plus a bag of typed properties, the limits they obey, and the
+//! Timestamp and ETag a store gives every write.
+
+use std::collections::BTreeMap;
+use std::fmt;
+
+use chrono::{DateTime, Utc};
+
+use super::error::InvalidInput;
+use super::key::{PartitionKey, RowKey};
+use super::value::{
+    EdmValue, MAX_DATETIME_TICKS, MIN_DATETIME_TICKS, Ticks, format_datetime, from_ticks, to_ticks,
+    utf16_bytes,
+};
+
+/// Most custom properties an entity may carry (255 less the three system ones).
+pub const MAX_PROPERTIES: usize = 252;
+/// Longest property name, in characters.
+pub const MAX_PROPERTY_NAME_CHARS: usize = 255;
+/// Largest String (as UTF-16) or Binary value, in bytes.
+pub const MAX_VALUE_BYTES: usize = 64 * 1024;
+/// Largest entity by the service's size formula, in bytes.
+pub const MAX_ENTITY_BYTES: usize = 1024 * 1024;
+/// Names of the system properties, which a client cannot set.
+pub const SYSTEM_PROPERTIES: [&str; 3] = ["PartitionKey", "RowKey", "Timestamp"];
+
+/// Custom properties by name, in name order.
+pub type Properties = BTreeMap<String, EdmValue>;
+
+/// An entity as a client writes it: keys and custom properties.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Entity {
+    /// The partition the entity lives in.
+    pub partition_key: PartitionKey,
+    /// The entity's key within its partition.
+    pub row_key: RowKey,
+    /// The custom properties.
+    pub properties: Properties,
+}
+
+impl Entity {
+    /// An entity with no properties yet.
+    pub fn new(partition_key: PartitionKey, row_key: RowKey) -> Self {
+        Self { partition_key, row_key, properties: Properties::new() }
+    }
+
+    /// Adds a property (builder style).
+    pub fn with(mut self, name: impl Into<String>, value: EdmValue) -> Self {
+        self.properties.insert(name.into(), value);
+        self
+    }
+
+    /// Size by the service's formula: 4 + 2·|PK| + 2·|RK| + Σ(8 + 2·|name| + value).
+    pub fn stored_size(&self) -> usize {
+        4 + utf16_bytes(self.partition_key.as_str())
+            + utf16_bytes(self.row_key.as_str())
+            + self
+                .properties
+                .iter()
+                .map(|(name, value)| 8 + utf16_bytes(name) + value.stored_size())
+                .sum::<usize>()
+    }
+
+    /// Checks every limit of the model and drops DateTime digits below 100 ns,
+    /// the precision the service keeps. Keys were checked when they were made.
+    pub fn validate(&mut self) -> Result<(), InvalidInput> {
+        if self.properties.len() > MAX_PROPERTIES {
+            return Err(InvalidInput::TooManyProperties { count: self.properties.len() });
+        }
+        for (name, value) in self.properties.iter_mut() {
+            validate_property_name(name)?;
+            let bytes = match value {
+                EdmValue::String(s) => utf16_bytes(s),
+                EdmValue::Binary(b) => b.len(),
+                EdmValue::DateTime(t) => {
+                    let ticks = to_ticks(t);
+                    if !(MIN_DATETIME_TICKS..=MAX_DATETIME_TICKS).contains(&ticks) {
+                        return Err(InvalidInput::DateTimeOutOfRange { name: name.clone() });
+                    }
+                    *t = from_ticks(ticks);
+                    0
+                }
+                _ => 0,
+            };
+            if bytes > MAX_VALUE_BYTES {
+                return Err(InvalidInput::ValueTooLarge { name: name.clone(), bytes });
+            }
+        }
+        let bytes = self.stored_size();
+        if bytes > MAX_ENTITY_BYTES {
+            return Err(InvalidInput::EntityTooLarge { bytes });
+        }
+        Ok(())
+    }
+}
+
+/// Checks a custom property name: a C# identifier of at most 255 characters that
+/// is not a system property's name.
+pub fn validate_property_name(name: &str) -> Result<(), InvalidInput> {
+    let bad = |reason| Err(InvalidInput::PropertyName { name: name.to_owned(), reason });
+    if SYSTEM_PROPERTIES.contains(&name) {
+        return Err(InvalidInput::SystemProperty { name: name.to_owned() });
+    }
+    let mut chars = name.chars();
+    match chars.next() {
+        None => return bad("is empty"),
+        Some(c) if !(c.is_alphabetic() || c == '_') => {
+            return bad("must start with a letter or an underscore");
+        }
+        Some(_) => {}
+    }
+    if !chars.all(|c| c.is_alphanumeric() || c == '_') {
+        return bad("may hold only letters, digits and underscores");
+    }
+    if name.chars().count() > MAX_PROPERTY_NAME_CHARS {
+        return bad("is longer than 255 characters");
+    }
+    Ok(())
+}
+
+/// An entity tag: the version of one stored entity, new on every write.
+///
+/// A store that stamps writes itself keeps the Timestamp and renders the text
+/// (`W/"datetime'…'"`, the service's form) only when asked: scans never pay for it.
+#[derive(Debug, Clone)]
+pub struct ETag(Repr);
+
+#[derive(Debug, Clone)]
+enum Repr {
+    Stamp(Ticks),
+    Wire(String),
+}
+
+impl ETag {
+    /// The ETag the service gives a write stamped at `timestamp`.
+    pub fn for_timestamp(timestamp: &DateTime<Utc>) -> Self {
+        ETag(Repr::Stamp(to_ticks(timestamp)))
+    }
+
+    /// Wraps an ETag as a server or client sent it.
+    pub fn from_wire(s: impl Into<String>) -> Self {
+        ETag(Repr::Wire(s.into()))
+    }
+}
+
+impl PartialEq for ETag {
+    fn eq(&self, other: &Self) -> bool {
+        match (&self.0, &other.0) {
+            (Repr::Stamp(a), Repr::Stamp(b)) => a == b,
+            (Repr::Wire(a), Repr::Wire(b)) => a == b,
+            _ => self.to_string() == other.to_string(),
+        }
+    }
+}
+
+impl Eq for ETag {}
+
+impl fmt::Display for ETag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.0 {
+            Repr::Stamp(ticks) => {
+                let text = format_datetime(&from_ticks(*ticks)).replace(':', "%3A");
+                write!(f, "W/\"datetime'{text}'\"")
+            }
+            Repr::Wire(s) => f.write_str(s),
+        }
+    }
+}
+
+/// The precondition of a conditional write (`If-Match`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum IfMatch {
+    /// `*`: the entity must exist, any version.
+    Any,
+    /// The entity must still have this ETag.
+    ETag(ETag),
+}
+
+/// An entity as a store holds it: what was written, plus Timestamp and ETag.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StoredEntity {
+    /// Keys and custom properties.
+    pub entity: Entity,
+    /// When the store last wrote the entity.
+    pub timestamp: DateTime<Utc>,
+    /// The version the store gave that write.
+    pub etag: ETag,
+}
+
+impl StoredEntity {
+    /// The entity's PartitionKey.
+    pub fn partition_key(&self) -> &PartitionKey {
+        &self.entity.partition_key
+    }
+
+    /// The entity's RowKey.
+    pub fn row_key(&self) -> &RowKey {
+        &self.entity.row_key
+    }
+
+    /// One custom property.
+    pub fn get(&self, name: &str) -> Option<&EdmValue> {
+        self.entity.properties.get(name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn property_names() {
+        for ok in ["a", "_a", "Name1", "été", "x".repeat(255).as_str()] {
+            assert!(validate_property_name(ok).is_ok(), "{ok:?}");
+        }
+        for bad in ["", "1a", "a-b", "a.b", "a b", "x".repeat(256).as_str()] {
+            assert!(validate_property_name(bad).is_err(), "{bad:?}");
+        }
+        assert!(matches!(
+            validate_property_name("Timestamp"),
+            Err(InvalidInput::SystemProperty { .. })
+        ));
+    }
+
+    #[test]
+    fn etag_looks_like_the_services() {
+        let t = super::super::value::from_ticks(1);
+        assert_eq!(
+            ETag::for_timestamp(&t).to_string(),
+            "W/\"datetime'1970-01-01T00%3A00%3A00.0000001Z'\""
+        );
+        let wire = ETag::from_wire(ETag::for_timestamp(&t).to_string());
+        assert_eq!(wire, ETag::for_timestamp(&t));
+        assert_ne!(ETag::from_wire("W/\"x\""), ETag::for_timestamp(&t));
+    }
+}

@@ -1,0 +1,136 @@
+//! Errors of the storage layer: what Table Storage would answer, typed.
+
+use super::key::KeyKind;
+
+/// Result of a storage operation.
+pub type Result<T, E = StorageError> = std::result::Result<T, E>;
+
+/// Input that breaks a rule of the storage model; nothing was written.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum InvalidInput {
+    /// A key longer than 1 KiB (measured as UTF-16, as the service stores it).
+    #[error("{kind} is {bytes} bytes as UTF-16; the limit is 1024")]
+    KeyTooLong { kind: KeyKind, bytes: usize },
+    /// A key holding a character keys may not hold.
+    #[error("{kind} contains the character {ch:?} (U+{code:04X}), which keys may not hold")]
+    KeyCharacter { kind: KeyKind, ch: char, code: u32 },
+    /// A table name outside `^[A-Za-z][A-Za-z0-9]{2,62}$` or a reserved one.
+    #[error("invalid table name {name:?}: {reason}")]
+    TableName { name: String, reason: &'static str },
+    /// A property name that is not a C# identifier of at most 255 characters.
+    #[error("invalid property name {name:?}: {reason}")]
+    PropertyName { name: String, reason: &'static str },
+    /// A custom property named after a system property.
+    #[error("property {name:?} is a system property and cannot be set")]
+    SystemProperty { name: String },
+    /// More custom properties than an entity may carry.
+    #[error("entity has {count} custom properties; the limit is 252")]
+    TooManyProperties { count: usize },
+    /// A String or Binary value over 64 KiB.
+    #[error("property {name:?} is {bytes} bytes; the limit for one value is 65536")]
+    ValueTooLarge { name: String, bytes: usize },
+    /// A DateTime outside the range the service stores.
+    #[error("property {name:?} holds a DateTime outside 1601-01-01 .. 9999-12-31")]
+    DateTimeOutOfRange { name: String },
+    /// An entity over 1 MiB by the service's size formula.
+    #[error("entity is {bytes} bytes; the limit is 1048576")]
+    EntityTooLarge { bytes: usize },
+    /// A batch with no operations.
+    #[error("an entity group transaction needs at least one operation")]
+    EmptyBatch,
+    /// A batch with more than 100 operations.
+    #[error("entity group transaction has {count} operations; the limit is 100")]
+    TooManyOperations { count: usize },
+    /// A batch over 4 MiB.
+    #[error("entity group transaction is {bytes} bytes; the limit is 4194304")]
+    BatchTooLarge { bytes: usize },
+    /// A batch operation outside the partition of the first operation.
+    #[error("operation is in partition {found:?}, but the transaction is in {expected:?}")]
+    CrossPartition { expected: String, found: String },
+    /// A second operation on one entity in a batch.
+    #[error("row {row_key:?} appears more than once in the transaction")]
+    DuplicateRow { row_key: String },
+    /// A `top` outside 1..=1000.
+    #[error("top must be between 1 and 1000, got {0}")]
+    Top(u32),
+    /// A continuation token this store did not issue.
+    #[error("malformed continuation token")]
+    ContinuationToken,
+}
+
+/// Any failure of a `TableStore` operation.
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    /// The input breaks a rule of the model (a limit, a name, a key).
+    #[error(transparent)]
+    Invalid(#[from] InvalidInput),
+    /// The table does not exist.
+    #[error("table {0:?} does not exist")]
+    TableNotFound(String),
+    /// The table exists already (names compare case-insensitively).
+    #[error("table {0:?} already exists")]
+    TableAlreadyExists(String),
+    /// The entity does not exist.
+    #[error("entity ({partition_key:?}, {row_key:?}) does not exist")]
+    EntityNotFound { partition_key: String, row_key: String },
+    /// The entity exists already.
+    #[error("entity ({partition_key:?}, {row_key:?}) already exists")]
+    EntityAlreadyExists { partition_key: String, row_key: String },
+    /// An If-Match ETag that is no longer the entity's.
+    #[error("ETag precondition failed for ({partition_key:?}, {row_key:?}): the entity has changed")]
+    PreconditionFailed { partition_key: String, row_key: String },
+    /// One operation of an entity group transaction failed; none was applied.
+    #[error("operation {index} of the transaction failed, nothing was written: {source}")]
+    Batch {
+        index: usize,
+        #[source]
+        source: Box<StorageError>,
+    },
+    /// The store is open by another process.
+    #[error("the store at {0} is in use by another process")]
+    InUse(String),
+    /// The store was written by an incompatible version.
+    #[error("the store has format version {found}; this build reads version {expected}")]
+    FormatVersion { found: u32, expected: u32 },
+    /// Stored bytes that do not decode.
+    #[error("corrupt data in the store: {0}")]
+    Corrupt(String),
+    /// A failure of the embedded database engine.
+    #[error("embedded store: {0}")]
+    Embedded(#[from] Box<redb::Error>),
+    /// An I/O failure outside the database engine.
+    #[error("I/O: {0}")]
+    Io(#[from] std::io::Error),
+    /// A background task of the store died.
+    #[error("storage task failed: {0}")]
+    Task(String),
+}
+
+impl StorageError {
+    /// The error of the operation itself, looking through a batch wrapper.
+    pub fn root(&self) -> &StorageError {
+        match self {
+            StorageError::Batch { source, .. } => source.root(),
+            other => other,
+        }
+    }
+}
+
+/// Converts every redb error type into `StorageError` through `redb::Error`.
+macro_rules! from_redb {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StorageError {
+            fn from(e: $t) -> Self {
+                StorageError::Embedded(Box::new(redb::Error::from(e)))
+            }
+        }
+    )*};
+}
+from_redb!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);

@@ -1,0 +1,154 @@
+//! Property filters: the small expression tree a query carries (OData `$filter`:
+//! eq ne gt ge lt le, and, or, not), and its evaluation against an entity.
+
+use std::cmp::Ordering;
+
+use super::entity::StoredEntity;
+use super::key::cmp_utf16;
+use super::value::EdmValue;
+
+/// What a comparison reads from an entity.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Operand {
+    /// The PartitionKey, compared as a String.
+    PartitionKey,
+    /// The RowKey, compared as a String.
+    RowKey,
+    /// The Timestamp, compared as a DateTime.
+    Timestamp,
+    /// A custom property.
+    Property(String),
+}
+
+/// A comparison operator.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CmpOp {
+    /// `eq`
+    Eq,
+    /// `ne`
+    Ne,
+    /// `gt`
+    Gt,
+    /// `ge`
+    Ge,
+    /// `lt`
+    Lt,
+    /// `le`
+    Le,
+}
+
+/// A filter over entities.
+///
+/// A comparison is true only when the entity has the operand and it has the
+/// literal's type: a missing property or another type (Int32 against an Int64
+/// literal, too) makes it false, as the service does not coerce. `not` negates the
+/// result of its operand.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Filter {
+    /// `operand op literal`
+    Compare { operand: Operand, op: CmpOp, value: EdmValue },
+    /// Both hold.
+    And(Box<Filter>, Box<Filter>),
+    /// Either holds.
+    Or(Box<Filter>, Box<Filter>),
+    /// The operand does not hold.
+    Not(Box<Filter>),
+}
+
+impl Filter {
+    /// A comparison of a custom property.
+    pub fn property(name: impl Into<String>, op: CmpOp, value: EdmValue) -> Self {
+        Filter::Compare { operand: Operand::Property(name.into()), op, value }
+    }
+
+    /// `self and other`.
+    pub fn and(self, other: Filter) -> Self {
+        Filter::And(Box::new(self), Box::new(other))
+    }
+
+    /// `self or other`.
+    pub fn or(self, other: Filter) -> Self {
+        Filter::Or(Box::new(self), Box::new(other))
+    }
+
+    /// `not self`.
+    pub fn negate(self) -> Self {
+        Filter::Not(Box::new(self))
+    }
+
+    /// Whether the entity passes the filter.
+    pub fn matches(&self, e: &StoredEntity) -> bool {
+        match self {
+            Filter::And(a, b) => a.matches(e) && b.matches(e),
+            Filter::Or(a, b) => a.matches(e) || b.matches(e),
+            Filter::Not(a) => !a.matches(e),
+            Filter::Compare { operand, op, value } => {
+                let ord = match (operand, value) {
+                    (Operand::PartitionKey, EdmValue::String(s)) => {
+                        Some(cmp_utf16(e.partition_key().as_str(), s))
+                    }
+                    (Operand::RowKey, EdmValue::String(s)) => {
+                        Some(cmp_utf16(e.row_key().as_str(), s))
+                    }
+                    (Operand::Timestamp, EdmValue::DateTime(t)) => Some(e.timestamp.cmp(t)),
+                    (Operand::Property(name), lit) => match e.get(name) {
+                        Some(v) => compare_values(v, lit),
+                        None => return false,
+                    },
+                    _ => return false,
+                };
+                apply(*op, ord)
+            }
+        }
+    }
+
+    /// Calls `f` with the name of every custom property the filter reads.
+    pub fn visit_properties<'a>(&'a self, f: &mut impl FnMut(&'a str)) {
+        match self {
+            Filter::Compare { operand: Operand::Property(name), .. } => f(name),
+            Filter::Compare { .. } => {}
+            Filter::And(a, b) | Filter::Or(a, b) => {
+                a.visit_properties(f);
+                b.visit_properties(f);
+            }
+            Filter::Not(a) => a.visit_properties(f),
+        }
+    }
+
+    /// The number of comparisons in the filter (the service allows 15 per query).
+    pub fn comparisons(&self) -> usize {
+        match self {
+            Filter::Compare { .. } => 1,
+            Filter::And(a, b) | Filter::Or(a, b) => a.comparisons() + b.comparisons(),
+            Filter::Not(a) => a.comparisons(),
+        }
+    }
+}
+
+/// Orders two values of one type; `None` when the types differ or a Double is NaN.
+pub fn compare_values(a: &EdmValue, b: &EdmValue) -> Option<Ordering> {
+    use EdmValue::*;
+    match (a, b) {
+        (String(x), String(y)) => Some(cmp_utf16(x, y)),
+        (Binary(x), Binary(y)) => Some(x.cmp(y)),
+        (Boolean(x), Boolean(y)) => Some(x.cmp(y)),
+        (DateTime(x), DateTime(y)) => Some(x.cmp(y)),
+        (Double(x), Double(y)) => x.partial_cmp(y),
+        (Guid(x), Guid(y)) => Some(x.cmp(y)),
+        (Int32(x), Int32(y)) => Some(x.cmp(y)),
+        (Int64(x), Int64(y)) => Some(x.cmp(y)),
+        _ => None,
+    }
+}
+
+fn apply(op: CmpOp, ord: Option<Ordering>) -> bool {
+    match (op, ord) {
+        (CmpOp::Ne, ord) => ord != Some(Ordering::Equal),
+        (_, None) => false,
+        (CmpOp::Eq, Some(o)) => o.is_eq(),
+        (CmpOp::Gt, Some(o)) => o.is_gt(),
+        (CmpOp::Ge, Some(o)) => o.is_ge(),
+        (CmpOp::Lt, Some(o)) => o.is_lt(),
+        (CmpOp::Le, Some(o)) => o.is_le(),
+    }
+}

@@ -1,0 +1,109 @@
+//! Storage: the entity model of partitioned table storage and the `TableStore`
+//! trait that speaks its semantics, with its backends (`memory`, `embedded`).
+
+mod clock;
+pub mod embedded;
+pub mod entity;
+mod error;
+pub mod filter;
+pub mod key;
+pub mod location;
+pub mod memory;
+pub mod odata;
+pub mod query;
+pub mod table_name;
+pub mod value;
+pub mod write;
+
+use async_trait::async_trait;
+
+pub use clock::Clock;
+pub use embedded::EmbeddedStore;
+pub use entity::{ETag, Entity, IfMatch, Properties, StoredEntity};
+pub use error::{InvalidInput, Result, StorageError};
+pub use filter::{CmpOp, Filter, Operand};
+pub use key::{KeyKind, PartitionKey, RowKey};
+pub use location::StoreLocation;
+pub use memory::MemoryStore;
+pub use query::{ContinuationToken, KeyRange, Page, Query};
+pub use table_name::TableName;
+pub use value::{EdmType, EdmValue};
+pub use write::{WriteOp, WriteOutcome};
+
+/// Most entities a store examines for one page before it answers with what it has
+/// and a continuation token (the service answers after 5 seconds the same way).
+pub const DEFAULT_SCAN_BUDGET: usize = 100_000;
+
+/// A store of tables of entities with Table Storage semantics.
+///
+/// Every backend passes the one conformance suite (`tests/it/conformance`).
+#[async_trait]
+pub trait TableStore: Send + Sync + std::fmt::Debug {
+    /// Creates a table; fails if one of that name (in any case) exists.
+    async fn create_table(&self, table: &TableName) -> Result<()>;
+
+    /// Deletes a table and every entity in it.
+    async fn delete_table(&self, table: &TableName) -> Result<()>;
+
+    /// The tables, with their names as created, in case-insensitive name order.
+    async fn list_tables(&self) -> Result<Vec<TableName>>;
+
+    /// One entity by its keys (a point query).
+    async fn get(
+        &self,
+        table: &TableName,
+        partition_key: &PartitionKey,
+        row_key: &RowKey,
+    ) -> Result<Option<StoredEntity>>;
+
+    /// One page of a query, resuming at `continuation` if given.
+    async fn query(
+        &self,
+        table: &TableName,
+        query: &Query,
+        continuation: Option<&ContinuationToken>,
+    ) -> Result<Page>;
+
+    /// Runs an entity group transaction: all operations or none. On failure the
+    /// error is `StorageError::Batch` naming the failing operation, or a plain
+    /// `Invalid` for a fault of the batch as a whole.
+    async fn execute_batch(&self, table: &TableName, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>>;
+
+    /// Runs one write.
+    async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
+        match self.execute_batch(table, vec![op]).await {
+            Ok(mut outcomes) => outcomes.pop().ok_or_else(|| StorageError::Task("no outcome".into())),
+            Err(StorageError::Batch { source, .. }) => Err(*source),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Every entity a query matches, following continuation tokens to the end.
+    async fn query_all(&self, table: &TableName, query: &Query) -> Result<Vec<StoredEntity>> {
+        let mut out = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self.query(table, query, token.as_ref()).await?;
+            out.extend(page.entities);
+            match page.continuation {
+                Some(t) => token = Some(t),
+                None => return Ok(out),
+            }
+        }
+    }
+
+    /// How many entities a table holds (a full scan that projects nothing).
+    async fn count(&self, table: &TableName) -> Result<u64> {
+        let query = Query::all().select(Vec::<String>::new());
+        let mut n = 0;
+        let mut token = None;
+        loop {
+            let page = self.query(table, &query, token.as_ref()).await?;
+            n += page.entities.len() as u64;
+            match page.continuation {
+                Some(t) => token = Some(t),
+                None => return Ok(n),
+            }
+        }
+    }
+}

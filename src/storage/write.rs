@@ -1,0 +1,188 @@
+//! Writes: the six operations of the service, entity group transactions and their
+//! limits, and the pure rules that turn an operation and the entity it meets into
+//! the entity to store. Every backend applies writes through `apply`.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, Utc};
+
+use super::entity::{ETag, Entity, IfMatch, StoredEntity};
+use super::error::{InvalidInput, StorageError};
+use super::key::{PartitionKey, RowKey};
+
+/// Most operations in one entity group transaction.
+pub const MAX_BATCH_OPERATIONS: usize = 100;
+/// Largest entity group transaction, in bytes of the entity size formula.
+pub const MAX_BATCH_BYTES: usize = 4 * 1024 * 1024;
+
+/// One write.
+#[derive(Debug, Clone, PartialEq)]
+pub enum WriteOp {
+    /// Adds the entity; fails if it exists.
+    Insert(Entity),
+    /// Replaces an existing entity whole.
+    Update(Entity, IfMatch),
+    /// Sets the given properties of an existing entity, keeping the others.
+    Merge(Entity, IfMatch),
+    /// Removes an existing entity.
+    Delete { partition_key: PartitionKey, row_key: RowKey, if_match: IfMatch },
+    /// Inserts, or replaces whatever is there; needs no read first.
+    InsertOrReplace(Entity),
+    /// Inserts, or merges into whatever is there; needs no read first.
+    InsertOrMerge(Entity),
+}
+
+impl WriteOp {
+    /// The keys of the entity the operation writes.
+    pub fn keys(&self) -> (&PartitionKey, &RowKey) {
+        match self {
+            WriteOp::Insert(e)
+            | WriteOp::Update(e, _)
+            | WriteOp::Merge(e, _)
+            | WriteOp::InsertOrReplace(e)
+            | WriteOp::InsertOrMerge(e) => (&e.partition_key, &e.row_key),
+            WriteOp::Delete { partition_key, row_key, .. } => (partition_key, row_key),
+        }
+    }
+
+    /// The entity the operation carries, if any.
+    pub fn entity_mut(&mut self) -> Option<&mut Entity> {
+        match self {
+            WriteOp::Insert(e)
+            | WriteOp::Update(e, _)
+            | WriteOp::Merge(e, _)
+            | WriteOp::InsertOrReplace(e)
+            | WriteOp::InsertOrMerge(e) => Some(e),
+            WriteOp::Delete { .. } => None,
+        }
+    }
+
+    /// Bytes the operation counts for against the batch limit.
+    pub fn stored_size(&self) -> usize {
+        match self {
+            WriteOp::Insert(e)
+            | WriteOp::Update(e, _)
+            | WriteOp::Merge(e, _)
+            | WriteOp::InsertOrReplace(e)
+            | WriteOp::InsertOrMerge(e) => e.stored_size(),
+            WriteOp::Delete { partition_key, row_key, .. } => {
+                Entity::new(partition_key.clone(), row_key.clone()).stored_size()
+            }
+        }
+    }
+}
+
+/// What a successful write reports.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteOutcome {
+    /// The entity's new ETag; `None` after a delete.
+    pub etag: Option<ETag>,
+}
+
+/// Checks an entity group transaction before anything is written: 1 to 100
+/// operations, one partition, one operation per entity, at most 4 MiB, and every
+/// entity within the limits. Normalizes the entities (see `Entity::validate`).
+/// A failure of one operation names its index.
+pub fn validate_batch(ops: &mut [WriteOp]) -> Result<(), StorageError> {
+    if ops.is_empty() {
+        return Err(InvalidInput::EmptyBatch.into());
+    }
+    if ops.len() > MAX_BATCH_OPERATIONS {
+        return Err(InvalidInput::TooManyOperations { count: ops.len() }.into());
+    }
+    let partition = ops[0].keys().0.clone();
+    let mut rows = HashSet::with_capacity(ops.len());
+    let mut bytes = 0;
+    for (index, op) in ops.iter_mut().enumerate() {
+        let at = |e: InvalidInput| StorageError::Batch { index, source: Box::new(e.into()) };
+        let (pk, rk) = op.keys();
+        if *pk != partition {
+            return Err(at(InvalidInput::CrossPartition {
+                expected: partition.as_str().to_owned(),
+                found: pk.as_str().to_owned(),
+            }));
+        }
+        if !rows.insert(rk.clone()) {
+            return Err(at(InvalidInput::DuplicateRow { row_key: rk.as_str().to_owned() }));
+        }
+        if let Some(e) = op.entity_mut() {
+            e.validate().map_err(at)?;
+        }
+        bytes += op.stored_size();
+    }
+    if bytes > MAX_BATCH_BYTES {
+        return Err(InvalidInput::BatchTooLarge { bytes }.into());
+    }
+    Ok(())
+}
+
+/// What a write does to the stored entity.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Effect {
+    /// Store this entity under its keys.
+    Put(StoredEntity),
+    /// Remove the entity.
+    Delete,
+}
+
+/// Applies one validated operation to the entity it meets (`None` when absent),
+/// stamping a write with `timestamp`. Pure: this is the service's write semantics.
+pub fn apply(
+    existing: Option<&StoredEntity>,
+    op: &WriteOp,
+    timestamp: DateTime<Utc>,
+) -> Result<Effect, StorageError> {
+    let stamp = |entity: Entity| {
+        Effect::Put(StoredEntity { entity, timestamp, etag: ETag::for_timestamp(&timestamp) })
+    };
+    match op {
+        WriteOp::Insert(e) => match existing {
+            Some(_) => Err(StorageError::EntityAlreadyExists {
+                partition_key: e.partition_key.as_str().to_owned(),
+                row_key: e.row_key.as_str().to_owned(),
+            }),
+            None => Ok(stamp(e.clone())),
+        },
+        WriteOp::InsertOrReplace(e) => Ok(stamp(e.clone())),
+        WriteOp::InsertOrMerge(e) => Ok(stamp(merged(existing, e))),
+        WriteOp::Update(e, if_match) => {
+            check(existing, op, if_match)?;
+            Ok(stamp(e.clone()))
+        }
+        WriteOp::Merge(e, if_match) => {
+            check(existing, op, if_match)?;
+            Ok(stamp(merged(existing, e)))
+        }
+        WriteOp::Delete { if_match, .. } => {
+            check(existing, op, if_match)?;
+            Ok(Effect::Delete)
+        }
+    }
+}
+
+fn merged(existing: Option<&StoredEntity>, e: &Entity) -> Entity {
+    match existing {
+        None => e.clone(),
+        Some(old) => {
+            let mut out = old.entity.clone();
+            out.properties.extend(e.properties.iter().map(|(k, v)| (k.clone(), v.clone())));
+            out
+        }
+    }
+}
+
+fn check(existing: Option<&StoredEntity>, op: &WriteOp, if_match: &IfMatch) -> Result<(), StorageError> {
+    let (pk, rk) = op.keys();
+    let keys = || (pk.as_str().to_owned(), rk.as_str().to_owned());
+    match (existing, if_match) {
+        (None, _) => {
+            let (partition_key, row_key) = keys();
+            Err(StorageError::EntityNotFound { partition_key, row_key })
+        }
+        (Some(old), IfMatch::ETag(etag)) if old.etag != *etag => {
+            let (partition_key, row_key) = keys();
+            Err(StorageError::PreconditionFailed { partition_key, row_key })
+        }
+        (Some(_), _) => Ok(()),
+    }
+}
