@@ -29,7 +29,11 @@ trait Backend {
 
 impl Backend for MemoryStore {
     fn open() -> Fixture {
-        Fixture { store: Arc::new(MemoryStore::new()), table: name(), _dir: None }
+        Fixture {
+            store: Arc::new(MemoryStore::new()),
+            table: name(),
+            _dir: None,
+        }
     }
 }
 
@@ -37,7 +41,11 @@ impl Backend for EmbeddedStore {
     fn open() -> Fixture {
         let dir = tempfile::tempdir().expect("temp dir");
         let store = EmbeddedStore::open(dir.path()).expect("open");
-        Fixture { store: Arc::new(store), table: name(), _dir: Some(dir) }
+        Fixture {
+            store: Arc::new(store),
+            table: name(),
+            _dir: Some(dir),
+        }
     }
 }
 
@@ -46,7 +54,11 @@ fn name() -> TableName {
 }
 
 fn runtime() -> Runtime {
-    tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().expect("runtime")
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
 }
 
 fn entity(i: usize) -> Entity {
@@ -57,7 +69,7 @@ fn entity(i: usize) -> Entity {
         .with("age", EdmValue::Int32((i % 80) as i32))
         .with("finish", EdmValue::Int64(i as i64 * 7))
         .with("club", EdmValue::String("Road Runners".into()))
-        .with("fast", EdmValue::Boolean(i % 3 == 0))
+        .with("fast", EdmValue::Boolean(i.is_multiple_of(3)))
 }
 
 /// Inserts entities `from..to` in transactions of 100 (one partition each).
@@ -67,7 +79,10 @@ async fn load(f: &Fixture, from: usize, to: usize) {
         let p = i % PARTITIONS;
         ops[p].push(WriteOp::Insert(entity(i)));
         if ops[p].len() == 100 {
-            f.store.execute_batch(&f.table, std::mem::take(&mut ops[p])).await.expect("batch");
+            f.store
+                .execute_batch(&f.table, std::mem::take(&mut ops[p]))
+                .await
+                .expect("batch");
         }
     }
     for rest in ops.into_iter().filter(|o| !o.is_empty()) {
@@ -92,7 +107,9 @@ fn point_get<B: Backend>(bencher: Bencher) {
     bencher.bench_local(|| {
         i = (i + 7919) % ROWS;
         let e = entity(i);
-        rt.block_on(f.store.get(&f.table, &e.partition_key, &e.row_key)).expect("get").expect("found")
+        rt.block_on(f.store.get(&f.table, &e.partition_key, &e.row_key))
+            .expect("get")
+            .expect("found")
     });
 }
 
@@ -102,7 +119,9 @@ fn page_of_1000<B: Backend>(bencher: Bencher) {
     let f = loaded::<B>(&rt);
     let query = Query::partition(PartitionKey::new("partition03").expect("key"));
     bencher.counter(ItemsCount::new(1000usize)).bench_local(|| {
-        let page = rt.block_on(f.store.query(&f.table, &query, None)).expect("page");
+        let page = rt
+            .block_on(f.store.query(&f.table, &query, None))
+            .expect("page");
         assert_eq!(page.entities.len(), 1000);
         black_box(page)
     });
@@ -113,7 +132,9 @@ fn full_scan<B: Backend>(bencher: Bencher) {
     let rt = runtime();
     let f = loaded::<B>(&rt);
     bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
-        let all = rt.block_on(f.store.query_all(&f.table, &Query::all())).expect("scan");
+        let all = rt
+            .block_on(f.store.query_all(&f.table, &Query::all()))
+            .expect("scan");
         assert_eq!(all.len(), ROWS);
         black_box(all)
     });
@@ -127,22 +148,28 @@ fn egt_inserts<B: Backend>(bencher: Bencher) {
     let f = B::open();
     rt.block_on(f.store.create_table(&f.table)).expect("create");
     let mut next = 0;
-    bencher.counter(ItemsCount::new(PER_SAMPLE)).bench_local(|| {
-        let from = next;
-        next += PER_SAMPLE;
-        rt.block_on(async {
-            use futures::StreamExt;
-            let batches: Vec<Vec<WriteOp>> = (0..PER_SAMPLE / 100)
-                .map(|b| (0..100).map(|j| WriteOp::Insert(entity((from + b * 100 + j) * PARTITIONS))).collect())
-                .collect();
-            let results: Vec<_> = futures::stream::iter(batches)
-                .map(|ops| f.store.execute_batch(&f.table, ops))
-                .buffer_unordered(10)
-                .collect()
-                .await;
-            results.into_iter().for_each(|r| {
-                r.expect("batch");
-            });
-        })
-    });
+    bencher
+        .counter(ItemsCount::new(PER_SAMPLE))
+        .bench_local(|| {
+            let from = next;
+            next += PER_SAMPLE;
+            rt.block_on(async {
+                use futures::StreamExt;
+                let batches: Vec<Vec<WriteOp>> = (0..PER_SAMPLE / 100)
+                    .map(|b| {
+                        (0..100)
+                            .map(|j| WriteOp::Insert(entity((from + b * 100 + j) * PARTITIONS)))
+                            .collect()
+                    })
+                    .collect();
+                let results: Vec<_> = futures::stream::iter(batches)
+                    .map(|ops| f.store.execute_batch(&f.table, ops))
+                    .buffer_unordered(10)
+                    .collect()
+                    .await;
+                results.into_iter().for_each(|r| {
+                    r.expect("batch");
+                });
+            })
+        });
 }

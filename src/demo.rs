@@ -36,7 +36,13 @@ const NAMES: [&str; 16] = [
     "John", "Mary", "Ahmed", "Yuki", "Olga", "Pedro", "Amara", "Liam", "Chen", "Sofia", "Kofi",
     "Ingrid", "Ravi", "Lucia", "Tom", "Zara",
 ];
-const CLUBS: [&str; 5] = ["Road Runners", "Harriers", "Striders", "Track Club", "Joggers"];
+const CLUBS: [&str; 5] = [
+    "Road Runners",
+    "Harriers",
+    "Striders",
+    "Track Club",
+    "Joggers",
+];
 
 /// One registration.
 #[derive(Debug, Clone, PartialEq)]
@@ -73,7 +79,10 @@ pub fn registration(i: u64) -> Registration {
         "Half" => 3_600,
         _ => 1_800,
     };
-    let day = Utc.with_ymd_and_hms(year, 1, 1, 0, 0, 0).single().unwrap_or_default();
+    let day = Utc
+        .with_ymd_and_hms(year, 1, 1, 0, 0, 0)
+        .single()
+        .unwrap_or_default();
     Registration {
         event,
         distance,
@@ -83,14 +92,19 @@ pub fn registration(i: u64) -> Registration {
         age: rng.random_range(18..=85),
         finish_seconds: base + rng.random_range(0..base * 2),
         registered: day + chrono::Duration::seconds(rng.random_range(0..300 * 86_400)),
-        club: rng.random_bool(0.6).then(|| CLUBS[rng.random_range(0..CLUBS.len())]),
+        club: rng
+            .random_bool(0.6)
+            .then(|| CLUBS[rng.random_range(0..CLUBS.len())]),
     }
 }
 
 impl Registration {
     /// The partition: `{event}__{distance}`.
     pub fn partition_key(&self) -> Result<PartitionKey> {
-        Ok(PartitionKey::new(format!("{}__{}", self.event, self.distance))?)
+        Ok(PartitionKey::new(format!(
+            "{}__{}",
+            self.event, self.distance
+        ))?)
     }
 
     /// The two entities, base row first: `BIB:` and `AGE:` RowKeys, same properties.
@@ -130,11 +144,21 @@ pub struct Plan {
 impl Plan {
     /// The plan for `rows` registrations.
     pub fn new(rows: u64) -> Self {
-        let in_partition = |p: u64| if p < rows { (rows - p).div_ceil(PARTITIONS) } else { 0 };
+        let in_partition = |p: u64| {
+            if p < rows {
+                (rows - p).div_ceil(PARTITIONS)
+            } else {
+                0
+            }
+        };
         let chunks = |p: u64| in_partition(p).div_ceil(REGISTRATIONS_PER_BATCH);
         let most = chunks(0);
         let batches = (0..most)
-            .flat_map(|c| (0..PARTITIONS).filter(move |&p| c < chunks(p)).map(move |p| (p, c)))
+            .flat_map(|c| {
+                (0..PARTITIONS)
+                    .filter(move |&p| c < chunks(p))
+                    .map(move |p| (p, c))
+            })
             .collect();
         Self { rows, batches }
     }
@@ -151,7 +175,9 @@ impl Plan {
 
     /// The registrations of transaction `b`.
     pub fn registrations(&self, b: usize) -> Vec<Registration> {
-        let Some(&(p, c)) = self.batches.get(b) else { return Vec::new() };
+        let Some(&(p, c)) = self.batches.get(b) else {
+            return Vec::new();
+        };
         let first = c * REGISTRATIONS_PER_BATCH;
         (first..first + REGISTRATIONS_PER_BATCH)
             .map(|k| p + k * PARTITIONS)
@@ -173,7 +199,11 @@ impl Plan {
 /// Drops and recreates the demo table, then loads `rows` registrations
 /// (2·rows entities). `on_commit(b, n)` runs after transaction `b` of `n`
 /// entities is durable.
-pub async fn load(store: &dyn TableStore, rows: u64, mut on_commit: impl FnMut(usize, usize)) -> Result<u64> {
+pub async fn load(
+    store: &dyn TableStore,
+    rows: u64,
+    mut on_commit: impl FnMut(usize, usize),
+) -> Result<u64> {
     let table = TableName::new(TABLE)?;
     match store.delete_table(&table).await {
         Ok(()) | Err(StorageError::TableNotFound(_)) => {}
@@ -219,7 +249,10 @@ mod tests {
             for b in 0..plan.len() {
                 let regs = plan.registrations(b);
                 assert!(!regs.is_empty() && regs.len() <= 50);
-                assert!(regs.iter().all(|r| r.partition_key().unwrap() == regs[0].partition_key().unwrap()));
+                assert!(
+                    regs.iter()
+                        .all(|r| r.partition_key().unwrap() == regs[0].partition_key().unwrap())
+                );
             }
         }
     }
@@ -230,9 +263,18 @@ mod tests {
         let r = registration(13);
         let [bib, age] = r.entities().unwrap();
         assert_eq!(r.bib, 2);
-        assert_eq!(bib.partition_key.as_str(), "2011 New York City Marathon__Half");
-        assert_eq!(bib.row_key.as_str(), format!("BIB:00002__{}__{}__{}", r.name, r.gender, r.age));
-        assert_eq!(age.row_key.as_str(), format!("AGE:{:03}__2__{}__{}", r.age, r.name, r.gender));
+        assert_eq!(
+            bib.partition_key.as_str(),
+            "2011 New York City Marathon__Half"
+        );
+        assert_eq!(
+            bib.row_key.as_str(),
+            format!("BIB:00002__{}__{}__{}", r.name, r.gender, r.age)
+        );
+        assert_eq!(
+            age.row_key.as_str(),
+            format!("AGE:{:03}__2__{}__{}", r.age, r.name, r.gender)
+        );
         assert_eq!(bib.properties, age.properties);
     }
 }

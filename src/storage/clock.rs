@@ -16,7 +16,9 @@ pub struct Clock {
 impl Clock {
     /// A clock that will not go back past `last` (ticks of the latest write).
     pub fn starting_after(last: Ticks) -> Self {
-        Self { last: Mutex::new(last) }
+        Self {
+            last: Mutex::new(last),
+        }
     }
 
     /// The Timestamp for the next write: now, or one tick after the last one.

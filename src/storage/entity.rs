@@ -41,7 +41,11 @@ pub struct Entity {
 impl Entity {
     /// An entity with no properties yet.
     pub fn new(partition_key: PartitionKey, row_key: RowKey) -> Self {
-        Self { partition_key, row_key, properties: Properties::new() }
+        Self {
+            partition_key,
+            row_key,
+            properties: Properties::new(),
+        }
     }
 
     /// Adds a property (builder style).
@@ -65,7 +69,9 @@ impl Entity {
     /// the precision the service keeps. Keys were checked when they were made.
     pub fn validate(&mut self) -> Result<(), InvalidInput> {
         if self.properties.len() > MAX_PROPERTIES {
-            return Err(InvalidInput::TooManyProperties { count: self.properties.len() });
+            return Err(InvalidInput::TooManyProperties {
+                count: self.properties.len(),
+            });
         }
         for (name, value) in self.properties.iter_mut() {
             validate_property_name(name)?;
@@ -83,7 +89,10 @@ impl Entity {
                 _ => 0,
             };
             if bytes > MAX_VALUE_BYTES {
-                return Err(InvalidInput::ValueTooLarge { name: name.clone(), bytes });
+                return Err(InvalidInput::ValueTooLarge {
+                    name: name.clone(),
+                    bytes,
+                });
             }
         }
         let bytes = self.stored_size();
@@ -97,9 +106,16 @@ impl Entity {
 /// Checks a custom property name: a C# identifier of at most 255 characters that
 /// is not a system property's name.
 pub fn validate_property_name(name: &str) -> Result<(), InvalidInput> {
-    let bad = |reason| Err(InvalidInput::PropertyName { name: name.to_owned(), reason });
+    let bad = |reason| {
+        Err(InvalidInput::PropertyName {
+            name: name.to_owned(),
+            reason,
+        })
+    };
     if SYSTEM_PROPERTIES.contains(&name) {
-        return Err(InvalidInput::SystemProperty { name: name.to_owned() });
+        return Err(InvalidInput::SystemProperty {
+            name: name.to_owned(),
+        });
     }
     let mut chars = name.chars();
     match chars.next() {

@@ -72,13 +72,24 @@ pub enum StorageError {
     TableAlreadyExists(String),
     /// The entity does not exist.
     #[error("entity ({partition_key:?}, {row_key:?}) does not exist")]
-    EntityNotFound { partition_key: String, row_key: String },
+    EntityNotFound {
+        partition_key: String,
+        row_key: String,
+    },
     /// The entity exists already.
     #[error("entity ({partition_key:?}, {row_key:?}) already exists")]
-    EntityAlreadyExists { partition_key: String, row_key: String },
+    EntityAlreadyExists {
+        partition_key: String,
+        row_key: String,
+    },
     /// An If-Match ETag that is no longer the entity's.
-    #[error("ETag precondition failed for ({partition_key:?}, {row_key:?}): the entity has changed")]
-    PreconditionFailed { partition_key: String, row_key: String },
+    #[error(
+        "ETag precondition failed for ({partition_key:?}, {row_key:?}): the entity has changed"
+    )]
+    PreconditionFailed {
+        partition_key: String,
+        row_key: String,
+    },
     /// One operation of an entity group transaction failed; none was applied.
     #[error("operation {index} of the transaction failed, nothing was written: {source}")]
     Batch {

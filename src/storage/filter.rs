@@ -46,7 +46,11 @@ pub enum CmpOp {
 #[derive(Debug, Clone, PartialEq)]
 pub enum Filter {
     /// `operand op literal`
-    Compare { operand: Operand, op: CmpOp, value: EdmValue },
+    Compare {
+        operand: Operand,
+        op: CmpOp,
+        value: EdmValue,
+    },
     /// Both hold.
     And(Box<Filter>, Box<Filter>),
     /// Either holds.
@@ -58,7 +62,11 @@ pub enum Filter {
 impl Filter {
     /// A comparison of a custom property.
     pub fn property(name: impl Into<String>, op: CmpOp, value: EdmValue) -> Self {
-        Filter::Compare { operand: Operand::Property(name.into()), op, value }
+        Filter::Compare {
+            operand: Operand::Property(name.into()),
+            op,
+            value,
+        }
     }
 
     /// `self and other`.
@@ -92,8 +100,9 @@ impl Filter {
                     }
                     (Operand::Timestamp, EdmValue::DateTime(t)) => Some(e.timestamp.cmp(t)),
                     (Operand::Property(name), lit) => match e.get(name) {
-                        Some(v) => compare_values(v, lit),
-                        None => return false,
+                        // No coercion: another type is false for every operator.
+                        Some(v) if v.edm_type() == lit.edm_type() => compare_values(v, lit),
+                        _ => return false,
                     },
                     _ => return false,
                 };
@@ -105,7 +114,10 @@ impl Filter {
     /// Calls `f` with the name of every custom property the filter reads.
     pub fn visit_properties<'a>(&'a self, f: &mut impl FnMut(&'a str)) {
         match self {
-            Filter::Compare { operand: Operand::Property(name), .. } => f(name),
+            Filter::Compare {
+                operand: Operand::Property(name),
+                ..
+            } => f(name),
             Filter::Compare { .. } => {}
             Filter::And(a, b) | Filter::Or(a, b) => {
                 a.visit_properties(f);
@@ -141,6 +153,8 @@ pub fn compare_values(a: &EdmValue, b: &EdmValue) -> Option<Ordering> {
     }
 }
 
+/// Applies an operator to an ordering of two values of one type; `None` (a NaN)
+/// is unequal to everything, so only `ne` holds.
 fn apply(op: CmpOp, ord: Option<Ordering>) -> bool {
     match (op, ord) {
         (CmpOp::Ne, ord) => ord != Some(Ordering::Equal),

@@ -35,7 +35,11 @@ pub fn validate_key(kind: KeyKind, s: &str) -> Result<(), InvalidInput> {
         return Err(InvalidInput::KeyTooLong { kind, bytes });
     }
     if let Some(ch) = s.chars().find(|&c| is_forbidden_key_char(c)) {
-        return Err(InvalidInput::KeyCharacter { kind, ch, code: ch as u32 });
+        return Err(InvalidInput::KeyCharacter {
+            kind,
+            ch,
+            code: ch as u32,
+        });
     }
     Ok(())
 }
@@ -116,7 +120,11 @@ macro_rules! key_newtype {
     };
 }
 
-key_newtype!(PartitionKey, KeyKind::PartitionKey, "A validated PartitionKey.");
+key_newtype!(
+    PartitionKey,
+    KeyKind::PartitionKey,
+    "A validated PartitionKey."
+);
 key_newtype!(RowKey, KeyKind::RowKey, "A validated RowKey.");
 
 #[cfg(test)]
@@ -150,7 +158,9 @@ mod tests {
             RowKey::new("x".repeat(513)),
             Err(InvalidInput::KeyTooLong { bytes: 1026, .. })
         ));
-        for bad in ["a/b", "a\\b", "a#b", "a?b", "a\u{0}", "\u{1f}", "\u{7f}", "\u{9f}"] {
+        for bad in [
+            "a/b", "a\\b", "a#b", "a?b", "a\u{0}", "\u{1f}", "\u{7f}", "\u{9f}",
+        ] {
             assert!(PartitionKey::new(bad).is_err(), "{bad:?}");
         }
         assert!(PartitionKey::new("\u{a0}").is_ok());

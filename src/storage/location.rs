@@ -20,7 +20,9 @@ pub enum StoreLocation {
 
 /// A location naming a scheme this build does not know.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown store scheme {scheme:?} in {location:?}; known: embedded:DIR (or a directory path)")]
+#[error(
+    "unknown store scheme {scheme:?} in {location:?}; known: embedded:DIR (or a directory path)"
+)]
 pub struct UnknownScheme {
     /// The scheme as written.
     pub scheme: String,
@@ -36,8 +38,13 @@ impl FromStr for StoreLocation {
         // would be a drive, and a path separator before the colon a path.
         match s.split_once(':') {
             Some(("embedded", rest)) => Ok(StoreLocation::Embedded(PathBuf::from(rest))),
-            Some((scheme, _)) if scheme.len() > 1 && scheme.chars().all(|c| c.is_ascii_alphabetic()) => {
-                Err(UnknownScheme { scheme: scheme.to_owned(), location: s.to_owned() })
+            Some((scheme, _))
+                if scheme.len() > 1 && scheme.chars().all(|c| c.is_ascii_alphabetic()) =>
+            {
+                Err(UnknownScheme {
+                    scheme: scheme.to_owned(),
+                    location: s.to_owned(),
+                })
             }
             _ => Ok(StoreLocation::Embedded(PathBuf::from(s))),
         }
@@ -69,9 +76,15 @@ mod tests {
     fn parses_paths_and_schemes() {
         let p = |s: &str| s.parse::<StoreLocation>();
         assert_eq!(p("./data"), Ok(StoreLocation::Embedded("./data".into())));
-        assert_eq!(p("embedded:/x/y"), Ok(StoreLocation::Embedded("/x/y".into())));
+        assert_eq!(
+            p("embedded:/x/y"),
+            Ok(StoreLocation::Embedded("/x/y".into()))
+        );
         assert_eq!(p("C:/data"), Ok(StoreLocation::Embedded("C:/data".into())));
         assert_eq!(p("./a:b"), Ok(StoreLocation::Embedded("./a:b".into())));
-        assert!(matches!(p("azure:UseDevelopmentStorage=true"), Err(UnknownScheme { .. })));
+        assert!(matches!(
+            p("azure:UseDevelopmentStorage=true"),
+            Err(UnknownScheme { .. })
+        ));
     }
 }

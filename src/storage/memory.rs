@@ -32,7 +32,11 @@ impl Default for MemoryStore {
 impl MemoryStore {
     /// An empty store.
     pub fn new() -> Self {
-        Self { tables: RwLock::default(), clock: Clock::default(), scan_budget: DEFAULT_SCAN_BUDGET }
+        Self {
+            tables: RwLock::default(),
+            clock: Clock::default(),
+            scan_budget: DEFAULT_SCAN_BUDGET,
+        }
     }
 
     /// Sets how many entities one page may examine before it stops with a token.
@@ -60,23 +64,35 @@ impl TableStore for MemoryStore {
     async fn create_table(&self, table: &TableName) -> Result<()> {
         let mut tables = self.write();
         if let Some((existing, _)) = tables.get(&table.folded()) {
-            return Err(StorageError::TableAlreadyExists(existing.as_str().to_owned()));
+            return Err(StorageError::TableAlreadyExists(
+                existing.as_str().to_owned(),
+            ));
         }
         tables.insert(table.folded(), (table.clone(), Rows::new()));
         Ok(())
     }
 
     async fn delete_table(&self, table: &TableName) -> Result<()> {
-        self.write().remove(&table.folded()).map(|_| ()).ok_or_else(|| not_found(table))
+        self.write()
+            .remove(&table.folded())
+            .map(|_| ())
+            .ok_or_else(|| not_found(table))
     }
 
     async fn list_tables(&self) -> Result<Vec<TableName>> {
         Ok(self.read().values().map(|(name, _)| name.clone()).collect())
     }
 
-    async fn get(&self, table: &TableName, pk: &PartitionKey, rk: &RowKey) -> Result<Option<StoredEntity>> {
+    async fn get(
+        &self,
+        table: &TableName,
+        pk: &PartitionKey,
+        rk: &RowKey,
+    ) -> Result<Option<StoredEntity>> {
         let tables = self.read();
-        let (_, rows) = tables.get(&table.folded()).ok_or_else(|| not_found(table))?;
+        let (_, rows) = tables
+            .get(&table.folded())
+            .ok_or_else(|| not_found(table))?;
         Ok(rows.get(&(pk.clone(), rk.clone())).cloned())
     }
 
@@ -88,7 +104,9 @@ impl TableStore for MemoryStore {
     ) -> Result<Page> {
         let limit = query.page_size()?;
         let tables = self.read();
-        let (_, rows) = tables.get(&table.folded()).ok_or_else(|| not_found(table))?;
+        let (_, rows) = tables
+            .get(&table.folded())
+            .ok_or_else(|| not_found(table))?;
         let mut page = Page::default();
         let mut scanned = 0;
         let mut full = false;
@@ -104,8 +122,10 @@ impl TableStore for MemoryStore {
                 break;
             }
             if full {
-                page.continuation =
-                    Some(ContinuationToken { next_partition_key: pk.clone(), next_row_key: rk.clone() });
+                page.continuation = Some(ContinuationToken {
+                    next_partition_key: pk.clone(),
+                    next_row_key: rk.clone(),
+                });
                 break;
             }
             if !query.rows.contains(rk) {
@@ -122,25 +142,35 @@ impl TableStore for MemoryStore {
         Ok(page)
     }
 
-    async fn execute_batch(&self, table: &TableName, mut ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
+    async fn execute_batch(
+        &self,
+        table: &TableName,
+        mut ops: Vec<WriteOp>,
+    ) -> Result<Vec<WriteOutcome>> {
         validate_batch(&mut ops)?;
         let mut tables = self.write();
-        let (_, rows) = tables.get_mut(&table.folded()).ok_or_else(|| not_found(table))?;
+        let (_, rows) = tables
+            .get_mut(&table.folded())
+            .ok_or_else(|| not_found(table))?;
         let timestamp = self.clock.next();
         // Work out every effect first; change nothing unless all succeed.
         let mut effects = Vec::with_capacity(ops.len());
         for (index, op) in ops.iter().enumerate() {
             let (pk, rk) = op.keys();
             let key = (pk.clone(), rk.clone());
-            let effect = apply(rows.get(&key), op, timestamp)
-                .map_err(|e| StorageError::Batch { index, source: Box::new(e) })?;
+            let effect = apply(rows.get(&key), op, timestamp).map_err(|e| StorageError::Batch {
+                index,
+                source: Box::new(e),
+            })?;
             effects.push((key, effect));
         }
         let mut outcomes = Vec::with_capacity(effects.len());
         for (key, effect) in effects {
             match effect {
                 Effect::Put(e) => {
-                    outcomes.push(WriteOutcome { etag: Some(e.etag.clone()) });
+                    outcomes.push(WriteOutcome {
+                        etag: Some(e.etag.clone()),
+                    });
                     rows.insert(key, e);
                 }
                 Effect::Delete => {

@@ -67,12 +67,18 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
     /// Runs an entity group transaction: all operations or none. On failure the
     /// error is `StorageError::Batch` naming the failing operation, or a plain
     /// `Invalid` for a fault of the batch as a whole.
-    async fn execute_batch(&self, table: &TableName, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>>;
+    async fn execute_batch(
+        &self,
+        table: &TableName,
+        ops: Vec<WriteOp>,
+    ) -> Result<Vec<WriteOutcome>>;
 
     /// Runs one write.
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
         match self.execute_batch(table, vec![op]).await {
-            Ok(mut outcomes) => outcomes.pop().ok_or_else(|| StorageError::Task("no outcome".into())),
+            Ok(mut outcomes) => outcomes
+                .pop()
+                .ok_or_else(|| StorageError::Task("no outcome".into())),
             Err(StorageError::Batch { source, .. }) => Err(*source),
             Err(e) => Err(e),
         }

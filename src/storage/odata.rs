@@ -27,9 +27,18 @@ pub fn value_to_json(value: &EdmValue) -> (Value, Option<&'static str>) {
 pub fn entity_to_json(e: &StoredEntity) -> Value {
     let mut obj = Map::new();
     obj.insert("odata.etag".into(), Value::String(e.etag.to_string()));
-    obj.insert("PartitionKey".into(), Value::String(e.partition_key().as_str().to_owned()));
-    obj.insert("RowKey".into(), Value::String(e.row_key().as_str().to_owned()));
-    obj.insert("Timestamp".into(), Value::String(format_datetime(&e.timestamp)));
+    obj.insert(
+        "PartitionKey".into(),
+        Value::String(e.partition_key().as_str().to_owned()),
+    );
+    obj.insert(
+        "RowKey".into(),
+        Value::String(e.row_key().as_str().to_owned()),
+    );
+    obj.insert(
+        "Timestamp".into(),
+        Value::String(format_datetime(&e.timestamp)),
+    );
     for (name, value) in &e.entity.properties {
         let (json, ty) = value_to_json(value);
         if let Some(ty) = ty {
@@ -51,7 +60,10 @@ mod tests {
             value_to_json(&EdmValue::Int64(i64::MAX)),
             (Value::String(i64::MAX.to_string()), Some("Edm.Int64"))
         );
-        assert_eq!(value_to_json(&EdmValue::Double(2.0)), (Value::from(2.0), Some("Edm.Double")));
+        assert_eq!(
+            value_to_json(&EdmValue::Double(2.0)),
+            (Value::from(2.0), Some("Edm.Double"))
+        );
         assert_eq!(
             value_to_json(&EdmValue::Double(f64::NEG_INFINITY)),
             (Value::String("-Infinity".into()), Some("Edm.Double"))

@@ -28,7 +28,10 @@ pub struct KeyRange<K> {
 impl<K: Ord> KeyRange<K> {
     /// Every key.
     pub fn all() -> Self {
-        Self { start: Bound::Unbounded, end: Bound::Unbounded }
+        Self {
+            start: Bound::Unbounded,
+            end: Bound::Unbounded,
+        }
     }
 
     /// One key exactly.
@@ -36,7 +39,10 @@ impl<K: Ord> KeyRange<K> {
     where
         K: Clone,
     {
-        Self { start: Bound::Included(k.clone()), end: Bound::Included(k) }
+        Self {
+            start: Bound::Included(k.clone()),
+            end: Bound::Included(k),
+        }
     }
 
     /// Whether `k` is below the lower end.
@@ -92,7 +98,10 @@ impl Query {
 
     /// Every entity of one partition.
     pub fn partition(pk: PartitionKey) -> Self {
-        Self { partitions: KeyRange::exactly(pk), ..Self::default() }
+        Self {
+            partitions: KeyRange::exactly(pk),
+            ..Self::default()
+        }
     }
 
     /// Restricts the rows (builder style).
@@ -182,7 +191,10 @@ const TOKEN_VERSION: &str = "1:";
 impl fmt::Display for ContinuationToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // U+0000 cannot occur in a key, so it separates the two unambiguously.
-        let raw = format!("{TOKEN_VERSION}{}\u{0}{}", self.next_partition_key, self.next_row_key);
+        let raw = format!(
+            "{TOKEN_VERSION}{}\u{0}{}",
+            self.next_partition_key, self.next_row_key
+        );
         f.write_str(&URL_SAFE_NO_PAD.encode(raw))
     }
 }
@@ -190,12 +202,19 @@ impl fmt::Display for ContinuationToken {
 impl FromStr for ContinuationToken {
     type Err = InvalidInput;
     fn from_str(s: &str) -> Result<Self, InvalidInput> {
-        let bytes = URL_SAFE_NO_PAD.decode(s).map_err(|_| InvalidInput::ContinuationToken)?;
+        let bytes = URL_SAFE_NO_PAD
+            .decode(s)
+            .map_err(|_| InvalidInput::ContinuationToken)?;
         let raw = String::from_utf8(bytes).map_err(|_| InvalidInput::ContinuationToken)?;
-        let body = raw.strip_prefix(TOKEN_VERSION).ok_or(InvalidInput::ContinuationToken)?;
-        let (pk, rk) = body.split_once('\u{0}').ok_or(InvalidInput::ContinuationToken)?;
+        let body = raw
+            .strip_prefix(TOKEN_VERSION)
+            .ok_or(InvalidInput::ContinuationToken)?;
+        let (pk, rk) = body
+            .split_once('\u{0}')
+            .ok_or(InvalidInput::ContinuationToken)?;
         Ok(Self {
-            next_partition_key: PartitionKey::new(pk).map_err(|_| InvalidInput::ContinuationToken)?,
+            next_partition_key: PartitionKey::new(pk)
+                .map_err(|_| InvalidInput::ContinuationToken)?,
             next_row_key: RowKey::new(rk).map_err(|_| InvalidInput::ContinuationToken)?,
         })
     }
@@ -222,6 +241,11 @@ mod tests {
         };
         assert_eq!(t.to_string().parse::<ContinuationToken>().unwrap(), t);
         assert!("garbage!".parse::<ContinuationToken>().is_err());
-        assert!(URL_SAFE_NO_PAD.encode("2:a\u{0}b").parse::<ContinuationToken>().is_err());
+        assert!(
+            URL_SAFE_NO_PAD
+                .encode("2:a\u{0}b")
+                .parse::<ContinuationToken>()
+                .is_err()
+        );
     }
 }

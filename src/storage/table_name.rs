@@ -78,6 +78,9 @@ mod tests {
             assert!(TableName::new(bad).is_err(), "{bad:?}");
         }
         assert!(TableName::new("A".repeat(64)).is_err());
-        assert_eq!(TableName::new("Races").unwrap(), TableName::new("rACES").unwrap());
+        assert_eq!(
+            TableName::new("Races").unwrap(),
+            TableName::new("rACES").unwrap()
+        );
     }
 }

@@ -115,7 +115,9 @@ impl std::fmt::Display for EdmValue {
         use base64::Engine as _;
         match self {
             EdmValue::String(s) => f.write_str(s),
-            EdmValue::Binary(b) => f.write_str(&base64::engine::general_purpose::STANDARD.encode(b)),
+            EdmValue::Binary(b) => {
+                f.write_str(&base64::engine::general_purpose::STANDARD.encode(b))
+            }
             EdmValue::Boolean(b) => write!(f, "{b}"),
             EdmValue::DateTime(t) => f.write_str(&format_datetime(t)),
             EdmValue::Double(d) if d.is_nan() => f.write_str("NaN"),
@@ -144,14 +146,18 @@ pub type Ticks = i64;
 
 /// A DateTime as ticks, dropping digits below 100 ns.
 pub fn to_ticks(t: &DateTime<Utc>) -> Ticks {
-    t.timestamp().saturating_mul(10_000_000) + i64::from(t.timestamp_subsec_nanos() / 100)
+    t.timestamp()
+        .saturating_mul(10_000_000)
+        .saturating_add(i64::from(t.timestamp_subsec_nanos() / 100))
 }
 
 /// Ticks back to a DateTime (saturating at chrono's range).
 pub fn from_ticks(ticks: Ticks) -> DateTime<Utc> {
     let secs = ticks.div_euclid(10_000_000);
     let nanos = (ticks.rem_euclid(10_000_000) * 100) as u32;
-    Utc.timestamp_opt(secs, nanos).single().unwrap_or(DateTime::<Utc>::MAX_UTC)
+    Utc.timestamp_opt(secs, nanos)
+        .single()
+        .unwrap_or(DateTime::<Utc>::MAX_UTC)
 }
 
 /// Ticks of 1601-01-01T00:00:00Z, the earliest DateTime the service stores.
@@ -162,7 +168,11 @@ pub const MAX_DATETIME_TICKS: Ticks = 2_534_023_007_999_999_999;
 /// Formats a DateTime as the service does: UTC with 7 fractional digits.
 pub fn format_datetime(t: &DateTime<Utc>) -> String {
     // chrono has no 7-digit fraction specifier.
-    format!("{}.{:07}Z", t.format("%Y-%m-%dT%H:%M:%S"), t.timestamp_subsec_nanos() / 100)
+    format!(
+        "{}.{:07}Z",
+        t.format("%Y-%m-%dT%H:%M:%S"),
+        t.timestamp_subsec_nanos() / 100
+    )
 }
 
 #[cfg(test)]
@@ -178,7 +188,10 @@ mod tests {
         assert_eq!(to_ticks(&t), MAX_DATETIME_TICKS);
         assert_eq!(from_ticks(MAX_DATETIME_TICKS), t);
         assert_eq!(from_ticks(-1), Utc.timestamp_opt(-1, 999_999_900).unwrap());
-        assert_eq!(format_datetime(&from_ticks(1)), "1970-01-01T00:00:00.0000001Z");
+        assert_eq!(
+            format_datetime(&from_ticks(1)),
+            "1970-01-01T00:00:00.0000001Z"
+        );
     }
 
     #[test]

@@ -25,7 +25,11 @@ pub enum WriteOp {
     /// Sets the given properties of an existing entity, keeping the others.
     Merge(Entity, IfMatch),
     /// Removes an existing entity.
-    Delete { partition_key: PartitionKey, row_key: RowKey, if_match: IfMatch },
+    Delete {
+        partition_key: PartitionKey,
+        row_key: RowKey,
+        if_match: IfMatch,
+    },
     /// Inserts, or replaces whatever is there; needs no read first.
     InsertOrReplace(Entity),
     /// Inserts, or merges into whatever is there; needs no read first.
@@ -41,7 +45,11 @@ impl WriteOp {
             | WriteOp::Merge(e, _)
             | WriteOp::InsertOrReplace(e)
             | WriteOp::InsertOrMerge(e) => (&e.partition_key, &e.row_key),
-            WriteOp::Delete { partition_key, row_key, .. } => (partition_key, row_key),
+            WriteOp::Delete {
+                partition_key,
+                row_key,
+                ..
+            } => (partition_key, row_key),
         }
     }
 
@@ -65,9 +73,11 @@ impl WriteOp {
             | WriteOp::Merge(e, _)
             | WriteOp::InsertOrReplace(e)
             | WriteOp::InsertOrMerge(e) => e.stored_size(),
-            WriteOp::Delete { partition_key, row_key, .. } => {
-                Entity::new(partition_key.clone(), row_key.clone()).stored_size()
-            }
+            WriteOp::Delete {
+                partition_key,
+                row_key,
+                ..
+            } => Entity::new(partition_key.clone(), row_key.clone()).stored_size(),
         }
     }
 }
@@ -94,7 +104,10 @@ pub fn validate_batch(ops: &mut [WriteOp]) -> Result<(), StorageError> {
     let mut rows = HashSet::with_capacity(ops.len());
     let mut bytes = 0;
     for (index, op) in ops.iter_mut().enumerate() {
-        let at = |e: InvalidInput| StorageError::Batch { index, source: Box::new(e.into()) };
+        let at = |e: InvalidInput| StorageError::Batch {
+            index,
+            source: Box::new(e.into()),
+        };
         let (pk, rk) = op.keys();
         if *pk != partition {
             return Err(at(InvalidInput::CrossPartition {
@@ -103,7 +116,9 @@ pub fn validate_batch(ops: &mut [WriteOp]) -> Result<(), StorageError> {
             }));
         }
         if !rows.insert(rk.clone()) {
-            return Err(at(InvalidInput::DuplicateRow { row_key: rk.as_str().to_owned() }));
+            return Err(at(InvalidInput::DuplicateRow {
+                row_key: rk.as_str().to_owned(),
+            }));
         }
         if let Some(e) = op.entity_mut() {
             e.validate().map_err(at)?;
@@ -133,7 +148,11 @@ pub fn apply(
     timestamp: DateTime<Utc>,
 ) -> Result<Effect, StorageError> {
     let stamp = |entity: Entity| {
-        Effect::Put(StoredEntity { entity, timestamp, etag: ETag::for_timestamp(&timestamp) })
+        Effect::Put(StoredEntity {
+            entity,
+            timestamp,
+            etag: ETag::for_timestamp(&timestamp),
+        })
     };
     match op {
         WriteOp::Insert(e) => match existing {
@@ -165,23 +184,34 @@ fn merged(existing: Option<&StoredEntity>, e: &Entity) -> Entity {
         None => e.clone(),
         Some(old) => {
             let mut out = old.entity.clone();
-            out.properties.extend(e.properties.iter().map(|(k, v)| (k.clone(), v.clone())));
+            out.properties
+                .extend(e.properties.iter().map(|(k, v)| (k.clone(), v.clone())));
             out
         }
     }
 }
 
-fn check(existing: Option<&StoredEntity>, op: &WriteOp, if_match: &IfMatch) -> Result<(), StorageError> {
+fn check(
+    existing: Option<&StoredEntity>,
+    op: &WriteOp,
+    if_match: &IfMatch,
+) -> Result<(), StorageError> {
     let (pk, rk) = op.keys();
     let keys = || (pk.as_str().to_owned(), rk.as_str().to_owned());
     match (existing, if_match) {
         (None, _) => {
             let (partition_key, row_key) = keys();
-            Err(StorageError::EntityNotFound { partition_key, row_key })
+            Err(StorageError::EntityNotFound {
+                partition_key,
+                row_key,
+            })
         }
         (Some(old), IfMatch::ETag(etag)) if old.etag != *etag => {
             let (partition_key, row_key) = keys();
-            Err(StorageError::PreconditionFailed { partition_key, row_key })
+            Err(StorageError::PreconditionFailed {
+                partition_key,
+                row_key,
+            })
         }
         (Some(_), _) => Ok(()),
     }

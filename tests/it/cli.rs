@@ -28,25 +28,50 @@ fn demo_then_tables_and_scan_in_other_processes() -> TestResult {
     let dir = tempfile::tempdir()?;
     stdout_of(tablesql(dir.path()).args(["demo", "--rows", "100000"]))?;
     let tables = stdout_of(tablesql(dir.path()).arg("tables"))?;
-    assert!(tables.contains(TABLE) && tables.contains("200000"), "{tables}");
+    assert!(
+        tables.contains(TABLE) && tables.contains("200000"),
+        "{tables}"
+    );
 
     let csv = stdout_of(tablesql(dir.path()).args([
-        "scan", TABLE, "--pk", "2012 Boston Marathon__Half", "--from", "BIB:", "--to", "BIB;",
-        "--limit", "3", "--format", "csv",
+        "scan",
+        TABLE,
+        "--pk",
+        "2012 Boston Marathon__Half",
+        "--from",
+        "BIB:",
+        "--to",
+        "BIB;",
+        "--limit",
+        "3",
+        "--format",
+        "csv",
     ]))?;
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 4, "{csv}");
-    assert!(lines[0].starts_with("PartitionKey,RowKey,Timestamp,age,bib,"), "{}", lines[0]);
+    assert!(
+        lines[0].starts_with("PartitionKey,RowKey,Timestamp,age,bib,"),
+        "{}",
+        lines[0]
+    );
     for (i, line) in lines[1..].iter().enumerate() {
-        assert!(line.starts_with(&format!("2012 Boston Marathon__Half,BIB:{:05}__", i + 1)), "{line}");
+        assert!(
+            line.starts_with(&format!("2012 Boston Marathon__Half,BIB:{:05}__", i + 1)),
+            "{line}"
+        );
     }
 
-    let json = stdout_of(tablesql(dir.path()).args(["scan", TABLE, "--limit", "1", "--format", "json"]))?;
+    let json =
+        stdout_of(tablesql(dir.path()).args(["scan", TABLE, "--limit", "1", "--format", "json"]))?;
     let parsed: serde_json::Value = serde_json::from_str(&json)?;
     let first = &parsed[0];
     assert_eq!(first["PartitionKey"], "2011 New York City Marathon__10K");
     assert_eq!(first["finish@odata.type"], "Edm.Int64");
-    assert!(first["RowKey"].as_str().is_some_and(|rk| rk.starts_with("AGE:")));
+    assert!(
+        first["RowKey"]
+            .as_str()
+            .is_some_and(|rk| rk.starts_with("AGE:"))
+    );
     Ok(())
 }
 
@@ -102,14 +127,20 @@ fn sigkill_during_demo_load_leaves_only_whole_transactions() -> TestResult {
             match present {
                 0 => absent += 1,
                 n if n == ops.len() => whole += 1,
-                n => panic!("transaction {b} is torn: {n} of {} entities present", ops.len()),
+                n => panic!(
+                    "transaction {b} is torn: {n} of {} entities present",
+                    ops.len()
+                ),
             }
             if acked.contains(&b) {
                 assert_eq!(present, ops.len(), "acknowledged transaction {b} was lost");
             }
         }
         assert!(whole >= 30, "only {whole} transactions present");
-        assert!(absent > 0, "the load finished before the kill; nothing was tested");
+        assert!(
+            absent > 0,
+            "the load finished before the kill; nothing was tested"
+        );
         Ok::<_, Box<dyn std::error::Error>>(())
     })
 }

@@ -38,7 +38,10 @@ async fn a_token_resumes_in_a_new_store_handle() -> TestResult {
     let store = EmbeddedStore::open(dir.path())?;
     let token: ContinuationToken = token_text.parse()?;
     let page = store.query(&table, &Query::all(), Some(&token)).await?;
-    assert_eq!(page.entities.first().map(|e| e.row_key().as_str()), Some("01000"));
+    assert_eq!(
+        page.entities.first().map(|e| e.row_key().as_str()),
+        Some("01000")
+    );
     assert_eq!(page.entities.len(), 1000);
     Ok(())
 }
@@ -50,17 +53,32 @@ async fn writes_survive_reopening_with_etags_and_timestamps() -> TestResult {
     let (etag, written_at) = {
         let store = EmbeddedStore::open(dir.path())?;
         store.create_table(&table).await?;
-        let e = Entity::new(PartitionKey::new("p")?, RowKey::new("r")?).with("v", EdmValue::Int32(1));
-        let etag = store.execute(&table, WriteOp::Insert(e)).await?.etag.ok_or("no etag")?;
-        let got = store.get(&table, &PartitionKey::new("p")?, &RowKey::new("r")?).await?;
+        let e =
+            Entity::new(PartitionKey::new("p")?, RowKey::new("r")?).with("v", EdmValue::Int32(1));
+        let etag = store
+            .execute(&table, WriteOp::Insert(e))
+            .await?
+            .etag
+            .ok_or("no etag")?;
+        let got = store
+            .get(&table, &PartitionKey::new("p")?, &RowKey::new("r")?)
+            .await?;
         (etag, got.ok_or("missing")?.timestamp)
     };
     let store = EmbeddedStore::open(dir.path())?;
-    let got = store.get(&table, &PartitionKey::new("p")?, &RowKey::new("r")?).await?.ok_or("missing")?;
-    assert_eq!((got.etag.clone(), got.timestamp), (etag.clone(), written_at));
+    let got = store
+        .get(&table, &PartitionKey::new("p")?, &RowKey::new("r")?)
+        .await?
+        .ok_or("missing")?;
+    assert_eq!(
+        (got.etag.clone(), got.timestamp),
+        (etag.clone(), written_at)
+    );
     // The write clock resumes after the last write: the next ETag is new.
     let e = Entity::new(PartitionKey::new("p")?, RowKey::new("r")?);
-    let next = store.execute(&table, WriteOp::Update(e, IfMatch::ETag(etag.clone()))).await?;
+    let next = store
+        .execute(&table, WriteOp::Update(e, IfMatch::ETag(etag.clone())))
+        .await?;
     assert_ne!(next.etag, Some(etag));
     Ok(())
 }
@@ -84,13 +102,18 @@ async fn a_store_of_another_format_version_is_refused() -> TestResult {
         let db = redb::Database::open(dir.path().join(FILE_NAME))?;
         let txn = db.begin_write()?;
         {
-            let meta: redb::TableDefinition<&str, &[u8]> = redb::TableDefinition::new("tablesql_meta");
-            txn.open_table(meta)?.insert("format_version", 99u32.to_le_bytes().as_slice())?;
+            let meta: redb::TableDefinition<&str, &[u8]> =
+                redb::TableDefinition::new("tablesql_meta");
+            txn.open_table(meta)?
+                .insert("format_version", 99u32.to_le_bytes().as_slice())?;
         }
         txn.commit()?;
     }
     match EmbeddedStore::open(dir.path()) {
-        Err(StorageError::FormatVersion { found: 99, expected: 1 }) => Ok(()),
+        Err(StorageError::FormatVersion {
+            found: 99,
+            expected: 1,
+        }) => Ok(()),
         other => panic!("expected FormatVersion, got {other:?}"),
     }
 }
@@ -106,7 +129,10 @@ async fn readers_run_while_a_writer_commits() -> TestResult {
         let (store, table) = (store.clone(), table.clone());
         tokio::spawn(async move {
             for i in 0..20 {
-                let e = Entity::new(PartitionKey::new("q").expect("key"), RowKey::new(format!("{i}")).expect("key"));
+                let e = Entity::new(
+                    PartitionKey::new("q").expect("key"),
+                    RowKey::new(format!("{i}")).expect("key"),
+                );
                 store.execute(&table, WriteOp::Insert(e)).await?;
             }
             Ok::<_, StorageError>(())
@@ -114,7 +140,10 @@ async fn readers_run_while_a_writer_commits() -> TestResult {
     };
     // Every read sees a whole snapshot: the 1,000 rows of "p" are always there.
     for _ in 0..20 {
-        let n = store.query_all(&table, &Query::partition(PartitionKey::new("p")?)).await?.len();
+        let n = store
+            .query_all(&table, &Query::partition(PartitionKey::new("p")?))
+            .await?
+            .len();
         assert_eq!(n, 1000);
     }
     writer.await??;

@@ -1,6 +1,6 @@
 //! Integration tests: one binary, one module per scenario.
 
-mod model;
 mod cli;
-mod embedded;
 mod conformance;
+mod embedded;
+mod model;

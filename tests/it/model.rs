@@ -41,7 +41,13 @@ enum Step {
     Write(OpSpec),
     Batch(Vec<OpSpec>),
     Get(usize, usize),
-    Query { pks: (Bound<usize>, Bound<usize>), rks: (Bound<usize>, Bound<usize>), filter: Option<Filter>, select: Option<Vec<usize>>, top: Option<u32> },
+    Query {
+        pks: (Bound<usize>, Bound<usize>),
+        rks: (Bound<usize>, Bound<usize>),
+        filter: Option<Filter>,
+        select: Option<Vec<usize>>,
+        top: Option<u32>,
+    },
     RecreateTable,
 }
 
@@ -49,7 +55,8 @@ fn value() -> impl Strategy<Value = EdmValue> {
     prop_oneof![
         (-3i32..3).prop_map(EdmValue::Int32),
         (-3i64..3).prop_map(EdmValue::Int64),
-        prop::sample::select(vec!["", "a", "b", "\u{10000}"]).prop_map(|s| EdmValue::String(s.into())),
+        prop::sample::select(vec!["", "a", "b", "\u{10000}"])
+            .prop_map(|s| EdmValue::String(s.into())),
         prop::sample::select(vec![0.5, -1.0, f64::NAN]).prop_map(EdmValue::Double),
         any::<bool>().prop_map(EdmValue::Boolean),
     ]
@@ -65,17 +72,41 @@ fn op() -> impl Strategy<Value = OpSpec> {
         Kind::InsertOrMerge,
     ]);
     let tag = prop::sample::select(vec![Tag::Any, Tag::Current, Tag::Stale]);
-    (kind, 0..PKS.len(), 0..RKS.len(), prop::collection::vec((0..NAMES.len(), value()), 0..3), tag)
-        .prop_map(|(kind, pk, rk, props, tag)| OpSpec { kind, pk, rk, props, tag })
+    (
+        kind,
+        0..PKS.len(),
+        0..RKS.len(),
+        prop::collection::vec((0..NAMES.len(), value()), 0..3),
+        tag,
+    )
+        .prop_map(|(kind, pk, rk, props, tag)| OpSpec {
+            kind,
+            pk,
+            rk,
+            props,
+            tag,
+        })
 }
 
 fn bound(n: usize) -> impl Strategy<Value = Bound<usize>> {
-    prop_oneof![Just(Bound::Unbounded), (0..n).prop_map(Bound::Included), (0..n).prop_map(Bound::Excluded)]
+    prop_oneof![
+        Just(Bound::Unbounded),
+        (0..n).prop_map(Bound::Included),
+        (0..n).prop_map(Bound::Excluded)
+    ]
 }
 
 fn filter() -> impl Strategy<Value = Filter> {
-    let cmp = prop::sample::select(vec![CmpOp::Eq, CmpOp::Ne, CmpOp::Gt, CmpOp::Ge, CmpOp::Lt, CmpOp::Le]);
-    let leaf = (0..NAMES.len(), cmp, value()).prop_map(|(n, op, v)| Filter::property(NAMES[n], op, v));
+    let cmp = prop::sample::select(vec![
+        CmpOp::Eq,
+        CmpOp::Ne,
+        CmpOp::Gt,
+        CmpOp::Ge,
+        CmpOp::Lt,
+        CmpOp::Le,
+    ]);
+    let leaf =
+        (0..NAMES.len(), cmp, value()).prop_map(|(n, op, v)| Filter::property(NAMES[n], op, v));
     leaf.prop_recursive(2, 6, 2, |inner| {
         prop_oneof![
             (inner.clone(), inner.clone()).prop_map(|(a, b)| a.and(b)),
@@ -93,7 +124,13 @@ fn step() -> impl Strategy<Value = Step> {
         prop::option::of(prop::collection::vec(0..NAMES.len(), 0..2)),
         prop::option::of(1u32..4),
     )
-        .prop_map(|(pks, rks, filter, select, top)| Step::Query { pks, rks, filter, select, top });
+        .prop_map(|(pks, rks, filter, select, top)| Step::Query {
+            pks,
+            rks,
+            filter,
+            select,
+            top,
+        });
     prop_oneof![
         6 => op().prop_map(Step::Write),
         3 => prop::collection::vec(op(), 1..5).prop_map(Step::Batch),
@@ -123,7 +160,9 @@ fn keys<K: Clone>(b: &Bound<usize>, make: impl Fn(usize) -> K) -> Bound<K> {
 async fn resolve(store: &dyn TableStore, table: &TableName, spec: &OpSpec) -> WriteOp {
     let if_match = match spec.tag {
         Tag::Any => IfMatch::Any,
-        Tag::Stale => IfMatch::ETag(ETag::from_wire("W/\"datetime'1999-01-01T00%3A00%3A00.0000000Z'\"")),
+        Tag::Stale => IfMatch::ETag(ETag::from_wire(
+            "W/\"datetime'1999-01-01T00%3A00%3A00.0000000Z'\"",
+        )),
         Tag::Current => match store.get(table, &pk(spec.pk), &rk(spec.rk)).await {
             Ok(Some(e)) => IfMatch::ETag(e.etag),
             _ => IfMatch::ETag(ETag::from_wire("W/\"none\"")),
@@ -137,7 +176,11 @@ async fn resolve(store: &dyn TableStore, table: &TableName, spec: &OpSpec) -> Wr
         Kind::Insert => WriteOp::Insert(entity),
         Kind::Update => WriteOp::Update(entity, if_match),
         Kind::Merge => WriteOp::Merge(entity, if_match),
-        Kind::Delete => WriteOp::Delete { partition_key: entity.partition_key, row_key: entity.row_key, if_match },
+        Kind::Delete => WriteOp::Delete {
+            partition_key: entity.partition_key,
+            row_key: entity.row_key,
+            if_match,
+        },
         Kind::InsertOrReplace => WriteOp::InsertOrReplace(entity),
         Kind::InsertOrMerge => WriteOp::InsertOrMerge(entity),
     }
@@ -173,7 +216,10 @@ async fn run(store: &dyn TableStore, steps: &[Step]) -> Seen {
                     ops.push(resolve(store, &table, s).await);
                 }
                 match store.execute_batch(&table, ops).await {
-                    Ok(o) => format!("ok {:?}", o.iter().map(|o| o.etag.is_some()).collect::<Vec<_>>()),
+                    Ok(o) => format!(
+                        "ok {:?}",
+                        o.iter().map(|o| o.etag.is_some()).collect::<Vec<_>>()
+                    ),
                     Err(e) => err(&e),
                 }
             }
@@ -181,12 +227,26 @@ async fn run(store: &dyn TableStore, steps: &[Step]) -> Seen {
                 Ok(found) => format!("{:?}", found.as_ref().map(shown)),
                 Err(e) => err(&e),
             },
-            Step::Query { pks, rks, filter, select, top } => {
+            Step::Query {
+                pks,
+                rks,
+                filter,
+                select,
+                top,
+            } => {
                 let query = Query {
-                    partitions: KeyRange { start: keys(&pks.0, pk), end: keys(&pks.1, pk) },
-                    rows: KeyRange { start: keys(&rks.0, rk), end: keys(&rks.1, rk) },
+                    partitions: KeyRange {
+                        start: keys(&pks.0, pk),
+                        end: keys(&pks.1, pk),
+                    },
+                    rows: KeyRange {
+                        start: keys(&rks.0, rk),
+                        end: keys(&rks.1, rk),
+                    },
                     filter: filter.clone(),
-                    select: select.as_ref().map(|s| s.iter().map(|n| NAMES[*n].to_owned()).collect()),
+                    select: select
+                        .as_ref()
+                        .map(|s| s.iter().map(|n| NAMES[*n].to_owned()).collect()),
                     top: *top,
                 };
                 let mut pages = Vec::new();

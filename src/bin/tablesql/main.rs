@@ -10,7 +10,9 @@ use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tablesql::demo;
 use tablesql::storage::location::DEFAULT_LOCATION;
-use tablesql::storage::{KeyRange, PartitionKey, Query, RowKey, StoreLocation, TableName, TableStore};
+use tablesql::storage::{
+    KeyRange, PartitionKey, Query, RowKey, StoreLocation, TableName, TableStore,
+};
 
 /// SQL over partitioned table storage (PartitionKey/RowKey), embedded or on Azure Tables.
 #[derive(Parser)]
@@ -61,18 +63,37 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let store = cli.store.open().with_context(|| format!("opening the store at {}", cli.store))?;
+    let store = cli
+        .store
+        .open()
+        .with_context(|| format!("opening the store at {}", cli.store))?;
     match cli.command {
         Command::Tables => tables(store.as_ref()).await,
-        Command::Demo { rows, print_commits } => run_demo(store.as_ref(), rows, print_commits).await,
-        Command::Scan { table, pk, from, to, limit, format } => {
+        Command::Demo {
+            rows,
+            print_commits,
+        } => run_demo(store.as_ref(), rows, print_commits).await,
+        Command::Scan {
+            table,
+            pk,
+            from,
+            to,
+            limit,
+            format,
+        } => {
             let mut query = match pk {
                 Some(pk) => Query::partition(PartitionKey::new(pk)?),
                 None => Query::all(),
             };
             query.rows = KeyRange {
-                start: from.map(RowKey::new).transpose()?.map_or(Bound::Unbounded, Bound::Included),
-                end: to.map(RowKey::new).transpose()?.map_or(Bound::Unbounded, Bound::Excluded),
+                start: from
+                    .map(RowKey::new)
+                    .transpose()?
+                    .map_or(Bound::Unbounded, Bound::Included),
+                end: to
+                    .map(RowKey::new)
+                    .transpose()?
+                    .map_or(Bound::Unbounded, Bound::Excluded),
             };
             scan(store.as_ref(), &table, &query, limit, format).await
         }
@@ -94,7 +115,9 @@ async fn run_demo(store: &dyn TableStore, rows: u64, print_commits: bool) -> any
     if !std::io::stderr().is_terminal() || print_commits {
         bar.set_draw_target(ProgressDrawTarget::hidden());
     }
-    bar.set_style(ProgressStyle::with_template("{bar:40} {pos}/{len} entities {per_sec} eta {eta}")?);
+    bar.set_style(ProgressStyle::with_template(
+        "{bar:40} {pos}/{len} entities {per_sec} eta {eta}",
+    )?);
     let started = std::time::Instant::now();
     let mut stdout = std::io::stdout().lock();
     let loaded = demo::load(store, rows, |b, n| {

@@ -22,7 +22,8 @@ pub enum Format {
 /// Prints tables with their entity counts.
 pub fn print_tables(rows: &[(TableName, u64)]) {
     let mut t = Table::new();
-    t.load_preset(UTF8_FULL_CONDENSED).set_header(["table", "entities"]);
+    t.load_preset(UTF8_FULL_CONDENSED)
+        .set_header(["table", "entities"]);
     for (name, count) in rows {
         t.add_row([name.to_string(), count.to_string()]);
     }
@@ -32,7 +33,10 @@ pub fn print_tables(rows: &[(TableName, u64)]) {
 /// The columns of a scan: the system properties, then every custom property
 /// any of the entities has, in name order.
 fn columns(entities: &[StoredEntity]) -> Vec<String> {
-    let mut names: Vec<&String> = entities.iter().flat_map(|e| e.entity.properties.keys()).collect();
+    let mut names: Vec<&String> = entities
+        .iter()
+        .flat_map(|e| e.entity.properties.keys())
+        .collect();
     names.sort();
     names.dedup();
     ["PartitionKey", "RowKey", "Timestamp"]
@@ -48,7 +52,11 @@ fn cells(e: &StoredEntity, columns: &[String]) -> Vec<String> {
         e.row_key().to_string(),
         format_datetime(&e.timestamp),
     ];
-    out.extend(columns[3..].iter().map(|c| e.get(c).map(|v| v.to_string()).unwrap_or_default()));
+    out.extend(
+        columns[3..]
+            .iter()
+            .map(|c| e.get(c).map(|v| v.to_string()).unwrap_or_default()),
+    );
     out
 }
 

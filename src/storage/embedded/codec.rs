@@ -65,13 +65,17 @@ fn utf16_string(bytes: &[u8]) -> Result<String, StorageError> {
         let ascii: Vec<u8> = bytes.chunks_exact(2).map(|c| c[1]).collect();
         return String::from_utf8(ascii).map_err(|_| corrupt("key is not UTF-16"));
     }
-    let units = bytes.chunks_exact(2).map(|c| u16::from_be_bytes([c[0], c[1]]));
-    char::decode_utf16(units).collect::<Result<String, _>>().map_err(|_| corrupt("key is not UTF-16"))
+    let units = bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]));
+    char::decode_utf16(units)
+        .collect::<Result<String, _>>()
+        .map_err(|_| corrupt("key is not UTF-16"))
 }
 
 /// Splits a key back into its PartitionKey and RowKey.
 pub fn decode_key(key: &[u8]) -> Result<(PartitionKey, RowKey), StorageError> {
-    if key.len() % 2 != 0 {
+    if !key.len().is_multiple_of(2) {
         return Err(corrupt("odd key length"));
     }
     let sep = key
@@ -190,7 +194,9 @@ pub fn decode_value(
             r.take(skip)?;
             continue;
         }
-        let name = std::str::from_utf8(name).map_err(|_| corrupt("name is not UTF-8"))?.to_owned();
+        let name = std::str::from_utf8(name)
+            .map_err(|_| corrupt("name is not UTF-8"))?
+            .to_owned();
         let value = match tag {
             STRING => {
                 let len = u32::from_le_bytes(r.array()?) as usize;
@@ -211,7 +217,15 @@ pub fn decode_value(
         properties.insert(name, value);
     }
     let etag = ETag::for_timestamp(&timestamp);
-    Ok(StoredEntity { entity: Entity { partition_key: pk, row_key: rk, properties }, timestamp, etag })
+    Ok(StoredEntity {
+        entity: Entity {
+            partition_key: pk,
+            row_key: rk,
+            properties,
+        },
+        timestamp,
+        etag,
+    })
 }
 
 #[cfg(test)]
@@ -220,13 +234,16 @@ mod tests {
 
     #[test]
     fn key_bytes_order_is_utf16_order() {
-        let k = |p: &str, r: &str| {
-            encode_key(&PartitionKey::new(p).unwrap(), &RowKey::new(r).unwrap())
-        };
+        let k =
+            |p: &str, r: &str| encode_key(&PartitionKey::new(p).unwrap(), &RowKey::new(r).unwrap());
         assert!(k("a", "z") < k("ab", ""));
         assert!(k("\u{10000}", "") < k("\u{E000}", ""));
-        assert!(k("a", "b") < after_key(&PartitionKey::new("a").unwrap(), &RowKey::new("b").unwrap()));
-        assert!(after_key(&PartitionKey::new("a").unwrap(), &RowKey::new("b").unwrap()) < k("a", "b "));
+        assert!(
+            k("a", "b") < after_key(&PartitionKey::new("a").unwrap(), &RowKey::new("b").unwrap())
+        );
+        assert!(
+            after_key(&PartitionKey::new("a").unwrap(), &RowKey::new("b").unwrap()) < k("a", "b ")
+        );
         assert!(k("a", "\u{FFFF}") < after_partition(&PartitionKey::new("a").unwrap()));
         assert!(after_partition(&PartitionKey::new("a").unwrap()) < k("a ", ""));
         let (p, r) = decode_key(&k("p\u{10000}", "r\u{0fff}")).unwrap();
@@ -256,7 +273,10 @@ mod tests {
         assert_eq!(e.timestamp, t);
         let wanted = ["l".to_owned(), "s".to_owned()];
         let some = decode_value(pk.clone(), rk.clone(), &bytes, Some(&wanted)).unwrap();
-        assert_eq!(some.entity.properties.keys().collect::<Vec<_>>(), ["l", "s"]);
+        assert_eq!(
+            some.entity.properties.keys().collect::<Vec<_>>(),
+            ["l", "s"]
+        );
         for cut in 0..bytes.len() {
             assert!(decode_value(pk.clone(), rk.clone(), &bytes[..cut], None).is_err());
         }

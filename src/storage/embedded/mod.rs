@@ -9,7 +9,9 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction};
+use redb::{
+    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
+};
 
 use super::value::to_ticks;
 use super::write::{Effect, apply, validate_batch};
@@ -55,7 +57,9 @@ impl EmbeddedStore {
         std::fs::create_dir_all(dir)?;
         let path: PathBuf = dir.join(FILE_NAME);
         let db = Database::create(&path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => StorageError::InUse(path.display().to_string()),
+            redb::DatabaseError::DatabaseAlreadyOpen => {
+                StorageError::InUse(path.display().to_string())
+            }
             e => e.into(),
         })?;
         Self::init(db, path.display().to_string())
@@ -82,10 +86,16 @@ impl EmbeddedStore {
         let txn = db.begin_write()?;
         let last_ticks = {
             let mut meta = txn.open_table(META)?;
-            let found = meta.get(FORMAT_KEY)?.map(|v| read_u32(v.value())).transpose()?;
+            let found = meta
+                .get(FORMAT_KEY)?
+                .map(|v| read_u32(v.value()))
+                .transpose()?;
             match found {
                 Some(found) if found != FORMAT_VERSION => {
-                    return Err(StorageError::FormatVersion { found, expected: FORMAT_VERSION });
+                    return Err(StorageError::FormatVersion {
+                        found,
+                        expected: FORMAT_VERSION,
+                    });
                 }
                 Some(_) => {}
                 None => {
@@ -93,7 +103,10 @@ impl EmbeddedStore {
                 }
             }
             txn.open_table(TABLES)?;
-            let last = meta.get(CLOCK_KEY)?.map(|v| read_i64(v.value())).transpose()?;
+            let last = meta
+                .get(CLOCK_KEY)?
+                .map(|v| read_i64(v.value()))
+                .transpose()?;
             last.unwrap_or(i64::MIN)
         };
         txn.commit()?;
@@ -119,7 +132,11 @@ impl EmbeddedStore {
 
     fn read_txn(&self, table: &TableName) -> Result<ReadTransaction> {
         let txn = self.db.begin_read()?;
-        if txn.open_table(TABLES)?.get(table.folded().as_str())?.is_none() {
+        if txn
+            .open_table(TABLES)?
+            .get(table.folded().as_str())?
+            .is_none()
+        {
             return Err(StorageError::TableNotFound(table.as_str().to_owned()));
         }
         Ok(txn)
@@ -133,14 +150,25 @@ impl EmbeddedStore {
                 Ok(outcomes)
             }
             Err(e) => {
-                txn.abort()?;
+                // The caller needs the operation's error; a failed abort leaves
+                // nothing committed either.
+                let _ = txn.abort();
                 Err(e)
             }
         }
     }
 
-    fn apply_batch(&self, txn: &WriteTransaction, table: &TableName, ops: &[WriteOp]) -> Result<Vec<WriteOutcome>> {
-        if txn.open_table(TABLES)?.get(table.folded().as_str())?.is_none() {
+    fn apply_batch(
+        &self,
+        txn: &WriteTransaction,
+        table: &TableName,
+        ops: &[WriteOp],
+    ) -> Result<Vec<WriteOutcome>> {
+        if txn
+            .open_table(TABLES)?
+            .get(table.folded().as_str())?
+            .is_none()
+        {
             return Err(StorageError::TableNotFound(table.as_str().to_owned()));
         }
         let name = entity_table_name(table);
@@ -151,13 +179,21 @@ impl EmbeddedStore {
             let (pk, rk) = op.keys();
             let key = codec::encode_key(pk, rk);
             let existing = match rows.get(key.as_slice())? {
-                Some(v) => Some(codec::decode_value(pk.clone(), rk.clone(), v.value(), None)?),
+                Some(v) => Some(codec::decode_value(
+                    pk.clone(),
+                    rk.clone(),
+                    v.value(),
+                    None,
+                )?),
                 None => None,
             };
             // Operations touch distinct entities, so one failing leaves nothing to
             // undo but this transaction, which the caller aborts.
-            let effect = apply(existing.as_ref(), op, timestamp)
-                .map_err(|e| StorageError::Batch { index, source: Box::new(e) })?;
+            let effect =
+                apply(existing.as_ref(), op, timestamp).map_err(|e| StorageError::Batch {
+                    index,
+                    source: Box::new(e),
+                })?;
             match effect {
                 Effect::Put(e) => {
                     let value = codec::encode_value(&e.timestamp, &e.entity.properties);
@@ -177,11 +213,16 @@ impl EmbeddedStore {
 }
 
 fn read_u32(b: &[u8]) -> Result<u32> {
-    Ok(u32::from_le_bytes(b.try_into().map_err(|_| StorageError::Corrupt("format marker".into()))?))
+    Ok(u32::from_le_bytes(b.try_into().map_err(|_| {
+        StorageError::Corrupt("format marker".into())
+    })?))
 }
 
 fn read_i64(b: &[u8]) -> Result<i64> {
-    Ok(i64::from_le_bytes(b.try_into().map_err(|_| StorageError::Corrupt("clock".into()))?))
+    Ok(i64::from_le_bytes(
+        b.try_into()
+            .map_err(|_| StorageError::Corrupt("clock".into()))?,
+    ))
 }
 
 #[async_trait]
@@ -192,7 +233,9 @@ impl TableStore for EmbeddedStore {
             let txn = s.db.begin_write()?;
             {
                 let mut tables = txn.open_table(TABLES)?;
-                let existing = tables.get(table.folded().as_str())?.map(|v| v.value().to_owned());
+                let existing = tables
+                    .get(table.folded().as_str())?
+                    .map(|v| v.value().to_owned());
                 if let Some(existing) = existing {
                     return Err(StorageError::TableAlreadyExists(existing));
                 }
@@ -210,7 +253,10 @@ impl TableStore for EmbeddedStore {
         self.blocking(move |s| {
             let txn = s.db.begin_write()?;
             {
-                let removed = txn.open_table(TABLES)?.remove(table.folded().as_str())?.is_some();
+                let removed = txn
+                    .open_table(TABLES)?
+                    .remove(table.folded().as_str())?
+                    .is_some();
                 if !removed {
                     return Err(StorageError::TableNotFound(table.as_str().to_owned()));
                 }
@@ -228,18 +274,26 @@ impl TableStore for EmbeddedStore {
         let mut out = Vec::new();
         for item in tables.iter()? {
             let (_, name) = item?;
-            let name = TableName::new(name.value()).map_err(|e| StorageError::Corrupt(e.to_string()))?;
+            let name =
+                TableName::new(name.value()).map_err(|e| StorageError::Corrupt(e.to_string()))?;
             out.push(name);
         }
         Ok(out)
     }
 
-    async fn get(&self, table: &TableName, pk: &PartitionKey, rk: &RowKey) -> Result<Option<StoredEntity>> {
+    async fn get(
+        &self,
+        table: &TableName,
+        pk: &PartitionKey,
+        rk: &RowKey,
+    ) -> Result<Option<StoredEntity>> {
         let txn = self.read_txn(table)?;
         let name = entity_table_name(table);
         let rows = txn.open_table(entities(&name))?;
         let found = rows.get(codec::encode_key(pk, rk).as_slice())?;
-        found.map(|v| codec::decode_value(pk.clone(), rk.clone(), v.value(), None)).transpose()
+        found
+            .map(|v| codec::decode_value(pk.clone(), rk.clone(), v.value(), None))
+            .transpose()
     }
 
     async fn query(
@@ -259,7 +313,11 @@ impl TableStore for EmbeddedStore {
         .await
     }
 
-    async fn execute_batch(&self, table: &TableName, mut ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
+    async fn execute_batch(
+        &self,
+        table: &TableName,
+        mut ops: Vec<WriteOp>,
+    ) -> Result<Vec<WriteOutcome>> {
         validate_batch(&mut ops)?;
         let table = table.clone();
         self.blocking(move |s| s.write_batch(&table, &ops)).await

@@ -3,7 +3,9 @@
 
 use redb::ReadableTable;
 
-use super::codec::{after_key, after_partition, decode_key, decode_value, encode_key, partition_prefix};
+use super::codec::{
+    after_key, after_partition, decode_key, decode_value, encode_key, partition_prefix,
+};
 use crate::storage::{ContinuationToken, Page, Query, Result};
 use std::ops::Bound;
 
@@ -24,7 +26,10 @@ pub fn page(
         (None, Bound::Excluded(pk)) => after_partition(pk),
     };
     let wanted = query.needed_properties();
-    let mut page = Page { entities: Vec::with_capacity(limit), continuation: None };
+    let mut page = Page {
+        entities: Vec::with_capacity(limit),
+        continuation: None,
+    };
     let mut scanned = 0;
     let mut full = false;
     'seek: loop {
@@ -38,7 +43,10 @@ pub fn page(
                 break 'seek;
             }
             if full {
-                page.continuation = Some(ContinuationToken { next_partition_key: pk, next_row_key: rk });
+                page.continuation = Some(ContinuationToken {
+                    next_partition_key: pk,
+                    next_row_key: rk,
+                });
                 break 'seek;
             }
             match &query.rows.start {

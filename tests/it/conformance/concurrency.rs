@@ -10,7 +10,11 @@ use tokio::task::JoinSet;
 use super::*;
 
 /// Runs one task per item at once; returns every task's result.
-async fn race<T, F, Fut>(store: &Arc<dyn TableStore>, n: usize, task: F) -> TestResult<Vec<Result<T, StorageError>>>
+async fn race<T, F, Fut>(
+    store: &Arc<dyn TableStore>,
+    n: usize,
+    task: F,
+) -> TestResult<Vec<Result<T, StorageError>>>
 where
     T: Send + 'static,
     F: Fn(Arc<dyn TableStore>, usize) -> Fut,
@@ -32,7 +36,11 @@ pub async fn concurrent_inserts_all_land(fx: &Fixture) -> TestResult {
     let results = race(&fx.store, 50, |s, i| {
         let t = t.clone();
         async move {
-            let e = entity(&format!("p{}", i % 5), &format!("{i:02}"), &[("I", int(i as i32))]);
+            let e = entity(
+                &format!("p{}", i % 5),
+                &format!("{i:02}"),
+                &[("I", int(i as i32))],
+            );
             s.execute(&t, WriteOp::Insert(e)).await
         }
     })
@@ -45,7 +53,7 @@ pub async fn concurrent_inserts_all_land(fx: &Fixture) -> TestResult {
     assert_count(fx.store(), &t, 50).await?;
     for i in 0..50 {
         let got = must_get(fx.store(), &t, &format!("p{}", i % 5), &format!("{i:02}")).await?;
-        assert_eq!(got.get("I"), Some(&int(i as i32)));
+        assert_eq!(got.get("I"), Some(&int(i)));
     }
     Ok(())
 }
@@ -55,7 +63,9 @@ pub async fn concurrent_batches_all_land(fx: &Fixture) -> TestResult {
     let results = race(&fx.store, 10, |s, i| {
         let t = t.clone();
         async move {
-            let ops = (0..100).map(|r| WriteOp::Insert(entity(&format!("p{i}"), &format!("{r:03}"), &[]))).collect();
+            let ops = (0..100)
+                .map(|r| WriteOp::Insert(entity(&format!("p{i}"), &format!("{r:03}"), &[])))
+                .collect();
             s.execute_batch(&t, ops).await
         }
     })
@@ -72,7 +82,9 @@ pub async fn queries_while_writing_succeed(fx: &Fixture) -> TestResult {
         let (s, t) = (fx.store.clone(), t.clone());
         tokio::spawn(async move {
             for b in 0..30 {
-                let ops = (0..10).map(|r| WriteOp::Insert(entity("p", &format!("{b:02}-{r}"), &[]))).collect();
+                let ops = (0..10)
+                    .map(|r| WriteOp::Insert(entity("p", &format!("{b:02}-{r}"), &[])))
+                    .collect();
                 s.execute_batch(&t, ops).await?;
             }
             Ok::<_, StorageError>(())
@@ -84,8 +96,15 @@ pub async fn queries_while_writing_succeed(fx: &Fixture) -> TestResult {
         let done = writer.is_finished();
         let found = fx.store().query_all(&t, &Query::all().top(7)).await?;
         let ks = keys(&found);
-        assert!(ks.windows(2).all(|w| w[0] < w[1]), "in key order, no duplicates");
-        assert!(found.len() >= last_len, "entities never disappear: {} after {last_len}", found.len());
+        assert!(
+            ks.windows(2).all(|w| w[0] < w[1]),
+            "in key order, no duplicates"
+        );
+        assert!(
+            found.len() >= last_len,
+            "entities never disappear: {} after {last_len}",
+            found.len()
+        );
         last_len = found.len();
         reads += 1;
         if done {
@@ -104,7 +123,10 @@ pub async fn one_of_racing_conditional_updates_wins(fx: &Fixture) -> TestResult 
     let results = race(&fx.store, 20, |s, i| {
         let (t, etag) = (t.clone(), etag.clone());
         async move {
-            let op = WriteOp::Update(entity("p", "r", &[("Winner", int(i as i32))]), IfMatch::ETag(etag));
+            let op = WriteOp::Update(
+                entity("p", "r", &[("Winner", int(i as i32))]),
+                IfMatch::ETag(etag),
+            );
             s.execute(&t, op).await.map(|o| (i, o.etag))
         }
     })
@@ -119,7 +141,10 @@ pub async fn one_of_racing_conditional_updates_wins(fx: &Fixture) -> TestResult 
     assert_eq!(winners.len(), 1, "exactly one conditional update wins");
     let (i, won_etag) = winners.remove(0);
     let got = must_get(fx.store(), &t, "p", "r").await?;
-    assert_eq!((got.get("Winner"), Some(&got.etag)), (Some(&int(i as i32)), won_etag.as_ref()));
+    assert_eq!(
+        (got.get("Winner"), Some(&got.etag)),
+        (Some(&int(i as i32)), won_etag.as_ref())
+    );
     Ok(())
 }
 
@@ -127,7 +152,13 @@ pub async fn one_of_racing_inserts_wins(fx: &Fixture) -> TestResult {
     let t = table(fx.store(), "Race").await?;
     let results = race(&fx.store, 20, |s, i| {
         let t = t.clone();
-        async move { s.execute(&t, WriteOp::Insert(entity("p", "r", &[("I", int(i as i32))]))).await }
+        async move {
+            s.execute(
+                &t,
+                WriteOp::Insert(entity("p", "r", &[("I", int(i as i32))])),
+            )
+            .await
+        }
     })
     .await?;
     let wins = results.iter().filter(|r| r.is_ok()).count();
@@ -143,16 +174,29 @@ pub async fn one_of_racing_inserts_wins(fx: &Fixture) -> TestResult {
 /// The sequential-id pattern: read, add one, write back on the ETag, retry on 412.
 pub async fn optimistic_counter_never_loses_an_increment(fx: &Fixture) -> TestResult {
     let t = table(fx.store(), "Counter").await?;
-    insert(fx.store(), &t, entity("app", "counter", &[("Next", EdmValue::Int64(0))])).await?;
+    insert(
+        fx.store(),
+        &t,
+        entity("app", "counter", &[("Next", EdmValue::Int64(0))]),
+    )
+    .await?;
     let results = race(&fx.store, 8, |s, _| {
         let t = t.clone();
         async move {
             let mut retries = 0;
             for _ in 0..5 {
                 loop {
-                    let current = s.get(&t, &pk("app"), &rk("counter")).await?.expect("counter exists");
-                    let Some(EdmValue::Int64(n)) = current.get("Next").cloned() else { panic!("counter type") };
-                    let op = WriteOp::Update(entity("app", "counter", &[("Next", EdmValue::Int64(n + 1))]), IfMatch::ETag(current.etag));
+                    let current = s
+                        .get(&t, &pk("app"), &rk("counter"))
+                        .await?
+                        .expect("counter exists");
+                    let Some(EdmValue::Int64(n)) = current.get("Next").cloned() else {
+                        panic!("counter type")
+                    };
+                    let op = WriteOp::Update(
+                        entity("app", "counter", &[("Next", EdmValue::Int64(n + 1))]),
+                        IfMatch::ETag(current.etag),
+                    );
                     match s.execute(&t, op).await {
                         Ok(_) => break,
                         Err(StorageError::PreconditionFailed { .. }) => retries += 1,

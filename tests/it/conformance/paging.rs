@@ -12,7 +12,9 @@ use super::*;
 
 /// `n` entities of one partition, rows zero-padded to 5 digits, property I = index.
 fn numbered(p: &str, n: usize) -> Vec<Entity> {
-    (0..n).map(|i| entity(p, &format!("{i:05}"), &[("I", int(i as i32))])).collect()
+    (0..n)
+        .map(|i| entity(p, &format!("{i:05}"), &[("I", int(i as i32))]))
+        .collect()
 }
 
 /// Every page of a query, following tokens.
@@ -30,7 +32,10 @@ async fn pages(s: &dyn TableStore, t: &TableName, q: &Query) -> TestResult<Vec<P
 
 /// The page sizes, and whether each page carries a token.
 fn shape(pages: &[Page]) -> Vec<(usize, bool)> {
-    pages.iter().map(|p| (p.entities.len(), p.continuation.is_some())).collect()
+    pages
+        .iter()
+        .map(|p| (p.entities.len(), p.continuation.is_some()))
+        .collect()
 }
 
 /// All entities of all pages, checked to be in key order without duplicates.
@@ -42,7 +47,15 @@ fn concat(pages: &[Page]) -> Vec<StoredEntity> {
 }
 
 fn expected_keys(entities: &[Entity]) -> Vec<(String, String)> {
-    entities.iter().map(|e| (e.partition_key.as_str().to_owned(), e.row_key.as_str().to_owned())).collect()
+    entities
+        .iter()
+        .map(|e| {
+            (
+                e.partition_key.as_str().to_owned(),
+                e.row_key.as_str().to_owned(),
+            )
+        })
+        .collect()
 }
 
 pub async fn pages_of_a_thousand(fx: &Fixture) -> TestResult {
@@ -53,11 +66,25 @@ pub async fn pages_of_a_thousand(fx: &Fixture) -> TestResult {
     for q in [Query::all(), Query::partition(pk("p"))] {
         let got = pages(s, &t, &q).await?;
         assert_eq!(shape(&got), [(1000, true), (1000, true), (500, false)]);
-        let token = got[0].continuation.as_ref().ok_or("first page has a token")?;
-        assert_eq!((token.next_partition_key.as_str(), token.next_row_key.as_str()), ("p", "01000"));
+        let token = got[0]
+            .continuation
+            .as_ref()
+            .ok_or("first page has a token")?;
+        assert_eq!(
+            (
+                token.next_partition_key.as_str(),
+                token.next_row_key.as_str()
+            ),
+            ("p", "01000")
+        );
         let found = concat(&got);
         assert_eq!(keys(&found), expected_keys(&all_rows), "no gaps, key order");
-        assert!(found.iter().enumerate().all(|(i, e)| e.get("I") == Some(&int(i as i32))));
+        assert!(
+            found
+                .iter()
+                .enumerate()
+                .all(|(i, e)| e.get("I") == Some(&int(i as i32)))
+        );
     }
     Ok(())
 }
@@ -83,21 +110,37 @@ pub async fn resume_from_token_text(fx: &Fixture) -> TestResult {
     let first = s.query(&t, &q, None).await?;
     let token = first.continuation.ok_or("top(10) of 25 continues")?;
     let text = token.to_string();
-    assert!(text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'), "URL-safe: {text}");
+    assert!(
+        text.chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+        "URL-safe: {text}"
+    );
     let parsed: ContinuationToken = text.parse()?;
     assert_eq!(parsed, token);
     let by_text = s.query(&t, &q, Some(&parsed)).await?;
     let by_value = s.query(&t, &q, Some(&token)).await?;
     assert_eq!(by_text, by_value);
-    assert_eq!(row_keys(&by_text.entities), (10..20).map(|i| format!("{i:05}")).collect::<Vec<_>>());
+    assert_eq!(
+        row_keys(&by_text.entities),
+        (10..20).map(|i| format!("{i:05}")).collect::<Vec<_>>()
+    );
     // Tokens for unusual keys survive their text form too.
     for (p, r) in [("", ""), ("\u{10000}é", "a b\u{FFFF}"), ("p", "")] {
-        let t = ContinuationToken { next_partition_key: pk(p), next_row_key: rk(r) };
+        let t = ContinuationToken {
+            next_partition_key: pk(p),
+            next_row_key: rk(r),
+        };
         assert_eq!(t.to_string().parse::<ContinuationToken>()?, t);
     }
     // A token at the very start resumes at the very start.
-    let start = ContinuationToken { next_partition_key: pk(""), next_row_key: rk("") };
-    assert_eq!(s.query(&t, &q, Some(&start)).await?, s.query(&t, &q, None).await?);
+    let start = ContinuationToken {
+        next_partition_key: pk(""),
+        next_row_key: rk(""),
+    };
+    assert_eq!(
+        s.query(&t, &q, Some(&start)).await?,
+        s.query(&t, &q, None).await?
+    );
     Ok(())
 }
 
@@ -108,14 +151,17 @@ pub async fn malformed_token_fails_to_parse(fx: &Fixture) -> TestResult {
         "garbage!".to_owned(),
         "not base64 at all".to_owned(),
         "=".to_owned(),
-        encoded("2:p\u{0}r"),     // unknown version
-        encoded("1:no separator"), // no NUL between the keys
-        encoded("p\u{0}r"),       // no version
-        encoded("1:a/b\u{0}r"),   // a character keys may not hold
+        encoded("2:p\u{0}r"),                                // unknown version
+        encoded("1:no separator"),                           // no NUL between the keys
+        encoded("p\u{0}r"),                                  // no version
+        encoded("1:a/b\u{0}r"),                              // a character keys may not hold
         URL_SAFE_NO_PAD.encode([b'1', b':', 0xFF, 0, b'r']), // not UTF-8
     ];
     for text in bad {
-        assert_matches!(text.parse::<ContinuationToken>(), Err(InvalidInput::ContinuationToken));
+        assert_matches!(
+            text.parse::<ContinuationToken>(),
+            Err(InvalidInput::ContinuationToken)
+        );
     }
     Ok(())
 }
@@ -132,10 +178,20 @@ pub async fn pages_across_partitions(fx: &Fixture) -> TestResult {
     let got = pages(s, &t, &Query::all()).await?;
     assert_eq!(shape(&got), [(1000, true), (200, false)]);
     let token = got[0].continuation.as_ref().ok_or("token")?;
-    assert_eq!((token.next_partition_key.as_str(), token.next_row_key.as_str()), ("p3", "00200"));
+    assert_eq!(
+        (
+            token.next_partition_key.as_str(),
+            token.next_row_key.as_str()
+        ),
+        ("p3", "00200")
+    );
     assert_eq!(keys(&concat(&got)), expected_keys(&rows));
     // A partition range with a small page size crosses partition boundaries exactly.
-    let q = Query { partitions: range(Included("p2"), Included("p3"), pk), ..Query::all() }.top(300);
+    let q = Query {
+        partitions: range(Included("p2"), Included("p3"), pk),
+        ..Query::all()
+    }
+    .top(300);
     let got = pages(s, &t, &q).await?;
     assert_eq!(shape(&got), [(300, true), (300, true), (200, false)]);
     assert_eq!(keys(&concat(&got)), expected_keys(&rows[400..]));
@@ -145,7 +201,13 @@ pub async fn pages_across_partitions(fx: &Fixture) -> TestResult {
 pub async fn empty_pages_with_tokens_under_small_scan_budget(fx: &Fixture) -> TestResult {
     let hits = [5, 57, 58, 95];
     let rows: Vec<Entity> = (0..100)
-        .map(|i| entity("p", &format!("{i:03}"), &[("Hit", EdmValue::Boolean(hits.contains(&i)))]))
+        .map(|i| {
+            entity(
+                "p",
+                &format!("{i:03}"),
+                &[("Hit", EdmValue::Boolean(hits.contains(&i)))],
+            )
+        })
         .collect();
     let want: Vec<String> = hits.iter().map(|i| format!("{i:03}")).collect();
     let q = Query::all().filter(Filter::property("Hit", CmpOp::Eq, EdmValue::Boolean(true)));
@@ -160,8 +222,16 @@ pub async fn empty_pages_with_tokens_under_small_scan_budget(fx: &Fixture) -> Te
     let t = table(s, "Sparse").await?;
     seed(s, &t, rows).await?;
     let got = pages(s, &t, &q).await?;
-    assert!(got.len() >= 10, "100 entities at 10 per page: {:?}", shape(&got));
-    assert!(got.iter().any(|p| p.entities.is_empty() && p.continuation.is_some()), "an empty page with a token");
+    assert!(
+        got.len() >= 10,
+        "100 entities at 10 per page: {:?}",
+        shape(&got)
+    );
+    assert!(
+        got.iter()
+            .any(|p| p.entities.is_empty() && p.continuation.is_some()),
+        "an empty page with a token"
+    );
     assert!(got.iter().all(|p| p.entities.len() <= 10));
     assert_eq!(row_keys(&concat(&got)), want);
     assert_eq!(row_keys(&s.query_all(&t, &q).await?), want);
@@ -174,12 +244,22 @@ pub async fn small_scan_budget_with_row_range_and_top(fx: &Fixture) -> TestResul
     let s = small.store();
     let t = table(s, "Ranged").await?;
     for p in ["a", "b", "c"] {
-        seed(s, &t, (0..10).map(|i| entity(p, &i.to_string(), &[])).collect()).await?;
+        seed(
+            s,
+            &t,
+            (0..10).map(|i| entity(p, &i.to_string(), &[])).collect(),
+        )
+        .await?;
     }
-    let q = Query::all().rows(range(Included("3"), Included("5"), rk)).top(2);
+    let q = Query::all()
+        .rows(range(Included("3"), Included("5"), rk))
+        .top(2);
     let got = pages(s, &t, &q).await?;
     assert!(got.iter().all(|p| p.entities.len() <= 2));
-    let want = ["a", "b", "c"].iter().flat_map(|p| ["3", "4", "5"].map(|r| (*p, r))).collect::<Vec<_>>();
+    let want = ["a", "b", "c"]
+        .iter()
+        .flat_map(|p| ["3", "4", "5"].map(|r| (*p, r)))
+        .collect::<Vec<_>>();
     assert_eq!(keys(&concat(&got)), pairs(&want));
     Ok(())
 }
@@ -187,13 +267,28 @@ pub async fn small_scan_budget_with_row_range_and_top(fx: &Fixture) -> TestResul
 pub async fn token_survives_deletion_of_named_entity(fx: &Fixture) -> TestResult {
     let s = fx.store();
     let t = table(s, "Moving").await?;
-    seed(s, &t, (0..10).map(|i| entity("p", &format!("{i:02}"), &[])).collect()).await?;
+    seed(
+        s,
+        &t,
+        (0..10)
+            .map(|i| entity("p", &format!("{i:02}"), &[]))
+            .collect(),
+    )
+    .await?;
     let q = Query::all().top(4);
     let first = s.query(&t, &q, None).await?;
     assert_eq!(row_keys(&first.entities), ["00", "01", "02", "03"]);
     let token = first.continuation.ok_or("token")?;
     // Change the table between pages: the token is a key position, not a cursor.
-    s.execute(&t, WriteOp::Delete { partition_key: pk("p"), row_key: rk("04"), if_match: IfMatch::Any }).await?;
+    s.execute(
+        &t,
+        WriteOp::Delete {
+            partition_key: pk("p"),
+            row_key: rk("04"),
+            if_match: IfMatch::Any,
+        },
+    )
+    .await?;
     insert(s, &t, entity("p", "035", &[])).await?;
     insert(s, &t, entity("p", "045", &[])).await?;
     let second = s.query(&t, &q, Some(&token)).await?;
@@ -221,6 +316,11 @@ pub async fn query_all_and_count(fx: &Fixture) -> TestResult {
     let q = Query::all().filter(Filter::property("I", CmpOp::Lt, int(10)));
     assert_eq!(s.query_all(&t, &q).await?.len(), 20);
     // count is a full scan that projects nothing; a partition query counts one.
-    assert_eq!(s.query_all(&t, &Query::partition(pk("b")).select(Vec::<String>::new())).await?.len(), 766);
+    assert_eq!(
+        s.query_all(&t, &Query::partition(pk("b")).select(Vec::<String>::new()))
+            .await?
+            .len(),
+        766
+    );
     Ok(())
 }

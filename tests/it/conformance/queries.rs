@@ -10,7 +10,14 @@ use super::*;
 async fn grid(s: &dyn TableStore, parts: &[&str], rows: &[&str]) -> TestResult<TableName> {
     let t = table(s, "Grid").await?;
     for p in parts {
-        seed(s, &t, rows.iter().map(|r| entity(p, r, &[("P", text(p)), ("R", text(r))])).collect()).await?;
+        seed(
+            s,
+            &t,
+            rows.iter()
+                .map(|r| entity(p, r, &[("P", text(p)), ("R", text(r))]))
+                .collect(),
+        )
+        .await?;
     }
     Ok(t)
 }
@@ -39,8 +46,20 @@ pub async fn point_get_and_missing_get(fx: &Fixture) -> TestResult {
     let s = fx.store();
     let t = grid(s, &["p", "q"], &["r", "s"]).await?;
     let got = must_get(s, &t, "q", "r").await?;
-    assert_eq!(got.entity, entity("q", "r", &[("P", text("q")), ("R", text("r"))]));
-    for (p, r) in [("p", "x"), ("x", "r"), ("p", "r "), ("p", "R"), ("P", "r"), ("", ""), ("pq", ""), ("p", "")] {
+    assert_eq!(
+        got.entity,
+        entity("q", "r", &[("P", text("q")), ("R", text("r"))])
+    );
+    for (p, r) in [
+        ("p", "x"),
+        ("x", "r"),
+        ("p", "r "),
+        ("p", "R"),
+        ("P", "r"),
+        ("", ""),
+        ("pq", ""),
+        ("p", ""),
+    ] {
         assert_eq!(get(s, &t, p, r).await?, None, "({p:?}, {r:?})");
     }
     Ok(())
@@ -63,7 +82,10 @@ pub async fn partition_range_bounds(fx: &Fixture) -> TestResult {
         (Included(""), Excluded("a"), &[]),
     ];
     for (start, end, want) in cases {
-        let q = Query { partitions: parts(start, end), ..Query::all() };
+        let q = Query {
+            partitions: parts(start, end),
+            ..Query::all()
+        };
         let found = all(s, &t, &q).await?;
         assert_eq!(partitions_of(&found), want, "partitions {start:?}..{end:?}");
         assert_eq!(found.len(), want.len() * 2, "both rows of each partition");
@@ -98,12 +120,29 @@ pub async fn row_range_across_partitions(fx: &Fixture) -> TestResult {
     let t = grid(s, &["p1", "p2", "p3"], &["a", "b", "c", "d"]).await?;
     let q = Query::all().rows(rows(Included("b"), Included("c")));
     let found = all(s, &t, &q).await?;
-    let want = [("p1", "b"), ("p1", "c"), ("p2", "b"), ("p2", "c"), ("p3", "b"), ("p3", "c")];
+    let want = [
+        ("p1", "b"),
+        ("p1", "c"),
+        ("p2", "b"),
+        ("p2", "c"),
+        ("p3", "b"),
+        ("p3", "c"),
+    ];
     assert_eq!(keys(&found), pairs(&want));
-    let q = Query { partitions: parts(Excluded("p1"), Unbounded), ..Query::all() }.rows(rows(Excluded("c"), Unbounded));
-    assert_eq!(keys(&all(s, &t, &q).await?), pairs(&[("p2", "d"), ("p3", "d")]));
+    let q = Query {
+        partitions: parts(Excluded("p1"), Unbounded),
+        ..Query::all()
+    }
+    .rows(rows(Excluded("c"), Unbounded));
+    assert_eq!(
+        keys(&all(s, &t, &q).await?),
+        pairs(&[("p2", "d"), ("p3", "d")])
+    );
     let q = Query::all().rows(rows(Unbounded, Excluded("b")));
-    assert_eq!(keys(&all(s, &t, &q).await?), pairs(&[("p1", "a"), ("p2", "a"), ("p3", "a")]));
+    assert_eq!(
+        keys(&all(s, &t, &q).await?),
+        pairs(&[("p1", "a"), ("p2", "a"), ("p3", "a")])
+    );
     Ok(())
 }
 
@@ -123,7 +162,10 @@ pub async fn select_projects_named_properties(fx: &Fixture) -> TestResult {
         entity("p", "2", &[("D", int(40))]),
         entity("p", "3", &[]),
     ];
-    assert_eq!(found.iter().map(|e| e.entity.clone()).collect::<Vec<_>>(), want);
+    assert_eq!(
+        found.iter().map(|e| e.entity.clone()).collect::<Vec<_>>(),
+        want
+    );
     // Projection leaves Timestamp and ETag as stored.
     for e in &found {
         let stored = must_get(s, &t, "p", e.row_key().as_str()).await?;
@@ -134,22 +176,37 @@ pub async fn select_projects_named_properties(fx: &Fixture) -> TestResult {
     assert_eq!(row_keys(&found), ["1", "2", "3"]);
     assert!(found.iter().all(|e| e.entity.properties.is_empty()));
     // Projection applies after filtering: a filter may use an unselected property.
-    let q = Query::all().select(["A"]).filter(Filter::property("B", CmpOp::Eq, int(20)));
+    let q = Query::all()
+        .select(["A"])
+        .filter(Filter::property("B", CmpOp::Eq, int(20)));
     let found = all(s, &t, &q).await?;
-    assert_eq!(found.iter().map(|e| e.entity.clone()).collect::<Vec<_>>(), [entity("p", "2", &[])]);
+    assert_eq!(
+        found.iter().map(|e| e.entity.clone()).collect::<Vec<_>>(),
+        [entity("p", "2", &[])]
+    );
     Ok(())
 }
 
 pub async fn select_empty_list_returns_bare_entities(fx: &Fixture) -> TestResult {
     let s = fx.store();
     let t = table(s, "Wide").await?;
-    seed(s, &t, (0..5).map(|i| entity("p", &i.to_string(), &[("A", int(i)), ("B", text("b"))])).collect()).await?;
+    seed(
+        s,
+        &t,
+        (0..5)
+            .map(|i| entity("p", &i.to_string(), &[("A", int(i)), ("B", text("b"))]))
+            .collect(),
+    )
+    .await?;
     let found = all(s, &t, &Query::all().select(Vec::<String>::new())).await?;
     assert_eq!(row_keys(&found), ["0", "1", "2", "3", "4"]);
     for e in &found {
         assert!(e.entity.properties.is_empty());
         assert_eq!(e.partition_key().as_str(), "p");
-        assert_eq!(e.etag, must_get(s, &t, "p", e.row_key().as_str()).await?.etag);
+        assert_eq!(
+            e.etag,
+            must_get(s, &t, "p", e.row_key().as_str()).await?.etag
+        );
     }
     // No select at all returns every property.
     let found = all(s, &t, &Query::all()).await?;
@@ -160,7 +217,20 @@ pub async fn select_empty_list_returns_bare_entities(fx: &Fixture) -> TestResult
 pub async fn top_limits_page_size(fx: &Fixture) -> TestResult {
     let s = fx.store();
     let t = table(s, "Top").await?;
-    seed(s, &t, (0..5).map(|i| entity("p", &i.to_string(), &[("Odd", EdmValue::Boolean(i % 2 == 1))])).collect()).await?;
+    seed(
+        s,
+        &t,
+        (0..5)
+            .map(|i| {
+                entity(
+                    "p",
+                    &i.to_string(),
+                    &[("Odd", EdmValue::Boolean(i % 2 == 1))],
+                )
+            })
+            .collect(),
+    )
+    .await?;
     let q = Query::all().top(2);
     let first = s.query(&t, &q, None).await?;
     assert_eq!(row_keys(&first.entities), ["0", "1"]);
@@ -171,12 +241,23 @@ pub async fn top_limits_page_size(fx: &Fixture) -> TestResult {
     assert_eq!(row_keys(&third.entities), ["4"]);
     assert_eq!(third.continuation, None);
     // `top` counts returned entities, not scanned ones.
-    let q = Query::all().top(2).filter(Filter::property("Odd", CmpOp::Eq, EdmValue::Boolean(false)));
+    let q =
+        Query::all()
+            .top(2)
+            .filter(Filter::property("Odd", CmpOp::Eq, EdmValue::Boolean(false)));
     let first = s.query(&t, &q, None).await?;
     assert_eq!(row_keys(&first.entities), ["0", "2"]);
     assert_eq!(row_keys(&all(s, &t, &q).await?), ["0", "2", "4"]);
     // A top of 1 over one entity is a single page.
-    let page = s.query(&t, &Query::partition(pk("p")).rows(KeyRange::exactly(rk("3"))).top(1), None).await?;
+    let page = s
+        .query(
+            &t,
+            &Query::partition(pk("p"))
+                .rows(KeyRange::exactly(rk("3")))
+                .top(1),
+            None,
+        )
+        .await?;
     assert_eq!(row_keys(&page.entities), ["3"]);
     Ok(())
 }

@@ -11,7 +11,12 @@ pub async fn create_then_list_keeps_names_as_created(fx: &Fixture) -> TestResult
     for name in ["Zeta", "alpha", "Races", "bIrDs"] {
         table(s, name).await?;
     }
-    let names: Vec<String> = s.list_tables().await?.iter().map(|t| t.as_str().to_owned()).collect();
+    let names: Vec<String> = s
+        .list_tables()
+        .await?
+        .iter()
+        .map(|t| t.as_str().to_owned())
+        .collect();
     // Names as created, in case-insensitive order.
     assert_eq!(names, ["alpha", "bIrDs", "Races", "Zeta"]);
     Ok(())
@@ -22,9 +27,17 @@ pub async fn names_are_unique_ignoring_case(fx: &Fixture) -> TestResult {
     let races = table(s, "Races").await?;
     insert(s, &races, entity("p", "r", &[])).await?;
     for again in ["races", "RACES", "Races"] {
-        expect_err!(s.create_table(&tn(again)).await, StorageError::TableAlreadyExists(_));
+        expect_err!(
+            s.create_table(&tn(again)).await,
+            StorageError::TableAlreadyExists(_)
+        );
     }
-    let names: Vec<String> = s.list_tables().await?.iter().map(|t| t.as_str().to_owned()).collect();
+    let names: Vec<String> = s
+        .list_tables()
+        .await?
+        .iter()
+        .map(|t| t.as_str().to_owned())
+        .collect();
     assert_eq!(names, ["Races"]);
     // The failed creates left the existing table and its entity alone.
     assert_count(s, &races, 1).await
@@ -48,13 +61,19 @@ pub async fn delete_table_removes_it(fx: &Fixture) -> TestResult {
     let gone = table(s, "Gone").await?;
     s.delete_table(&gone).await?;
     assert_eq!(s.list_tables().await?, vec![keep]);
-    expect_err!(s.get(&gone, &pk("p"), &rk("r")).await, StorageError::TableNotFound(_));
+    expect_err!(
+        s.get(&gone, &pk("p"), &rk("r")).await,
+        StorageError::TableNotFound(_)
+    );
     Ok(())
 }
 
 pub async fn delete_missing_table_is_not_found(fx: &Fixture) -> TestResult {
     let s = fx.store();
-    expect_err!(s.delete_table(&tn("Nothing")).await, StorageError::TableNotFound(_));
+    expect_err!(
+        s.delete_table(&tn("Nothing")).await,
+        StorageError::TableNotFound(_)
+    );
     let t = table(s, "Once").await?;
     s.delete_table(&t).await?;
     expect_err!(s.delete_table(&t).await, StorageError::TableNotFound(_));
@@ -64,7 +83,14 @@ pub async fn delete_missing_table_is_not_found(fx: &Fixture) -> TestResult {
 pub async fn recreated_table_is_empty(fx: &Fixture) -> TestResult {
     let s = fx.store();
     let t = table(s, "Cycle").await?;
-    seed(s, &t, (0..150).map(|i| entity("p", &format!("{i:03}"), &[("I", int(i))])).collect()).await?;
+    seed(
+        s,
+        &t,
+        (0..150)
+            .map(|i| entity("p", &format!("{i:03}"), &[("I", int(i))]))
+            .collect(),
+    )
+    .await?;
     assert_count(s, &t, 150).await?;
     s.delete_table(&t).await?;
     // Recreate under another case: same table identity, no entities.
@@ -81,10 +107,22 @@ pub async fn recreated_table_is_empty(fx: &Fixture) -> TestResult {
 pub async fn reads_of_missing_table_are_not_found(fx: &Fixture) -> TestResult {
     let s = fx.store();
     let t = tn("Missing");
-    expect_err!(s.get(&t, &pk("p"), &rk("r")).await, StorageError::TableNotFound(_));
-    expect_err!(s.query(&t, &Query::all(), None).await, StorageError::TableNotFound(_));
-    expect_err!(s.query(&t, &Query::partition(pk("p")), None).await, StorageError::TableNotFound(_));
-    expect_err!(s.query_all(&t, &Query::all()).await, StorageError::TableNotFound(_));
+    expect_err!(
+        s.get(&t, &pk("p"), &rk("r")).await,
+        StorageError::TableNotFound(_)
+    );
+    expect_err!(
+        s.query(&t, &Query::all(), None).await,
+        StorageError::TableNotFound(_)
+    );
+    expect_err!(
+        s.query(&t, &Query::partition(pk("p")), None).await,
+        StorageError::TableNotFound(_)
+    );
+    expect_err!(
+        s.query_all(&t, &Query::all()).await,
+        StorageError::TableNotFound(_)
+    );
     expect_err!(s.count(&t).await, StorageError::TableNotFound(_));
     Ok(())
 }
@@ -97,13 +135,23 @@ pub async fn writes_to_missing_table_are_not_found(fx: &Fixture) -> TestResult {
         WriteOp::Insert(e()),
         WriteOp::Update(e(), IfMatch::Any),
         WriteOp::Merge(e(), IfMatch::Any),
-        WriteOp::Delete { partition_key: pk("p"), row_key: rk("r"), if_match: IfMatch::Any },
+        WriteOp::Delete {
+            partition_key: pk("p"),
+            row_key: rk("r"),
+            if_match: IfMatch::Any,
+        },
         WriteOp::InsertOrReplace(e()),
         WriteOp::InsertOrMerge(e()),
     ];
     for op in ops {
-        expect_err!(s.execute(&t, op.clone()).await, StorageError::TableNotFound(_));
-        expect_err!(s.execute_batch(&t, vec![op]).await, StorageError::TableNotFound(_));
+        expect_err!(
+            s.execute(&t, op.clone()).await,
+            StorageError::TableNotFound(_)
+        );
+        expect_err!(
+            s.execute_batch(&t, vec![op]).await,
+            StorageError::TableNotFound(_)
+        );
     }
     // None of them created the table.
     assert!(s.list_tables().await?.is_empty());
@@ -144,9 +192,18 @@ pub async fn tables_are_independent(fx: &Fixture) -> TestResult {
     let b = table(s, "Beta").await?;
     insert(s, &a, entity("p", "r", &[("From", text("a"))])).await?;
     insert(s, &b, entity("p", "r", &[("From", text("b"))])).await?;
-    assert_eq!(must_get(s, &a, "p", "r").await?.get("From"), Some(&text("a")));
-    assert_eq!(must_get(s, &b, "p", "r").await?.get("From"), Some(&text("b")));
+    assert_eq!(
+        must_get(s, &a, "p", "r").await?.get("From"),
+        Some(&text("a"))
+    );
+    assert_eq!(
+        must_get(s, &b, "p", "r").await?.get("From"),
+        Some(&text("b"))
+    );
     s.delete_table(&a).await?;
-    assert_eq!(must_get(s, &b, "p", "r").await?.get("From"), Some(&text("b")));
+    assert_eq!(
+        must_get(s, &b, "p", "r").await?.get("From"),
+        Some(&text("b"))
+    );
     assert_count(s, &b, 1).await
 }

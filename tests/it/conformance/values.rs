@@ -23,12 +23,18 @@ async fn round_trip(fx: &Fixture, values: &[EdmValue]) -> TestResult {
     }
     let queried = all(s, &t, &Query::all()).await?;
     let got: Vec<&EdmValue> = queried.iter().filter_map(|e| e.get("V")).collect();
-    assert_eq!(got, values.iter().collect::<Vec<_>>(), "values read by query");
+    assert_eq!(
+        got,
+        values.iter().collect::<Vec<_>>(),
+        "values read by query"
+    );
     Ok(())
 }
 
 fn utc(y: i32, mo: u32, d: u32, h: u32, mi: u32, s: u32) -> DateTime<Utc> {
-    Utc.with_ymd_and_hms(y, mo, d, h, mi, s).single().expect("valid test date")
+    Utc.with_ymd_and_hms(y, mo, d, h, mi, s)
+        .single()
+        .expect("valid test date")
 }
 
 pub async fn strings_round_trip(fx: &Fixture) -> TestResult {
@@ -90,11 +96,19 @@ pub async fn datetime_drops_digits_below_100ns(fx: &Fixture) -> TestResult {
         let v = EdmValue::DateTime(base + Duration::nanoseconds(written));
         insert(s, &t, entity("p", &r, &[("T", v)])).await?;
         let want = EdmValue::DateTime(base + Duration::nanoseconds(kept));
-        assert_eq!(must_get(s, &t, "p", &r).await?.get("T"), Some(&want), "{written} ns");
+        assert_eq!(
+            must_get(s, &t, "p", &r).await?.get("T"),
+            Some(&want),
+            "{written} ns"
+        );
     }
     // Before the epoch the truncation is toward the earlier tick.
     let before = utc(1900, 1, 1, 0, 0, 0) + Duration::nanoseconds(555);
-    s.execute(&t, WriteOp::InsertOrMerge(entity("p", "old", &[("T", EdmValue::DateTime(before))]))).await?;
+    s.execute(
+        &t,
+        WriteOp::InsertOrMerge(entity("p", "old", &[("T", EdmValue::DateTime(before))])),
+    )
+    .await?;
     let want = EdmValue::DateTime(utc(1900, 1, 1, 0, 0, 0) + Duration::nanoseconds(500));
     assert_eq!(must_get(s, &t, "p", "old").await?.get("T"), Some(&want));
     Ok(())
@@ -155,7 +169,16 @@ pub async fn integers_round_trip(fx: &Fixture) -> TestResult {
 pub async fn int32_and_int64_stay_distinct(fx: &Fixture) -> TestResult {
     let s = fx.store();
     let t = table(s, "Ints").await?;
-    insert(s, &t, entity("p", "r", &[("A", EdmValue::Int32(7)), ("B", EdmValue::Int64(7))])).await?;
+    insert(
+        s,
+        &t,
+        entity(
+            "p",
+            "r",
+            &[("A", EdmValue::Int32(7)), ("B", EdmValue::Int64(7))],
+        ),
+    )
+    .await?;
     let got = must_get(s, &t, "p", "r").await?;
     assert_matches!(got.get("A"), Some(EdmValue::Int32(7)));
     assert_matches!(got.get("B"), Some(EdmValue::Int64(7)));
@@ -171,7 +194,10 @@ pub async fn every_type_round_trips_through_query_and_upserts(fx: &Fixture) -> T
         ("S", text("ẞtring \u{1F980}")),
         ("Bin", EdmValue::Binary(vec![1, 2, 3, 0, 255])),
         ("Bool", EdmValue::Boolean(false)),
-        ("When", EdmValue::DateTime(utc(2001, 2, 3, 4, 5, 6) + Duration::nanoseconds(700))),
+        (
+            "When",
+            EdmValue::DateTime(utc(2001, 2, 3, 4, 5, 6) + Duration::nanoseconds(700)),
+        ),
         ("D", EdmValue::Double(-0.0)),
         ("G", EdmValue::Guid(Uuid::from_u128(42))),
         ("I", EdmValue::Int32(i32::MIN)),
@@ -186,9 +212,17 @@ pub async fn every_type_round_trips_through_query_and_upserts(fx: &Fixture) -> T
         WriteOp::InsertOrMerge(e.clone()),
     ];
     for op in ops {
-        let kind = format!("{op:?}").split('(').next().unwrap_or_default().to_owned();
+        let kind = format!("{op:?}")
+            .split('(')
+            .next()
+            .unwrap_or_default()
+            .to_owned();
         s.execute(&t, op).await?;
-        assert_eq!(must_get(s, &t, "p", "r").await?.entity, e, "get after {kind}");
+        assert_eq!(
+            must_get(s, &t, "p", "r").await?.entity,
+            e,
+            "get after {kind}"
+        );
         let queried = all(s, &t, &Query::partition(pk("p"))).await?;
         assert_eq!(queried.len(), 1);
         assert_eq!(queried[0].entity, e, "query after {kind}");
