@@ -150,7 +150,9 @@ fn filtered_scan<B: Backend>(bencher: Bencher) {
         .filter(Filter::property("age", CmpOp::Eq, EdmValue::Int32(7)))
         .select(["name"]);
     bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
-        let hits = rt.block_on(f.store.query_all(&f.table, &query)).expect("scan");
+        let hits = rt
+            .block_on(f.store.query_all(&f.table, &query))
+            .expect("scan");
         assert_eq!(hits.len(), ROWS / 80);
         black_box(hits)
     });

@@ -28,7 +28,7 @@ pub const DISTANCES: [&str; 3] = ["Full", "Half", "10K"];
 /// Registrations per entity group transaction (two entities each: 100 operations).
 pub const REGISTRATIONS_PER_BATCH: u64 = 50;
 /// Transactions in flight at once while loading.
-pub const CONCURRENCY: usize = 4;
+pub const CONCURRENCY: usize = 8;
 
 const PARTITIONS: u64 = (EVENTS.len() * DISTANCES.len()) as u64;
 const SEED: u64 = 0x7ab1_e5a1;

@@ -112,6 +112,9 @@ pub enum StorageError {
     /// An I/O failure outside the database engine.
     #[error("I/O: {0}")]
     Io(#[from] std::io::Error),
+    /// The commit that carried this write failed; nothing of it was written.
+    #[error("the commit failed, nothing was written: {0}")]
+    CommitFailed(String),
     /// A background task of the store died.
     #[error("storage task failed: {0}")]
     Task(String),

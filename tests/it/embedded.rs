@@ -150,3 +150,51 @@ async fn readers_run_while_a_writer_commits() -> TestResult {
     assert_eq!(store.count(&table).await?, 1020);
     Ok(())
 }
+
+/// Transactions that share a group commit keep their own outcomes: the ones
+/// that conflict write nothing, the others are whole.
+#[tokio::test]
+async fn concurrent_transactions_sharing_commits_stay_all_or_nothing() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = EmbeddedStore::open(dir.path())?;
+    let table = TableName::new("Grouped")?;
+    store.create_table(&table).await?;
+    let taken = Entity::new(PartitionKey::new("p3")?, RowKey::new("r05")?);
+    store.execute(&table, WriteOp::Insert(taken)).await?;
+    let mut tasks = Vec::new();
+    for b in 0..8 {
+        let (store, table) = (store.clone(), table.clone());
+        tasks.push(tokio::spawn(async move {
+            let ops = (0..10)
+                .map(|r| {
+                    let pk = PartitionKey::new(format!("p{b}")).expect("key");
+                    WriteOp::Insert(Entity::new(
+                        pk,
+                        RowKey::new(format!("r{r:02}")).expect("key"),
+                    ))
+                })
+                .collect();
+            store.execute_batch(&table, ops).await
+        }));
+    }
+    for (b, task) in tasks.into_iter().enumerate() {
+        let result = task.await?;
+        let present = store
+            .query_all(
+                &table,
+                &Query::partition(PartitionKey::new(format!("p{b}"))?),
+            )
+            .await?;
+        if b == 3 {
+            assert!(
+                matches!(result, Err(StorageError::Batch { index: 5, .. })),
+                "{result:?}"
+            );
+            assert_eq!(present.len(), 1, "the refused transaction wrote something");
+        } else {
+            assert_eq!(result?.len(), 10);
+            assert_eq!(present.len(), 10);
+        }
+    }
+    Ok(())
+}

@@ -3,18 +3,16 @@
 //! running beside the writer on their own snapshots.
 
 mod codec;
+mod commit;
 mod scan;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use redb::{
-    Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition, WriteTransaction,
-};
+use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
 
-use super::value::to_ticks;
-use super::write::{Effect, apply, validate_batch};
+use super::write::validate_batch;
 use super::{
     Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, Page, PartitionKey, Query, Result, RowKey,
     StorageError, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
@@ -46,6 +44,7 @@ fn entities(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
 pub struct EmbeddedStore {
     db: Arc<Database>,
     clock: Arc<Clock>,
+    commits: Arc<commit::GroupCommit>,
     location: String,
     scan_budget: usize,
 }
@@ -113,6 +112,7 @@ impl EmbeddedStore {
         Ok(Self {
             db: Arc::new(db),
             clock: Arc::new(Clock::starting_after(last_ticks)),
+            commits: Arc::default(),
             location,
             scan_budget: DEFAULT_SCAN_BUDGET,
         })
@@ -140,75 +140,6 @@ impl EmbeddedStore {
             return Err(StorageError::TableNotFound(table.as_str().to_owned()));
         }
         Ok(txn)
-    }
-
-    fn write_batch(&self, table: &TableName, ops: &[WriteOp]) -> Result<Vec<WriteOutcome>> {
-        let txn = self.db.begin_write()?;
-        match self.apply_batch(&txn, table, ops) {
-            Ok(outcomes) => {
-                txn.commit()?;
-                Ok(outcomes)
-            }
-            Err(e) => {
-                // The caller needs the operation's error; a failed abort leaves
-                // nothing committed either.
-                let _ = txn.abort();
-                Err(e)
-            }
-        }
-    }
-
-    fn apply_batch(
-        &self,
-        txn: &WriteTransaction,
-        table: &TableName,
-        ops: &[WriteOp],
-    ) -> Result<Vec<WriteOutcome>> {
-        if txn
-            .open_table(TABLES)?
-            .get(table.folded().as_str())?
-            .is_none()
-        {
-            return Err(StorageError::TableNotFound(table.as_str().to_owned()));
-        }
-        let name = entity_table_name(table);
-        let mut rows = txn.open_table(entities(&name))?;
-        let timestamp = self.clock.next();
-        let mut outcomes = Vec::with_capacity(ops.len());
-        for (index, op) in ops.iter().enumerate() {
-            let (pk, rk) = op.keys();
-            let key = codec::encode_key(pk, rk);
-            let existing = match rows.get(key.as_slice())? {
-                Some(v) => Some(codec::decode_value(
-                    pk.clone(),
-                    rk.clone(),
-                    v.value(),
-                    None,
-                )?),
-                None => None,
-            };
-            // Operations touch distinct entities, so one failing leaves nothing to
-            // undo but this transaction, which the caller aborts.
-            let effect =
-                apply(existing.as_ref(), op, timestamp).map_err(|e| StorageError::Batch {
-                    index,
-                    source: Box::new(e),
-                })?;
-            match effect {
-                Effect::Put(e) => {
-                    let value = codec::encode_value(&e.timestamp, &e.entity.properties);
-                    rows.insert(key.as_slice(), value.as_slice())?;
-                    outcomes.push(WriteOutcome { etag: Some(e.etag) });
-                }
-                Effect::Delete => {
-                    rows.remove(key.as_slice())?;
-                    outcomes.push(WriteOutcome { etag: None });
-                }
-            }
-        }
-        let ticks = to_ticks(&timestamp).to_le_bytes();
-        txn.open_table(META)?.insert(CLOCK_KEY, ticks.as_slice())?;
-        Ok(outcomes)
     }
 }
 
@@ -320,6 +251,7 @@ impl TableStore for EmbeddedStore {
     ) -> Result<Vec<WriteOutcome>> {
         validate_batch(&mut ops)?;
         let table = table.clone();
-        self.blocking(move |s| s.write_batch(&table, &ops)).await
+        self.blocking(move |s| s.commits.submit(s, table, ops))
+            .await
     }
 }

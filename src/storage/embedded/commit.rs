@@ -1,0 +1,170 @@
+//! Group commit: entity group transactions that arrive while a commit is under
+//! way wait, then share the next redb transaction and its one fsync. Each keeps
+//! its own all-or-nothing outcome: its effects are all worked out against the
+//! transaction's state before any of them is written, so a failing one leaves
+//! the shared transaction untouched. Every caller is answered only after the
+//! commit that holds its writes is durable.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use redb::{ReadableTable, WriteTransaction};
+
+use super::{CLOCK_KEY, EmbeddedStore, META, TABLES, codec, entities, entity_table_name};
+use crate::storage::value::to_ticks;
+use crate::storage::write::{Effect, apply};
+use crate::storage::{Result, StorageError, TableName, WriteOp, WriteOutcome};
+
+/// One submitted transaction and, once a commit has run, its answer.
+struct Pending {
+    table: TableName,
+    ops: Vec<WriteOp>,
+    answer: Mutex<Option<Result<Vec<WriteOutcome>>>>,
+}
+
+/// The queue of transactions waiting for a commit, and the commit's turn.
+#[derive(Debug, Default)]
+pub struct GroupCommit {
+    queue: Mutex<Vec<Arc<Pending>>>,
+    turn: Mutex<()>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Pending({} ops on {})", self.ops.len(), self.table)
+    }
+}
+
+/// A lock whose holder panicked still guards consistent data here: answers
+/// are written whole, and the queue only grows or is taken whole.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl GroupCommit {
+    /// Runs a validated transaction, blocking until it is durable or has failed.
+    pub fn submit(
+        &self,
+        store: &EmbeddedStore,
+        table: TableName,
+        ops: Vec<WriteOp>,
+    ) -> Result<Vec<WriteOutcome>> {
+        let mine = Arc::new(Pending {
+            table,
+            ops,
+            answer: Mutex::new(None),
+        });
+        lock(&self.queue).push(Arc::clone(&mine));
+        let _turn = lock(&self.turn);
+        if let Some(answer) = lock(&mine.answer).take() {
+            return answer; // an earlier commit carried it
+        }
+        let group = std::mem::take(&mut *lock(&self.queue));
+        match commit(store, &group) {
+            Ok(answers) => {
+                for (p, answer) in group.iter().zip(answers) {
+                    *lock(&p.answer) = Some(answer);
+                }
+            }
+            Err(e) => {
+                let text = e.to_string();
+                for p in &group {
+                    *lock(&p.answer) = Some(Err(StorageError::CommitFailed(text.clone())));
+                }
+            }
+        }
+        lock(&mine.answer)
+            .take()
+            .unwrap_or_else(|| Err(StorageError::Task("no answer".into())))
+    }
+}
+
+/// Writes every transaction of the group that can succeed into one redb
+/// transaction and commits it; the outer error fails the whole group.
+fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Vec<WriteOutcome>>>> {
+    let txn = store.db.begin_write()?;
+    let mut answers = Vec::with_capacity(group.len());
+    let mut last = None;
+    for p in group {
+        let timestamp = store.clock.next();
+        match stage(&txn, &p.table, &p.ops, timestamp) {
+            Ok(Ok(effects)) => {
+                answers.push(Ok(write(&txn, &p.table, effects)?));
+                last = Some(timestamp);
+            }
+            Ok(Err(refused)) => answers.push(Err(refused)),
+            Err(e) => return Err(e),
+        }
+    }
+    if let Some(t) = last {
+        txn.open_table(META)?
+            .insert(CLOCK_KEY, to_ticks(&t).to_le_bytes().as_slice())?;
+    }
+    txn.commit()?;
+    Ok(answers)
+}
+
+type Staged = Vec<(Vec<u8>, Effect)>;
+
+/// Works out a transaction's effects without writing: the inner error is the
+/// transaction's own refusal (naming the operation), the outer one a failure
+/// of the store.
+fn stage(
+    txn: &WriteTransaction,
+    table: &TableName,
+    ops: &[WriteOp],
+    timestamp: chrono::DateTime<chrono::Utc>,
+) -> Result<Result<Staged>> {
+    if txn
+        .open_table(TABLES)?
+        .get(table.folded().as_str())?
+        .is_none()
+    {
+        return Ok(Err(StorageError::TableNotFound(table.as_str().to_owned())));
+    }
+    let name = entity_table_name(table);
+    let rows = txn.open_table(entities(&name))?;
+    let mut staged = Vec::with_capacity(ops.len());
+    for (index, op) in ops.iter().enumerate() {
+        let (pk, rk) = op.keys();
+        let key = codec::encode_key(pk, rk);
+        let existing = match rows.get(key.as_slice())? {
+            Some(v) => Some(codec::decode_value(
+                pk.clone(),
+                rk.clone(),
+                v.value(),
+                None,
+            )?),
+            None => None,
+        };
+        match apply(existing.as_ref(), op, timestamp) {
+            Ok(effect) => staged.push((key, effect)),
+            Err(e) => {
+                return Ok(Err(StorageError::Batch {
+                    index,
+                    source: Box::new(e),
+                }));
+            }
+        }
+    }
+    Ok(Ok(staged))
+}
+
+fn write(txn: &WriteTransaction, table: &TableName, staged: Staged) -> Result<Vec<WriteOutcome>> {
+    let name = entity_table_name(table);
+    let mut rows = txn.open_table(entities(&name))?;
+    let mut outcomes = Vec::with_capacity(staged.len());
+    for (key, effect) in staged {
+        match effect {
+            Effect::Put(e) => {
+                let value = codec::encode_value(&e.timestamp, &e.entity.properties);
+                rows.insert(key.as_slice(), value.as_slice())?;
+                outcomes.push(WriteOutcome { etag: Some(e.etag) });
+            }
+            Effect::Delete => {
+                rows.remove(key.as_slice())?;
+                outcomes.push(WriteOutcome { etag: None });
+            }
+        }
+    }
+    Ok(outcomes)
+}
