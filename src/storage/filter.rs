@@ -126,15 +126,6 @@ impl Filter {
             Filter::Not(a) => a.visit_properties(f),
         }
     }
-
-    /// The number of comparisons in the filter (the service allows 15 per query).
-    pub fn comparisons(&self) -> usize {
-        match self {
-            Filter::Compare { .. } => 1,
-            Filter::And(a, b) | Filter::Or(a, b) => a.comparisons() + b.comparisons(),
-            Filter::Not(a) => a.comparisons(),
-        }
-    }
 }
 
 /// Orders two values of one type; `None` when the types differ or a Double is NaN.

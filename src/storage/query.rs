@@ -137,11 +137,6 @@ impl Query {
         }
     }
 
-    /// Whether an entity with these keys lies in the query's key ranges.
-    pub fn contains(&self, pk: &PartitionKey, rk: &RowKey) -> bool {
-        self.partitions.contains(pk) && self.rows.contains(rk)
-    }
-
     /// Keeps only the selected properties of an entity that passed the filter.
     pub fn project(&self, properties: &mut Properties) {
         if let Some(names) = &self.select {
@@ -177,13 +172,6 @@ pub struct ContinuationToken {
     pub next_partition_key: PartitionKey,
     /// The RowKey of the first entity the next page may return.
     pub next_row_key: RowKey,
-}
-
-impl ContinuationToken {
-    /// Whether (pk, rk) comes before the token's position.
-    pub fn is_past(&self, pk: &PartitionKey, rk: &RowKey) -> bool {
-        (pk, rk) < (&self.next_partition_key, &self.next_row_key)
-    }
 }
 
 const TOKEN_VERSION: &str = "1:";

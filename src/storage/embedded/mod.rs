@@ -45,7 +45,6 @@ pub struct EmbeddedStore {
     db: Arc<Database>,
     clock: Arc<Clock>,
     commits: Arc<commit::GroupCommit>,
-    location: String,
     scan_budget: usize,
 }
 
@@ -61,13 +60,13 @@ impl EmbeddedStore {
             }
             e => e.into(),
         })?;
-        Self::init(db, path.display().to_string())
+        Self::init(db)
     }
 
     /// A store in memory, with the same code paths as on disk but no file.
     pub fn in_memory() -> Result<Self> {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
-        Self::init(db, "memory".to_owned())
+        Self::init(db)
     }
 
     /// Sets how many entities one page may examine before it stops with a token.
@@ -76,12 +75,7 @@ impl EmbeddedStore {
         self
     }
 
-    /// Where the store lives, for messages.
-    pub fn location(&self) -> &str {
-        &self.location
-    }
-
-    fn init(db: Database, location: String) -> Result<Self> {
+    fn init(db: Database) -> Result<Self> {
         let txn = db.begin_write()?;
         let last_ticks = {
             let mut meta = txn.open_table(META)?;
@@ -113,7 +107,6 @@ impl EmbeddedStore {
             db: Arc::new(db),
             clock: Arc::new(Clock::starting_after(last_ticks)),
             commits: Arc::default(),
-            location,
             scan_budget: DEFAULT_SCAN_BUDGET,
         })
     }

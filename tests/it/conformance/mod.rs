@@ -134,6 +134,12 @@ pub async fn table(store: &dyn TableStore, name: &str) -> TestResult<TableName> 
     Ok(name)
 }
 
+/// The names of the store's tables, as listed.
+pub async fn table_names(store: &dyn TableStore) -> TestResult<Vec<String>> {
+    let tables = store.list_tables().await?;
+    Ok(tables.iter().map(|t| t.as_str().to_owned()).collect())
+}
+
 /// Inserts one entity and returns its ETag.
 pub async fn insert(store: &dyn TableStore, t: &TableName, e: Entity) -> TestResult<ETag> {
     let outcome = store.execute(t, WriteOp::Insert(e)).await?;

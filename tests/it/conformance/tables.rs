@@ -11,12 +11,7 @@ pub async fn create_then_list_keeps_names_as_created(fx: &Fixture) -> TestResult
     for name in ["Zeta", "alpha", "Races", "bIrDs"] {
         table(s, name).await?;
     }
-    let names: Vec<String> = s
-        .list_tables()
-        .await?
-        .iter()
-        .map(|t| t.as_str().to_owned())
-        .collect();
+    let names = table_names(s).await?;
     // Names as created, in case-insensitive order.
     assert_eq!(names, ["alpha", "bIrDs", "Races", "Zeta"]);
     Ok(())
@@ -32,12 +27,7 @@ pub async fn names_are_unique_ignoring_case(fx: &Fixture) -> TestResult {
             StorageError::TableAlreadyExists(_)
         );
     }
-    let names: Vec<String> = s
-        .list_tables()
-        .await?
-        .iter()
-        .map(|t| t.as_str().to_owned())
-        .collect();
+    let names = table_names(s).await?;
     assert_eq!(names, ["Races"]);
     // The failed creates left the existing table and its entity alone.
     assert_count(s, &races, 1).await
