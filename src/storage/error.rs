@@ -56,6 +56,10 @@ pub enum InvalidInput {
     /// A continuation token this store did not issue.
     #[error("malformed continuation token")]
     ContinuationToken,
+    /// Input the remote service refused, with its error code (a limit the
+    /// client-side checks did not know of, or a service-specific rule).
+    #[error("the service refused the input ({code}): {message}")]
+    Rejected { code: String, message: String },
 }
 
 /// Any failure of a `TableStore` operation.
@@ -118,6 +122,37 @@ pub enum StorageError {
     /// A background task of the store died.
     #[error("storage task failed: {0}")]
     Task(String),
+    /// The table is being deleted; the service refuses to create it again for
+    /// a while (about 40 seconds on Azure).
+    #[error("table {0:?} is being deleted; retry later")]
+    TableBeingDeleted(String),
+    /// The service refused the credentials (the signature itself is never shown).
+    #[error("the service refused the credentials ({code}): {message}")]
+    Unauthorized { code: String, message: String },
+    /// The service stayed busy, timed out or unreachable through every retry.
+    #[error("the service is unavailable after {attempts} attempts: {detail}")]
+    Unavailable { attempts: u32, detail: String },
+    /// A request was retried after its answer was lost, and the retry failed as
+    /// a repeat would (409, 412, 404): the first attempt may well have been
+    /// applied, so the write is not known to have failed.
+    #[error(
+        "a retry after a lost answer failed with: {source}; the first attempt may have been applied"
+    )]
+    AmbiguousRetry {
+        attempts: u32,
+        #[source]
+        source: Box<StorageError>,
+    },
+    /// An answer of the service that this client does not understand.
+    #[error("unexpected answer from the service: {0}")]
+    Protocol(String),
+    /// Any other error the service answered with.
+    #[error("the service answered {status} {code}: {message}")]
+    Service {
+        status: u16,
+        code: String,
+        message: String,
+    },
 }
 
 impl StorageError {

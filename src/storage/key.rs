@@ -111,6 +111,12 @@ macro_rules! key_newtype {
             }
         }
 
+        impl AsRef<str> for $name {
+            fn as_ref(&self) -> &str {
+                &self.0
+            }
+        }
+
         impl TryFrom<&str> for $name {
             type Error = InvalidInput;
             fn try_from(s: &str) -> Result<Self, InvalidInput> {

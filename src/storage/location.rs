@@ -6,44 +6,53 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
+use super::azure::{AzureConfig, AzureStore, ConfigError};
 use super::{EmbeddedStore, Result, TableStore};
 
 /// The directory the embedded store uses when none is given.
 pub const DEFAULT_LOCATION: &str = "./tablesql-data";
 
 /// A store location.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub enum StoreLocation {
     /// The embedded store in this directory: `embedded:DIR`, or just `DIR`.
     Embedded(PathBuf),
+    /// The Azure Table service: `azure:<connection string>`, e.g.
+    /// `azure:UseDevelopmentStorage=true` for Azurite on 127.0.0.1:10002.
+    Azure(AzureConfig),
 }
 
-/// A location naming a scheme this build does not know.
+/// A location that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown store scheme {scheme:?} in {location:?}; known: embedded:DIR (or a directory path)"
-)]
-pub struct UnknownScheme {
-    /// The scheme as written.
-    pub scheme: String,
-    /// The whole location.
-    pub location: String,
+pub enum LocationError {
+    /// A scheme this build does not know. The location is not repeated: it
+    /// might hold a secret.
+    #[error(
+        "unknown store scheme {scheme:?}; known: embedded:DIR (or a directory path), azure:<connection string>"
+    )]
+    UnknownScheme {
+        /// The scheme as written.
+        scheme: String,
+    },
+    /// An Azure connection string that does not parse.
+    #[error("azure: {0}")]
+    Azure(#[from] ConfigError),
 }
 
 impl FromStr for StoreLocation {
-    type Err = UnknownScheme;
+    type Err = LocationError;
 
-    fn from_str(s: &str) -> Result<Self, UnknownScheme> {
+    fn from_str(s: &str) -> Result<Self, LocationError> {
         // A scheme is two or more letters before the first colon; one letter
         // would be a drive, and a path separator before the colon a path.
         match s.split_once(':') {
             Some(("embedded", rest)) => Ok(StoreLocation::Embedded(PathBuf::from(rest))),
+            Some(("azure", conn)) => Ok(StoreLocation::Azure(AzureConfig::parse(conn)?)),
             Some((scheme, _))
                 if scheme.len() > 1 && scheme.chars().all(|c| c.is_ascii_alphabetic()) =>
             {
-                Err(UnknownScheme {
+                Err(LocationError::UnknownScheme {
                     scheme: scheme.to_owned(),
-                    location: s.to_owned(),
                 })
             }
             _ => Ok(StoreLocation::Embedded(PathBuf::from(s))),
@@ -55,6 +64,7 @@ impl fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreLocation::Embedded(dir) => write!(f, "embedded:{}", dir.display()),
+            StoreLocation::Azure(config) => config.fmt(f),
         }
     }
 }
@@ -64,6 +74,7 @@ impl StoreLocation {
     pub fn open(&self) -> Result<Arc<dyn TableStore>> {
         match self {
             StoreLocation::Embedded(dir) => Ok(Arc::new(EmbeddedStore::open(dir)?)),
+            StoreLocation::Azure(config) => Ok(Arc::new(AzureStore::new(config.clone())?)),
         }
     }
 }
@@ -74,17 +85,25 @@ mod tests {
 
     #[test]
     fn parses_paths_and_schemes() {
-        let p = |s: &str| s.parse::<StoreLocation>();
-        assert_eq!(p("./data"), Ok(StoreLocation::Embedded("./data".into())));
-        assert_eq!(
-            p("embedded:/x/y"),
-            Ok(StoreLocation::Embedded("/x/y".into()))
-        );
-        assert_eq!(p("C:/data"), Ok(StoreLocation::Embedded("C:/data".into())));
-        assert_eq!(p("./a:b"), Ok(StoreLocation::Embedded("./a:b".into())));
+        let dir = |s: &str| match s.parse::<StoreLocation>() {
+            Ok(StoreLocation::Embedded(d)) => d,
+            other => panic!("{s}: {other:?}"),
+        };
+        assert_eq!(dir("./data"), PathBuf::from("./data"));
+        assert_eq!(dir("embedded:/x/y"), PathBuf::from("/x/y"));
+        assert_eq!(dir("C:/data"), PathBuf::from("C:/data"));
+        assert_eq!(dir("./a:b"), PathBuf::from("./a:b"));
         assert!(matches!(
-            p("azure:UseDevelopmentStorage=true"),
-            Err(UnknownScheme { .. })
+            "azure:UseDevelopmentStorage=true".parse::<StoreLocation>(),
+            Ok(StoreLocation::Azure(_))
+        ));
+        assert!(matches!(
+            "s3:bucket".parse::<StoreLocation>(),
+            Err(LocationError::UnknownScheme { .. })
+        ));
+        assert!(matches!(
+            "azure:AccountName=x".parse::<StoreLocation>(),
+            Err(LocationError::Azure(ConfigError::Missing(_)))
         ));
     }
 }

@@ -122,10 +122,7 @@ impl TableStore for MemoryStore {
                 break;
             }
             if full {
-                page.continuation = Some(ContinuationToken {
-                    next_partition_key: pk.clone(),
-                    next_row_key: rk.clone(),
-                });
+                page.continuation = Some(ContinuationToken::at(pk.clone(), rk.clone()));
                 break;
             }
             if !query.rows.contains(rk) {

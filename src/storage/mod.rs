@@ -1,6 +1,8 @@
 //! Storage: the entity model of partitioned table storage and the `TableStore`
-//! trait that speaks its semantics, with its backends (`memory`, `embedded`).
+//! trait that speaks its semantics, with its backends (`memory`, `embedded`,
+//! `azure`).
 
+pub mod azure;
 mod clock;
 pub mod embedded;
 pub mod entity;
@@ -17,6 +19,7 @@ pub mod write;
 
 use async_trait::async_trait;
 
+pub use azure::{AzureConfig, AzureStore};
 pub use clock::Clock;
 pub use embedded::EmbeddedStore;
 pub use entity::{ETag, Entity, IfMatch, Properties, StoredEntity};
@@ -25,7 +28,7 @@ pub use filter::{CmpOp, Filter, Operand};
 pub use key::{KeyKind, PartitionKey, RowKey};
 pub use location::StoreLocation;
 pub use memory::MemoryStore;
-pub use query::{ContinuationToken, KeyRange, Page, Query};
+pub use query::{ContinuationToken, KeyRange, Page, Query, ServiceToken};
 pub use table_name::TableName;
 pub use value::{EdmType, EdmValue};
 pub use write::{WriteOp, WriteOutcome};

@@ -164,25 +164,62 @@ impl Query {
     }
 }
 
-/// Where the next page of a query starts: the service's NextPartitionKey and
-/// NextRowKey. Its text form is opaque and stable across processes.
+/// Where the next page of a query starts: the key of the first entity the next
+/// page may return. A remote service's own continuation values ride along
+/// verbatim, since only that service knows how to read them. The text form is
+/// opaque and stable across processes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ContinuationToken {
     /// The PartitionKey of the first entity the next page may return.
     pub next_partition_key: PartitionKey,
     /// The RowKey of the first entity the next page may return.
     pub next_row_key: RowKey,
+    /// The service's `NextPartitionKey`/`NextRowKey`, when a service issued them.
+    pub service: Option<ServiceToken>,
+}
+
+/// A continuation as a remote service issued it, to be sent back unchanged.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceToken {
+    /// `x-ms-continuation-NextPartitionKey`.
+    pub next_partition_key: String,
+    /// `x-ms-continuation-NextRowKey`, which the service may leave out.
+    pub next_row_key: Option<String>,
+}
+
+impl ContinuationToken {
+    /// A token that resumes at a key.
+    pub fn at(next_partition_key: PartitionKey, next_row_key: RowKey) -> Self {
+        Self {
+            next_partition_key,
+            next_row_key,
+            service: None,
+        }
+    }
 }
 
 const TOKEN_VERSION: &str = "1:";
+const SERVICE_TOKEN_VERSION: &str = "2:";
 
 impl fmt::Display for ContinuationToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        // U+0000 cannot occur in a key, so it separates the two unambiguously.
-        let raw = format!(
-            "{TOKEN_VERSION}{}\u{0}{}",
-            self.next_partition_key, self.next_row_key
-        );
+        // U+0000 cannot occur in a key nor in a service's continuation header,
+        // so it separates the fields unambiguously.
+        let mut raw = match &self.service {
+            None => TOKEN_VERSION.to_owned(),
+            Some(_) => SERVICE_TOKEN_VERSION.to_owned(),
+        };
+        raw.push_str(self.next_partition_key.as_str());
+        raw.push('\u{0}');
+        raw.push_str(self.next_row_key.as_str());
+        if let Some(service) = &self.service {
+            raw.push('\u{0}');
+            raw.push_str(&service.next_partition_key);
+            if let Some(rk) = &service.next_row_key {
+                raw.push('\u{0}');
+                raw.push_str(rk);
+            }
+        }
         f.write_str(&URL_SAFE_NO_PAD.encode(raw))
     }
 }
@@ -190,21 +227,35 @@ impl fmt::Display for ContinuationToken {
 impl FromStr for ContinuationToken {
     type Err = InvalidInput;
     fn from_str(s: &str) -> Result<Self, InvalidInput> {
-        let bytes = URL_SAFE_NO_PAD
-            .decode(s)
-            .map_err(|_| InvalidInput::ContinuationToken)?;
-        let raw = String::from_utf8(bytes).map_err(|_| InvalidInput::ContinuationToken)?;
-        let body = raw
-            .strip_prefix(TOKEN_VERSION)
-            .ok_or(InvalidInput::ContinuationToken)?;
-        let (pk, rk) = body
-            .split_once('\u{0}')
-            .ok_or(InvalidInput::ContinuationToken)?;
-        Ok(Self {
-            next_partition_key: PartitionKey::new(pk)
-                .map_err(|_| InvalidInput::ContinuationToken)?,
-            next_row_key: RowKey::new(rk).map_err(|_| InvalidInput::ContinuationToken)?,
-        })
+        fn bad<E>(_: E) -> InvalidInput {
+            InvalidInput::ContinuationToken
+        }
+        let bytes = URL_SAFE_NO_PAD.decode(s).map_err(bad)?;
+        let raw = String::from_utf8(bytes).map_err(bad)?;
+        let (with_service, body) = match raw.strip_prefix(TOKEN_VERSION) {
+            Some(body) => (false, body),
+            None => (
+                true,
+                raw.strip_prefix(SERVICE_TOKEN_VERSION)
+                    .ok_or(InvalidInput::ContinuationToken)?,
+            ),
+        };
+        let mut fields = body.split('\u{0}');
+        let mut next = || fields.next().ok_or(InvalidInput::ContinuationToken);
+        let mut token = Self::at(
+            PartitionKey::new(next()?).map_err(bad)?,
+            RowKey::new(next()?).map_err(bad)?,
+        );
+        if with_service {
+            token.service = Some(ServiceToken {
+                next_partition_key: next()?.to_owned(),
+                next_row_key: next().ok().map(str::to_owned),
+            });
+        }
+        if fields.next().is_some() {
+            return Err(InvalidInput::ContinuationToken);
+        }
+        Ok(token)
     }
 }
 
@@ -223,11 +274,18 @@ mod tests {
 
     #[test]
     fn token_text_round_trips() {
-        let t = ContinuationToken {
-            next_partition_key: PartitionKey::new("2011 NYC__Full").unwrap(),
-            next_row_key: RowKey::new("BIB:00001__é\u{10000}").unwrap(),
-        };
+        let mut t = ContinuationToken::at(
+            PartitionKey::new("2011 NYC__Full").unwrap(),
+            RowKey::new("BIB:00001__é\u{10000}").unwrap(),
+        );
         assert_eq!(t.to_string().parse::<ContinuationToken>().unwrap(), t);
+        for rk in [None, Some("MSFyIQ--".to_owned())] {
+            t.service = Some(ServiceToken {
+                next_partition_key: "MSE0IXA-".into(),
+                next_row_key: rk,
+            });
+            assert_eq!(t.to_string().parse::<ContinuationToken>().unwrap(), t);
+        }
         assert!("garbage!".parse::<ContinuationToken>().is_err());
         assert!(
             URL_SAFE_NO_PAD

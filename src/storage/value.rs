@@ -59,6 +59,22 @@ impl EdmType {
             EdmType::Int64 => "Edm.Int64",
         }
     }
+
+    /// The type an OData name (`Edm.Int64`) denotes.
+    pub fn from_odata_name(name: &str) -> Option<Self> {
+        [
+            EdmType::String,
+            EdmType::Binary,
+            EdmType::Boolean,
+            EdmType::DateTime,
+            EdmType::Double,
+            EdmType::Guid,
+            EdmType::Int32,
+            EdmType::Int64,
+        ]
+        .into_iter()
+        .find(|t| t.odata_name() == name)
+    }
 }
 
 impl EdmValue {

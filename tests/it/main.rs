@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per scenario.
 
+mod azurite;
 mod cli;
 mod conformance;
 mod embedded;

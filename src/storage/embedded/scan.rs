@@ -43,10 +43,7 @@ pub fn page(
                 break 'seek;
             }
             if full {
-                page.continuation = Some(ContinuationToken {
-                    next_partition_key: pk,
-                    next_row_key: rk,
-                });
+                page.continuation = Some(ContinuationToken::at(pk, rk));
                 break 'seek;
             }
             match &query.rows.start {

@@ -6,7 +6,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use tablesql::storage::{
-    ETag, EdmValue, EmbeddedStore, Entity, KeyRange, MemoryStore, PartitionKey, Query, RowKey,
+    AzureStore, ETag, EdmValue, EmbeddedStore, Entity, KeyRange, MemoryStore, PartitionKey, Query, RowKey,
     StoredEntity, TableName, TableStore, WriteOp,
 };
 use tempfile::TempDir;
@@ -22,6 +22,9 @@ pub struct Fixture {
     pub store: Arc<dyn TableStore>,
     _dir: Option<TempDir>,
     make: Constructor,
+    /// The service loses the sign of -0.0, which no client can restore:
+    /// Azurite keeps Doubles as JavaScript numbers and prints -0 as 0.
+    loses_negative_zero: bool,
 }
 
 impl Fixture {
@@ -31,6 +34,16 @@ impl Fixture {
             store,
             _dir: dir,
             make,
+            loses_negative_zero: false,
+        }
+    }
+
+    /// A value as this backend's service gives it back: what was written,
+    /// except where the service deviates in a way no client can correct.
+    pub fn stored(&self, v: &EdmValue) -> EdmValue {
+        match v {
+            EdmValue::Double(d) if self.loses_negative_zero && *d == 0.0 => EdmValue::Double(0.0),
+            other => other.clone(),
         }
     }
 
@@ -45,6 +58,15 @@ impl Fixture {
         let dir = tempfile::tempdir()?;
         let store = EmbeddedStore::open(dir.path())?.with_scan_budget(scan_budget);
         Ok(Self::new(Arc::new(store), Some(dir), Fixture::embedded))
+    }
+
+    /// The Azure backend on a fresh account of the test Azurite.
+    pub fn azure(scan_budget: usize) -> TestResult<Fixture> {
+        let config = crate::azurite::fresh_account()?;
+        let store = AzureStore::new(config)?.with_scan_budget(scan_budget);
+        let mut fixture = Self::new(Arc::new(store), None, Fixture::azure);
+        fixture.loses_negative_zero = true;
+        Ok(fixture)
     }
 
     /// Another fresh fixture of the same backend with a different scan budget.
@@ -439,3 +461,4 @@ macro_rules! conformance_suite {
 
 conformance_suite!(memory, Fixture::memory);
 conformance_suite!(embedded, Fixture::embedded);
+conformance_suite!(azure, Fixture::azure);

@@ -126,17 +126,11 @@ pub async fn resume_from_token_text(fx: &Fixture) -> TestResult {
     );
     // Tokens for unusual keys survive their text form too.
     for (p, r) in [("", ""), ("\u{10000}é", "a b\u{FFFF}"), ("p", "")] {
-        let t = ContinuationToken {
-            next_partition_key: pk(p),
-            next_row_key: rk(r),
-        };
+        let t = ContinuationToken::at(pk(p), rk(r));
         assert_eq!(t.to_string().parse::<ContinuationToken>()?, t);
     }
     // A token at the very start resumes at the very start.
-    let start = ContinuationToken {
-        next_partition_key: pk(""),
-        next_row_key: rk(""),
-    };
+    let start = ContinuationToken::at(pk(""), rk(""));
     assert_eq!(
         s.query(&t, &q, Some(&start)).await?,
         s.query(&t, &q, None).await?

@@ -1,0 +1,294 @@
+//! Azure Storage connection strings: where the Table service is and how to sign
+//! requests to it. Secrets never reach `Debug`, `Display` or an error message.
+
+use std::fmt;
+use std::time::Duration;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+
+use super::retry::RetryPolicy;
+
+/// The published account of the storage emulators (Azurite).
+pub const DEV_ACCOUNT: &str = "devstoreaccount1";
+/// The published key of the development account; it is no secret.
+pub const DEV_ACCOUNT_KEY: &str =
+    "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==";
+/// Azurite's Table endpoint for `UseDevelopmentStorage=true`.
+pub const DEV_TABLE_ENDPOINT: &str = "http://127.0.0.1:10002/devstoreaccount1";
+
+/// Requests in flight on one store unless `MaxConnections` says otherwise.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 32;
+
+/// How requests are authorized.
+#[derive(Clone)]
+pub enum Credentials {
+    /// Shared Key: an HMAC-SHA256 of the request with the account key.
+    SharedKey { key: Vec<u8>, lite: bool },
+    /// A shared access signature (account or table SAS), appended to every URL.
+    Sas(String),
+}
+
+impl fmt::Debug for Credentials {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Credentials::SharedKey { lite: false, .. } => f.write_str("SharedKey(<redacted>)"),
+            Credentials::SharedKey { lite: true, .. } => f.write_str("SharedKeyLite(<redacted>)"),
+            Credentials::Sas(_) => f.write_str("Sas(<redacted>)"),
+        }
+    }
+}
+
+/// Everything the Azure backend needs to reach one storage account.
+#[derive(Debug, Clone)]
+pub struct AzureConfig {
+    /// The storage account.
+    pub account: String,
+    /// The Table endpoint without a trailing slash: `https://acct.table.core.windows.net`
+    /// (host style) or `http://127.0.0.1:10002/devstoreaccount1` (path style).
+    pub endpoint: String,
+    /// Request authorization.
+    pub credentials: Credentials,
+    /// Retries of transient failures.
+    pub retry: RetryPolicy,
+    /// Most requests in flight at once (and so most open connections).
+    pub max_connections: usize,
+    /// Longest wait for one HTTP answer before it counts as lost.
+    pub request_timeout: Duration,
+    /// The endpoint is an emulator (Azurite on a loopback address), whose
+    /// deviations from Azure the client works around: it sends JSON bodies as
+    /// ASCII (Azurite miscounts long strings whose UTF-8 spans its read
+    /// chunks) and resolves table names ignoring case, as Azure does.
+    pub emulator: bool,
+}
+
+/// A connection string this backend cannot use.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConfigError {
+    /// A `;`-separated part without `=`.
+    #[error("connection string part {0:?} is not KEY=VALUE")]
+    NotKeyValue(String),
+    /// A key this backend does not know.
+    #[error("unknown connection string key {0:?}")]
+    UnknownKey(String),
+    /// A required key is missing.
+    #[error("connection string lacks {0}")]
+    Missing(&'static str),
+    /// A value that does not parse (the value itself is not shown: it may be secret).
+    #[error("connection string value of {0} is invalid: {1}")]
+    BadValue(String, &'static str),
+}
+
+impl AzureConfig {
+    /// Parses an Azure Storage connection string, plus tablesql's own keys:
+    /// `AuthScheme=SharedKeyLite`, `MaxRetries`, `RetryDelayMs` (z), `RetryMinMs`,
+    /// `RetryMaxMs`, `MaxConnections`, `RequestTimeoutMs`.
+    pub fn parse(conn: &str) -> Result<Self, ConfigError> {
+        let mut protocol = "https".to_owned();
+        let mut account = None;
+        let mut key = None;
+        let mut sas = None;
+        let mut endpoint = None;
+        let mut suffix = "core.windows.net".to_owned();
+        let mut dev = false;
+        let mut lite = false;
+        let mut retry = RetryPolicy::default();
+        let mut max_connections = DEFAULT_MAX_CONNECTIONS;
+        let mut request_timeout = Duration::from_secs(30);
+        for part in conn.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+            let (k, v) = part
+                .split_once('=')
+                .ok_or_else(|| ConfigError::NotKeyValue(redact_part(part)))?;
+            let bad = |why| ConfigError::BadValue(k.to_owned(), why);
+            let millis = |v: &str| {
+                v.parse::<u64>()
+                    .map(Duration::from_millis)
+                    .map_err(|_| bad("expected milliseconds"))
+            };
+            match k {
+                "UseDevelopmentStorage" => dev = v.eq_ignore_ascii_case("true"),
+                "DefaultEndpointsProtocol" => match v {
+                    "http" | "https" => protocol = v.to_owned(),
+                    _ => return Err(bad("expected http or https")),
+                },
+                "AccountName" => account = Some(v.to_owned()),
+                "AccountKey" => {
+                    key = Some(STANDARD.decode(v).map_err(|_| bad("not base64"))?);
+                }
+                "SharedAccessSignature" => sas = Some(v.trim_start_matches('?').to_owned()),
+                "TableEndpoint" => endpoint = Some(v.trim_end_matches('/').to_owned()),
+                "EndpointSuffix" => suffix = v.to_owned(),
+                // Endpoints of the other services are valid but not ours to use.
+                "BlobEndpoint" | "QueueEndpoint" | "FileEndpoint" => {}
+                "AuthScheme" => match v {
+                    "SharedKey" => lite = false,
+                    "SharedKeyLite" => lite = true,
+                    _ => return Err(bad("expected SharedKey or SharedKeyLite")),
+                },
+                "MaxRetries" => retry.max_retries = v.parse().map_err(|_| bad("expected a count"))?,
+                "RetryDelayMs" => retry.delay = millis(v)?,
+                "RetryMinMs" => retry.min_delay = millis(v)?,
+                "RetryMaxMs" => retry.max_delay = millis(v)?,
+                "MaxConnections" => {
+                    max_connections = v
+                        .parse()
+                        .ok()
+                        .filter(|n| *n > 0)
+                        .ok_or_else(|| bad("expected a positive count"))?;
+                }
+                "RequestTimeoutMs" => request_timeout = millis(v)?,
+                _ => return Err(ConfigError::UnknownKey(k.to_owned())),
+            }
+        }
+        if dev {
+            account.get_or_insert_with(|| DEV_ACCOUNT.to_owned());
+            if sas.is_none() {
+                key.get_or_insert_with(|| STANDARD.decode(DEV_ACCOUNT_KEY).unwrap_or_default());
+            }
+            endpoint.get_or_insert_with(|| DEV_TABLE_ENDPOINT.to_owned());
+        }
+        let credentials = match (key, sas) {
+            (_, Some(sas)) => Credentials::Sas(sas),
+            (Some(key), None) => Credentials::SharedKey { key, lite },
+            (None, None) => return Err(ConfigError::Missing("AccountKey or SharedAccessSignature")),
+        };
+        let endpoint = match (endpoint, &account) {
+            (Some(e), _) => e,
+            (None, Some(a)) => format!("{protocol}://{a}.table.{suffix}"),
+            (None, None) => return Err(ConfigError::Missing("AccountName or TableEndpoint")),
+        };
+        if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+            return Err(ConfigError::BadValue(
+                "TableEndpoint".into(),
+                "expected an http:// or https:// URL",
+            ));
+        }
+        let account = match account {
+            Some(a) => a,
+            None => account_from_host(&endpoint).ok_or(ConfigError::Missing("AccountName"))?,
+        };
+        let emulator = dev || is_loopback(&endpoint);
+        Ok(Self {
+            account,
+            endpoint,
+            credentials,
+            retry,
+            max_connections,
+            request_timeout,
+            emulator,
+        })
+    }
+
+    /// The development account on Azurite at `endpoint` (path style).
+    pub fn development(endpoint: &str) -> Result<Self, ConfigError> {
+        Self::parse(&format!("UseDevelopmentStorage=true;TableEndpoint={endpoint}"))
+    }
+
+    /// The URL path of the endpoint (`/devstoreaccount1` in path style, empty
+    /// in host style): every request path starts with it.
+    pub fn base_path(&self) -> &str {
+        let rest = self
+            .endpoint
+            .split_once("://")
+            .map_or(self.endpoint.as_str(), |(_, r)| r);
+        rest.find('/').map_or("", |i| &rest[i..])
+    }
+}
+
+/// `acct` from `https://acct.table.core.windows.net`.
+fn account_from_host(endpoint: &str) -> Option<String> {
+    let host = endpoint.split_once("://")?.1.split(['/', ':']).next()?;
+    let (first, rest) = host.split_once('.')?;
+    rest.starts_with("table.").then(|| first.to_owned())
+}
+
+/// Whether an endpoint's host is a loopback address, where emulators run.
+fn is_loopback(endpoint: &str) -> bool {
+    let Some((_, rest)) = endpoint.split_once("://") else {
+        return false;
+    };
+    let authority = rest.split('/').next().unwrap_or("");
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or(""),
+        None => authority.split(':').next().unwrap_or(""),
+    };
+    host == "localhost"
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// A malformed part, shown without anything that could be a secret.
+fn redact_part(part: &str) -> String {
+    part.chars().take(24).collect::<String>() + if part.len() > 24 { "…" } else { "" }
+}
+
+impl fmt::Display for AzureConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "azure:{} (account {})", self.endpoint, self.account)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn development_storage() {
+        let c = AzureConfig::parse("UseDevelopmentStorage=true").unwrap();
+        assert_eq!(c.account, DEV_ACCOUNT);
+        assert_eq!(c.endpoint, DEV_TABLE_ENDPOINT);
+        assert_eq!(c.base_path(), "/devstoreaccount1");
+        assert!(matches!(c.credentials, Credentials::SharedKey { lite: false, .. }));
+        assert!(c.emulator);
+        assert!(is_loopback("http://[::1]:10002/a") && is_loopback("http://localhost/a"));
+        assert!(!is_loopback("https://acme.table.core.windows.net"));
+    }
+
+    #[test]
+    fn account_and_suffix_make_a_host_style_endpoint() {
+        let c = AzureConfig::parse(
+            "DefaultEndpointsProtocol=https;AccountName=acme;AccountKey=a2V5;EndpointSuffix=core.chinacloudapi.cn",
+        )
+        .unwrap();
+        assert_eq!(c.endpoint, "https://acme.table.core.chinacloudapi.cn");
+        assert_eq!(c.base_path(), "");
+    }
+
+    #[test]
+    fn sas_and_explicit_endpoint() {
+        let c = AzureConfig::parse(
+            "TableEndpoint=https://acme.table.core.windows.net/;SharedAccessSignature=?sv=2019&sig=abc",
+        )
+        .unwrap();
+        assert_eq!(c.account, "acme");
+        assert!(matches!(&c.credentials, Credentials::Sas(s) if s == "sv=2019&sig=abc"));
+    }
+
+    #[test]
+    fn errors_name_the_key_not_the_secret() {
+        let e = AzureConfig::parse("AccountName=a;AccountKey=not*base64!").unwrap_err();
+        assert_eq!(e.to_string(), "connection string value of AccountKey is invalid: not base64");
+        let e = AzureConfig::parse("AccountName=a;Colour=blue;AccountKey=a2V5").unwrap_err();
+        assert_eq!(e, ConfigError::UnknownKey("Colour".into()));
+        assert_eq!(
+            AzureConfig::parse("AccountName=a").unwrap_err(),
+            ConfigError::Missing("AccountKey or SharedAccessSignature")
+        );
+        let c = AzureConfig::parse("AccountName=a;AccountKey=c2VjcmV0a2V5").unwrap();
+        let shown = format!("{c:?} {c}");
+        assert!(!shown.contains("c2VjcmV0a2V5") && !shown.contains("secretkey"), "{shown}");
+    }
+
+    #[test]
+    fn tablesql_keys() {
+        let c = AzureConfig::parse(
+            "UseDevelopmentStorage=true;AuthScheme=SharedKeyLite;MaxRetries=2;RetryDelayMs=10;RetryMinMs=1;RetryMaxMs=50;MaxConnections=4",
+        )
+        .unwrap();
+        assert!(matches!(c.credentials, Credentials::SharedKey { lite: true, .. }));
+        assert_eq!(c.retry.max_retries, 2);
+        assert_eq!(c.retry.delay, Duration::from_millis(10));
+        assert_eq!(c.max_connections, 4);
+    }
+}

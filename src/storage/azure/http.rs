@@ -1,0 +1,369 @@
+//! One HTTP exchange with the Table service: build, sign, send, retry what is
+//! worth retrying, and read the service's error answer. Requests in flight are
+//! bounded by a semaphore, which bounds open connections too.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use backon::Retryable as _;
+use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
+use reqwest::Method;
+use tokio::sync::Semaphore;
+
+use super::auth::{SignedParts, authorization};
+use super::config::{AzureConfig, Credentials};
+use super::retry::{is_retryable_status, parse_retry_after};
+
+/// The REST API version this client speaks.
+pub const API_VERSION: &str = "2019-02-02";
+/// What every request accepts back.
+pub const ACCEPT_JSON: &str = "application/json;odata=minimalmetadata";
+
+/// Everything but RFC 3986's unreserved characters is escaped.
+const COMPONENT: &AsciiSet = &NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'~');
+
+/// Percent-encodes a URL path segment or query value.
+pub fn encode(s: &str) -> String {
+    utf8_percent_encode(s, COMPONENT).to_string()
+}
+
+/// A request relative to the account's endpoint.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub method: Method,
+    /// Already encoded, starting with `/`: `/Tables`, `/T(PartitionKey='a',RowKey='b')`.
+    pub path: String,
+    /// Query parameters, not yet encoded.
+    pub query: Vec<(&'static str, String)>,
+    pub headers: Vec<(HeaderName, String)>,
+    /// Content type and bytes.
+    pub body: Option<(String, Vec<u8>)>,
+}
+
+impl Request {
+    pub fn new(method: Method, path: impl Into<String>) -> Self {
+        Self {
+            method,
+            path: path.into(),
+            query: Vec::new(),
+            headers: Vec::new(),
+            body: None,
+        }
+    }
+
+    pub fn query(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.query.push((name, value.into()));
+        self
+    }
+
+    pub fn header(mut self, name: &'static str, value: impl Into<String>) -> Self {
+        self.headers
+            .push((HeaderName::from_static(name), value.into()));
+        self
+    }
+
+    /// A JSON body; with `ascii`, every non-ASCII character as a `\\u` escape.
+    pub fn json(mut self, body: &serde_json::Value, ascii: bool) -> Self {
+        let mut text = body.to_string();
+        if ascii {
+            text = ascii_json(&text);
+        }
+        self.body = Some(("application/json".into(), text.into_bytes()));
+        self
+    }
+}
+
+/// A whole answer.
+#[derive(Debug)]
+pub struct Response {
+    pub headers: HeaderMap,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).and_then(|v| v.to_str().ok())
+    }
+}
+
+/// Why an attempt failed.
+#[derive(Debug, Clone)]
+pub enum Failure {
+    /// The service answered with an error status.
+    Status {
+        status: u16,
+        code: String,
+        message: String,
+        retry_after: Option<Duration>,
+    },
+    /// No answer: refused, reset, or timed out. The text holds no URL.
+    Transport(String),
+}
+
+impl Failure {
+    fn is_retryable(&self) -> bool {
+        match self {
+            Failure::Status { status, .. } => is_retryable_status(*status),
+            Failure::Transport(_) => true,
+        }
+    }
+
+    /// Whether the service may have applied the request despite this answer.
+    fn may_have_applied(&self) -> bool {
+        match self {
+            // 503 (ServerBusy) and 429 refuse work before doing it.
+            Failure::Status { status, .. } => !matches!(status, 503 | 429),
+            Failure::Transport(_) => true,
+        }
+    }
+}
+
+/// The failure of a request after its retries.
+#[derive(Debug, Clone)]
+pub struct SendError {
+    pub failure: Failure,
+    /// Attempts made, the first included.
+    pub attempts: u32,
+    /// Whether an earlier attempt may have been applied before its answer was lost.
+    pub answer_lost: bool,
+}
+
+/// Counters of one client, for tests and benchmarks.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct ClientStats {
+    /// HTTP requests sent, retries included.
+    pub requests: u64,
+    /// Retries made.
+    pub retries: u64,
+}
+
+/// The HTTP client of one store.
+#[derive(Debug)]
+pub struct Client {
+    http: reqwest::Client,
+    config: AzureConfig,
+    permits: Semaphore,
+    requests: AtomicU64,
+    retries: AtomicU64,
+}
+
+impl Client {
+    pub fn new(config: AzureConfig) -> Result<Self, String> {
+        let http = reqwest::Client::builder()
+            .tcp_nodelay(true)
+            .pool_max_idle_per_host(config.max_connections)
+            .pool_idle_timeout(Duration::from_secs(30))
+            .timeout(config.request_timeout)
+            .connect_timeout(Duration::from_secs(10))
+            .build()
+            .map_err(|e| e.without_url().to_string())?;
+        Ok(Self {
+            http,
+            permits: Semaphore::new(config.max_connections),
+            config,
+            requests: AtomicU64::new(0),
+            retries: AtomicU64::new(0),
+        })
+    }
+
+    pub fn config(&self) -> &AzureConfig {
+        &self.config
+    }
+
+    pub fn stats(&self) -> ClientStats {
+        ClientStats {
+            requests: self.requests.load(Ordering::Relaxed),
+            retries: self.retries.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Sends a request, retrying transient failures per the retry policy.
+    /// Any answer the service gives that is not a success is an error.
+    pub async fn send(&self, req: &Request) -> Result<Response, SendError> {
+        let mut attempts = 0u32;
+        let mut answer_lost = false;
+        let result = (|| {
+            attempts += 1;
+            self.attempt(req)
+        })
+        .retry(self.config.retry.backoff())
+        .sleep(tokio::time::sleep)
+        .when(Failure::is_retryable)
+        .adjust(|failure, wait| match (failure, wait) {
+            (Failure::Status { retry_after: Some(after), .. }, Some(wait)) => {
+                Some(wait.max(*after))
+            }
+            (_, wait) => wait,
+        })
+        .notify(|failure, _| {
+            answer_lost |= failure.may_have_applied();
+            self.retries.fetch_add(1, Ordering::Relaxed);
+        })
+        .await;
+        result.map_err(|failure| SendError {
+            failure,
+            attempts,
+            answer_lost,
+        })
+    }
+
+    async fn attempt(&self, req: &Request) -> Result<Response, Failure> {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| Failure::Transport("client closed".into()))?;
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        let built = self.build(req).map_err(Failure::Transport)?;
+        let resp = self
+            .http
+            .execute(built)
+            .await
+            .map_err(|e| Failure::Transport(e.without_url().to_string()))?;
+        let status = resp.status();
+        let headers = resp.headers().clone();
+        let body = resp
+            .bytes()
+            .await
+            .map_err(|e| Failure::Transport(e.without_url().to_string()))?
+            .to_vec();
+        if status.is_success() {
+            return Ok(Response {
+                headers,
+                body,
+            });
+        }
+        let (code, message) = parse_error(&headers, &body);
+        Err(Failure::Status {
+            status: status.as_u16(),
+            code,
+            message,
+            retry_after: headers
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_retry_after),
+        })
+    }
+
+    /// The full URL, headers and signature of a request, stamped now.
+    fn build(&self, req: &Request) -> Result<reqwest::Request, String> {
+        let path = format!("{}{}", self.config.base_path(), req.path);
+        let mut url = format!("{}{}", self.config.endpoint, req.path);
+        let mut sep = '?';
+        for (name, value) in &req.query {
+            url.push(sep);
+            url.push_str(name);
+            url.push('=');
+            url.push_str(&encode(value));
+            sep = '&';
+        }
+        if let Credentials::Sas(sas) = &self.config.credentials {
+            url.push(sep);
+            url.push_str(sas);
+        }
+        let url = reqwest::Url::parse(&url).map_err(|e| format!("invalid request URL: {e}"))?;
+        let date = chrono::Utc::now()
+            .format("%a, %d %b %Y %H:%M:%S GMT")
+            .to_string();
+        let mut builder = self
+            .http
+            .request(req.method.clone(), url)
+            .header("x-ms-version", API_VERSION)
+            .header("x-ms-date", &date)
+            .header("Accept", ACCEPT_JSON)
+            .header("DataServiceVersion", "3.0;NetFx")
+            .header("MaxDataServiceVersion", "3.0;NetFx");
+        for (name, value) in &req.headers {
+            let value = HeaderValue::from_str(value).map_err(|_| "invalid header value")?;
+            builder = builder.header(name, value);
+        }
+        let content_type = req.body.as_ref().map_or("", |(t, _)| t.as_str());
+        if let Credentials::SharedKey { key, lite } = &self.config.credentials {
+            let parts = SignedParts {
+                method: req.method.as_str(),
+                content_md5: "",
+                content_type,
+                date: &date,
+                path: &path,
+                comp: req
+                    .query
+                    .iter()
+                    .find(|(n, _)| *n == "comp")
+                    .map(|(_, v)| v.as_str()),
+            };
+            builder = builder.header(
+                "Authorization",
+                authorization(&self.config.account, key, &parts, *lite),
+            );
+        }
+        if let Some((content_type, bytes)) = &req.body {
+            builder = builder
+                .header("Content-Type", content_type)
+                .body(bytes.clone());
+        }
+        builder.build().map_err(|e| e.without_url().to_string())
+    }
+}
+
+/// JSON text with every non-ASCII character escaped (UTF-16, as JSON escapes
+/// are). Outside strings JSON holds only ASCII, so escaping the whole text is safe.
+pub fn ascii_json(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if c.is_ascii() {
+            out.push(c);
+        } else {
+            let mut units = [0u16; 2];
+            for u in c.encode_utf16(&mut units) {
+                out.push_str(&format!("\\u{u:04x}"));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ascii_json_escapes_as_utf16() {
+        let text = serde_json::json!({ "S": "é\u{10000}\"x" }).to_string();
+        let ascii = super::ascii_json(&text);
+        assert_eq!(ascii, r#"{"S":"\u00e9\ud800\udc00\"x"}"#);
+        let back: serde_json::Value = serde_json::from_str(&ascii).unwrap();
+        assert_eq!(back.to_string(), text);
+    }
+}
+
+/// The error code and message of an error answer: `odata.error` JSON, the
+/// XML `<Error>` form, or the `x-ms-error-code` header.
+pub fn parse_error(headers: &HeaderMap, body: &[u8]) -> (String, String) {
+    let header_code = headers
+        .get("x-ms-error-code")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Ok(json) = serde_json::from_slice::<serde_json::Value>(body)
+        && let Some(err) = json.get("odata.error")
+    {
+        let code = err.get("code").and_then(|c| c.as_str()).map(str::to_owned);
+        let message = err
+            .pointer("/message/value")
+            .and_then(|m| m.as_str())
+            .unwrap_or("")
+            .to_owned();
+        return (code.or(header_code).unwrap_or_default(), message);
+    }
+    let text = String::from_utf8_lossy(body);
+    let between = |open: &str, close: &str| {
+        let start = text.find(open)? + open.len();
+        let end = text[start..].find(close)? + start;
+        Some(text[start..end].to_owned())
+    };
+    let code = between("<Code>", "</Code>").or(header_code).unwrap_or_default();
+    let message = between("<Message>", "</Message>").unwrap_or_default();
+    (code, message)
+}

@@ -1,0 +1,553 @@
+//! The Azure backend: the `TableStore` trait over the Azure Table REST API
+//! (Azure Storage, Cosmos DB Table, Azurite), JSON with minimal metadata.
+//!
+//! Every limit of the model is checked here before a request leaves, since
+//! some services (Azurite) accept what Azure refuses; and every query answer is
+//! filtered again on the client, so a filter the service evaluates differently
+//! or only in part still gives this model's answer.
+
+mod auth;
+mod batch;
+pub mod config;
+mod filter_text;
+mod http;
+pub mod retry;
+
+use std::collections::HashMap;
+
+use async_trait::async_trait;
+use base64::Engine as _;
+use base64::engine::general_purpose::{STANDARD, URL_SAFE};
+use reqwest::Method;
+use serde_json::Value;
+use tokio::sync::Mutex;
+
+use super::entity::StoredEntity;
+use super::error::{InvalidInput, Result, StorageError};
+use super::key::{PartitionKey, RowKey};
+use super::odata::{entity_body, entity_from_json};
+use super::query::{ContinuationToken, MAX_PAGE, Page, Query, ServiceToken};
+use super::table_name::TableName;
+use super::write::{WriteOp, WriteOutcome, validate_batch};
+use super::TableStore;
+
+pub use config::{AzureConfig, ConfigError, Credentials};
+pub use http::ClientStats;
+pub use retry::RetryPolicy;
+
+use http::{Client, Failure, Request, SendError, encode};
+
+/// A `TableStore` on one storage account of the Azure Table service.
+#[derive(Debug)]
+pub struct AzureStore {
+    client: Client,
+    scan_budget: usize,
+    /// On an emulator only: table names as created, by folded name. Azure
+    /// resolves table names ignoring case; Azurite does not, so the client does.
+    names: Option<Mutex<HashMap<String, TableName>>>,
+}
+
+impl AzureStore {
+    /// A store on the account a configuration names. Nothing is sent yet.
+    pub fn new(config: AzureConfig) -> Result<Self> {
+        let names = config.emulator.then(Mutex::default);
+        let client = Client::new(config).map_err(StorageError::Protocol)?;
+        Ok(Self {
+            client,
+            scan_budget: MAX_PAGE,
+            names,
+        })
+    }
+
+    /// Examines at most `n` entities per page when `n` is below a page: the
+    /// store then asks the service for pages of `n` entities by key only and
+    /// applies the property filter itself, so one page costs one bounded
+    /// request (a page may then be empty and still carry a token).
+    pub fn with_scan_budget(mut self, n: usize) -> Self {
+        self.scan_budget = n.max(1);
+        self
+    }
+
+    /// Requests and retries so far.
+    pub fn stats(&self) -> ClientStats {
+        self.client.stats()
+    }
+
+    /// The account's configuration.
+    pub fn config(&self) -> &AzureConfig {
+        self.client.config()
+    }
+
+    /// The table's name as the service knows it (see `names`).
+    async fn resolve(&self, table: &TableName) -> Result<TableName> {
+        let Some(names) = &self.names else {
+            return Ok(table.clone());
+        };
+        let mut names = names.lock().await;
+        if !names.contains_key(&table.folded()) {
+            *names = self
+                .list_names()
+                .await?
+                .into_iter()
+                .map(|n| (n.folded(), n))
+                .collect();
+        }
+        Ok(names.get(&table.folded()).unwrap_or(table).clone())
+    }
+
+    /// Notes a created (`Some`) or deleted (`None`) table in `names`.
+    async fn remember(&self, table: &TableName, created: bool) {
+        if let Some(names) = &self.names {
+            let mut names = names.lock().await;
+            if created {
+                names.insert(table.folded(), table.clone());
+            } else {
+                names.remove(&table.folded());
+            }
+        }
+    }
+
+    async fn list_names(&self) -> Result<Vec<TableName>> {
+        let mut names = Vec::new();
+        let mut next: Option<String> = None;
+        loop {
+            let mut req = Request::new(Method::GET, "/Tables");
+            if let Some(n) = &next {
+                req = req.query("NextTableName", n.clone());
+            }
+            let ctx = Ctx {
+                table: "Tables",
+                keys: None,
+            };
+            let resp = self.send(req, ctx).await?;
+            let json: Value = parse_json(&resp.body)?;
+            for t in json["value"].as_array().into_iter().flatten() {
+                let name = t["TableName"]
+                    .as_str()
+                    .ok_or_else(|| StorageError::Protocol("a table without a name".into()))?;
+                names.push(TableName::new(name).map_err(|e| StorageError::Protocol(e.to_string()))?);
+            }
+            next = resp.header("x-ms-continuation-nexttablename").map(str::to_owned);
+            if next.is_none() {
+                return Ok(names);
+            }
+        }
+    }
+
+    async fn send(&self, req: Request, ctx: Ctx<'_>) -> Result<http::Response> {
+        self.client.send(&req).await.map_err(|e| map_error(e, &ctx))
+    }
+
+    async fn write_one(&self, table: &TableName, mut op: WriteOp) -> Result<WriteOutcome> {
+        validate_batch(std::slice::from_mut(&mut op)).map_err(|e| match e {
+            StorageError::Batch { source, .. } => *source,
+            other => other,
+        })?;
+        let (pk, rk) = op.keys();
+        let ctx = Ctx::entity(table, pk, rk);
+        let entity_path = entity_path(table, pk, rk);
+        let merge = || Method::from_bytes(b"MERGE").unwrap_or(Method::PATCH);
+        let ascii = self.client.config().emulator;
+        let req = match &op {
+            WriteOp::Insert(e) => Request::new(Method::POST, format!("/{table}"))
+                .header("prefer", "return-no-content")
+                .json(&entity_body(e), ascii),
+            WriteOp::Update(e, m) => Request::new(Method::PUT, entity_path)
+                .header("if-match", batch::if_match_text(m))
+                .json(&entity_body(e), ascii),
+            WriteOp::Merge(e, m) => Request::new(merge(), entity_path)
+                .header("if-match", batch::if_match_text(m))
+                .json(&entity_body(e), ascii),
+            WriteOp::Delete { if_match, .. } => Request::new(Method::DELETE, entity_path)
+                .header("if-match", batch::if_match_text(if_match)),
+            WriteOp::InsertOrReplace(e) => {
+                Request::new(Method::PUT, entity_path).json(&entity_body(e), ascii)
+            }
+            WriteOp::InsertOrMerge(e) => Request::new(merge(), entity_path).json(&entity_body(e), ascii),
+        };
+        let resp = self.send(req, ctx).await?;
+        Ok(WriteOutcome {
+            etag: match op {
+                WriteOp::Delete { .. } => None,
+                _ => Some(super::ETag::from_wire(resp.header("etag").ok_or_else(
+                    || StorageError::Protocol("a write answer without an ETag".into()),
+                )?)),
+            },
+        })
+    }
+}
+
+/// What a request was about, to turn the service's error codes into ours.
+#[derive(Debug, Clone, Copy)]
+struct Ctx<'a> {
+    table: &'a str,
+    keys: Option<(&'a PartitionKey, &'a RowKey)>,
+}
+
+impl<'a> Ctx<'a> {
+    fn table(table: &'a TableName) -> Self {
+        Self {
+            table: table.as_str(),
+            keys: None,
+        }
+    }
+
+    fn entity(table: &'a TableName, pk: &'a PartitionKey, rk: &'a RowKey) -> Self {
+        Self {
+            table: table.as_str(),
+            keys: Some((pk, rk)),
+        }
+    }
+}
+
+/// The error of a request that failed after its retries.
+fn map_error(err: SendError, ctx: &Ctx<'_>) -> StorageError {
+    let (status, code, message) = match &err.failure {
+        Failure::Transport(detail) => {
+            return StorageError::Unavailable {
+                attempts: err.attempts,
+                detail: detail.clone(),
+            };
+        }
+        Failure::Status {
+            status,
+            code,
+            message,
+            ..
+        } => (*status, code.as_str(), message.as_str()),
+    };
+    if retry::is_retryable_status(status) || matches!(code, "ServerBusy" | "OperationTimedOut") {
+        return StorageError::Unavailable {
+            attempts: err.attempts,
+            detail: format!("{status} {code}: {}", first_line(message)),
+        };
+    }
+    let mapped = map_status(status, code, message, ctx);
+    let conflict = matches!(
+        mapped,
+        StorageError::EntityAlreadyExists { .. }
+            | StorageError::PreconditionFailed { .. }
+            | StorageError::EntityNotFound { .. }
+            | StorageError::TableAlreadyExists(_)
+            | StorageError::TableNotFound(_)
+            | StorageError::Batch { .. }
+    );
+    if err.answer_lost && conflict {
+        StorageError::AmbiguousRetry {
+            attempts: err.attempts,
+            source: Box::new(mapped),
+        }
+    } else {
+        mapped
+    }
+}
+
+/// The service's error codes as the model's errors.
+fn map_status(status: u16, code: &str, message: &str, ctx: &Ctx<'_>) -> StorageError {
+    let table = ctx.table.to_owned();
+    let (partition_key, row_key) = ctx.keys.map_or((String::new(), String::new()), |(p, r)| {
+        (p.as_str().to_owned(), r.as_str().to_owned())
+    });
+    let message = first_line(message).to_owned();
+    match code {
+        "TableNotFound" => StorageError::TableNotFound(table),
+        "ResourceNotFound" | "EntityNotFound" if ctx.keys.is_some() => {
+            StorageError::EntityNotFound {
+                partition_key,
+                row_key,
+            }
+        }
+        "ResourceNotFound" => StorageError::TableNotFound(table),
+        "TableAlreadyExists" => StorageError::TableAlreadyExists(table),
+        "EntityAlreadyExists" => StorageError::EntityAlreadyExists {
+            partition_key,
+            row_key,
+        },
+        "TableBeingDeleted" => StorageError::TableBeingDeleted(table),
+        _ if status == 412 => StorageError::PreconditionFailed {
+            partition_key,
+            row_key,
+        },
+        _ if status == 401 || status == 403 => StorageError::Unauthorized {
+            code: code.to_owned(),
+            message,
+        },
+        _ if status == 400 || status == 413 => InvalidInput::Rejected {
+            code: code.to_owned(),
+            message,
+        }
+        .into(),
+        _ => StorageError::Service {
+            status,
+            code: code.to_owned(),
+            message,
+        },
+    }
+}
+
+/// The service's messages end with request ids and times; the first line says it.
+fn first_line(message: &str) -> &str {
+    message.lines().next().unwrap_or("")
+}
+
+/// `/T(PartitionKey='p',RowKey='r')`, quotes doubled, then percent-encoded.
+fn entity_path(table: &TableName, pk: &PartitionKey, rk: &RowKey) -> String {
+    let key = |k: &str| encode(&k.replace('\'', "''"));
+    format!(
+        "/{table}(PartitionKey='{}',RowKey='{}')",
+        key(pk.as_str()),
+        key(rk.as_str())
+    )
+}
+
+/// The key a service's continuation value names, where its form is known:
+/// base64 of the key (Azurite) or `1!<length>!<base64>` (Azure Storage).
+fn decode_service_key(value: &str) -> Option<String> {
+    let b64 = match value.strip_prefix("1!") {
+        Some(rest) => rest.split_once('!')?.1,
+        None => value,
+    };
+    let padded = b64.replace('-', "=");
+    let bytes = STANDARD
+        .decode(&padded)
+        .or_else(|_| URL_SAFE.decode(&padded))
+        .ok()?;
+    String::from_utf8(bytes).ok()
+}
+
+/// The position a page's continuation resumes at. Where the service's values
+/// cannot be read, the last entity the service returned is used: the next
+/// page starts after it, so it is a correct lower bound.
+fn continuation_position(
+    service: &ServiceToken,
+    last_seen: Option<(&PartitionKey, &RowKey)>,
+    previous: Option<&ContinuationToken>,
+) -> (PartitionKey, RowKey) {
+    let pk = decode_service_key(&service.next_partition_key).and_then(|k| PartitionKey::new(k).ok());
+    let rk = match &service.next_row_key {
+        None => RowKey::new("").ok(),
+        Some(v) => decode_service_key(v).and_then(|k| RowKey::new(k).ok()),
+    };
+    match (pk, rk, last_seen, previous) {
+        (Some(pk), Some(rk), _, _) => (pk, rk),
+        (_, _, Some((pk, rk)), _) => (pk.clone(), rk.clone()),
+        (_, _, None, Some(t)) => (t.next_partition_key.clone(), t.next_row_key.clone()),
+        _ => (PartitionKey::default(), RowKey::default()),
+    }
+}
+
+#[async_trait]
+impl TableStore for AzureStore {
+    async fn create_table(&self, table: &TableName) -> Result<()> {
+        if self.names.is_some() && self.resolve(table).await?.as_str() != table.as_str() {
+            return Err(StorageError::TableAlreadyExists(table.as_str().to_owned()));
+        }
+        let body = serde_json::json!({ "TableName": table.as_str() });
+        let req = Request::new(Method::POST, "/Tables")
+            .header("prefer", "return-no-content")
+            .json(&body, false);
+        self.send(req, Ctx::table(table)).await?;
+        self.remember(table, true).await;
+        Ok(())
+    }
+
+    async fn delete_table(&self, table: &TableName) -> Result<()> {
+        let table = &self.resolve(table).await?;
+        let req = Request::new(Method::DELETE, format!("/Tables('{table}')"));
+        self.send(req, Ctx::table(table)).await?;
+        self.remember(table, false).await;
+        Ok(())
+    }
+
+    async fn list_tables(&self) -> Result<Vec<TableName>> {
+        let mut names = self.list_names().await?;
+        names.sort_by_key(|n| n.folded());
+        Ok(names)
+    }
+
+    async fn get(
+        &self,
+        table: &TableName,
+        partition_key: &PartitionKey,
+        row_key: &RowKey,
+    ) -> Result<Option<StoredEntity>> {
+        let table = &self.resolve(table).await?;
+        let req = Request::new(Method::GET, entity_path(table, partition_key, row_key));
+        match self.send(req, Ctx::entity(table, partition_key, row_key)).await {
+            Ok(resp) => {
+                let json = parse_json(&resp.body)?;
+                let obj = json
+                    .as_object()
+                    .ok_or_else(|| StorageError::Protocol("an entity that is not an object".into()))?;
+                entity_from_json(obj, resp.header("etag"))
+                    .map(Some)
+                    .map_err(|e| StorageError::Protocol(e.to_string()))
+            }
+            Err(StorageError::EntityNotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    async fn query(
+        &self,
+        table: &TableName,
+        query: &Query,
+        continuation: Option<&ContinuationToken>,
+    ) -> Result<Page> {
+        let page_size = query.page_size()?;
+        let table = &self.resolve(table).await?;
+        let budgeted = self.scan_budget < page_size;
+        let top = page_size.min(self.scan_budget);
+        // A token of another store names only a key: resume by key filter.
+        let resume = continuation
+            .filter(|t| t.service.is_none())
+            .map(|t| (&t.next_partition_key, &t.next_row_key));
+        let mut req = Request::new(Method::GET, format!("/{table}()")).query("$top", top.to_string());
+        if let Some(f) = filter_text::query_filter(query, !budgeted, resume) {
+            req = req.query("$filter", f);
+        }
+        if let Some(names) = query.needed_properties() {
+            let mut select = vec!["PartitionKey", "RowKey", "Timestamp"];
+            select.extend(names.iter().map(String::as_str));
+            req = req.query("$select", select.join(","));
+        }
+        if let Some(ServiceToken {
+            next_partition_key,
+            next_row_key,
+        }) = continuation.and_then(|t| t.service.as_ref())
+        {
+            req = req.query("NextPartitionKey", next_partition_key.clone());
+            if let Some(rk) = next_row_key {
+                req = req.query("NextRowKey", rk.clone());
+            }
+        }
+        let resp = self.send(req, Ctx::table(table)).await?;
+        let json = parse_json(&resp.body)?;
+        let mut page = Page::default();
+        let mut last_seen = None;
+        for item in json["value"].as_array().into_iter().flatten() {
+            let obj = item
+                .as_object()
+                .ok_or_else(|| StorageError::Protocol("an entity that is not an object".into()))?;
+            let mut e =
+                entity_from_json(obj, None).map_err(|e| StorageError::Protocol(e.to_string()))?;
+            last_seen = Some((e.partition_key().clone(), e.row_key().clone()));
+            let in_range = query.partitions.contains(e.partition_key())
+                && query.rows.contains(e.row_key());
+            if in_range && query.passes(&e) {
+                query.project(&mut e.entity.properties);
+                page.entities.push(e);
+            }
+        }
+        if let Some(next_pk) = resp.header("x-ms-continuation-nextpartitionkey") {
+            let service = ServiceToken {
+                next_partition_key: next_pk.to_owned(),
+                next_row_key: resp
+                    .header("x-ms-continuation-nextrowkey")
+                    .map(str::to_owned),
+            };
+            let (pk, rk) = continuation_position(
+                &service,
+                last_seen.as_ref().map(|(p, r)| (p, r)),
+                continuation,
+            );
+            let mut token = ContinuationToken::at(pk, rk);
+            token.service = Some(service);
+            page.continuation = Some(token);
+        }
+        Ok(page)
+    }
+
+    async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
+        let table = &self.resolve(table).await?;
+        self.write_one(table, op).await
+    }
+
+    async fn execute_batch(
+        &self,
+        table: &TableName,
+        mut ops: Vec<WriteOp>,
+    ) -> Result<Vec<WriteOutcome>> {
+        validate_batch(&mut ops)?;
+        let table = &self.resolve(table).await?;
+        let table_url = format!("{}/{table}", self.client.config().endpoint);
+        let entity_url = |op: &WriteOp| {
+            let (pk, rk) = op.keys();
+            format!("{}{}", self.client.config().endpoint, entity_path(table, pk, rk))
+        };
+        let ascii = self.client.config().emulator;
+        let (content_type, body) = batch::encode(&table_url, entity_url, &ops, ascii);
+        let mut req = Request::new(Method::POST, "/$batch");
+        req.body = Some((content_type, body));
+        let resp = self.send(req, Ctx::table(table)).await?;
+        let text = String::from_utf8_lossy(&resp.body);
+        let parts = batch::decode(&text).map_err(StorageError::Protocol)?;
+        if let Some(failed) = parts.iter().find(|p| p.status >= 300) {
+            let index = failed.index.unwrap_or(0).min(ops.len() - 1);
+            let (pk, rk) = ops[index].keys();
+            let (code, message) =
+                http::parse_error(&reqwest::header::HeaderMap::new(), failed.body.as_bytes());
+            let source = map_status(failed.status, &code, &message, &Ctx::entity(table, pk, rk));
+            if let StorageError::TableNotFound(_) = source {
+                // A fault of the batch as a whole, not of one operation.
+                return Err(source);
+            }
+            return Err(StorageError::Batch {
+                index,
+                source: Box::new(source),
+            });
+        }
+        if parts.len() != ops.len() {
+            return Err(StorageError::Protocol(format!(
+                "{} answers to a batch of {} operations",
+                parts.len(),
+                ops.len()
+            )));
+        }
+        ops.iter()
+            .zip(parts)
+            .map(|(op, part)| match op {
+                WriteOp::Delete { .. } => Ok(WriteOutcome { etag: None }),
+                _ => part
+                    .etag
+                    .map(|e| WriteOutcome {
+                        etag: Some(super::ETag::from_wire(e)),
+                    })
+                    .ok_or_else(|| StorageError::Protocol("a batch answer without an ETag".into())),
+            })
+            .collect()
+    }
+}
+
+fn parse_json(body: &[u8]) -> Result<Value> {
+    serde_json::from_slice(body).map_err(|e| StorageError::Protocol(format!("invalid JSON: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn entity_paths_escape_quotes_and_reserved_characters() {
+        let t = TableName::new("Tab").unwrap();
+        let p = PartitionKey::new("it's a/b").unwrap_or_else(|_| PartitionKey::new("it's a").unwrap());
+        let r = RowKey::new("é%").unwrap();
+        assert_eq!(
+            entity_path(&t, &p, &r),
+            "/Tab(PartitionKey='it%27%27s%20a',RowKey='%C3%A9%25')"
+        );
+    }
+
+    #[test]
+    fn service_continuations_decode_where_known() {
+        assert_eq!(decode_service_key("cDE=").as_deref(), Some("p1"));
+        assert_eq!(decode_service_key("1!8!cDE-").as_deref(), Some("p1"));
+        let s = ServiceToken {
+            next_partition_key: "!!opaque".into(),
+            next_row_key: None,
+        };
+        let p = PartitionKey::new("a").unwrap();
+        let r = RowKey::new("b").unwrap();
+        assert_eq!(continuation_position(&s, Some((&p, &r)), None), (p, r));
+    }
+}

@@ -1,0 +1,43 @@
+//! The Azurite emulator the Azure tests run against: `scripts/test` starts it
+//! (through `scripts/azurite start`) and names it in `TABLESQL_TEST_AZURITE`.
+//! Each test takes an account of its own from the pool that script creates,
+//! so tests never see each other's tables.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use tablesql::storage::azure::{AzureConfig, RetryPolicy};
+
+/// Accounts `scripts/azurite start` creates: tsql000 .. tsql399.
+const POOL: usize = 400;
+
+/// The Table endpoint root of the running Azurite, e.g. `http://127.0.0.1:10002`.
+pub fn endpoint() -> Result<String, String> {
+    std::env::var("TABLESQL_TEST_AZURITE").map_err(|_| {
+        "TABLESQL_TEST_AZURITE is not set, so there is no Azurite to test against. \
+         Run the tests with ./scripts/test, which installs Azurite from npm \
+         (scripts/azurite install) and starts it; or start it yourself with \
+         `scripts/azurite start` and set TABLESQL_TEST_AZURITE=http://127.0.0.1:10002"
+            .to_owned()
+    })
+}
+
+/// A fresh, empty account on the running Azurite, with quick retries.
+pub fn fresh_account() -> Result<AzureConfig, String> {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    if n >= POOL {
+        return Err(format!("the Azurite account pool ({POOL}) is used up"));
+    }
+    let account = format!("tsql{n:03}");
+    let mut config = AzureConfig::development(&format!("{}/{account}", endpoint()?))
+        .map_err(|e| e.to_string())?;
+    config.account = account;
+    config.retry = RetryPolicy {
+        max_retries: 6,
+        delay: Duration::from_millis(20),
+        min_delay: Duration::from_millis(5),
+        max_delay: Duration::from_millis(500),
+    };
+    Ok(config)
+}
