@@ -7,6 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use tablesql::storage::azure::{AzureConfig, RetryPolicy};
+use tablesql::storage::{AzureStore, TableStore};
 
 /// Accounts `scripts/azurite start` creates: tsql000 .. tsql399.
 const POOL: usize = 400;
@@ -22,7 +23,9 @@ pub fn endpoint() -> Result<String, String> {
     })
 }
 
-/// A fresh, empty account on the running Azurite, with quick retries.
+/// A fresh, empty account on the running Azurite, with quick retries. The
+/// account is emptied first, in case an earlier run against the same Azurite
+/// used it.
 pub fn fresh_account() -> Result<AzureConfig, String> {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
@@ -39,5 +42,27 @@ pub fn fresh_account() -> Result<AzureConfig, String> {
         min_delay: Duration::from_millis(5),
         max_delay: Duration::from_millis(500),
     };
+    wipe(&config)?;
     Ok(config)
+}
+
+/// Deletes every table of an account. Runs on a thread of its own, since the
+/// fixtures that call it are synchronous functions called inside a runtime.
+fn wipe(config: &AzureConfig) -> Result<(), String> {
+    let config = config.clone();
+    std::thread::spawn(move || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?;
+        runtime.block_on(async {
+            let store = AzureStore::new(config).map_err(|e| e.to_string())?;
+            for t in store.list_tables().await.map_err(|e| e.to_string())? {
+                store.delete_table(&t).await.map_err(|e| e.to_string())?;
+            }
+            Ok(())
+        })
+    })
+    .join()
+    .map_err(|_| "the wiping thread panicked".to_owned())?
 }

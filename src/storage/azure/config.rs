@@ -165,7 +165,7 @@ impl AzureConfig {
         }
         let account = match account {
             Some(a) => a,
-            None => account_from_host(&endpoint).ok_or(ConfigError::Missing("AccountName"))?,
+            None => account_from_endpoint(&endpoint).ok_or(ConfigError::Missing("AccountName"))?,
         };
         let emulator = dev || is_loopback(&endpoint);
         Ok(Self {
@@ -195,11 +195,18 @@ impl AzureConfig {
     }
 }
 
-/// `acct` from `https://acct.table.core.windows.net`.
-fn account_from_host(endpoint: &str) -> Option<String> {
-    let host = endpoint.split_once("://")?.1.split(['/', ':']).next()?;
-    let (first, rest) = host.split_once('.')?;
-    rest.starts_with("table.").then(|| first.to_owned())
+/// `acct` from `https://acct.table.core.windows.net` (host style) or from
+/// `http://127.0.0.1:10002/acct` (path style).
+fn account_from_endpoint(endpoint: &str) -> Option<String> {
+    let rest = endpoint.split_once("://")?.1;
+    let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
+    let host = authority.split(':').next()?;
+    if let Some((first, domain)) = host.split_once('.')
+        && domain.starts_with("table.")
+    {
+        return Some(first.to_owned());
+    }
+    path.split('/').next().filter(|a| !a.is_empty()).map(str::to_owned)
 }
 
 /// Whether an endpoint's host is a loopback address, where emulators run.
@@ -263,6 +270,11 @@ mod tests {
         .unwrap();
         assert_eq!(c.account, "acme");
         assert!(matches!(&c.credentials, Credentials::Sas(s) if s == "sv=2019&sig=abc"));
+        let c = AzureConfig::parse(
+            "TableEndpoint=http://127.0.0.1:10002/emu1;SharedAccessSignature=sig=abc",
+        )
+        .unwrap();
+        assert_eq!((c.account.as_str(), c.base_path()), ("emu1", "/emu1"));
     }
 
     #[test]

@@ -83,6 +83,11 @@ impl Request {
 pub struct Response {
     pub headers: HeaderMap,
     pub body: Vec<u8>,
+    /// An earlier attempt may have been applied before its answer was lost
+    /// (matters where the answer reports a conflict, as a batch's can).
+    pub answer_lost: bool,
+    /// Attempts made, the first included.
+    pub attempts: u32,
 }
 
 impl Response {
@@ -205,11 +210,18 @@ impl Client {
             self.retries.fetch_add(1, Ordering::Relaxed);
         })
         .await;
-        result.map_err(|failure| SendError {
-            failure,
-            attempts,
-            answer_lost,
-        })
+        match result {
+            Ok(mut resp) => {
+                resp.answer_lost = answer_lost;
+                resp.attempts = attempts;
+                Ok(resp)
+            }
+            Err(failure) => Err(SendError {
+                failure,
+                attempts,
+                answer_lost,
+            }),
+        }
     }
 
     async fn attempt(&self, req: &Request) -> Result<Response, Failure> {
@@ -236,6 +248,8 @@ impl Client {
             return Ok(Response {
                 headers,
                 body,
+                answer_lost: false,
+                attempts: 1,
             });
         }
         let (code, message) = parse_error(&headers, &body);

@@ -6,7 +6,7 @@
 //! filtered again on the client, so a filter the service evaluates differently
 //! or only in part still gives this model's answer.
 
-mod auth;
+pub mod auth;
 mod batch;
 pub mod config;
 mod filter_text;
@@ -85,12 +85,12 @@ impl AzureStore {
         };
         let mut names = names.lock().await;
         if !names.contains_key(&table.folded()) {
-            *names = self
-                .list_names()
-                .await?
-                .into_iter()
-                .map(|n| (n.folded(), n))
-                .collect();
+            match self.list_names().await {
+                Ok(listed) => *names = listed.into_iter().map(|n| (n.folded(), n)).collect(),
+                // A table SAS may not list tables: use the name as given.
+                Err(StorageError::Unauthorized { .. }) => return Ok(table.clone()),
+                Err(e) => return Err(e),
+            }
         }
         Ok(names.get(&table.folded()).unwrap_or(table).clone())
     }
@@ -492,9 +492,17 @@ impl TableStore for AzureStore {
                 // A fault of the batch as a whole, not of one operation.
                 return Err(source);
             }
-            return Err(StorageError::Batch {
+            let err = StorageError::Batch {
                 index,
                 source: Box::new(source),
+            };
+            return Err(if resp.answer_lost {
+                StorageError::AmbiguousRetry {
+                    attempts: resp.attempts,
+                    source: Box::new(err),
+                }
+            } else {
+                err
             });
         }
         if parts.len() != ops.len() {

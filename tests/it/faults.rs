@@ -1,0 +1,431 @@
+//! Fault injection: a small HTTP proxy on 127.0.0.1 in front of Azurite that
+//! answers a share of requests with 503, 500 or 504, delays some, and drops
+//! connections before or after forwarding (a lost answer). Through it, queries
+//! still return exactly the complete answer and batches are applied exactly
+//! once; the retries it took are reported.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use tablesql::storage::azure::AzureConfig;
+use tablesql::storage::{
+    AzureStore, EdmValue, Entity, PartitionKey, Query, RowKey, StorageError, TableName,
+    TableStore, WriteOp,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Mutex;
+
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// What the proxy does with one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fate {
+    Forward,
+    /// Answer with this status without forwarding.
+    Fail(u16),
+    /// Answer 503 with `Retry-After: n` seconds.
+    Busy(u64),
+    /// Wait, then forward.
+    Delay(Duration),
+    /// Close the connection without forwarding.
+    DropBefore,
+    /// Forward, then close the connection without passing the answer on.
+    DropAfter,
+}
+
+/// Faults injected so far, by kind.
+#[derive(Debug, Default)]
+struct Injected {
+    failed: AtomicU64,
+    delayed: AtomicU64,
+    dropped_before: AtomicU64,
+    dropped_after: AtomicU64,
+    forwarded: AtomicU64,
+}
+
+type Decide = Box<dyn FnMut(&str) -> Fate + Send>;
+
+/// The proxy: listens on 127.0.0.1, port 0, and forwards to `upstream`.
+struct Proxy {
+    addr: std::net::SocketAddr,
+    injected: Arc<Injected>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl Proxy {
+    async fn start(upstream: String, decide: Decide) -> TestResult<Proxy> {
+        let listener = TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let injected = Arc::new(Injected::default());
+        let decide = Arc::new(Mutex::new(decide));
+        let counts = injected.clone();
+        let task = tokio::spawn(async move {
+            while let Ok((client, _)) = listener.accept().await {
+                let (decide, counts, upstream) = (decide.clone(), counts.clone(), upstream.clone());
+                tokio::spawn(async move {
+                    let _ = serve(client, &upstream, &decide, &counts).await;
+                });
+            }
+        });
+        Ok(Proxy {
+            addr,
+            injected,
+            task,
+        })
+    }
+
+    /// An Azure configuration for `account` on Azurite, through this proxy.
+    fn config(&self, account: &AzureConfig) -> AzureConfig {
+        let mut config = account.clone();
+        let path = account.base_path().to_owned();
+        config.endpoint = format!("http://{}{path}", self.addr);
+        config
+    }
+}
+
+/// Serves the requests of one client connection until it closes.
+async fn serve(
+    mut client: TcpStream,
+    upstream: &str,
+    decide: &Mutex<Decide>,
+    counts: &Injected,
+) -> TestResult {
+    loop {
+        let Some(request) = read_request(&mut client).await? else {
+            return Ok(());
+        };
+        let first_line = String::from_utf8_lossy(&request)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .to_owned();
+        let fate = (decide.lock().await)(&first_line);
+        match fate {
+            Fate::Fail(_) | Fate::Busy(_) => {
+                counts.failed.fetch_add(1, Ordering::Relaxed);
+                let (status, extra) = match fate {
+                    Fate::Busy(secs) => (503, format!("Retry-After: {secs}\r\n")),
+                    Fate::Fail(status) => (status, String::new()),
+                    _ => unreachable!("matched above"),
+                };
+                let body = format!(
+                    "{{\"odata.error\":{{\"code\":\"Injected{status}\",\"message\":{{\"lang\":\"en-US\",\"value\":\"injected\"}}}}}}"
+                );
+                let answer = format!(
+                    "HTTP/1.1 {status} Injected\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                client.write_all(answer.as_bytes()).await?;
+                continue;
+            }
+            Fate::DropBefore => {
+                counts.dropped_before.fetch_add(1, Ordering::Relaxed);
+                return Ok(());
+            }
+            Fate::Delay(d) => {
+                counts.delayed.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(d).await;
+            }
+            Fate::Forward | Fate::DropAfter => {}
+        }
+        let answer = forward(upstream, &request).await?;
+        if fate == Fate::DropAfter {
+            counts.dropped_after.fetch_add(1, Ordering::Relaxed);
+            return Ok(());
+        }
+        counts.forwarded.fetch_add(1, Ordering::Relaxed);
+        client.write_all(&answer).await?;
+        // The answer says `Connection: close`; the client opens a new one.
+        return Ok(());
+    }
+}
+
+/// Reads one request (head and Content-Length body); `None` at a clean EOF.
+async fn read_request(client: &mut TcpStream) -> TestResult<Option<Vec<u8>>> {
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 16 * 1024];
+    let head_end = loop {
+        if let Some(i) = find(&buf, b"\r\n\r\n") {
+            break i + 4;
+        }
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Ok(None);
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    let head = String::from_utf8_lossy(&buf[..head_end]).to_ascii_lowercase();
+    let length = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .unwrap_or(0);
+    while buf.len() < head_end + length {
+        let n = client.read(&mut chunk).await?;
+        if n == 0 {
+            return Err("client closed mid-request".into());
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    }
+    Ok(Some(buf))
+}
+
+/// Sends a request to Azurite on a connection of its own, marked `Connection:
+/// close`, and returns the whole answer as Azurite sent it.
+async fn forward(upstream: &str, request: &[u8]) -> TestResult<Vec<u8>> {
+    let head_end = find(request, b"\r\n\r\n").ok_or("no head")? + 4;
+    let head = String::from_utf8_lossy(&request[..head_end - 4]);
+    let mut rewritten: String = head
+        .split("\r\n")
+        .filter(|l| !l.to_ascii_lowercase().starts_with("connection:"))
+        .collect::<Vec<_>>()
+        .join("\r\n");
+    rewritten.push_str("\r\nConnection: close\r\n\r\n");
+    let mut server = TcpStream::connect(upstream).await?;
+    server.write_all(rewritten.as_bytes()).await?;
+    server.write_all(&request[head_end..]).await?;
+    let mut answer = Vec::new();
+    server.read_to_end(&mut answer).await?;
+    Ok(answer)
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `127.0.0.1:10002` from the test Azurite's endpoint.
+fn upstream() -> TestResult<String> {
+    let endpoint = crate::azurite::endpoint()?;
+    Ok(endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned())
+}
+
+fn entity(p: &str, r: usize) -> TestResult<Entity> {
+    Ok(Entity::new(PartitionKey::new(p)?, RowKey::new(format!("{r:05}"))?)
+        .with("N", EdmValue::Int32(r as i32))
+        .with("Text", EdmValue::String(format!("row {r} of {p}"))))
+}
+
+/// Random faults: of every 100 requests about 10 get 503, 5 get 500, 5 get
+/// 504, 10 are delayed, 5 are dropped before and 5 after forwarding.
+fn random_faults(seed: u64) -> Decide {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    Box::new(move |_| match rng.random_range(0..100) {
+        0..10 => Fate::Fail(503),
+        10..15 => Fate::Fail(500),
+        15..20 => Fate::Fail(504),
+        20..30 => Fate::Delay(Duration::from_millis(rng.random_range(10..80))),
+        30..35 => Fate::DropBefore,
+        35..40 => Fate::DropAfter,
+        _ => Fate::Forward,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_and_batches_survive_injected_faults() -> TestResult {
+    let account = crate::azurite::fresh_account()?;
+    let direct = AzureStore::new(account.clone())?;
+    let proxy = Proxy::start(upstream()?, random_faults(7)).await?;
+    let mut config = proxy.config(&account);
+    // Enough retries that a run of faults (p ≈ 0.4 each) is survived.
+    config.retry.max_retries = 12;
+    let faulty = AzureStore::new(config)?;
+
+    let t = TableName::new("Faults")?;
+    faulty.create_table(&t).await.or_else(|e| match e {
+        // The create may have landed before its answer was lost.
+        StorageError::AmbiguousRetry { .. } => Ok(()),
+        e => Err(e),
+    })?;
+
+    // 24 batches of 50 inserts over 3 partitions, 4 at a time.
+    let mut expected = Vec::new();
+    let mut batches = Vec::new();
+    for b in 0..24 {
+        let p = format!("part{}", b % 3);
+        let rows: Vec<Entity> = (0..50)
+            .map(|i| entity(&p, b * 50 + i))
+            .collect::<TestResult<_>>()?;
+        expected.extend(rows.iter().cloned());
+        batches.push(rows);
+    }
+    let ambiguous = AtomicU64::new(0);
+    let results = futures::future::join_all(batches.into_iter().map(|rows| {
+        let (faulty, t, ambiguous) = (&faulty, &t, &ambiguous);
+        async move {
+            let ops = rows.into_iter().map(WriteOp::Insert).collect();
+            match faulty.execute_batch(t, ops).await {
+                Ok(_) => Ok(()),
+                // A retry after a lost answer met the batch's own rows:
+                // reported as ambiguous, never as a plain duplicate.
+                Err(StorageError::AmbiguousRetry { source, .. })
+                    if matches!(
+                        source.root(),
+                        StorageError::EntityAlreadyExists { .. }
+                    ) =>
+                {
+                    ambiguous.fetch_add(1, Ordering::Relaxed);
+                    Ok(())
+                }
+                Err(e) => Err(e),
+            }
+        }
+    }))
+    .await;
+    for r in results {
+        r?;
+    }
+
+    // Exactly once: every row present once, with its values, nothing else.
+    let stored = direct.query_all(&t, &Query::all()).await?;
+    assert_eq!(stored.len(), expected.len());
+    let mut want = expected.clone();
+    want.sort_by(|a, b| (&a.partition_key, &a.row_key).cmp(&(&b.partition_key, &b.row_key)));
+    for (got, want) in stored.iter().zip(&want) {
+        assert_eq!(&got.entity, want);
+    }
+
+    // Complete answers through the faults: pages of 70, a filter, point gets.
+    let paged = faulty.query_all(&t, &Query::all().top(70)).await?;
+    assert_eq!(paged, direct.query_all(&t, &Query::all().top(70)).await?);
+    let filter = tablesql::storage::Filter::property(
+        "N",
+        tablesql::storage::CmpOp::Lt,
+        EdmValue::Int32(300),
+    );
+    let filtered = faulty
+        .query_all(&t, &Query::all().filter(filter.clone()))
+        .await?;
+    assert_eq!(filtered.len(), 300);
+    assert_eq!(filtered, direct.query_all(&t, &Query::all().filter(filter)).await?);
+    for r in (0..1200).step_by(97) {
+        let p = PartitionKey::new(format!("part{}", (r / 50) % 3))?;
+        let got = faulty.get(&t, &p, &RowKey::new(format!("{r:05}"))?).await?;
+        assert_eq!(got.map(|e| e.entity), Some(entity(p.as_str(), r)?));
+    }
+
+    let stats = faulty.stats();
+    let inj = &proxy.injected;
+    let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
+    println!(
+        "faults: {} requests, {} retries; injected {} errors, {} delays, {} drops before and {} after forwarding; {} batches reported ambiguous",
+        stats.requests,
+        stats.retries,
+        load(&inj.failed),
+        load(&inj.delayed),
+        load(&inj.dropped_before),
+        load(&inj.dropped_after),
+        load(&ambiguous),
+    );
+    // Every kind of fault happened, and each cost a retry.
+    for (kind, n) in [
+        ("errors", &inj.failed),
+        ("drops before", &inj.dropped_before),
+        ("drops after", &inj.dropped_after),
+        ("delays", &inj.delayed),
+    ] {
+        assert!(load(n) > 0, "no {kind} were injected");
+    }
+    let faults = load(&inj.failed) + load(&inj.dropped_before) + load(&inj.dropped_after);
+    assert_eq!(stats.retries, faults, "one retry per failed attempt");
+    Ok(())
+}
+
+#[tokio::test]
+async fn insert_retried_after_lost_answer_is_reported_as_ambiguous() -> TestResult {
+    let account = crate::azurite::fresh_account()?;
+    let direct = AzureStore::new(account.clone())?;
+    let t = TableName::new("Lost")?;
+    direct.create_table(&t).await?;
+    // Lose the answer to the first insert; forward everything else.
+    let mut lost = false;
+    let decide: Decide = Box::new(move |line| {
+        if line.starts_with("POST") && !lost {
+            lost = true;
+            Fate::DropAfter
+        } else {
+            Fate::Forward
+        }
+    });
+    let proxy = Proxy::start(upstream()?, decide).await?;
+    let faulty = AzureStore::new(proxy.config(&account))?;
+    let e = entity("p", 1)?;
+    let err = faulty
+        .execute(&t, WriteOp::Insert(e.clone()))
+        .await
+        .err()
+        .ok_or("the retried insert met its own first attempt")?;
+    match &err {
+        StorageError::AmbiguousRetry { attempts, source } => {
+            assert_eq!(*attempts, 2);
+            assert!(matches!(**source, StorageError::EntityAlreadyExists { .. }));
+            assert!(err.to_string().contains("may have been applied"), "{err}");
+        }
+        other => panic!("expected AmbiguousRetry, got {other:?}"),
+    }
+    // The first attempt was applied, once.
+    let got = direct.get(&t, &e.partition_key, &e.row_key).await?;
+    assert_eq!(got.map(|s| s.entity), Some(e));
+    // A plain duplicate, with no lost answer, stays a plain duplicate.
+    let again = faulty.execute(&t, WriteOp::Insert(entity("p", 1)?)).await;
+    assert!(matches!(again, Err(StorageError::EntityAlreadyExists { .. })));
+    Ok(())
+}
+
+#[tokio::test]
+async fn errors_that_would_repeat_are_not_retried() -> TestResult {
+    let account = crate::azurite::fresh_account()?;
+    for status in [400u16, 401, 403, 404, 409, 412, 501, 505] {
+        let calls = Arc::new(AtomicU64::new(0));
+        let seen = calls.clone();
+        let decide: Decide = Box::new(move |_| {
+            seen.fetch_add(1, Ordering::Relaxed);
+            Fate::Fail(status)
+        });
+        let proxy = Proxy::start(upstream()?, decide).await?;
+        let store = AzureStore::new(proxy.config(&account))?;
+        assert!(store.list_tables().await.is_err());
+        assert_eq!(calls.load(Ordering::Relaxed), 1, "status {status} was retried");
+        assert_eq!(store.stats().retries, 0);
+    }
+    // And 503 is retried until the policy gives up: 1 + max_retries attempts.
+    let decide: Decide = Box::new(|_| Fate::Fail(503));
+    let proxy = Proxy::start(upstream()?, decide).await?;
+    let mut config = proxy.config(&account);
+    config.retry.max_retries = 3;
+    let store = AzureStore::new(config)?;
+    let err = store.list_tables().await.err().ok_or("503 forever fails")?;
+    assert!(matches!(err, StorageError::Unavailable { attempts: 4, .. }), "{err:?}");
+    assert_eq!(store.stats().retries, 3);
+    Ok(())
+}
+
+#[tokio::test]
+async fn retry_after_is_honoured() -> TestResult {
+    let account = crate::azurite::fresh_account()?;
+    let mut busy = true;
+    let decide: Decide = Box::new(move |_| {
+        if std::mem::take(&mut busy) {
+            Fate::Busy(1)
+        } else {
+            Fate::Forward
+        }
+    });
+    let proxy = Proxy::start(upstream()?, decide).await?;
+    // The policy alone would wait about 25 ms.
+    let store = AzureStore::new(proxy.config(&account))?;
+    let started = std::time::Instant::now();
+    store.list_tables().await?;
+    assert!(started.elapsed() >= Duration::from_secs(1), "{:?}", started.elapsed());
+    assert_eq!(store.stats().retries, 1);
+    Ok(())
+}
