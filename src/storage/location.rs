@@ -98,7 +98,7 @@ mod tests {
             Ok(StoreLocation::Azure(_))
         ));
         assert!(matches!(
-            "s3:bucket".parse::<StoreLocation>(),
+            "ftp:bucket".parse::<StoreLocation>(),
             Err(LocationError::UnknownScheme { .. })
         ));
         assert!(matches!(

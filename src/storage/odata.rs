@@ -24,11 +24,6 @@ pub fn value_to_json(value: &EdmValue) -> (Value, Option<&'static str>) {
         EdmValue::Int32(i) => (Value::from(*i), None),
         // Int64 travels as a string: JSON numbers lose precision past 2^53.
         EdmValue::Int64(i) => (Value::String(i.to_string()), ty),
-        // -0.0 as text: a JSON number -0.0 comes back from Azurite as 0.0
-        // (JavaScript prints -0 as 0); the annotated string keeps the sign.
-        EdmValue::Double(d) if *d == 0.0 && d.is_sign_negative() => {
-            (Value::String("-0.0".into()), ty)
-        }
         EdmValue::Double(d) if d.is_finite() => (Value::from(*d), ty),
         EdmValue::Double(_) | EdmValue::Binary(_) | EdmValue::Guid(_) => {
             (Value::String(value.to_string()), ty)
@@ -70,7 +65,10 @@ pub fn entity_body(e: &Entity) -> Value {
         "PartitionKey".into(),
         Value::String(e.partition_key.as_str().to_owned()),
     );
-    obj.insert("RowKey".into(), Value::String(e.row_key.as_str().to_owned()));
+    obj.insert(
+        "RowKey".into(),
+        Value::String(e.row_key.as_str().to_owned()),
+    );
     for (name, value) in &e.properties {
         let (json, ty) = value_to_json(value);
         if let Some(ty) = ty {
@@ -91,8 +89,8 @@ pub fn entity_from_json(
         Some(Value::String(s)) => Ok(s.as_str()),
         _ => Err(DecodeError(format!("{name} is missing or not a string"))),
     };
-    let partition_key = PartitionKey::new(text("PartitionKey")?)
-        .map_err(|e| DecodeError(e.to_string()))?;
+    let partition_key =
+        PartitionKey::new(text("PartitionKey")?).map_err(|e| DecodeError(e.to_string()))?;
     let row_key = RowKey::new(text("RowKey")?).map_err(|e| DecodeError(e.to_string()))?;
     let timestamp = parse_datetime(text("Timestamp")?)?;
     let etag = match (obj.get("odata.etag"), etag) {
@@ -130,11 +128,12 @@ pub fn entity_from_json(
 pub fn value_from_json(json: &Value, annotation: Option<&str>) -> Result<EdmValue, String> {
     let ty = match annotation {
         None => None,
-        Some(a) => Some(
-            EdmType::from_odata_name(a).ok_or_else(|| format!("unknown type {a:?}"))?,
-        ),
+        Some(a) => Some(EdmType::from_odata_name(a).ok_or_else(|| format!("unknown type {a:?}"))?),
     };
-    let as_text = || json.as_str().ok_or_else(|| format!("expected a string, got {json}"));
+    let as_text = || {
+        json.as_str()
+            .ok_or_else(|| format!("expected a string, got {json}"))
+    };
     Ok(match (ty, json) {
         (None | Some(EdmType::String), Value::String(s)) => EdmValue::String(s.clone()),
         (None | Some(EdmType::Boolean), Value::Bool(b)) => EdmValue::Boolean(*b),
@@ -159,7 +158,9 @@ pub fn value_from_json(json: &Value, annotation: Option<&str>) -> Result<EdmValu
             "NaN" => f64::NAN,
             "Infinity" | "INF" => f64::INFINITY,
             "-Infinity" | "-INF" => f64::NEG_INFINITY,
-            other => other.parse().map_err(|_| format!("{other:?} is not a Double"))?,
+            other => other
+                .parse()
+                .map_err(|_| format!("{other:?} is not a Double"))?,
         }),
         (Some(EdmType::DateTime), _) => {
             EdmValue::DateTime(parse_datetime(as_text()?).map_err(|e| e.0)?)

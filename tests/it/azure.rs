@@ -25,13 +25,17 @@ fn entity(p: &str, r: &str) -> TestResult<Entity> {
 async fn exercise(store: &AzureStore, table: &str) -> TestResult {
     let t = TableName::new(table)?;
     store.create_table(&t).await?;
-    store.execute(&t, WriteOp::Insert(entity("p", "a")?)).await?;
+    store
+        .execute(&t, WriteOp::Insert(entity("p", "a")?))
+        .await?;
     let ops = vec![
         WriteOp::Insert(entity("p", "b")?),
         WriteOp::InsertOrMerge(entity("p", "c")?),
     ];
     store.execute_batch(&t, ops).await?;
-    let got = store.get(&t, &PartitionKey::new("p")?, &RowKey::new("a")?).await?;
+    let got = store
+        .get(&t, &PartitionKey::new("p")?, &RowKey::new("a")?)
+        .await?;
     assert!(got.is_some());
     assert_eq!(store.query_all(&t, &Query::all()).await?.len(), 3);
     Ok(())
@@ -94,10 +98,15 @@ async fn account_and_table_sas() -> TestResult {
     );
     let store = AzureStore::new(AzureConfig::parse(&conn)?)?;
     let t = TableName::new("AccountSas")?;
-    store.execute(&t, WriteOp::Insert(entity("p", "d")?)).await?;
+    store
+        .execute(&t, WriteOp::Insert(entity("p", "d")?))
+        .await?;
     assert_eq!(store.query_all(&t, &Query::all()).await?.len(), 4);
     let err = store.create_table(&TableName::new("Other")?).await;
-    assert!(matches!(err, Err(StorageError::Unauthorized { .. })), "{err:?}");
+    assert!(
+        matches!(err, Err(StorageError::Unauthorized { .. })),
+        "{err:?}"
+    );
     Ok(())
 }
 
@@ -116,7 +125,10 @@ async fn a_wrong_key_is_refused_without_showing_it() -> TestResult {
         .ok_or("a wrong key is refused")?;
     assert!(matches!(err, StorageError::Unauthorized { .. }), "{err:?}");
     let shown = format!("{err} {err:?}");
-    assert!(!shown.contains(&STANDARD.encode(&key)) && !shown.contains("SharedKey "), "{shown}");
+    assert!(
+        !shown.contains(&STANDARD.encode(&key)) && !shown.contains("SharedKey "),
+        "{shown}"
+    );
     Ok(())
 }
 
@@ -126,7 +138,9 @@ async fn raw_insert(config: &AzureConfig, table: &str, body: serde_json::Value) 
     let Credentials::SharedKey { key, .. } = &config.credentials else {
         return Err("Shared Key expected".into());
     };
-    let date = chrono::Utc::now().format("%a, %d %b %Y %H:%M:%S GMT").to_string();
+    let date = chrono::Utc::now()
+        .format("%a, %d %b %Y %H:%M:%S GMT")
+        .to_string();
     let path = format!("{}/{table}", config.base_path());
     let parts = SignedParts {
         method: "POST",
@@ -143,7 +157,10 @@ async fn raw_insert(config: &AzureConfig, table: &str, body: serde_json::Value) 
         .header("Accept", "application/json;odata=minimalmetadata")
         .header("Content-Type", "application/json")
         .header("Prefer", "return-no-content")
-        .header("Authorization", authorization(&config.account, key, &parts, false))
+        .header(
+            "Authorization",
+            authorization(&config.account, key, &parts, false),
+        )
         .body(body.to_string())
         .send()
         .await?;
@@ -165,10 +182,19 @@ async fn limits_azurite_lets_through_are_checked_by_the_client() -> TestResult {
         body[format!("P{i}")] = serde_json::json!(i);
         wide = wide.with(format!("P{i}"), EdmValue::Int32(i));
     }
-    assert_eq!(raw_insert(&config, "Limits", body).await?, 204, "Azurite accepts 300 properties");
+    assert_eq!(
+        raw_insert(&config, "Limits", body).await?,
+        204,
+        "Azurite accepts 300 properties"
+    );
     let before = store.stats().requests;
     let err = store.execute(&t, WriteOp::Insert(wide)).await;
-    assert!(matches!(err, Err(StorageError::Invalid(InvalidInput::TooManyProperties { count: 300 }))));
+    assert!(matches!(
+        err,
+        Err(StorageError::Invalid(InvalidInput::TooManyProperties {
+            count: 300
+        }))
+    ));
 
     // Over 1 MiB by the service's size formula: Azurite stores it too.
     let big = "x".repeat(30_000);
@@ -178,9 +204,16 @@ async fn limits_azurite_lets_through_are_checked_by_the_client() -> TestResult {
         body[format!("S{i}")] = serde_json::json!(big);
         large = large.with(format!("S{i}"), EdmValue::String(big.clone()));
     }
-    assert_eq!(raw_insert(&config, "Limits", body).await?, 204, "Azurite accepts 1.2 MB");
+    assert_eq!(
+        raw_insert(&config, "Limits", body).await?,
+        204,
+        "Azurite accepts 1.2 MB"
+    );
     let err = store.execute(&t, WriteOp::Insert(large)).await;
-    assert!(matches!(err, Err(StorageError::Invalid(InvalidInput::EntityTooLarge { .. }))));
+    assert!(matches!(
+        err,
+        Err(StorageError::Invalid(InvalidInput::EntityTooLarge { .. }))
+    ));
 
     // Cross-partition and 101-operation batches never leave the client.
     let cross = vec![
@@ -188,28 +221,39 @@ async fn limits_azurite_lets_through_are_checked_by_the_client() -> TestResult {
         WriteOp::Insert(entity("b", "1")?),
     ];
     let err = store.execute_batch(&t, cross).await;
-    assert!(matches!(err, Err(StorageError::Batch { index: 1, .. })), "{err:?}");
+    assert!(
+        matches!(err, Err(StorageError::Batch { index: 1, .. })),
+        "{err:?}"
+    );
     let many = (0..101)
         .map(|i| entity("a", &i.to_string()).map(WriteOp::Insert))
         .collect::<TestResult<Vec<_>>>()?;
     let err = store.execute_batch(&t, many).await;
     assert!(matches!(
         err,
-        Err(StorageError::Invalid(InvalidInput::TooManyOperations { count: 101 }))
+        Err(StorageError::Invalid(InvalidInput::TooManyOperations {
+            count: 101
+        }))
     ));
     assert_eq!(store.stats().requests, before, "nothing was sent");
 
     // 20 comparisons: Azure refuses more than 15 in one $filter; the client
     // sends 15 and applies the rest itself, so the answer is still exact.
     let seeded: Vec<WriteOp> = (0..40)
-        .map(|i| Entity::new(PartitionKey::new("q").unwrap(), RowKey::new(format!("{i:02}")).unwrap())
-            .with("N", EdmValue::Int32(i)))
+        .map(|i| {
+            Entity::new(
+                PartitionKey::new("q").unwrap(),
+                RowKey::new(format!("{i:02}")).unwrap(),
+            )
+            .with("N", EdmValue::Int32(i))
+        })
         .map(WriteOp::Insert)
         .collect();
     store.execute_batch(&t, seeded).await?;
-    let filter = (1..20).fold(Filter::property("N", CmpOp::Ne, EdmValue::Int32(0)), |f, i| {
-        f.and(Filter::property("N", CmpOp::Ne, EdmValue::Int32(i)))
-    });
+    let filter = (1..20).fold(
+        Filter::property("N", CmpOp::Ne, EdmValue::Int32(0)),
+        |f, i| f.and(Filter::property("N", CmpOp::Ne, EdmValue::Int32(i))),
+    );
     let q = Query::partition(PartitionKey::new("q")?).filter(filter);
     let got = store.query_all(&t, &q).await?;
     let keys: Vec<&str> = got.iter().map(|e| e.row_key().as_str()).collect();

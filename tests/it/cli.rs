@@ -78,10 +78,20 @@ fn demo_then_tables_and_scan_in_other_processes() -> TestResult {
 #[test]
 fn unknown_store_scheme_and_table_are_clear_errors() -> TestResult {
     let out = Command::new(env!("CARGO_BIN_EXE_tablesql"))
-        .args(["--store", "azure:UseDevelopmentStorage=true", "tables"])
+        .args(["--store", "ftp:example.com", "tables"])
+        .env_remove("TABLESQL_STORE")
         .output()?;
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown store scheme \"azure\""));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown store scheme \"ftp\""));
+    // A bad connection string names the key, never the value (it may be secret).
+    let out = Command::new(env!("CARGO_BIN_EXE_tablesql"))
+        .args(["--store", "azure:AccountName=a;AccountKey=s3cr3t!", "tables"])
+        .env_remove("TABLESQL_STORE")
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(stderr.contains("AccountKey is invalid: not base64"), "{stderr}");
+    assert!(!stderr.contains("s3cr3t"), "{stderr}");
     let dir = tempfile::tempdir()?;
     let out = tablesql(dir.path()).args(["scan", "Nope"]).output()?;
     assert!(!out.status.success());

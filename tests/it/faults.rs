@@ -12,8 +12,8 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tablesql::storage::azure::AzureConfig;
 use tablesql::storage::{
-    AzureStore, EdmValue, Entity, PartitionKey, Query, RowKey, StorageError, TableName,
-    TableStore, WriteOp,
+    AzureStore, EdmValue, Entity, PartitionKey, Query, RowKey, StorageError, TableName, TableStore,
+    WriteOp,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -206,13 +206,18 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 /// `127.0.0.1:10002` from the test Azurite's endpoint.
 fn upstream() -> TestResult<String> {
     let endpoint = crate::azurite::endpoint()?;
-    Ok(endpoint.trim_start_matches("http://").trim_end_matches('/').to_owned())
+    Ok(endpoint
+        .trim_start_matches("http://")
+        .trim_end_matches('/')
+        .to_owned())
 }
 
 fn entity(p: &str, r: usize) -> TestResult<Entity> {
-    Ok(Entity::new(PartitionKey::new(p)?, RowKey::new(format!("{r:05}"))?)
-        .with("N", EdmValue::Int32(r as i32))
-        .with("Text", EdmValue::String(format!("row {r} of {p}"))))
+    Ok(
+        Entity::new(PartitionKey::new(p)?, RowKey::new(format!("{r:05}"))?)
+            .with("N", EdmValue::Int32(r as i32))
+            .with("Text", EdmValue::String(format!("row {r} of {p}"))),
+    )
 }
 
 /// Random faults: of every 100 requests about 10 get 503, 5 get 500, 5 get
@@ -268,10 +273,7 @@ async fn queries_and_batches_survive_injected_faults() -> TestResult {
                 // A retry after a lost answer met the batch's own rows:
                 // reported as ambiguous, never as a plain duplicate.
                 Err(StorageError::AmbiguousRetry { source, .. })
-                    if matches!(
-                        source.root(),
-                        StorageError::EntityAlreadyExists { .. }
-                    ) =>
+                    if matches!(source.root(), StorageError::EntityAlreadyExists { .. }) =>
                 {
                     ambiguous.fetch_add(1, Ordering::Relaxed);
                     Ok(())
@@ -306,7 +308,10 @@ async fn queries_and_batches_survive_injected_faults() -> TestResult {
         .query_all(&t, &Query::all().filter(filter.clone()))
         .await?;
     assert_eq!(filtered.len(), 300);
-    assert_eq!(filtered, direct.query_all(&t, &Query::all().filter(filter)).await?);
+    assert_eq!(
+        filtered,
+        direct.query_all(&t, &Query::all().filter(filter)).await?
+    );
     for r in (0..1200).step_by(97) {
         let p = PartitionKey::new(format!("part{}", (r / 50) % 3))?;
         let got = faulty.get(&t, &p, &RowKey::new(format!("{r:05}"))?).await?;
@@ -377,7 +382,10 @@ async fn insert_retried_after_lost_answer_is_reported_as_ambiguous() -> TestResu
     assert_eq!(got.map(|s| s.entity), Some(e));
     // A plain duplicate, with no lost answer, stays a plain duplicate.
     let again = faulty.execute(&t, WriteOp::Insert(entity("p", 1)?)).await;
-    assert!(matches!(again, Err(StorageError::EntityAlreadyExists { .. })));
+    assert!(matches!(
+        again,
+        Err(StorageError::EntityAlreadyExists { .. })
+    ));
     Ok(())
 }
 
@@ -394,7 +402,11 @@ async fn errors_that_would_repeat_are_not_retried() -> TestResult {
         let proxy = Proxy::start(upstream()?, decide).await?;
         let store = AzureStore::new(proxy.config(&account))?;
         assert!(store.list_tables().await.is_err());
-        assert_eq!(calls.load(Ordering::Relaxed), 1, "status {status} was retried");
+        assert_eq!(
+            calls.load(Ordering::Relaxed),
+            1,
+            "status {status} was retried"
+        );
         assert_eq!(store.stats().retries, 0);
     }
     // And 503 is retried until the policy gives up: 1 + max_retries attempts.
@@ -404,7 +416,10 @@ async fn errors_that_would_repeat_are_not_retried() -> TestResult {
     config.retry.max_retries = 3;
     let store = AzureStore::new(config)?;
     let err = store.list_tables().await.err().ok_or("503 forever fails")?;
-    assert!(matches!(err, StorageError::Unavailable { attempts: 4, .. }), "{err:?}");
+    assert!(
+        matches!(err, StorageError::Unavailable { attempts: 4, .. }),
+        "{err:?}"
+    );
     assert_eq!(store.stats().retries, 3);
     Ok(())
 }
@@ -425,7 +440,11 @@ async fn retry_after_is_honoured() -> TestResult {
     let store = AzureStore::new(proxy.config(&account))?;
     let started = std::time::Instant::now();
     store.list_tables().await?;
-    assert!(started.elapsed() >= Duration::from_secs(1), "{:?}", started.elapsed());
+    assert!(
+        started.elapsed() >= Duration::from_secs(1),
+        "{:?}",
+        started.elapsed()
+    );
     assert_eq!(store.stats().retries, 1);
     Ok(())
 }

@@ -18,9 +18,12 @@ use tablesql::storage::{
 #[derive(Parser)]
 #[command(version, about)]
 struct Cli {
-    /// Where the store lives: a directory for the embedded store (or `embedded:DIR`).
-    #[arg(long, global = true, env = "TABLESQL_STORE", default_value = DEFAULT_LOCATION)]
-    store: StoreLocation,
+    /// Where the store lives: a directory for the embedded store (or `embedded:DIR`),
+    /// or `azure:<connection string>` for Azure Tables (`azure:UseDevelopmentStorage=true`
+    /// is Azurite on 127.0.0.1:10002).
+    // A String, parsed after clap: clap would echo a bad connection string, secret and all.
+    #[arg(long, global = true, env = "TABLESQL_STORE", default_value = DEFAULT_LOCATION, hide_env_values = true)]
+    store: String,
     #[command(subcommand)]
     command: Command,
 }
@@ -63,10 +66,13 @@ enum Command {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let store = cli
+    let location: StoreLocation = cli
         .store
+        .parse()
+        .map_err(|e| anyhow::anyhow!("invalid --store: {e}"))?;
+    let store = location
         .open()
-        .with_context(|| format!("opening the store at {}", cli.store))?;
+        .with_context(|| format!("opening the store at {location}"))?;
     match cli.command {
         Command::Tables => tables(store.as_ref()).await,
         Command::Demo {

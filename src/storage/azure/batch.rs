@@ -103,7 +103,9 @@ pub fn decode(body: &str) -> Result<Vec<PartResponse>, String> {
         let header = |name: &str| {
             head.lines().find_map(|l| {
                 let (n, v) = l.split_once(':')?;
-                n.trim().eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
+                n.trim()
+                    .eq_ignore_ascii_case(name)
+                    .then(|| v.trim().to_owned())
             })
         };
         let content_id = header("Content-ID").and_then(|c| c.parse::<usize>().ok());

@@ -125,7 +125,9 @@ impl AzureConfig {
                     "SharedKeyLite" => lite = true,
                     _ => return Err(bad("expected SharedKey or SharedKeyLite")),
                 },
-                "MaxRetries" => retry.max_retries = v.parse().map_err(|_| bad("expected a count"))?,
+                "MaxRetries" => {
+                    retry.max_retries = v.parse().map_err(|_| bad("expected a count"))?
+                }
                 "RetryDelayMs" => retry.delay = millis(v)?,
                 "RetryMinMs" => retry.min_delay = millis(v)?,
                 "RetryMaxMs" => retry.max_delay = millis(v)?,
@@ -150,7 +152,9 @@ impl AzureConfig {
         let credentials = match (key, sas) {
             (_, Some(sas)) => Credentials::Sas(sas),
             (Some(key), None) => Credentials::SharedKey { key, lite },
-            (None, None) => return Err(ConfigError::Missing("AccountKey or SharedAccessSignature")),
+            (None, None) => {
+                return Err(ConfigError::Missing("AccountKey or SharedAccessSignature"));
+            }
         };
         let endpoint = match (endpoint, &account) {
             (Some(e), _) => e,
@@ -181,7 +185,9 @@ impl AzureConfig {
 
     /// The development account on Azurite at `endpoint` (path style).
     pub fn development(endpoint: &str) -> Result<Self, ConfigError> {
-        Self::parse(&format!("UseDevelopmentStorage=true;TableEndpoint={endpoint}"))
+        Self::parse(&format!(
+            "UseDevelopmentStorage=true;TableEndpoint={endpoint}"
+        ))
     }
 
     /// The URL path of the endpoint (`/devstoreaccount1` in path style, empty
@@ -206,7 +212,10 @@ fn account_from_endpoint(endpoint: &str) -> Option<String> {
     {
         return Some(first.to_owned());
     }
-    path.split('/').next().filter(|a| !a.is_empty()).map(str::to_owned)
+    path.split('/')
+        .next()
+        .filter(|a| !a.is_empty())
+        .map(str::to_owned)
 }
 
 /// Whether an endpoint's host is a loopback address, where emulators run.
@@ -246,7 +255,10 @@ mod tests {
         assert_eq!(c.account, DEV_ACCOUNT);
         assert_eq!(c.endpoint, DEV_TABLE_ENDPOINT);
         assert_eq!(c.base_path(), "/devstoreaccount1");
-        assert!(matches!(c.credentials, Credentials::SharedKey { lite: false, .. }));
+        assert!(matches!(
+            c.credentials,
+            Credentials::SharedKey { lite: false, .. }
+        ));
         assert!(c.emulator);
         assert!(is_loopback("http://[::1]:10002/a") && is_loopback("http://localhost/a"));
         assert!(!is_loopback("https://acme.table.core.windows.net"));
@@ -280,7 +292,10 @@ mod tests {
     #[test]
     fn errors_name_the_key_not_the_secret() {
         let e = AzureConfig::parse("AccountName=a;AccountKey=not*base64!").unwrap_err();
-        assert_eq!(e.to_string(), "connection string value of AccountKey is invalid: not base64");
+        assert_eq!(
+            e.to_string(),
+            "connection string value of AccountKey is invalid: not base64"
+        );
         let e = AzureConfig::parse("AccountName=a;Colour=blue;AccountKey=a2V5").unwrap_err();
         assert_eq!(e, ConfigError::UnknownKey("Colour".into()));
         assert_eq!(
@@ -289,7 +304,10 @@ mod tests {
         );
         let c = AzureConfig::parse("AccountName=a;AccountKey=c2VjcmV0a2V5").unwrap();
         let shown = format!("{c:?} {c}");
-        assert!(!shown.contains("c2VjcmV0a2V5") && !shown.contains("secretkey"), "{shown}");
+        assert!(
+            !shown.contains("c2VjcmV0a2V5") && !shown.contains("secretkey"),
+            "{shown}"
+        );
     }
 
     #[test]
@@ -298,7 +316,10 @@ mod tests {
             "UseDevelopmentStorage=true;AuthScheme=SharedKeyLite;MaxRetries=2;RetryDelayMs=10;RetryMinMs=1;RetryMaxMs=50;MaxConnections=4",
         )
         .unwrap();
-        assert!(matches!(c.credentials, Credentials::SharedKey { lite: true, .. }));
+        assert!(matches!(
+            c.credentials,
+            Credentials::SharedKey { lite: true, .. }
+        ));
         assert_eq!(c.retry.max_retries, 2);
         assert_eq!(c.retry.delay, Duration::from_millis(10));
         assert_eq!(c.max_connections, 4);

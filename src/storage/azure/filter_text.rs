@@ -197,7 +197,10 @@ mod tests {
             (EdmValue::Int64(-5), "-5L"),
             (EdmValue::Double(2.0), "2.0"),
             (EdmValue::Double(1e300), "1e300"),
-            (EdmValue::DateTime(t), "datetime'1970-01-01T00:00:00.0000001Z'"),
+            (
+                EdmValue::DateTime(t),
+                "datetime'1970-01-01T00:00:00.0000001Z'",
+            ),
             (EdmValue::Binary(vec![0, 255]), "X'00ff'"),
             (EdmValue::Boolean(false), "false"),
         ];
@@ -222,10 +225,15 @@ mod tests {
         let q = Query::partition(PartitionKey::new("p").unwrap()).filter(big_or);
         assert_eq!(query_filter(&q, true, None).unwrap(), "PartitionKey eq 'p'");
         // Not stays client-side; its sibling conjunct goes.
-        let f = prop("C", CmpOp::Eq, EdmValue::Int32(1))
-            .negate()
-            .and(prop("D", CmpOp::Gt, EdmValue::Int32(2)));
-        assert_eq!(query_filter(&Query::all().filter(f), true, None).unwrap(), "D gt 2");
+        let f = prop("C", CmpOp::Eq, EdmValue::Int32(1)).negate().and(prop(
+            "D",
+            CmpOp::Gt,
+            EdmValue::Int32(2),
+        ));
+        assert_eq!(
+            query_filter(&Query::all().filter(f), true, None).unwrap(),
+            "D gt 2"
+        );
         let f = prop("D", CmpOp::Eq, EdmValue::Double(1.5));
         assert_eq!(query_filter(&Query::all().filter(f), true, None), None);
     }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use backon::Retryable as _;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
-use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use reqwest::Method;
+use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 use tokio::sync::Semaphore;
 
 use super::auth::{SignedParts, authorization};
@@ -200,9 +200,13 @@ impl Client {
         .sleep(tokio::time::sleep)
         .when(Failure::is_retryable)
         .adjust(|failure, wait| match (failure, wait) {
-            (Failure::Status { retry_after: Some(after), .. }, Some(wait)) => {
-                Some(wait.max(*after))
-            }
+            (
+                Failure::Status {
+                    retry_after: Some(after),
+                    ..
+                },
+                Some(wait),
+            ) => Some(wait.max(*after)),
             (_, wait) => wait,
         })
         .notify(|failure, _| {
@@ -236,13 +240,13 @@ impl Client {
             .http
             .execute(built)
             .await
-            .map_err(|e| Failure::Transport(e.without_url().to_string()))?;
+            .map_err(|e| Failure::Transport(describe(e)))?;
         let status = resp.status();
         let headers = resp.headers().clone();
         let body = resp
             .bytes()
             .await
-            .map_err(|e| Failure::Transport(e.without_url().to_string()))?
+            .map_err(|e| Failure::Transport(describe(e)))?
             .to_vec();
         if status.is_success() {
             return Ok(Response {
@@ -324,6 +328,20 @@ impl Client {
     }
 }
 
+/// A transport error with its causes ("error sending request: … Connection
+/// refused"), without the URL, which may carry a SAS signature.
+fn describe(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// JSON text with every non-ASCII character escaped (UTF-16, as JSON escapes
 /// are). Outside strings JSON holds only ASCII, so escaping the whole text is safe.
 pub fn ascii_json(text: &str) -> String {
@@ -339,18 +357,6 @@ pub fn ascii_json(text: &str) -> String {
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn ascii_json_escapes_as_utf16() {
-        let text = serde_json::json!({ "S": "é\u{10000}\"x" }).to_string();
-        let ascii = super::ascii_json(&text);
-        assert_eq!(ascii, r#"{"S":"\u00e9\ud800\udc00\"x"}"#);
-        let back: serde_json::Value = serde_json::from_str(&ascii).unwrap();
-        assert_eq!(back.to_string(), text);
-    }
 }
 
 /// The error code and message of an error answer: `odata.error` JSON, the
@@ -377,7 +383,21 @@ pub fn parse_error(headers: &HeaderMap, body: &[u8]) -> (String, String) {
         let end = text[start..].find(close)? + start;
         Some(text[start..end].to_owned())
     };
-    let code = between("<Code>", "</Code>").or(header_code).unwrap_or_default();
+    let code = between("<Code>", "</Code>")
+        .or(header_code)
+        .unwrap_or_default();
     let message = between("<Message>", "</Message>").unwrap_or_default();
     (code, message)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn ascii_json_escapes_as_utf16() {
+        let text = serde_json::json!({ "S": "é\u{10000}\"x" }).to_string();
+        let ascii = super::ascii_json(&text);
+        assert_eq!(ascii, r#"{"S":"\u00e9\ud800\udc00\"x"}"#);
+        let back: serde_json::Value = serde_json::from_str(&ascii).unwrap();
+        assert_eq!(back.to_string(), text);
+    }
 }

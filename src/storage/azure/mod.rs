@@ -22,6 +22,7 @@ use reqwest::Method;
 use serde_json::Value;
 use tokio::sync::Mutex;
 
+use super::TableStore;
 use super::entity::StoredEntity;
 use super::error::{InvalidInput, Result, StorageError};
 use super::key::{PartitionKey, RowKey};
@@ -29,7 +30,6 @@ use super::odata::{entity_body, entity_from_json};
 use super::query::{ContinuationToken, MAX_PAGE, Page, Query, ServiceToken};
 use super::table_name::TableName;
 use super::write::{WriteOp, WriteOutcome, validate_batch};
-use super::TableStore;
 
 pub use config::{AzureConfig, ConfigError, Credentials};
 pub use http::ClientStats;
@@ -125,9 +125,12 @@ impl AzureStore {
                 let name = t["TableName"]
                     .as_str()
                     .ok_or_else(|| StorageError::Protocol("a table without a name".into()))?;
-                names.push(TableName::new(name).map_err(|e| StorageError::Protocol(e.to_string()))?);
+                names
+                    .push(TableName::new(name).map_err(|e| StorageError::Protocol(e.to_string()))?);
             }
-            next = resp.header("x-ms-continuation-nexttablename").map(str::to_owned);
+            next = resp
+                .header("x-ms-continuation-nexttablename")
+                .map(str::to_owned);
             if next.is_none() {
                 return Ok(names);
             }
@@ -163,7 +166,9 @@ impl AzureStore {
             WriteOp::InsertOrReplace(e) => {
                 Request::new(Method::PUT, entity_path).json(&entity_body(e), ascii)
             }
-            WriteOp::InsertOrMerge(e) => Request::new(merge(), entity_path).json(&entity_body(e), ascii),
+            WriteOp::InsertOrMerge(e) => {
+                Request::new(merge(), entity_path).json(&entity_body(e), ascii)
+            }
         };
         let resp = self.send(req, ctx).await?;
         Ok(WriteOutcome {
@@ -323,7 +328,8 @@ fn continuation_position(
     last_seen: Option<(&PartitionKey, &RowKey)>,
     previous: Option<&ContinuationToken>,
 ) -> (PartitionKey, RowKey) {
-    let pk = decode_service_key(&service.next_partition_key).and_then(|k| PartitionKey::new(k).ok());
+    let pk =
+        decode_service_key(&service.next_partition_key).and_then(|k| PartitionKey::new(k).ok());
     let rk = match &service.next_row_key {
         None => RowKey::new("").ok(),
         Some(v) => decode_service_key(v).and_then(|k| RowKey::new(k).ok()),
@@ -373,12 +379,15 @@ impl TableStore for AzureStore {
     ) -> Result<Option<StoredEntity>> {
         let table = &self.resolve(table).await?;
         let req = Request::new(Method::GET, entity_path(table, partition_key, row_key));
-        match self.send(req, Ctx::entity(table, partition_key, row_key)).await {
+        match self
+            .send(req, Ctx::entity(table, partition_key, row_key))
+            .await
+        {
             Ok(resp) => {
                 let json = parse_json(&resp.body)?;
-                let obj = json
-                    .as_object()
-                    .ok_or_else(|| StorageError::Protocol("an entity that is not an object".into()))?;
+                let obj = json.as_object().ok_or_else(|| {
+                    StorageError::Protocol("an entity that is not an object".into())
+                })?;
                 entity_from_json(obj, resp.header("etag"))
                     .map(Some)
                     .map_err(|e| StorageError::Protocol(e.to_string()))
@@ -402,7 +411,8 @@ impl TableStore for AzureStore {
         let resume = continuation
             .filter(|t| t.service.is_none())
             .map(|t| (&t.next_partition_key, &t.next_row_key));
-        let mut req = Request::new(Method::GET, format!("/{table}()")).query("$top", top.to_string());
+        let mut req =
+            Request::new(Method::GET, format!("/{table}()")).query("$top", top.to_string());
         if let Some(f) = filter_text::query_filter(query, !budgeted, resume) {
             req = req.query("$filter", f);
         }
@@ -432,8 +442,8 @@ impl TableStore for AzureStore {
             let mut e =
                 entity_from_json(obj, None).map_err(|e| StorageError::Protocol(e.to_string()))?;
             last_seen = Some((e.partition_key().clone(), e.row_key().clone()));
-            let in_range = query.partitions.contains(e.partition_key())
-                && query.rows.contains(e.row_key());
+            let in_range =
+                query.partitions.contains(e.partition_key()) && query.rows.contains(e.row_key());
             if in_range && query.passes(&e) {
                 query.project(&mut e.entity.properties);
                 page.entities.push(e);
@@ -473,7 +483,11 @@ impl TableStore for AzureStore {
         let table_url = format!("{}/{table}", self.client.config().endpoint);
         let entity_url = |op: &WriteOp| {
             let (pk, rk) = op.keys();
-            format!("{}{}", self.client.config().endpoint, entity_path(table, pk, rk))
+            format!(
+                "{}{}",
+                self.client.config().endpoint,
+                entity_path(table, pk, rk)
+            )
         };
         let ascii = self.client.config().emulator;
         let (content_type, body) = batch::encode(&table_url, entity_url, &ops, ascii);
@@ -538,7 +552,8 @@ mod tests {
     #[test]
     fn entity_paths_escape_quotes_and_reserved_characters() {
         let t = TableName::new("Tab").unwrap();
-        let p = PartitionKey::new("it's a/b").unwrap_or_else(|_| PartitionKey::new("it's a").unwrap());
+        let p =
+            PartitionKey::new("it's a/b").unwrap_or_else(|_| PartitionKey::new("it's a").unwrap());
         let r = RowKey::new("é%").unwrap();
         assert_eq!(
             entity_path(&t, &p, &r),

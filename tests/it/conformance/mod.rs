@@ -6,8 +6,8 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use tablesql::storage::{
-    AzureStore, ETag, EdmValue, EmbeddedStore, Entity, KeyRange, MemoryStore, PartitionKey, Query, RowKey,
-    StoredEntity, TableName, TableStore, WriteOp,
+    AzureStore, ETag, EdmValue, EmbeddedStore, Entity, KeyRange, MemoryStore, PartitionKey, Query,
+    RowKey, StoredEntity, TableName, TableStore, WriteOp,
 };
 use tempfile::TempDir;
 

@@ -25,7 +25,12 @@ async fn round_trip(fx: &Fixture, values: &[EdmValue]) -> TestResult {
     let got: Vec<&EdmValue> = queried.iter().filter_map(|e| e.get("V")).collect();
     assert_eq!(
         got,
-        values.iter().map(|v| fx.stored(v)).collect::<Vec<_>>().iter().collect::<Vec<_>>(),
+        values
+            .iter()
+            .map(|v| fx.stored(v))
+            .collect::<Vec<_>>()
+            .iter()
+            .collect::<Vec<_>>(),
         "values read by query"
     );
     Ok(())
@@ -135,7 +140,8 @@ pub async fn doubles_round_trip(fx: &Fixture) -> TestResult {
     let s = fx.store();
     let t = tn("Values");
     let neg_zero = must_get(s, &t, "p", "0001").await?;
-    let negative = !matches!(fx.stored(&EdmValue::Double(-0.0)), EdmValue::Double(d) if d.is_sign_positive());
+    let negative =
+        !matches!(fx.stored(&EdmValue::Double(-0.0)), EdmValue::Double(d) if d.is_sign_positive());
     assert_matches!(neg_zero.get("V"), Some(EdmValue::Double(d)) if d.is_sign_negative() == negative && *d == 0.0);
     let nan = must_get(s, &t, "p", "0012").await?;
     assert_matches!(nan.get("V"), Some(EdmValue::Double(d)) if d.is_nan());
