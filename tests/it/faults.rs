@@ -386,6 +386,24 @@ async fn insert_retried_after_lost_answer_is_reported_as_ambiguous() -> TestResu
         again,
         Err(StorageError::EntityAlreadyExists { .. })
     ));
+    // A read has nothing to apply: a lost answer to a get of a missing entity
+    // is retried and is plainly "not there".
+    let mut lost = false;
+    let decide: Decide = Box::new(move |line| {
+        if line.starts_with("GET") && line.contains("(PartitionKey=") && !lost {
+            lost = true;
+            Fate::DropAfter
+        } else {
+            Fate::Forward
+        }
+    });
+    let proxy = Proxy::start(upstream()?, decide).await?;
+    let faulty = AzureStore::new(proxy.config(&account))?;
+    let missing = faulty
+        .get(&t, &PartitionKey::new("p")?, &RowKey::new("none")?)
+        .await?;
+    assert_eq!(missing, None);
+    assert_eq!(faulty.stats().retries, 1);
     Ok(())
 }
 

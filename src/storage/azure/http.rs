@@ -210,7 +210,8 @@ impl Client {
             (_, wait) => wait,
         })
         .notify(|failure, _| {
-            answer_lost |= failure.may_have_applied();
+            // A read has nothing to apply; a lost answer to it is just lost.
+            answer_lost |= req.method != Method::GET && failure.may_have_applied();
             self.retries.fetch_add(1, Ordering::Relaxed);
         })
         .await;

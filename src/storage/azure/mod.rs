@@ -95,7 +95,7 @@ impl AzureStore {
         Ok(names.get(&table.folded()).unwrap_or(table).clone())
     }
 
-    /// Notes a created (`Some`) or deleted (`None`) table in `names`.
+    /// Notes a created or deleted table in `names`.
     async fn remember(&self, table: &TableName, created: bool) {
         if let Some(names) = &self.names {
             let mut names = names.lock().await;
@@ -309,13 +309,17 @@ fn entity_path(table: &TableName, pk: &PartitionKey, rk: &RowKey) -> String {
 /// base64 of the key (Azurite) or `1!<length>!<base64>` (Azure Storage).
 fn decode_service_key(value: &str) -> Option<String> {
     let b64 = match value.strip_prefix("1!") {
-        Some(rest) => rest.split_once('!')?.1,
-        None => value,
+        // Azure pads this form with `-` in place of `=`.
+        Some(rest) => {
+            let body = rest.split_once('!')?.1;
+            let unpadded = body.trim_end_matches('-');
+            format!("{unpadded}{}", "=".repeat(body.len() - unpadded.len()))
+        }
+        None => value.to_owned(),
     };
-    let padded = b64.replace('-', "=");
     let bytes = STANDARD
-        .decode(&padded)
-        .or_else(|_| URL_SAFE.decode(&padded))
+        .decode(&b64)
+        .or_else(|_| URL_SAFE.decode(&b64))
         .ok()?;
     String::from_utf8(bytes).ok()
 }
