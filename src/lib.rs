@@ -2,8 +2,10 @@
 //! Azure Table Storage.
 //!
 //! This release holds the storage foundation: the entity model, the async
-//! [`storage::TableStore`] trait with Table Storage semantics, and two backends,
-//! the embedded persistent store (redb, the default) and an in-memory reference.
+//! [`storage::TableStore`] trait with Table Storage semantics, and three
+//! backends: the embedded persistent store (redb, the default), the Azure Table
+//! service over REST ([`storage::AzureStore`]) and an in-memory reference. The
+//! [`keys`] module maps typed column values onto keys through key templates.
 //!
 //! ```
 //! use tablesql::storage::*;
@@ -31,4 +33,5 @@
 //! ```
 
 pub mod demo;
+pub mod keys;
 pub mod storage;

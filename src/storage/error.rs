@@ -156,6 +156,16 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// Whether the failure is transient (a busy, timed-out or unreachable
+    /// service), so that the same request later may well succeed. The Azure
+    /// backend has retried these already, as its retry policy allows.
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            StorageError::Unavailable { .. } | StorageError::TableBeingDeleted(_)
+        )
+    }
+
     /// The error of the operation itself, looking through a batch wrapper.
     pub fn root(&self) -> &StorageError {
         match self {

@@ -434,6 +434,7 @@ async fn errors_that_would_repeat_are_not_retried() -> TestResult {
     config.retry.max_retries = 3;
     let store = AzureStore::new(config)?;
     let err = store.list_tables().await.err().ok_or("503 forever fails")?;
+    assert!(err.is_retryable());
     assert!(
         matches!(err, StorageError::Unavailable { attempts: 4, .. }),
         "{err:?}"

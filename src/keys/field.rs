@@ -1,0 +1,228 @@
+//! One field of a key template: how a value is written into a key and read
+//! back, and whether the text order of the encodings is the order of the values.
+
+use std::fmt;
+
+use super::KeyError;
+
+/// A value of one key field.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum KeyValue {
+    /// An integer (fixed-width formats, or decimal text in a free-text field).
+    Int(i64),
+    /// Text.
+    Text(String),
+}
+
+impl fmt::Display for KeyValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            KeyValue::Int(i) => write!(f, "{i}"),
+            KeyValue::Text(s) => f.write_str(s),
+        }
+    }
+}
+
+/// How a field is written: `{col}`, `{col:05}`, `{col:+05}` or `{col:~05}`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldFormat {
+    /// Free text, escaped: supports equality and prefix, not order.
+    Text,
+    /// A non-negative integer zero-padded to `width` digits: order-preserving.
+    Padded { width: u8 },
+    /// Any integer in `width` digits plus a sign character: `-` and the nines'
+    /// complement for negatives, `0` and the digits otherwise, so that text
+    /// order is numeric order across the sign.
+    Signed { width: u8 },
+    /// A non-negative integer stored as `10^width − 1 − v`, zero-padded: text
+    /// order is descending numeric order (newest-first keys).
+    Inverted { width: u8 },
+}
+
+/// Widest fixed-width field: 10^18 − 1 still fits an i64.
+pub const MAX_WIDTH: u8 = 18;
+
+impl FieldFormat {
+    /// Characters every encoding of the format takes; `None` for free text.
+    pub fn fixed_len(self) -> Option<usize> {
+        match self {
+            FieldFormat::Text => None,
+            FieldFormat::Padded { width } | FieldFormat::Inverted { width } => Some(width as usize),
+            FieldFormat::Signed { width } => Some(width as usize + 1),
+        }
+    }
+
+    /// Whether text order of encodings follows value order: `Some(true)`
+    /// ascending, `Some(false)` descending, `None` for free text.
+    pub fn order(self) -> Option<bool> {
+        match self {
+            FieldFormat::Text => None,
+            FieldFormat::Padded { .. } | FieldFormat::Signed { .. } => Some(true),
+            FieldFormat::Inverted { .. } => Some(false),
+        }
+    }
+
+    /// The smallest and largest integers the format can hold.
+    pub fn int_range(self) -> Option<(i64, i64)> {
+        let max = |w: u8| 10i64.pow(u32::from(w)) - 1;
+        match self {
+            FieldFormat::Text => None,
+            FieldFormat::Padded { width } | FieldFormat::Inverted { width } => {
+                Some((0, max(width)))
+            }
+            FieldFormat::Signed { width } => Some((-max(width), max(width))),
+        }
+    }
+
+    /// Writes `value` for column `column`; `escape` lists the characters a
+    /// free-text value must escape besides `%` and those keys may not hold.
+    pub fn encode(self, column: &str, value: &KeyValue, escape: &str) -> Result<String, KeyError> {
+        let int = |v: &KeyValue| match v {
+            KeyValue::Int(i) => Ok(*i),
+            KeyValue::Text(_) => Err(KeyError::NotAnInteger {
+                column: column.to_owned(),
+            }),
+        };
+        if let Some((lo, hi)) = self.int_range() {
+            let v = int(value)?;
+            if v < lo || v > hi {
+                return Err(KeyError::OutOfRange {
+                    column: column.to_owned(),
+                    value: v,
+                    min: lo,
+                    max: hi,
+                });
+            }
+        }
+        Ok(match self {
+            FieldFormat::Text => escape_text(&value.to_string(), escape),
+            FieldFormat::Padded { width } => format!("{:0w$}", int(value)?, w = width as usize),
+            FieldFormat::Inverted { width } => {
+                let max = 10i64.pow(u32::from(width)) - 1;
+                format!("{:0w$}", max - int(value)?, w = width as usize)
+            }
+            FieldFormat::Signed { width } => {
+                let v = int(value)?;
+                let w = width as usize;
+                if v < 0 {
+                    let max = 10i64.pow(u32::from(width)) - 1;
+                    format!("-{:0w$}", max + v)
+                } else {
+                    format!("0{v:0w$}")
+                }
+            }
+        })
+    }
+
+    /// Reads back what `encode` wrote (the exact slice of the key).
+    pub fn decode(self, column: &str, text: &str) -> Result<KeyValue, KeyError> {
+        let bad = || KeyError::Mismatch {
+            column: column.to_owned(),
+            text: text.to_owned(),
+        };
+        let digits = |s: &str| -> Result<i64, KeyError> {
+            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+                return Err(bad());
+            }
+            s.parse().map_err(|_| bad())
+        };
+        if self.fixed_len().is_some_and(|n| n != text.len()) {
+            return Err(bad());
+        }
+        Ok(match self {
+            FieldFormat::Text => KeyValue::Text(unescape_text(text).ok_or_else(bad)?),
+            FieldFormat::Padded { .. } => KeyValue::Int(digits(text)?),
+            FieldFormat::Inverted { width } => {
+                KeyValue::Int(10i64.pow(u32::from(width)) - 1 - digits(text)?)
+            }
+            FieldFormat::Signed { width } => {
+                let (sign, rest) = text.split_at(1);
+                let v = digits(rest)?;
+                match sign {
+                    "0" => KeyValue::Int(v),
+                    "-" => KeyValue::Int(v - (10i64.pow(u32::from(width)) - 1)),
+                    _ => return Err(bad()),
+                }
+            }
+        })
+    }
+}
+
+/// Whether a character must be escaped in any key: `%` (the escape itself)
+/// and the characters keys may not hold.
+fn always_escaped(c: char) -> bool {
+    c == '%' || crate::storage::key::is_forbidden_key_char(c)
+}
+
+/// Free text with `%`, forbidden characters and those of `also` as `%XX`.
+/// Escaping maps each character on its own, so a prefix of a value encodes to
+/// a prefix of its encoding (prefix scans stay prefix scans).
+pub fn escape_text(s: &str, also: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if always_escaped(c) || also.contains(c) {
+            let mut buf = [0u8; 4];
+            for b in c.encode_utf8(&mut buf).bytes() {
+                out.push_str(&format!("%{b:02X}"));
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// Undoes `escape_text`; `None` for a malformed escape.
+pub fn unescape_text(s: &str) -> Option<String> {
+    if !s.contains('%') {
+        return Some(s.to_owned());
+    }
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fixed_width_encodings() {
+        let enc = |f: FieldFormat, v: i64| f.encode("c", &KeyValue::Int(v), "").unwrap();
+        assert_eq!(enc(FieldFormat::Padded { width: 5 }, 1234), "01234");
+        assert_eq!(enc(FieldFormat::Inverted { width: 3 }, 55), "944");
+        assert_eq!(enc(FieldFormat::Signed { width: 3 }, 7), "0007");
+        assert_eq!(enc(FieldFormat::Signed { width: 3 }, -1), "-998");
+        assert_eq!(enc(FieldFormat::Signed { width: 3 }, -999), "-000");
+        assert!(matches!(
+            FieldFormat::Padded { width: 2 }.encode("age", &KeyValue::Int(100), ""),
+            Err(KeyError::OutOfRange { .. })
+        ));
+        assert!(matches!(
+            FieldFormat::Padded { width: 2 }.encode("age", &KeyValue::Int(-1), ""),
+            Err(KeyError::OutOfRange { .. })
+        ));
+    }
+
+    #[test]
+    fn text_escapes_percent_forbidden_and_separator_characters() {
+        assert_eq!(escape_text("a_b/c%d#e", "_"), "a%5Fb%2Fc%25d%23e");
+        assert_eq!(unescape_text("a%5Fb%2Fc%25d%23e").unwrap(), "a_b/c%d#e");
+        assert_eq!(escape_text("\u{7f}é", ""), "%7Fé");
+        assert_eq!(escape_text("\u{85}", ""), "%C2%85");
+        assert_eq!(unescape_text("%C2%85").unwrap(), "\u{85}");
+        assert_eq!(unescape_text("%G1"), None);
+        assert_eq!(unescape_text("%4"), None);
+    }
+}

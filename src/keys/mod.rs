@@ -1,0 +1,47 @@
+//! Typed values ⇄ key strings: key templates such as
+//! `BIB:{bib:05}__{name}__{gender}__{age}`, composed from column values,
+//! decomposed back into them, and turned into key ranges for the predicates
+//! each field can answer. Pure and synchronous; property-tested below.
+//!
+//! Formats: `{col}` free text, `{col:05}` a non-negative integer zero-padded to
+//! 5 digits, `{col:+05}` any integer (a sign character, then 5 digits; the
+//! nines' complement for negatives), `{col:~05}` a non-negative integer
+//! inverted (`99999 − v`) for descending order. Fixed-width fields preserve
+//! order, so ranges on them become key ranges; free text supports equality and
+//! prefix. A free-text value escapes `%`, the characters keys may not hold and
+//! those of the separator after it as `%XX`, so any text fits and decomposition
+//! is unambiguous.
+
+mod field;
+mod template;
+
+pub use field::{FieldFormat, KeyValue, escape_text, unescape_text};
+pub use template::{KeyBounds, KeyTemplate, Segment, successor};
+
+/// A template that does not parse, or a value or key that does not fit one.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum KeyError {
+    /// A template that breaks the syntax or the rules.
+    #[error("invalid key template {template:?}: {reason}")]
+    Template { template: String, reason: String },
+    /// A text value where the format needs an integer.
+    #[error("column {column} is written in an integer key format but its value is not an integer")]
+    NotAnInteger { column: String },
+    /// An integer outside what its fixed-width format holds.
+    #[error("value {value} of column {column} does not fit its key format ({min} to {max})")]
+    OutOfRange {
+        column: String,
+        value: i64,
+        min: i64,
+        max: i64,
+    },
+    /// Too few values to compose a whole key.
+    #[error("no value for key column {column}")]
+    MissingValue { column: String },
+    /// A key the template did not write.
+    #[error("key {text:?} does not match the template at {column}")]
+    Mismatch { column: String, text: String },
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,343 @@
+//! Key templates such as `BIB:{bib:05}__{name}__{gender}__{age}`: literal text
+//! and typed fields, composed into keys, decomposed back into values, and
+//! turned into key ranges for the predicates a field can answer.
+
+use std::fmt;
+use std::ops::Bound;
+use std::str::FromStr;
+
+use super::KeyError;
+use super::field::{FieldFormat, KeyValue, MAX_WIDTH, escape_text};
+
+/// A part of a template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Segment {
+    /// Text written as is.
+    Literal(String),
+    /// A column's value in a format.
+    Field { column: String, format: FieldFormat },
+}
+
+/// A parsed key template.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyTemplate {
+    segments: Vec<Segment>,
+}
+
+impl FromStr for KeyTemplate {
+    type Err = KeyError;
+
+    fn from_str(s: &str) -> Result<Self, KeyError> {
+        let bad = |why: &str| KeyError::Template {
+            template: s.to_owned(),
+            reason: why.to_owned(),
+        };
+        let mut segments = Vec::new();
+        let mut rest = s;
+        while !rest.is_empty() {
+            match rest.find(['{', '}']) {
+                Some(0) if rest.starts_with('{') => {
+                    let end = rest.find('}').ok_or_else(|| bad("a `{` is not closed"))?;
+                    segments.push(parse_field(&rest[1..end]).map_err(|why| bad(&why))?);
+                    rest = &rest[end + 1..];
+                }
+                Some(0) => return Err(bad("a `}` without its `{`")),
+                Some(i) => {
+                    segments.push(Segment::Literal(rest[..i].to_owned()));
+                    rest = &rest[i..];
+                }
+                None => {
+                    segments.push(Segment::Literal(rest.to_owned()));
+                    rest = "";
+                }
+            }
+        }
+        let template = KeyTemplate { segments };
+        template.check().map_err(|why| bad(&why))?;
+        Ok(template)
+    }
+}
+
+fn parse_field(inner: &str) -> Result<Segment, String> {
+    let (column, spec) = inner.split_once(':').unwrap_or((inner, ""));
+    let column = column.trim();
+    if column.is_empty() || !column.chars().all(|c| c.is_alphanumeric() || c == '_') {
+        return Err(format!("field name {column:?} is not a column name"));
+    }
+    let width = |digits: &str| -> Result<u8, String> {
+        match digits.parse::<u8>() {
+            Ok(w) if (1..=MAX_WIDTH).contains(&w) => Ok(w),
+            _ => Err(format!(
+                "width {digits:?} of {column} must be 1 to {MAX_WIDTH} digits"
+            )),
+        }
+    };
+    let format = match spec.as_bytes().first() {
+        None => FieldFormat::Text,
+        Some(b'+') => FieldFormat::Signed {
+            width: width(&spec[1..])?,
+        },
+        Some(b'~') => FieldFormat::Inverted {
+            width: width(&spec[1..])?,
+        },
+        Some(b'0'..=b'9') => FieldFormat::Padded {
+            width: width(spec)?,
+        },
+        Some(_) => return Err(format!("unknown format {spec:?} of {column}")),
+    };
+    Ok(Segment::Field {
+        column: column.to_owned(),
+        format,
+    })
+}
+
+impl KeyTemplate {
+    /// Rules that make decomposition unambiguous: a free-text field is the
+    /// last segment or is followed by literal text, which it escapes; literals
+    /// hold only ASCII that keys may hold.
+    fn check(&self) -> Result<(), String> {
+        for (i, seg) in self.segments.iter().enumerate() {
+            match seg {
+                Segment::Literal(l) => {
+                    if let Some(c) = l.chars().find(|c| {
+                        !c.is_ascii() || crate::storage::key::is_forbidden_key_char(*c) || *c == '%'
+                    }) {
+                        return Err(format!("literal {l:?} holds {c:?}"));
+                    }
+                }
+                Segment::Field {
+                    column,
+                    format: FieldFormat::Text,
+                } => {
+                    if let Some(Segment::Field { .. }) = self.segments.get(i + 1) {
+                        return Err(format!(
+                            "free-text field {column} must be followed by a separator"
+                        ));
+                    }
+                }
+                Segment::Field { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The segments in order.
+    pub fn segments(&self) -> &[Segment] {
+        &self.segments
+    }
+
+    /// The columns of the fields, in order.
+    pub fn columns(&self) -> impl Iterator<Item = &str> {
+        self.segments.iter().filter_map(|s| match s {
+            Segment::Field { column, .. } => Some(column.as_str()),
+            Segment::Literal(_) => None,
+        })
+    }
+
+    /// The literal text after segment `i` (what a free-text field there escapes).
+    fn separator_after(&self, i: usize) -> &str {
+        match self.segments.get(i + 1) {
+            Some(Segment::Literal(l)) => l,
+            _ => "",
+        }
+    }
+
+    /// Writes a key from the values of the fields, in field order.
+    pub fn compose(&self, values: &[KeyValue]) -> Result<String, KeyError> {
+        let (key, used) = self.compose_prefix(values)?;
+        if used < self.columns().count() {
+            return Err(KeyError::MissingValue {
+                column: self.columns().nth(used).unwrap_or_default().to_owned(),
+            });
+        }
+        Ok(key)
+    }
+
+    /// The key text fixed by values of the first fields: the literals and
+    /// fields up to the first field without a value, and the literal right
+    /// after the last given free-text field (so that a prefix scan cannot
+    /// catch a longer value). Returns the text and the values used.
+    pub fn compose_prefix(&self, values: &[KeyValue]) -> Result<(String, usize), KeyError> {
+        let mut key = String::new();
+        let mut used = 0;
+        for (i, seg) in self.segments.iter().enumerate() {
+            match seg {
+                Segment::Literal(l) => key.push_str(l),
+                Segment::Field { column, format } => {
+                    let Some(value) = values.get(used) else {
+                        break;
+                    };
+                    key.push_str(&format.encode(column, value, self.separator_after(i))?);
+                    used += 1;
+                }
+            }
+        }
+        Ok((key, used))
+    }
+
+    /// Reads the field values back from a key; an error names the column
+    /// whose text does not fit (a key this template did not write).
+    pub fn decompose(&self, key: &str) -> Result<Vec<KeyValue>, KeyError> {
+        let mismatch = |column: &str| KeyError::Mismatch {
+            column: column.to_owned(),
+            text: key.to_owned(),
+        };
+        let mut values = Vec::new();
+        let mut rest = key;
+        for (i, seg) in self.segments.iter().enumerate() {
+            match seg {
+                Segment::Literal(l) => {
+                    rest = rest.strip_prefix(l.as_str()).ok_or_else(|| mismatch(l))?;
+                }
+                Segment::Field { column, format } => {
+                    let len = match format.fixed_len() {
+                        Some(n) => n,
+                        None => match self.separator_after(i) {
+                            "" => rest.len(),
+                            sep => rest.find(sep).ok_or_else(|| mismatch(column))?,
+                        },
+                    };
+                    let text = rest.get(..len).ok_or_else(|| mismatch(column))?;
+                    values.push(format.decode(column, text)?);
+                    rest = &rest[len..];
+                }
+            }
+        }
+        if !rest.is_empty() {
+            return Err(mismatch("the end of the key"));
+        }
+        Ok(values)
+    }
+
+    /// The keys whose field after `leading` lies between `lo` and `hi` (an
+    /// order-preserving integer field), the leading fields fixed. `None` if
+    /// that field does not preserve order.
+    pub fn int_range(
+        &self,
+        leading: &[KeyValue],
+        lo: Bound<i64>,
+        hi: Bound<i64>,
+    ) -> Result<Option<KeyBounds>, KeyError> {
+        let Some((column, format)) = self.field(leading.len()) else {
+            return Ok(None);
+        };
+        let (Some(ascending), Some((min, max))) = (format.order(), format.int_range()) else {
+            return Ok(None);
+        };
+        let lo = match lo {
+            Bound::Included(v) => v.max(min),
+            Bound::Excluded(v) => v.saturating_add(1).max(min),
+            Bound::Unbounded => min,
+        };
+        let hi = match hi {
+            Bound::Included(v) => v.min(max),
+            Bound::Excluded(v) => v.saturating_sub(1).min(max),
+            Bound::Unbounded => max,
+        };
+        // Every literal before field `n` and no more: the text before it.
+        let (prefix, _) = self.compose_prefix(leading)?;
+        if lo > hi {
+            return Ok(Some(KeyBounds::Empty));
+        }
+        // Descending fields swap the ends.
+        let (first, last) = if ascending { (lo, hi) } else { (hi, lo) };
+        let enc = |v| format.encode(column, &KeyValue::Int(v), "");
+        let start = format!("{prefix}{}", enc(first)?);
+        let end = successor(&format!("{prefix}{}", enc(last)?));
+        Ok(Some(KeyBounds::Range {
+            start: Bound::Included(start),
+            end: end.map_or(Bound::Unbounded, Bound::Excluded),
+        }))
+    }
+
+    /// The keys whose leading fields equal `leading` (all of them given fixes a
+    /// prefix; a free-text field's value must be whole, so its separator is in
+    /// the prefix) or whose next free-text field starts with `text_prefix`.
+    pub fn prefix_range(
+        &self,
+        leading: &[KeyValue],
+        text_prefix: Option<&str>,
+    ) -> Result<KeyBounds, KeyError> {
+        let (mut prefix, _) = self.compose_prefix(leading)?;
+        if let Some(p) = text_prefix {
+            let i = self
+                .field_index(leading.len())
+                .ok_or(KeyError::MissingValue {
+                    column: "a field after the given ones".into(),
+                })?;
+            prefix.push_str(&escape_text(p, self.separator_after(i)));
+        }
+        Ok(match successor(&prefix) {
+            _ if prefix.is_empty() => KeyBounds::All,
+            end => KeyBounds::Range {
+                start: Bound::Included(prefix),
+                end: end.map_or(Bound::Unbounded, Bound::Excluded),
+            },
+        })
+    }
+
+    /// The segment index of field `n`.
+    fn field_index(&self, n: usize) -> Option<usize> {
+        self.segments
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| matches!(s, Segment::Field { .. }))
+            .nth(n)
+            .map(|(i, _)| i)
+    }
+
+    /// Field `n`'s column and format.
+    pub fn field(&self, n: usize) -> Option<(&str, FieldFormat)> {
+        match self.segments.get(self.field_index(n)?) {
+            Some(Segment::Field { column, format }) => Some((column, *format)),
+            _ => None,
+        }
+    }
+}
+
+/// Keys a predicate allows, as one range (start inclusive).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyBounds {
+    /// No key: the predicate is a contradiction.
+    Empty,
+    /// Every key.
+    All,
+    /// The keys from `start` to `end`.
+    Range {
+        start: Bound<String>,
+        end: Bound<String>,
+    },
+}
+
+/// The least string above every string that starts with `s`, in UTF-16
+/// order: `s` with its last character incremented. `None` where that is not a
+/// plain increment (an empty string, or a last character of U+D7FF, U+FFFF or
+/// beyond the BMP), and the caller uses an open end instead.
+pub fn successor(s: &str) -> Option<String> {
+    let last = s.chars().next_back()?;
+    let code = u32::from(last);
+    if code >= 0xFFFF || (0xD7FF..0xE000).contains(&code) {
+        return None;
+    }
+    let next = char::from_u32(code + 1)?;
+    let mut out = s[..s.len() - last.len_utf8()].to_owned();
+    out.push(next);
+    Some(out)
+}
+
+impl fmt::Display for KeyTemplate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for seg in &self.segments {
+            match seg {
+                Segment::Literal(l) => f.write_str(l)?,
+                Segment::Field { column, format } => match format {
+                    FieldFormat::Text => write!(f, "{{{column}}}")?,
+                    FieldFormat::Padded { width } => write!(f, "{{{column}:{width:02}}}")?,
+                    FieldFormat::Signed { width } => write!(f, "{{{column}:+{width:02}}}")?,
+                    FieldFormat::Inverted { width } => write!(f, "{{{column}:~{width:02}}}")?,
+                },
+            }
+        }
+        Ok(())
+    }
+}
