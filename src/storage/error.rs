@@ -56,6 +56,9 @@ pub enum InvalidInput {
     /// A continuation token this store did not issue.
     #[error("malformed continuation token")]
     ContinuationToken,
+    /// A value that cannot travel in a request (an ETag with a line break, say).
+    #[error("the request cannot be sent: {0}")]
+    Unsendable(String),
     /// Input the remote service refused, with its error code (a limit the
     /// client-side checks did not know of, or a service-specific rule).
     #[error("the service refused the input ({code}): {message}")]
@@ -130,8 +133,17 @@ pub enum StorageError {
     #[error("the service refused the credentials ({code}): {message}")]
     Unauthorized { code: String, message: String },
     /// The service stayed busy, timed out or unreachable through every retry.
-    #[error("the service is unavailable after {attempts} attempts: {detail}")]
-    Unavailable { attempts: u32, detail: String },
+    /// `may_have_applied`: a write's answer was lost on the way, so the write
+    /// may have been applied even so.
+    #[error(
+        "the service is unavailable after {attempts} attempts: {detail}{}",
+        if *may_have_applied { "; the write may have been applied" } else { "" }
+    )]
+    Unavailable {
+        attempts: u32,
+        detail: String,
+        may_have_applied: bool,
+    },
     /// A request was retried after its answer was lost, and the retry failed as
     /// a repeat would (409, 412, 404): the first attempt may well have been
     /// applied, so the write is not known to have failed.

@@ -100,7 +100,9 @@ pub fn entity_from_json(
     };
     let mut entity = Entity::new(partition_key, row_key);
     for (name, json) in obj {
-        if name.starts_with("odata.")
+        // A null is a property the entity lacks (a `$select`ed name, on Azure).
+        if json.is_null()
+            || name.starts_with("odata.")
             || name.contains('@')
             || matches!(name.as_str(), "PartitionKey" | "RowKey" | "Timestamp")
         {
@@ -214,6 +216,12 @@ mod tests {
             assert_eq!(value_from_json(&json, ty).unwrap(), v);
         }
         assert!(value_from_json(&Value::from(5), Some("Edm.Nope")).is_err());
+        let obj = serde_json::json!({
+            "PartitionKey": "p", "RowKey": "r", "Timestamp": "2026-01-01T00:00:00Z",
+            "odata.etag": "W/\"x\"", "Gone": null, "Here": 1,
+        });
+        let e = entity_from_json(obj.as_object().unwrap(), None).unwrap();
+        assert_eq!(e.entity.properties.keys().collect::<Vec<_>>(), ["Here"]);
         assert!(value_from_json(&Value::from("x"), Some("Edm.Int64")).is_err());
     }
 

@@ -31,6 +31,9 @@ enum Fate {
     Busy(u64),
     /// Wait, then forward.
     Delay(Duration),
+    /// Wait past the client's request timeout, then forward (the client has
+    /// given up by then, so a write lands with its answer lost).
+    Stall(Duration),
     /// Close the connection without forwarding.
     DropBefore,
     /// Forward, then close the connection without passing the answer on.
@@ -42,6 +45,7 @@ enum Fate {
 struct Injected {
     failed: AtomicU64,
     delayed: AtomicU64,
+    stalled: AtomicU64,
     dropped_before: AtomicU64,
     dropped_after: AtomicU64,
     forwarded: AtomicU64,
@@ -136,6 +140,10 @@ async fn serve(
                 counts.delayed.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(d).await;
             }
+            Fate::Stall(d) => {
+                counts.stalled.fetch_add(1, Ordering::Relaxed);
+                tokio::time::sleep(d).await;
+            }
             Fate::Forward | Fate::DropAfter => {}
         }
         let answer = forward(upstream, &request).await?;
@@ -220,17 +228,25 @@ fn entity(p: &str, r: usize) -> TestResult<Entity> {
     )
 }
 
-/// Random faults: of every 100 requests about 10 get 503, 5 get 500, 5 get
-/// 504, 10 are delayed, 5 are dropped before and 5 after forwarding.
+/// The client's request timeout in the random-fault test; a stall outlasts it.
+const TIMEOUT: Duration = Duration::from_millis(300);
+
+/// Random faults: of every 100 requests about 8 get 503, 3 each 500 and 504,
+/// 2 each 408, 429 and 502, 8 are delayed a little and 3 past the client's
+/// timeout, 4 are dropped before and 4 after forwarding.
 fn random_faults(seed: u64) -> Decide {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     Box::new(move |_| match rng.random_range(0..100) {
-        0..10 => Fate::Fail(503),
-        10..15 => Fate::Fail(500),
-        15..20 => Fate::Fail(504),
-        20..30 => Fate::Delay(Duration::from_millis(rng.random_range(10..80))),
-        30..35 => Fate::DropBefore,
-        35..40 => Fate::DropAfter,
+        0..8 => Fate::Fail(503),
+        8..11 => Fate::Fail(500),
+        11..14 => Fate::Fail(504),
+        14..16 => Fate::Fail(408),
+        16..18 => Fate::Fail(429),
+        18..20 => Fate::Fail(502),
+        20..28 => Fate::Delay(Duration::from_millis(rng.random_range(10..80))),
+        28..31 => Fate::Stall(TIMEOUT * 2),
+        31..35 => Fate::DropBefore,
+        35..39 => Fate::DropAfter,
         _ => Fate::Forward,
     })
 }
@@ -243,6 +259,7 @@ async fn queries_and_batches_survive_injected_faults() -> TestResult {
     let mut config = proxy.config(&account);
     // Enough retries that a run of faults (p ≈ 0.4 each) is survived.
     config.retry.max_retries = 12;
+    config.request_timeout = TIMEOUT;
     let faulty = AzureStore::new(config)?;
 
     let t = TableName::new("Faults")?;
@@ -322,11 +339,12 @@ async fn queries_and_batches_survive_injected_faults() -> TestResult {
     let inj = &proxy.injected;
     let load = |c: &AtomicU64| c.load(Ordering::Relaxed);
     println!(
-        "faults: {} requests, {} retries; injected {} errors, {} delays, {} drops before and {} after forwarding; {} batches reported ambiguous",
+        "faults: {} requests, {} retries; injected {} errors, {} delays, {} stalls past the timeout, {} drops before and {} after forwarding; {} batches reported ambiguous",
         stats.requests,
         stats.retries,
         load(&inj.failed),
         load(&inj.delayed),
+        load(&inj.stalled),
         load(&inj.dropped_before),
         load(&inj.dropped_after),
         load(&ambiguous),
@@ -337,10 +355,14 @@ async fn queries_and_batches_survive_injected_faults() -> TestResult {
         ("drops before", &inj.dropped_before),
         ("drops after", &inj.dropped_after),
         ("delays", &inj.delayed),
+        ("stalls", &inj.stalled),
     ] {
         assert!(load(n) > 0, "no {kind} were injected");
     }
-    let faults = load(&inj.failed) + load(&inj.dropped_before) + load(&inj.dropped_after);
+    let faults = load(&inj.failed)
+        + load(&inj.stalled)
+        + load(&inj.dropped_before)
+        + load(&inj.dropped_after);
     assert_eq!(stats.retries, faults, "one retry per failed attempt");
     Ok(())
 }
@@ -446,24 +468,77 @@ async fn errors_that_would_repeat_are_not_retried() -> TestResult {
 #[tokio::test]
 async fn retry_after_is_honoured() -> TestResult {
     let account = crate::azurite::fresh_account()?;
-    let mut busy = true;
-    let decide: Decide = Box::new(move |_| {
-        if std::mem::take(&mut busy) {
-            Fate::Busy(1)
-        } else {
-            Fate::Forward
-        }
-    });
-    let proxy = Proxy::start(upstream()?, decide).await?;
-    // The policy alone would wait about 25 ms.
-    let store = AzureStore::new(proxy.config(&account))?;
+    // Answers the first request with 503 and `Retry-After: secs`.
+    let once_busy = |secs| -> Decide {
+        let mut busy = true;
+        Box::new(move |_| {
+            if std::mem::take(&mut busy) {
+                Fate::Busy(secs)
+            } else {
+                Fate::Forward
+            }
+        })
+    };
+    // The policy alone would wait about 25 ms; the service asks for 1 s.
+    let proxy = Proxy::start(upstream()?, once_busy(1)).await?;
+    let mut config = proxy.config(&account);
+    config.retry.max_delay = Duration::from_secs(5);
+    let store = AzureStore::new(config)?;
     let started = std::time::Instant::now();
     store.list_tables().await?;
-    assert!(
-        started.elapsed() >= Duration::from_secs(1),
-        "{:?}",
-        started.elapsed()
-    );
+    let waited = started.elapsed();
+    assert!(waited >= Duration::from_secs(1), "{waited:?}");
     assert_eq!(store.stats().retries, 1);
+    // A Retry-After beyond zmax waits zmax: a service cannot stall a client.
+    let proxy = Proxy::start(upstream()?, once_busy(3600)).await?;
+    let mut config = proxy.config(&account);
+    config.retry.max_delay = Duration::from_millis(300);
+    let store = AzureStore::new(config)?;
+    let started = std::time::Instant::now();
+    store.list_tables().await?;
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_millis(300) && waited < Duration::from_secs(5),
+        "{waited:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn filters_sent_hold_at_most_fifteen_comparisons() -> TestResult {
+    use tablesql::storage::{CmpOp, Filter};
+    let account = crate::azurite::fresh_account()?;
+    let sent = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let log = sent.clone();
+    let decide: Decide = Box::new(move |line| {
+        if let Ok(mut log) = log.lock() {
+            log.push(line.to_owned());
+        }
+        Fate::Forward
+    });
+    let proxy = Proxy::start(upstream()?, decide).await?;
+    let store = AzureStore::new(proxy.config(&account))?;
+    let t = TableName::new("Wide")?;
+    store.create_table(&t).await?;
+    let ops = (0..30)
+        .map(|i| entity("p", i).map(WriteOp::Insert))
+        .collect::<TestResult<Vec<_>>>()?;
+    store.execute_batch(&t, ops).await?;
+    // The partition plus 20 conjuncts: 21 comparisons asked for.
+    let ne = |i| Filter::property("N", CmpOp::Ne, EdmValue::Int32(i));
+    let filter = (1..20).fold(ne(0), |f, i| f.and(ne(i)));
+    let q = Query::partition(PartitionKey::new("p")?).filter(filter);
+    let got = store.query_all(&t, &q).await?;
+    assert_eq!(got.len(), 10, "rows 20 to 29 pass");
+    let lines = sent.lock().map_err(|_| "log poisoned")?.clone();
+    let query = lines
+        .iter()
+        .find(|l| l.contains("$filter="))
+        .ok_or("no query was sent")?;
+    let comparisons: usize = ["eq", "ne", "gt", "ge", "lt", "le"]
+        .iter()
+        .map(|op| query.matches(&format!("%20{op}%20")).count())
+        .sum();
+    assert_eq!(comparisons, 15, "{query}");
     Ok(())
 }

@@ -65,11 +65,12 @@ pub struct AzureConfig {
 /// A connection string this backend cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ConfigError {
-    /// A `;`-separated part without `=`.
-    #[error("connection string part {0:?} is not KEY=VALUE")]
-    NotKeyValue(String),
-    /// A key this backend does not know.
-    #[error("unknown connection string key {0:?}")]
+    /// A `;`-separated part without `=` (its text is not shown: it may be a
+    /// secret pasted without its key).
+    #[error("connection string part {0} (counting from 1) is not KEY=VALUE")]
+    NotKeyValue(usize),
+    /// A key this backend does not know, named when it looks like a key name.
+    #[error("unknown connection string key {0}")]
     UnknownKey(String),
     /// A required key is missing.
     #[error("connection string lacks {0}")]
@@ -95,51 +96,53 @@ impl AzureConfig {
         let mut retry = RetryPolicy::default();
         let mut max_connections = DEFAULT_MAX_CONNECTIONS;
         let mut request_timeout = Duration::from_secs(30);
-        for part in conn.split(';').map(str::trim).filter(|p| !p.is_empty()) {
+        let parts = conn.split(';').map(str::trim).filter(|p| !p.is_empty());
+        for (n, part) in parts.enumerate() {
             let (k, v) = part
                 .split_once('=')
-                .ok_or_else(|| ConfigError::NotKeyValue(redact_part(part)))?;
+                .ok_or(ConfigError::NotKeyValue(n + 1))?;
             let bad = |why| ConfigError::BadValue(k.to_owned(), why);
             let millis = |v: &str| {
                 v.parse::<u64>()
                     .map(Duration::from_millis)
                     .map_err(|_| bad("expected milliseconds"))
             };
-            match k {
-                "UseDevelopmentStorage" => dev = v.eq_ignore_ascii_case("true"),
-                "DefaultEndpointsProtocol" => match v {
+            // Keys compare ignoring case, as the Azure SDKs compare them.
+            match k.to_ascii_lowercase().as_str() {
+                "usedevelopmentstorage" => dev = v.eq_ignore_ascii_case("true"),
+                "defaultendpointsprotocol" => match v {
                     "http" | "https" => protocol = v.to_owned(),
                     _ => return Err(bad("expected http or https")),
                 },
-                "AccountName" => account = Some(v.to_owned()),
-                "AccountKey" => {
+                "accountname" => account = Some(v.to_owned()),
+                "accountkey" => {
                     key = Some(STANDARD.decode(v).map_err(|_| bad("not base64"))?);
                 }
-                "SharedAccessSignature" => sas = Some(v.trim_start_matches('?').to_owned()),
-                "TableEndpoint" => endpoint = Some(v.trim_end_matches('/').to_owned()),
-                "EndpointSuffix" => suffix = v.to_owned(),
+                "sharedaccesssignature" => sas = Some(v.trim_start_matches('?').to_owned()),
+                "tableendpoint" => endpoint = Some(v.trim_end_matches('/').to_owned()),
+                "endpointsuffix" => suffix = v.to_owned(),
                 // Endpoints of the other services are valid but not ours to use.
-                "BlobEndpoint" | "QueueEndpoint" | "FileEndpoint" => {}
-                "AuthScheme" => match v {
+                "blobendpoint" | "queueendpoint" | "fileendpoint" => {}
+                "authscheme" => match v {
                     "SharedKey" => lite = false,
                     "SharedKeyLite" => lite = true,
                     _ => return Err(bad("expected SharedKey or SharedKeyLite")),
                 },
-                "MaxRetries" => {
+                "maxretries" => {
                     retry.max_retries = v.parse().map_err(|_| bad("expected a count"))?
                 }
-                "RetryDelayMs" => retry.delay = millis(v)?,
-                "RetryMinMs" => retry.min_delay = millis(v)?,
-                "RetryMaxMs" => retry.max_delay = millis(v)?,
-                "MaxConnections" => {
+                "retrydelayms" => retry.delay = millis(v)?,
+                "retryminms" => retry.min_delay = millis(v)?,
+                "retrymaxms" => retry.max_delay = millis(v)?,
+                "maxconnections" => {
                     max_connections = v
                         .parse()
                         .ok()
                         .filter(|n| *n > 0)
                         .ok_or_else(|| bad("expected a positive count"))?;
                 }
-                "RequestTimeoutMs" => request_timeout = millis(v)?,
-                _ => return Err(ConfigError::UnknownKey(k.to_owned())),
+                "requesttimeoutms" => request_timeout = millis(v)?,
+                _ => return Err(ConfigError::UnknownKey(key_name_or_position(k, n))),
             }
         }
         if dev {
@@ -234,9 +237,15 @@ fn is_loopback(endpoint: &str) -> bool {
             .is_ok_and(|ip| ip.is_loopback())
 }
 
-/// A malformed part, shown without anything that could be a secret.
-fn redact_part(part: &str) -> String {
-    part.chars().take(24).collect::<String>() + if part.len() > 24 { "…" } else { "" }
+/// An unknown key as shown in an error: its name if it looks like one (a
+/// word of letters), else only its position, since a secret pasted without
+/// its key would otherwise be echoed.
+fn key_name_or_position(key: &str, n: usize) -> String {
+    if (1..=40).contains(&key.len()) && key.bytes().all(|b| b.is_ascii_alphabetic()) {
+        format!("{key:?}")
+    } else {
+        format!("in part {} (counting from 1)", n + 1)
+    }
 }
 
 impl fmt::Display for AzureConfig {
@@ -297,7 +306,24 @@ mod tests {
             "connection string value of AccountKey is invalid: not base64"
         );
         let e = AzureConfig::parse("AccountName=a;Colour=blue;AccountKey=a2V5").unwrap_err();
-        assert_eq!(e, ConfigError::UnknownKey("Colour".into()));
+        assert_eq!(e.to_string(), "unknown connection string key \"Colour\"");
+        // A key pasted without `AccountKey=`: its `=` padding makes it look
+        // like KEY=VALUE, and neither side may be shown.
+        let pasted = format!("AccountName=a;{}", DEV_ACCOUNT_KEY);
+        let e = AzureConfig::parse(&pasted).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "unknown connection string key in part 2 (counting from 1)"
+        );
+        let e = AzureConfig::parse("AccountName=a;c2VjcmV0")
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            e,
+            "connection string part 2 (counting from 1) is not KEY=VALUE"
+        );
+        let c = AzureConfig::parse("accountname=a;ACCOUNTKEY=a2V5").unwrap();
+        assert_eq!(c.account, "a");
         assert_eq!(
             AzureConfig::parse("AccountName=a").unwrap_err(),
             ConfigError::Missing("AccountKey or SharedAccessSignature")

@@ -6,11 +6,10 @@
 //! answer can be a superset of ours are sent: comparisons and their And/Or.
 //! `not` is kept client-side, since a service that treats a comparison on a
 //! missing property as unknown rather than false would drop entities under it.
-//! Comparisons with Double, DateTime, Binary and Int64 literals are kept
-//! client-side too: Azurite compares DateTimes at millisecond precision and
-//! Binary values wrongly, fails (500) on an Int64 literal against an Int32
-//! property, and misreads some Double literals; Azurite is the service the
-//! tests can reach, so only what it answers right is sent.
+//! On an emulator, comparisons with Double, DateTime, Binary and Int64 literals
+//! are kept client-side too: Azurite compares DateTimes at millisecond
+//! precision and Binary values wrongly, fails (500) on an Int64 literal against
+//! an Int32 property, and misreads some Double literals.
 
 use std::ops::Bound;
 
@@ -22,12 +21,22 @@ use super::super::value::{EdmValue, format_datetime};
 /// Most comparisons one `$filter` may hold.
 pub const MAX_COMPARISONS: usize = 15;
 
-/// The `$filter` for a query, or `None` for every entity. With
-/// `push_properties` false only the key ranges are sent. `resume` starts the
+/// What of a property filter goes to the service.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Push {
+    /// Key ranges only.
+    KeysOnly,
+    /// Comparisons of every type (Azure).
+    AllTypes,
+    /// Comparisons with String, Boolean, Int32 and Guid literals (emulators).
+    SafeTypes,
+}
+
+/// The `$filter` for a query, or `None` for every entity. `resume` starts the
 /// query at a key (a continuation that carries no service token).
 pub fn query_filter(
     query: &Query,
-    push_properties: bool,
+    push: Push,
     resume: Option<(&PartitionKey, &RowKey)>,
 ) -> Option<String> {
     let mut terms = Vec::new();
@@ -42,13 +51,15 @@ pub fn query_filter(
         ));
         used += 3;
     }
-    if push_properties && let Some(filter) = &query.filter {
+    if push != Push::KeysOnly
+        && let Some(filter) = &query.filter
+    {
         let mut conjuncts = Vec::new();
         flatten_and(filter, &mut conjuncts);
         for c in conjuncts {
             let n = comparisons(c);
             if used + n <= MAX_COMPARISONS
-                && let Some(text) = pushable(c)
+                && let Some(text) = pushable(c, push == Push::AllTypes)
             {
                 terms.push(text);
                 used += n;
@@ -101,16 +112,18 @@ pub fn comparisons(f: &Filter) -> usize {
 }
 
 /// The filter as OData text, if all of it may go to the service.
-fn pushable(f: &Filter) -> Option<String> {
+fn pushable(f: &Filter, all_types: bool) -> Option<String> {
     match f {
         Filter::Compare { operand, op, value } => {
-            if matches!(
-                value,
-                EdmValue::Double(_)
-                    | EdmValue::DateTime(_)
-                    | EdmValue::Binary(_)
-                    | EdmValue::Int64(_)
-            ) {
+            if !all_types
+                && matches!(
+                    value,
+                    EdmValue::Double(_)
+                        | EdmValue::DateTime(_)
+                        | EdmValue::Binary(_)
+                        | EdmValue::Int64(_)
+                )
+            {
                 return None;
             }
             let name = match operand {
@@ -121,8 +134,16 @@ fn pushable(f: &Filter) -> Option<String> {
             };
             Some(format!("{name} {} {}", op_text(*op), literal(value)?))
         }
-        Filter::And(a, b) => Some(format!("({} and {})", pushable(a)?, pushable(b)?)),
-        Filter::Or(a, b) => Some(format!("({} or {})", pushable(a)?, pushable(b)?)),
+        Filter::And(a, b) => Some(format!(
+            "({} and {})",
+            pushable(a, all_types)?,
+            pushable(b, all_types)?
+        )),
+        Filter::Or(a, b) => Some(format!(
+            "({} or {})",
+            pushable(a, all_types)?,
+            pushable(b, all_types)?
+        )),
         Filter::Not(_) => None,
     }
 }
@@ -151,12 +172,15 @@ pub fn literal(value: &EdmValue) -> Option<String> {
         EdmValue::Int32(i) => i.to_string(),
         EdmValue::Int64(i) => format!("{i}L"),
         EdmValue::Double(d) if d.is_finite() => {
-            // `{:?}` keeps a decimal point or exponent, so 2.0 stays a double.
+            // A mantissa with a decimal point, so 2.0 stays a double: 2.0, 1.0e300.
             let text = format!("{d:?}");
-            if text.contains(['.', 'e', 'E']) {
-                text
-            } else {
-                format!("{text}.0")
+            let (mantissa, exp) = text
+                .split_once('e')
+                .map_or((text.as_str(), None), |(m, e)| (m, Some(e)));
+            let point = if mantissa.contains('.') { "" } else { ".0" };
+            match exp {
+                Some(e) => format!("{mantissa}{point}e{e}"),
+                None => format!("{mantissa}{point}"),
             }
         }
         EdmValue::Double(_) => return None,
@@ -184,10 +208,10 @@ mod tests {
             end: Bound::Excluded(RowKey::new("b").unwrap()),
         });
         assert_eq!(
-            query_filter(&q, true, None).unwrap(),
+            query_filter(&q, Push::SafeTypes, None).unwrap(),
             "PartitionKey eq 'it''s' and RowKey ge 'a' and RowKey lt 'b'"
         );
-        assert_eq!(query_filter(&Query::all(), true, None), None);
+        assert_eq!(query_filter(&Query::all(), Push::SafeTypes, None), None);
     }
 
     #[test]
@@ -196,7 +220,8 @@ mod tests {
         let cases = [
             (EdmValue::Int64(-5), "-5L"),
             (EdmValue::Double(2.0), "2.0"),
-            (EdmValue::Double(1e300), "1e300"),
+            (EdmValue::Double(1e300), "1.0e300"),
+            (EdmValue::Double(-2.5e-7), "-2.5e-7"),
             (
                 EdmValue::DateTime(t),
                 "datetime'1970-01-01T00:00:00.0000001Z'",
@@ -216,14 +241,17 @@ mod tests {
         let f = (1..20).fold(prop("A0", CmpOp::Eq, EdmValue::Int32(0)), |f, i| {
             f.and(prop(&format!("A{i}"), CmpOp::Eq, EdmValue::Int32(i)))
         });
-        let text = query_filter(&Query::all().filter(f.clone()), true, None).unwrap();
+        let text = query_filter(&Query::all().filter(f.clone()), Push::SafeTypes, None).unwrap();
         assert_eq!(text.matches(" eq ").count(), 15);
         // An Or of 16 cannot be split: none of it goes, only the keys.
         let big_or = (1..16).fold(prop("B", CmpOp::Eq, EdmValue::Int32(0)), |f, i| {
             f.or(prop("B", CmpOp::Eq, EdmValue::Int32(i)))
         });
         let q = Query::partition(PartitionKey::new("p").unwrap()).filter(big_or);
-        assert_eq!(query_filter(&q, true, None).unwrap(), "PartitionKey eq 'p'");
+        assert_eq!(
+            query_filter(&q, Push::SafeTypes, None).unwrap(),
+            "PartitionKey eq 'p'"
+        );
         // Not stays client-side; its sibling conjunct goes.
         let f = prop("C", CmpOp::Eq, EdmValue::Int32(1)).negate().and(prop(
             "D",
@@ -231,10 +259,21 @@ mod tests {
             EdmValue::Int32(2),
         ));
         assert_eq!(
-            query_filter(&Query::all().filter(f), true, None).unwrap(),
+            query_filter(&Query::all().filter(f), Push::SafeTypes, None).unwrap(),
             "D gt 2"
         );
         let f = prop("D", CmpOp::Eq, EdmValue::Double(1.5));
-        assert_eq!(query_filter(&Query::all().filter(f), true, None), None);
+        assert_eq!(
+            query_filter(&Query::all().filter(f.clone()), Push::SafeTypes, None),
+            None
+        );
+        assert_eq!(
+            query_filter(&Query::all().filter(f.clone()), Push::AllTypes, None).unwrap(),
+            "D eq 1.5"
+        );
+        assert_eq!(
+            query_filter(&Query::all().filter(f), Push::KeysOnly, None),
+            None
+        );
     }
 }

@@ -108,6 +108,9 @@ pub enum Failure {
     },
     /// No answer: refused, reset, or timed out. The text holds no URL.
     Transport(String),
+    /// The request could not be built (an invalid header value, say): never
+    /// sent, never retried.
+    Local(String),
 }
 
 impl Failure {
@@ -115,6 +118,7 @@ impl Failure {
         match self {
             Failure::Status { status, .. } => is_retryable_status(*status),
             Failure::Transport(_) => true,
+            Failure::Local(_) => false,
         }
     }
 
@@ -124,6 +128,7 @@ impl Failure {
             // 503 (ServerBusy) and 429 refuse work before doing it.
             Failure::Status { status, .. } => !matches!(status, 503 | 429),
             Failure::Transport(_) => true,
+            Failure::Local(_) => false,
         }
     }
 }
@@ -199,6 +204,7 @@ impl Client {
         .retry(self.config.retry.backoff())
         .sleep(tokio::time::sleep)
         .when(Failure::is_retryable)
+        // The service's Retry-After wins over a shorter backoff, up to zmax.
         .adjust(|failure, wait| match (failure, wait) {
             (
                 Failure::Status {
@@ -206,7 +212,7 @@ impl Client {
                     ..
                 },
                 Some(wait),
-            ) => Some(wait.max(*after)),
+            ) => Some(wait.max((*after).min(self.config.retry.max_delay))),
             (_, wait) => wait,
         })
         .notify(|failure, _| {
@@ -236,7 +242,7 @@ impl Client {
             .await
             .map_err(|_| Failure::Transport("client closed".into()))?;
         self.requests.fetch_add(1, Ordering::Relaxed);
-        let built = self.build(req).map_err(Failure::Transport)?;
+        let built = self.build(req).map_err(Failure::Local)?;
         let resp = self
             .http
             .execute(built)

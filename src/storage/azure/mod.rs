@@ -9,6 +9,7 @@
 pub mod auth;
 mod batch;
 pub mod config;
+mod errors;
 mod filter_text;
 mod http;
 pub mod retry;
@@ -29,13 +30,16 @@ use super::key::{PartitionKey, RowKey};
 use super::odata::{entity_body, entity_from_json};
 use super::query::{ContinuationToken, MAX_PAGE, Page, Query, ServiceToken};
 use super::table_name::TableName;
+use super::write::MAX_BATCH_BYTES;
 use super::write::{WriteOp, WriteOutcome, validate_batch};
 
 pub use config::{AzureConfig, ConfigError, Credentials};
 pub use http::ClientStats;
 pub use retry::RetryPolicy;
 
-use http::{Client, Failure, Request, SendError, encode};
+use errors::{Ctx, ambiguous_if_lost, map_error, map_status};
+use filter_text::Push;
+use http::{Client, Request, encode};
 
 /// A `TableStore` on one storage account of the Azure Table service.
 #[derive(Debug)]
@@ -128,12 +132,14 @@ impl AzureStore {
                 names
                     .push(TableName::new(name).map_err(|e| StorageError::Protocol(e.to_string()))?);
             }
-            next = resp
+            let token = resp
                 .header("x-ms-continuation-nexttablename")
                 .map(str::to_owned);
-            if next.is_none() {
+            if token.is_none() || token == next {
+                // No token: done. The same token again would loop forever.
                 return Ok(names);
             }
+            next = token;
         }
     }
 
@@ -180,119 +186,6 @@ impl AzureStore {
             },
         })
     }
-}
-
-/// What a request was about, to turn the service's error codes into ours.
-#[derive(Debug, Clone, Copy)]
-struct Ctx<'a> {
-    table: &'a str,
-    keys: Option<(&'a PartitionKey, &'a RowKey)>,
-}
-
-impl<'a> Ctx<'a> {
-    fn table(table: &'a TableName) -> Self {
-        Self {
-            table: table.as_str(),
-            keys: None,
-        }
-    }
-
-    fn entity(table: &'a TableName, pk: &'a PartitionKey, rk: &'a RowKey) -> Self {
-        Self {
-            table: table.as_str(),
-            keys: Some((pk, rk)),
-        }
-    }
-}
-
-/// The error of a request that failed after its retries.
-fn map_error(err: SendError, ctx: &Ctx<'_>) -> StorageError {
-    let (status, code, message) = match &err.failure {
-        Failure::Transport(detail) => {
-            return StorageError::Unavailable {
-                attempts: err.attempts,
-                detail: detail.clone(),
-            };
-        }
-        Failure::Status {
-            status,
-            code,
-            message,
-            ..
-        } => (*status, code.as_str(), message.as_str()),
-    };
-    if retry::is_retryable_status(status) || matches!(code, "ServerBusy" | "OperationTimedOut") {
-        return StorageError::Unavailable {
-            attempts: err.attempts,
-            detail: format!("{status} {code}: {}", first_line(message)),
-        };
-    }
-    let mapped = map_status(status, code, message, ctx);
-    let conflict = matches!(
-        mapped,
-        StorageError::EntityAlreadyExists { .. }
-            | StorageError::PreconditionFailed { .. }
-            | StorageError::EntityNotFound { .. }
-            | StorageError::TableAlreadyExists(_)
-            | StorageError::TableNotFound(_)
-            | StorageError::Batch { .. }
-    );
-    if err.answer_lost && conflict {
-        StorageError::AmbiguousRetry {
-            attempts: err.attempts,
-            source: Box::new(mapped),
-        }
-    } else {
-        mapped
-    }
-}
-
-/// The service's error codes as the model's errors.
-fn map_status(status: u16, code: &str, message: &str, ctx: &Ctx<'_>) -> StorageError {
-    let table = ctx.table.to_owned();
-    let (partition_key, row_key) = ctx.keys.map_or((String::new(), String::new()), |(p, r)| {
-        (p.as_str().to_owned(), r.as_str().to_owned())
-    });
-    let message = first_line(message).to_owned();
-    match code {
-        "TableNotFound" => StorageError::TableNotFound(table),
-        "ResourceNotFound" | "EntityNotFound" if ctx.keys.is_some() => {
-            StorageError::EntityNotFound {
-                partition_key,
-                row_key,
-            }
-        }
-        "ResourceNotFound" => StorageError::TableNotFound(table),
-        "TableAlreadyExists" => StorageError::TableAlreadyExists(table),
-        "EntityAlreadyExists" => StorageError::EntityAlreadyExists {
-            partition_key,
-            row_key,
-        },
-        "TableBeingDeleted" => StorageError::TableBeingDeleted(table),
-        _ if status == 412 => StorageError::PreconditionFailed {
-            partition_key,
-            row_key,
-        },
-        _ if status == 401 || status == 403 => StorageError::Unauthorized {
-            code: code.to_owned(),
-            message,
-        },
-        _ if status == 400 || status == 413 => InvalidInput::Rejected {
-            code: code.to_owned(),
-            message,
-        }
-        .into(),
-        _ => StorageError::Service {
-            status,
-            code: code.to_owned(),
-            message,
-        },
-    }
-}
-
-/// The service's messages end with request ids and times; the first line says it.
-fn first_line(message: &str) -> &str {
-    message.lines().next().unwrap_or("")
 }
 
 /// `/T(PartitionKey='p',RowKey='r')`, quotes doubled, then percent-encoded.
@@ -417,7 +310,12 @@ impl TableStore for AzureStore {
             .map(|t| (&t.next_partition_key, &t.next_row_key));
         let mut req =
             Request::new(Method::GET, format!("/{table}()")).query("$top", top.to_string());
-        if let Some(f) = filter_text::query_filter(query, !budgeted, resume) {
+        let push = match (budgeted, self.client.config().emulator) {
+            (true, _) => Push::KeysOnly,
+            (false, true) => Push::SafeTypes,
+            (false, false) => Push::AllTypes,
+        };
+        if let Some(f) = filter_text::query_filter(query, push, resume) {
             req = req.query("$filter", f);
         }
         if let Some(names) = query.needed_properties() {
@@ -495,6 +393,11 @@ impl TableStore for AzureStore {
         };
         let ascii = self.client.config().emulator;
         let (content_type, body) = batch::encode(&table_url, entity_url, &ops, ascii);
+        // The service's 4 MiB is of the request body, which can outgrow the
+        // entity size formula (base64 Binary, escapes, multipart framing).
+        if body.len() > MAX_BATCH_BYTES {
+            return Err(InvalidInput::BatchTooLarge { bytes: body.len() }.into());
+        }
         let mut req = Request::new(Method::POST, "/$batch");
         req.body = Some((content_type, body));
         let resp = self.send(req, Ctx::table(table)).await?;
@@ -514,14 +417,7 @@ impl TableStore for AzureStore {
                 index,
                 source: Box::new(source),
             };
-            return Err(if resp.answer_lost {
-                StorageError::AmbiguousRetry {
-                    attempts: resp.attempts,
-                    source: Box::new(err),
-                }
-            } else {
-                err
-            });
+            return Err(ambiguous_if_lost(err, resp.answer_lost, resp.attempts));
         }
         if parts.len() != ops.len() {
             return Err(StorageError::Protocol(format!(

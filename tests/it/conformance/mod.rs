@@ -63,9 +63,10 @@ impl Fixture {
     /// The Azure backend on a fresh account of the test Azurite.
     pub fn azure(scan_budget: usize) -> TestResult<Fixture> {
         let config = crate::azurite::fresh_account()?;
+        let emulator = config.emulator;
         let store = AzureStore::new(config)?.with_scan_budget(scan_budget);
         let mut fixture = Self::new(Arc::new(store), None, Fixture::azure);
-        fixture.loses_negative_zero = true;
+        fixture.loses_negative_zero = emulator;
         Ok(fixture)
     }
 
