@@ -50,14 +50,7 @@ async fn load_egt(store: &Arc<AzureStore>, t: &TableName) -> Result<Duration> {
         .chunks(100)
         .map(<[WriteOp]>::to_vec)
         .collect();
-    let started = Instant::now();
-    let mut results = futures::stream::iter(batches)
-        .map(|ops| store.execute_batch(t, ops))
-        .buffer_unordered(IN_FLIGHT);
-    while let Some(r) = results.next().await {
-        r?;
-    }
-    Ok(started.elapsed())
+    timed_in_flight(batches.into_iter().map(|ops| store.execute_batch(t, ops))).await
 }
 
 /// Loads `ENTITIES` one insert per request.
@@ -65,10 +58,17 @@ async fn load_single(store: &Arc<AzureStore>, t: &TableName) -> Result<Duration>
     let ops = (0..ENTITIES)
         .map(|i| entity(i).map(WriteOp::Insert))
         .collect::<Result<Vec<_>>>()?;
+    timed_in_flight(ops.into_iter().map(|op| store.execute(t, op))).await
+}
+
+/// Runs requests `IN_FLIGHT` at a time; returns the time they took.
+async fn timed_in_flight<T, E, F>(requests: impl Iterator<Item = F>) -> Result<Duration>
+where
+    F: std::future::Future<Output = std::result::Result<T, E>>,
+    E: std::error::Error + 'static,
+{
     let started = Instant::now();
-    let mut results = futures::stream::iter(ops)
-        .map(|op| store.execute(t, op))
-        .buffer_unordered(IN_FLIGHT);
+    let mut results = futures::stream::iter(requests).buffer_unordered(IN_FLIGHT);
     while let Some(r) = results.next().await {
         r?;
     }

@@ -6,7 +6,7 @@ use base64::engine::general_purpose::STANDARD;
 use chrono::{DateTime, Utc};
 use serde_json::{Map, Value};
 
-use super::entity::{ETag, Entity, StoredEntity};
+use super::entity::{ETag, Entity, Properties, StoredEntity};
 use super::key::{PartitionKey, RowKey};
 use super::value::{EdmType, EdmValue, format_datetime};
 
@@ -48,14 +48,19 @@ pub fn entity_to_json(e: &StoredEntity) -> Value {
         "Timestamp".into(),
         Value::String(format_datetime(&e.timestamp)),
     );
-    for (name, value) in &e.entity.properties {
+    insert_properties(&mut obj, &e.entity.properties);
+    Value::Object(obj)
+}
+
+/// Adds custom properties, each with its type annotation where needed.
+fn insert_properties(obj: &mut Map<String, Value>, properties: &Properties) {
+    for (name, value) in properties {
         let (json, ty) = value_to_json(value);
         if let Some(ty) = ty {
             obj.insert(format!("{name}@odata.type"), Value::String(ty.to_owned()));
         }
         obj.insert(name.clone(), json);
     }
-    Value::Object(obj)
 }
 
 /// An entity as the body of a write: keys and properties, annotated.
@@ -69,13 +74,7 @@ pub fn entity_body(e: &Entity) -> Value {
         "RowKey".into(),
         Value::String(e.row_key.as_str().to_owned()),
     );
-    for (name, value) in &e.properties {
-        let (json, ty) = value_to_json(value);
-        if let Some(ty) = ty {
-            obj.insert(format!("{name}@odata.type"), Value::String(ty.to_owned()));
-        }
-        obj.insert(name.clone(), json);
-    }
+    insert_properties(&mut obj, &e.properties);
     Value::Object(obj)
 }
 

@@ -228,6 +228,19 @@ fn entity(p: &str, r: usize) -> TestResult<Entity> {
     )
 }
 
+/// `fate` for the first request whose request line matches, then forwarding.
+fn first_matching(matches: impl Fn(&str) -> bool + Send + 'static, fate: Fate) -> Decide {
+    let mut done = false;
+    Box::new(move |line| {
+        if !done && matches(line) {
+            done = true;
+            fate
+        } else {
+            Fate::Forward
+        }
+    })
+}
+
 /// The client's request timeout in the random-fault test; a stall outlasts it.
 const TIMEOUT: Duration = Duration::from_millis(300);
 
@@ -374,15 +387,7 @@ async fn insert_retried_after_lost_answer_is_reported_as_ambiguous() -> TestResu
     let t = TableName::new("Lost")?;
     direct.create_table(&t).await?;
     // Lose the answer to the first insert; forward everything else.
-    let mut lost = false;
-    let decide: Decide = Box::new(move |line| {
-        if line.starts_with("POST") && !lost {
-            lost = true;
-            Fate::DropAfter
-        } else {
-            Fate::Forward
-        }
-    });
+    let decide = first_matching(|line| line.starts_with("POST"), Fate::DropAfter);
     let proxy = Proxy::start(upstream()?, decide).await?;
     let faulty = AzureStore::new(proxy.config(&account))?;
     let e = entity("p", 1)?;
@@ -410,15 +415,8 @@ async fn insert_retried_after_lost_answer_is_reported_as_ambiguous() -> TestResu
     ));
     // A read has nothing to apply: a lost answer to a get of a missing entity
     // is retried and is plainly "not there".
-    let mut lost = false;
-    let decide: Decide = Box::new(move |line| {
-        if line.starts_with("GET") && line.contains("(PartitionKey=") && !lost {
-            lost = true;
-            Fate::DropAfter
-        } else {
-            Fate::Forward
-        }
-    });
+    let point_read = |line: &str| line.starts_with("GET") && line.contains("(PartitionKey=");
+    let decide = first_matching(point_read, Fate::DropAfter);
     let proxy = Proxy::start(upstream()?, decide).await?;
     let faulty = AzureStore::new(proxy.config(&account))?;
     let missing = faulty
@@ -469,16 +467,7 @@ async fn errors_that_would_repeat_are_not_retried() -> TestResult {
 async fn retry_after_is_honoured() -> TestResult {
     let account = crate::azurite::fresh_account()?;
     // Answers the first request with 503 and `Retry-After: secs`.
-    let once_busy = |secs| -> Decide {
-        let mut busy = true;
-        Box::new(move |_| {
-            if std::mem::take(&mut busy) {
-                Fate::Busy(secs)
-            } else {
-                Fate::Forward
-            }
-        })
-    };
+    let once_busy = |secs| first_matching(|_| true, Fate::Busy(secs));
     // The policy alone would wait about 25 ms; the service asks for 1 s.
     let proxy = Proxy::start(upstream()?, once_busy(1)).await?;
     let mut config = proxy.config(&account);
