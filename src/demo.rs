@@ -16,6 +16,15 @@ use crate::storage::{
 
 /// The demo table's name.
 pub const TABLE: &str = "Registrations";
+/// The storage table of the events.
+pub const EVENTS_TABLE: &str = "Events";
+/// The shipped catalog definitions the demo registers.
+pub const CATALOG: [&str; 2] = [
+    include_str!("../catalog/registrations.sql"),
+    include_str!("../catalog/events.sql"),
+];
+/// The cities of the events, in `EVENTS` order.
+pub const CITIES: [&str; 4] = ["New York", "Boston", "Chicago", "Berlin"];
 /// The events, each run at every distance.
 pub const EVENTS: [&str; 4] = [
     "2011 New York City Marathon",
@@ -196,20 +205,65 @@ impl Plan {
     }
 }
 
-/// Drops and recreates the demo table, then loads `rows` registrations
-/// (2·rows entities). `on_commit(b, n)` runs after transaction `b` of `n`
-/// entities is durable.
+/// The event rows: one per event and distance.
+pub fn events() -> Result<Vec<Entity>> {
+    let mut out = Vec::new();
+    for (event, city) in EVENTS.iter().zip(CITIES) {
+        for distance in DISTANCES {
+            let (km, cutoff) = match distance {
+                "Full" => (42.195, Some(390)),
+                "Half" => (21.0975, Some(210)),
+                _ => (10.0, None),
+            };
+            let mut e = Entity::new(PartitionKey::new(*event)?, RowKey::new(distance)?)
+                .with("city", EdmValue::String(city.into()))
+                .with("km", EdmValue::Double(km));
+            if let Some(c) = cutoff {
+                e = e.with("cutoff_minutes", EdmValue::Int32(c));
+            }
+            out.push(e);
+        }
+    }
+    Ok(out)
+}
+
+async fn recreate(store: &dyn TableStore, table: &TableName) -> Result<()> {
+    match store.delete_table(table).await {
+        Ok(()) | Err(StorageError::TableNotFound(_)) => {}
+        Err(e) => return Err(e),
+    }
+    store.create_table(table).await
+}
+
+/// Registers the demo's catalog definitions in the store (replacing older ones).
+pub async fn register_catalog(store: &dyn TableStore) -> std::result::Result<(), crate::catalog::CatalogError> {
+    for sql in CATALOG {
+        crate::catalog::persist::save(store, &crate::catalog::ddl::parse(sql)?, true).await?;
+    }
+    Ok(())
+}
+
+/// Drops and recreates the demo tables, registers their definitions, loads
+/// the events, then `rows` registrations (2·rows entities). `on_commit(b, n)`
+/// runs after transaction `b` of `n` registration entities is durable.
 pub async fn load(
     store: &dyn TableStore,
     rows: u64,
     mut on_commit: impl FnMut(usize, usize),
 ) -> Result<u64> {
-    let table = TableName::new(TABLE)?;
-    match store.delete_table(&table).await {
-        Ok(()) | Err(StorageError::TableNotFound(_)) => {}
-        Err(e) => return Err(e),
+    register_catalog(store).await.map_err(|e| match e {
+        crate::catalog::CatalogError::Storage(s) => s,
+        other => StorageError::Task(other.to_string()),
+    })?;
+    let events_table = TableName::new(EVENTS_TABLE)?;
+    recreate(store, &events_table).await?;
+    // One partition per event, its distances consecutive.
+    for partition in events()?.chunks(DISTANCES.len()) {
+        let ops = partition.iter().cloned().map(WriteOp::Insert).collect();
+        store.execute_batch(&events_table, ops).await?;
     }
-    store.create_table(&table).await?;
+    let table = TableName::new(TABLE)?;
+    recreate(store, &table).await?;
     let plan = Plan::new(rows);
     let table = &table;
     let plan = &plan;

@@ -32,6 +32,14 @@
 //! # }
 //! ```
 
+pub mod catalog;
 pub mod demo;
+pub mod engine;
+pub mod exec;
 pub mod keys;
+pub mod planner;
 pub mod storage;
+
+pub use engine::{Engine, EngineError, EngineOptions};
+/// The DataFusion release tablesql is built on, for embedders.
+pub use datafusion;

@@ -59,6 +59,40 @@ pub enum Filter {
     Not(Box<Filter>),
 }
 
+impl std::fmt::Display for Filter {
+    /// OData-like text, for EXPLAIN: `club eq 'Harriers' and age ge 30`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Filter::Compare { operand, op, value } => {
+                match operand {
+                    Operand::PartitionKey => f.write_str("PartitionKey")?,
+                    Operand::RowKey => f.write_str("RowKey")?,
+                    Operand::Timestamp => f.write_str("Timestamp")?,
+                    Operand::Property(p) => f.write_str(p)?,
+                }
+                let op = match op {
+                    CmpOp::Eq => "eq",
+                    CmpOp::Ne => "ne",
+                    CmpOp::Gt => "gt",
+                    CmpOp::Ge => "ge",
+                    CmpOp::Lt => "lt",
+                    CmpOp::Le => "le",
+                };
+                match value {
+                    EdmValue::String(s) => write!(f, " {op} '{}'", s.replace('\'', "''")),
+                    EdmValue::Int32(v) => write!(f, " {op} {v}"),
+                    EdmValue::Int64(v) => write!(f, " {op} {v}L"),
+                    EdmValue::Boolean(v) => write!(f, " {op} {v}"),
+                    other => write!(f, " {op} {other:?}"),
+                }
+            }
+            Filter::And(a, b) => write!(f, "{a} and {b}"),
+            Filter::Or(a, b) => write!(f, "({a} or {b})"),
+            Filter::Not(a) => write!(f, "not ({a})"),
+        }
+    }
+}
+
 impl Filter {
     /// A comparison of a custom property.
     pub fn property(name: impl Into<String>, op: CmpOp, value: EdmValue) -> Self {

@@ -136,6 +136,7 @@ impl TableStore for MemoryStore {
             }
             full = page.entities.len() == limit || scanned == self.scan_budget;
         }
+        page.scanned = scanned;
         Ok(page)
     }
 

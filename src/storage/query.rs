@@ -266,6 +266,10 @@ pub struct Page {
     pub entities: Vec<StoredEntity>,
     /// Where to resume; `None` when the query is done.
     pub continuation: Option<ContinuationToken>,
+    /// Entities the store examined for this page: those in the key range,
+    /// before the filter. A remote service does not say; there it counts the
+    /// entities the service sent.
+    pub scanned: usize,
 }
 
 #[cfg(test)]

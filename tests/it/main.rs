@@ -8,3 +8,6 @@ mod embedded;
 mod faults;
 mod interop;
 mod model;
+mod pushdown;
+mod slt;
+mod sql;

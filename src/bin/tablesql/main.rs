@@ -41,6 +41,14 @@ enum Command {
         #[arg(long, hide = true)]
         print_commits: bool,
     },
+    /// Run one SQL statement (SELECT, EXPLAIN, EXPLAIN ANALYZE, CREATE TABLE ... WITH, DROP TABLE).
+    Query {
+        /// The statement.
+        sql: String,
+        /// Output format.
+        #[arg(long, value_enum, default_value_t = output::Format::Table)]
+        format: output::Format,
+    },
     /// Print raw entities in key order.
     Scan {
         /// The table.
@@ -79,6 +87,11 @@ async fn main() -> anyhow::Result<()> {
             rows,
             print_commits,
         } => run_demo(store.as_ref(), rows, print_commits).await,
+        Command::Query { sql, format } => {
+            let engine = tablesql::Engine::with_store(store.into(), Default::default()).await?;
+            let stream = engine.execute_stream(&sql).await?;
+            output::print_stream(stream, format).await
+        }
         Command::Scan {
             table,
             pk,

@@ -344,6 +344,7 @@ impl TableStore for AzureStore {
             let mut e =
                 entity_from_json(obj, None).map_err(|e| StorageError::Protocol(e.to_string()))?;
             last_seen = Some((e.partition_key().clone(), e.row_key().clone()));
+            page.scanned += 1;
             let in_range =
                 query.partitions.contains(e.partition_key()) && query.rows.contains(e.row_key());
             if in_range && query.passes(&e) {

@@ -29,6 +29,7 @@ pub fn page(
     let mut page = Page {
         entities: Vec::with_capacity(limit),
         continuation: None,
+        scanned: 0,
     };
     let mut scanned = 0;
     let mut full = false;
@@ -71,5 +72,6 @@ pub fn page(
         }
         break;
     }
+    page.scanned = scanned;
     Ok(page)
 }

@@ -1,0 +1,278 @@
+//! Table definitions as SQL DDL, the one syntax of catalog files, of the
+//! `CREATE TABLE` statement and of the copy persisted in the store:
+//!
+//! ```sql
+//! CREATE TABLE registrations (
+//!     event TEXT NOT NULL, distance TEXT NOT NULL, bib INT NOT NULL,
+//!     name TEXT NOT NULL, gender TEXT NOT NULL, age INT NOT NULL,
+//!     finish BIGINT, club TEXT,
+//!     PRIMARY KEY (event, distance, bib)
+//! ) WITH (
+//!     storage_table = 'Registrations',
+//!     partition_key = '{event}__{distance}',
+//!     row_key = 'BIB:{bib:05}__{name}__{gender}__{age}',
+//!     index_age = 'AGE:{age:03}__{bib}__{name}__{gender}'
+//! );
+//! ```
+//! `storage_table` defaults to the SQL name; `PRIMARY KEY` defaults to every
+//! key field; each `index_<name>` option declares an index row template.
+
+use datafusion::sql::sqlparser::ast::{
+    ColumnOption, CreateTable, CreateTableOptions, Expr, ObjectName, SqlOption, Statement,
+    TableConstraint, Value,
+};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+use super::{CatalogError, ColumnDef, ColumnType, IndexDef, TableDef, normalize_ident};
+use crate::storage::TableName;
+
+/// Parses one `CREATE TABLE ... WITH (...)` statement.
+pub fn parse(sql: &str) -> Result<TableDef, CatalogError> {
+    let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql)
+        .map_err(|e| CatalogError::Definition(e.to_string()))?;
+    match statements.as_slice() {
+        [Statement::CreateTable(create)] => from_create_table(create),
+        _ => Err(CatalogError::Definition(
+            "expected exactly one CREATE TABLE statement".into(),
+        )),
+    }
+}
+
+/// Whether a parsed `CREATE TABLE` is a storage mapping (it names a
+/// `partition_key`), as opposed to one DataFusion should handle.
+pub fn is_mapping(create: &CreateTable) -> bool {
+    options(create)
+        .iter()
+        .any(|o| matches!(o, SqlOption::KeyValue { key, .. } if key.value.eq_ignore_ascii_case("partition_key")))
+}
+
+fn options(create: &CreateTable) -> &[SqlOption] {
+    match &create.table_options {
+        CreateTableOptions::With(o) | CreateTableOptions::Options(o) => o,
+        _ => &[],
+    }
+}
+
+/// The last part of a (possibly qualified) name, normalized.
+pub fn object_name(name: &ObjectName) -> Result<String, CatalogError> {
+    name.0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(normalize_ident)
+        .ok_or_else(|| CatalogError::Definition(format!("invalid table name {name}")))
+}
+
+/// Builds a definition from a parsed `CREATE TABLE`.
+pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError> {
+    let name = object_name(&create.name)?;
+    if create.query.is_some() {
+        return Err(CatalogError::Definition(
+            "a mapped table cannot be created AS SELECT".into(),
+        ));
+    }
+    let mut columns = Vec::new();
+    let mut primary_key = Vec::new();
+    for c in &create.columns {
+        let column = normalize_ident(&c.name);
+        let column_type =
+            ColumnType::from_sql(&c.data_type).ok_or_else(|| CatalogError::UnsupportedType {
+                column: column.clone(),
+                sql_type: c.data_type.to_string(),
+            })?;
+        let mut not_null = false;
+        for o in &c.options {
+            match &o.option {
+                ColumnOption::NotNull => not_null = true,
+                ColumnOption::Null => not_null = false,
+                ColumnOption::PrimaryKey(_) => {
+                    not_null = true;
+                    primary_key.push(column.clone());
+                }
+                other => {
+                    return Err(CatalogError::Definition(format!(
+                        "column {column}: option {other} is not supported"
+                    )));
+                }
+            }
+        }
+        columns.push(ColumnDef {
+            name: column,
+            column_type,
+            not_null,
+        });
+    }
+    for constraint in &create.constraints {
+        match constraint {
+            TableConstraint::PrimaryKey(pk) if primary_key.is_empty() => {
+                for c in &pk.columns {
+                    match &c.column.expr {
+                        Expr::Identifier(ident) => primary_key.push(normalize_ident(ident)),
+                        other => {
+                            return Err(CatalogError::Definition(format!(
+                                "primary key part {other} is not a column"
+                            )));
+                        }
+                    }
+                }
+            }
+            other => {
+                return Err(CatalogError::Definition(format!(
+                    "constraint {other} is not supported"
+                )));
+            }
+        }
+    }
+    let mut storage_table = None;
+    let (mut partition_key, mut row_key) = (None, None);
+    let mut indexes = Vec::new();
+    for option in options(create) {
+        let SqlOption::KeyValue { key, value } = option else {
+            return Err(CatalogError::Definition(format!(
+                "option {option} is not supported"
+            )));
+        };
+        let key = key.value.to_lowercase();
+        let text = string_value(&key, value)?;
+        match key.as_str() {
+            "storage_table" => storage_table = Some(TableName::new(text).map_err(|e| {
+                CatalogError::Definition(format!("storage_table: {e}"))
+            })?),
+            "partition_key" => partition_key = Some(text.parse()?),
+            "row_key" => row_key = Some(text.parse()?),
+            _ => match key.strip_prefix("index_") {
+                Some(index) if !index.is_empty() => indexes.push(IndexDef {
+                    name: index.to_owned(),
+                    row_key: text.parse()?,
+                }),
+                _ => {
+                    return Err(CatalogError::Definition(format!(
+                        "unknown option {key} (expected storage_table, partition_key, row_key or index_<name>)"
+                    )));
+                }
+            },
+        }
+    }
+    let missing = |what: &str| CatalogError::Definition(format!("table {name}: WITH needs {what}"));
+    let partition_key: crate::keys::KeyTemplate = partition_key.ok_or_else(|| missing("partition_key = '<template>'"))?;
+    let row_key: crate::keys::KeyTemplate = row_key.ok_or_else(|| missing("row_key = '<template>'"))?;
+    let storage_table = match storage_table {
+        Some(t) => t,
+        None => TableName::new(name.clone()).map_err(|e| {
+            CatalogError::Definition(format!(
+                "{name} is not a valid storage table name ({e}); set storage_table"
+            ))
+        })?,
+    };
+    if primary_key.is_empty() {
+        primary_key = partition_key
+            .columns()
+            .chain(row_key.columns())
+            .map(str::to_owned)
+            .collect();
+    }
+    let def = TableDef {
+        name,
+        storage_table,
+        columns,
+        partition_key,
+        row_key,
+        primary_key,
+        indexes,
+    };
+    def.validate()?;
+    Ok(def)
+}
+
+fn string_value(key: &str, value: &Expr) -> Result<String, CatalogError> {
+    match value {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) => Ok(s.clone()),
+            other => Err(CatalogError::Definition(format!(
+                "option {key}: expected a quoted string, found {other}"
+            ))),
+        },
+        Expr::Identifier(ident) => Ok(ident.value.clone()),
+        other => Err(CatalogError::Definition(format!(
+            "option {key}: expected a quoted string, found {other}"
+        ))),
+    }
+}
+
+/// Quotes an identifier when SQL would otherwise change or misread it.
+fn ident(name: &str) -> String {
+    let plain = name
+        .chars()
+        .next()
+        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
+    if plain {
+        name.to_owned()
+    } else {
+        format!("\"{}\"", name.replace('"', "\"\""))
+    }
+}
+
+fn quote(s: &str) -> String {
+    format!("'{}'", s.replace('\'', "''"))
+}
+
+impl TableDef {
+    /// The definition as canonical DDL, which [`parse`] reads back unchanged.
+    pub fn to_ddl(&self) -> String {
+        let mut out = format!("CREATE TABLE {} (\n", ident(&self.name));
+        for c in &self.columns {
+            let null = if c.not_null { " NOT NULL" } else { "" };
+            out.push_str(&format!("    {} {}{null},\n", ident(&c.name), c.column_type));
+        }
+        let pk: Vec<String> = self.primary_key.iter().map(|c| ident(c)).collect();
+        out.push_str(&format!("    PRIMARY KEY ({})\n) WITH (\n", pk.join(", ")));
+        let mut options = vec![
+            format!("storage_table = {}", quote(self.storage_table.as_str())),
+            format!("partition_key = {}", quote(&self.partition_key.to_string())),
+            format!("row_key = {}", quote(&self.row_key.to_string())),
+        ];
+        for i in &self.indexes {
+            options.push(format!("index_{} = {}", i.name, quote(&i.row_key.to_string())));
+        }
+        out.push_str(&format!("    {}\n);\n", options.join(",\n    ")));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const REGISTRATIONS: &str = include_str!("../../catalog/registrations.sql");
+
+    #[test]
+    fn shipped_definition_parses_and_round_trips() {
+        let def = parse(REGISTRATIONS).unwrap();
+        assert_eq!(def.name, "registrations");
+        assert_eq!(def.storage_table.as_str(), "Registrations");
+        assert_eq!(def.primary_key, ["event", "distance", "bib"]);
+        assert_eq!(def.indexes.len(), 1);
+        assert_eq!(parse(&def.to_ddl()).unwrap(), def);
+    }
+
+    #[test]
+    fn inconsistent_definitions_are_refused() {
+        let base = "CREATE TABLE tee (a TEXT, b INT, c DOUBLE) WITH (partition_key = '{a}', row_key = '{b:05}'";
+        assert!(parse(&format!("{base})")).is_ok());
+        for (sql, needle) in [
+            (format!("{base}, index_x = '{{zz}}')"), "undeclared column zz"),
+            ("CREATE TABLE tee (a TEXT, c DOUBLE) WITH (partition_key = '{a}', row_key = '{c:05}')".into(), "cannot be written"),
+            ("CREATE TABLE tee (a TEXT, b INT, PRIMARY KEY (b)) WITH (partition_key = '{a}', row_key = '{b:05}')".into(), "primary key"),
+            ("CREATE TABLE tee (a TEXT) WITH (row_key = '{a}')".into(), "partition_key"),
+            ("CREATE TABLE tee (a TEXT, b JSON) WITH (partition_key = '{a}', row_key = 'x')".into(), "not supported"),
+            (format!("{base}, colour = 'red')"), "unknown option colour"),
+            ("CREATE TABLE tee (a TEXT, b INT) WITH (partition_key = '{a}{b}', row_key = 'x')".into(), "separator"),
+        ] {
+            let e = parse(&sql).unwrap_err().to_string();
+            assert!(e.contains(needle), "{sql}: {e}");
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The catalog persisted in the store itself: one entity per mapped table in
+//! the storage table `TablesqlCatalog`, holding the table's canonical DDL, so
+//! that every front end over one store reads the same definitions.
+
+use super::{CatalogError, TableDef, ddl};
+use crate::storage::{
+    EdmValue, Entity, PartitionKey, Query, RowKey, StorageError, TableName, TableStore, WriteOp,
+};
+
+/// The storage table holding the catalog.
+pub const CATALOG_TABLE: &str = "TablesqlCatalog";
+/// The PartitionKey of table definitions.
+const TABLES_PARTITION: &str = "table";
+/// The version of the stored form; a reader refuses versions it does not know.
+const FORMAT_VERSION: i32 = 1;
+
+/// The catalog's storage table.
+fn table() -> Result<TableName, CatalogError> {
+    Ok(TableName::new(CATALOG_TABLE).map_err(StorageError::from)?)
+}
+
+fn row_key(name: &str) -> Result<RowKey, CatalogError> {
+    RowKey::new(name).map_err(|e| CatalogError::Definition(format!("table name {name:?}: {e}")))
+}
+
+/// Every stored definition, by name; none when the catalog table is absent.
+pub async fn load(store: &dyn TableStore) -> Result<Vec<TableDef>, CatalogError> {
+    let query = Query::partition(PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?);
+    let entities = match store.query_all(&table()?, &query).await {
+        Ok(e) => e,
+        Err(StorageError::TableNotFound(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut defs = Vec::with_capacity(entities.len());
+    for e in entities {
+        let name = e.row_key().as_str().to_owned();
+        let bad = |why: &str| CatalogError::Definition(format!("stored definition of {name}: {why}"));
+        match e.get("format_version") {
+            Some(EdmValue::Int32(FORMAT_VERSION)) => {}
+            Some(other) => return Err(bad(&format!("unknown format version {other:?}"))),
+            None => return Err(bad("no format version")),
+        }
+        let Some(EdmValue::String(sql)) = e.get("definition") else {
+            return Err(bad("no definition text"));
+        };
+        defs.push(ddl::parse(sql).map_err(|err| bad(&err.to_string()))?);
+    }
+    Ok(defs)
+}
+
+/// Stores a definition; with `replace` it overwrites one of the same name,
+/// otherwise that is an error.
+pub async fn save(store: &dyn TableStore, def: &TableDef, replace: bool) -> Result<(), CatalogError> {
+    let table = table()?;
+    match store.create_table(&table).await {
+        Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let entity = Entity::new(
+        PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?,
+        row_key(&def.name)?,
+    )
+    .with("format_version", EdmValue::Int32(FORMAT_VERSION))
+    .with("definition", EdmValue::String(def.to_ddl()));
+    let op = if replace {
+        WriteOp::InsertOrReplace(entity)
+    } else {
+        WriteOp::Insert(entity)
+    };
+    match store.execute(&table, op).await {
+        Ok(_) => Ok(()),
+        Err(StorageError::EntityAlreadyExists { .. }) => Err(CatalogError::TableExists(def.name.clone())),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes a definition (the entities of its storage table stay).
+pub async fn remove(store: &dyn TableStore, name: &str) -> Result<(), CatalogError> {
+    let op = WriteOp::Delete {
+        partition_key: PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?,
+        row_key: row_key(name)?,
+        if_match: crate::storage::IfMatch::Any,
+    };
+    match store.execute(&table()?, op).await {
+        Ok(_) => Ok(()),
+        Err(StorageError::EntityNotFound { .. } | StorageError::TableNotFound(_)) => {
+            Err(CatalogError::UnknownTable(name.to_owned()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}

@@ -1,0 +1,236 @@
+//! The engine: a DataFusion `SessionContext` whose tables are the store's,
+//! mapped through the catalog (or raw), plus the catalog DDL DataFusion does
+//! not know (`CREATE TABLE ... WITH (partition_key = ...)`, `DROP TABLE` of a
+//! mapped table). Front ends (the CLI, the wire server, the shell) and
+//! embedders all go through it.
+
+use std::sync::Arc;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
+use datafusion::dataframe::DataFrame;
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::Parser;
+
+use crate::catalog::persist::CATALOG_TABLE;
+use crate::catalog::raw::{SAMPLE_SIZE, infer};
+use crate::catalog::{CatalogError, TableDef, ddl, persist};
+use crate::exec::{Layout, ScanOptions};
+use crate::planner::StoreTable;
+use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
+
+/// The schema that holds every storage table read raw.
+pub const RAW_SCHEMA: &str = "raw";
+
+/// A failure of the engine.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The catalog refused a definition or could not be read.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// The store failed.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    /// DataFusion failed: planning (unknown table or column, a type mismatch)
+    /// or execution (which carries the scan's own errors).
+    #[error(transparent)]
+    DataFusion(#[from] DataFusionError),
+}
+
+/// Options of an engine.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct EngineOptions {
+    /// Scan tuning (requests in flight).
+    pub scan: ScanOptions,
+    /// `false` reads every table whole and filters in DataFusion (the
+    /// reference the pushdown is tested and measured against).
+    pub disable_pushdown: bool,
+}
+
+/// SQL over one store.
+#[derive(Clone)]
+pub struct Engine {
+    ctx: SessionContext,
+    store: Arc<dyn TableStore>,
+    options: EngineOptions,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine").field("store", &self.store).field("options", &self.options).finish()
+    }
+}
+
+impl Engine {
+    /// Opens the store at a location and registers its tables.
+    pub async fn open(location: &StoreLocation) -> Result<Self, EngineError> {
+        let store: Arc<dyn TableStore> = Arc::from(location.open()?);
+        Self::with_store(store, EngineOptions::default()).await
+    }
+
+    /// An engine over any store.
+    pub async fn with_store(store: Arc<dyn TableStore>, options: EngineOptions) -> Result<Self, EngineError> {
+        let config = SessionConfig::new().with_information_schema(true);
+        let ctx = SessionContext::new_with_config(config);
+        let engine = Self {
+            ctx,
+            store,
+            options,
+        };
+        engine.refresh().await?;
+        Ok(engine)
+    }
+
+    /// The DataFusion session, for users who want it whole.
+    pub fn context(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// The store.
+    pub fn store(&self) -> &Arc<dyn TableStore> {
+        &self.store
+    }
+
+    /// Re-reads the catalog and the store's tables and registers them anew:
+    /// mapped tables by their SQL names, every storage table in schema `raw`,
+    /// and unmapped ones also by their lower-cased names.
+    pub async fn refresh(&self) -> Result<(), EngineError> {
+        let defs = persist::load(self.store.as_ref()).await?;
+        let raw = Arc::new(MemorySchemaProvider::new());
+        let public = self.public_schema()?;
+        for name in public.table_names() {
+            public.deregister_table(&name)?;
+        }
+        for def in &defs {
+            self.register_mapped(def.clone())?;
+        }
+        for table in self.store.list_tables().await? {
+            if table.as_str().eq_ignore_ascii_case(CATALOG_TABLE) {
+                continue;
+            }
+            let provider = Arc::new(self.raw_table(&table).await?);
+            let name = table.as_str().to_lowercase();
+            raw.register_table(name.clone(), provider.clone())?;
+            if !public.table_exist(&name) && !defs.iter().any(|d| d.storage_table == table) {
+                public.register_table(name, provider)?;
+            }
+        }
+        if let Some(catalog) = self.ctx.catalog("datafusion") {
+            catalog.register_schema(RAW_SCHEMA, raw)?;
+        }
+        Ok(())
+    }
+
+    fn public_schema(&self) -> Result<Arc<dyn SchemaProvider>, EngineError> {
+        self.ctx
+            .catalog("datafusion")
+            .and_then(|c| c.schema("public"))
+            .ok_or_else(|| DataFusionError::Internal("no default schema".into()).into())
+    }
+
+    fn provider(&self, layout: Layout) -> StoreTable {
+        let t = StoreTable::new(self.store.clone(), layout, self.options.scan);
+        if self.options.disable_pushdown { t.without_pushdown() } else { t }
+    }
+
+    fn register_mapped(&self, def: TableDef) -> Result<(), EngineError> {
+        let name = def.name.clone();
+        let provider = Arc::new(self.provider(Layout::mapped(Arc::new(def))));
+        self.public_schema()?.register_table(name, provider)?;
+        Ok(())
+    }
+
+    async fn raw_table(&self, table: &TableName) -> Result<StoreTable, EngineError> {
+        let sample = self.store.query(table, &Query::all().top(SAMPLE_SIZE), None).await?;
+        Ok(self.provider(Layout::raw(table.clone(), &infer(&sample.entities))))
+    }
+
+    /// Adds a mapped table: persists its definition, creates its storage
+    /// table if missing, and registers it. `replace` overwrites a definition
+    /// of the same name.
+    pub async fn create_table(&self, def: TableDef, replace: bool) -> Result<(), EngineError> {
+        if !replace && self.ctx.table_exist(def.name.as_str())? {
+            return Err(CatalogError::TableExists(def.name.clone()).into());
+        }
+        match self.store.create_table(&def.storage_table).await {
+            Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
+            Err(e) => return Err(e.into()),
+        }
+        persist::save(self.store.as_ref(), &def, replace).await?;
+        self.register_mapped(def)?;
+        Ok(())
+    }
+
+    /// Removes a mapped table's definition; its entities stay in the store.
+    pub async fn drop_table(&self, name: &str) -> Result<(), EngineError> {
+        persist::remove(self.store.as_ref(), name).await?;
+        self.refresh().await
+    }
+
+    /// Plans one statement. Catalog DDL runs here and yields an empty frame;
+    /// everything else is DataFusion's.
+    pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
+        if let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+            if let [statement] = statements.as_slice() {
+                if self.catalog_ddl(statement).await? {
+                    return Ok(self.ctx.read_empty()?);
+                }
+            }
+        }
+        Ok(self.ctx.sql(sql).await?)
+    }
+
+    /// Runs a statement if it is catalog DDL; `false` if it is not.
+    async fn catalog_ddl(&self, statement: &Statement) -> Result<bool, EngineError> {
+        match statement {
+            Statement::CreateTable(create) if ddl::is_mapping(create) => {
+                let def = ddl::from_create_table(create)?;
+                if create.if_not_exists && self.ctx.table_exist(def.name.as_str())? {
+                    return Ok(true);
+                }
+                self.create_table(def, create.or_replace).await?;
+                Ok(true)
+            }
+            Statement::Drop {
+                object_type: ObjectType::Table,
+                if_exists,
+                names,
+                ..
+            } => {
+                let defs = persist::load(self.store.as_ref()).await?;
+                let mut mapped = Vec::new();
+                for n in names {
+                    let name = ddl::object_name(n)?;
+                    if defs.iter().any(|d| d.name == name) {
+                        mapped.push(name);
+                    } else if !*if_exists || names.len() > 1 {
+                        return Ok(false);
+                    }
+                }
+                if mapped.is_empty() {
+                    return Ok(false);
+                }
+                for name in mapped {
+                    persist::remove(self.store.as_ref(), &name).await?;
+                }
+                self.refresh().await?;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    /// Runs one statement and streams its rows.
+    pub async fn execute_stream(&self, sql: &str) -> Result<SendableRecordBatchStream, EngineError> {
+        Ok(self.sql(sql).await?.execute_stream().await?)
+    }
+
+    /// Runs one statement and collects its rows.
+    pub async fn collect(&self, sql: &str) -> Result<Vec<RecordBatch>, EngineError> {
+        Ok(self.sql(sql).await?.collect().await?)
+    }
+}

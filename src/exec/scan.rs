@@ -1,0 +1,362 @@
+//! `PartitionScanExec`: runs an access path's requests concurrently, each
+//! following continuation tokens page by page, and streams their rows in
+//! request order (so key order survives). At most `max_in_flight` requests
+//! run at once; each hands over at most two decoded pages before it waits for
+//! the consumer, so memory does not grow with the table. Dropping the stream
+//! (LIMIT reached, query cancelled) stops every request.
+
+use std::collections::HashSet;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, LexOrdering, PhysicalExpr, PhysicalSortExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, ReplaceChildrenOptions};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties, SendableRecordBatchStream,
+};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use super::ExecError;
+use super::metrics::ExactCount;
+use super::decode::{Layout, decode};
+use crate::planner::access::{AccessPath, KeyRequest};
+use crate::storage::{ContinuationToken, PartitionKey, Query, TableStore};
+
+/// Tuning of scans.
+#[derive(Debug, Clone, Copy)]
+pub struct ScanOptions {
+    /// Most store requests in flight at once for one scan.
+    pub max_in_flight: usize,
+    /// Decoded pages a request may hold ahead of the consumer.
+    pub pages_ahead: usize,
+}
+
+impl Default for ScanOptions {
+    fn default() -> Self {
+        Self {
+            max_in_flight: 8,
+            pages_ahead: 2,
+        }
+    }
+}
+
+/// The scan of a mapped or raw table along an access path.
+#[derive(Debug)]
+pub struct PartitionScanExec {
+    store: Arc<dyn TableStore>,
+    layout: Arc<Layout>,
+    path: AccessPath,
+    projection: Vec<usize>,
+    schema: SchemaRef,
+    limit: Option<usize>,
+    options: ScanOptions,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+#[derive(Clone)]
+struct Counters {
+    scanned: ExactCount,
+    returned: ExactCount,
+    requests: ExactCount,
+    partitions: ExactCount,
+    index_rows: ExactCount,
+    seen: Arc<Mutex<HashSet<PartitionKey>>>,
+}
+
+impl PartitionScanExec {
+    /// A scan of `layout`'s table along `path`, producing the `projection`
+    /// columns; `ordering` is the key order the rows arrive in, if any.
+    pub fn new(
+        store: Arc<dyn TableStore>,
+        layout: Arc<Layout>,
+        path: AccessPath,
+        projection: Vec<usize>,
+        limit: Option<usize>,
+        ordering: Vec<PhysicalSortExpr>,
+        options: ScanOptions,
+    ) -> Result<Self> {
+        let schema = Arc::new(layout.schema.project(&projection)?);
+        let eq = match LexOrdering::new(ordering) {
+            Some(o) => EquivalenceProperties::new_with_orderings(schema.clone(), [o]),
+            None => EquivalenceProperties::new(schema.clone()),
+        };
+        let properties = PlanProperties::new(
+            eq,
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        );
+        Ok(Self {
+            store,
+            layout,
+            path,
+            projection,
+            schema,
+            limit,
+            options,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    /// The access path it runs.
+    pub fn path(&self) -> &AccessPath {
+        &self.path
+    }
+
+    fn counters(&self) -> Counters {
+        let m = |name: &'static str| ExactCount::register(&self.metrics, name);
+        Counters {
+            scanned: m("entities_scanned"),
+            returned: m("entities_returned"),
+            requests: m("requests"),
+            partitions: m("partitions"),
+            index_rows: m("index_rows_skipped"),
+            seen: Arc::default(),
+        }
+    }
+}
+
+impl DisplayAs for PartitionScanExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "PartitionScanExec: table={} {}", self.layout.table, self.path)?;
+        let names: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        write!(f, " projection=[{}]", names.join(", "))?;
+        if let Some(l) = self.limit {
+            write!(f, " limit={l}")?;
+        }
+        Ok(())
+    }
+}
+
+#[derive(Clone)]
+/// One request's run: pages into a bounded channel until done, the
+/// consumer gone, or (for `at_most_one`) the first row.
+struct RequestRun {
+    store: Arc<dyn TableStore>,
+    layout: Arc<Layout>,
+    projection: Vec<usize>,
+    schema: SchemaRef,
+    query: Query,
+    counters: Counters,
+}
+
+impl RequestRun {
+    async fn run(self, request: KeyRequest, tx: mpsc::Sender<Result<RecordBatch>>) {
+        let result = tokio::select! {
+            r = self.pump(request, &tx) => r,
+            () = tx.closed() => Ok(()),
+        };
+        if let Err(e) = result {
+            let _ = tx.send(Err(e)).await;
+        }
+    }
+
+    async fn pump(&self, request: KeyRequest, tx: &mpsc::Sender<Result<RecordBatch>>) -> Result<()> {
+        let table = &self.layout.table;
+        match request {
+            KeyRequest::Get(pk, rk) => {
+                self.counters.requests.add(1);
+                let found = self.store.get(table, &pk, &rk).await.map_err(ExecError::from)?;
+                let entities: Vec<_> = found.into_iter().collect();
+                self.counters.scanned.add(entities.len());
+                let kept: Vec<_> = entities.into_iter().filter(|e| self.query.passes(e)).collect();
+                self.emit(&kept, tx).await?;
+            }
+            KeyRequest::Scan { partitions, rows, at_most_one } => {
+                let mut query = self.query.clone();
+                query.partitions = partitions;
+                query.rows = rows;
+                if at_most_one {
+                    query.top = Some(1);
+                }
+                let mut token: Option<ContinuationToken> = None;
+                loop {
+                    self.counters.requests.add(1);
+                    let page = self.store.query(table, &query, token.as_ref()).await.map_err(ExecError::from)?;
+                    self.counters.scanned.add(page.scanned);
+                    let n = self.emit(&page.entities, tx).await?;
+                    match page.continuation {
+                        Some(next) if !(at_most_one && n > 0) => token = Some(next),
+                        _ => break,
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Decodes and sends a page; returns the rows sent (0 if the consumer left).
+    async fn emit(&self, entities: &[crate::storage::StoredEntity], tx: &mpsc::Sender<Result<RecordBatch>>) -> Result<usize> {
+        if entities.is_empty() {
+            return Ok(0);
+        }
+        if let Ok(mut seen) = self.counters.seen.lock() {
+            let mut last: Option<&PartitionKey> = None;
+            for e in entities {
+                if last != Some(e.partition_key()) {
+                    last = Some(e.partition_key());
+                    if seen.insert(e.partition_key().clone()) {
+                        self.counters.partitions.add(1);
+                    }
+                }
+            }
+        }
+        let (batch, skipped) = decode(&self.layout, &self.projection, &self.schema, entities)?;
+        self.counters.index_rows.add(skipped.index_rows);
+        let n = batch.num_rows();
+        if n > 0 && tx.send(Ok(batch)).await.is_err() {
+            return Ok(0);
+        }
+        Ok(n)
+    }
+}
+
+impl ExecutionPlan for PartitionScanExec {
+    fn name(&self) -> &str {
+        "PartitionScanExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        leaf(self, children)
+    }
+
+    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        leaf(self, children)
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!("PartitionScanExec has one partition, not {partition}")));
+        }
+        let counters = self.counters();
+        let select = self.layout.properties(&self.projection);
+        let mut query = Query::all().select(select);
+        query.filter = self.path.filter.clone();
+        if let Some(limit) = self.limit {
+            query.top = Some(limit.clamp(1, crate::storage::query::MAX_PAGE) as u32);
+        }
+        let run = RequestRun {
+            store: self.store.clone(),
+            layout: self.layout.clone(),
+            projection: self.projection.clone(),
+            schema: self.schema.clone(),
+            query,
+            counters: counters.clone(),
+        };
+        let pages_ahead = self.options.pages_ahead.max(1);
+        // Each request runs as a task; `buffered` starts at most
+        // `max_in_flight` of them ahead of the one being read, in order.
+        let streams = futures::stream::iter(self.path.requests.clone())
+            .map(move |request| {
+                let (tx, rx) = mpsc::channel(pages_ahead);
+                let task = tokio::spawn(run.clone().run(request, tx));
+                futures::future::ready(ReceiverStream { rx, _task: AbortOnDrop(task) })
+            })
+            .buffered(self.options.max_in_flight.max(1))
+            .flatten();
+        let limited = Limited {
+            inner: Box::pin(streams),
+            remaining: self.limit,
+            returned: counters.returned,
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), limited)))
+    }
+}
+
+/// Ends the stream at the row limit without asking for another page.
+struct Limited {
+    inner: std::pin::Pin<Box<dyn futures::Stream<Item = Result<RecordBatch>> + Send>>,
+    remaining: Option<usize>,
+    returned: ExactCount,
+}
+
+impl futures::Stream for Limited {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+        if self.remaining == Some(0) {
+            return std::task::Poll::Ready(None);
+        }
+        let item = futures::ready!(self.inner.poll_next_unpin(cx));
+        let item = match item {
+            Some(Ok(batch)) => {
+                let batch = match self.remaining {
+                    Some(r) => {
+                        let take = batch.num_rows().min(r);
+                        self.remaining = Some(r - take);
+                        batch.slice(0, take)
+                    }
+                    None => batch,
+                };
+                self.returned.add(batch.num_rows());
+                Some(Ok(batch))
+            }
+            other => other,
+        };
+        std::task::Poll::Ready(item)
+    }
+}
+
+fn leaf(plan: Arc<PartitionScanExec>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+    if children.is_empty() {
+        Ok(plan)
+    } else {
+        Err(DataFusionError::Internal("PartitionScanExec has no children".into()))
+    }
+}
+
+/// Aborts a request's task when its stream is dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// A request's pages as a stream.
+struct ReceiverStream {
+    rx: mpsc::Receiver<Result<RecordBatch>>,
+    _task: AbortOnDrop,
+}
+
+impl futures::Stream for ReceiverStream {
+    type Item = Result<RecordBatch>;
+
+    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+        self.rx.poll_recv(cx)
+    }
+}

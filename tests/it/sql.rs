@@ -1,0 +1,198 @@
+//! SQL over mapped tables through the engine: EXPLAIN ANALYZE counters, the
+//! catalog persisted in the store, raw tables, LIMIT stopping the scan, and
+//! bad input (unknown names, keys that fit no template, type mismatches).
+
+use std::sync::Arc;
+
+use tablesql::datafusion::arrow::array::{Array, AsArray};
+use tablesql::datafusion::arrow::datatypes::Int64Type;
+use tablesql::datafusion::arrow::record_batch::RecordBatch;
+use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
+use tablesql::storage::*;
+use tablesql::{Engine, EngineOptions, demo};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// An engine over an in-memory embedded store holding `rows` demo registrations.
+pub async fn demo_engine(rows: u64) -> Engine {
+    let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory().expect("store"));
+    demo::load(store.as_ref(), rows, |_, _| {}).await.expect("demo load");
+    Engine::with_store(store, EngineOptions::default())
+        .await
+        .expect("engine")
+}
+
+fn text(batches: &[RecordBatch]) -> String {
+    pretty_format_batches(batches).map(|t| t.to_string()).unwrap_or_default()
+}
+
+/// The value of `name=` in an EXPLAIN ANALYZE line of the scan.
+fn metric(plan: &str, name: &str) -> Option<u64> {
+    let line = plan.lines().find(|l| l.contains("PartitionScanExec"))?;
+    let at = line.find(&format!("{name}="))? + name.len() + 1;
+    line[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+}
+
+async fn analyze(engine: &Engine, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
+    Ok(text(&engine.collect(&format!("EXPLAIN ANALYZE {sql}")).await?))
+}
+
+fn single_i64(batches: &[RecordBatch]) -> i64 {
+    batches[0].column(0).as_primitive::<Int64Type>().value(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_analyze_counts_what_the_scan_did() -> TestResult {
+    let engine = demo_engine(1200).await;
+    let point = "SELECT name FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Half' AND bib = 7";
+    let plan = analyze(&engine, point).await?;
+    assert!(plan.contains("access=point"), "{plan}");
+    assert_eq!(metric(&plan, "entities_scanned"), Some(1), "{plan}");
+    assert_eq!(metric(&plan, "entities_returned"), Some(1), "{plan}");
+    assert_eq!(metric(&plan, "requests"), Some(1), "{plan}");
+    assert_eq!(metric(&plan, "partitions"), Some(1), "{plan}");
+
+    // A range inside one partition reads only the range.
+    let range = "SELECT bib FROM registrations WHERE event = '2013 Chicago Marathon' AND distance = 'Full' AND bib BETWEEN 10 AND 29";
+    let plan = analyze(&engine, range).await?;
+    assert!(plan.contains("access=row_range"), "{plan}");
+    assert_eq!(metric(&plan, "entities_scanned"), Some(20), "{plan}");
+
+    // A full scan reads every base row and no index row.
+    let plan = analyze(&engine, "SELECT count(*) FROM registrations").await?;
+    assert!(plan.contains("access=full_scan"), "{plan}");
+    assert_eq!(metric(&plan, "entities_scanned"), Some(1200), "{plan}");
+    assert_eq!(metric(&plan, "partitions"), Some(12), "{plan}");
+
+    // Points across partitions run as one request each.
+    let plan = analyze(
+        &engine,
+        "SELECT bib FROM registrations WHERE event IN ('2011 New York City Marathon', '2014 Berlin Marathon') AND distance = 'Full' AND bib IN (1, 2, 3)",
+    )
+    .await?;
+    assert!(plan.contains("access=points(6)"), "{plan}");
+    assert_eq!(metric(&plan, "requests"), Some(6), "{plan}");
+    assert_eq!(metric(&plan, "entities_returned"), Some(6), "{plan}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limit_stops_the_scan_early() -> TestResult {
+    let engine = demo_engine(6000).await;
+    let plan = analyze(&engine, "SELECT bib FROM registrations LIMIT 5").await?;
+    let scanned = metric(&plan, "entities_scanned").ok_or("no metric")?;
+    // Pages are cut to the limit; requests running ahead may each read one page.
+    assert!(scanned <= 5 * 8, "{plan}");
+    assert_eq!(metric(&plan, "entities_returned"), Some(5), "{plan}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_catalog_lives_in_the_store() -> TestResult {
+    let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
+    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    engine
+        .collect(
+            "CREATE TABLE readings (device TEXT NOT NULL, at BIGINT NOT NULL, celsius DOUBLE) \
+             WITH (storage_table = 'Readings', partition_key = '{device}', row_key = '{at:~12}')",
+        )
+        .await?;
+    let t = TableName::new("Readings")?;
+    for (at, c) in [(100, 20.5), (200, 21.0), (300, 19.5)] {
+        let e = Entity::new(PartitionKey::new("d1")?, RowKey::new(format!("{:012}", 999_999_999_999i64 - at))?)
+            .with("celsius", EdmValue::Double(c));
+        store.execute(&t, WriteOp::Insert(e)).await?;
+    }
+    // A second engine over the same store sees the definition.
+    let other = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let rows = text(&other.collect("SELECT at, celsius FROM readings WHERE device = 'd1' AND at >= 200").await?);
+    // The inverted field reads newest first.
+    assert_eq!(
+        rows.lines().filter(|l| l.starts_with("| 3") || l.starts_with("| 2")).collect::<Vec<_>>(),
+        ["| 300 | 19.5    |", "| 200 | 21.0    |"],
+        "{rows}"
+    );
+    let plan = text(&other.collect("EXPLAIN SELECT at FROM readings WHERE device = 'd1' ORDER BY at DESC").await?);
+    assert!(!plan.contains("SortExec"), "an inverted key needs no sort: {plan}");
+    other.collect("DROP TABLE readings").await?;
+    // The storage table stays, readable raw: no `at` column any more.
+    let err = other.collect("SELECT at FROM readings").await.unwrap_err().to_string();
+    assert!(err.contains("at"), "{err}");
+    let raw = text(&other.collect("SELECT \"PartitionKey\", celsius FROM raw.readings").await?);
+    assert_eq!(raw.matches("d1").count(), 3, "{raw}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_tables_infer_their_columns() -> TestResult {
+    let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+    let t = TableName::new("Mixed")?;
+    store.create_table(&t).await?;
+    let rows = [
+        ("a", EdmValue::Int32(1), EdmValue::String("x".into())),
+        ("b", EdmValue::Int64(5_000_000_000), EdmValue::Boolean(true)),
+    ];
+    for (rk, n, v) in rows {
+        let e = Entity::new(PartitionKey::new("p")?, RowKey::new(rk)?).with("n", n).with("v", v);
+        store.execute(&t, WriteOp::Insert(e)).await?;
+    }
+    let engine = Engine::with_store(store, EngineOptions::default()).await?;
+    let got = text(&engine.collect("SELECT \"RowKey\", n, v, arrow_typeof(n) AS tn, arrow_typeof(v) AS tv FROM mixed ORDER BY \"RowKey\"").await?);
+    assert!(got.contains("| a      | 1          | x    | Int64 | Utf8 |"), "{got}");
+    assert!(got.contains("| b      | 5000000000 | true | Int64 | Utf8 |"), "{got}");
+    let plan = text(&engine.collect("EXPLAIN SELECT n FROM mixed WHERE \"PartitionKey\" = 'p' AND \"RowKey\" = 'b'").await?);
+    assert!(plan.contains("access=point"), "{plan}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_gets_clear_errors() -> TestResult {
+    let engine = demo_engine(120).await;
+    let err = |sql: &'static str| {
+        let engine = engine.clone();
+        async move { engine.collect(sql).await.map(|_| ()).unwrap_err().to_string() }
+    };
+    let e = err("SELECT * FROM nosuchtable").await;
+    assert!(e.contains("nosuchtable") && e.contains("not found"), "{e}");
+    let e = err("SELECT shoe_size FROM registrations").await;
+    assert!(e.contains("shoe_size"), "{e}");
+    let e = err("SELECT * FROM registrations WHERE bib = 'seven'").await;
+    assert!(e.contains("seven") || e.to_lowercase().contains("cast"), "{e}");
+    let e = err("CREATE TABLE tee2 (a TEXT) WITH (partition_key = '{a}', row_key = '{b}')").await;
+    assert!(e.contains("undeclared column b"), "{e}");
+
+    // A stored key the template did not write: an error naming the entity.
+    let store = engine.store().clone();
+    let t = TableName::new(demo::TABLE)?;
+    let stray = Entity::new(PartitionKey::new("2012 Boston Marathon__Full")?, RowKey::new("BIB:12x45__Ann__F__30")?);
+    store.execute(&t, WriteOp::Insert(stray)).await?;
+    let e = err("SELECT count(*) FROM registrations WHERE event = '2012 Boston Marathon'").await;
+    assert!(e.contains("BIB:12x45__Ann__F__30") && e.contains("does not match its template"), "{e}");
+    store
+        .execute(&t, WriteOp::Delete {
+            partition_key: PartitionKey::new("2012 Boston Marathon__Full")?,
+            row_key: RowKey::new("BIB:12x45__Ann__F__30")?,
+            if_match: IfMatch::Any,
+        })
+        .await?;
+
+    // A property of the wrong type: an error naming column and entity.
+    let pk = PartitionKey::new("2014 Berlin Marathon__10K")?;
+    let rk = RowKey::new("BIB:00001__Zed__M__40")?;
+    let e = Entity::new(pk, rk).with("finish", EdmValue::String("fast".into()));
+    store.execute(&t, WriteOp::Insert(e)).await?;
+    let e = err("SELECT max(finish) FROM registrations").await;
+    assert!(e.contains("column finish is BIGINT") && e.contains("BIB:00001__Zed__M__40"), "{e}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn count_excludes_index_rows() -> TestResult {
+    let engine = demo_engine(1234).await;
+    assert_eq!(single_i64(&engine.collect("SELECT count(*) FROM registrations").await?), 1234);
+    assert_eq!(single_i64(&engine.collect("SELECT count(*) FROM raw.registrations").await?), 2468);
+    let nulls = engine.collect("SELECT club FROM registrations WHERE club IS NULL").await?;
+    assert!(nulls.iter().map(|b| b.num_rows()).sum::<usize>() > 0);
+    assert!(nulls.iter().all(|b| b.column(0).null_count() == b.num_rows()));
+    Ok(())
+}
