@@ -27,6 +27,35 @@ fn stdout_of(cmd: &mut Command) -> Result<String, Box<dyn std::error::Error>> {
 fn demo_then_tables_and_scan_in_other_processes() -> TestResult {
     let dir = tempfile::tempdir()?;
     stdout_of(tablesql(dir.path()).args(["demo", "--rows", "100000"]))?;
+    // SQL in another process: the catalog came with the demo, in the store.
+    let plan = stdout_of(tablesql(dir.path()).args([
+        "query",
+        "EXPLAIN ANALYZE SELECT name, age FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib = 1234",
+    ]))?;
+    let scan = plan.lines().find(|l| l.contains("PartitionScanExec")).unwrap_or_default();
+    assert!(scan.contains("access=point"), "{plan}");
+    assert!(scan.contains("entities_scanned=1,"), "{plan}");
+    assert!(scan.contains("entities_returned=1,"), "{plan}");
+    let count = stdout_of(tablesql(dir.path()).args([
+        "query",
+        "--format",
+        "csv",
+        "SELECT count(*) AS n FROM registrations",
+    ]))?;
+    assert_eq!(count, "n\n100000\n");
+    let json = stdout_of(tablesql(dir.path()).args([
+        "query",
+        "--format",
+        "json",
+        "SELECT bib, club FROM registrations WHERE event = '2011 New York City Marathon' AND distance = 'Half' AND bib IN (1, 2) ORDER BY bib",
+    ]))?;
+    let rows: serde_json::Value = serde_json::from_str(&json)?;
+    assert_eq!(rows[0]["bib"], 1, "{json}");
+    assert_eq!(rows[1]["bib"], 2, "{json}");
+    let bad = tablesql(dir.path()).args(["query", "SELECT nope FROM registrations"]).output()?;
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("nope"));
+
     let tables = stdout_of(tablesql(dir.path()).arg("tables"))?;
     assert!(
         tables.contains(TABLE) && tables.contains("200000"),

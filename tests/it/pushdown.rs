@@ -54,7 +54,7 @@ fn literal(column: &str, pick: usize) -> String {
 
 fn atom() -> impl Strategy<Value = String> {
     let columns = ["a", "b", "c", "d", "v", "w"];
-    (0..columns.len(), 0usize..10, 0usize..1000, 0usize..1000).prop_map(move |(c, kind, x, y)| {
+    (0..columns.len(), 0usize..12, 0usize..1000, 0usize..1000).prop_map(move |(c, kind, x, y)| {
         let col = columns[c];
         let (l1, l2) = (literal(col, x), literal(col, y));
         match kind {
@@ -68,6 +68,8 @@ fn atom() -> impl Strategy<Value = String> {
             7 if matches!(col, "a" | "d" | "w") => format!("{col} LIKE '{}%'", &l1[1..l1.len() - 1].chars().take(1).collect::<String>()),
             7 => format!("{col} IS NULL"),
             8 => format!("{col} <> {l1}"),
+            9 => format!("{col} < {l1}"),
+            10 => format!("{l1} >= {col}"),
             _ => format!("{col} = {l1}"),
         }
     })
@@ -114,12 +116,12 @@ async fn engines(shape: usize, rows: &[Row]) -> (Engine, Engine) {
     let index = ix.map(|ix| format!(", index_x = '{ix}'")).unwrap_or_default();
     let sql = format!(
         "CREATE TABLE t (a TEXT NOT NULL, b INT NOT NULL, c INT NOT NULL, d TEXT NOT NULL, v INT, w TEXT) \
-         WITH (storage_table = 'T', partition_key = '{pk}', row_key = '{rk}'{index})"
+         WITH (storage_table = 'Things', partition_key = '{pk}', row_key = '{rk}'{index})"
     );
     let pushed = Engine::with_store(store.clone(), EngineOptions::default()).await.unwrap();
     pushed.collect(&sql).await.unwrap();
     assert!(ddl::parse(&sql).is_ok());
-    let table = TableName::new("T").unwrap();
+    let table = TableName::new("Things").unwrap();
     for e in entities(shape, rows) {
         // Rows whose base key collides with another's index key are dropped.
         let _ = store.execute(&table, WriteOp::Insert(e)).await;
@@ -138,7 +140,7 @@ async fn answer(engine: &Engine, sql: &str) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
     #[test]
     fn pushed_plans_return_what_a_full_scan_returns(
