@@ -390,7 +390,9 @@ fn below(v: &KeyValue, hi: &Bound<KeyValue>) -> bool {
     }
 }
 
-fn combine(atoms: &[&Atom], target: &Target, ranges_apply: bool) -> Combined {
+/// Ranges always narrow a value set; on their own they become key ranges
+/// only on order-preserving fields (the caller decides).
+fn combine(atoms: &[&Atom], target: &Target) -> Combined {
     let mut c = Combined::default();
     for a in atoms.iter().filter(|a| &a.target == target) {
         match &a.domain {
@@ -400,7 +402,7 @@ fn combine(atoms: &[&Atom], target: &Target, ranges_apply: bool) -> Combined {
                     None => v.clone(),
                 });
             }
-            Domain::Range(lo, hi) if ranges_apply => {
+            Domain::Range(lo, hi) => {
                 if c.lo.as_ref().is_none_or(|old| !above_bound(old, lo)) {
                     c.lo = Some(lo.clone());
                 }
@@ -408,7 +410,6 @@ fn combine(atoms: &[&Atom], target: &Target, ranges_apply: bool) -> Combined {
                     c.hi = Some(hi.clone());
                 }
             }
-            Domain::Range(..) => {}
             Domain::Prefix(p) => {
                 c.prefix = match c.prefix.take() {
                     None => Some(p.clone()),
@@ -474,7 +475,7 @@ fn template_spec(
     let mut fixed = 0;
     for (column, format) in (0..n).filter_map(|i| template.field(i)) {
         let t = Target::Field(column.to_owned());
-        let c = combine(atoms, &t, format.order().is_some());
+        let c = combine(atoms, &t);
         if c.empty {
             return None;
         }
@@ -538,7 +539,7 @@ fn template_spec(
 
 /// Narrows a spec by the atoms on a raw key column.
 fn narrow_by_key_column(spec: KeySpec, atoms: &[&Atom], target: Target, consumed: &mut Vec<(Target, Kind)>) -> KeySpec {
-    let c = combine(atoms, &target, true);
+    let c = combine(atoms, &target);
     let has = atoms.iter().any(|a| a.target == target);
     if !has {
         return spec;

@@ -80,6 +80,18 @@ impl sqllogictest::AsyncDB for Db {
     }
 }
 
+/// Compares rows as whole lines, whitespace-normalized, so that an EXPLAIN
+/// row with an empty first cell matches its indented line in the file.
+fn validator(
+    normalizer: sqllogictest::Normalizer,
+    actual: &[Vec<String>],
+    expected: &[String],
+) -> bool {
+    let actual: Vec<String> = actual.iter().map(|row| normalizer(&row.join(" "))).collect();
+    let expected: Vec<String> = expected.iter().map(normalizer).collect();
+    actual == expected
+}
+
 fn slt_files() -> Vec<PathBuf> {
     let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/slt");
     let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
@@ -103,12 +115,13 @@ async fn sqllogictest_files() {
             let engine = engine.clone();
             async move { Ok::<_, EngineError>(Db(engine)) }
         });
+        runner.with_validator(validator);
         if complete {
             runner
                 .update_test_file(
                     &file,
                     " ",
-                    sqllogictest::default_validator,
+                    validator,
                     sqllogictest::default_normalizer,
                     sqllogictest::default_column_validator,
                 )

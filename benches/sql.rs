@@ -1,0 +1,231 @@
+//! SQL benchmarks over the demo registrations (100,000 registrations, 200,000
+//! entities with the index rows) in an embedded store on disk, each beside its
+//! peer on the same rows:
+//! - a point query through SQL beside a direct store get of the same entity;
+//! - a full-scan aggregate through SQL beside a raw store iteration doing the
+//!   same sum, and beside SQLite (rusqlite, bundled) over the same rows;
+//! - a bib range in one partition: the pushed row range beside the same query
+//!   with pushdown off (a full scan plus filter).
+//!
+//! Run with `cargo bench --bench sql`.
+
+use std::sync::{Arc, LazyLock};
+
+use divan::counter::ItemsCount;
+use divan::{Bencher, black_box};
+use tablesql::datafusion::arrow::array::AsArray;
+use tablesql::datafusion::arrow::datatypes::Int64Type;
+use tablesql::demo::{self, registration};
+use tablesql::storage::*;
+use tablesql::{Engine, EngineOptions};
+use tokio::runtime::Runtime;
+
+const ROWS: u64 = 100_000;
+
+fn main() {
+    divan::main();
+}
+
+struct Fixture {
+    rt: Runtime,
+    store: Arc<dyn TableStore>,
+    pushed: Engine,
+    unpushed: Engine,
+    sqlite: std::sync::Mutex<rusqlite::Connection>,
+    _dir: tempfile::TempDir,
+}
+
+static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::open(dir.path()).expect("store"));
+    let (pushed, unpushed) = rt.block_on(async {
+        demo::load(store.as_ref(), ROWS, |_, _| {}).await.expect("demo");
+        let pushed = Engine::with_store(store.clone(), EngineOptions::default()).await.expect("engine");
+        let off = EngineOptions { disable_pushdown: true, ..EngineOptions::default() };
+        let unpushed = Engine::with_store(store.clone(), off).await.expect("engine");
+        (pushed, unpushed)
+    });
+    let sqlite = std::sync::Mutex::new(sqlite_copy());
+    Fixture { rt, store, pushed, unpushed, sqlite, _dir: dir }
+});
+
+/// The same registrations in SQLite, keyed as in the store (in memory, like
+/// the store's pages once cached).
+fn sqlite_copy() -> rusqlite::Connection {
+    let db = rusqlite::Connection::open_in_memory().expect("sqlite");
+    db.execute_batch(
+        "CREATE TABLE registrations (event TEXT NOT NULL, distance TEXT NOT NULL, bib INTEGER NOT NULL, \
+         name TEXT NOT NULL, gender TEXT NOT NULL, age INTEGER NOT NULL, finish INTEGER, \
+         registered TEXT, club TEXT, PRIMARY KEY (event, distance, bib)) WITHOUT ROWID",
+    )
+    .expect("schema");
+    let tx = db.unchecked_transaction().expect("tx");
+    {
+        let mut insert = tx
+            .prepare("INSERT INTO registrations VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
+            .expect("prepare");
+        for i in 0..ROWS {
+            let r = registration(i);
+            insert
+                .execute(rusqlite::params![
+                    r.event,
+                    r.distance,
+                    r.bib,
+                    r.name,
+                    r.gender,
+                    r.age,
+                    r.finish_seconds,
+                    r.registered.to_rfc3339(),
+                    r.club
+                ])
+                .expect("insert");
+        }
+    }
+    tx.commit().expect("commit");
+    db
+}
+
+/// Registration `i`'s point query.
+fn point_sql(i: u64) -> String {
+    let r = registration(i);
+    format!(
+        "SELECT name, age, finish FROM registrations WHERE event = '{}' AND distance = '{}' AND bib = {}",
+        r.event, r.distance, r.bib
+    )
+}
+
+fn single_i64(batches: &[tablesql::datafusion::arrow::record_batch::RecordBatch]) -> i64 {
+    batches[0].column(0).as_primitive::<Int64Type>().value(0)
+}
+
+#[divan::bench]
+fn point_query_sql(bencher: Bencher) {
+    let f = &*FIXTURE;
+    let mut i = 0;
+    bencher.bench_local(|| {
+        i = (i + 7919) % ROWS;
+        let rows = f.rt.block_on(f.pushed.collect(&point_sql(i))).expect("query");
+        assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        black_box(rows)
+    });
+}
+
+#[divan::bench]
+fn point_get_store(bencher: Bencher) {
+    let f = &*FIXTURE;
+    let table = TableName::new(demo::TABLE).expect("name");
+    let mut i = 0;
+    bencher.bench_local(|| {
+        i = (i + 7919) % ROWS;
+        let [base, _] = registration(i).entities().expect("entities");
+        f.rt.block_on(f.store.get(&table, &base.partition_key, &base.row_key))
+            .expect("get")
+            .expect("found")
+    });
+}
+
+#[divan::bench]
+fn point_query_sqlite(bencher: Bencher) {
+    let f = &*FIXTURE;
+    let db = f.sqlite.lock().expect("sqlite");
+    let mut stmt = db
+        .prepare("SELECT name, age, finish FROM registrations WHERE event = ?1 AND distance = ?2 AND bib = ?3")
+        .expect("prepare");
+    let mut i = 0;
+    bencher.bench_local(|| {
+        i = (i + 7919) % ROWS;
+        let r = registration(i);
+        let name: String = stmt
+            .query_row(rusqlite::params![r.event, r.distance, r.bib], |row| row.get(0))
+            .expect("row");
+        black_box(name)
+    });
+}
+
+const AGGREGATE: &str = "SELECT count(*), sum(finish) FROM registrations";
+
+#[divan::bench(sample_count = 10)]
+fn full_scan_aggregate_sql(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
+        let rows = f.rt.block_on(f.pushed.collect(AGGREGATE)).expect("query");
+        assert_eq!(single_i64(&rows), ROWS as i64);
+        black_box(rows)
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn full_scan_aggregate_store(bencher: Bencher) {
+    let f = &*FIXTURE;
+    let table = TableName::new(demo::TABLE).expect("name");
+    // The base rows' RowKey range, the one property summed.
+    let query = Query::all()
+        .rows(KeyRange {
+            start: std::ops::Bound::Included(RowKey::new("BIB:").expect("key")),
+            end: std::ops::Bound::Excluded(RowKey::new("BIB;").expect("key")),
+        })
+        .select(["finish"]);
+    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
+        f.rt.block_on(async {
+            let (mut n, mut sum, mut token) = (0u64, 0i64, None);
+            loop {
+                let page = f.store.query(&table, &query, token.as_ref()).await.expect("page");
+                for e in &page.entities {
+                    n += 1;
+                    if let Some(EdmValue::Int64(v)) = e.get("finish") {
+                        sum += v;
+                    }
+                }
+                match page.continuation {
+                    Some(t) => token = Some(t),
+                    None => break,
+                }
+            }
+            assert_eq!(n, ROWS);
+            black_box(sum)
+        })
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn full_scan_aggregate_sqlite(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
+        let (n, sum): (i64, i64) = f
+            .sqlite
+            .lock()
+            .expect("sqlite")
+            .query_row(AGGREGATE, [], |row| Ok((row.get(0)?, row.get(1)?)))
+            .expect("row");
+        assert_eq!(n, ROWS as i64);
+        black_box(sum)
+    });
+}
+
+const RANGE: &str = "SELECT count(*) FROM registrations \
+                     WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib BETWEEN 1000 AND 2999";
+
+#[divan::bench(sample_count = 20)]
+fn row_range_pushed(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.bench_local(|| {
+        let rows = f.rt.block_on(f.pushed.collect(RANGE)).expect("query");
+        assert_eq!(single_i64(&rows), 2000);
+        black_box(rows)
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn row_range_as_full_scan(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.bench_local(|| {
+        let rows = f.rt.block_on(f.unpushed.collect(RANGE)).expect("query");
+        assert_eq!(single_i64(&rows), 2000);
+        black_box(rows)
+    });
+}
