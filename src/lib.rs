@@ -1,33 +1,43 @@
 //! tablesql: SQL over partitioned table storage, the PartitionKey/RowKey model of
 //! Azure Table Storage.
 //!
-//! This release holds the storage foundation: the entity model, the async
-//! [`storage::TableStore`] trait with Table Storage semantics, and three
-//! backends: the embedded persistent store (redb, the default), the Azure Table
-//! service over REST ([`storage::AzureStore`]) and an in-memory reference. The
-//! [`keys`] module maps typed column values onto keys through key templates.
+//! A table definition maps SQL columns onto the keys through key templates
+//! ([`catalog`], [`keys`]); the planner turns predicates into point queries
+//! and key range scans ([`planner`]), run in parallel page by page
+//! ([`exec`]), over any [`storage::TableStore`]: the embedded store (redb,
+//! the default), the Azure Table service ([`storage::AzureStore`]) or memory.
+//! [`Engine`] ties them to a DataFusion `SessionContext`.
 //!
 //! ```
+//! use std::sync::Arc;
 //! use tablesql::storage::*;
+//! use tablesql::{Engine, EngineOptions};
+//! use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
 //!
-//! # #[tokio::main(flavor = "current_thread")]
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let store = EmbeddedStore::in_memory()?;
-//! let races = TableName::new("Races")?;
-//! store.create_table(&races).await?;
-//! let pk = PartitionKey::new("2011 New York City Marathon__Full")?;
-//! let runner = Entity::new(pk.clone(), RowKey::new("BIB:01234__John__M__55")?)
-//!     .with("age", EdmValue::Int32(55));
-//! store.execute(&races, WriteOp::Insert(runner)).await?;
+//! let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
+//! let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+//! engine.collect(
+//!     "CREATE TABLE runners (race TEXT NOT NULL, bib INT NOT NULL, name TEXT, age INT) \
+//!      WITH (storage_table = 'Runners', partition_key = '{race}', row_key = 'BIB:{bib:05}')",
+//! ).await?;
 //!
-//! // A RowKey prefix scan: the BIB: rows of one partition.
-//! let bibs = Query::partition(pk).rows(KeyRange {
-//!     start: std::ops::Bound::Included(RowKey::new("BIB:")?),
-//!     end: std::ops::Bound::Excluded(RowKey::new("BIB;")?),
-//! });
-//! let found = store.query_all(&races, &bibs).await?;
-//! assert_eq!(found.len(), 1);
-//! assert_eq!(found[0].get("age"), Some(&EdmValue::Int32(55)));
+//! // Entities written by any application, under the template's keys.
+//! let races = TableName::new("Runners")?;
+//! for (bib, name, age) in [(1234, "John", 55), (7, "Mary", 31)] {
+//!     let runner = Entity::new(PartitionKey::new("Boston")?, RowKey::new(format!("BIB:{bib:05}"))?)
+//!         .with("name", EdmValue::String(name.into()))
+//!         .with("age", EdmValue::Int32(age));
+//!     store.execute(&races, WriteOp::Insert(runner)).await?;
+//! }
+//!
+//! // Both keys fixed: a point read of one entity.
+//! let sql = "SELECT name, age FROM runners WHERE race = 'Boston' AND bib = 1234";
+//! let plan = pretty_format_batches(&engine.collect(&format!("EXPLAIN {sql}")).await?)?.to_string();
+//! assert!(plan.contains("access=point"));
+//! let rows = pretty_format_batches(&engine.collect(sql).await?)?.to_string();
+//! assert!(rows.contains("| John | 55  |"));
 //! # Ok(())
 //! # }
 //! ```

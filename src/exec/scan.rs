@@ -148,6 +148,8 @@ struct RequestRun {
     schema: SchemaRef,
     query: Query,
     counters: Counters,
+    /// One permit per store request in flight, shared by the scan's requests.
+    permits: Arc<tokio::sync::Semaphore>,
 }
 
 impl RequestRun {
@@ -166,7 +168,10 @@ impl RequestRun {
         match request {
             KeyRequest::Get(pk, rk) => {
                 self.counters.requests.add(1);
-                let found = self.store.get(table, &pk, &rk).await.map_err(ExecError::from)?;
+                let found = {
+                    let _permit = self.permits.acquire().await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    self.store.get(table, &pk, &rk).await.map_err(ExecError::from)?
+                };
                 let entities: Vec<_> = found.into_iter().collect();
                 self.counters.scanned.add(entities.len());
                 let kept: Vec<_> = entities.into_iter().filter(|e| self.query.passes(e)).collect();
@@ -182,7 +187,11 @@ impl RequestRun {
                 let mut token: Option<ContinuationToken> = None;
                 loop {
                     self.counters.requests.add(1);
-                    let page = self.store.query(table, &query, token.as_ref()).await.map_err(ExecError::from)?;
+                    let page = {
+                        let _permit =
+                            self.permits.acquire().await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+                        self.store.query(table, &query, token.as_ref()).await.map_err(ExecError::from)?
+                    };
                     self.counters.scanned.add(page.scanned);
                     let n = self.emit(&page.entities, tx).await?;
                     match page.continuation {
@@ -275,10 +284,12 @@ impl ExecutionPlan for PartitionScanExec {
             schema: self.schema.clone(),
             query,
             counters: counters.clone(),
+            permits: Arc::new(tokio::sync::Semaphore::new(self.options.max_in_flight.max(1))),
         };
         let pages_ahead = self.options.pages_ahead.max(1);
         // Each request runs as a task; `buffered` starts at most
-        // `max_in_flight` of them ahead of the one being read, in order.
+        // `max_in_flight` of them ahead of the one being read, in order, and
+        // the permits bound the store requests in flight to `max_in_flight`.
         let streams = futures::stream::iter(self.path.requests.clone())
             .map(move |request| {
                 let (tx, rx) = mpsc::channel(pages_ahead);

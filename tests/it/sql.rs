@@ -196,3 +196,73 @@ async fn count_excludes_index_rows() -> TestResult {
     assert!(nulls.iter().all(|b| b.column(0).null_count() == b.num_rows()));
     Ok(())
 }
+
+/// A store that counts the requests in flight at once (and holds each a
+/// moment, so that concurrent ones overlap).
+#[derive(Debug)]
+struct InFlight {
+    inner: EmbeddedStore,
+    now: std::sync::atomic::AtomicUsize,
+    most: std::sync::atomic::AtomicUsize,
+}
+
+impl InFlight {
+    async fn counted<T>(&self, f: impl std::future::Future<Output = T>) -> T {
+        use std::sync::atomic::Ordering::SeqCst;
+        let n = self.now.fetch_add(1, SeqCst) + 1;
+        self.most.fetch_max(n, SeqCst);
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+        let out = f.await;
+        self.now.fetch_sub(1, SeqCst);
+        out
+    }
+}
+
+#[async_trait::async_trait]
+impl TableStore for InFlight {
+    async fn create_table(&self, t: &TableName) -> tablesql::storage::Result<()> {
+        self.inner.create_table(t).await
+    }
+    async fn delete_table(&self, t: &TableName) -> tablesql::storage::Result<()> {
+        self.inner.delete_table(t).await
+    }
+    async fn list_tables(&self) -> tablesql::storage::Result<Vec<TableName>> {
+        self.inner.list_tables().await
+    }
+    async fn get(&self, t: &TableName, pk: &PartitionKey, rk: &RowKey) -> tablesql::storage::Result<Option<StoredEntity>> {
+        self.counted(self.inner.get(t, pk, rk)).await
+    }
+    async fn query(&self, t: &TableName, q: &Query, c: Option<&ContinuationToken>) -> tablesql::storage::Result<Page> {
+        self.counted(self.inner.query(t, q, c)).await
+    }
+    async fn execute_batch(&self, t: &TableName, ops: Vec<WriteOp>) -> tablesql::storage::Result<Vec<WriteOutcome>> {
+        self.inner.execute_batch(t, ops).await
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn requests_run_concurrently_within_the_bound() -> TestResult {
+    let store = Arc::new(InFlight {
+        inner: EmbeddedStore::in_memory()?,
+        now: Default::default(),
+        most: Default::default(),
+    });
+    demo::load(store.as_ref(), 1200, |_, _| {}).await?;
+    store.most.store(0, std::sync::atomic::Ordering::SeqCst);
+    let options = EngineOptions {
+        scan: tablesql::exec::ScanOptions { max_in_flight: 4, pages_ahead: 1 },
+        ..EngineOptions::default()
+    };
+    let engine = Engine::with_store(store.clone(), options).await?;
+    store.most.store(0, std::sync::atomic::Ordering::SeqCst);
+    let bibs: Vec<String> = (1..=40).map(|b| b.to_string()).collect();
+    let sql = format!(
+        "SELECT bib FROM registrations WHERE event = '2013 Chicago Marathon' AND distance = 'Full' AND bib IN ({}) ORDER BY bib",
+        bibs.join(", ")
+    );
+    let rows = engine.collect(&sql).await?;
+    assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 40);
+    let most = store.most.load(std::sync::atomic::Ordering::SeqCst);
+    assert!((2..=4).contains(&most), "{most} requests in flight at once");
+    Ok(())
+}
