@@ -102,8 +102,14 @@ impl Engine {
         let defs = persist::load(self.store.as_ref()).await?;
         let raw = Arc::new(MemorySchemaProvider::new());
         let public = self.public_schema()?;
+        // Tables the embedder registered on the context stay.
         for name in public.table_names() {
-            public.deregister_table(&name)?;
+            if let Some(t) = public.table(&name).await? {
+                let any: &dyn std::any::Any = t.as_ref();
+                if any.is::<StoreTable>() {
+                    public.deregister_table(&name)?;
+                }
+            }
         }
         for def in &defs {
             self.register_mapped(def.clone())?;
@@ -174,7 +180,10 @@ impl Engine {
     /// Plans one statement. Catalog DDL runs here and yields an empty frame;
     /// everything else is DataFusion's.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
-        if let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+        // Only CREATE and DROP can be catalog DDL; other statements skip a parse.
+        let word: String = sql.trim_start().chars().take(6).collect::<String>().to_ascii_lowercase();
+        let maybe_ddl = word.starts_with("create") || word.starts_with("drop");
+        if let Some(Ok(statements)) = maybe_ddl.then(|| Parser::parse_sql(&PostgreSqlDialect {}, sql)) {
             if let [statement] = statements.as_slice() {
                 if self.catalog_ddl(statement).await? {
                     return Ok(self.ctx.read_empty()?);
