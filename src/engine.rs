@@ -143,11 +143,31 @@ impl Engine {
         if self.options.disable_pushdown { t.without_pushdown() } else { t }
     }
 
+    /// Registers a mapped table, in place of a store table of the same name
+    /// (a raw alias, or an older mapping).
     fn register_mapped(&self, def: TableDef) -> Result<(), EngineError> {
         let name = def.name.clone();
         let provider = Arc::new(self.provider(Layout::mapped(Arc::new(def))));
-        self.public_schema()?.register_table(name, provider)?;
+        let public = self.public_schema()?;
+        if public.table_exist(&name) {
+            public.deregister_table(&name)?;
+        }
+        public.register_table(name, provider)?;
         Ok(())
+    }
+
+    /// Whether `name` is taken by a mapping, or by a table the embedder registered.
+    async fn name_taken(&self, name: &str) -> Result<bool, EngineError> {
+        if persist::load(self.store.as_ref()).await?.iter().any(|d| d.name == name) {
+            return Ok(true);
+        }
+        Ok(match self.public_schema()?.table(name).await? {
+            Some(t) => {
+                let any: &dyn std::any::Any = t.as_ref();
+                !any.is::<StoreTable>()
+            }
+            None => false,
+        })
     }
 
     async fn raw_table(&self, table: &TableName) -> Result<StoreTable, EngineError> {
@@ -159,7 +179,7 @@ impl Engine {
     /// table if missing, and registers it. `replace` overwrites a definition
     /// of the same name.
     pub async fn create_table(&self, def: TableDef, replace: bool) -> Result<(), EngineError> {
-        if !replace && self.ctx.table_exist(def.name.as_str())? {
+        if !replace && self.name_taken(&def.name).await? {
             return Err(CatalogError::TableExists(def.name.clone()).into());
         }
         match self.store.create_table(&def.storage_table).await {
@@ -198,7 +218,7 @@ impl Engine {
         match statement {
             Statement::CreateTable(create) if ddl::is_mapping(create) => {
                 let def = ddl::from_create_table(create)?;
-                if create.if_not_exists && self.ctx.table_exist(def.name.as_str())? {
+                if create.if_not_exists && self.name_taken(&def.name).await? {
                     return Ok(true);
                 }
                 self.create_table(def, create.or_replace).await?;

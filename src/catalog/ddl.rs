@@ -54,13 +54,22 @@ fn options(create: &CreateTable) -> &[SqlOption] {
     }
 }
 
-/// The last part of a (possibly qualified) name, normalized.
+/// A table name, normalized; mapped tables live in the default schema, so a
+/// qualifier may only name it (`public.t`, `datafusion.public.t`).
 pub fn object_name(name: &ObjectName) -> Result<String, CatalogError> {
-    name.0
-        .last()
-        .and_then(|p| p.as_ident())
-        .map(normalize_ident)
-        .ok_or_else(|| CatalogError::Definition(format!("invalid table name {name}")))
+    let parts: Vec<String> = name
+        .0
+        .iter()
+        .map(|p| p.as_ident().map(normalize_ident))
+        .collect::<Option<_>>()
+        .ok_or_else(|| CatalogError::Definition(format!("invalid table name {name}")))?;
+    match parts.as_slice() {
+        [table] => Ok(table.clone()),
+        [schema, table] | [_, schema, table] if schema == "public" => Ok(table.clone()),
+        _ => Err(CatalogError::Definition(format!(
+            "mapped tables live in schema public, not {name}"
+        ))),
+    }
 }
 
 /// Builds a definition from a parsed `CREATE TABLE`.

@@ -196,13 +196,14 @@ impl Builder {
             },
             (Self::BigInt(b), KeyValue::Int(i)) => b.append_value(*i),
             // An integer column in a free-text field: its decimal text.
-            (Self::Int(b), KeyValue::Text(s)) => match s.parse() {
-                Ok(i) => b.append_value(i),
-                Err(_) => return false,
+            // (Canonical decimal only: `+7` or `007` would never match a lookup.)
+            (Self::Int(b), KeyValue::Text(s)) => match s.parse::<i32>() {
+                Ok(i) if i.to_string() == *s => b.append_value(i),
+                _ => return false,
             },
-            (Self::BigInt(b), KeyValue::Text(s)) => match s.parse() {
-                Ok(i) => b.append_value(i),
-                Err(_) => return false,
+            (Self::BigInt(b), KeyValue::Text(s)) => match s.parse::<i64>() {
+                Ok(i) if i.to_string() == *s => b.append_value(i),
+                _ => return false,
             },
             (Self::Text(b), KeyValue::Text(s)) => b.append_value(s),
             _ => return false,
@@ -293,7 +294,7 @@ pub fn decode(
                         b.null();
                         true
                     }
-                    Some(v) => b.value(v, *lenient),
+                    Some(v) => (*lenient || column_type.reads(v.edm_type())) && b.value(v, *lenient),
                 },
                 Source::PartitionKey => b.key(&KeyValue::Text(e.partition_key().as_str().to_owned())),
                 Source::RowKey => b.key(&KeyValue::Text(e.row_key().as_str().to_owned())),

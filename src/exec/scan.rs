@@ -60,9 +60,10 @@ pub struct PartitionScanExec {
     options: ScanOptions,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    counters: Counters,
 }
 
-#[derive(Clone)]
+#[derive(Debug, Clone)]
 struct Counters {
     scanned: ExactCount,
     returned: ExactCount,
@@ -95,6 +96,8 @@ impl PartitionScanExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         );
+        let metrics = ExecutionPlanMetricsSet::new();
+        let counters = Counters::register(&metrics);
         Ok(Self {
             store,
             layout,
@@ -104,7 +107,8 @@ impl PartitionScanExec {
             limit,
             options,
             properties: Arc::new(properties),
-            metrics: ExecutionPlanMetricsSet::new(),
+            metrics,
+            counters,
         })
     }
 
@@ -113,9 +117,12 @@ impl PartitionScanExec {
         &self.path
     }
 
-    fn counters(&self) -> Counters {
-        let m = |name: &'static str| ExactCount::register(&self.metrics, name);
-        Counters {
+}
+
+impl Counters {
+    fn register(metrics: &ExecutionPlanMetricsSet) -> Self {
+        let m = |name: &'static str| ExactCount::register(metrics, name);
+        Self {
             scanned: m("entities_scanned"),
             returned: m("entities_returned"),
             requests: m("requests"),
@@ -270,7 +277,7 @@ impl ExecutionPlan for PartitionScanExec {
         if partition != 0 {
             return Err(DataFusionError::Internal(format!("PartitionScanExec has one partition, not {partition}")));
         }
-        let counters = self.counters();
+        let counters = self.counters.clone();
         let select = self.layout.properties(&self.projection);
         let mut query = Query::all().select(select);
         query.filter = self.path.filter.clone();
@@ -294,7 +301,7 @@ impl ExecutionPlan for PartitionScanExec {
             .map(move |request| {
                 let (tx, rx) = mpsc::channel(pages_ahead);
                 let task = tokio::spawn(run.clone().run(request, tx));
-                futures::future::ready(ReceiverStream { rx, _task: AbortOnDrop(task) })
+                futures::future::ready(ReceiverStream { rx, task: Some(task) })
             })
             .buffered(self.options.max_in_flight.max(1))
             .flatten();
@@ -349,25 +356,35 @@ fn leaf(plan: Arc<PartitionScanExec>, children: Vec<Arc<dyn ExecutionPlan>>) -> 
     }
 }
 
-/// Aborts a request's task when its stream is dropped.
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
-/// A request's pages as a stream.
+/// A request's pages as a stream. Dropping it aborts the request's task; a
+/// task that died (a panic) ends the stream with an error, never silently.
 struct ReceiverStream {
     rx: mpsc::Receiver<Result<RecordBatch>>,
-    _task: AbortOnDrop,
+    task: Option<tokio::task::JoinHandle<()>>,
+}
+
+impl Drop for ReceiverStream {
+    fn drop(&mut self) {
+        if let Some(task) = &self.task {
+            task.abort();
+        }
+    }
 }
 
 impl futures::Stream for ReceiverStream {
     type Item = Result<RecordBatch>;
 
     fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
-        self.rx.poll_recv(cx)
+        use std::task::Poll;
+        if let Some(item) = futures::ready!(self.rx.poll_recv(cx)) {
+            return Poll::Ready(Some(item));
+        }
+        // The sender is gone: the task ended; see how.
+        let Some(task) = self.task.as_mut() else {
+            return Poll::Ready(None);
+        };
+        let joined = futures::ready!(std::pin::Pin::new(task).poll(cx));
+        self.task = None;
+        Poll::Ready(joined.err().map(|e| Err(DataFusionError::External(Box::new(e)))))
     }
 }

@@ -176,7 +176,8 @@ impl KeyTemplate {
     }
 
     /// Reads the field values back from a key; an error names the column
-    /// whose text does not fit (a key this template did not write).
+    /// whose text does not fit (a key this template did not write, or did not
+    /// write in that spelling).
     pub fn decompose(&self, key: &str) -> Result<Vec<KeyValue>, KeyError> {
         let mismatch = |column: &str| KeyError::Mismatch {
             column: column.to_owned(),
@@ -198,7 +199,15 @@ impl KeyTemplate {
                         },
                     };
                     let text = rest.get(..len).ok_or_else(|| mismatch(column))?;
-                    values.push(format.decode(column, text)?);
+                    let value = format.decode(column, text)?;
+                    // Only the encoding compose writes is accepted: lookups
+                    // compose keys, so a key in another spelling of the same
+                    // value (an unescaped separator, `%41`, `-999` for zero)
+                    // would be found by a scan but never by a lookup.
+                    if format.encode(column, &value, self.separator_after(i))? != text {
+                        return Err(mismatch(column));
+                    }
+                    values.push(value);
                     rest = &rest[len..];
                 }
             }

@@ -67,6 +67,19 @@ fn mismatched_keys_name_the_column() {
 }
 
 #[test]
+fn only_the_composed_spelling_decomposes() {
+    let pk: KeyTemplate = "{event}__{distance}".parse().unwrap();
+    // An unescaped separator inside a value, a needless escape, lower-case hex.
+    for key in ["New_York__Full", "N%65w York__Full", "a%5f__b"] {
+        assert!(matches!(pk.decompose(key), Err(KeyError::Mismatch { .. })), "{key}");
+    }
+    assert!(pk.decompose("New%5FYork__Full").is_ok());
+    let signed: KeyTemplate = "{c:+03}".parse().unwrap();
+    assert!(signed.decompose("-999").is_err(), "-999 would read as 0");
+    assert_eq!(signed.decompose("-998").unwrap(), [KeyValue::Int(-1)]);
+}
+
+#[test]
 fn int_ranges_and_prefixes() {
     let t = registrations_rk();
     let r = t

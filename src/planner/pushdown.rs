@@ -20,8 +20,8 @@ use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator};
 use super::access::{AccessKind, AccessPath, KeyRequest};
 use crate::catalog::{ColumnType, TableDef};
 use crate::keys::{FieldFormat, KeyBounds, KeyTemplate, KeyValue};
-use crate::storage::key::cmp_utf16;
-use crate::storage::{CmpOp, EdmValue, Filter, KeyRange, PartitionKey, RowKey};
+use crate::storage::key::{cmp_utf16, validate_key};
+use crate::storage::{CmpOp, EdmValue, Filter, KeyKind, KeyRange, PartitionKey, RowKey};
 
 /// Most keys or key prefixes one path enumerates; past that a field's value
 /// set narrows nothing and its filter stays Inexact.
@@ -496,6 +496,10 @@ fn template_spec(
                     None
                 };
                 let (bounds, kind) = match bounds {
+                    // A prefix whose successor has no plain form (it ends in
+                    // U+FFFF or beyond the BMP) gets an open end: it narrows
+                    // but does not answer the filter.
+                    Some(b @ KeyBounds::Range { end: Bound::Unbounded, .. }) if c.prefix.is_some() => (b, Kind::Values),
                     Some(b) => (b, if c.prefix.is_some() { Kind::Prefix } else { Kind::Range }),
                     None => (template.prefix_range(leading, None).ok()?, Kind::Values),
                 };
@@ -551,8 +555,11 @@ fn narrow_by_key_column(spec: KeySpec, atoms: &[&Atom], target: Target, consumed
             && c.prefix.as_ref().is_none_or(|p| k.starts_with(p.as_str()))
             && c.values.as_ref().is_none_or(|vs| vs.contains(&v))
     };
-    for kind in [Kind::Values, Kind::Range, Kind::Prefix] {
-        consumed.push((target.clone(), kind));
+    consumed.push((target.clone(), Kind::Values));
+    consumed.push((target.clone(), Kind::Range));
+    // A prefix without a plain successor leaves the range open (see above).
+    if c.prefix.as_ref().is_none_or(|p| crate::keys::successor(p).is_some()) {
+        consumed.push((target.clone(), Kind::Prefix));
     }
     if c.empty {
         return KeySpec::Exact(Vec::new());
@@ -693,10 +700,24 @@ fn plan(def: Option<&TableDef>, atoms: &[&Atom], consumed_out: &mut BTreeSet<(St
     let kind;
     match pk_spec {
         KeySpec::Exact(mut pks) => {
+            // A key the store could not hold is in no entity.
+            pks.retain(|k| validate_key(KeyKind::PartitionKey, k).is_ok());
             pks.sort_by(|a, b| cmp_utf16(a, b));
             pks.dedup();
+            let per_partition = match &rk_spec {
+                KeySpec::Exact(rks) => rks.len(),
+                KeySpec::Ranges(rs) => rs.len(),
+            };
+            let rk_spec = if pks.len().saturating_mul(per_partition) > MAX_REQUESTS {
+                // Too many requests to build: fall through to the span below.
+                KeySpec::Ranges(Vec::new())
+            } else {
+                rk_spec
+            };
+            let too_many = pks.len().saturating_mul(per_partition) > MAX_REQUESTS;
             match rk_spec {
                 KeySpec::Exact(mut rks) => {
+                    rks.retain(|k| validate_key(KeyKind::RowKey, k).is_ok());
                     rks.sort_by(|a, b| cmp_utf16(a, b));
                     rks.dedup();
                     kind = AccessKind::Points;
@@ -720,7 +741,7 @@ fn plan(def: Option<&TableDef>, atoms: &[&Atom], consumed_out: &mut BTreeSet<(St
                     }
                 }
             }
-            if requests.len() > MAX_REQUESTS {
+            if too_many {
                 // Too many requests: one scan of the partitions' span instead.
                 let (first, last) = (pks.first().cloned(), pks.last().cloned());
                 consumed.clear();
