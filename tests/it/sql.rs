@@ -266,3 +266,34 @@ async fn requests_run_concurrently_within_the_bound() -> TestResult {
     assert!((2..=4).contains(&most), "{most} requests in flight at once");
     Ok(())
 }
+
+/// The same SQL over the Azure Table backend (Azurite): the engine works over
+/// the trait, and the access paths and answers are the embedded store's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sql_over_azurite_matches_the_embedded_store() -> TestResult {
+    let azure: Arc<dyn TableStore> = Arc::new(AzureStore::new(crate::azurite::fresh_account()?)?);
+    demo::load(azure.as_ref(), 600, |_, _| {}).await?;
+    let on_azure = Engine::with_store(azure, EngineOptions::default()).await?;
+    let embedded = demo_engine(600).await;
+    for sql in [
+        "SELECT name, age FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Half' AND bib = 7",
+        "SELECT bib FROM registrations WHERE event = '2013 Chicago Marathon' AND distance = 'Full' AND bib IN (3, 9, 27) ORDER BY bib",
+        "SELECT count(*), sum(finish) FROM registrations WHERE event = '2011 New York City Marathon' AND bib BETWEEN 10 AND 40",
+        "SELECT distance, count(*), count(club) FROM registrations WHERE club = 'Harriers' GROUP BY distance ORDER BY distance",
+        "SELECT e.city, count(*) FROM registrations r JOIN events e ON r.event = e.event AND r.distance = e.distance GROUP BY e.city ORDER BY e.city",
+    ] {
+        let (a, b) = (text(&on_azure.collect(sql).await?), text(&embedded.collect(sql).await?));
+        assert_eq!(a, b, "{sql}");
+        let plan = analyze(&on_azure, sql).await?;
+        assert!(plan.contains("access="), "{plan}");
+    }
+    let plan = analyze(
+        &on_azure,
+        "SELECT name FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Half' AND bib = 7",
+    )
+    .await?;
+    assert!(plan.contains("access=point"), "{plan}");
+    assert_eq!(metric(&plan, "requests"), Some(1), "{plan}");
+    assert_eq!(metric(&plan, "entities_returned"), Some(1), "{plan}");
+    Ok(())
+}
