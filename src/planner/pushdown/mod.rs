@@ -1,0 +1,190 @@
+//! The pushdown: ONE pure function from DataFusion filters to an access path,
+//! the property filter the store applies, and which filters the path answers
+//! exactly. `supports_filters_pushdown` and `scan` both call [`push_down`].
+//!
+//! Each filter becomes, where it can, a conjunction of atoms on key targets (a
+//! template field, or the PartitionKey/RowKey columns): a set of values (`=`,
+//! `IN`, an OR of `=`), a range (`<`, `BETWEEN`, on order-preserving integer
+//! fields and on the raw keys) or a prefix (`LIKE 'p%'`). Per template, the
+//! leading fields with value sets enumerate keys or key prefixes; the next
+//! field's range or prefix bounds them. A filter is Exact when the path
+//! encodes every atom it holds; everything else stays Inexact.
+
+use std::collections::BTreeSet;
+use std::ops::Bound;
+
+use datafusion::logical_expr::Expr;
+
+mod analyze;
+mod domain;
+mod plan;
+mod property;
+
+use analyze::*;
+use domain::*;
+use plan::*;
+use property::*;
+
+use super::access::{AccessKind, AccessPath, KeyRequest};
+use crate::catalog::{ColumnType, TableDef};
+use crate::keys::{FieldFormat, KeyBounds, KeyTemplate, KeyValue};
+use crate::storage::key::{cmp_utf16, validate_key};
+use crate::storage::{CmpOp, EdmValue, Filter, KeyKind, KeyRange, PartitionKey, RowKey};
+
+/// Most keys or key prefixes one path enumerates; past that a field's value
+/// set narrows nothing and its filter stays Inexact.
+pub const MAX_REQUESTS: usize = 1000;
+
+/// What the pushdown decided.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pushdown {
+    /// The requests, and the property filter.
+    pub path: AccessPath,
+    /// Per input filter: whether the path answers it completely.
+    pub exact: Vec<bool>,
+}
+
+/// What an atom constrains.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum Target {
+    Field(String),
+    PartitionKey,
+    RowKey,
+}
+
+/// The kind of constraint, for deciding what the path consumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    Values,
+    Range,
+    Prefix,
+}
+
+#[derive(Debug, Clone)]
+enum Domain {
+    Values(BTreeSet<KeyValue>),
+    Range(Bound<KeyValue>, Bound<KeyValue>),
+    Prefix(String),
+}
+
+#[derive(Debug, Clone)]
+struct Atom {
+    target: Target,
+    domain: Domain,
+}
+
+impl Atom {
+    fn kind(&self) -> Kind {
+        match self.domain {
+            Domain::Values(_) => Kind::Values,
+            Domain::Range(..) => Kind::Range,
+            Domain::Prefix(_) => Kind::Prefix,
+        }
+    }
+}
+
+/// One filter, analyzed: atoms to narrow with; `complete` when the filter is
+/// exactly their conjunction; `never` when it can hold for no row.
+#[derive(Debug, Default)]
+struct Analysis {
+    atoms: Vec<Atom>,
+    complete: bool,
+    never: bool,
+}
+
+/// Decides the access path for a table (`None`: a raw table) under `filters`.
+pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
+    let analyses: Vec<Analysis> = filters.iter().map(|f| analyze(def, f)).collect();
+    let property_filter = def.and_then(|d| {
+        filters
+            .iter()
+            .filter_map(|f| property_filter(d, f))
+            .reduce(Filter::and)
+    });
+    if analyses.iter().any(|a| a.never) {
+        return Pushdown {
+            path: AccessPath {
+                kind: AccessKind::Points,
+                requests: Vec::new(),
+                filter: None,
+            },
+            exact: analyses.iter().map(|a| a.complete).collect(),
+        };
+    }
+    let atoms: Vec<&Atom> = analyses.iter().flat_map(|a| &a.atoms).collect();
+    let mut consumed: BTreeSet<(String, u8)> = BTreeSet::new();
+    let (path, contradiction) = plan(def, &atoms, &mut consumed);
+    let exact = analyses
+        .iter()
+        .map(|a| {
+            a.complete
+                && (contradiction
+                    || a.atoms.iter().all(|at| consumed.contains(&key_of(&at.target, at.kind()))))
+        })
+        .collect();
+    let path = AccessPath {
+        filter: property_filter.filter(|_| !contradiction),
+        ..path
+    };
+    Pushdown { path, exact }
+}
+
+fn key_of(target: &Target, kind: Kind) -> (String, u8) {
+    let name = match target {
+        Target::Field(c) => format!("f:{c}"),
+        Target::PartitionKey => "PartitionKey".into(),
+        Target::RowKey => "RowKey".into(),
+    };
+    (name, kind as u8)
+}
+
+
+#[cfg(test)]
+mod tests {
+    use datafusion::prelude::{col, lit};
+
+    use super::*;
+    use crate::catalog::ddl;
+
+    fn registrations() -> TableDef {
+        ddl::parse(include_str!("../../../catalog/registrations.sql")).unwrap()
+    }
+
+    fn kinds(filters: &[Expr]) -> (String, Vec<bool>) {
+        let p = push_down(Some(&registrations()), filters);
+        let text = p.path.to_string();
+        (text.split(' ').next().unwrap_or_default().to_owned(), p.exact)
+    }
+
+    #[test]
+    fn the_access_paths() {
+        let event = || col("event").eq(lit("2012 Boston Marathon"));
+        let distance = || col("distance").eq(lit("Full"));
+        let (k, e) = kinds(&[event(), distance(), lit(42).eq(col("bib"))]);
+        assert_eq!((k.as_str(), e), ("access=point", vec![true, true, true]));
+        let (k, e) = kinds(&[event(), distance(), col("bib").in_list(vec![lit(1), lit(2)], false)]);
+        assert_eq!((k.as_str(), e), ("access=points(2)", vec![true, true, true]));
+        let (k, e) = kinds(&[event(), distance(), col("bib").between(lit(5), lit(9))]);
+        assert_eq!((k.as_str(), e), ("access=row_range", vec![true, true, true]));
+        let (k, e) = kinds(&[event(), col("club").eq(lit("Harriers"))]);
+        assert_eq!((k.as_str(), e), ("access=partition_range", vec![true, false]));
+        let (k, e) = kinds(&[col("age").gt(lit(50))]);
+        assert_eq!((k.as_str(), e), ("access=full_scan", vec![false]));
+        let (k, e) = kinds(&[col("bib").eq(lit(1)), col("bib").eq(lit(2))]);
+        assert_eq!((k.as_str(), e), ("access=points(0)", vec![true, true]));
+    }
+
+    #[test]
+    fn what_stays_inexact() {
+        // A range on a free-text field; a prefix with no plain successor; NOT.
+        let (_, e) = kinds(&[col("name").gt(lit("M"))]);
+        assert_eq!(e, [false]);
+        let (_, e) = kinds(&[col("event").like(lit("2012😀%"))]);
+        assert_eq!(e, [false]);
+        let (_, e) = kinds(&[!col("bib").eq(lit(3))]);
+        assert_eq!(e, [false]);
+        // A range compared with text beyond U+D7FF is not pushed at all.
+        let p = push_down(Some(&registrations()), &[col("PartitionKey").gt(lit("\u{E000}"))]);
+        assert_eq!((p.path.kind, p.exact), (AccessKind::FullScan, vec![false]));
+    }
+}
