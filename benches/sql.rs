@@ -44,14 +44,30 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     let dir = tempfile::tempdir().expect("temp dir");
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::open(dir.path()).expect("store"));
     let (pushed, unpushed) = rt.block_on(async {
-        demo::load(store.as_ref(), ROWS, |_, _| {}).await.expect("demo");
-        let pushed = Engine::with_store(store.clone(), EngineOptions::default()).await.expect("engine");
-        let off = EngineOptions { disable_pushdown: true, ..EngineOptions::default() };
-        let unpushed = Engine::with_store(store.clone(), off).await.expect("engine");
+        demo::load(store.as_ref(), ROWS, |_, _| {})
+            .await
+            .expect("demo");
+        let pushed = Engine::with_store(store.clone(), EngineOptions::default())
+            .await
+            .expect("engine");
+        let off = EngineOptions {
+            disable_pushdown: true,
+            ..EngineOptions::default()
+        };
+        let unpushed = Engine::with_store(store.clone(), off)
+            .await
+            .expect("engine");
         (pushed, unpushed)
     });
     let sqlite = std::sync::Mutex::new(sqlite_copy());
-    Fixture { rt, store, pushed, unpushed, sqlite, _dir: dir }
+    Fixture {
+        rt,
+        store,
+        pushed,
+        unpushed,
+        sqlite,
+        _dir: dir,
+    }
 });
 
 /// The same registrations in SQLite, keyed as in the store (in memory, like
@@ -109,7 +125,9 @@ fn point_query_sql(bencher: Bencher) {
     let mut i = 0;
     bencher.bench_local(|| {
         i = (i + 7919) % ROWS;
-        let rows = f.rt.block_on(f.pushed.collect(&point_sql(i))).expect("query");
+        let rows =
+            f.rt.block_on(f.pushed.collect(&point_sql(i)))
+                .expect("query");
         assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
         black_box(rows)
     });
@@ -141,7 +159,9 @@ fn point_query_sqlite(bencher: Bencher) {
         i = (i + 7919) % ROWS;
         let r = registration(i);
         let name: String = stmt
-            .query_row(rusqlite::params![r.event, r.distance, r.bib], |row| row.get(0))
+            .query_row(rusqlite::params![r.event, r.distance, r.bib], |row| {
+                row.get(0)
+            })
             .expect("row");
         black_box(name)
     });
@@ -174,7 +194,11 @@ fn full_scan_aggregate_store(bencher: Bencher) {
         f.rt.block_on(async {
             let (mut n, mut sum, mut token) = (0u64, 0i64, None);
             loop {
-                let page = f.store.query(&table, &query, token.as_ref()).await.expect("page");
+                let page = f
+                    .store
+                    .query(&table, &query, token.as_ref())
+                    .await
+                    .expect("page");
                 for e in &page.entities {
                     n += 1;
                     if let Some(EdmValue::Int64(v)) = e.get("finish") {

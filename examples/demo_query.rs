@@ -26,12 +26,16 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let point = "SELECT bib, name, age FROM registrations \
                  WHERE event = '2012 Boston Marathon' AND distance = 'Half' AND bib = 123";
     let plan = engine.collect(&format!("EXPLAIN {point}")).await?;
-    let plan_text = tablesql::datafusion::arrow::util::pretty::pretty_format_batches(&plan)?.to_string();
+    let plan_text =
+        tablesql::datafusion::arrow::util::pretty::pretty_format_batches(&plan)?.to_string();
     assert!(plan_text.contains("access=point"), "{plan_text}");
     let rows = engine.collect(point).await?;
     let bib = rows[0].column(0).as_primitive::<Int32Type>().value(0);
     assert_eq!(bib, 123);
-    println!("{}", tablesql::datafusion::arrow::util::pretty::pretty_format_batches(&rows)?);
+    println!(
+        "{}",
+        tablesql::datafusion::arrow::util::pretty::pretty_format_batches(&rows)?
+    );
 
     // Streaming: batches arrive as the scan pages through the store.
     let mut stream = engine

@@ -236,7 +236,9 @@ async fn recreate(store: &dyn TableStore, table: &TableName) -> Result<()> {
 }
 
 /// Registers the demo's catalog definitions in the store (replacing older ones).
-pub async fn register_catalog(store: &dyn TableStore) -> std::result::Result<(), crate::catalog::CatalogError> {
+pub async fn register_catalog(
+    store: &dyn TableStore,
+) -> std::result::Result<(), crate::catalog::CatalogError> {
     for sql in CATALOG {
         crate::catalog::persist::save(store, &crate::catalog::ddl::parse(sql)?, true).await?;
     }

@@ -61,7 +61,10 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("store", &self.store).field("options", &self.options).finish()
+        f.debug_struct("Engine")
+            .field("store", &self.store)
+            .field("options", &self.options)
+            .finish()
     }
 }
 
@@ -73,7 +76,10 @@ impl Engine {
     }
 
     /// An engine over any store.
-    pub async fn with_store(store: Arc<dyn TableStore>, options: EngineOptions) -> Result<Self, EngineError> {
+    pub async fn with_store(
+        store: Arc<dyn TableStore>,
+        options: EngineOptions,
+    ) -> Result<Self, EngineError> {
         let config = SessionConfig::new().with_information_schema(true);
         let ctx = SessionContext::new_with_config(config);
         let engine = Self {
@@ -140,7 +146,11 @@ impl Engine {
 
     fn provider(&self, layout: Layout) -> StoreTable {
         let t = StoreTable::new(self.store.clone(), layout, self.options.scan);
-        if self.options.disable_pushdown { t.without_pushdown() } else { t }
+        if self.options.disable_pushdown {
+            t.without_pushdown()
+        } else {
+            t
+        }
     }
 
     /// Registers a mapped table, in place of a store table of the same name
@@ -158,7 +168,11 @@ impl Engine {
 
     /// Whether `name` is taken by a mapping, or by a table the embedder registered.
     async fn name_taken(&self, name: &str) -> Result<bool, EngineError> {
-        if persist::load(self.store.as_ref()).await?.iter().any(|d| d.name == name) {
+        if persist::load(self.store.as_ref())
+            .await?
+            .iter()
+            .any(|d| d.name == name)
+        {
             return Ok(true);
         }
         Ok(match self.public_schema()?.table(name).await? {
@@ -171,7 +185,10 @@ impl Engine {
     }
 
     async fn raw_table(&self, table: &TableName) -> Result<StoreTable, EngineError> {
-        let sample = self.store.query(table, &Query::all().top(SAMPLE_SIZE), None).await?;
+        let sample = self
+            .store
+            .query(table, &Query::all().top(SAMPLE_SIZE), None)
+            .await?;
         Ok(self.provider(Layout::raw(table.clone(), &infer(&sample.entities))))
     }
 
@@ -201,9 +218,16 @@ impl Engine {
     /// everything else is DataFusion's.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
         // Only CREATE and DROP can be catalog DDL; other statements skip a parse.
-        let word: String = sql.trim_start().chars().take(6).collect::<String>().to_ascii_lowercase();
+        let word: String = sql
+            .trim_start()
+            .chars()
+            .take(6)
+            .collect::<String>()
+            .to_ascii_lowercase();
         let maybe_ddl = word.starts_with("create") || word.starts_with("drop");
-        if let Some(Ok(statements)) = maybe_ddl.then(|| Parser::parse_sql(&PostgreSqlDialect {}, sql)) {
+        if let Some(Ok(statements)) =
+            maybe_ddl.then(|| Parser::parse_sql(&PostgreSqlDialect {}, sql))
+        {
             if let [statement] = statements.as_slice() {
                 if self.catalog_ddl(statement).await? {
                     return Ok(self.ctx.read_empty()?);
@@ -254,7 +278,10 @@ impl Engine {
     }
 
     /// Runs one statement and streams its rows.
-    pub async fn execute_stream(&self, sql: &str) -> Result<SendableRecordBatchStream, EngineError> {
+    pub async fn execute_stream(
+        &self,
+        sql: &str,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
         Ok(self.sql(sql).await?.execute_stream().await?)
     }
 

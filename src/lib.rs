@@ -50,6 +50,6 @@ pub mod keys;
 pub mod planner;
 pub mod storage;
 
-pub use engine::{Engine, EngineError, EngineOptions};
 /// The DataFusion release tablesql is built on, for embedders.
 pub use datafusion;
+pub use engine::{Engine, EngineError, EngineOptions};

@@ -144,9 +144,12 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
         let key = key.value.to_lowercase();
         let text = string_value(&key, value)?;
         match key.as_str() {
-            "storage_table" => storage_table = Some(TableName::new(text).map_err(|e| {
-                CatalogError::Definition(format!("storage_table: {e}"))
-            })?),
+            "storage_table" => {
+                storage_table = Some(
+                    TableName::new(text)
+                        .map_err(|e| CatalogError::Definition(format!("storage_table: {e}")))?,
+                )
+            }
             "partition_key" => partition_key = Some(text.parse()?),
             "row_key" => row_key = Some(text.parse()?),
             _ => match key.strip_prefix("index_") {
@@ -163,8 +166,10 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
         }
     }
     let missing = |what: &str| CatalogError::Definition(format!("table {name}: WITH needs {what}"));
-    let partition_key: crate::keys::KeyTemplate = partition_key.ok_or_else(|| missing("partition_key = '<template>'"))?;
-    let row_key: crate::keys::KeyTemplate = row_key.ok_or_else(|| missing("row_key = '<template>'"))?;
+    let partition_key: crate::keys::KeyTemplate =
+        partition_key.ok_or_else(|| missing("partition_key = '<template>'"))?;
+    let row_key: crate::keys::KeyTemplate =
+        row_key.ok_or_else(|| missing("row_key = '<template>'"))?;
     let storage_table = match storage_table {
         Some(t) => t,
         None => TableName::new(name.clone()).map_err(|e| {
@@ -234,7 +239,11 @@ impl TableDef {
         let mut out = format!("CREATE TABLE {} (\n", ident(&self.name));
         for c in &self.columns {
             let null = if c.not_null { " NOT NULL" } else { "" };
-            out.push_str(&format!("    {} {}{null},\n", ident(&c.name), c.column_type));
+            out.push_str(&format!(
+                "    {} {}{null},\n",
+                ident(&c.name),
+                c.column_type
+            ));
         }
         let pk: Vec<String> = self.primary_key.iter().map(|c| ident(c)).collect();
         out.push_str(&format!("    PRIMARY KEY ({})\n) WITH (\n", pk.join(", ")));
@@ -244,7 +253,11 @@ impl TableDef {
             format!("row_key = {}", quote(&self.row_key.to_string())),
         ];
         for i in &self.indexes {
-            options.push(format!("index_{} = {}", i.name, quote(&i.row_key.to_string())));
+            options.push(format!(
+                "index_{} = {}",
+                i.name,
+                quote(&i.row_key.to_string())
+            ));
         }
         out.push_str(&format!("    {}\n);\n", options.join(",\n    ")));
         out

@@ -26,7 +26,9 @@ pub enum CatalogError {
     #[error(transparent)]
     Template(#[from] KeyError),
     /// A column type tablesql cannot store.
-    #[error("column {column}: type {sql_type} is not supported (use INT, BIGINT, DOUBLE, TEXT, BOOLEAN, TIMESTAMP, BYTEA or UUID)")]
+    #[error(
+        "column {column}: type {sql_type} is not supported (use INT, BIGINT, DOUBLE, TEXT, BOOLEAN, TIMESTAMP, BYTEA or UUID)"
+    )]
     UnsupportedType { column: String, sql_type: String },
     /// A name used twice, or a reference to a column that is not declared.
     #[error("table {table}: {reason}")]
@@ -99,7 +101,10 @@ impl TableDef {
             if !seen.insert(c.name.to_lowercase()) {
                 return Err(bad(format!("column {} is declared twice", c.name)));
             }
-            if SYSTEM_COLUMNS.iter().any(|s| s.eq_ignore_ascii_case(&c.name)) {
+            if SYSTEM_COLUMNS
+                .iter()
+                .any(|s| s.eq_ignore_ascii_case(&c.name))
+            {
                 return Err(bad(format!("column {} is a system column", c.name)));
             }
         }
@@ -111,9 +116,9 @@ impl TableDef {
                 let Segment::Field { column, format } = seg else {
                     continue;
                 };
-                let col = self
-                    .column(column)
-                    .ok_or_else(|| bad(format!("{what} template names undeclared column {column}")))?;
+                let col = self.column(column).ok_or_else(|| {
+                    bad(format!("{what} template names undeclared column {column}"))
+                })?;
                 let fits = match (col.column_type, format) {
                     (ColumnType::Text, FieldFormat::Text) => true,
                     (ColumnType::Int | ColumnType::BigInt, _) => true,
@@ -139,7 +144,10 @@ impl TableDef {
         let leading = key_fields.get(..n).unwrap_or(&[]);
         let same = n >= pk_fields
             && n == leading.len()
-            && self.primary_key.iter().all(|c| leading.contains(&c.as_str()));
+            && self
+                .primary_key
+                .iter()
+                .all(|c| leading.contains(&c.as_str()));
         if !same {
             return Err(bad(format!(
                 "the primary key must be the PartitionKey fields and a leading run of RowKey fields (from {})",
@@ -158,7 +166,10 @@ impl TableDef {
             })?;
             for i in &self.indexes {
                 let own = lead(&i.row_key).ok_or_else(|| {
-                    bad(format!("index {} must start with literal text (like AGE:)", i.name))
+                    bad(format!(
+                        "index {} must start with literal text (like AGE:)",
+                        i.name
+                    ))
                 })?;
                 if own.starts_with(&base) || base.starts_with(&own) {
                     return Err(bad(format!(

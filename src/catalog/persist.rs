@@ -34,7 +34,8 @@ pub async fn load(store: &dyn TableStore) -> Result<Vec<TableDef>, CatalogError>
     let mut defs = Vec::with_capacity(entities.len());
     for e in entities {
         let name = e.row_key().as_str().to_owned();
-        let bad = |why: &str| CatalogError::Definition(format!("stored definition of {name}: {why}"));
+        let bad =
+            |why: &str| CatalogError::Definition(format!("stored definition of {name}: {why}"));
         match e.get("format_version") {
             Some(EdmValue::Int32(FORMAT_VERSION)) => {}
             Some(other) => return Err(bad(&format!("unknown format version {other:?}"))),
@@ -50,7 +51,11 @@ pub async fn load(store: &dyn TableStore) -> Result<Vec<TableDef>, CatalogError>
 
 /// Stores a definition; with `replace` it overwrites one of the same name,
 /// otherwise that is an error.
-pub async fn save(store: &dyn TableStore, def: &TableDef, replace: bool) -> Result<(), CatalogError> {
+pub async fn save(
+    store: &dyn TableStore,
+    def: &TableDef,
+    replace: bool,
+) -> Result<(), CatalogError> {
     let table = table()?;
     match store.create_table(&table).await {
         Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
@@ -69,7 +74,9 @@ pub async fn save(store: &dyn TableStore, def: &TableDef, replace: bool) -> Resu
     };
     match store.execute(&table, op).await {
         Ok(_) => Ok(()),
-        Err(StorageError::EntityAlreadyExists { .. }) => Err(CatalogError::TableExists(def.name.clone())),
+        Err(StorageError::EntityAlreadyExists { .. }) => {
+            Err(CatalogError::TableExists(def.name.clone()))
+        }
         Err(e) => Err(e.into()),
     }
 }

@@ -86,19 +86,33 @@ mod tests {
             e = e.with(*n, v.clone());
         }
         let now = chrono::Utc::now();
-        StoredEntity { entity: e, timestamp: now, etag: crate::storage::ETag::for_timestamp(&now) }
+        StoredEntity {
+            entity: e,
+            timestamp: now,
+            etag: crate::storage::ETag::for_timestamp(&now),
+        }
     }
 
     #[test]
     fn conflicting_types_follow_the_rule() {
         let sample = [
-            entity(&[("a", EdmValue::Int32(1)), ("b", EdmValue::Int32(1)), ("c", EdmValue::Int32(1))]),
-            entity(&[("a", EdmValue::Int64(2)), ("b", EdmValue::Double(0.5)), ("c", EdmValue::Boolean(true))]),
+            entity(&[
+                ("a", EdmValue::Int32(1)),
+                ("b", EdmValue::Int32(1)),
+                ("c", EdmValue::Int32(1)),
+            ]),
+            entity(&[
+                ("a", EdmValue::Int64(2)),
+                ("b", EdmValue::Double(0.5)),
+                ("c", EdmValue::Boolean(true)),
+            ]),
             entity(&[("d", EdmValue::String("x".into()))]),
         ];
         let cols = infer(&sample);
-        let got: Vec<(&str, ColumnType, bool)> =
-            cols.iter().map(|c| (c.name.as_str(), c.column_type, c.mixed)).collect();
+        let got: Vec<(&str, ColumnType, bool)> = cols
+            .iter()
+            .map(|c| (c.name.as_str(), c.column_type, c.mixed))
+            .collect();
         assert_eq!(
             got,
             [

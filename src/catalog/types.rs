@@ -89,10 +89,7 @@ impl ColumnType {
     /// BIGINT or DOUBLE).
     pub fn reads(self, found: EdmType) -> bool {
         found == self.edm_type()
-            || matches!(
-                (self, found),
-                (Self::BigInt | Self::Double, EdmType::Int32)
-            )
+            || matches!((self, found), (Self::BigInt | Self::Double, EdmType::Int32))
     }
 }
 

@@ -54,15 +54,29 @@ pub struct Layout {
 
 fn system_columns() -> [(String, Source, ColumnType, bool); 4] {
     [
-        ("PartitionKey".into(), Source::PartitionKey, ColumnType::Text, false),
+        (
+            "PartitionKey".into(),
+            Source::PartitionKey,
+            ColumnType::Text,
+            false,
+        ),
         ("RowKey".into(), Source::RowKey, ColumnType::Text, false),
-        ("Timestamp".into(), Source::Timestamp, ColumnType::Timestamp, false),
+        (
+            "Timestamp".into(),
+            Source::Timestamp,
+            ColumnType::Timestamp,
+            false,
+        ),
         ("_etag".into(), Source::ETag, ColumnType::Text, false),
     ]
 }
 
 impl Layout {
-    fn build(table: TableName, def: Option<Arc<TableDef>>, cols: Vec<(String, Source, ColumnType, bool)>) -> Self {
+    fn build(
+        table: TableName,
+        def: Option<Arc<TableDef>>,
+        cols: Vec<(String, Source, ColumnType, bool)>,
+    ) -> Self {
         let fields: Vec<Field> = cols
             .iter()
             .map(|(name, _, t, nullable)| Field::new(name, t.arrow_type(), *nullable))
@@ -77,15 +91,25 @@ impl Layout {
 
     /// The layout of a mapped table: its columns, then the system columns.
     pub fn mapped(def: Arc<TableDef>) -> Self {
-        let field_of = |t: &crate::keys::KeyTemplate, name: &str| t.columns().position(|c| c == name);
+        let field_of =
+            |t: &crate::keys::KeyTemplate, name: &str| t.columns().position(|c| c == name);
         let mut cols: Vec<(String, Source, ColumnType, bool)> = def
             .columns
             .iter()
             .map(|c| {
-                let (source, key) = match (field_of(&def.partition_key, &c.name), field_of(&def.row_key, &c.name)) {
+                let (source, key) = match (
+                    field_of(&def.partition_key, &c.name),
+                    field_of(&def.row_key, &c.name),
+                ) {
                     (Some(n), _) => (Source::PartitionField(n), true),
                     (None, Some(n)) => (Source::RowField(n), true),
-                    (None, None) => (Source::Property { name: c.name.clone(), lenient: false }, false),
+                    (None, None) => (
+                        Source::Property {
+                            name: c.name.clone(),
+                            lenient: false,
+                        },
+                        false,
+                    ),
                 };
                 (c.name.clone(), source, c.column_type, !key)
             })
@@ -98,14 +122,22 @@ impl Layout {
     pub fn raw(table: TableName, inferred: &[RawColumn]) -> Self {
         let mut cols: Vec<_> = system_columns().into_iter().collect();
         let system: Vec<String> = cols.iter().map(|c| c.0.clone()).collect();
-        cols.extend(inferred.iter().filter(|c| !system.contains(&c.name)).map(|c| {
-            (
-                c.name.clone(),
-                Source::Property { name: c.name.clone(), lenient: c.mixed },
-                c.column_type,
-                true,
-            )
-        }));
+        cols.extend(
+            inferred
+                .iter()
+                .filter(|c| !system.contains(&c.name))
+                .map(|c| {
+                    (
+                        c.name.clone(),
+                        Source::Property {
+                            name: c.name.clone(),
+                            lenient: c.mixed,
+                        },
+                        c.column_type,
+                        true,
+                    )
+                }),
+        );
         Self::build(table, None, cols)
     }
 
@@ -137,7 +169,9 @@ impl Builder {
             ColumnType::Int => Self::Int(Int32Builder::with_capacity(n)),
             ColumnType::BigInt => Self::BigInt(Int64Builder::with_capacity(n)),
             ColumnType::Double => Self::Double(Float64Builder::with_capacity(n)),
-            ColumnType::Text | ColumnType::Uuid => Self::Text(StringBuilder::with_capacity(n, n * 16)),
+            ColumnType::Text | ColumnType::Uuid => {
+                Self::Text(StringBuilder::with_capacity(n, n * 16))
+            }
             ColumnType::Boolean => Self::Boolean(BooleanBuilder::with_capacity(n)),
             ColumnType::Timestamp => Self::Timestamp(TimestampMicrosecondBuilder::with_capacity(n)),
             ColumnType::Bytea => Self::Bytea(BinaryBuilder::with_capacity(n, n * 16)),
@@ -246,7 +280,9 @@ pub fn decode(
         .iter()
         .map(|&i| Builder::new(layout.columns[i].1, entities.len()))
         .collect();
-    let needs_pk = projection.iter().any(|&i| matches!(layout.columns[i].0, Source::PartitionField(_)));
+    let needs_pk = projection
+        .iter()
+        .any(|&i| matches!(layout.columns[i].0, Source::PartitionField(_)));
     let mut skipped = Skipped::default();
     let mut rows = 0;
     let mut last_pk: Option<(&str, Vec<KeyValue>)> = None;
@@ -257,7 +293,11 @@ pub fn decode(
                 let rk = match def.row_key.decompose(e.row_key().as_str()) {
                     Ok(v) => v,
                     Err(err) => {
-                        if def.indexes.iter().any(|i| i.row_key.decompose(e.row_key().as_str()).is_ok()) {
+                        if def
+                            .indexes
+                            .iter()
+                            .any(|i| i.row_key.decompose(e.row_key().as_str()).is_ok())
+                        {
                             skipped.index_rows += 1;
                             continue;
                         }
@@ -272,12 +312,14 @@ pub fn decode(
                 };
                 let pk_text = e.partition_key().as_str();
                 if needs_pk && last_pk.as_ref().is_none_or(|(t, _)| *t != pk_text) {
-                    let values = def.partition_key.decompose(pk_text).map_err(|err| ExecError::KeyMismatch {
-                        table: def.name.clone(),
-                        kind: KeyKind::PartitionKey,
-                        partition_key: pk_text.to_owned(),
-                        row_key: e.row_key().as_str().to_owned(),
-                        reason: err.to_string(),
+                    let values = def.partition_key.decompose(pk_text).map_err(|err| {
+                        ExecError::KeyMismatch {
+                            table: def.name.clone(),
+                            kind: KeyKind::PartitionKey,
+                            partition_key: pk_text.to_owned(),
+                            row_key: e.row_key().as_str().to_owned(),
+                            reason: err.to_string(),
+                        }
                     })?;
                     last_pk = Some((pk_text, values));
                 }
@@ -287,27 +329,41 @@ pub fn decode(
         for (b, &i) in builders.iter_mut().zip(projection) {
             let (source, column_type) = &layout.columns[i];
             let ok = match source {
-                Source::PartitionField(n) => pk_values.and_then(|v| v.get(*n)).is_some_and(|v| b.key(v)),
-                Source::RowField(n) => rk_values.as_ref().and_then(|v| v.get(*n)).is_some_and(|v| b.key(v)),
+                Source::PartitionField(n) => {
+                    pk_values.and_then(|v| v.get(*n)).is_some_and(|v| b.key(v))
+                }
+                Source::RowField(n) => rk_values
+                    .as_ref()
+                    .and_then(|v| v.get(*n))
+                    .is_some_and(|v| b.key(v)),
                 Source::Property { name, lenient } => match e.get(name) {
                     None => {
                         b.null();
                         true
                     }
-                    Some(v) => (*lenient || column_type.reads(v.edm_type())) && b.value(v, *lenient),
+                    Some(v) => {
+                        (*lenient || column_type.reads(v.edm_type())) && b.value(v, *lenient)
+                    }
                 },
-                Source::PartitionKey => b.key(&KeyValue::Text(e.partition_key().as_str().to_owned())),
+                Source::PartitionKey => {
+                    b.key(&KeyValue::Text(e.partition_key().as_str().to_owned()))
+                }
                 Source::RowKey => b.key(&KeyValue::Text(e.row_key().as_str().to_owned())),
                 Source::Timestamp => b.value(&EdmValue::DateTime(e.timestamp), false),
                 Source::ETag => b.value(&EdmValue::String(e.etag.to_string()), false),
             };
             if !ok {
                 let found = match source {
-                    Source::Property { name, .. } => e.get(name).map(|v| format!("{:?}", v.edm_type())),
+                    Source::Property { name, .. } => {
+                        e.get(name).map(|v| format!("{:?}", v.edm_type()))
+                    }
                     _ => None,
                 };
                 return Err(ExecError::TypeMismatch {
-                    table: layout.def.as_ref().map_or_else(|| layout.table.as_str().to_owned(), |d| d.name.clone()),
+                    table: layout
+                        .def
+                        .as_ref()
+                        .map_or_else(|| layout.table.as_str().to_owned(), |d| d.name.clone()),
                     column: schema_name(layout, i),
                     expected: *column_type,
                     found: found.unwrap_or_else(|| "a key value that does not fit".into()),

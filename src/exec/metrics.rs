@@ -7,7 +7,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use datafusion::physical_plan::metrics::{CustomMetricValue, ExecutionPlanMetricsSet, MetricBuilder, MetricValue};
+use datafusion::physical_plan::metrics::{
+    CustomMetricValue, ExecutionPlanMetricsSet, MetricBuilder, MetricValue,
+};
 
 /// A counter shown exactly.
 #[derive(Debug, Default, Clone)]

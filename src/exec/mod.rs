@@ -18,7 +18,9 @@ pub enum ExecError {
     #[error(transparent)]
     Storage(#[from] StorageError),
     /// A stored key that the table's templates did not write.
-    #[error("table {table}: {kind} of entity ({partition_key:?}, {row_key:?}) does not match its template: {reason}")]
+    #[error(
+        "table {table}: {kind} of entity ({partition_key:?}, {row_key:?}) does not match its template: {reason}"
+    )]
     KeyMismatch {
         table: String,
         kind: KeyKind,
@@ -27,7 +29,9 @@ pub enum ExecError {
         reason: String,
     },
     /// A stored value its column cannot hold.
-    #[error("table {table}: column {column} is {expected} but entity ({partition_key:?}, {row_key:?}) holds {found}")]
+    #[error(
+        "table {table}: column {column} is {expected} but entity ({partition_key:?}, {row_key:?}) holds {found}"
+    )]
     TypeMismatch {
         table: String,
         column: String,

@@ -14,19 +14,24 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
-use datafusion::physical_expr::{EquivalenceProperties, LexOrdering, PhysicalExpr, PhysicalSortExpr};
-use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, ReplaceChildrenOptions};
+use datafusion::physical_expr::{
+    EquivalenceProperties, LexOrdering, PhysicalExpr, PhysicalSortExpr,
+};
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, EmissionType, ReplaceChildrenOptions,
+};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
-    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties, SendableRecordBatchStream,
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
 };
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use super::ExecError;
-use super::metrics::ExactCount;
 use super::decode::{Layout, decode};
+use super::metrics::ExactCount;
 use crate::planner::access::{AccessPath, KeyRequest};
 use crate::storage::{ContinuationToken, PartitionKey, Query, TableStore};
 
@@ -116,7 +121,6 @@ impl PartitionScanExec {
     pub fn path(&self) -> &AccessPath {
         &self.path
     }
-
 }
 
 impl Counters {
@@ -135,8 +139,17 @@ impl Counters {
 
 impl DisplayAs for PartitionScanExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "PartitionScanExec: table={} {}", self.layout.table, self.path)?;
-        let names: Vec<&str> = self.schema.fields().iter().map(|f| f.name().as_str()).collect();
+        write!(
+            f,
+            "PartitionScanExec: table={} {}",
+            self.layout.table, self.path
+        )?;
+        let names: Vec<&str> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
         write!(f, " projection=[{}]", names.join(", "))?;
         if let Some(l) = self.limit {
             write!(f, " limit={l}")?;
@@ -170,21 +183,39 @@ impl RequestRun {
         }
     }
 
-    async fn pump(&self, request: KeyRequest, tx: &mpsc::Sender<Result<RecordBatch>>) -> Result<()> {
+    async fn pump(
+        &self,
+        request: KeyRequest,
+        tx: &mpsc::Sender<Result<RecordBatch>>,
+    ) -> Result<()> {
         let table = &self.layout.table;
         match request {
             KeyRequest::Get(pk, rk) => {
                 self.counters.requests.add(1);
                 let found = {
-                    let _permit = self.permits.acquire().await.map_err(|e| DataFusionError::External(Box::new(e)))?;
-                    self.store.get(table, &pk, &rk).await.map_err(ExecError::from)?
+                    let _permit = self
+                        .permits
+                        .acquire()
+                        .await
+                        .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                    self.store
+                        .get(table, &pk, &rk)
+                        .await
+                        .map_err(ExecError::from)?
                 };
                 let entities: Vec<_> = found.into_iter().collect();
                 self.counters.scanned.add(entities.len());
-                let kept: Vec<_> = entities.into_iter().filter(|e| self.query.passes(e)).collect();
+                let kept: Vec<_> = entities
+                    .into_iter()
+                    .filter(|e| self.query.passes(e))
+                    .collect();
                 self.emit(&kept, tx).await?;
             }
-            KeyRequest::Scan { partitions, rows, at_most_one } => {
+            KeyRequest::Scan {
+                partitions,
+                rows,
+                at_most_one,
+            } => {
                 let mut query = self.query.clone();
                 query.partitions = partitions;
                 query.rows = rows;
@@ -195,9 +226,15 @@ impl RequestRun {
                 loop {
                     self.counters.requests.add(1);
                     let page = {
-                        let _permit =
-                            self.permits.acquire().await.map_err(|e| DataFusionError::External(Box::new(e)))?;
-                        self.store.query(table, &query, token.as_ref()).await.map_err(ExecError::from)?
+                        let _permit = self
+                            .permits
+                            .acquire()
+                            .await
+                            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+                        self.store
+                            .query(table, &query, token.as_ref())
+                            .await
+                            .map_err(ExecError::from)?
                     };
                     self.counters.scanned.add(page.scanned);
                     let n = self.emit(&page.entities, tx).await?;
@@ -212,7 +249,11 @@ impl RequestRun {
     }
 
     /// Decodes and sends a page; returns the rows sent (0 if the consumer left).
-    async fn emit(&self, entities: &[crate::storage::StoredEntity], tx: &mpsc::Sender<Result<RecordBatch>>) -> Result<usize> {
+    async fn emit(
+        &self,
+        entities: &[crate::storage::StoredEntity],
+        tx: &mpsc::Sender<Result<RecordBatch>>,
+    ) -> Result<usize> {
         if entities.is_empty() {
             return Ok(0);
         }
@@ -265,7 +306,10 @@ impl ExecutionPlan for PartitionScanExec {
         leaf(self, children)
     }
 
-    fn with_new_children(self: Arc<Self>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         leaf(self, children)
     }
 
@@ -273,9 +317,15 @@ impl ExecutionPlan for PartitionScanExec {
         Some(self.metrics.clone_inner())
     }
 
-    fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
-            return Err(DataFusionError::Internal(format!("PartitionScanExec has one partition, not {partition}")));
+            return Err(DataFusionError::Internal(format!(
+                "PartitionScanExec has one partition, not {partition}"
+            )));
         }
         let counters = self.counters.clone();
         let select = self.layout.properties(&self.projection);
@@ -291,7 +341,9 @@ impl ExecutionPlan for PartitionScanExec {
             schema: self.schema.clone(),
             query,
             counters: counters.clone(),
-            permits: Arc::new(tokio::sync::Semaphore::new(self.options.max_in_flight.max(1))),
+            permits: Arc::new(tokio::sync::Semaphore::new(
+                self.options.max_in_flight.max(1),
+            )),
         };
         let pages_ahead = self.options.pages_ahead.max(1);
         // Each request runs as a task; `buffered` starts at most
@@ -301,7 +353,10 @@ impl ExecutionPlan for PartitionScanExec {
             .map(move |request| {
                 let (tx, rx) = mpsc::channel(pages_ahead);
                 let task = tokio::spawn(run.clone().run(request, tx));
-                futures::future::ready(ReceiverStream { rx, task: Some(task) })
+                futures::future::ready(ReceiverStream {
+                    rx,
+                    task: Some(task),
+                })
             })
             .buffered(self.options.max_in_flight.max(1))
             .flatten();
@@ -310,7 +365,10 @@ impl ExecutionPlan for PartitionScanExec {
             remaining: self.limit,
             returned: counters.returned,
         };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), limited)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            limited,
+        )))
     }
 }
 
@@ -324,7 +382,10 @@ struct Limited {
 impl futures::Stream for Limited {
     type Item = Result<RecordBatch>;
 
-    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
         if self.remaining == Some(0) {
             return std::task::Poll::Ready(None);
         }
@@ -348,11 +409,16 @@ impl futures::Stream for Limited {
     }
 }
 
-fn leaf(plan: Arc<PartitionScanExec>, children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+fn leaf(
+    plan: Arc<PartitionScanExec>,
+    children: Vec<Arc<dyn ExecutionPlan>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
     if children.is_empty() {
         Ok(plan)
     } else {
-        Err(DataFusionError::Internal("PartitionScanExec has no children".into()))
+        Err(DataFusionError::Internal(
+            "PartitionScanExec has no children".into(),
+        ))
     }
 }
 
@@ -374,7 +440,10 @@ impl Drop for ReceiverStream {
 impl futures::Stream for ReceiverStream {
     type Item = Result<RecordBatch>;
 
-    fn poll_next(mut self: std::pin::Pin<&mut Self>, cx: &mut std::task::Context<'_>) -> std::task::Poll<Option<Self::Item>> {
+    fn poll_next(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Self::Item>> {
         use std::task::Poll;
         if let Some(item) = futures::ready!(self.rx.poll_recv(cx)) {
             return Poll::Ready(Some(item));
@@ -385,6 +454,10 @@ impl futures::Stream for ReceiverStream {
         };
         let joined = futures::ready!(std::pin::Pin::new(task).poll(cx));
         self.task = None;
-        Poll::Ready(joined.err().map(|e| Err(DataFusionError::External(Box::new(e)))))
+        Poll::Ready(
+            joined
+                .err()
+                .map(|e| Err(DataFusionError::External(Box::new(e)))),
+        )
     }
 }

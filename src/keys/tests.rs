@@ -71,7 +71,10 @@ fn only_the_composed_spelling_decomposes() {
     let pk: KeyTemplate = "{event}__{distance}".parse().unwrap();
     // An unescaped separator inside a value, a needless escape, lower-case hex.
     for key in ["New_York__Full", "N%65w York__Full", "a%5f__b"] {
-        assert!(matches!(pk.decompose(key), Err(KeyError::Mismatch { .. })), "{key}");
+        assert!(
+            matches!(pk.decompose(key), Err(KeyError::Mismatch { .. })),
+            "{key}"
+        );
     }
     assert!(pk.decompose("New%5FYork__Full").is_ok());
     let signed: KeyTemplate = "{c:+03}".parse().unwrap();

@@ -92,7 +92,9 @@ impl fmt::Display for KeyRequest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             KeyRequest::Get(pk, rk) => write!(f, "pk={:?} rk={:?}", pk.as_str(), rk.as_str()),
-            KeyRequest::Scan { partitions, rows, .. } => {
+            KeyRequest::Scan {
+                partitions, rows, ..
+            } => {
                 f.write_str("pk=")?;
                 range(f, partitions)?;
                 f.write_str(" rk=")?;

@@ -76,16 +76,24 @@ fn key_ordering(layout: &Layout, path: &AccessPath, projection: &[usize]) -> Vec
     let pk_fields = def.partition_key.columns().count();
     let mut fields: Vec<(Source, crate::keys::FieldFormat)> = Vec::new();
     if !path.single_partition() {
-        fields.extend((0..pk_fields).filter_map(|i| Some((Source::PartitionField(i), def.partition_key.field(i)?.1))));
+        fields.extend(
+            (0..pk_fields)
+                .filter_map(|i| Some((Source::PartitionField(i), def.partition_key.field(i)?.1))),
+        );
     }
     let rk_fields = def.row_key.columns().count();
-    fields.extend((0..rk_fields).filter_map(|i| Some((Source::RowField(i), def.row_key.field(i)?.1))));
+    fields.extend(
+        (0..rk_fields).filter_map(|i| Some((Source::RowField(i), def.row_key.field(i)?.1))),
+    );
     let mut ordering = Vec::new();
     for (source, format) in fields {
         let Some(ascending) = format.order() else {
             break;
         };
-        let Some(pos) = projection.iter().position(|&i| layout.columns[i].0 == source) else {
+        let Some(pos) = projection
+            .iter()
+            .position(|&i| layout.columns[i].0 == source)
+        else {
             break;
         };
         let name = layout.schema.field(projection[pos]).name();
@@ -110,7 +118,10 @@ impl TableProvider for StoreTable {
         TableType::Base
     }
 
-    fn supports_filters_pushdown(&self, filters: &[&Expr]) -> Result<Vec<TableProviderFilterPushDown>> {
+    fn supports_filters_pushdown(
+        &self,
+        filters: &[&Expr],
+    ) -> Result<Vec<TableProviderFilterPushDown>> {
         let owned: Vec<Expr> = filters.iter().map(|e| (*e).clone()).collect();
         Ok(self
             .plan(&owned)

@@ -32,7 +32,10 @@ fn demo_then_tables_and_scan_in_other_processes() -> TestResult {
         "query",
         "EXPLAIN ANALYZE SELECT name, age FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib = 1234",
     ]))?;
-    let scan = plan.lines().find(|l| l.contains("PartitionScanExec")).unwrap_or_default();
+    let scan = plan
+        .lines()
+        .find(|l| l.contains("PartitionScanExec"))
+        .unwrap_or_default();
     assert!(scan.contains("access=point"), "{plan}");
     assert!(scan.contains("entities_scanned=1,"), "{plan}");
     assert!(scan.contains("entities_returned=1,"), "{plan}");
@@ -52,7 +55,9 @@ fn demo_then_tables_and_scan_in_other_processes() -> TestResult {
     let rows: serde_json::Value = serde_json::from_str(&json)?;
     assert_eq!(rows[0]["bib"], 1, "{json}");
     assert_eq!(rows[1]["bib"], 2, "{json}");
-    let bad = tablesql(dir.path()).args(["query", "SELECT nope FROM registrations"]).output()?;
+    let bad = tablesql(dir.path())
+        .args(["query", "SELECT nope FROM registrations"])
+        .output()?;
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("nope"));
 
@@ -114,12 +119,19 @@ fn unknown_store_scheme_and_table_are_clear_errors() -> TestResult {
     assert!(String::from_utf8_lossy(&out.stderr).contains("unknown store scheme \"ftp\""));
     // A bad connection string names the key, never the value (it may be secret).
     let out = Command::new(env!("CARGO_BIN_EXE_tablesql"))
-        .args(["--store", "azure:AccountName=a;AccountKey=s3cr3t!", "tables"])
+        .args([
+            "--store",
+            "azure:AccountName=a;AccountKey=s3cr3t!",
+            "tables",
+        ])
         .env_remove("TABLESQL_STORE")
         .output()?;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(stderr.contains("AccountKey is invalid: not base64"), "{stderr}");
+    assert!(
+        stderr.contains("AccountKey is invalid: not base64"),
+        "{stderr}"
+    );
     assert!(!stderr.contains("s3cr3t"), "{stderr}");
     let dir = tempfile::tempdir()?;
     let out = tablesql(dir.path()).args(["scan", "Nope"]).output()?;

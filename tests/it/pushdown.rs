@@ -39,8 +39,22 @@ const WS: [&str; 3] = ["m", "n", "mn"];
 
 fn row(shape: usize) -> impl Strategy<Value = Row> {
     let c = if shape == 1 { -15i64..15 } else { 0i64..15 };
-    (0..AS.len(), 0i64..20, c, 0..DS.len(), prop::option::of(0i32..5), prop::option::of(0..WS.len()))
-        .prop_map(|(a, b, c, d, v, w)| Row { a: AS[a], b, c, d: DS[d], v, w: w.map(|i| WS[i]) })
+    (
+        0..AS.len(),
+        0i64..20,
+        c,
+        0..DS.len(),
+        prop::option::of(0i32..5),
+        prop::option::of(0..WS.len()),
+    )
+        .prop_map(|(a, b, c, d, v, w)| Row {
+            a: AS[a],
+            b,
+            c,
+            d: DS[d],
+            v,
+            w: w.map(|i| WS[i]),
+        })
 }
 
 fn literal(column: &str, pick: usize) -> String {
@@ -56,7 +70,18 @@ fn literal(column: &str, pick: usize) -> String {
 }
 
 fn atom() -> impl Strategy<Value = String> {
-    let columns = ["a", "b", "c", "d", "v", "w", "a", "b", "\"PartitionKey\"", "\"RowKey\""];
+    let columns = [
+        "a",
+        "b",
+        "c",
+        "d",
+        "v",
+        "w",
+        "a",
+        "b",
+        "\"PartitionKey\"",
+        "\"RowKey\"",
+    ];
     (0..columns.len(), 0usize..12, 0usize..1000, 0usize..1000).prop_map(move |(c, kind, x, y)| {
         let col = columns[c];
         let (l1, l2) = (literal(col, x), literal(col, y));
@@ -83,7 +108,8 @@ fn atom() -> impl Strategy<Value = String> {
 
 fn entities(shape: usize, rows: &[Row]) -> Vec<Entity> {
     let (pk, rk, ix) = SHAPES[shape];
-    let (pk, rk): (tablesql::keys::KeyTemplate, tablesql::keys::KeyTemplate) = (pk.parse().unwrap(), rk.parse().unwrap());
+    let (pk, rk): (tablesql::keys::KeyTemplate, tablesql::keys::KeyTemplate) =
+        (pk.parse().unwrap(), rk.parse().unwrap());
     let ix: Option<tablesql::keys::KeyTemplate> = ix.map(|t| t.parse().unwrap());
     let mut out: Vec<Entity> = Vec::new();
     for r in rows {
@@ -93,7 +119,10 @@ fn entities(shape: usize, rows: &[Row]) -> Vec<Entity> {
             "c" => KeyValue::Int(r.c),
             _ => KeyValue::Text(r.d.into()),
         };
-        let compose = |t: &tablesql::keys::KeyTemplate| t.compose(&t.columns().map(value).collect::<Vec<_>>()).unwrap();
+        let compose = |t: &tablesql::keys::KeyTemplate| {
+            t.compose(&t.columns().map(value).collect::<Vec<_>>())
+                .unwrap()
+        };
         let pk = PartitionKey::new(compose(&pk)).unwrap();
         let mut base = Entity::new(pk.clone(), RowKey::new(compose(&rk)).unwrap())
             .with("a", EdmValue::String(r.a.into()))
@@ -106,9 +135,15 @@ fn entities(shape: usize, rows: &[Row]) -> Vec<Entity> {
         if let Some(w) = r.w {
             base = base.with("w", EdmValue::String(w.into()));
         }
-        let index = ix.as_ref().map(|ix| Entity { row_key: RowKey::new(compose(ix)).unwrap(), ..base.clone() });
+        let index = ix.as_ref().map(|ix| Entity {
+            row_key: RowKey::new(compose(ix)).unwrap(),
+            ..base.clone()
+        });
         for e in std::iter::once(base).chain(index) {
-            if !out.iter().any(|o| o.partition_key == e.partition_key && o.row_key == e.row_key) {
+            if !out
+                .iter()
+                .any(|o| o.partition_key == e.partition_key && o.row_key == e.row_key)
+            {
                 out.push(e);
             }
         }
@@ -119,12 +154,16 @@ fn entities(shape: usize, rows: &[Row]) -> Vec<Entity> {
 async fn engines(shape: usize, rows: &[Row]) -> (Engine, Engine) {
     let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
     let (pk, rk, ix) = SHAPES[shape];
-    let index = ix.map(|ix| format!(", index_x = '{ix}'")).unwrap_or_default();
+    let index = ix
+        .map(|ix| format!(", index_x = '{ix}'"))
+        .unwrap_or_default();
     let sql = format!(
         "CREATE TABLE t (a TEXT NOT NULL, b INT NOT NULL, c INT NOT NULL, d TEXT NOT NULL, v INT, w TEXT) \
          WITH (storage_table = 'Things', partition_key = '{pk}', row_key = '{rk}'{index})"
     );
-    let pushed = Engine::with_store(store.clone(), EngineOptions::default()).await.unwrap();
+    let pushed = Engine::with_store(store.clone(), EngineOptions::default())
+        .await
+        .unwrap();
     pushed.collect(&sql).await.unwrap();
     assert!(ddl::parse(&sql).is_ok());
     let table = TableName::new("Things").unwrap();
@@ -132,15 +171,23 @@ async fn engines(shape: usize, rows: &[Row]) -> (Engine, Engine) {
         // Rows whose base key collides with another's index key are dropped.
         let _ = store.execute(&table, WriteOp::Insert(e)).await;
     }
-    let reference = Engine::with_store(store, EngineOptions { disable_pushdown: true, ..Default::default() })
-        .await
-        .unwrap();
+    let reference = Engine::with_store(
+        store,
+        EngineOptions {
+            disable_pushdown: true,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap();
     (pushed, reference)
 }
 
 async fn answer(engine: &Engine, sql: &str) -> String {
     match engine.collect(sql).await {
-        Ok(b) => pretty_format_batches(&b).map(|t| t.to_string()).unwrap_or_default(),
+        Ok(b) => pretty_format_batches(&b)
+            .map(|t| t.to_string())
+            .unwrap_or_default(),
         Err(e) => format!("error: {e}"),
     }
 }

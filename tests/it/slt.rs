@@ -69,7 +69,11 @@ impl sqllogictest::AsyncDB for Db {
                 }
             }
         }
-        let types = schema.fields().iter().map(|f| column_type(f.data_type())).collect();
+        let types = schema
+            .fields()
+            .iter()
+            .map(|f| column_type(f.data_type()))
+            .collect();
         Ok(DBOutput::Rows { types, rows })
     }
 
@@ -87,7 +91,10 @@ fn validator(
     actual: &[Vec<String>],
     expected: &[String],
 ) -> bool {
-    let actual: Vec<String> = actual.iter().map(|row| normalizer(&row.join(" "))).collect();
+    let actual: Vec<String> = actual
+        .iter()
+        .map(|row| normalizer(&row.join(" ")))
+        .collect();
     let expected: Vec<String> = expected.iter().map(normalizer).collect();
     actual == expected
 }

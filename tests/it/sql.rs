@@ -16,25 +16,35 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 /// An engine over an in-memory embedded store holding `rows` demo registrations.
 pub async fn demo_engine(rows: u64) -> Engine {
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory().expect("store"));
-    demo::load(store.as_ref(), rows, |_, _| {}).await.expect("demo load");
+    demo::load(store.as_ref(), rows, |_, _| {})
+        .await
+        .expect("demo load");
     Engine::with_store(store, EngineOptions::default())
         .await
         .expect("engine")
 }
 
 fn text(batches: &[RecordBatch]) -> String {
-    pretty_format_batches(batches).map(|t| t.to_string()).unwrap_or_default()
+    pretty_format_batches(batches)
+        .map(|t| t.to_string())
+        .unwrap_or_default()
 }
 
 /// The value of `name=` in an EXPLAIN ANALYZE line of the scan.
 fn metric(plan: &str, name: &str) -> Option<u64> {
     let line = plan.lines().find(|l| l.contains("PartitionScanExec"))?;
     let at = line.find(&format!("{name}="))? + name.len() + 1;
-    line[at..].split(|c: char| !c.is_ascii_digit()).next()?.parse().ok()
+    line[at..]
+        .split(|c: char| !c.is_ascii_digit())
+        .next()?
+        .parse()
+        .ok()
 }
 
 async fn analyze(engine: &Engine, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
-    Ok(text(&engine.collect(&format!("EXPLAIN ANALYZE {sql}")).await?))
+    Ok(text(
+        &engine.collect(&format!("EXPLAIN ANALYZE {sql}")).await?,
+    ))
 }
 
 fn single_i64(batches: &[RecordBatch]) -> i64 {
@@ -99,26 +109,50 @@ async fn the_catalog_lives_in_the_store() -> TestResult {
         .await?;
     let t = TableName::new("Readings")?;
     for (at, c) in [(100, 20.5), (200, 21.0), (300, 19.5)] {
-        let e = Entity::new(PartitionKey::new("d1")?, RowKey::new(format!("{:012}", 999_999_999_999i64 - at))?)
-            .with("celsius", EdmValue::Double(c));
+        let e = Entity::new(
+            PartitionKey::new("d1")?,
+            RowKey::new(format!("{:012}", 999_999_999_999i64 - at))?,
+        )
+        .with("celsius", EdmValue::Double(c));
         store.execute(&t, WriteOp::Insert(e)).await?;
     }
     // A second engine over the same store sees the definition.
     let other = Engine::with_store(store.clone(), EngineOptions::default()).await?;
-    let rows = text(&other.collect("SELECT at, celsius FROM readings WHERE device = 'd1' AND at >= 200").await?);
+    let rows = text(
+        &other
+            .collect("SELECT at, celsius FROM readings WHERE device = 'd1' AND at >= 200")
+            .await?,
+    );
     // The inverted field reads newest first.
     assert_eq!(
-        rows.lines().filter(|l| l.starts_with("| 3") || l.starts_with("| 2")).collect::<Vec<_>>(),
+        rows.lines()
+            .filter(|l| l.starts_with("| 3") || l.starts_with("| 2"))
+            .collect::<Vec<_>>(),
         ["| 300 | 19.5    |", "| 200 | 21.0    |"],
         "{rows}"
     );
-    let plan = text(&other.collect("EXPLAIN SELECT at FROM readings WHERE device = 'd1' ORDER BY at DESC").await?);
-    assert!(!plan.contains("SortExec"), "an inverted key needs no sort: {plan}");
+    let plan = text(
+        &other
+            .collect("EXPLAIN SELECT at FROM readings WHERE device = 'd1' ORDER BY at DESC")
+            .await?,
+    );
+    assert!(
+        !plan.contains("SortExec"),
+        "an inverted key needs no sort: {plan}"
+    );
     other.collect("DROP TABLE readings").await?;
     // The storage table stays, readable raw: no `at` column any more.
-    let err = other.collect("SELECT at FROM readings").await.unwrap_err().to_string();
+    let err = other
+        .collect("SELECT at FROM readings")
+        .await
+        .unwrap_err()
+        .to_string();
     assert!(err.contains("No field named at"), "{err}");
-    let raw = text(&other.collect("SELECT \"PartitionKey\", celsius FROM raw.readings").await?);
+    let raw = text(
+        &other
+            .collect("SELECT \"PartitionKey\", celsius FROM raw.readings")
+            .await?,
+    );
     assert_eq!(raw.matches("d1").count(), 3, "{raw}");
     Ok(())
 }
@@ -133,14 +167,28 @@ async fn raw_tables_infer_their_columns() -> TestResult {
         ("b", EdmValue::Int64(5_000_000_000), EdmValue::Boolean(true)),
     ];
     for (rk, n, v) in rows {
-        let e = Entity::new(PartitionKey::new("p")?, RowKey::new(rk)?).with("n", n).with("v", v);
+        let e = Entity::new(PartitionKey::new("p")?, RowKey::new(rk)?)
+            .with("n", n)
+            .with("v", v);
         store.execute(&t, WriteOp::Insert(e)).await?;
     }
     let engine = Engine::with_store(store, EngineOptions::default()).await?;
     let got = text(&engine.collect("SELECT \"RowKey\", n, v, arrow_typeof(n) AS tn, arrow_typeof(v) AS tv FROM mixed ORDER BY \"RowKey\"").await?);
-    assert!(got.contains("| a      | 1          | x    | Int64 | Utf8 |"), "{got}");
-    assert!(got.contains("| b      | 5000000000 | true | Int64 | Utf8 |"), "{got}");
-    let plan = text(&engine.collect("EXPLAIN SELECT n FROM mixed WHERE \"PartitionKey\" = 'p' AND \"RowKey\" = 'b'").await?);
+    assert!(
+        got.contains("| a      | 1          | x    | Int64 | Utf8 |"),
+        "{got}"
+    );
+    assert!(
+        got.contains("| b      | 5000000000 | true | Int64 | Utf8 |"),
+        "{got}"
+    );
+    let plan = text(
+        &engine
+            .collect(
+                "EXPLAIN SELECT n FROM mixed WHERE \"PartitionKey\" = 'p' AND \"RowKey\" = 'b'",
+            )
+            .await?,
+    );
     assert!(plan.contains("access=point"), "{plan}");
     Ok(())
 }
@@ -150,30 +198,49 @@ async fn bad_input_gets_clear_errors() -> TestResult {
     let engine = demo_engine(120).await;
     let err = |sql: &'static str| {
         let engine = engine.clone();
-        async move { engine.collect(sql).await.map(|_| ()).unwrap_err().to_string() }
+        async move {
+            engine
+                .collect(sql)
+                .await
+                .map(|_| ())
+                .unwrap_err()
+                .to_string()
+        }
     };
     let e = err("SELECT * FROM nosuchtable").await;
     assert!(e.contains("nosuchtable") && e.contains("not found"), "{e}");
     let e = err("SELECT shoe_size FROM registrations").await;
     assert!(e.contains("shoe_size"), "{e}");
     let e = err("SELECT * FROM registrations WHERE bib = 'seven'").await;
-    assert!(e.contains("seven") || e.to_lowercase().contains("cast"), "{e}");
+    assert!(
+        e.contains("seven") || e.to_lowercase().contains("cast"),
+        "{e}"
+    );
     let e = err("CREATE TABLE tee2 (a TEXT) WITH (partition_key = '{a}', row_key = '{b}')").await;
     assert!(e.contains("undeclared column b"), "{e}");
 
     // A stored key the template did not write: an error naming the entity.
     let store = engine.store().clone();
     let t = TableName::new(demo::TABLE)?;
-    let stray = Entity::new(PartitionKey::new("2012 Boston Marathon__Full")?, RowKey::new("BIB:12x45__Ann__F__30")?);
+    let stray = Entity::new(
+        PartitionKey::new("2012 Boston Marathon__Full")?,
+        RowKey::new("BIB:12x45__Ann__F__30")?,
+    );
     store.execute(&t, WriteOp::Insert(stray)).await?;
     let e = err("SELECT count(*) FROM registrations WHERE event = '2012 Boston Marathon'").await;
-    assert!(e.contains("BIB:12x45__Ann__F__30") && e.contains("does not match its template"), "{e}");
+    assert!(
+        e.contains("BIB:12x45__Ann__F__30") && e.contains("does not match its template"),
+        "{e}"
+    );
     store
-        .execute(&t, WriteOp::Delete {
-            partition_key: PartitionKey::new("2012 Boston Marathon__Full")?,
-            row_key: RowKey::new("BIB:12x45__Ann__F__30")?,
-            if_match: IfMatch::Any,
-        })
+        .execute(
+            &t,
+            WriteOp::Delete {
+                partition_key: PartitionKey::new("2012 Boston Marathon__Full")?,
+                row_key: RowKey::new("BIB:12x45__Ann__F__30")?,
+                if_match: IfMatch::Any,
+            },
+        )
         .await?;
 
     // A property of the wrong type: an error naming column and entity.
@@ -182,18 +249,37 @@ async fn bad_input_gets_clear_errors() -> TestResult {
     let e = Entity::new(pk, rk).with("finish", EdmValue::String("fast".into()));
     store.execute(&t, WriteOp::Insert(e)).await?;
     let e = err("SELECT max(finish) FROM registrations").await;
-    assert!(e.contains("column finish is BIGINT") && e.contains("BIB:00001__Zed__M__40"), "{e}");
+    assert!(
+        e.contains("column finish is BIGINT") && e.contains("BIB:00001__Zed__M__40"),
+        "{e}"
+    );
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn count_excludes_index_rows() -> TestResult {
     let engine = demo_engine(1234).await;
-    assert_eq!(single_i64(&engine.collect("SELECT count(*) FROM registrations").await?), 1234);
-    assert_eq!(single_i64(&engine.collect("SELECT count(*) FROM raw.registrations").await?), 2468);
-    let nulls = engine.collect("SELECT club FROM registrations WHERE club IS NULL").await?;
+    assert_eq!(
+        single_i64(&engine.collect("SELECT count(*) FROM registrations").await?),
+        1234
+    );
+    assert_eq!(
+        single_i64(
+            &engine
+                .collect("SELECT count(*) FROM raw.registrations")
+                .await?
+        ),
+        2468
+    );
+    let nulls = engine
+        .collect("SELECT club FROM registrations WHERE club IS NULL")
+        .await?;
     assert!(nulls.iter().map(|b| b.num_rows()).sum::<usize>() > 0);
-    assert!(nulls.iter().all(|b| b.column(0).null_count() == b.num_rows()));
+    assert!(
+        nulls
+            .iter()
+            .all(|b| b.column(0).null_count() == b.num_rows())
+    );
     Ok(())
 }
 
@@ -229,13 +315,27 @@ impl TableStore for InFlight {
     async fn list_tables(&self) -> tablesql::storage::Result<Vec<TableName>> {
         self.inner.list_tables().await
     }
-    async fn get(&self, t: &TableName, pk: &PartitionKey, rk: &RowKey) -> tablesql::storage::Result<Option<StoredEntity>> {
+    async fn get(
+        &self,
+        t: &TableName,
+        pk: &PartitionKey,
+        rk: &RowKey,
+    ) -> tablesql::storage::Result<Option<StoredEntity>> {
         self.counted(self.inner.get(t, pk, rk)).await
     }
-    async fn query(&self, t: &TableName, q: &Query, c: Option<&ContinuationToken>) -> tablesql::storage::Result<Page> {
+    async fn query(
+        &self,
+        t: &TableName,
+        q: &Query,
+        c: Option<&ContinuationToken>,
+    ) -> tablesql::storage::Result<Page> {
         self.counted(self.inner.query(t, q, c)).await
     }
-    async fn execute_batch(&self, t: &TableName, ops: Vec<WriteOp>) -> tablesql::storage::Result<Vec<WriteOutcome>> {
+    async fn execute_batch(
+        &self,
+        t: &TableName,
+        ops: Vec<WriteOp>,
+    ) -> tablesql::storage::Result<Vec<WriteOutcome>> {
         self.inner.execute_batch(t, ops).await
     }
 }
@@ -250,7 +350,10 @@ async fn requests_run_concurrently_within_the_bound() -> TestResult {
     demo::load(store.as_ref(), 1200, |_, _| {}).await?;
     store.most.store(0, std::sync::atomic::Ordering::SeqCst);
     let options = EngineOptions {
-        scan: tablesql::exec::ScanOptions { max_in_flight: 4, pages_ahead: 1 },
+        scan: tablesql::exec::ScanOptions {
+            max_in_flight: 4,
+            pages_ahead: 1,
+        },
         ..EngineOptions::default()
     };
     let engine = Engine::with_store(store.clone(), options).await?;
@@ -282,7 +385,10 @@ async fn sql_over_azurite_matches_the_embedded_store() -> TestResult {
         "SELECT distance, count(*), count(club) FROM registrations WHERE club = 'Harriers' GROUP BY distance ORDER BY distance",
         "SELECT e.city, count(*) FROM registrations r JOIN events e ON r.event = e.event AND r.distance = e.distance GROUP BY e.city ORDER BY e.city",
     ] {
-        let (a, b) = (text(&on_azure.collect(sql).await?), text(&embedded.collect(sql).await?));
+        let (a, b) = (
+            text(&on_azure.collect(sql).await?),
+            text(&embedded.collect(sql).await?),
+        );
         assert_eq!(a, b, "{sql}");
         let plan = analyze(&on_azure, sql).await?;
         assert!(plan.contains("access="), "{plan}");

@@ -98,11 +98,7 @@ pub fn print_entities(entities: &[StoredEntity], format: Format) -> anyhow::Resu
 }
 
 /// Formats every value of a batch column as text; NULL as `null_text`.
-fn column_text(
-    batch: &RecordBatch,
-    column: usize,
-    null_text: &str,
-) -> anyhow::Result<Vec<String>> {
+fn column_text(batch: &RecordBatch, column: usize, null_text: &str) -> anyhow::Result<Vec<String>> {
     let options = FormatOptions::default().with_null(null_text);
     let formatter = ArrayFormatter::try_new(batch.column(column).as_ref(), &options)?;
     Ok((0..batch.num_rows())
@@ -185,7 +181,9 @@ pub async fn print_stream(
                         Ok(text
                             .into_iter()
                             .enumerate()
-                            .map(|(r, s)| (!nulls.as_ref().is_some_and(|n| n.is_null(r))).then_some(s))
+                            .map(|(r, s)| {
+                                (!nulls.as_ref().is_some_and(|n| n.is_null(r))).then_some(s)
+                            })
                             .collect::<Vec<_>>())
                     })
                     .collect::<anyhow::Result<Vec<_>>>()?;
@@ -194,7 +192,9 @@ pub async fn print_stream(
                         .fields()
                         .iter()
                         .zip(&texts)
-                        .map(|(f, col)| (f.name().clone(), json_cell(f.data_type(), col[r].clone())))
+                        .map(|(f, col)| {
+                            (f.name().clone(), json_cell(f.data_type(), col[r].clone()))
+                        })
                         .collect();
                     let sep = if first { "" } else { ",\n" };
                     first = false;

@@ -12,7 +12,11 @@ use super::*;
 
 pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
     match expr {
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::And,
+            right,
+        }) => {
             let (l, r) = (analyze(def, left), analyze(def, right));
             let mut atoms = l.atoms;
             atoms.extend(r.atoms);
@@ -22,7 +26,11 @@ pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
                 never: l.never || r.never,
             }
         }
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => {
             let (l, r) = (analyze(def, left), analyze(def, right));
             match (l.never, r.never) {
                 (true, true) => return never(l.complete && r.complete),
@@ -33,8 +41,18 @@ pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
             // Only ORs of value sets on one target combine (points).
             match (l.atoms.as_slice(), r.atoms.as_slice()) {
                 (
-                    [Atom { target: a, domain: Domain::Values(x) }],
-                    [Atom { target: b, domain: Domain::Values(y) }],
+                    [
+                        Atom {
+                            target: a,
+                            domain: Domain::Values(x),
+                        },
+                    ],
+                    [
+                        Atom {
+                            target: b,
+                            domain: Domain::Values(y),
+                        },
+                    ],
                 ) if a == b && l.complete && r.complete => one(a.clone(), Domain::Values(x | y)),
                 _ => Analysis::default(),
             }
@@ -53,7 +71,12 @@ pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
             };
             let comparison = matches!(
                 op,
-                Operator::Eq | Operator::NotEq | Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq
+                Operator::Eq
+                    | Operator::NotEq
+                    | Operator::Lt
+                    | Operator::LtEq
+                    | Operator::Gt
+                    | Operator::GtEq
             );
             if !comparison {
                 return Analysis::default();
@@ -77,20 +100,31 @@ pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
             };
             one(target, domain)
         }
-        Expr::Between(Between { expr, negated: false, low, high }) => {
+        Expr::Between(Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        }) => {
             let Some(t) = target(def, expr) else {
                 return Analysis::default();
             };
             match (literal(low), literal(high)) {
                 (Some(l), Some(h)) if l.is_null() || h.is_null() => never(true),
                 (Some(l), Some(h)) => match (key_value(def, &t, &l), key_value(def, &t, &h)) {
-                    (Some(l), Some(h)) if order_safe(&l) && order_safe(&h) => one(t, Domain::Range(Bound::Included(l), Bound::Included(h))),
+                    (Some(l), Some(h)) if order_safe(&l) && order_safe(&h) => {
+                        one(t, Domain::Range(Bound::Included(l), Bound::Included(h)))
+                    }
                     _ => Analysis::default(),
                 },
                 _ => Analysis::default(),
             }
         }
-        Expr::InList(InList { expr, list, negated: false }) => {
+        Expr::InList(InList {
+            expr,
+            list,
+            negated: false,
+        }) => {
             let Some(t) = target(def, expr) else {
                 return Analysis::default();
             };
@@ -110,9 +144,21 @@ pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
             }
             one(t, Domain::Values(values))
         }
-        Expr::Like(Like { negated: false, expr, pattern, escape_char: None, case_insensitive: false }) => {
-            let (Some(t), Some(ScalarValue::Utf8(Some(p)) | ScalarValue::Utf8View(Some(p)) | ScalarValue::LargeUtf8(Some(p)))) =
-                (target(def, expr), literal(pattern))
+        Expr::Like(Like {
+            negated: false,
+            expr,
+            pattern,
+            escape_char: None,
+            case_insensitive: false,
+        }) => {
+            let (
+                Some(t),
+                Some(
+                    ScalarValue::Utf8(Some(p))
+                    | ScalarValue::Utf8View(Some(p))
+                    | ScalarValue::LargeUtf8(Some(p)),
+                ),
+            ) = (target(def, expr), literal(pattern))
             else {
                 return Analysis::default();
             };
@@ -139,7 +185,9 @@ pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
             complete: true,
             ..Analysis::default()
         },
-        Expr::Literal(ScalarValue::Boolean(Some(false)) | ScalarValue::Boolean(None), _) => never(true),
+        Expr::Literal(ScalarValue::Boolean(Some(false)) | ScalarValue::Boolean(None), _) => {
+            never(true)
+        }
         _ => Analysis::default(),
     }
 }
@@ -181,7 +229,11 @@ pub(super) fn target(def: Option<&TableDef>, e: &Expr) -> Option<Target> {
                 .map(|_| Target::Field(name.to_owned())),
         },
         Expr::Cast(c) if c.field.data_type().is_integer() => match target(def, &c.expr)? {
-            Target::Field(f) if def.and_then(|d| d.column(&f)).is_some_and(|c| c.column_type != ColumnType::Text) => {
+            Target::Field(f)
+                if def
+                    .and_then(|d| d.column(&f))
+                    .is_some_and(|c| c.column_type != ColumnType::Text) =>
+            {
                 Some(Target::Field(f))
             }
             _ => None,
@@ -192,7 +244,9 @@ pub(super) fn target(def: Option<&TableDef>, e: &Expr) -> Option<Target> {
 
 pub(super) fn text_target(def: Option<&TableDef>, t: &Target) -> bool {
     match t {
-        Target::Field(f) => def.and_then(|d| d.column(f)).is_some_and(|c| c.column_type == ColumnType::Text),
+        Target::Field(f) => def
+            .and_then(|d| d.column(f))
+            .is_some_and(|c| c.column_type == ColumnType::Text),
         _ => true,
     }
 }
@@ -211,9 +265,9 @@ pub(super) fn literal(e: &Expr) -> Option<ScalarValue> {
 /// (a float against an integer field, a number against text).
 pub(super) fn key_value(def: Option<&TableDef>, t: &Target, v: &ScalarValue) -> Option<KeyValue> {
     let text = |v: &ScalarValue| match v {
-        ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)) | ScalarValue::LargeUtf8(Some(s)) => {
-            Some(s.clone())
-        }
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::Utf8View(Some(s))
+        | ScalarValue::LargeUtf8(Some(s)) => Some(s.clone()),
         _ => None,
     };
     if text_target(def, t) {

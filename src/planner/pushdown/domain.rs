@@ -73,11 +73,16 @@ pub(super) fn combine(atoms: &[&Atom], target: &Target) -> Combined {
         }
     }
     if let Some(values) = &mut c.values {
-        let (lo, hi) = (c.lo.clone().unwrap_or(Bound::Unbounded), c.hi.clone().unwrap_or(Bound::Unbounded));
+        let (lo, hi) = (
+            c.lo.clone().unwrap_or(Bound::Unbounded),
+            c.hi.clone().unwrap_or(Bound::Unbounded),
+        );
         values.retain(|v| {
             above(v, &lo)
                 && below(v, &hi)
-                && c.prefix.as_ref().is_none_or(|p| matches!(v, KeyValue::Text(s) if s.starts_with(p.as_str())))
+                && c.prefix
+                    .as_ref()
+                    .is_none_or(|p| matches!(v, KeyValue::Text(s) if s.starts_with(p.as_str())))
         });
         c.empty |= values.is_empty();
     }
@@ -89,7 +94,9 @@ pub(super) fn above_bound(old: &Bound<KeyValue>, new: &Bound<KeyValue>) -> bool 
     match (old, new) {
         (_, Bound::Unbounded) => true,
         (Bound::Unbounded, _) => false,
-        (Bound::Included(a), Bound::Included(b)) | (Bound::Excluded(a), Bound::Excluded(b)) => cmp_kv(a, b).is_ge(),
+        (Bound::Included(a), Bound::Included(b)) | (Bound::Excluded(a), Bound::Excluded(b)) => {
+            cmp_kv(a, b).is_ge()
+        }
         (Bound::Excluded(a), Bound::Included(b)) => cmp_kv(a, b).is_ge(),
         (Bound::Included(a), Bound::Excluded(b)) => cmp_kv(a, b).is_gt(),
     }
@@ -100,7 +107,9 @@ pub(super) fn below_bound(old: &Bound<KeyValue>, new: &Bound<KeyValue>) -> bool 
     match (old, new) {
         (_, Bound::Unbounded) => true,
         (Bound::Unbounded, _) => false,
-        (Bound::Included(a), Bound::Included(b)) | (Bound::Excluded(a), Bound::Excluded(b)) => cmp_kv(a, b).is_le(),
+        (Bound::Included(a), Bound::Included(b)) | (Bound::Excluded(a), Bound::Excluded(b)) => {
+            cmp_kv(a, b).is_le()
+        }
         (Bound::Excluded(a), Bound::Included(b)) => cmp_kv(a, b).is_le(),
         (Bound::Included(a), Bound::Excluded(b)) => cmp_kv(a, b).is_lt(),
     }
@@ -114,7 +123,12 @@ pub(super) enum KeySpec {
 }
 
 /// The keys a template allows under the atoms, plus how many leading fields it fixed.
-pub(super) fn narrow_by_key_column(spec: KeySpec, atoms: &[&Atom], target: Target, consumed: &mut Vec<(Target, Kind)>) -> KeySpec {
+pub(super) fn narrow_by_key_column(
+    spec: KeySpec,
+    atoms: &[&Atom],
+    target: Target,
+    consumed: &mut Vec<(Target, Kind)>,
+) -> KeySpec {
     let c = combine(atoms, &target);
     let has = atoms.iter().any(|a| a.target == target);
     if !has {
@@ -130,7 +144,10 @@ pub(super) fn narrow_by_key_column(spec: KeySpec, atoms: &[&Atom], target: Targe
     consumed.push((target.clone(), Kind::Values));
     consumed.push((target.clone(), Kind::Range));
     // A prefix without a plain successor leaves the range open (see above).
-    if c.prefix.as_ref().is_none_or(|p| crate::keys::successor(p).is_some()) {
+    if c.prefix
+        .as_ref()
+        .is_none_or(|p| crate::keys::successor(p).is_some())
+    {
         consumed.push((target.clone(), Kind::Prefix));
     }
     if c.empty {
@@ -151,7 +168,12 @@ pub(super) fn narrow_by_key_column(spec: KeySpec, atoms: &[&Atom], target: Targe
             ),
             None => {
                 let own = column_range(&c);
-                KeySpec::Ranges(ranges.into_iter().filter_map(|r| intersect(r, &own)).collect())
+                KeySpec::Ranges(
+                    ranges
+                        .into_iter()
+                        .filter_map(|r| intersect(r, &own))
+                        .collect(),
+                )
             }
         },
     }
@@ -169,7 +191,8 @@ pub(super) fn column_range(c: &Combined) -> (Bound<String>, Bound<String>) {
     let mut r = (text_bound(c.lo.as_ref()), text_bound(c.hi.as_ref()));
     if let Some(p) = &c.prefix {
         let end = crate::keys::successor(p).map_or(Bound::Unbounded, Bound::Excluded);
-        r = intersect(r, &(Bound::Included(p.clone()), end)).unwrap_or((Bound::Included(p.clone()), Bound::Excluded(p.clone())));
+        r = intersect(r, &(Bound::Included(p.clone()), end))
+            .unwrap_or((Bound::Included(p.clone()), Bound::Excluded(p.clone())));
     }
     r
 }
@@ -219,7 +242,9 @@ pub(super) fn intersect(
     // Drop an empty intersection.
     if let (Some(l), Some(h)) = (lo_key(&lo), lo_key(&hi)) {
         let ord = cmp_utf16(&l, &h);
-        let empty = ord.is_gt() || (ord.is_eq() && !(matches!(lo, Bound::Included(_)) && matches!(hi, Bound::Included(_))));
+        let empty = ord.is_gt()
+            || (ord.is_eq()
+                && !(matches!(lo, Bound::Included(_)) && matches!(hi, Bound::Included(_))));
         if empty {
             return None;
         }
@@ -227,7 +252,10 @@ pub(super) fn intersect(
     Some((lo, hi))
 }
 
-pub(super) fn key_range<K>(r: (Bound<String>, Bound<String>), make: impl Fn(String) -> K) -> KeyRange<K> {
+pub(super) fn key_range<K>(
+    r: (Bound<String>, Bound<String>),
+    make: impl Fn(String) -> K,
+) -> KeyRange<K> {
     let map = |b: Bound<String>| match b {
         Bound::Unbounded => Bound::Unbounded,
         Bound::Included(s) => Bound::Included(make(s)),

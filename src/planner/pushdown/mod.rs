@@ -119,7 +119,9 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
         .map(|a| {
             a.complete
                 && (contradiction
-                    || a.atoms.iter().all(|at| consumed.contains(&key_of(&at.target, at.kind()))))
+                    || a.atoms
+                        .iter()
+                        .all(|at| consumed.contains(&key_of(&at.target, at.kind()))))
         })
         .collect();
     let path = AccessPath {
@@ -138,7 +140,6 @@ fn key_of(target: &Target, kind: Kind) -> (String, u8) {
     (name, kind as u8)
 }
 
-
 #[cfg(test)]
 mod tests {
     use datafusion::prelude::{col, lit};
@@ -153,7 +154,10 @@ mod tests {
     fn kinds(filters: &[Expr]) -> (String, Vec<bool>) {
         let p = push_down(Some(&registrations()), filters);
         let text = p.path.to_string();
-        (text.split(' ').next().unwrap_or_default().to_owned(), p.exact)
+        (
+            text.split(' ').next().unwrap_or_default().to_owned(),
+            p.exact,
+        )
     }
 
     #[test]
@@ -162,12 +166,25 @@ mod tests {
         let distance = || col("distance").eq(lit("Full"));
         let (k, e) = kinds(&[event(), distance(), lit(42).eq(col("bib"))]);
         assert_eq!((k.as_str(), e), ("access=point", vec![true, true, true]));
-        let (k, e) = kinds(&[event(), distance(), col("bib").in_list(vec![lit(1), lit(2)], false)]);
-        assert_eq!((k.as_str(), e), ("access=points(2)", vec![true, true, true]));
+        let (k, e) = kinds(&[
+            event(),
+            distance(),
+            col("bib").in_list(vec![lit(1), lit(2)], false),
+        ]);
+        assert_eq!(
+            (k.as_str(), e),
+            ("access=points(2)", vec![true, true, true])
+        );
         let (k, e) = kinds(&[event(), distance(), col("bib").between(lit(5), lit(9))]);
-        assert_eq!((k.as_str(), e), ("access=row_range", vec![true, true, true]));
+        assert_eq!(
+            (k.as_str(), e),
+            ("access=row_range", vec![true, true, true])
+        );
         let (k, e) = kinds(&[event(), col("club").eq(lit("Harriers"))]);
-        assert_eq!((k.as_str(), e), ("access=partition_range", vec![true, false]));
+        assert_eq!(
+            (k.as_str(), e),
+            ("access=partition_range", vec![true, false])
+        );
         let (k, e) = kinds(&[col("age").gt(lit(50))]);
         assert_eq!((k.as_str(), e), ("access=full_scan", vec![false]));
         let (k, e) = kinds(&[col("bib").eq(lit(1)), col("bib").eq(lit(2))]);
@@ -184,7 +201,10 @@ mod tests {
         let (_, e) = kinds(&[!col("bib").eq(lit(3))]);
         assert_eq!(e, [false]);
         // A range compared with text beyond U+D7FF is not pushed at all.
-        let p = push_down(Some(&registrations()), &[col("PartitionKey").gt(lit("\u{E000}"))]);
+        let p = push_down(
+            Some(&registrations()),
+            &[col("PartitionKey").gt(lit("\u{E000}"))],
+        );
         assert_eq!((p.path.kind, p.exact), (AccessKind::FullScan, vec![false]));
     }
 }

@@ -30,7 +30,10 @@ pub(super) fn template_spec(
                         Some(Bound::Excluded(KeyValue::Int(i))) => Bound::Excluded(i),
                         _ => Bound::Unbounded,
                     };
-                    template.int_range(leading, int(c.lo.clone()), int(c.hi.clone())).ok().flatten()
+                    template
+                        .int_range(leading, int(c.lo.clone()), int(c.hi.clone()))
+                        .ok()
+                        .flatten()
                 } else if format == FieldFormat::Text && c.prefix.is_some() {
                     template.prefix_range(leading, c.prefix.as_deref()).ok()
                 } else {
@@ -40,8 +43,20 @@ pub(super) fn template_spec(
                     // A prefix whose successor has no plain form (it ends in
                     // U+FFFF or beyond the BMP) gets an open end: it narrows
                     // but does not answer the filter.
-                    Some(b @ KeyBounds::Range { end: Bound::Unbounded, .. }) if c.prefix.is_some() => (b, Kind::Values),
-                    Some(b) => (b, if c.prefix.is_some() { Kind::Prefix } else { Kind::Range }),
+                    Some(
+                        b @ KeyBounds::Range {
+                            end: Bound::Unbounded,
+                            ..
+                        },
+                    ) if c.prefix.is_some() => (b, Kind::Values),
+                    Some(b) => (
+                        b,
+                        if c.prefix.is_some() {
+                            Kind::Prefix
+                        } else {
+                            Kind::Range
+                        },
+                    ),
                     None => (template.prefix_range(leading, None).ok()?, Kind::Values),
                 };
                 if kind != Kind::Values && ranges.is_empty() {
@@ -70,7 +85,11 @@ pub(super) fn template_spec(
         // format has no sign) is in no key.
         combos = combos
             .iter()
-            .flat_map(|l| values.iter().map(move |v| [l.as_slice(), std::slice::from_ref(v)].concat()))
+            .flat_map(|l| {
+                values
+                    .iter()
+                    .map(move |v| [l.as_slice(), std::slice::from_ref(v)].concat())
+            })
             .filter(|vs| template.compose_prefix(vs).is_ok())
             .collect();
         consumed.push((t, Kind::Values));
@@ -78,16 +97,27 @@ pub(super) fn template_spec(
         consumed.push((Target::Field(column.to_owned()), Kind::Prefix));
         fixed += 1;
     }
-    let keys = combos.iter().filter_map(|vs| template.compose(vs).ok()).collect();
+    let keys = combos
+        .iter()
+        .filter_map(|vs| template.compose(vs).ok())
+        .collect();
     Some((KeySpec::Exact(keys), fixed))
 }
 
 /// Narrows a spec by the atoms on a raw key column.
 /// Turns the atoms into requests; returns the path and whether it is a contradiction.
-pub(super) fn plan(def: Option<&TableDef>, atoms: &[&Atom], consumed_out: &mut BTreeSet<(String, u8)>) -> (AccessPath, bool) {
+pub(super) fn plan(
+    def: Option<&TableDef>,
+    atoms: &[&Atom],
+    consumed_out: &mut BTreeSet<(String, u8)>,
+) -> (AccessPath, bool) {
     let mut consumed = Vec::new();
     let everything = || KeySpec::Ranges(vec![(Bound::Unbounded, Bound::Unbounded)]);
-    let empty_path = |kind| AccessPath { kind, requests: Vec::new(), filter: None };
+    let empty_path = |kind| AccessPath {
+        kind,
+        requests: Vec::new(),
+        filter: None,
+    };
     // Partitions.
     let (pk_spec, _) = match def {
         Some(d) => match template_spec(&d.partition_key, atoms, &mut consumed) {
@@ -145,7 +175,11 @@ pub(super) fn plan(def: Option<&TableDef>, atoms: &[&Atom], consumed_out: &mut B
                 }
                 KeySpec::Ranges(mut ranges) => {
                     ranges.sort_by(|a, b| cmp_start(&a.0, &b.0));
-                    kind = if unique { AccessKind::Points } else { AccessKind::RowRange };
+                    kind = if unique {
+                        AccessKind::Points
+                    } else {
+                        AccessKind::RowRange
+                    };
                     for p in &pks {
                         for r in &ranges {
                             requests.push(KeyRequest::Scan {
@@ -163,7 +197,10 @@ pub(super) fn plan(def: Option<&TableDef>, atoms: &[&Atom], consumed_out: &mut B
                 consumed.clear();
                 requests = vec![KeyRequest::Scan {
                     partitions: key_range(
-                        (first.map_or(Bound::Unbounded, Bound::Included), last.map_or(Bound::Unbounded, Bound::Included)),
+                        (
+                            first.map_or(Bound::Unbounded, Bound::Included),
+                            last.map_or(Bound::Unbounded, Bound::Included),
+                        ),
                         pk,
                     ),
                     rows: base_rows(def, rk),
@@ -174,7 +211,10 @@ pub(super) fn plan(def: Option<&TableDef>, atoms: &[&Atom], consumed_out: &mut B
         }
         KeySpec::Ranges(mut ranges) => {
             ranges.sort_by(|a, b| cmp_start(&a.0, &b.0));
-            kind = if ranges.iter().all(|r| r == &(Bound::Unbounded, Bound::Unbounded)) {
+            kind = if ranges
+                .iter()
+                .all(|r| r == &(Bound::Unbounded, Bound::Unbounded))
+            {
                 AccessKind::FullScan
             } else {
                 AccessKind::PartitionRange
@@ -186,8 +226,12 @@ pub(super) fn plan(def: Option<&TableDef>, atoms: &[&Atom], consumed_out: &mut B
                     (Bound::Included(k.clone()), Bound::Included(k))
                 }
                 KeySpec::Ranges(rs) if rs.len() == 1 => rs[0].clone(),
-                KeySpec::Exact(rks) if rks.is_empty() => return finish(AccessKind::Points, Vec::new(), consumed, consumed_out),
-                KeySpec::Ranges(rs) if rs.is_empty() => return finish(AccessKind::Points, Vec::new(), consumed, consumed_out),
+                KeySpec::Exact(rks) if rks.is_empty() => {
+                    return finish(AccessKind::Points, Vec::new(), consumed, consumed_out);
+                }
+                KeySpec::Ranges(rs) if rs.is_empty() => {
+                    return finish(AccessKind::Points, Vec::new(), consumed, consumed_out);
+                }
                 _ => {
                     consumed.retain(|(t, _)| is_partition_target(def, t));
                     let r = base_rows(def, |s| s);
@@ -222,8 +266,19 @@ pub(super) fn finish(
 ) -> (AccessPath, bool) {
     let contradiction = requests.is_empty();
     out.extend(consumed.iter().map(|(t, k)| key_of(t, *k)));
-    let kind = if contradiction { AccessKind::Points } else { kind };
-    (AccessPath { kind, requests, filter: None }, contradiction)
+    let kind = if contradiction {
+        AccessKind::Points
+    } else {
+        kind
+    };
+    (
+        AccessPath {
+            kind,
+            requests,
+            filter: None,
+        },
+        contradiction,
+    )
 }
 
 /// The RowKeys of base rows: the RowKey template's leading literal.
@@ -240,6 +295,8 @@ pub(super) fn cmp_start(a: &Bound<String>, b: &Bound<String>) -> std::cmp::Order
         (Bound::Unbounded, Bound::Unbounded) => std::cmp::Ordering::Equal,
         (Bound::Unbounded, _) => std::cmp::Ordering::Less,
         (_, Bound::Unbounded) => std::cmp::Ordering::Greater,
-        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => cmp_utf16(x, y),
+        (Bound::Included(x) | Bound::Excluded(x), Bound::Included(y) | Bound::Excluded(y)) => {
+            cmp_utf16(x, y)
+        }
     }
 }

@@ -11,24 +11,33 @@ use super::*;
 /// the same answer as SQL (see the module notes); `None` where it cannot.
 pub(super) fn property_filter(def: &TableDef, e: &Expr) -> Option<Filter> {
     match e {
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::And, right }) => {
-            match (property_filter(def, left), property_filter(def, right)) {
-                (Some(l), Some(r)) => Some(l.and(r)),
-                (l, r) => l.or(r),
-            }
-        }
-        Expr::BinaryExpr(BinaryExpr { left, op: Operator::Or, right }) => {
-            Some(property_filter(def, left)?.or(property_filter(def, right)?))
-        }
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::And,
+            right,
+        }) => match (property_filter(def, left), property_filter(def, right)) {
+            (Some(l), Some(r)) => Some(l.and(r)),
+            (l, r) => l.or(r),
+        },
+        Expr::BinaryExpr(BinaryExpr {
+            left,
+            op: Operator::Or,
+            right,
+        }) => Some(property_filter(def, left)?.or(property_filter(def, right)?)),
         Expr::BinaryExpr(BinaryExpr { left, op, right }) => {
-            let (column, lit, op) = match (property_column(def, left), property_column(def, right)) {
+            let (column, lit, op) = match (property_column(def, left), property_column(def, right))
+            {
                 (Some(c), None) => (c, right.as_ref(), *op),
                 (None, Some(c)) => (c, left.as_ref(), op.swap()?),
                 _ => return None,
             };
             compare(def, column, op, &literal(lit)?)
         }
-        Expr::InList(InList { expr, list, negated: false }) => {
+        Expr::InList(InList {
+            expr,
+            list,
+            negated: false,
+        }) => {
             let column = property_column(def, expr)?;
             list.iter()
                 .map(|item| compare(def, column, Operator::Eq, &literal(item)?))
@@ -36,11 +45,20 @@ pub(super) fn property_filter(def: &TableDef, e: &Expr) -> Option<Filter> {
                 .into_iter()
                 .reduce(Filter::or)
         }
-        Expr::Between(Between { expr, negated: false, low, high }) => {
+        Expr::Between(Between {
+            expr,
+            negated: false,
+            low,
+            high,
+        }) => {
             let column = property_column(def, expr)?;
             Some(
-                compare(def, column, Operator::GtEq, &literal(low)?)?
-                    .and(compare(def, column, Operator::LtEq, &literal(high)?)?),
+                compare(def, column, Operator::GtEq, &literal(low)?)?.and(compare(
+                    def,
+                    column,
+                    Operator::LtEq,
+                    &literal(high)?,
+                )?),
             )
         }
         _ => None,
@@ -49,7 +67,9 @@ pub(super) fn property_filter(def: &TableDef, e: &Expr) -> Option<Filter> {
 
 pub(super) fn property_column<'a>(def: &TableDef, e: &'a Expr) -> Option<&'a str> {
     match e {
-        Expr::Column(c) if def.column(&c.name).is_some() && !def.is_key_column(&c.name) => Some(&c.name),
+        Expr::Column(c) if def.column(&c.name).is_some() && !def.is_key_column(&c.name) => {
+            Some(&c.name)
+        }
         _ => None,
     }
 }
@@ -59,7 +79,12 @@ pub(super) fn property_column<'a>(def: &TableDef, e: &'a Expr) -> Option<&'a str
 /// Int32 values), booleans, and text compared with literals below U+D800
 /// (where UTF-16 order is code point order). Doubles (−0, NaN) and times
 /// (sub-microsecond ticks) stay with DataFusion.
-pub(super) fn compare(def: &TableDef, column: &str, op: Operator, lit: &ScalarValue) -> Option<Filter> {
+pub(super) fn compare(
+    def: &TableDef,
+    column: &str,
+    op: Operator,
+    lit: &ScalarValue,
+) -> Option<Filter> {
     let op = match op {
         Operator::Eq => CmpOp::Eq,
         Operator::NotEq => CmpOp::Ne,
@@ -72,15 +97,22 @@ pub(super) fn compare(def: &TableDef, column: &str, op: Operator, lit: &ScalarVa
     let int = || key_value(Some(def), &Target::Field(String::new()), lit);
     match def.column(column)?.column_type {
         ColumnType::Int => match int()? {
-            KeyValue::Int(i) => Some(Filter::property(column, op, EdmValue::Int32(i32::try_from(i).ok()?))),
+            KeyValue::Int(i) => Some(Filter::property(
+                column,
+                op,
+                EdmValue::Int32(i32::try_from(i).ok()?),
+            )),
             KeyValue::Text(_) => None,
         },
         ColumnType::BigInt => match int()? {
             KeyValue::Int(i) => {
                 let narrow = i32::try_from(i).ok()?;
                 Some(
-                    Filter::property(column, op, EdmValue::Int64(i))
-                        .or(Filter::property(column, op, EdmValue::Int32(narrow))),
+                    Filter::property(column, op, EdmValue::Int64(i)).or(Filter::property(
+                        column,
+                        op,
+                        EdmValue::Int32(narrow),
+                    )),
                 )
             }
             KeyValue::Text(_) => None,
@@ -92,7 +124,9 @@ pub(super) fn compare(def: &TableDef, column: &str, op: Operator, lit: &ScalarVa
             _ => None,
         },
         ColumnType::Text => match lit {
-            ScalarValue::Utf8(Some(s)) | ScalarValue::Utf8View(Some(s)) | ScalarValue::LargeUtf8(Some(s))
+            ScalarValue::Utf8(Some(s))
+            | ScalarValue::Utf8View(Some(s))
+            | ScalarValue::LargeUtf8(Some(s))
                 if s.chars().all(|c| (c as u32) < 0xD800) =>
             {
                 Some(Filter::property(column, op, EdmValue::String(s.clone())))
