@@ -183,6 +183,17 @@ impl RequestRun {
         }
     }
 
+    /// One store request: counted, and holding a permit while in flight.
+    async fn request<T>(&self, call: impl Future<Output = crate::storage::Result<T>>) -> Result<T> {
+        self.counters.requests.add(1);
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        Ok(call.await.map_err(ExecError::from)?)
+    }
+
     async fn pump(
         &self,
         request: KeyRequest,
@@ -191,18 +202,7 @@ impl RequestRun {
         let table = &self.layout.table;
         match request {
             KeyRequest::Get(pk, rk) => {
-                self.counters.requests.add(1);
-                let found = {
-                    let _permit = self
-                        .permits
-                        .acquire()
-                        .await
-                        .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                    self.store
-                        .get(table, &pk, &rk)
-                        .await
-                        .map_err(ExecError::from)?
-                };
+                let found = self.request(self.store.get(table, &pk, &rk)).await?;
                 let entities: Vec<_> = found.into_iter().collect();
                 self.counters.scanned.add(entities.len());
                 let kept: Vec<_> = entities
@@ -224,18 +224,9 @@ impl RequestRun {
                 }
                 let mut token: Option<ContinuationToken> = None;
                 loop {
-                    self.counters.requests.add(1);
-                    let page = {
-                        let _permit = self
-                            .permits
-                            .acquire()
-                            .await
-                            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-                        self.store
-                            .query(table, &query, token.as_ref())
-                            .await
-                            .map_err(ExecError::from)?
-                    };
+                    let page = self
+                        .request(self.store.query(table, &query, token.as_ref()))
+                        .await?;
                     self.counters.scanned.add(page.scanned);
                     let n = self.emit(&page.entities, tx).await?;
                     match page.continuation {

@@ -59,6 +59,20 @@ pub enum Filter {
     Not(Box<Filter>),
 }
 
+impl CmpOp {
+    /// The operator's OData name (`eq`, `ne`, `gt`, `ge`, `lt`, `le`).
+    pub fn odata_name(self) -> &'static str {
+        match self {
+            CmpOp::Eq => "eq",
+            CmpOp::Ne => "ne",
+            CmpOp::Gt => "gt",
+            CmpOp::Ge => "ge",
+            CmpOp::Lt => "lt",
+            CmpOp::Le => "le",
+        }
+    }
+}
+
 impl std::fmt::Display for Filter {
     /// OData-like text, for EXPLAIN: `club eq 'Harriers' and age ge 30`.
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -70,14 +84,7 @@ impl std::fmt::Display for Filter {
                     Operand::Timestamp => f.write_str("Timestamp")?,
                     Operand::Property(p) => f.write_str(p)?,
                 }
-                let op = match op {
-                    CmpOp::Eq => "eq",
-                    CmpOp::Ne => "ne",
-                    CmpOp::Gt => "gt",
-                    CmpOp::Ge => "ge",
-                    CmpOp::Lt => "lt",
-                    CmpOp::Le => "le",
-                };
+                let op = op.odata_name();
                 match value {
                     EdmValue::String(s) => write!(f, " {op} '{}'", s.replace('\'', "''")),
                     EdmValue::Int32(v) => write!(f, " {op} {v}"),

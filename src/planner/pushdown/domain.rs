@@ -1,6 +1,7 @@
 //! Atoms combined per target, and key ranges intersected and compared in
 //! the store's order (UTF-16 code units).
 
+use std::cmp::Ordering;
 use std::collections::BTreeSet;
 use std::ops::Bound;
 
@@ -23,20 +24,47 @@ pub(super) fn cmp_kv(a: &KeyValue, b: &KeyValue) -> std::cmp::Ordering {
     }
 }
 
-pub(super) fn above(v: &KeyValue, lo: &Bound<KeyValue>) -> bool {
-    match lo {
-        Bound::Unbounded => true,
-        Bound::Included(l) => cmp_kv(v, l).is_ge(),
-        Bound::Excluded(l) => cmp_kv(v, l).is_gt(),
+/// Whether `v` is on the kept side of bound `b`: above it as a lower bound
+/// (`lower`), below it as an upper one.
+fn within<T>(v: &T, b: &Bound<T>, lower: bool, cmp: impl Fn(&T, &T) -> Ordering) -> bool {
+    let ord = match b {
+        Bound::Unbounded => return true,
+        Bound::Included(x) | Bound::Excluded(x) if lower => cmp(v, x),
+        Bound::Included(x) | Bound::Excluded(x) => cmp(x, v),
+    };
+    ord.is_gt() || (ord.is_eq() && matches!(b, Bound::Included(_)))
+}
+
+/// Whether bound `old` keeps no more than bound `new` (both lower bounds if
+/// `lower`, else both upper).
+fn tighter<T>(
+    old: &Bound<T>,
+    new: &Bound<T>,
+    lower: bool,
+    cmp: impl Fn(&T, &T) -> Ordering,
+) -> bool {
+    match (old, new) {
+        (_, Bound::Unbounded) => true,
+        (Bound::Unbounded, _) => false,
+        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
+            let ord = if lower { cmp(a, b) } else { cmp(b, a) };
+            ord.is_gt()
+                || (ord.is_eq()
+                    && (matches!(old, Bound::Excluded(_)) || matches!(new, Bound::Included(_))))
+        }
     }
 }
 
+pub(super) fn above(v: &KeyValue, lo: &Bound<KeyValue>) -> bool {
+    within(v, lo, true, cmp_kv)
+}
+
 pub(super) fn below(v: &KeyValue, hi: &Bound<KeyValue>) -> bool {
-    match hi {
-        Bound::Unbounded => true,
-        Bound::Included(h) => cmp_kv(v, h).is_le(),
-        Bound::Excluded(h) => cmp_kv(v, h).is_lt(),
-    }
+    within(v, hi, false, cmp_kv)
+}
+
+fn cmp_key(a: &String, b: &String) -> Ordering {
+    cmp_utf16(a, b)
 }
 
 /// Ranges always narrow a value set; on their own they become key ranges
@@ -52,10 +80,16 @@ pub(super) fn combine(atoms: &[&Atom], target: &Target) -> Combined {
                 });
             }
             Domain::Range(lo, hi) => {
-                if c.lo.as_ref().is_none_or(|old| !above_bound(old, lo)) {
+                if c.lo
+                    .as_ref()
+                    .is_none_or(|old| !tighter(old, lo, true, cmp_kv))
+                {
                     c.lo = Some(lo.clone());
                 }
-                if c.hi.as_ref().is_none_or(|old| !below_bound(old, hi)) {
+                if c.hi
+                    .as_ref()
+                    .is_none_or(|old| !tighter(old, hi, false, cmp_kv))
+                {
                     c.hi = Some(hi.clone());
                 }
             }
@@ -87,32 +121,6 @@ pub(super) fn combine(atoms: &[&Atom], target: &Target) -> Combined {
         c.empty |= values.is_empty();
     }
     c
-}
-
-/// Whether lower bound `old` is at least as tight as `new`.
-pub(super) fn above_bound(old: &Bound<KeyValue>, new: &Bound<KeyValue>) -> bool {
-    match (old, new) {
-        (_, Bound::Unbounded) => true,
-        (Bound::Unbounded, _) => false,
-        (Bound::Included(a), Bound::Included(b)) | (Bound::Excluded(a), Bound::Excluded(b)) => {
-            cmp_kv(a, b).is_ge()
-        }
-        (Bound::Excluded(a), Bound::Included(b)) => cmp_kv(a, b).is_ge(),
-        (Bound::Included(a), Bound::Excluded(b)) => cmp_kv(a, b).is_gt(),
-    }
-}
-
-/// Whether upper bound `old` is at least as tight as `new`.
-pub(super) fn below_bound(old: &Bound<KeyValue>, new: &Bound<KeyValue>) -> bool {
-    match (old, new) {
-        (_, Bound::Unbounded) => true,
-        (Bound::Unbounded, _) => false,
-        (Bound::Included(a), Bound::Included(b)) | (Bound::Excluded(a), Bound::Excluded(b)) => {
-            cmp_kv(a, b).is_le()
-        }
-        (Bound::Excluded(a), Bound::Included(b)) => cmp_kv(a, b).is_le(),
-        (Bound::Included(a), Bound::Excluded(b)) => cmp_kv(a, b).is_lt(),
-    }
 }
 
 /// The keys one template allows: whole keys, or key ranges.
@@ -197,55 +205,32 @@ pub(super) fn column_range(c: &Combined) -> (Bound<String>, Bound<String>) {
     r
 }
 
-pub(super) fn in_range(k: &str, (lo, hi): &(Bound<String>, Bound<String>)) -> bool {
-    let ok_lo = match lo {
-        Bound::Unbounded => true,
-        Bound::Included(l) => cmp_utf16(k, l).is_ge(),
-        Bound::Excluded(l) => cmp_utf16(k, l).is_gt(),
-    };
-    let ok_hi = match hi {
-        Bound::Unbounded => true,
-        Bound::Included(h) => cmp_utf16(k, h).is_le(),
-        Bound::Excluded(h) => cmp_utf16(k, h).is_lt(),
-    };
-    ok_lo && ok_hi
+pub(super) fn in_range(k: &String, (lo, hi): &(Bound<String>, Bound<String>)) -> bool {
+    within(k, lo, true, cmp_key) && within(k, hi, false, cmp_key)
 }
 
+/// The keys in both ranges; `None` when none are.
 pub(super) fn intersect(
     (a_lo, a_hi): (Bound<String>, Bound<String>),
     (b_lo, b_hi): &(Bound<String>, Bound<String>),
 ) -> Option<(Bound<String>, Bound<String>)> {
-    let lo_key = |b: &Bound<String>| match b {
-        Bound::Unbounded => None,
-        Bound::Included(s) | Bound::Excluded(s) => Some(s.clone()),
+    let lo = if tighter(&a_lo, b_lo, true, cmp_key) {
+        a_lo
+    } else {
+        b_lo.clone()
     };
-    let lo = match (&a_lo, b_lo) {
-        (Bound::Unbounded, b) => b.clone(),
-        (a, Bound::Unbounded) => a.clone(),
-        (a, b) => match cmp_utf16(&lo_key(a)?, &lo_key(b)?) {
-            std::cmp::Ordering::Greater => a.clone(),
-            std::cmp::Ordering::Less => b.clone(),
-            std::cmp::Ordering::Equal if matches!(a, Bound::Excluded(_)) => a.clone(),
-            std::cmp::Ordering::Equal => b.clone(),
-        },
+    let hi = if tighter(&a_hi, b_hi, false, cmp_key) {
+        a_hi
+    } else {
+        b_hi.clone()
     };
-    let hi = match (&a_hi, b_hi) {
-        (Bound::Unbounded, b) => b.clone(),
-        (a, Bound::Unbounded) => a.clone(),
-        (a, b) => match cmp_utf16(&lo_key(a)?, &lo_key(b)?) {
-            std::cmp::Ordering::Less => a.clone(),
-            std::cmp::Ordering::Greater => b.clone(),
-            std::cmp::Ordering::Equal if matches!(a, Bound::Excluded(_)) => a.clone(),
-            std::cmp::Ordering::Equal => b.clone(),
-        },
-    };
-    // Drop an empty intersection.
-    if let (Some(l), Some(h)) = (lo_key(&lo), lo_key(&hi)) {
-        let ord = cmp_utf16(&l, &h);
-        let empty = ord.is_gt()
-            || (ord.is_eq()
-                && !(matches!(lo, Bound::Included(_)) && matches!(hi, Bound::Included(_))));
-        if empty {
+    // An empty intersection: the lower end is not below the upper one.
+    if let (Bound::Included(l) | Bound::Excluded(l), Bound::Included(h) | Bound::Excluded(h)) =
+        (&lo, &hi)
+    {
+        let ord = cmp_utf16(l, h);
+        let both_in = matches!(lo, Bound::Included(_)) && matches!(hi, Bound::Included(_));
+        if ord.is_gt() || (ord.is_eq() && !both_in) {
             return None;
         }
     }

@@ -13,7 +13,7 @@
 
 use std::ops::Bound;
 
-use super::super::filter::{CmpOp, Filter, Operand};
+use super::super::filter::{Filter, Operand};
 use super::super::key::{PartitionKey, RowKey};
 use super::super::query::{KeyRange, Query};
 use super::super::value::{EdmValue, format_datetime};
@@ -132,7 +132,7 @@ fn pushable(f: &Filter, all_types: bool) -> Option<String> {
                 Operand::Timestamp => "Timestamp",
                 Operand::Property(p) => p,
             };
-            Some(format!("{name} {} {}", op_text(*op), literal(value)?))
+            Some(format!("{name} {} {}", op.odata_name(), literal(value)?))
         }
         Filter::And(a, b) => Some(format!(
             "({} and {})",
@@ -145,17 +145,6 @@ fn pushable(f: &Filter, all_types: bool) -> Option<String> {
             pushable(b, all_types)?
         )),
         Filter::Not(_) => None,
-    }
-}
-
-fn op_text(op: CmpOp) -> &'static str {
-    match op {
-        CmpOp::Eq => "eq",
-        CmpOp::Ne => "ne",
-        CmpOp::Gt => "gt",
-        CmpOp::Ge => "ge",
-        CmpOp::Lt => "lt",
-        CmpOp::Le => "le",
     }
 }
 
@@ -196,6 +185,7 @@ pub fn literal(value: &EdmValue) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::storage::CmpOp;
 
     fn prop(n: &str, op: CmpOp, v: EdmValue) -> Filter {
         Filter::property(n, op, v)
