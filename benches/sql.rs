@@ -133,6 +133,48 @@ fn point_query_sql(bencher: Bencher) {
     });
 }
 
+/// What the wire server does per Execute of a prepared point query: the plan
+/// was parsed and optimized once with its placeholders; each run binds the
+/// values and plans physically (where the keys are pushed) and executes.
+#[divan::bench]
+fn point_query_prepared(bencher: Bencher) {
+    use futures::StreamExt;
+    use tablesql::datafusion::common::ParamValues;
+    use tablesql::datafusion::scalar::ScalarValue;
+    use tablesql::server::cancel::Guard;
+    use tablesql::server::plan::Planner;
+    let f = &*FIXTURE;
+    let planner = Planner::new(f.pushed.clone(), f.pushed.session_context());
+    let sql = "SELECT name, age, finish FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3";
+    let prepared = f.rt.block_on(async {
+        let statement = planner.parse(sql).expect("parse").remove(0);
+        planner.prepare(sql, statement).await.expect("prepare")
+    });
+    let format = pgwire::api::portal::Format::UnifiedBinary;
+    let mut i = 0;
+    bencher.bench_local(|| {
+        i = (i + 7919) % ROWS;
+        let r = registration(i);
+        let values = ParamValues::List(vec![
+            ScalarValue::from(r.event).into(),
+            ScalarValue::from(r.distance).into(),
+            ScalarValue::Int32(Some(r.bib)).into(),
+        ]);
+        f.rt.block_on(async {
+            let mut response = planner
+                .execute_values(&prepared, &values, &format, Guard::unbounded())
+                .await
+                .expect("execute");
+            let mut rows = 0;
+            while let Some(row) = response.data_rows().next().await {
+                black_box(row.expect("row"));
+                rows += 1;
+            }
+            assert_eq!(rows, 1);
+        })
+    });
+}
+
 #[divan::bench]
 fn point_get_store(bencher: Bencher) {
     let f = &*FIXTURE;

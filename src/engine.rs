@@ -11,6 +11,7 @@ use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
 use datafusion::dataframe::DataFrame;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
@@ -19,6 +20,7 @@ use datafusion::sql::sqlparser::parser::Parser;
 use crate::catalog::persist::CATALOG_TABLE;
 use crate::catalog::raw::{SAMPLE_SIZE, infer};
 use crate::catalog::{CatalogError, TableDef, ddl, persist};
+use crate::exec::coop::YieldingJoins;
 use crate::exec::{Layout, ScanOptions};
 use crate::planner::StoreTable;
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
@@ -81,7 +83,12 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Self, EngineError> {
         let config = SessionConfig::new().with_information_schema(true);
-        let ctx = SessionContext::new_with_config(config);
+        let state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_default_features()
+            .with_physical_optimizer_rule(Arc::new(YieldingJoins))
+            .build();
+        let ctx = SessionContext::new_with_state(state);
         let engine = Self {
             ctx,
             store,
@@ -237,8 +244,14 @@ impl Engine {
         Ok(self.ctx.sql(sql).await?)
     }
 
+    /// A new session over the same tables (the wire server's connections):
+    /// settings are its own, the catalog and the tables are shared.
+    pub fn session_context(&self) -> SessionContext {
+        SessionContext::new_with_state(self.ctx.state())
+    }
+
     /// Runs a statement if it is catalog DDL; `false` if it is not.
-    async fn catalog_ddl(&self, statement: &Statement) -> Result<bool, EngineError> {
+    pub async fn catalog_ddl(&self, statement: &Statement) -> Result<bool, EngineError> {
         match statement {
             Statement::CreateTable(create) if ddl::is_mapping(create) => {
                 let def = ddl::from_create_table(create)?;

@@ -48,6 +48,7 @@ pub mod engine;
 pub mod exec;
 pub mod keys;
 pub mod planner;
+pub mod server;
 pub mod storage;
 
 /// The DataFusion release tablesql is built on, for embedders.

@@ -9,5 +9,6 @@ mod faults;
 mod interop;
 mod model;
 mod pushdown;
+mod server;
 mod slt;
 mod sql;

@@ -49,6 +49,26 @@ enum Command {
         #[arg(long, value_enum, default_value_t = output::Format::Table)]
         format: output::Format,
     },
+    /// Serve SQL over the Postgres wire protocol (psql, drivers, BI tools).
+    Serve {
+        /// Address to listen on (port 0 picks a free port; the bound address is printed).
+        #[arg(long, default_value = "127.0.0.1:5433")]
+        listen: std::net::SocketAddr,
+        /// Users allowed in with SCRAM-SHA-256: a file of `NAME:PASSWORD` lines.
+        /// Without users, only `trust` on a loopback address is allowed.
+        #[arg(long)]
+        users_file: Option<std::path::PathBuf>,
+        /// A user as `NAME:PASSWORD` (repeatable). Prefer --users-file: a command line
+        /// is visible to other local users.
+        #[arg(long = "user", env = "TABLESQL_USER", hide_env_values = true)]
+        users: Vec<String>,
+        /// PEM certificate chain; with --tls-key, only TLS connections are accepted.
+        #[arg(long, requires = "tls_key")]
+        tls_cert: Option<std::path::PathBuf>,
+        /// PEM private key of --tls-cert.
+        #[arg(long, requires = "tls_cert")]
+        tls_key: Option<std::path::PathBuf>,
+    },
     /// Print raw entities in key order.
     Scan {
         /// The table.
@@ -92,6 +112,13 @@ async fn main() -> anyhow::Result<()> {
             let stream = engine.execute_stream(&sql).await?;
             output::print_stream(stream, format).await
         }
+        Command::Serve {
+            listen,
+            users_file,
+            users,
+            tls_cert,
+            tls_key,
+        } => serve(store, listen, users_file, users, tls_cert.zip(tls_key)).await,
         Command::Scan {
             table,
             pk,
@@ -117,6 +144,56 @@ async fn main() -> anyhow::Result<()> {
             scan(store.as_ref(), &table, &query, limit, format).await
         }
     }
+}
+
+async fn serve(
+    store: std::sync::Arc<dyn TableStore>,
+    listen: std::net::SocketAddr,
+    users_file: Option<std::path::PathBuf>,
+    entries: Vec<String>,
+    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
+) -> anyhow::Result<()> {
+    use tablesql::server::{AuthMode, Server, ServerConfig, Users};
+    let mut users = Users::default();
+    if let Some(path) = &users_file {
+        users.add_file(path)?;
+    }
+    for entry in &entries {
+        users.add_entry(entry)?;
+    }
+    let auth = if users.is_empty() {
+        AuthMode::Trust
+    } else {
+        AuthMode::Scram(std::sync::Arc::new(users))
+    };
+    let engine = tablesql::Engine::with_store(store, Default::default()).await?;
+    let tls_on = tls.is_some();
+    let server = Server::bind(
+        engine,
+        ServerConfig {
+            listen,
+            auth: auth.clone(),
+            tls,
+        },
+    )
+    .await?;
+    let addr = server.local_addr()?;
+    let how = match auth {
+        AuthMode::Trust => "trust (loopback only)",
+        AuthMode::Scram(_) => "SCRAM-SHA-256",
+    };
+    // Scripts and tests read the bound address from this first line.
+    println!("listening on {addr}");
+    let _ = std::io::stdout().flush();
+    eprintln!(
+        "tablesql serve: auth {how}, {}",
+        if tls_on { "TLS required" } else { "no TLS" }
+    );
+    tokio::select! {
+        r = server.run() => r?,
+        _ = tokio::signal::ctrl_c() => eprintln!("tablesql serve: interrupted, stopping"),
+    }
+    Ok(())
 }
 
 async fn tables(store: &dyn TableStore) -> anyhow::Result<()> {

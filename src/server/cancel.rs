@@ -1,0 +1,244 @@
+//! Cancel requests and `statement_timeout`. A cancel reaches a statement
+//! wherever it is, planning, waiting for the store or streaming rows to the
+//! client, because every result stream races its next batch against the
+//! connection's cancel signal and the statement's deadline.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::execution::SendableRecordBatchStream;
+use futures::{Stream, StreamExt};
+use pgwire::api::cancel::CancelHandler;
+use pgwire::error::PgWireError;
+use pgwire::messages::cancel::CancelRequest;
+use pgwire::messages::startup::SecretKey;
+use tokio::sync::watch;
+use tokio::time::Instant;
+
+use super::sqlstate::{CONNECTION_FAILURE, QUERY_CANCELED, datafusion_error, error};
+
+/// The cancel signal of one connection: a counter bumped by each cancel.
+#[derive(Debug)]
+pub struct Signal {
+    tx: watch::Sender<u64>,
+}
+
+impl Signal {
+    fn new() -> Self {
+        Self {
+            tx: watch::channel(0).0,
+        }
+    }
+
+    fn cancel(&self) {
+        self.tx.send_modify(|n| *n += 1);
+    }
+
+    /// A guard for one statement: cancels sent before it started do not count.
+    pub fn guard(&self, timeout: Option<Duration>, probe: Option<Probe>) -> Guard {
+        let mut rx = self.tx.subscribe();
+        rx.mark_unchanged();
+        Guard {
+            rx,
+            deadline: timeout.map(|t| Instant::now() + t),
+            probe,
+        }
+    }
+}
+
+/// What ends a statement early.
+pub struct Guard {
+    rx: watch::Receiver<u64>,
+    deadline: Option<Instant>,
+    probe: Option<Probe>,
+}
+
+/// Watches a connection's socket for the client going away. While a
+/// statement computes, nothing reads the socket (as in PostgreSQL); without
+/// this, a query whose client has gone would run to its end. PostgreSQL's
+/// `client_connection_check_interval` does the same.
+#[derive(Debug, Clone)]
+pub struct Probe {
+    socket: Arc<std::net::TcpStream>,
+}
+
+/// How often a running statement checks that its client is still there.
+const PROBE_INTERVAL: Duration = Duration::from_millis(250);
+
+impl Probe {
+    /// A second handle on the connection's socket, or `None` if the system
+    /// will not give one (the statement then runs without the check).
+    pub fn of(socket: &tokio::net::TcpStream) -> Option<Self> {
+        use std::os::fd::AsFd;
+        let fd = socket.as_fd().try_clone_to_owned().ok()?;
+        Some(Self {
+            socket: Arc::new(std::net::TcpStream::from(fd)),
+        })
+    }
+
+    /// `true` once the peer has closed its end, even with bytes of it still
+    /// unread (clients send Terminate before they close). A zero-timeout
+    /// poll for POLLRDHUP takes nothing from the connection's reader.
+    fn closed(&self) -> bool {
+        use rustix::event::{PollFd, PollFlags, Timespec, poll};
+        let mut fds = [PollFd::new(
+            self.socket.as_ref(),
+            PollFlags::RDHUP | PollFlags::HUP,
+        )];
+        let now = Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        match poll(&mut fds, Some(&now)) {
+            Ok(0) => false,
+            Ok(_) => fds[0]
+                .revents()
+                .intersects(PollFlags::RDHUP | PollFlags::HUP | PollFlags::ERR),
+            Err(_) => false,
+        }
+    }
+
+    async fn gone(&self) {
+        loop {
+            tokio::time::sleep(PROBE_INTERVAL).await;
+            if self.closed() {
+                return;
+            }
+        }
+    }
+}
+
+impl Guard {
+    /// A guard nothing cancels (embedders and benchmarks).
+    pub fn unbounded() -> Self {
+        let (tx, rx) = watch::channel(0);
+        // The sender goes, so `changed` fails, which reads as "never".
+        drop(tx);
+        Self {
+            rx,
+            deadline: None,
+            probe: None,
+        }
+    }
+
+    /// Resolves with the error to report once the statement is cancelled or
+    /// past its deadline; pends forever otherwise.
+    pub async fn interrupted(&mut self) -> PgWireError {
+        let timeout = async {
+            match self.deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        let gone = async {
+            match &self.probe {
+                Some(p) => p.gone().await,
+                None => std::future::pending::<()>().await,
+            }
+        };
+        tokio::select! {
+            () = gone => error(CONNECTION_FAILURE, "the client closed the connection"),
+            changed = self.rx.changed() => match changed {
+                Ok(()) => error(QUERY_CANCELED, "canceling statement due to user request"),
+                // The server is going away; nothing can cancel any more.
+                Err(_) => std::future::pending::<PgWireError>().await,
+            },
+            () = timeout => error(QUERY_CANCELED, "canceling statement due to statement timeout"),
+        }
+    }
+
+    /// Runs a future unless the statement is interrupted first.
+    pub async fn run<T, F>(&mut self, fut: F) -> Result<T, PgWireError>
+    where
+        F: std::future::Future<Output = Result<T, PgWireError>>,
+    {
+        tokio::select! {
+            r = fut => r,
+            e = self.interrupted() => Err(e),
+        }
+    }
+}
+
+/// A record batch stream that ends with 57014 when interrupted. Dropping it
+/// drops the plan's stream, which stops the scan's tasks.
+///
+/// The deadline holds until the first batch: the time a statement computes
+/// before it answers. After that the client sets the pace (a cursor may be
+/// read for an hour), and only a cancel ends the stream.
+pub fn guarded(
+    stream: SendableRecordBatchStream,
+    guard: Guard,
+) -> impl Stream<Item = Result<RecordBatch, PgWireError>> + Send + 'static {
+    futures::stream::unfold(Some((stream, guard)), |state| async move {
+        let (mut stream, mut guard) = state?;
+        let next = tokio::select! {
+            b = stream.next() => b.map(|r| r.map_err(|e| datafusion_error(&e))),
+            e = guard.interrupted() => Some(Err(e)),
+        };
+        match next {
+            None => None,
+            Some(Ok(batch)) => {
+                guard.deadline = None;
+                Some((Ok(batch), Some((stream, guard))))
+            }
+            Some(Err(e)) => Some((Err(e), None)),
+        }
+    })
+}
+
+/// The live connections' cancel signals, by backend pid. A cancel request
+/// must name the pid and the secret key the connection was given.
+#[derive(Debug, Default)]
+pub struct Registry {
+    live: Mutex<HashMap<i32, (SecretKey, Arc<Signal>)>>,
+}
+
+impl Registry {
+    /// Registers a connection; the returned handle unregisters it when dropped.
+    pub fn register(self: &Arc<Self>, pid: i32, key: SecretKey) -> Registration {
+        let signal = Arc::new(Signal::new());
+        if let Ok(mut live) = self.live.lock() {
+            live.insert(pid, (key, signal.clone()));
+        }
+        Registration {
+            registry: self.clone(),
+            pid,
+            signal,
+        }
+    }
+}
+
+#[async_trait]
+impl CancelHandler for Registry {
+    async fn on_cancel_request(&self, request: CancelRequest) {
+        let signal = match self.live.lock() {
+            Ok(live) => live
+                .get(&request.pid)
+                .filter(|(key, _)| key.eq_value(&request.secret_key))
+                .map(|(_, s)| s.clone()),
+            Err(_) => None,
+        };
+        if let Some(signal) = signal {
+            signal.cancel();
+        }
+    }
+}
+
+/// A connection's place in the registry.
+#[derive(Debug)]
+pub struct Registration {
+    registry: Arc<Registry>,
+    pid: i32,
+    pub signal: Arc<Signal>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Ok(mut live) = self.registry.live.lock() {
+            live.remove(&self.pid);
+        }
+    }
+}

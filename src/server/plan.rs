@@ -1,0 +1,282 @@
+//! Statements of one connection: parsing (with psql's and BI tools' dialect
+//! rewritten by datafusion-pg-catalog), the plan kept by a prepared statement,
+//! and execution into a lazily encoded row stream.
+//!
+//! A prepared query is parsed, analyzed and optimized once, at Parse, with its
+//! placeholders. Each Execute binds the values into that optimized plan and
+//! runs only the physical planner, where the scan's pushdown sees the bound
+//! keys. The logical work is what a point query's planning spends most on
+//! (BENCHMARKS.md, "Wire server").
+
+use std::sync::Arc;
+
+use arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Schema};
+use datafusion::common::ParamValues;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::execute_stream;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::parser::Statement as DfStatement;
+use datafusion::sql::sqlparser::ast::Statement;
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use futures::StreamExt;
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::results::{FieldInfo, QueryResponse};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::{ClientInfo, Type};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::data::DataRow;
+
+use super::cancel::{Guard, guarded};
+use super::sqlstate::{SYNTAX_ERROR, datafusion_error, error, parser_error};
+use crate::engine::Engine;
+
+/// A statement as Parse left it.
+#[derive(Debug)]
+pub struct Prepared {
+    pub sql: String,
+    pub kind: Kind,
+}
+
+/// The statement type of the extended protocol.
+pub type Stmt = Arc<Prepared>;
+
+#[derive(Debug)]
+pub enum Kind {
+    /// A query (SELECT, VALUES, EXPLAIN): its optimized plan, placeholders
+    /// included, and their types.
+    Query {
+        plan: LogicalPlan,
+        params: Vec<Option<DataType>>,
+        param_types: Vec<Type>,
+    },
+    /// Any other statement (SET, SHOW, BEGIN, DECLARE, FETCH, DDL): it runs
+    /// at Execute, like a simple query.
+    Command(Box<Statement>),
+}
+
+/// Plans and runs statements on one connection's session.
+pub struct Planner {
+    pub engine: Engine,
+    pub ctx: SessionContext,
+    sql: PostgresCompatibilityParser,
+}
+
+impl Planner {
+    pub fn new(engine: Engine, ctx: SessionContext) -> Self {
+        Self {
+            engine,
+            ctx,
+            sql: PostgresCompatibilityParser::new(),
+        }
+    }
+
+    /// Splits and parses a query string.
+    pub fn parse(&self, sql: &str) -> PgWireResult<Vec<Statement>> {
+        self.sql.parse(sql).map_err(|e| parser_error(&e))
+    }
+
+    /// What Parse keeps of one statement.
+    pub async fn prepare(&self, sql: &str, statement: Statement) -> PgWireResult<Prepared> {
+        if !is_query(&statement) {
+            return Ok(Prepared {
+                sql: sql.to_owned(),
+                kind: Kind::Command(Box::new(statement)),
+            });
+        }
+        let state = self.ctx.state();
+        let plan = state
+            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+            .await
+            .map_err(|e| datafusion_error(&e))?;
+        let plan = state.optimize(&plan).map_err(|e| datafusion_error(&e))?;
+        let types = plan
+            .get_parameter_types()
+            .map_err(|e| datafusion_error(&e))?;
+        // Placeholders are $1..$n; their types in that order.
+        let mut numbered: Vec<(usize, Option<DataType>)> = types
+            .into_iter()
+            .filter_map(|(id, t)| id.trim_start_matches('$').parse().ok().map(|n| (n, t)))
+            .collect();
+        numbered.sort_by_key(|(n, _)| *n);
+        let params: Vec<Option<DataType>> = numbered.into_iter().map(|(_, t)| t).collect();
+        let param_types = params
+            .iter()
+            .map(|t| match t {
+                Some(t) => into_pg_type(t),
+                None => Ok(Type::UNKNOWN),
+            })
+            .collect::<PgWireResult<Vec<_>>>()?;
+        Ok(Prepared {
+            sql: sql.to_owned(),
+            kind: Kind::Query {
+                plan,
+                params,
+                param_types,
+            },
+        })
+    }
+
+    /// Plans a query from its text and starts it (the simple protocol).
+    pub async fn query(&self, statement: Statement, guard: Guard) -> PgWireResult<QueryResponse> {
+        let state = self.ctx.state();
+        let plan = state
+            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+            .await
+            .map_err(|e| datafusion_error(&e))?;
+        let plan = state.optimize(&plan).map_err(|e| datafusion_error(&e))?;
+        self.run(&plan, &Format::UnifiedText, guard).await
+    }
+
+    /// Binds a portal's values into its prepared plan and starts it.
+    pub async fn execute(
+        &self,
+        portal: &Portal<Stmt>,
+        guard: Guard,
+    ) -> PgWireResult<QueryResponse> {
+        let prepared = &portal.statement.statement;
+        let values = match &prepared.kind {
+            Kind::Query {
+                params,
+                param_types,
+                ..
+            } if !params.is_empty() => {
+                let inferred: Vec<Option<&DataType>> = params.iter().map(Option::as_ref).collect();
+                let server: Vec<Option<&Type>> = param_types.iter().map(Some).collect();
+                deserialize_parameters_with_server_types(portal, &inferred, &server)?
+            }
+            _ => ParamValues::List(Vec::new()),
+        };
+        self.execute_values(prepared, &values, &portal.result_column_format, guard)
+            .await
+    }
+
+    /// Binds values into a prepared query and starts it: no parsing, no
+    /// logical optimization, only physical planning (where the keys are
+    /// pushed down) and execution.
+    pub async fn execute_values(
+        &self,
+        prepared: &Prepared,
+        values: &ParamValues,
+        format: &Format,
+        guard: Guard,
+    ) -> PgWireResult<QueryResponse> {
+        let Kind::Query { plan, params, .. } = &prepared.kind else {
+            return Err(error(SYNTAX_ERROR, "not a query"));
+        };
+        let plan = if params.is_empty() {
+            plan.clone()
+        } else {
+            plan.clone()
+                .replace_params_with_values(values)
+                .map_err(|e| datafusion_error(&e))?
+        };
+        self.run(&plan, format, guard).await
+    }
+
+    /// Physical planning and execution of an optimized plan. The first batch
+    /// is awaited here, so that errors and aggregates (whose one row comes
+    /// after the whole scan) are reported before any row description, and
+    /// cancel and timeout cover them.
+    async fn run(
+        &self,
+        plan: &LogicalPlan,
+        format: &Format,
+        mut guard: Guard,
+    ) -> PgWireResult<QueryResponse> {
+        let fields = Arc::new(result_fields(plan.schema().as_arrow(), format)?);
+        let state = self.ctx.state();
+        let physical = guard
+            .run(async {
+                state
+                    .query_planner()
+                    .create_physical_plan(plan, &state)
+                    .await
+                    .map_err(|e| datafusion_error(&e))
+            })
+            .await?;
+        let stream =
+            execute_stream(physical, self.ctx.task_ctx()).map_err(|e| datafusion_error(&e))?;
+        // Fused: the first poll may already have ended it.
+        let mut batches = Box::pin(guarded(stream, guard).fuse());
+        let first = batches.next().await.transpose()?;
+        let rest = futures::stream::iter(first.map(Ok)).chain(batches);
+        let encode_fields = fields.clone();
+        let rows = rest
+            .map(
+                move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send> {
+                    match batch {
+                        Ok(b) => encode_recordbatch(encode_fields.clone(), b),
+                        Err(e) => Box::new(std::iter::once(Err(e))),
+                    }
+                },
+            )
+            .flat_map(futures::stream::iter);
+        Ok(QueryResponse::new(fields, rows))
+    }
+}
+
+/// The row description of a result.
+pub fn result_fields(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
+    arrow_schema_to_pg_fields(schema, format, None)
+}
+
+/// Statements planned as queries; the rest are commands.
+pub fn is_query(statement: &Statement) -> bool {
+    matches!(statement, Statement::Query(_) | Statement::Explain { .. })
+}
+
+#[async_trait]
+impl QueryParser for Planner {
+    type Statement = Stmt;
+
+    async fn parse_sql<C>(
+        &self,
+        _client: &C,
+        sql: &str,
+        _types: &[Option<Type>],
+    ) -> PgWireResult<Option<Stmt>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let mut statements = self.parse(sql)?;
+        match statements.len() {
+            0 => Ok(None),
+            1 => Ok(Some(Arc::new(
+                self.prepare(sql, statements.remove(0)).await?,
+            ))),
+            _ => Err(error(
+                SYNTAX_ERROR,
+                "cannot insert multiple commands into a prepared statement",
+            )),
+        }
+    }
+
+    fn get_parameter_types(&self, stmt: &Stmt) -> PgWireResult<Vec<Type>> {
+        Ok(match &stmt.kind {
+            Kind::Query { param_types, .. } => param_types.clone(),
+            Kind::Command(_) => Vec::new(),
+        })
+    }
+
+    fn get_result_schema(
+        &self,
+        stmt: &Stmt,
+        format: Option<&Format>,
+    ) -> PgWireResult<Vec<FieldInfo>> {
+        match &stmt.kind {
+            Kind::Query { plan, .. } => result_fields(
+                plan.schema().as_arrow(),
+                format.unwrap_or(&Format::UnifiedText),
+            ),
+            Kind::Command(statement) => super::command::result_fields(statement),
+        }
+    }
+}
+
+/// Used where pgwire wants an error type from a plain message.
+pub fn internal(message: impl Into<String>) -> PgWireError {
+    error(super::sqlstate::INTERNAL_ERROR, message)
+}

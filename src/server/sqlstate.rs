@@ -1,0 +1,267 @@
+//! SQLSTATE codes for every failure that reaches a client. The mapping is a
+//! pure function of the error chain, so it is unit-tested without a socket.
+
+use datafusion::arrow::error::ArrowError;
+use datafusion::common::SchemaError;
+use datafusion::error::DataFusionError;
+use datafusion::sql::sqlparser::parser::ParserError;
+use pgwire::error::{ErrorInfo, PgWireError};
+
+use crate::catalog::CatalogError;
+use crate::engine::EngineError;
+use crate::exec::ExecError;
+use crate::storage::{InvalidInput, StorageError};
+
+pub const SYNTAX_ERROR: &str = "42601";
+pub const UNDEFINED_TABLE: &str = "42P01";
+pub const UNDEFINED_COLUMN: &str = "42703";
+pub const DUPLICATE_TABLE: &str = "42P07";
+pub const INVALID_TABLE_DEFINITION: &str = "42P16";
+pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
+pub const DATA_EXCEPTION: &str = "22000";
+pub const DIVISION_BY_ZERO: &str = "22012";
+pub const NUMERIC_OUT_OF_RANGE: &str = "22003";
+pub const INVALID_PARAMETER_VALUE: &str = "22023";
+pub const UNIQUE_VIOLATION: &str = "23505";
+pub const SERIALIZATION_FAILURE: &str = "40001";
+pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
+pub const QUERY_CANCELED: &str = "57014";
+pub const INVALID_PASSWORD: &str = "28P01";
+pub const INVALID_AUTHORIZATION: &str = "28000";
+pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
+pub const INVALID_CURSOR_NAME: &str = "34000";
+pub const DUPLICATE_CURSOR: &str = "42P03";
+pub const IN_FAILED_TRANSACTION: &str = "25P02";
+pub const ACTIVE_TRANSACTION: &str = "25001";
+pub const DATA_CORRUPTED: &str = "XX001";
+pub const CONNECTION_FAILURE: &str = "08006";
+pub const UNDEFINED_OBJECT: &str = "42704";
+pub const INTERNAL_ERROR: &str = "XX000";
+
+/// An `ERROR`-severity wire error.
+pub fn error(code: &str, message: impl Into<String>) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "ERROR".to_owned(),
+        code.to_owned(),
+        message.into(),
+    )))
+}
+
+/// A `FATAL` error: the connection ends after it.
+pub fn fatal(code: &str, message: impl Into<String>) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new(
+        "FATAL".to_owned(),
+        code.to_owned(),
+        message.into(),
+    )))
+}
+
+/// The wire error for an engine failure.
+pub fn engine_error(e: &EngineError) -> PgWireError {
+    error(engine_code(e), e.to_string())
+}
+
+/// The wire error for a DataFusion failure.
+pub fn datafusion_error(e: &DataFusionError) -> PgWireError {
+    error(datafusion_code(e), datafusion_message(e))
+}
+
+/// The wire error for a statement the parser refused.
+pub fn parser_error(e: &ParserError) -> PgWireError {
+    error(SYNTAX_ERROR, e.to_string())
+}
+
+pub fn engine_code(e: &EngineError) -> &'static str {
+    match e {
+        EngineError::Catalog(c) => catalog_code(c),
+        EngineError::Storage(s) => storage_code(s),
+        EngineError::DataFusion(d) => datafusion_code(d),
+    }
+}
+
+fn catalog_code(e: &CatalogError) -> &'static str {
+    match e {
+        CatalogError::Definition(_)
+        | CatalogError::Template(_)
+        | CatalogError::UnsupportedType { .. }
+        | CatalogError::Inconsistent { .. } => INVALID_TABLE_DEFINITION,
+        CatalogError::UnknownTable(_) => UNDEFINED_TABLE,
+        CatalogError::TableExists(_) => DUPLICATE_TABLE,
+        CatalogError::Storage(s) => storage_code(s),
+    }
+}
+
+pub fn storage_code(e: &StorageError) -> &'static str {
+    match e {
+        StorageError::Invalid(i) => match i {
+            InvalidInput::KeyTooLong { .. }
+            | InvalidInput::TooManyProperties { .. }
+            | InvalidInput::ValueTooLarge { .. }
+            | InvalidInput::EntityTooLarge { .. }
+            | InvalidInput::TooManyOperations { .. }
+            | InvalidInput::BatchTooLarge { .. } => PROGRAM_LIMIT_EXCEEDED,
+            InvalidInput::DuplicateRow { .. } => UNIQUE_VIOLATION,
+            InvalidInput::DateTimeOutOfRange { .. } => "22008",
+            _ => INVALID_PARAMETER_VALUE,
+        },
+        StorageError::TableNotFound(_) | StorageError::TableBeingDeleted(_) => UNDEFINED_TABLE,
+        StorageError::TableAlreadyExists(_) => DUPLICATE_TABLE,
+        StorageError::EntityAlreadyExists { .. } => UNIQUE_VIOLATION,
+        StorageError::PreconditionFailed { .. } => SERIALIZATION_FAILURE,
+        StorageError::Batch { source, .. } => storage_code(source),
+        StorageError::Unauthorized { .. } => INVALID_AUTHORIZATION,
+        StorageError::Unavailable { .. } | StorageError::AmbiguousRetry { .. } => {
+            CONNECTION_FAILURE
+        }
+        StorageError::Corrupt(_) | StorageError::FormatVersion { .. } => DATA_CORRUPTED,
+        _ => INTERNAL_ERROR,
+    }
+}
+
+fn exec_code(e: &ExecError) -> &'static str {
+    match e {
+        ExecError::Storage(s) => storage_code(s),
+        ExecError::KeyMismatch { .. } | ExecError::TypeMismatch { .. } => DATA_CORRUPTED,
+        ExecError::Arrow(a) => arrow_code(a),
+    }
+}
+
+fn arrow_code(e: &ArrowError) -> &'static str {
+    match e {
+        ArrowError::CastError(_) | ArrowError::ParseError(_) => INVALID_TEXT_REPRESENTATION,
+        ArrowError::DivideByZero => DIVISION_BY_ZERO,
+        ArrowError::ArithmeticOverflow(_) => NUMERIC_OUT_OF_RANGE,
+        ArrowError::ExternalError(inner) => external_code(inner.as_ref()),
+        _ => DATA_EXCEPTION,
+    }
+}
+
+fn external_code(e: &(dyn std::error::Error + 'static)) -> &'static str {
+    if let Some(x) = e.downcast_ref::<ExecError>() {
+        exec_code(x)
+    } else if let Some(x) = e.downcast_ref::<StorageError>() {
+        storage_code(x)
+    } else if let Some(x) = e.downcast_ref::<EngineError>() {
+        engine_code(x)
+    } else if let Some(x) = e.downcast_ref::<CatalogError>() {
+        catalog_code(x)
+    } else if let Some(x) = e.downcast_ref::<DataFusionError>() {
+        datafusion_code(x)
+    } else if let Some(x) = e.downcast_ref::<ArrowError>() {
+        arrow_code(x)
+    } else {
+        INTERNAL_ERROR
+    }
+}
+
+pub fn datafusion_code(e: &DataFusionError) -> &'static str {
+    match e {
+        DataFusionError::SQL(_, _) => SYNTAX_ERROR,
+        DataFusionError::SchemaError(s, _) => match s.as_ref() {
+            SchemaError::FieldNotFound { .. } => UNDEFINED_COLUMN,
+            SchemaError::AmbiguousReference { .. } => "42702",
+            SchemaError::DuplicateQualifiedField { .. }
+            | SchemaError::DuplicateUnqualifiedField { .. } => "42701",
+        },
+        DataFusionError::Plan(m) => plan_code(m),
+        DataFusionError::NotImplemented(_) => FEATURE_NOT_SUPPORTED,
+        DataFusionError::ArrowError(a, _) => arrow_code(a),
+        DataFusionError::Execution(m) => execution_code(m),
+        DataFusionError::External(x) => external_code(x.as_ref()),
+        DataFusionError::Context(_, inner) => datafusion_code(inner),
+        DataFusionError::Shared(inner) => datafusion_code(inner),
+        DataFusionError::Diagnostic(_, inner) => datafusion_code(inner),
+        DataFusionError::ResourcesExhausted(_) => "53200",
+        DataFusionError::Collection(errors) => errors
+            .first()
+            .map(datafusion_code)
+            .unwrap_or(INTERNAL_ERROR),
+        _ => INTERNAL_ERROR,
+    }
+}
+
+/// DataFusion reports several distinct conditions as `Plan` text.
+fn plan_code(message: &str) -> &'static str {
+    if message.contains("not found") && message.contains("table") {
+        UNDEFINED_TABLE
+    } else if message.contains("Cannot cast") || message.contains("cannot be cast") {
+        INVALID_TEXT_REPRESENTATION
+    } else if message.contains("Unsupported") || message.contains("not supported") {
+        FEATURE_NOT_SUPPORTED
+    } else {
+        SYNTAX_ERROR
+    }
+}
+
+fn execution_code(message: &str) -> &'static str {
+    if message.contains("Cannot cast") || message.contains("cannot be cast") {
+        INVALID_TEXT_REPRESENTATION
+    } else if message.contains("Divide by zero") {
+        DIVISION_BY_ZERO
+    } else if message.contains("Overflow") || message.contains("overflow") {
+        NUMERIC_OUT_OF_RANGE
+    } else {
+        DATA_EXCEPTION
+    }
+}
+
+/// DataFusion prefixes messages with its own category ("Error during
+/// planning: ..."); the client sees the cause alone.
+fn datafusion_message(e: &DataFusionError) -> String {
+    match e {
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            datafusion_message(inner)
+        }
+        DataFusionError::Shared(inner) => datafusion_message(inner),
+        DataFusionError::External(x) => x.to_string(),
+        DataFusionError::Plan(m) | DataFusionError::Execution(m) => m.clone(),
+        _ => e.strip_backtrace(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::KeyKind;
+
+    #[test]
+    fn storage_limits_and_conflicts() {
+        let limit = StorageError::Invalid(InvalidInput::ValueTooLarge {
+            name: "note".into(),
+            bytes: 70_000,
+        });
+        assert_eq!(storage_code(&limit), PROGRAM_LIMIT_EXCEEDED);
+        let key = StorageError::Invalid(InvalidInput::KeyTooLong {
+            kind: KeyKind::RowKey,
+            bytes: 2000,
+        });
+        assert_eq!(storage_code(&key), PROGRAM_LIMIT_EXCEEDED);
+        let dup = StorageError::EntityAlreadyExists {
+            partition_key: "p".into(),
+            row_key: "r".into(),
+        };
+        assert_eq!(storage_code(&dup), UNIQUE_VIOLATION);
+        let etag = StorageError::PreconditionFailed {
+            partition_key: "p".into(),
+            row_key: "r".into(),
+        };
+        assert_eq!(storage_code(&etag), SERIALIZATION_FAILURE);
+    }
+
+    #[test]
+    fn errors_wrapped_by_datafusion_keep_their_code() {
+        let dup = StorageError::EntityAlreadyExists {
+            partition_key: "p".into(),
+            row_key: "r".into(),
+        };
+        let wrapped = DataFusionError::Context(
+            "scan".into(),
+            Box::new(DataFusionError::External(Box::new(ExecError::Storage(dup)))),
+        );
+        assert_eq!(datafusion_code(&wrapped), UNIQUE_VIOLATION);
+        assert_eq!(
+            datafusion_code(&DataFusionError::NotImplemented("x".into())),
+            FEATURE_NOT_SUPPORTED
+        );
+    }
+}

@@ -1,0 +1,749 @@
+//! `tablesql serve` as clients meet it: the real `psql` binary, tokio-postgres
+//! and psycopg 3, against a server process on 127.0.0.1 (port 0).
+//!
+//! `scripts/test` installs psql (`scripts/psql-client`) and psycopg
+//! (`scripts/python-env`) and names them in `TABLESQL_TEST_PSQL` and
+//! `TABLESQL_TEST_PYTHON`.
+
+use std::io::{BufRead, BufReader, Read};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tablesql::demo;
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const POINT: &str =
+    "SELECT name, age FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3";
+/// A query that runs for about two minutes over 1,000 rows (a debug build):
+/// a seven-way self-join on age, 31 billion rows counted, no row until the end.
+const LONG: &str = "SELECT count(*) FROM registrations a JOIN registrations b ON a.age = b.age \
+    JOIN registrations c ON b.age = c.age JOIN registrations d ON c.age = d.age \
+    JOIN registrations e ON d.age = e.age JOIN registrations f ON e.age = f.age \
+    JOIN registrations g ON f.age = g.age";
+
+/// A `tablesql serve` process; killed when dropped.
+struct Served {
+    child: Child,
+    addr: SocketAddr,
+    stderr: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    fn conninfo(&self, user: &str) -> String {
+        format!(
+            "host={} port={} user={user} dbname=tablesql",
+            self.addr.ip(),
+            self.addr.port()
+        )
+    }
+
+    async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
+        connect(&self.conninfo("tablesql")).await
+    }
+
+    fn psql(&self, conn_extra: &str, args: &[&str]) -> std::io::Result<std::process::Output> {
+        let conninfo = format!("{} {conn_extra}", self.conninfo("tablesql"));
+        Command::new(psql())
+            .args(["-X", "-v", "ON_ERROR_STOP=1", "-d", &conninfo])
+            .args(args)
+            .env_remove("PGPASSWORD")
+            .env("PGCONNECT_TIMEOUT", "10")
+            .output()
+    }
+
+    /// The server's resident memory, in KiB.
+    fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+async fn connect(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(conninfo, NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+fn psql() -> String {
+    std::env::var("TABLESQL_TEST_PSQL").unwrap_or_else(|_| "psql".into())
+}
+
+fn tablesql() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablesql"));
+    cmd.env_remove("TABLESQL_STORE").env_remove("TABLESQL_USER");
+    cmd
+}
+
+/// A store with the demo loaded, built once per test run and copied for each
+/// server (the embedded store belongs to one process at a time).
+fn fixture(rows: u64) -> Result<&'static Path, String> {
+    static SMALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    static LARGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let cell = if rows == 100_000 { &LARGE } else { &SMALL };
+    cell.get_or_init(|| {
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
+            .join(format!("server-fixture-{rows}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = tablesql()
+            .arg("--store")
+            .arg(&dir)
+            .args(["demo", "--rows", &rows.to_string()])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(dir)
+    })
+    .as_ref()
+    .map(PathBuf::as_path)
+    .map_err(Clone::clone)
+}
+
+fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Starts a server over a copy of the demo store with `rows` registrations.
+fn serve(rows: u64, args: &[&str]) -> Result<Served, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    copy_dir(fixture(rows)?, &store)?;
+    let stderr = dir.path().join("stderr.log");
+    let mut child = tablesql()
+        .arg("--store")
+        .arg(&store)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr)?)
+        .spawn()?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out).read_line(&mut line)?;
+    }
+    let Some(addr) = line.trim().strip_prefix("listening on ") else {
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        return Err(format!("the server did not start: {line:?} {log}").into());
+    };
+    let addr = addr.parse()?;
+    Ok(Served {
+        child,
+        addr,
+        stderr,
+        _dir: dir,
+    })
+}
+
+/// The SQLSTATE of a failed statement.
+fn code(e: &tokio_postgres::Error) -> String {
+    e.code()
+        .map(|c| c.code().to_owned())
+        .unwrap_or_else(|| format!("no SQLSTATE: {e}"))
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+#[test]
+fn psql_lists_and_describes_tables() -> TestResult {
+    let server = serve(1000, &[])?;
+    let dt = server.psql("", &["-c", "\\dt"])?;
+    let shown = text(&dt);
+    assert!(dt.status.success(), "{shown}");
+    assert!(
+        shown.contains("registrations") && shown.contains("events"),
+        "{shown}"
+    );
+
+    let d = server.psql("", &["-c", "\\d registrations"])?;
+    let shown = text(&d);
+    assert!(d.status.success(), "{shown}");
+    for (column, pg_type) in [
+        ("event", "text"),
+        ("bib", "integer"),
+        ("finish", "bigint"),
+        ("registered", "timestamp"),
+    ] {
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.trim_start().starts_with(column) && l.contains(pg_type)),
+            "{column} {pg_type} in:\n{shown}"
+        );
+    }
+    for meta in ["\\l", "\\dn"] {
+        let out = server.psql("", &["-c", meta])?;
+        assert!(out.status.success(), "{meta}: {}", text(&out));
+    }
+    assert!(text(&server.psql("", &["-c", "\\dn"])?).contains("public"));
+
+    // EXPLAIN over the wire shows the access path.
+    let explain = server.psql(
+        "",
+        &[
+            "-c",
+            "EXPLAIN SELECT name FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib = 7",
+        ],
+    )?;
+    assert!(
+        text(&explain).contains("access=point"),
+        "{}",
+        text(&explain)
+    );
+
+    // psql's FETCH_COUNT reads through a cursor, FETCH_COUNT rows at a time.
+    let fetched = server.psql(
+        "",
+        &[
+            "-v",
+            "FETCH_COUNT=100",
+            "-A",
+            "-t",
+            "-c",
+            "SELECT bib FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' ORDER BY bib",
+        ],
+    )?;
+    let bibs: Vec<&str> = std::str::from_utf8(&fetched.stdout)?.lines().collect();
+    assert!(fetched.status.success(), "{}", text(&fetched));
+    assert_eq!(bibs.len(), 84, "{}", text(&fetched));
+    assert_eq!(bibs.first(), Some(&"1"));
+    Ok(())
+}
+
+#[test]
+fn psql_command_tags_and_transactions() -> TestResult {
+    let server = serve(1000, &[])?;
+    let ddl = "CREATE TABLE runners (id INT NOT NULL, name TEXT, PRIMARY KEY (id)) WITH (partition_key = 'R', row_key = '{id:06}')";
+    let out = server.psql("", &["-c", ddl, "-c", "DROP TABLE runners"])?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert_eq!(
+        std::str::from_utf8(&out.stdout)?
+            .lines()
+            .collect::<Vec<_>>(),
+        ["CREATE TABLE", "DROP TABLE"],
+        "{shown}"
+    );
+
+    // A catalog change cannot be rolled back, so it is refused inside a
+    // transaction, and nothing is written.
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "ON_ERROR_STOP=0",
+            "-c",
+            "BEGIN",
+            "-c",
+            &ddl.replace("runners", "walkers"),
+            "-c",
+            "ROLLBACK",
+            "-c",
+            "\\dt",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(
+        shown.contains("cannot run inside a transaction block"),
+        "{shown}"
+    );
+    assert!(shown.contains("ROLLBACK"), "{shown}");
+    assert!(!shown.contains("walkers"), "{shown}");
+
+    // Writes through SQL are refused by name, not answered with a result set.
+    let out = server.psql("", &["-c", "DELETE FROM registrations WHERE bib = 1"])?;
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("does not write rows through SQL"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_point_query_with_inferred_parameters() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    let statement = client.prepare(POINT).await?;
+    assert_eq!(
+        statement.params(),
+        &[
+            tokio_postgres::types::Type::TEXT,
+            tokio_postgres::types::Type::TEXT,
+            tokio_postgres::types::Type::INT4
+        ]
+    );
+    for i in [0u64, 1, 17, 999] {
+        let r = demo::registration(i);
+        let rows = client
+            .query(&statement, &[&r.event, &r.distance, &r.bib])
+            .await?;
+        assert_eq!(rows.len(), 1, "registration {i}");
+        assert_eq!(rows[0].get::<_, &str>(0), r.name);
+        assert_eq!(rows[0].get::<_, i32>(1), r.age);
+    }
+    let none = client
+        .query(&statement, &[&"no such event", &"Full", &1i32])
+        .await?;
+    assert!(none.is_empty());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlstates_name_the_problem() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    let cases = [
+        ("SELEC 1", "42601"),
+        ("SELECT * FROM nope", "42P01"),
+        ("SELECT nope FROM registrations", "42703"),
+        (
+            "SELECT name FROM registrations WHERE event = 'x' AND distance = 'Full' AND bib = 'seven'",
+            "22P02",
+        ),
+        ("INSERT INTO events VALUES ('x')", "0A000"),
+        ("SHOW no_such_parameter", "42704"),
+        ("FETCH 1 FROM no_such_cursor", "34000"),
+        (
+            "CREATE TABLE registrations (a INT NOT NULL, PRIMARY KEY (a)) WITH (partition_key = 'p', row_key = '{a}')",
+            "42P07",
+        ),
+    ];
+    for (sql, expected) in cases {
+        let e = client.simple_query(sql).await.err().ok_or(sql)?;
+        assert_eq!(code(&e), expected, "{sql}: {e:?}");
+        // The extended protocol reports the same.
+        if !sql.starts_with("CREATE") {
+            let e = client.query(sql, &[]).await.err().ok_or(sql)?;
+            assert_eq!(code(&e), expected, "extended {sql}: {e:?}");
+        }
+    }
+
+    // A failed transaction refuses everything until it ends.
+    client.simple_query("BEGIN").await?;
+    assert!(
+        client
+            .simple_query("SELECT nope FROM registrations")
+            .await
+            .is_err()
+    );
+    let e = client.simple_query("SELECT 1").await.err().ok_or("25P02")?;
+    assert_eq!(code(&e), "25P02");
+    client.simple_query("ROLLBACK").await?;
+    client.simple_query("SELECT 1").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_show_and_statement_timeout() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    client
+        .simple_query("SET application_name = 'bi-tool'")
+        .await?;
+    let shown = client.query_one("SHOW application_name", &[]).await?;
+    assert_eq!(shown.get::<_, &str>(0), "bi-tool");
+
+    client.simple_query("SET statement_timeout = 300").await?;
+    let started = Instant::now();
+    let e = match client.simple_query(LONG).await {
+        Ok(rows) => {
+            return Err(format!(
+                "no timeout (simple): {rows:?} after {:?}",
+                started.elapsed()
+            )
+            .into());
+        }
+        Err(e) => e,
+    };
+    assert_eq!(code(&e), "57014", "{e:?}");
+    assert!(e.to_string().contains("timeout") || format!("{e:?}").contains("timeout"));
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        started.elapsed()
+    );
+    // Prepared statements are bound by it too.
+    let started = Instant::now();
+    let e = match client.query(LONG, &[]).await {
+        Ok(rows) => {
+            return Err(format!(
+                "no timeout (extended): {:?} after {:?}",
+                rows.first().map(|r| r.get::<_, i64>(0)),
+                started.elapsed()
+            )
+            .into());
+        }
+        Err(e) => e,
+    };
+    assert_eq!(code(&e), "57014");
+    // The connection goes on.
+    client.simple_query("SET statement_timeout = 0").await?;
+    let row = client.query_one("SELECT count(*) FROM events", &[]).await?;
+    assert_eq!(row.get::<_, i64>(0), 12);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_request_stops_a_long_query() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    let token = client.cancel_token();
+    let canceller = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        token.cancel_query(NoTls).await
+    });
+    let started = Instant::now();
+    let e = client
+        .simple_query(LONG)
+        .await
+        .err()
+        .ok_or("not cancelled")?;
+    canceller.await??;
+    assert_eq!(code(&e), "57014", "{e:?}");
+    assert!(started.elapsed() < Duration::from_secs(20));
+    // A cancel is for the statement running when it arrives, not the next.
+    let row = client.query_one("SELECT count(*) FROM events", &[]).await?;
+    assert_eq!(row.get::<_, i64>(0), 12);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cursors_declare_fetch_close() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    client.simple_query("BEGIN").await?;
+    client
+        .simple_query("DECLARE c CURSOR FOR SELECT bib FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' ORDER BY bib")
+        .await?;
+    let bibs = |messages: Vec<SimpleQueryMessage>| -> Vec<String> {
+        messages
+            .into_iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(r) => r.get(0).map(str::to_owned),
+                _ => None,
+            })
+            .collect()
+    };
+    assert_eq!(
+        bibs(client.simple_query("FETCH 5 FROM c").await?),
+        ["1", "2", "3", "4", "5"]
+    );
+    assert_eq!(bibs(client.simple_query("FETCH NEXT FROM c").await?), ["6"]);
+    let rest = bibs(client.simple_query("FETCH ALL FROM c").await?);
+    assert_eq!(rest.len(), 84 - 6);
+    assert!(bibs(client.simple_query("FETCH 5 FROM c").await?).is_empty());
+    client.simple_query("CLOSE c").await?;
+    let e = client
+        .simple_query("FETCH 1 FROM c")
+        .await
+        .err()
+        .ok_or("closed")?;
+    assert_eq!(code(&e), "34000");
+    client.simple_query("ROLLBACK").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_size_streams_100k_rows_in_flat_memory() -> TestResult {
+    let server = serve(100_000, &[])?;
+    let mut client = server.connect().await?;
+    let tx = client.transaction().await?;
+    let statement = tx
+        .prepare("SELECT event, distance, bib, name, gender, age, finish, registered, club FROM registrations")
+        .await?;
+    let portal = tx.bind(&statement, &[]).await?;
+    let mut rows = 0usize;
+    let mut rss_early = 0;
+    loop {
+        let page = tx.query_portal(&portal, 1000).await?;
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 1000);
+        rows += page.len();
+        if rows == 10_000 {
+            rss_early = server.rss_kib();
+        }
+    }
+    let rss_late = server.rss_kib();
+    tx.commit().await?;
+    assert_eq!(rows, 100_000);
+    // Streaming: memory at the end of the result is what it was a tenth of
+    // the way in. Holding the 100,000 rows would add tens of MiB.
+    let grown = rss_late.saturating_sub(rss_early);
+    assert!(
+        grown < 16 * 1024,
+        "server RSS grew {grown} KiB ({rss_early} -> {rss_late})"
+    );
+    Ok(())
+}
+
+#[test]
+fn psycopg_named_cursor_over_100k_rows() -> TestResult {
+    let Ok(python) = std::env::var("TABLESQL_TEST_PYTHON") else {
+        return Err("TABLESQL_TEST_PYTHON is not set (scripts/python-env makes it)".into());
+    };
+    let server = serve(100_000, &[])?;
+    let script = r#"
+import sys, psycopg
+assert psycopg.pq.__impl__ == "binary", psycopg.pq.__impl__
+with psycopg.connect(sys.argv[1]) as conn:
+    with conn.cursor(name="regs") as cur:
+        cur.itersize = 1000
+        cur.execute("SELECT bib, name, age FROM registrations")
+        names = [d.name for d in cur.description]
+        n = 0
+        for bib, name, age in cur:
+            assert isinstance(bib, int) and isinstance(name, str)
+            n += 1
+    print(n, ",".join(names))
+"#;
+    let out = Command::new(python)
+        .args(["-c", script, &server.conninfo("tablesql")])
+        .output()?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert_eq!(
+        std::str::from_utf8(&out.stdout)?.trim(),
+        "100000 bib,name,age",
+        "{shown}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_passwords_and_trust_policy() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let users = dir.path().join("users");
+    std::fs::write(&users, "# name:password\nalice:correct horse\n")?;
+    let users = users.to_string_lossy().into_owned();
+    let server = serve(1000, &["--users-file", &users])?;
+
+    let ok = connect(&format!(
+        "{} password='correct horse'",
+        server.conninfo("alice")
+    ))
+    .await?;
+    assert_eq!(
+        ok.query_one("SELECT 1::INT", &[]).await?.get::<_, i32>(0),
+        1
+    );
+    for (user, password) in [
+        ("alice", "wrong-password-xyz"),
+        ("mallory", "correct horse"),
+    ] {
+        let e = connect(&format!("{} password='{password}'", server.conninfo(user)))
+            .await
+            .err()
+            .ok_or("logged in with a bad password")?;
+        assert_eq!(code(&e), "28P01", "{user}: {e:?}");
+    }
+    let e = connect(&server.conninfo("alice"))
+        .await
+        .err()
+        .ok_or("no password")?;
+    assert!(format!("{e:?}").contains("password"), "{e:?}");
+    let log = server.log();
+    assert!(
+        !log.contains("correct horse") && !log.contains("wrong-password-xyz"),
+        "{log}"
+    );
+
+    // trust on an address other machines reach is refused at start.
+    let out = tablesql()
+        .arg("--store")
+        .arg(dir.path().join("s"))
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .output()?;
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("only allowed on a loopback address"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}
+
+#[test]
+fn tls_on_and_off() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()?;
+    assert!(made.success());
+    let (cert, key) = (cert.to_string_lossy(), key.to_string_lossy());
+
+    let tls = serve(1000, &["--tls-cert", &cert, "--tls-key", &key])?;
+    let on = tls.psql("sslmode=require", &["-c", "\\conninfo"])?;
+    let shown = text(&on);
+    assert!(
+        shown.contains("SSL connection (protocol: TLSv1.3"),
+        "{shown}"
+    );
+    let plain = tls.psql("sslmode=disable", &["-c", "SELECT 1"])?;
+    assert!(!plain.status.success());
+    assert!(
+        text(&plain).contains("accepts TLS connections only"),
+        "{}",
+        text(&plain)
+    );
+
+    let off = serve(1000, &[])?;
+    let out = off.psql("sslmode=disable", &["-A", "-t", "-c", "SELECT 1"])?;
+    assert!(out.status.success(), "{}", text(&out));
+    let out = off.psql("sslmode=require", &["-c", "SELECT 1"])?;
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("does not support SSL"),
+        "{}",
+        text(&out)
+    );
+
+    // A key that does not load stops the server: no plaintext fallback.
+    let bad = serve(1000, &["--tls-cert", &cert, "--tls-key", &cert]);
+    let e = bad.err().ok_or("started with a bad key")?;
+    assert!(e.to_string().contains("TLS"), "{e}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_64_clients_1000_prepared_points_each() -> TestResult {
+    let server = serve(1000, &[])?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..64u64 {
+        let conninfo = server.conninfo("tablesql");
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&conninfo).await?;
+            let statement = client.prepare(POINT).await?;
+            for q in 0..1000u64 {
+                let r = demo::registration((c * 1000 + q * 7) % 1000);
+                let row = client
+                    .query_one(&statement, &[&r.event, &r.distance, &r.bib])
+                    .await?;
+                if row.get::<_, &str>(0) != r.name {
+                    return Err::<usize, Box<dyn std::error::Error + Send + Sync>>(
+                        format!("wrong row for {c}/{q}").into(),
+                    );
+                }
+            }
+            Ok(1000)
+        }));
+    }
+    let mut done = 0;
+    for t in tasks {
+        done += tokio::time::timeout(Duration::from_secs(600), t)
+            .await??
+            .map_err(|e| e.to_string())?;
+    }
+    assert_eq!(done, 64_000);
+    eprintln!("64 x 1000 prepared points in {:?}", started.elapsed());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_mid_query_frees_its_work() -> TestResult {
+    let server = serve(1000, &[])?;
+    for _ in 0..8 {
+        let (client, connection) =
+            tokio_postgres::connect(&server.conninfo("tablesql"), NoTls).await?;
+        let socket = tokio::spawn(connection);
+        let running = tokio::spawn(async move { client.simple_query(LONG).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Dropping the connection closes the socket mid-query.
+        socket.abort();
+        running.abort();
+    }
+    // The abandoned cross joins do not go on eating the server's CPU: a
+    // scan still answers promptly. (Eight live ones would each hold a core.)
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cpu_before = cpu_ticks(server.child.id());
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let busy = cpu_ticks(server.child.id()).saturating_sub(cpu_before);
+    assert!(
+        busy < 50,
+        "the server used {busy} ticks of CPU in 1 s while idle"
+    );
+    let client = server.connect().await?;
+    let row = client
+        .query_one("SELECT count(*) FROM registrations", &[])
+        .await?;
+    assert_eq!(row.get::<_, i64>(0), 1000);
+    Ok(())
+}
+
+/// utime + stime of a process, in clock ticks (100 per second).
+fn cpu_ticks(pid: u32) -> u64 {
+    let mut stat = String::new();
+    let _ = std::fs::File::open(format!("/proc/{pid}/stat"))
+        .and_then(|mut f| f.read_to_string(&mut stat));
+    // Fields after the command name, which is in parentheses.
+    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or_default();
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after ')'.
+    field(11) + field(12)
+}
