@@ -9,7 +9,7 @@ use std::time::Duration;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::sql::sqlparser::ast::{
-    Declare, Expr, FetchDirection, ObjectType, Set, Statement, Value,
+    Declare, Expr, FetchDirection, ObjectType, Set, Statement, TransactionMode, Value,
 };
 use pgwire::api::Type;
 use pgwire::api::portal::{Format, Portal};
@@ -78,6 +78,7 @@ impl Default for Vars {
             // No writes through SQL, so every read sees committed entities.
             ("transaction_isolation", "read committed"),
             ("default_transaction_isolation", "read committed"),
+            ("default_transaction_read_only", "off"),
             ("transaction_read_only", "off"),
         ];
         Self {
@@ -179,6 +180,27 @@ pub fn set_target(statement: &Statement) -> Option<PgWireResult<(String, String)
             values.iter().map(expr_text).collect::<Vec<_>>().join(", "),
         )),
         Set::SetTimeZone { value, .. } => Ok(("timezone".to_owned(), expr_text(value))),
+        // SET SESSION CHARACTERISTICS AS TRANSACTION ...: recorded for SHOW.
+        // There are no writes through SQL, so every level reads the same.
+        Set::SetTransaction { modes, .. } => match modes.first() {
+            Some(TransactionMode::IsolationLevel(level)) => Ok((
+                "default_transaction_isolation".to_owned(),
+                level.to_string().to_ascii_lowercase(),
+            )),
+            Some(TransactionMode::AccessMode(mode)) => Ok((
+                "default_transaction_read_only".to_owned(),
+                if mode.to_string().eq_ignore_ascii_case("READ ONLY") {
+                    "on"
+                } else {
+                    "off"
+                }
+                .to_owned(),
+            )),
+            None => Err(error(
+                FEATURE_NOT_SUPPORTED,
+                "SET TRANSACTION without a mode",
+            )),
+        },
         other => Err(error(
             FEATURE_NOT_SUPPORTED,
             format!("{other} is not supported"),
@@ -214,14 +236,23 @@ pub fn show(vars: &Vars, statement: &Statement) -> Option<PgWireResult<QueryResp
             vars.all().map(|(k, v)| (k.as_str(), v.as_str())).unzip();
         text_result(&[("name", names), ("setting", values)])
     } else {
-        vars.get(&name)
+        vars.get(&parameter_name(&name))
             .and_then(|v| text_result(&[(&show_column(&name), vec![v])]))
     })
 }
 
+/// The parameter behind SHOW's multi-word spellings.
+fn parameter_name(words: &str) -> String {
+    match words.to_ascii_lowercase().as_str() {
+        "transaction isolation level" => "transaction_isolation".to_owned(),
+        "time zone" => "timezone".to_owned(),
+        other => other.replace(' ', "_"),
+    }
+}
+
 /// PostgreSQL names SHOW's column after the parameter.
 fn show_column(name: &str) -> String {
-    name.to_ascii_lowercase().replace(' ', "_")
+    parameter_name(name)
 }
 
 fn text_result(columns: &[(&str, Vec<&str>)]) -> PgWireResult<QueryResponse> {

@@ -10,6 +10,7 @@
 pub mod auth;
 pub mod cancel;
 pub mod command;
+pub mod current_setting;
 pub mod plan;
 pub mod session;
 pub mod sqlstate;

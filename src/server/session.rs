@@ -30,7 +30,7 @@ pub struct Session {
     planner: Arc<Planner>,
     registry: Arc<Registry>,
     registration: OnceLock<Registration>,
-    vars: Mutex<Vars>,
+    vars: Arc<Mutex<Vars>>,
     /// Cursors declared WITHOUT HOLD, closed when their transaction ends.
     tx_cursors: Mutex<Vec<String>>,
     probe: Option<Probe>,
@@ -38,11 +38,15 @@ pub struct Session {
 
 impl Session {
     pub fn new(planner: Planner, registry: Arc<Registry>, probe: Option<Probe>) -> Self {
+        let vars = Arc::new(Mutex::new(Vars::default()));
+        planner
+            .ctx
+            .register_udf(super::current_setting::udf(vars.clone()));
         Self {
             planner: Arc::new(planner),
             registry,
             registration: OnceLock::new(),
-            vars: Mutex::new(Vars::default()),
+            vars,
             tx_cursors: Mutex::new(Vec::new()),
             probe,
         }

@@ -37,6 +37,7 @@ pub const DATA_CORRUPTED: &str = "XX001";
 pub const CONNECTION_FAILURE: &str = "08006";
 pub const UNDEFINED_OBJECT: &str = "42704";
 pub const INTERNAL_ERROR: &str = "XX000";
+pub const UNDEFINED_FUNCTION: &str = "42883";
 
 /// An `ERROR`-severity wire error.
 pub fn error(code: &str, message: impl Into<String>) -> PgWireError {
@@ -182,7 +183,9 @@ pub fn datafusion_code(e: &DataFusionError) -> &'static str {
 
 /// DataFusion reports several distinct conditions as `Plan` text.
 fn plan_code(message: &str) -> &'static str {
-    if message.contains("not found") && message.contains("table") {
+    if message.starts_with("Invalid function") {
+        UNDEFINED_FUNCTION
+    } else if message.contains("not found") && message.contains("table") {
         UNDEFINED_TABLE
     } else if message.contains("Cannot cast") || message.contains("cannot be cast") {
         INVALID_TEXT_REPRESENTATION

@@ -747,3 +747,82 @@ fn cpu_ticks(pid: u32) -> u64 {
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after ')'.
     field(11) + field(12)
 }
+
+/// The metadata queries BI tools send when they connect and browse (taken
+/// from DBeaver's, Metabase's and Grafana's PostgreSQL drivers): each must
+/// run, and the table listings must find the demo tables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bi_tool_metadata_queries() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    let startup = [
+        // DBeaver (pgjdbc) at connect
+        "SET extra_float_digits = 3",
+        "SET application_name = 'DBeaver 25.1.5 - Main <tablesql>'",
+        "SELECT current_schema(), session_user",
+        "SHOW search_path",
+        "SELECT version()",
+        "SELECT n.oid, n.*, d.description FROM pg_catalog.pg_namespace n LEFT OUTER JOIN pg_catalog.pg_description d ON d.objoid = n.oid AND d.objsubid = 0 AND d.classoid = 'pg_namespace'::regclass ORDER BY nspname",
+        "SELECT db.oid, db.* FROM pg_catalog.pg_database db WHERE datname = 'datafusion'",
+        "SELECT * FROM pg_catalog.pg_settings WHERE name = 'standard_conforming_strings'",
+        // Metabase
+        "SHOW TRANSACTION ISOLATION LEVEL",
+        "SET SESSION CHARACTERISTICS AS TRANSACTION ISOLATION LEVEL READ COMMITTED",
+        "show timezone",
+        // Grafana
+        "SELECT current_setting('server_version_num')::int",
+    ];
+    for sql in startup {
+        client
+            .simple_query(sql)
+            .await
+            .map_err(|e| format!("{sql}: {e:?}"))?;
+    }
+    let listings = [
+        // DBeaver's table list of a schema
+        "SELECT c.oid, c.relname, c.relkind FROM pg_catalog.pg_class c JOIN pg_catalog.pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public' AND c.relkind NOT IN ('i', 'I', 'c') ORDER BY c.relname",
+        // Metabase's table list
+        r#"SELECT "n"."nspname" AS "schema", "c"."relname" AS "name", CASE "c"."relkind" WHEN 'r' THEN 'TABLE' WHEN 'v' THEN 'VIEW' ELSE NULL END AS "type", "d"."description" AS "description" FROM "pg_catalog"."pg_class" AS "c" INNER JOIN "pg_catalog"."pg_namespace" AS "n" ON "c"."relnamespace" = "n"."oid" LEFT JOIN "pg_catalog"."pg_description" AS "d" ON ("c"."oid" = "d"."objoid") AND ("d"."objsubid" = 0) WHERE ("n"."nspname" !~ '^pg_') AND ("n"."nspname" <> 'information_schema') AND c.relkind IN ('r', 'p', 'v', 'f', 'm') AND ("n"."nspname" IN ('public')) ORDER BY "type" ASC, "schema" ASC, "name" ASC"#,
+        // Grafana's table list
+        "SELECT quote_ident(table_name) AS \"table\" FROM information_schema.tables WHERE quote_ident(table_schema) NOT IN ('information_schema', 'pg_catalog') ORDER BY 1",
+    ];
+    for sql in listings {
+        let rows = client
+            .simple_query(sql)
+            .await
+            .map_err(|e| format!("{sql}: {e:?}"))?;
+        let found = rows.iter().any(|m| match m {
+            SimpleQueryMessage::Row(r) => (0..r.len()).any(|i| r.get(i) == Some("registrations")),
+            _ => false,
+        });
+        assert!(found, "registrations not listed by {sql}");
+    }
+    // Column metadata (DBeaver, Grafana).
+    let columns = client
+        .query(
+            "SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = 'public' AND table_name = 'registrations' ORDER BY ordinal_position",
+            &[],
+        )
+        .await?;
+    let names: Vec<&str> = columns.iter().map(|r| r.get(0)).collect();
+    assert_eq!(
+        names,
+        [
+            "event",
+            "distance",
+            "bib",
+            "name",
+            "gender",
+            "age",
+            "finish",
+            "registered",
+            "club",
+            // The storage columns every mapped table carries.
+            "PartitionKey",
+            "RowKey",
+            "Timestamp",
+            "_etag"
+        ]
+    );
+    Ok(())
+}
