@@ -11,6 +11,7 @@ pub mod auth;
 pub mod cancel;
 pub mod command;
 pub mod current_setting;
+pub mod direct;
 pub mod plan;
 pub mod session;
 pub mod sqlstate;

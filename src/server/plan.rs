@@ -30,6 +30,7 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 
 use super::cancel::{Guard, guarded};
+use super::direct;
 use super::sqlstate::{SYNTAX_ERROR, datafusion_error, error, parser_error};
 use crate::engine::Engine;
 
@@ -176,7 +177,8 @@ impl Planner {
         self.run(&plan, format, guard).await
     }
 
-    /// Physical planning and execution of an optimized plan. The first batch
+    /// Physical planning (or the direct path, `direct.rs`) and execution of
+    /// an optimized plan. The first batch
     /// is awaited here, so that errors and aggregates (whose one row comes
     /// after the whole scan) are reported before any row description, and
     /// cancel and timeout cover them.
@@ -187,18 +189,29 @@ impl Planner {
         mut guard: Guard,
     ) -> PgWireResult<QueryResponse> {
         let fields = Arc::new(result_fields(plan.schema().as_arrow(), format)?);
-        let state = self.ctx.state();
-        let physical = guard
+        let direct = guard
             .run(async {
-                state
-                    .query_planner()
-                    .create_physical_plan(plan, &state)
+                direct::start(&self.ctx, plan)
                     .await
                     .map_err(|e| datafusion_error(&e))
             })
             .await?;
-        let stream =
-            execute_stream(physical, self.ctx.task_ctx()).map_err(|e| datafusion_error(&e))?;
+        let stream = match direct {
+            Some(stream) => stream,
+            None => {
+                let state = self.ctx.state();
+                let physical = guard
+                    .run(async {
+                        state
+                            .query_planner()
+                            .create_physical_plan(plan, &state)
+                            .await
+                            .map_err(|e| datafusion_error(&e))
+                    })
+                    .await?;
+                execute_stream(physical, self.ctx.task_ctx()).map_err(|e| datafusion_error(&e))?
+            }
+        };
         // Fused: the first poll may already have ended it.
         let mut batches = Box::pin(guarded(stream, guard).fuse());
         let first = batches.next().await.transpose()?;

@@ -826,3 +826,75 @@ async fn bi_tool_metadata_queries() -> TestResult {
     );
     Ok(())
 }
+
+/// Point and range queries take the direct path (no physical planner); the
+/// same queries with a filter the scan cannot answer (`random() >= 0`) go
+/// through DataFusion. Both must answer alike, over both protocols.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn direct_path_answers_as_datafusion_does() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    let queries = [
+        "SELECT name, age FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib = 7",
+        "SELECT * FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib IN (3, 9, 400)",
+        "SELECT club, bib FROM registrations WHERE event = '2013 Chicago Marathon' AND distance = 'Half' AND bib BETWEEN 10 AND 20",
+        "SELECT bib FROM registrations WHERE event = '2014 Berlin Marathon' AND distance = '10K' AND bib > 80",
+        "SELECT \"RowKey\", name FROM registrations WHERE event = '2011 New York City Marathon' AND distance = 'Full' AND bib = 1",
+        "SELECT name FROM registrations WHERE event = 'nowhere' AND distance = 'Full' AND bib = 1",
+    ];
+    let rows = |messages: Vec<SimpleQueryMessage>| -> Vec<Vec<Option<String>>> {
+        let mut rows: Vec<Vec<Option<String>>> = messages
+            .into_iter()
+            .filter_map(|m| match m {
+                SimpleQueryMessage::Row(r) => {
+                    Some((0..r.len()).map(|i| r.get(i).map(str::to_owned)).collect())
+                }
+                _ => None,
+            })
+            .collect();
+        rows.sort();
+        rows
+    };
+    for sql in queries {
+        let direct = rows(client.simple_query(sql).await?);
+        let planned = rows(
+            client
+                .simple_query(&format!("{sql} AND random() >= 0.0"))
+                .await?,
+        );
+        assert_eq!(direct, planned, "{sql}");
+        let explain = client.simple_query(&format!("EXPLAIN {sql}")).await?;
+        let plan = format!("{:?}", rows(explain));
+        assert!(
+            !plan.contains("FilterExec"),
+            "{sql} is not all pushed: {plan}"
+        );
+    }
+    // Prepared, with parameters: the same rows as the literal query.
+    let statement = client
+        .prepare("SELECT bib, name FROM registrations WHERE event = $1 AND distance = $2 AND bib >= $3 AND bib < $4")
+        .await?;
+    let bound = client
+        .query(
+            &statement,
+            &[&"2012 Boston Marathon", &"Full", &5i32, &9i32],
+        )
+        .await?;
+    let literal = rows(
+        client
+            .simple_query("SELECT bib, name FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib >= 5 AND bib < 9 AND random() >= 0.0")
+            .await?,
+    );
+    let bound: Vec<Vec<Option<String>>> = bound
+        .iter()
+        .map(|r| {
+            vec![
+                Some(r.get::<_, i32>(0).to_string()),
+                Some(r.get::<_, String>(1)),
+            ]
+        })
+        .collect();
+    assert_eq!(bound.len(), 4);
+    assert_eq!(bound, literal);
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! Plans that skip DataFusion's physical planner: a projection of columns
+//! over one mapped table whose every filter the scan answers exactly (a point
+//! query by primary key, a key range). Such a plan is one `PartitionScanExec`
+//! and a column selection; building it directly costs a pushdown, while the
+//! physical planner and its optimizer rules cost more than the lookup itself
+//! (BENCHMARKS.md, "Wire server"). Anything else returns `None` and goes
+//! through DataFusion.
+
+use std::sync::Arc;
+
+use datafusion::catalog::TableProvider;
+use datafusion::catalog::default_table_source::source_as_provider;
+use datafusion::common::Column;
+use datafusion::error::Result;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableScan};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::prelude::SessionContext;
+use futures::StreamExt;
+
+use crate::planner::StoreTable;
+
+/// What the direct path needs of a plan.
+struct Shape<'a> {
+    scan: &'a TableScan,
+    provider: Arc<dyn TableProvider>,
+    filters: Vec<Expr>,
+    /// Output columns as positions in the scan's output.
+    columns: Vec<usize>,
+}
+
+fn shape(plan: &LogicalPlan) -> Option<Shape<'_>> {
+    let (columns, below): (Option<Vec<&Column>>, &LogicalPlan) = match plan {
+        LogicalPlan::Projection(p) => {
+            let columns = p
+                .expr
+                .iter()
+                .map(|e| match e {
+                    Expr::Column(c) => Some(c),
+                    _ => None,
+                })
+                .collect::<Option<Vec<_>>>()?;
+            (Some(columns), p.input.as_ref())
+        }
+        other => (None, other),
+    };
+    let (predicate, below) = match below {
+        LogicalPlan::Filter(f) => (Some(&f.predicate), f.input.as_ref()),
+        other => (None, other),
+    };
+    let LogicalPlan::TableScan(scan) = below else {
+        return None;
+    };
+    let provider = source_as_provider(&scan.source).ok()?;
+    let any: &dyn std::any::Any = provider.as_ref();
+    if !any.is::<StoreTable>() {
+        return None;
+    }
+    let mut filters: Vec<Expr> = scan.filters.clone();
+    if let Some(p) = predicate {
+        filters.extend(split_conjunction(p).into_iter().cloned());
+    }
+    let columns = match columns {
+        Some(cols) => cols
+            .iter()
+            .map(|c| scan.projected_schema.index_of_column(c).ok())
+            .collect::<Option<Vec<_>>>()?,
+        None => (0..scan.projected_schema.fields().len()).collect(),
+    };
+    Some(Shape {
+        scan,
+        provider,
+        filters,
+        columns,
+    })
+}
+
+/// Starts `plan` without the physical planner when its shape allows, with
+/// every placeholder already bound.
+pub async fn start(
+    ctx: &SessionContext,
+    plan: &LogicalPlan,
+) -> Result<Option<SendableRecordBatchStream>> {
+    let Some(shape) = shape(plan) else {
+        return Ok(None);
+    };
+    let refs: Vec<&Expr> = shape.filters.iter().collect();
+    let exact = shape
+        .provider
+        .supports_filters_pushdown(&refs)?
+        .iter()
+        .all(|p| matches!(p, TableProviderFilterPushDown::Exact));
+    if !exact {
+        return Ok(None);
+    }
+    let state = ctx.state();
+    let exec = shape
+        .provider
+        .scan(
+            &state,
+            shape.scan.projection.as_ref(),
+            &shape.filters,
+            shape.scan.fetch,
+        )
+        .await?;
+    let stream = exec.execute(0, ctx.task_ctx())?;
+    let schema = Arc::new(stream.schema().project(&shape.columns)?);
+    let columns = shape.columns;
+    let projected = stream.map(move |batch| batch.and_then(|b| Ok(b.project(&columns)?)));
+    Ok(Some(Box::pin(RecordBatchStreamAdapter::new(
+        schema, projected,
+    ))))
+}
