@@ -25,9 +25,21 @@ use super::ServerError;
 use super::sqlstate::{INVALID_AUTHORIZATION, fatal};
 
 /// Users and their SCRAM secrets (salt and salted password; never the password).
-#[derive(Default)]
 pub struct Users {
     secrets: HashMap<String, Secret>,
+    /// Keys the made-up salt of unknown users (see `get_password`).
+    mock_key: ring::hmac::Key,
+}
+
+impl Default for Users {
+    fn default() -> Self {
+        let mut key = [0u8; 32];
+        rand::rng().fill_bytes(&mut key);
+        Self {
+            secrets: HashMap::new(),
+            mock_key: ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &key),
+        }
+    }
 }
 
 struct Secret {
@@ -95,11 +107,12 @@ impl AuthSource for Users {
         match self.secrets.get(user) {
             Some(s) => Ok(Password::new(Some(s.salt.clone()), s.salted.clone())),
             // An unknown user goes through the same exchange with a secret
-            // nobody knows, so the answer does not tell which names exist.
+            // nobody knows, and a salt that is the same at every attempt (as
+            // a real user's is), so the answer does not tell which names exist.
             None => {
-                let mut salt = vec![0u8; 16];
+                let tag = ring::hmac::sign(&self.mock_key, user.as_bytes());
+                let salt = tag.as_ref()[..16].to_vec();
                 let mut salted = vec![0u8; 32];
-                rand::rng().fill_bytes(&mut salt);
                 rand::rng().fill_bytes(&mut salted);
                 Ok(Password::new(Some(salt), salted))
             }
@@ -212,6 +225,26 @@ mod tests {
         assert!(users.add_entry(":x").is_err());
         let shown = format!("{users:?}");
         assert!(shown.contains("alice") && !shown.contains("s3cret"));
+    }
+
+    #[tokio::test]
+    async fn unknown_users_get_a_stable_salt() {
+        let users = Users::default();
+        let users = &users;
+        let salt = |p: Password| p.salt().map(<[u8]>::to_vec);
+        let login = |name: &'static str| async move {
+            let mut client =
+                pgwire::api::DefaultClient::<()>::new("127.0.0.1:1".parse().expect("addr"), false);
+            client.metadata_mut().insert("user".into(), name.into());
+            users
+                .get_password(&LoginInfo::from_client_info(&client))
+                .await
+        };
+        let a1 = salt(login("mallory").await.unwrap());
+        let a2 = salt(login("mallory").await.unwrap());
+        let b = salt(login("trent").await.unwrap());
+        assert_eq!(a1, a2);
+        assert_ne!(a1, b);
     }
 
     #[test]

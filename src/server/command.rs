@@ -308,10 +308,13 @@ pub fn portals<S: PortalStore>(store: &S) -> PgWireResult<&MemPortalStore<Stmt>>
 
 /// `DECLARE name CURSOR FOR query`: the cursor is a protocol-level portal of
 /// that name, so clients can also Describe it (psycopg's named cursors do).
+/// With `outer` (DECLARE through the extended protocol, as psycopg sends it),
+/// the cursor's query is bound to the values the client bound to DECLARE.
 pub async fn declare(
     planner: &Planner,
     store: &MemPortalStore<Stmt>,
     declare: &Declare,
+    outer: Option<&Portal<Stmt>>,
 ) -> PgWireResult<(String, bool)> {
     let (Some(name), Some(query)) = (declare.names.first(), declare.for_query.as_ref()) else {
         return Err(error(
@@ -334,11 +337,27 @@ pub async fn declare(
     }
     let statement = Statement::Query(query.clone());
     let prepared = planner.prepare(&statement.to_string(), statement).await?;
-    let stored = StoredStatement::new(name.clone(), Arc::new(prepared), vec![]);
-    let bind = Bind::new(Some(name.clone()), None, vec![], vec![], vec![]);
+    let (types, formats, values) = match outer {
+        Some(p) => (
+            p.statement.parameter_types.clone(),
+            format_codes(&p.parameter_format),
+            p.parameters.clone(),
+        ),
+        None => (vec![], vec![], vec![]),
+    };
+    let stored = StoredStatement::new(name.clone(), Arc::new(prepared), types);
+    let bind = Bind::new(Some(name.clone()), None, formats, values, vec![]);
     let portal = Portal::try_new(&bind, Arc::new(stored))?;
     store.put_portal(Arc::new(portal));
     Ok((name, declare.hold == Some(true)))
+}
+
+fn format_codes(format: &Format) -> Vec<i16> {
+    match format {
+        Format::UnifiedText => vec![],
+        Format::UnifiedBinary => vec![1],
+        Format::Individual(codes) => codes.clone(),
+    }
 }
 
 /// How many rows a FETCH asks for; 0 means all that remain.

@@ -18,7 +18,9 @@ use super::command::Vars;
 pub fn udf(vars: Arc<Mutex<Vars>>) -> ScalarUDF {
     ScalarUDF::new_from_impl(CurrentSetting {
         vars,
-        signature: Signature::exact(vec![DataType::Utf8], Volatility::Stable),
+        // Volatile, not Stable: a prepared plan is optimized once, and a
+        // Stable call would be folded to the value at Parse.
+        signature: Signature::exact(vec![DataType::Utf8], Volatility::Volatile),
     })
 }
 

@@ -8,22 +8,26 @@ use async_trait::async_trait;
 use datafusion::sql::sqlparser::ast::{CloseCursor, Statement};
 use futures::{Sink, SinkExt};
 use pgwire::api::portal::Portal;
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::portal::PortalExecutionState;
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler, send_query_response};
 use pgwire::api::results::{
     DescribePortalResponse, DescribeStatementResponse, QueryResponse, Response, Tag,
 };
 use pgwire::api::stmt::{QueryParser, StoredStatement};
+use pgwire::api::store::Entry;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore};
+use pgwire::api::{DEFAULT_NAME, PgWireConnectionState};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::extendedquery::Execute;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::messages::startup::ParameterStatus;
 
 use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
 use super::plan::{Kind, Planner, Stmt, is_query};
-use super::sqlstate::{IN_FAILED_TRANSACTION, error};
+use super::sqlstate::{ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, IN_FAILED_TRANSACTION, error};
 
 /// The query handler of one connection.
 pub struct Session {
@@ -70,14 +74,22 @@ impl Session {
             .map_err(|_| super::plan::internal("session state poisoned"))
     }
 
-    /// Runs one statement that is not a prepared query.
-    async fn run<C>(&self, client: &mut C, statement: &Statement) -> PgWireResult<Response>
+    /// Runs one statement that is not a prepared query. `status` is the
+    /// transaction status before it (pgwire updates the client's only after
+    /// a whole query string); `outer` is the portal that carries the
+    /// statement's parameters, if it came through the extended protocol.
+    async fn run<C>(
+        &self,
+        client: &mut C,
+        statement: &Statement,
+        status: TransactionStatus,
+        outer: Option<&Portal<Stmt>>,
+    ) -> PgWireResult<Response>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
         C::PortalStore: PortalStore,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let status = client.transaction_status();
         let ends_transaction = matches!(
             statement,
             Statement::Commit { .. } | Statement::Rollback { .. }
@@ -90,6 +102,15 @@ impl Session {
         }
         match statement {
             Statement::StartTransaction { .. } => Ok(Response::TransactionStart(Tag::new("BEGIN"))),
+            Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => {
+                Err(error(FEATURE_NOT_SUPPORTED, "AND CHAIN is not supported"))
+            }
+            Statement::Rollback {
+                savepoint: Some(_), ..
+            } => Err(error(
+                FEATURE_NOT_SUPPORTED,
+                "savepoints are not supported: there are no writes to roll back to",
+            )),
             Statement::Commit { .. } | Statement::Rollback { .. } => {
                 self.close_tx_cursors(client)?;
                 // A failed transaction ends as a rollback, as in PostgreSQL.
@@ -135,7 +156,13 @@ impl Session {
                 let Some(declare) = stmts.first() else {
                     return Err(command::not_supported(statement));
                 };
-                let (name, hold) = command::declare(&self.planner, store, declare).await?;
+                if declare.hold != Some(true) && !matches!(status, TransactionStatus::Transaction) {
+                    return Err(error(
+                        "25P01",
+                        "DECLARE CURSOR can only be used in transaction blocks (or WITH HOLD)",
+                    ));
+                }
+                let (name, hold) = command::declare(&self.planner, store, declare, outer).await?;
                 if !hold && matches!(status, TransactionStatus::Transaction) {
                     if let Ok(mut names) = self.tx_cursors.lock() {
                         names.push(name);
@@ -163,7 +190,22 @@ impl Session {
                 }
                 Ok(Response::Execution(Tag::new("CLOSE CURSOR")))
             }
-            Statement::Discard { .. } => Ok(Response::Execution(Tag::new("DISCARD ALL"))),
+            // Poolers hand the connection to the next client after this.
+            Statement::Discard { .. } => {
+                if !matches!(status, TransactionStatus::Idle) {
+                    return Err(error(
+                        ACTIVE_TRANSACTION,
+                        "DISCARD ALL cannot run inside a transaction block",
+                    ));
+                }
+                *self.vars()? = Vars::default();
+                if let Ok(mut names) = self.tx_cursors.lock() {
+                    names.clear();
+                }
+                let store = command::portals(client.portal_store())?;
+                store.clear_portals();
+                Ok(Response::Execution(Tag::new("DISCARD ALL")))
+            }
             Statement::Deallocate { name, .. } => {
                 client.portal_store().rm_statement(&name.value);
                 Ok(Response::Execution(Tag::new("DEALLOCATE")))
@@ -234,9 +276,17 @@ impl SimpleQueryHandler for Session {
     {
         let statements = self.planner.parse(query)?;
         let mut responses = Vec::with_capacity(statements.len());
+        let mut status = client.transaction_status();
         for statement in &statements {
-            match self.run(client, statement).await {
-                Ok(r) => responses.push(r),
+            match self.run(client, statement, status, None).await {
+                Ok(r) => {
+                    status = match &r {
+                        Response::TransactionStart(_) => status.to_in_transaction_state(),
+                        Response::TransactionEnd(_) => TransactionStatus::Idle,
+                        _ => status,
+                    };
+                    responses.push(r)
+                }
                 // Statements before the failing one keep their results; the
                 // rest do not run, as in PostgreSQL.
                 Err(e) if responses.is_empty() => return Err(e),
@@ -257,6 +307,41 @@ impl ExtendedQueryHandler for Session {
 
     fn query_parser(&self) -> Arc<Planner> {
         self.planner.clone()
+    }
+
+    /// pgwire answers an Execute without a row limit by collecting the whole
+    /// result first; a query's rows are streamed instead, so memory stays
+    /// bounded whatever the result size (tokio-postgres, pgjdbc's default
+    /// fetch size, pgbench). Limited Executes and commands take pgwire's path.
+    async fn on_execute<C>(&self, client: &mut C, message: Execute) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Stmt>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        let portal = match client.portal_store().get_portal(name) {
+            Some(Entry::Value(p)) => p,
+            _ => return self._on_execute(client, message).await,
+        };
+        let fresh = matches!(*portal.state().lock().await, PortalExecutionState::Initial);
+        let query = matches!(portal.statement.statement.kind, Kind::Query { .. });
+        if message.max_rows != 0 || !fresh || !query {
+            return self._on_execute(client, message).await;
+        }
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let result = match ExtendedQueryHandler::do_query(self, client, &portal, 0).await {
+            Ok(Response::Query(rows)) => send_query_response(client, rows, false).await,
+            Ok(_) => Err(super::plan::internal("a query answered without rows")),
+            Err(e) => Err(e),
+        };
+        *portal.state().lock().await = PortalExecutionState::Finished;
+        client.set_state(PgWireConnectionState::ReadyForQuery);
+        result
     }
 
     async fn do_query<C>(
@@ -283,7 +368,10 @@ impl ExtendedQueryHandler for Session {
                 let rows: QueryResponse = self.planner.execute(portal, guard).await?;
                 Ok(Response::Query(rows))
             }
-            Kind::Command(statement) => self.run(client, statement).await,
+            Kind::Command(statement) => {
+                let status = client.transaction_status();
+                self.run(client, statement, status, Some(portal)).await
+            }
         }
     }
 

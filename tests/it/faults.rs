@@ -266,6 +266,7 @@ fn random_faults(seed: u64) -> Decide {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn queries_and_batches_survive_injected_faults() -> TestResult {
+    let _cpu = crate::exclusive();
     let account = crate::azurite::fresh_account()?;
     let direct = AzureStore::new(account.clone())?;
     let proxy = Proxy::start(upstream()?, random_faults(7)).await?;

@@ -12,3 +12,12 @@ mod pushdown;
 mod server;
 mod slt;
 mod sql;
+
+/// Held by the tests that count timing-sensitive events (the fault injection
+/// counts one retry per fault, which a CPU-starved Azurite breaks) and by the
+/// tests that load the CPU most (64 clients, 100,000-row reads), so the two
+/// kinds never overlap.
+pub fn exclusive() -> std::sync::MutexGuard<'static, ()> {
+    static LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}

@@ -103,8 +103,8 @@ fn fixture(rows: u64) -> Result<&'static Path, String> {
     static LARGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let cell = if rows == 100_000 { &LARGE } else { &SMALL };
     cell.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("server-fixture-{rows}-{}", std::process::id()));
+        // One per row count, rebuilt by every run.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("server-fixture-{rows}"));
         let _ = std::fs::remove_dir_all(&dir);
         let out = tablesql()
             .arg("--store")
@@ -288,6 +288,26 @@ fn psql_command_tags_and_transactions() -> TestResult {
         "{shown}"
     );
     assert!(shown.contains("ROLLBACK"), "{shown}");
+    assert!(!shown.contains("walkers"), "{shown}");
+
+    // The same as one query string (pgwire reports the transaction status
+    // only after the whole string).
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "ON_ERROR_STOP=0",
+            "-c",
+            &format!("BEGIN; {}; COMMIT", ddl.replace("runners", "walkers")),
+            "-c",
+            "\\dt",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(
+        shown.contains("cannot run inside a transaction block"),
+        "{shown}"
+    );
     assert!(!shown.contains("walkers"), "{shown}");
 
     // Writes through SQL are refused by name, not answered with a result set.
@@ -487,15 +507,16 @@ async fn cursors_declare_fetch_close() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_size_streams_100k_rows_in_flat_memory() -> TestResult {
+    let _cpu = crate::exclusive();
     let server = serve(100_000, &[])?;
     let mut client = server.connect().await?;
     let tx = client.transaction().await?;
     let statement = tx
         .prepare("SELECT event, distance, bib, name, gender, age, finish, registered, club FROM registrations")
         .await?;
+    let rss_start = server.rss_kib();
     let portal = tx.bind(&statement, &[]).await?;
     let mut rows = 0usize;
-    let mut rss_early = 0;
     loop {
         let page = tx.query_portal(&portal, 1000).await?;
         if page.is_empty() {
@@ -503,25 +524,41 @@ async fn fetch_size_streams_100k_rows_in_flat_memory() -> TestResult {
         }
         assert!(page.len() <= 1000);
         rows += page.len();
-        if rows == 10_000 {
-            rss_early = server.rss_kib();
-        }
     }
-    let rss_late = server.rss_kib();
+    let rss_paged = server.rss_kib();
     tx.commit().await?;
     assert_eq!(rows, 100_000);
-    // Streaming: memory at the end of the result is what it was a tenth of
-    // the way in. Holding the 100,000 rows would add tens of MiB.
-    let grown = rss_late.saturating_sub(rss_early);
-    assert!(
-        grown < 16 * 1024,
-        "server RSS grew {grown} KiB ({rss_early} -> {rss_late})"
+
+    // One Execute without a row limit, read as a stream by the client.
+    let stream = client
+        .query_raw(&statement, std::iter::empty::<i32>())
+        .await?;
+    futures::pin_mut!(stream);
+    let mut streamed = 0usize;
+    while let Some(row) = futures::StreamExt::next(&mut stream).await {
+        row?;
+        streamed += 1;
+    }
+    let rss_streamed = server.rss_kib();
+    assert_eq!(streamed, 100_000);
+    eprintln!(
+        "server RSS KiB: start {rss_start}, after pages {rss_paged}, after stream {rss_streamed}"
     );
+    // The 100,000 rows encoded are about 20 MiB; a server that held them
+    // would grow by that much at least.
+    for (what, rss) in [
+        ("pages of 1,000", rss_paged),
+        ("an unlimited Execute", rss_streamed),
+    ] {
+        let grown = rss.saturating_sub(rss_start);
+        assert!(grown < 12 * 1024, "server RSS grew {grown} KiB over {what}");
+    }
     Ok(())
 }
 
 #[test]
 fn psycopg_named_cursor_over_100k_rows() -> TestResult {
+    let _cpu = crate::exclusive();
     let Ok(python) = std::env::var("TABLESQL_TEST_PYTHON") else {
         return Err("TABLESQL_TEST_PYTHON is not set (scripts/python-env makes it)".into());
     };
@@ -532,7 +569,8 @@ assert psycopg.pq.__impl__ == "binary", psycopg.pq.__impl__
 with psycopg.connect(sys.argv[1]) as conn:
     with conn.cursor(name="regs") as cur:
         cur.itersize = 1000
-        cur.execute("SELECT bib, name, age FROM registrations")
+        # A parameter, bound to the DECLARE that psycopg sends.
+        cur.execute("SELECT bib, name, age FROM registrations WHERE age >= %s", (18,))
         names = [d.name for d in cur.description]
         n = 0
         for bib, name, age in cur:
@@ -666,6 +704,7 @@ fn tls_on_and_off() -> TestResult {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn load_64_clients_1000_prepared_points_each() -> TestResult {
+    let _cpu = crate::exclusive();
     let server = serve(1000, &[])?;
     let started = Instant::now();
     let mut tasks = Vec::new();

@@ -157,10 +157,13 @@ async fn serve(
     let mut users = Users::default();
     if let Some(path) = &users_file {
         users.add_file(path)?;
+        anyhow::ensure!(!users.is_empty(), "{} names no user", path.display());
     }
     for entry in &entries {
         users.add_entry(entry)?;
     }
+    // Only the salted secrets stay in memory.
+    drop(entries);
     let auth = if users.is_empty() {
         AuthMode::Trust
     } else {
