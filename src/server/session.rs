@@ -56,14 +56,27 @@ impl Session {
         }
     }
 
-    /// A statement's guard: the connection's cancel signal (registered on
-    /// first use, once the handshake has given the connection its key) and
-    /// the session's `statement_timeout`.
-    fn guard<C: ClientInfo>(&self, client: &C) -> Guard {
-        let registration = self.registration.get_or_init(|| {
+    /// The connection's start, on its first statement (the handshake has
+    /// given it its key by then): its cancel registration, and the
+    /// parameters of its startup message (`application_name`,
+    /// `options=-c statement_timeout=...`). A value SET would refuse is
+    /// ignored here rather than failing the connection.
+    fn start<C: ClientInfo>(&self, client: &C) -> &Registration {
+        self.registration.get_or_init(|| {
+            if let Ok(mut vars) = self.vars.lock() {
+                for (name, value) in startup_parameters(client.metadata()) {
+                    let _ = vars.set(&name, &value);
+                }
+            }
             let (pid, key) = client.pid_and_secret_key();
             self.registry.register(pid, key)
-        });
+        })
+    }
+
+    /// A statement's guard: the connection's cancel signal and the session's
+    /// `statement_timeout`.
+    fn guard<C: ClientInfo>(&self, client: &C) -> Guard {
+        let registration = self.start(client);
         let timeout = self.vars.lock().ok().and_then(|v| v.statement_timeout);
         registration.signal.guard(timeout, self.probe.clone())
     }
@@ -274,6 +287,7 @@ impl SimpleQueryHandler for Session {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.start(client);
         let statements = self.planner.parse(query)?;
         let mut responses = Vec::with_capacity(statements.len());
         let mut status = client.transaction_status();
@@ -356,6 +370,7 @@ impl ExtendedQueryHandler for Session {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        self.start(client);
         match &portal.statement.statement.kind {
             Kind::Query { .. } => {
                 if matches!(client.transaction_status(), TransactionStatus::Error) {
@@ -424,5 +439,59 @@ impl ExtendedQueryHandler for Session {
             )?,
         };
         Ok(DescribePortalResponse::new(fields))
+    }
+}
+
+/// Session parameters of a startup message: plain keys, and `-c name=value`
+/// or `--name=value` in `options`.
+fn startup_parameters(
+    metadata: &std::collections::HashMap<String, String>,
+) -> Vec<(String, String)> {
+    let mut found = Vec::new();
+    for (key, value) in metadata {
+        match key.as_str() {
+            "user" | "database" | "replication" => {}
+            "options" => {
+                let mut words = value.split_whitespace();
+                while let Some(word) = words.next() {
+                    let setting = match word {
+                        "-c" => words.next(),
+                        w => w.strip_prefix("--").or_else(|| w.strip_prefix("-c")),
+                    };
+                    if let Some((name, v)) = setting.and_then(|s| s.split_once('=')) {
+                        found.push((name.replace('-', "_"), v.to_owned()));
+                    }
+                }
+            }
+            _ => found.push((key.clone(), value.clone())),
+        }
+    }
+    found
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn startup_options_become_parameters() {
+        let metadata = [
+            ("user", "me"),
+            ("application_name", "psql"),
+            ("options", "-c statement_timeout=5s --search-path=raw"),
+        ]
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+        .collect();
+        let mut found = startup_parameters(&metadata);
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                ("application_name".to_owned(), "psql".to_owned()),
+                ("search_path".to_owned(), "raw".to_owned()),
+                ("statement_timeout".to_owned(), "5s".to_owned()),
+            ]
+        );
     }
 }

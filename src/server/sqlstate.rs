@@ -38,6 +38,7 @@ pub const CONNECTION_FAILURE: &str = "08006";
 pub const UNDEFINED_OBJECT: &str = "42704";
 pub const INTERNAL_ERROR: &str = "XX000";
 pub const UNDEFINED_FUNCTION: &str = "42883";
+pub const SYSTEM_ERROR: &str = "58000";
 
 /// An `ERROR`-severity wire error.
 pub fn error(code: &str, message: impl Into<String>) -> PgWireError {
@@ -110,10 +111,11 @@ pub fn storage_code(e: &StorageError) -> &'static str {
         StorageError::EntityAlreadyExists { .. } => UNIQUE_VIOLATION,
         StorageError::PreconditionFailed { .. } => SERIALIZATION_FAILURE,
         StorageError::Batch { source, .. } => storage_code(source),
-        StorageError::Unauthorized { .. } => INVALID_AUTHORIZATION,
-        StorageError::Unavailable { .. } | StorageError::AmbiguousRetry { .. } => {
-            CONNECTION_FAILURE
-        }
+        // The store's failures are the server's, not the client's login or
+        // connection (class 28 or 08 would make pools drop the connection).
+        StorageError::Unauthorized { .. }
+        | StorageError::Unavailable { .. }
+        | StorageError::AmbiguousRetry { .. } => SYSTEM_ERROR,
         StorageError::Corrupt(_) | StorageError::FormatVersion { .. } => DATA_CORRUPTED,
         _ => INTERNAL_ERROR,
     }

@@ -438,6 +438,20 @@ async fn set_show_and_statement_timeout() -> TestResult {
         Err(e) => e,
     };
     assert_eq!(code(&e), "57014");
+    // Startup parameters set them too.
+    let other = connect(&format!(
+        "{} application_name=metabase options='-c statement_timeout=300'",
+        server.conninfo("tablesql")
+    ))
+    .await?;
+    let shown = other.query_one("SHOW application_name", &[]).await?;
+    assert_eq!(shown.get::<_, &str>(0), "metabase");
+    let e = other
+        .simple_query(LONG)
+        .await
+        .err()
+        .ok_or("no startup timeout")?;
+    assert_eq!(code(&e), "57014", "{e:?}");
     // The connection goes on.
     client.simple_query("SET statement_timeout = 0").await?;
     let row = client.query_one("SELECT count(*) FROM events", &[]).await?;
