@@ -87,12 +87,7 @@ impl Planner {
                 kind: Kind::Command(Box::new(statement)),
             });
         }
-        let state = self.ctx.state();
-        let plan = state
-            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
-            .await
-            .map_err(|e| datafusion_error(&e))?;
-        let plan = state.optimize(&plan).map_err(|e| datafusion_error(&e))?;
+        let plan = self.logical(statement).await?;
         let types = plan
             .get_parameter_types()
             .map_err(|e| datafusion_error(&e))?;
@@ -122,13 +117,18 @@ impl Planner {
 
     /// Plans a query from its text and starts it (the simple protocol).
     pub async fn query(&self, statement: Statement, guard: Guard) -> PgWireResult<QueryResponse> {
+        let plan = self.logical(statement).await?;
+        self.run(&plan, &Format::UnifiedText, guard).await
+    }
+
+    /// The analyzed and optimized logical plan of a query.
+    async fn logical(&self, statement: Statement) -> PgWireResult<LogicalPlan> {
         let state = self.ctx.state();
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
             .await
             .map_err(|e| datafusion_error(&e))?;
-        let plan = state.optimize(&plan).map_err(|e| datafusion_error(&e))?;
-        self.run(&plan, &Format::UnifiedText, guard).await
+        state.optimize(&plan).map_err(|e| datafusion_error(&e))
     }
 
     /// Binds a portal's values into its prepared plan and starts it.
