@@ -16,10 +16,30 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableScan};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::execution::TaskContext;
+use datafusion::execution::session_state::SessionState;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
 use crate::planner::StoreTable;
+
+/// A session's state and task context, taken once: each is a copy of the
+/// session's function registries, and copying them per statement cost more
+/// than the point read (`perf`: `HashMap::clone` and malloc on top).
+#[derive(Clone)]
+pub struct Snapshot {
+    pub state: Arc<SessionState>,
+    pub task: Arc<TaskContext>,
+}
+
+impl Snapshot {
+    pub fn of(ctx: &SessionContext) -> Self {
+        Self {
+            state: Arc::new(ctx.state()),
+            task: ctx.task_ctx(),
+        }
+    }
+}
 
 /// What the direct path needs of a plan.
 struct Shape<'a> {
@@ -79,7 +99,7 @@ fn shape(plan: &LogicalPlan) -> Option<Shape<'_>> {
 /// Starts `plan` without the physical planner when its shape allows, with
 /// every placeholder already bound.
 pub async fn start(
-    ctx: &SessionContext,
+    session: &Snapshot,
     plan: &LogicalPlan,
 ) -> Result<Option<SendableRecordBatchStream>> {
     let Some(shape) = shape(plan) else {
@@ -94,17 +114,16 @@ pub async fn start(
     if !exact {
         return Ok(None);
     }
-    let state = ctx.state();
     let exec = shape
         .provider
         .scan(
-            &state,
+            session.state.as_ref(),
             shape.scan.projection.as_ref(),
             &shape.filters,
             shape.scan.fetch,
         )
         .await?;
-    let stream = exec.execute(0, ctx.task_ctx())?;
+    let stream = exec.execute(0, session.task.clone())?;
     let schema = Arc::new(stream.schema().project(&shape.columns)?);
     let columns = shape.columns;
     let projected = stream.map(move |batch| batch.and_then(|b| Ok(b.project(&columns)?)));

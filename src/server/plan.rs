@@ -63,14 +63,32 @@ pub struct Planner {
     pub engine: Engine,
     pub ctx: SessionContext,
     sql: PostgresCompatibilityParser,
+    /// For the direct path; retaken when the session's configuration changes.
+    snapshot: std::sync::RwLock<direct::Snapshot>,
 }
 
 impl Planner {
     pub fn new(engine: Engine, ctx: SessionContext) -> Self {
+        let snapshot = std::sync::RwLock::new(direct::Snapshot::of(&ctx));
         Self {
             engine,
             ctx,
             sql: PostgresCompatibilityParser::new(),
+            snapshot,
+        }
+    }
+
+    /// After `SET datafusion.*`, or a UDF registered on the session.
+    pub fn configuration_changed(&self) {
+        if let Ok(mut s) = self.snapshot.write() {
+            *s = direct::Snapshot::of(&self.ctx);
+        }
+    }
+
+    fn snapshot(&self) -> direct::Snapshot {
+        match self.snapshot.read() {
+            Ok(s) => s.clone(),
+            Err(_) => direct::Snapshot::of(&self.ctx),
         }
     }
 
@@ -123,7 +141,7 @@ impl Planner {
 
     /// The analyzed and optimized logical plan of a query.
     async fn logical(&self, statement: Statement) -> PgWireResult<LogicalPlan> {
-        let state = self.ctx.state();
+        let state = self.snapshot().state;
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
             .await
@@ -189,9 +207,10 @@ impl Planner {
         mut guard: Guard,
     ) -> PgWireResult<QueryResponse> {
         let fields = Arc::new(result_fields(plan.schema().as_arrow(), format)?);
+        let snapshot = self.snapshot();
         let direct = guard
             .run(async {
-                direct::start(&self.ctx, plan)
+                direct::start(&snapshot, plan)
                     .await
                     .map_err(|e| datafusion_error(&e))
             })
@@ -199,17 +218,18 @@ impl Planner {
         let stream = match direct {
             Some(stream) => stream,
             None => {
-                let state = self.ctx.state();
+                let state = &snapshot.state;
                 let physical = guard
                     .run(async {
                         state
                             .query_planner()
-                            .create_physical_plan(plan, &state)
+                            .create_physical_plan(plan, state.as_ref())
                             .await
                             .map_err(|e| datafusion_error(&e))
                     })
                     .await?;
-                execute_stream(physical, self.ctx.task_ctx()).map_err(|e| datafusion_error(&e))?
+                execute_stream(physical, snapshot.task.clone())
+                    .map_err(|e| datafusion_error(&e))?
             }
         };
         // Fused: the first poll may already have ended it.

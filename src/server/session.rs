@@ -46,6 +46,7 @@ impl Session {
         planner
             .ctx
             .register_udf(super::current_setting::udf(vars.clone()));
+        planner.configuration_changed();
         Self {
             planner: Arc::new(planner),
             registry,
@@ -145,6 +146,7 @@ impl Session {
                         .sql(&statement.to_string())
                         .await
                         .map_err(|e| super::sqlstate::datafusion_error(&e))?;
+                    self.planner.configuration_changed();
                     return Ok(Response::Execution(Tag::new("SET")));
                 }
                 let report = self.vars()?.set(&name, &value)?;
