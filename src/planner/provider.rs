@@ -53,6 +53,45 @@ impl StoreTable {
         &self.layout
     }
 
+    /// The scan of `filters` when the pushdown answers every one of them
+    /// exactly, `None` otherwise: one pushdown, where DataFusion's protocol
+    /// (`supports_filters_pushdown`, then `scan`) runs two. The wire server's
+    /// direct path uses it.
+    pub fn exact_scan(
+        &self,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        limit: Option<usize>,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let pushdown = self.plan(filters);
+        if !pushdown.exact.iter().all(|e| *e) {
+            return Ok(None);
+        }
+        self.exec(pushdown.path, projection, limit).map(Some)
+    }
+
+    fn exec(
+        &self,
+        path: AccessPath,
+        projection: Option<&Vec<usize>>,
+        limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let projection: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.layout.schema.fields().len()).collect(),
+        };
+        let ordering = key_ordering(&self.layout, &path, &projection);
+        Ok(Arc::new(PartitionScanExec::new(
+            self.store.clone(),
+            self.layout.clone(),
+            path,
+            projection,
+            limit,
+            ordering,
+            self.options,
+        )?))
+    }
+
     fn plan(&self, filters: &[Expr]) -> super::pushdown::Pushdown {
         let def = self.layout.def.as_deref();
         if self.pushdown {
@@ -144,20 +183,6 @@ impl TableProvider for StoreTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let path = self.plan(filters).path;
-        let projection: Vec<usize> = match projection {
-            Some(p) => p.clone(),
-            None => (0..self.layout.schema.fields().len()).collect(),
-        };
-        let ordering = key_ordering(&self.layout, &path, &projection);
-        Ok(Arc::new(PartitionScanExec::new(
-            self.store.clone(),
-            self.layout.clone(),
-            path,
-            projection,
-            limit,
-            ordering,
-            self.options,
-        )?))
+        self.exec(self.plan(filters).path, projection, limit)
     }
 }

@@ -237,7 +237,7 @@ pub fn show(vars: &Vars, statement: &Statement) -> Option<PgWireResult<QueryResp
         text_result(&[("name", names), ("setting", values)])
     } else {
         vars.get(&parameter_name(&name))
-            .and_then(|v| text_result(&[(&show_column(&name), vec![v])]))
+            .and_then(|v| text_result(&[(&parameter_name(&name), vec![v])]))
     })
 }
 
@@ -248,11 +248,6 @@ fn parameter_name(words: &str) -> String {
         "time zone" => "timezone".to_owned(),
         other => other.replace(' ', "_"),
     }
-}
-
-/// PostgreSQL names SHOW's column after the parameter.
-fn show_column(name: &str) -> String {
-    parameter_name(name)
 }
 
 fn text_result(columns: &[(&str, Vec<&str>)]) -> PgWireResult<QueryResponse> {
@@ -286,7 +281,7 @@ pub fn result_fields(statement: &Statement) -> PgWireResult<Vec<FieldInfo>> {
             if name.eq_ignore_ascii_case("all") {
                 vec![text_field("name"), text_field("setting")]
             } else {
-                vec![text_field(&show_column(&name))]
+                vec![text_field(&parameter_name(&name))]
             }
         }
         _ => Vec::new(),

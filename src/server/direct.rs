@@ -13,11 +13,11 @@ use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::Column;
 use datafusion::error::Result;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::logical_expr::utils::split_conjunction;
-use datafusion::logical_expr::{Expr, LogicalPlan, TableProviderFilterPushDown, TableScan};
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::execution::TaskContext;
 use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{Expr, LogicalPlan, TableScan};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
 
@@ -73,10 +73,6 @@ fn shape(plan: &LogicalPlan) -> Option<Shape<'_>> {
         return None;
     };
     let provider = source_as_provider(&scan.source).ok()?;
-    let any: &dyn std::any::Any = provider.as_ref();
-    if !any.is::<StoreTable>() {
-        return None;
-    }
     let mut filters: Vec<Expr> = scan.filters.clone();
     if let Some(p) = predicate {
         filters.extend(split_conjunction(p).into_iter().cloned());
@@ -105,24 +101,18 @@ pub async fn start(
     let Some(shape) = shape(plan) else {
         return Ok(None);
     };
-    let refs: Vec<&Expr> = shape.filters.iter().collect();
-    let exact = shape
-        .provider
-        .supports_filters_pushdown(&refs)?
-        .iter()
-        .all(|p| matches!(p, TableProviderFilterPushDown::Exact));
-    if !exact {
+    let any: &dyn std::any::Any = shape.provider.as_ref();
+    let Some(table) = any.downcast_ref::<StoreTable>() else {
         return Ok(None);
-    }
-    let exec = shape
-        .provider
-        .scan(
-            session.state.as_ref(),
-            shape.scan.projection.as_ref(),
-            &shape.filters,
-            shape.scan.fetch,
-        )
-        .await?;
+    };
+    let Some(exec) = table.exact_scan(
+        shape.scan.projection.as_ref(),
+        &shape.filters,
+        shape.scan.fetch,
+    )?
+    else {
+        return Ok(None);
+    };
     let stream = exec.execute(0, session.task.clone())?;
     let schema = Arc::new(stream.schema().project(&shape.columns)?);
     let columns = shape.columns;

@@ -228,8 +228,7 @@ impl Planner {
                             .map_err(|e| datafusion_error(&e))
                     })
                     .await?;
-                execute_stream(physical, snapshot.task.clone())
-                    .map_err(|e| datafusion_error(&e))?
+                execute_stream(physical, snapshot.task.clone()).map_err(|e| datafusion_error(&e))?
             }
         };
         // Fused: the first poll may already have ended it.
