@@ -3,16 +3,20 @@
 
 pub mod coop;
 pub mod decode;
+pub mod dml;
+pub mod encode;
 pub mod metrics;
 pub mod scan;
 
 pub use decode::Layout;
+pub use dml::{DmlExec, DmlOp};
 pub use scan::{PartitionScanExec, ScanOptions};
 
 use crate::catalog::ColumnType;
+use crate::keys::KeyError;
 use crate::storage::{KeyKind, StorageError};
 
-/// A failure while reading rows.
+/// A failure while reading or writing rows.
 #[derive(Debug, thiserror::Error)]
 pub enum ExecError {
     /// The store failed.
@@ -44,6 +48,37 @@ pub enum ExecError {
     /// Building a batch failed.
     #[error(transparent)]
     Arrow(#[from] datafusion::arrow::error::ArrowError),
+    /// A value a key template cannot write.
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    /// NULL in a NOT NULL column or in a column a key template needs.
+    #[error("table {table}: column {column} must not be NULL")]
+    NullValue { table: String, column: String },
+    /// A value its column cannot store.
+    #[error("column {column}: {reason}")]
+    BadValue { column: String, reason: String },
+    /// A value given for a system column (keys, Timestamp, ETag).
+    #[error("column {column} is set by the store and the key templates; leave it out")]
+    SystemColumn { column: String },
+    /// A write to a table without a mapping.
+    #[error(
+        "table {table} has no mapping (key templates), so rows cannot be written through SQL; map it with CREATE TABLE ... WITH (...)"
+    )]
+    RawTable { table: String },
+    /// An UPDATE that changes a PartitionKey column: a move across partitions,
+    /// which no entity group transaction can make atomic.
+    #[error(
+        "table {table}: UPDATE cannot change PartitionKey columns ({columns}); a row cannot move to another partition atomically (DELETE it and INSERT it instead)"
+    )]
+    PartitionMove { table: String, columns: String },
+    /// A statement that failed after some of its rows were committed.
+    #[error(
+        "{source} ({rows} rows of this statement were written before the failure: each partition's rows commit together, a statement across partitions does not)"
+    )]
+    PartlyWritten {
+        rows: u64,
+        source: Box<datafusion::error::DataFusionError>,
+    },
 }
 
 impl From<ExecError> for datafusion::error::DataFusionError {

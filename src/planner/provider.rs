@@ -10,7 +10,11 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::Result;
-use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
+use datafusion::common::{DFSchema, not_impl_err, plan_err};
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::logical_expr::utils::conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_expr::PhysicalSortExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
@@ -18,8 +22,8 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::access::AccessPath;
 use super::pushdown::push_down;
 use crate::exec::decode::Source;
-use crate::exec::{Layout, PartitionScanExec, ScanOptions};
-use crate::storage::TableStore;
+use crate::exec::{DmlExec, DmlOp, ExecError, Layout, PartitionScanExec, ScanOptions};
+use crate::storage::{ETag, TableStore};
 
 /// A table of the store, as DataFusion sees it.
 #[derive(Debug)]
@@ -185,4 +189,128 @@ impl TableProvider for StoreTable {
     ) -> Result<Arc<dyn ExecutionPlan>> {
         self.exec(self.plan(filters).path, projection, limit)
     }
+
+    async fn insert_into(
+        &self,
+        _state: &dyn Session,
+        input: Arc<dyn ExecutionPlan>,
+        insert_op: InsertOp,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if insert_op != InsertOp::Append {
+            return not_impl_err!(
+                "{insert_op} is not supported: INSERT refuses rows that exist; UPDATE changes them"
+            );
+        }
+        Ok(Arc::new(DmlExec::new(
+            DmlOp::Insert,
+            input,
+            self.store.clone(),
+            self.layout.clone(),
+            None,
+        )?))
+    }
+
+    async fn delete_from(
+        &self,
+        state: &dyn Session,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let (if_match, filters) = etag_condition(filters)?;
+        Ok(Arc::new(DmlExec::new(
+            DmlOp::Delete,
+            self.matching(state, &filters)?,
+            self.store.clone(),
+            self.layout.clone(),
+            if_match,
+        )?))
+    }
+
+    async fn update(
+        &self,
+        state: &dyn Session,
+        assignments: Vec<(String, Expr)>,
+        filters: Vec<Expr>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let (if_match, filters) = etag_condition(filters)?;
+        let schema = DFSchema::try_from(self.layout.schema.clone())?;
+        let assignments = assignments
+            .into_iter()
+            .map(|(name, value)| {
+                let i = self.layout.schema.index_of(&name)?;
+                if !matches!(
+                    self.layout.columns.get(i),
+                    Some((
+                        Source::PartitionField(_) | Source::RowField(_) | Source::Property { .. },
+                        _
+                    ))
+                ) {
+                    return Err(ExecError::SystemColumn { column: name }.into());
+                }
+                Ok((i, state.create_physical_expr(value, &schema)?))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Arc::new(DmlExec::new(
+            DmlOp::Update { assignments },
+            self.matching(state, &filters)?,
+            self.store.clone(),
+            self.layout.clone(),
+            if_match,
+        )?))
+    }
+}
+
+impl StoreTable {
+    /// The rows of a DELETE or UPDATE: every column (keys and ETag included)
+    /// along the pushed access path, with the filters the path does not
+    /// answer applied above it.
+    fn matching(&self, state: &dyn Session, filters: &[Expr]) -> Result<Arc<dyn ExecutionPlan>> {
+        let pushdown = self.plan(filters);
+        let scan = self.exec(pushdown.path, None, None)?;
+        let residual: Vec<Expr> = filters
+            .iter()
+            .zip(&pushdown.exact)
+            .filter(|(_, exact)| !**exact)
+            .map(|(f, _)| f.clone())
+            .collect();
+        let Some(predicate) = conjunction(residual) else {
+            return Ok(scan);
+        };
+        let schema = DFSchema::try_from(self.layout.schema.clone())?;
+        let predicate = state.create_physical_expr(predicate, &schema)?;
+        Ok(Arc::new(FilterExec::try_new(predicate, scan)?))
+    }
+}
+
+/// Splits `_etag = '...'` off a DELETE's or UPDATE's filters: it is the
+/// statement's `If-Match`, not a filter. A row whose ETag differs is a
+/// conflict (SQLSTATE 40001), as in Table Storage, rather than a row the
+/// statement silently skips.
+fn etag_condition(filters: Vec<Expr>) -> Result<(Option<ETag>, Vec<Expr>)> {
+    let mut etag = None;
+    let mut rest = Vec::with_capacity(filters.len());
+    for f in filters {
+        let found = match &f {
+            Expr::BinaryExpr(BinaryExpr {
+                left,
+                op: Operator::Eq,
+                right,
+            }) => match (left.as_ref(), right.as_ref()) {
+                (Expr::Column(c), Expr::Literal(v, _)) | (Expr::Literal(v, _), Expr::Column(c))
+                    if c.name == "_etag" =>
+                {
+                    v.try_as_str().flatten().map(str::to_owned)
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        match (found, &etag) {
+            (Some(e), None) => etag = Some(ETag::from_wire(e)),
+            (Some(_), Some(_)) => {
+                return plan_err!("a statement may name one _etag, not several");
+            }
+            (None, _) => rest.push(f),
+        }
+    }
+    Ok((etag, rest))
 }

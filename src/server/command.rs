@@ -462,13 +462,8 @@ pub async fn ddl(
 /// The refusal for statements tablesql does not run.
 pub fn not_supported(statement: &Statement) -> pgwire::error::PgWireError {
     let what = match statement {
-        Statement::Insert(_)
-        | Statement::Update { .. }
-        | Statement::Delete(_)
-        | Statement::Merge { .. }
-        | Statement::Truncate { .. }
-        | Statement::Copy { .. } => {
-            "tablesql does not write rows through SQL (INSERT, UPDATE, DELETE, COPY)".to_owned()
+        Statement::Merge { .. } | Statement::Truncate { .. } | Statement::Copy { .. } => {
+            "tablesql writes rows with INSERT, UPDATE and DELETE; MERGE, TRUNCATE and COPY are not supported".to_owned()
         }
         other => {
             let text = other.to_string();

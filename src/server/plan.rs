@@ -16,14 +16,16 @@ use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::execute_stream;
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::UInt64Type;
+use datafusion::physical_plan::{collect, execute_stream};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::StreamExt;
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::results::{FieldInfo, QueryResponse};
+use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::{ClientInfo, Type};
 use pgwire::error::{PgWireError, PgWireResult};
@@ -46,12 +48,14 @@ pub type Stmt = Arc<Prepared>;
 
 #[derive(Debug)]
 pub enum Kind {
-    /// A query (SELECT, VALUES, EXPLAIN): its optimized plan, placeholders
+    /// A query (SELECT, VALUES, EXPLAIN) or a write (INSERT, UPDATE,
+    /// DELETE; `write` is its command tag): its optimized plan, placeholders
     /// included, and their types.
     Query {
         plan: LogicalPlan,
         params: Vec<Option<DataType>>,
         param_types: Vec<Type>,
+        write: Option<&'static str>,
     },
     /// Any other statement (SET, SHOW, BEGIN, DECLARE, FETCH, DDL): it runs
     /// at Execute, like a simple query.
@@ -99,7 +103,8 @@ impl Planner {
 
     /// What Parse keeps of one statement.
     pub async fn prepare(&self, sql: &str, statement: Statement) -> PgWireResult<Prepared> {
-        if !is_query(&statement) {
+        let write = write_tag(&statement);
+        if !is_query(&statement) && write.is_none() {
             return Ok(Prepared {
                 sql: sql.to_owned(),
                 kind: Kind::Command(Box::new(statement)),
@@ -129,6 +134,7 @@ impl Planner {
                 plan,
                 params,
                 param_types,
+                write,
             },
         })
     }
@@ -149,14 +155,67 @@ impl Planner {
         state.optimize(&plan).map_err(|e| datafusion_error(&e))
     }
 
-    /// Binds a portal's values into its prepared plan and starts it.
-    pub async fn execute(
-        &self,
-        portal: &Portal<Stmt>,
-        guard: Guard,
-    ) -> PgWireResult<QueryResponse> {
+    /// Plans a write from its text and runs it (the simple protocol).
+    pub async fn write_statement(&self, statement: Statement, guard: Guard) -> PgWireResult<Response> {
+        let tag = write_tag(&statement).ok_or_else(|| internal("not a write"))?;
+        let plan = self.logical(statement).await?;
+        self.write(&plan, tag, guard).await
+    }
+
+    /// Binds a portal's values into its prepared write and runs it.
+    pub async fn execute_write(&self, portal: &Portal<Stmt>, guard: Guard) -> PgWireResult<Response> {
         let prepared = &portal.statement.statement;
-        let values = match &prepared.kind {
+        let Kind::Query {
+            plan,
+            params,
+            write: Some(tag),
+            ..
+        } = &prepared.kind
+        else {
+            return Err(internal("not a write"));
+        };
+        let values = self.values(portal)?;
+        let plan = bind(plan, params, &values)?;
+        self.write(&plan, tag, guard).await
+    }
+
+    /// Runs a write's plan to the end: its one row is the count of rows
+    /// written, which becomes the command tag (`INSERT 0 n`, `UPDATE n`).
+    async fn write(&self, plan: &LogicalPlan, tag: &str, mut guard: Guard) -> PgWireResult<Response> {
+        let snapshot = self.snapshot();
+        let state = &snapshot.state;
+        let batches = guard
+            .run(async {
+                let physical = state
+                    .query_planner()
+                    .create_physical_plan(plan, state.as_ref())
+                    .await
+                    .map_err(|e| datafusion_error(&e))?;
+                collect(physical, snapshot.task.clone())
+                    .await
+                    .map_err(|e| datafusion_error(&e))
+            })
+            .await?;
+        let mut rows = 0usize;
+        for b in &batches {
+            let counts = b
+                .column(0)
+                .as_primitive_opt::<UInt64Type>()
+                .ok_or_else(|| internal("a write answered without a count"))?;
+            rows += counts.iter().flatten().sum::<u64>() as usize;
+        }
+        let tag = match tag {
+            // PostgreSQL's INSERT tag carries an OID, always 0 now.
+            "INSERT" => Tag::new(tag).with_oid(0).with_rows(rows),
+            _ => Tag::new(tag).with_rows(rows),
+        };
+        Ok(Response::Execution(tag))
+    }
+
+    /// The values a portal binds to its statement's placeholders.
+    fn values(&self, portal: &Portal<Stmt>) -> PgWireResult<ParamValues> {
+        let prepared = &portal.statement.statement;
+        Ok(match &prepared.kind {
             Kind::Query {
                 params,
                 param_types,
@@ -167,8 +226,17 @@ impl Planner {
                 deserialize_parameters_with_server_types(portal, &inferred, &server)?
             }
             _ => ParamValues::List(Vec::new()),
-        };
-        self.execute_values(prepared, &values, &portal.result_column_format, guard)
+        })
+    }
+
+    /// Binds a portal's values into its prepared plan and starts it.
+    pub async fn execute(
+        &self,
+        portal: &Portal<Stmt>,
+        guard: Guard,
+    ) -> PgWireResult<QueryResponse> {
+        let values = self.values(portal)?;
+        self.execute_values(&portal.statement.statement, &values, &portal.result_column_format, guard)
             .await
     }
 
@@ -182,16 +250,16 @@ impl Planner {
         format: &Format,
         guard: Guard,
     ) -> PgWireResult<QueryResponse> {
-        let Kind::Query { plan, params, .. } = &prepared.kind else {
+        let Kind::Query {
+            plan,
+            params,
+            write: None,
+            ..
+        } = &prepared.kind
+        else {
             return Err(error(SYNTAX_ERROR, "not a query"));
         };
-        let plan = if params.is_empty() {
-            plan.clone()
-        } else {
-            plan.clone()
-                .replace_params_with_values(values)
-                .map_err(|e| datafusion_error(&e))?
-        };
+        let plan = bind(plan, params, values)?;
         self.run(&plan, format, guard).await
     }
 
@@ -250,6 +318,30 @@ impl Planner {
     }
 }
 
+/// A prepared plan with values in place of its placeholders.
+fn bind(
+    plan: &LogicalPlan,
+    params: &[Option<DataType>],
+    values: &ParamValues,
+) -> PgWireResult<LogicalPlan> {
+    if params.is_empty() {
+        return Ok(plan.clone());
+    }
+    plan.clone()
+        .replace_params_with_values(values)
+        .map_err(|e| datafusion_error(&e))
+}
+
+/// The command tag of a statement that writes rows, `None` for the rest.
+pub fn write_tag(statement: &Statement) -> Option<&'static str> {
+    match statement {
+        Statement::Insert(_) => Some("INSERT"),
+        Statement::Update { .. } => Some("UPDATE"),
+        Statement::Delete(_) => Some("DELETE"),
+        _ => None,
+    }
+}
+
 /// The row description of a result.
 pub fn result_fields(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
     arrow_schema_to_pg_fields(schema, format, None)
@@ -299,6 +391,8 @@ impl QueryParser for Planner {
         format: Option<&Format>,
     ) -> PgWireResult<Vec<FieldInfo>> {
         match &stmt.kind {
+            // A write answers with its tag alone (NoData).
+            Kind::Query { write: Some(_), .. } => Ok(Vec::new()),
             Kind::Query { plan, .. } => result_fields(
                 plan.schema().as_arrow(),
                 format.unwrap_or(&Format::UnifiedText),

@@ -26,7 +26,7 @@ use pgwire::messages::startup::ParameterStatus;
 
 use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
-use super::plan::{Kind, Planner, Stmt, is_query};
+use super::plan::{Kind, Planner, Stmt, is_query, write_tag};
 use super::sqlstate::{ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, IN_FAILED_TRANSACTION, error};
 
 /// The query handler of one connection.
@@ -234,6 +234,11 @@ impl Session {
                 let rows = self.planner.query(s.clone(), guard).await?;
                 Ok(Response::Query(rows))
             }
+            s if write_tag(s).is_some() => {
+                refuse_in_transaction(write_tag(s), status)?;
+                let guard = self.guard(client);
+                self.planner.write_statement(s.clone(), guard).await
+            }
             other => Err(command::not_supported(other)),
         }
     }
@@ -342,7 +347,10 @@ impl ExtendedQueryHandler for Session {
             _ => return self._on_execute(client, message).await,
         };
         let fresh = matches!(*portal.state().lock().await, PortalExecutionState::Initial);
-        let query = matches!(portal.statement.statement.kind, Kind::Query { .. });
+        let query = matches!(
+            portal.statement.statement.kind,
+            Kind::Query { write: None, .. }
+        );
         if message.max_rows != 0 || !fresh || !query {
             return self._on_execute(client, message).await;
         }
@@ -374,12 +382,17 @@ impl ExtendedQueryHandler for Session {
     {
         self.start(client);
         match &portal.statement.statement.kind {
-            Kind::Query { .. } => {
+            Kind::Query { write, .. } => {
                 if matches!(client.transaction_status(), TransactionStatus::Error) {
                     return Err(error(
                         IN_FAILED_TRANSACTION,
                         "current transaction is aborted, commands ignored until end of transaction block",
                     ));
+                }
+                if write.is_some() {
+                    refuse_in_transaction(*write, client.transaction_status())?;
+                    let guard = self.guard(client);
+                    return self.planner.execute_write(portal, guard).await;
                 }
                 let guard = self.guard(client);
                 let rows: QueryResponse = self.planner.execute(portal, guard).await?;
@@ -496,4 +509,20 @@ mod tests {
             ]
         );
     }
+}
+
+/// Writes run outside transaction blocks only: each partition's rows commit
+/// as they are written and the store cannot roll them back, so a ROLLBACK
+/// could not keep its promise.
+fn refuse_in_transaction(tag: Option<&str>, status: TransactionStatus) -> PgWireResult<()> {
+    if matches!(status, TransactionStatus::Idle) {
+        return Ok(());
+    }
+    Err(error(
+        ACTIVE_TRANSACTION,
+        format!(
+            "{} cannot run inside a transaction block: the store commits rows as they are written and cannot roll them back (use autocommit)",
+            tag.unwrap_or("a write")
+        ),
+    ))
 }

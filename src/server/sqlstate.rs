@@ -10,6 +10,7 @@ use pgwire::error::{ErrorInfo, PgWireError};
 use crate::catalog::CatalogError;
 use crate::engine::EngineError;
 use crate::exec::ExecError;
+use crate::keys::KeyError;
 use crate::storage::{InvalidInput, StorageError};
 
 pub const SYNTAX_ERROR: &str = "42601";
@@ -23,6 +24,8 @@ pub const DIVISION_BY_ZERO: &str = "22012";
 pub const NUMERIC_OUT_OF_RANGE: &str = "22003";
 pub const INVALID_PARAMETER_VALUE: &str = "22023";
 pub const UNIQUE_VIOLATION: &str = "23505";
+pub const NOT_NULL_VIOLATION: &str = "23502";
+pub const GENERATED_ALWAYS: &str = "428C9";
 pub const SERIALIZATION_FAILURE: &str = "40001";
 pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 pub const QUERY_CANCELED: &str = "57014";
@@ -126,6 +129,17 @@ fn exec_code(e: &ExecError) -> &'static str {
         ExecError::Storage(s) => storage_code(s),
         ExecError::KeyMismatch { .. } | ExecError::TypeMismatch { .. } => DATA_CORRUPTED,
         ExecError::Arrow(a) => arrow_code(a),
+        ExecError::Key(k) => match k {
+            KeyError::OutOfRange { .. } => NUMERIC_OUT_OF_RANGE,
+            KeyError::NotAnInteger { .. } => INVALID_TEXT_REPRESENTATION,
+            KeyError::MissingValue { .. } => NOT_NULL_VIOLATION,
+            _ => INVALID_PARAMETER_VALUE,
+        },
+        ExecError::NullValue { .. } => NOT_NULL_VIOLATION,
+        ExecError::BadValue { .. } => INVALID_TEXT_REPRESENTATION,
+        ExecError::SystemColumn { .. } => GENERATED_ALWAYS,
+        ExecError::RawTable { .. } | ExecError::PartitionMove { .. } => FEATURE_NOT_SUPPORTED,
+        ExecError::PartlyWritten { source, .. } => datafusion_code(source),
     }
 }
 

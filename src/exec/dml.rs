@@ -1,0 +1,501 @@
+//! `DmlExec`: INSERT, UPDATE and DELETE on a mapped table. Each SQL row becomes
+//! a group of operations on its base entity and its index rows; a group never
+//! straddles two entity group transactions, so a row and its index rows are
+//! written together or not at all. Groups of one partition are packed into
+//! transactions of at most 100 operations.
+//!
+//! Up to `FLUSH_ROWS` rows are encoded and checked before anything is sent, so
+//! a bad value in a statement of that size writes nothing. Larger statements,
+//! and statements over several partitions that fail at the store, report how
+//! many rows were written before the failure: the store has no transaction
+//! across partitions, and we do not pretend otherwise.
+//!
+//! UPDATE and DELETE are conditional writes. Each row is written `If-Match` the
+//! ETag the scan read (or the one the statement names with `_etag = '...'`), so
+//! a row changed by someone else in between fails the statement with a
+//! precondition error (SQLSTATE 40001) instead of being overwritten.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{ArrayRef, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{Distribution, EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
+use futures::StreamExt;
+
+use super::ExecError;
+use super::decode::{Layout, Source};
+use super::encode::{Columns, compose, entities, mapped};
+use crate::catalog::TableDef;
+use crate::storage::write::MAX_BATCH_OPERATIONS;
+use crate::storage::{
+    ETag, EdmValue, IfMatch, PartitionKey, RowKey, StorageError, TableStore, WriteOp,
+};
+
+/// Rows encoded and checked before the first transaction is sent.
+pub const FLUSH_ROWS: usize = 10_000;
+/// Bytes of one transaction, below the service's 4 MiB for its envelope.
+const BATCH_BYTES: usize = 3 * 1024 * 1024;
+
+/// What a `DmlExec` does with its input rows.
+#[derive(Debug, Clone)]
+pub enum DmlOp {
+    /// Adds the rows (the input has the table's columns); a row whose base
+    /// entity or index rows exist already is refused.
+    Insert,
+    /// Rewrites the rows the input scan matched, with new values for the
+    /// columns at these layout positions, evaluated over the scanned row.
+    Update {
+        assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>,
+    },
+    /// Removes the rows the input scan matched, with their index rows.
+    Delete,
+}
+
+impl DmlOp {
+    fn name(&self) -> &'static str {
+        match self {
+            DmlOp::Insert => "insert",
+            DmlOp::Update { .. } => "update",
+            DmlOp::Delete => "delete",
+        }
+    }
+}
+
+/// Writes rows into a mapped table and yields one row: `count`, the number of
+/// SQL rows written.
+#[derive(Debug)]
+pub struct DmlExec {
+    op: DmlOp,
+    input: Arc<dyn ExecutionPlan>,
+    store: Arc<dyn TableStore>,
+    layout: Arc<Layout>,
+    if_match: Option<ETag>,
+    properties: Arc<PlanProperties>,
+}
+
+/// The schema every DML plan yields (DataFusion's convention).
+fn count_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]))
+}
+
+impl DmlExec {
+    /// `op` over `input`; `if_match` is the ETag a statement requires of the
+    /// rows it changes (`None`: the ETag each row was read with).
+    pub fn new(
+        op: DmlOp,
+        input: Arc<dyn ExecutionPlan>,
+        store: Arc<dyn TableStore>,
+        layout: Arc<Layout>,
+        if_match: Option<ETag>,
+    ) -> Result<Self> {
+        mapped(&layout)?;
+        let input: Arc<dyn ExecutionPlan> =
+            if input.properties().partitioning.partition_count() > 1 {
+                Arc::new(CoalescePartitionsExec::new(input))
+            } else {
+                input
+            };
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(count_schema()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        Ok(Self {
+            op,
+            input,
+            store,
+            layout,
+            if_match,
+            properties: Arc::new(properties),
+        })
+    }
+
+    /// Whether an UPDATE may give rows new RowKeys: then the scan is read to
+    /// the end before the first write, or rows moved ahead of the scan would
+    /// be met (and updated) twice.
+    fn moves_rows(&self) -> bool {
+        let DmlOp::Update { assignments } = &self.op else {
+            return false;
+        };
+        assignments.iter().any(|(i, _)| {
+            matches!(
+                self.layout.columns.get(*i),
+                Some((Source::PartitionField(_) | Source::RowField(_), _))
+            )
+        })
+    }
+}
+
+impl DisplayAs for DmlExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "DmlExec: op={} table={}", self.op.name(), self.layout.table)?;
+        if let DmlOp::Update { assignments } = &self.op {
+            let names: Vec<&str> = assignments
+                .iter()
+                .map(|(i, _)| self.layout.schema.field(*i).name().as_str())
+                .collect();
+            write!(f, " set=[{}]", names.join(", "))?;
+        }
+        match &self.if_match {
+            Some(etag) => write!(f, " if_match={etag}"),
+            None if matches!(self.op, DmlOp::Insert) => Ok(()),
+            None => write!(f, " if_match=read"),
+        }
+    }
+}
+
+impl ExecutionPlan for DmlExec {
+    fn name(&self) -> &str {
+        "DmlExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn required_input_distribution(&self) -> Vec<Distribution> {
+        vec![Distribution::SinglePartition]
+    }
+
+    fn benefits_from_input_partitioning(&self) -> Vec<bool> {
+        vec![false]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        if let DmlOp::Update { assignments } = &self.op {
+            for (_, e) in assignments {
+                if f(e)? == TreeNodeRecursion::Stop {
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let input = match (children.pop(), children.is_empty()) {
+            (Some(input), true) => input,
+            _ => {
+                return Err(DataFusionError::Internal(
+                    "DmlExec has one child".into(),
+                ));
+            }
+        };
+        Ok(Arc::new(DmlExec::new(
+            self.op.clone(),
+            input,
+            self.store.clone(),
+            self.layout.clone(),
+            self.if_match.clone(),
+        )?))
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "DmlExec has one partition, not {partition}"
+            )));
+        }
+        let input = self.input.execute(0, context)?;
+        let mut writer = Writer {
+            def: mapped(&self.layout)?.clone(),
+            op: self.op.clone(),
+            store: self.store.clone(),
+            layout: self.layout.clone(),
+            if_match: self.if_match.clone(),
+            materialize: self.moves_rows(),
+            pending: BTreeMap::new(),
+            pending_rows: 0,
+            written: 0,
+        };
+        let schema = count_schema();
+        let out = schema.clone();
+        let run = async move {
+            let result = writer.run(input).await;
+            let rows = match result {
+                Ok(()) => writer.written,
+                Err(e) if writer.written > 0 => {
+                    return Err(ExecError::PartlyWritten {
+                        rows: writer.written,
+                        source: Box::new(e),
+                    }
+                    .into());
+                }
+                Err(e) => return Err(e),
+            };
+            let count: ArrayRef = Arc::new(UInt64Array::from(vec![rows]));
+            Ok(RecordBatch::try_new(out, vec![count])?)
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            futures::stream::once(run),
+        )))
+    }
+}
+
+/// One SQL row's operations: they go in one transaction.
+struct Group {
+    ops: Vec<WriteOp>,
+    bytes: usize,
+}
+
+struct Writer {
+    def: Arc<TableDef>,
+    op: DmlOp,
+    store: Arc<dyn TableStore>,
+    layout: Arc<Layout>,
+    if_match: Option<ETag>,
+    materialize: bool,
+    pending: BTreeMap<PartitionKey, Vec<Group>>,
+    pending_rows: usize,
+    written: u64,
+}
+
+impl Writer {
+    async fn run(&mut self, mut input: SendableRecordBatchStream) -> Result<()> {
+        let mut held = Vec::new();
+        while let Some(batch) = input.next().await {
+            let batch = batch?;
+            if self.materialize {
+                held.push(batch);
+            } else {
+                self.take(&batch).await?;
+            }
+        }
+        for batch in held {
+            self.take(&batch).await?;
+        }
+        self.flush().await
+    }
+
+    /// Turns a batch of rows into pending groups, flushing when enough wait.
+    async fn take(&mut self, batch: &RecordBatch) -> Result<()> {
+        let old = Columns::new(&self.layout, batch)?;
+        let mut new = Columns::new(&self.layout, batch)?;
+        if let DmlOp::Update { assignments } = &self.op {
+            for (i, expr) in assignments {
+                let values = expr.evaluate(batch)?.into_array(batch.num_rows())?;
+                let t = self.layout.columns.get(*i).map(|c| c.1).ok_or_else(|| {
+                    DataFusionError::Internal(format!("no column {i} to assign"))
+                })?;
+                new.set(*i, values, t)?;
+            }
+        }
+        for row in 0..batch.num_rows() {
+            let (partition, group) = match &self.op {
+                DmlOp::Insert => {
+                    new.refuse_system(&self.layout, row)?;
+                    self.insert(&new.values(&self.layout, row)?)?
+                }
+                DmlOp::Delete => self.delete(&old, row)?,
+                DmlOp::Update { .. } => self.update(&old, &new, row).await?,
+            };
+            self.pending.entry(partition).or_default().push(group);
+            self.pending_rows += 1;
+            if self.pending_rows >= FLUSH_ROWS {
+                self.flush().await?;
+            }
+        }
+        Ok(())
+    }
+
+    fn insert(&self, values: &[Option<EdmValue>]) -> Result<(PartitionKey, Group)> {
+        let row = entities(&self.def, values)?;
+        let partition = row.base.partition_key.clone();
+        let ops = std::iter::once(row.base)
+            .chain(row.index)
+            .map(WriteOp::Insert)
+            .collect();
+        Ok((partition, Group::of(ops)))
+    }
+
+    /// The scanned row's keys and the ETag its writes must match.
+    fn keys(&self, old: &Columns, row: usize) -> Result<(PartitionKey, RowKey, IfMatch)> {
+        let text = |source: Source| -> Result<&str> {
+            let i = self
+                .layout
+                .columns
+                .iter()
+                .position(|(s, _)| *s == source)
+                .ok_or_else(|| DataFusionError::Internal(format!("no {source:?} column")))?;
+            old.text(i, row)
+                .ok_or_else(|| DataFusionError::Internal(format!("{source:?} is NULL")))
+        };
+        let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
+        let pk = PartitionKey::new(text(Source::PartitionKey)?).map_err(invalid)?;
+        let rk = RowKey::new(text(Source::RowKey)?).map_err(invalid)?;
+        let etag = match &self.if_match {
+            Some(e) => e.clone(),
+            None => ETag::from_wire(text(Source::ETag)?),
+        };
+        Ok((pk, rk, IfMatch::ETag(etag)))
+    }
+
+    fn delete(&self, old: &Columns, row: usize) -> Result<(PartitionKey, Group)> {
+        let (pk, rk, if_match) = self.keys(old, row)?;
+        let values = old.values(&self.layout, row)?;
+        let mut ops = vec![WriteOp::Delete {
+            partition_key: pk.clone(),
+            row_key: rk,
+            if_match,
+        }];
+        for ix in &self.def.indexes {
+            ops.push(WriteOp::Delete {
+                partition_key: pk.clone(),
+                row_key: self.row_key(&ix.row_key, &values)?,
+                if_match: IfMatch::Any,
+            });
+        }
+        Ok((pk, Group::of(ops)))
+    }
+
+    async fn update(
+        &self,
+        old: &Columns,
+        new: &Columns,
+        row: usize,
+    ) -> Result<(PartitionKey, Group)> {
+        let (pk, rk, if_match) = self.keys(old, row)?;
+        let old_values = old.values(&self.layout, row)?;
+        let mut next = entities(&self.def, &new.values(&self.layout, row)?)?;
+        if next.base.partition_key != pk {
+            return Err(ExecError::PartitionMove {
+                table: self.def.name.clone(),
+                columns: self.def.partition_key.columns().collect::<Vec<_>>().join(", "),
+            }
+            .into());
+        }
+        // Properties the mapping does not declare (written by applications)
+        // are kept: the stored entity is read, and checked against the ETag.
+        let stored = self
+            .store
+            .get(&self.layout.table, &pk, &rk)
+            .await
+            .map_err(ExecError::from)?;
+        let conflict = || {
+            ExecError::Storage(StorageError::PreconditionFailed {
+                partition_key: pk.as_str().to_owned(),
+                row_key: rk.as_str().to_owned(),
+            })
+        };
+        let stored = stored.ok_or_else(conflict)?;
+        if IfMatch::ETag(stored.etag.clone()) != if_match {
+            return Err(conflict().into());
+        }
+        let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
+        for e in std::iter::once(&mut next.base).chain(next.index.iter_mut()) {
+            for (name, value) in &stored.entity.properties {
+                if self.def.column(name).is_none() {
+                    e.properties
+                        .entry(name.clone())
+                        .or_insert_with(|| value.clone());
+                }
+            }
+            e.validate().map_err(invalid)?;
+        }
+        let mut ops = Vec::new();
+        if next.base.row_key == rk {
+            ops.push(WriteOp::Update(next.base, if_match));
+        } else {
+            ops.push(WriteOp::Delete {
+                partition_key: pk.clone(),
+                row_key: rk,
+                if_match,
+            });
+            ops.push(WriteOp::Insert(next.base));
+        }
+        for (ix, entity) in self.def.indexes.iter().zip(next.index) {
+            let was = self.row_key(&ix.row_key, &old_values)?;
+            if was == entity.row_key {
+                ops.push(WriteOp::InsertOrReplace(entity));
+            } else {
+                ops.push(WriteOp::Delete {
+                    partition_key: pk.clone(),
+                    row_key: was,
+                    if_match: IfMatch::Any,
+                });
+                ops.push(WriteOp::Insert(entity));
+            }
+        }
+        Ok((pk, Group::of(ops)))
+    }
+
+    fn row_key(
+        &self,
+        template: &crate::keys::KeyTemplate,
+        values: &[Option<EdmValue>],
+    ) -> Result<RowKey> {
+        let key = compose(&self.def, template, values)?;
+        Ok(RowKey::new(key).map_err(|e| ExecError::Storage(StorageError::Invalid(e)))?)
+    }
+
+    /// Sends every pending group, partition by partition, packed into
+    /// transactions; `written` counts the rows of each one that commits.
+    async fn flush(&mut self) -> Result<()> {
+        let pending = std::mem::take(&mut self.pending);
+        self.pending_rows = 0;
+        for (_, groups) in pending {
+            let mut ops: Vec<WriteOp> = Vec::new();
+            let (mut rows, mut bytes) = (0u64, 0usize);
+            for g in groups {
+                let full = ops.len() + g.ops.len() > MAX_BATCH_OPERATIONS
+                    || bytes + g.bytes > BATCH_BYTES;
+                if full && !ops.is_empty() {
+                    self.send(std::mem::take(&mut ops), rows).await?;
+                    (rows, bytes) = (0, 0);
+                }
+                ops.extend(g.ops);
+                rows += 1;
+                bytes += g.bytes;
+            }
+            if !ops.is_empty() {
+                self.send(ops, rows).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn send(&mut self, ops: Vec<WriteOp>, rows: u64) -> Result<()> {
+        self.store
+            .execute_batch(&self.layout.table, ops)
+            .await
+            .map_err(|e| DataFusionError::from(ExecError::from(e)))?;
+        self.written += rows;
+        Ok(())
+    }
+}
+
+impl Group {
+    fn of(ops: Vec<WriteOp>) -> Self {
+        let bytes = ops.iter().map(WriteOp::stored_size).sum();
+        Self { ops, bytes }
+    }
+}

@@ -1,0 +1,307 @@
+//! Rows into entities, the write side of `decode`: a SQL row of a mapped table
+//! becomes its base entity and one entity per index row, all in the row's
+//! partition. Every non-null column is stored as a property of each, the way
+//! applications write denormalized rows, so that an index row answers a query
+//! without a second read. Pure: no I/O.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, BooleanArray, Float64Array, Int32Array, Int64Array,
+    StringArray,
+};
+use datafusion::arrow::compute::cast;
+use datafusion::arrow::datatypes::TimestampMicrosecondType;
+use datafusion::arrow::record_batch::RecordBatch;
+
+use super::ExecError;
+use super::decode::{Layout, Source};
+use crate::catalog::{ColumnType, TableDef};
+use crate::keys::{KeyTemplate, KeyValue};
+use crate::storage::{EdmValue, Entity, PartitionKey, RowKey, StorageError};
+
+/// The entities one SQL row is stored as.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RowEntities {
+    /// The base row.
+    pub base: Entity,
+    /// One entity per index of the table, in catalog order.
+    pub index: Vec<Entity>,
+}
+
+/// The columns of a batch in the table's layout, cast to the column types, so
+/// that cells can be read by the column's type alone.
+pub struct Columns {
+    arrays: Vec<ArrayRef>,
+}
+
+impl Columns {
+    /// Casts each column of `batch` (in the layout's order) to its type.
+    pub fn new(layout: &Layout, batch: &RecordBatch) -> Result<Self, ExecError> {
+        let arrays = layout
+            .columns
+            .iter()
+            .zip(batch.columns())
+            .map(|((_, t), a)| {
+                let want = t.arrow_type();
+                if a.data_type() == &want {
+                    Ok(a.clone())
+                } else {
+                    Ok(cast(a, &want)?)
+                }
+            })
+            .collect::<Result<Vec<_>, ExecError>>()?;
+        Ok(Self { arrays })
+    }
+
+    /// Replaces column `i` (an UPDATE's new values).
+    pub fn set(&mut self, i: usize, array: ArrayRef, t: ColumnType) -> Result<(), ExecError> {
+        let want = t.arrow_type();
+        let array = if array.data_type() == &want {
+            array
+        } else {
+            cast(&array, &want)?
+        };
+        if let Some(slot) = self.arrays.get_mut(i) {
+            *slot = array;
+        }
+        Ok(())
+    }
+
+    /// The text in column `i` at `row` (system columns: keys, ETag).
+    pub fn text(&self, i: usize, row: usize) -> Option<&str> {
+        let a = self.arrays.get(i)?.as_string_opt::<i32>()?;
+        (!a.is_null(row)).then(|| a.value(row))
+    }
+
+    /// The values of a row's mapped columns, in the layout's (and the
+    /// definition's) order.
+    pub fn values(&self, layout: &Layout, row: usize) -> Result<Vec<Option<EdmValue>>, ExecError> {
+        let mut out = Vec::with_capacity(layout.columns.len());
+        for (i, (source, t)) in layout.columns.iter().enumerate() {
+            if let (Some(array), Source::PartitionField(_) | Source::RowField(_) | Source::Property { .. }) =
+                (self.arrays.get(i), source)
+            {
+                out.push(cell(array, *t, row, || layout.schema.field(i).name())?);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Checks that a row leaves the system columns (keys, Timestamp, ETag)
+    /// NULL: an INSERT does not set them, the store and the templates do.
+    pub fn refuse_system(&self, layout: &Layout, row: usize) -> Result<(), ExecError> {
+        for (i, (source, _)) in layout.columns.iter().enumerate() {
+            let system = !matches!(
+                source,
+                Source::PartitionField(_) | Source::RowField(_) | Source::Property { .. }
+            );
+            if system && self.arrays.get(i).is_some_and(|a| !a.is_null(row)) {
+                return Err(ExecError::SystemColumn {
+                    column: layout.schema.field(i).name().clone(),
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The value at `row` of an array already cast to `t`'s Arrow type.
+fn cell<'a>(
+    array: &ArrayRef,
+    t: ColumnType,
+    row: usize,
+    column: impl Fn() -> &'a String,
+) -> Result<Option<EdmValue>, ExecError> {
+    if array.is_null(row) {
+        return Ok(None);
+    }
+    let wrong = || ExecError::BadValue {
+        column: column().clone(),
+        reason: format!("expected {t}, got Arrow {}", array.data_type()),
+    };
+    let any = array.as_any();
+    Ok(Some(match t {
+        ColumnType::Int => EdmValue::Int32(
+            any.downcast_ref::<Int32Array>()
+                .ok_or_else(wrong)?
+                .value(row),
+        ),
+        ColumnType::BigInt => EdmValue::Int64(
+            any.downcast_ref::<Int64Array>()
+                .ok_or_else(wrong)?
+                .value(row),
+        ),
+        ColumnType::Double => EdmValue::Double(
+            any.downcast_ref::<Float64Array>()
+                .ok_or_else(wrong)?
+                .value(row),
+        ),
+        ColumnType::Text => EdmValue::String(
+            any.downcast_ref::<StringArray>()
+                .ok_or_else(wrong)?
+                .value(row)
+                .to_owned(),
+        ),
+        ColumnType::Uuid => {
+            let text = any.downcast_ref::<StringArray>().ok_or_else(wrong)?.value(row);
+            EdmValue::Guid(text.parse().map_err(|_| ExecError::BadValue {
+                column: column().clone(),
+                reason: format!("{text:?} is not a UUID"),
+            })?)
+        }
+        ColumnType::Boolean => EdmValue::Boolean(
+            any.downcast_ref::<BooleanArray>()
+                .ok_or_else(wrong)?
+                .value(row),
+        ),
+        ColumnType::Timestamp => {
+            let micros = array
+                .as_primitive_opt::<TimestampMicrosecondType>()
+                .ok_or_else(wrong)?
+                .value(row);
+            EdmValue::DateTime(chrono::DateTime::from_timestamp_micros(micros).ok_or_else(
+                || ExecError::BadValue {
+                    column: column().clone(),
+                    reason: format!("{micros} µs is outside the dates a timestamp holds"),
+                },
+            )?)
+        }
+        ColumnType::Bytea => EdmValue::Binary(
+            any.downcast_ref::<BinaryArray>()
+                .ok_or_else(wrong)?
+                .value(row)
+                .to_vec(),
+        ),
+    }))
+}
+
+/// A key field's value from a property value (integer or text columns only;
+/// `TableDef::validate` refuses other types in templates).
+fn key_value(v: &EdmValue) -> Option<KeyValue> {
+    match v {
+        EdmValue::Int32(i) => Some(KeyValue::Int(i64::from(*i))),
+        EdmValue::Int64(i) => Some(KeyValue::Int(*i)),
+        EdmValue::String(s) => Some(KeyValue::Text(s.clone())),
+        _ => None,
+    }
+}
+
+/// Writes a key from a row's values (`values` in `def.columns` order).
+pub fn compose(
+    def: &TableDef,
+    template: &KeyTemplate,
+    values: &[Option<EdmValue>],
+) -> Result<String, ExecError> {
+    let fields = template
+        .columns()
+        .map(|name| {
+            let v = def
+                .columns
+                .iter()
+                .position(|c| c.name == name)
+                .and_then(|i| values.get(i)?.as_ref());
+            v.and_then(key_value).ok_or_else(|| ExecError::NullValue {
+                table: def.name.clone(),
+                column: name.to_owned(),
+            })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(template.compose(&fields)?)
+}
+
+/// The entities of one row (`values` in `def.columns` order): NOT NULL and key
+/// columns checked, keys composed, every entity within the store's limits.
+pub fn entities(def: &TableDef, values: &[Option<EdmValue>]) -> Result<RowEntities, ExecError> {
+    for (c, v) in def.columns.iter().zip(values) {
+        if v.is_none() && (c.not_null || def.is_key_column(&c.name)) {
+            return Err(ExecError::NullValue {
+                table: def.name.clone(),
+                column: c.name.clone(),
+            });
+        }
+    }
+    let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
+    let pk = PartitionKey::new(compose(def, &def.partition_key, values)?).map_err(invalid)?;
+    let rk = RowKey::new(compose(def, &def.row_key, values)?).map_err(invalid)?;
+    let mut base = Entity::new(pk, rk);
+    for (c, v) in def.columns.iter().zip(values) {
+        if let Some(v) = v {
+            base.properties.insert(c.name.clone(), v.clone());
+        }
+    }
+    base.validate().map_err(invalid)?;
+    let index = def
+        .indexes
+        .iter()
+        .map(|ix| {
+            let mut e = base.clone();
+            e.row_key = RowKey::new(compose(def, &ix.row_key, values)?).map_err(invalid)?;
+            e.validate().map_err(invalid)?;
+            Ok(e)
+        })
+        .collect::<Result<Vec<_>, ExecError>>()?;
+    Ok(RowEntities { base, index })
+}
+
+/// The mapped table's definition behind a layout, or the error for a raw one.
+pub fn mapped(layout: &Layout) -> Result<&Arc<TableDef>, ExecError> {
+    layout.def.as_ref().ok_or_else(|| ExecError::RawTable {
+        table: layout.table.as_str().to_owned(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::ddl;
+
+    fn def() -> TableDef {
+        ddl::parse(include_str!("../../catalog/registrations.sql")).expect("catalog parses")
+    }
+
+    fn values(name: &str, club: Option<&str>) -> Vec<Option<EdmValue>> {
+        vec![
+            Some(EdmValue::String("Berlin".into())),
+            Some(EdmValue::String("10K".into())),
+            Some(EdmValue::Int32(42)),
+            Some(EdmValue::String(name.into())),
+            Some(EdmValue::String("F".into())),
+            Some(EdmValue::Int32(31)),
+            Some(EdmValue::Int64(3600)),
+            None,
+            club.map(|c| EdmValue::String(c.into())),
+        ]
+    }
+
+    #[test]
+    fn a_row_becomes_its_base_and_index_rows() {
+        let row = entities(&def(), &values("Ana", Some("Tri"))).expect("row encodes");
+        assert_eq!(row.base.partition_key.as_str(), "Berlin__10K");
+        assert_eq!(row.base.row_key.as_str(), "BIB:00042__Ana__F__31");
+        assert_eq!(row.index.len(), 1);
+        assert_eq!(row.index[0].row_key.as_str(), "AGE:031__42__Ana__F");
+        assert_eq!(row.index[0].properties, row.base.properties);
+        // NULL columns are absent, not stored as empty values.
+        assert!(!row.base.properties.contains_key("registered"));
+        assert_eq!(row.base.properties.len(), 8);
+    }
+
+    #[test]
+    fn null_keys_and_values_that_do_not_fit_are_refused() {
+        let mut v = values("Ana", None);
+        v[2] = None;
+        assert!(matches!(
+            entities(&def(), &v),
+            Err(ExecError::NullValue { column, .. }) if column == "bib"
+        ));
+        let mut v = values("Ana", None);
+        v[2] = Some(EdmValue::Int32(123_456));
+        assert!(matches!(entities(&def(), &v), Err(ExecError::Key(_))));
+        let long = "x".repeat(40_000);
+        assert!(matches!(
+            entities(&def(), &values("Ana", Some(&long))),
+            Err(ExecError::Storage(StorageError::Invalid(_)))
+        ));
+    }
+}
