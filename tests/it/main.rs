@@ -12,6 +12,7 @@ mod pushdown;
 mod server;
 mod slt;
 mod sql;
+mod writes;
 
 /// Held by the tests that count timing-sensitive events (the fault injection
 /// counts one retry per fault, which a CPU-starved Azurite breaks) and by the

@@ -310,13 +310,62 @@ fn psql_command_tags_and_transactions() -> TestResult {
     );
     assert!(!shown.contains("walkers"), "{shown}");
 
-    // Writes through SQL are refused by name, not answered with a result set.
-    let out = server.psql("", &["-c", "DELETE FROM registrations WHERE bib = 1"])?;
-    assert!(!out.status.success());
+    // Writes answer with PostgreSQL's tags, not with a result set.
+    let row = |bib: u32| format!("('Tags Test', '5K', {bib}, 'N{bib}', 'F', 30)");
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            &format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES {}, {}",
+                row(1),
+                row(2)
+            ),
+            "-c",
+            "UPDATE registrations SET club = 'C' WHERE event = 'Tags Test' AND distance = '5K'",
+            "-c",
+            "DELETE FROM registrations WHERE event = 'Tags Test' AND distance = '5K' AND bib = 1",
+            "-c",
+            "SELECT bib, club FROM registrations WHERE event = 'Tags Test'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout)?.lines().collect();
+    assert_eq!(lines[..3], ["INSERT 0 2", "UPDATE 2", "DELETE 1"], "{shown}");
+    assert!(shown.contains("2 | C"), "{shown}");
+
+    // A write cannot be rolled back either: refused in a transaction block
+    // (25001), and nothing is written.
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "ON_ERROR_STOP=0",
+            "-v",
+            "VERBOSITY=verbose",
+            "-c",
+            "BEGIN",
+            "-c",
+            &format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES {}",
+                row(3)
+            ),
+            "-c",
+            "ROLLBACK",
+            "-c",
+            "SELECT count(*) AS n FROM registrations WHERE event = 'Tags Test'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(shown.contains("25001"), "{shown}");
+    assert!(shown.contains("cannot run inside a transaction block"), "{shown}");
+    assert!(shown.contains("ROLLBACK"), "{shown}");
     assert!(
-        text(&out).contains("does not write rows through SQL"),
-        "{}",
-        text(&out)
+        std::str::from_utf8(&out.stdout)?
+            .lines()
+            .any(|l| l.trim() == "1"),
+        "only bib 2 remains: {shown}"
     );
     Ok(())
 }
@@ -362,7 +411,11 @@ async fn sqlstates_name_the_problem() -> TestResult {
             "SELECT name FROM registrations WHERE event = 'x' AND distance = 'Full' AND bib = 'seven'",
             "22P02",
         ),
-        ("INSERT INTO events VALUES ('x')", "0A000"),
+        ("TRUNCATE registrations", "0A000"),
+        (
+            "DELETE FROM registrations WHERE bib IN (SELECT bib FROM registrations WHERE age > 80)",
+            "0A000",
+        ),
         ("SHOW no_such_parameter", "42704"),
         ("FETCH 1 FROM no_such_cursor", "34000"),
         (
@@ -380,6 +433,49 @@ async fn sqlstates_name_the_problem() -> TestResult {
         }
     }
 
+    // The writes' SQLSTATEs: a row that exists (23505), a value over the
+    // store's 64 KiB (54000), an ETag that is no longer the row's (40001), a
+    // key column left NULL (23502).
+    let r = demo::registration(0);
+    let at = format!(
+        "event = '{}' AND distance = '{}' AND bib = {}",
+        r.event, r.distance, r.bib
+    );
+    let insert = "INSERT INTO registrations (event, distance, bib, name, gender, age";
+    let writes = [
+        (
+            format!(
+                "{insert}) VALUES ('{}', '{}', {}, '{}', '{}', {})",
+                r.event, r.distance, r.bib, r.name, r.gender, r.age
+            ),
+            "23505",
+        ),
+        (
+            format!("{insert}, club) VALUES ('Limits', '5K', 1, 'A', 'F', 30, repeat('x', 40000))"),
+            "54000",
+        ),
+        (
+            format!(
+                "UPDATE registrations SET club = 'x' WHERE {at} AND _etag = 'W/\"datetime''2001-01-01T00%3A00%3A00Z''\"'"
+            ),
+            "40001",
+        ),
+        (
+            "INSERT INTO registrations (event, distance, name, gender, age) VALUES ('Limits', '5K', 'A', 'F', 30)".to_owned(),
+            "23502",
+        ),
+    ];
+    for (sql, expected) in &writes {
+        let e = client.simple_query(sql).await.err().ok_or(sql.clone())?;
+        assert_eq!(code(&e), *expected, "{sql}: {e:?}");
+        let e = client.execute(sql.as_str(), &[]).await.err().ok_or(sql.clone())?;
+        assert_eq!(code(&e), *expected, "extended {sql}: {e:?}");
+    }
+    let limits = client
+        .query_one("SELECT count(*) FROM registrations WHERE event = 'Limits'", &[])
+        .await?;
+    assert_eq!(limits.get::<_, i64>(0), 0, "a refused write wrote nothing");
+
     // A failed transaction refuses everything until it ends.
     client.simple_query("BEGIN").await?;
     assert!(
@@ -392,6 +488,65 @@ async fn sqlstates_name_the_problem() -> TestResult {
     assert_eq!(code(&e), "25P02");
     client.simple_query("ROLLBACK").await?;
     client.simple_query("SELECT 1").await?;
+    Ok(())
+}
+
+/// Optimistic concurrency as Table Storage clients know it: a row read with
+/// its `_etag`, changed by another client, is not overwritten by an UPDATE
+/// that names the stale ETag (40001); with the fresh ETag it is. The UPDATE
+/// is a prepared statement whose parameter types are inferred.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn etag_conflict_between_two_clients() -> TestResult {
+    let server = serve(1000, &[])?;
+    let (a, b) = (server.connect().await?, server.connect().await?);
+    let r = demo::registration(5);
+    let key = "event = $1 AND distance = $2 AND bib = $3";
+    let read = a
+        .prepare(&format!("SELECT finish, _etag FROM registrations WHERE {key}"))
+        .await?;
+    let row = a.query_one(&read, &[&r.event, &r.distance, &r.bib]).await?;
+    let (finish, etag): (i64, String) = (row.get(0), row.get(1));
+
+    let changed = b
+        .execute(
+            &format!("UPDATE registrations SET finish = finish + 1 WHERE {key}"),
+            &[&r.event, &r.distance, &r.bib],
+        )
+        .await?;
+    assert_eq!(changed, 1);
+
+    let write = a
+        .prepare(&format!(
+            "UPDATE registrations SET finish = $4 WHERE {key} AND _etag = $5"
+        ))
+        .await?;
+    assert_eq!(
+        write.params(),
+        &[
+            tokio_postgres::types::Type::TEXT,
+            tokio_postgres::types::Type::TEXT,
+            tokio_postgres::types::Type::INT4,
+            tokio_postgres::types::Type::INT8,
+            tokio_postgres::types::Type::TEXT,
+        ]
+    );
+    let e = a
+        .execute(&write, &[&r.event, &r.distance, &r.bib, &(finish + 100), &etag])
+        .await
+        .err()
+        .ok_or("a stale ETag was accepted")?;
+    assert_eq!(code(&e), "40001", "{e:?}");
+
+    let row = a.query_one(&read, &[&r.event, &r.distance, &r.bib]).await?;
+    let (now, fresh): (i64, String) = (row.get(0), row.get(1));
+    assert_eq!(now, finish + 1, "b's change stands");
+    assert_ne!(fresh, etag);
+    let n = a
+        .execute(&write, &[&r.event, &r.distance, &r.bib, &(finish + 100), &fresh])
+        .await?;
+    assert_eq!(n, 1);
+    let row = a.query_one(&read, &[&r.event, &r.distance, &r.bib]).await?;
+    assert_eq!(row.get::<_, i64>(0), finish + 100);
     Ok(())
 }
 

@@ -1,0 +1,177 @@
+//! SQL writes against every backend (memory, embedded, Azurite): INSERT,
+//! UPDATE and DELETE keep each base row and its index row in step, read
+//! straight from the store after every statement; UPDATE keeps properties the
+//! mapping does not declare; transactions of more than 100 operations are
+//! split without splitting a row from its index row.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use tablesql::datafusion::arrow::array::{AsArray, RecordBatch};
+use tablesql::datafusion::arrow::datatypes::UInt64Type;
+use tablesql::demo;
+use tablesql::storage::{
+    EdmValue, EmbeddedStore, Entity, IfMatch, MemoryStore, Query, TableName, TableStore, WriteOp,
+};
+use tablesql::{Engine, EngineOptions};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const EVENT: &str = "Writes Test";
+
+fn count(batches: &[RecordBatch]) -> u64 {
+    batches
+        .iter()
+        .filter_map(|b| b.column(0).as_primitive_opt::<UInt64Type>())
+        .flat_map(|a| a.iter().flatten())
+        .sum()
+}
+
+/// Reads the table raw and checks that every base row (`BIB:`) has exactly
+/// its index row (`AGE:{age:03}__{bib}__{name}__{gender}`) with the same
+/// properties, and no index row is left without its base row. Returns the
+/// number of base rows of the test's event.
+async fn consistent(store: &dyn TableStore) -> Result<usize, Box<dyn std::error::Error>> {
+    let table = TableName::new("Registrations")?;
+    let all = store.query_all(&table, &Query::all()).await?;
+    let mut base = BTreeMap::new();
+    let mut index = BTreeMap::new();
+    for e in all {
+        let key = (
+            e.partition_key().as_str().to_owned(),
+            e.row_key().as_str().to_owned(),
+        );
+        if key.1.starts_with("BIB:") {
+            base.insert(key, e.entity.properties);
+        } else if key.1.starts_with("AGE:") {
+            index.insert(key, e.entity.properties);
+        }
+    }
+    let int = |p: &BTreeMap<String, EdmValue>, k: &str| match p.get(k) {
+        Some(EdmValue::Int32(i)) => Ok(*i),
+        other => Err(format!("{k} is {other:?}")),
+    };
+    let text = |p: &BTreeMap<String, EdmValue>, k: &str| match p.get(k) {
+        Some(EdmValue::String(s)) => Ok(s.clone()),
+        other => Err(format!("{k} is {other:?}")),
+    };
+    let mut ours = 0;
+    for ((pk, rk), props) in &base {
+        let expected = format!(
+            "AGE:{:03}__{}__{}__{}",
+            int(props, "age")?,
+            int(props, "bib")?,
+            text(props, "name")?,
+            text(props, "gender")?
+        );
+        let found = index.get(&(pk.clone(), expected.clone()));
+        assert_eq!(found, Some(props), "index row {pk}/{expected} of {rk}");
+        if pk.starts_with(EVENT) {
+            ours += 1;
+        }
+    }
+    assert_eq!(index.len(), base.len(), "index rows without a base row");
+    Ok(ours)
+}
+
+async fn scenario(store: Arc<dyn TableStore>) -> TestResult {
+    demo::load(store.as_ref(), 30, |_, _| {}).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let table = TableName::new("Registrations")?;
+
+    // An application's own property on a demo row and its index row,
+    // unknown to the mapping.
+    let first = demo::registration(0);
+    let [base, index] = first.entities()?;
+    let note = |e: &Entity| {
+        let noted = Entity::new(e.partition_key.clone(), e.row_key.clone())
+            .with("note", EdmValue::String("keep me".into()));
+        WriteOp::Merge(noted, IfMatch::Any)
+    };
+    store
+        .execute_batch(&table, vec![note(&base), note(&index)])
+        .await?;
+
+    // 120 rows in one partition: 240 operations, so three transactions.
+    let values: Vec<String> = (1..=120)
+        .map(|b| {
+            format!(
+                "('{EVENT}', '5K', {b}, 'N{b}', '{}', {}, {})",
+                if b % 2 == 0 { "F" } else { "M" },
+                20 + b % 50,
+                1000 + b
+            )
+        })
+        .collect();
+    let inserted = engine
+        .collect(&format!(
+            "INSERT INTO registrations (event, distance, bib, name, gender, age, finish) VALUES {}",
+            values.join(", ")
+        ))
+        .await?;
+    assert_eq!(count(&inserted), 120);
+    assert_eq!(consistent(store.as_ref()).await?, 120);
+
+    // New RowKeys for half of them (name), new index keys for all (age).
+    let renamed = engine
+        .collect(&format!(
+            "UPDATE registrations SET name = 'R' || name WHERE event = '{EVENT}' AND distance = '5K' AND bib <= 60"
+        ))
+        .await?;
+    assert_eq!(count(&renamed), 60);
+    let aged = engine
+        .collect(&format!(
+            "UPDATE registrations SET age = age + 1, club = 'C' WHERE event = '{EVENT}' AND distance = '5K'"
+        ))
+        .await?;
+    assert_eq!(count(&aged), 120);
+    assert_eq!(consistent(store.as_ref()).await?, 120);
+    let check = engine
+        .collect(&format!(
+            "SELECT count(*) FROM registrations WHERE event = '{EVENT}' AND name LIKE 'RN%' AND club = 'C'"
+        ))
+        .await?;
+    assert_eq!(
+        check[0].column(0).as_primitive::<tablesql::datafusion::arrow::datatypes::Int64Type>().value(0),
+        60
+    );
+
+    // UPDATE keeps what the mapping does not declare.
+    engine
+        .collect(&format!(
+            "UPDATE registrations SET club = 'Kept' WHERE event = '{}' AND distance = '{}' AND bib = {}",
+            first.event, first.distance, first.bib
+        ))
+        .await?;
+    let stored = store
+        .get(&table, &base.partition_key, &base.row_key)
+        .await?
+        .ok_or("the demo row is gone")?;
+    assert_eq!(stored.get("note"), Some(&EdmValue::String("keep me".into())));
+    assert_eq!(stored.get("club"), Some(&EdmValue::String("Kept".into())));
+
+    let deleted = engine
+        .collect(&format!(
+            "DELETE FROM registrations WHERE event = '{EVENT}' AND distance = '5K' AND bib > 100"
+        ))
+        .await?;
+    assert_eq!(count(&deleted), 20);
+    assert_eq!(consistent(store.as_ref()).await?, 100);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_on_the_memory_store() -> TestResult {
+    scenario(Arc::new(MemoryStore::new())).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_on_the_embedded_store() -> TestResult {
+    scenario(Arc::new(EmbeddedStore::in_memory()?)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_on_azurite() -> TestResult {
+    let config = super::azurite::fresh_account()?;
+    scenario(Arc::new(tablesql::storage::AzureStore::new(config)?)).await
+}
