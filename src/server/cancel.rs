@@ -4,6 +4,7 @@
 //! connection's cancel signal and the statement's deadline.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -20,29 +21,38 @@ use tokio::time::Instant;
 
 use super::sqlstate::{CONNECTION_FAILURE, QUERY_CANCELED, datafusion_error, error};
 
-/// The cancel signal of one connection: a counter bumped by each cancel.
+/// The cancel signal of one connection. Statements are numbered as they
+/// start; a cancel names the statement running when it arrived. A cursor's
+/// stream outlives the FETCH that started it, so its guard fires only for a
+/// cancel aimed at the statement running now (a later FETCH), never for one
+/// sent while the connection ran something else or sat idle.
 #[derive(Debug)]
 pub struct Signal {
     tx: watch::Sender<u64>,
+    current: Arc<AtomicU64>,
 }
 
 impl Signal {
     fn new() -> Self {
         Self {
             tx: watch::channel(0).0,
+            current: Arc::new(AtomicU64::new(0)),
         }
     }
 
     fn cancel(&self) {
-        self.tx.send_modify(|n| *n += 1);
+        let target = self.current.load(Ordering::SeqCst);
+        self.tx.send_modify(|n| *n = target);
     }
 
-    /// A guard for one statement: cancels sent before it started do not count.
+    /// A guard for a new statement: cancels sent before it started do not count.
     pub fn guard(&self, timeout: Option<Duration>, probe: Option<Probe>) -> Guard {
+        self.current.fetch_add(1, Ordering::SeqCst);
         let mut rx = self.tx.subscribe();
         rx.mark_unchanged();
         Guard {
             rx,
+            current: self.current.clone(),
             deadline: timeout.map(|t| Instant::now() + t),
             probe,
         }
@@ -52,6 +62,8 @@ impl Signal {
 /// What ends a statement early.
 pub struct Guard {
     rx: watch::Receiver<u64>,
+    /// The number of the connection's running statement.
+    current: Arc<AtomicU64>,
     deadline: Option<Instant>,
     probe: Option<Probe>,
 }
@@ -119,6 +131,7 @@ impl Guard {
         drop(tx);
         Self {
             rx,
+            current: Arc::new(AtomicU64::new(0)),
             deadline: None,
             probe: None,
         }
@@ -139,13 +152,21 @@ impl Guard {
                 None => std::future::pending::<()>().await,
             }
         };
+        let (rx, current) = (&mut self.rx, &self.current);
+        let cancelled = async move {
+            loop {
+                if rx.changed().await.is_err() {
+                    // The server is going away; nothing can cancel any more.
+                    return std::future::pending::<()>().await;
+                }
+                if *rx.borrow_and_update() == current.load(Ordering::SeqCst) {
+                    return;
+                }
+            }
+        };
         tokio::select! {
             () = gone => error(CONNECTION_FAILURE, "the client closed the connection"),
-            changed = self.rx.changed() => match changed {
-                Ok(()) => error(QUERY_CANCELED, "canceling statement due to user request"),
-                // The server is going away; nothing can cancel any more.
-                Err(_) => std::future::pending::<PgWireError>().await,
-            },
+            () = cancelled => error(QUERY_CANCELED, "canceling statement due to user request"),
             () = timeout => error(QUERY_CANCELED, "canceling statement due to statement timeout"),
         }
     }

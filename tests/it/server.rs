@@ -671,6 +671,23 @@ async fn cursors_declare_fetch_close() -> TestResult {
         .ok_or("closed")?;
     assert_eq!(code(&e), "34000");
     client.simple_query("ROLLBACK").await?;
+
+    // A cancel sent while the connection is idle, or while it ran another
+    // statement, is not the cursor's: its next FETCH goes on. (The cursor's
+    // stream has batches still to compute: a join of 12,000 rows.)
+    client.simple_query("BEGIN").await?;
+    client
+        .simple_query("DECLARE d CURSOR FOR SELECT r.bib FROM registrations r CROSS JOIN events e")
+        .await?;
+    assert_eq!(bibs(client.simple_query("FETCH 5 FROM d").await?).len(), 5);
+    for _ in 0..3 {
+        client.cancel_token().cancel_query(NoTls).await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        client.simple_query("SELECT 1").await?;
+    }
+    let rest = bibs(client.simple_query("FETCH ALL FROM d").await?);
+    assert_eq!(rest.len(), 12_000 - 5);
+    client.simple_query("COMMIT").await?;
     Ok(())
 }
 
