@@ -49,6 +49,7 @@ pub mod exec;
 pub mod keys;
 pub mod planner;
 pub mod server;
+pub mod shell;
 pub mod storage;
 
 /// The DataFusion release tablesql is built on, for embedders.

@@ -49,6 +49,16 @@ enum Command {
         #[arg(long, value_enum, default_value_t = output::Format::Table)]
         format: output::Format,
     },
+    /// An interactive SQL shell (psql's habits: \dt, \d, \x, \timing, ...). With
+    /// -f FILE, or statements on stdin, runs them and stops at the first error.
+    Shell {
+        /// Run the statements of FILE instead of reading from the terminal.
+        #[arg(short = 'f', long)]
+        file: Option<std::path::PathBuf>,
+        /// Output format (csv and json are for scripts).
+        #[arg(long, value_enum, default_value_t = tablesql::shell::render::Format::Table)]
+        format: tablesql::shell::render::Format,
+    },
     /// Serve SQL over the Postgres wire protocol (psql, drivers, BI tools).
     Serve {
         /// Address to listen on (port 0 picks a free port; the bound address is printed).
@@ -112,6 +122,7 @@ async fn main() -> anyhow::Result<()> {
             let stream = engine.execute_stream(&sql).await?;
             output::print_stream(stream, format).await
         }
+        Command::Shell { file, format } => shell(store, file, format).await,
         Command::Serve {
             listen,
             users_file,
@@ -195,6 +206,33 @@ async fn serve(
     tokio::select! {
         r = server.run() => r?,
         _ = tokio::signal::ctrl_c() => eprintln!("tablesql serve: interrupted, stopping"),
+    }
+    Ok(())
+}
+
+async fn shell(
+    store: std::sync::Arc<dyn TableStore>,
+    file: Option<std::path::PathBuf>,
+    format: tablesql::shell::render::Format,
+) -> anyhow::Result<()> {
+    use tablesql::shell::Shell;
+    let engine = tablesql::Engine::with_store(store, Default::default()).await?;
+    let interactive = file.is_none() && std::io::stdin().is_terminal();
+    let terminal = interactive && std::io::stdout().is_terminal();
+    let mut shell = Shell::new(engine, format, terminal).await;
+    if interactive {
+        let history = std::env::var_os("TABLESQL_HISTORY")
+            .map(std::path::PathBuf::from)
+            .or_else(|| std::env::home_dir().map(|h| h.join(".tablesql_history")));
+        return Ok(shell.interactive(history).await?);
+    }
+    let text = match &file {
+        Some(path) => tablesql::shell::read(path)?,
+        None => std::io::read_to_string(std::io::stdin())?,
+    };
+    // The error is already reported, psql's way, by the shell.
+    if shell.run_script(&text).await.is_err() {
+        std::process::exit(1);
     }
     Ok(())
 }

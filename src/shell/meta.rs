@@ -1,0 +1,253 @@
+//! psql's backslash commands: what they are, and the catalog listings
+//! (`\dt`, `\d TABLE`) they print.
+
+use std::path::PathBuf;
+
+use datafusion::arrow::datatypes::DataType;
+
+use super::render::table;
+use crate::catalog::{TableDef, persist};
+use crate::engine::{Engine, EngineError};
+use crate::exec::Layout;
+use crate::exec::decode::Source;
+
+/// One meta-command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Meta {
+    /// `\dt` (or `\d` alone): the tables.
+    ListTables,
+    /// `\d NAME`: a table's columns, keys and index rows.
+    Describe(String),
+    /// `\timing [on|off]`.
+    Timing(Option<bool>),
+    /// `\x [on|off]`.
+    Expanded(Option<bool>),
+    /// `\o [FILE]`: results into a file, or back to the terminal.
+    Output(Option<PathBuf>),
+    /// `\i FILE`: run a file's statements.
+    Include(PathBuf),
+    /// `\q`.
+    Quit,
+    /// `\?`.
+    Help,
+}
+
+/// The help `\?` prints.
+pub const HELP: &str = "\
+General
+  \\q              quit (or Ctrl-D)
+  \\?              this help
+Query buffer and output
+  \\i FILE         run the statements of FILE
+  \\o [FILE]       send results to FILE, or back to the terminal
+  \\timing [on|off] show how long each statement took
+  \\x [on|off]     expanded output: one block per record
+Catalog
+  \\dt             list tables
+  \\d TABLE        describe a table: columns, types, key templates, index rows
+Keys
+  Enter sends a statement once it ends with ';'. Tab completes keywords,
+  tables and columns. Ctrl-C cancels the running statement, or clears the line.
+";
+
+fn switch(arg: Option<&str>, what: &str) -> Result<Option<bool>, String> {
+    match arg.map(str::to_lowercase).as_deref() {
+        None => Ok(None),
+        Some("on") => Ok(Some(true)),
+        Some("off") => Ok(Some(false)),
+        Some(other) => Err(format!("\\{what}: unrecognized value \"{other}\": on or off")),
+    }
+}
+
+/// Parses a meta-command line (without its backslash).
+pub fn parse(line: &str) -> Result<Meta, String> {
+    let mut words = line.split_whitespace();
+    let command = words.next().unwrap_or_default();
+    let arg = words.next();
+    let meta = match command {
+        "dt" | "dt+" => Meta::ListTables,
+        "d" | "d+" => match arg {
+            Some(name) => Meta::Describe(name.trim_matches('"').to_owned()),
+            None => Meta::ListTables,
+        },
+        "timing" => Meta::Timing(switch(arg, "timing")?),
+        "x" => Meta::Expanded(switch(arg, "x")?),
+        "o" | "out" => Meta::Output(arg.map(PathBuf::from)),
+        "i" | "include" => Meta::Include(
+            arg.map(PathBuf::from)
+                .ok_or_else(|| "\\i: missing required argument (a file)".to_owned())?,
+        ),
+        "q" | "quit" => Meta::Quit,
+        "?" | "h" | "help" => Meta::Help,
+        other => {
+            return Err(format!(
+                "invalid command \\{other}. Try \\? for help."
+            ));
+        }
+    };
+    Ok(meta)
+}
+
+fn header(names: &[&str]) -> Vec<String> {
+    names.iter().map(|s| (*s).to_owned()).collect()
+}
+
+/// `\dt`: mapped tables with their storage table and keys, then the
+/// storage tables that have no mapping (read raw).
+pub async fn list_tables(engine: &Engine, width: Option<u16>) -> Result<String, EngineError> {
+    let defs = persist::load(engine.store().as_ref()).await?;
+    let mut rows: Vec<Vec<String>> = defs
+        .iter()
+        .map(|d| {
+            vec![
+                d.name.clone(),
+                "mapped".to_owned(),
+                d.storage_table.to_string(),
+                format!("{} / {}", d.partition_key, d.row_key),
+            ]
+        })
+        .collect();
+    let mut raw: Vec<Vec<String>> = Vec::new();
+    if let Some(schema) = engine
+        .context()
+        .catalog("datafusion")
+        .and_then(|c| c.schema("public"))
+    {
+        for name in schema.table_names() {
+            if defs.iter().any(|d| d.name == name) {
+                continue;
+            }
+            let storage = match schema.table(&name).await {
+                Ok(Some(t)) => t
+                    .downcast_ref::<crate::planner::StoreTable>()
+                    .map(|s| s.layout().table.to_string()),
+                _ => None,
+            };
+            if let Some(storage) = storage {
+                raw.push(vec![name, "raw".into(), storage, "PartitionKey / RowKey".into()]);
+            }
+        }
+    }
+    rows.sort();
+    raw.sort();
+    rows.extend(raw);
+    let n = rows.len();
+    Ok(format!(
+        "{}\n({n} tables)",
+        table(&header(&["table", "kind", "storage table", "keys"]), &rows, width)
+    ))
+}
+
+/// `\d NAME`: the columns (type, nullability, where each is stored) and,
+/// for a mapped table, its key templates, primary key and index rows.
+pub async fn describe(engine: &Engine, name: &str, width: Option<u16>) -> Result<String, String> {
+    let defs = persist::load(engine.store().as_ref())
+        .await
+        .map_err(|e| e.to_string())?;
+    let missing = || format!("Did not find any relation named \"{name}\".");
+    if let Some(def) = defs.iter().find(|d| d.name == name) {
+        return Ok(describe_mapped(def, width));
+    }
+    let provider = engine
+        .context()
+        .table_provider(name)
+        .await
+        .map_err(|_| missing())?;
+    let store_table = provider
+        .downcast_ref::<crate::planner::StoreTable>()
+        .ok_or_else(missing)?;
+    let layout = store_table.layout();
+    let rows: Vec<Vec<String>> = layout
+        .schema
+        .fields()
+        .iter()
+        .map(|f| {
+            vec![
+                f.name().clone(),
+                sql_type(f.data_type()),
+                if f.is_nullable() { "" } else { "not null" }.into(),
+            ]
+        })
+        .collect();
+    Ok(format!(
+        "Raw table \"{name}\" (storage table {}, no mapping: columns inferred from a sample)\n{}",
+        layout.table,
+        table(&header(&["column", "type", "nullable"]), &rows, width)
+    ))
+}
+
+fn describe_mapped(def: &TableDef, width: Option<u16>) -> String {
+    let layout = Layout::mapped(std::sync::Arc::new(def.clone()));
+    let rows: Vec<Vec<String>> = layout
+        .schema
+        .fields()
+        .iter()
+        .zip(&layout.columns)
+        .map(|(f, (source, t))| {
+            let stored = match source {
+                Source::PartitionField(i) => format!("PartitionKey field {}", i + 1),
+                Source::RowField(i) => format!("RowKey field {}", i + 1),
+                Source::Property { .. } => "property".into(),
+                _ => "system".into(),
+            };
+            vec![
+                f.name().clone(),
+                t.to_string(),
+                if f.is_nullable() { "" } else { "not null" }.into(),
+                stored,
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "Table \"{}\" (storage table {})\n{}\n",
+        def.name,
+        def.storage_table,
+        table(&header(&["column", "type", "nullable", "stored as"]), &rows, width)
+    );
+    out.push_str(&format!("PartitionKey: {}\n", def.partition_key));
+    out.push_str(&format!("RowKey:       {}\n", def.row_key));
+    out.push_str(&format!("Primary key:  ({})\n", def.primary_key.join(", ")));
+    if def.indexes.is_empty() {
+        out.push_str("Index rows:   none\n");
+    } else {
+        out.push_str("Index rows:\n");
+        for ix in &def.indexes {
+            out.push_str(&format!("    {}: {}\n", ix.name, ix.row_key));
+        }
+    }
+    out
+}
+
+/// A SQL name for the Arrow types raw tables infer.
+fn sql_type(t: &DataType) -> String {
+    match t {
+        DataType::Int32 => "INT".into(),
+        DataType::Int64 => "BIGINT".into(),
+        DataType::Float64 => "DOUBLE".into(),
+        DataType::Utf8 => "TEXT".into(),
+        DataType::Boolean => "BOOLEAN".into(),
+        DataType::Timestamp(..) => "TIMESTAMP".into(),
+        DataType::Binary => "BYTEA".into(),
+        other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn meta_commands_parse_like_psql() {
+        assert_eq!(parse("dt"), Ok(Meta::ListTables));
+        assert_eq!(parse("d"), Ok(Meta::ListTables));
+        assert_eq!(parse("d registrations"), Ok(Meta::Describe("registrations".into())));
+        assert_eq!(parse("timing off"), Ok(Meta::Timing(Some(false))));
+        assert_eq!(parse("x"), Ok(Meta::Expanded(None)));
+        assert_eq!(parse("o out.txt"), Ok(Meta::Output(Some("out.txt".into()))));
+        assert_eq!(parse("o"), Ok(Meta::Output(None)));
+        assert_eq!(parse("q"), Ok(Meta::Quit));
+        assert!(parse("i").is_err());
+        assert!(parse("zz").unwrap_err().contains("invalid command \\zz"));
+        assert!(parse("x maybe").is_err());
+    }
+}

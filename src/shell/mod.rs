@@ -1,0 +1,423 @@
+//! `tablesql shell`: an interactive SQL shell over a store, with psql's habits.
+//! A statement runs once it ends with `;` (it may span lines); lines starting
+//! with `\` are meta-commands ([`meta`]). Results are printed as they arrive,
+//! paged on a terminal ([`render`]). Ctrl-C cancels the running statement, not
+//! the shell. Without a terminal (`-f FILE`, a pipe) the statements run in
+//! order and the first error ends the run.
+
+pub mod complete;
+pub mod meta;
+pub mod render;
+pub mod split;
+mod term;
+
+use std::fs::File;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::UInt64Type;
+use futures::{FutureExt, StreamExt};
+use rustyline::error::ReadlineError;
+use rustyline::history::DefaultHistory;
+use rustyline::{CompletionType, Config, Editor};
+use tokio::signal::unix::{Signal, SignalKind, signal};
+
+use crate::engine::{Engine, EngineError};
+use complete::{Names, ShellHelper};
+use meta::Meta;
+use render::{Format, Printer, RenderError};
+use split::{Piece, split};
+
+/// Rows per table when results are not paged (files, pipes): tables are
+/// printed a chunk at a time, so a result is never held whole.
+const CHUNK_ROWS: usize = 1000;
+
+/// A failure of one statement or meta-command.
+#[derive(Debug, thiserror::Error)]
+pub enum ShellError {
+    /// Planning or running a statement failed.
+    #[error(transparent)]
+    Engine(#[from] EngineError),
+    /// Printing its rows failed (or the statement failed while they streamed).
+    #[error(transparent)]
+    Render(#[from] RenderError),
+    /// A meta-command that cannot run.
+    #[error("{0}")]
+    Meta(String),
+    /// A file that cannot be read or written.
+    #[error("{path}: {source}")]
+    File {
+        path: PathBuf,
+        source: std::io::Error,
+    },
+    /// The terminal or output failed.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// The line editor failed.
+    #[error(transparent)]
+    Editor(#[from] ReadlineError),
+    /// Ctrl-C.
+    #[error("canceling statement due to user request")]
+    Cancelled,
+}
+
+enum Flow {
+    Continue,
+    Quit,
+}
+
+/// One shell session over an engine.
+pub struct Shell {
+    engine: Engine,
+    format: Format,
+    expanded: bool,
+    timing: bool,
+    /// `\o FILE`.
+    output: Option<(PathBuf, File)>,
+    names: Arc<RwLock<Names>>,
+    /// Whether stdout is a terminal to page and fit tables to.
+    terminal: bool,
+}
+
+impl Shell {
+    /// A session printing in `format`; `terminal` pages results and fits
+    /// tables to the terminal's width.
+    pub async fn new(engine: Engine, format: Format, terminal: bool) -> Self {
+        let shell = Self {
+            engine,
+            format,
+            expanded: false,
+            timing: terminal,
+            output: None,
+            names: Arc::new(RwLock::new(Names::default())),
+            terminal,
+        };
+        shell.refresh_names().await;
+        shell
+    }
+
+    /// Runs a script's statements and meta-commands in order, a trailing
+    /// statement without `;` included; stops at the first error, which it
+    /// reports on stderr and returns.
+    pub async fn run_script(&mut self, text: &str) -> Result<(), ShellError> {
+        let mut s = split(text);
+        if !s.rest.trim().is_empty() {
+            s.pieces.push(Piece::Sql(s.rest.trim().to_owned()));
+        }
+        for piece in &s.pieces {
+            match self.piece(piece).await {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Quit) => return Ok(()),
+                Err(e) => {
+                    report(piece, &e);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The interactive loop, until `\q` or Ctrl-D. `history` is the file the
+    /// line history is read from and saved to.
+    pub async fn interactive(mut self, history: Option<PathBuf>) -> Result<(), ShellError> {
+        let config = Config::builder()
+            .completion_type(CompletionType::List)
+            .max_history_size(5000)?
+            .build();
+        let mut editor: Editor<ShellHelper, DefaultHistory> = Editor::with_config(config)?;
+        editor.set_helper(Some(ShellHelper::new(self.names.clone())));
+        if let Some(path) = &history {
+            // A missing history file is a first session.
+            let _ = editor.load_history(path);
+        }
+        // From here on Ctrl-C during a statement reaches `interrupt`, not the
+        // default handler that would end the process.
+        let mut interrupt = signal(SignalKind::interrupt())?;
+        println!(
+            "tablesql {} shell. Statements end with ';'. \\? for help, \\q to quit.",
+            env!("CARGO_PKG_VERSION")
+        );
+        loop {
+            let (back, line) = tokio::task::spawn_blocking(move || {
+                let line = editor.readline("tablesql=> ");
+                (editor, line)
+            })
+            .await
+            .map_err(std::io::Error::other)?;
+            editor = back;
+            let text = match line {
+                Ok(text) => text,
+                // Ctrl-C at the prompt drops the line, as in psql.
+                Err(ReadlineError::Interrupted) => continue,
+                Err(ReadlineError::Eof) => break,
+                Err(e) => return Err(e.into()),
+            };
+            if text.trim().is_empty() {
+                continue;
+            }
+            editor.add_history_entry(text.as_str())?;
+            if let Some(path) = &history {
+                let _ = editor.save_history(path);
+            }
+            for piece in split(&text).pieces {
+                match self.interruptible(&piece, &mut interrupt).await {
+                    Ok(Flow::Continue) => {}
+                    Ok(Flow::Quit) => return Ok(()),
+                    Err(e) => report(&piece, &e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs a piece unless Ctrl-C comes first; dropping the statement's
+    /// future drops its stream, which stops its scans.
+    async fn interruptible(&mut self, piece: &Piece, interrupt: &mut Signal) -> Result<Flow, ShellError> {
+        // A Ctrl-C from before this statement is not for it.
+        while interrupt.recv().now_or_never().is_some() {}
+        tokio::select! {
+            r = self.piece(piece) => r,
+            _ = interrupt.recv() => Err(ShellError::Cancelled),
+        }
+    }
+
+    async fn piece(&mut self, piece: &Piece) -> Result<Flow, ShellError> {
+        match piece {
+            Piece::Sql(sql) => self.statement(sql).await.map(|()| Flow::Continue),
+            Piece::Meta(line) => self.meta(line).await,
+        }
+    }
+
+    fn width(&self) -> Option<u16> {
+        if self.terminal && self.output.is_none() {
+            term::size().map(|(w, _)| w)
+        } else {
+            None
+        }
+    }
+
+    async fn statement(&mut self, sql: &str) -> Result<(), ShellError> {
+        let started = Instant::now();
+        let df = self.engine.sql(sql).await?;
+        let stream = df.execute_stream().await.map_err(EngineError::from)?;
+        let schema = stream.schema();
+        let tag = command_tag(sql);
+        let paging = self.terminal && self.output.is_none() && self.format == Format::Table;
+        let page = match (paging, term::size()) {
+            // Room for the table's borders and header, the footer and the prompt.
+            (true, Some((_, rows))) if self.expanded => {
+                Some((usize::from(rows).saturating_sub(2) / (schema.fields().len() + 1)).max(1))
+            }
+            (true, Some((_, rows))) => Some(usize::from(rows).saturating_sub(7).max(1)),
+            _ => None,
+        };
+        let width = self.width();
+        let mut stdout = std::io::stdout();
+        let out: &mut dyn Write = match &mut self.output {
+            Some((_, file)) => file,
+            None => &mut stdout,
+        };
+        let counted = schema.fields().len() == 1 && schema.field(0).name() == "count";
+        match tag {
+            // Catalog DDL answers with no columns; writes with their count.
+            Some(tag) if schema.fields().is_empty() => {
+                drain(stream).await?;
+                writeln!(out, "{tag}")?;
+            }
+            Some(tag @ ("INSERT" | "UPDATE" | "DELETE")) if counted => {
+                let mut n = 0;
+                let mut stream = stream;
+                while let Some(batch) = stream.next().await {
+                    let batch = batch.map_err(RenderError::from)?;
+                    if let Some(c) = batch.column(0).as_primitive_opt::<UInt64Type>() {
+                        n += c.iter().flatten().sum::<u64>();
+                    }
+                }
+                let oid = if tag == "INSERT" { "0 " } else { "" };
+                writeln!(out, "{tag} {oid}{n}")?;
+            }
+            _ => {
+                let mut printer = Printer {
+                    out,
+                    format: self.format,
+                    expanded: self.expanded,
+                    width,
+                    page,
+                    chunk: CHUNK_ROWS,
+                };
+                let printed = printer.print(stream).await?;
+                if self.format == Format::Table {
+                    let s = if printed.rows == 1 { "" } else { "s" };
+                    if printed.stopped {
+                        writeln!(out, "({} row{s} shown; stopped)", printed.rows)?;
+                    } else {
+                        writeln!(out, "({} row{s})", printed.rows)?;
+                    }
+                }
+            }
+        }
+        if self.timing {
+            writeln!(out, "Time: {:.3} ms", started.elapsed().as_secs_f64() * 1000.0)?;
+        }
+        out.flush()?;
+        if matches!(tag, Some("CREATE TABLE" | "DROP TABLE")) {
+            self.refresh_names().await;
+        }
+        Ok(())
+    }
+
+    async fn meta(&mut self, line: &str) -> Result<Flow, ShellError> {
+        let meta = meta::parse(line).map_err(ShellError::Meta)?;
+        let width = self.width();
+        let text = match meta {
+            Meta::Quit => return Ok(Flow::Quit),
+            Meta::Help => meta::HELP.to_owned(),
+            Meta::ListTables => meta::list_tables(&self.engine, width).await? + "\n",
+            Meta::Describe(name) => meta::describe(&self.engine, &name, width)
+                .await
+                .map_err(ShellError::Meta)?,
+            Meta::Timing(on) => {
+                self.timing = on.unwrap_or(!self.timing);
+                format!("Timing is {}.\n", if self.timing { "on" } else { "off" })
+            }
+            Meta::Expanded(on) => {
+                self.expanded = on.unwrap_or(!self.expanded);
+                format!(
+                    "Expanded display is {}.\n",
+                    if self.expanded { "on" } else { "off" }
+                )
+            }
+            Meta::Output(None) => {
+                self.output = None;
+                String::new()
+            }
+            Meta::Output(Some(path)) => {
+                let file = File::create(&path).map_err(|source| ShellError::File {
+                    path: path.clone(),
+                    source,
+                })?;
+                self.output = Some((path, file));
+                String::new()
+            }
+            Meta::Include(path) => {
+                let text = read(&path)?;
+                Box::pin(self.run_script(&text)).await?;
+                String::new()
+            }
+        };
+        // Meta-commands answer on the terminal, as psql's do.
+        print!("{text}");
+        std::io::stdout().flush()?;
+        Ok(Flow::Continue)
+    }
+
+    /// Re-reads the table and column names completion offers.
+    async fn refresh_names(&self) {
+        let mut names = Names::default();
+        if let Some(schema) = self
+            .engine
+            .context()
+            .catalog("datafusion")
+            .and_then(|c| c.schema("public"))
+        {
+            for table in schema.table_names() {
+                if let Ok(Some(t)) = schema.table(&table).await {
+                    names
+                        .columns
+                        .extend(t.schema().fields().iter().map(|f| f.name().clone()));
+                }
+                names.tables.push(table);
+            }
+        }
+        names.tables.sort();
+        names.columns.sort();
+        names.columns.dedup();
+        if let Ok(mut n) = self.names.write() {
+            *n = names;
+        }
+    }
+}
+
+/// Reads a script file.
+pub fn read(path: &Path) -> Result<String, ShellError> {
+    std::fs::read_to_string(path).map_err(|source| ShellError::File {
+        path: path.to_owned(),
+        source,
+    })
+}
+
+async fn drain(mut stream: datafusion::execution::SendableRecordBatchStream) -> Result<(), ShellError> {
+    while let Some(batch) = stream.next().await {
+        batch.map_err(RenderError::from)?;
+    }
+    Ok(())
+}
+
+/// psql's command tag for statements that answer without rows.
+fn command_tag(sql: &str) -> Option<&'static str> {
+    let words: Vec<String> = sql
+        .split_whitespace()
+        .take(2)
+        .map(str::to_uppercase)
+        .collect();
+    match words.first().map(String::as_str)? {
+        "INSERT" => Some("INSERT"),
+        "UPDATE" => Some("UPDATE"),
+        "DELETE" => Some("DELETE"),
+        "CREATE" if words.get(1).is_some_and(|w| w == "TABLE") => Some("CREATE TABLE"),
+        "DROP" if words.get(1).is_some_and(|w| w == "TABLE") => Some("DROP TABLE"),
+        "SET" => Some("SET"),
+        _ => None,
+    }
+}
+
+/// Prints an error on stderr as psql does: `ERROR:  message`, and for a
+/// syntax error the line it is on with a caret under the place.
+pub fn report(piece: &Piece, e: &ShellError) {
+    let message = e.to_string();
+    // sqlparser's errors come wrapped: `SQL error: ParserError("...")`.
+    let shown = match message.split_once("ParserError(\"") {
+        Some((_, inner)) => format!("syntax error: {}", inner.trim_end_matches("\")")),
+        None => message.clone(),
+    };
+    eprintln!("ERROR:  {}", shown.trim_end());
+    if let (Piece::Sql(sql), Some((line, column))) = (piece, position(&message)) {
+        if let Some(text) = sql.lines().nth(line.saturating_sub(1)) {
+            let label = format!("LINE {line}: ");
+            eprintln!("{label}{text}");
+            let pad = label.chars().count() + column.saturating_sub(1);
+            eprintln!("{}^", " ".repeat(pad));
+        }
+    }
+}
+
+/// The `Line: L, Column: C` sqlparser puts in its errors.
+pub fn position(message: &str) -> Option<(usize, usize)> {
+    let at = message.rfind("Line: ")?;
+    let rest = &message[at + "Line: ".len()..];
+    let (line, rest) = rest.split_once(", Column: ")?;
+    let column: String = rest.chars().take_while(char::is_ascii_digit).collect();
+    Some((line.trim().parse().ok()?, column.parse().ok()?))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn syntax_errors_name_their_place() {
+        let m = "SQL error: ParserError(\"Expected: an expression, found: FROM at Line: 2, Column: 8\")";
+        assert_eq!(position(m), Some((2, 8)));
+        assert_eq!(position("no place"), None);
+    }
+
+    #[test]
+    fn tags_of_statements_without_rows() {
+        assert_eq!(command_tag("insert into t values (1)"), Some("INSERT"));
+        assert_eq!(command_tag("CREATE TABLE t (a INT)"), Some("CREATE TABLE"));
+        assert_eq!(command_tag("SELECT 1"), None);
+    }
+}

@@ -1,0 +1,272 @@
+//! How results are printed: aligned tables sized to the terminal, psql's
+//! expanded records (`\x`), CSV and JSON for scripts. Rows are printed as they
+//! arrive, a page or a chunk at a time, so a result is never held whole; on a
+//! terminal the pager waits for a key between pages, and stopping there drops
+//! the statement's stream (its scans stop).
+
+use std::io::Write;
+
+use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::error::ArrowError;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::error::DataFusionError;
+use datafusion::execution::SendableRecordBatchStream;
+use futures::StreamExt;
+
+use super::term::{self, More};
+
+/// An output format.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum Format {
+    /// Aligned tables for people.
+    #[default]
+    Table,
+    /// CSV with a header row.
+    Csv,
+    /// A JSON array of objects, numbers and booleans typed, NULL as null.
+    Json,
+}
+
+/// A failure while printing rows.
+#[derive(Debug, thiserror::Error)]
+pub enum RenderError {
+    /// The statement failed while its rows streamed.
+    #[error(transparent)]
+    Query(#[from] DataFusionError),
+    /// A value could not be formatted.
+    #[error(transparent)]
+    Arrow(#[from] ArrowError),
+    /// Writing the output failed.
+    #[error("cannot write the output: {0}")]
+    Io(#[from] std::io::Error),
+}
+
+/// Where and how rows are printed.
+pub struct Printer<'a> {
+    /// The output.
+    pub out: &'a mut dyn Write,
+    /// The format.
+    pub format: Format,
+    /// One record per block (`\x`) instead of a row per line.
+    pub expanded: bool,
+    /// Columns to fit tables into; `None` lets them grow.
+    pub width: Option<u16>,
+    /// Rows per page on a terminal, with a key awaited between pages; `None`
+    /// prints without stopping, a table per `chunk` rows.
+    pub page: Option<usize>,
+    /// Rows per table when not paging.
+    pub chunk: usize,
+}
+
+/// What was printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Printed {
+    /// Rows printed.
+    pub rows: usize,
+    /// Whether the reader stopped the result at the pager.
+    pub stopped: bool,
+}
+
+/// Formats every value of a batch column as text; NULL as `null_text`.
+fn column_text(batch: &RecordBatch, column: usize, null_text: &str) -> Result<Vec<String>, ArrowError> {
+    let options = FormatOptions::default().with_null(null_text);
+    let formatter = ArrayFormatter::try_new(batch.column(column).as_ref(), &options)?;
+    Ok((0..batch.num_rows())
+        .map(|row| formatter.value(row).to_string())
+        .collect())
+}
+
+/// The rows of a batch as text, NULL as `null_text`.
+pub fn rows_text(batch: &RecordBatch, null_text: &str) -> Result<Vec<Vec<String>>, ArrowError> {
+    let columns = (0..batch.num_columns())
+        .map(|c| column_text(batch, c, null_text))
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok((0..batch.num_rows())
+        .map(|r| columns.iter().map(|c| c[r].clone()).collect())
+        .collect())
+}
+
+/// A JSON value for one cell: numbers and booleans typed, NULL as null.
+fn json_cell(data_type: &DataType, text: Option<String>) -> serde_json::Value {
+    let Some(text) = text else {
+        return serde_json::Value::Null;
+    };
+    let typed = match data_type {
+        t if t.is_numeric() => serde_json::from_str::<serde_json::Number>(&text)
+            .ok()
+            .map(serde_json::Value::Number),
+        DataType::Boolean => text.parse().ok().map(serde_json::Value::Bool),
+        _ => None,
+    };
+    typed.unwrap_or(serde_json::Value::String(text))
+}
+
+/// An aligned table of `rows`, fitted into `width` columns if given.
+pub fn table(header: &[String], rows: &[Vec<String>], width: Option<u16>) -> String {
+    let mut t = Table::new();
+    t.load_preset(UTF8_FULL_CONDENSED).set_header(header);
+    if let Some(w) = width {
+        t.set_content_arrangement(ContentArrangement::Dynamic)
+            .set_width(w);
+    }
+    for row in rows {
+        t.add_row(row);
+    }
+    t.to_string()
+}
+
+/// psql's expanded form: one block per record, numbered from `first + 1`.
+pub fn expanded(header: &[String], rows: &[Vec<String>], first: usize) -> String {
+    let label = header.iter().map(|h| h.chars().count()).max().unwrap_or(0);
+    let mut out = String::new();
+    for (i, row) in rows.iter().enumerate() {
+        let title = format!("-[ RECORD {} ]", first + i + 1);
+        let rule = "-".repeat((label + 3).saturating_sub(title.chars().count()).max(1));
+        out.push_str(&format!("{title}{rule}\n"));
+        for (h, v) in header.iter().zip(row) {
+            out.push_str(&format!("{h:<label$} | {v}\n"));
+        }
+    }
+    out
+}
+
+impl Printer<'_> {
+    /// Prints a statement's rows as they arrive.
+    pub async fn print(&mut self, mut stream: SendableRecordBatchStream) -> Result<Printed, RenderError> {
+        let schema = stream.schema();
+        let header: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+        match self.format {
+            Format::Table => self.tables(&header, &mut stream).await,
+            Format::Csv => {
+                let mut w = csv::Writer::from_writer(&mut *self.out);
+                w.write_record(&header).map_err(csv_error)?;
+                let mut rows = 0;
+                while let Some(batch) = stream.next().await {
+                    for row in rows_text(&batch?, "")? {
+                        w.write_record(row).map_err(csv_error)?;
+                        rows += 1;
+                    }
+                }
+                w.flush()?;
+                Ok(Printed { rows, stopped: false })
+            }
+            Format::Json => {
+                writeln!(self.out, "[")?;
+                let mut rows = 0;
+                while let Some(batch) = stream.next().await {
+                    let batch = batch?;
+                    let texts = (0..batch.num_columns())
+                        .map(|c| {
+                            let nulls = batch.column(c).logical_nulls();
+                            Ok(column_text(&batch, c, "")?
+                                .into_iter()
+                                .enumerate()
+                                .map(|(r, s)| (!nulls.as_ref().is_some_and(|n| n.is_null(r))).then_some(s))
+                                .collect::<Vec<_>>())
+                        })
+                        .collect::<Result<Vec<_>, ArrowError>>()?;
+                    for r in 0..batch.num_rows() {
+                        let row: serde_json::Map<String, serde_json::Value> = schema
+                            .fields()
+                            .iter()
+                            .zip(&texts)
+                            .map(|(f, col)| (f.name().clone(), json_cell(f.data_type(), col[r].clone())))
+                            .collect();
+                        let sep = if rows == 0 { "" } else { ",\n" };
+                        write!(self.out, "{sep}  {}", serde_json::Value::Object(row))?;
+                        rows += 1;
+                    }
+                }
+                writeln!(self.out, "{}]", if rows == 0 { "" } else { "\n" })?;
+                Ok(Printed { rows, stopped: false })
+            }
+        }
+    }
+
+    async fn tables(
+        &mut self,
+        header: &[String],
+        stream: &mut SendableRecordBatchStream,
+    ) -> Result<Printed, RenderError> {
+        let per_page = self.page.unwrap_or(self.chunk).max(1);
+        let mut buf: Vec<Vec<String>> = Vec::new();
+        let mut printed = 0;
+        while let Some(batch) = stream.next().await {
+            for row in rows_text(&batch?, "NULL")? {
+                if buf.len() == per_page {
+                    self.emit(header, &buf, printed)?;
+                    printed += buf.len();
+                    buf.clear();
+                    // Another row waits: ask before the next page.
+                    if self.page.is_some() && self.ask().await? == More::Quit {
+                        return Ok(Printed {
+                            rows: printed,
+                            stopped: true,
+                        });
+                    }
+                }
+                buf.push(row);
+            }
+        }
+        if !buf.is_empty() || printed == 0 {
+            self.emit(header, &buf, printed)?;
+            printed += buf.len();
+        }
+        Ok(Printed {
+            rows: printed,
+            stopped: false,
+        })
+    }
+
+    fn emit(&mut self, header: &[String], rows: &[Vec<String>], first: usize) -> std::io::Result<()> {
+        if self.expanded {
+            if rows.is_empty() {
+                writeln!(self.out, "(no records)")?;
+            }
+            write!(self.out, "{}", expanded(header, rows, first))?;
+        } else {
+            writeln!(self.out, "{}", table(header, rows, self.width))?;
+        }
+        self.out.flush()
+    }
+
+    async fn ask(&mut self) -> std::io::Result<More> {
+        write!(self.out, "-- more: Enter or Space for the next page, q to stop --")?;
+        self.out.flush()?;
+        let answer = tokio::task::spawn_blocking(term::more)
+            .await
+            .map_err(std::io::Error::other)??;
+        write!(self.out, "\r\x1b[K")?;
+        self.out.flush()?;
+        Ok(answer)
+    }
+}
+
+fn csv_error(e: csv::Error) -> RenderError {
+    RenderError::Io(std::io::Error::other(e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expanded_records_are_numbered_blocks() {
+        let header = vec!["bib".to_owned(), "name".to_owned()];
+        let rows = vec![vec!["1".into(), "Ana".into()], vec!["2".into(), "".into()]];
+        assert_eq!(
+            expanded(&header, &rows, 10),
+            "-[ RECORD 11 ]-\nbib  | 1\nname | Ana\n-[ RECORD 12 ]-\nbib  | 2\nname | \n"
+        );
+    }
+
+    #[test]
+    fn tables_fit_the_width() {
+        let header = vec!["note".to_owned()];
+        let rows = vec![vec!["word ".repeat(40)]];
+        let t = table(&header, &rows, Some(40));
+        assert!(t.lines().all(|l| l.chars().count() <= 40), "{t}");
+    }
+}
