@@ -23,7 +23,7 @@ use crate::catalog::{CatalogError, TableDef, ddl, persist};
 use crate::exec::coop::YieldingJoins;
 use crate::exec::{Layout, ScanOptions};
 use crate::planner::StoreTable;
-use crate::planner::dml_shape::DmlShape;
+use crate::planner::dml_shape::{DmlShape, EmptyDml};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 
 /// The schema that holds every storage table read raw.
@@ -89,6 +89,7 @@ impl Engine {
             .with_default_features()
             .with_physical_optimizer_rule(Arc::new(YieldingJoins))
             .with_analyzer_rule(Arc::new(DmlShape))
+            .with_optimizer_rule(Arc::new(EmptyDml))
             .build();
         let ctx = SessionContext::new_with_state(state);
         let engine = Self {

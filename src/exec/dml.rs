@@ -10,14 +10,26 @@
 //! many rows were written before the failure: the store has no transaction
 //! across partitions, and we do not pretend otherwise.
 //!
+//! Where the primary key is shorter than the RowKey (the demo's RowKey also
+//! holds name, gender and age after the bib), the store alone would take two
+//! rows with one key; INSERT and key-changing UPDATEs check the key's RowKey
+//! prefix first (23505). The check and the write are two requests, so two
+//! writers racing on one new key can still both succeed.
+//!
+//! A statement whose input reads the table it writes (`INSERT ... SELECT`
+//! from itself, an UPDATE that moves rows to new keys) reads its input to the
+//! end before the first write, so it never meets its own rows.
+//!
 //! UPDATE and DELETE are conditional writes. Each row is written `If-Match` the
 //! ETag the scan read (or the one the statement names with `_etag = '...'`), so
 //! a row changed by someone else in between fails the statement with a
 //! precondition error (SQLSTATE 40001) instead of being overwritten.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::fmt;
+use std::ops::Bound;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use datafusion::arrow::array::{ArrayRef, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -37,11 +49,13 @@ use futures::StreamExt;
 
 use super::ExecError;
 use super::decode::{Layout, Source};
-use super::encode::{Columns, compose, entities, mapped};
+use super::encode::{Columns, compose, entities, mapped, primary_prefix};
+use super::scan::PartitionScanExec;
 use crate::catalog::TableDef;
 use crate::storage::write::MAX_BATCH_OPERATIONS;
 use crate::storage::{
-    ETag, EdmValue, IfMatch, PartitionKey, RowKey, StorageError, TableStore, WriteOp,
+    ETag, EdmValue, IfMatch, KeyRange, PartitionKey, Query, RowKey, StorageError, TableStore,
+    WriteOp,
 };
 
 /// Rows encoded and checked before the first transaction is sent.
@@ -84,6 +98,8 @@ pub struct DmlExec {
     layout: Arc<Layout>,
     if_match: Option<ETag>,
     properties: Arc<PlanProperties>,
+    /// Rows committed so far, for a caller that stops the statement midway.
+    written: Arc<AtomicU64>,
 }
 
 /// The schema every DML plan yields (DataFusion's convention).
@@ -121,15 +137,37 @@ impl DmlExec {
             layout,
             if_match,
             properties: Arc::new(properties),
+            written: Arc::new(AtomicU64::new(0)),
         })
+    }
+
+    /// Rows committed so far (by the last `execute`): what a cancelled
+    /// statement has already written.
+    pub fn written(&self) -> Arc<AtomicU64> {
+        self.written.clone()
+    }
+
+    /// Whether the input reads the table this writes.
+    fn reads_itself(&self) -> bool {
+        let mut found = false;
+        let mut todo = vec![self.input.clone()];
+        while let Some(plan) = todo.pop() {
+            if let Some(scan) = plan.downcast_ref::<PartitionScanExec>() {
+                found |= *scan.table() == self.layout.table;
+            }
+            todo.extend(plan.children().into_iter().cloned());
+        }
+        found
     }
 
     /// Whether an UPDATE may give rows new RowKeys: then the scan is read to
     /// the end before the first write, or rows moved ahead of the scan would
     /// be met (and updated) twice.
     fn moves_rows(&self) -> bool {
-        let DmlOp::Update { assignments } = &self.op else {
-            return false;
+        let assignments = match &self.op {
+            DmlOp::Insert => return self.reads_itself(),
+            DmlOp::Update { assignments } => assignments,
+            DmlOp::Delete => return false,
         };
         assignments.iter().any(|(i, _)| {
             matches!(
@@ -151,10 +189,14 @@ impl DisplayAs for DmlExec {
             write!(f, " set=[{}]", names.join(", "))?;
         }
         match &self.if_match {
-            Some(etag) => write!(f, " if_match={etag}"),
-            None if matches!(self.op, DmlOp::Insert) => Ok(()),
-            None => write!(f, " if_match=read"),
+            Some(etag) => write!(f, " if_match={etag}")?,
+            None if matches!(self.op, DmlOp::Insert) => {}
+            None => write!(f, " if_match=read")?,
         }
+        if self.moves_rows() {
+            write!(f, " input=read_first")?;
+        }
+        Ok(())
     }
 }
 
@@ -235,7 +277,10 @@ impl ExecutionPlan for DmlExec {
             pending: BTreeMap::new(),
             pending_rows: 0,
             written: 0,
+            shared: self.written.clone(),
+            keys: HashSet::new(),
         };
+        self.written.store(0, Ordering::Relaxed);
         let schema = count_schema();
         let out = schema.clone();
         let run = async move {
@@ -277,6 +322,9 @@ struct Writer {
     pending: BTreeMap<PartitionKey, Vec<Group>>,
     pending_rows: usize,
     written: u64,
+    shared: Arc<AtomicU64>,
+    /// The primary key prefixes this statement writes, to catch one key twice.
+    keys: HashSet<(PartitionKey, String)>,
 }
 
 impl Writer {
@@ -313,7 +361,7 @@ impl Writer {
             let (partition, group) = match &self.op {
                 DmlOp::Insert => {
                     new.refuse_system(&self.layout, row)?;
-                    self.insert(&new.values(&self.layout, row)?)?
+                    self.insert(&new.values(&self.layout, row)?).await?
                 }
                 DmlOp::Delete => self.delete(&old, row)?,
                 DmlOp::Update { .. } => self.update(&old, &new, row).await?,
@@ -327,9 +375,10 @@ impl Writer {
         Ok(())
     }
 
-    fn insert(&self, values: &[Option<EdmValue>]) -> Result<(PartitionKey, Group)> {
+    async fn insert(&mut self, values: &[Option<EdmValue>]) -> Result<(PartitionKey, Group)> {
         let row = entities(&self.def, values)?;
         let partition = row.base.partition_key.clone();
+        self.claim_key(&partition, values, None).await?;
         let ops = std::iter::once(row.base)
             .chain(row.index)
             .map(WriteOp::Insert)
@@ -378,20 +427,24 @@ impl Writer {
     }
 
     async fn update(
-        &self,
+        &mut self,
         old: &Columns,
         new: &Columns,
         row: usize,
     ) -> Result<(PartitionKey, Group)> {
         let (pk, rk, if_match) = self.keys(old, row)?;
         let old_values = old.values(&self.layout, row)?;
-        let mut next = entities(&self.def, &new.values(&self.layout, row)?)?;
+        let new_values = new.values(&self.layout, row)?;
+        let mut next = entities(&self.def, &new_values)?;
         if next.base.partition_key != pk {
             return Err(ExecError::PartitionMove {
                 table: self.def.name.clone(),
                 columns: self.def.partition_key.columns().collect::<Vec<_>>().join(", "),
             }
             .into());
+        }
+        if primary_prefix(&self.def, &new_values)? != primary_prefix(&self.def, &old_values)? {
+            self.claim_key(&pk, &new_values, None).await?;
         }
         // Properties the mapping does not declare (written by applications)
         // are kept: the stored entity is read, and checked against the ETag.
@@ -448,6 +501,64 @@ impl Writer {
         Ok((pk, Group::of(ops)))
     }
 
+    /// Takes a row's primary key for this statement: refused if an earlier
+    /// row of the statement has it, or if the store holds a row under its
+    /// RowKey prefix other than `own`.
+    async fn claim_key(
+        &mut self,
+        partition: &PartitionKey,
+        values: &[Option<EdmValue>],
+        own: Option<&RowKey>,
+    ) -> Result<()> {
+        let Some(prefix) = primary_prefix(&self.def, values)? else {
+            return Ok(());
+        };
+        let duplicate = || {
+            let columns = self.def.primary_key.clone();
+            let shown: Vec<String> = columns
+                .iter()
+                .map(|c| {
+                    self.def
+                        .columns
+                        .iter()
+                        .position(|d| &d.name == c)
+                        .and_then(|i| values.get(i)?.as_ref())
+                        .map_or_else(|| "NULL".to_owned(), ToString::to_string)
+                })
+                .collect();
+            DataFusionError::from(ExecError::DuplicateKey {
+                table: self.def.name.clone(),
+                columns: columns.join(", "),
+                values: shown.join(", "),
+            })
+        };
+        if !self.keys.insert((partition.clone(), prefix.clone())) {
+            return Err(duplicate());
+        }
+        let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
+        let mut query = Query::partition(partition.clone()).select(Vec::<String>::new()).top(2);
+        query.rows = KeyRange {
+            start: Bound::Included(RowKey::new(prefix.clone()).map_err(invalid)?),
+            end: match crate::keys::successor(&prefix) {
+                Some(s) => Bound::Excluded(RowKey::new(s).map_err(invalid)?),
+                None => Bound::Unbounded,
+            },
+        };
+        let page = self
+            .store
+            .query(&self.layout.table, &query, None)
+            .await
+            .map_err(ExecError::from)?;
+        if page
+            .entities
+            .iter()
+            .any(|e| Some(e.row_key()) != own && e.row_key().as_str().starts_with(&prefix))
+        {
+            return Err(duplicate());
+        }
+        Ok(())
+    }
+
     fn row_key(
         &self,
         template: &crate::keys::KeyTemplate,
@@ -489,6 +600,7 @@ impl Writer {
             .await
             .map_err(|e| DataFusionError::from(ExecError::from(e)))?;
         self.written += rows;
+        self.shared.store(self.written, Ordering::Relaxed);
         Ok(())
     }
 }

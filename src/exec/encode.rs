@@ -193,8 +193,36 @@ pub fn compose(
     template: &KeyTemplate,
     values: &[Option<EdmValue>],
 ) -> Result<String, ExecError> {
-    let fields = template
+    let fields = key_values(def, template, values, usize::MAX)?;
+    Ok(template.compose(&fields)?)
+}
+
+/// The RowKey prefix a row's primary key fixes, when the primary key is
+/// shorter than the RowKey (`BIB:00042__` of `BIB:{bib:05}__{name}__...`):
+/// two entities under one prefix are the same SQL row. `None` when the
+/// primary key is the whole RowKey.
+pub fn primary_prefix(def: &TableDef, values: &[Option<EdmValue>]) -> Result<Option<String>, ExecError> {
+    let in_row_key = def
+        .primary_key
+        .len()
+        .saturating_sub(def.partition_key.columns().count());
+    if in_row_key >= def.row_key.columns().count() {
+        return Ok(None);
+    }
+    let fields = key_values(def, &def.row_key, values, in_row_key)?;
+    Ok(Some(def.row_key.compose_prefix(&fields)?.0))
+}
+
+/// The values of a template's first `n` fields.
+fn key_values(
+    def: &TableDef,
+    template: &KeyTemplate,
+    values: &[Option<EdmValue>],
+    n: usize,
+) -> Result<Vec<KeyValue>, ExecError> {
+    template
         .columns()
+        .take(n)
         .map(|name| {
             let v = def
                 .columns
@@ -206,8 +234,7 @@ pub fn compose(
                 column: name.to_owned(),
             })
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(template.compose(&fields)?)
+        .collect()
 }
 
 /// The entities of one row (`values` in `def.columns` order): NOT NULL and key
@@ -285,6 +312,11 @@ mod tests {
         // NULL columns are absent, not stored as empty values.
         assert!(!row.base.properties.contains_key("registered"));
         assert_eq!(row.base.properties.len(), 8);
+        // The primary key (event, distance, bib) fixes a RowKey prefix.
+        assert_eq!(
+            primary_prefix(&def(), &values("Ana", None)).expect("prefix"),
+            Some("BIB:00042__".to_owned())
+        );
     }
 
     #[test]

@@ -71,6 +71,14 @@ pub enum ExecError {
         "table {table}: UPDATE cannot change PartitionKey columns ({columns}); a row cannot move to another partition atomically (DELETE it and INSERT it instead)"
     )]
     PartitionMove { table: String, columns: String },
+    /// A row whose primary key another row has (the RowKey holds more than
+    /// the key, so the store alone would take both).
+    #[error("duplicate key: table {table} already has a row with primary key ({columns}) = ({values})")]
+    DuplicateKey {
+        table: String,
+        columns: String,
+        values: String,
+    },
     /// A statement that failed after some of its rows were committed.
     #[error(
         "{source} ({rows} rows of this statement were written before the failure: each partition's rows commit together, a statement across partitions does not)"

@@ -121,6 +121,11 @@ impl PartitionScanExec {
     pub fn path(&self) -> &AccessPath {
         &self.path
     }
+
+    /// The storage table it reads.
+    pub fn table(&self) -> &crate::storage::TableName {
+        &self.layout.table
+    }
 }
 
 impl Counters {

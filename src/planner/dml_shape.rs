@@ -1,14 +1,20 @@
-//! `DmlShape`: an analyzer rule that keeps DELETE and UPDATE to what a table
-//! provider can answer. DataFusion hands `delete_from` and `update` only the
-//! filters that sit on the target table; a row choice made by a subquery or a
-//! join (`WHERE bib IN (SELECT ...)`, `UPDATE ... FROM`) would be dropped and
-//! the statement would touch every row. Such statements are refused instead.
+//! Rules that keep DELETE and UPDATE to what a table provider can answer.
+//! DataFusion hands `delete_from` and `update` only the filters that sit on
+//! the target table's scan, so a choice of rows made any other way would be
+//! lost and the statement would touch every row:
+//! - `DmlShape` (analyzer) refuses rows chosen by a subquery or a join
+//!   (`WHERE bib IN (SELECT ...)`, `> ALL (...)`, `UPDATE ... FROM`);
+//! - `EmptyDml` (optimizer, last) answers `count = 0` for a statement whose
+//!   WHERE the optimizer found always false or NULL (`WHERE club = NULL`,
+//!   `WHERE 1 = 0`): it replaces the scan with an empty relation, and no
+//!   filter is left to hand over.
 
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::{DmlStatement, Expr, LogicalPlan, WriteOp};
-use datafusion::optimizer::AnalyzerRule;
+use datafusion::common::tree_node::Transformed;
+use datafusion::logical_expr::{DmlStatement, LogicalPlan, LogicalPlanBuilder, WriteOp, lit};
+use datafusion::optimizer::{AnalyzerRule, OptimizerConfig, OptimizerRule};
 
 /// Refuses DELETE and UPDATE whose rows are not chosen by filters on the
 /// target table alone.
@@ -51,22 +57,19 @@ impl AnalyzerRule for DmlShape {
 fn refusal(input: &LogicalPlan) -> Option<&'static str> {
     let mut found = None;
     let _ = input.apply(|node| {
+        let mut subquery = false;
+        let _ = node.apply_subqueries(|_| {
+            subquery = true;
+            Ok(TreeNodeRecursion::Stop)
+        });
         found = match node {
+            _ if subquery => Some("a subquery"),
             LogicalPlan::Projection(_)
             | LogicalPlan::Filter(_)
             | LogicalPlan::TableScan(_)
-            | LogicalPlan::SubqueryAlias(_) => {
-                let subquery = node.expressions().iter().any(|e| {
-                    e.exists(|x| {
-                        Ok(matches!(
-                            x,
-                            Expr::ScalarSubquery(_) | Expr::InSubquery(_) | Expr::Exists(_)
-                        ))
-                    })
-                    .unwrap_or(true)
-                });
-                subquery.then_some("a subquery")
-            }
+            | LogicalPlan::SubqueryAlias(_) => None,
+            LogicalPlan::Limit(_) => Some("LIMIT"),
+            LogicalPlan::Sort(_) => Some("ORDER BY"),
             _ => Some("a join or another table (FROM, USING)"),
         };
         Ok(if found.is_some() {
@@ -76,4 +79,47 @@ fn refusal(input: &LogicalPlan) -> Option<&'static str> {
         })
     });
     found
+}
+
+/// Replaces a DELETE or UPDATE whose input no longer scans its table (the
+/// optimizer proved the WHERE never true) with its answer: no rows.
+#[derive(Debug, Default)]
+pub struct EmptyDml;
+
+impl OptimizerRule for EmptyDml {
+    fn name(&self) -> &str {
+        "empty_dml"
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        _config: &dyn OptimizerConfig,
+    ) -> Result<Transformed<LogicalPlan>> {
+        plan.transform_down(|node| {
+            let LogicalPlan::Dml(DmlStatement {
+                table_name,
+                op: WriteOp::Delete | WriteOp::Update,
+                input,
+                ..
+            }) = &node
+            else {
+                return Ok(Transformed::no(node));
+            };
+            let mut scans = false;
+            input.apply(|n| {
+                if let LogicalPlan::TableScan(scan) = n {
+                    scans |= scan.table_name.resolved_eq(table_name);
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })?;
+            if scans {
+                return Ok(Transformed::no(node));
+            }
+            let none = LogicalPlanBuilder::empty(true)
+                .project(vec![lit(0u64).alias("count")])?
+                .build()?;
+            Ok(Transformed::new(none, true, TreeNodeRecursion::Jump))
+        })
+    }
 }

@@ -305,6 +305,11 @@ fn etag_condition(filters: Vec<Expr>) -> Result<(Option<ETag>, Vec<Expr>)> {
             _ => None,
         };
         match (found, &etag) {
+            (Some(e), _) if e.trim() == "*" => {
+                return plan_err!(
+                    "_etag = '*' would match any version; name the ETag the row was read with (SELECT _etag)"
+                );
+            }
             (Some(e), None) => etag = Some(ETag::from_wire(e)),
             (Some(_), Some(_)) => {
                 return plan_err!("a statement may name one _etag, not several");

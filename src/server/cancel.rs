@@ -45,6 +45,12 @@ impl Signal {
         self.tx.send_modify(|n| *n = target);
     }
 
+    /// Starts a statement that takes no guard of its own: an Execute that
+    /// resumes a suspended portal. Cancels sent before it are not for it.
+    pub fn next_statement(&self) {
+        self.current.fetch_add(1, Ordering::SeqCst);
+    }
+
     /// A guard for a new statement: cancels sent before it started do not count.
     pub fn guard(&self, timeout: Option<Duration>, probe: Option<Probe>) -> Guard {
         self.current.fetch_add(1, Ordering::SeqCst);

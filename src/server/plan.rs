@@ -33,7 +33,10 @@ use pgwire::messages::data::DataRow;
 
 use super::cancel::{Guard, guarded};
 use super::direct;
-use super::sqlstate::{SYNTAX_ERROR, datafusion_error, error, parser_error};
+use crate::exec::DmlExec;
+use super::sqlstate::{
+    CONNECTION_FAILURE, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error, error, parser_error,
+};
 use crate::engine::Engine;
 
 /// A statement as Parse left it.
@@ -184,18 +187,39 @@ impl Planner {
     async fn write(&self, plan: &LogicalPlan, tag: &str, mut guard: Guard) -> PgWireResult<Response> {
         let snapshot = self.snapshot();
         let state = &snapshot.state;
-        let batches = guard
+        let physical = guard
             .run(async {
-                let physical = state
+                state
                     .query_planner()
                     .create_physical_plan(plan, state.as_ref())
-                    .await
-                    .map_err(|e| datafusion_error(&e))?;
-                collect(physical, snapshot.task.clone())
                     .await
                     .map_err(|e| datafusion_error(&e))
             })
             .await?;
+        let written = physical.downcast_ref::<DmlExec>().map(DmlExec::written);
+        let run = collect(physical, snapshot.task.clone());
+        let batches = match guard
+            .run(async { run.await.map_err(|e| datafusion_error(&e)) })
+            .await
+        {
+            Ok(b) => b,
+            // Stopped midway (cancel, timeout, the client gone): say what the
+            // transactions sent before had committed.
+            Err(PgWireError::UserError(info))
+                if [QUERY_CANCELED, CONNECTION_FAILURE].contains(&info.code.as_str()) =>
+            {
+                let n = written.map_or(0, |w| w.load(std::sync::atomic::Ordering::Relaxed));
+                let note = if n > 0 {
+                    format!(
+                        " (at least {n} rows of this statement were written before it stopped: each partition's rows commit together)"
+                    )
+                } else {
+                    String::new()
+                };
+                return Err(error(&info.code, format!("{}{note}", info.message)));
+            }
+            Err(e) => return Err(e),
+        };
         let mut rows = 0usize;
         for b in &batches {
             let counts = b
@@ -330,6 +354,27 @@ fn bind(
     plan.clone()
         .replace_params_with_values(values)
         .map_err(|e| datafusion_error(&e))
+}
+
+/// Whether a statement writes when it runs: a write, or EXPLAIN ANALYZE of one.
+pub fn writes(statement: &Statement) -> bool {
+    match statement {
+        Statement::Explain {
+            analyze: true,
+            statement,
+            ..
+        } => write_tag(statement).is_some(),
+        other => write_tag(other).is_some(),
+    }
+}
+
+/// Whether a planned statement writes when it runs.
+pub fn plan_writes(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Dml(_) => true,
+        LogicalPlan::Analyze(a) => matches!(a.input.as_ref(), LogicalPlan::Dml(_)),
+        _ => false,
+    }
 }
 
 /// The command tag of a statement that writes rows, `None` for the rest.

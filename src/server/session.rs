@@ -26,7 +26,7 @@ use pgwire::messages::startup::ParameterStatus;
 
 use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
-use super::plan::{Kind, Planner, Stmt, is_query, write_tag};
+use super::plan::{Kind, Planner, Stmt, is_query, plan_writes, write_tag, writes};
 use super::sqlstate::{ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, IN_FAILED_TRANSACTION, error};
 
 /// The query handler of one connection.
@@ -230,6 +230,9 @@ impl Session {
                 command::ddl(&self.planner, statement, in_tx).await
             }
             s if is_query(s) => {
+                if writes(s) {
+                    refuse_in_transaction(Some("EXPLAIN ANALYZE of a write"), status)?;
+                }
                 let guard = self.guard(client);
                 let rows = self.planner.query(s.clone(), guard).await?;
                 Ok(Response::Query(rows))
@@ -299,6 +302,17 @@ impl SimpleQueryHandler for Session {
         let mut responses = Vec::with_capacity(statements.len());
         let mut status = client.transaction_status();
         for statement in &statements {
+            // Rows of earlier SELECTs are encoded lazily, as the client reads
+            // them; before a statement that changes data they are read to the
+            // end, so they show the data as it was when they ran.
+            if writes(statement) || matches!(statement, Statement::CreateTable(_) | Statement::Drop { .. }) {
+                for r in responses.iter_mut() {
+                    if let Response::Query(q) = r {
+                        let rows: Vec<_> = futures::StreamExt::collect(&mut q.data_rows).await;
+                        q.data_rows = Box::pin(futures::stream::iter(rows));
+                    }
+                }
+            }
             match self.run(client, statement, status, None).await {
                 Ok(r) => {
                     status = match &r {
@@ -341,6 +355,9 @@ impl ExtendedQueryHandler for Session {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
+        // Every Execute is a statement of its own for cancels, also one that
+        // resumes a portal's stream (a driver's fetch size).
+        self.start(client).signal.next_statement();
         let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
         let portal = match client.portal_store().get_portal(name) {
             Some(Entry::Value(p)) => p,
@@ -382,12 +399,18 @@ impl ExtendedQueryHandler for Session {
     {
         self.start(client);
         match &portal.statement.statement.kind {
-            Kind::Query { write, .. } => {
+            Kind::Query { write, plan, .. } => {
                 if matches!(client.transaction_status(), TransactionStatus::Error) {
                     return Err(error(
                         IN_FAILED_TRANSACTION,
                         "current transaction is aborted, commands ignored until end of transaction block",
                     ));
+                }
+                if write.is_none() && plan_writes(plan) {
+                    refuse_in_transaction(
+                        Some("EXPLAIN ANALYZE of a write"),
+                        client.transaction_status(),
+                    )?;
                 }
                 if write.is_some() {
                     refuse_in_transaction(*write, client.transaction_status())?;

@@ -112,7 +112,11 @@ pub fn storage_code(e: &StorageError) -> &'static str {
         StorageError::TableNotFound(_) | StorageError::TableBeingDeleted(_) => UNDEFINED_TABLE,
         StorageError::TableAlreadyExists(_) => DUPLICATE_TABLE,
         StorageError::EntityAlreadyExists { .. } => UNIQUE_VIOLATION,
-        StorageError::PreconditionFailed { .. } => SERIALIZATION_FAILURE,
+        // A conditional write that met another version, or no entity: the
+        // row changed (or went) since it was read.
+        StorageError::PreconditionFailed { .. } | StorageError::EntityNotFound { .. } => {
+            SERIALIZATION_FAILURE
+        }
         StorageError::Batch { source, .. } => storage_code(source),
         // The store's failures are the server's, not the client's login or
         // connection (class 28 or 08 would make pools drop the connection).
@@ -136,6 +140,7 @@ fn exec_code(e: &ExecError) -> &'static str {
             _ => INVALID_PARAMETER_VALUE,
         },
         ExecError::NullValue { .. } => NOT_NULL_VIOLATION,
+        ExecError::DuplicateKey { .. } => UNIQUE_VIOLATION,
         ExecError::BadValue { .. } => INVALID_TEXT_REPRESENTATION,
         ExecError::SystemColumn { .. } => GENERATED_ALWAYS,
         ExecError::RawTable { .. } | ExecError::PartitionMove { .. } => FEATURE_NOT_SUPPORTED,

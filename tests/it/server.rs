@@ -367,6 +367,38 @@ fn psql_command_tags_and_transactions() -> TestResult {
             .any(|l| l.trim() == "1"),
         "only bib 2 remains: {shown}"
     );
+
+    // EXPLAIN ANALYZE runs its statement, so of a write it is a write.
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "VERBOSITY=verbose",
+            "-c",
+            "BEGIN; EXPLAIN ANALYZE DELETE FROM registrations WHERE event = 'Tags Test'; ROLLBACK",
+        ],
+    )?;
+    assert!(text(&out).contains("25001"), "{}", text(&out));
+
+    // A SELECT before a write in one query string shows the rows as they
+    // were when it ran, though its rows are sent after the write.
+    // (Enough rows that the SELECT's scan has pages left to read when the
+    // DELETE runs.)
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "INSERT INTO registrations (event, distance, bib, name, gender, age) SELECT 'Many', '1K', value, 'N', 'F', 30 FROM generate_series(1, 6000)",
+            "-c",
+            "SELECT bib FROM registrations WHERE event = 'Many'; DELETE FROM registrations WHERE event = 'Many'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    let stdout = std::str::from_utf8(&out.stdout)?;
+    assert!(stdout.contains("INSERT 0 6000"), "{shown}");
+    assert!(stdout.contains("(6000 rows)"), "the SELECT saw every row: {shown}");
+    assert!(stdout.contains("DELETE 6000"), "{shown}");
     Ok(())
 }
 
@@ -688,6 +720,24 @@ async fn cursors_declare_fetch_close() -> TestResult {
     let rest = bibs(client.simple_query("FETCH ALL FROM d").await?);
     assert_eq!(rest.len(), 12_000 - 5);
     client.simple_query("COMMIT").await?;
+
+    // The same for a protocol portal read with a row limit (a driver's fetch
+    // size): each Execute that resumes it is a statement of its own.
+    let mut client = client;
+    let token = client.cancel_token();
+    let tx = client.transaction().await?;
+    let statement = tx
+        .prepare("SELECT r.bib FROM registrations r CROSS JOIN events e")
+        .await?;
+    let portal = tx.bind(&statement, &[]).await?;
+    assert_eq!(tx.query_portal(&portal, 5).await?.len(), 5);
+    for _ in 0..3 {
+        token.cancel_query(NoTls).await?;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        tx.simple_query("SET application_name = 'between'").await?;
+    }
+    assert_eq!(tx.query_portal(&portal, 0).await?.len(), 12_000 - 5);
+    tx.commit().await?;
     Ok(())
 }
 
