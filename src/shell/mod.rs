@@ -356,9 +356,23 @@ async fn drain(mut stream: datafusion::execution::SendableRecordBatchStream) -> 
     Ok(())
 }
 
+/// The statement after its leading comments.
+fn code_of(sql: &str) -> &str {
+    let mut rest = sql.trim_start();
+    loop {
+        if let Some(after) = rest.strip_prefix("--") {
+            rest = after.split_once('\n').map_or("", |(_, r)| r).trim_start();
+        } else if let Some(after) = rest.strip_prefix("/*") {
+            rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
+        } else {
+            return rest;
+        }
+    }
+}
+
 /// psql's command tag for statements that answer without rows.
 fn command_tag(sql: &str) -> Option<&'static str> {
-    let words: Vec<String> = sql
+    let words: Vec<String> = code_of(sql)
         .split_whitespace()
         .take(2)
         .map(str::to_uppercase)
@@ -384,7 +398,17 @@ pub fn report(piece: &Piece, e: &ShellError) {
         None => message.clone(),
     };
     eprintln!("ERROR:  {}", shown.trim_end());
-    if let (Piece::Sql(sql), Some((line, column))) = (piece, position(&message)) {
+    let place = match piece {
+        Piece::Sql(sql) => position(&message).or_else(|| {
+            // "found: EOF": the statement ended too soon; point past its end.
+            message.contains("found: EOF").then(|| {
+                let lines: Vec<&str> = sql.lines().collect();
+                (lines.len(), lines.last().map_or(0, |l| l.chars().count()) + 1)
+            })
+        }),
+        Piece::Meta(_) => None,
+    };
+    if let (Piece::Sql(sql), Some((line, column))) = (piece, place) {
         if let Some(text) = sql.lines().nth(line.saturating_sub(1)) {
             let label = format!("LINE {line}: ");
             eprintln!("{label}{text}");
@@ -419,5 +443,6 @@ mod tests {
         assert_eq!(command_tag("insert into t values (1)"), Some("INSERT"));
         assert_eq!(command_tag("CREATE TABLE t (a INT)"), Some("CREATE TABLE"));
         assert_eq!(command_tag("SELECT 1"), None);
+        assert_eq!(command_tag("-- a note\n/* x */ DELETE FROM t"), Some("DELETE"));
     }
 }

@@ -168,14 +168,18 @@ impl Printer<'_> {
                         })
                         .collect::<Result<Vec<_>, ArrowError>>()?;
                     for r in 0..batch.num_rows() {
-                        let row: serde_json::Map<String, serde_json::Value> = schema
+                        // Written by hand to keep the columns' order.
+                        let fields: Vec<String> = schema
                             .fields()
                             .iter()
                             .zip(&texts)
-                            .map(|(f, col)| (f.name().clone(), json_cell(f.data_type(), col[r].clone())))
+                            .map(|(f, col)| {
+                                let name = serde_json::Value::String(f.name().clone());
+                                format!("{name}:{}", json_cell(f.data_type(), col[r].clone()))
+                            })
                             .collect();
                         let sep = if rows == 0 { "" } else { ",\n" };
-                        write!(self.out, "{sep}  {}", serde_json::Value::Object(row))?;
+                        write!(self.out, "{sep}  {{{}}}", fields.join(","))?;
                         rows += 1;
                     }
                 }

@@ -10,6 +10,7 @@ mod interop;
 mod model;
 mod pushdown;
 mod server;
+mod shell;
 mod slt;
 mod sql;
 mod writes;

@@ -1,0 +1,357 @@
+//! `tablesql shell` as people and scripts use it: in a real terminal (tmux,
+//! driven with send-keys; the screen read back with capture-pane and
+//! checked), and non-interactively with `-f` and on stdin.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn tablesql(store: &Path) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablesql"));
+    cmd.arg("--store")
+        .arg(store)
+        .env_remove("TABLESQL_STORE")
+        .env("RUST_BACKTRACE", "0");
+    cmd
+}
+
+/// A store with 1,000 demo registrations, made once per run.
+fn demo_store() -> Result<&'static Path, String> {
+    static STORE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    STORE
+        .get_or_init(|| {
+            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shell-fixture");
+            let _ = std::fs::remove_dir_all(&dir);
+            let out = tablesql(&dir)
+                .args(["demo", "--rows", "1000"])
+                .output()
+                .map_err(|e| e.to_string())?;
+            if !out.status.success() {
+                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+            }
+            Ok(dir)
+        })
+        .as_ref()
+        .map(PathBuf::as_path)
+        .map_err(Clone::clone)
+}
+
+/// A copy of the demo store for one test (the embedded store belongs to one
+/// process at a time, and tests write).
+fn store_copy() -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    for entry in std::fs::read_dir(demo_store()?)? {
+        let entry = entry?;
+        std::fs::copy(entry.path(), dir.path().join(entry.file_name()))?;
+    }
+    Ok(dir)
+}
+
+fn run_with_stdin(cmd: &mut Command, input: &str) -> std::io::Result<Output> {
+    use std::io::Write;
+    let mut child = cmd
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut stdin) = child.stdin.take() {
+        stdin.write_all(input.as_bytes())?;
+    }
+    child.wait_with_output()
+}
+
+#[test]
+fn stdin_runs_statements_and_formats() -> TestResult {
+    let store = store_copy()?;
+    let out = run_with_stdin(tablesql(store.path()).arg("shell"), "SELECT 1 AS one;\n")?;
+    let stdout = String::from_utf8(out.stdout)?;
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("│ one │") && stdout.contains("(1 row)"), "{stdout}");
+
+    // NULL and the empty string are told apart; csv and json are for scripts.
+    let sql = "SELECT CAST(NULL AS TEXT) AS n, '' AS e, 2 AS two;";
+    let out = run_with_stdin(tablesql(store.path()).arg("shell"), sql)?;
+    let table = String::from_utf8(out.stdout)?;
+    assert!(table.contains("│ NULL ┆   ┆ 2   │"), "{table}");
+    let out = run_with_stdin(tablesql(store.path()).args(["shell", "--format", "csv"]), sql)?;
+    assert_eq!(String::from_utf8(out.stdout)?, "n,e,two\n,,2\n");
+    let out = run_with_stdin(tablesql(store.path()).args(["shell", "--format", "json"]), sql)?;
+    assert_eq!(
+        String::from_utf8(out.stdout)?,
+        "[\n  {\"n\":null,\"e\":\"\",\"two\":2}\n]\n"
+    );
+    Ok(())
+}
+
+#[test]
+fn a_script_stops_at_its_first_error() -> TestResult {
+    let store = store_copy()?;
+    let script = store.path().join("script.sql");
+    std::fs::write(
+        &script,
+        "-- two writes around a typo\n\
+         INSERT INTO registrations (event, distance, bib, name, gender, age)\n\
+             VALUES ('Script', '5K', 1, 'Ana', 'F', 30);\n\
+         \\timing off\n\
+         SELECT name FROM registrations WHERE event = 'Script';\n\
+         SELECT bib\n  FROM registrations WHERE bib = 1 AND;\n\
+         INSERT INTO registrations (event, distance, bib, name, gender, age)\n\
+             VALUES ('Script', '5K', 2, 'Bo', 'M', 40);\n",
+    )?;
+    let out = tablesql(store.path()).arg("shell").arg("-f").arg(&script).output()?;
+    let (stdout, stderr) = (String::from_utf8(out.stdout)?, String::from_utf8(out.stderr)?);
+    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    assert!(stdout.contains("INSERT 0 1"), "{stdout}");
+    assert!(stdout.contains("│ Ana  │"), "{stdout}");
+    // The error says what and where: the line of the statement, a caret
+    // under the place.
+    assert!(stderr.contains("ERROR:  syntax error"), "{stderr}");
+    assert!(
+        stderr.contains("LINE 2:   FROM registrations WHERE bib = 1 AND\n"),
+        "{stderr}"
+    );
+    let caret = stderr.lines().last().unwrap_or_default();
+    assert_eq!(caret.find('^'), Some("LINE 2:   FROM registrations WHERE bib = 1 AND".len()), "{stderr}");
+
+    // The statement after the error did not run.
+    let out = run_with_stdin(
+        tablesql(store.path()).args(["shell", "--format", "csv"]),
+        "SELECT bib FROM registrations WHERE event = 'Script' ORDER BY bib",
+    )?;
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8(out.stdout)?, "bib\n1\n");
+
+    // A missing file is an error too.
+    let out = tablesql(store.path()).args(["shell", "-f", "/nonexistent.sql"]).output()?;
+    assert!(!out.status.success());
+    Ok(())
+}
+
+/// A tmux server of the test's own (its own socket), killed when dropped.
+struct Terminal {
+    tmux: String,
+    socket: String,
+}
+
+impl Terminal {
+    fn start(command: &[&str], width: u16, height: u16) -> Result<Self, Box<dyn std::error::Error>> {
+        let tmux = std::env::var("TABLESQL_TEST_TMUX").map_err(|_| {
+            "TABLESQL_TEST_TMUX is not set: run the tests with ./scripts/test, which installs tmux if \
+             it is missing (scripts/tmux), or set it to the path of tmux"
+        })?;
+        let socket = format!("tablesql-test-{}", std::process::id());
+        let t = Self { tmux, socket };
+        let status = t
+            .cmd()
+            .args(["new-session", "-d", "-s", "shell"])
+            .args(["-x", &width.to_string(), "-y", &height.to_string()])
+            .args(command)
+            .status()?;
+        if !status.success() {
+            return Err("tmux new-session failed".into());
+        }
+        Ok(t)
+    }
+
+    fn cmd(&self) -> Command {
+        let mut c = Command::new(&self.tmux);
+        c.args(["-L", &self.socket]);
+        c
+    }
+
+    /// Types text literally. (A `;` ending a tmux argument would end the
+    /// tmux command, so semicolons go as keys of their own.)
+    fn type_text(&self, text: &str) -> TestResult {
+        for (i, part) in text.split(';').enumerate() {
+            if i > 0 {
+                self.keys(&["-H", "3b"])?;
+            }
+            if !part.is_empty() {
+                self.keys(&["-l", part])?;
+            }
+        }
+        Ok(())
+    }
+
+    fn keys(&self, keys: &[&str]) -> TestResult {
+        let status = self
+            .cmd()
+            .args(["send-keys", "-t", "shell"])
+            .args(keys)
+            .status()?;
+        if !status.success() {
+            return Err(format!("send-keys {keys:?} failed").into());
+        }
+        Ok(())
+    }
+
+    fn screen(&self) -> Result<String, Box<dyn std::error::Error>> {
+        let out = self
+            .cmd()
+            .args(["capture-pane", "-p", "-t", "shell"])
+            .output()?;
+        Ok(String::from_utf8(out.stdout)?)
+    }
+
+    /// Waits until the screen shows `text`, for at most `limit`.
+    fn wait_for(&self, text: &str, limit: Duration) -> Result<String, Box<dyn std::error::Error>> {
+        let start = Instant::now();
+        loop {
+            let screen = self.screen()?;
+            if screen.contains(text) {
+                return Ok(screen);
+            }
+            if start.elapsed() > limit {
+                return Err(format!("the screen never showed {text:?}:\n{screen}").into());
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// Clears the screen (Ctrl-L at the prompt), so later checks see only
+    /// what comes next.
+    fn clear(&self) -> TestResult {
+        self.keys(&["C-l"])?;
+        let start = Instant::now();
+        while self.screen()?.lines().filter(|l| !l.trim().is_empty()).count() > 1 {
+            if start.elapsed() > Duration::from_secs(5) {
+                return Err("the screen did not clear".into());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Ok(())
+    }
+
+    fn alive(&self) -> bool {
+        self.cmd()
+            .args(["has-session", "-t", "shell"])
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
+    }
+}
+
+impl Drop for Terminal {
+    fn drop(&mut self) {
+        let _ = self
+            .cmd()
+            .arg("kill-server")
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+const LONG: &str = "SELECT count(*) FROM registrations a JOIN registrations b ON a.age = b.age \
+    JOIN registrations c ON b.age = c.age JOIN registrations d ON c.age = d.age \
+    JOIN registrations e ON d.age = e.age JOIN registrations f ON e.age = f.age \
+    JOIN registrations g ON f.age = g.age;";
+
+#[test]
+fn the_shell_in_a_terminal() -> TestResult {
+    let store = store_copy()?;
+    let history = store.path().join("history");
+    let binary = env!("CARGO_BIN_EXE_tablesql");
+    let command = format!(
+        "RUST_BACKTRACE=0 TABLESQL_HISTORY='{}' '{binary}' --store '{}' shell",
+        history.display(),
+        store.path().display()
+    );
+    let term = Terminal::start(&["sh", "-c", &command], 100, 30)?;
+    let wait = Duration::from_secs(20);
+    term.wait_for("tablesql=>", wait)?;
+
+    // A statement over three lines runs once it ends with ';'.
+    term.type_text("SELECT event, count(*) AS n")?;
+    term.keys(&["Enter"])?;
+    term.type_text("FROM registrations")?;
+    term.keys(&["Enter"])?;
+    let screen = term.screen()?;
+    assert!(!screen.contains("(4 rows)"), "ran before its end:\n{screen}");
+    term.type_text("GROUP BY event ORDER BY event;")?;
+    term.keys(&["Enter"])?;
+    let screen = term.wait_for("(4 rows)", wait)?;
+    assert!(screen.contains("│ 2012 Boston Marathon "), "{screen}");
+    assert!(screen.contains("Time: "), "{screen}");
+
+    // Completion of a table name, in \d, which shows the key templates and
+    // the index rows.
+    term.clear()?;
+    term.type_text("\\d registr")?;
+    term.keys(&["Tab"])?;
+    term.wait_for("\\d registrations", wait)?;
+    term.keys(&["Enter"])?;
+    let screen = term.wait_for("Index rows:", wait)?;
+    assert!(screen.contains("PartitionKey: {event}__{distance}"), "{screen}");
+    assert!(screen.contains("RowKey:       BIB:{bib:05}__{name}__{gender}__{age}"), "{screen}");
+    assert!(screen.contains("age: AGE:{age:03}__{bib}__{name}__{gender}"), "{screen}");
+    assert!(screen.contains("│ bib          ┆ INT"), "{screen}");
+
+    term.clear()?;
+    term.type_text("\\dt")?;
+    term.keys(&["Enter"])?;
+    let screen = term.wait_for("(2 tables)", wait)?;
+    assert!(screen.contains("│ registrations ┆ mapped ┆ Registrations"), "{screen}");
+
+    // An error names the place, and the shell goes on.
+    term.clear()?;
+    term.type_text("SELECT bib FORM registrations;")?;
+    term.keys(&["Enter"])?;
+    let screen = term.wait_for("LINE 1:", wait)?;
+    assert!(screen.contains("ERROR:  syntax error"), "{screen}");
+    assert!(screen.contains("LINE 1: SELECT bib FORM registrations\n"), "{screen}");
+    let caret = screen
+        .lines()
+        .find(|l| l.trim() == "^")
+        .ok_or("no caret")?;
+    assert_eq!(caret.find('^'), Some("LINE 1: SELECT bib FORM ".len()), "{screen}");
+
+    // Ctrl-C stops a long query (minutes of work), not the shell.
+    term.clear()?;
+    term.type_text(LONG)?;
+    term.keys(&["Enter"])?;
+    std::thread::sleep(Duration::from_secs(2));
+    let started = Instant::now();
+    term.keys(&["C-c"])?;
+    term.wait_for("canceling statement due to user request", wait)?;
+    assert!(started.elapsed() < Duration::from_secs(10));
+    term.clear()?;
+    term.type_text("SELECT 41 + 1 AS alive;")?;
+    term.keys(&["Enter"])?;
+    term.wait_for("│ 42    │", wait)?;
+
+    // A large result comes a screenful at a time.
+    term.clear()?;
+    term.type_text("SELECT bib, name, club FROM registrations;")?;
+    term.keys(&["Enter"])?;
+    let first = term.wait_for("-- more:", wait)?;
+    // The page fits the terminal: its header has not scrolled away.
+    assert!(first.contains("│ bib ┆ name"), "{first}");
+    assert!(!first.contains("rows)"), "{first}");
+    term.keys(&["Space"])?;
+    std::thread::sleep(Duration::from_millis(300));
+    term.wait_for("-- more:", wait)?;
+    term.keys(&["q"])?;
+    let screen = term.wait_for("rows shown; stopped)", wait)?;
+    let shown: usize = screen
+        .lines()
+        .find_map(|l| l.strip_prefix('(')?.split(' ').next()?.parse().ok())
+        .ok_or("no row count")?;
+    assert!(shown < 100, "two pages, not the whole result: {shown}\n{screen}");
+
+    // \q leaves; the statements are in the history file.
+    term.type_text("\\q")?;
+    term.keys(&["Enter"])?;
+    let start = Instant::now();
+    while term.alive() {
+        if start.elapsed() > wait {
+            return Err(format!("\\q did not end the shell:\n{}", term.screen()?).into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let saved = std::fs::read_to_string(&history)?;
+    assert!(saved.contains("GROUP BY event ORDER BY event;"), "{saved}");
+    Ok(())
+}
