@@ -56,8 +56,8 @@ enum Command {
         #[arg(short = 'f', long)]
         file: Option<std::path::PathBuf>,
         /// Output format (csv and json are for scripts).
-        #[arg(long, value_enum, default_value_t = tablesql::shell::render::Format::Table)]
-        format: tablesql::shell::render::Format,
+        #[arg(long, value_enum, default_value_t = output::Format::Table)]
+        format: output::Format,
     },
     /// Serve SQL over the Postgres wire protocol (psql, drivers, BI tools).
     Serve {
@@ -213,7 +213,7 @@ async fn serve(
 async fn shell(
     store: std::sync::Arc<dyn TableStore>,
     file: Option<std::path::PathBuf>,
-    format: tablesql::shell::render::Format,
+    format: output::Format,
 ) -> anyhow::Result<()> {
     use tablesql::shell::Shell;
     let engine = tablesql::Engine::with_store(store, Default::default()).await?;

@@ -5,24 +5,14 @@ use std::io::Write;
 
 use comfy_table::{Table, presets::UTF8_FULL_CONDENSED};
 use futures::StreamExt;
-use tablesql::datafusion::arrow::datatypes::DataType;
-use tablesql::datafusion::arrow::record_batch::RecordBatch;
-use tablesql::datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use tablesql::datafusion::execution::SendableRecordBatchStream;
+use tablesql::shell::render::Printer;
 use tablesql::storage::odata::entity_to_json;
 use tablesql::storage::value::format_datetime;
 use tablesql::storage::{StoredEntity, TableName};
 
-/// An output format of `scan` and `query`.
-#[derive(Debug, Clone, Copy, clap::ValueEnum)]
-pub enum Format {
-    /// A table for the terminal.
-    Table,
-    /// CSV with a header row.
-    Csv,
-    /// A JSON array of entities in the service's JSON form.
-    Json,
-}
+/// An output format of `scan`, `query` and `shell`.
+pub use tablesql::shell::render::Format;
 
 /// Prints tables with their entity counts.
 pub fn print_tables(rows: &[(TableName, u64)]) {
@@ -97,112 +87,31 @@ pub fn print_entities(entities: &[StoredEntity], format: Format) -> anyhow::Resu
     Ok(())
 }
 
-/// Formats every value of a batch column as text; NULL as `null_text`.
-fn column_text(batch: &RecordBatch, column: usize, null_text: &str) -> anyhow::Result<Vec<String>> {
-    let options = FormatOptions::default().with_null(null_text);
-    let formatter = ArrayFormatter::try_new(batch.column(column).as_ref(), &options)?;
-    Ok((0..batch.num_rows())
-        .map(|row| formatter.value(row).to_string())
-        .collect())
-}
-
-fn rows_text(batch: &RecordBatch, null_text: &str) -> anyhow::Result<Vec<Vec<String>>> {
-    let columns = (0..batch.num_columns())
-        .map(|c| column_text(batch, c, null_text))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok((0..batch.num_rows())
-        .map(|r| columns.iter().map(|c| c[r].clone()).collect())
-        .collect())
-}
-
-/// A JSON value for one cell: numbers and booleans typed, NULL as null.
-fn json_cell(data_type: &DataType, text: Option<String>) -> serde_json::Value {
-    let Some(text) = text else {
-        return serde_json::Value::Null;
-    };
-    let typed = match data_type {
-        t if t.is_numeric() => serde_json::from_str::<serde_json::Number>(&text)
-            .ok()
-            .map(serde_json::Value::Number),
-        DataType::Boolean => text.parse().ok().map(serde_json::Value::Bool),
-        _ => None,
-    };
-    typed.unwrap_or(serde_json::Value::String(text))
-}
-
 /// Prints the rows of a statement as they arrive (a table waits for all of
 /// them, to size its columns).
-pub async fn print_stream(
-    mut stream: SendableRecordBatchStream,
-    format: Format,
-) -> anyhow::Result<()> {
-    let schema = stream.schema();
-    let header: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
+pub async fn print_stream(stream: SendableRecordBatchStream, format: Format) -> anyhow::Result<()> {
+    let empty = stream.schema().fields().is_empty();
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    match format {
-        Format::Table => {
-            let mut t = Table::new();
-            t.load_preset(UTF8_FULL_CONDENSED).set_header(&header);
-            let mut n = 0;
-            while let Some(batch) = stream.next().await {
-                let batch = batch?;
-                n += batch.num_rows();
-                for row in rows_text(&batch, "NULL")? {
-                    t.add_row(row);
-                }
-            }
-            if header.is_empty() {
-                writeln!(out, "OK")?;
-            } else {
-                writeln!(out, "{t}")?;
-                writeln!(out, "({n} rows)")?;
-            }
+    let mut printer = Printer {
+        out: &mut out,
+        format,
+        expanded: false,
+        width: None,
+        page: None,
+        chunk: usize::MAX,
+    };
+    if empty && matches!(format, Format::Table) {
+        let mut stream = stream;
+        while let Some(batch) = stream.next().await {
+            batch?;
         }
-        Format::Csv => {
-            let mut w = csv::Writer::from_writer(out);
-            w.write_record(&header)?;
-            while let Some(batch) = stream.next().await {
-                for row in rows_text(&batch?, "")? {
-                    w.write_record(row)?;
-                }
-            }
-            w.flush()?;
-        }
-        Format::Json => {
-            writeln!(out, "[")?;
-            let mut first = true;
-            while let Some(batch) = stream.next().await {
-                let batch = batch?;
-                let texts = (0..batch.num_columns())
-                    .map(|c| {
-                        let nulls = batch.column(c).logical_nulls();
-                        let text = column_text(&batch, c, "")?;
-                        Ok(text
-                            .into_iter()
-                            .enumerate()
-                            .map(|(r, s)| {
-                                (!nulls.as_ref().is_some_and(|n| n.is_null(r))).then_some(s)
-                            })
-                            .collect::<Vec<_>>())
-                    })
-                    .collect::<anyhow::Result<Vec<_>>>()?;
-                for r in 0..batch.num_rows() {
-                    let row: serde_json::Map<String, serde_json::Value> = schema
-                        .fields()
-                        .iter()
-                        .zip(&texts)
-                        .map(|(f, col)| {
-                            (f.name().clone(), json_cell(f.data_type(), col[r].clone()))
-                        })
-                        .collect();
-                    let sep = if first { "" } else { ",\n" };
-                    first = false;
-                    write!(out, "{sep}  {}", serde_json::Value::Object(row))?;
-                }
-            }
-            writeln!(out, "{}]", if first { "" } else { "\n" })?;
-        }
+        writeln!(out, "OK")?;
+        return Ok(());
+    }
+    let printed = printer.print(stream).await?;
+    if matches!(format, Format::Table) {
+        writeln!(out, "({} rows)", printed.rows)?;
     }
     Ok(())
 }
