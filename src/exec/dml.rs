@@ -544,19 +544,27 @@ impl Writer {
                 None => Bound::Unbounded,
             },
         };
-        let page = self
-            .store
-            .query(&self.layout.table, &query, None)
-            .await
-            .map_err(ExecError::from)?;
-        if page
-            .entities
-            .iter()
-            .any(|e| Some(e.row_key()) != own && e.row_key().as_str().starts_with(&prefix))
-        {
-            return Err(duplicate());
+        // A page may come back empty with a continuation token (the store's
+        // scan budget): follow it to the end of the range.
+        let mut token = None;
+        loop {
+            let page = self
+                .store
+                .query(&self.layout.table, &query, token.as_ref())
+                .await
+                .map_err(ExecError::from)?;
+            if page
+                .entities
+                .iter()
+                .any(|e| Some(e.row_key()) != own && e.row_key().as_str().starts_with(&prefix))
+            {
+                return Err(duplicate());
+            }
+            match page.continuation {
+                Some(next) if page.entities.is_empty() => token = Some(next),
+                _ => return Ok(()),
+            }
         }
-        Ok(())
     }
 
     fn row_key(

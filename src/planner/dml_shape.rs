@@ -14,7 +14,10 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::common::tree_node::Transformed;
 use datafusion::logical_expr::{DmlStatement, LogicalPlan, LogicalPlanBuilder, WriteOp, lit};
+use datafusion::datasource::DefaultTableSource;
 use datafusion::optimizer::{AnalyzerRule, OptimizerConfig, OptimizerRule};
+
+use super::StoreTable;
 
 /// Refuses DELETE and UPDATE whose rows are not chosen by filters on the
 /// target table alone.
@@ -98,7 +101,7 @@ impl OptimizerRule for EmptyDml {
     ) -> Result<Transformed<LogicalPlan>> {
         plan.transform_down(|node| {
             let LogicalPlan::Dml(DmlStatement {
-                table_name,
+                target,
                 op: WriteOp::Delete | WriteOp::Update,
                 input,
                 ..
@@ -106,14 +109,22 @@ impl OptimizerRule for EmptyDml {
             else {
                 return Ok(Transformed::no(node));
             };
-            let mut scans = false;
+            // Only our tables, and only where the optimizer left an empty
+            // relation and no scan at all (a view, say, is left alone: its
+            // own DELETE refuses).
+            let ours = target
+                .downcast_ref::<DefaultTableSource>()
+                .is_some_and(|s| s.table_provider.is::<StoreTable>());
+            let (mut scans, mut empty) = (false, false);
             input.apply(|n| {
-                if let LogicalPlan::TableScan(scan) = n {
-                    scans |= scan.table_name.resolved_eq(table_name);
+                match n {
+                    LogicalPlan::TableScan(_) => scans = true,
+                    LogicalPlan::EmptyRelation(e) if !e.produce_one_row => empty = true,
+                    _ => {}
                 }
                 Ok(TreeNodeRecursion::Continue)
             })?;
-            if scans {
+            if !ours || scans || !empty {
                 return Ok(Transformed::no(node));
             }
             let none = LogicalPlanBuilder::empty(true)

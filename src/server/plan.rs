@@ -18,7 +18,7 @@ use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::UInt64Type;
-use datafusion::physical_plan::{collect, execute_stream};
+use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
@@ -186,16 +186,7 @@ impl Planner {
     /// written, which becomes the command tag (`INSERT 0 n`, `UPDATE n`).
     async fn write(&self, plan: &LogicalPlan, tag: &str, mut guard: Guard) -> PgWireResult<Response> {
         let snapshot = self.snapshot();
-        let state = &snapshot.state;
-        let physical = guard
-            .run(async {
-                state
-                    .query_planner()
-                    .create_physical_plan(plan, state.as_ref())
-                    .await
-                    .map_err(|e| datafusion_error(&e))
-            })
-            .await?;
+        let physical = physical_plan(&snapshot, plan, &mut guard).await?;
         let written = physical.downcast_ref::<DmlExec>().map(DmlExec::written);
         let run = collect(physical, snapshot.task.clone());
         let batches = match guard
@@ -310,16 +301,7 @@ impl Planner {
         let stream = match direct {
             Some(stream) => stream,
             None => {
-                let state = &snapshot.state;
-                let physical = guard
-                    .run(async {
-                        state
-                            .query_planner()
-                            .create_physical_plan(plan, state.as_ref())
-                            .await
-                            .map_err(|e| datafusion_error(&e))
-                    })
-                    .await?;
+                let physical = physical_plan(&snapshot, plan, &mut guard).await?;
                 execute_stream(physical, snapshot.task.clone()).map_err(|e| datafusion_error(&e))?
             }
         };
@@ -340,6 +322,25 @@ impl Planner {
             .flat_map(futures::stream::iter);
         Ok(QueryResponse::new(fields, rows))
     }
+}
+
+/// DataFusion's physical planning of an optimized plan, under the
+/// statement's guard.
+async fn physical_plan(
+    snapshot: &direct::Snapshot,
+    plan: &LogicalPlan,
+    guard: &mut Guard,
+) -> PgWireResult<Arc<dyn ExecutionPlan>> {
+    let state = &snapshot.state;
+    guard
+        .run(async {
+            state
+                .query_planner()
+                .create_physical_plan(plan, state.as_ref())
+                .await
+                .map_err(|e| datafusion_error(&e))
+        })
+        .await
 }
 
 /// A prepared plan with values in place of its placeholders.

@@ -67,7 +67,9 @@ pub fn parse(line: &str) -> Result<Meta, String> {
     let meta = match command {
         "dt" | "dt+" => Meta::ListTables,
         "d" | "d+" => match arg {
-            Some(name) => Meta::Describe(name.trim_matches('"').to_owned()),
+            // As SQL reads names: lower case unless quoted.
+            Some(name) if name.starts_with('"') => Meta::Describe(name.trim_matches('"').to_owned()),
+            Some(name) => Meta::Describe(name.to_lowercase()),
             None => Meta::ListTables,
         },
         "timing" => Meta::Timing(switch(arg, "timing")?),

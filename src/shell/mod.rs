@@ -62,7 +62,13 @@ pub enum ShellError {
     /// Ctrl-C.
     #[error("canceling statement due to user request")]
     Cancelled,
+    /// A failure inside `\i FILE`, reported already where it happened.
+    #[error("in an included file")]
+    Reported,
 }
+
+/// How deep `\i` may nest (a file that includes itself stops here).
+const MAX_INCLUDE_DEPTH: usize = 16;
 
 enum Flow {
     Continue,
@@ -80,6 +86,8 @@ pub struct Shell {
     names: Arc<RwLock<Names>>,
     /// Whether stdout is a terminal to page and fit tables to.
     terminal: bool,
+    /// Files `\i` is running, innermost last.
+    including: usize,
 }
 
 impl Shell {
@@ -94,6 +102,7 @@ impl Shell {
             output: None,
             names: Arc::new(RwLock::new(Names::default())),
             terminal,
+            including: 0,
         };
         shell.refresh_names().await;
         shell
@@ -222,10 +231,10 @@ impl Shell {
         };
         let counted = schema.fields().len() == 1 && schema.field(0).name() == "count";
         match tag {
-            // Catalog DDL answers with no columns; writes with their count.
-            Some(tag) if schema.fields().is_empty() => {
+            // DDL answers with no columns; writes with their count.
+            _ if schema.fields().is_empty() => {
                 drain(stream).await?;
-                writeln!(out, "{tag}")?;
+                writeln!(out, "{}", tag.unwrap_or("OK"))?;
             }
             Some(tag @ ("INSERT" | "UPDATE" | "DELETE")) if counted => {
                 let mut n = 0;
@@ -263,7 +272,7 @@ impl Shell {
             writeln!(out, "Time: {:.3} ms", started.elapsed().as_secs_f64() * 1000.0)?;
         }
         out.flush()?;
-        if matches!(tag, Some("CREATE TABLE" | "DROP TABLE")) {
+        if matches!(tag, Some("CREATE TABLE" | "DROP TABLE" | "CREATE VIEW" | "DROP VIEW")) {
             self.refresh_names().await;
         }
         Ok(())
@@ -303,8 +312,18 @@ impl Shell {
                 String::new()
             }
             Meta::Include(path) => {
+                if self.including >= MAX_INCLUDE_DEPTH {
+                    return Err(ShellError::Meta(format!(
+                        "\\i {}: files nest more than {MAX_INCLUDE_DEPTH} deep",
+                        path.display()
+                    )));
+                }
                 let text = read(&path)?;
-                Box::pin(self.run_script(&text)).await?;
+                self.including += 1;
+                let ran = Box::pin(self.run_script(&text)).await;
+                self.including -= 1;
+                // Reported inside, with its own statement.
+                ran.map_err(|_| ShellError::Reported)?;
                 String::new()
             }
         };
@@ -383,6 +402,8 @@ fn command_tag(sql: &str) -> Option<&'static str> {
         "DELETE" => Some("DELETE"),
         "CREATE" if words.get(1).is_some_and(|w| w == "TABLE") => Some("CREATE TABLE"),
         "DROP" if words.get(1).is_some_and(|w| w == "TABLE") => Some("DROP TABLE"),
+        "CREATE" if words.get(1).is_some_and(|w| w == "VIEW") => Some("CREATE VIEW"),
+        "DROP" if words.get(1).is_some_and(|w| w == "VIEW") => Some("DROP VIEW"),
         "SET" => Some("SET"),
         _ => None,
     }
@@ -391,6 +412,9 @@ fn command_tag(sql: &str) -> Option<&'static str> {
 /// Prints an error on stderr as psql does: `ERROR:  message`, and for a
 /// syntax error the line it is on with a caret under the place.
 pub fn report(piece: &Piece, e: &ShellError) {
+    if matches!(e, ShellError::Reported) {
+        return;
+    }
     let message = e.to_string();
     // sqlparser's errors come wrapped: `SQL error: ParserError("...")`.
     let shown = match message.split_once("ParserError(\"") {

@@ -237,11 +237,12 @@ impl Printer<'_> {
     }
 
     async fn ask(&mut self) -> std::io::Result<More> {
-        write!(self.out, "-- more: Enter or Space for the next page, q to stop --")?;
         self.out.flush()?;
-        let answer = tokio::task::spawn_blocking(term::more)
-            .await
-            .map_err(std::io::Error::other)??;
+        let answer = tokio::task::spawn_blocking(|| {
+            term::more("-- more: Enter or Space for the next page, q to stop --")
+        })
+        .await
+        .map_err(std::io::Error::other)??;
         write!(self.out, "\r\x1b[K")?;
         self.out.flush()?;
         Ok(answer)

@@ -25,6 +25,8 @@ pub struct Split {
 enum State {
     Code,
     Single,
+    /// `E'...'`: a backslash escapes the next character.
+    Escaped,
     Double,
     Line,
     Block(u32),
@@ -60,7 +62,15 @@ pub fn split(input: &str) -> Split {
                     start = end;
                     continue;
                 }
-                '\'' => state = State::Single,
+                '\'' => {
+                    let e = i > 0 && matches!(chars[i - 1], 'e' | 'E');
+                    let standalone = i < 2 || !(chars[i - 2].is_alphanumeric() || chars[i - 2] == '_');
+                    state = if e && standalone {
+                        State::Escaped
+                    } else {
+                        State::Single
+                    };
+                }
                 '"' => state = State::Double,
                 '-' if next == Some('-') => {
                     state = State::Line;
@@ -88,6 +98,8 @@ pub fn split(input: &str) -> Split {
                 _ => {}
             },
             State::Single if c == '\'' => state = State::Code,
+            State::Escaped if c == '\\' => i += 1,
+            State::Escaped if c == '\'' => state = State::Code,
             State::Double if c == '"' => state = State::Code,
             State::Line if c == '\n' => state = State::Code,
             State::Block(depth) => {
@@ -191,6 +203,11 @@ mod tests {
         }
         // Placeholders are not dollar quotes.
         assert!(is_complete("SELECT $1, a$b FROM t;"));
+        // In E'...' a backslash escapes the quote; elsewhere it is text.
+        assert_eq!(split("SELECT E'it\\'s;'; SELECT 1;").pieces.len(), 2);
+        assert!(!is_complete("SELECT E'it\\';"));
+        assert!(is_complete("SELECT 'a\\';"));
+        assert!(is_complete("SELECT type'x';"));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! The terminal under the shell: its size, and one key read without echo
 //! (the pager's "more" prompt), through termios.
 
-use std::io::Read;
+use std::io::Write;
 use std::os::fd::AsFd;
 
 use rustix::termios::{OptionalActions, tcgetattr, tcgetwinsize, tcsetattr};
@@ -21,9 +21,12 @@ pub enum More {
     Quit,
 }
 
-/// Waits for one key on stdin in raw mode: Enter or Space for the next page;
-/// `q`, Escape, Ctrl-C or the end of input to stop. Other keys are ignored.
-pub fn more() -> std::io::Result<More> {
+/// Shows `prompt` and waits for one key on stdin in raw mode: Enter or Space
+/// for the next page; `q`, Escape, Ctrl-C or the end of input to stop. Other
+/// keys are ignored. Raw mode is on before the prompt shows, so a Ctrl-C is a
+/// key here, never a signal; bytes are read from the descriptor itself, so
+/// nothing typed after the key is held back from the line editor.
+pub fn more(prompt: &str) -> std::io::Result<More> {
     let stdin = std::io::stdin();
     let fd = stdin.as_fd();
     let saved = tcgetattr(fd)?;
@@ -31,10 +34,12 @@ pub fn more() -> std::io::Result<More> {
     raw.make_raw();
     tcsetattr(fd, OptionalActions::Now, &raw)?;
     let answer = (|| {
+        let mut out = std::io::stdout();
+        out.write_all(prompt.as_bytes())?;
+        out.flush()?;
         let mut byte = [0u8; 1];
-        let mut input = stdin.lock();
         loop {
-            if input.read(&mut byte)? == 0 {
+            if rustix::io::read(fd, &mut byte)? == 0 {
                 return Ok(More::Quit);
             }
             match byte[0] {

@@ -130,6 +130,39 @@ fn a_script_stops_at_its_first_error() -> TestResult {
     Ok(())
 }
 
+#[test]
+fn meta_commands_in_a_script() -> TestResult {
+    let store = store_copy()?;
+    let out_file = store.path().join("out.txt");
+    let included = store.path().join("included.sql");
+    std::fs::write(&included, "SELECT 3 AS three;\n")?;
+    let script = format!(
+        "\\?\n\\x on\nSELECT 1 AS a, 'x' AS b;\n\\x off\n\\o {}\nSELECT 2 AS two;\n\\o\n\\i {}\n\\q\nSELECT 'not run' AS never_shown;\n",
+        out_file.display(),
+        included.display()
+    );
+    let out = run_with_stdin(tablesql(store.path()).arg("shell"), &script)?;
+    let stdout = String::from_utf8(out.stdout)?;
+    assert!(out.status.success(), "{stdout}");
+    // \? lists the meta-commands.
+    assert!(stdout.contains("\\d TABLE"), "{stdout}");
+    // \x: one block per record.
+    assert!(stdout.contains("-[ RECORD 1 ]-\na | 1\nb | x\n"), "{stdout}");
+    // \o: the result went to the file, and \o alone brought output back.
+    assert!(!stdout.contains("two"), "{stdout}");
+    let written = std::fs::read_to_string(&out_file)?;
+    assert!(written.contains("│ two │") && written.contains("(1 row)"), "{written}");
+    // \i ran the file; \q ended the script.
+    assert!(stdout.contains("│ three │"), "{stdout}");
+    assert!(!stdout.contains("never_shown"), "{stdout}");
+
+    // A meta-command that does not exist is an error, like a bad statement.
+    let out = run_with_stdin(tablesql(store.path()).arg("shell"), "\\nope\nSELECT 1;\n")?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8(out.stderr)?.contains("invalid command \\nope"));
+    Ok(())
+}
+
 /// A tmux server of the test's own (its own socket), killed when dropped.
 struct Terminal {
     tmux: String,
@@ -341,9 +374,8 @@ fn the_shell_in_a_terminal() -> TestResult {
         .ok_or("no row count")?;
     assert!(shown < 100, "two pages, not the whole result: {shown}\n{screen}");
 
-    // \q leaves; the statements are in the history file.
-    term.type_text("\\q")?;
-    term.keys(&["Enter"])?;
+    // Ctrl-D leaves; the statements are in the history file.
+    term.keys(&["C-d"])?;
     let start = Instant::now();
     while term.alive() {
         if start.elapsed() > wait {
