@@ -104,7 +104,11 @@ pub struct DmlExec {
 
 /// The schema every DML plan yields (DataFusion's convention).
 fn count_schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]))
+    Arc::new(Schema::new(vec![Field::new(
+        "count",
+        DataType::UInt64,
+        false,
+    )]))
 }
 
 impl DmlExec {
@@ -118,12 +122,12 @@ impl DmlExec {
         if_match: Option<ETag>,
     ) -> Result<Self> {
         mapped(&layout)?;
-        let input: Arc<dyn ExecutionPlan> =
-            if input.properties().partitioning.partition_count() > 1 {
-                Arc::new(CoalescePartitionsExec::new(input))
-            } else {
-                input
-            };
+        let input: Arc<dyn ExecutionPlan> = if input.properties().partitioning.partition_count() > 1
+        {
+            Arc::new(CoalescePartitionsExec::new(input))
+        } else {
+            input
+        };
         let properties = PlanProperties::new(
             EquivalenceProperties::new(count_schema()),
             Partitioning::UnknownPartitioning(1),
@@ -180,7 +184,12 @@ impl DmlExec {
 
 impl DisplayAs for DmlExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "DmlExec: op={} table={}", self.op.name(), self.layout.table)?;
+        write!(
+            f,
+            "DmlExec: op={} table={}",
+            self.op.name(),
+            self.layout.table
+        )?;
         if let DmlOp::Update { assignments } = &self.op {
             let names: Vec<&str> = assignments
                 .iter()
@@ -242,9 +251,7 @@ impl ExecutionPlan for DmlExec {
         let input = match (children.pop(), children.is_empty()) {
             (Some(input), true) => input,
             _ => {
-                return Err(DataFusionError::Internal(
-                    "DmlExec has one child".into(),
-                ));
+                return Err(DataFusionError::Internal("DmlExec has one child".into()));
             }
         };
         Ok(Arc::new(DmlExec::new(
@@ -351,9 +358,10 @@ impl Writer {
         if let DmlOp::Update { assignments } = &self.op {
             for (i, expr) in assignments {
                 let values = expr.evaluate(batch)?.into_array(batch.num_rows())?;
-                let t = self.layout.columns.get(*i).map(|c| c.1).ok_or_else(|| {
-                    DataFusionError::Internal(format!("no column {i} to assign"))
-                })?;
+                let t =
+                    self.layout.columns.get(*i).map(|c| c.1).ok_or_else(|| {
+                        DataFusionError::Internal(format!("no column {i} to assign"))
+                    })?;
                 new.set(*i, values, t)?;
             }
         }
@@ -378,7 +386,7 @@ impl Writer {
     async fn insert(&mut self, values: &[Option<EdmValue>]) -> Result<(PartitionKey, Group)> {
         let row = entities(&self.def, values)?;
         let partition = row.base.partition_key.clone();
-        self.claim_key(&partition, values, None).await?;
+        self.claim_key(&partition, values).await?;
         let ops = std::iter::once(row.base)
             .chain(row.index)
             .map(WriteOp::Insert)
@@ -439,12 +447,17 @@ impl Writer {
         if next.base.partition_key != pk {
             return Err(ExecError::PartitionMove {
                 table: self.def.name.clone(),
-                columns: self.def.partition_key.columns().collect::<Vec<_>>().join(", "),
+                columns: self
+                    .def
+                    .partition_key
+                    .columns()
+                    .collect::<Vec<_>>()
+                    .join(", "),
             }
             .into());
         }
         if primary_prefix(&self.def, &new_values)? != primary_prefix(&self.def, &old_values)? {
-            self.claim_key(&pk, &new_values, None).await?;
+            self.claim_key(&pk, &new_values).await?;
         }
         // Properties the mapping does not declare (written by applications)
         // are kept: the stored entity is read, and checked against the ETag.
@@ -501,14 +514,14 @@ impl Writer {
         Ok((pk, Group::of(ops)))
     }
 
-    /// Takes a row's primary key for this statement: refused if an earlier
+    /// Takes a new primary key for this statement: refused if an earlier
     /// row of the statement has it, or if the store holds a row under its
-    /// RowKey prefix other than `own`.
+    /// RowKey prefix. (An UPDATE calls it only when the key changes, so the
+    /// row's own entity is under another prefix.)
     async fn claim_key(
         &mut self,
         partition: &PartitionKey,
         values: &[Option<EdmValue>],
-        own: Option<&RowKey>,
     ) -> Result<()> {
         let Some(prefix) = primary_prefix(&self.def, values)? else {
             return Ok(());
@@ -536,7 +549,9 @@ impl Writer {
             return Err(duplicate());
         }
         let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
-        let mut query = Query::partition(partition.clone()).select(Vec::<String>::new()).top(2);
+        let mut query = Query::partition(partition.clone())
+            .select(Vec::<String>::new())
+            .top(2);
         query.rows = KeyRange {
             start: Bound::Included(RowKey::new(prefix.clone()).map_err(invalid)?),
             end: match crate::keys::successor(&prefix) {
@@ -556,7 +571,7 @@ impl Writer {
             if page
                 .entities
                 .iter()
-                .any(|e| Some(e.row_key()) != own && e.row_key().as_str().starts_with(&prefix))
+                .any(|e| e.row_key().as_str().starts_with(&prefix))
             {
                 return Err(duplicate());
             }
@@ -585,8 +600,8 @@ impl Writer {
             let mut ops: Vec<WriteOp> = Vec::new();
             let (mut rows, mut bytes) = (0u64, 0usize);
             for g in groups {
-                let full = ops.len() + g.ops.len() > MAX_BATCH_OPERATIONS
-                    || bytes + g.bytes > BATCH_BYTES;
+                let full =
+                    ops.len() + g.ops.len() > MAX_BATCH_OPERATIONS || bytes + g.bytes > BATCH_BYTES;
                 if full && !ops.is_empty() {
                     self.send(std::mem::take(&mut ops), rows).await?;
                     (rows, bytes) = (0, 0);

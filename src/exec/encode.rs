@@ -79,8 +79,10 @@ impl Columns {
     pub fn values(&self, layout: &Layout, row: usize) -> Result<Vec<Option<EdmValue>>, ExecError> {
         let mut out = Vec::with_capacity(layout.columns.len());
         for (i, (source, t)) in layout.columns.iter().enumerate() {
-            if let (Some(array), Source::PartitionField(_) | Source::RowField(_) | Source::Property { .. }) =
-                (self.arrays.get(i), source)
+            if let (
+                Some(array),
+                Source::PartitionField(_) | Source::RowField(_) | Source::Property { .. },
+            ) = (self.arrays.get(i), source)
             {
                 out.push(cell(array, *t, row, || layout.schema.field(i).name())?);
             }
@@ -144,7 +146,10 @@ fn cell<'a>(
                 .to_owned(),
         ),
         ColumnType::Uuid => {
-            let text = any.downcast_ref::<StringArray>().ok_or_else(wrong)?.value(row);
+            let text = any
+                .downcast_ref::<StringArray>()
+                .ok_or_else(wrong)?
+                .value(row);
             EdmValue::Guid(text.parse().map_err(|_| ExecError::BadValue {
                 column: column().clone(),
                 reason: format!("{text:?} is not a UUID"),
@@ -201,7 +206,10 @@ pub fn compose(
 /// shorter than the RowKey (`BIB:00042__` of `BIB:{bib:05}__{name}__...`):
 /// two entities under one prefix are the same SQL row. `None` when the
 /// primary key is the whole RowKey.
-pub fn primary_prefix(def: &TableDef, values: &[Option<EdmValue>]) -> Result<Option<String>, ExecError> {
+pub fn primary_prefix(
+    def: &TableDef,
+    values: &[Option<EdmValue>],
+) -> Result<Option<String>, ExecError> {
     let in_row_key = def
         .primary_key
         .len()

@@ -73,7 +73,9 @@ pub enum ExecError {
     PartitionMove { table: String, columns: String },
     /// A row whose primary key another row has (the RowKey holds more than
     /// the key, so the store alone would take both).
-    #[error("duplicate key: table {table} already has a row with primary key ({columns}) = ({values})")]
+    #[error(
+        "duplicate key: table {table} already has a row with primary key ({columns}) = ({values})"
+    )]
     DuplicateKey {
         table: String,
         columns: String,

@@ -10,11 +10,11 @@
 //!   filter is left to hand over.
 
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::error::{DataFusionError, Result};
 use datafusion::common::tree_node::Transformed;
-use datafusion::logical_expr::{DmlStatement, LogicalPlan, LogicalPlanBuilder, WriteOp, lit};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::DefaultTableSource;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::{DmlStatement, LogicalPlan, LogicalPlanBuilder, WriteOp, lit};
 use datafusion::optimizer::{AnalyzerRule, OptimizerConfig, OptimizerRule};
 
 use super::StoreTable;
@@ -34,7 +34,11 @@ impl AnalyzerRule for DmlShape {
                 ..
             }) = node
             {
-                let op = if matches!(op, WriteOp::Delete) { "DELETE" } else { "UPDATE" };
+                let op = if matches!(op, WriteOp::Delete) {
+                    "DELETE"
+                } else {
+                    "UPDATE"
+                };
                 bad = refusal(input.as_ref()).map(|what| format!("{op} with {what}"));
             }
             Ok(if bad.is_some() {

@@ -8,16 +8,16 @@ use async_trait::async_trait;
 use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
+use datafusion::common::{DFSchema, not_impl_err, plan_err};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::Result;
-use datafusion::common::{DFSchema, not_impl_err, plan_err};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
-use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_expr::PhysicalSortExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::filter::FilterExec;
 
 use super::access::AccessPath;
 use super::pushdown::push_down;

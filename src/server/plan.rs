@@ -13,11 +13,11 @@ use std::sync::Arc;
 use arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
 use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
 use async_trait::async_trait;
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::ParamValues;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
@@ -33,11 +33,11 @@ use pgwire::messages::data::DataRow;
 
 use super::cancel::{Guard, guarded};
 use super::direct;
-use crate::exec::DmlExec;
 use super::sqlstate::{
     CONNECTION_FAILURE, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error, error, parser_error,
 };
 use crate::engine::Engine;
+use crate::exec::DmlExec;
 
 /// A statement as Parse left it.
 #[derive(Debug)]
@@ -159,14 +159,22 @@ impl Planner {
     }
 
     /// Plans a write from its text and runs it (the simple protocol).
-    pub async fn write_statement(&self, statement: Statement, guard: Guard) -> PgWireResult<Response> {
+    pub async fn write_statement(
+        &self,
+        statement: Statement,
+        guard: Guard,
+    ) -> PgWireResult<Response> {
         let tag = write_tag(&statement).ok_or_else(|| internal("not a write"))?;
         let plan = self.logical(statement).await?;
         self.write(&plan, tag, guard).await
     }
 
     /// Binds a portal's values into its prepared write and runs it.
-    pub async fn execute_write(&self, portal: &Portal<Stmt>, guard: Guard) -> PgWireResult<Response> {
+    pub async fn execute_write(
+        &self,
+        portal: &Portal<Stmt>,
+        guard: Guard,
+    ) -> PgWireResult<Response> {
         let prepared = &portal.statement.statement;
         let Kind::Query {
             plan,
@@ -184,7 +192,12 @@ impl Planner {
 
     /// Runs a write's plan to the end: its one row is the count of rows
     /// written, which becomes the command tag (`INSERT 0 n`, `UPDATE n`).
-    async fn write(&self, plan: &LogicalPlan, tag: &str, mut guard: Guard) -> PgWireResult<Response> {
+    async fn write(
+        &self,
+        plan: &LogicalPlan,
+        tag: &str,
+        mut guard: Guard,
+    ) -> PgWireResult<Response> {
         let snapshot = self.snapshot();
         let physical = physical_plan(&snapshot, plan, &mut guard).await?;
         let written = physical.downcast_ref::<DmlExec>().map(DmlExec::written);
@@ -251,8 +264,13 @@ impl Planner {
         guard: Guard,
     ) -> PgWireResult<QueryResponse> {
         let values = self.values(portal)?;
-        self.execute_values(&portal.statement.statement, &values, &portal.result_column_format, guard)
-            .await
+        self.execute_values(
+            &portal.statement.statement,
+            &values,
+            &portal.result_column_format,
+            guard,
+        )
+        .await
     }
 
     /// Binds values into a prepared query and starts it: no parsing, no

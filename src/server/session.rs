@@ -305,7 +305,12 @@ impl SimpleQueryHandler for Session {
             // Rows of earlier SELECTs are encoded lazily, as the client reads
             // them; before a statement that changes data they are read to the
             // end, so they show the data as it was when they ran.
-            if writes(statement) || matches!(statement, Statement::CreateTable(_) | Statement::Drop { .. }) {
+            if writes(statement)
+                || matches!(
+                    statement,
+                    Statement::CreateTable(_) | Statement::Drop { .. }
+                )
+            {
                 for r in responses.iter_mut() {
                     if let Response::Query(q) = r {
                         let rows: Vec<_> = futures::StreamExt::collect(&mut q.data_rows).await;

@@ -34,18 +34,76 @@ impl ShellHelper {
 }
 
 const KEYWORDS: &[&str] = &[
-    "ALL", "ANALYZE", "AND", "AS", "ASC", "BEGIN", "BETWEEN", "BY", "CASE", "CAST", "COMMIT",
-    "COUNT", "CREATE", "CROSS", "DELETE", "DESC", "DISTINCT", "DROP", "ELSE", "END", "EXCEPT",
-    "EXISTS", "EXPLAIN", "FALSE", "FROM", "FULL", "GROUP", "HAVING", "ILIKE", "IN", "INNER",
-    "INSERT", "INTERSECT", "INTO", "IS", "JOIN", "LEFT", "LIKE", "LIMIT", "NOT", "NULL",
-    "NULLS", "OFFSET", "ON", "OR", "ORDER", "OUTER", "OVER", "PARTITION", "PRIMARY", "KEY",
-    "RIGHT", "ROLLBACK", "SELECT", "SET", "SHOW", "TABLE", "TABLES", "THEN", "TRUE", "UNION",
-    "UPDATE", "USING", "VALUES", "WHEN", "WHERE", "WITH",
+    "ALL",
+    "ANALYZE",
+    "AND",
+    "AS",
+    "ASC",
+    "BEGIN",
+    "BETWEEN",
+    "BY",
+    "CASE",
+    "CAST",
+    "COMMIT",
+    "COUNT",
+    "CREATE",
+    "CROSS",
+    "DELETE",
+    "DESC",
+    "DISTINCT",
+    "DROP",
+    "ELSE",
+    "END",
+    "EXCEPT",
+    "EXISTS",
+    "EXPLAIN",
+    "FALSE",
+    "FROM",
+    "FULL",
+    "GROUP",
+    "HAVING",
+    "ILIKE",
+    "IN",
+    "INNER",
+    "INSERT",
+    "INTERSECT",
+    "INTO",
+    "IS",
+    "JOIN",
+    "LEFT",
+    "LIKE",
+    "LIMIT",
+    "NOT",
+    "NULL",
+    "NULLS",
+    "OFFSET",
+    "ON",
+    "OR",
+    "ORDER",
+    "OUTER",
+    "OVER",
+    "PARTITION",
+    "PRIMARY",
+    "KEY",
+    "RIGHT",
+    "ROLLBACK",
+    "SELECT",
+    "SET",
+    "SHOW",
+    "TABLE",
+    "TABLES",
+    "THEN",
+    "TRUE",
+    "UNION",
+    "UPDATE",
+    "USING",
+    "VALUES",
+    "WHEN",
+    "WHERE",
+    "WITH",
 ];
 
-const META: &[&str] = &[
-    "\\?", "\\d", "\\dt", "\\i", "\\o", "\\q", "\\timing", "\\x",
-];
+const META: &[&str] = &["\\?", "\\d", "\\dt", "\\i", "\\o", "\\q", "\\timing", "\\x"];
 
 /// Candidates for the word `word`: meta-commands after a backslash; else
 /// keywords (in the case the word is typed in), tables and columns.
@@ -70,7 +128,13 @@ pub fn candidates(word: &str, names: &Names) -> Vec<String> {
         KEYWORDS
             .iter()
             .filter(|k| k.to_lowercase().starts_with(&lower))
-            .map(|k| if upper { (*k).to_owned() } else { k.to_lowercase() }),
+            .map(|k| {
+                if upper {
+                    (*k).to_owned()
+                } else {
+                    k.to_lowercase()
+                }
+            }),
     );
     out.sort();
     out.dedup();

@@ -55,7 +55,9 @@ fn switch(arg: Option<&str>, what: &str) -> Result<Option<bool>, String> {
         None => Ok(None),
         Some("on") => Ok(Some(true)),
         Some("off") => Ok(Some(false)),
-        Some(other) => Err(format!("\\{what}: unrecognized value \"{other}\": on or off")),
+        Some(other) => Err(format!(
+            "\\{what}: unrecognized value \"{other}\": on or off"
+        )),
     }
 }
 
@@ -68,7 +70,9 @@ pub fn parse(line: &str) -> Result<Meta, String> {
         "dt" | "dt+" => Meta::ListTables,
         "d" | "d+" => match arg {
             // As SQL reads names: lower case unless quoted.
-            Some(name) if name.starts_with('"') => Meta::Describe(name.trim_matches('"').to_owned()),
+            Some(name) if name.starts_with('"') => {
+                Meta::Describe(name.trim_matches('"').to_owned())
+            }
             Some(name) => Meta::Describe(name.to_lowercase()),
             None => Meta::ListTables,
         },
@@ -82,9 +86,7 @@ pub fn parse(line: &str) -> Result<Meta, String> {
         "q" | "quit" => Meta::Quit,
         "?" | "h" | "help" => Meta::Help,
         other => {
-            return Err(format!(
-                "invalid command \\{other}. Try \\? for help."
-            ));
+            return Err(format!("invalid command \\{other}. Try \\? for help."));
         }
     };
     Ok(meta)
@@ -126,7 +128,12 @@ pub async fn list_tables(engine: &Engine, width: Option<u16>) -> Result<String, 
                 _ => None,
             };
             if let Some(storage) = storage {
-                raw.push(vec![name, "raw".into(), storage, "PartitionKey / RowKey".into()]);
+                raw.push(vec![
+                    name,
+                    "raw".into(),
+                    storage,
+                    "PartitionKey / RowKey".into(),
+                ]);
             }
         }
     }
@@ -136,7 +143,11 @@ pub async fn list_tables(engine: &Engine, width: Option<u16>) -> Result<String, 
     let n = rows.len();
     Ok(format!(
         "{}\n({n} tables)",
-        table(&header(&["table", "kind", "storage table", "keys"]), &rows, width)
+        table(
+            &header(&["table", "kind", "storage table", "keys"]),
+            &rows,
+            width
+        )
     ))
 }
 
@@ -204,7 +215,11 @@ fn describe_mapped(def: &TableDef, width: Option<u16>) -> String {
         "Table \"{}\" (storage table {})\n{}\n",
         def.name,
         def.storage_table,
-        table(&header(&["column", "type", "nullable", "stored as"]), &rows, width)
+        table(
+            &header(&["column", "type", "nullable", "stored as"]),
+            &rows,
+            width
+        )
     );
     out.push_str(&format!("PartitionKey: {}\n", def.partition_key));
     out.push_str(&format!("RowKey:       {}\n", def.row_key));
@@ -242,7 +257,10 @@ mod tests {
     fn meta_commands_parse_like_psql() {
         assert_eq!(parse("dt"), Ok(Meta::ListTables));
         assert_eq!(parse("d"), Ok(Meta::ListTables));
-        assert_eq!(parse("d registrations"), Ok(Meta::Describe("registrations".into())));
+        assert_eq!(
+            parse("d registrations"),
+            Ok(Meta::Describe("registrations".into()))
+        );
         assert_eq!(parse("timing off"), Ok(Meta::Timing(Some(false))));
         assert_eq!(parse("x"), Ok(Meta::Expanded(None)));
         assert_eq!(parse("o out.txt"), Ok(Meta::Output(Some("out.txt".into()))));

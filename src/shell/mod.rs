@@ -184,7 +184,11 @@ impl Shell {
 
     /// Runs a piece unless Ctrl-C comes first; dropping the statement's
     /// future drops its stream, which stops its scans.
-    async fn interruptible(&mut self, piece: &Piece, interrupt: &mut Signal) -> Result<Flow, ShellError> {
+    async fn interruptible(
+        &mut self,
+        piece: &Piece,
+        interrupt: &mut Signal,
+    ) -> Result<Flow, ShellError> {
         // A Ctrl-C from before this statement is not for it.
         while interrupt.recv().now_or_never().is_some() {}
         tokio::select! {
@@ -269,10 +273,17 @@ impl Shell {
             }
         }
         if self.timing {
-            writeln!(out, "Time: {:.3} ms", started.elapsed().as_secs_f64() * 1000.0)?;
+            writeln!(
+                out,
+                "Time: {:.3} ms",
+                started.elapsed().as_secs_f64() * 1000.0
+            )?;
         }
         out.flush()?;
-        if matches!(tag, Some("CREATE TABLE" | "DROP TABLE" | "CREATE VIEW" | "DROP VIEW")) {
+        if matches!(
+            tag,
+            Some("CREATE TABLE" | "DROP TABLE" | "CREATE VIEW" | "DROP VIEW")
+        ) {
             self.refresh_names().await;
         }
         Ok(())
@@ -368,7 +379,9 @@ pub fn read(path: &Path) -> Result<String, ShellError> {
     })
 }
 
-async fn drain(mut stream: datafusion::execution::SendableRecordBatchStream) -> Result<(), ShellError> {
+async fn drain(
+    mut stream: datafusion::execution::SendableRecordBatchStream,
+) -> Result<(), ShellError> {
     while let Some(batch) = stream.next().await {
         batch.map_err(RenderError::from)?;
     }
@@ -427,7 +440,10 @@ pub fn report(piece: &Piece, e: &ShellError) {
             // "found: EOF": the statement ended too soon; point past its end.
             message.contains("found: EOF").then(|| {
                 let lines: Vec<&str> = sql.lines().collect();
-                (lines.len(), lines.last().map_or(0, |l| l.chars().count()) + 1)
+                (
+                    lines.len(),
+                    lines.last().map_or(0, |l| l.chars().count()) + 1,
+                )
             })
         }),
         Piece::Meta(_) => None,
@@ -467,6 +483,9 @@ mod tests {
         assert_eq!(command_tag("insert into t values (1)"), Some("INSERT"));
         assert_eq!(command_tag("CREATE TABLE t (a INT)"), Some("CREATE TABLE"));
         assert_eq!(command_tag("SELECT 1"), None);
-        assert_eq!(command_tag("-- a note\n/* x */ DELETE FROM t"), Some("DELETE"));
+        assert_eq!(
+            command_tag("-- a note\n/* x */ DELETE FROM t"),
+            Some("DELETE")
+        );
     }
 }

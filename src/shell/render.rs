@@ -70,7 +70,11 @@ pub struct Printed {
 }
 
 /// Formats every value of a batch column as text; NULL as `null_text`.
-fn column_text(batch: &RecordBatch, column: usize, null_text: &str) -> Result<Vec<String>, ArrowError> {
+fn column_text(
+    batch: &RecordBatch,
+    column: usize,
+    null_text: &str,
+) -> Result<Vec<String>, ArrowError> {
     let options = FormatOptions::default().with_null(null_text);
     let formatter = ArrayFormatter::try_new(batch.column(column).as_ref(), &options)?;
     Ok((0..batch.num_rows())
@@ -134,7 +138,10 @@ pub fn expanded(header: &[String], rows: &[Vec<String>], first: usize) -> String
 
 impl Printer<'_> {
     /// Prints a statement's rows as they arrive.
-    pub async fn print(&mut self, mut stream: SendableRecordBatchStream) -> Result<Printed, RenderError> {
+    pub async fn print(
+        &mut self,
+        mut stream: SendableRecordBatchStream,
+    ) -> Result<Printed, RenderError> {
         let schema = stream.schema();
         let header: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         match self.format {
@@ -150,7 +157,10 @@ impl Printer<'_> {
                     }
                 }
                 w.flush()?;
-                Ok(Printed { rows, stopped: false })
+                Ok(Printed {
+                    rows,
+                    stopped: false,
+                })
             }
             Format::Json => {
                 writeln!(self.out, "[")?;
@@ -163,7 +173,9 @@ impl Printer<'_> {
                             Ok(column_text(&batch, c, "")?
                                 .into_iter()
                                 .enumerate()
-                                .map(|(r, s)| (!nulls.as_ref().is_some_and(|n| n.is_null(r))).then_some(s))
+                                .map(|(r, s)| {
+                                    (!nulls.as_ref().is_some_and(|n| n.is_null(r))).then_some(s)
+                                })
                                 .collect::<Vec<_>>())
                         })
                         .collect::<Result<Vec<_>, ArrowError>>()?;
@@ -184,7 +196,10 @@ impl Printer<'_> {
                     }
                 }
                 writeln!(self.out, "{}]", if rows == 0 { "" } else { "\n" })?;
-                Ok(Printed { rows, stopped: false })
+                Ok(Printed {
+                    rows,
+                    stopped: false,
+                })
             }
         }
     }
@@ -224,7 +239,12 @@ impl Printer<'_> {
         })
     }
 
-    fn emit(&mut self, header: &[String], rows: &[Vec<String>], first: usize) -> std::io::Result<()> {
+    fn emit(
+        &mut self,
+        header: &[String],
+        rows: &[Vec<String>],
+        first: usize,
+    ) -> std::io::Result<()> {
         if self.expanded {
             if rows.is_empty() {
                 writeln!(self.out, "(no records)")?;

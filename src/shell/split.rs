@@ -64,7 +64,8 @@ pub fn split(input: &str) -> Split {
                 }
                 '\'' => {
                     let e = i > 0 && matches!(chars[i - 1], 'e' | 'E');
-                    let standalone = i < 2 || !(chars[i - 2].is_alphanumeric() || chars[i - 2] == '_');
+                    let standalone =
+                        i < 2 || !(chars[i - 2].is_alphanumeric() || chars[i - 2] == '_');
                     state = if e && standalone {
                         State::Escaped
                     } else {
@@ -198,7 +199,15 @@ mod tests {
         ] {
             assert!(!is_complete(open), "{open}");
         }
-        for done in ["", "  \n", "SELECT 1;", "SELECT $$;$$;", "SELECT $tag$ ; $tag$ ;", "-- only a comment", "\\dt"] {
+        for done in [
+            "",
+            "  \n",
+            "SELECT 1;",
+            "SELECT $$;$$;",
+            "SELECT $tag$ ; $tag$ ;",
+            "-- only a comment",
+            "\\dt",
+        ] {
             assert!(is_complete(done), "{done}");
         }
         // Placeholders are not dollar quotes.

@@ -332,7 +332,11 @@ fn psql_command_tags_and_transactions() -> TestResult {
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
     let lines: Vec<&str> = std::str::from_utf8(&out.stdout)?.lines().collect();
-    assert_eq!(lines[..3], ["INSERT 0 2", "UPDATE 2", "DELETE 1"], "{shown}");
+    assert_eq!(
+        lines[..3],
+        ["INSERT 0 2", "UPDATE 2", "DELETE 1"],
+        "{shown}"
+    );
     assert!(shown.contains("2 | C"), "{shown}");
 
     // A write cannot be rolled back either: refused in a transaction block
@@ -359,7 +363,10 @@ fn psql_command_tags_and_transactions() -> TestResult {
     )?;
     let shown = text(&out);
     assert!(shown.contains("25001"), "{shown}");
-    assert!(shown.contains("cannot run inside a transaction block"), "{shown}");
+    assert!(
+        shown.contains("cannot run inside a transaction block"),
+        "{shown}"
+    );
     assert!(shown.contains("ROLLBACK"), "{shown}");
     assert!(
         std::str::from_utf8(&out.stdout)?
@@ -397,7 +404,10 @@ fn psql_command_tags_and_transactions() -> TestResult {
     assert!(out.status.success(), "{shown}");
     let stdout = std::str::from_utf8(&out.stdout)?;
     assert!(stdout.contains("INSERT 0 6000"), "{shown}");
-    assert!(stdout.contains("(6000 rows)"), "the SELECT saw every row: {shown}");
+    assert!(
+        stdout.contains("(6000 rows)"),
+        "the SELECT saw every row: {shown}"
+    );
     assert!(stdout.contains("DELETE 6000"), "{shown}");
     Ok(())
 }
@@ -500,11 +510,18 @@ async fn sqlstates_name_the_problem() -> TestResult {
     for (sql, expected) in &writes {
         let e = client.simple_query(sql).await.err().ok_or(sql.clone())?;
         assert_eq!(code(&e), *expected, "{sql}: {e:?}");
-        let e = client.execute(sql.as_str(), &[]).await.err().ok_or(sql.clone())?;
+        let e = client
+            .execute(sql.as_str(), &[])
+            .await
+            .err()
+            .ok_or(sql.clone())?;
         assert_eq!(code(&e), *expected, "extended {sql}: {e:?}");
     }
     let limits = client
-        .query_one("SELECT count(*) FROM registrations WHERE event = 'Limits'", &[])
+        .query_one(
+            "SELECT count(*) FROM registrations WHERE event = 'Limits'",
+            &[],
+        )
         .await?;
     assert_eq!(limits.get::<_, i64>(0), 0, "a refused write wrote nothing");
 
@@ -534,7 +551,9 @@ async fn etag_conflict_between_two_clients() -> TestResult {
     let r = demo::registration(5);
     let key = "event = $1 AND distance = $2 AND bib = $3";
     let read = a
-        .prepare(&format!("SELECT finish, _etag FROM registrations WHERE {key}"))
+        .prepare(&format!(
+            "SELECT finish, _etag FROM registrations WHERE {key}"
+        ))
         .await?;
     let row = a.query_one(&read, &[&r.event, &r.distance, &r.bib]).await?;
     let (finish, etag): (i64, String) = (row.get(0), row.get(1));
@@ -563,7 +582,10 @@ async fn etag_conflict_between_two_clients() -> TestResult {
         ]
     );
     let e = a
-        .execute(&write, &[&r.event, &r.distance, &r.bib, &(finish + 100), &etag])
+        .execute(
+            &write,
+            &[&r.event, &r.distance, &r.bib, &(finish + 100), &etag],
+        )
         .await
         .err()
         .ok_or("a stale ETag was accepted")?;
@@ -574,7 +596,10 @@ async fn etag_conflict_between_two_clients() -> TestResult {
     assert_eq!(now, finish + 1, "b's change stands");
     assert_ne!(fresh, etag);
     let n = a
-        .execute(&write, &[&r.event, &r.distance, &r.bib, &(finish + 100), &fresh])
+        .execute(
+            &write,
+            &[&r.event, &r.distance, &r.bib, &(finish + 100), &fresh],
+        )
         .await?;
     assert_eq!(n, 1);
     let row = a.query_one(&read, &[&r.event, &r.distance, &r.bib]).await?;

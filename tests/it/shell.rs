@@ -69,16 +69,25 @@ fn stdin_runs_statements_and_formats() -> TestResult {
     let out = run_with_stdin(tablesql(store.path()).arg("shell"), "SELECT 1 AS one;\n")?;
     let stdout = String::from_utf8(out.stdout)?;
     assert!(out.status.success(), "{stdout}");
-    assert!(stdout.contains("│ one │") && stdout.contains("(1 row)"), "{stdout}");
+    assert!(
+        stdout.contains("│ one │") && stdout.contains("(1 row)"),
+        "{stdout}"
+    );
 
     // NULL and the empty string are told apart; csv and json are for scripts.
     let sql = "SELECT CAST(NULL AS TEXT) AS n, '' AS e, 2 AS two;";
     let out = run_with_stdin(tablesql(store.path()).arg("shell"), sql)?;
     let table = String::from_utf8(out.stdout)?;
     assert!(table.contains("│ NULL ┆   ┆ 2   │"), "{table}");
-    let out = run_with_stdin(tablesql(store.path()).args(["shell", "--format", "csv"]), sql)?;
+    let out = run_with_stdin(
+        tablesql(store.path()).args(["shell", "--format", "csv"]),
+        sql,
+    )?;
     assert_eq!(String::from_utf8(out.stdout)?, "n,e,two\n,,2\n");
-    let out = run_with_stdin(tablesql(store.path()).args(["shell", "--format", "json"]), sql)?;
+    let out = run_with_stdin(
+        tablesql(store.path()).args(["shell", "--format", "json"]),
+        sql,
+    )?;
     assert_eq!(
         String::from_utf8(out.stdout)?,
         "[\n  {\"n\":null,\"e\":\"\",\"two\":2}\n]\n"
@@ -101,8 +110,15 @@ fn a_script_stops_at_its_first_error() -> TestResult {
          INSERT INTO registrations (event, distance, bib, name, gender, age)\n\
              VALUES ('Script', '5K', 2, 'Bo', 'M', 40);\n",
     )?;
-    let out = tablesql(store.path()).arg("shell").arg("-f").arg(&script).output()?;
-    let (stdout, stderr) = (String::from_utf8(out.stdout)?, String::from_utf8(out.stderr)?);
+    let out = tablesql(store.path())
+        .arg("shell")
+        .arg("-f")
+        .arg(&script)
+        .output()?;
+    let (stdout, stderr) = (
+        String::from_utf8(out.stdout)?,
+        String::from_utf8(out.stderr)?,
+    );
     assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
     assert!(stdout.contains("INSERT 0 1"), "{stdout}");
     assert!(stdout.contains("│ Ana  │"), "{stdout}");
@@ -114,7 +130,11 @@ fn a_script_stops_at_its_first_error() -> TestResult {
         "{stderr}"
     );
     let caret = stderr.lines().last().unwrap_or_default();
-    assert_eq!(caret.find('^'), Some("LINE 2:   FROM registrations WHERE bib = 1 AND".len()), "{stderr}");
+    assert_eq!(
+        caret.find('^'),
+        Some("LINE 2:   FROM registrations WHERE bib = 1 AND".len()),
+        "{stderr}"
+    );
 
     // The statement after the error did not run.
     let out = run_with_stdin(
@@ -125,7 +145,9 @@ fn a_script_stops_at_its_first_error() -> TestResult {
     assert_eq!(String::from_utf8(out.stdout)?, "bib\n1\n");
 
     // A missing file is an error too.
-    let out = tablesql(store.path()).args(["shell", "-f", "/nonexistent.sql"]).output()?;
+    let out = tablesql(store.path())
+        .args(["shell", "-f", "/nonexistent.sql"])
+        .output()?;
     assert!(!out.status.success());
     Ok(())
 }
@@ -147,11 +169,17 @@ fn meta_commands_in_a_script() -> TestResult {
     // \? lists the meta-commands.
     assert!(stdout.contains("\\d TABLE"), "{stdout}");
     // \x: one block per record.
-    assert!(stdout.contains("-[ RECORD 1 ]-\na | 1\nb | x\n"), "{stdout}");
+    assert!(
+        stdout.contains("-[ RECORD 1 ]-\na | 1\nb | x\n"),
+        "{stdout}"
+    );
     // \o: the result went to the file, and \o alone brought output back.
     assert!(!stdout.contains("two"), "{stdout}");
     let written = std::fs::read_to_string(&out_file)?;
-    assert!(written.contains("│ two │") && written.contains("(1 row)"), "{written}");
+    assert!(
+        written.contains("│ two │") && written.contains("(1 row)"),
+        "{written}"
+    );
     // \i ran the file; \q ended the script.
     assert!(stdout.contains("│ three │"), "{stdout}");
     assert!(!stdout.contains("never_shown"), "{stdout}");
@@ -170,7 +198,11 @@ struct Terminal {
 }
 
 impl Terminal {
-    fn start(command: &[&str], width: u16, height: u16) -> Result<Self, Box<dyn std::error::Error>> {
+    fn start(
+        command: &[&str],
+        width: u16,
+        height: u16,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
         let tmux = std::env::var("TABLESQL_TEST_TMUX").map_err(|_| {
             "TABLESQL_TEST_TMUX is not set: run the tests with ./scripts/test, which installs tmux if \
              it is missing (scripts/tmux), or set it to the path of tmux"
@@ -249,7 +281,13 @@ impl Terminal {
     fn clear(&self) -> TestResult {
         self.keys(&["C-l"])?;
         let start = Instant::now();
-        while self.screen()?.lines().filter(|l| !l.trim().is_empty()).count() > 1 {
+        while self
+            .screen()?
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .count()
+            > 1
+        {
             if start.elapsed() > Duration::from_secs(5) {
                 return Err("the screen did not clear".into());
             }
@@ -269,11 +307,7 @@ impl Terminal {
 
 impl Drop for Terminal {
     fn drop(&mut self) {
-        let _ = self
-            .cmd()
-            .arg("kill-server")
-            .stderr(Stdio::null())
-            .status();
+        let _ = self.cmd().arg("kill-server").stderr(Stdio::null()).status();
     }
 }
 
@@ -302,7 +336,10 @@ fn the_shell_in_a_terminal() -> TestResult {
     term.type_text("FROM registrations")?;
     term.keys(&["Enter"])?;
     let screen = term.screen()?;
-    assert!(!screen.contains("(4 rows)"), "ran before its end:\n{screen}");
+    assert!(
+        !screen.contains("(4 rows)"),
+        "ran before its end:\n{screen}"
+    );
     term.type_text("GROUP BY event ORDER BY event;")?;
     term.keys(&["Enter"])?;
     let screen = term.wait_for("(4 rows)", wait)?;
@@ -317,16 +354,28 @@ fn the_shell_in_a_terminal() -> TestResult {
     term.wait_for("\\d registrations", wait)?;
     term.keys(&["Enter"])?;
     let screen = term.wait_for("Index rows:", wait)?;
-    assert!(screen.contains("PartitionKey: {event}__{distance}"), "{screen}");
-    assert!(screen.contains("RowKey:       BIB:{bib:05}__{name}__{gender}__{age}"), "{screen}");
-    assert!(screen.contains("age: AGE:{age:03}__{bib}__{name}__{gender}"), "{screen}");
+    assert!(
+        screen.contains("PartitionKey: {event}__{distance}"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("RowKey:       BIB:{bib:05}__{name}__{gender}__{age}"),
+        "{screen}"
+    );
+    assert!(
+        screen.contains("age: AGE:{age:03}__{bib}__{name}__{gender}"),
+        "{screen}"
+    );
     assert!(screen.contains("│ bib          ┆ INT"), "{screen}");
 
     term.clear()?;
     term.type_text("\\dt")?;
     term.keys(&["Enter"])?;
     let screen = term.wait_for("(2 tables)", wait)?;
-    assert!(screen.contains("│ registrations ┆ mapped ┆ Registrations"), "{screen}");
+    assert!(
+        screen.contains("│ registrations ┆ mapped ┆ Registrations"),
+        "{screen}"
+    );
 
     // An error names the place, and the shell goes on.
     term.clear()?;
@@ -334,12 +383,16 @@ fn the_shell_in_a_terminal() -> TestResult {
     term.keys(&["Enter"])?;
     let screen = term.wait_for("LINE 1:", wait)?;
     assert!(screen.contains("ERROR:  syntax error"), "{screen}");
-    assert!(screen.contains("LINE 1: SELECT bib FORM registrations\n"), "{screen}");
-    let caret = screen
-        .lines()
-        .find(|l| l.trim() == "^")
-        .ok_or("no caret")?;
-    assert_eq!(caret.find('^'), Some("LINE 1: SELECT bib FORM ".len()), "{screen}");
+    assert!(
+        screen.contains("LINE 1: SELECT bib FORM registrations\n"),
+        "{screen}"
+    );
+    let caret = screen.lines().find(|l| l.trim() == "^").ok_or("no caret")?;
+    assert_eq!(
+        caret.find('^'),
+        Some("LINE 1: SELECT bib FORM ".len()),
+        "{screen}"
+    );
 
     // Ctrl-C stops a long query (minutes of work), not the shell.
     term.clear()?;
@@ -372,7 +425,10 @@ fn the_shell_in_a_terminal() -> TestResult {
         .lines()
         .find_map(|l| l.strip_prefix('(')?.split(' ').next()?.parse().ok())
         .ok_or("no row count")?;
-    assert!(shown < 100, "two pages, not the whole result: {shown}\n{screen}");
+    assert!(
+        shown < 100,
+        "two pages, not the whole result: {shown}\n{screen}"
+    );
 
     // Ctrl-D leaves; the statements are in the history file.
     term.keys(&["C-d"])?;

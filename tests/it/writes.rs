@@ -132,7 +132,10 @@ async fn scenario(store: Arc<dyn TableStore>) -> TestResult {
         ))
         .await?;
     assert_eq!(
-        check[0].column(0).as_primitive::<tablesql::datafusion::arrow::datatypes::Int64Type>().value(0),
+        check[0]
+            .column(0)
+            .as_primitive::<tablesql::datafusion::arrow::datatypes::Int64Type>()
+            .value(0),
         60
     );
 
@@ -147,7 +150,10 @@ async fn scenario(store: Arc<dyn TableStore>) -> TestResult {
         .get(&table, &base.partition_key, &base.row_key)
         .await?
         .ok_or("the demo row is gone")?;
-    assert_eq!(stored.get("note"), Some(&EdmValue::String("keep me".into())));
+    assert_eq!(
+        stored.get("note"),
+        Some(&EdmValue::String("keep me".into()))
+    );
     assert_eq!(stored.get("club"), Some(&EdmValue::String("Kept".into())));
 
     let deleted = engine
