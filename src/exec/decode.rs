@@ -39,6 +39,17 @@ pub enum Source {
     ETag,
 }
 
+impl Source {
+    /// Whether the column is the row's own (a key field or a property), not
+    /// one the store and the templates set (keys, Timestamp, ETag).
+    pub fn is_column(&self) -> bool {
+        matches!(
+            self,
+            Source::PartitionField(_) | Source::RowField(_) | Source::Property { .. }
+        )
+    }
+}
+
 /// A table's columns and where each comes from.
 #[derive(Debug, Clone)]
 pub struct Layout {

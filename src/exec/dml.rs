@@ -354,7 +354,7 @@ impl Writer {
     /// Turns a batch of rows into pending groups, flushing when enough wait.
     async fn take(&mut self, batch: &RecordBatch) -> Result<()> {
         let old = Columns::new(&self.layout, batch)?;
-        let mut new = Columns::new(&self.layout, batch)?;
+        let mut new = old.clone();
         if let DmlOp::Update { assignments } = &self.op {
             for (i, expr) in assignments {
                 let values = expr.evaluate(batch)?.into_array(batch.num_rows())?;

@@ -15,7 +15,7 @@ use datafusion::arrow::datatypes::TimestampMicrosecondType;
 use datafusion::arrow::record_batch::RecordBatch;
 
 use super::ExecError;
-use super::decode::{Layout, Source};
+use super::decode::Layout;
 use crate::catalog::{ColumnType, TableDef};
 use crate::keys::{KeyTemplate, KeyValue};
 use crate::storage::{EdmValue, Entity, PartitionKey, RowKey, StorageError};
@@ -31,6 +31,7 @@ pub struct RowEntities {
 
 /// The columns of a batch in the table's layout, cast to the column types, so
 /// that cells can be read by the column's type alone.
+#[derive(Clone)]
 pub struct Columns {
     arrays: Vec<ArrayRef>,
 }
@@ -79,11 +80,7 @@ impl Columns {
     pub fn values(&self, layout: &Layout, row: usize) -> Result<Vec<Option<EdmValue>>, ExecError> {
         let mut out = Vec::with_capacity(layout.columns.len());
         for (i, (source, t)) in layout.columns.iter().enumerate() {
-            if let (
-                Some(array),
-                Source::PartitionField(_) | Source::RowField(_) | Source::Property { .. },
-            ) = (self.arrays.get(i), source)
-            {
+            if let (Some(array), true) = (self.arrays.get(i), source.is_column()) {
                 out.push(cell(array, *t, row, || layout.schema.field(i).name())?);
             }
         }
@@ -94,11 +91,7 @@ impl Columns {
     /// NULL: an INSERT does not set them, the store and the templates do.
     pub fn refuse_system(&self, layout: &Layout, row: usize) -> Result<(), ExecError> {
         for (i, (source, _)) in layout.columns.iter().enumerate() {
-            let system = !matches!(
-                source,
-                Source::PartitionField(_) | Source::RowField(_) | Source::Property { .. }
-            );
-            if system && self.arrays.get(i).is_some_and(|a| !a.is_null(row)) {
+            if !source.is_column() && self.arrays.get(i).is_some_and(|a| !a.is_null(row)) {
                 return Err(ExecError::SystemColumn {
                     column: layout.schema.field(i).name().clone(),
                 });

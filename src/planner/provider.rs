@@ -237,13 +237,12 @@ impl TableProvider for StoreTable {
             .into_iter()
             .map(|(name, value)| {
                 let i = self.layout.schema.index_of(&name)?;
-                if !matches!(
-                    self.layout.columns.get(i),
-                    Some((
-                        Source::PartitionField(_) | Source::RowField(_) | Source::Property { .. },
-                        _
-                    ))
-                ) {
+                if !self
+                    .layout
+                    .columns
+                    .get(i)
+                    .is_some_and(|(s, _)| s.is_column())
+                {
                     return Err(ExecError::SystemColumn { column: name }.into());
                 }
                 Ok((i, state.create_physical_expr(value, &schema)?))

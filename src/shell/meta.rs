@@ -3,8 +3,6 @@
 
 use std::path::PathBuf;
 
-use datafusion::arrow::datatypes::DataType;
-
 use super::render::table;
 use crate::catalog::{TableDef, persist};
 use crate::engine::{Engine, EngineError};
@@ -174,10 +172,11 @@ pub async fn describe(engine: &Engine, name: &str, width: Option<u16>) -> Result
         .schema
         .fields()
         .iter()
-        .map(|f| {
+        .zip(&layout.columns)
+        .map(|(f, (_, t))| {
             vec![
                 f.name().clone(),
-                sql_type(f.data_type()),
+                t.to_string(),
                 if f.is_nullable() { "" } else { "not null" }.into(),
             ]
         })
@@ -233,20 +232,6 @@ fn describe_mapped(def: &TableDef, width: Option<u16>) -> String {
         }
     }
     out
-}
-
-/// A SQL name for the Arrow types raw tables infer.
-fn sql_type(t: &DataType) -> String {
-    match t {
-        DataType::Int32 => "INT".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::Float64 => "DOUBLE".into(),
-        DataType::Utf8 => "TEXT".into(),
-        DataType::Boolean => "BOOLEAN".into(),
-        DataType::Timestamp(..) => "TIMESTAMP".into(),
-        DataType::Binary => "BYTEA".into(),
-        other => other.to_string(),
-    }
 }
 
 #[cfg(test)]

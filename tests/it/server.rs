@@ -98,7 +98,7 @@ fn tablesql() -> Command {
 
 /// A store with the demo loaded, built once per test run and copied for each
 /// server (the embedded store belongs to one process at a time).
-fn fixture(rows: u64) -> Result<&'static Path, String> {
+pub fn fixture(rows: u64) -> Result<&'static Path, String> {
     static SMALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     static LARGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     let cell = if rows == 100_000 { &LARGE } else { &SMALL };
@@ -122,7 +122,7 @@ fn fixture(rows: u64) -> Result<&'static Path, String> {
     .map_err(Clone::clone)
 }
 
-fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     std::fs::create_dir_all(to)?;
     for entry in std::fs::read_dir(from)? {
         let entry = entry?;

@@ -2,9 +2,8 @@
 //! driven with send-keys; the screen read back with capture-pane and
 //! checked), and non-interactively with `-f` and on stdin.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output, Stdio};
-use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -18,35 +17,12 @@ fn tablesql(store: &Path) -> Command {
     cmd
 }
 
-/// A store with 1,000 demo registrations, made once per run.
-fn demo_store() -> Result<&'static Path, String> {
-    static STORE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    STORE
-        .get_or_init(|| {
-            let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("shell-fixture");
-            let _ = std::fs::remove_dir_all(&dir);
-            let out = tablesql(&dir)
-                .args(["demo", "--rows", "1000"])
-                .output()
-                .map_err(|e| e.to_string())?;
-            if !out.status.success() {
-                return Err(String::from_utf8_lossy(&out.stderr).into_owned());
-            }
-            Ok(dir)
-        })
-        .as_ref()
-        .map(PathBuf::as_path)
-        .map_err(Clone::clone)
-}
-
-/// A copy of the demo store for one test (the embedded store belongs to one
-/// process at a time, and tests write).
+/// A copy of the demo store with 1,000 registrations (the wire server
+/// tests' fixture) for one test: the embedded store belongs to one process
+/// at a time, and tests write.
 fn store_copy() -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
-    for entry in std::fs::read_dir(demo_store()?)? {
-        let entry = entry?;
-        std::fs::copy(entry.path(), dir.path().join(entry.file_name()))?;
-    }
+    super::server::copy_dir(super::server::fixture(1000)?, dir.path())?;
     Ok(dir)
 }
 
