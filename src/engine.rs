@@ -13,17 +13,19 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::prelude::{SessionConfig, SessionContext};
-use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
+use datafusion::sql::parser::{DFParser, Statement as DfStatement};
+use datafusion::sql::sqlparser::ast::{ObjectName, ObjectType, Statement};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
+use datafusion::sql::sqlparser::parser::ParserError;
 
 use crate::catalog::persist::CATALOG_TABLE;
 use crate::catalog::raw::{SAMPLE_SIZE, infer};
 use crate::catalog::{CatalogError, TableDef, ddl, persist};
 use crate::exec::coop::YieldingJoins;
 use crate::exec::{Layout, ScanOptions};
-use crate::planner::StoreTable;
 use crate::planner::dml_shape::{DmlShape, EmptyDml};
+use crate::planner::subquery_rules::{CorrelatedNotIn, NameSetComparisons};
+use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 
 /// The schema that holds every storage table read raw.
@@ -60,6 +62,14 @@ pub struct Engine {
     ctx: SessionContext,
     store: Arc<dyn TableStore>,
     options: EngineOptions,
+    parser: Arc<SqlParser>,
+}
+
+/// What catalog DDL did, when a statement was catalog DDL.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DdlOutcome {
+    /// What PostgreSQL would say as a NOTICE (`table "x" does not exist, skipping`).
+    pub notices: Vec<String>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -83,12 +93,18 @@ impl Engine {
         store: Arc<dyn TableStore>,
         options: EngineOptions,
     ) -> Result<Self, EngineError> {
-        let config = SessionConfig::new().with_information_schema(true);
+        let mut config = SessionConfig::new().with_information_schema(true);
+        // DataFusion's own parser (a fallback, and embedders' `ctx.sql`)
+        // reads the dialect every front end uses.
+        config.options_mut().sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
+            .with_query_planner(Arc::new(TablesqlQueryPlanner))
             .with_physical_optimizer_rule(Arc::new(YieldingJoins))
             .with_analyzer_rule(Arc::new(DmlShape))
+            .with_analyzer_rule(Arc::new(NameSetComparisons))
+            .with_analyzer_rule(Arc::new(CorrelatedNotIn))
             .with_optimizer_rule(Arc::new(EmptyDml))
             .build();
         let ctx = SessionContext::new_with_state(state);
@@ -96,6 +112,7 @@ impl Engine {
             ctx,
             store,
             options,
+            parser: Arc::new(SqlParser::new()),
         };
         engine.refresh().await?;
         Ok(engine)
@@ -224,27 +241,60 @@ impl Engine {
         self.refresh().await
     }
 
+    /// The statements of a query string, as every front end reads them
+    /// (PostgreSQL's dialect; see `planner::sql`).
+    pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
+        self.parser.parse(sql)
+    }
+
     /// Plans one statement. Catalog DDL runs here and yields an empty frame;
     /// everything else is DataFusion's.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
-        // Only CREATE and DROP can be catalog DDL; other statements skip a parse.
-        let word: String = sql
-            .trim_start()
-            .chars()
-            .take(6)
-            .collect::<String>()
-            .to_ascii_lowercase();
-        let maybe_ddl = word.starts_with("create") || word.starts_with("drop");
-        if let Some(Ok(statements)) =
-            maybe_ddl.then(|| Parser::parse_sql(&PostgreSqlDialect {}, sql))
-        {
-            if let [statement] = statements.as_slice() {
-                if self.catalog_ddl(statement).await? {
-                    return Ok(self.ctx.read_empty()?);
-                }
-            }
+        let mut statements = match self.parse(sql) {
+            Ok(s) => s,
+            Err(e) => return self.datafusion_statement(sql, e).await,
+        };
+        if statements.len() != 1 {
+            return Err(DataFusionError::NotImplemented(format!(
+                "one statement at a time here, not {}",
+                statements.len()
+            ))
+            .into());
         }
-        Ok(self.ctx.sql(sql).await?)
+        self.statement(statements.remove(0)).await
+    }
+
+    /// Plans one parsed statement (catalog DDL runs here, as in [`Self::sql`]).
+    pub async fn statement(&self, statement: Statement) -> Result<DataFrame, EngineError> {
+        if self.catalog_ddl(&statement).await?.is_some() {
+            return Ok(self.ctx.read_empty()?);
+        }
+        let plan = self
+            .ctx
+            .state()
+            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+            .await?;
+        Ok(self.ctx.execute_logical_plan(plan).await?)
+    }
+
+    /// DataFusion's own statements, which PostgreSQL's grammar lacks
+    /// (`CREATE EXTERNAL TABLE`, `COPY ... TO`); anything else keeps the
+    /// PostgreSQL parser's error.
+    async fn datafusion_statement(
+        &self,
+        sql: &str,
+        error: ParserError,
+    ) -> Result<DataFrame, EngineError> {
+        let own = DFParser::parse_sql_with_dialect(sql, &PostgreSqlDialect {})
+            .ok()
+            .filter(|s| s.len() == 1 && !matches!(s[0], DfStatement::Statement(_)));
+        match own.and_then(|mut s| s.pop_front()) {
+            Some(statement) => {
+                let plan = self.ctx.state().statement_to_plan(statement).await?;
+                Ok(self.ctx.execute_logical_plan(plan).await?)
+            }
+            None => Err(DataFusionError::SQL(Box::new(error), None).into()),
+        }
     }
 
     /// A new session over the same tables (the wire server's connections):
@@ -253,44 +303,77 @@ impl Engine {
         SessionContext::new_with_state(self.ctx.state())
     }
 
-    /// Runs a statement if it is catalog DDL; `false` if it is not.
-    pub async fn catalog_ddl(&self, statement: &Statement) -> Result<bool, EngineError> {
+    /// Runs a statement if it is catalog DDL; `None` if it is not (DataFusion's).
+    pub async fn catalog_ddl(
+        &self,
+        statement: &Statement,
+    ) -> Result<Option<DdlOutcome>, EngineError> {
         match statement {
             Statement::CreateTable(create) if ddl::is_mapping(create) => {
                 let def = ddl::from_create_table(create)?;
                 if create.if_not_exists && self.name_taken(&def.name).await? {
-                    return Ok(true);
+                    return Ok(Some(DdlOutcome::default()));
                 }
                 self.create_table(def, create.or_replace).await?;
-                Ok(true)
+                Ok(Some(DdlOutcome::default()))
             }
             Statement::Drop {
                 object_type: ObjectType::Table,
                 if_exists,
                 names,
                 ..
-            } => {
-                let defs = persist::load(self.store.as_ref()).await?;
-                let mut mapped = Vec::new();
-                for n in names {
-                    let name = ddl::object_name(n)?;
-                    if defs.iter().any(|d| d.name == name) {
-                        mapped.push(name);
-                    } else if !*if_exists || names.len() > 1 {
-                        return Ok(false);
-                    }
-                }
-                if mapped.is_empty() {
-                    return Ok(false);
-                }
-                for name in mapped {
-                    persist::remove(self.store.as_ref(), &name).await?;
-                }
-                self.refresh().await?;
-                Ok(true)
-            }
-            _ => Ok(false),
+            } => self.drop_tables(names, *if_exists).await,
+            _ => Ok(None),
         }
+    }
+
+    /// `DROP TABLE [IF EXISTS] a, b`, as PostgreSQL: every name is checked
+    /// before anything is dropped; a missing one is an error (42P01), or a
+    /// notice with IF EXISTS. Mapped tables lose their definition (the
+    /// entities stay); storage tables without a mapping are refused. `None`
+    /// leaves tables an embedder registered to DataFusion.
+    async fn drop_tables(
+        &self,
+        names: &[ObjectName],
+        if_exists: bool,
+    ) -> Result<Option<DdlOutcome>, EngineError> {
+        let defs = persist::load(self.store.as_ref()).await?;
+        let mut mapped = Vec::new();
+        let mut outcome = DdlOutcome::default();
+        for n in names {
+            let raw = n.0.len() > 1
+                && n.0[n.0.len() - 2]
+                    .as_ident()
+                    .is_some_and(|i| i.value.eq_ignore_ascii_case(RAW_SCHEMA));
+            if raw {
+                return Err(CatalogError::NotDroppable(n.to_string()).into());
+            }
+            let name = ddl::object_name(n)?;
+            if defs.iter().any(|d| d.name == name) {
+                mapped.push(name);
+                continue;
+            }
+            match self.public_schema()?.table(&name).await? {
+                Some(t) => {
+                    let any: &dyn std::any::Any = t.as_ref();
+                    if any.is::<StoreTable>() {
+                        return Err(CatalogError::NotDroppable(name).into());
+                    }
+                    return Ok(None);
+                }
+                None if if_exists => outcome
+                    .notices
+                    .push(format!("table \"{name}\" does not exist, skipping")),
+                None => return Err(CatalogError::UnknownTable(name).into()),
+            }
+        }
+        if !mapped.is_empty() {
+            for name in &mapped {
+                persist::remove(self.store.as_ref(), name).await?;
+            }
+            self.refresh().await?;
+        }
+        Ok(Some(outcome))
     }
 
     /// Runs one statement and streams its rows.

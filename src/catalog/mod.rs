@@ -36,6 +36,12 @@ pub enum CatalogError {
     /// No definition of that name.
     #[error("table {0} is not in the catalog")]
     UnknownTable(String),
+    /// `DROP TABLE` of a storage table that has no mapping: its entities
+    /// are the application's, and SQL does not delete them.
+    #[error(
+        "table {0} is a storage table without a mapping; storage tables are not dropped through SQL"
+    )]
+    NotDroppable(String),
     /// A definition of that name exists already.
     #[error("table {0} already exists")]
     TableExists(String),

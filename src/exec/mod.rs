@@ -1,6 +1,7 @@
 //! Execution: the parallel partition scan (`PartitionScanExec`) and the
 //! decoding of entities into Arrow record batches.
 
+pub mod apply;
 pub mod coop;
 pub mod decode;
 pub mod dml;
@@ -89,6 +90,15 @@ pub enum ExecError {
         rows: u64,
         source: Box<datafusion::error::DataFusionError>,
     },
+    /// A scalar subquery that gave more than one row for an outer row.
+    #[error("more than one row returned by a subquery used as an expression")]
+    SubqueryRows,
+    /// A correlated subquery with more distinct outer values than one
+    /// statement may evaluate it for.
+    #[error(
+        "a correlated subquery would be evaluated for more than {limit} distinct outer values; rewrite it as a join or narrow the outer rows"
+    )]
+    SubqueryBound { limit: usize },
 }
 
 impl From<ExecError> for datafusion::error::DataFusionError {

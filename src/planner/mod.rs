@@ -3,9 +3,15 @@
 
 pub mod access;
 pub mod dml_shape;
+pub mod physical;
 pub mod provider;
 pub mod pushdown;
+pub mod sql;
+pub mod subquery;
+pub mod subquery_rules;
 
 pub use access::{AccessKind, AccessPath, KeyRequest};
+pub use physical::TablesqlQueryPlanner;
 pub use provider::StoreTable;
 pub use pushdown::{Pushdown, push_down};
+pub use sql::SqlParser;

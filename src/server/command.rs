@@ -418,13 +418,13 @@ pub fn cursor(store: &MemPortalStore<Stmt>, name: &str) -> PgWireResult<Arc<Port
 }
 
 /// Catalog DDL: `CREATE TABLE ... WITH (partition_key = ...)` and `DROP
-/// TABLE` of mapped tables. Outside a transaction only: the store cannot
-/// roll a catalog change back.
+/// TABLE` of mapped tables, with the notices PostgreSQL would send. Outside
+/// a transaction only: the store cannot roll a catalog change back.
 pub async fn ddl(
     planner: &Planner,
     statement: &Statement,
     in_transaction: bool,
-) -> PgWireResult<Response> {
+) -> PgWireResult<(Response, Vec<String>)> {
     let tag = match statement {
         Statement::CreateTable(_) => "CREATE TABLE",
         Statement::Drop {
@@ -442,19 +442,22 @@ pub async fn ddl(
         ));
     }
     match planner.engine.catalog_ddl(statement).await {
-        Ok(true) => Ok(Response::Execution(Tag::new(tag))),
-        Ok(false) => Err(match statement {
-            Statement::CreateTable(_) => error(
+        Ok(Some(outcome)) => Ok((Response::Execution(Tag::new(tag)), outcome.notices)),
+        Ok(None) => match statement {
+            Statement::CreateTable(_) => Err(error(
                 FEATURE_NOT_SUPPORTED,
                 "CREATE TABLE needs WITH (partition_key = '...', row_key = '...'): tablesql tables live in the store",
-            ),
-            _ => error(
-                super::sqlstate::UNDEFINED_TABLE,
-                format!(
-                    "{statement}: not a mapped table (storage tables are not dropped through SQL)"
-                ),
-            ),
-        }),
+            )),
+            // A table an embedder registered: DataFusion's own DROP.
+            _ => {
+                planner
+                    .engine
+                    .statement(statement.clone())
+                    .await
+                    .map_err(|e| engine_error(&e))?;
+                Ok((Response::Execution(Tag::new(tag)), Vec::new()))
+            }
+        },
         Err(e) => Err(engine_error(&e)),
     }
 }

@@ -1,6 +1,6 @@
-//! Statements of one connection: parsing (with psql's and BI tools' dialect
-//! rewritten by datafusion-pg-catalog), the plan kept by a prepared statement,
-//! and execution into a lazily encoded row stream.
+//! Statements of one connection: parsing (the engine's, as every front end
+//! parses), the plan kept by a prepared statement, and execution into a
+//! lazily encoded row stream.
 //!
 //! A prepared query is parsed, analyzed and optimized once, at Parse, with its
 //! placeholders. Each Execute binds the values into that optimized plan and
@@ -22,7 +22,6 @@ use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
-use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
 use futures::StreamExt;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
@@ -69,7 +68,6 @@ pub enum Kind {
 pub struct Planner {
     pub engine: Engine,
     pub ctx: SessionContext,
-    sql: PostgresCompatibilityParser,
     /// For the direct path; retaken when the session's configuration changes.
     snapshot: std::sync::RwLock<direct::Snapshot>,
 }
@@ -80,7 +78,6 @@ impl Planner {
         Self {
             engine,
             ctx,
-            sql: PostgresCompatibilityParser::new(),
             snapshot,
         }
     }
@@ -101,7 +98,7 @@ impl Planner {
 
     /// Splits and parses a query string.
     pub fn parse(&self, sql: &str) -> PgWireResult<Vec<Statement>> {
-        self.sql.parse(sql).map_err(|e| parser_error(&e))
+        self.engine.parse(sql).map_err(|e| parser_error(&e))
     }
 
     /// What Parse keeps of one statement.

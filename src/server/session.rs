@@ -18,7 +18,7 @@ use pgwire::api::store::Entry;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore};
 use pgwire::api::{DEFAULT_NAME, PgWireConnectionState};
-use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::extendedquery::Execute;
 use pgwire::messages::response::TransactionStatus;
@@ -227,7 +227,14 @@ impl Session {
             }
             Statement::CreateTable(_) | Statement::Drop { .. } => {
                 let in_tx = !matches!(status, TransactionStatus::Idle);
-                command::ddl(&self.planner, statement, in_tx).await
+                let (response, notices) = command::ddl(&self.planner, statement, in_tx).await?;
+                for notice in notices {
+                    let info = ErrorInfo::new("NOTICE".to_owned(), "00000".to_owned(), notice);
+                    client
+                        .send(PgWireBackendMessage::NoticeResponse(info.into()))
+                        .await?;
+                }
+                Ok(response)
             }
             s if is_query(s) => {
                 if writes(s) {

@@ -42,6 +42,7 @@ pub const UNDEFINED_OBJECT: &str = "42704";
 pub const INTERNAL_ERROR: &str = "XX000";
 pub const UNDEFINED_FUNCTION: &str = "42883";
 pub const SYSTEM_ERROR: &str = "58000";
+pub const CARDINALITY_VIOLATION: &str = "21000";
 
 /// An `ERROR`-severity wire error.
 pub fn error(code: &str, message: impl Into<String>) -> PgWireError {
@@ -91,6 +92,7 @@ fn catalog_code(e: &CatalogError) -> &'static str {
         | CatalogError::UnsupportedType { .. }
         | CatalogError::Inconsistent { .. } => INVALID_TABLE_DEFINITION,
         CatalogError::UnknownTable(_) => UNDEFINED_TABLE,
+        CatalogError::NotDroppable(_) => FEATURE_NOT_SUPPORTED,
         CatalogError::TableExists(_) => DUPLICATE_TABLE,
         CatalogError::Storage(s) => storage_code(s),
     }
@@ -145,6 +147,8 @@ fn exec_code(e: &ExecError) -> &'static str {
         ExecError::SystemColumn { .. } => GENERATED_ALWAYS,
         ExecError::RawTable { .. } | ExecError::PartitionMove { .. } => FEATURE_NOT_SUPPORTED,
         ExecError::PartlyWritten { source, .. } => datafusion_code(source),
+        ExecError::SubqueryRows => CARDINALITY_VIOLATION,
+        ExecError::SubqueryBound { .. } => PROGRAM_LIMIT_EXCEEDED,
     }
 }
 

@@ -195,3 +195,31 @@ fn sigkill_during_demo_load_leaves_only_whole_transactions() -> TestResult {
         Ok::<_, Box<dyn std::error::Error>>(())
     })
 }
+
+/// The statements of issue 13 through `tablesql query`: the same counts as
+/// over the wire (`server::correlated_subqueries_answer_over_the_wire`).
+#[test]
+fn correlated_subqueries_in_the_cli() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    for sql in [
+        "CREATE TABLE t1 (k INT NOT NULL, a INT, b INT) WITH (storage_table = 'CliT1', partition_key = 'P', row_key = '{k:03}')",
+        "INSERT INTO t1 (k, a, b) VALUES (1, 1, 10), (2, 1, 20), (3, 2, 30), (4, NULL, NULL)",
+    ] {
+        stdout_of(tablesql(dir.path()).args(["query", sql]))?;
+    }
+    let query = |sql: &str| stdout_of(tablesql(dir.path()).args(["query", "--format", "csv", sql]));
+    let by_b =
+        query("SELECT b, (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) AS n FROM t1 ORDER BY k")?;
+    assert_eq!(by_b, "b,n\n10,0\n20,1\n30,2\n,0\n");
+    let by_a =
+        query("SELECT b, (SELECT count(*) FROM t1 AS x WHERE x.a = t1.a) AS n FROM t1 ORDER BY k")?;
+    assert_eq!(by_a, "b,n\n10,2\n20,2\n30,1\n,0\n");
+    // DROP TABLE IF EXISTS of a missing table is fine here too; without IF EXISTS it is an error.
+    stdout_of(tablesql(dir.path()).args(["query", "DROP TABLE IF EXISTS nosuch"]))?;
+    let out = tablesql(dir.path())
+        .args(["query", "DROP TABLE nosuch"])
+        .output()?;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch"));
+    Ok(())
+}

@@ -4,6 +4,7 @@ mod azure;
 mod azurite;
 mod cli;
 mod conformance;
+mod differential;
 mod embedded;
 mod faults;
 mod interop;

@@ -1198,3 +1198,78 @@ async fn direct_path_answers_as_datafusion_does() -> TestResult {
     assert_eq!(bound, literal);
     Ok(())
 }
+
+/// The statements of issue 13: over the wire a correlated subquery in a
+/// SELECT list came back NULL (a compatibility rewrite meant for catalog
+/// queries). Simple and extended protocol, tokio-postgres and the real psql.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn correlated_subqueries_answer_over_the_wire() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    client
+        .batch_execute(
+            "CREATE TABLE t1 (k INT NOT NULL, a INT, b INT) WITH (storage_table = 'WireT1', partition_key = 'P', row_key = '{k:03}'); \
+             INSERT INTO t1 (k, a, b) VALUES (1, 1, 10), (2, 1, 20), (3, 2, 30), (4, NULL, NULL)",
+        )
+        .await?;
+    let by_b = "SELECT b, (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) FROM t1 ORDER BY k";
+    let by_a = "SELECT b, (SELECT count(*) FROM t1 AS x WHERE x.a = t1.a) FROM t1 ORDER BY k";
+    let counts = |rows: Vec<tokio_postgres::Row>| -> Vec<i64> {
+        rows.iter().map(|r| r.get::<_, i64>(1)).collect()
+    };
+    assert_eq!(counts(client.query(by_b, &[]).await?), [0, 1, 2, 0]);
+    assert_eq!(counts(client.query(by_a, &[]).await?), [2, 2, 1, 0]);
+    let simple = client.simple_query(by_b).await?;
+    let texts: Vec<Option<String>> = simple
+        .iter()
+        .filter_map(|m| match m {
+            SimpleQueryMessage::Row(r) => Some(r.get(1).map(str::to_owned)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        [Some("0"), Some("1"), Some("2"), Some("0")].map(|v| v.map(String::from))
+    );
+    // Two in one list: both named, both counted.
+    let both = client
+        .query(
+            "SELECT (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) AS lt, (SELECT count(*) FROM t1 AS x WHERE x.b > t1.b) AS gt FROM t1 ORDER BY k",
+            &[],
+        )
+        .await?;
+    let pairs: Vec<(i64, i64)> = both.iter().map(|r| (r.get("lt"), r.get("gt"))).collect();
+    assert_eq!(pairs, [(0, 2), (1, 1), (2, 0), (0, 0)]);
+    let out = server.psql("", &["-A", "-t", "-c", by_a])?;
+    assert_eq!(text(&out), "10|2\n20|2\n30|1\n|0\n", "{}", text(&out));
+    Ok(())
+}
+
+/// DROP TABLE as PostgreSQL answers it: IF EXISTS of a missing table is a
+/// notice, a missing table 42P01, a storage table without a mapping 0A000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_table_answers_as_postgresql() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    client.batch_execute("DROP TABLE IF EXISTS nosuch").await?;
+    let e = client
+        .batch_execute("DROP TABLE nosuch")
+        .await
+        .err()
+        .ok_or("DROP TABLE of a missing table succeeded")?;
+    assert_eq!(code(&e), "42P01", "{e}");
+    let e = client
+        .batch_execute("DROP TABLE raw.registrations")
+        .await
+        .err()
+        .ok_or("DROP TABLE of a storage table succeeded")?;
+    assert_eq!(code(&e), "0A000", "{e}");
+    let out = server.psql("", &["-c", "DROP TABLE IF EXISTS nosuch"])?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("NOTICE:  table \"nosuch\" does not exist, skipping"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! The session's query planner: DataFusion's physical planner, after the
+//! subqueries it cannot run have moved into `ApplyNode`s (`subquery.rs`),
+//! with the extension planner that turns those into `SubqueryApplyExec`.
+//! Every path to a physical plan goes through it: the CLI, the wire server,
+//! EXPLAIN, and the subqueries an apply plans per outer value.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::Field;
+use datafusion::catalog::Session;
+use datafusion::common::Column;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::context::QueryPlanner;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::physical_planning_context::PhysicalPlanningContext;
+use datafusion::logical_expr::{
+    Expr, LogicalPlan, UserDefinedLogicalNode, UserDefinedLogicalNodeCore,
+};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
+
+use super::subquery::{ApplyNode, needs_apply, plan_subqueries};
+use crate::exec::apply::{Correlated, SubqueryApplyExec};
+
+/// DataFusion's planner, with correlated subqueries evaluated per outer row.
+#[derive(Debug, Default)]
+pub struct TablesqlQueryPlanner;
+
+#[async_trait]
+impl QueryPlanner for TablesqlQueryPlanner {
+    async fn create_physical_plan(
+        &self,
+        plan: &LogicalPlan,
+        session: &dyn Session,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let planner = DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(ApplyPlanner)]);
+        if needs_apply(plan) {
+            let plan = plan_subqueries(plan.clone())?;
+            planner.create_physical_plan(&plan, session).await
+        } else {
+            planner.create_physical_plan(plan, session).await
+        }
+    }
+}
+
+/// Plans [`ApplyNode`]s.
+#[derive(Debug)]
+struct ApplyPlanner;
+
+#[async_trait]
+impl ExtensionPlanner for ApplyPlanner {
+    async fn plan_extension(
+        &self,
+        planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        session: &dyn Session,
+        planning_ctx: &PhysicalPlanningContext,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(node) = node.as_any().downcast_ref::<ApplyNode>() else {
+            return Ok(None);
+        };
+        let (Some(input), Some(physical)) = (logical_inputs.first(), physical_inputs.first())
+        else {
+            return Err(DataFusionError::Internal(
+                "SubqueryApply without input".into(),
+            ));
+        };
+        let state = session
+            .as_any()
+            .downcast_ref::<SessionState>()
+            .ok_or_else(|| DataFusionError::Internal("subqueries need a SessionState".into()))?;
+        let schema = input.schema();
+        let physical_expr =
+            |e: &Expr| planner.create_physical_expr(e, schema, session, planning_ctx);
+        let mut subqueries = Vec::with_capacity(node.subqueries.len());
+        for s in &node.subqueries {
+            let outer = s
+                .outer_columns(schema)
+                .into_iter()
+                .map(|c: Column| Ok((c.clone(), physical_expr(&Expr::Column(c))?)))
+                .collect::<Result<Vec<_>>>()?;
+            let probe = s.probe.as_ref().map(physical_expr).transpose()?;
+            let field = Arc::new(Field::new(&s.name, s.data_type(), true));
+            subqueries.push(Correlated {
+                kind: s.kind,
+                plan: s.subquery.subquery.clone(),
+                outer,
+                probe,
+                field,
+            });
+        }
+        Ok(Some(Arc::new(SubqueryApplyExec::new(
+            physical.clone(),
+            subqueries,
+            Arc::new(state.clone()),
+            Arc::new(UserDefinedLogicalNodeCore::schema(node).as_arrow().clone()),
+        ))))
+    }
+}

@@ -1,0 +1,230 @@
+//! SQL text to statements, as PostgreSQL reads them. Every front end (the
+//! wire server, the CLI, the shell, embedders through `Engine`) parses here,
+//! so a statement means the same thing whichever way it arrives.
+//!
+//! A user's statement reaches DataFusion as written: the only rewrites it gets
+//! are spellings DataFusion lacks for the same meaning (`pg_catalog.f()` is
+//! `f()`, `current_user`, `OPERATOR(pg_catalog.~)`, `'t'::regclass`).
+//! datafusion-pg-catalog's compatibility parser goes further for BI tools'
+//! catalog queries: it substitutes whole queries and fragments, replaces
+//! correlated subqueries in a SELECT list with `NULL`, and renames columns.
+//! Those changes are acceptable for a tool's introspection and wrong for
+//! anything else (a `count(*)` that comes back NULL), so they apply only to
+//! statements that read `pg_catalog` or `information_schema`.
+
+use std::sync::Arc;
+
+use datafusion::sql::sqlparser::ast::{ObjectName, ObjectNamePart, Statement, visit_relations};
+use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::parser::{Parser, ParserError};
+use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+use datafusion_pg_catalog::pg_catalog::PG_CATALOG_TABLES;
+use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
+use datafusion_pg_catalog::sql::rules::{
+    CurrentUserVariableToSessionUserFunctionCall, FixVersionColumnName, RewritePgCatalogOperator,
+    RewriteRegCastToSubquery, SqlStatementRewriteRule, StripCallableQualifier,
+};
+use std::ops::ControlFlow;
+
+/// The parser of every front end.
+#[derive(Debug)]
+pub struct SqlParser {
+    /// For statements over the system catalogs only.
+    catalog: PostgresCompatibilityParser,
+    /// Rewrites that keep a statement's meaning: applied to every statement.
+    spelling: Vec<Arc<dyn SqlStatementRewriteRule>>,
+}
+
+impl Default for SqlParser {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl SqlParser {
+    /// The parser, with its rule sets built once.
+    pub fn new() -> Self {
+        Self {
+            catalog: PostgresCompatibilityParser::new(),
+            spelling: vec![
+                Arc::new(StripCallableQualifier),
+                Arc::new(CurrentUserVariableToSessionUserFunctionCall),
+                Arc::new(RewritePgCatalogOperator),
+                Arc::new(RewriteRegCastToSubquery::new()),
+                Arc::new(FixVersionColumnName),
+            ],
+        }
+    }
+
+    /// The statements of `sql`, in order.
+    pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
+        // The common case: plain SQL over user tables, parsed once.
+        if let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+            if !statements.iter().any(reads_system_catalog) {
+                return Ok(statements.into_iter().map(|s| self.respell(s)).collect());
+            }
+        }
+        // Statement by statement: each gets the treatment its own text calls for.
+        let mut out = Vec::new();
+        for text in statement_texts(sql)? {
+            out.extend(self.parse_one(&text)?);
+        }
+        Ok(out)
+    }
+
+    fn parse_one(&self, text: &str) -> Result<Vec<Statement>, ParserError> {
+        match Parser::parse_sql(&PostgreSqlDialect {}, text) {
+            Ok(statements) if !statements.iter().any(reads_system_catalog) => {
+                Ok(statements.into_iter().map(|s| self.respell(s)).collect())
+            }
+            Ok(_) => self.catalog.parse(text),
+            // The compatibility parser also reads what sqlparser does not
+            // (`ABORT`, fragments it substitutes); otherwise the error is
+            // sqlparser's, which names the place.
+            Err(plain) => self.catalog.parse(text).map_err(|_| plain),
+        }
+    }
+
+    fn respell(&self, mut statement: Statement) -> Statement {
+        for rule in &self.spelling {
+            statement = rule.rewrite(statement);
+        }
+        statement
+    }
+}
+
+/// Whether a statement reads a relation of `pg_catalog` or
+/// `information_schema` (qualified, or a pg_catalog table by its bare name,
+/// as PostgreSQL's search path finds it).
+pub fn reads_system_catalog(statement: &Statement) -> bool {
+    let found = visit_relations(statement, |name: &ObjectName| {
+        if is_system_relation(name) {
+            ControlFlow::Break(())
+        } else {
+            ControlFlow::Continue(())
+        }
+    });
+    found.is_break()
+}
+
+fn is_system_relation(name: &ObjectName) -> bool {
+    let parts: Vec<&str> = name
+        .0
+        .iter()
+        .filter_map(ObjectNamePart::as_ident)
+        .map(|i| i.value.as_str())
+        .collect();
+    let schema = match parts.as_slice() {
+        [table] => {
+            return PG_CATALOG_TABLES
+                .iter()
+                .any(|t| t.eq_ignore_ascii_case(table));
+        }
+        [.., schema, _] => schema,
+        [] => return false,
+    };
+    schema.eq_ignore_ascii_case("pg_catalog") || schema.eq_ignore_ascii_case("information_schema")
+}
+
+/// The text of each statement in `sql`: split at `;` outside quotes, comments
+/// and dollar quotes (the tokenizer knows them), each rebuilt from its tokens.
+fn statement_texts(sql: &str) -> Result<Vec<String>, ParserError> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .tokenize()
+        .map_err(|e| ParserError::TokenizerError(e.to_string()))?;
+    let mut texts = Vec::new();
+    let mut current = String::new();
+    let mut content = false;
+    for token in tokens {
+        match token {
+            Token::SemiColon => {
+                if content {
+                    texts.push(std::mem::take(&mut current));
+                }
+                current.clear();
+                content = false;
+            }
+            Token::Whitespace(_) | Token::EOF => current.push_str(&token.to_string()),
+            other => {
+                content = true;
+                current.push_str(&other.to_string());
+            }
+        }
+    }
+    if content {
+        texts.push(current);
+    }
+    Ok(texts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn one(sql: &str) -> String {
+        let statements = SqlParser::new().parse(sql).unwrap();
+        assert_eq!(statements.len(), 1, "{sql}");
+        statements[0].to_string()
+    }
+
+    #[test]
+    fn user_subqueries_are_kept() {
+        let sql = "SELECT b, (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) FROM t1";
+        assert_eq!(one(sql), sql);
+        // The compatibility parser alone replaces it with NULL: the reason
+        // this module exists.
+        let rewritten = PostgresCompatibilityParser::new().parse(sql).unwrap();
+        assert!(rewritten[0].to_string().contains("NULL"));
+    }
+
+    #[test]
+    fn user_columns_keep_their_names() {
+        // AliasDuplicatedProjectionRewrite would name this `__alias_a`.
+        assert_eq!(one("SELECT t.*, t.a FROM t"), "SELECT t.*, t.a FROM t");
+        // RewriteArrayAnyAllOperation would turn a quantified comparison into array_contains.
+        let sql = "SELECT a FROM t WHERE a = ANY(SELECT b FROM u)";
+        assert_eq!(one(sql), sql);
+    }
+
+    #[test]
+    fn spellings_are_normalised_everywhere() {
+        assert_eq!(
+            one("SELECT pg_catalog.upper(a) FROM t"),
+            "SELECT upper(a) FROM t"
+        );
+    }
+
+    #[test]
+    fn catalog_queries_get_the_compatibility_rewrites() {
+        let sql = "SELECT c.relname, (SELECT n.nspname FROM pg_namespace n WHERE n.oid = c.relnamespace) FROM pg_catalog.pg_class c";
+        assert!(one(sql).contains("NULL"));
+        assert!(reads_system_catalog(
+            &Parser::parse_sql(
+                &PostgreSqlDialect {},
+                "SELECT * FROM information_schema.tables"
+            )
+            .unwrap()[0]
+        ));
+        assert!(!reads_system_catalog(
+            &Parser::parse_sql(&PostgreSqlDialect {}, "SELECT * FROM pg_compat_test").unwrap()[0]
+        ));
+    }
+
+    #[test]
+    fn statements_are_judged_one_by_one() {
+        let sql = "SELECT count(*) FROM pg_catalog.pg_class c WHERE c.relname = 'x;y'; \
+                   SELECT (SELECT count(*) FROM t x WHERE x.b < t.b) FROM t";
+        let statements = SqlParser::new().parse(sql).unwrap();
+        assert_eq!(statements.len(), 2);
+        assert!(statements[0].to_string().contains("'x;y'"));
+        assert!(!statements[1].to_string().contains("NULL"));
+    }
+
+    #[test]
+    fn errors_are_sqlparsers() {
+        let e = SqlParser::new().parse("SELEC 1").unwrap_err();
+        assert!(e.to_string().contains("SELEC"), "{e}");
+        // ABORT is ROLLBACK to PostgreSQL; sqlparser alone does not read it.
+        assert_eq!(one("ABORT"), "ROLLBACK");
+    }
+}

@@ -1,0 +1,167 @@
+//! Analyzer rules that keep DataFusion 55's subquery rewrites from
+//! changing an answer. They run before the optimizer and rewrite the plan
+//! into an equivalent one those rules handle correctly.
+
+use std::sync::Arc;
+
+use datafusion::common::ExprSchema;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::error::Result;
+use datafusion::logical_expr::expr::{Exists, InSubquery};
+use datafusion::logical_expr::{
+    BinaryExpr, Expr, Filter, LogicalPlan, LogicalPlanBuilder, Operator, Projection, Subquery, col,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+/// Names every SELECT-list expression that holds a quantified comparison
+/// (`v = ANY (SELECT ...)`) by its own name, before the optimizer runs.
+/// DataFusion's `rewrite_set_comparison` turns such an expression into a
+/// CASE over EXISTS and so renames an unnamed column, which a later rule's
+/// schema check rejects as an internal error; under an alias the name stays.
+#[derive(Debug, Default)]
+pub struct NameSetComparisons;
+
+impl AnalyzerRule for NameSetComparisons {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| match node {
+            LogicalPlan::Projection(p) if p.expr.iter().any(holds_set_comparison) => {
+                let exprs = p
+                    .expr
+                    .iter()
+                    .enumerate()
+                    .map(|(i, e)| match e {
+                        Expr::Alias(_) => e.clone(),
+                        _ if holds_set_comparison(e) => {
+                            let (qualifier, field) = p.schema.qualified_field(i);
+                            e.clone().alias_qualified(qualifier.cloned(), field.name())
+                        }
+                        _ => e.clone(),
+                    })
+                    .collect();
+                Ok(Transformed::yes(LogicalPlan::Projection(
+                    Projection::try_new_with_schema(exprs, p.input, p.schema)?,
+                )))
+            }
+            other => Ok(Transformed::no(other)),
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "name_set_comparisons"
+    }
+}
+
+fn holds_set_comparison(e: &Expr) -> bool {
+    e.exists(|e| Ok(matches!(e, Expr::SetComparison(_))))
+        .unwrap_or(false)
+}
+
+/// Rewrites a correlated `x NOT IN (SELECT y FROM s WHERE c)` reached from
+/// the root of a WHERE or HAVING through AND and OR alone into
+/// `NOT EXISTS (SELECT 1 FROM s WHERE c AND (y = x OR y IS NULL OR x IS NULL))`.
+/// The two keep the same rows (NOT IN is true exactly when no row of the
+/// correlated set equals `x` or is NULL, and `x` is not NULL or the set is
+/// empty): where only AND and OR lie above it, NULL and false decide the
+/// same. DataFusion plans the first as a null-aware anti join (or a mark
+/// join under OR) that counts a NULL `y` even when its row fails `c`, and so
+/// drops rows PostgreSQL keeps.
+#[derive(Debug, Default)]
+pub struct CorrelatedNotIn;
+
+impl AnalyzerRule for CorrelatedNotIn {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| match node {
+            LogicalPlan::Filter(f) => {
+                let predicate = rewrite_not_in(f.predicate, f.input.schema())?;
+                Ok(Transformed::new_transformed(
+                    LogicalPlan::Filter(Filter::try_new(predicate.data, f.input)?),
+                    predicate.transformed,
+                ))
+            }
+            other => Ok(Transformed::no(other)),
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "correlated_not_in"
+    }
+}
+
+fn rewrite_not_in(e: Expr, outer: &datafusion::common::DFSchemaRef) -> Result<Transformed<Expr>> {
+    match e {
+        Expr::BinaryExpr(BinaryExpr { left, op, right })
+            if matches!(op, Operator::And | Operator::Or) =>
+        {
+            let l = rewrite_not_in(*left, outer)?;
+            let r = rewrite_not_in(*right, outer)?;
+            let changed = l.transformed || r.transformed;
+            Ok(Transformed::new_transformed(
+                Expr::BinaryExpr(BinaryExpr::new(Box::new(l.data), op, Box::new(r.data))),
+                changed,
+            ))
+        }
+        Expr::InSubquery(InSubquery {
+            expr,
+            subquery,
+            negated: true,
+        }) if !subquery.outer_ref_columns.is_empty() => {
+            Ok(Transformed::yes(not_exists(*expr, subquery, outer)?))
+        }
+        other => Ok(Transformed::no(other)),
+    }
+}
+
+fn not_exists(
+    probe: Expr,
+    subquery: Subquery,
+    outer: &datafusion::common::DFSchemaRef,
+) -> Result<Expr> {
+    // The probe moves into the subquery, where its columns are outer references.
+    let probe = probe
+        .transform_up(|e| match e {
+            Expr::Column(c) => {
+                let field = outer.field_from_column(&c)?;
+                Ok(Transformed::yes(Expr::OuterReferenceColumn(
+                    field.clone(),
+                    c,
+                )))
+            }
+            other => Ok(Transformed::no(other)),
+        })?
+        .data;
+    let plan = subquery.subquery.as_ref().clone();
+    let y = match plan.schema().columns().first() {
+        Some(c) => col(c.clone()),
+        None => {
+            return Ok(Expr::InSubquery(InSubquery::new(
+                Box::new(probe),
+                subquery,
+                true,
+            )));
+        }
+    };
+    let matches = y
+        .clone()
+        .eq(probe.clone())
+        .or(y.is_null())
+        .or(probe.clone().is_null());
+    let plan = LogicalPlanBuilder::from(plan).filter(matches)?.build()?;
+    let mut outer_ref_columns = subquery.outer_ref_columns;
+    probe.apply(|e| {
+        if matches!(e, Expr::OuterReferenceColumn(..)) && !outer_ref_columns.contains(e) {
+            outer_ref_columns.push(e.clone());
+        }
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })?;
+    Ok(Expr::Exists(Exists::new(
+        Subquery {
+            subquery: Arc::new(plan),
+            outer_ref_columns,
+            spans: subquery.spans,
+        },
+        true,
+    )))
+}

@@ -1,0 +1,349 @@
+//! The differential test: random tables loaded identically into PostgreSQL
+//! 15 and into mapped tablesql tables, random queries with subqueries
+//! (scalar, EXISTS, IN, ANY/ALL; correlated on one or two columns, by
+//! equality or not, nested; in SELECT lists, WHERE and HAVING; with
+//! aggregates, CASE, BETWEEN, IN lists, ORDER BY and LIMIT), each run on
+//! PostgreSQL, on tablesql in-process and on tablesql over the wire. Every
+//! query must give PostgreSQL's rows, or a clear error from tablesql (a
+//! SQLSTATE other than XX000), never other rows. A failure is shrunk (rows
+//! removed while it still fails) and saved under the target directory.
+//!
+//! `scripts/test` starts PostgreSQL (`scripts/postgres`) and names it in
+//! `TABLESQL_TEST_POSTGRES`. `TABLESQL_DIFF_SEED` and `TABLESQL_DIFF_QUERIES`
+//! change the seed and the number of queries (default 5,000).
+
+mod generate;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+use tablesql::datafusion::arrow::array::RecordBatch;
+use tablesql::datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use tablesql::server::{AuthMode, Server, ServerConfig};
+use tablesql::storage::{EmbeddedStore, TableStore};
+use tablesql::{Engine, EngineOptions};
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+use generate::{Data, Generator, TABLES};
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// Queries per data set: each set is loaded once into both systems.
+const QUERIES_PER_DATA: usize = 50;
+
+/// A result: its rows (values as text, NULL as `None`) or an error's SQLSTATE
+/// and message.
+#[derive(Debug, Clone)]
+enum Answer {
+    Rows(Vec<Vec<Option<String>>>),
+    Error { code: String, message: String },
+}
+
+/// The systems under test.
+struct Systems {
+    postgres: Client,
+    engine: Engine,
+    wire: Client,
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subqueries_answer_as_postgresql_does() -> TestResult {
+    let postgres = std::env::var("TABLESQL_TEST_POSTGRES").map_err(|_| {
+        "TABLESQL_TEST_POSTGRES is not set, so there is no PostgreSQL to compare with: \
+         run the tests with ./scripts/test (scripts/postgres starts one)"
+    })?;
+    let seed: u64 = env_number("TABLESQL_DIFF_SEED", 13);
+    let total: usize = env_number("TABLESQL_DIFF_QUERIES", 5_000);
+    let systems = Systems::start(&postgres).await?;
+    systems.create_tables().await?;
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    let mut run = 0;
+    while run < total {
+        let data = generate::data(&mut rng);
+        systems.load(&data).await?;
+        for _ in 0..QUERIES_PER_DATA.min(total - run) {
+            run += 1;
+            let sql = Generator::new(&mut rng).query();
+            if std::env::var_os("TABLESQL_DIFF_VERBOSE").is_some() {
+                eprintln!("{run}: {sql}");
+            }
+            let outcome = systems.check(&sql).await?;
+            if let Some(failure) = outcome.failure {
+                let report = systems
+                    .shrink_and_save(&data, &sql, &failure, seed, run)
+                    .await?;
+                return Err(report.into());
+            }
+            *tally.entry(outcome.kind).or_default() += 1;
+        }
+    }
+    eprintln!("differential test, seed {seed}: {total} queries: {tally:?}");
+    let agreed = tally.get("rows").copied().unwrap_or(0);
+    // Most queries must run: a tablesql that refused everything would pass.
+    assert!(
+        agreed * 10 >= total * 8,
+        "only {agreed} of {total} queries gave rows on both: {tally:?}"
+    );
+    Ok(())
+}
+
+fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// What one query did.
+struct Outcome {
+    /// `rows`, `both failed`, or the SQLSTATE tablesql refused with.
+    kind: String,
+    failure: Option<String>,
+}
+
+impl Systems {
+    async fn start(postgres: &str) -> Result<Self, Box<dyn std::error::Error>> {
+        let (pg, connection) = tokio_postgres::connect(postgres, NoTls).await?;
+        tokio::spawn(connection);
+        let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
+        let engine = Engine::with_store(store, EngineOptions::default()).await?;
+        let listen: SocketAddr = "127.0.0.1:0".parse()?;
+        let server = Server::bind(
+            engine.clone(),
+            ServerConfig {
+                listen,
+                auth: AuthMode::Trust,
+                tls: None,
+            },
+        )
+        .await?;
+        let addr = server.local_addr()?;
+        tokio::spawn(server.run());
+        let conninfo = format!(
+            "host={} port={} user=tablesql dbname=tablesql",
+            addr.ip(),
+            addr.port()
+        );
+        let (wire, connection) = tokio_postgres::connect(&conninfo, NoTls).await?;
+        tokio::spawn(connection);
+        Ok(Self {
+            postgres: pg,
+            engine,
+            wire,
+        })
+    }
+
+    async fn create_tables(&self) -> TestResult {
+        for (i, t) in TABLES.iter().enumerate() {
+            let columns =
+                "k INT NOT NULL, g INT NOT NULL, a INT, b INT, c TEXT, PRIMARY KEY (g, k)";
+            self.postgres
+                .batch_execute(&format!(
+                    "DROP TABLE IF EXISTS {t}; CREATE TABLE {t} ({columns})"
+                ))
+                .await?;
+            self.engine
+                .collect(&format!(
+                    "CREATE TABLE {t} ({columns}) WITH (storage_table = 'Diff{i}', \
+                     partition_key = 'G{{g:02}}', row_key = 'K{{k:04}}')"
+                ))
+                .await?;
+        }
+        Ok(())
+    }
+
+    async fn load(&self, data: &Data) -> TestResult {
+        for (t, rows) in TABLES.iter().zip(data) {
+            self.postgres
+                .batch_execute(&format!("DELETE FROM {t}"))
+                .await?;
+            self.engine.collect(&format!("DELETE FROM {t}")).await?;
+            if rows.is_empty() {
+                continue;
+            }
+            let values: Vec<String> = rows.iter().map(|r| r.values()).collect();
+            let insert = format!(
+                "INSERT INTO {t} (k, g, a, b, c) VALUES {}",
+                values.join(", ")
+            );
+            self.postgres.batch_execute(&insert).await?;
+            self.engine.collect(&insert).await?;
+        }
+        Ok(())
+    }
+
+    /// Runs `sql` everywhere and compares.
+    async fn check(&self, sql: &str) -> Result<Outcome, Box<dyn std::error::Error>> {
+        let expected = simple_query(&self.postgres, sql).await;
+        let mut kind = "rows".to_owned();
+        for (path, answer) in [
+            ("in-process", self.in_process(sql).await),
+            ("wire", simple_query(&self.wire, sql).await),
+        ] {
+            match (&expected, &answer) {
+                (Answer::Rows(e), Answer::Rows(a)) if same_rows(e, a) => {}
+                (Answer::Error { .. }, Answer::Error { .. }) => kind = "both failed".to_owned(),
+                (Answer::Rows(_), Answer::Error { code, message }) if code != "XX000" => {
+                    // The first line names the refusal; the tally shows which.
+                    let first = message.lines().next().unwrap_or_default();
+                    kind = format!("refused {code}: {first}");
+                }
+                _ => {
+                    return Ok(Outcome {
+                        kind,
+                        failure: Some(format!(
+                            "{path}: tablesql answered\n{answer:?}\nPostgreSQL answered\n{expected:?}"
+                        )),
+                    });
+                }
+            }
+        }
+        Ok(Outcome {
+            kind,
+            failure: None,
+        })
+    }
+
+    async fn in_process(&self, sql: &str) -> Answer {
+        match self.engine.collect(sql).await {
+            Ok(batches) => Answer::Rows(batches.iter().flat_map(batch_rows).collect()),
+            Err(e) => Answer::Error {
+                code: tablesql::server::sqlstate::engine_code(&e).to_owned(),
+                message: e.to_string(),
+            },
+        }
+    }
+
+    /// Removes rows while the query still fails, then writes the case to a
+    /// file; returns the report.
+    async fn shrink_and_save(
+        &self,
+        data: &Data,
+        sql: &str,
+        failure: &str,
+        seed: u64,
+        run: usize,
+    ) -> Result<String, Box<dyn std::error::Error>> {
+        let mut data = data.clone();
+        let mut failure = failure.to_owned();
+        let mut progress = true;
+        while progress {
+            progress = false;
+            for t in 0..data.len() {
+                let mut i = 0;
+                while i < data[t].len() {
+                    let mut smaller = data.clone();
+                    smaller[t].remove(i);
+                    self.load(&smaller).await?;
+                    match self.check(sql).await?.failure {
+                        Some(f) => {
+                            data = smaller;
+                            failure = f;
+                            progress = true;
+                        }
+                        None => i += 1,
+                    }
+                }
+            }
+        }
+        let mut case = format!("-- seed {seed}, query {run}\n");
+        for (t, rows) in TABLES.iter().zip(&data) {
+            let values: Vec<String> = rows.iter().map(|r| r.values()).collect();
+            case += &format!("-- {t}: {}\n", values.join(", "));
+        }
+        case += &format!("{sql};\n-- {}\n", failure.replace('\n', "\n-- "));
+        let dir = std::path::Path::new(env!("CARGO_TARGET_TMPDIR")).join("differential");
+        std::fs::create_dir_all(&dir)?;
+        let path = dir.join(format!("seed{seed}-query{run}.sql"));
+        std::fs::write(&path, &case)?;
+        Ok(format!(
+            "a different answer (saved in {}):\n{case}",
+            path.display()
+        ))
+    }
+}
+
+async fn simple_query(client: &Client, sql: &str) -> Answer {
+    match client.simple_query(sql).await {
+        Ok(messages) => Answer::Rows(
+            messages
+                .iter()
+                .filter_map(|m| match m {
+                    SimpleQueryMessage::Row(row) => Some(
+                        (0..row.len())
+                            .map(|i| row.get(i).map(str::to_owned))
+                            .collect(),
+                    ),
+                    _ => None,
+                })
+                .collect(),
+        ),
+        Err(e) => match e.as_db_error() {
+            Some(db) => Answer::Error {
+                code: db.code().code().to_owned(),
+                message: db.message().to_owned(),
+            },
+            None => Answer::Error {
+                code: "XX000".to_owned(),
+                message: e.to_string(),
+            },
+        },
+    }
+}
+
+fn batch_rows(batch: &RecordBatch) -> Vec<Vec<Option<String>>> {
+    let options = FormatOptions::default();
+    let formatters: Vec<_> = batch
+        .columns()
+        .iter()
+        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+        .collect::<Result<_, _>>()
+        .unwrap_or_default();
+    (0..batch.num_rows())
+        .map(|r| {
+            batch
+                .columns()
+                .iter()
+                .zip(&formatters)
+                .map(|(c, f)| (!c.is_null(r)).then(|| f.value(r).to_string()))
+                .collect()
+        })
+        .collect()
+}
+
+/// Rows in the same order with the same values: numbers compared as
+/// numbers (PostgreSQL's avg of integers is numeric, `2.5000000000000000`;
+/// tablesql's a double, `2.5`), booleans in either spelling.
+fn same_rows(expected: &[Vec<Option<String>>], actual: &[Vec<Option<String>>]) -> bool {
+    expected.len() == actual.len()
+        && expected.iter().zip(actual).all(|(e, a)| {
+            e.len() == a.len()
+                && e.iter().zip(a).all(|(e, a)| match (e, a) {
+                    (None, None) => true,
+                    (Some(e), Some(a)) => same_value(e, a),
+                    _ => false,
+                })
+        })
+}
+
+fn same_value(e: &str, a: &str) -> bool {
+    if e == a {
+        return true;
+    }
+    let truth = |v: &str| match v {
+        "t" | "true" => Some(true),
+        "f" | "false" => Some(false),
+        _ => None,
+    };
+    if let (Some(x), Some(y)) = (truth(e), truth(a)) {
+        return x == y;
+    }
+    match (e.parse::<f64>(), a.parse::<f64>()) {
+        (Ok(x), Ok(y)) => (x - y).abs() <= 1e-9 * x.abs().max(1.0),
+        _ => false,
+    }
+}
