@@ -102,8 +102,11 @@ impl SubqueryApplyExec {
         session: Arc<SessionState>,
         schema: SchemaRef,
     ) -> Self {
+        // Rows pass through in order: the input's orderings hold (the added
+        // columns come last, so the input's column indices stay valid).
+        let orderings = input.properties().output_ordering().cloned();
         let properties = Arc::new(PlanProperties::new(
-            EquivalenceProperties::new(schema),
+            EquivalenceProperties::new_with_orderings(schema, orderings),
             input.properties().output_partitioning().clone(),
             EmissionType::Incremental,
             Boundedness::Bounded,
