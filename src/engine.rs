@@ -12,6 +12,8 @@ use datafusion::dataframe::DataFrame;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::optimizer::analyzer::type_coercion::TypeCoercion;
+use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::{ObjectName, ObjectType, Statement};
@@ -23,8 +25,12 @@ use crate::catalog::raw::{SAMPLE_SIZE, infer};
 use crate::catalog::{CatalogError, TableDef, ddl, persist};
 use crate::exec::coop::YieldingJoins;
 use crate::exec::{Layout, ScanOptions};
+use crate::planner::checked::CheckedIntegers;
 use crate::planner::dml_shape::{DmlShape, EmptyDml};
-use crate::planner::subquery_rules::{CorrelatedNotIn, NameSetComparisons};
+use crate::planner::subquery::ExtractSubqueries;
+use crate::planner::subquery_rules::{
+    AggregateScalarSubqueries, CorrelatedNotIn, NameComparedValues, NameSetComparisons,
+};
 use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 
@@ -54,6 +60,21 @@ pub struct EngineOptions {
     /// `false` reads every table whole and filters in DataFusion (the
     /// reference the pushdown is tested and measured against).
     pub disable_pushdown: bool,
+}
+
+/// DataFusion's optimizer rules, with [`ExtractSubqueries`] around its
+/// decorrelation rules: before them the subqueries they fail on, after
+/// them what they leave, before projections are pruned.
+fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
+    let mut rules = Optimizer::new().rules;
+    let position = |rules: &[Arc<dyn OptimizerRule + Send + Sync>], name: &str| {
+        rules.iter().position(|r| r.name() == name)
+    };
+    let after = position(&rules, "decorrelate_lateral_join").map_or(rules.len(), |i| i + 1);
+    rules.insert(after, Arc::new(ExtractSubqueries::Rest));
+    let before = position(&rules, "decorrelate_predicate_subquery").unwrap_or(0);
+    rules.insert(before, Arc::new(ExtractSubqueries::Deep));
+    rules
 }
 
 /// SQL over one store.
@@ -103,8 +124,15 @@ impl Engine {
             .with_query_planner(Arc::new(TablesqlQueryPlanner))
             .with_physical_optimizer_rule(Arc::new(YieldingJoins))
             .with_analyzer_rule(Arc::new(DmlShape))
+            .with_analyzer_rule(Arc::new(CheckedIntegers::default()))
+            // Again: a BIGINT sum is NUMERIC now, and what compares with it
+            // must be cast to match.
+            .with_analyzer_rule(Arc::new(TypeCoercion::new()))
             .with_analyzer_rule(Arc::new(NameSetComparisons))
+            .with_analyzer_rule(Arc::new(NameComparedValues))
             .with_analyzer_rule(Arc::new(CorrelatedNotIn))
+            .with_analyzer_rule(Arc::new(AggregateScalarSubqueries::default()))
+            .with_optimizer_rules(optimizer_rules())
             .with_optimizer_rule(Arc::new(EmptyDml))
             .build();
         let ctx = SessionContext::new_with_state(state);

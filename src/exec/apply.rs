@@ -20,6 +20,7 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::session_state::SessionState;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::expr::{Exists, InSubquery, SetComparison};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Subquery};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
@@ -396,7 +397,14 @@ pub fn bind_outer(plan: LogicalPlan, values: &[(Column, ScalarValue)]) -> Result
             .filter(|(c, _)| !inner.has_column(c))
             .cloned()
             .collect();
-        node.map_expressions(|e| e.transform_up(|e| bind_expr(e, values, &shadowed)))
+        // An expression keeps its name (`max(x.k + outer_ref(t.k))`): the
+        // nodes above refer to it by that name.
+        let names = NamePreserver::new(&node);
+        node.map_expressions(|e| {
+            let name = names.save(&e);
+            let bound = e.transform_up(|e| bind_expr(e, values, &shadowed))?;
+            Ok(bound.update_data(|e| name.restore(e)))
+        })
     })
     .map(|t| t.data)
 }

@@ -2,12 +2,14 @@
 //! decoding of entities into Arrow record batches.
 
 pub mod apply;
+pub mod checked;
 pub mod coop;
 pub mod decode;
 pub mod dml;
 pub mod encode;
 pub mod metrics;
 pub mod scan;
+pub mod single_value;
 
 pub use decode::Layout;
 pub use dml::{DmlExec, DmlOp};

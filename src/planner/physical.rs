@@ -9,7 +9,6 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::Field;
 use datafusion::catalog::Session;
-use datafusion::common::Column;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::context::QueryPlanner;
 use datafusion::execution::session_state::SessionState;
@@ -78,9 +77,9 @@ impl ExtensionPlanner for ApplyPlanner {
         let mut subqueries = Vec::with_capacity(node.subqueries.len());
         for s in &node.subqueries {
             let outer = s
-                .outer_columns(schema)
-                .into_iter()
-                .map(|c: Column| Ok((c.clone(), physical_expr(&Expr::Column(c))?)))
+                .outer
+                .iter()
+                .map(|(named, held)| Ok((named.clone(), physical_expr(held)?)))
                 .collect::<Result<Vec<_>>>()?;
             let probe = s.probe.as_ref().map(physical_expr).transpose()?;
             let field = Arc::new(Field::new(&s.name, s.data_type(), true));

@@ -1,13 +1,20 @@
-//! Subqueries DataFusion leaves in a plan after its decorrelation rules
-//! (a scalar subquery correlated by `<`, an `EXISTS` under `OR`, a subquery
-//! in a CASE), which its physical planner cannot run. This pure rewrite moves
-//! each one out of its Projection or Filter into an [`ApplyNode`] below it,
-//! which adds the subquery's value as a column (evaluated per distinct outer
-//! values by `SubqueryApplyExec`), and leaves a reference to that column in
-//! its place. Uncorrelated scalar subqueries stay DataFusion's (it runs them
-//! once); their own plans are rewritten the same way.
+//! Subqueries DataFusion cannot turn into joins (a scalar subquery
+//! correlated by `<`, an `EXISTS` under `OR`, a subquery in a CASE): its
+//! physical planner cannot run them. This rewrite moves each one out of its
+//! Projection or Filter into an [`ApplyNode`] below it, which adds the
+//! subquery's value as a column (evaluated per distinct outer values by
+//! `SubqueryApplyExec`), and leaves a reference to that column in its place.
+//!
+//! It runs as an optimizer rule right after DataFusion's decorrelation
+//! rules ([`ExtractSubqueries`]), before projection pruning, so that the
+//! outer columns a subquery reads are expressions of the node and stay in
+//! its input; the subquery travels as an expression of the node too, so a
+//! prepared statement's parameters inside it are bound like any others. The
+//! physical planner applies the same rewrite to whatever is left
+//! ([`plan_subqueries`]) and refuses, with 0A000, a subquery it cannot place.
 
 use std::cmp::Ordering;
+use std::collections::HashSet;
 use std::fmt;
 use std::sync::Arc;
 
@@ -16,9 +23,12 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{Column, DFSchema, DFSchemaRef};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::expr::{Exists, InSubquery};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
-    Expr, Extension, Filter, LogicalPlan, Projection, Subquery, UserDefinedLogicalNodeCore,
+    Aggregate, Expr, Extension, Filter, LogicalPlan, Projection, Subquery,
+    UserDefinedLogicalNodeCore,
 };
+use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 
 use crate::exec::apply::ApplyKind;
 
@@ -29,28 +39,34 @@ pub struct LogicalApply {
     pub subquery: Subquery,
     /// For `IN`: the compared value, over the node's input.
     pub probe: Option<Expr>,
+    /// The outer columns the subquery reads: as it names them, and the
+    /// expression over the node's input that gives each.
+    pub outer: Vec<(Column, Expr)>,
+    /// What the subquery reads from outside the node, each once: statement
+    /// parameters (`$1`) and references to queries further out.
+    free: Vec<Expr>,
     /// The name of the column it adds.
     pub name: String,
 }
 
 impl LogicalApply {
-    /// The input columns the subquery reads (its outer references, nested
-    /// subqueries' included), each once.
-    pub fn outer_columns(&self, input: &DFSchema) -> Vec<Column> {
-        let mut found: Vec<Column> = Vec::new();
-        let _ = self.subquery.subquery.apply_with_subqueries(|node| {
-            node.apply_expressions(|e| {
-                e.apply(|e| {
-                    if let Expr::OuterReferenceColumn(_, c) = e {
-                        if input.has_column(c) && !found.contains(c) {
-                            found.push(c.clone());
-                        }
-                    }
-                    Ok(TreeNodeRecursion::Continue)
-                })
-            })
-        });
-        found
+    fn new(
+        kind: ApplyKind,
+        subquery: Subquery,
+        probe: Option<Expr>,
+        input: &DFSchema,
+        name: String,
+    ) -> Self {
+        let outer = outer_columns(&subquery, input);
+        let free = free_exprs(&subquery.subquery, input);
+        Self {
+            kind,
+            subquery,
+            probe,
+            outer,
+            free,
+            name,
+        }
     }
 
     /// The type of the column it adds.
@@ -66,6 +82,118 @@ impl LogicalApply {
             ApplyKind::Exists | ApplyKind::In => DataType::Boolean,
         }
     }
+
+    /// Its expressions, in the order `with_exprs` takes them back: the
+    /// probe, the outer values, the free expressions. The subquery itself is
+    /// not one (DataFusion allows subqueries in few nodes); its free
+    /// expressions are, so that binding a prepared statement's values, or an
+    /// enclosing apply's outer values, reaches them.
+    fn exprs(&self) -> impl Iterator<Item = Expr> + '_ {
+        self.probe
+            .iter()
+            .chain(self.outer.iter().map(|(_, e)| e))
+            .chain(&self.free)
+            .cloned()
+    }
+
+    fn with_exprs(&self, exprs: &mut impl Iterator<Item = Expr>) -> Result<Self> {
+        let mut next = || {
+            exprs.next().ok_or_else(|| {
+                DataFusionError::Internal("SubqueryApply: expressions missing".into())
+            })
+        };
+        let probe = match self.probe {
+            Some(_) => Some(next()?),
+            None => None,
+        };
+        let outer = self
+            .outer
+            .iter()
+            .map(|(named, _)| Ok((named.clone(), next()?)))
+            .collect::<Result<Vec<_>>>()?;
+        let mut subquery = self.subquery.clone();
+        let mut free = Vec::with_capacity(self.free.len());
+        for old in &self.free {
+            let new = next()?;
+            if new != *old {
+                subquery.subquery = Arc::new(bind_free(&subquery.subquery, old, &new)?);
+            }
+            free.push(new);
+        }
+        // A bound one is a value now.
+        free.retain(is_free);
+        Ok(Self {
+            kind: self.kind,
+            subquery,
+            probe,
+            outer,
+            free,
+            name: self.name.clone(),
+        })
+    }
+}
+
+fn is_free(e: &Expr) -> bool {
+    matches!(e, Expr::Placeholder(_) | Expr::OuterReferenceColumn(..))
+}
+
+/// The free expressions of a subquery (its own subqueries' included), each
+/// once: placeholders, and outer references that `input` cannot answer.
+fn free_exprs(plan: &LogicalPlan, input: &DFSchema) -> Vec<Expr> {
+    let mut found: Vec<Expr> = Vec::new();
+    let _ = plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                let free = match e {
+                    Expr::Placeholder(_) => true,
+                    Expr::OuterReferenceColumn(_, c) => !input.has_column(c),
+                    _ => false,
+                };
+                if free && !found.contains(e) {
+                    found.push(e.clone());
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    found
+}
+
+/// `plan` with the free expression `old` replaced by `value`, subqueries
+/// included.
+fn bind_free(plan: &LogicalPlan, old: &Expr, value: &Expr) -> Result<LogicalPlan> {
+    plan.clone()
+        .transform_up_with_subqueries(|node| {
+            node.map_expressions(|e| {
+                e.transform_up(|e| {
+                    if e == *old {
+                        Ok(Transformed::yes(value.clone()))
+                    } else {
+                        Ok(Transformed::no(e))
+                    }
+                })
+            })
+        })
+        .map(|t| t.data)
+}
+
+/// The outer columns a subquery reads (nested subqueries' included) that
+/// `input` holds, each once, with the expression that gives each.
+fn outer_columns(subquery: &Subquery, input: &DFSchema) -> Vec<(Column, Expr)> {
+    let mut found: Vec<(Column, Expr)> = Vec::new();
+    let _ = subquery.subquery.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::OuterReferenceColumn(_, c) = e {
+                    if input.has_column(c) && !found.iter().any(|(named, _)| named == c) {
+                        found.push((c.clone(), Expr::Column(c.clone())));
+                    }
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    found
 }
 
 /// Its input's rows, with one column more per subquery.
@@ -114,16 +242,34 @@ impl UserDefinedLogicalNodeCore for ApplyNode {
     }
 
     fn expressions(&self) -> Vec<Expr> {
-        let mut exprs = Vec::new();
-        for s in &self.subqueries {
-            exprs.extend(
-                s.outer_columns(self.input.schema())
-                    .into_iter()
-                    .map(Expr::Column),
-            );
-            exprs.extend(s.probe.clone());
+        self.subqueries
+            .iter()
+            .flat_map(LogicalApply::exprs)
+            .collect()
+    }
+
+    /// The input columns needed: those asked for, and those the outer
+    /// values and probes read. The added columns need nothing below.
+    fn necessary_children_exprs(&self, output_columns: &[usize]) -> Option<Vec<Vec<usize>>> {
+        let input = self.input.schema();
+        let mut needed: Vec<usize> = output_columns
+            .iter()
+            .copied()
+            .filter(|i| *i < input.fields().len())
+            .collect();
+        for e in self.expressions() {
+            for c in e.column_refs() {
+                needed.push(input.index_of_column(c).ok()?);
+            }
         }
-        exprs
+        needed.sort_unstable();
+        needed.dedup();
+        Some(vec![needed])
+    }
+
+    /// Filters on the input's columns may pass below; not on those it adds.
+    fn prevent_predicate_push_down_columns(&self) -> HashSet<String> {
+        self.subqueries.iter().map(|s| s.name.clone()).collect()
     }
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
@@ -136,28 +282,133 @@ impl UserDefinedLogicalNodeCore for ApplyNode {
 
     fn with_exprs_and_inputs(
         &self,
-        _exprs: Vec<Expr>,
+        exprs: Vec<Expr>,
         mut inputs: Vec<LogicalPlan>,
     ) -> Result<Self> {
-        // The expressions are derived from the subqueries, which stay.
-        match (inputs.pop(), inputs.is_empty()) {
-            (Some(input), true) => Self::try_new(Arc::new(input), self.subqueries.clone()),
-            _ => Err(DataFusionError::Internal(
-                "SubqueryApply has one input".into(),
-            )),
+        let input = match (inputs.pop(), inputs.is_empty()) {
+            (Some(input), true) => input,
+            _ => {
+                return Err(DataFusionError::Internal(
+                    "SubqueryApply has one input".into(),
+                ));
+            }
+        };
+        let mut exprs = exprs.into_iter();
+        let subqueries = self
+            .subqueries
+            .iter()
+            .map(|s| s.with_exprs(&mut exprs))
+            .collect::<Result<Vec<_>>>()?;
+        Self::try_new(Arc::new(input), subqueries)
+    }
+}
+
+/// The optimizer rule, on every node of the plan and of its subqueries.
+/// `Deep` runs before DataFusion's decorrelation rules and takes only the
+/// subqueries whose own subqueries read the outer query (`t` in
+/// `EXISTS (SELECT .. x WHERE .. EXISTS (SELECT .. WHERE y.b < t.b))`),
+/// which those rules fail on ("No field named t.b"): evaluated per outer
+/// value, the inner one then reads a literal. `Rest` runs after them and
+/// takes what they left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ExtractSubqueries {
+    Deep,
+    Rest,
+}
+
+impl OptimizerRule for ExtractSubqueries {
+    fn name(&self) -> &str {
+        match self {
+            ExtractSubqueries::Deep => "extract_deep_subqueries",
+            ExtractSubqueries::Rest => "extract_subqueries",
         }
+    }
+
+    fn apply_order(&self) -> Option<ApplyOrder> {
+        Some(ApplyOrder::BottomUp)
+    }
+
+    fn supports_rewrite(&self) -> bool {
+        true
+    }
+
+    fn rewrite(
+        &self,
+        plan: LogicalPlan,
+        config: &dyn OptimizerConfig,
+    ) -> Result<Transformed<LogicalPlan>> {
+        let generator = config.alias_generator().clone();
+        let mut names = || generator.next("__subquery");
+        let mode = match self {
+            ExtractSubqueries::Deep => Mode::Deep,
+            ExtractSubqueries::Rest => Mode::Optimizer,
+        };
+        rewrite_node(
+            plan,
+            &mut Extractor {
+                names: &mut names,
+                mode,
+            },
+        )
+    }
+}
+
+/// Whether a subquery holds a subquery that reads past it, into the query
+/// around it: a column its own scope at that place does not have.
+fn reaches_past(subquery: &Subquery) -> bool {
+    let mut found = false;
+    let _ = subquery.subquery.apply(|node| {
+        let scope = merge_inputs(node);
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Some(nested) = subquery_of(e) {
+                    let mut columns = Vec::new();
+                    let _ = nested.subquery.apply_with_subqueries(|n| {
+                        n.apply_expressions(|e| {
+                            e.apply(|e| {
+                                if let Expr::OuterReferenceColumn(_, c) = e {
+                                    columns.push(c.clone());
+                                }
+                                Ok(TreeNodeRecursion::Continue)
+                            })
+                        })
+                    });
+                    found |= columns.iter().any(|c| !scope.has_column(c));
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    });
+    found
+}
+
+fn subquery_of(e: &Expr) -> Option<&Subquery> {
+    match e {
+        Expr::ScalarSubquery(s) => Some(s),
+        Expr::Exists(Exists { subquery, .. }) | Expr::InSubquery(InSubquery { subquery, .. }) => {
+            Some(subquery)
+        }
+        Expr::SetComparison(s) => Some(&s.subquery),
+        _ => None,
     }
 }
 
 /// Whether a plan holds a subquery DataFusion's physical planner cannot
-/// run: anything but an uncorrelated scalar subquery, at any depth.
+/// run outside an [`ApplyNode`]: anything but an uncorrelated scalar
+/// subquery, at any depth.
 pub fn needs_apply(plan: &LogicalPlan) -> bool {
     let mut found = false;
-    let _ = plan.apply_with_subqueries(|node| {
+    let _ = plan.apply(|node| {
+        if matches!(node, LogicalPlan::Extension(_)) {
+            // An ApplyNode carries its subqueries; the apply plans them.
+            return Ok(TreeNodeRecursion::Continue);
+        }
         node.apply_expressions(|e| {
             e.apply(|e| {
                 found |= match e {
-                    Expr::ScalarSubquery(s) => !s.outer_ref_columns.is_empty(),
+                    Expr::ScalarSubquery(s) => {
+                        !s.outer_ref_columns.is_empty() || needs_apply(&s.subquery)
+                    }
                     Expr::Exists(_) | Expr::InSubquery(_) | Expr::SetComparison(_) => true,
                     _ => false,
                 };
@@ -172,90 +423,151 @@ pub fn needs_apply(plan: &LogicalPlan) -> bool {
     found
 }
 
-/// The rewrite: every subquery the physical planner cannot run moves into
-/// an [`ApplyNode`] under the Projection or Filter that held it.
+/// The physical planner's pass over what the optimizer left: the same
+/// rewrite, into uncorrelated subqueries too, and an error for a subquery
+/// in a node other than a Projection or a Filter.
 pub fn plan_subqueries(plan: LogicalPlan) -> Result<LogicalPlan> {
     let mut next = 0;
-    plan.transform_up(|node| rewrite_node(node, &mut next))
+    let mut names = || {
+        next += 1;
+        format!("__apply_{next}")
+    };
+    let mut extractor = Extractor {
+        names: &mut names,
+        mode: Mode::Physical,
+    };
+    plan.transform_up(|node| rewrite_node(node, &mut extractor))
         .map(|t| t.data)
 }
 
-fn rewrite_node(node: LogicalPlan, next: &mut usize) -> Result<Transformed<LogicalPlan>> {
+/// Which pass a rewrite is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Before decorrelation: subqueries that [`reaches_past`] only.
+    Deep,
+    /// After decorrelation: every subquery left but uncorrelated scalar ones.
+    Optimizer,
+    /// The physical planner's: also inside uncorrelated scalar subqueries
+    /// (the optimizer reaches those itself), and an error for a subquery it
+    /// cannot place.
+    Physical,
+}
+
+/// A rewrite in progress: how it names the columns it adds, and its pass.
+struct Extractor<'a> {
+    names: &'a mut dyn FnMut() -> String,
+    mode: Mode,
+}
+
+/// One node.
+fn rewrite_node(node: LogicalPlan, x: &mut Extractor) -> Result<Transformed<LogicalPlan>> {
     match node {
-        LogicalPlan::Projection(p) => {
+        LogicalPlan::Projection(p) => rewrite_projection(p, x),
+        LogicalPlan::Filter(f) => rewrite_filter(f, x),
+        LogicalPlan::Aggregate(a) => rewrite_aggregate(a, x),
+        LogicalPlan::Extension(_) => Ok(Transformed::no(node)),
+        other if x.mode == Mode::Physical => {
+            let schema = merge_inputs(&other);
             let mut applies = Vec::new();
-            let mut exprs = Vec::with_capacity(p.expr.len());
-            let mut changed = false;
-            for (i, e) in p.expr.iter().enumerate() {
-                let new = take_subqueries(e.clone(), &mut applies, next)?;
-                changed |= new.transformed;
-                exprs.push(if new.transformed {
-                    // The column keeps the name the subquery gave it.
-                    let (qualifier, field) = p.schema.qualified_field(i);
-                    new.data
-                        .unalias()
-                        .alias_qualified(qualifier.cloned(), field.name())
-                } else {
-                    new.data
-                });
-            }
-            if applies.is_empty() {
-                return Ok(Transformed::new_transformed(
-                    LogicalPlan::Projection(Projection::try_new_with_schema(
-                        exprs, p.input, p.schema,
-                    )?),
-                    changed,
-                ));
-            }
-            let input = apply(p.input, applies)?;
-            Ok(Transformed::yes(LogicalPlan::Projection(
-                Projection::try_new(exprs, input)?,
-            )))
-        }
-        LogicalPlan::Filter(f) => {
-            let mut applies = Vec::new();
-            let predicate = take_subqueries(f.predicate.clone(), &mut applies, next)?;
-            if applies.is_empty() {
-                let changed = predicate.transformed;
-                let filter = Filter::try_new(predicate.data, f.input)?;
-                return Ok(Transformed::new_transformed(
-                    LogicalPlan::Filter(filter),
-                    changed,
-                ));
-            }
-            let columns: Vec<Expr> = f
-                .input
-                .schema()
-                .columns()
-                .into_iter()
-                .map(Expr::Column)
-                .collect();
-            let input = apply(f.input, applies)?;
-            let filter = LogicalPlan::Filter(Filter::try_new(predicate.data, input)?);
-            // The added columns end here: the Filter's output is its input's.
-            Ok(Transformed::yes(LogicalPlan::Projection(
-                Projection::try_new(columns, Arc::new(filter))?,
-            )))
-        }
-        other => {
-            let mut what = None;
-            let other = other.map_expressions(|e| {
-                let mut applies = Vec::new();
-                let new = take_subqueries(e, &mut applies, next)?;
-                if !applies.is_empty() {
-                    what = Some(applies[0].kind);
-                }
-                Ok(new)
-            })?;
-            match what {
-                Some(kind) => Err(DataFusionError::NotImplemented(format!(
-                    "a correlated {kind} subquery in {} (tablesql evaluates them in SELECT lists, WHERE and HAVING)",
+            let other = other.map_expressions(|e| take_subqueries(e, &schema, &mut applies, x))?;
+            match applies.first() {
+                Some(s) => Err(DataFusionError::NotImplemented(format!(
+                    "a correlated {} subquery in {} (tablesql evaluates them in SELECT lists, WHERE and HAVING)",
+                    s.kind,
                     other.data.display()
                 ))),
                 None => Ok(other),
             }
         }
+        other => Ok(Transformed::no(other)),
     }
+}
+
+fn merge_inputs(node: &LogicalPlan) -> DFSchema {
+    datafusion::logical_expr::utils::merge_schema(&node.inputs())
+}
+
+fn rewrite_projection(p: Projection, x: &mut Extractor) -> Result<Transformed<LogicalPlan>> {
+    let mut applies = Vec::new();
+    let mut exprs = Vec::with_capacity(p.expr.len());
+    let mut changed = false;
+    for (i, e) in p.expr.iter().enumerate() {
+        let new = take_subqueries(e.clone(), p.input.schema(), &mut applies, x)?;
+        changed |= new.transformed;
+        exprs.push(if new.transformed {
+            // The column keeps the name the subquery gave it.
+            let (qualifier, field) = p.schema.qualified_field(i);
+            new.data
+                .unalias()
+                .alias_qualified(qualifier.cloned(), field.name())
+        } else {
+            new.data
+        });
+    }
+    if !changed {
+        return Ok(Transformed::no(LogicalPlan::Projection(p)));
+    }
+    if applies.is_empty() {
+        let projection = Projection::try_new_with_schema(exprs, p.input, p.schema)?;
+        return Ok(Transformed::yes(LogicalPlan::Projection(projection)));
+    }
+    let input = apply(p.input, applies)?;
+    Ok(Transformed::yes(LogicalPlan::Projection(
+        Projection::try_new(exprs, input)?,
+    )))
+}
+
+/// An aggregate whose arguments hold subqueries (`max(x.a + (SELECT ..))`):
+/// they are evaluated per input row, so the apply goes below it.
+fn rewrite_aggregate(a: Aggregate, x: &mut Extractor) -> Result<Transformed<LogicalPlan>> {
+    let names = NamePreserver::new_for_projection();
+    let mut applies = Vec::new();
+    let mut take = |exprs: &[Expr], applies: &mut Vec<LogicalApply>| {
+        exprs
+            .iter()
+            .map(|e| {
+                let name = names.save(e);
+                let new = take_subqueries(e.clone(), a.input.schema(), applies, x)?;
+                Ok(new.update_data(|e| name.restore(e)))
+            })
+            .collect::<Result<Vec<_>>>()
+    };
+    let group = take(&a.group_expr, &mut applies)?;
+    let aggr = take(&a.aggr_expr, &mut applies)?;
+    if applies.is_empty() {
+        return Ok(Transformed::no(LogicalPlan::Aggregate(a)));
+    }
+    let input = apply(a.input, applies)?;
+    let group = group.into_iter().map(|t| t.data).collect();
+    let aggr = aggr.into_iter().map(|t| t.data).collect();
+    Ok(Transformed::yes(LogicalPlan::Aggregate(
+        Aggregate::try_new(input, group, aggr)?,
+    )))
+}
+
+fn rewrite_filter(f: Filter, x: &mut Extractor) -> Result<Transformed<LogicalPlan>> {
+    let mut applies = Vec::new();
+    let predicate = take_subqueries(f.predicate.clone(), f.input.schema(), &mut applies, x)?;
+    if !predicate.transformed {
+        return Ok(Transformed::no(LogicalPlan::Filter(f)));
+    }
+    if applies.is_empty() {
+        let filter = Filter::try_new(predicate.data, f.input)?;
+        return Ok(Transformed::yes(LogicalPlan::Filter(filter)));
+    }
+    let columns: Vec<Expr> = f
+        .input
+        .schema()
+        .columns()
+        .into_iter()
+        .map(Expr::Column)
+        .collect();
+    let input = apply(f.input, applies)?;
+    let filter = LogicalPlan::Filter(Filter::try_new(predicate.data, input)?);
+    // The added columns end here: the Filter's output is its input's.
+    Ok(Transformed::yes(LogicalPlan::Projection(
+        Projection::try_new(columns, Arc::new(filter))?,
+    )))
 }
 
 fn apply(input: Arc<LogicalPlan>, applies: Vec<LogicalApply>) -> Result<Arc<LogicalPlan>> {
@@ -265,59 +577,55 @@ fn apply(input: Arc<LogicalPlan>, applies: Vec<LogicalApply>) -> Result<Arc<Logi
     })))
 }
 
-/// `e` with each subquery to apply replaced by a reference to the column
-/// that will hold its value; the subqueries are pushed onto `applies`.
+/// `e` (over `input`) with each subquery to apply replaced by a reference
+/// to the column that will hold its value; the subqueries are pushed onto
+/// `applies`. An uncorrelated scalar subquery stays: DataFusion runs it once.
 fn take_subqueries(
     e: Expr,
+    input: &DFSchema,
     applies: &mut Vec<LogicalApply>,
-    next: &mut usize,
+    x: &mut Extractor,
 ) -> Result<Transformed<Expr>> {
+    let mode = x.mode;
     e.transform_down(|e| {
+        if mode == Mode::Deep && !subquery_of(&e).is_some_and(reaches_past) {
+            return Ok(Transformed::no(e));
+        }
         let mut take = |kind, subquery, probe| {
-            *next += 1;
-            let name = format!("__subquery_{next}");
-            applies.push(LogicalApply {
+            let name = (x.names)();
+            applies.push(LogicalApply::new(
                 kind,
                 subquery,
                 probe,
-                name: name.clone(),
-            });
+                input,
+                name.clone(),
+            ));
             Expr::Column(Column::from_name(name))
         };
+        let negate = |negated: bool, e: Expr| if negated { Expr::Not(Box::new(e)) } else { e };
         Ok(match e {
-            Expr::ScalarSubquery(s) if s.outer_ref_columns.is_empty() => {
-                // DataFusion runs it once; subqueries inside it are its own.
-                let plan = plan_subqueries(s.subquery.as_ref().clone())?;
-                Transformed::new(
-                    Expr::ScalarSubquery(Subquery {
+            Expr::ScalarSubquery(s) if s.outer_ref_columns.is_empty() && mode != Mode::Deep => {
+                let physical = mode == Mode::Physical;
+                let s = if physical {
+                    let plan = plan_subqueries(s.subquery.as_ref().clone())?;
+                    Subquery {
                         subquery: Arc::new(plan),
                         ..s
-                    }),
-                    true,
-                    TreeNodeRecursion::Jump,
-                )
+                    }
+                } else {
+                    s
+                };
+                Transformed::new(Expr::ScalarSubquery(s), physical, TreeNodeRecursion::Jump)
             }
             Expr::ScalarSubquery(s) => Transformed::yes(take(ApplyKind::Scalar, s, None)),
             Expr::Exists(Exists { subquery, negated }) => {
-                let column = take(ApplyKind::Exists, subquery, None);
-                Transformed::yes(if negated {
-                    Expr::Not(Box::new(column))
-                } else {
-                    column
-                })
+                Transformed::yes(negate(negated, take(ApplyKind::Exists, subquery, None)))
             }
             Expr::InSubquery(InSubquery {
                 expr,
                 subquery,
                 negated,
-            }) => {
-                let column = take(ApplyKind::In, subquery, Some(*expr));
-                Transformed::yes(if negated {
-                    Expr::Not(Box::new(column))
-                } else {
-                    column
-                })
-            }
+            }) => Transformed::yes(negate(negated, take(ApplyKind::In, subquery, Some(*expr)))),
             Expr::SetComparison(_) => {
                 return Err(DataFusionError::NotImplemented(format!(
                     "the quantified comparison {e} was not rewritten"

@@ -8,11 +8,15 @@ use datafusion::common::ExprSchema;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::Result;
+use datafusion::logical_expr::AggregateUDF;
 use datafusion::logical_expr::expr::{Exists, InSubquery};
+use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::{
     BinaryExpr, Expr, Filter, LogicalPlan, LogicalPlanBuilder, Operator, Projection, Subquery, col,
 };
 use datafusion::optimizer::AnalyzerRule;
+
+use crate::exec::single_value::SingleValue;
 
 /// Names every SELECT-list expression that holds a quantified comparison
 /// (`v = ANY (SELECT ...)`) by its own name, before the optimizer runs.
@@ -164,4 +168,152 @@ fn not_exists(
         },
         true,
     )))
+}
+
+/// Puts `single_value` over every scalar subquery that is not an aggregate
+/// without GROUP BY (`(SELECT x.b FROM t x WHERE x.k = t.k)`). SQL takes
+/// such a subquery and fails only when an outer row meets two rows, with
+/// NULL for none. DataFusion refuses to plan a correlated one ("must be
+/// aggregated"), and answers an uncorrelated one that finds no row with an
+/// error (its column keeps the inner column's NOT NULL). Under
+/// `single_value` it plans (as a join where the correlation is by equality,
+/// per outer row otherwise) and keeps SQL's meaning.
+#[derive(Debug)]
+pub struct AggregateScalarSubqueries {
+    single_value: Arc<AggregateUDF>,
+}
+
+impl Default for AggregateScalarSubqueries {
+    fn default() -> Self {
+        Self {
+            single_value: Arc::new(AggregateUDF::from(SingleValue::default())),
+        }
+    }
+}
+
+impl AnalyzerRule for AggregateScalarSubqueries {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            // A subquery's column in a SELECT list is named after the
+            // subquery's own column; it keeps that name.
+            let names = NamePreserver::new(&node);
+            node.map_expressions(|e| {
+                let name = names.save(&e);
+                let rewritten = e.transform_up(|e| match e {
+                    Expr::ScalarSubquery(s) if !one_aggregate_row(&s.subquery) => {
+                        Ok(Transformed::yes(Expr::ScalarSubquery(Subquery {
+                            subquery: Arc::new(self.single(s.subquery.as_ref().clone())?),
+                            ..s
+                        })))
+                    }
+                    other => Ok(Transformed::no(other)),
+                })?;
+                Ok(rewritten.update_data(|e| name.restore(e)))
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "aggregate_scalar_subqueries"
+    }
+}
+
+impl AggregateScalarSubqueries {
+    /// `SELECT single_value(v) FROM (plan)`. The column keeps the
+    /// aggregate's own name: a decorrelated subquery's columns join the
+    /// outer query's, where `v` could be ambiguous.
+    fn single(&self, plan: LogicalPlan) -> Result<LogicalPlan> {
+        let (qualifier, field) = plan.schema().qualified_field(0);
+        let value = Expr::Column(datafusion::common::Column::new(
+            qualifier.cloned(),
+            field.name(),
+        ));
+        LogicalPlanBuilder::from(plan)
+            .aggregate(
+                Vec::<Expr>::new(),
+                vec![self.single_value.call(vec![value])],
+            )?
+            .build()
+    }
+}
+
+/// Whether a subquery is aggregates without GROUP BY (under projections,
+/// aliases and a HAVING): exactly one row, nothing to add.
+fn one_aggregate_row(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Projection(p) => one_aggregate_row(&p.input),
+        LogicalPlan::SubqueryAlias(a) => one_aggregate_row(&a.input),
+        LogicalPlan::Filter(f) => {
+            matches!(f.input.as_ref(), LogicalPlan::Aggregate(_)) && one_aggregate_row(&f.input)
+        }
+        LogicalPlan::Aggregate(a) => a.group_expr.is_empty() && !a.aggr_expr.is_empty(),
+        _ => false,
+    }
+}
+
+/// Names the column of a scalar, `IN` or `ANY`/`ALL` subquery when type
+/// coercion has cast it (`SELECT CAST(x.b AS BIGINT)`): a cast keeps its
+/// column's name, so when DataFusion's decorrelation adds the column itself
+/// beside it (for a correlation on `x.b`) the two names collide and the
+/// query fails. Under its own name the cast no longer collides.
+#[derive(Debug, Default)]
+pub struct NameComparedValues;
+
+impl AnalyzerRule for NameComparedValues {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up_with_subqueries(|node| {
+            let names = NamePreserver::new(&node);
+            node.map_expressions(|e| {
+                let name = names.save(&e);
+                let named = e.transform_up(|e| match e {
+                    Expr::ScalarSubquery(s) => Ok(name_cast(s)?.update_data(Expr::ScalarSubquery)),
+                    Expr::InSubquery(InSubquery {
+                        expr,
+                        subquery,
+                        negated,
+                    }) => {
+                        let subquery = name_cast(subquery)?;
+                        Ok(Transformed::new_transformed(
+                            Expr::InSubquery(InSubquery::new(expr, subquery.data, negated)),
+                            subquery.transformed,
+                        ))
+                    }
+                    Expr::SetComparison(s) => {
+                        let subquery = name_cast(s.subquery.clone())?;
+                        Ok(Transformed::new_transformed(
+                            Expr::SetComparison(datafusion::logical_expr::expr::SetComparison {
+                                subquery: subquery.data,
+                                ..s
+                            }),
+                            subquery.transformed,
+                        ))
+                    }
+                    other => Ok(Transformed::no(other)),
+                })?;
+                Ok(named.update_data(|e| name.restore(e)))
+            })
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "name_compared_values"
+    }
+}
+
+/// The subquery with its one cast column aliased `__compared`.
+fn name_cast(subquery: Subquery) -> Result<Transformed<Subquery>> {
+    let LogicalPlan::Projection(p) = subquery.subquery.as_ref() else {
+        return Ok(Transformed::no(subquery));
+    };
+    let [Expr::Cast(_) | Expr::TryCast(_)] = p.expr.as_slice() else {
+        return Ok(Transformed::no(subquery));
+    };
+    let exprs = vec![p.expr[0].clone().alias("__compared")];
+    let projection = Projection::try_new(exprs, p.input.clone())?;
+    Ok(Transformed::yes(Subquery {
+        subquery: Arc::new(LogicalPlan::Projection(projection)),
+        ..subquery
+    }))
 }

@@ -41,14 +41,16 @@ pub type Data = [Vec<Row>; 2];
 
 const TEXTS: [&str; 6] = ["a", "b", "B", "ab", "", "a b"];
 
-/// Up to 9 rows per table, small values so that comparisons meet.
+/// Up to 9 rows per table, small values so that comparisons meet; in one
+/// partition (`g` = 0) or spread over three.
 pub fn data(rng: &mut ChaCha8Rng) -> Data {
     let table = |rng: &mut ChaCha8Rng| {
         let n = rng.random_range(0..=9);
+        let partitions = if rng.random_bool(0.3) { 1 } else { 3 };
         (0..n)
             .map(|k| Row {
                 k,
-                g: rng.random_range(0..3),
+                g: rng.random_range(0..partitions),
                 a: maybe(rng, |r| r.random_range(-2..5)),
                 b: maybe(rng, |r| r.random_range(-2..5)),
                 c: maybe(rng, |r| TEXTS[r.random_range(0..TEXTS.len())].to_owned()),
@@ -102,7 +104,8 @@ impl<'a> Generator<'a> {
         format!("x{}", self.aliases)
     }
 
-    /// A whole query, its rows in a fixed order.
+    /// A whole query, its rows in a fixed order. With `TABLESQL_DIFF_VERBOSE`
+    /// set the test prints each one.
     pub fn query(&mut self) -> String {
         if self.rng.random_bool(0.2) {
             self.grouped()
@@ -124,7 +127,24 @@ impl<'a> Generator<'a> {
         if self.rng.random_bool(0.2) {
             columns.push(self.cond(&scope, 1));
         }
-        let mut sql = format!("SELECT {} FROM {table} t", columns.join(", "));
+        if self.rng.random_bool(0.05) {
+            // Past the range of BIGINT for any value but 0 or NULL: an error
+            // in both (DataFusion alone would wrap around). In the SELECT
+            // list, evaluated for every row in both: inside an OR or a CASE
+            // the order of evaluation, which SQL leaves open, would decide.
+            columns.push(format!(
+                "({} * 3037000500 * 3037000500)",
+                self.column(&scope)
+            ));
+        }
+        // Named, so that two equal expressions do not collide (DataFusion
+        // refuses duplicate names where PostgreSQL does not).
+        let named: Vec<String> = columns
+            .iter()
+            .enumerate()
+            .map(|(i, c)| format!("{c} AS c{i}"))
+            .collect();
+        let mut sql = format!("SELECT {} FROM {table} t", named.join(", "));
         if self.rng.random_bool(0.6) {
             sql += &format!(" WHERE {}", self.cond(&scope, 2));
         }
@@ -193,9 +213,29 @@ impl<'a> Generator<'a> {
         )
     }
 
-    /// `(SELECT agg(x.col) FROM t x WHERE <correlated>)`.
+    /// `(SELECT agg(x.col) FROM t x WHERE <correlated>)`, or a subquery
+    /// without an aggregate: by the unique `k` (at most one row), the first
+    /// row in an order, or any correlation (two rows are an error in both).
     fn scalar_subquery(&mut self, scope: &Scope, depth: u32) -> String {
         let (from, inner) = self.from(scope);
+        if self.rng.random_bool(0.25) {
+            let own = inner.levels[0].0.clone();
+            let value = self.own_column(&inner);
+            return match self.rng.random_range(0..3) {
+                0 => format!(
+                    "(SELECT {value} FROM {from} WHERE {own}.k = {})",
+                    self.int_expr(scope, 0)
+                ),
+                1 => format!(
+                    "(SELECT {value} FROM {from} WHERE {} ORDER BY {own}.k DESC LIMIT 1)",
+                    self.correlation(&inner, depth)
+                ),
+                _ => format!(
+                    "(SELECT {value} FROM {from} WHERE {})",
+                    self.correlation(&inner, depth)
+                ),
+            };
+        }
         let agg = match self.rng.random_range(0..7) {
             0 => "count(*)".to_owned(),
             1 => format!("count({})", self.own_column(&inner)),

@@ -5,7 +5,10 @@
 //! aggregates, CASE, BETWEEN, IN lists, ORDER BY and LIMIT), each run on
 //! PostgreSQL, on tablesql in-process and on tablesql over the wire. Every
 //! query must give PostgreSQL's rows, or a clear error from tablesql (a
-//! SQLSTATE other than XX000), never other rows. A failure is shrunk (rows
+//! SQLSTATE other than XX000), never other rows. Where PostgreSQL fails
+//! with a data or cardinality exception (classes 22 and 21), tablesql may
+//! also answer: whether such an error is met depends on the order in which
+//! expressions are evaluated, which SQL leaves to the implementation. A failure is shrunk (rows
 //! removed while it still fails) and saved under the target directory.
 //!
 //! `scripts/test` starts PostgreSQL (`scripts/postgres`) and names it in
@@ -60,7 +63,8 @@ async fn subqueries_answer_as_postgresql_does() -> TestResult {
     let systems = Systems::start(&postgres).await?;
     systems.create_tables().await?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mut tally: BTreeMap<String, usize> = BTreeMap::new();
+    // Per kind of outcome: how many, and the first query of that kind.
+    let mut tally: BTreeMap<String, (usize, String)> = BTreeMap::new();
     let mut run = 0;
     while run < total {
         let data = generate::data(&mut rng);
@@ -78,15 +82,26 @@ async fn subqueries_answer_as_postgresql_does() -> TestResult {
                     .await?;
                 return Err(report.into());
             }
-            *tally.entry(outcome.kind).or_default() += 1;
+            tally.entry(outcome.kind).or_insert((0, sql.clone())).0 += 1;
         }
     }
-    eprintln!("differential test, seed {seed}: {total} queries: {tally:?}");
-    let agreed = tally.get("rows").copied().unwrap_or(0);
-    // Most queries must run: a tablesql that refused everything would pass.
+    eprintln!("differential test, seed {seed}: {total} queries");
+    for (kind, (n, example)) in &tally {
+        eprintln!("  {n:>5}  {kind}\n         e.g. {example}");
+    }
+    // A tablesql that refused everything would pass the comparison: at
+    // most 2% may be refusals, and most queries must give rows on both.
+    let count = |prefix: &str| -> usize {
+        tally
+            .iter()
+            .filter(|(kind, _)| kind.starts_with(prefix))
+            .map(|(_, (n, _))| n)
+            .sum()
+    };
+    let (agreed, refused) = (count("rows"), count("refused"));
     assert!(
-        agreed * 10 >= total * 8,
-        "only {agreed} of {total} queries gave rows on both: {tally:?}"
+        refused * 100 <= total * 2 && agreed * 100 >= total * 90,
+        "{agreed} of {total} queries gave rows on both, {refused} were refused by tablesql alone"
     );
     Ok(())
 }
@@ -187,6 +202,16 @@ impl Systems {
             match (&expected, &answer) {
                 (Answer::Rows(e), Answer::Rows(a)) if same_rows(e, a) => {}
                 (Answer::Error { .. }, Answer::Error { .. }) => kind = "both failed".to_owned(),
+                // A data exception (22: out of range, division by zero) or a
+                // cardinality one (21: two rows for a scalar subquery) is met
+                // only if that expression is evaluated for that row, and SQL
+                // leaves the order of evaluation open: PostgreSQL may test
+                // the subquery before the EXISTS that excludes the row.
+                (Answer::Error { code, .. }, Answer::Rows(_))
+                    if code.starts_with("21") || code.starts_with("22") =>
+                {
+                    kind = format!("PostgreSQL alone failed, {code}");
+                }
                 (Answer::Rows(_), Answer::Error { code, message }) if code != "XX000" => {
                     // The first line names the refusal; the tally shows which.
                     let first = message.lines().next().unwrap_or_default();
