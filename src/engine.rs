@@ -12,7 +12,6 @@ use datafusion::dataframe::DataFrame;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::optimizer::analyzer::type_coercion::TypeCoercion;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
@@ -125,9 +124,6 @@ impl Engine {
             .with_physical_optimizer_rule(Arc::new(YieldingJoins))
             .with_analyzer_rule(Arc::new(DmlShape))
             .with_analyzer_rule(Arc::new(CheckedIntegers::default()))
-            // Again: a BIGINT sum is NUMERIC now, and what compares with it
-            // must be cast to match.
-            .with_analyzer_rule(Arc::new(TypeCoercion::new()))
             .with_analyzer_rule(Arc::new(NameSetComparisons))
             .with_analyzer_rule(Arc::new(NameComparedValues))
             .with_analyzer_rule(Arc::new(CorrelatedNotIn))

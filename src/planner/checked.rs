@@ -9,13 +9,14 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::DFSchema;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::tree_node::Transformed;
 use datafusion::error::Result;
 use datafusion::logical_expr::expr::AggregateFunction;
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
-use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{BinaryExpr, Expr, ExprSchemable, LogicalPlan, Operator, ScalarUDF};
 use datafusion::optimizer::AnalyzerRule;
+use datafusion::optimizer::analyzer::type_coercion::TypeCoercion;
+
+use super::rewrite::rewrite_named;
 
 use crate::exec::checked::{Checked, CheckedArithmetic, INTEGERS};
 
@@ -39,25 +40,23 @@ impl Default for CheckedIntegers {
 }
 
 impl AnalyzerRule for CheckedIntegers {
-    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            let schema = merge_schema(&node.inputs());
-            // `sum(b)` renamed by its cast would lose the name the nodes
-            // above use; arithmetic keeps its names by itself.
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let name = names.save(&e);
-                let checked = e.transform_up(|e| match e {
-                    Expr::BinaryExpr(b) => self.arithmetic(b, &schema),
-                    Expr::AggregateFunction(a) => sum_as_numeric(a, &schema),
-                    other => Ok(Transformed::no(other)),
-                })?;
-                Ok(checked.update_data(|e| name.restore(e)))
-            })?
-            // A BIGINT sum is NUMERIC now, in every node above it too.
-            .map_data(LogicalPlan::recompute_schema)
-        })
-        .map(|t| t.data)
+    fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
+        let mut sums = false;
+        let plan = rewrite_named(plan, |e, schema| match e {
+            Expr::BinaryExpr(b) => self.arithmetic(b, schema),
+            Expr::AggregateFunction(a) => {
+                let sum = sum_as_numeric(a, schema)?;
+                sums |= sum.transformed;
+                Ok(sum)
+            }
+            other => Ok(Transformed::no(other)),
+        })?;
+        if sums {
+            // A BIGINT sum is NUMERIC now: what compares with it or computes
+            // from it is coerced again.
+            return TypeCoercion::new().analyze(plan, config);
+        }
+        Ok(plan)
     }
 
     fn name(&self) -> &str {

@@ -7,6 +7,7 @@ pub mod dml_shape;
 pub mod physical;
 pub mod provider;
 pub mod pushdown;
+pub mod rewrite;
 pub mod sql;
 pub mod subquery;
 pub mod subquery_rules;

@@ -9,13 +9,13 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::Result;
 use datafusion::logical_expr::AggregateUDF;
-use datafusion::logical_expr::expr::{Exists, InSubquery};
-use datafusion::logical_expr::expr_rewriter::NamePreserver;
+use datafusion::logical_expr::expr::{Exists, InSubquery, SetComparison};
 use datafusion::logical_expr::{
     BinaryExpr, Expr, Filter, LogicalPlan, LogicalPlanBuilder, Operator, Projection, Subquery, col,
 };
 use datafusion::optimizer::AnalyzerRule;
 
+use super::rewrite::{has_subquery, rewrite_named};
 use crate::exec::single_value::SingleValue;
 
 /// Names every SELECT-list expression that holds a quantified comparison
@@ -28,6 +28,9 @@ pub struct NameSetComparisons;
 
 impl AnalyzerRule for NameSetComparisons {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        if !has_subquery(&plan) {
+            return Ok(plan);
+        }
         plan.transform_up_with_subqueries(|node| match node {
             LogicalPlan::Projection(p) if p.expr.iter().any(holds_set_comparison) => {
                 let exprs = p
@@ -76,6 +79,9 @@ pub struct CorrelatedNotIn;
 
 impl AnalyzerRule for CorrelatedNotIn {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        if !has_subquery(&plan) {
+            return Ok(plan);
+        }
         plan.transform_up_with_subqueries(|node| match node {
             LogicalPlan::Filter(f) => {
                 let predicate = rewrite_not_in(f.predicate, f.input.schema())?;
@@ -193,25 +199,20 @@ impl Default for AggregateScalarSubqueries {
 
 impl AnalyzerRule for AggregateScalarSubqueries {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            // A subquery's column in a SELECT list is named after the
-            // subquery's own column; it keeps that name.
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let name = names.save(&e);
-                let rewritten = e.transform_up(|e| match e {
-                    Expr::ScalarSubquery(s) if !one_aggregate_row(&s.subquery) => {
-                        Ok(Transformed::yes(Expr::ScalarSubquery(Subquery {
-                            subquery: Arc::new(self.single(s.subquery.as_ref().clone())?),
-                            ..s
-                        })))
-                    }
-                    other => Ok(Transformed::no(other)),
-                })?;
-                Ok(rewritten.update_data(|e| name.restore(e)))
-            })
+        if !has_subquery(&plan) {
+            return Ok(plan);
+        }
+        // A subquery's column in a SELECT list is named after the
+        // subquery's own column; `rewrite_named` keeps that name.
+        rewrite_named(plan, |e, _| match e {
+            Expr::ScalarSubquery(s) if !one_aggregate_row(&s.subquery) => {
+                Ok(Transformed::yes(Expr::ScalarSubquery(Subquery {
+                    subquery: Arc::new(self.single(s.subquery.as_ref().clone())?),
+                    ..s
+                })))
+            }
+            other => Ok(Transformed::no(other)),
         })
-        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
@@ -262,39 +263,25 @@ pub struct NameComparedValues;
 
 impl AnalyzerRule for NameComparedValues {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
-        plan.transform_up_with_subqueries(|node| {
-            let names = NamePreserver::new(&node);
-            node.map_expressions(|e| {
-                let name = names.save(&e);
-                let named = e.transform_up(|e| match e {
-                    Expr::ScalarSubquery(s) => Ok(name_cast(s)?.update_data(Expr::ScalarSubquery)),
-                    Expr::InSubquery(InSubquery {
-                        expr,
-                        subquery,
-                        negated,
-                    }) => {
-                        let subquery = name_cast(subquery)?;
-                        Ok(Transformed::new_transformed(
-                            Expr::InSubquery(InSubquery::new(expr, subquery.data, negated)),
-                            subquery.transformed,
-                        ))
-                    }
-                    Expr::SetComparison(s) => {
-                        let subquery = name_cast(s.subquery.clone())?;
-                        Ok(Transformed::new_transformed(
-                            Expr::SetComparison(datafusion::logical_expr::expr::SetComparison {
-                                subquery: subquery.data,
-                                ..s
-                            }),
-                            subquery.transformed,
-                        ))
-                    }
-                    other => Ok(Transformed::no(other)),
-                })?;
-                Ok(named.update_data(|e| name.restore(e)))
-            })
+        if !has_subquery(&plan) {
+            return Ok(plan);
+        }
+        rewrite_named(plan, |e, _| match e {
+            Expr::ScalarSubquery(s) => Ok(name_cast(s)?.update_data(Expr::ScalarSubquery)),
+            Expr::InSubquery(InSubquery {
+                expr,
+                subquery,
+                negated,
+            }) => Ok(name_cast(subquery)?.update_data(|subquery| {
+                Expr::InSubquery(InSubquery::new(expr, subquery, negated))
+            })),
+            Expr::SetComparison(s) => {
+                let subquery = name_cast(s.subquery.clone())?;
+                Ok(subquery
+                    .update_data(|subquery| Expr::SetComparison(SetComparison { subquery, ..s })))
+            }
+            other => Ok(Transformed::no(other)),
         })
-        .map(|t| t.data)
     }
 
     fn name(&self) -> &str {
