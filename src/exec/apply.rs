@@ -65,6 +65,7 @@ impl fmt::Display for ApplyKind {
 /// One correlated subquery of an apply.
 #[derive(Debug, Clone)]
 pub struct Correlated {
+    /// What its rows become.
     pub kind: ApplyKind,
     /// The subquery's plan, its outer references unbound.
     pub plan: Arc<LogicalPlan>,
@@ -119,11 +120,6 @@ impl SubqueryApplyExec {
             max_evaluations: MAX_EVALUATIONS,
             properties,
         }
-    }
-
-    /// Its subqueries.
-    pub fn subqueries(&self) -> &[Correlated] {
-        &self.subqueries
     }
 }
 
@@ -386,7 +382,7 @@ fn typed(value: ScalarValue, to: &DataType) -> Result<ScalarValue> {
 /// `plan` with the outer columns in `values` replaced by their values,
 /// nested subqueries included. A nested subquery's outer reference to a
 /// column its own enclosing query has is that query's, and stays.
-pub fn bind_outer(plan: LogicalPlan, values: &[(Column, ScalarValue)]) -> Result<LogicalPlan> {
+fn bind_outer(plan: LogicalPlan, values: &[(Column, ScalarValue)]) -> Result<LogicalPlan> {
     if values.is_empty() {
         return Ok(plan);
     }

@@ -20,8 +20,11 @@ pub const INTEGERS: [DataType; 3] = [DataType::Int16, DataType::Int32, DataType:
 /// Which operator a function checks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Checked {
+    /// `+`.
     Add,
+    /// `-`.
     Sub,
+    /// `*`.
     Mul,
 }
 

@@ -2,6 +2,7 @@
 //! filters onto the PartitionKey/RowKey index, and the access paths EXPLAIN shows.
 
 pub mod access;
+pub mod apply_node;
 pub mod checked;
 pub mod dml_shape;
 pub mod physical;

@@ -214,7 +214,12 @@ fn plan_code(message: &str) -> &'static str {
         UNDEFINED_TABLE
     } else if message.contains("Cannot cast") || message.contains("cannot be cast") {
         INVALID_TEXT_REPRESENTATION
-    } else if message.contains("Unsupported") || message.contains("not supported") {
+    } else if message.contains("Unsupported")
+        || message.contains("not supported")
+        // DataFusion's refusal of a subquery where its planner cannot place
+        // it ("Correlated scalar subquery can only be used in ...").
+        || message.contains("subquery can only be used")
+    {
         FEATURE_NOT_SUPPORTED
     } else {
         SYNTAX_ERROR
@@ -290,6 +295,19 @@ mod tests {
         assert_eq!(
             datafusion_code(&DataFusionError::NotImplemented("x".into())),
             FEATURE_NOT_SUPPORTED
+        );
+    }
+
+    #[test]
+    fn subqueries_tablesql_cannot_run_are_not_supported() {
+        let placed = DataFusionError::Plan(
+            "Correlated scalar subquery can only be used in Projection, Filter, Aggregate plan nodes".into(),
+        );
+        assert_eq!(datafusion_code(&placed), FEATURE_NOT_SUPPORTED);
+        assert_eq!(exec_code(&ExecError::SubqueryRows), CARDINALITY_VIOLATION);
+        assert_eq!(
+            exec_code(&ExecError::SubqueryBound { limit: 1 }),
+            PROGRAM_LIMIT_EXCEEDED
         );
     }
 }
