@@ -334,7 +334,11 @@ fn batch_rows(batch: &RecordBatch) -> Vec<Vec<Option<String>>> {
                 .columns()
                 .iter()
                 .zip(&formatters)
-                .map(|(c, f)| (!c.is_null(r)).then(|| f.value(r).to_string()))
+                // Logical nulls: a NULL-typed column has no null buffer.
+                .map(|(c, f)| {
+                    let null = c.logical_nulls().is_some_and(|n| n.is_null(r));
+                    (!null).then(|| f.value(r).to_string())
+                })
                 .collect()
         })
         .collect()
