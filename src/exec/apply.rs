@@ -261,21 +261,19 @@ impl Evaluator {
             .buffered(CONCURRENT_EVALUATIONS)
             .try_collect()
             .await?;
-        let cache = self.lock()?;
-        let known = &cache[i];
-        let extra: HashMap<_, _> = found.into_iter().collect();
+        let mut cache = self.lock()?;
+        let known = &mut cache[i];
+        known.extend(found);
         let values = keys
             .iter()
             .map(|k| {
-                extra
+                known
                     .get(k)
-                    .or_else(|| known.get(k))
                     .cloned()
                     .ok_or_else(|| DataFusionError::Internal("subquery value missing".into()))
             })
             .collect::<Result<Vec<_>>>()?;
         drop(cache);
-        self.remember(i, extra)?;
         ScalarValue::iter_to_array(values)
     }
 
@@ -304,11 +302,6 @@ impl Evaluator {
             .into());
         }
         Ok(missing)
-    }
-
-    fn remember(&self, i: usize, found: HashMap<Vec<ScalarValue>, ScalarValue>) -> Result<()> {
-        self.lock()?[i].extend(found);
-        Ok(())
     }
 
     /// Runs subquery `s` for one tuple of outer values.
