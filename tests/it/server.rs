@@ -1240,6 +1240,15 @@ async fn correlated_subqueries_answer_over_the_wire() -> TestResult {
         .await?;
     let pairs: Vec<(i64, i64)> = both.iter().map(|r| (r.get("lt"), r.get("gt"))).collect();
     assert_eq!(pairs, [(0, 2), (1, 1), (2, 0), (0, 0)]);
+    // A parameter inside a subquery evaluated per row is bound like any
+    // other (the extended protocol plans before it binds).
+    let bounded = client
+        .query(
+            "SELECT b, (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b AND x.a = $1) FROM t1 ORDER BY k",
+            &[&1i32],
+        )
+        .await?;
+    assert_eq!(counts(bounded), [0, 1, 2, 0]);
     let out = server.psql("", &["-A", "-t", "-c", by_a])?;
     assert_eq!(text(&out), "10|2\n20|2\n30|1\n|0\n", "{}", text(&out));
     Ok(())
