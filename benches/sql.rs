@@ -5,7 +5,8 @@
 //! - a full-scan aggregate through SQL beside a raw store iteration doing the
 //!   same sum, and beside SQLite (rusqlite, bundled) over the same rows;
 //! - a bib range in one partition: the pushed row range beside the same query
-//!   with pushdown off (a full scan plus filter).
+//!   with pushdown off (a full scan plus filter);
+//! - a correlated subquery evaluated per outer value beside SQLite.
 //!
 //! Run with `cargo bench --bench sql`.
 
@@ -293,5 +294,39 @@ fn row_range_as_full_scan(bencher: Bencher) {
         let rows = f.rt.block_on(f.unpushed.collect(RANGE)).expect("query");
         assert_eq!(single_i64(&rows), 2000);
         black_box(rows)
+    });
+}
+
+/// A correlated subquery DataFusion cannot decorrelate (`<` on age): each
+/// of 50 registrations with how many in its race are younger. tablesql
+/// evaluates the subquery once per distinct (event, distance, age), each a
+/// scan of the race's partition with the age filter pushed; SQLite runs it
+/// per row over its primary key.
+const CORRELATED: &str = "SELECT r.bib, (SELECT count(*) FROM registrations r2 \
+     WHERE r2.event = r.event AND r2.distance = r.distance AND r2.age < r.age) AS younger \
+     FROM registrations r WHERE r.event = '2012 Boston Marathon' AND r.distance = 'Full' AND r.bib < 50";
+
+#[divan::bench(sample_count = 10)]
+fn correlated_subquery_sql(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.bench_local(|| {
+        let rows = f.rt.block_on(f.pushed.collect(CORRELATED)).expect("query");
+        assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 49);
+        black_box(rows)
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn correlated_subquery_sqlite(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.bench_local(|| {
+        let db = f.sqlite.lock().expect("sqlite");
+        let mut stmt = db.prepare_cached(CORRELATED).expect("prepare");
+        let n = stmt
+            .query_map([], |row| row.get::<_, i64>(1))
+            .expect("query")
+            .count();
+        assert_eq!(n, 49);
+        black_box(n)
     });
 }
