@@ -42,7 +42,7 @@ impl Default for CheckedIntegers {
 impl AnalyzerRule for CheckedIntegers {
     fn analyze(&self, plan: LogicalPlan, config: &ConfigOptions) -> Result<LogicalPlan> {
         let mut sums = false;
-        let plan = rewrite_named(plan, |e, schema| match e {
+        let plan = rewrite_named(plan, may_overflow, |e, schema| match e {
             Expr::BinaryExpr(b) => self.arithmetic(b, schema),
             Expr::AggregateFunction(a) => {
                 let sum = sum_as_numeric(a, schema)?;
@@ -61,6 +61,17 @@ impl AnalyzerRule for CheckedIntegers {
 
     fn name(&self) -> &str {
         "checked_integers"
+    }
+}
+
+/// Whether `rewrite_named` should look at an expression: arithmetic, or a sum.
+fn may_overflow(e: &Expr) -> bool {
+    match e {
+        Expr::BinaryExpr(b) => {
+            matches!(b.op, Operator::Plus | Operator::Minus | Operator::Multiply)
+        }
+        Expr::AggregateFunction(a) => a.func.name() == "sum",
+        _ => false,
     }
 }
 

@@ -9,17 +9,30 @@ use datafusion::logical_expr::expr_rewriter::NamePreserver;
 use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{Expr, LogicalPlan};
 
-/// `plan` with `f` applied to every expression (bottom up), given the
-/// schema of the node's inputs. A changed node's schema is computed anew
-/// (an expression may change type, not name).
+/// `plan` with `f` applied to every expression (bottom up) that `touches`
+/// says it may change, given the schema of the node's inputs. Others are
+/// left alone without computing their names, which costs string building
+/// on every query. A changed node's schema is computed anew (an expression
+/// may change type, not name).
 pub fn rewrite_named(
     plan: LogicalPlan,
+    touches: impl Fn(&Expr) -> bool,
     mut f: impl FnMut(Expr, &DFSchema) -> Result<Transformed<Expr>>,
 ) -> Result<LogicalPlan> {
     plan.transform_up_with_subqueries(|node| {
+        if !node
+            .expressions()
+            .iter()
+            .any(|e| e.exists(|e| Ok(touches(e))).unwrap_or(true))
+        {
+            return Ok(Transformed::no(node));
+        }
         let schema = merge_schema(&node.inputs());
         let names = NamePreserver::new(&node);
         let node = node.map_expressions(|e| {
+            if !e.exists(|e| Ok(touches(e))).unwrap_or(true) {
+                return Ok(Transformed::no(e));
+            }
             let name = names.save(&e);
             let rewritten = e.transform_up(|e| f(e, &schema))?;
             Ok(rewritten.update_data(|e| name.restore(e)))
@@ -33,6 +46,14 @@ pub fn rewrite_named(
     .map(|t| t.data)
 }
 
+/// Whether an expression is a subquery.
+pub fn is_subquery(e: &Expr) -> bool {
+    matches!(
+        e,
+        Expr::ScalarSubquery(_) | Expr::Exists(_) | Expr::InSubquery(_) | Expr::SetComparison(_)
+    )
+}
+
 /// Whether a plan holds a subquery anywhere: the subquery rules have
 /// nothing to do otherwise, and skip the walk.
 pub fn has_subquery(plan: &LogicalPlan) -> bool {
@@ -40,13 +61,7 @@ pub fn has_subquery(plan: &LogicalPlan) -> bool {
     let _ = plan.apply(|node| {
         node.apply_expressions(|e| {
             e.apply(|e| {
-                found |= matches!(
-                    e,
-                    Expr::ScalarSubquery(_)
-                        | Expr::Exists(_)
-                        | Expr::InSubquery(_)
-                        | Expr::SetComparison(_)
-                );
+                found |= is_subquery(e);
                 Ok(if found {
                     TreeNodeRecursion::Stop
                 } else {

@@ -15,7 +15,7 @@ use datafusion::logical_expr::{
 };
 use datafusion::optimizer::AnalyzerRule;
 
-use super::rewrite::{has_subquery, rewrite_named};
+use super::rewrite::{has_subquery, is_subquery, rewrite_named};
 use crate::exec::single_value::SingleValue;
 
 /// Names every SELECT-list expression that holds a quantified comparison
@@ -204,7 +204,7 @@ impl AnalyzerRule for AggregateScalarSubqueries {
         }
         // A subquery's column in a SELECT list is named after the
         // subquery's own column; `rewrite_named` keeps that name.
-        rewrite_named(plan, |e, _| match e {
+        rewrite_named(plan, is_subquery, |e, _| match e {
             Expr::ScalarSubquery(s) if !one_aggregate_row(&s.subquery) => {
                 Ok(Transformed::yes(Expr::ScalarSubquery(Subquery {
                     subquery: Arc::new(self.single(s.subquery.as_ref().clone())?),
@@ -266,7 +266,7 @@ impl AnalyzerRule for NameComparedValues {
         if !has_subquery(&plan) {
             return Ok(plan);
         }
-        rewrite_named(plan, |e, _| match e {
+        rewrite_named(plan, is_subquery, |e, _| match e {
             Expr::ScalarSubquery(s) => Ok(name_cast(s)?.update_data(Expr::ScalarSubquery)),
             Expr::InSubquery(InSubquery {
                 expr,
