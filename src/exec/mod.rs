@@ -1,6 +1,7 @@
 //! Execution: the parallel partition scan (`PartitionScanExec`) and the
 //! decoding of entities into Arrow record batches.
 
+pub mod access;
 pub mod apply;
 pub mod checked;
 pub mod coop;

@@ -30,9 +30,9 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use super::ExecError;
+use super::access::{AccessPath, KeyRequest};
 use super::decode::{Layout, decode};
 use super::metrics::ExactCount;
-use crate::planner::access::{AccessPath, KeyRequest};
 use crate::storage::{ContinuationToken, PartitionKey, Query, TableStore};
 
 /// Tuning of scans.

@@ -1,7 +1,7 @@
 //! Planning: the DataFusion table provider of store tables, the pushdown of
-//! filters onto the PartitionKey/RowKey index, and the access paths EXPLAIN shows.
+//! filters onto the PartitionKey/RowKey index into the access paths
+//! (`exec::access`) that scans run and EXPLAIN shows.
 
-pub mod access;
 pub mod apply_node;
 pub mod checked;
 pub mod dml_shape;
@@ -13,7 +13,7 @@ pub mod sql;
 pub mod subquery;
 pub mod subquery_rules;
 
-pub use access::{AccessKind, AccessPath, KeyRequest};
+pub use crate::exec::access::{AccessKind, AccessPath, KeyRequest};
 pub use physical::TablesqlQueryPlanner;
 pub use provider::StoreTable;
 pub use pushdown::{Pushdown, push_down};

@@ -19,8 +19,8 @@ use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::FilterExec;
 
-use super::access::AccessPath;
 use super::pushdown::push_down;
+use crate::exec::access::AccessPath;
 use crate::exec::decode::Source;
 use crate::exec::{DmlExec, DmlOp, ExecError, Layout, PartitionScanExec, ScanOptions};
 use crate::storage::{ETag, TableStore};

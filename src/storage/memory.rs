@@ -8,9 +8,11 @@ use async_trait::async_trait;
 
 use super::write::{Effect, apply, validate_batch};
 use super::{
-    Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, Page, PartitionKey, Query, Result, RowKey,
-    StorageError, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
+    Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, KeyRange, Page, PartitionKey, PartitionPage,
+    Query, Result, RowKey, StorageError, StoredEntity, TableName, TableStore, WriteOp,
+    WriteOutcome,
 };
+use crate::storage::query::MAX_PARTITION_PAGE;
 
 type Rows = BTreeMap<(PartitionKey, RowKey), StoredEntity>;
 
@@ -137,6 +139,37 @@ impl TableStore for MemoryStore {
             full = page.entities.len() == limit || scanned == self.scan_budget;
         }
         page.scanned = scanned;
+        Ok(page)
+    }
+
+    async fn partitions(
+        &self,
+        table: &TableName,
+        range: &KeyRange<PartitionKey>,
+        after: Option<&PartitionKey>,
+    ) -> Result<PartitionPage> {
+        let tables = self.read();
+        let (_, rows) = tables
+            .get(&table.folded())
+            .ok_or_else(|| not_found(table))?;
+        let range = match after {
+            Some(a) => range.after(a),
+            None => range.clone(),
+        };
+        let mut page = PartitionPage {
+            requests: 1,
+            ..PartitionPage::default()
+        };
+        for (pk, _) in rows.keys() {
+            if !range.contains(pk) || page.partitions.last() == Some(pk) {
+                continue;
+            }
+            if page.partitions.len() == MAX_PARTITION_PAGE {
+                page.after = page.partitions.last().cloned();
+                break;
+            }
+            page.partitions.push(pk.clone());
+        }
         Ok(page)
     }
 

@@ -28,7 +28,7 @@ pub use filter::{CmpOp, Filter, Operand};
 pub use key::{KeyKind, PartitionKey, RowKey};
 pub use location::StoreLocation;
 pub use memory::MemoryStore;
-pub use query::{ContinuationToken, KeyRange, Page, Query, ServiceToken};
+pub use query::{ContinuationToken, KeyRange, Page, PartitionPage, Query, ServiceToken};
 pub use table_name::TableName;
 pub use value::{EdmType, EdmValue};
 pub use write::{WriteOp, WriteOutcome};
@@ -84,6 +84,41 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
                 .ok_or_else(|| StorageError::Task("no outcome".into())),
             Err(StorageError::Batch { source, .. }) => Err(*source),
             Err(e) => Err(e),
+        }
+    }
+
+    /// One page of the distinct PartitionKeys in `range`, starting after
+    /// `after` when given. A partition whose entities were all deleted no
+    /// longer exists and is not listed. Table Storage has no such listing, so
+    /// this default skips from partition to partition: one keys-only query
+    /// with `$top=1` per partition (`PartitionKey gt 'last'`), each page
+    /// holding one PartitionKey. Stores that can seek list up to
+    /// `MAX_PARTITION_PAGE` per page.
+    async fn partitions(
+        &self,
+        table: &TableName,
+        range: &KeyRange<PartitionKey>,
+        after: Option<&PartitionKey>,
+    ) -> Result<PartitionPage> {
+        let mut query = Query::all().select(Vec::<String>::new()).top(1);
+        query.partitions = match after {
+            Some(after) => range.after(after),
+            None => range.clone(),
+        };
+        let mut page = PartitionPage::default();
+        let mut token = None;
+        loop {
+            let found = self.query(table, &query, token.as_ref()).await?;
+            page.requests += 1;
+            if let Some(e) = found.entities.first() {
+                page.after = Some(e.partition_key().clone());
+                page.partitions.push(e.partition_key().clone());
+                return Ok(page);
+            }
+            match found.continuation {
+                Some(t) => token = Some(t),
+                None => return Ok(page),
+            }
         }
     }
 

@@ -63,6 +63,21 @@ impl<K: Ord> KeyRange<K> {
         }
     }
 
+    /// The part of the range above `k`.
+    pub fn after(&self, k: &K) -> Self
+    where
+        K: Clone,
+    {
+        Self {
+            start: if self.is_before(k) {
+                self.start.clone()
+            } else {
+                Bound::Excluded(k.clone())
+            },
+            end: self.end.clone(),
+        }
+    }
+
     /// Whether `k` lies in the range.
     pub fn contains(&self, k: &K) -> bool {
         !self.is_before(k) && !self.is_after(k)
@@ -271,6 +286,23 @@ pub struct Page {
     /// entities the service sent.
     pub scanned: usize,
 }
+
+/// One page of a table's distinct PartitionKeys (`TableStore::partitions`).
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct PartitionPage {
+    /// The PartitionKeys of partitions that hold at least one entity, in key
+    /// order. May be empty even when the listing goes on.
+    pub partitions: Vec<PartitionKey>,
+    /// Where the next page starts: after this PartitionKey. `None` when the
+    /// listing is done.
+    pub after: Option<PartitionKey>,
+    /// Requests the store made for this page: a store that cannot seek pays
+    /// one per partition.
+    pub requests: usize,
+}
+
+/// Most PartitionKeys one page of a partition listing carries.
+pub const MAX_PARTITION_PAGE: usize = 1000;
 
 #[cfg(test)]
 mod tests {

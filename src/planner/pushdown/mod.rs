@@ -25,8 +25,8 @@ use domain::*;
 use plan::*;
 use property::*;
 
-use super::access::{AccessKind, AccessPath, KeyRequest};
 use crate::catalog::{ColumnType, TableDef};
+use crate::exec::access::{AccessKind, AccessPath, KeyRequest};
 use crate::keys::{FieldFormat, KeyBounds, KeyTemplate, KeyValue};
 use crate::storage::key::{cmp_utf16, validate_key};
 use crate::storage::{CmpOp, EdmValue, Filter, KeyKind, KeyRange, PartitionKey, RowKey};

@@ -14,8 +14,9 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefi
 
 use super::write::validate_batch;
 use super::{
-    Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, Page, PartitionKey, Query, Result, RowKey,
-    StorageError, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
+    Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, KeyRange, Page, PartitionKey, PartitionPage,
+    Query, Result, RowKey, StorageError, StoredEntity, TableName, TableStore, WriteOp,
+    WriteOutcome,
 };
 
 /// The on-disk format this build reads and writes.
@@ -233,6 +234,22 @@ impl TableStore for EmbeddedStore {
             let name = entity_table_name(&table);
             let rows = txn.open_table(entities(&name))?;
             scan::page(&rows, &query, token.as_ref(), s.scan_budget)
+        })
+        .await
+    }
+
+    async fn partitions(
+        &self,
+        table: &TableName,
+        range: &KeyRange<PartitionKey>,
+        after: Option<&PartitionKey>,
+    ) -> Result<PartitionPage> {
+        let (table, range, after) = (table.clone(), range.clone(), after.cloned());
+        self.blocking(move |s| {
+            let txn = s.read_txn(&table)?;
+            let name = entity_table_name(&table);
+            let rows = txn.open_table(entities(&name))?;
+            scan::partitions(&rows, &range, after.as_ref())
         })
         .await
     }

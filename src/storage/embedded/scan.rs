@@ -6,7 +6,10 @@ use redb::ReadableTable;
 use super::codec::{
     after_key, after_partition, decode_key, decode_value, encode_key, partition_prefix,
 };
-use crate::storage::{ContinuationToken, Page, Query, Result};
+use crate::storage::query::MAX_PARTITION_PAGE;
+use crate::storage::{
+    ContinuationToken, KeyRange, Page, PartitionKey, PartitionPage, Query, Result,
+};
 use std::ops::Bound;
 
 /// Reads one page. The page ends when it holds `top` entities, when `budget`
@@ -73,5 +76,42 @@ pub fn page(
         break;
     }
     page.scanned = scanned;
+    Ok(page)
+}
+
+/// One page of the distinct PartitionKeys in `range` after `after`: one seek
+/// per partition, past its rows, so the cost is the number of partitions and
+/// not of entities.
+pub fn partitions(
+    rows: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    range: &KeyRange<PartitionKey>,
+    after: Option<&PartitionKey>,
+) -> Result<PartitionPage> {
+    let range = match after {
+        Some(a) => range.after(a),
+        None => range.clone(),
+    };
+    let mut lower = match &range.start {
+        Bound::Unbounded => Vec::new(),
+        Bound::Included(pk) => partition_prefix(pk),
+        Bound::Excluded(pk) => after_partition(pk),
+    };
+    let mut page = PartitionPage {
+        requests: 1,
+        ..PartitionPage::default()
+    };
+    while let Some(item) = rows.range::<&[u8]>(lower.as_slice()..)?.next() {
+        let (key, _) = item?;
+        let (pk, _) = decode_key(key.value())?;
+        if range.is_after(&pk) {
+            return Ok(page);
+        }
+        if page.partitions.len() == MAX_PARTITION_PAGE {
+            page.after = page.partitions.last().cloned();
+            return Ok(page);
+        }
+        lower = after_partition(&pk);
+        page.partitions.push(pk);
+    }
     Ok(page)
 }

@@ -296,6 +296,7 @@ mod filters;
 mod limits;
 mod order;
 mod paging;
+mod partitions;
 mod queries;
 mod tables;
 mod values;
@@ -415,6 +416,13 @@ macro_rules! conformance_suite {
                 small_scan_budget_with_row_range_and_top,
                 token_survives_deletion_of_named_entity,
                 query_all_and_count,
+            }
+            partitions {
+                partitions_are_listed_once_in_key_order,
+                partition_listing_keeps_to_its_range,
+                emptied_partitions_are_not_listed,
+                many_partitions_page_in_order,
+                listing_a_missing_table_is_not_found,
             }
             order {
                 numeric_text_sorts_lexically,
