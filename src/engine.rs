@@ -27,6 +27,7 @@ use crate::exec::coop::YieldingJoins;
 use crate::exec::{Layout, ScanOptions};
 use crate::planner::checked::CheckedIntegers;
 use crate::planner::dml_shape::{DmlShape, EmptyDml};
+use crate::planner::policy::{Notices, ScanPolicy, TablesqlConfig};
 use crate::planner::subquery::ExtractSubqueries;
 use crate::planner::subquery_rules::{
     AggregateScalarSubqueries, CorrelatedNotIn, NameComparedValues, NameSetComparisons,
@@ -60,6 +61,9 @@ pub struct EngineOptions {
     /// `false` reads every table whole and filters in DataFusion (the
     /// reference the pushdown is tested and measured against).
     pub disable_pushdown: bool,
+    /// What a statement reading every partition of a table gets, until a
+    /// session's `SET tablesql.scan_policy` says otherwise.
+    pub scan_policy: ScanPolicy,
 }
 
 /// DataFusion's optimizer rules, with [`ExtractSubqueries`] around its
@@ -114,7 +118,13 @@ impl Engine {
         store: Arc<dyn TableStore>,
         options: EngineOptions,
     ) -> Result<Self, EngineError> {
-        let mut config = SessionConfig::new().with_information_schema(true);
+        let settings = TablesqlConfig {
+            scan_policy: options.scan_policy,
+        };
+        let mut config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_option_extension(settings)
+            .with_extension(Arc::new(Notices::default()));
         // DataFusion's own parser (a fallback, and embedders' `ctx.sql`)
         // reads the dialect every front end uses.
         config.options_mut().sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
@@ -146,6 +156,13 @@ impl Engine {
     /// The DataFusion session, for users who want it whole.
     pub fn context(&self) -> &SessionContext {
         &self.ctx
+    }
+
+    /// The notices the session's statements left since the last call (a
+    /// scan of every partition under `tablesql.scan_policy = warn`), for the
+    /// front end to show.
+    pub fn take_notices(&self) -> Vec<String> {
+        session_notices(&self.ctx)
     }
 
     /// The store.
@@ -332,7 +349,12 @@ impl Engine {
     /// A new session over the same tables (the wire server's connections):
     /// settings are its own, the catalog and the tables are shared.
     pub fn session_context(&self) -> SessionContext {
-        SessionContext::new_with_state(self.ctx.state())
+        let mut state = self.ctx.state();
+        // Its own notices: another session's must not reach it.
+        state
+            .config_mut()
+            .set_extension(Arc::new(Notices::default()));
+        SessionContext::new_with_state(state)
     }
 
     /// Runs a statement if it is catalog DDL; `None` if it is not (DataFusion's).
@@ -420,4 +442,14 @@ impl Engine {
     pub async fn collect(&self, sql: &str) -> Result<Vec<RecordBatch>, EngineError> {
         Ok(self.sql(sql).await?.collect().await?)
     }
+}
+
+/// The notices a session's statements left since the last call.
+pub fn session_notices(ctx: &SessionContext) -> Vec<String> {
+    ctx.state_ref()
+        .read()
+        .config()
+        .get_extension::<Notices>()
+        .map(|n| n.take())
+        .unwrap_or_default()
 }

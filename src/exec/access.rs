@@ -49,6 +49,18 @@ pub struct AccessPath {
 }
 
 impl AccessPath {
+    /// Whether the path reads every partition (a full scan, or a RowKey
+    /// range in every partition).
+    pub fn reads_every_partition(&self) -> bool {
+        self.requests.iter().any(|r| {
+            matches!(
+                r,
+                KeyRequest::Scan { partitions, .. }
+                    if partitions.start == Bound::Unbounded && partitions.end == Bound::Unbounded
+            )
+        })
+    }
+
     /// Whether all rows come from one partition (so they arrive in RowKey order).
     pub fn single_partition(&self) -> bool {
         let mut pks = self.requests.iter().map(|r| match r {
@@ -124,5 +136,36 @@ impl fmt::Display for AccessPath {
             Some(filter) => write!(f, " filter=[{filter}]"),
             None => Ok(()),
         }
+    }
+}
+
+/// The facts of a scan of every partition: the table and the key columns
+/// that would narrow it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WholeTable {
+    /// The SQL name, or the storage table's of a raw table.
+    pub table: String,
+    /// The columns of the PartitionKey (`PartitionKey` itself for a raw table).
+    pub partition_columns: Vec<String>,
+    /// The further columns that name one row.
+    pub row_columns: Vec<String>,
+}
+
+impl fmt::Display for WholeTable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "the statement reads every partition of table {}: a condition on {} reads one partition",
+            self.table,
+            self.partition_columns.join(", ")
+        )?;
+        if !self.row_columns.is_empty() {
+            write!(
+                f,
+                ", and on {} as well one row",
+                self.row_columns.join(", ")
+            )?;
+        }
+        Ok(())
     }
 }

@@ -31,6 +31,11 @@ impl ExactCount {
         self.0.fetch_add(n, Ordering::Relaxed);
     }
 
+    /// Raises the value to `n` if it is lower (a peak).
+    pub fn raise_to(&self, n: usize) {
+        self.0.fetch_max(n, Ordering::Relaxed);
+    }
+
     /// The count.
     pub fn value(&self) -> usize {
         self.0.load(Ordering::Relaxed)

@@ -8,6 +8,7 @@ pub mod coop;
 pub mod decode;
 pub mod dml;
 pub mod encode;
+pub mod fanout;
 pub mod metrics;
 pub mod scan;
 pub mod single_value;
@@ -102,6 +103,11 @@ pub enum ExecError {
         "a correlated subquery would be evaluated for more than {limit} distinct outer values; rewrite it as a join or narrow the outer rows"
     )]
     SubqueryBound { limit: usize },
+    /// `tablesql.scan_policy = deny` refused a scan of every partition.
+    #[error(
+        "{0}; tablesql.scan_policy = deny refuses it (SET tablesql.scan_policy = allow to run it)"
+    )]
+    ScanDenied(access::WholeTable),
 }
 
 impl From<ExecError> for datafusion::error::DataFusionError {

@@ -1,9 +1,11 @@
-//! `PartitionScanExec`: runs an access path's requests concurrently, each
-//! following continuation tokens page by page, and streams their rows in
-//! request order (so key order survives). At most `max_in_flight` requests
-//! run at once; each hands over at most two decoded pages before it waits for
-//! the consumer, so memory does not grow with the table. Dropping the stream
-//! (LIMIT reached, query cancelled) stops every request.
+//! `PartitionScanExec`: runs an access path's requests concurrently (split
+//! per partition by `fanout`), each following continuation tokens page by
+//! page, and streams their rows in request order where the plan has a key
+//! order to keep, as they come where it has none. At most `max_in_flight`
+//! requests run at once; each hands over at most two decoded pages before it
+//! waits for the consumer, so memory does not grow with the table. Dropping
+//! the stream (LIMIT reached, query cancelled) stops every request and the
+//! listing of partitions.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -32,6 +34,7 @@ use tokio::sync::mpsc;
 use super::ExecError;
 use super::access::{AccessPath, KeyRequest};
 use super::decode::{Layout, decode};
+use super::fanout::{Fanout, ListingCounters, expand};
 use super::metrics::ExactCount;
 use crate::storage::{ContinuationToken, PartitionKey, Query, TableStore};
 
@@ -42,6 +45,8 @@ pub struct ScanOptions {
     pub max_in_flight: usize,
     /// Decoded pages a request may hold ahead of the consumer.
     pub pages_ahead: usize,
+    /// Whether a request spanning partitions runs as one request per partition.
+    pub fan_out: bool,
 }
 
 impl Default for ScanOptions {
@@ -49,6 +54,7 @@ impl Default for ScanOptions {
         Self {
             max_in_flight: 8,
             pages_ahead: 2,
+            fan_out: true,
         }
     }
 }
@@ -59,6 +65,9 @@ pub struct PartitionScanExec {
     store: Arc<dyn TableStore>,
     layout: Arc<Layout>,
     path: AccessPath,
+    fanout: Fanout,
+    /// Whether rows must come in request order (the plan relies on key order).
+    ordered: bool,
     projection: Vec<usize>,
     schema: SchemaRef,
     limit: Option<usize>,
@@ -74,6 +83,9 @@ struct Counters {
     returned: ExactCount,
     requests: ExactCount,
     partitions: ExactCount,
+    listing_requests: ExactCount,
+    peak_in_flight: ExactCount,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
     index_rows: ExactCount,
     seen: Arc<Mutex<HashSet<PartitionKey>>>,
 }
@@ -91,6 +103,13 @@ impl PartitionScanExec {
         options: ScanOptions,
     ) -> Result<Self> {
         let schema = Arc::new(layout.schema.project(&projection)?);
+        let ordered = !ordering.is_empty();
+        let fanout = if options.fan_out && path.requests.iter().any(super::fanout::spans_partitions)
+        {
+            Fanout::Partitions
+        } else {
+            Fanout::Sequential
+        };
         let eq = match LexOrdering::new(ordering) {
             Some(o) => EquivalenceProperties::new_with_orderings(schema.clone(), [o]),
             None => EquivalenceProperties::new(schema.clone()),
@@ -107,6 +126,8 @@ impl PartitionScanExec {
             store,
             layout,
             path,
+            fanout,
+            ordered,
             projection,
             schema,
             limit,
@@ -136,6 +157,9 @@ impl Counters {
             returned: m("entities_returned"),
             requests: m("requests"),
             partitions: m("partitions"),
+            listing_requests: m("listing_requests"),
+            peak_in_flight: m("peak_in_flight"),
+            in_flight: Arc::default(),
             index_rows: m("index_rows_skipped"),
             seen: Arc::default(),
         }
@@ -149,6 +173,9 @@ impl DisplayAs for PartitionScanExec {
             "PartitionScanExec: table={} {}",
             self.layout.table, self.path
         )?;
+        if self.fanout != Fanout::Sequential {
+            write!(f, " {}", self.fanout)?;
+        }
         let names: Vec<&str> = self
             .schema
             .fields()
@@ -190,13 +217,18 @@ impl RequestRun {
 
     /// One store request: counted, and holding a permit while in flight.
     async fn request<T>(&self, call: impl Future<Output = crate::storage::Result<T>>) -> Result<T> {
+        use std::sync::atomic::Ordering;
         self.counters.requests.add(1);
         let _permit = self
             .permits
             .acquire()
             .await
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        Ok(call.await.map_err(ExecError::from)?)
+        let now = self.counters.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
+        self.counters.peak_in_flight.raise_to(now);
+        let result = call.await;
+        self.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
+        Ok(result.map_err(ExecError::from)?)
     }
 
     async fn pump(
@@ -342,22 +374,42 @@ impl ExecutionPlan for PartitionScanExec {
             )),
         };
         let pages_ahead = self.options.pages_ahead.max(1);
-        // Each request runs as a task; `buffered` starts at most
-        // `max_in_flight` of them ahead of the one being read, in order, and
-        // the permits bound the store requests in flight to `max_in_flight`.
-        let streams = futures::stream::iter(self.path.requests.clone())
-            .map(move |request| {
+        let width = self.options.max_in_flight.max(1);
+        let requests = expand(
+            self.store.clone(),
+            self.layout.table.clone(),
+            self.path.requests.clone(),
+            self.fanout,
+            ListingCounters {
+                requests: counters.listing_requests.clone(),
+            },
+        );
+        // Each request runs as a task, started at most `width` ahead of the
+        // one being read; the permits bound the store requests in flight to
+        // `max_in_flight`.
+        let streams = requests.map(move |request| match request {
+            Ok(request) => {
                 let (tx, rx) = mpsc::channel(pages_ahead);
                 let task = tokio::spawn(run.clone().run(request, tx));
-                futures::future::ready(ReceiverStream {
+                ReceiverStream {
                     rx,
                     task: Some(task),
-                })
-            })
-            .buffered(self.options.max_in_flight.max(1))
-            .flatten();
+                }
+                .boxed()
+            }
+            Err(e) => futures::stream::once(async { Err(e) }).boxed(),
+        });
+        let streams = if self.ordered {
+            streams
+                .map(futures::future::ready)
+                .buffered(width)
+                .flatten()
+                .boxed()
+        } else {
+            streams.flatten_unordered(width).boxed()
+        };
         let limited = Limited {
-            inner: Box::pin(streams),
+            inner: streams,
             remaining: self.limit,
             returned: counters.returned,
         };

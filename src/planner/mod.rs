@@ -6,6 +6,7 @@ pub mod apply_node;
 pub mod checked;
 pub mod dml_shape;
 pub mod physical;
+pub mod policy;
 pub mod provider;
 pub mod pushdown;
 pub mod rewrite;

@@ -63,6 +63,7 @@ impl StoreTable {
     /// direct path uses it.
     pub fn exact_scan(
         &self,
+        session: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
@@ -71,6 +72,7 @@ impl StoreTable {
         if !pushdown.exact.iter().all(|e| *e) {
             return Ok(None);
         }
+        super::policy::check(session, &self.layout, &pushdown.path)?;
         self.exec(pushdown.path, projection, limit).map(Some)
     }
 
@@ -182,12 +184,14 @@ impl TableProvider for StoreTable {
 
     async fn scan(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         projection: Option<&Vec<usize>>,
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        self.exec(self.plan(filters).path, projection, limit)
+        let path = self.plan(filters).path;
+        super::policy::check(state, &self.layout, &path)?;
+        self.exec(path, projection, limit)
     }
 
     async fn insert_into(
@@ -264,6 +268,7 @@ impl StoreTable {
     /// answer applied above it.
     fn matching(&self, state: &dyn Session, filters: &[Expr]) -> Result<Arc<dyn ExecutionPlan>> {
         let pushdown = self.plan(filters);
+        super::policy::check(state, &self.layout, &pushdown.path)?;
         let scan = self.exec(pushdown.path, None, None)?;
         let residual: Vec<Expr> = filters
             .iter()

@@ -221,6 +221,37 @@ fn expr_text(expr: &Expr) -> String {
     }
 }
 
+/// `SHOW tablesql.<name>`: tablesql's own settings, from the session's
+/// configuration; `None` for other statements.
+pub fn show_tablesql(
+    ctx: &datafusion::prelude::SessionContext,
+    statement: &Statement,
+) -> Option<PgWireResult<QueryResponse>> {
+    let Statement::ShowVariable { variable } = statement else {
+        return None;
+    };
+    let name = variable
+        .iter()
+        .map(|i| i.value.to_ascii_lowercase())
+        .collect::<Vec<_>>()
+        .join(".");
+    let key = name.strip_prefix("tablesql.")?.to_owned();
+    let state = ctx.state();
+    let entries = state
+        .config_options()
+        .extensions
+        .get::<crate::planner::policy::TablesqlConfig>()
+        .map(|c| datafusion::config::ExtensionOptions::entries(c))
+        .unwrap_or_default();
+    Some(match entries.iter().find(|e| e.key == key) {
+        Some(e) => text_result(&[(&name, vec![e.value.as_deref().unwrap_or("")])]),
+        None => Err(error(
+            UNDEFINED_OBJECT,
+            format!("unrecognized configuration parameter \"{name}\""),
+        )),
+    })
+}
+
 /// `SHOW name` and `SHOW ALL` as a result set.
 pub fn show(vars: &Vars, statement: &Statement) -> Option<PgWireResult<QueryResponse>> {
     let Statement::ShowVariable { variable } = statement else {

@@ -106,6 +106,7 @@ pub async fn start(
         return Ok(None);
     };
     let Some(exec) = table.exact_scan(
+        session.state.as_ref(),
         shape.scan.projection.as_ref(),
         &shape.filters,
         shape.scan.fetch,

@@ -10,9 +10,7 @@ use futures::{Sink, SinkExt};
 use pgwire::api::portal::Portal;
 use pgwire::api::portal::PortalExecutionState;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler, send_query_response};
-use pgwire::api::results::{
-    DescribePortalResponse, DescribeStatementResponse, QueryResponse, Response, Tag,
-};
+use pgwire::api::results::{DescribePortalResponse, DescribeStatementResponse, Response, Tag};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::Entry;
 use pgwire::api::store::PortalStore;
@@ -82,6 +80,23 @@ impl Session {
         registration.signal.guard(timeout, self.probe.clone())
     }
 
+    /// Sends the notices the session's last statement left (PostgreSQL sends
+    /// them before the statement's rows).
+    async fn send_notices<C>(&self, client: &mut C, extra: Vec<String>) -> PgWireResult<()>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let left = crate::engine::session_notices(&self.planner.ctx);
+        for notice in extra.into_iter().chain(left) {
+            let info = ErrorInfo::new("NOTICE".to_owned(), "00000".to_owned(), notice);
+            client
+                .send(PgWireBackendMessage::NoticeResponse(info.into()))
+                .await?;
+        }
+        Ok(())
+    }
+
     fn vars(&self) -> PgWireResult<std::sync::MutexGuard<'_, Vars>> {
         self.vars
             .lock()
@@ -140,7 +155,8 @@ impl Session {
                     return Err(command::not_supported(statement));
                 };
                 let (name, value) = target?;
-                if name.to_ascii_lowercase().starts_with("datafusion.") {
+                let lower = name.to_ascii_lowercase();
+                if lower.starts_with("datafusion.") || lower.starts_with("tablesql.") {
                     self.planner
                         .ctx
                         .sql(&statement.to_string())
@@ -160,6 +176,9 @@ impl Session {
                 Ok(Response::Execution(Tag::new("SET")))
             }
             Statement::ShowVariable { .. } => {
+                if let Some(shown) = command::show_tablesql(&self.planner.ctx, statement) {
+                    return Ok(Response::Query(shown?));
+                }
                 let shown = command::show(&*self.vars()?, statement);
                 match shown {
                     Some(r) => Ok(Response::Query(r?)),
@@ -228,12 +247,7 @@ impl Session {
             Statement::CreateTable(_) | Statement::Drop { .. } => {
                 let in_tx = !matches!(status, TransactionStatus::Idle);
                 let (response, notices) = command::ddl(&self.planner, statement, in_tx).await?;
-                for notice in notices {
-                    let info = ErrorInfo::new("NOTICE".to_owned(), "00000".to_owned(), notice);
-                    client
-                        .send(PgWireBackendMessage::NoticeResponse(info.into()))
-                        .await?;
-                }
+                self.send_notices(client, notices).await?;
                 Ok(response)
             }
             s if is_query(s) => {
@@ -241,13 +255,16 @@ impl Session {
                     refuse_in_transaction(Some("EXPLAIN ANALYZE of a write"), status)?;
                 }
                 let guard = self.guard(client);
-                let rows = self.planner.query(s.clone(), guard).await?;
-                Ok(Response::Query(rows))
+                let rows = self.planner.query(s.clone(), guard).await;
+                self.send_notices(client, Vec::new()).await?;
+                Ok(Response::Query(rows?))
             }
             s if write_tag(s).is_some() => {
                 refuse_in_transaction(write_tag(s), status)?;
                 let guard = self.guard(client);
-                self.planner.write_statement(s.clone(), guard).await
+                let done = self.planner.write_statement(s.clone(), guard).await;
+                self.send_notices(client, Vec::new()).await?;
+                done
             }
             other => Err(command::not_supported(other)),
         }
@@ -427,11 +444,14 @@ impl ExtendedQueryHandler for Session {
                 if write.is_some() {
                     refuse_in_transaction(*write, client.transaction_status())?;
                     let guard = self.guard(client);
-                    return self.planner.execute_write(portal, guard).await;
+                    let done = self.planner.execute_write(portal, guard).await;
+                    self.send_notices(client, Vec::new()).await?;
+                    return done;
                 }
                 let guard = self.guard(client);
-                let rows: QueryResponse = self.planner.execute(portal, guard).await?;
-                Ok(Response::Query(rows))
+                let rows = self.planner.execute(portal, guard).await;
+                self.send_notices(client, Vec::new()).await?;
+                Ok(Response::Query(rows?))
             }
             Kind::Command(statement) => {
                 let status = client.transaction_status();

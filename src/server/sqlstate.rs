@@ -148,7 +148,7 @@ fn exec_code(e: &ExecError) -> &'static str {
         ExecError::RawTable { .. } | ExecError::PartitionMove { .. } => FEATURE_NOT_SUPPORTED,
         ExecError::PartlyWritten { source, .. } => datafusion_code(source),
         ExecError::SubqueryRows => CARDINALITY_VIOLATION,
-        ExecError::SubqueryBound { .. } => PROGRAM_LIMIT_EXCEEDED,
+        ExecError::SubqueryBound { .. } | ExecError::ScanDenied(_) => PROGRAM_LIMIT_EXCEEDED,
     }
 }
 

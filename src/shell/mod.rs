@@ -214,8 +214,16 @@ impl Shell {
 
     async fn statement(&mut self, sql: &str) -> Result<(), ShellError> {
         let started = Instant::now();
-        let df = self.engine.sql(sql).await?;
-        let stream = df.execute_stream().await.map_err(EngineError::from)?;
+        let df = self.engine.sql(sql).await;
+        let stream = match df {
+            Ok(df) => df.execute_stream().await.map_err(EngineError::from),
+            Err(e) => Err(e),
+        };
+        // psql's form: notices go to stderr, before the rows.
+        for notice in self.engine.take_notices() {
+            eprintln!("NOTICE:  {notice}");
+        }
+        let stream = stream?;
         let schema = stream.schema();
         let tag = command_tag(sql);
         let paging = self.terminal && self.output.is_none() && self.format == Format::Table;

@@ -775,9 +775,11 @@ async fn fetch_size_streams_100k_rows_in_flat_memory() -> TestResult {
     let statement = tx
         .prepare("SELECT event, distance, bib, name, gender, age, finish, registered, club FROM registrations")
         .await?;
-    let rss_start = server.rss_kib();
     let portal = tx.bind(&statement, &[]).await?;
     let mut rows = 0usize;
+    // The scan reads partitions side by side, each a few pages ahead of the
+    // client: memory grows with that width, then must stay flat.
+    let mut rss_start = 0;
     loop {
         let page = tx.query_portal(&portal, 1000).await?;
         if page.is_empty() {
@@ -785,6 +787,9 @@ async fn fetch_size_streams_100k_rows_in_flat_memory() -> TestResult {
         }
         assert!(page.len() <= 1000);
         rows += page.len();
+        if rows == 10_000 {
+            rss_start = server.rss_kib();
+        }
     }
     let rss_paged = server.rss_kib();
     tx.commit().await?;
@@ -1280,5 +1285,64 @@ async fn drop_table_answers_as_postgresql() -> TestResult {
         "{}",
         text(&out)
     );
+    Ok(())
+}
+
+#[test]
+fn scan_policy_in_psql() -> TestResult {
+    let server = serve(1000, &[])?;
+    // warn, the default: the rows, and a notice on psql's stderr.
+    let out = server.psql("", &["-c", "SELECT count(*) FROM registrations"])?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        std::str::from_utf8(&out.stdout)?.contains("1000"),
+        "{shown}"
+    );
+    let stderr = std::str::from_utf8(&out.stderr)?;
+    assert!(
+        stderr.contains("NOTICE:  the statement reads every partition of table registrations: a condition on event, distance reads one partition, and on bib as well one row (tablesql.scan_policy = warn)"),
+        "{shown}"
+    );
+    // A query that fixes its partition has nothing to say.
+    let out = server.psql(
+        "",
+        &["-c", "SELECT count(*) FROM registrations WHERE event = '2014 Berlin Marathon' AND distance = 'Full'"],
+    )?;
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        text(&out)
+    );
+
+    // deny: refused with 54000, naming the key columns; a point still runs.
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "ON_ERROR_STOP=0",
+            "-v",
+            "VERBOSITY=verbose",
+            "-c",
+            "SET tablesql.scan_policy = deny",
+            "-c",
+            "SHOW tablesql.scan_policy",
+            "-c",
+            "SELECT name FROM registrations WHERE bib = 7",
+            "-c",
+            "SELECT name FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Half' AND bib = 7",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(shown.contains("deny"), "{shown}");
+    assert!(
+        shown.contains("ERROR:  54000: the statement reads every partition of table registrations: a condition on event, distance reads one partition, and on bib as well one row; tablesql.scan_policy = deny refuses it"),
+        "{shown}"
+    );
+    assert!(shown.contains("(1 row)"), "{shown}");
+    // A bad value is refused.
+    let out = server.psql("", &["-c", "SET tablesql.scan_policy = never"])?;
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("allow, warn or deny"), "{}", text(&out));
     Ok(())
 }

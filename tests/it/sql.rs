@@ -33,7 +33,13 @@ fn text(batches: &[RecordBatch]) -> String {
 /// The value of `name=` in an EXPLAIN ANALYZE line of the scan.
 fn metric(plan: &str, name: &str) -> Option<u64> {
     let line = plan.lines().find(|l| l.contains("PartitionScanExec"))?;
-    let at = line.find(&format!("{name}="))? + name.len() + 1;
+    let needle = format!("{name}=");
+    // A whole name: `requests=` must not match `listing_requests=`.
+    let at = line
+        .match_indices(&needle)
+        .map(|(i, _)| i)
+        .find(|&i| !line[..i].ends_with(|c: char| c == '_' || c.is_ascii_alphanumeric()))?
+        + needle.len();
     line[at..]
         .split(|c: char| !c.is_ascii_digit())
         .next()?
@@ -73,6 +79,15 @@ async fn explain_analyze_counts_what_the_scan_did() -> TestResult {
     assert!(plan.contains("access=full_scan"), "{plan}");
     assert_eq!(metric(&plan, "entities_scanned"), Some(1200), "{plan}");
     assert_eq!(metric(&plan, "partitions"), Some(12), "{plan}");
+    // It fans out: the embedded store lists the 12 partitions in one request,
+    // then each partition is a request of its own, run side by side.
+    assert!(plan.contains("fanout=partitions(listed)"), "{plan}");
+    assert_eq!(metric(&plan, "listing_requests"), Some(1), "{plan}");
+    assert_eq!(metric(&plan, "requests"), Some(12), "{plan}");
+    assert!(
+        metric(&plan, "peak_in_flight").is_some_and(|p| (1..=8).contains(&p)),
+        "{plan}"
+    );
 
     // Points across partitions run as one request each.
     let plan = analyze(
@@ -353,6 +368,7 @@ async fn requests_run_concurrently_within_the_bound() -> TestResult {
         scan: tablesql::exec::ScanOptions {
             max_in_flight: 4,
             pages_ahead: 1,
+            ..Default::default()
         },
         ..EngineOptions::default()
     };

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tablesql::demo;
+use tablesql::planner::policy::ScanPolicy;
 use tablesql::storage::location::DEFAULT_LOCATION;
 use tablesql::storage::{
     KeyRange, PartitionKey, Query, RowKey, StoreLocation, TableName, TableStore,
@@ -24,6 +25,11 @@ struct Cli {
     // A String, parsed after clap: clap would echo a bad connection string, secret and all.
     #[arg(long, global = true, env = "TABLESQL_STORE", default_value = DEFAULT_LOCATION, hide_env_values = true)]
     store: String,
+    /// What a statement reading every partition of a table gets: allow, warn
+    /// (a notice on stderr, or over the wire) or deny (an error naming the key
+    /// columns). A session changes it with `SET tablesql.scan_policy`.
+    #[arg(long, global = true, default_value = "warn", value_parser = scan_policy)]
+    scan_policy: ScanPolicy,
     #[command(subcommand)]
     command: Command,
 }
@@ -101,9 +107,18 @@ enum Command {
     },
 }
 
+fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
+    s.parse()
+        .map_err(|e: tablesql::datafusion::error::DataFusionError| e.to_string())
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
+    let options = tablesql::EngineOptions {
+        scan_policy: cli.scan_policy,
+        ..Default::default()
+    };
     let location: StoreLocation = cli
         .store
         .parse()
@@ -118,18 +133,24 @@ async fn main() -> anyhow::Result<()> {
             print_commits,
         } => run_demo(store.as_ref(), rows, print_commits).await,
         Command::Query { sql, format } => {
-            let engine = tablesql::Engine::with_store(store.into(), Default::default()).await?;
-            let stream = engine.execute_stream(&sql).await?;
-            output::print_stream(stream, format).await
+            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            let stream = engine.execute_stream(&sql).await;
+            for notice in engine.take_notices() {
+                eprintln!("NOTICE:  {notice}");
+            }
+            output::print_stream(stream?, format).await
         }
-        Command::Shell { file, format } => shell(store, file, format).await,
+        Command::Shell { file, format } => shell(store, options, file, format).await,
         Command::Serve {
             listen,
             users_file,
             users,
             tls_cert,
             tls_key,
-        } => serve(store, listen, users_file, users, tls_cert.zip(tls_key)).await,
+        } => {
+            let engine = tablesql::Engine::with_store(store, options).await?;
+            serve(engine, listen, users_file, users, tls_cert.zip(tls_key)).await
+        }
         Command::Scan {
             table,
             pk,
@@ -158,7 +179,7 @@ async fn main() -> anyhow::Result<()> {
 }
 
 async fn serve(
-    store: std::sync::Arc<dyn TableStore>,
+    engine: tablesql::Engine,
     listen: std::net::SocketAddr,
     users_file: Option<std::path::PathBuf>,
     entries: Vec<String>,
@@ -180,7 +201,6 @@ async fn serve(
     } else {
         AuthMode::Scram(std::sync::Arc::new(users))
     };
-    let engine = tablesql::Engine::with_store(store, Default::default()).await?;
     let tls_on = tls.is_some();
     let server = Server::bind(
         engine,
@@ -212,11 +232,12 @@ async fn serve(
 
 async fn shell(
     store: std::sync::Arc<dyn TableStore>,
+    options: tablesql::EngineOptions,
     file: Option<std::path::PathBuf>,
     format: output::Format,
 ) -> anyhow::Result<()> {
     use tablesql::shell::Shell;
-    let engine = tablesql::Engine::with_store(store, Default::default()).await?;
+    let engine = tablesql::Engine::with_store(store, options).await?;
     let interactive = file.is_none() && std::io::stdin().is_terminal();
     let terminal = interactive && std::io::stdout().is_terminal();
     let mut shell = Shell::new(engine, format, terminal).await;

@@ -1,0 +1,181 @@
+//! Fan-out over a slow store: `SELECT count(*)` of 64 partitions, of 1,000
+//! rows each (one full page) and of 100, over a store wrapper that adds 10 ms
+//! to every request (a stand-in for a remote service's round trip), at 1 and
+//! at 16 requests in flight, and with fan-out off (one chain of pages through
+//! the whole table, as before it).
+//!
+//! Run with `cargo bench --bench fanout`.
+
+use std::sync::{Arc, LazyLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use divan::Bencher;
+use tablesql::exec::ScanOptions;
+use tablesql::storage::*;
+use tablesql::{Engine, EngineOptions};
+use tokio::runtime::Runtime;
+
+const PARTITIONS: usize = 64;
+/// Rows per partition of the two tables.
+const SIZES: [usize; 2] = [1000, 100];
+const DELAY: Duration = Duration::from_millis(10);
+
+fn main() {
+    divan::main();
+}
+
+/// A store that answers every request 10 ms late.
+#[derive(Debug)]
+struct Delayed(MemoryStore);
+
+#[async_trait]
+impl TableStore for Delayed {
+    async fn create_table(&self, table: &TableName) -> Result<()> {
+        tokio::time::sleep(DELAY).await;
+        self.0.create_table(table).await
+    }
+    async fn delete_table(&self, table: &TableName) -> Result<()> {
+        tokio::time::sleep(DELAY).await;
+        self.0.delete_table(table).await
+    }
+    async fn list_tables(&self) -> Result<Vec<TableName>> {
+        tokio::time::sleep(DELAY).await;
+        self.0.list_tables().await
+    }
+    async fn get(
+        &self,
+        table: &TableName,
+        pk: &PartitionKey,
+        rk: &RowKey,
+    ) -> Result<Option<StoredEntity>> {
+        tokio::time::sleep(DELAY).await;
+        self.0.get(table, pk, rk).await
+    }
+    async fn query(
+        &self,
+        table: &TableName,
+        query: &Query,
+        token: Option<&ContinuationToken>,
+    ) -> Result<Page> {
+        tokio::time::sleep(DELAY).await;
+        self.0.query(table, query, token).await
+    }
+    async fn partitions(
+        &self,
+        table: &TableName,
+        range: &KeyRange<PartitionKey>,
+        after: Option<&PartitionKey>,
+    ) -> Result<PartitionPage> {
+        tokio::time::sleep(DELAY).await;
+        self.0.partitions(table, range, after).await
+    }
+    async fn execute_batch(
+        &self,
+        table: &TableName,
+        ops: Vec<WriteOp>,
+    ) -> Result<Vec<WriteOutcome>> {
+        tokio::time::sleep(DELAY).await;
+        self.0.execute_batch(table, ops).await
+    }
+}
+
+struct Fixture {
+    rt: Runtime,
+    store: Arc<dyn TableStore>,
+}
+
+static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let inner = MemoryStore::new();
+    rt.block_on(async {
+        for size in SIZES {
+            let t = TableName::new(format!("Readings{size}")).expect("name");
+            inner.create_table(&t).await.expect("create");
+            for p in 0..PARTITIONS {
+                let rows: Vec<WriteOp> = (0..size)
+                    .map(|r| {
+                        let e = Entity::new(
+                            PartitionKey::new(format!("site{p:02}")).expect("pk"),
+                            RowKey::new(format!("{r:06}")).expect("rk"),
+                        )
+                        .with("v", EdmValue::Int32(r as i32));
+                        WriteOp::Insert(e)
+                    })
+                    .collect();
+                for chunk in rows.chunks(100) {
+                    inner.execute_batch(&t, chunk.to_vec()).await.expect("load");
+                }
+            }
+        }
+    });
+    let store: Arc<dyn TableStore> = Arc::new(Delayed(inner));
+    rt.block_on(async {
+        let engine = Engine::with_store(store.clone(), EngineOptions::default())
+            .await
+            .expect("engine");
+        for size in SIZES {
+            let ddl = format!(
+                "CREATE TABLE readings{size} (site TEXT NOT NULL, seq INT NOT NULL, v INT, \
+                 PRIMARY KEY (site, seq)) WITH (storage_table = 'Readings{size}', \
+                 partition_key = '{{site}}', row_key = '{{seq:06}}')"
+            );
+            engine.collect(&ddl).await.expect("create table");
+        }
+    });
+    Fixture { rt, store }
+});
+
+fn engine(max_in_flight: usize, fan_out: bool) -> Engine {
+    let options = EngineOptions {
+        scan: ScanOptions {
+            max_in_flight,
+            fan_out,
+            ..ScanOptions::default()
+        },
+        scan_policy: tablesql::planner::policy::ScanPolicy::Allow,
+        ..EngineOptions::default()
+    };
+    FIXTURE
+        .rt
+        .block_on(Engine::with_store(FIXTURE.store.clone(), options))
+        .expect("engine")
+}
+
+fn count(bencher: Bencher, engine: Engine, size: usize) {
+    let sql = format!("SELECT count(*) FROM readings{size}");
+    bencher.bench_local(|| {
+        FIXTURE.rt.block_on(async {
+            let batches = engine.collect(&sql).await.expect("count");
+            let n = batches[0]
+                .column(0)
+                .as_any()
+                .downcast_ref::<tablesql::datafusion::arrow::array::Int64Array>()
+                .expect("bigint")
+                .value(0);
+            assert_eq!(n as usize, PARTITIONS * size);
+        })
+    });
+}
+
+/// Fan-out off: one chain of 64 pages, one request after another.
+#[divan::bench(args = SIZES, sample_count = 5, sample_size = 1)]
+fn count_sequential_chain(bencher: Bencher, size: usize) {
+    count(bencher, engine(1, false), size);
+}
+
+/// One request per partition, one at a time.
+#[divan::bench(args = SIZES, sample_count = 5, sample_size = 1)]
+fn count_fanout_in_flight_1(bencher: Bencher, size: usize) {
+    count(bencher, engine(1, true), size);
+}
+
+/// One request per partition, 16 at a time.
+#[divan::bench(args = SIZES, sample_count = 5, sample_size = 1)]
+fn count_fanout_in_flight_16(bencher: Bencher, size: usize) {
+    count(bencher, engine(16, true), size);
+}

@@ -1,0 +1,203 @@
+//! The scan policy: what happens when a statement would read every partition
+//! of a table. `allow` runs it; `warn` (the default) runs it and leaves a
+//! notice for the front end to show (a NoticeResponse over the wire, a line
+//! on stderr in the shell and CLI); `deny` refuses it, naming the key columns
+//! that would have made it a point or a range.
+//!
+//! The policy is a DataFusion configuration extension, `tablesql.scan_policy`,
+//! so `SET tablesql.scan_policy = 'deny'` works in every front end, and an
+//! embedder sets it in `EngineOptions`.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Mutex;
+
+use datafusion::catalog::Session;
+use datafusion::common::config::{
+    ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit,
+};
+use datafusion::error::{DataFusionError, Result};
+
+use crate::exec::access::{AccessPath, WholeTable};
+use crate::exec::{ExecError, Layout};
+
+/// What a statement that reads every partition of a table gets.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ScanPolicy {
+    /// Runs it.
+    Allow,
+    /// Runs it and leaves a notice.
+    #[default]
+    Warn,
+    /// Refuses it.
+    Deny,
+}
+
+impl FromStr for ScanPolicy {
+    type Err = DataFusionError;
+    fn from_str(s: &str) -> Result<Self> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "allow" => Ok(Self::Allow),
+            "warn" => Ok(Self::Warn),
+            "deny" => Ok(Self::Deny),
+            other => Err(DataFusionError::Configuration(format!(
+                "tablesql.scan_policy is allow, warn or deny, not {other:?}"
+            ))),
+        }
+    }
+}
+
+impl fmt::Display for ScanPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Allow => "allow",
+            Self::Warn => "warn",
+            Self::Deny => "deny",
+        })
+    }
+}
+
+/// tablesql's session settings, under the prefix `tablesql.`.
+#[derive(Debug, Clone, Default)]
+pub struct TablesqlConfig {
+    /// `tablesql.scan_policy`.
+    pub scan_policy: ScanPolicy,
+}
+
+const SCAN_POLICY: &str = "scan_policy";
+const SCAN_POLICY_DOC: &str =
+    "What a statement reading every partition of a table gets: allow, warn or deny";
+
+impl ConfigExtension for TablesqlConfig {
+    const PREFIX: &'static str = "tablesql";
+}
+
+impl ExtensionOptions for TablesqlConfig {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
+        self
+    }
+
+    fn cloned(&self) -> Box<dyn ExtensionOptions> {
+        Box::new(self.clone())
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        match key {
+            SCAN_POLICY => {
+                self.scan_policy = value.parse()?;
+                Ok(())
+            }
+            other => Err(DataFusionError::Configuration(format!(
+                "unrecognized configuration parameter \"tablesql.{other}\""
+            ))),
+        }
+    }
+
+    fn entries(&self) -> Vec<ConfigEntry> {
+        vec![ConfigEntry {
+            key: SCAN_POLICY.to_owned(),
+            value: Some(self.scan_policy.to_string()),
+            description: SCAN_POLICY_DOC,
+        }]
+    }
+}
+
+impl ConfigField for TablesqlConfig {
+    fn visit<V: Visit>(&self, v: &mut V, key: &str, _description: &'static str) {
+        v.some(
+            &format!("{key}.{SCAN_POLICY}"),
+            self.scan_policy,
+            SCAN_POLICY_DOC,
+        );
+    }
+
+    fn set(&mut self, key: &str, value: &str) -> Result<()> {
+        ExtensionOptions::set(self, key, value)
+    }
+}
+
+/// Notices a session's statements leave for its front end, drained after
+/// each statement. A session configuration extension: each session (each
+/// wire connection) holds its own.
+#[derive(Debug, Default)]
+pub struct Notices(Mutex<Vec<String>>);
+
+impl Notices {
+    /// Leaves a notice.
+    pub fn push(&self, notice: String) {
+        if let Ok(mut n) = self.0.lock() {
+            n.push(notice);
+        }
+    }
+
+    /// The notices left since the last call.
+    pub fn take(&self) -> Vec<String> {
+        self.0
+            .lock()
+            .map(|mut n| std::mem::take(&mut *n))
+            .unwrap_or_default()
+    }
+}
+
+/// Applies the session's policy to a scan of `layout` along `path`: a scan
+/// that reads every partition is refused under `deny`, and leaves a notice
+/// under `warn`.
+pub fn check(session: &dyn Session, layout: &Layout, path: &AccessPath) -> Result<()> {
+    if !path.reads_every_partition() {
+        return Ok(());
+    }
+    let policy = session
+        .config()
+        .options()
+        .extensions
+        .get::<TablesqlConfig>()
+        .map(|c| c.scan_policy)
+        .unwrap_or_default();
+    match policy {
+        ScanPolicy::Allow => Ok(()),
+        ScanPolicy::Warn => {
+            if let Some(notices) = session.config().get_extension::<Notices>() {
+                notices.push(format!(
+                    "{} (tablesql.scan_policy = warn)",
+                    whole_table(layout)
+                ));
+            }
+            Ok(())
+        }
+        ScanPolicy::Deny => Err(ExecError::ScanDenied(whole_table(layout)).into()),
+    }
+}
+
+fn whole_table(layout: &Layout) -> WholeTable {
+    match &layout.def {
+        Some(def) => {
+            let partition_columns: Vec<String> =
+                def.partition_key.columns().map(str::to_owned).collect();
+            // The rest of the primary key names a row; without one, the
+            // RowKey's fields do.
+            let row_columns = if def.primary_key.is_empty() {
+                def.row_key.columns().map(str::to_owned).collect()
+            } else {
+                def.primary_key
+                    .iter()
+                    .filter(|c| !partition_columns.contains(c))
+                    .cloned()
+                    .collect()
+            };
+            WholeTable {
+                table: def.name.clone(),
+                partition_columns,
+                row_columns,
+            }
+        }
+        None => WholeTable {
+            table: format!("raw.{}", layout.table.as_str().to_lowercase()),
+            partition_columns: vec!["PartitionKey".to_owned()],
+            row_columns: vec!["RowKey".to_owned()],
+        },
+    }
+}
