@@ -6,6 +6,7 @@ mod cli;
 mod conformance;
 mod differential;
 mod embedded;
+mod fanout;
 mod faults;
 mod interop;
 mod model;

@@ -14,7 +14,7 @@ use tablesql::{Engine, EngineOptions};
 
 /// The shapes: (partition key, row key, index row key). Base rows of a
 /// table with index rows start with a literal of their own.
-const SHAPES: [(&str, &str, Option<&str>); 4] = [
+pub(crate) const SHAPES: [(&str, &str, Option<&str>); 4] = [
     ("{a}", "R:{b:03}__{d}", Some("I:{c:02}__{b:03}__{d}")),
     ("{a}__{c:+02}", "B{b:~03}__{d}", Some("J:{d}__{b:03}")),
     ("P{c:02}", "{d}__{b:03}", None),
@@ -22,7 +22,7 @@ const SHAPES: [(&str, &str, Option<&str>); 4] = [
 ];
 
 #[derive(Debug, Clone)]
-struct Row {
+pub(crate) struct Row {
     a: &'static str,
     b: i64,
     c: i64,
@@ -37,7 +37,7 @@ const KEYS: [&str; 8] = ["x", "y", "z%25", "R:005", "B99", "P03", "x😀", "pq__
 const DS: [&str; 5] = ["", "p", "pq", "q", "p__q"];
 const WS: [&str; 3] = ["m", "n", "mn"];
 
-fn row(shape: usize) -> impl Strategy<Value = Row> {
+pub(crate) fn row(shape: usize) -> impl Strategy<Value = Row> {
     let c = if shape == 1 { -15i64..15 } else { 0i64..15 };
     (
         0..AS.len(),
@@ -69,7 +69,7 @@ fn literal(column: &str, pick: usize) -> String {
     }
 }
 
-fn atom() -> impl Strategy<Value = String> {
+pub(crate) fn atom() -> impl Strategy<Value = String> {
     let columns = [
         "a",
         "b",
@@ -106,7 +106,7 @@ fn atom() -> impl Strategy<Value = String> {
     })
 }
 
-fn entities(shape: usize, rows: &[Row]) -> Vec<Entity> {
+pub(crate) fn entities(shape: usize, rows: &[Row]) -> Vec<Entity> {
     let (pk, rk, ix) = SHAPES[shape];
     let (pk, rk): (tablesql::keys::KeyTemplate, tablesql::keys::KeyTemplate) =
         (pk.parse().unwrap(), rk.parse().unwrap());
@@ -183,7 +183,7 @@ async fn engines(shape: usize, rows: &[Row]) -> (Engine, Engine) {
     (pushed, reference)
 }
 
-async fn answer(engine: &Engine, sql: &str) -> String {
+pub(crate) async fn answer(engine: &Engine, sql: &str) -> String {
     match engine.collect(sql).await {
         Ok(b) => pretty_format_batches(&b)
             .map(|t| t.to_string())
