@@ -104,7 +104,11 @@ impl PartitionScanExec {
     ) -> Result<Self> {
         let schema = Arc::new(layout.schema.project(&projection)?);
         let ordered = !ordering.is_empty();
-        let fanout = if options.fan_out && path.requests.iter().any(super::fanout::spans_partitions)
+        // Under a LIMIT the first pages usually answer: listing partitions
+        // and starting a request in each would cost more than it saves.
+        let fanout = if options.fan_out
+            && limit.is_none()
+            && path.requests.iter().any(super::fanout::spans_partitions)
         {
             Fanout::Partitions
         } else {
@@ -226,9 +230,9 @@ impl RequestRun {
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
         let now = self.counters.in_flight.fetch_add(1, Ordering::Relaxed) + 1;
         self.counters.peak_in_flight.raise_to(now);
-        let result = call.await;
-        self.counters.in_flight.fetch_sub(1, Ordering::Relaxed);
-        Ok(result.map_err(ExecError::from)?)
+        // Counted down on drop too: an aborted request is no longer in flight.
+        let _landed = InFlight(&self.counters.in_flight);
+        Ok(call.await.map_err(ExecError::from)?)
     }
 
     async fn pump(
@@ -417,6 +421,15 @@ impl ExecutionPlan for PartitionScanExec {
             self.schema.clone(),
             limited,
         )))
+    }
+}
+
+/// One store request in flight, until dropped.
+struct InFlight<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
     }
 }
 

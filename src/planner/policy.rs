@@ -120,6 +120,9 @@ impl ConfigField for TablesqlConfig {
     }
 }
 
+/// Most notices waiting to be drained.
+const MAX_NOTICES: usize = 100;
+
 /// Notices a session's statements leave for its front end, drained after
 /// each statement. A session configuration extension: each session (each
 /// wire connection) holds its own.
@@ -127,9 +130,14 @@ impl ConfigField for TablesqlConfig {
 pub struct Notices(Mutex<Vec<String>>);
 
 impl Notices {
-    /// Leaves a notice.
+    /// Leaves a notice, once: a subquery planned per outer value would
+    /// otherwise repeat it, and a library caller that never drains would
+    /// collect them without end (at most `MAX_NOTICES` wait).
     pub fn push(&self, notice: String) {
-        if let Ok(mut n) = self.0.lock() {
+        if let Ok(mut n) = self.0.lock()
+            && n.len() < MAX_NOTICES
+            && !n.contains(&notice)
+        {
             n.push(notice);
         }
     }
