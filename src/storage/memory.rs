@@ -152,10 +152,7 @@ impl TableStore for MemoryStore {
         let (_, rows) = tables
             .get(&table.folded())
             .ok_or_else(|| not_found(table))?;
-        let range = match after {
-            Some(a) => range.after(a),
-            None => range.clone(),
-        };
+        let range = range.after(after);
         let mut page = PartitionPage {
             requests: 1,
             ..PartitionPage::default()

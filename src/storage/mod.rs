@@ -101,10 +101,7 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
         after: Option<&PartitionKey>,
     ) -> Result<PartitionPage> {
         let mut query = Query::all().select(Vec::<String>::new()).top(1);
-        query.partitions = match after {
-            Some(after) => range.after(after),
-            None => range.clone(),
-        };
+        query.partitions = range.after(after);
         let mut page = PartitionPage::default();
         let mut token = None;
         loop {

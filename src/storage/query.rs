@@ -63,16 +63,16 @@ impl<K: Ord> KeyRange<K> {
         }
     }
 
-    /// The part of the range above `k`.
-    pub fn after(&self, k: &K) -> Self
+    /// The part of the range above `after` (all of it for `None`): where a
+    /// listing resumes.
+    pub fn after(&self, after: Option<&K>) -> Self
     where
         K: Clone,
     {
         Self {
-            start: if self.is_before(k) {
-                self.start.clone()
-            } else {
-                Bound::Excluded(k.clone())
+            start: match after {
+                Some(k) if !self.is_before(k) => Bound::Excluded(k.clone()),
+                _ => self.start.clone(),
             },
             end: self.end.clone(),
         }

@@ -87,10 +87,7 @@ pub fn partitions(
     range: &KeyRange<PartitionKey>,
     after: Option<&PartitionKey>,
 ) -> Result<PartitionPage> {
-    let range = match after {
-        Some(a) => range.after(a),
-        None => range.clone(),
-    };
+    let range = range.after(after);
     let mut lower = match &range.start {
         Bound::Unbounded => Vec::new(),
         Bound::Included(pk) => partition_prefix(pk),
