@@ -6,11 +6,14 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
 use datafusion::dataframe::DataFrame;
+use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::SessionState;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
@@ -22,17 +25,19 @@ use datafusion::sql::sqlparser::parser::ParserError;
 
 use crate::catalog::persist::CATALOG_TABLE;
 use crate::catalog::raw::{SAMPLE_SIZE, infer};
-use crate::catalog::{CatalogError, TableDef, ddl, persist};
+use crate::catalog::{CatalogError, TableDef, ddl, persist, secret};
 use crate::exec::coop::YieldingJoins;
-use crate::exec::{Layout, ScanOptions};
+use crate::exec::token::{Signer, fingerprint};
+use crate::exec::{ExecError, Layout, ScanOptions};
 use crate::planner::checked::CheckedIntegers;
 use crate::planner::dml_shape::{DmlShape, EmptyDml};
-use crate::planner::policy::{Notices, ScanPolicy, TablesqlConfig};
+use crate::planner::policy::{Notices, ScanPolicy};
+use crate::planner::settings::TablesqlConfig;
 use crate::planner::subquery::ExtractSubqueries;
 use crate::planner::subquery_rules::{
     AggregateScalarSubqueries, CorrelatedNotIn, NameComparedValues, NameSetComparisons,
 };
-use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner};
+use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner, page};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 
 /// The schema that holds every storage table read raw.
@@ -88,6 +93,20 @@ pub struct Engine {
     store: Arc<dyn TableStore>,
     options: EngineOptions,
     parser: Arc<SqlParser>,
+    /// Signs page tokens with the store's secret, read on first use.
+    signer: Arc<tokio::sync::OnceCell<Signer>>,
+}
+
+/// One page of a query's rows.
+#[derive(Debug)]
+pub struct ResultPage {
+    /// The query's columns.
+    pub schema: SchemaRef,
+    /// The rows, at most the page size, in the table's key order.
+    pub batches: Vec<RecordBatch>,
+    /// The token of the next page, `None` after the last. Any engine over
+    /// the same store resumes from it ([`Engine::query_page`]).
+    pub next: Option<String>,
 }
 
 /// What catalog DDL did, when a statement was catalog DDL.
@@ -120,6 +139,7 @@ impl Engine {
     ) -> Result<Self, EngineError> {
         let settings = TablesqlConfig {
             scan_policy: options.scan_policy,
+            ..TablesqlConfig::default()
         };
         let mut config = SessionConfig::new()
             .with_information_schema(true)
@@ -148,6 +168,7 @@ impl Engine {
             store,
             options,
             parser: Arc::new(SqlParser::new()),
+            signer: Arc::default(),
         };
         engine.refresh().await?;
         Ok(engine)
@@ -307,6 +328,8 @@ impl Engine {
     }
 
     /// Plans one parsed statement (catalog DDL runs here, as in [`Self::sql`]).
+    /// Under `tablesql.page_size` a query of one table runs here, as one
+    /// page ([`Self::session_page`]).
     pub async fn statement(&self, statement: Statement) -> Result<DataFrame, EngineError> {
         if self.catalog_ddl(&statement).await?.is_some() {
             return Ok(self.ctx.read_empty()?);
@@ -317,6 +340,10 @@ impl Engine {
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
             .await?;
+        if let Some(page) = self.session_page(&self.ctx, &plan).await? {
+            let table = MemTable::try_new(page.schema, vec![page.batches])?;
+            return Ok(self.ctx.read_table(Arc::new(table))?);
+        }
         Ok(match plan {
             // DDL, SET and PREPARE act on the context.
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
@@ -324,6 +351,136 @@ impl Engine {
             }
             plan => DataFrame::new(state, plan),
         })
+    }
+
+    /// One page of at most `size` rows of a query of one table, in key
+    /// order, resuming after the page `token` ended (the first page for
+    /// `None`); the page carries the next page's token. A stateless service
+    /// hands the token to its client and resumes in any process over the
+    /// same store. A token of another statement or store, or altered, is an
+    /// error ([`ExecError::Token`]); so is a query that reads more than one
+    /// table or sorts ([`ExecError::NotPageable`]).
+    pub async fn query_page(
+        &self,
+        sql: &str,
+        size: usize,
+        token: Option<&str>,
+    ) -> Result<ResultPage, EngineError> {
+        let mut statements = self
+            .parse(sql)
+            .map_err(|e| DataFusionError::SQL(Box::new(e), None))?;
+        if statements.len() != 1 {
+            return Err(DataFusionError::NotImplemented(format!(
+                "one statement at a time here, not {}",
+                statements.len()
+            ))
+            .into());
+        }
+        let state = self.ctx.state();
+        let plan = state
+            .statement_to_plan(DfStatement::Statement(Box::new(statements.remove(0))))
+            .await?;
+        let plan = state.optimize(&plan)?;
+        self.page(&state, &plan, size, token).await
+    }
+
+    /// One page of an optimized query plan (as [`Self::query_page`]).
+    pub async fn page(
+        &self,
+        state: &SessionState,
+        plan: &LogicalPlan,
+        size: usize,
+        token: Option<&str>,
+    ) -> Result<ResultPage, EngineError> {
+        if size == 0 {
+            return Err(
+                DataFusionError::Configuration("a page holds at least one row".into()).into(),
+            );
+        }
+        // The plan names the statement: its text, its bound values, the
+        // table's columns as planned.
+        let statement = fingerprint(&plan.display_indent().to_string());
+        let signer = self.signer().await?;
+        let after = match token {
+            Some(t) => Some(
+                signer
+                    .open(t, &statement)
+                    .map_err(|e| DataFusionError::from(ExecError::from(e)))?,
+            ),
+            None => None,
+        };
+        let rows = page::run_page(state, plan, size, after).await?;
+        Ok(ResultPage {
+            schema: rows.schema,
+            batches: rows.batches,
+            next: rows.last.map(|(pk, rk)| signer.issue(&statement, &pk, &rk)),
+        })
+    }
+
+    /// A session's query under `tablesql.page_size`, as one page: it
+    /// resumes from `tablesql.page_token` (and clears it) and leaves the
+    /// next page's token in `tablesql.next_page_token`, with a notice saying
+    /// how to resume. `None` when paging is off or the plan is not a query;
+    /// a query that cannot page runs whole, with a notice.
+    pub async fn session_page(
+        &self,
+        ctx: &SessionContext,
+        plan: &LogicalPlan,
+    ) -> Result<Option<ResultPage>, EngineError> {
+        let shared = ctx.state_ref();
+        let (size, token) = {
+            let mut state = shared.write();
+            let Some(settings) = state
+                .config_mut()
+                .options_mut()
+                .extensions
+                .get_mut::<TablesqlConfig>()
+            else {
+                return Ok(None);
+            };
+            if settings.page_size == 0 || !is_read(plan) {
+                return Ok(None);
+            }
+            (settings.page_size, std::mem::take(&mut settings.page_token))
+        };
+        let state = ctx.state();
+        let notices = state.config().get_extension::<Notices>();
+        match page::paging(plan) {
+            page::Paging::Pages => {}
+            page::Paging::NoStoreTable => return Ok(None),
+            page::Paging::Cannot(why) => {
+                if let Some(n) = &notices {
+                    n.push(format!("{why}: it ran whole (tablesql.page_size)"));
+                }
+                return Ok(None);
+            }
+        }
+        let token = Some(token.as_str()).filter(|t| !t.is_empty());
+        let page = self.page(&state, plan, size, token).await?;
+        if let Some(settings) = shared
+            .write()
+            .config_mut()
+            .options_mut()
+            .extensions
+            .get_mut::<TablesqlConfig>()
+        {
+            settings.next_page_token = page.next.clone().unwrap_or_default();
+        }
+        if let (Some(n), Some(next)) = (&notices, &page.next) {
+            n.push(format!(
+                "more rows follow: SET tablesql.page_token = '{next}' and run the statement again"
+            ));
+        }
+        Ok(Some(page))
+    }
+
+    async fn signer(&self) -> Result<&Signer, EngineError> {
+        self.signer
+            .get_or_try_init(|| async {
+                let secret = secret::page_token_key(self.store.as_ref()).await?;
+                Ok::<_, EngineError>(Signer::new(&secret))
+            })
+            .await
     }
 
     /// DataFusion's own statements, which PostgreSQL's grammar lacks
@@ -442,6 +599,20 @@ impl Engine {
     pub async fn collect(&self, sql: &str) -> Result<Vec<RecordBatch>, EngineError> {
         Ok(self.sql(sql).await?.collect().await?)
     }
+}
+
+/// Whether a plan reads rows and writes none: what paging applies to.
+fn is_read(plan: &LogicalPlan) -> bool {
+    !matches!(
+        plan,
+        LogicalPlan::Dml(_)
+            | LogicalPlan::Ddl(_)
+            | LogicalPlan::Statement(_)
+            | LogicalPlan::Explain(_)
+            | LogicalPlan::Analyze(_)
+            | LogicalPlan::Copy(_)
+            | LogicalPlan::DescribeTable(_)
+    )
 }
 
 /// The notices a session's statements left since the last call.

@@ -9,6 +9,7 @@
 pub mod ddl;
 pub mod persist;
 pub mod raw;
+pub mod secret;
 mod types;
 
 use crate::keys::{FieldFormat, KeyError, KeyTemplate, Segment};
@@ -45,6 +46,9 @@ pub enum CatalogError {
     /// A definition of that name exists already.
     #[error("table {0} already exists")]
     TableExists(String),
+    /// The store's secret (which signs page tokens) is unusable.
+    #[error("the store's secret for page tokens: {0}")]
+    Secret(&'static str),
     /// The store failed.
     #[error(transparent)]
     Storage(#[from] StorageError),

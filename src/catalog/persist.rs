@@ -15,7 +15,7 @@ const TABLES_PARTITION: &str = "table";
 const FORMAT_VERSION: i32 = 1;
 
 /// The catalog's storage table.
-fn table() -> Result<TableName, CatalogError> {
+pub(super) fn table() -> Result<TableName, CatalogError> {
     Ok(TableName::new(CATALOG_TABLE).map_err(StorageError::from)?)
 }
 

@@ -4,6 +4,7 @@
 use std::fmt;
 use std::ops::Bound;
 
+use crate::keys::{KeyTemplate, KeyValue};
 use crate::storage::{Filter, KeyRange, PartitionKey, RowKey};
 
 /// The kind of access, in EXPLAIN's vocabulary.
@@ -46,19 +47,124 @@ pub struct AccessPath {
     pub requests: Vec<KeyRequest>,
     /// Conditions on properties the store evaluates (rows failing them are not sent).
     pub filter: Option<Filter>,
+    /// Which listed partitions a fanned-out request reads (keyset paging).
+    pub partition_bound: Option<PartitionBound>,
+}
+
+/// A row-value bound on the primary key, `(pk fields, row fields) > (..)`:
+/// Phoenix's keyset paging. Free-text key fields are escaped and
+/// delimited, so their tuple order is not the keys' order and no key range
+/// holds the rows after the bound; instead the fan-out compares each listed
+/// partition's fields with the bound's and reads the partitions past it
+/// whole, the bound's own partition from the RowKey the rest of the bound
+/// gives, and none before it. The condition stays DataFusion's to check.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionBound {
+    /// The PartitionKey template, to read a listed partition's fields.
+    pub template: KeyTemplate,
+    /// The bound's values of the PartitionKey fields, in template order.
+    pub values: Vec<KeyValue>,
+    /// Whether the rows wanted are above the bound (`>`, `>=`) or below it.
+    pub above: bool,
+    /// The rows to read in the bound's own partition; `None` reads none.
+    pub at_bound: Option<KeyRange<RowKey>>,
+    /// The condition, for EXPLAIN.
+    pub shown: String,
+}
+
+/// What a bound makes of one listed partition.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PartitionChoice {
+    /// Not read.
+    Skip,
+    /// Read as the request would.
+    Whole,
+    /// Only these rows.
+    Rows(KeyRange<RowKey>),
+}
+
+impl PartitionBound {
+    /// The choice for partition `pk`; a key that does not fit the template
+    /// is read, for the decoder to report.
+    pub fn choose(&self, pk: &PartitionKey) -> PartitionChoice {
+        let Ok(values) = self.template.decompose(pk.as_str()) else {
+            return PartitionChoice::Whole;
+        };
+        // KeyValue orders as SQL does: integers by value, text by code point.
+        match (values.cmp(&self.values), self.above) {
+            (std::cmp::Ordering::Equal, _) => self
+                .at_bound
+                .clone()
+                .map_or(PartitionChoice::Skip, PartitionChoice::Rows),
+            (std::cmp::Ordering::Greater, true) | (std::cmp::Ordering::Less, false) => {
+                PartitionChoice::Whole
+            }
+            _ => PartitionChoice::Skip,
+        }
+    }
 }
 
 impl AccessPath {
     /// Whether the path reads every partition (a full scan, or a RowKey
-    /// range in every partition).
+    /// range in every partition, with no row-value bound to pass partitions by).
     pub fn reads_every_partition(&self) -> bool {
-        self.requests.iter().any(|r| {
+        self.partition_bound.is_none() && self.requests.iter().any(|r| {
             matches!(
                 r,
                 KeyRequest::Scan { partitions, .. }
                     if partitions.start == Bound::Unbounded && partitions.end == Bound::Unbounded
             )
         })
+    }
+
+    /// The part of the path after the key `(pk, rk)`, in key order: where a
+    /// page that ended on that row resumes. A range holding `pk` becomes the
+    /// rest of `pk`'s partition, then the partitions after it.
+    pub fn after_key(&self, pk: &PartitionKey, rk: &RowKey) -> AccessPath {
+        let mut requests = Vec::new();
+        for r in &self.requests {
+            match r {
+                KeyRequest::Get(p, k) => {
+                    if (p, k) > (pk, rk) {
+                        requests.push(r.clone());
+                    }
+                }
+                KeyRequest::Scan {
+                    partitions,
+                    rows,
+                    at_most_one,
+                } => {
+                    if partitions.is_before(pk) {
+                        requests.push(r.clone());
+                        continue;
+                    }
+                    if partitions.contains(pk) {
+                        let rest = rows.after(Some(rk));
+                        if !rest.is_empty() && !rows.is_after(rk) {
+                            requests.push(KeyRequest::Scan {
+                                partitions: KeyRange::exactly(pk.clone()),
+                                rows: rest,
+                                at_most_one: *at_most_one,
+                            });
+                        }
+                    }
+                    let later = partitions.after(Some(pk));
+                    if !later.is_empty() && !partitions.is_after(pk) {
+                        requests.push(KeyRequest::Scan {
+                            partitions: later,
+                            rows: rows.clone(),
+                            at_most_one: *at_most_one,
+                        });
+                    }
+                }
+            }
+        }
+        AccessPath {
+            kind: self.kind,
+            requests,
+            filter: self.filter.clone(),
+            partition_bound: self.partition_bound.clone(),
+        }
     }
 
     /// Whether all rows come from one partition (so they arrive in RowKey order).
@@ -132,6 +238,9 @@ impl fmt::Display for AccessPath {
         if n > SHOWN {
             write!(f, "; ... {} more", n - SHOWN)?;
         }
+        if let Some(bound) = &self.partition_bound {
+            write!(f, " keyset=[{}]", bound.shown)?;
+        }
         match &self.filter {
             Some(filter) => write!(f, " filter=[{filter}]"),
             None => Ok(()),
@@ -167,5 +276,68 @@ impl fmt::Display for WholeTable {
             )?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pk(s: &str) -> PartitionKey {
+        PartitionKey::from_stored(s.into())
+    }
+
+    fn rk(s: &str) -> RowKey {
+        RowKey::from_stored(s.into())
+    }
+
+    #[test]
+    fn a_path_resumes_after_a_key() {
+        let path = AccessPath {
+            kind: AccessKind::PartitionRange,
+            requests: vec![
+                KeyRequest::Get(pk("a"), rk("1")),
+                KeyRequest::Scan {
+                    partitions: KeyRange {
+                        start: Bound::Included(pk("b")),
+                        end: Bound::Excluded(pk("m")),
+                    },
+                    rows: KeyRange {
+                        start: Bound::Included(rk("R:")),
+                        end: Bound::Excluded(rk("R;")),
+                    },
+                    at_most_one: false,
+                },
+                KeyRequest::Get(pk("z"), rk("1")),
+            ],
+            filter: None,
+            partition_bound: None,
+        };
+        let shown = |p: AccessPath| {
+            p.requests
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+        };
+        // Inside the range: the rest of the partition, then the partitions after it.
+        assert_eq!(
+            shown(path.after_key(&pk("c"), &rk("R:5"))),
+            [
+                r#"pk="c" rk=("R:5", "R;")"#,
+                r#"pk=("c", "m") rk=["R:", "R;")"#,
+                r#"pk="z" rk="1""#,
+            ]
+        );
+        // Before the range, and past the partition's rows.
+        assert_eq!(
+            shown(path.after_key(&pk("a"), &rk("1"))),
+            [r#"pk=["b", "m") rk=["R:", "R;")"#, r#"pk="z" rk="1""#]
+        );
+        assert_eq!(
+            shown(path.after_key(&pk("c"), &rk("S"))),
+            [r#"pk=("c", "m") rk=["R:", "R;")"#, r#"pk="z" rk="1""#]
+        );
+        // After everything: nothing left.
+        assert!(path.after_key(&pk("z"), &rk("1")).requests.is_empty());
     }
 }

@@ -7,7 +7,9 @@
 //! partition after it is known. The requests tile the original range with no
 //! gap: the first starts where the range starts and each ends where the next
 //! listed partition begins, so a partition created after the listing passed
-//! its place is still read, by the request before it.
+//! its place is still read, by the request before it. Under a row-value
+//! bound (`access::PartitionBound`) each listed partition's request is kept,
+//! narrowed to the bound's rows, or dropped.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -18,7 +20,7 @@ use datafusion::error::Result;
 use futures::stream::{self, BoxStream, StreamExt};
 
 use super::ExecError;
-use super::access::KeyRequest;
+use super::access::{KeyRequest, PartitionBound, PartitionChoice};
 use super::metrics::ExactCount;
 use crate::storage::{KeyRange, PartitionKey, RowKey, TableName, TableStore};
 
@@ -60,14 +62,17 @@ pub struct ListingCounters {
 
 /// The requests a scan runs, in key order: `requests` as given, except that
 /// under `Fanout::Partitions` each one spanning partitions is split by the
-/// partitions the store lists. A listing failure ends the stream with it.
+/// partitions the store lists, and passed through `bound` if given. A
+/// listing failure ends the stream with it.
 pub fn expand(
     store: Arc<dyn TableStore>,
     table: TableName,
     requests: Vec<KeyRequest>,
     fanout: Fanout,
+    bound: Option<PartitionBound>,
     counters: ListingCounters,
 ) -> BoxStream<'static, Result<KeyRequest>> {
+    let bound = bound.map(Arc::new);
     stream::iter(requests)
         .flat_map(move |request| match (fanout, &request) {
             (
@@ -84,6 +89,7 @@ pub fn expand(
                     range: partitions.clone(),
                     rows: rows.clone(),
                     at_most_one: *at_most_one,
+                    bound: bound.clone(),
                     counters: counters.clone(),
                 },
                 State::default(),
@@ -100,6 +106,7 @@ struct Split {
     range: KeyRange<PartitionKey>,
     rows: KeyRange<RowKey>,
     at_most_one: bool,
+    bound: Option<Arc<PartitionBound>>,
     counters: ListingCounters,
 }
 
@@ -110,6 +117,8 @@ struct State {
     ready: VecDeque<KeyRequest>,
     /// The start of the request not yet made; `None` before the first partition.
     lower: Option<Bound<PartitionKey>>,
+    /// The partition that request reads (the last listed).
+    owner: Option<PartitionKey>,
     /// The last partition listed, where the next listing page starts.
     after: Option<PartitionKey>,
     /// The listing is over (or failed).
@@ -117,12 +126,30 @@ struct State {
 }
 
 impl Split {
-    fn request(&self, start: Bound<PartitionKey>, end: Bound<PartitionKey>) -> KeyRequest {
-        KeyRequest::Scan {
-            partitions: KeyRange { start, end },
-            rows: self.rows.clone(),
+    /// Queues the request of `[start, end)`, which reads partition `owner`
+    /// (and any created in the range since it was listed), as the bound
+    /// chooses.
+    fn push(
+        &self,
+        state: &mut State,
+        owner: Option<PartitionKey>,
+        start: Bound<PartitionKey>,
+        end: Bound<PartitionKey>,
+    ) {
+        let choice = match (&self.bound, &owner) {
+            (Some(bound), Some(pk)) => bound.choose(pk),
+            _ => PartitionChoice::Whole,
+        };
+        let (partitions, rows) = match (choice, owner) {
+            (PartitionChoice::Skip, _) => return,
+            (PartitionChoice::Rows(rows), Some(pk)) => (KeyRange::exactly(pk), rows),
+            _ => (KeyRange { start, end }, self.rows.clone()),
+        };
+        state.ready.push_back(KeyRequest::Scan {
+            partitions,
+            rows,
             at_most_one: self.at_most_one,
-        }
+        });
     }
 
     /// Takes in one listed partition: the request before it is now known.
@@ -130,10 +157,12 @@ impl Split {
         match state.lower.replace(Bound::Included(pk.clone())) {
             // The first partition: its request starts where the range does.
             None => state.lower = Some(self.range.start.clone()),
-            Some(lower) => state
-                .ready
-                .push_back(self.request(lower, Bound::Excluded(pk))),
+            Some(lower) => {
+                let owner = state.owner.take();
+                self.push(state, owner, lower, Bound::Excluded(pk.clone()));
+            }
         }
+        state.owner = Some(pk);
     }
 
     /// The listing ended: the last request runs to the end of the range.
@@ -142,9 +171,8 @@ impl Split {
             .lower
             .take()
             .unwrap_or_else(|| self.range.start.clone());
-        state
-            .ready
-            .push_back(self.request(lower, self.range.end.clone()));
+        let owner = state.owner.take();
+        self.push(state, owner, lower, self.range.end.clone());
         state.done = true;
     }
 }
@@ -214,7 +242,7 @@ mod tests {
             requests: ExactCount::default(),
         };
         let t = TableName::new("fanned").expect("name");
-        expand(store, t, vec![request], Fanout::Partitions, counters)
+        expand(store, t, vec![request], Fanout::Partitions, None, counters)
             .map(|r| r.expect("request").to_string())
             .collect()
             .await

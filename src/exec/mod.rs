@@ -12,6 +12,7 @@ pub mod fanout;
 pub mod metrics;
 pub mod scan;
 pub mod single_value;
+pub mod token;
 
 pub use decode::Layout;
 pub use dml::{DmlExec, DmlOp};
@@ -108,6 +109,15 @@ pub enum ExecError {
         "{0}; tablesql.scan_policy = deny refuses it (SET tablesql.scan_policy = allow to run it)"
     )]
     ScanDenied(access::WholeTable),
+    /// A page token that names no position of this statement in this store.
+    #[error(transparent)]
+    Token(#[from] token::TokenError),
+    /// A statement token paging cannot page: it reads more than one table
+    /// in key order with row-by-row operators.
+    #[error(
+        "token paging reads one table in key order, filtering and projecting its rows; this statement has {0}"
+    )]
+    NotPageable(String),
 }
 
 impl From<ExecError> for datafusion::error::DataFusionError {

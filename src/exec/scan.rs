@@ -106,8 +106,9 @@ impl PartitionScanExec {
         let ordered = !ordering.is_empty();
         // Under a LIMIT the first pages usually answer: listing partitions
         // and starting a request in each would cost more than it saves.
+        // A row-value bound passes partitions by only when they are listed.
         let fanout = if options.fan_out
-            && limit.is_none()
+            && (limit.is_none() || path.partition_bound.is_some())
             && path.requests.iter().any(super::fanout::spans_partitions)
         {
             Fanout::Partitions
@@ -140,6 +141,13 @@ impl PartitionScanExec {
             metrics,
             counters,
         })
+    }
+
+    /// Rows in request (key) order even where no ordering is declared:
+    /// token paging ends a page on one row's key.
+    pub fn in_key_order(mut self) -> Self {
+        self.ordered = true;
+        self
     }
 
     /// The access path it runs.
@@ -384,6 +392,7 @@ impl ExecutionPlan for PartitionScanExec {
             self.layout.table.clone(),
             self.path.requests.clone(),
             self.fanout,
+            self.path.partition_bound.clone(),
             ListingCounters {
                 requests: counters.listing_requests.clone(),
             },

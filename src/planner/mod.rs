@@ -5,11 +5,13 @@
 pub mod apply_node;
 pub mod checked;
 pub mod dml_shape;
+pub mod page;
 pub mod physical;
 pub mod policy;
 pub mod provider;
 pub mod pushdown;
 pub mod rewrite;
+pub mod settings;
 pub mod sql;
 pub mod subquery;
 pub mod subquery_rules;

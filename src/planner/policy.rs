@@ -4,8 +4,8 @@
 //! on stderr in the shell and CLI); `deny` refuses it, naming the key columns
 //! that would have made it a point or a range.
 //!
-//! The policy is a DataFusion configuration extension, `tablesql.scan_policy`,
-//! so `SET tablesql.scan_policy = 'deny'` works in every front end, and an
+//! The policy is a session setting, `tablesql.scan_policy` (see
+//! `settings`), so `SET tablesql.scan_policy = 'deny'` works in every front end, and an
 //! embedder sets it in `EngineOptions`.
 
 use std::fmt;
@@ -13,11 +13,9 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 use datafusion::catalog::Session;
-use datafusion::common::config::{
-    ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit,
-};
 use datafusion::error::{DataFusionError, Result};
 
+use super::settings::TablesqlConfig;
 use crate::exec::access::{AccessPath, WholeTable};
 use crate::exec::{ExecError, Layout};
 
@@ -54,69 +52,6 @@ impl fmt::Display for ScanPolicy {
             Self::Warn => "warn",
             Self::Deny => "deny",
         })
-    }
-}
-
-/// tablesql's session settings, under the prefix `tablesql.`.
-#[derive(Debug, Clone, Default)]
-pub struct TablesqlConfig {
-    /// `tablesql.scan_policy`.
-    pub scan_policy: ScanPolicy,
-}
-
-const SCAN_POLICY: &str = "scan_policy";
-const SCAN_POLICY_DOC: &str =
-    "What a statement reading every partition of a table gets: allow, warn or deny";
-
-impl ConfigExtension for TablesqlConfig {
-    const PREFIX: &'static str = "tablesql";
-}
-
-impl ExtensionOptions for TablesqlConfig {
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-
-    fn as_any_mut(&mut self) -> &mut dyn std::any::Any {
-        self
-    }
-
-    fn cloned(&self) -> Box<dyn ExtensionOptions> {
-        Box::new(self.clone())
-    }
-
-    fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        match key {
-            SCAN_POLICY => {
-                self.scan_policy = value.parse()?;
-                Ok(())
-            }
-            other => Err(DataFusionError::Configuration(format!(
-                "unrecognized configuration parameter \"tablesql.{other}\""
-            ))),
-        }
-    }
-
-    fn entries(&self) -> Vec<ConfigEntry> {
-        vec![ConfigEntry {
-            key: SCAN_POLICY.to_owned(),
-            value: Some(self.scan_policy.to_string()),
-            description: SCAN_POLICY_DOC,
-        }]
-    }
-}
-
-impl ConfigField for TablesqlConfig {
-    fn visit<V: Visit>(&self, v: &mut V, key: &str, _description: &'static str) {
-        v.some(
-            &format!("{key}.{SCAN_POLICY}"),
-            self.scan_policy,
-            SCAN_POLICY_DOC,
-        );
-    }
-
-    fn set(&mut self, key: &str, value: &str) -> Result<()> {
-        ExtensionOptions::set(self, key, value)
     }
 }
 

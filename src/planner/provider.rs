@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, not_impl_err, plan_err};
 use datafusion::datasource::{TableProvider, TableType};
-use datafusion::error::Result;
+use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
@@ -23,7 +23,7 @@ use super::pushdown::push_down;
 use crate::exec::access::AccessPath;
 use crate::exec::decode::Source;
 use crate::exec::{DmlExec, DmlOp, ExecError, Layout, PartitionScanExec, ScanOptions};
-use crate::storage::{ETag, TableStore};
+use crate::storage::{ETag, PartitionKey, RowKey, TableStore};
 
 /// A table of the store, as DataFusion sees it.
 #[derive(Debug)]
@@ -74,6 +74,47 @@ impl StoreTable {
         }
         super::policy::check(session, &self.layout, &pushdown.path)?;
         self.exec(pushdown.path, projection, limit).map(Some)
+    }
+
+    /// The scan of one page: `projection` (all columns for `None`) then the
+    /// PartitionKey and RowKey, in key order, after the key `after` if
+    /// given. No LIMIT: the pager stops reading when the page is full.
+    pub fn page_scan(
+        &self,
+        session: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        filters: &[Expr],
+        after: Option<&(PartitionKey, RowKey)>,
+    ) -> Result<PartitionScanExec> {
+        let mut path = self.plan(filters).path;
+        super::policy::check(session, &self.layout, &path)?;
+        if let Some((pk, rk)) = after {
+            path = path.after_key(pk, rk);
+        }
+        let mut columns: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.layout.schema.fields().len()).collect(),
+        };
+        for key in [Source::PartitionKey, Source::RowKey] {
+            let i = self
+                .layout
+                .columns
+                .iter()
+                .position(|(s, _)| *s == key)
+                .ok_or_else(|| DataFusionError::Internal("a layout without key columns".into()))?;
+            columns.push(i);
+        }
+        let ordering = key_ordering(&self.layout, &path, &columns);
+        Ok(PartitionScanExec::new(
+            self.store.clone(),
+            self.layout.clone(),
+            path,
+            columns,
+            None,
+            ordering,
+            self.options,
+        )?
+        .in_key_order())
     }
 
     fn exec(

@@ -4,7 +4,8 @@
 //!
 //! A user's statement reaches DataFusion as written: the only rewrites it gets
 //! are spellings DataFusion lacks for the same meaning (`pg_catalog.f()` is
-//! `f()`, `current_user`, `OPERATOR(pg_catalog.~)`, `'t'::regclass`).
+//! `f()`, `current_user`, `OPERATOR(pg_catalog.~)`, `'t'::regclass`, a row
+//! value that starts with an expression, `(-3, 'p')`, as `struct(-3, 'p')`).
 //! datafusion-pg-catalog's compatibility parser goes further for BI tools'
 //! catalog queries: it substitutes whole queries and fragments, replaces
 //! correlated subqueries in a SELECT list with `NULL`, and renames columns.
@@ -14,7 +15,10 @@
 
 use std::sync::Arc;
 
-use datafusion::sql::sqlparser::ast::{ObjectName, ObjectNamePart, Statement, visit_relations};
+use datafusion::sql::sqlparser::ast::{
+    Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList, FunctionArguments, Ident,
+    ObjectName, ObjectNamePart, Statement, visit_expressions_mut, visit_relations,
+};
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
@@ -52,6 +56,7 @@ impl SqlParser {
                 Arc::new(RewritePgCatalogOperator),
                 Arc::new(RewriteRegCastToSubquery::new()),
                 Arc::new(FixVersionColumnName),
+                Arc::new(TuplesAsStructs),
             ],
         }
     }
@@ -90,6 +95,46 @@ impl SqlParser {
             statement = rule.rewrite(statement);
         }
         statement
+    }
+}
+
+/// Row values whose first element is not a column or a literal, which
+/// DataFusion's planner refuses (`(c, d) > (-3, 'p')`: `-3` is an
+/// expression), as the `struct(...)` it plans every row value as.
+#[derive(Debug)]
+struct TuplesAsStructs;
+
+impl SqlStatementRewriteRule for TuplesAsStructs {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
+            if let Expr::Tuple(values) = e
+                && !matches!(
+                    values.first(),
+                    None | Some(Expr::Identifier(_) | Expr::CompoundIdentifier(_) | Expr::Value(_))
+                )
+            {
+                let args = std::mem::take(values)
+                    .into_iter()
+                    .map(|v| FunctionArg::Unnamed(FunctionArgExpr::Expr(v)))
+                    .collect();
+                *e = Expr::Function(Function {
+                    name: ObjectName::from(vec![Ident::new("struct")]),
+                    uses_odbc_syntax: false,
+                    parameters: FunctionArguments::None,
+                    args: FunctionArguments::List(FunctionArgumentList {
+                        duplicate_treatment: None,
+                        args,
+                        clauses: Vec::new(),
+                    }),
+                    filter: None,
+                    null_treatment: None,
+                    over: None,
+                    within_group: Vec::new(),
+                });
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        s
     }
 }
 
@@ -218,6 +263,14 @@ mod tests {
         assert_eq!(statements.len(), 2);
         assert!(statements[0].to_string().contains("'x;y'"));
         assert!(!statements[1].to_string().contains("NULL"));
+    }
+
+    #[test]
+    fn row_values_starting_with_an_expression_are_structs() {
+        assert_eq!(
+            one("SELECT * FROM t WHERE (c, d) > (-3, 'p')"),
+            "SELECT * FROM t WHERE (c, d) > struct(-3, 'p')"
+        );
     }
 
     #[test]

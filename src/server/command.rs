@@ -235,15 +235,15 @@ pub fn show_tablesql(
         .map(|i| i.value.to_ascii_lowercase())
         .collect::<Vec<_>>()
         .join(".");
-    let key = name.strip_prefix("tablesql.")?.to_owned();
+    name.strip_prefix("tablesql.")?;
     let state = ctx.state();
     let entries = state
         .config_options()
         .extensions
-        .get::<crate::planner::policy::TablesqlConfig>()
+        .get::<crate::planner::settings::TablesqlConfig>()
         .map(|c| datafusion::config::ExtensionOptions::entries(c))
         .unwrap_or_default();
-    Some(match entries.iter().find(|e| e.key == key) {
+    Some(match entries.iter().find(|e| e.key == name) {
         Some(e) => text_result(&[(&name, vec![e.value.as_deref().unwrap_or("")])]),
         None => Err(error(
             UNDEFINED_OBJECT,

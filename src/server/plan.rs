@@ -17,7 +17,9 @@ use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::ParamValues;
+use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
 use datafusion::prelude::SessionContext;
 use datafusion::sql::parser::Statement as DfStatement;
@@ -33,7 +35,8 @@ use pgwire::messages::data::DataRow;
 use super::cancel::{Guard, guarded};
 use super::direct;
 use super::sqlstate::{
-    CONNECTION_FAILURE, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error, error, parser_error,
+    CONNECTION_FAILURE, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error, engine_error, error,
+    parser_error,
 };
 use crate::engine::Engine;
 use crate::exec::DmlExec;
@@ -305,6 +308,21 @@ impl Planner {
         mut guard: Guard,
     ) -> PgWireResult<QueryResponse> {
         let fields = Arc::new(result_fields(plan.schema().as_arrow(), format)?);
+        // Under `tablesql.page_size`, a query of one table is one page.
+        let paged = guard
+            .run(async {
+                self.engine
+                    .session_page(&self.ctx, plan)
+                    .await
+                    .map_err(|e| engine_error(&e))
+            })
+            .await?;
+        if let Some(page) = paged {
+            let batches = futures::stream::iter(page.batches.into_iter().map(Ok));
+            let stream: SendableRecordBatchStream =
+                Box::pin(RecordBatchStreamAdapter::new(page.schema, batches));
+            return respond(fields, stream, guard).await;
+        }
         let snapshot = self.snapshot();
         let direct = guard
             .run(async {
@@ -320,23 +338,33 @@ impl Planner {
                 execute_stream(physical, snapshot.task.clone()).map_err(|e| datafusion_error(&e))?
             }
         };
-        // Fused: the first poll may already have ended it.
-        let mut batches = Box::pin(guarded(stream, guard).fuse());
-        let first = batches.next().await.transpose()?;
-        let rest = futures::stream::iter(first.map(Ok)).chain(batches);
-        let encode_fields = fields.clone();
-        let rows = rest
-            .map(
-                move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send> {
-                    match batch {
-                        Ok(b) => encode_recordbatch(encode_fields.clone(), b),
-                        Err(e) => Box::new(std::iter::once(Err(e))),
-                    }
-                },
-            )
-            .flat_map(futures::stream::iter);
-        Ok(QueryResponse::new(fields, rows))
+        respond(fields, stream, guard).await
     }
+}
+
+/// The response of a started query: its first batch awaited (see `run`), the
+/// rest encoded as the client reads.
+async fn respond(
+    fields: Arc<Vec<FieldInfo>>,
+    stream: SendableRecordBatchStream,
+    guard: Guard,
+) -> PgWireResult<QueryResponse> {
+    // Fused: the first poll may already have ended it.
+    let mut batches = Box::pin(guarded(stream, guard).fuse());
+    let first = batches.next().await.transpose()?;
+    let rest = futures::stream::iter(first.map(Ok)).chain(batches);
+    let encode_fields = fields.clone();
+    let rows = rest
+        .map(
+            move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send> {
+                match batch {
+                    Ok(b) => encode_recordbatch(encode_fields.clone(), b),
+                    Err(e) => Box::new(std::iter::once(Err(e))),
+                }
+            },
+        )
+        .flat_map(futures::stream::iter);
+    Ok(QueryResponse::new(fields, rows))
 }
 
 /// DataFusion's physical planning of an optimized plan, under the

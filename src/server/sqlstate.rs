@@ -10,6 +10,7 @@ use pgwire::error::{ErrorInfo, PgWireError};
 use crate::catalog::CatalogError;
 use crate::engine::EngineError;
 use crate::exec::ExecError;
+use crate::exec::token::TokenError;
 use crate::keys::KeyError;
 use crate::storage::{InvalidInput, StorageError};
 
@@ -64,7 +65,10 @@ pub fn fatal(code: &str, message: impl Into<String>) -> PgWireError {
 
 /// The wire error for an engine failure.
 pub fn engine_error(e: &EngineError) -> PgWireError {
-    error(engine_code(e), e.to_string())
+    match e {
+        EngineError::DataFusion(d) => datafusion_error(d),
+        other => error(engine_code(other), other.to_string()),
+    }
 }
 
 /// The wire error for a DataFusion failure.
@@ -94,6 +98,7 @@ fn catalog_code(e: &CatalogError) -> &'static str {
         CatalogError::UnknownTable(_) => UNDEFINED_TABLE,
         CatalogError::NotDroppable(_) => FEATURE_NOT_SUPPORTED,
         CatalogError::TableExists(_) => DUPLICATE_TABLE,
+        CatalogError::Secret(_) => DATA_CORRUPTED,
         CatalogError::Storage(s) => storage_code(s),
     }
 }
@@ -149,6 +154,9 @@ fn exec_code(e: &ExecError) -> &'static str {
         ExecError::PartlyWritten { source, .. } => datafusion_code(source),
         ExecError::SubqueryRows => CARDINALITY_VIOLATION,
         ExecError::SubqueryBound { .. } | ExecError::ScanDenied(_) => PROGRAM_LIMIT_EXCEEDED,
+        ExecError::Token(TokenError::Malformed(_)) => INVALID_TEXT_REPRESENTATION,
+        ExecError::Token(_) => INVALID_PARAMETER_VALUE,
+        ExecError::NotPageable(_) => FEATURE_NOT_SUPPORTED,
     }
 }
 

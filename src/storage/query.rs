@@ -82,6 +82,17 @@ impl<K: Ord> KeyRange<K> {
     pub fn contains(&self, k: &K) -> bool {
         !self.is_before(k) && !self.is_after(k)
     }
+
+    /// Whether no key lies in the range (its start is past its end).
+    pub fn is_empty(&self) -> bool {
+        match (&self.start, &self.end) {
+            (Bound::Included(s), Bound::Included(e)) => s > e,
+            (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) => {
+                s >= e
+            }
+            _ => false,
+        }
+    }
 }
 
 impl<K: Ord> Default for KeyRange<K> {

@@ -13,9 +13,9 @@ use tablesql::planner::policy::ScanPolicy;
 use tablesql::storage::*;
 use tablesql::{Engine, EngineOptions};
 
-use crate::pushdown::{Row, SHAPES, answer, atom, entities, row};
+use crate::pushdown::{Row, SHAPES, answer, atom, entities, literal, row};
 
-fn options(fan_out: bool, max_in_flight: usize) -> EngineOptions {
+pub(crate) fn options(fan_out: bool, max_in_flight: usize) -> EngineOptions {
     EngineOptions {
         scan: ScanOptions {
             max_in_flight,
@@ -28,20 +28,20 @@ fn options(fan_out: bool, max_in_flight: usize) -> EngineOptions {
 }
 
 /// The lines of a result table, sorted: for queries without an order.
-fn sorted(table: &str) -> Vec<String> {
+pub(crate) fn sorted(table: &str) -> Vec<String> {
     let mut lines: Vec<String> = table.lines().map(str::to_owned).collect();
     lines.sort();
     lines
 }
 
-async fn check(
-    store: Arc<dyn TableStore>,
+/// Maps `storage_table` (SQL name: its lowercase) with a shape's templates
+/// and writes the rows; returns the SQL name.
+pub(crate) async fn setup(
+    store: &Arc<dyn TableStore>,
     storage_table: &str,
     shape: usize,
     rows: &[Row],
-    pred: &str,
-    width: usize,
-) -> Result<(), TestCaseError> {
+) -> String {
     let (pk, rk, ix) = SHAPES[shape];
     // The SQL name too is the case's own: the catalog lives in the store.
     let name = storage_table.to_lowercase();
@@ -52,14 +52,29 @@ async fn check(
         "CREATE TABLE {name} (a TEXT NOT NULL, b INT NOT NULL, c INT NOT NULL, d TEXT NOT NULL, v INT, w TEXT) \
          WITH (storage_table = '{storage_table}', partition_key = '{pk}', row_key = '{rk}'{index})"
     );
-    let fanned = Engine::with_store(store.clone(), options(true, width))
+    let engine = Engine::with_store(store.clone(), options(false, 1))
         .await
         .unwrap();
-    fanned.collect(&ddl).await.unwrap();
+    engine.collect(&ddl).await.unwrap();
     let table = TableName::new(storage_table).unwrap();
     for e in entities(shape, rows) {
         let _ = store.execute(&table, WriteOp::Insert(e)).await;
     }
+    name
+}
+
+async fn check(
+    store: Arc<dyn TableStore>,
+    storage_table: &str,
+    shape: usize,
+    rows: &[Row],
+    pred: &str,
+    width: usize,
+) -> Result<(), TestCaseError> {
+    let name = setup(&store, storage_table, shape, rows).await;
+    let fanned = Engine::with_store(store.clone(), options(true, width))
+        .await
+        .unwrap();
     let sequential = Engine::with_store(store, options(false, 1)).await.unwrap();
     let ordered = [
         format!("SELECT a, b, c, d, v, w FROM {name} WHERE {pred} ORDER BY a, b, c, d"),
@@ -79,7 +94,7 @@ async fn check(
     Ok(())
 }
 
-fn case() -> impl Strategy<Value = (usize, Vec<Row>, String, usize, usize)> {
+pub(crate) fn case() -> impl Strategy<Value = (usize, Vec<Row>, String, usize, usize)> {
     (0..SHAPES.len())
         .prop_flat_map(|s| (Just(s), prop::collection::vec(row(s), 0..40)))
         .prop_flat_map(|(s, rows)| {
@@ -101,7 +116,27 @@ fn case() -> impl Strategy<Value = (usize, Vec<Row>, String, usize, usize)> {
         })
 }
 
-fn run(
+/// A store on an Azurite account the property tests share, and a table
+/// name no other case has used.
+pub(crate) fn azurite_case(
+    prefix: &str,
+    budget: usize,
+) -> Result<(Arc<dyn TableStore>, String), TestCaseError> {
+    static ACCOUNT: std::sync::OnceLock<Result<AzureConfig, String>> = std::sync::OnceLock::new();
+    static TABLE: AtomicUsize = AtomicUsize::new(0);
+    let config = ACCOUNT
+        .get_or_init(crate::azurite::fresh_account)
+        .clone()
+        .map_err(TestCaseError::fail)?;
+    let store: Arc<dyn TableStore> =
+        Arc::new(AzureStore::new(config).unwrap().with_scan_budget(budget));
+    Ok((
+        store,
+        format!("{prefix}{}", TABLE.fetch_add(1, Ordering::Relaxed)),
+    ))
+}
+
+pub(crate) fn run(
     f: impl std::future::Future<Output = Result<(), TestCaseError>>,
 ) -> Result<(), TestCaseError> {
     tokio::runtime::Builder::new_current_thread()
@@ -128,21 +163,102 @@ proptest! {
     }
 }
 
+/// A row-value comparison on a shape's primary key (its PartitionKey fields,
+/// then 0 to 2 RowKey fields): keyset paging, where the fan-out passes
+/// partitions by. Its values are often a row's own, as a page's last row's
+/// are, so that rows tie with the bound on its leading fields.
+fn keyset(shape: usize, rows: &[Row]) -> impl Strategy<Value = String> + use<> {
+    const KEYS: [(&[&str], &[&str]); 4] = [
+        (&["a"], &["b", "d"]),
+        (&["a", "c"], &["b", "d"]),
+        (&["c"], &["d", "b"]),
+        (&["a"], &["d"]),
+    ];
+    let (pk, rk) = KEYS[shape];
+    let rows = rows.to_vec();
+    (
+        0..=rk.len(),
+        0usize..4,
+        prop::collection::vec(0usize..1000, 4),
+        0usize..1000,
+    )
+        .prop_map(move |(n, op, picks, from)| {
+            let columns: Vec<&str> = pk.iter().chain(&rk[..n]).copied().collect();
+            let own = (!rows.is_empty() && from % 4 != 0).then(|| &rows[from % rows.len()]);
+            let values: Vec<String> = columns
+                .iter()
+                .zip(&picks)
+                .map(|(c, p)| own.map_or_else(|| literal(c, *p), |r| r.literal(c)))
+                .collect();
+            let op = [">", ">=", "<", "<="][op];
+            format!("({}) {op} ({})", columns.join(", "), values.join(", "))
+        })
+}
+
+fn keyset_case() -> impl Strategy<Value = (usize, Vec<Row>, String, usize, usize)> {
+    (0..SHAPES.len())
+        .prop_flat_map(|s| {
+            (
+                Just(s),
+                prop::collection::vec(row(s).prop_map(Row::crowded), 0..40),
+            )
+        })
+        .prop_flat_map(|(s, rows)| {
+            let keyset = keyset(s, &rows);
+            (
+                Just(s),
+                Just(rows),
+                keyset,
+                prop::option::of(atom()),
+                1usize..6,
+                1usize..5,
+            )
+        })
+        .prop_map(|(s, rows, keyset, other, width, budget)| {
+            let pred = match other {
+                Some(o) => format!("{keyset} AND {o}"),
+                None => keyset,
+            };
+            (s, rows, pred, width, budget)
+        })
+}
+
+proptest! {
+    // Cheap cases, and the bound's edges (a tie on the leading fields, a
+    // strict comparison) need many to meet.
+    #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
+
+    #[test]
+    fn keyset_bounds_return_the_sequential_rows_memory((shape, rows, pred, width, budget) in keyset_case()) {
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new().with_scan_budget(budget));
+        run(check(store, "Things", shape, &rows, &pred, width))?;
+    }
+
+    #[test]
+    fn keyset_bounds_return_the_sequential_rows_embedded((shape, rows, pred, width, budget) in keyset_case()) {
+        let store: Arc<dyn TableStore> =
+            Arc::new(EmbeddedStore::in_memory().unwrap().with_scan_budget(budget));
+        run(check(store, "Things", shape, &rows, &pred, width))?;
+    }
+}
+
 proptest! {
     // Each case is a few dozen requests to Azurite; one account, a table per case.
     #![proptest_config(ProptestConfig { cases: 10, ..ProptestConfig::default() })]
 
     #[test]
     fn fanned_out_scans_return_the_sequential_rows_azurite((shape, rows, pred, width, budget) in case()) {
-        static ACCOUNT: std::sync::OnceLock<Result<AzureConfig, String>> = std::sync::OnceLock::new();
-        static TABLE: AtomicUsize = AtomicUsize::new(0);
-        let config = ACCOUNT
-            .get_or_init(crate::azurite::fresh_account)
-            .clone()
-            .map_err(TestCaseError::fail)?;
-        let store: Arc<dyn TableStore> =
-            Arc::new(AzureStore::new(config).unwrap().with_scan_budget(budget));
-        let name = format!("Things{}", TABLE.fetch_add(1, Ordering::Relaxed));
+        let (store, name) = azurite_case("Things", budget)?;
+        run(check(store, &name, shape, &rows, &pred, width))?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn keyset_bounds_return_the_sequential_rows_azurite((shape, rows, pred, width, budget) in keyset_case()) {
+        let (store, name) = azurite_case("Keyset", budget)?;
         run(check(store, &name, shape, &rows, &pred, width))?;
     }
 }

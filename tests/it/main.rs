@@ -10,6 +10,7 @@ mod fanout;
 mod faults;
 mod interop;
 mod model;
+mod paging;
 mod pushdown;
 mod server;
 mod shell;

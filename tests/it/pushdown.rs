@@ -37,6 +37,25 @@ const KEYS: [&str; 8] = ["x", "y", "z%25", "R:005", "B99", "P03", "x😀", "pq__
 const DS: [&str; 5] = ["", "p", "pq", "q", "p__q"];
 const WS: [&str; 3] = ["m", "n", "mn"];
 
+impl Row {
+    /// The row with `b` folded onto 0..4, so that rows of one partition
+    /// often tie on it.
+    pub(crate) fn crowded(mut self) -> Self {
+        self.b %= 4;
+        self
+    }
+
+    /// A key column's value in this row, as an SQL literal.
+    pub(crate) fn literal(&self, column: &str) -> String {
+        match column {
+            "a" => format!("'{}'", self.a),
+            "b" => self.b.to_string(),
+            "c" => self.c.to_string(),
+            _ => format!("'{}'", self.d),
+        }
+    }
+}
+
 pub(crate) fn row(shape: usize) -> impl Strategy<Value = Row> {
     let c = if shape == 1 { -15i64..15 } else { 0i64..15 };
     (
@@ -57,7 +76,7 @@ pub(crate) fn row(shape: usize) -> impl Strategy<Value = Row> {
         })
 }
 
-fn literal(column: &str, pick: usize) -> String {
+pub(crate) fn literal(column: &str, pick: usize) -> String {
     match column {
         "a" => format!("'{}'", AS[pick % AS.len()]),
         "d" => format!("'{}'", DS[pick % DS.len()]),
@@ -67,6 +86,34 @@ fn literal(column: &str, pick: usize) -> String {
         "c" => format!("{}", (pick % 20) as i64 - 4),
         _ => format!("{}", pick % 6),
     }
+}
+
+/// A row-value comparison (keyset paging) on some key columns: some are a
+/// shape's PartitionKey fields then RowKey fields, in template order.
+fn row_value(pick: usize, above: bool, x: usize, y: usize) -> String {
+    const TUPLES: [&[&str]; 8] = [
+        &["a", "b"],
+        &["a", "b", "d"],
+        &["a", "c", "b"],
+        &["a", "c"],
+        &["c", "d"],
+        &["c", "d", "b"],
+        &["a", "d"],
+        &["b", "a"],
+    ];
+    let columns = TUPLES[pick % TUPLES.len()];
+    let values: Vec<String> = columns
+        .iter()
+        .enumerate()
+        .map(|(i, c)| literal(c, if i % 2 == 0 { x } else { y } / (i + 1)))
+        .collect();
+    let op = match (above, x % 2) {
+        (true, 0) => ">",
+        (true, _) => ">=",
+        (false, 0) => "<",
+        (false, _) => "<=",
+    };
+    format!("({}) {op} ({})", columns.join(", "), values.join(", "))
 }
 
 pub(crate) fn atom() -> impl Strategy<Value = String> {
@@ -82,8 +129,11 @@ pub(crate) fn atom() -> impl Strategy<Value = String> {
         "\"PartitionKey\"",
         "\"RowKey\"",
     ];
-    (0..columns.len(), 0usize..12, 0usize..1000, 0usize..1000).prop_map(move |(c, kind, x, y)| {
+    (0..columns.len(), 0usize..14, 0usize..1000, 0usize..1000).prop_map(move |(c, kind, x, y)| {
         let col = columns[c];
+        if kind >= 12 {
+            return row_value(c, kind == 12, x, y);
+        }
         let (l1, l2) = (literal(col, x), literal(col, y));
         match kind {
             0 => format!("{col} = {l1}"),

@@ -1346,3 +1346,106 @@ fn scan_policy_in_psql() -> TestResult {
     assert!(text(&out).contains("allow, warn or deny"), "{}", text(&out));
     Ok(())
 }
+
+/// Token paging in psql: `SET tablesql.page_size`, a query, the next
+/// page's token from `SHOW tablesql.next_page_token`, resumed in another
+/// connection; every row comes once. Bad tokens get their SQLSTATEs.
+#[test]
+fn token_paging_in_psql() -> TestResult {
+    let server = serve(1000, &[])?;
+    let query = "SELECT event, distance, bib, age FROM registrations WHERE age BETWEEN 40 AND 44";
+    // One connection: pages of 7, resumed from `token`, then SHOW of the next token.
+    let paged = |options: &[&str], token: &str, sql: &str, show: bool| {
+        let resume = format!("SET tablesql.page_token = '{token}'");
+        let mut args = options.to_vec();
+        args.extend([
+            "-c",
+            "SET tablesql.scan_policy = allow",
+            "-c",
+            "SET tablesql.page_size = 7",
+            "-c",
+            &resume,
+            "-c",
+            sql,
+        ]);
+        if show {
+            args.extend(["-c", "SHOW tablesql.next_page_token"]);
+        }
+        server.psql("", &args)
+    };
+    let lines = |out: &std::process::Output| -> Vec<String> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let whole = server.psql(
+        "",
+        &["-At", "-c", "SET tablesql.scan_policy = allow", "-c", query],
+    )?;
+    assert!(whole.status.success(), "{}", text(&whole));
+    let mut want = lines(&whole);
+    want.retain(|l| l != "SET");
+    assert!(want.len() > 20, "{}", text(&whole));
+
+    let mut got: Vec<String> = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    // Each page in a new connection: the token alone carries the position.
+    loop {
+        let out = paged(&["-At"], &token, query, true)?;
+        assert!(out.status.success(), "{}", text(&out));
+        let mut rows = lines(&out);
+        rows.retain(|l| l != "SET");
+        let next = rows.pop().unwrap_or_default();
+        assert!(rows.len() <= 7, "{}", text(&out));
+        got.extend(rows);
+        pages += 1;
+        if next.contains('|') || next.is_empty() {
+            // The last page: SHOW printed an empty token, and psql an empty line.
+            if next.contains('|') {
+                got.push(next);
+            }
+            break;
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("SET tablesql.page_token = '{next}'")),
+            "{stderr}"
+        );
+        token = next;
+        assert!(pages <= want.len(), "more pages than rows");
+    }
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    assert!(pages >= 3, "{pages} pages");
+
+    // Bad tokens, each with its SQLSTATE.
+    let first = paged(&["-At"], "", query, true)?;
+    let token = lines(&first).pop().unwrap_or_default();
+    let mut tampered = token.clone().into_bytes();
+    let i = tampered.len() / 2;
+    tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered)?;
+    let truncated = &token[..token.len() - 4];
+    for (bad, sql, expected) in [
+        (
+            tampered.as_str(),
+            query,
+            "ERROR:  22023: page token has been altered",
+        ),
+        (truncated, query, "ERROR:  22P02: invalid page token"),
+        (
+            token.as_str(),
+            "SELECT bib FROM registrations WHERE age > 80",
+            "ERROR:  22023: page token belongs to another statement",
+        ),
+    ] {
+        let out = paged(&["-v", "VERBOSITY=verbose"], bad, sql, false)?;
+        assert!(!out.status.success(), "{}", text(&out));
+        assert!(text(&out).contains(expected), "{}", text(&out));
+    }
+    Ok(())
+}

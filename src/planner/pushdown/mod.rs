@@ -17,6 +17,7 @@ use datafusion::logical_expr::Expr;
 
 mod analyze;
 mod domain;
+mod keyset;
 mod plan;
 mod property;
 
@@ -107,6 +108,7 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
                 kind: AccessKind::Points,
                 requests: Vec::new(),
                 filter: None,
+                partition_bound: None,
             },
             exact: analyses.iter().map(|a| a.complete).collect(),
         };
@@ -124,8 +126,23 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
                         .all(|at| consumed.contains(&key_of(&at.target, at.kind()))))
         })
         .collect();
+    let partition_bound = match (def, path.requests.as_slice()) {
+        (Some(d), [request]) if crate::exec::fanout::spans_partitions(request) => filters
+            .iter()
+            .filter_map(|f| keyset::row_value(def, f))
+            .find_map(|rv| keyset::bound(d, &rv, request)),
+        _ => None,
+    };
+    // Past a row-value bound the scan reads a range of partitions (in
+    // the order of their fields), not the whole table.
+    let kind = match (&partition_bound, path.kind) {
+        (Some(_), AccessKind::FullScan) => AccessKind::PartitionRange,
+        (_, kind) => kind,
+    };
     let path = AccessPath {
+        kind,
         filter: property_filter.filter(|_| !contradiction),
+        partition_bound,
         ..path
     };
     Pushdown { path, exact }
@@ -189,6 +206,88 @@ mod tests {
         assert_eq!((k.as_str(), e), ("access=full_scan", vec![false]));
         let (k, e) = kinds(&[col("bib").eq(lit(1)), col("bib").eq(lit(2))]);
         assert_eq!((k.as_str(), e), ("access=points(0)", vec![true, true]));
+    }
+
+    #[test]
+    fn a_row_value_on_the_primary_key_bounds_the_partitions() {
+        let p = push_down(Some(&registrations()), &[keyset(">", 1234)]);
+        let bound = p.path.partition_bound.as_ref().expect("a bound");
+        assert_eq!(p.path.kind, AccessKind::PartitionRange);
+        assert!(bound.above);
+        assert_eq!(
+            bound.values,
+            [
+                KeyValue::Text("2012 Boston Marathon".into()),
+                KeyValue::Text("Full".into())
+            ]
+        );
+        // In the bound's partition, the rows after bib 1234.
+        let rows = bound.at_bound.as_ref().expect("rows at the bound");
+        assert_eq!(
+            rows.start,
+            Bound::Included(RowKey::from_stored("BIB:01235".into()))
+        );
+        assert_eq!(
+            rows.end,
+            Bound::Excluded(RowKey::from_stored("BIB:9999:".into()))
+        );
+        assert_eq!(p.exact, [false]);
+        // Partitions before the bound are passed by, after it read whole.
+        use crate::exec::access::PartitionChoice;
+        let pk = |s: &str| PartitionKey::from_stored(s.into());
+        assert_eq!(
+            bound.choose(&pk("2011 New York City Marathon__Full")),
+            PartitionChoice::Skip
+        );
+        assert_eq!(
+            bound.choose(&pk("2012 Boston Marathon__Half")),
+            PartitionChoice::Whole
+        );
+        // "2012 Boston Marathon 2" sorts after "2012 Boston Marathon" as SQL
+        // text, though its key sorts before "2012 Boston Marathon__Full".
+        assert_eq!(
+            bound.choose(&pk("2012 Boston Marathon 2__Full")),
+            PartitionChoice::Whole
+        );
+        // `<=` keeps the other side, and the bound's rows up to bib 1234.
+        let p = push_down(Some(&registrations()), &[keyset("<=", 1234)]);
+        let bound = p.path.partition_bound.expect("a bound");
+        assert!(!bound.above);
+        let rows = bound.at_bound.expect("rows at the bound");
+        assert_eq!(
+            rows.end,
+            Bound::Excluded(RowKey::from_stored("BIB:01235".into()))
+        );
+    }
+
+    /// `(event, distance, bib) op ('2012 Boston Marathon', 'Full', bib)`,
+    /// as DataFusion plans it.
+    fn keyset(op: &str, bib: i64) -> Expr {
+        use datafusion::arrow::array::{ArrayRef, Int64Array, StringArray, StructArray};
+        use datafusion::arrow::datatypes::{DataType, Field};
+        use datafusion::common::ScalarValue;
+        use std::sync::Arc;
+        let columns = datafusion::functions::core::expr_fn::r#struct(vec![
+            col("event"),
+            col("distance"),
+            col("bib"),
+        ]);
+        let fields = vec![
+            Arc::new(Field::new("c0", DataType::Utf8, false)),
+            Arc::new(Field::new("c1", DataType::Utf8, false)),
+            Arc::new(Field::new("c2", DataType::Int64, false)),
+        ];
+        let arrays: Vec<ArrayRef> = vec![
+            Arc::new(StringArray::from(vec!["2012 Boston Marathon"])),
+            Arc::new(StringArray::from(vec!["Full"])),
+            Arc::new(Int64Array::from(vec![bib])),
+        ];
+        let value = ScalarValue::Struct(Arc::new(StructArray::new(fields.into(), arrays, None)));
+        let op = match op {
+            ">" => datafusion::logical_expr::Operator::Gt,
+            _ => datafusion::logical_expr::Operator::LtEq,
+        };
+        datafusion::logical_expr::binary_expr(columns, op, lit(value))
     }
 
     #[test]

@@ -117,6 +117,7 @@ pub(super) fn plan(
         kind,
         requests: Vec::new(),
         filter: None,
+        partition_bound: None,
     };
     // Partitions.
     let (pk_spec, _) = match def {
@@ -276,6 +277,7 @@ pub(super) fn finish(
             kind,
             requests,
             filter: None,
+            partition_bound: None,
         },
         contradiction,
     )

@@ -1,0 +1,205 @@
+//! Token paging: for random mapped tables, data and predicates, paging a
+//! query with random page sizes, each page in a new engine (as a stateless
+//! service resumes in another process), returns exactly the rows of the
+//! query run whole, none twice and none missing, on the memory, embedded and
+//! Azure (Azurite) stores; and every bad token is refused.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use proptest::prelude::*;
+use tablesql::Engine;
+use tablesql::engine::EngineError;
+use tablesql::exec::ExecError;
+use tablesql::exec::token::TokenError;
+use tablesql::storage::*;
+
+use crate::fanout::{azurite_case, options, run, setup};
+use crate::pushdown::Row;
+
+/// Each row as one line, sorted.
+fn lines(batches: &[RecordBatch]) -> Vec<String> {
+    let mut out = Vec::new();
+    let options = FormatOptions::default().with_null("NULL");
+    for b in batches {
+        let formatters: Vec<_> = b
+            .columns()
+            .iter()
+            .map(|c| ArrayFormatter::try_new(c.as_ref(), &options).unwrap())
+            .collect();
+        for row in 0..b.num_rows() {
+            let cells: Vec<String> = formatters
+                .iter()
+                .map(|f| f.value(row).to_string())
+                .collect();
+            out.push(cells.join("|"));
+        }
+    }
+    out.sort();
+    out
+}
+
+async fn check(
+    store: Arc<dyn TableStore>,
+    storage_table: &str,
+    shape: usize,
+    rows: &[Row],
+    pred: &str,
+    width: usize,
+    sizes: &[usize],
+) -> Result<(), TestCaseError> {
+    let name = setup(&store, storage_table, shape, rows).await;
+    let sql = format!("SELECT a, b, c, d, v, w FROM {name} WHERE {pred}");
+    let whole = Engine::with_store(store.clone(), options(false, 1))
+        .await
+        .unwrap();
+    let want = lines(&whole.collect(&sql).await.unwrap());
+    let mut got = Vec::new();
+    let mut token: Option<String> = None;
+    let mut pages = 0;
+    loop {
+        // A new engine per page: the token alone carries the position.
+        let engine = Engine::with_store(store.clone(), options(true, width))
+            .await
+            .unwrap();
+        let size = sizes[pages % sizes.len()];
+        let page = engine
+            .query_page(&sql, size, token.as_deref())
+            .await
+            .map_err(|e| TestCaseError::fail(format!("page {pages}: {e}")))?;
+        let n: usize = page.batches.iter().map(RecordBatch::num_rows).sum();
+        prop_assert!(
+            n <= size,
+            "page {} has {} rows, more than {}",
+            pages,
+            n,
+            size
+        );
+        got.extend(lines(&page.batches));
+        pages += 1;
+        match page.next {
+            Some(next) => {
+                prop_assert_eq!(n, size, "a page before the last is full");
+                token = Some(next);
+            }
+            None => break,
+        }
+        prop_assert!(pages <= want.len() + 1, "more pages than rows: {}", sql);
+    }
+    got.sort();
+    prop_assert_eq!(got, want, "{}", sql);
+    Ok(())
+}
+
+/// The fan-out test's cases, with the page sizes to cycle through.
+fn case() -> impl Strategy<Value = ((usize, Vec<Row>, String, usize, usize), Vec<usize>)> {
+    (
+        crate::fanout::case(),
+        prop::collection::vec(1usize..8, 1..4),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 32, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pages_resumed_in_new_engines_return_every_row_once_memory(
+        ((shape, rows, pred, width, budget), sizes) in case()
+    ) {
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new().with_scan_budget(budget));
+        run(check(store, "Things", shape, &rows, &pred, width, &sizes))?;
+    }
+
+    #[test]
+    fn pages_resumed_in_new_engines_return_every_row_once_embedded(
+        ((shape, rows, pred, width, budget), sizes) in case()
+    ) {
+        let store: Arc<dyn TableStore> =
+            Arc::new(EmbeddedStore::in_memory().unwrap().with_scan_budget(budget));
+        run(check(store, "Things", shape, &rows, &pred, width, &sizes))?;
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn pages_resumed_in_new_engines_return_every_row_once_azurite(
+        ((shape, rows, pred, width, budget), sizes) in case()
+    ) {
+        let (store, name) = azurite_case("Pages", budget)?;
+        run(check(store, &name, shape, &rows, &pred, width, &sizes))?;
+    }
+}
+
+fn token_error(e: EngineError) -> TokenError {
+    let EngineError::DataFusion(d) = &e else {
+        panic!("not a token error: {e}");
+    };
+    let inner = d.find_root();
+    match inner {
+        datafusion::error::DataFusionError::External(x) => match x.downcast_ref::<ExecError>() {
+            Some(ExecError::Token(t)) => t.clone(),
+            _ => panic!("not a token error: {e}"),
+        },
+        _ => panic!("not a token error: {e}"),
+    }
+}
+
+/// Tampered, truncated, of another statement, of another store: each is
+/// refused with its own error, never read as a position.
+#[tokio::test]
+async fn bad_tokens_are_refused() {
+    let insert = "INSERT INTO things (a, b, c, d) VALUES \
+        ('x', 1, 1, 'p'), ('x', 2, 2, 'q'), ('y', 3, 3, 'p'), ('y', 4, 4, 'q'), ('z', 5, 5, 'p')";
+    let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+    let name = setup(&store, "Things", 0, &[]).await;
+    let engine = Engine::with_store(store.clone(), options(true, 4))
+        .await
+        .unwrap();
+    engine.collect(insert).await.unwrap();
+    let sql = format!("SELECT a, b FROM {name}");
+    let first = engine.query_page(&sql, 3, None).await.unwrap();
+    let token = first.next.expect("more than one page");
+
+    let mut tampered = token.clone().into_bytes();
+    let i = tampered.len() / 2;
+    tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered).unwrap();
+    let e = engine
+        .query_page(&sql, 3, Some(&tampered))
+        .await
+        .unwrap_err();
+    assert_eq!(token_error(e), TokenError::Altered);
+
+    let e = engine
+        .query_page(&sql, 3, Some(&token[..token.len() - 5]))
+        .await
+        .unwrap_err();
+    assert!(matches!(token_error(e), TokenError::Malformed(_)));
+
+    let other = format!("SELECT a, b FROM {name} WHERE b > 1");
+    let e = engine
+        .query_page(&other, 3, Some(&token))
+        .await
+        .unwrap_err();
+    assert_eq!(token_error(e), TokenError::OtherStatement);
+
+    // Another store, with the same table and rows: its own secret.
+    let elsewhere: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+    setup(&elsewhere, "Things", 0, &[]).await;
+    let foreign = Engine::with_store(elsewhere, options(true, 4))
+        .await
+        .unwrap();
+    foreign.collect(insert).await.unwrap();
+    let e = foreign.query_page(&sql, 3, Some(&token)).await.unwrap_err();
+    assert_eq!(token_error(e), TokenError::OtherStore);
+
+    // What cannot page says why.
+    let e = engine
+        .query_page(&format!("SELECT count(*) FROM {name}"), 3, None)
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("an aggregate"), "{e}");
+}
