@@ -25,7 +25,8 @@ use datafusion::sql::sqlparser::parser::ParserError;
 
 use crate::catalog::persist::CATALOG_TABLE;
 use crate::catalog::raw::{SAMPLE_SIZE, infer};
-use crate::catalog::{CatalogError, TableDef, ddl, persist, secret};
+use crate::catalog::stats::{StatsCache, TableStats};
+use crate::catalog::{CatalogError, TableDef, ddl, persist, secret, stats};
 use crate::exec::coop::YieldingJoins;
 use crate::exec::token::{Signer, fingerprint};
 use crate::exec::{ExecError, Layout, ScanOptions};
@@ -95,6 +96,8 @@ pub struct Engine {
     parser: Arc<SqlParser>,
     /// Signs page tokens with the store's secret, read on first use.
     signer: Arc<tokio::sync::OnceCell<Signer>>,
+    /// `ANALYZE`'s statistics, which scans plan their fan-out from.
+    stats: Arc<StatsCache>,
 }
 
 /// One page of a query's rows.
@@ -169,6 +172,7 @@ impl Engine {
             options,
             parser: Arc::new(SqlParser::new()),
             signer: Arc::default(),
+            stats: Arc::default(),
         };
         engine.refresh().await?;
         Ok(engine)
@@ -196,6 +200,8 @@ impl Engine {
     /// and unmapped ones also by their lower-cased names.
     pub async fn refresh(&self) -> Result<(), EngineError> {
         let defs = persist::load(self.store.as_ref()).await?;
+        self.stats
+            .replace_all(stats::load_all(self.store.as_ref()).await?);
         let raw = Arc::new(MemorySchemaProvider::new());
         let public = self.public_schema()?;
         // Tables the embedder registered on the context stay.
@@ -235,7 +241,8 @@ impl Engine {
     }
 
     fn provider(&self, layout: Layout) -> StoreTable {
-        let t = StoreTable::new(self.store.clone(), layout, self.options.scan);
+        let t = StoreTable::new(self.store.clone(), layout, self.options.scan)
+            .with_stats(self.stats.clone());
         if self.options.disable_pushdown {
             t.without_pushdown()
         } else {
@@ -331,7 +338,12 @@ impl Engine {
     /// Under `tablesql.page_size` a query of one table runs here, as one
     /// page ([`Self::session_page`]).
     pub async fn statement(&self, statement: Statement) -> Result<DataFrame, EngineError> {
-        if self.catalog_ddl(&statement).await?.is_some() {
+        if let Some(outcome) = self.catalog_ddl(&statement).await? {
+            if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
+                for n in outcome.notices {
+                    notices.push(n);
+                }
+            }
             return Ok(self.ctx.read_empty()?);
         }
         // One copy of the session state serves planning and the frame (a
@@ -534,8 +546,63 @@ impl Engine {
                 names,
                 ..
             } => self.drop_tables(names, *if_exists).await,
+            Statement::Analyze(analyze) => {
+                let every = TablesqlConfig::of(self.ctx.state().config()).guidepost_every;
+                self.analyze_statement(analyze, every).await.map(Some)
+            }
             _ => Ok(None),
         }
+    }
+
+    /// `ANALYZE table`, guideposts every `every` entities; its outcome
+    /// says what it found. A bare `ANALYZE` analyzes every mapped table.
+    pub async fn analyze_statement(
+        &self,
+        analyze: &datafusion::sql::sqlparser::ast::Analyze,
+        every: u64,
+    ) -> Result<DdlOutcome, EngineError> {
+        let names = match &analyze.table_name {
+            Some(name) => vec![ddl::object_name(name)?],
+            None => persist::load(self.store.as_ref())
+                .await?
+                .into_iter()
+                .map(|d| d.name)
+                .collect(),
+        };
+        let mut outcome = DdlOutcome::default();
+        for name in names {
+            let stats = self.analyze(&name, every).await?;
+            outcome.notices.push(format!(
+                "analyzed {name}: {} partitions, {} entities, {} bytes, {} guideposts (one every {every} entities), at {}",
+                stats.partitions.len(),
+                stats.entities(),
+                stats.partitions.iter().map(|p| p.bytes).sum::<u64>(),
+                stats.partitions.iter().map(|p| p.guideposts.len()).sum::<usize>(),
+                stats.taken.format("%Y-%m-%dT%H:%M:%SZ"),
+            ));
+        }
+        Ok(outcome)
+    }
+
+    /// Takes and stores the statistics of a table (a mapped table by its SQL
+    /// name, or a storage table): from now on its scans fan out by them.
+    pub async fn analyze(&self, name: &str, every: u64) -> Result<TableStats, EngineError> {
+        let defs = persist::load(self.store.as_ref()).await?;
+        let table = match defs.iter().find(|d| d.name == name) {
+            Some(d) => d.storage_table.clone(),
+            None => {
+                let raw = name.rsplit('.').next().unwrap_or(name);
+                match TableName::new(raw) {
+                    Ok(t) if self.store.list_tables().await?.contains(&t) => t,
+                    _ => return Err(CatalogError::UnknownTable(name.to_owned()).into()),
+                }
+            }
+        };
+        let width = self.options.scan.max_in_flight;
+        let taken = crate::exec::analyze::analyze(&self.store, &table, every, width).await?;
+        stats::save(self.store.as_ref(), &table, &taken).await?;
+        self.stats.set(table, taken.clone());
+        Ok(taken)
     }
 
     /// `DROP TABLE [IF EXISTS] a, b`, as PostgreSQL: every name is checked

@@ -10,6 +10,7 @@ pub mod ddl;
 pub mod persist;
 pub mod raw;
 pub mod secret;
+pub mod stats;
 mod types;
 
 use crate::keys::{FieldFormat, KeyError, KeyTemplate, Segment};

@@ -20,17 +20,36 @@ use datafusion::error::Result;
 use futures::stream::{self, BoxStream, StreamExt};
 
 use super::ExecError;
-use super::access::{KeyRequest, PartitionBound, PartitionChoice};
+use super::access::{AccessPath, KeyRequest, PartitionBound, PartitionChoice};
 use super::metrics::ExactCount;
+use crate::catalog::stats::{PartitionStats, TableStats};
 use crate::storage::{KeyRange, PartitionKey, RowKey, TableName, TableStore};
 
 /// How a scan spreads a request that spans several partitions.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Fanout {
     /// As planned: one request follows its tokens from partition to partition.
     Sequential,
     /// One request per partition, the partitions listed as the scan runs.
     Partitions,
+    /// The requests made from `ANALYZE`'s statistics: one per partition, or
+    /// per chunk between guideposts of a big one; no listing.
+    Analyzed(Box<Analyzed>),
+}
+
+/// A scan's requests planned from statistics, and what EXPLAIN says of them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Analyzed {
+    /// Every request of the scan, in key order.
+    pub requests: Vec<KeyRequest>,
+    /// Partitions read in chunks.
+    pub chunks: usize,
+    /// Analyzed partitions the requests read.
+    pub partitions: usize,
+    /// Their entities when analyzed.
+    pub entities: u64,
+    /// When the statistics were taken.
+    pub taken: chrono::DateTime<chrono::Utc>,
 }
 
 impl fmt::Display for Fanout {
@@ -38,8 +57,171 @@ impl fmt::Display for Fanout {
         match self {
             Fanout::Sequential => f.write_str("fanout=none"),
             Fanout::Partitions => f.write_str("fanout=partitions(listed)"),
+            Fanout::Analyzed(a) => {
+                if a.chunks > 0 {
+                    write!(f, "fanout=chunks({})", a.requests.len())?;
+                } else {
+                    write!(f, "fanout=partitions({})", a.requests.len())?;
+                }
+                write!(
+                    f,
+                    " estimate=[partitions={} entities={} analyzed={}]",
+                    a.partitions,
+                    a.entities,
+                    a.taken.format("%Y-%m-%dT%H:%M:%SZ")
+                )
+            }
         }
     }
+}
+
+/// The requests of a path from statistics: each request spanning partitions
+/// becomes, per analyzed partition in its range, one request (or one per
+/// chunk between the partition's guideposts within the request's rows),
+/// passed through the path's row-value bound; the others stay.
+///
+/// As with listing, the requests tile each range: a partition's request
+/// runs up to the next analyzed partition, so one created since `ANALYZE`
+/// is still read, by the request before it; where a partition is read on
+/// its own (in chunks, or narrowed or passed by under the bound), requests
+/// for the gaps around it keep the tiling whole.
+pub fn analyzed(stats: &TableStats, path: &AccessPath) -> Analyzed {
+    let mut out = Analyzed {
+        requests: Vec::new(),
+        chunks: 0,
+        partitions: 0,
+        entities: 0,
+        taken: stats.taken,
+    };
+    for request in &path.requests {
+        match request {
+            KeyRequest::Scan {
+                partitions,
+                rows,
+                at_most_one,
+            } if spans_partitions(request) => tiles(
+                stats,
+                partitions,
+                rows,
+                *at_most_one,
+                path.partition_bound.as_ref(),
+                &mut out,
+            ),
+            other => out.requests.push(other.clone()),
+        }
+    }
+    out
+}
+
+fn tiles(
+    stats: &TableStats,
+    range: &KeyRange<PartitionKey>,
+    rows: &KeyRange<RowKey>,
+    at_most_one: bool,
+    bound: Option<&PartitionBound>,
+    out: &mut Analyzed,
+) {
+    let known: Vec<&PartitionStats> = stats
+        .partitions
+        .iter()
+        .filter(|p| range.contains(&p.partition))
+        .collect();
+    let scan = |partitions, rows| KeyRequest::Scan {
+        partitions,
+        rows,
+        at_most_one,
+    };
+    if known.is_empty() {
+        out.requests.push(scan(range.clone(), rows.clone()));
+        return;
+    }
+    for (i, p) in known.iter().enumerate() {
+        let start = if i == 0 {
+            range.start.clone()
+        } else {
+            Bound::Included(p.partition.clone())
+        };
+        let end = known.get(i + 1).map_or_else(
+            || range.end.clone(),
+            |n| Bound::Excluded(n.partition.clone()),
+        );
+        let choice = bound.map_or(PartitionChoice::Whole, |b| b.choose(&p.partition));
+        let split_at: Vec<&RowKey> = p
+            .guideposts
+            .iter()
+            .filter(|g| rows.contains(g) && rows.start != Bound::Included((*g).clone()))
+            .collect();
+        if choice == PartitionChoice::Whole && (split_at.is_empty() || at_most_one) {
+            out.requests
+                .push(scan(KeyRange { start, end }, rows.clone()));
+            out.partitions += 1;
+            out.entities += estimate(p, rows);
+            continue;
+        }
+        // The partition on its own; the gaps around it, where partitions
+        // made since ANALYZE may be, read as they are.
+        let own = Bound::Included(p.partition.clone());
+        if start != own {
+            let before = KeyRange {
+                start,
+                end: Bound::Excluded(p.partition.clone()),
+            };
+            if !before.is_empty() {
+                out.requests.push(scan(before, rows.clone()));
+            }
+        }
+        let read = match choice {
+            PartitionChoice::Skip => false,
+            PartitionChoice::Rows(r) => {
+                out.requests
+                    .push(scan(KeyRange::exactly(p.partition.clone()), r));
+                true
+            }
+            PartitionChoice::Whole => {
+                let mut lower = rows.start.clone();
+                for g in split_at {
+                    let chunk = KeyRange {
+                        start: lower,
+                        end: Bound::Excluded(g.clone()),
+                    };
+                    out.requests
+                        .push(scan(KeyRange::exactly(p.partition.clone()), chunk));
+                    lower = Bound::Included(g.clone());
+                }
+                let last = KeyRange {
+                    start: lower,
+                    end: rows.end.clone(),
+                };
+                out.requests
+                    .push(scan(KeyRange::exactly(p.partition.clone()), last));
+                out.chunks += 1;
+                true
+            }
+        };
+        let after = KeyRange {
+            start: Bound::Excluded(p.partition.clone()),
+            end,
+        };
+        if !after.is_empty() {
+            out.requests.push(scan(after, rows.clone()));
+        }
+        if !read {
+            continue;
+        }
+        out.partitions += 1;
+        out.entities += estimate(p, rows);
+    }
+}
+
+/// The entities of `p` within `rows`: its share of the guideposts, or all
+/// of them where it has none.
+fn estimate(p: &PartitionStats, rows: &KeyRange<RowKey>) -> u64 {
+    if p.guideposts.is_empty() || (rows.start == Bound::Unbounded && rows.end == Bound::Unbounded) {
+        return p.entities;
+    }
+    let within = p.guideposts.iter().filter(|g| rows.contains(g)).count() as u64;
+    let chunks = p.guideposts.len() as u64 + 1;
+    (p.entities * (within + 1)).div_ceil(chunks).min(p.entities)
 }
 
 /// Whether a request reads more than one partition.
@@ -72,17 +254,18 @@ pub fn expand(
     bound: Option<PartitionBound>,
     counters: ListingCounters,
 ) -> BoxStream<'static, Result<KeyRequest>> {
+    if let Fanout::Analyzed(a) = fanout {
+        return stream::iter(a.requests.into_iter().map(Ok)).boxed();
+    }
+    let listing = fanout == Fanout::Partitions;
     let bound = bound.map(Arc::new);
     stream::iter(requests)
-        .flat_map(move |request| match (fanout, &request) {
-            (
-                Fanout::Partitions,
-                KeyRequest::Scan {
-                    partitions,
-                    rows,
-                    at_most_one,
-                },
-            ) if spans_partitions(&request) => split(
+        .flat_map(move |request| match &request {
+            KeyRequest::Scan {
+                partitions,
+                rows,
+                at_most_one,
+            } if listing && spans_partitions(&request) => split(
                 Split {
                     store: store.clone(),
                     table: table.clone(),
@@ -270,6 +453,61 @@ mod tests {
                 r#"pk="c" rk=(-inf, +inf)"#
             ]
         );
+    }
+
+    fn rk(s: &str) -> RowKey {
+        RowKey::new(s).expect("key")
+    }
+
+    #[test]
+    fn statistics_make_one_request_per_partition_or_chunk() {
+        use crate::catalog::stats::{PartitionStats, TableStats};
+        let part = |p: &str, guideposts: &[&str]| PartitionStats {
+            partition: pk(p),
+            entities: 10,
+            bytes: 100,
+            guideposts: guideposts.iter().map(|g| rk(g)).collect(),
+        };
+        let stats = TableStats {
+            taken: chrono::Utc::now(),
+            guidepost_every: 4,
+            partitions: vec![
+                part("a", &[]),
+                part("b", &["R:4", "R:8", "S:1"]),
+                part("c", &[]),
+            ],
+        };
+        let path = AccessPath {
+            kind: super::super::access::AccessKind::FullScan,
+            requests: vec![KeyRequest::Scan {
+                partitions: KeyRange::all(),
+                rows: KeyRange {
+                    start: Bound::Included(rk("R:")),
+                    end: Bound::Excluded(rk("R;")),
+                },
+                at_most_one: false,
+            }],
+            filter: None,
+            partition_bound: None,
+        };
+        let a = analyzed(&stats, &path);
+        let shown: Vec<String> = a.requests.iter().map(ToString::to_string).collect();
+        // "b" splits at its guideposts within the rows (not at "S:1"); the
+        // gaps between analyzed partitions stay covered.
+        assert_eq!(
+            shown,
+            [
+                r#"pk=(-inf, "b") rk=["R:", "R;")"#,
+                r#"pk="b" rk=["R:", "R:4")"#,
+                r#"pk="b" rk=["R:4", "R:8")"#,
+                r#"pk="b" rk=["R:8", "R;")"#,
+                r#"pk=("b", "c") rk=["R:", "R;")"#,
+                r#"pk=["c", +inf) rk=["R:", "R;")"#,
+            ]
+        );
+        assert_eq!((a.chunks, a.partitions), (1, 3));
+        // Two of b's three guideposts are in the rows: about 3/4 of it.
+        assert_eq!(a.entities, 10 + 8 + 10);
     }
 
     #[tokio::test]

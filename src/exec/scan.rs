@@ -36,6 +36,7 @@ use super::access::{AccessPath, KeyRequest};
 use super::decode::{Layout, decode};
 use super::fanout::{Fanout, ListingCounters, expand};
 use super::metrics::ExactCount;
+use crate::catalog::stats::TableStats;
 use crate::storage::{ContinuationToken, PartitionKey, Query, TableStore};
 
 /// Tuning of scans.
@@ -106,7 +107,7 @@ impl PartitionScanExec {
         let ordered = !ordering.is_empty();
         // Under a LIMIT the first pages usually answer: listing partitions
         // and starting a request in each would cost more than it saves.
-        // A row-value bound passes partitions by only when they are listed.
+        // A row-value bound passes partitions by only when they are known.
         let fanout = if options.fan_out
             && (limit.is_none() || path.partition_bound.is_some())
             && path.requests.iter().any(super::fanout::spans_partitions)
@@ -141,6 +142,15 @@ impl PartitionScanExec {
             metrics,
             counters,
         })
+    }
+
+    /// Plans the fan-out from `ANALYZE`'s statistics instead of listing
+    /// partitions as the scan runs.
+    pub fn with_stats(mut self, stats: Option<&TableStats>) -> Self {
+        if let (Fanout::Partitions, Some(stats)) = (&self.fanout, stats) {
+            self.fanout = Fanout::Analyzed(Box::new(super::fanout::analyzed(stats, &self.path)));
+        }
+        self
     }
 
     /// Rows in request (key) order even where no ordering is declared:
@@ -391,7 +401,7 @@ impl ExecutionPlan for PartitionScanExec {
             self.store.clone(),
             self.layout.table.clone(),
             self.path.requests.clone(),
-            self.fanout,
+            self.fanout.clone(),
             self.path.partition_bound.clone(),
             ListingCounters {
                 requests: counters.listing_requests.clone(),

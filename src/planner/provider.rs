@@ -20,6 +20,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::FilterExec;
 
 use super::pushdown::push_down;
+use crate::catalog::stats::StatsCache;
 use crate::exec::access::AccessPath;
 use crate::exec::decode::Source;
 use crate::exec::{DmlExec, DmlOp, ExecError, Layout, PartitionScanExec, ScanOptions};
@@ -32,6 +33,7 @@ pub struct StoreTable {
     layout: Arc<Layout>,
     options: ScanOptions,
     pushdown: bool,
+    stats: Arc<StatsCache>,
 }
 
 impl StoreTable {
@@ -42,7 +44,14 @@ impl StoreTable {
             layout: Arc::new(layout),
             options,
             pushdown: true,
+            stats: Arc::default(),
         }
+    }
+
+    /// Plans fan-outs from the statistics in `stats` where its table has them.
+    pub fn with_stats(mut self, stats: Arc<StatsCache>) -> Self {
+        self.stats = stats;
+        self
     }
 
     /// Turns key pushdown off: every scan reads the whole table and DataFusion
@@ -114,6 +123,7 @@ impl StoreTable {
             ordering,
             self.options,
         )?
+        .with_stats(self.stats.get(&self.layout.table).as_deref())
         .in_key_order())
     }
 
@@ -128,15 +138,18 @@ impl StoreTable {
             None => (0..self.layout.schema.fields().len()).collect(),
         };
         let ordering = key_ordering(&self.layout, &path, &projection);
-        Ok(Arc::new(PartitionScanExec::new(
-            self.store.clone(),
-            self.layout.clone(),
-            path,
-            projection,
-            limit,
-            ordering,
-            self.options,
-        )?))
+        Ok(Arc::new(
+            PartitionScanExec::new(
+                self.store.clone(),
+                self.layout.clone(),
+                path,
+                projection,
+                limit,
+                ordering,
+                self.options,
+            )?
+            .with_stats(self.stats.get(&self.layout.table).as_deref()),
+        ))
     }
 
     fn plan(&self, filters: &[Expr]) -> super::pushdown::Pushdown {

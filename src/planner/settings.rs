@@ -6,7 +6,9 @@
 //!   returns one page (see `page`), and the token of the next;
 //! - `page_token`: the token the next paged query resumes from (taken by it);
 //! - `next_page_token`: read-only, the token of the page after the last one,
-//!   empty when it was the last.
+//!   empty when it was the last;
+//! - `guidepost_every`: entities between the guideposts `ANALYZE` records
+//!   (1000 by default, a page of the service's).
 
 use datafusion::common::config::{
     ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit,
@@ -16,7 +18,7 @@ use datafusion::error::{DataFusionError, Result};
 use super::policy::ScanPolicy;
 
 /// The settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct TablesqlConfig {
     /// `tablesql.scan_policy`.
     pub scan_policy: ScanPolicy,
@@ -26,14 +28,41 @@ pub struct TablesqlConfig {
     pub page_token: String,
     /// `tablesql.next_page_token`, set by a paged query.
     pub next_page_token: String,
+    /// `tablesql.guidepost_every`.
+    pub guidepost_every: u64,
+}
+
+impl Default for TablesqlConfig {
+    fn default() -> Self {
+        Self {
+            scan_policy: ScanPolicy::default(),
+            page_size: 0,
+            page_token: String::new(),
+            next_page_token: String::new(),
+            guidepost_every: 1000,
+        }
+    }
+}
+
+impl TablesqlConfig {
+    /// A session's settings (the defaults if it has none).
+    pub fn of(config: &datafusion::prelude::SessionConfig) -> Self {
+        config
+            .options()
+            .extensions
+            .get::<Self>()
+            .cloned()
+            .unwrap_or_default()
+    }
 }
 
 const SCAN_POLICY: &str = "scan_policy";
 const PAGE_SIZE: &str = "page_size";
 const PAGE_TOKEN: &str = "page_token";
 const NEXT_PAGE_TOKEN: &str = "next_page_token";
+const GUIDEPOST_EVERY: &str = "guidepost_every";
 
-const DOCS: [(&str, &str); 4] = [
+const DOCS: [(&str, &str); 5] = [
     (
         SCAN_POLICY,
         "What a statement reading every partition of a table gets: allow, warn or deny",
@@ -47,6 +76,10 @@ const DOCS: [(&str, &str); 4] = [
         NEXT_PAGE_TOKEN,
         "The token of the page after the last paged query's (read-only; empty after the last page)",
     ),
+    (
+        GUIDEPOST_EVERY,
+        "Entities between the guideposts ANALYZE records, which split big partitions into chunks",
+    ),
 ];
 
 impl TablesqlConfig {
@@ -55,6 +88,7 @@ impl TablesqlConfig {
             SCAN_POLICY => self.scan_policy.to_string(),
             PAGE_SIZE => self.page_size.to_string(),
             PAGE_TOKEN => self.page_token.clone(),
+            GUIDEPOST_EVERY => self.guidepost_every.to_string(),
             _ => self.next_page_token.clone(),
         }
     }
@@ -88,6 +122,18 @@ impl ExtensionOptions for TablesqlConfig {
                 })?;
             }
             PAGE_TOKEN => self.page_token = value.trim().to_owned(),
+            GUIDEPOST_EVERY => {
+                self.guidepost_every = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .ok_or_else(|| {
+                        DataFusionError::Configuration(format!(
+                            "tablesql.guidepost_every is a number of entities above 0, not {value:?}"
+                        ))
+                    })?;
+            }
             NEXT_PAGE_TOKEN => {
                 return Err(DataFusionError::Configuration(
                     "tablesql.next_page_token is read-only: resume with SET tablesql.page_token"

@@ -25,6 +25,7 @@ use super::sqlstate::{
     ACTIVE_TRANSACTION, DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME,
     INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, engine_error, error,
 };
+use crate::planner::settings::TablesqlConfig;
 
 /// Session parameters, as `SET` leaves them and `SHOW` reads them.
 #[derive(Debug)]
@@ -240,7 +241,7 @@ pub fn show_tablesql(
     let entries = state
         .config_options()
         .extensions
-        .get::<crate::planner::settings::TablesqlConfig>()
+        .get::<TablesqlConfig>()
         .map(|c| datafusion::config::ExtensionOptions::entries(c))
         .unwrap_or_default();
     Some(match entries.iter().find(|e| e.key == name) {
@@ -462,6 +463,7 @@ pub async fn ddl(
             object_type: ObjectType::Table,
             ..
         } => "DROP TABLE",
+        Statement::Analyze(_) => "ANALYZE",
         other => return Err(not_supported(other)),
     };
     if in_transaction {
@@ -471,6 +473,16 @@ pub async fn ddl(
                 "{tag} cannot run inside a transaction block: the store cannot roll catalog changes back"
             ),
         ));
+    }
+    if let Statement::Analyze(analyze) = statement {
+        // The session's own guidepost step, not the engine's.
+        let every = TablesqlConfig::of(planner.ctx.state().config()).guidepost_every;
+        let outcome = planner
+            .engine
+            .analyze_statement(analyze, every)
+            .await
+            .map_err(|e| engine_error(&e))?;
+        return Ok((Response::Execution(Tag::new(tag)), outcome.notices));
     }
     match planner.engine.catalog_ddl(statement).await {
         Ok(Some(outcome)) => Ok((Response::Execution(Tag::new(tag)), outcome.notices)),

@@ -244,7 +244,7 @@ impl Session {
                 client.portal_store().rm_statement(&name.value);
                 Ok(Response::Execution(Tag::new("DEALLOCATE")))
             }
-            Statement::CreateTable(_) | Statement::Drop { .. } => {
+            Statement::CreateTable(_) | Statement::Drop { .. } | Statement::Analyze(_) => {
                 let in_tx = !matches!(status, TransactionStatus::Idle);
                 let (response, notices) = command::ddl(&self.planner, statement, in_tx).await?;
                 self.send_notices(client, notices).await?;

@@ -223,3 +223,32 @@ fn correlated_subqueries_in_the_cli() -> TestResult {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch"));
     Ok(())
 }
+
+/// `tablesql analyze` records statistics that a query in another process
+/// plans with; a table that does not exist is named.
+#[test]
+fn analyze_in_the_cli() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    stdout_of(tablesql(dir.path()).args(["demo", "--rows", "2000"]))?;
+    let said = stdout_of(tablesql(dir.path()).args([
+        "analyze",
+        "registrations",
+        "--guidepost-every",
+        "100",
+    ]))?;
+    assert!(
+        said.starts_with("analyzed registrations: 12 partitions, 4000 entities"),
+        "{said}"
+    );
+    let plan = stdout_of(tablesql(dir.path()).args([
+        "--scan-policy",
+        "allow",
+        "query",
+        "EXPLAIN SELECT count(*) FROM registrations",
+    ]))?;
+    assert!(plan.contains("fanout=chunks("), "{plan}");
+    let out = tablesql(dir.path()).args(["analyze", "nosuch"]).output()?;
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch"));
+    Ok(())
+}

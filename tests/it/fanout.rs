@@ -56,11 +56,16 @@ pub(crate) async fn setup(
         .await
         .unwrap();
     engine.collect(&ddl).await.unwrap();
+    insert(store, storage_table, shape, rows).await;
+    name
+}
+
+/// Writes rows (a primary key written before stays as it was).
+async fn insert(store: &Arc<dyn TableStore>, storage_table: &str, shape: usize, rows: &[Row]) {
     let table = TableName::new(storage_table).unwrap();
     for e in entities(shape, rows) {
         let _ = store.execute(&table, WriteOp::Insert(e)).await;
     }
-    name
 }
 
 async fn check(
@@ -72,6 +77,43 @@ async fn check(
     width: usize,
 ) -> Result<(), TestCaseError> {
     let name = setup(&store, storage_table, shape, rows).await;
+    compare(store, &name, pred, width).await
+}
+
+/// As `check`, with the fan-out planned from statistics (`ANALYZE` with a
+/// guidepost every `every` entities) taken when half the rows were written:
+/// the partitions and rows written since are read all the same.
+async fn check_analyzed(
+    store: Arc<dyn TableStore>,
+    storage_table: &str,
+    shape: usize,
+    rows: &[Row],
+    pred: &str,
+    width: usize,
+    every: u64,
+) -> Result<(), TestCaseError> {
+    let half = rows.len() / 2;
+    let name = setup(&store, storage_table, shape, &rows[..half]).await;
+    let engine = Engine::with_store(store.clone(), options(true, width))
+        .await
+        .unwrap();
+    engine.analyze(&name, every).await.unwrap();
+    insert(&store, storage_table, shape, &rows[half..]).await;
+    // A new engine plans with the statistics in the store.
+    let fresh = Engine::with_store(store.clone(), options(true, width))
+        .await
+        .unwrap();
+    let plan = answer(&fresh, &format!("EXPLAIN SELECT count(*) FROM {name}")).await;
+    prop_assert!(plan.contains(" estimate=[partitions="), "{}", plan);
+    compare(store, &name, pred, width).await
+}
+
+async fn compare(
+    store: Arc<dyn TableStore>,
+    name: &str,
+    pred: &str,
+    width: usize,
+) -> Result<(), TestCaseError> {
     let fanned = Engine::with_store(store.clone(), options(true, width))
         .await
         .unwrap();
@@ -224,6 +266,35 @@ fn keyset_case() -> impl Strategy<Value = (usize, Vec<Row>, String, usize, usize
 }
 
 proptest! {
+    #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+    #[test]
+    fn analyzed_scans_return_the_sequential_rows_memory(
+        (shape, rows, pred, width, budget) in case(), every in 1u64..6
+    ) {
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new().with_scan_budget(budget));
+        run(check_analyzed(store, "Things", shape, &rows, &pred, width, every))?;
+    }
+
+    #[test]
+    fn analyzed_scans_return_the_sequential_rows_embedded(
+        (shape, rows, pred, width, budget) in case(), every in 1u64..6
+    ) {
+        let store: Arc<dyn TableStore> =
+            Arc::new(EmbeddedStore::in_memory().unwrap().with_scan_budget(budget));
+        run(check_analyzed(store, "Things", shape, &rows, &pred, width, every))?;
+    }
+
+    #[test]
+    fn analyzed_keyset_bounds_return_the_sequential_rows_memory(
+        (shape, rows, pred, width, budget) in keyset_case(), every in 1u64..6
+    ) {
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new().with_scan_budget(budget));
+        run(check_analyzed(store, "Things", shape, &rows, &pred, width, every))?;
+    }
+}
+
+proptest! {
     // Cheap cases, and the bound's edges (a tie on the leading fields, a
     // strict comparison) need many to meet.
     #![proptest_config(ProptestConfig { cases: 160, ..ProptestConfig::default() })]
@@ -255,6 +326,14 @@ proptest! {
 
 proptest! {
     #![proptest_config(ProptestConfig { cases: 6, ..ProptestConfig::default() })]
+
+    #[test]
+    fn analyzed_scans_return_the_sequential_rows_azurite(
+        (shape, rows, pred, width, budget) in case(), every in 1u64..6
+    ) {
+        let (store, name) = azurite_case("Analyzed", budget)?;
+        run(check_analyzed(store, &name, shape, &rows, &pred, width, every))?;
+    }
 
     #[test]
     fn keyset_bounds_return_the_sequential_rows_azurite((shape, rows, pred, width, budget) in keyset_case()) {

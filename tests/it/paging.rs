@@ -43,17 +43,18 @@ fn lines(batches: &[RecordBatch]) -> Vec<String> {
 async fn check(
     store: Arc<dyn TableStore>,
     storage_table: &str,
-    shape: usize,
-    rows: &[Row],
-    pred: &str,
-    width: usize,
-    sizes: &[usize],
+    case: Case,
 ) -> Result<(), TestCaseError> {
-    let name = setup(&store, storage_table, shape, rows).await;
+    let ((shape, rows, pred, width, _), sizes, analyze) = case;
+    let name = setup(&store, storage_table, shape, &rows).await;
     let sql = format!("SELECT a, b, c, d, v, w FROM {name} WHERE {pred}");
     let whole = Engine::with_store(store.clone(), options(false, 1))
         .await
         .unwrap();
+    // Pages fanned out by statistics: chunks of partitions between guideposts.
+    if let Some(every) = analyze {
+        whole.analyze(&name, every).await.unwrap();
+    }
     let want = lines(&whole.collect(&sql).await.unwrap());
     let mut got = Vec::new();
     let mut token: Option<String> = None;
@@ -92,11 +93,19 @@ async fn check(
     Ok(())
 }
 
-/// The fan-out test's cases, with the page sizes to cycle through.
-fn case() -> impl Strategy<Value = ((usize, Vec<Row>, String, usize, usize), Vec<usize>)> {
+/// The fan-out test's cases, with the page sizes to cycle through, and
+/// the guidepost step of an ANALYZE before paging, if any.
+type Case = (
+    (usize, Vec<Row>, String, usize, usize),
+    Vec<usize>,
+    Option<u64>,
+);
+
+fn case() -> impl Strategy<Value = Case> {
     (
         crate::fanout::case(),
         prop::collection::vec(1usize..8, 1..4),
+        prop::option::of(1u64..6),
     )
 }
 
@@ -105,19 +114,19 @@ proptest! {
 
     #[test]
     fn pages_resumed_in_new_engines_return_every_row_once_memory(
-        ((shape, rows, pred, width, budget), sizes) in case()
+        case in case()
     ) {
-        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new().with_scan_budget(budget));
-        run(check(store, "Things", shape, &rows, &pred, width, &sizes))?;
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new().with_scan_budget(case.0.4));
+        run(check(store, "Things", case))?;
     }
 
     #[test]
     fn pages_resumed_in_new_engines_return_every_row_once_embedded(
-        ((shape, rows, pred, width, budget), sizes) in case()
+        case in case()
     ) {
         let store: Arc<dyn TableStore> =
-            Arc::new(EmbeddedStore::in_memory().unwrap().with_scan_budget(budget));
-        run(check(store, "Things", shape, &rows, &pred, width, &sizes))?;
+            Arc::new(EmbeddedStore::in_memory().unwrap().with_scan_budget(case.0.4));
+        run(check(store, "Things", case))?;
     }
 }
 
@@ -126,10 +135,10 @@ proptest! {
 
     #[test]
     fn pages_resumed_in_new_engines_return_every_row_once_azurite(
-        ((shape, rows, pred, width, budget), sizes) in case()
+        case in case()
     ) {
-        let (store, name) = azurite_case("Pages", budget)?;
-        run(check(store, &name, shape, &rows, &pred, width, &sizes))?;
+        let (store, name) = azurite_case("Pages", case.0.4)?;
+        run(check(store, &name, case))?;
     }
 }
 

@@ -1449,3 +1449,41 @@ fn token_paging_in_psql() -> TestResult {
     }
     Ok(())
 }
+
+/// `ANALYZE` over the wire: its tag, its notice, and the plans after it.
+#[test]
+fn analyze_in_psql() -> TestResult {
+    let server = serve(1000, &[])?;
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "SET tablesql.guidepost_every = 50",
+            "-c",
+            "ANALYZE registrations",
+            "-c",
+            "SET tablesql.scan_policy = allow",
+            "-c",
+            "EXPLAIN SELECT count(*) FROM registrations",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("ANALYZE"), "{shown}");
+    assert!(
+        shown.contains("NOTICE:  analyzed registrations: 12 partitions, 2000 entities"),
+        "{shown}"
+    );
+    assert!(shown.contains("fanout=chunks("), "{shown}");
+    assert!(
+        shown.contains("estimate=[partitions=12 entities="),
+        "{shown}"
+    );
+    let out = server.psql("", &["-v", "VERBOSITY=verbose", "-c", "ANALYZE nosuch"])?;
+    assert!(
+        text(&out).contains("ERROR:  42P01: table nosuch is not in the catalog"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}

@@ -419,3 +419,61 @@ async fn sql_over_azurite_matches_the_embedded_store() -> TestResult {
     assert_eq!(metric(&plan, "entities_returned"), Some(1), "{plan}");
     Ok(())
 }
+
+/// `ANALYZE` records per-partition statistics in the store: a new engine
+/// over the store plans its fan-out from them (no listing, big partitions in
+/// chunks at their guideposts), EXPLAIN says so with the estimate, and the
+/// rows are the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn analyze_plans_fan_outs_from_statistics() -> TestResult {
+    let engine = demo_engine(3000).await;
+    engine.collect("SET tablesql.scan_policy = 'allow'").await?;
+    let count = "SELECT count(*) FROM registrations";
+    let before = analyze(&engine, count).await?;
+    assert!(before.contains("fanout=partitions(listed)"), "{before}");
+    assert!(
+        metric(&before, "listing_requests").is_some_and(|n| n > 0),
+        "{before}"
+    );
+
+    engine.collect("SET tablesql.guidepost_every = 100").await?;
+    engine.collect("ANALYZE registrations").await?;
+    let notices = engine.take_notices();
+    assert!(
+        notices
+            .iter()
+            .any(|n| n.starts_with("analyzed registrations: 12 partitions, 6000 entities")),
+        "{notices:?}"
+    );
+
+    // Another engine over the same store: the statistics are the store's.
+    let again = Engine::with_store(engine.store().clone(), EngineOptions::default()).await?;
+    again.collect("SET tablesql.scan_policy = 'allow'").await?;
+    let after = analyze(&again, count).await?;
+    assert!(after.contains("fanout=chunks("), "{after}");
+    assert!(
+        after.contains("estimate=[partitions=12 entities="),
+        "{after}"
+    );
+    assert_eq!(metric(&after, "listing_requests"), Some(0), "{after}");
+    assert!(
+        metric(&after, "requests").is_some_and(|n| n > 12 * 2),
+        "{after}"
+    );
+    assert_eq!(single_i64(&again.collect(count).await?), 3000);
+    // A row range in every partition chunks too, and a partition range only
+    // reads the analyzed partitions in it.
+    let bib = analyze(&again, "SELECT name FROM registrations WHERE bib = 77").await?;
+    assert!(bib.contains("fanout=partitions(12)"), "{bib}");
+    let rows = again
+        .collect("SELECT count(*) FROM registrations WHERE event LIKE '2013%'")
+        .await?;
+    let want = engine
+        .collect("SELECT count(*) FROM registrations WHERE event LIKE '2013%'")
+        .await?;
+    assert_eq!(single_i64(&rows), single_i64(&want));
+    // Unknown tables are named.
+    let e = again.collect("ANALYZE nosuch").await.unwrap_err();
+    assert!(e.to_string().contains("nosuch"), "{e}");
+    Ok(())
+}

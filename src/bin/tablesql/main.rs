@@ -85,6 +85,16 @@ enum Command {
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<std::path::PathBuf>,
     },
+    /// Record a table's per-partition statistics (entities, bytes, guideposts)
+    /// in the store, as SQL's `ANALYZE`: scans then fan out by them, one
+    /// request per partition or per chunk of a big one.
+    Analyze {
+        /// The table (its SQL name, or a storage table's).
+        table: String,
+        /// Entities between guideposts.
+        #[arg(long, default_value_t = 1000)]
+        guidepost_every: u64,
+    },
     /// Print raw entities in key order.
     Scan {
         /// The table.
@@ -141,6 +151,26 @@ async fn main() -> anyhow::Result<()> {
             output::print_stream(stream?, format).await
         }
         Command::Shell { file, format } => shell(store, options, file, format).await,
+        Command::Analyze {
+            table,
+            guidepost_every,
+        } => {
+            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            let stats = engine.analyze(&table, guidepost_every).await?;
+            println!(
+                "analyzed {table}: {} partitions, {} entities, {} bytes, {} guideposts, at {}",
+                stats.partitions.len(),
+                stats.entities(),
+                stats.partitions.iter().map(|p| p.bytes).sum::<u64>(),
+                stats
+                    .partitions
+                    .iter()
+                    .map(|p| p.guideposts.len())
+                    .sum::<usize>(),
+                stats.taken.format("%Y-%m-%dT%H:%M:%SZ"),
+            );
+            Ok(())
+        }
         Command::Serve {
             listen,
             users_file,

@@ -1,0 +1,225 @@
+//! Per-partition statistics, as `ANALYZE` takes them, kept in the store
+//! beside the catalog so that every engine over the store plans with them:
+//! per partition its entity count, approximate bytes (the service's size
+//! formula) and guideposts, the RowKey of every Nth entity, which split a
+//! big partition into chunks of about N entities each (Phoenix's
+//! guideposts). Statistics say when they were taken; they describe the
+//! partitions then, and a scan planned from them still reads partitions
+//! created since (see `exec::fanout`).
+//!
+//! In `TablesqlCatalog`: one summary entity per storage table (partition
+//! `stats`, RowKey the table's name) and one entity per partition
+//! (partition `stats:<table>`, RowKey the PartitionKey, which keys may hold
+//! as RowKeys), guideposts joined by a newline (which no key holds).
+
+use std::collections::HashMap;
+use std::sync::{Arc, RwLock};
+
+use chrono::{DateTime, Utc};
+
+use super::CatalogError;
+use super::persist::table;
+use crate::storage::{
+    EdmValue, Entity, IfMatch, PartitionKey, Query, RowKey, StorageError, TableName, TableStore,
+    WriteOp,
+};
+
+const SUMMARIES: &str = "stats";
+const FORMAT_VERSION: i32 = 1;
+/// Most guideposts kept per partition: they share one string property,
+/// which holds at most 64 KiB.
+pub const MAX_GUIDEPOSTS: usize = 400;
+
+/// Statistics of one storage table.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TableStats {
+    /// When they were taken.
+    pub taken: DateTime<Utc>,
+    /// Entities between guideposts, as asked.
+    pub guidepost_every: u64,
+    /// The partitions, in key order.
+    pub partitions: Vec<PartitionStats>,
+}
+
+/// Statistics of one partition.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartitionStats {
+    /// Its key.
+    pub partition: PartitionKey,
+    /// Entities, index rows included.
+    pub entities: u64,
+    /// Their size by the service's formula.
+    pub bytes: u64,
+    /// RowKeys that split the partition into chunks of about equal size, ascending.
+    pub guideposts: Vec<RowKey>,
+}
+
+/// The statistics an engine plans with, by storage table, shared by its
+/// tables: loaded when the engine opens, replaced by `ANALYZE`.
+#[derive(Debug, Default)]
+pub struct StatsCache(RwLock<HashMap<TableName, Arc<TableStats>>>);
+
+impl StatsCache {
+    /// A table's statistics, if it was analyzed.
+    pub fn get(&self, table: &TableName) -> Option<Arc<TableStats>> {
+        self.0.read().ok()?.get(table).cloned()
+    }
+
+    /// Sets a table's statistics.
+    pub fn set(&self, table: TableName, stats: TableStats) {
+        if let Ok(mut m) = self.0.write() {
+            m.insert(table, Arc::new(stats));
+        }
+    }
+
+    /// Replaces them all.
+    pub fn replace_all(&self, all: Vec<(TableName, TableStats)>) {
+        if let Ok(mut m) = self.0.write() {
+            *m = all.into_iter().map(|(t, s)| (t, Arc::new(s))).collect();
+        }
+    }
+}
+
+impl TableStats {
+    /// Entities in all partitions.
+    pub fn entities(&self) -> u64 {
+        self.partitions.iter().map(|p| p.entities).sum()
+    }
+}
+
+fn pk(s: &str) -> Result<PartitionKey, CatalogError> {
+    Ok(PartitionKey::new(s).map_err(StorageError::from)?)
+}
+
+fn rk(s: &str) -> Result<RowKey, CatalogError> {
+    Ok(RowKey::new(s).map_err(StorageError::from)?)
+}
+
+fn partition_of(storage_table: &TableName) -> Result<PartitionKey, CatalogError> {
+    pk(&format!("{SUMMARIES}:{}", storage_table.as_str()))
+}
+
+/// Stores a table's statistics in place of any before: the partitions'
+/// first (in entity group transactions of 100), then the summary, which
+/// readers go by.
+pub async fn save(
+    store: &dyn TableStore,
+    storage_table: &TableName,
+    stats: &TableStats,
+) -> Result<(), CatalogError> {
+    let catalog = table()?;
+    match store.create_table(&catalog).await {
+        Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let partition = partition_of(storage_table)?;
+    let old = store
+        .query_all(
+            &catalog,
+            &Query::partition(partition.clone()).select(Vec::<String>::new()),
+        )
+        .await?;
+    let mut ops = Vec::with_capacity(stats.partitions.len());
+    for p in &stats.partitions {
+        let guideposts: Vec<&str> = p.guideposts.iter().map(RowKey::as_str).collect();
+        let entity = Entity::new(partition.clone(), rk(p.partition.as_str())?)
+            .with("entities", EdmValue::Int64(p.entities as i64))
+            .with("bytes", EdmValue::Int64(p.bytes as i64))
+            .with("guideposts", EdmValue::String(guideposts.join("\n")));
+        ops.push(WriteOp::InsertOrReplace(entity));
+    }
+    for e in old {
+        if !stats
+            .partitions
+            .iter()
+            .any(|p| p.partition.as_str() == e.row_key().as_str())
+        {
+            ops.push(WriteOp::Delete {
+                partition_key: partition.clone(),
+                row_key: e.row_key().clone(),
+                if_match: IfMatch::Any,
+            });
+        }
+    }
+    while !ops.is_empty() {
+        let rest = ops.split_off(ops.len().min(crate::storage::write::MAX_BATCH_OPERATIONS));
+        store
+            .execute_batch(&catalog, std::mem::replace(&mut ops, rest))
+            .await?;
+    }
+    let summary = Entity::new(pk(SUMMARIES)?, rk(storage_table.as_str())?)
+        .with("format_version", EdmValue::Int32(FORMAT_VERSION))
+        .with("taken", EdmValue::DateTime(stats.taken))
+        .with(
+            "guidepost_every",
+            EdmValue::Int64(stats.guidepost_every as i64),
+        )
+        .with("partitions", EdmValue::Int64(stats.partitions.len() as i64));
+    store
+        .execute(&catalog, WriteOp::InsertOrReplace(summary))
+        .await?;
+    Ok(())
+}
+
+/// The statistics of every analyzed storage table.
+pub async fn load_all(
+    store: &dyn TableStore,
+) -> Result<Vec<(TableName, TableStats)>, CatalogError> {
+    let catalog = table()?;
+    let summaries = match store
+        .query_all(&catalog, &Query::partition(pk(SUMMARIES)?))
+        .await
+    {
+        Ok(s) => s,
+        Err(StorageError::TableNotFound(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    let mut out = Vec::with_capacity(summaries.len());
+    for s in summaries {
+        let name = s.row_key().as_str().to_owned();
+        let bad = |why: &str| CatalogError::Definition(format!("statistics of {name}: {why}"));
+        if s.get("format_version") != Some(&EdmValue::Int32(FORMAT_VERSION)) {
+            return Err(bad("unknown format version"));
+        }
+        let (Some(EdmValue::DateTime(taken)), Some(EdmValue::Int64(every))) =
+            (s.get("taken"), s.get("guidepost_every"))
+        else {
+            return Err(bad("no time or guidepost step"));
+        };
+        let storage_table = TableName::new(&name).map_err(StorageError::from)?;
+        let rows = store
+            .query_all(&catalog, &Query::partition(partition_of(&storage_table)?))
+            .await?;
+        let mut partitions = Vec::with_capacity(rows.len());
+        for r in rows {
+            let (Some(EdmValue::Int64(entities)), Some(EdmValue::Int64(bytes))) =
+                (r.get("entities"), r.get("bytes"))
+            else {
+                return Err(bad("a partition without counts"));
+            };
+            let guideposts = match r.get("guideposts") {
+                Some(EdmValue::String(g)) if !g.is_empty() => g
+                    .split('\n')
+                    .map(|k| RowKey::from_stored(k.to_owned()))
+                    .collect(),
+                _ => Vec::new(),
+            };
+            partitions.push(PartitionStats {
+                partition: PartitionKey::from_stored(r.row_key().as_str().to_owned()),
+                entities: *entities as u64,
+                bytes: *bytes as u64,
+                guideposts,
+            });
+        }
+        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
+        out.push((
+            storage_table,
+            TableStats {
+                taken: *taken,
+                guidepost_every: *every as u64,
+                partitions,
+            },
+        ));
+    }
+    Ok(out)
+}

@@ -1,0 +1,93 @@
+//! `ANALYZE`: reads a storage table once, partition by partition (several at
+//! a time), and counts what `catalog::stats` keeps: entities, bytes and a
+//! guidepost every `every` entities.
+
+use std::sync::Arc;
+
+use chrono::Utc;
+use futures::stream::{self, StreamExt, TryStreamExt};
+
+use crate::catalog::stats::{MAX_GUIDEPOSTS, PartitionStats, TableStats};
+use crate::storage::{
+    ContinuationToken, KeyRange, PartitionKey, Query, Result, TableName, TableStore,
+};
+
+/// The statistics of `table` now, reading `width` partitions at a time.
+pub async fn analyze(
+    store: &Arc<dyn TableStore>,
+    table: &TableName,
+    every: u64,
+    width: usize,
+) -> Result<TableStats> {
+    let every = every.max(1);
+    let taken = Utc::now();
+    let mut keys = Vec::new();
+    let mut after: Option<PartitionKey> = None;
+    loop {
+        let page = store
+            .partitions(table, &KeyRange::all(), after.as_ref())
+            .await?;
+        keys.extend(page.partitions);
+        match page.after {
+            Some(a) => after = Some(a),
+            None => break,
+        }
+    }
+    let partitions = stream::iter(keys)
+        .map(|pk| partition(store, table, pk, every))
+        .buffered(width.max(1))
+        .try_filter(|p| futures::future::ready(p.entities > 0))
+        .try_collect()
+        .await?;
+    Ok(TableStats {
+        taken,
+        guidepost_every: every,
+        partitions,
+    })
+}
+
+/// One partition's statistics: a guidepost at every `every`th entity, the
+/// step doubled (every other guidepost dropped) whenever they pass the most
+/// a partition keeps.
+async fn partition(
+    store: &Arc<dyn TableStore>,
+    table: &TableName,
+    pk: PartitionKey,
+    every: u64,
+) -> Result<PartitionStats> {
+    let query = Query::partition(pk.clone());
+    let mut stats = PartitionStats {
+        partition: pk,
+        entities: 0,
+        bytes: 0,
+        guideposts: Vec::new(),
+    };
+    let mut step = every;
+    let mut token: Option<ContinuationToken> = None;
+    loop {
+        let page = store.query(table, &query, token.as_ref()).await?;
+        for e in &page.entities {
+            if stats.entities > 0 && stats.entities.is_multiple_of(step) {
+                stats.guideposts.push(e.row_key().clone());
+                if stats.guideposts.len() > MAX_GUIDEPOSTS {
+                    step *= 2;
+                    let kept = stats
+                        .guideposts
+                        .iter()
+                        .skip(1)
+                        .step_by(2)
+                        .cloned()
+                        .collect();
+                    stats.guideposts = kept;
+                }
+            }
+            stats.entities += 1;
+            stats.bytes += e.entity.stored_size() as u64;
+        }
+        match page.continuation {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    Ok(stats)
+}
