@@ -2,7 +2,9 @@
 //! rows each (one full page) and of 100, over a store wrapper that adds 10 ms
 //! to every request (a stand-in for a remote service's round trip), at 1 and
 //! at 16 requests in flight, and with fan-out off (one chain of pages through
-//! the whole table, as before it).
+//! the whole table, as before it); and the same over a copy of each table
+//! that `ANALYZE` has seen, whose fan-out is planned from its statistics
+//! (no listing request).
 //!
 //! Run with `cargo bench --bench fanout`.
 
@@ -93,8 +95,8 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         .expect("runtime");
     let inner = MemoryStore::new();
     rt.block_on(async {
-        for size in SIZES {
-            let t = TableName::new(format!("Readings{size}")).expect("name");
+        for (prefix, size) in SIZES.iter().flat_map(|s| [("Readings", *s), ("Analyzed", *s)]) {
+            let t = TableName::new(format!("{prefix}{size}")).expect("name");
             inner.create_table(&t).await.expect("create");
             for p in 0..PARTITIONS {
                 let rows: Vec<WriteOp> = (0..size)
@@ -118,13 +120,22 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         let engine = Engine::with_store(store.clone(), EngineOptions::default())
             .await
             .expect("engine");
-        for size in SIZES {
+        for (prefix, size) in SIZES.iter().flat_map(|s| [("Readings", *s), ("Analyzed", *s)]) {
+            let name = prefix.to_lowercase();
             let ddl = format!(
-                "CREATE TABLE readings{size} (site TEXT NOT NULL, seq INT NOT NULL, v INT, \
-                 PRIMARY KEY (site, seq)) WITH (storage_table = 'Readings{size}', \
+                "CREATE TABLE {name}{size} (site TEXT NOT NULL, seq INT NOT NULL, v INT, \
+                 PRIMARY KEY (site, seq)) WITH (storage_table = '{prefix}{size}', \
                  partition_key = '{{site}}', row_key = '{{seq:06}}')"
             );
             engine.collect(&ddl).await.expect("create table");
+        }
+        // Guideposts every 1,000 entities: no partition is split, so the
+        // analyzed plans differ from the listed ones only in the listing.
+        for size in SIZES {
+            engine
+                .analyze(&format!("analyzed{size}"), 1000)
+                .await
+                .expect("analyze");
         }
     });
     Fixture { rt, store }
@@ -147,7 +158,11 @@ fn engine(max_in_flight: usize, fan_out: bool) -> Engine {
 }
 
 fn count(bencher: Bencher, engine: Engine, size: usize) {
-    let sql = format!("SELECT count(*) FROM readings{size}");
+    count_of(bencher, engine, "readings", size);
+}
+
+fn count_of(bencher: Bencher, engine: Engine, table: &str, size: usize) {
+    let sql = format!("SELECT count(*) FROM {table}{size}");
     bencher.bench_local(|| {
         FIXTURE.rt.block_on(async {
             let batches = engine.collect(&sql).await.expect("count");
@@ -178,4 +193,16 @@ fn count_fanout_in_flight_1(bencher: Bencher, size: usize) {
 #[divan::bench(args = SIZES, sample_count = 5, sample_size = 1)]
 fn count_fanout_in_flight_16(bencher: Bencher, size: usize) {
     count(bencher, engine(16, true), size);
+}
+
+/// Planned from statistics: one request per partition, one at a time.
+#[divan::bench(args = SIZES, sample_count = 5, sample_size = 1)]
+fn count_analyzed_in_flight_1(bencher: Bencher, size: usize) {
+    count_of(bencher, engine(1, true), "analyzed", size);
+}
+
+/// Planned from statistics: one request per partition, 16 at a time.
+#[divan::bench(args = SIZES, sample_count = 5, sample_size = 1)]
+fn count_analyzed_in_flight_16(bencher: Bencher, size: usize) {
+    count_of(bencher, engine(16, true), "analyzed", size);
 }
