@@ -95,7 +95,10 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         .expect("runtime");
     let inner = MemoryStore::new();
     rt.block_on(async {
-        for (prefix, size) in SIZES.iter().flat_map(|s| [("Readings", *s), ("Analyzed", *s)]) {
+        for (prefix, size) in SIZES
+            .iter()
+            .flat_map(|s| [("Readings", *s), ("Analyzed", *s)])
+        {
             let t = TableName::new(format!("{prefix}{size}")).expect("name");
             inner.create_table(&t).await.expect("create");
             for p in 0..PARTITIONS {
@@ -120,7 +123,10 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         let engine = Engine::with_store(store.clone(), EngineOptions::default())
             .await
             .expect("engine");
-        for (prefix, size) in SIZES.iter().flat_map(|s| [("Readings", *s), ("Analyzed", *s)]) {
+        for (prefix, size) in SIZES
+            .iter()
+            .flat_map(|s| [("Readings", *s), ("Analyzed", *s)])
+        {
             let name = prefix.to_lowercase();
             let ddl = format!(
                 "CREATE TABLE {name}{size} (site TEXT NOT NULL, seq INT NOT NULL, v INT, \

@@ -11,6 +11,7 @@ pub mod dml;
 pub mod encode;
 pub mod fanout;
 pub mod metrics;
+pub mod notices;
 pub mod scan;
 pub mod single_value;
 pub mod token;

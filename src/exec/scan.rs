@@ -36,6 +36,7 @@ use super::access::{AccessPath, KeyRequest};
 use super::decode::{Layout, decode};
 use super::fanout::{Fanout, ListingCounters, expand};
 use super::metrics::ExactCount;
+use super::notices::ScanVerdict;
 use crate::catalog::stats::TableStats;
 use crate::storage::{ContinuationToken, PartitionKey, Query, TableStore};
 
@@ -76,6 +77,8 @@ pub struct PartitionScanExec {
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
     counters: Counters,
+    /// The scan policy's verdict, acted on when the scan runs.
+    verdict: Option<ScanVerdict>,
 }
 
 #[derive(Debug, Clone)]
@@ -141,7 +144,15 @@ impl PartitionScanExec {
             properties: Arc::new(properties),
             metrics,
             counters,
+            verdict: None,
         })
+    }
+
+    /// The scan policy's verdict, to act on when the scan runs (a notice,
+    /// or a refusal), so that EXPLAIN still shows the plan.
+    pub fn with_verdict(mut self, verdict: Option<ScanVerdict>) -> Self {
+        self.verdict = verdict;
+        self
     }
 
     /// Plans the fan-out from `ANALYZE`'s statistics instead of listing
@@ -370,12 +381,15 @@ impl ExecutionPlan for PartitionScanExec {
     fn execute(
         &self,
         partition: usize,
-        _context: Arc<TaskContext>,
+        context: Arc<TaskContext>,
     ) -> Result<SendableRecordBatchStream> {
         if partition != 0 {
             return Err(DataFusionError::Internal(format!(
                 "PartitionScanExec has one partition, not {partition}"
             )));
+        }
+        if let Some(verdict) = &self.verdict {
+            verdict.apply(context.session_config())?;
         }
         let counters = self.counters.clone();
         let select = self.layout.properties(&self.projection);

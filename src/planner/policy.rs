@@ -10,14 +10,14 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Mutex;
 
 use datafusion::catalog::Session;
 use datafusion::error::{DataFusionError, Result};
 
 use super::settings::TablesqlConfig;
+use crate::exec::Layout;
 use crate::exec::access::{AccessPath, WholeTable};
-use crate::exec::{ExecError, Layout};
+pub use crate::exec::notices::{Notices, ScanVerdict};
 
 /// What a statement that reads every partition of a table gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -55,63 +55,29 @@ impl fmt::Display for ScanPolicy {
     }
 }
 
-/// Most notices waiting to be drained.
-const MAX_NOTICES: usize = 100;
-
-/// Notices a session's statements leave for its front end, drained after
-/// each statement. A session configuration extension: each session (each
-/// wire connection) holds its own.
-#[derive(Debug, Default)]
-pub struct Notices(Mutex<Vec<String>>);
-
-impl Notices {
-    /// Leaves a notice, once: a subquery planned per outer value would
-    /// otherwise repeat it, and a library caller that never drains would
-    /// collect them without end (at most `MAX_NOTICES` wait).
-    pub fn push(&self, notice: String) {
-        if let Ok(mut n) = self.0.lock()
-            && n.len() < MAX_NOTICES
-            && !n.contains(&notice)
-        {
-            n.push(notice);
-        }
+/// What the session's policy makes of a scan of `layout` along `path`:
+/// nothing, unless it reads every partition; then a notice under `warn`, a
+/// refusal under `deny`. The scan acts on it when it runs, so that EXPLAIN
+/// shows even a plan the policy refuses.
+pub fn verdict(session: &dyn Session, layout: &Layout, path: &AccessPath) -> Option<ScanVerdict> {
+    if !path.reads_every_partition() {
+        return None;
     }
-
-    /// The notices left since the last call.
-    pub fn take(&self) -> Vec<String> {
-        self.0
-            .lock()
-            .map(|mut n| std::mem::take(&mut *n))
-            .unwrap_or_default()
+    match TablesqlConfig::of(session.config()).scan_policy {
+        ScanPolicy::Allow => None,
+        ScanPolicy::Warn => Some(ScanVerdict::Notice(format!(
+            "{} (tablesql.scan_policy = warn)",
+            whole_table(layout)
+        ))),
+        ScanPolicy::Deny => Some(ScanVerdict::Deny(whole_table(layout))),
     }
 }
 
-/// Applies the session's policy to a scan of `layout` along `path`: a scan
-/// that reads every partition is refused under `deny`, and leaves a notice
-/// under `warn`.
+/// The policy's verdict acted on at once (writes, which plan and run together).
 pub fn check(session: &dyn Session, layout: &Layout, path: &AccessPath) -> Result<()> {
-    if !path.reads_every_partition() {
-        return Ok(());
-    }
-    let policy = session
-        .config()
-        .options()
-        .extensions
-        .get::<TablesqlConfig>()
-        .map(|c| c.scan_policy)
-        .unwrap_or_default();
-    match policy {
-        ScanPolicy::Allow => Ok(()),
-        ScanPolicy::Warn => {
-            if let Some(notices) = session.config().get_extension::<Notices>() {
-                notices.push(format!(
-                    "{} (tablesql.scan_policy = warn)",
-                    whole_table(layout)
-                ));
-            }
-            Ok(())
-        }
-        ScanPolicy::Deny => Err(ExecError::ScanDenied(whole_table(layout)).into()),
+    match verdict(session, layout, path) {
+        None => Ok(()),
+        Some(v) => Ok(v.apply(session.config())?),
     }
 }
 

@@ -23,6 +23,7 @@ use super::pushdown::push_down;
 use crate::catalog::stats::StatsCache;
 use crate::exec::access::AccessPath;
 use crate::exec::decode::Source;
+use crate::exec::notices::ScanVerdict;
 use crate::exec::{DmlExec, DmlOp, ExecError, Layout, PartitionScanExec, ScanOptions};
 use crate::storage::{ETag, PartitionKey, RowKey, TableStore};
 
@@ -81,8 +82,9 @@ impl StoreTable {
         if !pushdown.exact.iter().all(|e| *e) {
             return Ok(None);
         }
-        super::policy::check(session, &self.layout, &pushdown.path)?;
-        self.exec(pushdown.path, projection, limit).map(Some)
+        let verdict = super::policy::verdict(session, &self.layout, &pushdown.path);
+        self.exec(pushdown.path, projection, limit, verdict)
+            .map(Some)
     }
 
     /// The scan of one page: `projection` (all columns for `None`) then the
@@ -96,7 +98,7 @@ impl StoreTable {
         after: Option<&(PartitionKey, RowKey)>,
     ) -> Result<PartitionScanExec> {
         let mut path = self.plan(filters).path;
-        super::policy::check(session, &self.layout, &path)?;
+        let verdict = super::policy::verdict(session, &self.layout, &path);
         if let Some((pk, rk)) = after {
             path = path.after_key(pk, rk);
         }
@@ -124,6 +126,7 @@ impl StoreTable {
             self.options,
         )?
         .with_stats(self.stats.get(&self.layout.table).as_deref())
+        .with_verdict(verdict)
         .in_key_order())
     }
 
@@ -132,6 +135,7 @@ impl StoreTable {
         path: AccessPath,
         projection: Option<&Vec<usize>>,
         limit: Option<usize>,
+        verdict: Option<ScanVerdict>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let projection: Vec<usize> = match projection {
             Some(p) => p.clone(),
@@ -148,7 +152,8 @@ impl StoreTable {
                 ordering,
                 self.options,
             )?
-            .with_stats(self.stats.get(&self.layout.table).as_deref()),
+            .with_stats(self.stats.get(&self.layout.table).as_deref())
+            .with_verdict(verdict),
         ))
     }
 
@@ -244,8 +249,8 @@ impl TableProvider for StoreTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let path = self.plan(filters).path;
-        super::policy::check(state, &self.layout, &path)?;
-        self.exec(path, projection, limit)
+        let verdict = super::policy::verdict(state, &self.layout, &path);
+        self.exec(path, projection, limit, verdict)
     }
 
     async fn insert_into(
@@ -323,7 +328,7 @@ impl StoreTable {
     fn matching(&self, state: &dyn Session, filters: &[Expr]) -> Result<Arc<dyn ExecutionPlan>> {
         let pushdown = self.plan(filters);
         super::policy::check(state, &self.layout, &pushdown.path)?;
-        let scan = self.exec(pushdown.path, None, None)?;
+        let scan = self.exec(pushdown.path, None, None, None)?;
         let residual: Vec<Expr> = filters
             .iter()
             .zip(&pushdown.exact)

@@ -1430,7 +1430,30 @@ fn token_paging_in_psql() -> TestResult {
     tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
     let tampered = String::from_utf8(tampered)?;
     let truncated = &token[..token.len() - 4];
+    // Another server over a copy of the data, but a store of its own.
+    let other = serve(1000, &[])?;
+    let out = other.psql(
+        "",
+        &[
+            "-At",
+            "-c",
+            "SET tablesql.scan_policy = allow",
+            "-c",
+            "SET tablesql.page_size = 7",
+            "-c",
+            query,
+            "-c",
+            "SHOW tablesql.next_page_token",
+        ],
+    )?;
+    let foreign = lines(&out).pop().unwrap_or_default();
+    assert!(!foreign.is_empty() && foreign != token, "{}", text(&out));
     for (bad, sql, expected) in [
+        (
+            foreign.as_str(),
+            query,
+            "ERROR:  22023: page token was issued by another store",
+        ),
         (
             tampered.as_str(),
             query,
