@@ -440,6 +440,11 @@ impl Engine {
         plan: &LogicalPlan,
     ) -> Result<Option<ResultPage>, EngineError> {
         let shared = ctx.state_ref();
+        // A read lock on every statement's path; the write only when paging.
+        let paging = TablesqlConfig::of(shared.read().config()).page_size > 0;
+        if !paging || !is_read(plan) {
+            return Ok(None);
+        }
         let (size, token) = {
             let mut state = shared.write();
             let Some(settings) = state
