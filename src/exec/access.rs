@@ -254,6 +254,9 @@ impl fmt::Display for AccessPath {
 pub struct WholeTable {
     /// The SQL name, or the storage table's of a raw table.
     pub table: String,
+    /// For a scan of part of the table: the partitions it reads by the
+    /// statistics, and the threshold they pass (`tablesql.partition_threshold`).
+    pub partitions: Option<(usize, usize)>,
     /// The columns of the PartitionKey (`PartitionKey` itself for a raw table).
     pub partition_columns: Vec<String>,
     /// The further columns that name one row.
@@ -262,12 +265,20 @@ pub struct WholeTable {
 
 impl fmt::Display for WholeTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "the statement reads every partition of table {}: a condition on {} reads one partition",
-            self.table,
-            self.partition_columns.join(", ")
-        )?;
+        match self.partitions {
+            Some((n, threshold)) => write!(
+                f,
+                "the statement reads {n} partitions of table {} (more than tablesql.partition_threshold = {threshold}): a condition on {} reads one partition",
+                self.table,
+                self.partition_columns.join(", ")
+            )?,
+            None => write!(
+                f,
+                "the statement reads every partition of table {}: a condition on {} reads one partition",
+                self.table,
+                self.partition_columns.join(", ")
+            )?,
+        }
         if !self.row_columns.is_empty() {
             write!(
                 f,

@@ -56,28 +56,32 @@ impl fmt::Display for ScanPolicy {
 }
 
 /// What the session's policy makes of a scan of `layout` along `path`:
-/// nothing, unless it reads every partition; then a notice under `warn`, a
-/// refusal under `deny`. The scan acts on it when it runs, so that EXPLAIN
-/// shows even a plan the policy refuses.
-pub fn verdict(session: &dyn Session, layout: &Layout, path: &AccessPath) -> Option<ScanVerdict> {
+/// nothing, unless it reads every partition, or more partitions than
+/// `tablesql.partition_threshold` by the statistics (`partitions`, the
+/// analyzed partitions the scan reads, when the table has statistics); then
+/// a notice under `warn`, a refusal under `deny`. The scan acts on it when
+/// it runs, so that EXPLAIN shows even a plan the policy refuses.
+pub fn verdict(
+    session: &dyn Session,
+    layout: &Layout,
+    path: &AccessPath,
+    partitions: Option<usize>,
+) -> Option<ScanVerdict> {
+    let settings = TablesqlConfig::of(session.config());
+    let mut wide = whole_table(layout);
     if !path.reads_every_partition() {
-        return None;
+        let threshold = settings.partition_threshold;
+        match partitions {
+            Some(n) if threshold > 0 && n > threshold => wide.partitions = Some((n, threshold)),
+            _ => return None,
+        }
     }
-    match TablesqlConfig::of(session.config()).scan_policy {
+    match settings.scan_policy {
         ScanPolicy::Allow => None,
         ScanPolicy::Warn => Some(ScanVerdict::Notice(format!(
-            "{} (tablesql.scan_policy = warn)",
-            whole_table(layout)
+            "{wide} (tablesql.scan_policy = warn)"
         ))),
-        ScanPolicy::Deny => Some(ScanVerdict::Deny(whole_table(layout))),
-    }
-}
-
-/// The policy's verdict acted on at once (writes, which plan and run together).
-pub fn check(session: &dyn Session, layout: &Layout, path: &AccessPath) -> Result<()> {
-    match verdict(session, layout, path) {
-        None => Ok(()),
-        Some(v) => Ok(v.apply(session.config())?),
+        ScanPolicy::Deny => Some(ScanVerdict::Deny(wide)),
     }
 }
 
@@ -99,12 +103,14 @@ fn whole_table(layout: &Layout) -> WholeTable {
             };
             WholeTable {
                 table: def.name.clone(),
+                partitions: None,
                 partition_columns,
                 row_columns,
             }
         }
         None => WholeTable {
             table: format!("raw.{}", layout.table.as_str().to_lowercase()),
+            partitions: None,
             partition_columns: vec!["PartitionKey".to_owned()],
             row_columns: vec!["RowKey".to_owned()],
         },

@@ -23,7 +23,6 @@ use super::pushdown::push_down;
 use crate::catalog::stats::StatsCache;
 use crate::exec::access::AccessPath;
 use crate::exec::decode::Source;
-use crate::exec::notices::ScanVerdict;
 use crate::exec::{DmlExec, DmlOp, ExecError, Layout, PartitionScanExec, ScanOptions};
 use crate::storage::{ETag, PartitionKey, RowKey, TableStore};
 
@@ -82,8 +81,7 @@ impl StoreTable {
         if !pushdown.exact.iter().all(|e| *e) {
             return Ok(None);
         }
-        let verdict = super::policy::verdict(session, &self.layout, &pushdown.path);
-        self.exec(pushdown.path, projection, limit, verdict)
+        self.exec(session, pushdown.path, projection, limit)
             .map(Some)
     }
 
@@ -97,11 +95,11 @@ impl StoreTable {
         filters: &[Expr],
         after: Option<&(PartitionKey, RowKey)>,
     ) -> Result<PartitionScanExec> {
-        let mut path = self.plan(filters).path;
-        let verdict = super::policy::verdict(session, &self.layout, &path);
-        if let Some((pk, rk)) = after {
-            path = path.after_key(pk, rk);
-        }
+        let planned = self.plan(filters).path;
+        let path = match after {
+            Some((pk, rk)) => planned.after_key(pk, rk),
+            None => planned.clone(),
+        };
         let mut columns: Vec<usize> = match projection {
             Some(p) => p.clone(),
             None => (0..self.layout.schema.fields().len()).collect(),
@@ -116,7 +114,7 @@ impl StoreTable {
             columns.push(i);
         }
         let ordering = key_ordering(&self.layout, &path, &columns);
-        Ok(PartitionScanExec::new(
+        let scan = PartitionScanExec::new(
             self.store.clone(),
             self.layout.clone(),
             path,
@@ -126,35 +124,48 @@ impl StoreTable {
             self.options,
         )?
         .with_stats(self.stats.get(&self.layout.table).as_deref())
-        .with_verdict(verdict)
-        .in_key_order())
+        .in_key_order();
+        // Judged as the statement's whole scan, wherever the page resumes.
+        Ok(self.judged(session, scan, &planned))
     }
 
     fn exec(
         &self,
+        session: &dyn Session,
         path: AccessPath,
         projection: Option<&Vec<usize>>,
         limit: Option<usize>,
-        verdict: Option<ScanVerdict>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let projection: Vec<usize> = match projection {
             Some(p) => p.clone(),
             None => (0..self.layout.schema.fields().len()).collect(),
         };
         let ordering = key_ordering(&self.layout, &path, &projection);
-        Ok(Arc::new(
-            PartitionScanExec::new(
-                self.store.clone(),
-                self.layout.clone(),
-                path,
-                projection,
-                limit,
-                ordering,
-                self.options,
-            )?
-            .with_stats(self.stats.get(&self.layout.table).as_deref())
-            .with_verdict(verdict),
-        ))
+        let planned = path.clone();
+        let scan = PartitionScanExec::new(
+            self.store.clone(),
+            self.layout.clone(),
+            path,
+            projection,
+            limit,
+            ordering,
+            self.options,
+        )?
+        .with_stats(self.stats.get(&self.layout.table).as_deref());
+        Ok(Arc::new(self.judged(session, scan, &planned)))
+    }
+
+    /// The scan with the scan policy's verdict on `path` (and on the
+    /// analyzed partitions it reads), to act on when it runs.
+    fn judged(
+        &self,
+        session: &dyn Session,
+        scan: PartitionScanExec,
+        path: &AccessPath,
+    ) -> PartitionScanExec {
+        let partitions = scan.analyzed_partitions();
+        let verdict = super::policy::verdict(session, &self.layout, path, partitions);
+        scan.with_verdict(verdict)
     }
 
     fn plan(&self, filters: &[Expr]) -> super::pushdown::Pushdown {
@@ -249,8 +260,7 @@ impl TableProvider for StoreTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let path = self.plan(filters).path;
-        let verdict = super::policy::verdict(state, &self.layout, &path);
-        self.exec(path, projection, limit, verdict)
+        self.exec(state, path, projection, limit)
     }
 
     async fn insert_into(
@@ -327,8 +337,7 @@ impl StoreTable {
     /// answer applied above it.
     fn matching(&self, state: &dyn Session, filters: &[Expr]) -> Result<Arc<dyn ExecutionPlan>> {
         let pushdown = self.plan(filters);
-        super::policy::check(state, &self.layout, &pushdown.path)?;
-        let scan = self.exec(pushdown.path, None, None, None)?;
+        let scan = self.exec(state, pushdown.path, None, None)?;
         let residual: Vec<Expr> = filters
             .iter()
             .zip(&pushdown.exact)

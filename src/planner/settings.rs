@@ -8,7 +8,9 @@
 //! - `next_page_token`: read-only, the token of the page after the last one,
 //!   empty when it was the last;
 //! - `guidepost_every`: entities between the guideposts `ANALYZE` records
-//!   (1000 by default, a page of the service's).
+//!   (1000 by default, a page of the service's);
+//! - `partition_threshold`: the scan policy also takes a scan that reads
+//!   more analyzed partitions than this (100 by default; 0 turns it off).
 
 use datafusion::common::config::{
     ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit,
@@ -30,6 +32,8 @@ pub struct TablesqlConfig {
     pub next_page_token: String,
     /// `tablesql.guidepost_every`.
     pub guidepost_every: u64,
+    /// `tablesql.partition_threshold`.
+    pub partition_threshold: usize,
 }
 
 impl Default for TablesqlConfig {
@@ -40,6 +44,7 @@ impl Default for TablesqlConfig {
             page_token: String::new(),
             next_page_token: String::new(),
             guidepost_every: 1000,
+            partition_threshold: 100,
         }
     }
 }
@@ -61,8 +66,9 @@ const PAGE_SIZE: &str = "page_size";
 const PAGE_TOKEN: &str = "page_token";
 const NEXT_PAGE_TOKEN: &str = "next_page_token";
 const GUIDEPOST_EVERY: &str = "guidepost_every";
+const PARTITION_THRESHOLD: &str = "partition_threshold";
 
-const DOCS: [(&str, &str); 5] = [
+const DOCS: [(&str, &str); 6] = [
     (
         SCAN_POLICY,
         "What a statement reading every partition of a table gets: allow, warn or deny",
@@ -80,6 +86,10 @@ const DOCS: [(&str, &str); 5] = [
         GUIDEPOST_EVERY,
         "Entities between the guideposts ANALYZE records, which split big partitions into chunks",
     ),
+    (
+        PARTITION_THRESHOLD,
+        "The scan policy also takes a scan reading more analyzed partitions than this (0: off)",
+    ),
 ];
 
 impl TablesqlConfig {
@@ -89,6 +99,7 @@ impl TablesqlConfig {
             PAGE_SIZE => self.page_size.to_string(),
             PAGE_TOKEN => self.page_token.clone(),
             GUIDEPOST_EVERY => self.guidepost_every.to_string(),
+            PARTITION_THRESHOLD => self.partition_threshold.to_string(),
             _ => self.next_page_token.clone(),
         }
     }
@@ -133,6 +144,13 @@ impl ExtensionOptions for TablesqlConfig {
                             "tablesql.guidepost_every is a number of entities above 0, not {value:?}"
                         ))
                     })?;
+            }
+            PARTITION_THRESHOLD => {
+                self.partition_threshold = value.trim().parse().map_err(|_| {
+                    DataFusionError::Configuration(format!(
+                        "tablesql.partition_threshold is a number of partitions (0 for none), not {value:?}"
+                    ))
+                })?;
             }
             NEXT_PAGE_TOKEN => {
                 return Err(DataFusionError::Configuration(

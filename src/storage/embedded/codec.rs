@@ -178,6 +178,12 @@ pub fn decode_value(
     let timestamp = from_ticks(i64::from_le_bytes(r.array()?));
     let count = u16::from_le_bytes(r.array()?);
     let mut properties = Properties::new();
+    // Keys only (a count): the properties are not walked at all.
+    let count = if wanted.is_some_and(<[String]>::is_empty) {
+        0
+    } else {
+        count
+    };
     for _ in 0..count {
         let name_len = usize::from(u16::from_le_bytes(r.array()?));
         let name = r.take(name_len)?;
