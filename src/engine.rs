@@ -6,14 +6,12 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
-use datafusion::execution::SessionState;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
@@ -26,10 +24,10 @@ use datafusion::sql::sqlparser::parser::ParserError;
 use crate::catalog::persist::CATALOG_TABLE;
 use crate::catalog::raw::{SAMPLE_SIZE, infer};
 use crate::catalog::stats::{StatsCache, TableStats};
-use crate::catalog::{CatalogError, TableDef, ddl, persist, secret, stats};
+use crate::catalog::{CatalogError, TableDef, ddl, persist, stats};
 use crate::exec::coop::YieldingJoins;
-use crate::exec::token::{Signer, fingerprint};
-use crate::exec::{ExecError, Layout, ScanOptions};
+use crate::exec::token::Signer;
+use crate::exec::{Layout, ScanOptions};
 use crate::planner::checked::CheckedIntegers;
 use crate::planner::dml_shape::{DmlShape, EmptyDml};
 use crate::planner::policy::{Notices, ScanPolicy};
@@ -38,8 +36,12 @@ use crate::planner::subquery::ExtractSubqueries;
 use crate::planner::subquery_rules::{
     AggregateScalarSubqueries, CorrelatedNotIn, NameComparedValues, NameSetComparisons,
 };
-use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner, page};
+use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
+
+mod paging;
+
+pub use paging::ResultPage;
 
 /// The schema that holds every storage table read raw.
 pub const RAW_SCHEMA: &str = "raw";
@@ -98,18 +100,6 @@ pub struct Engine {
     signer: Arc<tokio::sync::OnceCell<Signer>>,
     /// `ANALYZE`'s statistics, which scans plan their fan-out from.
     stats: Arc<StatsCache>,
-}
-
-/// One page of a query's rows.
-#[derive(Debug)]
-pub struct ResultPage {
-    /// The query's columns.
-    pub schema: SchemaRef,
-    /// The rows, at most the page size, in the table's key order.
-    pub batches: Vec<RecordBatch>,
-    /// The token of the next page, `None` after the last. Any engine over
-    /// the same store resumes from it ([`Engine::query_page`]).
-    pub next: Option<String>,
 }
 
 /// What catalog DDL did, when a statement was catalog DDL.
@@ -349,12 +339,21 @@ impl Engine {
         // One copy of the session state serves planning and the frame (a
         // copy costs about 17 µs, a tenth of a point query's planning).
         let state = self.ctx.state();
+        // What a page token names (only paging needs it).
+        let text = if paging::paging_on(&self.ctx) {
+            statement.to_string()
+        } else {
+            String::new()
+        };
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
             .await?;
-        if let Some(page) = self.session_page(&self.ctx, &plan).await? {
-            let table = MemTable::try_new(page.schema, vec![page.batches])?;
-            return Ok(self.ctx.read_table(Arc::new(table))?);
+        if paging::paging_on(&self.ctx) && paging::is_read(&plan) {
+            let optimized = state.optimize(&plan)?;
+            if let Some(page) = self.session_page(&self.ctx, &optimized, &text).await? {
+                let table = MemTable::try_new(page.schema, vec![page.batches])?;
+                return Ok(self.ctx.read_table(Arc::new(table))?);
+            }
         }
         Ok(match plan {
             // DDL, SET and PREPARE act on the context.
@@ -363,141 +362,6 @@ impl Engine {
             }
             plan => DataFrame::new(state, plan),
         })
-    }
-
-    /// One page of at most `size` rows of a query of one table, in key
-    /// order, resuming after the page `token` ended (the first page for
-    /// `None`); the page carries the next page's token. A stateless service
-    /// hands the token to its client and resumes in any process over the
-    /// same store. A token of another statement or store, or altered, is an
-    /// error ([`ExecError::Token`]); so is a query that reads more than one
-    /// table or sorts ([`ExecError::NotPageable`]).
-    pub async fn query_page(
-        &self,
-        sql: &str,
-        size: usize,
-        token: Option<&str>,
-    ) -> Result<ResultPage, EngineError> {
-        let mut statements = self
-            .parse(sql)
-            .map_err(|e| DataFusionError::SQL(Box::new(e), None))?;
-        if statements.len() != 1 {
-            return Err(DataFusionError::NotImplemented(format!(
-                "one statement at a time here, not {}",
-                statements.len()
-            ))
-            .into());
-        }
-        let state = self.ctx.state();
-        let plan = state
-            .statement_to_plan(DfStatement::Statement(Box::new(statements.remove(0))))
-            .await?;
-        let plan = state.optimize(&plan)?;
-        self.page(&state, &plan, size, token).await
-    }
-
-    /// One page of an optimized query plan (as [`Self::query_page`]).
-    pub async fn page(
-        &self,
-        state: &SessionState,
-        plan: &LogicalPlan,
-        size: usize,
-        token: Option<&str>,
-    ) -> Result<ResultPage, EngineError> {
-        if size == 0 {
-            return Err(
-                DataFusionError::Configuration("a page holds at least one row".into()).into(),
-            );
-        }
-        // The plan names the statement: its text, its bound values, the
-        // table's columns as planned.
-        let statement = fingerprint(&plan.display_indent().to_string());
-        let signer = self.signer().await?;
-        let after = match token {
-            Some(t) => Some(
-                signer
-                    .open(t, &statement)
-                    .map_err(|e| DataFusionError::from(ExecError::from(e)))?,
-            ),
-            None => None,
-        };
-        let rows = page::run_page(state, plan, size, after).await?;
-        Ok(ResultPage {
-            schema: rows.schema,
-            batches: rows.batches,
-            next: rows.last.map(|(pk, rk)| signer.issue(&statement, &pk, &rk)),
-        })
-    }
-
-    /// A session's query under `tablesql.page_size`, as one page: it
-    /// resumes from `tablesql.page_token` (and clears it) and leaves the
-    /// next page's token in `tablesql.next_page_token`, with a notice saying
-    /// how to resume. `None` when paging is off or the plan is not a query;
-    /// a query that cannot page runs whole, with a notice.
-    pub async fn session_page(
-        &self,
-        ctx: &SessionContext,
-        plan: &LogicalPlan,
-    ) -> Result<Option<ResultPage>, EngineError> {
-        let shared = ctx.state_ref();
-        // A read lock on every statement's path; the write only when paging.
-        let paging = TablesqlConfig::of(shared.read().config()).page_size > 0;
-        if !paging || !is_read(plan) {
-            return Ok(None);
-        }
-        let (size, token) = {
-            let mut state = shared.write();
-            let Some(settings) = state
-                .config_mut()
-                .options_mut()
-                .extensions
-                .get_mut::<TablesqlConfig>()
-            else {
-                return Ok(None);
-            };
-            if settings.page_size == 0 || !is_read(plan) {
-                return Ok(None);
-            }
-            (settings.page_size, std::mem::take(&mut settings.page_token))
-        };
-        let state = ctx.state();
-        let notices = state.config().get_extension::<Notices>();
-        match page::paging(plan) {
-            page::Paging::Pages => {}
-            page::Paging::NoStoreTable => return Ok(None),
-            page::Paging::Cannot(why) => {
-                if let Some(n) = &notices {
-                    n.push(format!("{why}: it ran whole (tablesql.page_size)"));
-                }
-                return Ok(None);
-            }
-        }
-        let token = Some(token.as_str()).filter(|t| !t.is_empty());
-        let page = self.page(&state, plan, size, token).await?;
-        if let Some(settings) = shared
-            .write()
-            .config_mut()
-            .options_mut()
-            .extensions
-            .get_mut::<TablesqlConfig>()
-        {
-            settings.next_page_token = page.next.clone().unwrap_or_default();
-        }
-        if let (Some(n), Some(next)) = (&notices, &page.next) {
-            n.push(format!(
-                "more rows follow: SET tablesql.page_token = '{next}' and run the statement again"
-            ));
-        }
-        Ok(Some(page))
-    }
-
-    async fn signer(&self) -> Result<&Signer, EngineError> {
-        self.signer
-            .get_or_try_init(|| async {
-                let secret = secret::page_token_key(self.store.as_ref()).await?;
-                Ok::<_, EngineError>(Signer::new(&secret))
-            })
-            .await
     }
 
     /// DataFusion's own statements, which PostgreSQL's grammar lacks
@@ -577,14 +441,7 @@ impl Engine {
         let mut outcome = DdlOutcome::default();
         for name in names {
             let stats = self.analyze(&name, every).await?;
-            outcome.notices.push(format!(
-                "analyzed {name}: {} partitions, {} entities, {} bytes, {} guideposts (one every {every} entities), at {}",
-                stats.partitions.len(),
-                stats.entities(),
-                stats.partitions.iter().map(|p| p.bytes).sum::<u64>(),
-                stats.partitions.iter().map(|p| p.guideposts.len()).sum::<usize>(),
-                stats.taken.format("%Y-%m-%dT%H:%M:%SZ"),
-            ));
+            outcome.notices.push(format!("analyzed {name}: {stats}"));
         }
         Ok(outcome)
     }
@@ -595,13 +452,15 @@ impl Engine {
         let defs = persist::load(self.store.as_ref()).await?;
         let table = match defs.iter().find(|d| d.name == name) {
             Some(d) => d.storage_table.clone(),
-            None => {
-                let raw = name.rsplit('.').next().unwrap_or(name);
-                match TableName::new(raw) {
-                    Ok(t) if self.store.list_tables().await?.contains(&t) => t,
-                    _ => return Err(CatalogError::UnknownTable(name.to_owned()).into()),
+            None => match TableName::new(name) {
+                Ok(t)
+                    if !t.as_str().eq_ignore_ascii_case(CATALOG_TABLE)
+                        && self.store.list_tables().await?.contains(&t) =>
+                {
+                    t
                 }
-            }
+                _ => return Err(CatalogError::UnknownTable(name.to_owned()).into()),
+            },
         };
         let width = self.options.scan.max_in_flight;
         let taken = crate::exec::analyze::analyze(&self.store, &table, every, width).await?;
@@ -671,20 +530,6 @@ impl Engine {
     pub async fn collect(&self, sql: &str) -> Result<Vec<RecordBatch>, EngineError> {
         Ok(self.sql(sql).await?.collect().await?)
     }
-}
-
-/// Whether a plan reads rows and writes none: what paging applies to.
-fn is_read(plan: &LogicalPlan) -> bool {
-    !matches!(
-        plan,
-        LogicalPlan::Dml(_)
-            | LogicalPlan::Ddl(_)
-            | LogicalPlan::Statement(_)
-            | LogicalPlan::Explain(_)
-            | LogicalPlan::Analyze(_)
-            | LogicalPlan::Copy(_)
-            | LogicalPlan::DescribeTable(_)
-    )
 }
 
 /// The notices a session's statements left since the last call.

@@ -107,6 +107,17 @@ impl TableDef {
             table: self.name.clone(),
             reason,
         };
+        // It holds the catalog, the statistics and the store's secret.
+        if self
+            .storage_table
+            .as_str()
+            .eq_ignore_ascii_case(persist::CATALOG_TABLE)
+        {
+            return Err(bad(format!(
+                "storage table {} is tablesql's own catalog",
+                persist::CATALOG_TABLE
+            )));
+        }
         let mut seen = std::collections::HashSet::new();
         for c in &self.columns {
             if !seen.insert(c.name.to_lowercase()) {

@@ -26,9 +26,14 @@ use crate::storage::{
 
 const SUMMARIES: &str = "stats";
 const FORMAT_VERSION: i32 = 1;
-/// Most guideposts kept per partition: they share one string property,
-/// which holds at most 64 KiB.
+/// Most guideposts kept per partition.
 pub const MAX_GUIDEPOSTS: usize = 400;
+/// Most bytes of them (UTF-16, as the service counts): they share one
+/// string property, which holds at most 64 KiB.
+pub const MAX_GUIDEPOST_BYTES: usize = 60 * 1024;
+/// Partition entities written per entity group transaction: each holds up
+/// to 64 KiB of guideposts, and a transaction at most 4 MiB.
+const PER_BATCH: usize = 50;
 
 /// Statistics of one storage table.
 #[derive(Debug, Clone, PartialEq)]
@@ -87,6 +92,25 @@ impl TableStats {
     }
 }
 
+/// What `ANALYZE` says it found.
+impl std::fmt::Display for TableStats {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} partitions, {} entities, {} bytes, {} guideposts (one every {} entities), at {}",
+            self.partitions.len(),
+            self.entities(),
+            self.partitions.iter().map(|p| p.bytes).sum::<u64>(),
+            self.partitions
+                .iter()
+                .map(|p| p.guideposts.len())
+                .sum::<usize>(),
+            self.guidepost_every,
+            self.taken.format("%Y-%m-%dT%H:%M:%SZ"),
+        )
+    }
+}
+
 fn pk(s: &str) -> Result<PartitionKey, CatalogError> {
     Ok(PartitionKey::new(s).map_err(StorageError::from)?)
 }
@@ -142,7 +166,7 @@ pub async fn save(
         }
     }
     while !ops.is_empty() {
-        let rest = ops.split_off(ops.len().min(crate::storage::write::MAX_BATCH_OPERATIONS));
+        let rest = ops.split_off(ops.len().min(PER_BATCH));
         store
             .execute_batch(&catalog, std::mem::replace(&mut ops, rest))
             .await?;
@@ -176,50 +200,61 @@ pub async fn load_all(
     };
     let mut out = Vec::with_capacity(summaries.len());
     for s in summaries {
-        let name = s.row_key().as_str().to_owned();
-        let bad = |why: &str| CatalogError::Definition(format!("statistics of {name}: {why}"));
-        if s.get("format_version") != Some(&EdmValue::Int32(FORMAT_VERSION)) {
-            return Err(bad("unknown format version"));
+        // Statistics only make plans faster: a table whose statistics do not
+        // read (another version's, half written) is planned without them.
+        if let Ok(Some(table)) = load_one(store, &catalog, &s).await {
+            out.push(table);
         }
-        let (Some(EdmValue::DateTime(taken)), Some(EdmValue::Int64(every))) =
-            (s.get("taken"), s.get("guidepost_every"))
-        else {
-            return Err(bad("no time or guidepost step"));
-        };
-        let storage_table = TableName::new(&name).map_err(StorageError::from)?;
-        let rows = store
-            .query_all(&catalog, &Query::partition(partition_of(&storage_table)?))
-            .await?;
-        let mut partitions = Vec::with_capacity(rows.len());
-        for r in rows {
-            let (Some(EdmValue::Int64(entities)), Some(EdmValue::Int64(bytes))) =
-                (r.get("entities"), r.get("bytes"))
-            else {
-                return Err(bad("a partition without counts"));
-            };
-            let guideposts = match r.get("guideposts") {
-                Some(EdmValue::String(g)) if !g.is_empty() => g
-                    .split('\n')
-                    .map(|k| RowKey::from_stored(k.to_owned()))
-                    .collect(),
-                _ => Vec::new(),
-            };
-            partitions.push(PartitionStats {
-                partition: PartitionKey::from_stored(r.row_key().as_str().to_owned()),
-                entities: *entities as u64,
-                bytes: *bytes as u64,
-                guideposts,
-            });
-        }
-        partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
-        out.push((
-            storage_table,
-            TableStats {
-                taken: *taken,
-                guidepost_every: *every as u64,
-                partitions,
-            },
-        ));
     }
     Ok(out)
+}
+
+/// One table's statistics from its summary; `None` where they are not whole.
+async fn load_one(
+    store: &dyn TableStore,
+    catalog: &TableName,
+    summary: &crate::storage::StoredEntity,
+) -> Result<Option<(TableName, TableStats)>, CatalogError> {
+    if summary.get("format_version") != Some(&EdmValue::Int32(FORMAT_VERSION)) {
+        return Ok(None);
+    }
+    let (Some(EdmValue::DateTime(taken)), Some(EdmValue::Int64(every))) =
+        (summary.get("taken"), summary.get("guidepost_every"))
+    else {
+        return Ok(None);
+    };
+    let storage_table = TableName::new(summary.row_key().as_str()).map_err(StorageError::from)?;
+    let rows = store
+        .query_all(catalog, &Query::partition(partition_of(&storage_table)?))
+        .await?;
+    let mut partitions = Vec::with_capacity(rows.len());
+    for r in rows {
+        let (Some(EdmValue::Int64(entities)), Some(EdmValue::Int64(bytes))) =
+            (r.get("entities"), r.get("bytes"))
+        else {
+            return Ok(None);
+        };
+        let guideposts = match r.get("guideposts") {
+            Some(EdmValue::String(g)) if !g.is_empty() => g
+                .split('\n')
+                .map(|k| RowKey::from_stored(k.to_owned()))
+                .collect(),
+            _ => Vec::new(),
+        };
+        partitions.push(PartitionStats {
+            partition: PartitionKey::from_stored(r.row_key().as_str().to_owned()),
+            entities: *entities as u64,
+            bytes: *bytes as u64,
+            guideposts,
+        });
+    }
+    partitions.sort_by(|a, b| a.partition.cmp(&b.partition));
+    Ok(Some((
+        storage_table,
+        TableStats {
+            taken: *taken,
+            guidepost_every: *every as u64,
+            partitions,
+        },
+    )))
 }

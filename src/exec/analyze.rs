@@ -7,9 +7,10 @@ use std::sync::Arc;
 use chrono::Utc;
 use futures::stream::{self, StreamExt, TryStreamExt};
 
-use crate::catalog::stats::{MAX_GUIDEPOSTS, PartitionStats, TableStats};
+use crate::catalog::stats::{MAX_GUIDEPOST_BYTES, MAX_GUIDEPOSTS, PartitionStats, TableStats};
+use crate::storage::value::utf16_bytes;
 use crate::storage::{
-    ContinuationToken, KeyRange, PartitionKey, Query, Result, TableName, TableStore,
+    ContinuationToken, KeyRange, PartitionKey, Query, Result, RowKey, TableName, TableStore,
 };
 
 /// The statistics of `table` now, reading `width` partitions at a time.
@@ -48,7 +49,7 @@ pub async fn analyze(
 
 /// One partition's statistics: a guidepost at every `every`th entity, the
 /// step doubled (every other guidepost dropped) whenever they pass the most
-/// a partition keeps.
+/// a partition keeps, in number or in bytes.
 async fn partition(
     store: &Arc<dyn TableStore>,
     table: &TableName,
@@ -69,7 +70,9 @@ async fn partition(
         for e in &page.entities {
             if stats.entities > 0 && stats.entities.is_multiple_of(step) {
                 stats.guideposts.push(e.row_key().clone());
-                if stats.guideposts.len() > MAX_GUIDEPOSTS {
+                while stats.guideposts.len() > MAX_GUIDEPOSTS
+                    || guidepost_bytes(&stats.guideposts) > MAX_GUIDEPOST_BYTES
+                {
                     step *= 2;
                     let kept = stats
                         .guideposts
@@ -90,4 +93,10 @@ async fn partition(
         }
     }
     Ok(stats)
+}
+
+/// The size of guideposts as the one string that stores them (UTF-16, a
+/// newline between). Counted only when one is added: at most 400 keys.
+fn guidepost_bytes(guideposts: &[RowKey]) -> usize {
+    guideposts.iter().map(|k| utf16_bytes(k.as_str()) + 2).sum()
 }

@@ -8,8 +8,9 @@
 //! gap: the first starts where the range starts and each ends where the next
 //! listed partition begins, so a partition created after the listing passed
 //! its place is still read, by the request before it. Under a row-value
-//! bound (`access::PartitionBound`) each listed partition's request is kept,
-//! narrowed to the bound's rows, or dropped.
+//! bound (`access::PartitionBound`) each listed partition is read whole,
+//! narrowed to the bound's rows, or passed by; the gaps around it are read
+//! as they are.
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -126,13 +127,12 @@ fn tiles(
         .iter()
         .filter(|p| range.contains(&p.partition))
         .collect();
-    let scan = |partitions, rows| KeyRequest::Scan {
-        partitions,
-        rows,
-        at_most_one,
-    };
     if known.is_empty() {
-        out.requests.push(scan(range.clone(), rows.clone()));
+        out.requests.push(KeyRequest::Scan {
+            partitions: range.clone(),
+            rows: rows.clone(),
+            at_most_one,
+        });
         return;
     }
     for (i, p) in known.iter().enumerate() {
@@ -151,65 +151,111 @@ fn tiles(
             .iter()
             .filter(|g| rows.contains(g) && rows.start != Bound::Included((*g).clone()))
             .collect();
-        if choice == PartitionChoice::Whole && (split_at.is_empty() || at_most_one) {
-            out.requests
-                .push(scan(KeyRange { start, end }, rows.clone()));
+        let tile = Tile {
+            owner: &p.partition,
+            partitions: KeyRange { start, end },
+            rows,
+            at_most_one,
+        };
+        let read = tile.requests(choice, &split_at, &mut out.requests);
+        if read.chunked {
+            out.chunks += 1;
+        }
+        if read.owner {
             out.partitions += 1;
             out.entities += estimate(p, rows);
-            continue;
         }
-        // The partition on its own; the gaps around it, where partitions
-        // made since ANALYZE may be, read as they are.
-        let own = Bound::Included(p.partition.clone());
-        if start != own {
-            let before = KeyRange {
-                start,
-                end: Bound::Excluded(p.partition.clone()),
+    }
+}
+
+/// The request range of one known partition, `owner`: from it (or the
+/// range's start) up to the next known partition (or the range's end).
+struct Tile<'a> {
+    owner: &'a PartitionKey,
+    partitions: KeyRange<PartitionKey>,
+    rows: &'a KeyRange<RowKey>,
+    at_most_one: bool,
+}
+
+/// What a tile's requests read of its owner.
+struct TileRead {
+    owner: bool,
+    chunked: bool,
+}
+
+impl Tile<'_> {
+    /// The tile's requests: the whole tile as one where its owner is read
+    /// whole and unsplit; otherwise the owner as `choice` says (split at
+    /// `split_at`), and the gaps before and after it read as they are: a
+    /// partition there was made after the partitions were known.
+    fn requests(
+        self,
+        choice: PartitionChoice,
+        split_at: &[&RowKey],
+        out: &mut impl Extend<KeyRequest>,
+    ) -> TileRead {
+        let scan = |partitions, rows| KeyRequest::Scan {
+            partitions,
+            rows,
+            at_most_one: self.at_most_one,
+        };
+        let one = || KeyRange::exactly(self.owner.clone());
+        let split = !split_at.is_empty() && !self.at_most_one;
+        if choice == PartitionChoice::Whole && !split {
+            out.extend([scan(self.partitions, self.rows.clone())]);
+            return TileRead {
+                owner: true,
+                chunked: false,
             };
-            if !before.is_empty() {
-                out.requests.push(scan(before, rows.clone()));
-            }
+        }
+        let before = KeyRange {
+            start: self.partitions.start.clone(),
+            end: Bound::Excluded(self.owner.clone()),
+        };
+        if !before.is_empty() && self.partitions.start != Bound::Included(self.owner.clone()) {
+            out.extend([scan(before, self.rows.clone())]);
         }
         let read = match choice {
-            PartitionChoice::Skip => false,
+            PartitionChoice::Skip => TileRead {
+                owner: false,
+                chunked: false,
+            },
             PartitionChoice::Rows(r) => {
-                out.requests
-                    .push(scan(KeyRange::exactly(p.partition.clone()), r));
-                true
+                out.extend([scan(one(), r)]);
+                TileRead {
+                    owner: true,
+                    chunked: false,
+                }
             }
             PartitionChoice::Whole => {
-                let mut lower = rows.start.clone();
+                let mut lower = self.rows.start.clone();
                 for g in split_at {
                     let chunk = KeyRange {
                         start: lower,
-                        end: Bound::Excluded(g.clone()),
+                        end: Bound::Excluded((*g).clone()),
                     };
-                    out.requests
-                        .push(scan(KeyRange::exactly(p.partition.clone()), chunk));
-                    lower = Bound::Included(g.clone());
+                    out.extend([scan(one(), chunk)]);
+                    lower = Bound::Included((*g).clone());
                 }
                 let last = KeyRange {
                     start: lower,
-                    end: rows.end.clone(),
+                    end: self.rows.end.clone(),
                 };
-                out.requests
-                    .push(scan(KeyRange::exactly(p.partition.clone()), last));
-                out.chunks += 1;
-                true
+                out.extend([scan(one(), last)]);
+                TileRead {
+                    owner: true,
+                    chunked: true,
+                }
             }
         };
         let after = KeyRange {
-            start: Bound::Excluded(p.partition.clone()),
-            end,
+            start: Bound::Excluded(self.owner.clone()),
+            end: self.partitions.end,
         };
         if !after.is_empty() {
-            out.requests.push(scan(after, rows.clone()));
+            out.extend([scan(after, self.rows.clone())]);
         }
-        if !read {
-            continue;
-        }
-        out.partitions += 1;
-        out.entities += estimate(p, rows);
+        read
     }
 }
 
@@ -319,20 +365,22 @@ impl Split {
         start: Bound<PartitionKey>,
         end: Bound<PartitionKey>,
     ) {
-        let choice = match (&self.bound, &owner) {
-            (Some(bound), Some(pk)) => bound.choose(pk),
-            _ => PartitionChoice::Whole,
+        let partitions = KeyRange { start, end };
+        let (Some(bound), Some(owner)) = (&self.bound, owner) else {
+            state.ready.push_back(KeyRequest::Scan {
+                partitions,
+                rows: self.rows.clone(),
+                at_most_one: self.at_most_one,
+            });
+            return;
         };
-        let (partitions, rows) = match (choice, owner) {
-            (PartitionChoice::Skip, _) => return,
-            (PartitionChoice::Rows(rows), Some(pk)) => (KeyRange::exactly(pk), rows),
-            _ => (KeyRange { start, end }, self.rows.clone()),
-        };
-        state.ready.push_back(KeyRequest::Scan {
+        let tile = Tile {
+            owner: &owner,
             partitions,
-            rows,
+            rows: &self.rows,
             at_most_one: self.at_most_one,
-        });
+        };
+        tile.requests(bound.choose(&owner), &[], &mut state.ready);
     }
 
     /// Takes in one listed partition: the request before it is now known.
@@ -508,6 +556,48 @@ mod tests {
         assert_eq!((a.chunks, a.partitions), (1, 3));
         // Two of b's three guideposts are in the rows: about 3/4 of it.
         assert_eq!(a.entities, 10 + 8 + 10);
+    }
+
+    #[test]
+    fn a_partition_passed_by_or_narrowed_keeps_the_gaps_around_it() {
+        let rows = KeyRange::all();
+        let tile = |choice| {
+            let mut out = Vec::new();
+            Tile {
+                owner: &pk("b"),
+                partitions: KeyRange {
+                    start: Bound::Unbounded,
+                    end: Bound::Excluded(pk("d")),
+                },
+                rows: &rows,
+                at_most_one: false,
+            }
+            .requests(choice, &[], &mut out);
+            out.iter().map(ToString::to_string).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            tile(PartitionChoice::Skip),
+            [
+                r#"pk=(-inf, "b") rk=(-inf, +inf)"#,
+                r#"pk=("b", "d") rk=(-inf, +inf)"#
+            ]
+        );
+        let from = KeyRange {
+            start: Bound::Excluded(rk("5")),
+            end: Bound::Unbounded,
+        };
+        assert_eq!(
+            tile(PartitionChoice::Rows(from)),
+            [
+                r#"pk=(-inf, "b") rk=(-inf, +inf)"#,
+                r#"pk="b" rk=("5", +inf)"#,
+                r#"pk=("b", "d") rk=(-inf, +inf)"#
+            ]
+        );
+        assert_eq!(
+            tile(PartitionChoice::Whole),
+            [r#"pk=(-inf, "d") rk=(-inf, +inf)"#]
+        );
     }
 
     #[tokio::test]

@@ -164,14 +164,6 @@ impl PartitionScanExec {
         self
     }
 
-    /// The analyzed partitions the scan reads, when planned from statistics.
-    pub fn analyzed_partitions(&self) -> Option<usize> {
-        match &self.fanout {
-            Fanout::Analyzed(a) => Some(a.partitions),
-            _ => None,
-        }
-    }
-
     /// Rows in request (key) order even where no ordering is declared:
     /// token paging ends a page on one row's key.
     pub fn in_key_order(mut self) -> Self {

@@ -8,7 +8,8 @@
 //!
 //! The form, base64url without padding: version (1 byte), store id (8), the
 //! statement's fingerprint (16), the PartitionKey and the RowKey (each a
-//! 2-byte length and UTF-8), then the HMAC of everything before (32).
+//! 4-byte length and UTF-8), then the HMAC of everything before (32).
+//! Signed, not encrypted: the keys of the page's last row can be read.
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -78,13 +79,14 @@ impl Signer {
 
     /// The token of the position after the row `(pk, rk)` of `statement`.
     pub fn issue(&self, statement: &[u8; 16], pk: &PartitionKey, rk: &RowKey) -> String {
-        let mut body = Vec::with_capacity(HEADER_LEN + 4 + pk.as_str().len() + rk.as_str().len());
+        let mut body = Vec::with_capacity(HEADER_LEN + 8 + pk.as_str().len() + rk.as_str().len());
         body.push(VERSION);
         body.extend_from_slice(&self.store_id);
         body.extend_from_slice(statement);
         for k in [pk.as_str(), rk.as_str()] {
-            // Keys are at most 1 KiB, so the length fits.
-            body.extend_from_slice(&(k.len() as u16).to_le_bytes());
+            // Keys are at most 1 KiB (checked when they are made).
+            let len = u32::try_from(k.len()).unwrap_or(u32::MAX);
+            body.extend_from_slice(&len.to_le_bytes());
             body.extend_from_slice(k.as_bytes());
         }
         let tag = hmac::sign(&self.key, &body);
@@ -102,7 +104,7 @@ impl Signer {
         let bytes = URL_SAFE_NO_PAD
             .decode(token.trim())
             .map_err(|_| TokenError::Malformed("not base64url"))?;
-        if bytes.len() < HEADER_LEN + 4 + MAC_LEN {
+        if bytes.len() < HEADER_LEN + 8 + MAC_LEN {
             return Err(TokenError::Malformed("too short"));
         }
         if bytes[0] != VERSION {
@@ -131,12 +133,16 @@ impl Signer {
 /// One length-prefixed key, and the bytes after it.
 fn key_field(bytes: &[u8]) -> Result<(&str, &[u8]), TokenError> {
     let cut = TokenError::Malformed("cut off");
-    let len = bytes.get(..2).ok_or(cut.clone())?;
-    let len = usize::from(u16::from_le_bytes([len[0], len[1]]));
-    let text = bytes.get(2..2 + len).ok_or(cut)?;
+    let len: [u8; 4] = bytes
+        .get(..4)
+        .and_then(|b| b.try_into().ok())
+        .ok_or(cut.clone())?;
+    let len = usize::try_from(u32::from_le_bytes(len)).map_err(|_| cut.clone())?;
+    let end = 4usize.checked_add(len).ok_or(cut.clone())?;
+    let text = bytes.get(4..end).ok_or(cut)?;
     let text =
         std::str::from_utf8(text).map_err(|_| TokenError::Malformed("a key is not UTF-8"))?;
-    Ok((text, &bytes[2 + len..]))
+    Ok((text, &bytes[end..]))
 }
 
 #[cfg(test)]

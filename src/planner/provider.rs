@@ -156,14 +156,18 @@ impl StoreTable {
     }
 
     /// The scan with the scan policy's verdict on `path` (and on the
-    /// analyzed partitions it reads), to act on when it runs.
+    /// analyzed partitions it reads, when the table has statistics), to
+    /// act on when it runs.
     fn judged(
         &self,
         session: &dyn Session,
         scan: PartitionScanExec,
         path: &AccessPath,
     ) -> PartitionScanExec {
-        let partitions = scan.analyzed_partitions();
+        let partitions = self
+            .stats
+            .get(&self.layout.table)
+            .map(|stats| crate::exec::fanout::analyzed(&stats, path).partitions);
         let verdict = super::policy::verdict(session, &self.layout, path, partitions);
         scan.with_verdict(verdict)
     }

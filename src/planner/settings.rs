@@ -100,7 +100,8 @@ impl TablesqlConfig {
             PAGE_TOKEN => self.page_token.clone(),
             GUIDEPOST_EVERY => self.guidepost_every.to_string(),
             PARTITION_THRESHOLD => self.partition_threshold.to_string(),
-            _ => self.next_page_token.clone(),
+            NEXT_PAGE_TOKEN => self.next_page_token.clone(),
+            _ => String::new(),
         }
     }
 }

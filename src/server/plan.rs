@@ -144,8 +144,9 @@ impl Planner {
 
     /// Plans a query from its text and starts it (the simple protocol).
     pub async fn query(&self, statement: Statement, guard: Guard) -> PgWireResult<QueryResponse> {
+        let text = statement.to_string();
         let plan = self.logical(statement).await?;
-        self.run(&plan, &Format::UnifiedText, guard).await
+        self.run(&plan, &text, &Format::UnifiedText, guard).await
     }
 
     /// The analyzed and optimized logical plan of a query.
@@ -293,17 +294,20 @@ impl Planner {
             return Err(error(SYNTAX_ERROR, "not a query"));
         };
         let plan = bind(plan, params, values)?;
-        self.run(&plan, format, guard).await
+        // A page token names the statement with its values.
+        let text = format!("{}\n{values:?}", prepared.sql);
+        self.run(&plan, &text, format, guard).await
     }
 
     /// Physical planning (or the direct path, `direct.rs`) and execution of
-    /// an optimized plan. The first batch
+    /// an optimized plan (`statement` names it for page tokens). The first batch
     /// is awaited here, so that errors and aggregates (whose one row comes
     /// after the whole scan) are reported before any row description, and
     /// cancel and timeout cover them.
     async fn run(
         &self,
         plan: &LogicalPlan,
+        statement: &str,
         format: &Format,
         mut guard: Guard,
     ) -> PgWireResult<QueryResponse> {
@@ -312,7 +316,7 @@ impl Planner {
         let paged = guard
             .run(async {
                 self.engine
-                    .session_page(&self.ctx, plan)
+                    .session_page(&self.ctx, plan, statement)
                     .await
                     .map_err(|e| engine_error(&e))
             })

@@ -212,3 +212,51 @@ async fn bad_tokens_are_refused() {
         .unwrap_err();
     assert!(e.to_string().contains("an aggregate"), "{e}");
 }
+
+/// Paging in a session (the shell's and the wire's way): the token waits
+/// through statements that do not page, and a query folding `now()` into
+/// its plan still resumes.
+#[tokio::test]
+async fn session_tokens_survive_other_statements() {
+    let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+    let name = setup(&store, "Things", 0, &[]).await;
+    let engine = Engine::with_store(store, options(true, 4)).await.unwrap();
+    engine
+        .collect(
+            "INSERT INTO things (a, b, c, d) VALUES ('x', 1, 1, 'p'), ('x', 2, 2, 'q'), \
+             ('y', 3, 3, 'p'), ('y', 4, 4, 'q'), ('z', 5, 5, 'p')",
+        )
+        .await
+        .unwrap();
+    let text = |b: &[RecordBatch]| lines(b).join(",");
+    let sql = format!("SELECT b FROM {name} WHERE \"Timestamp\" < now() + INTERVAL '1 hour'");
+    engine.collect("SET tablesql.page_size = 2").await.unwrap();
+    assert_eq!(text(&engine.collect(&sql).await.unwrap()), "1,2");
+    let show = engine
+        .collect("SHOW tablesql.next_page_token")
+        .await
+        .unwrap();
+    let token = lines(&show).join("");
+    let token = token.rsplit('|').next().unwrap_or_default().to_owned();
+    assert!(!token.is_empty());
+    engine
+        .collect(&format!("SET tablesql.page_token = '{token}'"))
+        .await
+        .unwrap();
+    // Statements that do not page leave the token where it is.
+    engine.collect("SHOW tablesql.page_token").await.unwrap();
+    engine
+        .collect(&format!("SELECT count(*) FROM {name}"))
+        .await
+        .unwrap();
+    assert_eq!(text(&engine.collect(&sql).await.unwrap()), "3,4");
+    // The token was taken: the same query starts over.
+    assert_eq!(text(&engine.collect(&sql).await.unwrap()), "1,2");
+    // The library's pages of the same query resume too, `now()` and all.
+    let first = engine.query_page(&sql, 2, None).await.unwrap();
+    let next = engine
+        .query_page(&sql, 2, first.next.as_deref())
+        .await
+        .unwrap();
+    assert_eq!(text(&next.batches), "3,4");
+}

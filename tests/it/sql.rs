@@ -477,3 +477,59 @@ async fn analyze_plans_fan_outs_from_statistics() -> TestResult {
     assert!(e.to_string().contains("nosuch"), "{e}");
     Ok(())
 }
+
+/// Statistics never stand in the way: long RowKeys keep their guideposts
+/// within one property's 64 KiB, statistics that do not read (another
+/// version's) are planned without, and the catalog's own table cannot be
+/// mapped.
+#[tokio::test]
+async fn statistics_that_cannot_be_kept_or_read() -> TestResult {
+    let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    engine
+        .collect(
+            "CREATE TABLE wide (p TEXT NOT NULL, r TEXT NOT NULL) \
+             WITH (partition_key = '{p}', row_key = '{r}')",
+        )
+        .await?;
+    let long = "x".repeat(150);
+    let values: Vec<String> = (0..500).map(|i| format!("('a', '{long}{i:05}')")).collect();
+    engine
+        .collect(&format!(
+            "INSERT INTO wide (p, r) VALUES {}",
+            values.join(", ")
+        ))
+        .await?;
+    let stats = engine.analyze("wide", 1).await?;
+    let bytes: usize = stats.partitions[0]
+        .guideposts
+        .iter()
+        .map(|g| 2 * g.as_str().len() + 2)
+        .sum();
+    assert!(
+        bytes <= 60 * 1024 && !stats.partitions[0].guideposts.is_empty(),
+        "{bytes}"
+    );
+
+    // A summary of a format this engine does not know.
+    let catalog = TableName::new("TablesqlCatalog")?;
+    let alien = Entity::new(PartitionKey::new("stats")?, RowKey::new("wide")?)
+        .with("format_version", EdmValue::Int32(99));
+    store
+        .execute(&catalog, WriteOp::InsertOrReplace(alien))
+        .await?;
+    let again = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    again.collect("SET tablesql.scan_policy = 'allow'").await?;
+    let plan = text(&again.collect("EXPLAIN SELECT count(*) FROM wide").await?);
+    assert!(plan.contains("fanout=partitions(listed)"), "{plan}");
+
+    let e = engine
+        .collect(
+            "CREATE TABLE sneaky (p TEXT NOT NULL, r TEXT NOT NULL) WITH (storage_table = \
+             'tablesqlcatalog', partition_key = '{p}', row_key = '{r}')",
+        )
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("tablesql's own catalog"), "{e}");
+    Ok(())
+}

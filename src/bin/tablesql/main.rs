@@ -157,18 +157,7 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
             let stats = engine.analyze(&table, guidepost_every).await?;
-            println!(
-                "analyzed {table}: {} partitions, {} entities, {} bytes, {} guideposts, at {}",
-                stats.partitions.len(),
-                stats.entities(),
-                stats.partitions.iter().map(|p| p.bytes).sum::<u64>(),
-                stats
-                    .partitions
-                    .iter()
-                    .map(|p| p.guideposts.len())
-                    .sum::<usize>(),
-                stats.taken.format("%Y-%m-%dT%H:%M:%SZ"),
-            );
+            println!("analyzed {table}: {stats}");
             Ok(())
         }
         Command::Serve {
