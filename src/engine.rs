@@ -340,7 +340,8 @@ impl Engine {
         // copy costs about 17 µs, a tenth of a point query's planning).
         let state = self.ctx.state();
         // What a page token names (only paging needs it).
-        let text = if paging::paging_on(&self.ctx) {
+        let paging = paging::paging_on(&self.ctx);
+        let text = if paging {
             statement.to_string()
         } else {
             String::new()
@@ -348,7 +349,7 @@ impl Engine {
         let plan = state
             .statement_to_plan(DfStatement::Statement(Box::new(statement)))
             .await?;
-        if paging::paging_on(&self.ctx) && paging::is_read(&plan) {
+        if paging && paging::is_read(&plan) {
             let optimized = state.optimize(&plan)?;
             if let Some(page) = self.session_page(&self.ctx, &optimized, &text).await? {
                 let table = MemTable::try_new(page.schema, vec![page.batches])?;
@@ -452,7 +453,11 @@ impl Engine {
         let defs = persist::load(self.store.as_ref()).await?;
         let table = match defs.iter().find(|d| d.name == name) {
             Some(d) => d.storage_table.clone(),
-            None => match TableName::new(name) {
+            // A storage table, by its name or as `raw.<name>`.
+            None => match TableName::new(match name.get(..4) {
+                Some(p) if p.eq_ignore_ascii_case("raw.") => &name[4..],
+                _ => name,
+            }) {
                 Ok(t)
                     if !t.as_str().eq_ignore_ascii_case(CATALOG_TABLE)
                         && self.store.list_tables().await?.contains(&t) =>

@@ -31,9 +31,10 @@ pub const MAX_GUIDEPOSTS: usize = 400;
 /// Most bytes of them (UTF-16, as the service counts): they share one
 /// string property, which holds at most 64 KiB.
 pub const MAX_GUIDEPOST_BYTES: usize = 60 * 1024;
-/// Partition entities written per entity group transaction: each holds up
-/// to 64 KiB of guideposts, and a transaction at most 4 MiB.
-const PER_BATCH: usize = 50;
+/// Bytes of partition entities per entity group transaction, by a generous
+/// estimate: a transaction holds 4 MiB, and JSON escapes can make a UTF-16
+/// byte of a guidepost three on the wire.
+const BATCH_BYTES: usize = 3 * 1024 * 1024;
 
 /// Statistics of one storage table.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,7 +125,7 @@ fn partition_of(storage_table: &TableName) -> Result<PartitionKey, CatalogError>
 }
 
 /// Stores a table's statistics in place of any before: the partitions'
-/// first (in entity group transactions of 100), then the summary, which
+/// first (in entity group transactions of at most 100 and about 3 MiB), then the summary, which
 /// readers go by.
 pub async fn save(
     store: &dyn TableStore,
@@ -165,11 +166,8 @@ pub async fn save(
             });
         }
     }
-    while !ops.is_empty() {
-        let rest = ops.split_off(ops.len().min(PER_BATCH));
-        store
-            .execute_batch(&catalog, std::mem::replace(&mut ops, rest))
-            .await?;
+    for batch in batches(ops) {
+        store.execute_batch(&catalog, batch).await?;
     }
     let summary = Entity::new(pk(SUMMARIES)?, rk(storage_table.as_str())?)
         .with("format_version", EdmValue::Int32(FORMAT_VERSION))
@@ -257,4 +255,26 @@ async fn load_one(
             partitions,
         },
     )))
+}
+
+/// Writes in entity group transactions of at most 100 operations and about
+/// `BATCH_BYTES` (three bytes for each UTF-16 byte of an entity).
+fn batches(ops: Vec<WriteOp>) -> Vec<Vec<WriteOp>> {
+    let mut out: Vec<Vec<WriteOp>> = Vec::new();
+    let mut bytes = 0;
+    for op in ops {
+        let size = 3 * op.stored_size();
+        let full = out.last().is_none_or(|b| {
+            b.len() == crate::storage::write::MAX_BATCH_OPERATIONS || bytes + size > BATCH_BYTES
+        });
+        if full {
+            out.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += size;
+        if let Some(b) = out.last_mut() {
+            b.push(op);
+        }
+    }
+    out
 }

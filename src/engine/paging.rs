@@ -85,7 +85,9 @@ impl Engine {
                 DataFusionError::Configuration("a page holds at least one row".into()).into(),
             );
         }
-        let statement = fingerprint(statement);
+        // The text, and what it read: a table dropped and mapped anew under
+        // the same name is another statement.
+        let statement = fingerprint(&format!("{statement}\n{}", page::identity(plan)));
         let signer = self.signer().await?;
         let after = match token {
             Some(t) => Some(
@@ -134,7 +136,11 @@ impl Engine {
             }
         }
         let settings = TablesqlConfig::of(state.config());
-        let token = Some(settings.page_token.as_str()).filter(|t| !t.is_empty());
+        let taken = settings.page_token;
+        set(ctx, |s| s.next_page_token.clear());
+        let token = Some(taken.as_str()).filter(|t| !t.is_empty());
+        // The token is cleared only if still the one read: another task on
+        // a shared session may have set a new one meanwhile.
         let page = match self
             .page(&state, plan, statement, settings.page_size, token)
             .await
@@ -142,14 +148,20 @@ impl Engine {
             Ok(page) => page,
             Err(e) => {
                 if is_token_error(&e) {
-                    set(ctx, |s| s.page_token.clear());
+                    set(ctx, |s| {
+                        if s.page_token == taken {
+                            s.page_token.clear();
+                        }
+                    });
                 }
                 return Err(e);
             }
         };
         let next = page.next.clone().unwrap_or_default();
         set(ctx, |s| {
-            s.page_token.clear();
+            if s.page_token == taken {
+                s.page_token.clear();
+            }
             s.next_page_token = next;
         });
         if let (Some(n), Some(next)) = (&notices, &page.next) {

@@ -17,7 +17,8 @@ use ring::{digest, hmac};
 
 use crate::storage::{PartitionKey, RowKey};
 
-const VERSION: u8 = 1;
+/// 2: 4-byte key lengths.
+const VERSION: u8 = 2;
 const MAC_LEN: usize = 32;
 const HEADER_LEN: usize = 1 + 8 + 16;
 

@@ -90,6 +90,26 @@ fn store_table(scan: &TableScan) -> Option<Arc<dyn datafusion::datasource::Table
     any.is::<StoreTable>().then_some(provider)
 }
 
+/// What a pageable plan reads, for a page token to name beside the
+/// statement's text: the storage table and the columns it reads.
+pub fn identity(plan: &LogicalPlan) -> String {
+    match split(plan) {
+        Ok((_, scan)) => {
+            let table = store_table(scan).and_then(|p| {
+                let any: &dyn std::any::Any = p.as_ref();
+                any.downcast_ref::<StoreTable>()
+                    .map(|t| t.layout().table.as_str().to_owned())
+            });
+            format!(
+                "{} {:?}",
+                table.unwrap_or_default(),
+                scan.projected_schema.as_arrow().fields()
+            )
+        }
+        Err(_) => String::new(),
+    }
+}
+
 /// Runs one page of at most `size` rows of an optimized query plan, after
 /// the row keyed `after` if given.
 pub async fn run_page(

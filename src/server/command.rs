@@ -430,7 +430,7 @@ pub async fn fetch(
         pgwire::api::portal::PortalExecutionState::Initial
     );
     if !started {
-        let response = planner.execute(&portal, guard).await?;
+        let response = planner.execute_cursor(&portal, guard).await?;
         portal.start(response).await;
     }
     let mut fetched = portal.fetch(count).await?.response;

@@ -45,6 +45,8 @@ use crate::exec::DmlExec;
 #[derive(Debug)]
 pub struct Prepared {
     pub sql: String,
+    /// The statement as parsed and printed again: what a page token names.
+    pub text: String,
     pub kind: Kind,
 }
 
@@ -107,9 +109,11 @@ impl Planner {
     /// What Parse keeps of one statement.
     pub async fn prepare(&self, sql: &str, statement: Statement) -> PgWireResult<Prepared> {
         let write = write_tag(&statement);
+        let text = statement.to_string();
         if !is_query(&statement) && write.is_none() {
             return Ok(Prepared {
                 sql: sql.to_owned(),
+                text,
                 kind: Kind::Command(Box::new(statement)),
             });
         }
@@ -133,6 +137,7 @@ impl Planner {
             .collect::<PgWireResult<Vec<_>>>()?;
         Ok(Prepared {
             sql: sql.to_owned(),
+            text,
             kind: Kind::Query {
                 plan,
                 params,
@@ -146,7 +151,8 @@ impl Planner {
     pub async fn query(&self, statement: Statement, guard: Guard) -> PgWireResult<QueryResponse> {
         let text = statement.to_string();
         let plan = self.logical(statement).await?;
-        self.run(&plan, &text, &Format::UnifiedText, guard).await
+        self.run(&plan, Some(&text), &Format::UnifiedText, guard)
+            .await
     }
 
     /// The analyzed and optimized logical plan of a query.
@@ -264,11 +270,31 @@ impl Planner {
         portal: &Portal<Stmt>,
         guard: Guard,
     ) -> PgWireResult<QueryResponse> {
+        self.execute_portal(portal, true, guard).await
+    }
+
+    /// A cursor's query: all its rows, for FETCH to take in its own
+    /// steps, never one page of them (`tablesql.page_size`).
+    pub async fn execute_cursor(
+        &self,
+        portal: &Portal<Stmt>,
+        guard: Guard,
+    ) -> PgWireResult<QueryResponse> {
+        self.execute_portal(portal, false, guard).await
+    }
+
+    async fn execute_portal(
+        &self,
+        portal: &Portal<Stmt>,
+        paged: bool,
+        guard: Guard,
+    ) -> PgWireResult<QueryResponse> {
         let values = self.values(portal)?;
-        self.execute_values(
+        self.bound(
             &portal.statement.statement,
             &values,
             &portal.result_column_format,
+            paged,
             guard,
         )
         .await
@@ -284,6 +310,18 @@ impl Planner {
         format: &Format,
         guard: Guard,
     ) -> PgWireResult<QueryResponse> {
+        self.bound(prepared, values, format, true, guard).await
+    }
+
+    /// As `execute_values`; `paged` false for a cursor's query.
+    async fn bound(
+        &self,
+        prepared: &Prepared,
+        values: &ParamValues,
+        format: &Format,
+        paged: bool,
+        guard: Guard,
+    ) -> PgWireResult<QueryResponse> {
         let Kind::Query {
             plan,
             params,
@@ -295,32 +333,39 @@ impl Planner {
         };
         let plan = bind(plan, params, values)?;
         // A page token names the statement with its values.
-        let text = format!("{}\n{values:?}", prepared.sql);
-        self.run(&plan, &text, format, guard).await
+        let text = format!("{}\n{values:?}", prepared.text);
+        let statement = paged.then_some(text.as_str());
+        self.run(&plan, statement, format, guard).await
     }
 
     /// Physical planning (or the direct path, `direct.rs`) and execution of
-    /// an optimized plan (`statement` names it for page tokens). The first batch
+    /// an optimized plan (`statement` names it for page tokens; `None` for a
+    /// cursor's, which is never paged). The first batch
     /// is awaited here, so that errors and aggregates (whose one row comes
     /// after the whole scan) are reported before any row description, and
     /// cancel and timeout cover them.
     async fn run(
         &self,
         plan: &LogicalPlan,
-        statement: &str,
+        statement: Option<&str>,
         format: &Format,
         mut guard: Guard,
     ) -> PgWireResult<QueryResponse> {
         let fields = Arc::new(result_fields(plan.schema().as_arrow(), format)?);
         // Under `tablesql.page_size`, a query of one table is one page.
-        let paged = guard
-            .run(async {
-                self.engine
-                    .session_page(&self.ctx, plan, statement)
-                    .await
-                    .map_err(|e| engine_error(&e))
-            })
-            .await?;
+        let paged = match statement {
+            Some(statement) => {
+                guard
+                    .run(async {
+                        self.engine
+                            .session_page(&self.ctx, plan, statement)
+                            .await
+                            .map_err(|e| engine_error(&e))
+                    })
+                    .await?
+            }
+            None => None,
+        };
         if let Some(page) = paged {
             let batches = futures::stream::iter(page.batches.into_iter().map(Ok));
             let stream: SendableRecordBatchStream =

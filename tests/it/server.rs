@@ -1422,6 +1422,26 @@ fn token_paging_in_psql() -> TestResult {
     assert_eq!(got, want);
     assert!(pages >= 3, "{pages} pages");
 
+    // A cursor is never paged: FETCH takes its rows in its own steps.
+    let declare = format!("DECLARE c CURSOR FOR {query}");
+    let out = server.psql(
+        "",
+        &[
+            "-At",
+            "-c",
+            "SET tablesql.scan_policy = allow",
+            "-c",
+            "SET tablesql.page_size = 7",
+            "-c",
+            &format!("BEGIN; {declare}; FETCH 20 FROM c; COMMIT"),
+        ],
+    )?;
+    let fetched: Vec<String> = lines(&out)
+        .into_iter()
+        .filter(|l| l.contains('|'))
+        .collect();
+    assert_eq!(fetched.len(), 20, "{}", text(&out));
+
     // Bad tokens, each with its SQLSTATE.
     let first = paged(&["-At"], "", query, true)?;
     let token = lines(&first).pop().unwrap_or_default();
