@@ -1347,6 +1347,15 @@ fn scan_policy_in_psql() -> TestResult {
     Ok(())
 }
 
+/// psql's options for pages of 7 rows, unaligned, with full scans allowed.
+const PAGED_7: [&str; 5] = [
+    "-At",
+    "-c",
+    "SET tablesql.scan_policy = allow",
+    "-c",
+    "SET tablesql.page_size = 7",
+];
+
 /// Token paging in psql: `SET tablesql.page_size`, a query, the next
 /// page's token from `SHOW tablesql.next_page_token`, resumed in another
 /// connection; every row comes once. Bad tokens get their SQLSTATEs.
@@ -1424,18 +1433,8 @@ fn token_paging_in_psql() -> TestResult {
 
     // A cursor is never paged: FETCH takes its rows in its own steps.
     let declare = format!("DECLARE c CURSOR FOR {query}");
-    let out = server.psql(
-        "",
-        &[
-            "-At",
-            "-c",
-            "SET tablesql.scan_policy = allow",
-            "-c",
-            "SET tablesql.page_size = 7",
-            "-c",
-            &format!("BEGIN; {declare}; FETCH 20 FROM c; COMMIT"),
-        ],
-    )?;
+    let fetch = format!("BEGIN; {declare}; FETCH 20 FROM c; COMMIT");
+    let out = server.psql("", &[&PAGED_7[..], &["-c", &fetch]].concat())?;
     let fetched: Vec<String> = lines(&out)
         .into_iter()
         .filter(|l| l.contains('|'))
@@ -1452,20 +1451,8 @@ fn token_paging_in_psql() -> TestResult {
     let truncated = &token[..token.len() - 4];
     // Another server over a copy of the data, but a store of its own.
     let other = serve(1000, &[])?;
-    let out = other.psql(
-        "",
-        &[
-            "-At",
-            "-c",
-            "SET tablesql.scan_policy = allow",
-            "-c",
-            "SET tablesql.page_size = 7",
-            "-c",
-            query,
-            "-c",
-            "SHOW tablesql.next_page_token",
-        ],
-    )?;
+    let show = ["-c", query, "-c", "SHOW tablesql.next_page_token"];
+    let out = other.psql("", &[&PAGED_7[..], &show].concat())?;
     let foreign = lines(&out).pop().unwrap_or_default();
     assert!(!foreign.is_empty() && foreign != token, "{}", text(&out));
     for (bad, sql, expected) in [
