@@ -387,9 +387,10 @@ impl Writer {
         let row = entities(&self.def, values)?;
         let partition = row.base.partition_key.clone();
         self.claim_key(&partition, values).await?;
-        let ops = std::iter::once(row.base)
-            .chain(row.index)
-            .map(WriteOp::Insert)
+        // The base row must be new; an index row there already (an orphan
+        // of an application's write) is replaced by the right one.
+        let ops = std::iter::once(WriteOp::Insert(row.base))
+            .chain(row.index.into_iter().map(WriteOp::InsertOrReplace))
             .collect();
         Ok((partition, Group::of(ops)))
     }
@@ -508,7 +509,7 @@ impl Writer {
                     row_key: was,
                     if_match: IfMatch::Any,
                 });
-                ops.push(WriteOp::Insert(entity));
+                ops.push(WriteOp::InsertOrReplace(entity));
             }
         }
         Ok((pk, Group::of(ops)))
@@ -617,11 +618,38 @@ impl Writer {
         Ok(())
     }
 
-    async fn send(&mut self, ops: Vec<WriteOp>, rows: u64) -> Result<()> {
-        self.store
-            .execute_batch(&self.layout.table, ops)
-            .await
-            .map_err(|e| DataFusionError::from(ExecError::from(e)))?;
+    /// Runs one transaction. An index row it deletes that is not there
+    /// (an application never wrote it, or removed it) is already as the
+    /// write wants it: the transaction, refused whole, runs again without
+    /// that delete, so a missing index row never blocks its base row. Only
+    /// index rows are deleted with `IfMatch::Any`; base rows carry the ETag
+    /// their statement read.
+    async fn send(&mut self, mut ops: Vec<WriteOp>, rows: u64) -> Result<()> {
+        loop {
+            match self
+                .store
+                .execute_batch(&self.layout.table, ops.clone())
+                .await
+            {
+                Ok(_) => break,
+                Err(StorageError::Batch { index, source })
+                    if matches!(*source, StorageError::EntityNotFound { .. })
+                        && matches!(
+                            ops.get(index),
+                            Some(WriteOp::Delete {
+                                if_match: IfMatch::Any,
+                                ..
+                            })
+                        ) =>
+                {
+                    ops.remove(index);
+                    if ops.is_empty() {
+                        break;
+                    }
+                }
+                Err(e) => return Err(DataFusionError::from(ExecError::from(e))),
+            }
+        }
         self.written += rows;
         self.shared.store(self.written, Ordering::Relaxed);
         Ok(())
