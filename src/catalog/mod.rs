@@ -206,6 +206,22 @@ impl TableDef {
             if !names.insert(i.name.clone()) {
                 return Err(bad(format!("index {} is defined twice", i.name)));
             }
+            // An index row must lead back to its base row: with the
+            // partition's fields, its RowKey holds the whole primary key.
+            let missing: Vec<&str> = self
+                .primary_key
+                .iter()
+                .map(String::as_str)
+                .filter(|c| !self.partition_key.columns().any(|p| p == *c))
+                .filter(|c| !i.row_key.columns().any(|f| f == *c))
+                .collect();
+            if !missing.is_empty() {
+                return Err(bad(format!(
+                    "index {} lacks primary key column {}, so an index row could not name its base row",
+                    i.name,
+                    missing.join(", ")
+                )));
+            }
         }
         Ok(())
     }
