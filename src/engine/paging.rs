@@ -184,7 +184,7 @@ impl Engine {
 
 /// Whether the session pages (`tablesql.page_size` above 0).
 pub(super) fn paging_on(ctx: &SessionContext) -> bool {
-    TablesqlConfig::of(ctx.state_ref().read().config()).page_size > 0
+    TablesqlConfig::get(ctx.state_ref().read().config()).is_some_and(|s| s.page_size > 0)
 }
 
 /// Whether a plan reads rows and writes none: what paging applies to.

@@ -57,32 +57,44 @@ impl fmt::Display for ScanPolicy {
 
 /// What the session's policy makes of a scan of `layout` along `path`:
 /// nothing, unless it reads every partition, or more partitions than
-/// `tablesql.partition_threshold` by the statistics (`partitions`, the
-/// analyzed partitions the scan reads, when the table has statistics); then
-/// a notice under `warn`, a refusal under `deny`. The scan acts on it when
-/// it runs, so that EXPLAIN shows even a plan the policy refuses.
+/// `tablesql.partition_threshold` by the statistics (`partitions` counts
+/// the analyzed partitions the scan reads, `None` without statistics; it is
+/// asked only when the threshold could apply); then a notice under `warn`,
+/// a refusal under `deny`. The scan acts on it when it runs, so that
+/// EXPLAIN shows even a plan the policy refuses. Every scan asks, so the
+/// common answer (nothing) allocates nothing.
 pub fn verdict(
     session: &dyn Session,
     layout: &Layout,
     path: &AccessPath,
-    partitions: Option<usize>,
+    partitions: impl FnOnce() -> Option<usize>,
 ) -> Option<ScanVerdict> {
-    let settings = TablesqlConfig::of(session.config());
-    let mut wide = whole_table(layout);
-    if !path.reads_every_partition() {
-        let threshold = settings.partition_threshold;
-        match partitions {
-            Some(n) if threshold > 0 && n > threshold => wide.partitions = Some((n, threshold)),
+    let (policy, threshold) = TablesqlConfig::get(session.config()).map_or_else(
+        || {
+            let d = TablesqlConfig::default();
+            (d.scan_policy, d.partition_threshold)
+        },
+        |s| (s.scan_policy, s.partition_threshold),
+    );
+    if policy == ScanPolicy::Allow {
+        return None;
+    }
+    let counted = if path.reads_every_partition() {
+        None
+    } else {
+        match partitions() {
+            Some(n) if threshold > 0 && n > threshold => Some((n, threshold)),
             _ => return None,
         }
-    }
-    match settings.scan_policy {
-        ScanPolicy::Allow => None,
-        ScanPolicy::Warn => Some(ScanVerdict::Notice(format!(
-            "{wide} (tablesql.scan_policy = warn)"
-        ))),
-        ScanPolicy::Deny => Some(ScanVerdict::Deny(wide)),
-    }
+    };
+    let wide = WholeTable {
+        partitions: counted,
+        ..whole_table(layout)
+    };
+    Some(match policy {
+        ScanPolicy::Deny => ScanVerdict::Deny(wide),
+        _ => ScanVerdict::Notice(format!("{wide} (tablesql.scan_policy = warn)")),
+    })
 }
 
 fn whole_table(layout: &Layout) -> WholeTable {

@@ -164,10 +164,17 @@ impl StoreTable {
         scan: PartitionScanExec,
         path: &AccessPath,
     ) -> PartitionScanExec {
-        let partitions = self
-            .stats
-            .get(&self.layout.table)
-            .map(|stats| crate::exec::fanout::analyzed(&stats, path).partitions);
+        let partitions = || {
+            if !path
+                .requests
+                .iter()
+                .any(crate::exec::fanout::spans_partitions)
+            {
+                return None;
+            }
+            let stats = self.stats.get(&self.layout.table)?;
+            Some(crate::exec::fanout::analyzed(&stats, path).partitions)
+        };
         let verdict = super::policy::verdict(session, &self.layout, path, partitions);
         scan.with_verdict(verdict)
     }

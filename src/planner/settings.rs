@@ -50,14 +50,14 @@ impl Default for TablesqlConfig {
 }
 
 impl TablesqlConfig {
-    /// A session's settings (the defaults if it has none).
+    /// A session's settings, borrowed (`None` for a session without them).
+    pub fn get(config: &datafusion::prelude::SessionConfig) -> Option<&Self> {
+        config.options().extensions.get::<Self>()
+    }
+
+    /// A session's settings, copied (the defaults if it has none).
     pub fn of(config: &datafusion::prelude::SessionConfig) -> Self {
-        config
-            .options()
-            .extensions
-            .get::<Self>()
-            .cloned()
-            .unwrap_or_default()
+        Self::get(config).cloned().unwrap_or_default()
     }
 }
 

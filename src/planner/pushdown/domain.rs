@@ -37,7 +37,7 @@ fn within<T>(v: &T, b: &Bound<T>, lower: bool, cmp: impl Fn(&T, &T) -> Ordering)
 
 /// Whether bound `old` keeps no more than bound `new` (both lower bounds if
 /// `lower`, else both upper).
-fn tighter<T>(
+pub(super) fn tighter<T>(
     old: &Bound<T>,
     new: &Bound<T>,
     lower: bool,

@@ -157,32 +157,16 @@ fn intersect(
     start: Bound<String>,
     end: Bound<String>,
 ) -> KeyRange<RowKey> {
-    let key = |b: Bound<String>| b.map(RowKey::from_stored);
-    let (start, end) = (key(start), key(end));
-    let later_start = match (&rows.start, &start) {
-        (_, Bound::Unbounded) => rows.start.clone(),
-        (Bound::Unbounded, _) => start,
-        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
-            if b > a || (b == a && matches!(start, Bound::Excluded(_))) {
-                start
-            } else {
-                rows.start.clone()
-            }
-        }
-    };
-    let earlier_end = match (&rows.end, &end) {
-        (_, Bound::Unbounded) => rows.end.clone(),
-        (Bound::Unbounded, _) => end,
-        (Bound::Included(a) | Bound::Excluded(a), Bound::Included(b) | Bound::Excluded(b)) => {
-            if b < a || (b == a && matches!(end, Bound::Excluded(_))) {
-                end
-            } else {
-                rows.end.clone()
-            }
+    let (start, end) = (start.map(RowKey::from_stored), end.map(RowKey::from_stored));
+    let pick = |old: &Bound<RowKey>, new: Bound<RowKey>, lower| {
+        if super::domain::tighter(old, &new, lower, RowKey::cmp) {
+            old.clone()
+        } else {
+            new
         }
     };
     KeyRange {
-        start: later_start,
-        end: earlier_end,
+        start: pick(&rows.start, start, true),
+        end: pick(&rows.end, end, false),
     }
 }
