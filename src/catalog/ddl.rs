@@ -15,7 +15,9 @@
 //! );
 //! ```
 //! `storage_table` defaults to the SQL name; `PRIMARY KEY` defaults to every
-//! key field; each `index_<name>` option declares an index row template.
+//! key field; each `index_<name>` option declares an index row template,
+//! whose rows carry every column unless `covering_<name> = false` says they
+//! carry only their keys.
 
 use datafusion::sql::sqlparser::ast::{
     ColumnOption, CreateTable, CreateTableOptions, Expr, ObjectName, SqlOption, Statement,
@@ -135,6 +137,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
     let mut storage_table = None;
     let (mut partition_key, mut row_key) = (None, None);
     let mut indexes = Vec::new();
+    let mut keys_only = Vec::new();
     for option in options(create) {
         let SqlOption::KeyValue { key, value } = option else {
             return Err(CatalogError::Definition(format!(
@@ -156,14 +159,37 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                 Some(index) if !index.is_empty() => indexes.push(IndexDef {
                     name: index.to_owned(),
                     row_key: text.parse()?,
+                    covering: true,
                 }),
-                _ => {
-                    return Err(CatalogError::Definition(format!(
-                        "unknown option {key} (expected storage_table, partition_key, row_key or index_<name>)"
-                    )));
-                }
+                _ => match key.strip_prefix("covering_") {
+                    Some(index) if !index.is_empty() => match text.to_lowercase().as_str() {
+                        "true" => {}
+                        "false" => keys_only.push(index.to_owned()),
+                        _ => {
+                            return Err(CatalogError::Definition(format!(
+                                "option {key}: expected true or false, found {text:?}"
+                            )));
+                        }
+                    },
+                    _ => {
+                        return Err(CatalogError::Definition(format!(
+                            "unknown option {key} (expected storage_table, partition_key, row_key, index_<name> or covering_<name>)"
+                        )));
+                    }
+                },
             },
         }
+    }
+    for index in keys_only {
+        let ix = indexes
+            .iter_mut()
+            .find(|i| i.name == index)
+            .ok_or_else(|| {
+                CatalogError::Definition(format!(
+                    "option covering_{index} names no index (declare index_{index} = '<template>')"
+                ))
+            })?;
+        ix.covering = false;
     }
     let missing = |what: &str| CatalogError::Definition(format!("table {name}: WITH needs {what}"));
     let partition_key: crate::keys::KeyTemplate =
@@ -202,6 +228,7 @@ fn string_value(key: &str, value: &Expr) -> Result<String, CatalogError> {
     match value {
         Expr::Value(v) => match &v.value {
             Value::SingleQuotedString(s) => Ok(s.clone()),
+            Value::Boolean(b) => Ok(b.to_string()),
             other => Err(CatalogError::Definition(format!(
                 "option {key}: expected a quoted string, found {other}"
             ))),
@@ -258,6 +285,9 @@ impl TableDef {
                 i.name,
                 quote(&i.row_key.to_string())
             ));
+            if !i.covering {
+                options.push(format!("covering_{} = false", i.name));
+            }
         }
         out.push_str(&format!("    {}\n);\n", options.join(",\n    ")));
         out

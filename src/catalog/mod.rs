@@ -67,13 +67,29 @@ pub struct ColumnDef {
 }
 
 /// A denormalized index row: a RowKey template that shares its partition with
-/// the base row. Scans of the table skip index rows.
+/// the base row. Scans of the table skip index rows; the planner reads them
+/// where their leading fields fix more than the base RowKey's do.
 #[derive(Debug, Clone, PartialEq)]
 pub struct IndexDef {
     /// The index's name (`index_<name>` in the DDL options).
     pub name: String,
     /// Its RowKey template.
     pub row_key: KeyTemplate,
+    /// Whether an index row carries every mapped column as a property (what
+    /// tablesql's own writes store; the default), or only its keys
+    /// (`covering_<name> = false`), so that a query needing other columns
+    /// looks the base row up.
+    pub covering: bool,
+}
+
+impl IndexDef {
+    /// Whether the index row holds `column` without a lookup: a field of
+    /// its keys, or any column when it is covering.
+    pub fn carries(&self, def: &TableDef, column: &str) -> bool {
+        self.covering
+            || def.partition_key.columns().any(|c| c == column)
+            || self.row_key.columns().any(|c| c == column)
+    }
 }
 
 /// How one SQL table maps onto a storage table.
@@ -234,6 +250,16 @@ impl TableDef {
     /// The key columns in key order: PartitionKey fields, then RowKey fields.
     pub fn key_columns(&self) -> impl Iterator<Item = &str> {
         self.partition_key.columns().chain(self.row_key.columns())
+    }
+
+    /// Whether a column is a field of a key template, the base rows' or an
+    /// index's: a condition on it may narrow the keys read.
+    pub fn is_template_column(&self, name: &str) -> bool {
+        self.is_key_column(name)
+            || self
+                .indexes
+                .iter()
+                .any(|i| i.row_key.columns().any(|c| c == name))
     }
 
     /// Whether a column is read from the keys rather than from properties.

@@ -1,5 +1,7 @@
 //! Access paths: what a scan asks of the store, and how EXPLAIN names it
-//! (`access=point`, `points(N)`, `row_range`, `partition_range`, `full_scan`).
+//! (`access=point`, `points(N)`, `row_range`, `partition_range`, `full_scan`,
+//! and over index rows `index_point(name)`, `index_points(name, N)`,
+//! `index_range(name)`).
 
 use std::fmt;
 use std::ops::Bound;
@@ -19,6 +21,22 @@ pub enum AccessKind {
     PartitionRange,
     /// Every partition.
     FullScan,
+    /// Index rows whose leading fields equal given values: one key prefix
+    /// per request (in one partition, or in every partition of a range).
+    IndexPoints,
+    /// Index rows whose leading fields are fixed and whose next field is in
+    /// a range or starts with a prefix; or every index row of the
+    /// partitions read, for the index's order.
+    IndexRange,
+}
+
+/// The index rows a path reads instead of base rows.
+#[derive(Debug, Clone, PartialEq)]
+pub struct IndexRead {
+    /// The index's position among the definition's indexes.
+    pub position: usize,
+    /// Its name, for EXPLAIN.
+    pub name: String,
 }
 
 /// One request to the store.
@@ -49,6 +67,8 @@ pub struct AccessPath {
     pub filter: Option<Filter>,
     /// Which listed partitions a fanned-out request reads (keyset paging).
     pub partition_bound: Option<PartitionBound>,
+    /// The index whose rows the requests read; `None` reads base rows.
+    pub index: Option<IndexRead>,
 }
 
 /// A row-value bound on the primary key, `(pk fields, row fields) > (..)`:
@@ -164,6 +184,7 @@ impl AccessPath {
             requests,
             filter: self.filter.clone(),
             partition_bound: self.partition_bound.clone(),
+            index: self.index.clone(),
         }
     }
 
@@ -225,12 +246,16 @@ impl fmt::Display for KeyRequest {
 impl fmt::Display for AccessPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.requests.len();
+        let index = self.index.as_ref().map_or("", |i| i.name.as_str());
         match self.kind {
             AccessKind::Points if n == 1 => f.write_str("access=point")?,
             AccessKind::Points => write!(f, "access=points({n})")?,
             AccessKind::RowRange => f.write_str("access=row_range")?,
             AccessKind::PartitionRange => f.write_str("access=partition_range")?,
             AccessKind::FullScan => f.write_str("access=full_scan")?,
+            AccessKind::IndexPoints if n == 1 => write!(f, "access=index_point({index})")?,
+            AccessKind::IndexPoints => write!(f, "access=index_points({index}, {n})")?,
+            AccessKind::IndexRange => write!(f, "access=index_range({index})")?,
         }
         for (i, r) in self.requests.iter().take(SHOWN).enumerate() {
             write!(f, "{}{r}", if i == 0 { " " } else { "; " })?;
@@ -323,6 +348,7 @@ mod tests {
             ],
             filter: None,
             partition_bound: None,
+            index: None,
         };
         let shown = |p: AccessPath| {
             p.requests

@@ -61,6 +61,9 @@ pub struct Layout {
     pub schema: SchemaRef,
     /// Per schema field: its source and type.
     pub columns: Vec<(Source, ColumnType)>,
+    /// The index whose rows this layout decodes (`RowField`s are its
+    /// template's); `None` for base rows.
+    pub index: Option<usize>,
 }
 
 fn system_columns() -> [(String, Source, ColumnType, bool); 4] {
@@ -97,6 +100,49 @@ impl Layout {
             def,
             schema: Arc::new(Schema::new(fields)),
             columns: cols.into_iter().map(|(_, s, t, _)| (s, t)).collect(),
+            index: None,
+        }
+    }
+
+    /// The layout of index `position`'s rows, with the same schema: key
+    /// fields from the PartitionKey and the index's RowKey, the other
+    /// columns from properties. `None` for a raw table or no such index.
+    pub fn over_index(&self, position: usize) -> Option<Layout> {
+        let def = self.def.as_ref()?;
+        let ix = def.indexes.get(position)?;
+        let columns = self
+            .columns
+            .iter()
+            .zip(self.schema.fields())
+            .map(|((source, t), field)| {
+                let source = match source {
+                    Source::RowField(_) | Source::Property { .. } => {
+                        match ix.row_key.columns().position(|c| c == field.name()) {
+                            Some(n) => Source::RowField(n),
+                            None => Source::Property {
+                                name: field.name().clone(),
+                                lenient: false,
+                            },
+                        }
+                    }
+                    other => other.clone(),
+                };
+                (source, *t)
+            })
+            .collect();
+        Some(Layout {
+            columns,
+            index: Some(position),
+            ..self.clone()
+        })
+    }
+
+    /// The RowKey template of the rows it decodes.
+    pub fn row_template(&self) -> Option<&crate::keys::KeyTemplate> {
+        let def = self.def.as_ref()?;
+        match self.index {
+            None => Some(&def.row_key),
+            Some(i) => def.indexes.get(i).map(|ix| &ix.row_key),
         }
     }
 
@@ -301,13 +347,16 @@ pub fn decode(
         let (pk_values, rk_values) = match &layout.def {
             None => (None, None),
             Some(def) => {
-                let rk = match def.row_key.decompose(e.row_key().as_str()) {
+                let template = layout.row_template().unwrap_or(&def.row_key);
+                let rk = match template.decompose(e.row_key().as_str()) {
                     Ok(v) => v,
                     Err(err) => {
-                        if def
-                            .indexes
-                            .iter()
-                            .any(|i| i.row_key.decompose(e.row_key().as_str()).is_ok())
+                        // Base rows and index rows share partitions.
+                        if layout.index.is_none()
+                            && def
+                                .indexes
+                                .iter()
+                                .any(|i| i.row_key.decompose(e.row_key().as_str()).is_ok())
                         {
                             skipped.index_rows += 1;
                             continue;

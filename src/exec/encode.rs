@@ -265,6 +265,9 @@ pub fn entities(def: &TableDef, values: &[Option<EdmValue>]) -> Result<RowEntiti
         .map(|ix| {
             let mut e = base.clone();
             e.row_key = RowKey::new(compose(def, &ix.row_key, values)?).map_err(invalid)?;
+            if !ix.covering {
+                e.properties.clear();
+            }
             e.validate().map_err(invalid)?;
             Ok(e)
         })

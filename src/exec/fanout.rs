@@ -537,6 +537,7 @@ mod tests {
             }],
             filter: None,
             partition_bound: None,
+            index: None,
         };
         let a = analyzed(&stats, &path);
         let shown: Vec<String> = a.requests.iter().map(ToString::to_string).collect();

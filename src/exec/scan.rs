@@ -6,6 +6,11 @@
 //! waits for the consumer, so memory does not grow with the table. Dropping
 //! the stream (LIMIT reached, query cancelled) stops every request and the
 //! listing of partitions.
+//!
+//! A path over index rows decodes them with the index's layout where they
+//! carry every column the query needs; otherwise each page of index rows
+//! leads to its base rows (`lookup`), read concurrently under the same
+//! in-flight bound and kept in index order.
 
 use std::collections::HashSet;
 use std::fmt;
@@ -26,19 +31,19 @@ use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
-    SendableRecordBatchStream,
+    SendableRecordBatchStream, SortOrderPushdownResult,
 };
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use super::ExecError;
 use super::access::{AccessPath, KeyRequest};
-use super::decode::{Layout, decode};
+use super::decode::{Layout, Source, decode};
 use super::fanout::{Fanout, ListingCounters, expand};
 use super::metrics::ExactCount;
 use super::notices::ScanVerdict;
 use crate::catalog::stats::TableStats;
-use crate::storage::{ContinuationToken, PartitionKey, Query, TableStore};
+use crate::storage::{ContinuationToken, PartitionKey, Query, StoredEntity, TableStore};
 
 /// Tuning of scans.
 #[derive(Debug, Clone, Copy)]
@@ -66,7 +71,15 @@ impl Default for ScanOptions {
 pub struct PartitionScanExec {
     store: Arc<dyn TableStore>,
     layout: Arc<Layout>,
+    /// The layout of the rows the path reads: `layout`, or an index's.
+    rows: Arc<Layout>,
+    /// Whether index rows lead to their base rows.
+    lookup: bool,
     path: AccessPath,
+    /// Other paths for the same filters, one of which may give an order
+    /// a sort above wants (`try_pushdown_sort`).
+    alternatives: Vec<AccessPath>,
+    stats: Option<Arc<TableStats>>,
     fanout: Fanout,
     /// Whether rows must come in request order (the plan relies on key order).
     ordered: bool,
@@ -91,22 +104,40 @@ struct Counters {
     peak_in_flight: ExactCount,
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     index_rows: ExactCount,
+    lookups: ExactCount,
     seen: Arc<Mutex<HashSet<PartitionKey>>>,
 }
 
 impl PartitionScanExec {
     /// A scan of `layout`'s table along `path`, producing the `projection`
-    /// columns; `ordering` is the key order the rows arrive in, if any.
+    /// columns, and declaring the key order they arrive in.
     pub fn new(
         store: Arc<dyn TableStore>,
         layout: Arc<Layout>,
         path: AccessPath,
         projection: Vec<usize>,
         limit: Option<usize>,
-        ordering: Vec<PhysicalSortExpr>,
         options: ScanOptions,
     ) -> Result<Self> {
         let schema = Arc::new(layout.schema.project(&projection)?);
+        let (rows, lookup) = match &path.index {
+            None => (layout.clone(), false),
+            Some(read) => {
+                let rows = layout.over_index(read.position).ok_or_else(|| {
+                    DataFusionError::Internal(format!("no index {} to read", read.name))
+                })?;
+                let lookup = needs_lookup(&layout, read.position, &projection);
+                (Arc::new(rows), lookup)
+            }
+        };
+        let ordering = super::order::key_ordering(&rows, &path, &projection);
+        // Rows that carry only keys cannot answer a property filter: it
+        // applies to the base rows looked up, or is left to DataFusion
+        // (which keeps every property condition).
+        let mut path = path;
+        if !lookup && rows.index.is_some() && !carries_all(&layout, &path) {
+            path.filter = None;
+        }
         let ordered = !ordering.is_empty();
         // Under a LIMIT the first pages usually answer: listing partitions
         // and starting a request in each would cost more than it saves.
@@ -134,7 +165,11 @@ impl PartitionScanExec {
         Ok(Self {
             store,
             layout,
+            rows,
+            lookup,
             path,
+            alternatives: Vec::new(),
+            stats: None,
             fanout,
             ordered,
             projection,
@@ -157,11 +192,51 @@ impl PartitionScanExec {
 
     /// Plans the fan-out from `ANALYZE`'s statistics instead of listing
     /// partitions as the scan runs.
-    pub fn with_stats(mut self, stats: Option<&TableStats>) -> Self {
-        if let (Fanout::Partitions, Some(stats)) = (&self.fanout, stats) {
+    pub fn with_stats(mut self, stats: Option<Arc<TableStats>>) -> Self {
+        if let (Fanout::Partitions, Some(stats)) = (&self.fanout, &stats) {
             self.fanout = Fanout::Analyzed(Box::new(super::fanout::analyzed(stats, &self.path)));
         }
+        self.stats = stats;
         self
+    }
+
+    /// Other paths over the same filters (index rows, or the base rows),
+    /// which a sort above may take for the order they give.
+    pub fn with_alternatives(mut self, alternatives: Vec<AccessPath>) -> Self {
+        self.alternatives = alternatives;
+        self
+    }
+
+    /// The scan along alternative `i`, if its rows come in order `want`.
+    fn ordered_by(&self, want: &[PhysicalSortExpr]) -> Result<Option<Self>> {
+        for (i, alt) in self.alternatives.iter().enumerate() {
+            let rows = match &alt.index {
+                None => self.layout.clone(),
+                Some(read) => match self.layout.over_index(read.position) {
+                    Some(l) => Arc::new(l),
+                    None => continue,
+                },
+            };
+            let have = super::order::key_ordering(&rows, alt, &self.projection);
+            if !super::order::satisfies(&have, want) {
+                continue;
+            }
+            let mut alternatives = self.alternatives.clone();
+            alternatives[i] = self.path.clone();
+            let scan = Self::new(
+                self.store.clone(),
+                self.layout.clone(),
+                alt.clone(),
+                self.projection.clone(),
+                self.limit,
+                self.options,
+            )?
+            .with_stats(self.stats.clone())
+            .with_alternatives(alternatives)
+            .with_verdict(self.verdict.clone());
+            return Ok(Some(scan));
+        }
+        Ok(None)
     }
 
     /// Rows in request (key) order even where no ordering is declared:
@@ -194,6 +269,7 @@ impl Counters {
             peak_in_flight: m("peak_in_flight"),
             in_flight: Arc::default(),
             index_rows: m("index_rows_skipped"),
+            lookups: m("index_lookups"),
             seen: Arc::default(),
         }
     }
@@ -206,6 +282,9 @@ impl DisplayAs for PartitionScanExec {
             "PartitionScanExec: table={} {}",
             self.layout.table, self.path
         )?;
+        if self.lookup {
+            f.write_str(" lookup=base_rows")?;
+        }
         if self.fanout != Fanout::Sequential {
             write!(f, " {}", self.fanout)?;
         }
@@ -228,6 +307,7 @@ impl DisplayAs for PartitionScanExec {
 /// consumer gone, or (for `at_most_one`) the first row.
 struct RequestRun {
     store: Arc<dyn TableStore>,
+    /// The layout of the rows the requests read.
     layout: Arc<Layout>,
     projection: Vec<usize>,
     schema: SchemaRef,
@@ -235,6 +315,20 @@ struct RequestRun {
     counters: Counters,
     /// One permit per store request in flight, shared by the scan's requests.
     permits: Arc<tokio::sync::Semaphore>,
+    /// Where index rows lead to base rows: how to read and decode those.
+    lookup: Option<Arc<Lookup>>,
+    /// Most store requests in flight.
+    width: usize,
+}
+
+/// The base rows behind index rows.
+struct Lookup {
+    /// The base rows' layout.
+    layout: Arc<Layout>,
+    /// The index.
+    position: usize,
+    /// The base rows' properties and filter.
+    query: Query,
 }
 
 impl RequestRun {
@@ -329,7 +423,15 @@ impl RequestRun {
                 }
             }
         }
-        let (batch, skipped) = decode(&self.layout, &self.projection, &self.schema, entities)?;
+        let base;
+        let (layout, entities) = match &self.lookup {
+            None => (&self.layout, entities),
+            Some(lookup) => {
+                base = self.look_up(lookup, entities).await?;
+                (&lookup.layout, base.as_slice())
+            }
+        };
+        let (batch, skipped) = decode(layout, &self.projection, &self.schema, entities)?;
         self.counters.index_rows.add(skipped.index_rows);
         let n = batch.num_rows();
         if n > 0 && tx.send(Ok(batch)).await.is_err() {
@@ -337,6 +439,103 @@ impl RequestRun {
         }
         Ok(n)
     }
+}
+
+impl RequestRun {
+    /// The base rows of a page of index rows, in its order: read
+    /// concurrently (the permits bound them), each kept where it agrees
+    /// with its index row and passes the filter.
+    async fn look_up(
+        &self,
+        lookup: &Lookup,
+        index_rows: &[StoredEntity],
+    ) -> Result<Vec<StoredEntity>> {
+        use futures::TryStreamExt;
+        let def = super::encode::mapped(&lookup.layout)?;
+        let ix = def.indexes.get(lookup.position).ok_or_else(|| {
+            DataFusionError::Internal(format!("no index {} to look up", lookup.position))
+        })?;
+        let requests = index_rows
+            .iter()
+            .map(|e| super::lookup::base_request(def, ix, e))
+            .collect::<Result<Vec<_>, ExecError>>()?;
+        self.counters.lookups.add(requests.len());
+        let found: Vec<Option<StoredEntity>> = futures::stream::iter(requests)
+            .map(|r| self.fetch_one(r, &lookup.query))
+            .buffered(self.width)
+            .try_collect()
+            .await?;
+        let mut rows = Vec::with_capacity(found.len());
+        for (index_row, base) in index_rows.iter().zip(found) {
+            let Some(base) = base else { continue };
+            self.counters.scanned.add(1);
+            if super::lookup::agrees(def, ix, index_row, &base) && lookup.query.passes(&base) {
+                rows.push(base);
+            }
+        }
+        Ok(rows)
+    }
+
+    /// The one entity a lookup request names, if it exists.
+    async fn fetch_one(&self, request: KeyRequest, base: &Query) -> Result<Option<StoredEntity>> {
+        let table = &self.layout.table;
+        match request {
+            KeyRequest::Get(pk, rk) => self.request(self.store.get(table, &pk, &rk)).await,
+            KeyRequest::Scan {
+                partitions, rows, ..
+            } => {
+                let mut query = base.clone();
+                query.partitions = partitions;
+                query.rows = rows;
+                query.filter = None;
+                query.top = Some(1);
+                let mut token: Option<ContinuationToken> = None;
+                loop {
+                    let page = self
+                        .request(self.store.query(table, &query, token.as_ref()))
+                        .await?;
+                    if let Some(e) = page.entities.into_iter().next() {
+                        return Ok(Some(e));
+                    }
+                    match page.continuation {
+                        Some(next) => token = Some(next),
+                        None => return Ok(None),
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Whether the index rows `path` reads carry every column.
+fn carries_all(layout: &Layout, path: &AccessPath) -> bool {
+    let index = path.index.as_ref().map(|i| i.position);
+    layout
+        .def
+        .as_ref()
+        .and_then(|d| d.indexes.get(index?))
+        .is_some_and(|ix| ix.covering)
+}
+
+/// Whether reading index `position`'s rows for `projection` needs their
+/// base rows: a column the index row does not carry, or a system column
+/// of the base row (its RowKey, Timestamp, ETag).
+fn needs_lookup(layout: &Layout, position: usize, projection: &[usize]) -> bool {
+    let Some(def) = &layout.def else {
+        return false;
+    };
+    let Some(ix) = def.indexes.get(position) else {
+        return false;
+    };
+    projection
+        .iter()
+        .any(|&i| match layout.columns.get(i).map(|c| &c.0) {
+            Some(Source::RowKey | Source::Timestamp | Source::ETag) => true,
+            Some(Source::RowField(_) | Source::Property { .. }) => {
+                !ix.carries(def, layout.schema.field(i).name())
+            }
+            _ => false,
+        })
 }
 
 impl ExecutionPlan for PartitionScanExec {
@@ -378,6 +577,20 @@ impl ExecutionPlan for PartitionScanExec {
         Some(self.metrics.clone_inner())
     }
 
+    /// An ORDER BY that another path's key order answers (an index's,
+    /// within a partition) takes that path, and no sort is planned.
+    fn try_pushdown_sort(
+        &self,
+        order: &[PhysicalSortExpr],
+    ) -> Result<SortOrderPushdownResult<Arc<dyn ExecutionPlan>>> {
+        Ok(match self.ordered_by(order)? {
+            Some(scan) => SortOrderPushdownResult::Exact {
+                inner: Arc::new(scan),
+            },
+            None => SortOrderPushdownResult::Unsupported,
+        })
+    }
+
     fn execute(
         &self,
         partition: usize,
@@ -392,15 +605,28 @@ impl ExecutionPlan for PartitionScanExec {
             verdict.apply(context.session_config())?;
         }
         let counters = self.counters.clone();
-        let select = self.layout.properties(&self.projection);
+        let select = self.rows.properties(&self.projection);
         let mut query = Query::all().select(select);
         query.filter = self.path.filter.clone();
+        let lookup = self.lookup.then(|| {
+            let mut base = Query::all().select(self.layout.properties(&self.projection));
+            base.filter = self.path.filter.clone();
+            // The index rows' keys are all the lookup reads of them.
+            query = Query::all().select(Vec::<String>::new());
+            Arc::new(Lookup {
+                layout: self.layout.clone(),
+                position: self.path.index.as_ref().map_or(0, |i| i.position),
+                query: base,
+            })
+        });
         if let Some(limit) = self.limit {
             query.top = Some(limit.clamp(1, crate::storage::query::MAX_PAGE) as u32);
         }
         let run = RequestRun {
             store: self.store.clone(),
-            layout: self.layout.clone(),
+            layout: self.rows.clone(),
+            lookup,
+            width: self.options.max_in_flight.max(1),
             projection: self.projection.clone(),
             schema: self.schema.clone(),
             query,

@@ -5,7 +5,6 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::compute::SortOptions;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
 use datafusion::common::{DFSchema, not_impl_err, plan_err};
@@ -14,12 +13,11 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
-use datafusion::physical_expr::PhysicalSortExpr;
-use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::filter::FilterExec;
 
 use super::pushdown::push_down;
+use super::settings::TablesqlConfig;
 use crate::catalog::stats::StatsCache;
 use crate::exec::access::AccessPath;
 use crate::exec::decode::Source;
@@ -81,8 +79,7 @@ impl StoreTable {
         if !pushdown.exact.iter().all(|e| *e) {
             return Ok(None);
         }
-        self.exec(session, pushdown.path, projection, limit)
-            .map(Some)
+        self.exec(session, pushdown, projection, limit).map(Some)
     }
 
     /// The scan of one page: `projection` (all columns for `None`) then the
@@ -95,7 +92,8 @@ impl StoreTable {
         filters: &[Expr],
         after: Option<&(PartitionKey, RowKey)>,
     ) -> Result<PartitionScanExec> {
-        let planned = self.plan(filters).path;
+        // Tokens name base rows' keys: pages read the base rows.
+        let planned = self.plan(filters).base().clone();
         let path = match after {
             Some((pk, rk)) => planned.after_key(pk, rk),
             None => planned.clone(),
@@ -113,34 +111,39 @@ impl StoreTable {
                 .ok_or_else(|| DataFusionError::Internal("a layout without key columns".into()))?;
             columns.push(i);
         }
-        let ordering = key_ordering(&self.layout, &path, &columns);
         let scan = PartitionScanExec::new(
             self.store.clone(),
             self.layout.clone(),
             path,
             columns,
             None,
-            ordering,
             self.options,
         )?
-        .with_stats(self.stats.get(&self.layout.table).as_deref())
+        .with_stats(self.stats.get(&self.layout.table))
         .in_key_order();
         // Judged as the statement's whole scan, wherever the page resumes.
         Ok(self.judged(session, scan, &planned))
     }
 
+    /// The scan of a pushdown's path, or of its base rows' where the
+    /// session turned index use off (`tablesql.use_indexes`).
     fn exec(
         &self,
         session: &dyn Session,
-        path: AccessPath,
+        pushdown: super::pushdown::Pushdown,
         projection: Option<&Vec<usize>>,
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
+        let use_indexes = TablesqlConfig::get(session.config()).is_none_or(|c| c.use_indexes);
+        let (path, alternatives) = if use_indexes {
+            (pushdown.path, pushdown.alternatives)
+        } else {
+            (pushdown.base().clone(), Vec::new())
+        };
         let projection: Vec<usize> = match projection {
             Some(p) => p.clone(),
             None => (0..self.layout.schema.fields().len()).collect(),
         };
-        let ordering = key_ordering(&self.layout, &path, &projection);
         let planned = path.clone();
         let scan = PartitionScanExec::new(
             self.store.clone(),
@@ -148,10 +151,10 @@ impl StoreTable {
             path,
             projection,
             limit,
-            ordering,
             self.options,
         )?
-        .with_stats(self.stats.get(&self.layout.table).as_deref());
+        .with_stats(self.stats.get(&self.layout.table))
+        .with_alternatives(alternatives);
         Ok(Arc::new(self.judged(session, scan, &planned)))
     }
 
@@ -191,49 +194,6 @@ impl StoreTable {
     }
 }
 
-/// The key order rows arrive in, as sort expressions over the projected
-/// columns: the order-preserving key fields in key order (RowKey fields only
-/// when one partition is read), up to the first that is not order-preserving
-/// or not projected.
-fn key_ordering(layout: &Layout, path: &AccessPath, projection: &[usize]) -> Vec<PhysicalSortExpr> {
-    let Some(def) = &layout.def else {
-        return Vec::new();
-    };
-    let pk_fields = def.partition_key.columns().count();
-    let mut fields: Vec<(Source, crate::keys::FieldFormat)> = Vec::new();
-    if !path.single_partition() {
-        fields.extend(
-            (0..pk_fields)
-                .filter_map(|i| Some((Source::PartitionField(i), def.partition_key.field(i)?.1))),
-        );
-    }
-    let rk_fields = def.row_key.columns().count();
-    fields.extend(
-        (0..rk_fields).filter_map(|i| Some((Source::RowField(i), def.row_key.field(i)?.1))),
-    );
-    let mut ordering = Vec::new();
-    for (source, format) in fields {
-        let Some(ascending) = format.order() else {
-            break;
-        };
-        let Some(pos) = projection
-            .iter()
-            .position(|&i| layout.columns[i].0 == source)
-        else {
-            break;
-        };
-        let name = layout.schema.field(projection[pos]).name();
-        ordering.push(PhysicalSortExpr::new(
-            Arc::new(Column::new(name, pos)),
-            SortOptions {
-                descending: !ascending,
-                nulls_first: false,
-            },
-        ));
-    }
-    ordering
-}
-
 #[async_trait]
 impl TableProvider for StoreTable {
     fn schema(&self) -> SchemaRef {
@@ -270,8 +230,8 @@ impl TableProvider for StoreTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let path = self.plan(filters).path;
-        self.exec(state, path, projection, limit)
+        let pushdown = self.plan(filters);
+        self.exec(state, pushdown, projection, limit)
     }
 
     async fn insert_into(
@@ -347,8 +307,11 @@ impl StoreTable {
     /// along the pushed access path, with the filters the path does not
     /// answer applied above it.
     fn matching(&self, state: &dyn Session, filters: &[Expr]) -> Result<Arc<dyn ExecutionPlan>> {
-        let pushdown = self.plan(filters);
-        let scan = self.exec(state, pushdown.path, None, None)?;
+        // A write needs the base rows' ETags: it reads base rows.
+        let mut pushdown = self.plan(filters);
+        pushdown.path = pushdown.base().clone();
+        pushdown.alternatives.clear();
+        let scan = self.exec(state, pushdown.clone(), None, None)?;
         let residual: Vec<Expr> = filters
             .iter()
             .zip(&pushdown.exact)

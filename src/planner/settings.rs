@@ -10,7 +10,10 @@
 //! - `guidepost_every`: entities between the guideposts `ANALYZE` records
 //!   (1000 by default, a page of the service's);
 //! - `partition_threshold`: the scan policy also takes a scan that reads
-//!   more analyzed partitions than this (100 by default; 0 turns it off).
+//!   more analyzed partitions than this (100 by default; 0 turns it off);
+//! - `use_indexes`: on (the default) lets the planner read declared index
+//!   rows; off reads base rows only (for comparisons, and for users who
+//!   distrust their application-written index rows).
 
 use datafusion::common::config::{
     ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit,
@@ -34,6 +37,8 @@ pub struct TablesqlConfig {
     pub guidepost_every: u64,
     /// `tablesql.partition_threshold`.
     pub partition_threshold: usize,
+    /// `tablesql.use_indexes`.
+    pub use_indexes: bool,
 }
 
 impl Default for TablesqlConfig {
@@ -45,6 +50,7 @@ impl Default for TablesqlConfig {
             next_page_token: String::new(),
             guidepost_every: 1000,
             partition_threshold: 100,
+            use_indexes: true,
         }
     }
 }
@@ -67,8 +73,9 @@ const PAGE_TOKEN: &str = "page_token";
 const NEXT_PAGE_TOKEN: &str = "next_page_token";
 const GUIDEPOST_EVERY: &str = "guidepost_every";
 const PARTITION_THRESHOLD: &str = "partition_threshold";
+const USE_INDEXES: &str = "use_indexes";
 
-const DOCS: [(&str, &str); 6] = [
+const DOCS: [(&str, &str); 7] = [
     (
         SCAN_POLICY,
         "What a statement reading every partition of a table gets: allow, warn or deny",
@@ -90,6 +97,10 @@ const DOCS: [(&str, &str); 6] = [
         PARTITION_THRESHOLD,
         "The scan policy also takes a scan reading more analyzed partitions than this (0: off)",
     ),
+    (
+        USE_INDEXES,
+        "Whether the planner reads declared index rows (on) or base rows only (off)",
+    ),
 ];
 
 impl TablesqlConfig {
@@ -101,6 +112,7 @@ impl TablesqlConfig {
             GUIDEPOST_EVERY => self.guidepost_every.to_string(),
             PARTITION_THRESHOLD => self.partition_threshold.to_string(),
             NEXT_PAGE_TOKEN => self.next_page_token.clone(),
+            USE_INDEXES => if self.use_indexes { "on" } else { "off" }.into(),
             _ => String::new(),
         }
     }
@@ -152,6 +164,17 @@ impl ExtensionOptions for TablesqlConfig {
                         "tablesql.partition_threshold is a number of partitions (0 for none), not {value:?}"
                     ))
                 })?;
+            }
+            USE_INDEXES => {
+                self.use_indexes = match value.trim().to_lowercase().as_str() {
+                    "on" | "true" | "1" => true,
+                    "off" | "false" | "0" => false,
+                    _ => {
+                        return Err(DataFusionError::Configuration(format!(
+                            "tablesql.use_indexes is on or off, not {value:?}"
+                        )));
+                    }
+                };
             }
             NEXT_PAGE_TOKEN => {
                 return Err(DataFusionError::Configuration(

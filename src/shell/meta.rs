@@ -228,7 +228,15 @@ fn describe_mapped(def: &TableDef, width: Option<u16>) -> String {
     } else {
         out.push_str("Index rows:\n");
         for ix in &def.indexes {
-            out.push_str(&format!("    {}: {}\n", ix.name, ix.row_key));
+            let carries = if ix.covering {
+                "every column"
+            } else {
+                "its keys"
+            };
+            out.push_str(&format!(
+                "    {}: {} (carries {carries})\n",
+                ix.name, ix.row_key
+            ));
         }
     }
     out

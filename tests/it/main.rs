@@ -8,6 +8,7 @@ mod differential;
 mod embedded;
 mod fanout;
 mod faults;
+mod indexes;
 mod interop;
 mod model;
 mod paging;

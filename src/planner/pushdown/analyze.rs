@@ -175,9 +175,10 @@ pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
                 one(t, Domain::Prefix(body.to_owned()))
             }
         }
-        // Keys are never NULL.
-        Expr::IsNull(e) if target(def, e).is_some() => never(true),
-        Expr::IsNotNull(e) if target(def, e).is_some() => Analysis {
+        // Base rows' keys are never NULL (an index's fields may be, on
+        // rows an application wrote).
+        Expr::IsNull(e) if base_key(def, e) => never(true),
+        Expr::IsNotNull(e) if base_key(def, e) => Analysis {
             complete: true,
             ..Analysis::default()
         },
@@ -225,7 +226,7 @@ pub(super) fn target(def: Option<&TableDef>, e: &Expr) -> Option<Target> {
             "PartitionKey" => Some(Target::PartitionKey),
             "RowKey" => Some(Target::RowKey),
             name => def
-                .filter(|d| d.is_key_column(name))
+                .filter(|d| d.is_template_column(name))
                 .map(|_| Target::Field(name.to_owned())),
         },
         Expr::Cast(c) if c.field.data_type().is_integer() => match target(def, &c.expr)? {
@@ -239,6 +240,15 @@ pub(super) fn target(def: Option<&TableDef>, e: &Expr) -> Option<Target> {
             _ => None,
         },
         _ => None,
+    }
+}
+
+/// Whether an expression reads a key of the base rows.
+fn base_key(def: Option<&TableDef>, e: &Expr) -> bool {
+    match target(def, e) {
+        Some(Target::Field(f)) => def.is_some_and(|d| d.is_key_column(&f)),
+        Some(_) => true,
+        None => false,
     }
 }
 

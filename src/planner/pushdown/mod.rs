@@ -27,7 +27,7 @@ use plan::*;
 use property::*;
 
 use crate::catalog::{ColumnType, TableDef};
-use crate::exec::access::{AccessKind, AccessPath, KeyRequest};
+use crate::exec::access::{AccessKind, AccessPath, IndexRead, KeyRequest};
 use crate::keys::{FieldFormat, KeyBounds, KeyTemplate, KeyValue};
 use crate::storage::key::{cmp_utf16, validate_key};
 use crate::storage::{CmpOp, EdmValue, Filter, KeyKind, KeyRange, PartitionKey, RowKey};
@@ -39,10 +39,26 @@ pub const MAX_REQUESTS: usize = 1000;
 /// What the pushdown decided.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pushdown {
-    /// The requests, and the property filter.
+    /// The requests, and the property filter: over the base rows, or over
+    /// the index rows whose leading fields the filters fix best.
     pub path: AccessPath,
-    /// Per input filter: whether the path answers it completely.
+    /// The other paths a scan may take for these filters, the base rows'
+    /// first when `path` reads an index: the base rows when index use is
+    /// off, an index whose order answers an ORDER BY.
+    pub alternatives: Vec<AccessPath>,
+    /// Per input filter: whether every path of `path` and `alternatives`
+    /// answers it completely.
     pub exact: Vec<bool>,
+}
+
+impl Pushdown {
+    /// The path over base rows.
+    pub fn base(&self) -> &AccessPath {
+        match self.path.index {
+            None => &self.path,
+            Some(_) => self.alternatives.first().unwrap_or(&self.path),
+        }
+    }
 }
 
 /// What an atom constrains.
@@ -94,6 +110,14 @@ struct Analysis {
 }
 
 /// Decides the access path for a table (`None`: a raw table) under `filters`.
+///
+/// The rule for index rows: the base RowKey template and each declared
+/// index template are planned alike, and an index is chosen when its
+/// leading fields are fixed better than the base template's: more fields
+/// fixed by values (`=`, `IN`, `LIKE` without a wildcard), then the next
+/// field bounded by a range or a `LIKE 'p%'` prefix. A tie goes to the
+/// base rows, and so does a point read of one base row, a condition on the
+/// RowKey column (the base row's key) and a row-value bound.
 pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
     let analyses: Vec<Analysis> = filters.iter().map(|f| analyze(def, f)).collect();
     let property_filter = def.and_then(|d| {
@@ -109,24 +133,15 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
                 requests: Vec::new(),
                 filter: None,
                 partition_bound: None,
+                index: None,
             },
+            alternatives: Vec::new(),
             exact: analyses.iter().map(|a| a.complete).collect(),
         };
     }
     let atoms: Vec<&Atom> = analyses.iter().flat_map(|a| &a.atoms).collect();
-    let mut consumed: BTreeSet<(String, u8)> = BTreeSet::new();
-    let (path, contradiction) = plan(def, &atoms, &mut consumed);
-    let exact = analyses
-        .iter()
-        .map(|a| {
-            a.complete
-                && (contradiction
-                    || a.atoms
-                        .iter()
-                        .all(|at| consumed.contains(&key_of(&at.target, at.kind()))))
-        })
-        .collect();
-    let partition_bound = match (def, path.requests.as_slice()) {
+    let mut base = plan(def, None, &atoms);
+    base.path.partition_bound = match (def, base.path.requests.as_slice()) {
         (Some(d), [request]) if crate::exec::fanout::spans_partitions(request) => filters
             .iter()
             .filter_map(|f| keyset::row_value(def, f))
@@ -135,17 +150,57 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
     };
     // Past a row-value bound the scan reads a range of partitions (in
     // the order of their fields), not the whole table.
-    let kind = match (&partition_bound, path.kind) {
-        (Some(_), AccessKind::FullScan) => AccessKind::PartitionRange,
-        (_, kind) => kind,
-    };
-    let path = AccessPath {
-        kind,
-        filter: property_filter.filter(|_| !contradiction),
-        partition_bound,
-        ..path
-    };
-    Pushdown { path, exact }
+    if let (Some(_), AccessKind::FullScan) = (&base.path.partition_bound, base.path.kind) {
+        base.path.kind = AccessKind::PartitionRange;
+    }
+    let mut candidates = vec![base];
+    let indexes = def.map_or(0, |d| d.indexes.len());
+    let base = &candidates[0];
+    let may_use_index = !base.contradiction
+        && base.path.kind != AccessKind::Points
+        && base.path.partition_bound.is_none()
+        && !atoms.iter().any(|a| a.target == Target::RowKey);
+    if may_use_index {
+        let base_fit = base.fit;
+        for i in 0..indexes {
+            let p = plan(def, Some(i), &atoms);
+            if !p.contradiction && p.fit >= base_fit {
+                candidates.push(p);
+            }
+        }
+    }
+    // The first index that fits strictly best; else the base rows.
+    let chosen = (1..candidates.len())
+        .filter(|&i| candidates[i].fit > candidates[0].fit)
+        .max_by_key(|&i| (candidates[i].fit, std::cmp::Reverse(i)))
+        .unwrap_or(0);
+    let contradiction = candidates[0].contradiction;
+    let exact = analyses
+        .iter()
+        .map(|a| {
+            a.complete
+                && candidates.iter().all(|c| {
+                    c.contradiction
+                        || a.atoms
+                            .iter()
+                            .all(|at| c.consumed.contains(&key_of(&at.target, at.kind())))
+                })
+        })
+        .collect();
+    let filter = property_filter.filter(|_| !contradiction);
+    let mut paths: Vec<AccessPath> = candidates
+        .into_iter()
+        .map(|c| AccessPath {
+            filter: filter.clone(),
+            ..c.path
+        })
+        .collect();
+    let path = paths.remove(chosen);
+    Pushdown {
+        path,
+        alternatives: paths,
+        exact,
+    }
 }
 
 fn key_of(target: &Target, kind: Kind) -> (String, u8) {
@@ -202,10 +257,62 @@ mod tests {
             (k.as_str(), e),
             ("access=partition_range", vec![true, false])
         );
-        let (k, e) = kinds(&[col("age").gt(lit(50))]);
+        let (k, e) = kinds(&[col("club").eq(lit("Harriers"))]);
         assert_eq!((k.as_str(), e), ("access=full_scan", vec![false]));
         let (k, e) = kinds(&[col("bib").eq(lit(1)), col("bib").eq(lit(2))]);
         assert_eq!((k.as_str(), e), ("access=points(0)", vec![true, true]));
+    }
+
+    #[test]
+    fn index_rows_are_read_where_they_fix_more_than_the_base_rows() {
+        let event = || col("event").eq(lit("2012 Boston Marathon"));
+        let distance = || col("distance").eq(lit("Full"));
+        let shown = |filters: &[Expr]| {
+            let p = push_down(Some(&registrations()), filters);
+            (p.path.to_string(), p.exact)
+        };
+        // age leads the AGE: rows; the filter stays DataFusion's too, as
+        // the base rows (index use off) do not answer it.
+        let (path, exact) = shown(&[event(), distance(), col("age").eq(lit(55))]);
+        assert_eq!(
+            path,
+            r#"access=index_point(age) pk="2012 Boston Marathon__Full" rk=["AGE:055__", "AGE:055_`")"#
+        );
+        assert_eq!(exact, [true, true, false]);
+        let (path, _) = shown(&[col("age").in_list(vec![lit(30), lit(31)], false)]);
+        assert!(
+            path.starts_with("access=partition_range") || path.starts_with("access=index"),
+            "{path}"
+        );
+        let (path, _) = shown(&[
+            event(),
+            distance(),
+            col("age").in_list(vec![lit(30), lit(31)], false),
+        ]);
+        assert!(path.starts_with("access=index_points(age, 2) "), "{path}");
+        // Every partition: the AGE:055 range in each.
+        let (path, _) = shown(&[col("age").eq(lit(55))]);
+        assert_eq!(
+            path,
+            r#"access=index_point(age) pk=(-inf, +inf) rk=["AGE:055__", "AGE:055_`")"#
+        );
+        let (path, _) = shown(&[event(), distance(), col("age").between(lit(50), lit(59))]);
+        assert_eq!(
+            path,
+            r#"access=index_range(age) pk="2012 Boston Marathon__Full" rk=["AGE:050", "AGE:05:")"#
+        );
+        // Ties and point reads go to the base rows.
+        let (path, _) = shown(&[event(), distance()]);
+        assert!(path.starts_with("access=row_range"), "{path}");
+        let (path, _) = shown(&[
+            event(),
+            distance(),
+            col("bib").eq(lit(7)),
+            col("age").eq(lit(55)),
+        ]);
+        assert!(path.starts_with("access=point "), "{path}");
+        let p = push_down(Some(&registrations()), &[event(), distance()]);
+        assert_eq!(p.alternatives.len(), 1, "the index, for its order");
     }
 
     #[test]

@@ -104,43 +104,100 @@ pub(super) fn template_spec(
     Some((KeySpec::Exact(keys), fixed))
 }
 
-/// Narrows a spec by the atoms on a raw key column.
-/// Turns the atoms into requests; returns the path and whether it is a contradiction.
-pub(super) fn plan(
-    def: Option<&TableDef>,
-    atoms: &[&Atom],
-    consumed_out: &mut BTreeSet<(String, u8)>,
-) -> (AccessPath, bool) {
+/// How well a row template's leading fields are fixed by the atoms: the
+/// fields fixed by value sets, then whether the next one is bounded by a
+/// range or a prefix. More is better; the pushdown prefers the base rows
+/// on a tie.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Default)]
+pub(super) struct Fit {
+    pub(super) fixed: usize,
+    pub(super) bounded: bool,
+}
+
+/// One planned path over the base rows or one index's rows.
+#[derive(Debug)]
+pub(super) struct Planned {
+    pub(super) path: AccessPath,
+    /// No row can match.
+    pub(super) contradiction: bool,
+    /// The atoms the path answers, as `key_of` names them.
+    pub(super) consumed: BTreeSet<(String, u8)>,
+    pub(super) fit: Fit,
+}
+
+/// Turns the atoms into requests over the base rows (`index` `None`) or the
+/// rows of index `index` of the definition.
+pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]) -> Planned {
     let mut consumed = Vec::new();
     let everything = || KeySpec::Ranges(vec![(Bound::Unbounded, Bound::Unbounded)]);
-    let empty_path = |kind| AccessPath {
-        kind,
-        requests: Vec::new(),
-        filter: None,
-        partition_bound: None,
+    let read = index.and_then(|i| {
+        let ix = def?.indexes.get(i)?;
+        Some((
+            IndexRead {
+                position: i,
+                name: ix.name.clone(),
+            },
+            &ix.row_key,
+        ))
+    });
+    let row_template = match (&read, def) {
+        (Some((_, t)), _) => Some(*t),
+        (None, Some(d)) => Some(&d.row_key),
+        (None, None) => None,
+    };
+    let index = read.map(|(r, _)| r);
+    let contradiction = |index| Planned {
+        path: AccessPath {
+            kind: AccessKind::Points,
+            requests: Vec::new(),
+            filter: None,
+            partition_bound: None,
+            index,
+        },
+        contradiction: true,
+        consumed: BTreeSet::new(),
+        fit: Fit::default(),
     };
     // Partitions.
     let (pk_spec, _) = match def {
         Some(d) => match template_spec(&d.partition_key, atoms, &mut consumed) {
             Some(s) => s,
-            None => return (empty_path(AccessKind::Points), true),
+            None => return contradiction(index),
         },
         None => (everything(), 0),
     };
     let pk_spec = narrow_by_key_column(pk_spec, atoms, Target::PartitionKey, &mut consumed);
     // Rows.
-    let (rk_spec, rk_fixed) = match def {
-        Some(d) => match template_spec(&d.row_key, atoms, &mut consumed) {
+    let pk_consumed = consumed.len();
+    let (rk_spec, rk_fixed) = match row_template {
+        Some(t) => match template_spec(t, atoms, &mut consumed) {
             Some(s) => s,
-            None => return (empty_path(AccessKind::Points), true),
+            None => return contradiction(index),
         },
         None => (everything(), 0),
     };
-    let rk_spec = narrow_by_key_column(rk_spec, atoms, Target::RowKey, &mut consumed);
-    let unique = def.is_some_and(|d| {
-        let pk_fields = d.partition_key.columns().count();
-        rk_fixed + pk_fields >= d.primary_key.len()
-    });
+    let bounded = row_template
+        .and_then(|t| t.field(rk_fixed))
+        .is_some_and(|(column, _)| {
+            consumed[pk_consumed..].iter().any(|(t, k)| {
+                *t == Target::Field(column.to_owned()) && matches!(k, Kind::Range | Kind::Prefix)
+            })
+        });
+    let fit = Fit {
+        fixed: rk_fixed,
+        bounded,
+    };
+    // The RowKey column is the base row's, whichever rows are read.
+    let rk_spec = match index {
+        None => narrow_by_key_column(rk_spec, atoms, Target::RowKey, &mut consumed),
+        Some(_) => rk_spec,
+    };
+    let unique = index.is_none()
+        && def.is_some_and(|d| {
+            let pk_fields = d.partition_key.columns().count();
+            rk_fixed + pk_fields >= d.primary_key.len()
+        });
+    let all_rows = || rows_of(row_template, |s| s);
     let pk = |s: String| PartitionKey::from_stored(s);
     let rk = |s: String| RowKey::from_stored(s);
     let mut requests = Vec::new();
@@ -155,13 +212,30 @@ pub(super) fn plan(
                 KeySpec::Exact(rks) => rks.len(),
                 KeySpec::Ranges(rs) => rs.len(),
             };
-            let rk_spec = if pks.len().saturating_mul(per_partition) > MAX_REQUESTS {
-                // Too many requests to build: fall through to the span below.
-                KeySpec::Ranges(Vec::new())
-            } else {
-                rk_spec
-            };
-            let too_many = pks.len().saturating_mul(per_partition) > MAX_REQUESTS;
+            if pks.len().saturating_mul(per_partition) > MAX_REQUESTS {
+                // Too many requests: one scan of the partitions' span instead.
+                let (first, last) = (pks.first().cloned(), pks.last().cloned());
+                consumed.clear();
+                let rows = all_rows();
+                requests = vec![KeyRequest::Scan {
+                    partitions: key_range(
+                        (
+                            first.map_or(Bound::Unbounded, Bound::Included),
+                            last.map_or(Bound::Unbounded, Bound::Included),
+                        ),
+                        pk,
+                    ),
+                    rows: key_range((rows.start, rows.end), rk),
+                    at_most_one: false,
+                }];
+                return finish(
+                    AccessKind::PartitionRange,
+                    requests,
+                    consumed,
+                    index,
+                    Fit::default(),
+                );
+            }
             match rk_spec {
                 KeySpec::Exact(mut rks) => {
                     rks.retain(|k| validate_key(KeyKind::RowKey, k).is_ok());
@@ -192,23 +266,6 @@ pub(super) fn plan(
                     }
                 }
             }
-            if too_many {
-                // Too many requests: one scan of the partitions' span instead.
-                let (first, last) = (pks.first().cloned(), pks.last().cloned());
-                consumed.clear();
-                requests = vec![KeyRequest::Scan {
-                    partitions: key_range(
-                        (
-                            first.map_or(Bound::Unbounded, Bound::Included),
-                            last.map_or(Bound::Unbounded, Bound::Included),
-                        ),
-                        pk,
-                    ),
-                    rows: base_rows(def, rk),
-                    at_most_one: false,
-                }];
-                return finish(AccessKind::PartitionRange, requests, consumed, consumed_out);
-            }
         }
         KeySpec::Ranges(mut ranges) => {
             ranges.sort_by(|a, b| cmp_start(&a.0, &b.0));
@@ -228,14 +285,14 @@ pub(super) fn plan(
                 }
                 KeySpec::Ranges(rs) if rs.len() == 1 => rs[0].clone(),
                 KeySpec::Exact(rks) if rks.is_empty() => {
-                    return finish(AccessKind::Points, Vec::new(), consumed, consumed_out);
+                    return finish(AccessKind::Points, Vec::new(), consumed, index, fit);
                 }
                 KeySpec::Ranges(rs) if rs.is_empty() => {
-                    return finish(AccessKind::Points, Vec::new(), consumed, consumed_out);
+                    return finish(AccessKind::Points, Vec::new(), consumed, index, fit);
                 }
                 _ => {
                     consumed.retain(|(t, _)| is_partition_target(def, t));
-                    let r = base_rows(def, |s| s);
+                    let r = all_rows();
                     (r.start, r.end)
                 }
             };
@@ -248,7 +305,7 @@ pub(super) fn plan(
             }
         }
     }
-    finish(kind, requests, consumed, consumed_out)
+    finish(kind, requests, consumed, index, fit)
 }
 
 pub(super) fn is_partition_target(def: Option<&TableDef>, t: &Target) -> bool {
@@ -263,29 +320,38 @@ pub(super) fn finish(
     kind: AccessKind,
     requests: Vec<KeyRequest>,
     consumed: Vec<(Target, Kind)>,
-    out: &mut BTreeSet<(String, u8)>,
-) -> (AccessPath, bool) {
+    index: Option<IndexRead>,
+    fit: Fit,
+) -> Planned {
     let contradiction = requests.is_empty();
-    out.extend(consumed.iter().map(|(t, k)| key_of(t, *k)));
-    let kind = if contradiction {
-        AccessKind::Points
-    } else {
-        kind
+    let kind = match (contradiction, &index, kind) {
+        (true, ..) => AccessKind::Points,
+        (false, None, kind) => kind,
+        // Over index rows, values fix key prefixes, not rows; with none
+        // fixed, the index is read whole (for its order).
+        (false, Some(_), _) if fit.fixed > 0 && !fit.bounded => AccessKind::IndexPoints,
+        (false, Some(_), _) => AccessKind::IndexRange,
     };
-    (
-        AccessPath {
+    Planned {
+        path: AccessPath {
             kind,
             requests,
             filter: None,
             partition_bound: None,
+            index,
         },
         contradiction,
-    )
+        consumed: consumed.iter().map(|(t, k)| key_of(t, *k)).collect(),
+        fit,
+    }
 }
 
-/// The RowKeys of base rows: the RowKey template's leading literal.
-pub(super) fn base_rows<K>(def: Option<&TableDef>, make: impl Fn(String) -> K) -> KeyRange<K> {
-    let r = match def.map(|d| d.row_key.prefix_range(&[], None)) {
+/// The RowKeys a row template writes: its leading literal's range.
+pub(super) fn rows_of<K>(
+    template: Option<&KeyTemplate>,
+    make: impl Fn(String) -> K,
+) -> KeyRange<K> {
+    let r = match template.map(|t| t.prefix_range(&[], None)) {
         Some(Ok(KeyBounds::Range { start, end })) => (start, end),
         _ => (Bound::Unbounded, Bound::Unbounded),
     };

@@ -1,0 +1,144 @@
+//! Secondary lookups through the demo's AGE: index rows, on 1,000,000
+//! registrations (2,000,000 entities with the index rows) in an embedded
+//! store on disk, each query beside itself with index use off
+//! (`SET tablesql.use_indexes = off`, which reads the base rows):
+//! - `age = 55` in one event and distance: the AGE:055 prefix of one
+//!   partition beside a scan of the partition's base rows;
+//! - `age = 55` alone: the AGE:055 range in every partition beside a scan
+//!   of every base row.
+//!
+//! Before timing, it prints each query's scan counters (entities scanned
+//! and returned, store requests, partitions) with and without the index.
+//! Run with `cargo bench --bench indexes`; the load takes about a minute.
+
+use std::sync::{Arc, LazyLock};
+
+use divan::{Bencher, black_box};
+use tablesql::datafusion::physical_plan::{ExecutionPlan, collect};
+use tablesql::demo;
+use tablesql::storage::{EmbeddedStore, TableStore};
+use tablesql::{Engine, EngineOptions};
+use tokio::runtime::Runtime;
+
+const ROWS: u64 = 1_000_000;
+
+const IN_PARTITION: &str = "SELECT bib, name, age, finish FROM registrations \
+     WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND age = 55";
+const EVERYWHERE: &str = "SELECT event, distance, bib, name FROM registrations WHERE age = 55";
+
+struct Fixture {
+    rt: Runtime,
+    on: Engine,
+    off: Engine,
+    _dir: tempfile::TempDir,
+}
+
+static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::open(dir.path()).expect("store"));
+    let (on, off) = rt.block_on(async {
+        demo::load(store.as_ref(), ROWS, |_, _| {})
+            .await
+            .expect("demo");
+        let on = Engine::with_store(store.clone(), EngineOptions::default())
+            .await
+            .expect("engine");
+        let off = Engine::with_store(store.clone(), EngineOptions::default())
+            .await
+            .expect("engine");
+        off.collect("SET tablesql.use_indexes = off")
+            .await
+            .expect("set");
+        (on, off)
+    });
+    Fixture {
+        rt,
+        on,
+        off,
+        _dir: dir,
+    }
+});
+
+/// Runs `sql` and sums the scan's counters over the plan.
+async fn counters(engine: &Engine, sql: &str) -> String {
+    let df = engine.sql(sql).await.expect("plan");
+    let task = Arc::new(df.task_ctx());
+    let plan = df.create_physical_plan().await.expect("physical plan");
+    let rows: usize = collect(plan.clone(), task)
+        .await
+        .expect("run")
+        .iter()
+        .map(|b| b.num_rows())
+        .sum();
+    let mut shown = format!("rows={rows}");
+    for name in [
+        "entities_scanned",
+        "entities_returned",
+        "requests",
+        "partitions",
+        "index_lookups",
+    ] {
+        shown.push_str(&format!(" {name}={}", sum(plan.as_ref(), name)));
+    }
+    shown
+}
+
+fn sum(plan: &dyn ExecutionPlan, name: &str) -> usize {
+    let own = plan
+        .metrics()
+        .and_then(|m| m.sum_by_name(name))
+        .map_or(0, |v| v.as_usize());
+    own + plan
+        .children()
+        .into_iter()
+        .map(|c| sum(c.as_ref(), name))
+        .sum::<usize>()
+}
+
+fn main() {
+    let f = &*FIXTURE;
+    for (what, sql) in [
+        ("age = 55 in one partition", IN_PARTITION),
+        ("age = 55 everywhere", EVERYWHERE),
+    ] {
+        for (mode, engine) in [("index", &f.on), ("base rows", &f.off)] {
+            println!("{what}, {mode}: {}", f.rt.block_on(counters(engine, sql)));
+        }
+    }
+    divan::main();
+}
+
+fn run(engine: &Engine, sql: &str) -> usize {
+    let f = &*FIXTURE;
+    let rows = f.rt.block_on(engine.collect(sql)).expect("query");
+    rows.iter().map(|b| b.num_rows()).sum()
+}
+
+#[divan::bench]
+fn age_in_partition_index(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.bench_local(|| black_box(run(&f.on, IN_PARTITION)));
+}
+
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn age_in_partition_base_rows(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.bench_local(|| black_box(run(&f.off, IN_PARTITION)));
+}
+
+#[divan::bench(sample_count = 20, sample_size = 1)]
+fn age_everywhere_index(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.bench_local(|| black_box(run(&f.on, EVERYWHERE)));
+}
+
+#[divan::bench(sample_count = 3, sample_size = 1)]
+fn age_everywhere_base_rows(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.bench_local(|| black_box(run(&f.off, EVERYWHERE)));
+}

@@ -1,0 +1,73 @@
+//! The key order a scan's rows arrive in, as sort expressions: what lets
+//! DataFusion plan no sort for an ORDER BY that the keys already give.
+
+use std::sync::Arc;
+
+use datafusion::arrow::compute::SortOptions;
+use datafusion::physical_expr::PhysicalSortExpr;
+use datafusion::physical_expr::expressions::Column;
+
+use super::access::AccessPath;
+use super::decode::{Layout, Source};
+
+/// The order of the rows `path` reads, over the `projection` columns of
+/// `rows` (the layout of the rows the path reads, base or index): the
+/// order-preserving key fields in key order (row fields only when one
+/// partition is read), up to the first that is not order-preserving or not
+/// projected. A descending field (`{age:~03}`) orders descending.
+pub fn key_ordering(
+    rows: &Layout,
+    path: &AccessPath,
+    projection: &[usize],
+) -> Vec<PhysicalSortExpr> {
+    let (Some(def), Some(row_template)) = (&rows.def, rows.row_template()) else {
+        return Vec::new();
+    };
+    let mut fields: Vec<(Source, crate::keys::FieldFormat)> = Vec::new();
+    if !path.single_partition() {
+        let pk_fields = def.partition_key.columns().count();
+        fields.extend(
+            (0..pk_fields)
+                .filter_map(|i| Some((Source::PartitionField(i), def.partition_key.field(i)?.1))),
+        );
+    }
+    let rk_fields = row_template.columns().count();
+    fields.extend(
+        (0..rk_fields).filter_map(|i| Some((Source::RowField(i), row_template.field(i)?.1))),
+    );
+    let mut ordering = Vec::new();
+    for (source, format) in fields {
+        let Some(ascending) = format.order() else {
+            break;
+        };
+        let Some(pos) = projection.iter().position(|&i| rows.columns[i].0 == source) else {
+            break;
+        };
+        let name = rows.schema.field(projection[pos]).name();
+        ordering.push(PhysicalSortExpr::new(
+            Arc::new(Column::new(name, pos)),
+            SortOptions {
+                descending: !ascending,
+                nulls_first: false,
+            },
+        ));
+    }
+    ordering
+}
+
+/// Whether rows in order `have` are in order `want` too: `want` is a
+/// prefix of `have`, column by column and direction by direction (key
+/// columns are never NULL, so where NULLs sort does not matter).
+pub fn satisfies(have: &[PhysicalSortExpr], want: &[PhysicalSortExpr]) -> bool {
+    let column = |e: &PhysicalSortExpr| {
+        e.expr
+            .downcast_ref::<Column>()
+            .map(|c| (c.name().to_owned(), c.index()))
+    };
+    want.len() <= have.len()
+        && want.iter().zip(have).all(|(w, h)| {
+            column(w).is_some()
+                && column(w) == column(h)
+                && w.options.descending == h.options.descending
+        })
+}
