@@ -88,11 +88,15 @@ async fn counters(engine: &Engine, sql: &str) -> String {
     shown
 }
 
+/// The counter `name` summed over the plan's nodes (the scan's counters
+/// print their exact values).
 fn sum(plan: &dyn ExecutionPlan, name: &str) -> usize {
-    let own = plan
-        .metrics()
-        .and_then(|m| m.sum_by_name(name))
-        .map_or(0, |v| v.as_usize());
+    let own: usize = plan.metrics().map_or(0, |m| {
+        m.iter()
+            .filter(|m| m.value().name() == name)
+            .filter_map(|m| m.value().to_string().parse::<usize>().ok())
+            .sum()
+    });
     own + plan
         .children()
         .into_iter()

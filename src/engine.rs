@@ -13,6 +13,9 @@ use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
+
+use crate::exec::upkeep::Upkeep;
+use crate::planner::index_functions::{self, IndexFunction};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -39,6 +42,7 @@ use crate::planner::subquery_rules::{
 use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 
+mod indexes;
 mod paging;
 
 pub use paging::ResultPage;
@@ -156,6 +160,14 @@ impl Engine {
             .with_optimizer_rule(Arc::new(EmptyDml))
             .build();
         let ctx = SessionContext::new_with_state(state);
+        for upkeep in [Upkeep::Check, Upkeep::Repair] {
+            let f = IndexFunction::new(store.clone(), upkeep);
+            let name = match upkeep {
+                Upkeep::Check => index_functions::CHECK,
+                Upkeep::Repair => index_functions::REPAIR,
+            };
+            ctx.register_udtf(name, Arc::new(f));
+        }
         let engine = Self {
             ctx,
             store,
@@ -416,6 +428,14 @@ impl Engine {
                 names,
                 ..
             } => self.drop_tables(names, *if_exists).await,
+            Statement::CreateIndex(create) => self.create_index(create, |_| {}).await.map(Some),
+            Statement::Drop {
+                object_type: ObjectType::Index,
+                if_exists,
+                names,
+                cascade,
+                ..
+            } => self.drop_index(names, *if_exists, *cascade).await.map(Some),
             Statement::Analyze(analyze) => {
                 let every = TablesqlConfig::of(self.ctx.state().config()).guidepost_every;
                 self.analyze_statement(analyze, every).await.map(Some)

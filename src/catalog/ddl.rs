@@ -138,6 +138,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
     let (mut partition_key, mut row_key) = (None, None);
     let mut indexes = Vec::new();
     let mut keys_only = Vec::new();
+    let mut building = Vec::new();
     for option in options(create) {
         let SqlOption::KeyValue { key, value } = option else {
             return Err(CatalogError::Definition(format!(
@@ -160,17 +161,19 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                     name: index.to_owned(),
                     row_key: text.parse()?,
                     covering: true,
+                    building: false,
                 }),
-                _ => match key.strip_prefix("covering_") {
-                    Some(index) if !index.is_empty() => match text.to_lowercase().as_str() {
-                        "true" => {}
-                        "false" => keys_only.push(index.to_owned()),
-                        _ => {
-                            return Err(CatalogError::Definition(format!(
-                                "option {key}: expected true or false, found {text:?}"
-                            )));
+                _ => match (key.strip_prefix("covering_"), key.strip_prefix("building_")) {
+                    (Some(index), _) if !index.is_empty() => {
+                        if !flag(&key, &text)? {
+                            keys_only.push(index.to_owned());
                         }
-                    },
+                    }
+                    (_, Some(index)) if !index.is_empty() => {
+                        if flag(&key, &text)? {
+                            building.push(index.to_owned());
+                        }
+                    }
                     _ => {
                         return Err(CatalogError::Definition(format!(
                             "unknown option {key} (expected storage_table, partition_key, row_key, index_<name> or covering_<name>)"
@@ -180,16 +183,21 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
             },
         }
     }
-    for index in keys_only {
-        let ix = indexes
-            .iter_mut()
-            .find(|i| i.name == index)
-            .ok_or_else(|| {
-                CatalogError::Definition(format!(
-                    "option covering_{index} names no index (declare index_{index} = '<template>')"
-                ))
-            })?;
-        ix.covering = false;
+    for (names, option) in [(keys_only, "covering"), (building, "building")] {
+        for index in names {
+            let ix = indexes
+                .iter_mut()
+                .find(|i| i.name == index)
+                .ok_or_else(|| {
+                    CatalogError::Definition(format!(
+                        "option {option}_{index} names no index (declare index_{index} = '<template>')"
+                    ))
+                })?;
+            match option {
+                "covering" => ix.covering = false,
+                _ => ix.building = true,
+            }
+        }
     }
     let missing = |what: &str| CatalogError::Definition(format!("table {name}: WITH needs {what}"));
     let partition_key: crate::keys::KeyTemplate =
@@ -222,6 +230,136 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
     };
     def.validate()?;
     Ok(def)
+}
+
+/// A true/false option.
+fn flag(key: &str, text: &str) -> Result<bool, CatalogError> {
+    match text.to_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(CatalogError::Definition(format!(
+            "option {key}: expected true or false, found {text:?}"
+        ))),
+    }
+}
+
+/// The index a `CREATE INDEX name ON table (columns) [WITH (...)]` declares
+/// on `def`. `WITH (row_key = '<template>')` gives its RowKey template,
+/// whose leading fields must be the listed columns; without it the
+/// template is the name in capitals and a colon, then the columns (an INT
+/// as `{c:+010}`, a BIGINT as `{c:+018}`, text as `{c}`), then the primary-key columns the
+/// PartitionKey and the listed columns lack, joined by `__`.
+/// `WITH (covering = false)` declares rows that carry only their keys.
+pub fn index_from_create(
+    create: &datafusion::sql::sqlparser::ast::CreateIndex,
+    def: &TableDef,
+) -> Result<IndexDef, CatalogError> {
+    let bad = |m: String| CatalogError::Definition(m);
+    let name = match &create.name {
+        Some(n) => match n.0.as_slice() {
+            [part] => part
+                .as_ident()
+                .map(normalize_ident)
+                .ok_or_else(|| bad(format!("invalid index name {n}")))?,
+            _ => return Err(bad(format!("an index is named within its table, not {n}"))),
+        },
+        None => return Err(bad("CREATE INDEX needs a name".into())),
+    };
+    if create.unique || create.predicate.is_some() || !create.include.is_empty() {
+        return Err(bad(
+            "UNIQUE, WHERE and INCLUDE are not supported on index rows".into(),
+        ));
+    }
+    let mut columns = Vec::new();
+    for c in &create.columns {
+        let Expr::Identifier(ident) = &c.column.expr else {
+            return Err(bad(format!(
+                "index column {} is not a column",
+                c.column.expr
+            )));
+        };
+        if c.column.options.asc == Some(false) {
+            return Err(bad(format!(
+                "a descending column needs WITH (row_key = '...{{{}:~NN}}...'), an inverted field",
+                ident.value
+            )));
+        }
+        columns.push(normalize_ident(ident));
+    }
+    let (mut row_key, mut covering) = (None, true);
+    for option in &create.with {
+        let Expr::BinaryOp {
+            left,
+            op: datafusion::sql::sqlparser::ast::BinaryOperator::Eq,
+            right,
+        } = option
+        else {
+            return Err(bad(format!("option {option} is not key = value")));
+        };
+        let Expr::Identifier(key) = left.as_ref() else {
+            return Err(bad(format!("option {option} is not key = value")));
+        };
+        let key = key.value.to_lowercase();
+        let text = string_value(&key, right)?;
+        match key.as_str() {
+            "row_key" => row_key = Some(text.parse::<crate::keys::KeyTemplate>()?),
+            "covering" => covering = flag(&key, &text)?,
+            _ => {
+                return Err(bad(format!(
+                    "unknown index option {key} (expected row_key or covering)"
+                )));
+            }
+        }
+    }
+    let row_key = match row_key {
+        Some(t) => {
+            let leading: Vec<&str> = t.columns().take(columns.len()).collect();
+            if leading != columns.iter().map(String::as_str).collect::<Vec<_>>() {
+                return Err(bad(format!(
+                    "row_key {t} must lead with the listed columns ({})",
+                    columns.join(", ")
+                )));
+            }
+            t
+        }
+        None => derived_template(def, &name, &columns)?,
+    };
+    Ok(IndexDef {
+        name,
+        row_key,
+        covering,
+        building: false,
+    })
+}
+
+/// The default template of an index on `columns` (see `index_from_create`).
+fn derived_template(
+    def: &TableDef,
+    name: &str,
+    columns: &[String],
+) -> Result<crate::keys::KeyTemplate, CatalogError> {
+    let mut fields: Vec<&str> = columns.iter().map(String::as_str).collect();
+    for c in &def.primary_key {
+        if !def.partition_key.columns().any(|p| p == c) && !fields.contains(&c.as_str()) {
+            fields.push(c);
+        }
+    }
+    let mut text = format!("{}:", name.to_uppercase());
+    for (i, c) in fields.iter().enumerate() {
+        let column = def.column(c).ok_or_else(|| CatalogError::Inconsistent {
+            table: def.name.clone(),
+            reason: format!("index column {c} is not a column"),
+        })?;
+        if i > 0 {
+            text.push_str("__");
+        }
+        match column.column_type {
+            ColumnType::Int => text.push_str(&format!("{{{c}:+010}}")),
+            ColumnType::BigInt => text.push_str(&format!("{{{c}:+018}}")),
+            _ => text.push_str(&format!("{{{c}}}")),
+        }
+    }
+    Ok(text.parse()?)
 }
 
 fn string_value(key: &str, value: &Expr) -> Result<String, CatalogError> {
@@ -287,6 +425,9 @@ impl TableDef {
             ));
             if !i.covering {
                 options.push(format!("covering_{} = false", i.name));
+            }
+            if i.building {
+                options.push(format!("building_{} = true", i.name));
             }
         }
         out.push_str(&format!("    {}\n);\n", options.join(",\n    ")));

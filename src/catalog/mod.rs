@@ -80,6 +80,10 @@ pub struct IndexDef {
     /// (`covering_<name> = false`), so that a query needing other columns
     /// looks the base row up.
     pub covering: bool,
+    /// Whether `CREATE INDEX` is still writing the rows of existing base
+    /// rows (`building_<name> = true`): writes keep its rows, reads do not
+    /// use it yet.
+    pub building: bool,
 }
 
 impl IndexDef {
@@ -221,6 +225,18 @@ impl TableDef {
         for i in &self.indexes {
             if !names.insert(i.name.clone()) {
                 return Err(bad(format!("index {} is defined twice", i.name)));
+            }
+            // A key cannot hold NULL: a row with NULL there would have no
+            // index row, and the index would miss it.
+            if let Some(c) = i
+                .row_key
+                .columns()
+                .find(|c| self.column(c).is_some_and(|c| !c.not_null))
+            {
+                return Err(bad(format!(
+                    "index {} field {c} must be NOT NULL (an index row's key cannot hold NULL)",
+                    i.name
+                )));
             }
             // An index row must lead back to its base row: with the
             // partition's fields, its RowKey holds the whole primary key.

@@ -156,7 +156,7 @@ mod tests {
 
     fn def(index: &str) -> TableDef {
         ddl::parse(&format!(
-            "CREATE TABLE runs (e TEXT, bib INT, name TEXT, age INT, PRIMARY KEY (e, bib)) WITH (
+            "CREATE TABLE runs (e TEXT, bib INT NOT NULL, name TEXT NOT NULL, age INT NOT NULL, PRIMARY KEY (e, bib)) WITH (
                partition_key = '{{e}}', row_key = 'BIB:{{bib:05}}__{{name}}',
                index_age = '{index}', covering_age = false)"
         ))

@@ -17,6 +17,7 @@ pub mod order;
 pub mod scan;
 pub mod single_value;
 pub mod token;
+pub mod upkeep;
 
 pub use decode::Layout;
 pub use dml::{DmlExec, DmlOp};

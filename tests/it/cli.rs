@@ -196,6 +196,66 @@ fn sigkill_during_demo_load_leaves_only_whole_transactions() -> TestResult {
     })
 }
 
+/// `CREATE INDEX` killed with SIGKILL while it writes the index rows of
+/// the existing base rows leaves the index declared but unused (building);
+/// the same statement run again finishes the job, and CHECK then finds the
+/// index whole: no row missing, none orphaned or stale, none twice.
+#[test]
+fn sigkill_during_create_index_then_the_same_statement_finishes_it() -> TestResult {
+    const ROWS: u64 = 20_000;
+    let dir = tempfile::tempdir()?;
+    stdout_of(tablesql(dir.path()).args(["demo", "--rows", &ROWS.to_string()]))?;
+    let create = "CREATE INDEX by_name ON registrations (name)";
+    let mut child = tablesql(dir.path())
+        .args(["query", "--print-progress", create])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let stdout = child.stdout.take().ok_or("no stdout")?;
+    let progress: Vec<String> = BufReader::new(stdout)
+        .lines()
+        .take(3)
+        .collect::<Result<_, _>>()?;
+    child.kill()?; // SIGKILL on Unix
+    child.wait()?;
+    assert!(
+        progress.iter().all(|l| l.starts_with("progress ")),
+        "{progress:?}"
+    );
+    let count = |sql: &str| -> Result<u64, Box<dyn std::error::Error>> {
+        let out = stdout_of(tablesql(dir.path()).args(["query", "--format", "csv", sql]))?;
+        Ok(out.lines().nth(1).ok_or("no row")?.trim().parse()?)
+    };
+    let rows_of_index = "SELECT count(*) FROM raw.registrations WHERE \"RowKey\" >= 'BY_NAME:' AND \"RowKey\" < 'BY_NAME;'";
+    let written = count(rows_of_index)?;
+    assert!(
+        written > 0 && written < ROWS,
+        "killed after {written} of {ROWS} index rows: nothing was tested"
+    );
+    // Building: queries do not read it yet.
+    let plan = stdout_of(tablesql(dir.path()).args([
+        "query",
+        "EXPLAIN SELECT bib FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND name = 'Pedro'",
+    ]))?;
+    assert!(!plan.contains("by_name"), "{plan}");
+    let done = stdout_of(tablesql(dir.path()).args(["query", create]))?;
+    assert!(done.contains("index by_name on registrations"), "{done}");
+    assert_eq!(count(rows_of_index)?, ROWS);
+    let check = stdout_of(tablesql(dir.path()).args([
+        "query",
+        "--format",
+        "csv",
+        "SELECT missing, orphaned, stale FROM tablesql_check_index('registrations', 'by_name')",
+    ]))?;
+    assert_eq!(check.lines().nth(1), Some("0,0,0"), "{check}");
+    let plan = stdout_of(tablesql(dir.path()).args([
+        "query",
+        "EXPLAIN SELECT bib FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND name = 'Pedro'",
+    ]))?;
+    assert!(plan.contains("access=index_point(by_name)"), "{plan}");
+    Ok(())
+}
+
 /// The statements of issue 13 through `tablesql query`: the same counts as
 /// over the wire (`server::correlated_subqueries_answer_over_the_wire`).
 #[test]

@@ -256,3 +256,245 @@ fn index_paths_return_what_base_rows_return_embedded() {
 fn index_paths_return_what_base_rows_return_azurite() {
     property(12, |budget| azurite_case("Indexed", budget));
 }
+
+/// The counts `tablesql_check_index` (or `_repair_index`) reports, per
+/// index: (index, missing, orphaned, stale, repaired).
+async fn health(engine: &Engine, function: &str, table: &str) -> Vec<(String, i64, i64, i64, i64)> {
+    use tablesql::datafusion::arrow::array::{AsArray, Int64Array};
+    let batches = engine
+        .collect(&format!(
+            "SELECT index, missing, orphaned, stale, repaired FROM {function}('{table}') ORDER BY index"
+        ))
+        .await
+        .expect("check");
+    let mut out = Vec::new();
+    for b in &batches {
+        let int = |i: usize| {
+            b.column(i)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .cloned()
+                .expect("int")
+        };
+        let names = b.column(0).as_string::<i32>();
+        for r in 0..b.num_rows() {
+            out.push((
+                names.value(r).to_owned(),
+                int(1).value(r),
+                int(2).value(r),
+                int(3).value(r),
+                int(4).value(r),
+            ));
+        }
+    }
+    out
+}
+
+/// Rows in three partitions, then index rows damaged by raw writes:
+/// missing, orphaned and stale rows of a covering and a keys-only index.
+/// CHECK finds each, REPAIR fixes them, CHECK then finds none, and the
+/// index paths answer as the base rows do.
+async fn damaged_indexes_are_found_and_repaired(store: Arc<dyn TableStore>, name: &str) {
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await
+        .expect("engine");
+    let t = name.to_lowercase();
+    engine
+        .collect(&format!(
+            "CREATE TABLE {t} (a TEXT NOT NULL, b INT NOT NULL, c INT NOT NULL, v INT, PRIMARY KEY (a, b)) \
+             WITH (storage_table = '{name}', partition_key = '{{a}}', row_key = 'R:{{b:03}}', \
+             index_c = 'C:{{c:02}}__{{b:03}}', index_k = 'K:{{c:02}}__{{b}}', covering_k = false)"
+        ))
+        .await
+        .expect("create");
+    let values: Vec<String> = ["x", "y", "z"]
+        .iter()
+        .flat_map(|a| (0..20).map(move |b| format!("('{a}', {b}, {}, {b})", b % 7)))
+        .collect();
+    engine
+        .collect(&format!(
+            "INSERT INTO {t} (a, b, c, v) VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .expect("insert");
+    assert_eq!(
+        health(&engine, "tablesql_check_index", &t).await,
+        [("c".into(), 0, 0, 0, 0), ("k".into(), 0, 0, 0, 0)]
+    );
+    let table = TableName::new(name).expect("name");
+    let pk = |a: &str| PartitionKey::new(a).expect("pk");
+    let rk = |k: &str| RowKey::new(k).expect("rk");
+    let delete = |a: &str, k: &str| WriteOp::Delete {
+        partition_key: pk(a),
+        row_key: rk(k),
+        if_match: IfMatch::Any,
+    };
+    // Missing: two of c's rows, one of k's, in two partitions.
+    for op in [
+        delete("x", "C:03__003"),
+        delete("y", "C:05__005"),
+        delete("z", "K:01__1"),
+    ] {
+        store.execute(&table, op).await.expect("delete");
+    }
+    // Orphaned: index rows no base row composes.
+    for (a, k) in [("x", "C:06__099"), ("z", "K:02__77"), ("y", "K:04__5")] {
+        let e = Entity::new(pk(a), rk(k)).with("v", EdmValue::Int32(1));
+        store
+            .execute(&table, WriteOp::InsertOrReplace(e))
+            .await
+            .expect("orphan");
+    }
+    // Stale: a covering row carrying another v than its base row.
+    let stale = Entity::new(pk("z"), rk("C:04__011"))
+        .with("a", EdmValue::String("z".into()))
+        .with("b", EdmValue::Int32(11))
+        .with("c", EdmValue::Int32(4))
+        .with("v", EdmValue::Int32(500));
+    store
+        .execute(&table, WriteOp::InsertOrReplace(stale))
+        .await
+        .expect("stale");
+    assert_eq!(
+        health(&engine, "tablesql_check_index", &t).await,
+        [("c".into(), 2, 1, 1, 0), ("k".into(), 1, 2, 0, 0)]
+    );
+    assert_eq!(
+        health(&engine, "tablesql_repair_index", &t).await,
+        [("c".into(), 2, 1, 1, 4), ("k".into(), 1, 2, 0, 3)]
+    );
+    assert_eq!(
+        health(&engine, "tablesql_check_index", &t).await,
+        [("c".into(), 0, 0, 0, 0), ("k".into(), 0, 0, 0, 0)]
+    );
+    let off = Engine::with_store(store, EngineOptions::default())
+        .await
+        .expect("engine");
+    off.collect("SET tablesql.use_indexes = off")
+        .await
+        .expect("set");
+    for sql in [
+        format!("SELECT a, b, v FROM {t} WHERE c = 4 ORDER BY a, b"),
+        format!("SELECT a, b FROM {t} WHERE c IN (1, 2) ORDER BY a, b"),
+    ] {
+        let plan = answer(&engine, &format!("EXPLAIN {sql}")).await;
+        assert!(plan.contains("access=index_"), "{plan}");
+        assert_eq!(
+            answer(&engine, &sql).await,
+            answer(&off, &sql).await,
+            "{sql}"
+        );
+    }
+}
+
+/// `CREATE INDEX` writes the rows of the base rows there are, so the new
+/// index answers at once and CHECK finds it whole; `DROP INDEX ... CASCADE`
+/// removes the declaration and the rows.
+async fn created_indexes_are_backfilled(store: Arc<dyn TableStore>, name: &str) {
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await
+        .expect("engine");
+    let t = name.to_lowercase();
+    engine
+        .collect(&format!(
+            "CREATE TABLE {t} (a TEXT NOT NULL, b INT NOT NULL, c INT NOT NULL, d TEXT NOT NULL, v INT, PRIMARY KEY (a, b)) \
+             WITH (storage_table = '{name}', partition_key = '{{a}}', row_key = 'R:{{b:03}}')"
+        ))
+        .await
+        .expect("create");
+    let values: Vec<String> = ["x", "y"]
+        .iter()
+        .flat_map(|a| (0..30).map(move |b| format!("('{a}', {b}, {}, 'd{}', {b})", b % 5, b % 3)))
+        .collect();
+    engine
+        .collect(&format!(
+            "INSERT INTO {t} (a, b, c, d, v) VALUES {}",
+            values.join(", ")
+        ))
+        .await
+        .expect("insert");
+    engine
+        .collect(&format!(
+            "CREATE INDEX by_c ON {t} (c) WITH (covering = false)"
+        ))
+        .await
+        .expect("create index");
+    engine
+        .collect(&format!("CREATE INDEX by_d ON {t} (d, c)"))
+        .await
+        .expect("create index");
+    assert_eq!(
+        health(&engine, "tablesql_check_index", &t).await,
+        [("by_c".into(), 0, 0, 0, 0), ("by_d".into(), 0, 0, 0, 0)]
+    );
+    let sql = format!("SELECT a, b, v FROM {t} WHERE c = 3 ORDER BY a, b");
+    let plan = answer(&engine, &format!("EXPLAIN {sql}")).await;
+    assert!(
+        plan.contains("access=index_point(by_c)") && plan.contains("lookup=base_rows"),
+        "{plan}"
+    );
+    assert!(
+        answer(&engine, &sql).await.lines().count() == 12 + 4,
+        "{}",
+        answer(&engine, &sql).await
+    );
+    let sql = format!("SELECT a, b FROM {t} WHERE d = 'd1' AND c > 2 ORDER BY a, b");
+    let plan = answer(&engine, &format!("EXPLAIN {sql}")).await;
+    assert!(plan.contains("access=index_range(by_d)"), "{plan}");
+    // Creating it again is refused; IF NOT EXISTS passes.
+    let again = answer(&engine, &format!("CREATE INDEX by_c ON {t} (c)")).await;
+    assert!(again.contains("already exists"), "{again}");
+    engine
+        .collect(&format!("CREATE INDEX IF NOT EXISTS by_c ON {t} (c)"))
+        .await
+        .expect("if not exists");
+    // DROP INDEX with CASCADE takes its rows along.
+    engine
+        .collect("DROP INDEX by_c CASCADE")
+        .await
+        .expect("drop");
+    engine
+        .collect(&format!("DROP INDEX {t}.by_d"))
+        .await
+        .expect("drop");
+    let left = store
+        .query(&TableName::new(name).expect("name"), &Query::all(), None)
+        .await
+        .expect("scan");
+    let prefixes: std::collections::BTreeSet<&str> = left
+        .entities
+        .iter()
+        .map(|e| e.row_key().as_str().split(':').next().unwrap_or_default())
+        .collect();
+    // by_d's rows stay (no CASCADE): the application may still read them.
+    assert_eq!(prefixes.into_iter().collect::<Vec<_>>(), ["BY_D", "R"]);
+    let gone = answer(&engine, "DROP INDEX by_c").await;
+    assert!(gone.contains("does not exist"), "{gone}");
+}
+
+#[tokio::test]
+async fn damaged_indexes_are_found_and_repaired_memory() {
+    damaged_indexes_are_found_and_repaired(
+        Arc::new(MemoryStore::new().with_scan_budget(4)),
+        "Damaged",
+    )
+    .await;
+    created_indexes_are_backfilled(Arc::new(MemoryStore::new()), "Backfilled").await;
+}
+
+#[tokio::test]
+async fn damaged_indexes_are_found_and_repaired_embedded() {
+    let store = EmbeddedStore::in_memory().expect("store");
+    damaged_indexes_are_found_and_repaired(Arc::new(store), "Damaged").await;
+    let store = EmbeddedStore::in_memory().expect("store");
+    created_indexes_are_backfilled(Arc::new(store), "Backfilled").await;
+}
+
+#[tokio::test]
+async fn damaged_indexes_are_found_and_repaired_azurite() {
+    let (store, name) = azurite_case("Damaged", 1000).expect("azurite");
+    damaged_indexes_are_found_and_repaired(store, &name).await;
+    let (store, name) = azurite_case("Backfilled", 1000).expect("azurite");
+    created_indexes_are_backfilled(store, &name).await;
+}

@@ -8,6 +8,7 @@ use std::ops::Bound;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tablesql::datafusion::sql::sqlparser::ast::Statement;
 use tablesql::demo;
 use tablesql::planner::policy::ScanPolicy;
 use tablesql::storage::location::DEFAULT_LOCATION;
@@ -54,6 +55,9 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value_t = output::Format::Table)]
         format: output::Format,
+        /// Print `progress N` as CREATE INDEX reads base rows (for crash tests).
+        #[arg(long, hide = true)]
+        print_progress: bool,
     },
     /// An interactive SQL shell (psql's habits: \dt, \d, \x, \timing, ...). With
     /// -f FILE, or statements on stdin, runs them and stops at the first error.
@@ -142,8 +146,15 @@ async fn main() -> anyhow::Result<()> {
             rows,
             print_commits,
         } => run_demo(store.as_ref(), rows, print_commits).await,
-        Command::Query { sql, format } => {
+        Command::Query {
+            sql,
+            format,
+            print_progress,
+        } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            if let Ok([Statement::CreateIndex(create)]) = engine.parse(&sql).as_deref() {
+                return create_index(&engine, create, print_progress).await;
+            }
             let stream = engine.execute_stream(&sql).await;
             for notice in engine.take_notices() {
                 eprintln!("NOTICE:  {notice}");
@@ -284,6 +295,35 @@ async fn tables(store: &dyn TableStore) -> anyhow::Result<()> {
         rows.push((table, count));
     }
     output::print_tables(&rows);
+    Ok(())
+}
+
+/// `CREATE INDEX` with a progress bar on a terminal (base rows read as
+/// the index rows are written), then what it wrote.
+async fn create_index(
+    engine: &tablesql::Engine,
+    create: &tablesql::datafusion::sql::sqlparser::ast::CreateIndex,
+    print_progress: bool,
+) -> anyhow::Result<()> {
+    let bar = ProgressBar::new_spinner();
+    if !std::io::stderr().is_terminal() || print_progress {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(ProgressStyle::with_template(
+        "{spinner} {pos} base rows indexed ({per_sec}) {elapsed}",
+    )?);
+    let outcome = engine
+        .create_index(create, |rows| {
+            bar.set_position(rows);
+            if print_progress {
+                println!("progress {rows}");
+            }
+        })
+        .await?;
+    bar.finish_and_clear();
+    for notice in outcome.notices {
+        println!("{notice}");
+    }
     Ok(())
 }
 

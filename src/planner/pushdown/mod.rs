@@ -162,7 +162,9 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
         && !atoms.iter().any(|a| a.target == Target::RowKey);
     if may_use_index {
         let base_fit = base.fit;
-        for i in 0..indexes {
+        // An index still being built holds only some rows.
+        let built = |i: &usize| def.is_some_and(|d| d.indexes.get(*i).is_some_and(|x| !x.building));
+        for i in (0..indexes).filter(built) {
             let p = plan(def, Some(i), &atoms);
             if !p.contradiction && p.fit >= base_fit {
                 candidates.push(p);

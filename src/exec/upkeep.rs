@@ -1,0 +1,331 @@
+//! Index upkeep: per partition, the index rows each base row should have
+//! (composed from its values as a write composes them) against the index
+//! rows there are. `CHECK` counts base rows without their index row
+//! (missing), index rows without a base row that composes them (orphaned)
+//! and index rows whose carried values differ from the base row's (stale),
+//! with a few example keys; `REPAIR` (and the backfill of `CREATE INDEX`)
+//! fixes exactly those. Every fix is guarded by the ETags it read: an
+//! index row is written in one entity group transaction with a keys-only
+//! merge of its base row If-Match the base row's ETag, and an orphan is
+//! deleted If-Match its own, so a row a concurrent writer changed is left
+//! to that writer (counted as a conflict) and never overwritten.
+
+use std::collections::HashMap;
+
+use super::ExecError;
+use super::encode;
+use crate::catalog::{ColumnType, TableDef};
+use crate::keys::{KeyBounds, KeyTemplate, KeyValue};
+use crate::storage::{
+    ContinuationToken, EdmValue, Entity, IfMatch, KeyRange, PartitionKey, Query, RowKey,
+    StorageError, StoredEntity, TableStore, WriteOp,
+};
+
+/// Example keys kept per index and kind.
+const EXAMPLES: usize = 3;
+
+/// Operations per entity group transaction (the service's limit is 100).
+const BATCH: usize = 100;
+
+/// What one index's check (or repair) found.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct IndexHealth {
+    /// The index.
+    pub index: String,
+    /// Partitions read.
+    pub partitions: u64,
+    /// Base rows read.
+    pub base_rows: u64,
+    /// Index rows read.
+    pub index_rows: u64,
+    /// Base rows without their index row (or that no index row can hold:
+    /// a NULL in one of its fields).
+    pub missing: u64,
+    /// Index rows no base row composes.
+    pub orphaned: u64,
+    /// Index rows at the right key carrying other values than the base row.
+    pub stale: u64,
+    /// Rows written or deleted by a repair.
+    pub repaired: u64,
+    /// Fixes left undone because a concurrent writer changed the row first.
+    pub conflicts: u64,
+    /// A few keys of each kind found, as `kind (PartitionKey, RowKey)`.
+    pub examples: Vec<String>,
+}
+
+impl IndexHealth {
+    /// Damaged rows found.
+    pub fn damaged(&self) -> u64 {
+        self.missing + self.orphaned + self.stale
+    }
+
+    fn example(&mut self, kind: &str, pk: &PartitionKey, rk: &str) {
+        let shown = self.examples.iter().filter(|e| e.starts_with(kind)).count();
+        if shown < EXAMPLES {
+            self.examples
+                .push(format!("{kind} ({:?}, {rk:?})", pk.as_str()));
+        }
+    }
+}
+
+/// Whether to fix what is found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Upkeep {
+    /// Count only.
+    Check,
+    /// Count, then fix.
+    Repair,
+}
+
+/// Checks (or repairs) indexes `positions` of `def`, partition by
+/// partition; `progress` hears of each partition done with the base rows
+/// read so far. Returns one report per index, in `positions` order.
+pub async fn run(
+    store: &dyn TableStore,
+    def: &TableDef,
+    positions: &[usize],
+    upkeep: Upkeep,
+    mut progress: impl FnMut(u64),
+) -> Result<Vec<IndexHealth>, ExecError> {
+    let mut health: Vec<IndexHealth> = positions
+        .iter()
+        .map(|&i| IndexHealth {
+            index: def
+                .indexes
+                .get(i)
+                .map(|ix| ix.name.clone())
+                .unwrap_or_default(),
+            ..IndexHealth::default()
+        })
+        .collect();
+    let table = &def.storage_table;
+    let mut after: Option<PartitionKey> = None;
+    let mut base_rows = 0;
+    loop {
+        let page = store
+            .partitions(table, &KeyRange::all(), after.as_ref())
+            .await?;
+        for pk in &page.partitions {
+            let base = read(store, def, pk, &def.row_key).await?;
+            base_rows += base.len() as u64;
+            for (h, &position) in health.iter_mut().zip(positions) {
+                partition(store, def, pk, &base, position, upkeep, h).await?;
+            }
+            progress(base_rows);
+        }
+        match page.after {
+            Some(next) => after = Some(next),
+            None => break,
+        }
+    }
+    Ok(health)
+}
+
+/// The entities of partition `pk` whose RowKeys `template` writes.
+async fn read(
+    store: &dyn TableStore,
+    def: &TableDef,
+    pk: &PartitionKey,
+    template: &KeyTemplate,
+) -> Result<Vec<StoredEntity>, ExecError> {
+    let mut query = Query::partition(pk.clone());
+    query.rows = match template.prefix_range(&[], None)? {
+        KeyBounds::Range { start, end } => KeyRange {
+            start: start.map(RowKey::from_stored),
+            end: end.map(RowKey::from_stored),
+        },
+        KeyBounds::All | KeyBounds::Empty => KeyRange::all(),
+    };
+    let mut out = Vec::new();
+    let mut token: Option<ContinuationToken> = None;
+    loop {
+        let page = store
+            .query(&def.storage_table, &query, token.as_ref())
+            .await?;
+        out.extend(page.entities);
+        match page.continuation {
+            Some(next) => token = Some(next),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// One index in one partition: counted, and repaired if asked.
+async fn partition(
+    store: &dyn TableStore,
+    def: &TableDef,
+    pk: &PartitionKey,
+    base: &[StoredEntity],
+    position: usize,
+    upkeep: Upkeep,
+    h: &mut IndexHealth,
+) -> Result<(), ExecError> {
+    let Some(ix) = def.indexes.get(position) else {
+        return Ok(());
+    };
+    let existing = read(store, def, pk, &ix.row_key).await?;
+    h.partitions += 1;
+    h.base_rows += base.len() as u64;
+    h.index_rows += existing.len() as u64;
+    let mut have: HashMap<&str, &StoredEntity> =
+        existing.iter().map(|e| (e.row_key().as_str(), e)).collect();
+    // Per base row, the fixes its index row needs (written together, under
+    // the base row's ETag).
+    let mut fixes: Vec<Vec<WriteOp>> = Vec::new();
+    for b in base {
+        let wanted = match row_values(def, b).and_then(|v| encode::entities(def, &v)) {
+            Ok(row) => row.index.into_iter().nth(position),
+            Err(_) => None,
+        };
+        let Some(wanted) = wanted else {
+            // No index row can hold this base row (a NULL in a field).
+            h.missing += 1;
+            h.example("missing", pk, b.row_key().as_str());
+            continue;
+        };
+        let guard = WriteOp::Merge(
+            Entity::new(b.partition_key().clone(), b.row_key().clone()),
+            IfMatch::ETag(b.etag.clone()),
+        );
+        match have.remove(wanted.row_key.as_str()) {
+            None => {
+                h.missing += 1;
+                h.example("missing", pk, wanted.row_key.as_str());
+                fixes.push(vec![guard, WriteOp::Insert(wanted)]);
+            }
+            Some(found) if ix.covering && found.entity.properties != wanted.properties => {
+                h.stale += 1;
+                h.example("stale", pk, wanted.row_key.as_str());
+                fixes.push(vec![
+                    guard,
+                    WriteOp::Update(wanted, IfMatch::ETag(found.etag.clone())),
+                ]);
+            }
+            Some(_) => {}
+        }
+    }
+    let mut orphans: Vec<&StoredEntity> = have.into_values().collect();
+    orphans.sort_by(|a, b| a.row_key().cmp(b.row_key()));
+    for o in &orphans {
+        h.orphaned += 1;
+        h.example("orphaned", pk, o.row_key().as_str());
+        fixes.push(vec![WriteOp::Delete {
+            partition_key: o.partition_key().clone(),
+            row_key: o.row_key().clone(),
+            if_match: IfMatch::ETag(o.etag.clone()),
+        }]);
+    }
+    if upkeep == Upkeep::Repair {
+        apply(store, def, fixes, h).await?;
+    }
+    Ok(())
+}
+
+/// Runs the fixes of one partition, many to a transaction; a transaction
+/// refused because a row changed runs again fix by fix, so that only the
+/// changed rows' fixes are left undone.
+async fn apply(
+    store: &dyn TableStore,
+    def: &TableDef,
+    fixes: Vec<Vec<WriteOp>>,
+    h: &mut IndexHealth,
+) -> Result<(), ExecError> {
+    let table = &def.storage_table;
+    let mut batches: Vec<Vec<Vec<WriteOp>>> = vec![Vec::new()];
+    for fix in fixes {
+        let size: usize = batches.last().map_or(0, |b| b.iter().map(Vec::len).sum());
+        if size + fix.len() > BATCH {
+            batches.push(Vec::new());
+        }
+        if let Some(last) = batches.last_mut() {
+            last.push(fix);
+        }
+    }
+    for batch in batches.into_iter().filter(|b| !b.is_empty()) {
+        let rows = batch.len() as u64;
+        let ops: Vec<WriteOp> = batch.iter().flatten().cloned().collect();
+        match store.execute_batch(table, ops).await {
+            Ok(_) => h.repaired += rows,
+            Err(e) if changed(&e) => {
+                for fix in batch {
+                    match store.execute_batch(table, fix).await {
+                        Ok(_) => h.repaired += 1,
+                        Err(e) if changed(&e) => h.conflicts += 1,
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Ok(())
+}
+
+/// Whether a write failed because a row it was guarded by changed (or
+/// appeared, or went) since it was read.
+fn changed(e: &StorageError) -> bool {
+    match e {
+        StorageError::Batch { source, .. } => changed(source),
+        StorageError::PreconditionFailed { .. }
+        | StorageError::EntityNotFound { .. }
+        | StorageError::EntityAlreadyExists { .. } => true,
+        _ => false,
+    }
+}
+
+/// A base row's column values in the definition's order: key columns from
+/// the keys (what reads return), the others from properties.
+pub fn row_values(def: &TableDef, e: &StoredEntity) -> Result<Vec<Option<EdmValue>>, ExecError> {
+    let mismatch = |err: crate::keys::KeyError| ExecError::KeyMismatch {
+        table: def.name.clone(),
+        kind: crate::storage::KeyKind::RowKey,
+        partition_key: e.partition_key().as_str().to_owned(),
+        row_key: e.row_key().as_str().to_owned(),
+        reason: err.to_string(),
+    };
+    let pk = def
+        .partition_key
+        .decompose(e.partition_key().as_str())
+        .map_err(mismatch)?;
+    let rk = def
+        .row_key
+        .decompose(e.row_key().as_str())
+        .map_err(mismatch)?;
+    let keys: HashMap<&str, KeyValue> = def
+        .partition_key
+        .columns()
+        .zip(pk)
+        .chain(def.row_key.columns().zip(rk))
+        .collect();
+    def.columns
+        .iter()
+        .map(|c| match keys.get(c.name.as_str()) {
+            Some(v) => key_cell(c.column_type, v)
+                .map(Some)
+                .ok_or_else(|| ExecError::BadValue {
+                    column: c.name.clone(),
+                    reason: format!("key field value {v} does not fit {}", c.column_type),
+                }),
+            None => Ok(e.get(&c.name).cloned()),
+        })
+        .collect()
+}
+
+/// A key field's value as its column's property.
+fn key_cell(t: ColumnType, v: &KeyValue) -> Option<EdmValue> {
+    let int = || match v {
+        KeyValue::Int(i) => Some(*i),
+        KeyValue::Text(s) => s.parse::<i64>().ok().filter(|i| i.to_string() == *s),
+    };
+    match t {
+        ColumnType::Int => int()
+            .and_then(|i| i32::try_from(i).ok())
+            .map(EdmValue::Int32),
+        ColumnType::BigInt => int().map(EdmValue::Int64),
+        ColumnType::Text => match v {
+            KeyValue::Text(s) => Some(EdmValue::String(s.clone())),
+            KeyValue::Int(_) => None,
+        },
+        _ => None,
+    }
+}
