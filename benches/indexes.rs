@@ -5,7 +5,9 @@
 //! - `age = 55` in one event and distance: the AGE:055 prefix of one
 //!   partition beside a scan of the partition's base rows;
 //! - `age = 55` alone: the AGE:055 range in every partition beside a scan
-//!   of every base row.
+//!   of every base row;
+//! - `age = 99` in one partition (no such row): the fixed cost of a
+//!   statement from text, which bounds the ratio.
 //!
 //! Before timing, it prints each query's scan counters (entities scanned
 //! and returned, store requests, partitions) with and without the index.
@@ -24,6 +26,11 @@ const ROWS: u64 = 1_000_000;
 
 const IN_PARTITION: &str = "SELECT bib, name, age, finish FROM registrations \
      WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND age = 55";
+/// The same plan with no row to return: the fixed cost of a statement from
+/// text (parsing, planning, one request), which bounds how much faster
+/// any path can be.
+const NO_ROWS: &str = "SELECT bib, name, age, finish FROM registrations \
+     WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND age = 99";
 const EVERYWHERE: &str = "SELECT event, distance, bib, name FROM registrations WHERE age = 55";
 
 struct Fixture {
@@ -80,6 +87,7 @@ async fn counters(engine: &Engine, sql: &str) -> String {
         "entities_scanned",
         "entities_returned",
         "requests",
+        "listing_requests",
         "partitions",
         "index_lookups",
     ] {
@@ -127,6 +135,12 @@ fn run(engine: &Engine, sql: &str) -> usize {
 fn age_in_partition_index(bencher: Bencher) {
     let f = &*FIXTURE;
     bencher.bench_local(|| black_box(run(&f.on, IN_PARTITION)));
+}
+
+#[divan::bench]
+fn no_rows_index(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher.bench_local(|| black_box(run(&f.on, NO_ROWS)));
 }
 
 #[divan::bench(sample_count = 10, sample_size = 1)]

@@ -452,6 +452,50 @@ mod tests {
     }
 
     #[test]
+    fn create_index_declares_a_template() {
+        let def = parse(REGISTRATIONS).unwrap();
+        let index = |sql: &str| {
+            let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap();
+            match statements.as_slice() {
+                [Statement::CreateIndex(c)] => index_from_create(c, &def),
+                _ => panic!("not CREATE INDEX: {sql}"),
+            }
+        };
+        // By default: the listed columns, then the primary key's rest.
+        let ix = index("CREATE INDEX by_name ON registrations (name)").unwrap();
+        assert_eq!(ix.row_key.to_string(), "BY_NAME:{name}__{bib:+010}");
+        assert!(ix.covering && !ix.building);
+        let ix = index(
+            "CREATE INDEX old ON registrations (age) WITH (row_key = 'OLD:{age:~03}__{bib}', covering = false)",
+        )
+        .unwrap();
+        assert_eq!(ix.row_key.to_string(), "OLD:{age:~03}__{bib}");
+        assert!(!ix.covering);
+        for (sql, needle) in [
+            ("CREATE INDEX ON registrations (age)", "needs a name"),
+            (
+                "CREATE INDEX x ON registrations (age DESC)",
+                "inverted field",
+            ),
+            (
+                "CREATE INDEX x ON registrations (age) WITH (row_key = 'X:{bib}__{age}')",
+                "must lead with",
+            ),
+            (
+                "CREATE INDEX x ON registrations (age) WITH (fill = 1)",
+                "unknown index option",
+            ),
+            (
+                "CREATE UNIQUE INDEX x ON registrations (age)",
+                "not supported",
+            ),
+        ] {
+            let e = index(sql).unwrap_err().to_string();
+            assert!(e.contains(needle), "{sql}: {e}");
+        }
+    }
+
+    #[test]
     fn inconsistent_definitions_are_refused() {
         let base = "CREATE TABLE tee (a TEXT, b INT, c DOUBLE) WITH (partition_key = '{a}', row_key = '{b:05}'";
         assert!(parse(&format!("{base})")).is_ok());
@@ -462,6 +506,9 @@ mod tests {
             ("CREATE TABLE tee (a TEXT) WITH (row_key = '{a}')".into(), "partition_key"),
             ("CREATE TABLE tee (a TEXT, b JSON) WITH (partition_key = '{a}', row_key = 'x')".into(), "not supported"),
             (format!("{base}, colour = 'red')"), "unknown option colour"),
+            (format!("{base}, index_x = 'X:{{c:02}}__{{b}}')"), "cannot be written"),
+            ("CREATE TABLE tee (a TEXT, b INT NOT NULL, c INT) WITH (partition_key = '{a}', row_key = 'R:{b:05}', index_x = 'X:{c:02}__{b}')".into(), "must be NOT NULL"),
+            (format!("{base}, covering_y = false)"), "names no index"),
             ("CREATE TABLE tee (a TEXT, b INT) WITH (partition_key = '{a}{b}', row_key = 'x')".into(), "separator"),
         ] {
             let e = parse(&sql).unwrap_err().to_string();

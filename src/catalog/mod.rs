@@ -206,6 +206,7 @@ impl TableDef {
             let base = lead(&self.row_key).ok_or_else(|| {
                 bad("with index rows, the row_key template must start with literal text (like BIB:)".into())
             })?;
+            let mut taken: Vec<(String, &str)> = vec![(base, "the base rows")];
             for i in &self.indexes {
                 let own = lead(&i.row_key).ok_or_else(|| {
                     bad(format!(
@@ -213,12 +214,18 @@ impl TableDef {
                         i.name
                     ))
                 })?;
-                if own.starts_with(&base) || base.starts_with(&own) {
+                // Each kind of row owns its prefix: a range read of one
+                // kind must never meet another's rows.
+                if let Some((other, whose)) = taken
+                    .iter()
+                    .find(|(p, _)| own.starts_with(p.as_str()) || p.starts_with(own.as_str()))
+                {
                     return Err(bad(format!(
-                        "index {} starts like the base rows ({own:?} and {base:?}): scans could not tell them apart",
+                        "index {} starts like {whose} ({own:?} and {other:?}): scans could not tell them apart",
                         i.name
                     )));
                 }
+                taken.push((own, &i.name));
             }
         }
         let mut names = std::collections::HashSet::new();

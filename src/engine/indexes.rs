@@ -19,6 +19,9 @@ use crate::exec::upkeep::{self, Upkeep};
 use crate::keys::KeyBounds;
 use crate::storage::{ContinuationToken, IfMatch, KeyRange, Query, RowKey, WriteOp};
 
+/// Repair rounds `CREATE INDEX` makes while concurrent writes conflict.
+const ROUNDS: usize = 3;
+
 impl Engine {
     /// `CREATE INDEX name ON table (columns) [WITH (...)]`; `progress`
     /// hears of the base rows read so far as the rows are written.
@@ -61,19 +64,54 @@ impl Engine {
             .iter()
             .position(|i| i.name == index.name)
             .unwrap_or_default();
-        let health = upkeep::run(
-            self.store.as_ref(),
-            &def,
-            &[position],
-            Upkeep::Repair,
-            &mut progress,
-        )
-        .await
-        .map_err(datafusion::error::DataFusionError::from)?;
-        if let Some(ix) = def.indexes.get_mut(position) {
-            ix.building = false;
+        // Rows a concurrent writer changed during a round are left to it;
+        // a further round sees them as they are now.
+        let mut health = Vec::new();
+        for _ in 0..ROUNDS {
+            health = upkeep::run(
+                self.store.as_ref(),
+                &def,
+                &[position],
+                Upkeep::Repair,
+                &mut progress,
+            )
+            .await
+            .map_err(datafusion::error::DataFusionError::from)?;
+            if health.iter().all(|h| h.conflicts == 0) {
+                break;
+            }
         }
-        persist::save(self.store.as_ref(), &def, true).await?;
+        if let Some(h) = health.iter().find(|h| h.unindexable > 0 || h.conflicts > 0) {
+            return Err(CatalogError::Inconsistent {
+                table,
+                reason: format!(
+                    "index {} stays unused (building): {} base rows have values its template cannot write and {} changed during every round (e.g. {}); fix them and run CREATE INDEX again, or DROP INDEX {}",
+                    h.index,
+                    h.unindexable,
+                    h.conflicts,
+                    h.examples.join("; "),
+                    h.index
+                ),
+            }
+            .into());
+        }
+        // Only the mark changes: the definition is read again, so a change
+        // made meanwhile (another index) is kept.
+        let mut latest = self.mapped_def(&table).await?;
+        match latest.indexes.iter_mut().find(|i| i.name == index.name) {
+            Some(ix) if same(ix, &index) => ix.building = false,
+            _ => {
+                return Err(CatalogError::Inconsistent {
+                    table,
+                    reason: format!(
+                        "index {} was changed or dropped while it was built",
+                        index.name
+                    ),
+                }
+                .into());
+            }
+        }
+        persist::save(self.store.as_ref(), &latest, true).await?;
         self.refresh().await?;
         for h in &health {
             outcome.notices.push(format!(

@@ -478,9 +478,14 @@ impl Writer {
             return Err(conflict().into());
         }
         let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
-        for e in std::iter::once(&mut next.base).chain(next.index.iter_mut()) {
+        // Keys-only index rows carry none.
+        let carries = std::iter::once(true).chain(self.def.indexes.iter().map(|i| i.covering));
+        for (e, carries) in std::iter::once(&mut next.base)
+            .chain(next.index.iter_mut())
+            .zip(carries)
+        {
             for (name, value) in &stored.entity.properties {
-                if self.def.column(name).is_none() {
+                if carries && self.def.column(name).is_none() {
                     e.properties
                         .entry(name.clone())
                         .or_insert_with(|| value.clone());

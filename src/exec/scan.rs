@@ -223,6 +223,12 @@ impl PartitionScanExec {
             }
             let mut alternatives = self.alternatives.clone();
             alternatives[i] = self.path.clone();
+            // A sort costs less than a lookup per row.
+            if let Some(read) = &alt.index {
+                if needs_lookup(&self.layout, read.position, &self.projection) {
+                    continue;
+                }
+            }
             let scan = Self::new(
                 self.store.clone(),
                 self.layout.clone(),

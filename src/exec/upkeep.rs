@@ -6,15 +6,22 @@
 //! with a few example keys; `REPAIR` (and the backfill of `CREATE INDEX`)
 //! fixes exactly those. Every fix is guarded by the ETags it read: an
 //! index row is written in one entity group transaction with a keys-only
-//! merge of its base row If-Match the base row's ETag, and an orphan is
-//! deleted If-Match its own, so a row a concurrent writer changed is left
-//! to that writer (counted as a conflict) and never overwritten.
+//! merge of its base row If-Match the base row's ETag (which gives the
+//! base row a new ETag and Timestamp), and an orphan is deleted If-Match
+//! its own, so a row a concurrent writer changed is left to that writer
+//! (counted as a conflict) and never overwritten.
+//!
+//! A partition's index rows are read before its base rows: a write landing
+//! between the two reads then shows as a base row whose index row is
+//! missing (and the fix fails against the writer's row, a conflict), never
+//! as a fresh index row without a base row, which a repair would delete.
 
 use std::collections::HashMap;
 
 use super::ExecError;
+use super::access::KeyRequest;
 use super::encode;
-use crate::catalog::{ColumnType, TableDef};
+use crate::catalog::{ColumnType, IndexDef, TableDef};
 use crate::keys::{KeyBounds, KeyTemplate, KeyValue};
 use crate::storage::{
     ContinuationToken, EdmValue, Entity, IfMatch, KeyRange, PartitionKey, Query, RowKey,
@@ -38,9 +45,11 @@ pub struct IndexHealth {
     pub base_rows: u64,
     /// Index rows read.
     pub index_rows: u64,
-    /// Base rows without their index row (or that no index row can hold:
-    /// a NULL in one of its fields).
+    /// Base rows without their index row, `unindexable` included.
     pub missing: u64,
+    /// Base rows no index row can hold (a value the template cannot
+    /// write): no repair can give them one.
+    pub unindexable: u64,
     /// Index rows no base row composes.
     pub orphaned: u64,
     /// Index rows at the right key carrying other values than the base row.
@@ -106,10 +115,19 @@ pub async fn run(
             .partitions(table, &KeyRange::all(), after.as_ref())
             .await?;
         for pk in &page.partitions {
+            let mut existing = Vec::with_capacity(positions.len());
+            for &position in positions {
+                let template = def.indexes.get(position).map(|ix| &ix.row_key);
+                existing.push(match template {
+                    Some(t) => read(store, def, pk, t).await?,
+                    None => Vec::new(),
+                });
+            }
             let base = read(store, def, pk, &def.row_key).await?;
             base_rows += base.len() as u64;
-            for (h, &position) in health.iter_mut().zip(positions) {
-                partition(store, def, pk, &base, position, upkeep, h).await?;
+            let rows = Rows::new(def, &base);
+            for ((h, &position), existing) in health.iter_mut().zip(positions).zip(existing) {
+                partition(store, def, pk, &rows, existing, position, upkeep, h).await?;
             }
             progress(base_rows);
         }
@@ -150,12 +168,54 @@ async fn read(
     }
 }
 
+/// A partition's base rows, with their column values.
+struct Rows<'a> {
+    base: &'a [StoredEntity],
+    values: Vec<Result<Vec<Option<EdmValue>>, ExecError>>,
+    by_key: HashMap<&'a str, usize>,
+}
+
+impl<'a> Rows<'a> {
+    fn new(def: &TableDef, base: &'a [StoredEntity]) -> Self {
+        Self {
+            base,
+            values: base.iter().map(|b| row_values(def, b)).collect(),
+            by_key: base
+                .iter()
+                .enumerate()
+                .map(|(i, b)| (b.row_key().as_str(), i))
+                .collect(),
+        }
+    }
+
+    /// Whether index row `o` stands for a base row here: it names one
+    /// that exists and holds its values (though that row's own index row
+    /// could not be composed). Such a row is no orphan.
+    fn stands_for_one(&self, def: &TableDef, ix: &IndexDef, o: &StoredEntity) -> bool {
+        let agrees = |b: &StoredEntity| super::lookup::agrees(def, ix, o, b);
+        match super::lookup::base_request(def, ix, o) {
+            Ok(KeyRequest::Get(_, rk)) => self
+                .by_key
+                .get(rk.as_str())
+                .is_some_and(|&i| agrees(&self.base[i])),
+            Ok(KeyRequest::Scan { rows, .. }) => self
+                .base
+                .iter()
+                .filter(|b| rows.contains(b.row_key()))
+                .any(agrees),
+            Err(_) => false,
+        }
+    }
+}
+
 /// One index in one partition: counted, and repaired if asked.
+#[allow(clippy::too_many_arguments)]
 async fn partition(
     store: &dyn TableStore,
     def: &TableDef,
     pk: &PartitionKey,
-    base: &[StoredEntity],
+    rows: &Rows<'_>,
+    existing: Vec<StoredEntity>,
     position: usize,
     upkeep: Upkeep,
     h: &mut IndexHealth,
@@ -163,24 +223,23 @@ async fn partition(
     let Some(ix) = def.indexes.get(position) else {
         return Ok(());
     };
-    let existing = read(store, def, pk, &ix.row_key).await?;
     h.partitions += 1;
-    h.base_rows += base.len() as u64;
+    h.base_rows += rows.base.len() as u64;
     h.index_rows += existing.len() as u64;
     let mut have: HashMap<&str, &StoredEntity> =
         existing.iter().map(|e| (e.row_key().as_str(), e)).collect();
     // Per base row, the fixes its index row needs (written together, under
     // the base row's ETag).
     let mut fixes: Vec<Vec<WriteOp>> = Vec::new();
-    for b in base {
-        let wanted = match row_values(def, b).and_then(|v| encode::entities(def, &v)) {
-            Ok(row) => row.index.into_iter().nth(position),
+    for (b, values) in rows.base.iter().zip(&rows.values) {
+        let wanted = match values {
+            Ok(v) => index_entity(def, ix, b, v).ok(),
             Err(_) => None,
         };
         let Some(wanted) = wanted else {
-            // No index row can hold this base row (a NULL in a field).
             h.missing += 1;
-            h.example("missing", pk, b.row_key().as_str());
+            h.unindexable += 1;
+            h.example("unindexable", pk, b.row_key().as_str());
             continue;
         };
         let guard = WriteOp::Merge(
@@ -193,7 +252,7 @@ async fn partition(
                 h.example("missing", pk, wanted.row_key.as_str());
                 fixes.push(vec![guard, WriteOp::Insert(wanted)]);
             }
-            Some(found) if ix.covering && found.entity.properties != wanted.properties => {
+            Some(found) if ix.covering && differs(def, &wanted, found) => {
                 h.stale += 1;
                 h.example("stale", pk, wanted.row_key.as_str());
                 fixes.push(vec![
@@ -204,7 +263,10 @@ async fn partition(
             Some(_) => {}
         }
     }
-    let mut orphans: Vec<&StoredEntity> = have.into_values().collect();
+    let mut orphans: Vec<&StoredEntity> = have
+        .into_values()
+        .filter(|o| !rows.stands_for_one(def, ix, o))
+        .collect();
     orphans.sort_by(|a, b| a.row_key().cmp(b.row_key()));
     for o in &orphans {
         h.orphaned += 1;
@@ -271,6 +333,40 @@ fn changed(e: &StorageError) -> bool {
         | StorageError::EntityAlreadyExists { .. } => true,
         _ => false,
     }
+}
+
+/// The index row a base row should have: its keys composed from its
+/// values; a covering row carries the base row's properties (as a write
+/// stores them), a keys-only row none.
+fn index_entity(
+    def: &TableDef,
+    ix: &IndexDef,
+    base: &StoredEntity,
+    values: &[Option<EdmValue>],
+) -> Result<Entity, ExecError> {
+    let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
+    let rk = RowKey::new(encode::compose(def, &ix.row_key, values)?).map_err(invalid)?;
+    let mut e = Entity::new(base.partition_key().clone(), rk);
+    if ix.covering {
+        e.properties = base.entity.properties.clone();
+        for (c, v) in def.columns.iter().zip(values) {
+            match v {
+                Some(v) => e.properties.insert(c.name.clone(), v.clone()),
+                None => e.properties.remove(&c.name),
+            };
+        }
+    }
+    e.validate().map_err(invalid)?;
+    Ok(e)
+}
+
+/// Whether a covering index row carries other values of the declared
+/// columns than it should (properties the mapping does not declare are
+/// the application's, and not compared).
+fn differs(def: &TableDef, wanted: &Entity, found: &StoredEntity) -> bool {
+    def.columns
+        .iter()
+        .any(|c| wanted.properties.get(&c.name) != found.entity.properties.get(&c.name))
 }
 
 /// A base row's column values in the definition's order: key columns from

@@ -376,7 +376,7 @@ async fn damaged_indexes_are_found_and_repaired(store: Arc<dyn TableStore>, name
         .expect("set");
     for sql in [
         format!("SELECT a, b, v FROM {t} WHERE c = 4 ORDER BY a, b"),
-        format!("SELECT a, b FROM {t} WHERE c IN (1, 2) ORDER BY a, b"),
+        format!("SELECT a, b FROM {t} WHERE a = 'y' AND c IN (1, 2) ORDER BY a, b"),
     ] {
         let plan = answer(&engine, &format!("EXPLAIN {sql}")).await;
         assert!(plan.contains("access=index_"), "{plan}");
@@ -471,6 +471,55 @@ async fn created_indexes_are_backfilled(store: Arc<dyn TableStore>, name: &str) 
     assert_eq!(prefixes.into_iter().collect::<Vec<_>>(), ["BY_D", "R"]);
     let gone = answer(&engine, "DROP INDEX by_c").await;
     assert!(gone.contains("does not exist"), "{gone}");
+}
+
+/// A base row whose value an index template cannot write (a BIGINT past
+/// the 18 digits of `{c:+018}`) keeps a new index unused, with the reason;
+/// the table's other index keeps its rows, and REPAIR deletes none of them.
+#[tokio::test]
+async fn an_unindexable_row_keeps_a_new_index_unused() {
+    let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+    let engine = Engine::with_store(store, EngineOptions::default())
+        .await
+        .expect("engine");
+    engine
+        .collect(
+            "CREATE TABLE uu (p TEXT NOT NULL, id INT NOT NULL, a INT NOT NULL, big BIGINT NOT NULL, PRIMARY KEY (p, id)) \
+             WITH (storage_table = 'Unindexable', partition_key = '{p}', row_key = 'R:{id:03}', index_a = 'A:{a:03}__{id}')",
+        )
+        .await
+        .expect("create");
+    engine
+        .collect("INSERT INTO uu (p, id, a, big) VALUES ('x', 1, 5, 2000000000000000000), ('x', 2, 55, 7)")
+        .await
+        .expect("insert");
+    let refused = answer(&engine, "CREATE INDEX bg ON uu (big)").await;
+    assert!(
+        refused.contains("stays unused (building): 1 base rows"),
+        "{refused}"
+    );
+    let plan = answer(
+        &engine,
+        "EXPLAIN SELECT id FROM uu WHERE p = 'x' ORDER BY big",
+    )
+    .await;
+    assert!(!plan.contains("bg"), "{plan}");
+    assert_eq!(
+        health(&engine, "tablesql_repair_index", "uu").await,
+        [("a".into(), 0, 0, 0, 0), ("bg".into(), 1, 0, 0, 0)]
+    );
+    assert!(
+        answer(&engine, "SELECT id FROM uu WHERE p = 'x' AND a = 5")
+            .await
+            .contains("| 1  |")
+    );
+    // Two indexes may not share a RowKey prefix.
+    let clash = answer(
+        &engine,
+        "CREATE INDEX a2 ON uu (a) WITH (row_key = 'A:{a:03}__{id}')",
+    )
+    .await;
+    assert!(clash.contains("starts like a"), "{clash}");
 }
 
 #[tokio::test]

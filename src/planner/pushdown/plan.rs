@@ -183,7 +183,7 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
                 *t == Target::Field(column.to_owned()) && matches!(k, Kind::Range | Kind::Prefix)
             })
         });
-    let fit = Fit {
+    let mut fit = Fit {
         fixed: rk_fixed,
         bounded,
     };
@@ -291,7 +291,9 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
                     return finish(AccessKind::Points, Vec::new(), consumed, index, fit);
                 }
                 _ => {
+                    // The row template's fields narrow nothing after all.
                     consumed.retain(|(t, _)| is_partition_target(def, t));
+                    fit = Fit::default();
                     let r = all_rows();
                     (r.start, r.end)
                 }
