@@ -45,6 +45,7 @@ use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 mod indexes;
 mod paging;
 
+pub use crate::exec::upkeep::IndexHealth;
 pub use paging::ResultPage;
 
 /// The schema that holds every storage table read raw.

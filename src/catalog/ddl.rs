@@ -300,10 +300,10 @@ pub fn index_from_create(
             return Err(bad(format!("option {option} is not key = value")));
         };
         let key = key.value.to_lowercase();
-        let text = string_value(&key, right)?;
+        let text = || string_value(&key, right);
         match key.as_str() {
-            "row_key" => row_key = Some(text.parse::<crate::keys::KeyTemplate>()?),
-            "covering" => covering = flag(&key, &text)?,
+            "row_key" => row_key = Some(text()?.parse::<crate::keys::KeyTemplate>()?),
+            "covering" => covering = flag(&key, &text()?)?,
             _ => {
                 return Err(bad(format!(
                     "unknown index option {key} (expected row_key or covering)"
@@ -463,7 +463,7 @@ mod tests {
         };
         // By default: the listed columns, then the primary key's rest.
         let ix = index("CREATE INDEX by_name ON registrations (name)").unwrap();
-        assert_eq!(ix.row_key.to_string(), "BY_NAME:{name}__{bib:+010}");
+        assert_eq!(ix.row_key.to_string(), "BY_NAME:{name}__{bib:+10}");
         assert!(ix.covering && !ix.building);
         let ix = index(
             "CREATE INDEX old ON registrations (age) WITH (row_key = 'OLD:{age:~03}__{bib}', covering = false)",

@@ -15,7 +15,7 @@ use datafusion::sql::sqlparser::ast::{CreateIndex, ObjectName};
 
 use super::{DdlOutcome, Engine, EngineError};
 use crate::catalog::{CatalogError, TableDef, ddl, persist};
-use crate::exec::upkeep::{self, Upkeep};
+use crate::exec::upkeep::{self, IndexHealth, Upkeep};
 use crate::keys::KeyBounds;
 use crate::storage::{ContinuationToken, IfMatch, KeyRange, Query, RowKey, WriteOp};
 
@@ -201,6 +201,30 @@ impl Engine {
             }
         }
         Ok(outcome)
+    }
+
+    /// Checks the index rows of mapped table `table` (one index, or all),
+    /// and with `repair` fixes them (see `exec::upkeep`); `progress`
+    /// hears of the base rows read so far.
+    pub async fn index_upkeep(
+        &self,
+        table: &str,
+        index: Option<&str>,
+        repair: bool,
+        progress: impl FnMut(u64),
+    ) -> Result<Vec<IndexHealth>, EngineError> {
+        let def = self.mapped_def(table).await?;
+        let positions = crate::planner::index_functions::positions(&def, index)?;
+        let upkeep = if repair {
+            Upkeep::Repair
+        } else {
+            Upkeep::Check
+        };
+        Ok(
+            upkeep::run(self.store.as_ref(), &def, &positions, upkeep, progress)
+                .await
+                .map_err(datafusion::error::DataFusionError::from)?,
+        )
     }
 
     async fn mapped_def(&self, name: &str) -> Result<TableDef, EngineError> {

@@ -99,6 +99,18 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         guidepost_every: u64,
     },
+    /// Check a mapped table's index rows against its base rows (as SQL's
+    /// `tablesql_check_index`): rows missing, orphaned and stale; with
+    /// --repair, fix them (as `tablesql_repair_index`).
+    CheckIndex {
+        /// The table (its SQL name).
+        table: String,
+        /// Only this index.
+        index: Option<String>,
+        /// Fix what is found, each fix guarded by the ETags it read.
+        #[arg(long)]
+        repair: bool,
+    },
     /// Print raw entities in key order.
     Scan {
         /// The table.
@@ -162,6 +174,14 @@ async fn main() -> anyhow::Result<()> {
             output::print_stream(stream?, format).await
         }
         Command::Shell { file, format } => shell(store, options, file, format).await,
+        Command::CheckIndex {
+            table,
+            index,
+            repair,
+        } => {
+            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            check_index(&engine, &table, index.as_deref(), repair).await
+        }
         Command::Analyze {
             table,
             guidepost_every,
@@ -295,6 +315,45 @@ async fn tables(store: &dyn TableStore) -> anyhow::Result<()> {
         rows.push((table, count));
     }
     output::print_tables(&rows);
+    Ok(())
+}
+
+/// Index upkeep with a progress bar on a terminal, then the counts.
+async fn check_index(
+    engine: &tablesql::Engine,
+    table: &str,
+    index: Option<&str>,
+    repair: bool,
+) -> anyhow::Result<()> {
+    let bar = ProgressBar::new_spinner();
+    if !std::io::stderr().is_terminal() {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(ProgressStyle::with_template(
+        "{spinner} {pos} base rows checked ({per_sec}) {elapsed}",
+    )?);
+    let health = engine
+        .index_upkeep(table, index, repair, |rows| bar.set_position(rows))
+        .await?;
+    bar.finish_and_clear();
+    for h in health {
+        println!(
+            "index {}: {} partitions, {} base rows, {} index rows; {} missing ({} unindexable), {} orphaned, {} stale; {} repaired, {} conflicts",
+            h.index,
+            h.partitions,
+            h.base_rows,
+            h.index_rows,
+            h.missing,
+            h.unindexable,
+            h.orphaned,
+            h.stale,
+            h.repaired,
+            h.conflicts
+        );
+        for e in &h.examples {
+            println!("    {e}");
+        }
+    }
     Ok(())
 }
 
