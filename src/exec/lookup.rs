@@ -13,12 +13,13 @@ use crate::catalog::{IndexDef, TableDef};
 use crate::keys::{KeyBounds, KeyValue};
 use crate::storage::{EdmValue, KeyKind, KeyRange, RowKey, StoredEntity};
 
-/// The key fields an index row names, by column.
-fn index_values(
-    def: &TableDef,
-    ix: &IndexDef,
+/// The key fields of `entity` by column: the PartitionKey's, then those
+/// of its RowKey as `rows` (the base template or an index's) writes it.
+pub(crate) fn key_fields<'d>(
+    def: &'d TableDef,
+    rows: &'d crate::keys::KeyTemplate,
     entity: &StoredEntity,
-) -> Result<HashMap<String, KeyValue>, ExecError> {
+) -> Result<Vec<(&'d str, KeyValue)>, ExecError> {
     let mismatch = |kind, err: crate::keys::KeyError| ExecError::KeyMismatch {
         table: def.name.clone(),
         kind,
@@ -30,19 +31,34 @@ fn index_values(
         .partition_key
         .decompose(entity.partition_key().as_str())
         .map_err(|e| mismatch(KeyKind::PartitionKey, e))?;
-    let rk = ix
-        .row_key
+    let rk = rows
         .decompose(entity.row_key().as_str())
         .map_err(|e| mismatch(KeyKind::RowKey, e))?;
-    def.partition_key
+    Ok(def
+        .partition_key
         .columns()
         .zip(pk)
-        .chain(ix.row_key.columns().zip(rk))
+        .chain(rows.columns().zip(rk))
+        .collect())
+}
+
+/// The key fields an index row names, by column, typed as their columns.
+fn index_values(
+    def: &TableDef,
+    ix: &IndexDef,
+    entity: &StoredEntity,
+) -> Result<HashMap<String, KeyValue>, ExecError> {
+    key_fields(def, &ix.row_key, entity)?
+        .into_iter()
         .map(|(c, v)| {
-            Ok((
-                c.to_owned(),
-                typed(def, c, v).map_err(|e| mismatch(KeyKind::RowKey, e))?,
-            ))
+            let v = typed(def, c, v).map_err(|e| ExecError::KeyMismatch {
+                table: def.name.clone(),
+                kind: KeyKind::RowKey,
+                partition_key: entity.partition_key().as_str().to_owned(),
+                row_key: entity.row_key().as_str().to_owned(),
+                reason: e.to_string(),
+            })?;
+            Ok((c.to_owned(), v))
         })
         .collect()
 }
@@ -116,18 +132,10 @@ pub fn agrees(
     let Ok(wanted) = index_values(def, ix, index_row) else {
         return false;
     };
-    let base_keys: HashMap<&str, KeyValue> = match (
-        def.partition_key.decompose(base.partition_key().as_str()),
-        def.row_key.decompose(base.row_key().as_str()),
-    ) {
-        (Ok(pk), Ok(rk)) => def
-            .partition_key
-            .columns()
-            .zip(pk)
-            .chain(def.row_key.columns().zip(rk))
-            .collect(),
-        _ => return false,
+    let Ok(base_keys) = key_fields(def, &def.row_key, base) else {
+        return false;
     };
+    let base_keys: HashMap<&str, KeyValue> = base_keys.into_iter().collect();
     ix.row_key.columns().all(|c| {
         let have = match base_keys.get(c) {
             Some(v) => Some(v.to_string()),

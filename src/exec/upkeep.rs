@@ -372,26 +372,8 @@ fn differs(def: &TableDef, wanted: &Entity, found: &StoredEntity) -> bool {
 /// A base row's column values in the definition's order: key columns from
 /// the keys (what reads return), the others from properties.
 pub fn row_values(def: &TableDef, e: &StoredEntity) -> Result<Vec<Option<EdmValue>>, ExecError> {
-    let mismatch = |err: crate::keys::KeyError| ExecError::KeyMismatch {
-        table: def.name.clone(),
-        kind: crate::storage::KeyKind::RowKey,
-        partition_key: e.partition_key().as_str().to_owned(),
-        row_key: e.row_key().as_str().to_owned(),
-        reason: err.to_string(),
-    };
-    let pk = def
-        .partition_key
-        .decompose(e.partition_key().as_str())
-        .map_err(mismatch)?;
-    let rk = def
-        .row_key
-        .decompose(e.row_key().as_str())
-        .map_err(mismatch)?;
-    let keys: HashMap<&str, KeyValue> = def
-        .partition_key
-        .columns()
-        .zip(pk)
-        .chain(def.row_key.columns().zip(rk))
+    let keys: HashMap<&str, KeyValue> = super::lookup::key_fields(def, &def.row_key, e)?
+        .into_iter()
         .collect();
     def.columns
         .iter()
