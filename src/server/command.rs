@@ -450,7 +450,8 @@ pub fn cursor(store: &MemPortalStore<Stmt>, name: &str) -> PgWireResult<Arc<Port
 }
 
 /// Catalog DDL: `CREATE TABLE ... WITH (partition_key = ...)` and `DROP
-/// TABLE` of mapped tables, with the notices PostgreSQL would send. Outside
+/// TABLE` of mapped tables, `CREATE INDEX` and `DROP INDEX` of their index
+/// rows, and `ANALYZE`, with the notices PostgreSQL would send. Outside
 /// a transaction only: the store cannot roll a catalog change back.
 pub async fn ddl(
     planner: &Planner,
@@ -464,6 +465,11 @@ pub async fn ddl(
             ..
         } => "DROP TABLE",
         Statement::Analyze(_) => "ANALYZE",
+        Statement::CreateIndex(_) => "CREATE INDEX",
+        Statement::Drop {
+            object_type: ObjectType::Index,
+            ..
+        } => "DROP INDEX",
         other => return Err(not_supported(other)),
     };
     if in_transaction {

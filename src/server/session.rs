@@ -244,7 +244,10 @@ impl Session {
                 client.portal_store().rm_statement(&name.value);
                 Ok(Response::Execution(Tag::new("DEALLOCATE")))
             }
-            Statement::CreateTable(_) | Statement::Drop { .. } | Statement::Analyze(_) => {
+            Statement::CreateTable(_)
+            | Statement::CreateIndex(_)
+            | Statement::Drop { .. }
+            | Statement::Analyze(_) => {
                 let in_tx = !matches!(status, TransactionStatus::Idle);
                 let (response, notices) = command::ddl(&self.planner, statement, in_tx).await?;
                 self.send_notices(client, notices).await?;
@@ -332,7 +335,7 @@ impl SimpleQueryHandler for Session {
             if writes(statement)
                 || matches!(
                     statement,
-                    Statement::CreateTable(_) | Statement::Drop { .. }
+                    Statement::CreateTable(_) | Statement::CreateIndex(_) | Statement::Drop { .. }
                 )
             {
                 for r in responses.iter_mut() {

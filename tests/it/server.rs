@@ -1517,3 +1517,53 @@ fn analyze_in_psql() -> TestResult {
     );
     Ok(())
 }
+
+/// Index DDL and upkeep from psql: `CREATE INDEX` answers with its tag and
+/// the counts as a notice, the planner reads the new index at once,
+/// `tablesql_check_index` reports it whole, and `DROP INDEX ... CASCADE`
+/// takes its rows along.
+#[test]
+fn index_ddl_in_psql() -> TestResult {
+    let server = serve(1000, &[])?;
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "CREATE INDEX by_name ON registrations (name)",
+            "-c",
+            "EXPLAIN SELECT bib FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND name = 'Pedro'",
+            "-c",
+            "SELECT index, missing, orphaned, stale FROM tablesql_check_index('registrations') ORDER BY index",
+            "-c",
+            "DROP INDEX by_name CASCADE",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("CREATE INDEX"), "{shown}");
+    assert!(
+        shown.contains("NOTICE:  index by_name on registrations: 1000 base rows in 12 partitions, 1000 index rows written"),
+        "{shown}"
+    );
+    assert!(shown.contains("access=index_point(by_name)"), "{shown}");
+    assert!(
+        shown.contains(" age     |       0 |        0 |     0"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(" by_name |       0 |        0 |     0"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("NOTICE:  deleted 1000 rows of index by_name on registrations"),
+        "{shown}"
+    );
+    assert!(shown.contains("DROP INDEX"), "{shown}");
+    let out = server.psql("", &["-v", "VERBOSITY=verbose", "-c", "DROP INDEX by_name"])?;
+    assert!(
+        text(&out).contains("index \"by_name\" does not exist"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}
