@@ -247,7 +247,7 @@ fn flag(key: &str, text: &str) -> Result<bool, CatalogError> {
 /// on `def`. `WITH (row_key = '<template>')` gives its RowKey template,
 /// whose leading fields must be the listed columns; without it the
 /// template is the name in capitals and a colon, then the columns (an INT
-/// as `{c:+010}`, a BIGINT as `{c:+018}`, text as `{c}`), then the primary-key columns the
+/// as `{c:+10}`, a BIGINT as `{c:+18}`, text as `{c}`), then the primary-key columns the
 /// PartitionKey and the listed columns lack, joined by `__`.
 /// `WITH (covering = false)` declares rows that carry only their keys.
 pub fn index_from_create(

@@ -31,22 +31,66 @@ pub async fn load(store: &dyn TableStore) -> Result<Vec<TableDef>, CatalogError>
         Err(StorageError::TableNotFound(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
-    let mut defs = Vec::with_capacity(entities.len());
-    for e in entities {
-        let name = e.row_key().as_str().to_owned();
-        let bad =
-            |why: &str| CatalogError::Definition(format!("stored definition of {name}: {why}"));
-        match e.get("format_version") {
-            Some(EdmValue::Int32(FORMAT_VERSION)) => {}
-            Some(other) => return Err(bad(&format!("unknown format version {other:?}"))),
-            None => return Err(bad("no format version")),
-        }
-        let Some(EdmValue::String(sql)) = e.get("definition") else {
-            return Err(bad("no definition text"));
-        };
-        defs.push(ddl::parse(sql).map_err(|err| bad(&err.to_string()))?);
+    entities.iter().map(parse).collect()
+}
+
+/// The definition a catalog entity holds.
+fn parse(e: &crate::storage::StoredEntity) -> Result<TableDef, CatalogError> {
+    let name = e.row_key().as_str();
+    let bad = |why: &str| CatalogError::Definition(format!("stored definition of {name}: {why}"));
+    match e.get("format_version") {
+        Some(EdmValue::Int32(FORMAT_VERSION)) => {}
+        Some(other) => return Err(bad(&format!("unknown format version {other:?}"))),
+        None => return Err(bad("no format version")),
     }
-    Ok(defs)
+    let Some(EdmValue::String(sql)) = e.get("definition") else {
+        return Err(bad("no definition text"));
+    };
+    ddl::parse(sql).map_err(|err| bad(&err.to_string()))
+}
+
+/// Attempts `update` makes before it gives up on concurrent changes.
+const ATTEMPTS: usize = 5;
+
+/// Changes the stored definition of `name` by `change`, If-Match the
+/// version it read, so that two processes changing one definition at once
+/// (two `CREATE INDEX`, say) never lose one another's change: on a
+/// conflict the definition is read again and `change` applied anew.
+/// Returns the definition stored.
+pub async fn update(
+    store: &dyn TableStore,
+    name: &str,
+    mut change: impl FnMut(&mut TableDef) -> Result<(), CatalogError>,
+) -> Result<TableDef, CatalogError> {
+    let pk = PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?;
+    for _ in 0..ATTEMPTS {
+        let stored = match store.get(&table()?, &pk, &row_key(name)?).await {
+            Ok(Some(e)) => e,
+            Ok(None) | Err(StorageError::TableNotFound(_)) => {
+                return Err(CatalogError::UnknownTable(name.to_owned()));
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let mut def = parse(&stored)?;
+        change(&mut def)?;
+        def.validate()?;
+        let entity = Entity::new(pk.clone(), row_key(name)?)
+            .with("format_version", EdmValue::Int32(FORMAT_VERSION))
+            .with("definition", EdmValue::String(def.to_ddl()));
+        let op = WriteOp::Update(entity, crate::storage::IfMatch::ETag(stored.etag));
+        match store.execute(&table()?, op).await {
+            Ok(_) => return Ok(def),
+            Err(StorageError::PreconditionFailed { .. }) => continue,
+            Err(StorageError::EntityNotFound { .. }) => {
+                return Err(CatalogError::UnknownTable(name.to_owned()));
+            }
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(CatalogError::Inconsistent {
+        table: name.to_owned(),
+        reason: format!("its definition changed under {ATTEMPTS} attempts to change it; try again"),
+    })
 }
 
 /// Stores a definition; with `replace` it overwrites one of the same name,

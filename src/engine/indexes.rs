@@ -1,6 +1,8 @@
 //! Index DDL: `CREATE INDEX` declares an index on a mapped table and writes
 //! the index rows of its existing base rows; `DROP INDEX` removes the
-//! declaration, and with `CASCADE` the rows too.
+//! declaration, and with `CASCADE` the rows too. Every change of the
+//! definition is made If-Match the version read (`persist::update`), so
+//! concurrent DDL on one table never loses a change.
 //!
 //! `CREATE INDEX` first stores the declaration marked as building, so that
 //! every write from then on keeps the new index's rows while the planner
@@ -10,14 +12,21 @@
 //! declaration stays building, and the same statement run again finishes
 //! the job: index rows are named by their base rows' values, so a row
 //! written twice is the same row, never a duplicate.
+//!
+//! `DROP INDEX ... CASCADE` marks the index building (unused by reads),
+//! deletes its rows, removes the declaration, then deletes the rows writes
+//! made meanwhile. Killed before the declaration is gone, the same
+//! statement run again finishes the job.
 
 use datafusion::sql::sqlparser::ast::{CreateIndex, ObjectName};
 
 use super::{DdlOutcome, Engine, EngineError};
-use crate::catalog::{CatalogError, TableDef, ddl, persist};
+use crate::catalog::{CatalogError, IndexDef, TableDef, ddl, persist};
 use crate::exec::upkeep::{self, IndexHealth, Upkeep};
-use crate::keys::KeyBounds;
-use crate::storage::{ContinuationToken, IfMatch, KeyRange, Query, RowKey, WriteOp};
+use crate::keys::{KeyBounds, KeyTemplate};
+use crate::storage::{
+    ContinuationToken, IfMatch, KeyRange, PartitionKey, Query, RowKey, StorageError, WriteOp,
+};
 
 /// Repair rounds `CREATE INDEX` makes while concurrent writes conflict.
 const ROUNDS: usize = 3;
@@ -31,12 +40,23 @@ impl Engine {
         mut progress: impl FnMut(u64),
     ) -> Result<DdlOutcome, EngineError> {
         let table = ddl::object_name(&create.table_name)?;
-        let mut def = self.mapped_def(&table).await?;
-        let mut index = ddl::index_from_create(create, &def)?;
+        let def = self.mapped_def(&table).await?;
+        let index = ddl::index_from_create(create, &def)?;
         let mut outcome = DdlOutcome::default();
-        match def.indexes.iter().position(|i| i.name == index.name) {
+        let exists = |reason: String| CatalogError::Inconsistent {
+            table: table.clone(),
+            reason,
+        };
+        match def.indexes.iter().find(|i| i.name == index.name) {
             // Killed while building: the same declaration resumes.
-            Some(i) if def.indexes[i].building && same(&def.indexes[i], &index) => {}
+            Some(old) if old.building && same(old, &index) => {}
+            Some(old) if old.building => {
+                return Err(exists(format!(
+                    "index {} is being built with another template ({}); run CREATE INDEX as it was, or DROP INDEX {} first",
+                    index.name, old.row_key, index.name
+                ))
+                .into());
+            }
             Some(_) if create.if_not_exists => {
                 outcome.notices.push(format!(
                     "relation \"{}\" already exists, skipping",
@@ -44,94 +64,93 @@ impl Engine {
                 ));
                 return Ok(outcome);
             }
-            Some(_) => {
-                return Err(CatalogError::Inconsistent {
-                    table,
-                    reason: format!("index {} already exists", index.name),
-                }
-                .into());
-            }
+            Some(_) => return Err(exists(format!("index {} already exists", index.name)).into()),
             None => {
-                index.building = true;
-                def.indexes.push(index.clone());
-                def.validate()?;
-                persist::save(self.store.as_ref(), &def, true).await?;
+                let building = IndexDef {
+                    building: true,
+                    ..index.clone()
+                };
+                persist::update(self.store.as_ref(), &table, |d| {
+                    if d.indexes.iter().any(|i| i.name == building.name) {
+                        return Err(CatalogError::Inconsistent {
+                            table: d.name.clone(),
+                            reason: format!("index {} was created meanwhile", building.name),
+                        });
+                    }
+                    d.indexes.push(building.clone());
+                    Ok(())
+                })
+                .await?;
                 self.refresh().await?;
             }
         }
-        let position = def
-            .indexes
-            .iter()
-            .position(|i| i.name == index.name)
-            .unwrap_or_default();
-        // Rows a concurrent writer changed during a round are left to it;
-        // a further round sees them as they are now.
-        let mut health = Vec::new();
-        for _ in 0..ROUNDS {
-            health = upkeep::run(
-                self.store.as_ref(),
-                &def,
-                &[position],
-                Upkeep::Repair,
-                &mut progress,
-            )
-            .await
-            .map_err(datafusion::error::DataFusionError::from)?;
-            if health.iter().all(|h| h.conflicts == 0) {
-                break;
-            }
+        let health = self.backfill(&table, &index.name, &mut progress).await?;
+        if health.unindexable > 0 || health.conflicts > 0 {
+            return Err(exists(unfinished(&health)).into());
         }
-        if let Some(h) = health.iter().find(|h| h.unindexable > 0 || h.conflicts > 0) {
-            return Err(CatalogError::Inconsistent {
-                table,
-                reason: format!(
-                    "index {} stays unused (building): {} base rows have values its template cannot write and {} changed during every round (e.g. {}); fix them and run CREATE INDEX again, or DROP INDEX {}",
-                    h.index,
-                    h.unindexable,
-                    h.conflicts,
-                    h.examples.join("; "),
-                    h.index
-                ),
-            }
-            .into());
-        }
-        // Only the mark changes: the definition is read again, so a change
-        // made meanwhile (another index) is kept.
-        let mut latest = self.mapped_def(&table).await?;
-        match latest.indexes.iter_mut().find(|i| i.name == index.name) {
-            Some(ix) if same(ix, &index) => ix.building = false,
-            _ => {
-                return Err(CatalogError::Inconsistent {
-                    table,
+        // Only the mark changes, on the definition as it is now.
+        persist::update(self.store.as_ref(), &table, |d| {
+            match d.indexes.iter_mut().find(|i| i.name == index.name) {
+                Some(ix) if same(ix, &index) => {
+                    ix.building = false;
+                    Ok(())
+                }
+                _ => Err(CatalogError::Inconsistent {
+                    table: d.name.clone(),
                     reason: format!(
                         "index {} was changed or dropped while it was built",
                         index.name
                     ),
-                }
-                .into());
+                }),
+            }
+        })
+        .await?;
+        self.refresh().await?;
+        outcome.notices.push(format!(
+            "index {} on {}: {} base rows in {} partitions, {} index rows written",
+            health.index, table, health.base_rows, health.partitions, health.repaired
+        ));
+        Ok(outcome)
+    }
+
+    /// Repairs index `name` of `table` until a round meets no concurrent
+    /// change (at most `ROUNDS`); the last round's counts, with the rows
+    /// written summed over the rounds.
+    async fn backfill(
+        &self,
+        table: &str,
+        name: &str,
+        progress: &mut impl FnMut(u64),
+    ) -> Result<IndexHealth, EngineError> {
+        let mut written = 0;
+        let mut last = IndexHealth::default();
+        for _ in 0..ROUNDS {
+            let def = self.mapped_def(table).await?;
+            let position = def
+                .indexes
+                .iter()
+                .position(|i| i.name == name)
+                .ok_or_else(|| CatalogError::Inconsistent {
+                    table: table.to_owned(),
+                    reason: format!("index {name} was dropped while it was built"),
+                })?;
+            let health = upkeep::run(
+                self.store.as_ref(),
+                &def,
+                &[position],
+                Upkeep::Repair,
+                &mut *progress,
+            )
+            .await
+            .map_err(datafusion::error::DataFusionError::from)?;
+            last = health.into_iter().next().unwrap_or_default();
+            written += last.repaired;
+            if last.conflicts == 0 {
+                break;
             }
         }
-        persist::save(self.store.as_ref(), &latest, true).await?;
-        self.refresh().await?;
-        for h in &health {
-            outcome.notices.push(format!(
-                "index {} on {}: {} base rows in {} partitions, {} index rows written{}",
-                h.index,
-                def.name,
-                h.base_rows,
-                h.partitions,
-                h.repaired,
-                if h.conflicts > 0 {
-                    format!(
-                        " ({} rows changed meanwhile kept their writers' index rows)",
-                        h.conflicts
-                    )
-                } else {
-                    String::new()
-                }
-            ));
-        }
-        Ok(outcome)
+        last.repaired = written;
+        Ok(last)
     }
 
     /// `DROP INDEX [IF EXISTS] name` (or `table.name`); with `cascade` its
@@ -164,7 +183,7 @@ impl Engine {
                 .filter(|d| table.as_ref().is_none_or(|t| *t == d.name))
                 .filter(|d| d.indexes.iter().any(|i| i.name == index))
                 .collect();
-            let mut def = match owners.as_slice() {
+            let def = match owners.as_slice() {
                 [one] => (*one).clone(),
                 [] if if_exists => {
                     outcome
@@ -187,17 +206,30 @@ impl Engine {
                     .into());
                 }
             };
-            let Some(position) = def.indexes.iter().position(|i| i.name == index) else {
+            let Some(dropped) = def.indexes.iter().find(|i| i.name == index).cloned() else {
                 continue;
             };
-            let dropped = def.indexes.remove(position);
-            persist::save(self.store.as_ref(), &def, true).await?;
+            let mut deleted = 0;
+            if cascade {
+                // Unused by reads first; the declaration stays until its
+                // rows are gone, so a killed DROP can be run again.
+                self.change_index(&def.name, &index, |ix| ix.building = true)
+                    .await?;
+                deleted += self.delete_rows(&def, &dropped.row_key).await?;
+            }
+            persist::update(self.store.as_ref(), &def.name, |d| {
+                d.indexes.retain(|i| i.name != index);
+                Ok(())
+            })
+            .await?;
             self.refresh().await?;
             if cascade {
-                let n = self.delete_rows(&def, &dropped.row_key).await?;
-                outcome
-                    .notices
-                    .push(format!("deleted {n} rows of index {index} on {}", def.name));
+                // Rows written while the first pass ran.
+                deleted += self.delete_rows(&def, &dropped.row_key).await?;
+                outcome.notices.push(format!(
+                    "deleted {deleted} rows of index {index} on {}",
+                    def.name
+                ));
             }
         }
         Ok(outcome)
@@ -235,11 +267,30 @@ impl Engine {
             .ok_or_else(|| CatalogError::UnknownTable(name.to_owned()).into())
     }
 
-    /// Deletes every row whose RowKey `template` writes, per partition.
+    /// Changes one index's declaration, and lets this engine see it.
+    async fn change_index(
+        &self,
+        table: &str,
+        index: &str,
+        change: impl Fn(&mut IndexDef),
+    ) -> Result<(), EngineError> {
+        persist::update(self.store.as_ref(), table, |d| {
+            if let Some(ix) = d.indexes.iter_mut().find(|i| i.name == index) {
+                change(ix);
+            }
+            Ok(())
+        })
+        .await?;
+        self.refresh().await
+    }
+
+    /// Deletes every row whose RowKey `template` writes, partition by
+    /// partition (a RowKey range with a PartitionKey, as the service reads
+    /// best), 100 to a transaction; a row already gone is done.
     async fn delete_rows(
         &self,
         def: &TableDef,
-        template: &crate::keys::KeyTemplate,
+        template: &KeyTemplate,
     ) -> Result<u64, EngineError> {
         let rows = match template
             .prefix_range(&[], None)
@@ -251,45 +302,107 @@ impl Engine {
             },
             KeyBounds::All | KeyBounds::Empty => return Ok(0),
         };
-        let mut query = Query::all().select(Vec::<String>::new());
-        query.rows = rows;
         let table = &def.storage_table;
         let mut deleted = 0;
-        let mut token: Option<ContinuationToken> = None;
+        let mut after: Option<PartitionKey> = None;
         loop {
-            let page = self.store.query(table, &query, token.as_ref()).await?;
-            // One transaction per partition's run of rows, 100 at most.
-            let mut batch: Vec<WriteOp> = Vec::new();
-            for e in page.entities {
-                if batch.len() == 100
-                    || batch
-                        .first()
-                        .is_some_and(|b| b.keys().0 != e.partition_key())
-                {
-                    deleted += batch.len() as u64;
-                    self.store
-                        .execute_batch(table, std::mem::take(&mut batch))
-                        .await?;
+            let page = self
+                .store
+                .partitions(table, &KeyRange::all(), after.as_ref())
+                .await?;
+            for pk in page.partitions {
+                let mut query = Query::partition(pk).select(Vec::<String>::new());
+                query.rows = rows.clone();
+                let mut token: Option<ContinuationToken> = None;
+                loop {
+                    let found = self.store.query(table, &query, token.as_ref()).await?;
+                    let ops: Vec<WriteOp> = found
+                        .entities
+                        .iter()
+                        .map(|e| WriteOp::Delete {
+                            partition_key: e.partition_key().clone(),
+                            row_key: e.row_key().clone(),
+                            if_match: IfMatch::Any,
+                        })
+                        .collect();
+                    for chunk in ops.chunks(100) {
+                        deleted += self.delete(table, chunk).await?;
+                    }
+                    match found.continuation {
+                        Some(next) => token = Some(next),
+                        None => break,
+                    }
                 }
-                batch.push(WriteOp::Delete {
-                    partition_key: e.partition_key().clone(),
-                    row_key: e.row_key().clone(),
-                    if_match: IfMatch::Any,
-                });
             }
-            if !batch.is_empty() {
-                deleted += batch.len() as u64;
-                self.store.execute_batch(table, batch).await?;
-            }
-            match page.continuation {
-                Some(next) => token = Some(next),
+            match page.after {
+                Some(next) => after = Some(next),
                 None => return Ok(deleted),
             }
+        }
+    }
+
+    /// Deletes `ops` in one transaction, or one by one where a row went
+    /// meanwhile; returns the rows this call deleted.
+    async fn delete(
+        &self,
+        table: &crate::storage::TableName,
+        ops: &[WriteOp],
+    ) -> Result<u64, EngineError> {
+        let gone = |e: &StorageError| match e {
+            StorageError::Batch { source, .. } => {
+                matches!(**source, StorageError::EntityNotFound { .. })
+            }
+            other => matches!(other, StorageError::EntityNotFound { .. }),
+        };
+        match self.store.execute_batch(table, ops.to_vec()).await {
+            Ok(_) => Ok(ops.len() as u64),
+            Err(e) if gone(&e) => {
+                let mut deleted = 0;
+                for op in ops {
+                    match self.store.execute(table, op.clone()).await {
+                        Ok(_) => deleted += 1,
+                        Err(e) if gone(&e) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                Ok(deleted)
+            }
+            Err(e) => Err(e.into()),
         }
     }
 }
 
 /// Whether two declarations are the same but for their building mark.
-fn same(a: &crate::catalog::IndexDef, b: &crate::catalog::IndexDef) -> bool {
+fn same(a: &IndexDef, b: &IndexDef) -> bool {
     a.row_key == b.row_key && a.covering == b.covering
+}
+
+/// Why a backfill left the index building.
+fn unfinished(h: &IndexHealth) -> String {
+    let mut why = Vec::new();
+    if h.unindexable > 0 {
+        why.push(format!(
+            "{} base rows cannot have its row (a value its template cannot write, a key the table's templates did not write, or a row sharing its index row with another){}; their writes fail while it is declared",
+            h.unindexable,
+            match h.examples.iter().filter(|e| e.starts_with("unindexable")).collect::<Vec<_>>() {
+                shown if shown.is_empty() => String::new(),
+                shown => format!(
+                    " (e.g. {})",
+                    shown.iter().map(|s| s.as_str()).collect::<Vec<_>>().join("; ")
+                ),
+            }
+        ));
+    }
+    if h.conflicts > 0 {
+        why.push(format!(
+            "{} rows were still being changed by other writers in the last of {ROUNDS} rounds",
+            h.conflicts
+        ));
+    }
+    format!(
+        "index {} stays unused (building): {}; fix them and run CREATE INDEX again, or DROP INDEX {}",
+        h.index,
+        why.join(", and "),
+        h.index
+    )
 }

@@ -126,8 +126,14 @@ pub async fn run(
             let base = read(store, def, pk, &def.row_key).await?;
             base_rows += base.len() as u64;
             let rows = Rows::new(def, &base);
-            for ((h, &position), existing) in health.iter_mut().zip(positions).zip(existing) {
-                partition(store, def, pk, &rows, existing, position, upkeep, h).await?;
+            let mut fixes = Vec::new();
+            for (slot, ((h, &position), existing)) in
+                health.iter_mut().zip(positions).zip(existing).enumerate()
+            {
+                fixes.extend(partition(def, pk, &rows, existing, position, slot, h));
+            }
+            if upkeep == Upkeep::Repair {
+                apply(store, def, &rows, fixes, &mut health).await?;
             }
             progress(base_rows);
         }
@@ -208,57 +214,77 @@ impl<'a> Rows<'a> {
     }
 }
 
-/// One index in one partition: counted, and repaired if asked.
-#[allow(clippy::too_many_arguments)]
-async fn partition(
-    store: &dyn TableStore,
+/// One fix of one index row.
+struct Fix {
+    /// The base row (in `Rows::base`) it is written under, guarded by its
+    /// ETag; `None` for an orphan's delete.
+    base: Option<usize>,
+    /// The write.
+    op: WriteOp,
+    /// The report it counts in.
+    slot: usize,
+}
+
+/// One index in one partition, counted in `h`: the fixes it needs.
+fn partition(
     def: &TableDef,
     pk: &PartitionKey,
     rows: &Rows<'_>,
     existing: Vec<StoredEntity>,
     position: usize,
-    upkeep: Upkeep,
+    slot: usize,
     h: &mut IndexHealth,
-) -> Result<(), ExecError> {
+) -> Vec<Fix> {
     let Some(ix) = def.indexes.get(position) else {
-        return Ok(());
+        return Vec::new();
     };
     h.partitions += 1;
     h.base_rows += rows.base.len() as u64;
     h.index_rows += existing.len() as u64;
     let mut have: HashMap<&str, &StoredEntity> =
         existing.iter().map(|e| (e.row_key().as_str(), e)).collect();
-    // Per base row, the fixes its index row needs (written together, under
-    // the base row's ETag).
-    let mut fixes: Vec<Vec<WriteOp>> = Vec::new();
-    for (b, values) in rows.base.iter().zip(&rows.values) {
-        let wanted = match values {
+    let mut fixes = Vec::new();
+    let mut wanted_keys: HashMap<String, usize> = HashMap::new();
+    let wanted: Vec<Option<Entity>> = rows
+        .base
+        .iter()
+        .zip(&rows.values)
+        .map(|(b, values)| match values {
             Ok(v) => index_entity(def, ix, b, v).ok(),
             Err(_) => None,
-        };
+        })
+        .collect();
+    for w in wanted.iter().flatten() {
+        *wanted_keys
+            .entry(w.row_key.as_str().to_owned())
+            .or_default() += 1;
+    }
+    for (i, (b, wanted)) in rows.base.iter().zip(wanted).enumerate() {
+        // Two base rows (written by an application under one primary key)
+        // cannot share one index row.
+        let wanted = wanted.filter(|w| wanted_keys.get(w.row_key.as_str()) == Some(&1));
         let Some(wanted) = wanted else {
             h.missing += 1;
             h.unindexable += 1;
             h.example("unindexable", pk, b.row_key().as_str());
             continue;
         };
-        let guard = WriteOp::Merge(
-            Entity::new(b.partition_key().clone(), b.row_key().clone()),
-            IfMatch::ETag(b.etag.clone()),
-        );
+        let fix = |op| Fix {
+            base: Some(i),
+            op,
+            slot,
+        };
         match have.remove(wanted.row_key.as_str()) {
             None => {
                 h.missing += 1;
                 h.example("missing", pk, wanted.row_key.as_str());
-                fixes.push(vec![guard, WriteOp::Insert(wanted)]);
+                fixes.push(fix(WriteOp::Insert(wanted)));
             }
             Some(found) if ix.covering && differs(def, &wanted, found) => {
                 h.stale += 1;
                 h.example("stale", pk, wanted.row_key.as_str());
-                fixes.push(vec![
-                    guard,
-                    WriteOp::Update(wanted, IfMatch::ETag(found.etag.clone())),
-                ]);
+                let etag = found.etag.clone();
+                fixes.push(fix(WriteOp::Update(wanted, IfMatch::ETag(etag))));
             }
             Some(_) => {}
         }
@@ -271,48 +297,93 @@ async fn partition(
     for o in &orphans {
         h.orphaned += 1;
         h.example("orphaned", pk, o.row_key().as_str());
-        fixes.push(vec![WriteOp::Delete {
-            partition_key: o.partition_key().clone(),
-            row_key: o.row_key().clone(),
-            if_match: IfMatch::ETag(o.etag.clone()),
-        }]);
+        fixes.push(Fix {
+            base: None,
+            op: WriteOp::Delete {
+                partition_key: o.partition_key().clone(),
+                row_key: o.row_key().clone(),
+                if_match: IfMatch::ETag(o.etag.clone()),
+            },
+            slot,
+        });
     }
-    if upkeep == Upkeep::Repair {
-        apply(store, def, fixes, h).await?;
-    }
-    Ok(())
+    fixes
 }
 
-/// Runs the fixes of one partition, many to a transaction; a transaction
-/// refused because a row changed runs again fix by fix, so that only the
-/// changed rows' fixes are left undone.
+/// Bytes of one transaction: the service takes 4 MiB of request body,
+/// which the batch's encoding makes larger than the entities' own size (the
+/// same margin SQL writes keep).
+const BATCH_BYTES: usize = 3 * 1024 * 1024;
+
+/// Runs the fixes of one partition. The fixes of one base row, whatever
+/// their index, go in one unit under one keys-only merge of the base row
+/// If-Match its ETag (a second merge would find the first one's ETag);
+/// units go many to a transaction, and a transaction refused because a
+/// row changed runs again unit by unit, so that only the changed rows'
+/// fixes are left undone.
 async fn apply(
     store: &dyn TableStore,
     def: &TableDef,
-    fixes: Vec<Vec<WriteOp>>,
-    h: &mut IndexHealth,
+    rows: &Rows<'_>,
+    fixes: Vec<Fix>,
+    health: &mut [IndexHealth],
 ) -> Result<(), ExecError> {
     let table = &def.storage_table;
-    let mut batches: Vec<Vec<Vec<WriteOp>>> = vec![Vec::new()];
+    let mut units: Vec<(Vec<WriteOp>, Vec<usize>)> = Vec::new();
+    let mut unit_of: HashMap<usize, usize> = HashMap::new();
     for fix in fixes {
-        let size: usize = batches.last().map_or(0, |b| b.iter().map(Vec::len).sum());
-        if size + fix.len() > BATCH {
+        let at = match fix.base {
+            Some(i) => *unit_of.entry(i).or_insert_with(|| {
+                let b = &rows.base[i];
+                let guard = WriteOp::Merge(
+                    Entity::new(b.partition_key().clone(), b.row_key().clone()),
+                    IfMatch::ETag(b.etag.clone()),
+                );
+                units.push((vec![guard], Vec::new()));
+                units.len() - 1
+            }),
+            None => {
+                units.push((Vec::new(), Vec::new()));
+                units.len() - 1
+            }
+        };
+        units[at].0.push(fix.op);
+        units[at].1.push(fix.slot);
+    }
+    let mut batches: Vec<Vec<(Vec<WriteOp>, Vec<usize>)>> = vec![Vec::new()];
+    let (mut ops, mut bytes) = (0, 0);
+    for unit in units {
+        let size: usize = unit.0.iter().map(WriteOp::stored_size).sum();
+        if ops + unit.0.len() > BATCH || bytes + size > BATCH_BYTES {
             batches.push(Vec::new());
+            (ops, bytes) = (0, 0);
         }
+        ops += unit.0.len();
+        bytes += size;
         if let Some(last) = batches.last_mut() {
-            last.push(fix);
+            last.push(unit);
         }
     }
+    let mut count = |slots: &[usize], done: bool| {
+        for &slot in slots {
+            if let Some(h) = health.get_mut(slot) {
+                if done {
+                    h.repaired += 1;
+                } else {
+                    h.conflicts += 1;
+                }
+            }
+        }
+    };
     for batch in batches.into_iter().filter(|b| !b.is_empty()) {
-        let rows = batch.len() as u64;
-        let ops: Vec<WriteOp> = batch.iter().flatten().cloned().collect();
+        let ops: Vec<WriteOp> = batch.iter().flat_map(|u| u.0.iter().cloned()).collect();
         match store.execute_batch(table, ops).await {
-            Ok(_) => h.repaired += rows,
+            Ok(_) => batch.iter().for_each(|u| count(&u.1, true)),
             Err(e) if changed(&e) => {
-                for fix in batch {
-                    match store.execute_batch(table, fix).await {
-                        Ok(_) => h.repaired += 1,
-                        Err(e) if changed(&e) => h.conflicts += 1,
+                for (ops, slots) in batch {
+                    match store.execute_batch(table, ops).await {
+                        Ok(_) => count(&slots, true),
+                        Err(e) if changed(&e) => count(&slots, false),
                         Err(e) => return Err(e.into()),
                     }
                 }
