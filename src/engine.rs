@@ -161,6 +161,7 @@ impl Engine {
             .with_optimizer_rule(Arc::new(EmptyDml))
             .build();
         let ctx = SessionContext::new_with_state(state);
+        ctx.register_udf(crate::planner::identity::version_udf());
         for upkeep in [Upkeep::Check, Upkeep::Repair] {
             let f = IndexFunction::new(store.clone(), upkeep);
             let name = match upkeep {

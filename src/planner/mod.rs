@@ -5,6 +5,7 @@
 pub mod apply_node;
 pub mod checked;
 pub mod dml_shape;
+pub mod identity;
 pub mod index_functions;
 pub mod page;
 pub mod physical;

@@ -10,11 +10,11 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use futures::Sink;
-use pgwire::api::auth::noop::NoopStartupHandler;
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::sasl::scram::{SCRAM_ITERATIONS, ScramAuth, gen_salted_password};
 use pgwire::api::auth::{
     AuthSource, DefaultServerParameterProvider, LoginInfo, Password, StartupHandler,
+    finish_authentication, protocol_negotiation, save_startup_parameters_to_metadata,
 };
 use pgwire::api::{ClientInfo, PidSecretKeyGenerator, RandomPidSecretKeyGenerator};
 use pgwire::error::{PgWireError, PgWireResult};
@@ -144,10 +144,37 @@ pub struct Trust {
     pids: Arc<RandomPidSecretKeyGenerator>,
 }
 
-impl NoopStartupHandler for Trust {
-    fn pid_secret_key_generator(&self) -> &dyn PidSecretKeyGenerator {
-        self.pids.as_ref()
+#[async_trait]
+impl StartupHandler for Trust {
+    /// pgwire's no-auth handshake, with tablesql's startup parameters
+    /// (pgwire's own name a `-pgwire-` server version).
+    async fn on_startup<C>(
+        &self,
+        client: &mut C,
+        message: PgWireFrontendMessage,
+    ) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if let PgWireFrontendMessage::Startup(ref startup) = message {
+            protocol_negotiation(client, startup).await?;
+            save_startup_parameters_to_metadata(client, startup);
+            let (pid, secret_key) = self.pids.generate(client);
+            client.set_pid_and_secret_key(pid, secret_key);
+            finish_authentication(client, &parameters()).await?;
+        }
+        Ok(())
     }
+}
+
+/// The parameters a client is told at startup: pgwire's, with tablesql's
+/// PostgreSQL version (`planner::identity`).
+pub fn parameters() -> DefaultServerParameterProvider {
+    let mut params = DefaultServerParameterProvider::default();
+    params.server_version = crate::planner::identity::PG_VERSION.to_owned();
+    params
 }
 
 /// One connection's startup: TLS policy first, then the auth exchange. A
@@ -172,7 +199,7 @@ impl Startup {
                 let source: Arc<dyn AuthSource> = users.clone();
                 let mut scram = ScramAuth::new(source);
                 scram.set_iterations(SCRAM_ITERATIONS);
-                let params = Arc::new(DefaultServerParameterProvider::default());
+                let params = Arc::new(parameters());
                 StartupKind::Scram(Box::new(
                     SASLAuthStartupHandler::new(params)
                         .with_scram(scram)

@@ -25,6 +25,7 @@ use super::sqlstate::{
     ACTIVE_TRANSACTION, DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME,
     INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, engine_error, error,
 };
+use crate::planner::identity::{PG_VERSION, PG_VERSION_NUM};
 use crate::planner::settings::TablesqlConfig;
 
 /// Session parameters, as `SET` leaves them and `SHOW` reads them.
@@ -69,8 +70,8 @@ impl Default for Vars {
             ("extra_float_digits", "1"),
             ("bytea_output", "hex"),
             ("lc_messages", "C"),
-            ("server_version", "16.6"),
-            ("server_version_num", "160006"),
+            ("server_version", PG_VERSION),
+            ("server_version_num", PG_VERSION_NUM),
             ("server_encoding", "UTF8"),
             ("integer_datetimes", "on"),
             ("max_identifier_length", "63"),

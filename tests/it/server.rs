@@ -1567,3 +1567,37 @@ fn index_ddl_in_psql() -> TestResult {
     );
     Ok(())
 }
+
+/// One PostgreSQL version everywhere a client reads it: the startup
+/// parameter (psql's `SERVER_VERSION_NAME`), `SHOW server_version`,
+/// `server_version_num` and `version()`, which reads as PostgreSQL's for
+/// drivers that parse it (SQLAlchemy's dialect matches `PostgreSQL (\d+)\.(\d+)`).
+#[test]
+fn one_postgresql_version_everywhere() -> TestResult {
+    let server = serve(10, &[])?;
+    let out = server.psql(
+        "",
+        &[
+            "-At",
+            "-c",
+            "SELECT version()",
+            "-c",
+            "SHOW server_version",
+            "-c",
+            "SHOW server_version_num",
+            "-c",
+            r"\echo :SERVER_VERSION_NAME :SERVER_VERSION_NUM",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    let lines: Vec<&str> = shown.lines().collect();
+    let v = tablesql::planner::identity::PG_VERSION;
+    let num = tablesql::planner::identity::PG_VERSION_NUM;
+    assert!(
+        lines[0].starts_with(&format!("PostgreSQL {v} (tablesql ")),
+        "{shown}"
+    );
+    assert_eq!(lines[1..], [v, num, &format!("{v} {num}")], "{shown}");
+    Ok(())
+}
