@@ -10,8 +10,10 @@
 pub mod auth;
 pub mod cancel;
 pub mod command;
+mod connection;
 pub mod current_setting;
 pub mod direct;
+mod frames;
 pub mod plan;
 pub mod session;
 pub mod sqlstate;
@@ -26,7 +28,7 @@ use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::{PgWireServerHandlers, RandomPidSecretKeyGenerator};
-use pgwire::tokio::{TlsAcceptor, process_socket};
+use pgwire::tokio::TlsAcceptor;
 use tokio::net::TcpListener;
 
 pub use auth::{AuthMode, Users};
@@ -131,6 +133,8 @@ impl Server {
     /// on its own task with its own session; a client that disconnects
     /// drops its session, and with it any running statement's streams.
     pub async fn run(self) -> std::io::Result<()> {
+        connection::install_panic_log();
+        let mut next_id: u64 = 0;
         loop {
             let (socket, peer) = match self.listener.accept().await {
                 Ok(s) => s,
@@ -144,9 +148,11 @@ impl Server {
             let probe = cancel::Probe::of(&socket);
             let handlers = Connection::new(&self.shared, probe);
             let tls = self.shared.tls.clone();
+            next_id += 1;
+            let id = next_id;
             tokio::spawn(async move {
-                if let Err(e) = process_socket(socket, tls, handlers).await {
-                    eprintln!("tablesql serve: connection from {peer}: {e}");
+                if let Err(e) = connection::serve(id, socket, tls, handlers).await {
+                    eprintln!("tablesql serve: connection {id} from {peer}: {e}");
                 }
             });
         }

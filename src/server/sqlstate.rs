@@ -43,6 +43,7 @@ pub const UNDEFINED_OBJECT: &str = "42704";
 pub const INTERNAL_ERROR: &str = "XX000";
 pub const UNDEFINED_FUNCTION: &str = "42883";
 pub const SYSTEM_ERROR: &str = "58000";
+pub const PROTOCOL_VIOLATION: &str = "08P01";
 pub const CARDINALITY_VIOLATION: &str = "21000";
 
 /// An `ERROR`-severity wire error.

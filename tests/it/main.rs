@@ -8,6 +8,7 @@ mod differential;
 mod embedded;
 mod fanout;
 mod faults;
+mod hostile;
 mod indexes;
 mod interop;
 mod model;

@@ -27,9 +27,9 @@ const LONG: &str = "SELECT count(*) FROM registrations a JOIN registrations b ON
     JOIN registrations g ON f.age = g.age";
 
 /// A `tablesql serve` process; killed when dropped.
-struct Served {
+pub(crate) struct Served {
     child: Child,
-    addr: SocketAddr,
+    pub(crate) addr: SocketAddr,
     stderr: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -50,7 +50,7 @@ impl Served {
         )
     }
 
-    async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
+    pub(crate) async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
         connect(&self.conninfo("tablesql")).await
     }
 
@@ -65,7 +65,7 @@ impl Served {
     }
 
     /// The server's resident memory, in KiB.
-    fn rss_kib(&self) -> u64 {
+    pub(crate) fn rss_kib(&self) -> u64 {
         let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
             .unwrap_or_default();
         status
@@ -75,7 +75,7 @@ impl Served {
             .unwrap_or(0)
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 }
@@ -137,7 +137,7 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
 }
 
 /// Starts a server over a copy of the demo store with `rows` registrations.
-fn serve(rows: u64, args: &[&str]) -> Result<Served, Box<dyn std::error::Error>> {
+pub(crate) fn serve(rows: u64, args: &[&str]) -> Result<Served, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("store");
     copy_dir(fixture(rows)?, &store)?;

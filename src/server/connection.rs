@@ -1,0 +1,249 @@
+//! One connection, from its first byte: pgwire negotiates TLS, then every
+//! message the client sends is checked whole (`frames`) before pgwire
+//! decodes it, and pgwire's handlers answer it. A message that breaks the
+//! protocol answers `08P01` and closes the connection; a panic in the
+//! connection's task, should one still happen, is caught and logged in one
+//! line with the connection's number, never with a backtrace.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::BytesMut;
+use futures::{FutureExt, SinkExt, StreamExt};
+use pgwire::api::{ClientInfo, PgWireConnectionState, PgWireServerHandlers};
+use pgwire::error::ErrorInfo;
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::PgWireFrontendMessage;
+use pgwire::tokio::TlsAcceptor;
+use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tokio_util::codec::{Framed, FramedParts};
+
+use super::Connection;
+use super::frames::{self, Frame, Phase, Violation};
+use super::plan::Stmt;
+
+/// How long a client may take to start up and authenticate (PostgreSQL's
+/// `authentication_timeout`).
+const STARTUP: std::time::Duration = std::time::Duration::from_secs(60);
+
+tokio::task_local! {
+    /// The number of the connection a task serves, for the panic log.
+    static CONNECTION: u64;
+}
+
+/// Serves connection number `id` until the client leaves, breaks the
+/// protocol or the connection fails; a panic ends it like a failure.
+pub(super) async fn serve(
+    id: u64,
+    tcp: TcpStream,
+    tls: Option<TlsAcceptor>,
+    handlers: Connection,
+) -> io::Result<()> {
+    let run = CONNECTION.scope(id, run(tcp, tls, handlers));
+    match std::panic::AssertUnwindSafe(run).catch_unwind().await {
+        Ok(result) => result,
+        // The panic hook (`install_panic_log`) has logged it.
+        Err(_) => Ok(()),
+    }
+}
+
+/// Logs a panic in one line, with the connection's number where a
+/// connection's task panicked, instead of the default message and
+/// backtrace that any client could make the server print.
+pub(super) fn install_panic_log() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        std::panic::set_hook(Box::new(|info| {
+            let what = info
+                .payload()
+                .downcast_ref::<&str>()
+                .map(|s| (*s).to_owned())
+                .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                .unwrap_or_default();
+            let at = info
+                .location()
+                .map(|l| format!(" at {}:{}", l.file(), l.line()))
+                .unwrap_or_default();
+            match CONNECTION.try_with(|id| *id) {
+                Ok(id) => eprintln!("tablesql serve: connection {id}: internal error{at}: {what}"),
+                Err(_) => eprintln!("tablesql serve: internal error{at}: {what}"),
+            }
+        }));
+    });
+}
+
+type Socket = Framed<
+    Guarded<pgwire::tokio::server::MaybeTls>,
+    pgwire::tokio::server::PgWireMessageServerCodec<Stmt>,
+>;
+
+async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> io::Result<()> {
+    let deadline = tokio::time::sleep(STARTUP);
+    tokio::pin!(deadline);
+    let negotiated = tokio::select! {
+        _ = &mut deadline => return Ok(()),
+        socket = negotiate_tls::<Stmt>(tcp, tls) => socket?,
+    };
+    // A client that asked for TLS directly from a server without it.
+    let Some(socket) = negotiated else {
+        return Ok(());
+    };
+    // Bytes read during the negotiation go through the checks too.
+    let parts = socket.into_parts();
+    let guarded = Guarded {
+        inner: parts.io,
+        staged: parts.read_buf,
+        ready: BytesMut::new(),
+        phase: Phase::Startup,
+        violation: None,
+    };
+    let mut new_parts = FramedParts::new(guarded, parts.codec);
+    new_parts.write_buf = parts.write_buf;
+    let mut socket: Socket = Framed::from_parts(new_parts);
+    socket.set_state(PgWireConnectionState::AwaitingStartup);
+
+    // The handlers' own types: pgwire's trait hides the statement type
+    // that its message loop needs to name.
+    let startup = handlers.startup.clone();
+    let simple = handlers.session.clone();
+    let extended = handlers.session.clone();
+    let copy = handlers.copy_handler();
+    let cancel = handlers.registry.clone();
+    loop {
+        let starting = matches!(
+            socket.state(),
+            PgWireConnectionState::AwaitingStartup
+                | PgWireConnectionState::AuthenticationInProgress
+        );
+        let next = if starting {
+            tokio::select! {
+                _ = &mut deadline => None,
+                m = socket.next() => m,
+            }
+        } else {
+            socket.next().await
+        };
+        let message = match next {
+            Some(Ok(m)) => m,
+            Some(Err(_)) if socket.get_ref().violation.is_some() => {
+                let violation = socket.get_ref().violation.clone().unwrap_or_default();
+                return refuse(&mut socket, &violation).await;
+            }
+            Some(Err(e)) => return Err(io::Error::other(e.to_string())),
+            None => return Ok(()),
+        };
+        // The client leaves: close, as PostgreSQL does.
+        if matches!(message, PgWireFrontendMessage::Terminate(_)) {
+            return Ok(());
+        }
+        let extended_query = match socket.state() {
+            PgWireConnectionState::CopyInProgress(extended) => extended,
+            _ => message.is_extended_query(),
+        };
+        if let Err(e) = process_message(
+            message,
+            &mut socket,
+            startup.clone(),
+            simple.clone(),
+            extended.clone(),
+            copy.clone(),
+            cancel.clone(),
+        )
+        .await
+        {
+            process_error(&mut socket, e, extended_query).await?;
+        }
+    }
+}
+
+/// Answers a protocol violation with a FATAL `08P01`, and ends the connection.
+async fn refuse(socket: &mut Socket, violation: &Violation) -> io::Result<()> {
+    let error = ErrorInfo::new(
+        "FATAL".to_owned(),
+        super::sqlstate::PROTOCOL_VIOLATION.to_owned(),
+        format!("protocol violation: {violation}"),
+    );
+    // The client may be gone already; the connection ends either way.
+    let _ = socket
+        .send(PgWireBackendMessage::ErrorResponse(error.into()))
+        .await;
+    Ok(())
+}
+
+/// The connection's byte stream, handing pgwire only whole messages that
+/// `frames::check` passed. The first one that fails stops the reading with
+/// an error (and `violation` says why); writes pass straight through.
+pub(super) struct Guarded<S> {
+    inner: S,
+    /// Bytes read and not yet checked.
+    staged: BytesMut,
+    /// Checked bytes, not yet read by pgwire.
+    ready: BytesMut,
+    phase: Phase,
+    violation: Option<Violation>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if !this.ready.is_empty() {
+                let n = out.remaining().min(this.ready.len());
+                out.put_slice(&this.ready.split_to(n));
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(v) = &this.violation {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    v.to_string(),
+                )));
+            }
+            while this.violation.is_none() {
+                match frames::check(&this.staged, &mut this.phase) {
+                    Ok(Frame::Complete(n)) => {
+                        let message = this.staged.split_to(n);
+                        this.ready.extend_from_slice(&message);
+                    }
+                    Ok(Frame::Incomplete) => break,
+                    Err(v) => this.violation = Some(v),
+                }
+            }
+            if !this.ready.is_empty() || this.violation.is_some() {
+                continue;
+            }
+            let mut chunk = [0u8; 8192];
+            let mut read = ReadBuf::new(&mut chunk);
+            futures::ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
+            if read.filled().is_empty() {
+                // The client closed; a message cut short goes with it.
+                return Poll::Ready(Ok(()));
+            }
+            this.staged.extend_from_slice(read.filled());
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
