@@ -50,13 +50,19 @@ pub(super) async fn serve(
     }
 }
 
-/// Logs a panic in one line, with the connection's number where a
-/// connection's task panicked, instead of the default message and
-/// backtrace that any client could make the server print.
+/// Logs a panic in a connection's task in one line, with the connection's
+/// number, instead of the default message and backtrace that any client
+/// could make the server print. Panics elsewhere go to the hook that was
+/// there before (the process's, or the test harness's).
 pub(super) fn install_panic_log() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
-        std::panic::set_hook(Box::new(|info| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let Ok(id) = CONNECTION.try_with(|id| *id) else {
+                previous(info);
+                return;
+            };
             let what = info
                 .payload()
                 .downcast_ref::<&str>()
@@ -67,10 +73,7 @@ pub(super) fn install_panic_log() {
                 .location()
                 .map(|l| format!(" at {}:{}", l.file(), l.line()))
                 .unwrap_or_default();
-            match CONNECTION.try_with(|id| *id) {
-                Ok(id) => eprintln!("tablesql serve: connection {id}: internal error{at}: {what}"),
-                Err(_) => eprintln!("tablesql serve: internal error{at}: {what}"),
-            }
+            eprintln!("tablesql serve: connection {id}: internal error{at}: {what}");
         }));
     });
 }

@@ -153,7 +153,7 @@ async fn run(addr: std::net::SocketAddr, proper_startup: bool, bytes: &[u8]) -> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hostile_clients_cannot_knock_the_server_over() -> TestResult {
-    let server = serve(10, &[])?;
+    let server = serve(1000, &[])?;
     let addr = server.addr;
     let client = server.connect().await?;
     client.simple_query("SELECT 1").await?;

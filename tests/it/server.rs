@@ -1574,7 +1574,7 @@ fn index_ddl_in_psql() -> TestResult {
 /// drivers that parse it (SQLAlchemy's dialect matches `PostgreSQL (\d+)\.(\d+)`).
 #[test]
 fn one_postgresql_version_everywhere() -> TestResult {
-    let server = serve(10, &[])?;
+    let server = serve(1000, &[])?;
     let out = server.psql(
         "",
         &[
