@@ -5,14 +5,14 @@
 //! connection's task, should one still happen, is caught and logged in one
 //! line with the connection's number, never with a backtrace.
 
-use std::io;
+use std::io::{self, Write};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
 use bytes::BytesMut;
 use futures::{FutureExt, SinkExt, StreamExt};
 use pgwire::api::{ClientInfo, PgWireConnectionState, PgWireServerHandlers};
-use pgwire::error::ErrorInfo;
+use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::PgWireFrontendMessage;
 use pgwire::tokio::TlsAcceptor;
@@ -73,7 +73,12 @@ pub(super) fn install_panic_log() {
                 .location()
                 .map(|l| format!(" at {}:{}", l.file(), l.line()))
                 .unwrap_or_default();
-            eprintln!("tablesql serve: connection {id}: internal error{at}: {what}");
+            // One line whatever the message holds; a log that cannot be
+            // written must not panic inside the hook.
+            let _ = writeln!(
+                std::io::stderr(),
+                "tablesql serve: connection {id}: internal error{at}: {what:?}"
+            );
         }));
     });
 }
@@ -94,14 +99,20 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
     let Some(socket) = negotiated else {
         return Ok(());
     };
-    // Bytes read during the negotiation go through the checks too.
+    // Bytes read during the negotiation go through the checks too; but
+    // bytes sent in plaintext before a TLS handshake are not the client's
+    // over TLS (CVE-2021-23214).
     let parts = socket.into_parts();
+    let early =
+        matches!(parts.io, pgwire::tokio::server::MaybeTls::Tls(_)) && !parts.read_buf.is_empty();
     let guarded = Guarded {
         inner: parts.io,
         staged: parts.read_buf,
         ready: BytesMut::new(),
         phase: Phase::Startup,
-        violation: None,
+        logged_in: false,
+        violation: early
+            .then(|| Violation("received unencrypted data after the TLS request".into())),
     };
     let mut new_parts = FramedParts::new(guarded, parts.codec);
     new_parts.write_buf = parts.write_buf;
@@ -142,6 +153,7 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
         if matches!(message, PgWireFrontendMessage::Terminate(_)) {
             return Ok(());
         }
+        let cancel_request = matches!(message, PgWireFrontendMessage::CancelRequest(_));
         let extended_query = match socket.state() {
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => message.is_extended_query(),
@@ -157,7 +169,27 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
         )
         .await
         {
-            process_error(&mut socket, e, extended_query).await?;
+            // After a FATAL error (a failed login, TLS required) nothing the
+            // client sends is read: pgwire's own loop went on reading.
+            let info = ErrorInfo::from(e);
+            let fatal = info.is_fatal();
+            process_error(
+                &mut socket,
+                PgWireError::UserError(Box::new(info)),
+                extended_query,
+            )
+            .await?;
+            if fatal {
+                return Ok(());
+            }
+        }
+        // A cancel request is all its connection carries.
+        if cancel_request {
+            return Ok(());
+        }
+        // Logged in: messages may now be long.
+        if matches!(socket.state(), PgWireConnectionState::ReadyForQuery) {
+            socket.get_mut().logged_in = true;
         }
     }
 }
@@ -169,10 +201,9 @@ async fn refuse(socket: &mut Socket, violation: &Violation) -> io::Result<()> {
         super::sqlstate::PROTOCOL_VIOLATION.to_owned(),
         format!("protocol violation: {violation}"),
     );
-    // The client may be gone already; the connection ends either way.
-    let _ = socket
-        .send(PgWireBackendMessage::ErrorResponse(error.into()))
-        .await;
+    // The client may be gone, or not reading; the connection ends either way.
+    let send = socket.send(PgWireBackendMessage::ErrorResponse(error.into()));
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), send).await;
     Ok(())
 }
 
@@ -186,6 +217,8 @@ pub(super) struct Guarded<S> {
     /// Checked bytes, not yet read by pgwire.
     ready: BytesMut,
     phase: Phase,
+    /// Whether the client has logged in (longer messages are then accepted).
+    logged_in: bool,
     violation: Option<Violation>,
 }
 
@@ -209,7 +242,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
                 )));
             }
             while this.violation.is_none() {
-                match frames::check(&this.staged, &mut this.phase) {
+                match frames::check(&this.staged, &mut this.phase, this.logged_in) {
                     Ok(Frame::Complete(n)) => {
                         let message = this.staged.split_to(n);
                         this.ready.extend_from_slice(&message);

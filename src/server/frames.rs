@@ -12,8 +12,14 @@ use std::fmt;
 /// PostgreSQL's own limit on a startup packet.
 pub const MAX_STARTUP: usize = 10_000;
 
-/// The longest message accepted: a query or a bound value of up to 64 MiB.
+/// The longest message accepted once a client is logged in: a query or a
+/// bound value of up to 64 MiB.
 pub const MAX_MESSAGE: usize = 64 * 1024 * 1024;
+
+/// The longest message of a client not yet logged in, and of the messages
+/// that never carry data (Describe, Close, Execute, Sync, Flush, Terminate,
+/// CopyDone, CopyFail, password messages), as pgwire bounds them.
+pub const MAX_SMALL: usize = 10_000;
 
 const CANCEL_CODE: i32 = 80_877_102;
 const SSL_CODE: i32 = 80_877_103;
@@ -40,6 +46,8 @@ pub enum Phase {
     FirstPassword,
     /// Typed messages.
     Typed,
+    /// Nothing more: the client sent a cancel request.
+    Done,
 }
 
 /// What the front of `buf` holds.
@@ -52,9 +60,12 @@ pub enum Frame {
 }
 
 /// Checks the message at the front of `buf`; `phase` is advanced past it
-/// when it is complete.
-pub fn check(buf: &[u8], phase: &mut Phase) -> Result<Frame, Violation> {
+/// when it is complete. Before login (`logged_in` false) no message may be
+/// longer than `MAX_SMALL`.
+pub fn check(buf: &[u8], phase: &mut Phase, logged_in: bool) -> Result<Frame, Violation> {
     match phase {
+        Phase::Done if buf.is_empty() => Ok(Frame::Incomplete),
+        Phase::Done => Err(bad("data after a cancel request".into())),
         Phase::Startup => {
             let Some(len) = int32(buf, 0) else {
                 return Ok(Frame::Incomplete);
@@ -66,8 +77,11 @@ pub fn check(buf: &[u8], phase: &mut Phase) -> Result<Frame, Violation> {
             let Some(body) = buf.get(4..len) else {
                 return Ok(Frame::Incomplete);
             };
-            startup(body)?;
-            *phase = Phase::FirstPassword;
+            *phase = if startup(body)? {
+                Phase::Done
+            } else {
+                Phase::FirstPassword
+            };
             Ok(Frame::Complete(len))
         }
         Phase::FirstPassword | Phase::Typed => {
@@ -78,9 +92,11 @@ pub fn check(buf: &[u8], phase: &mut Phase) -> Result<Frame, Violation> {
                 .ok()
                 .filter(|l| *l >= 4)
                 .ok_or_else(|| bad(format!("invalid message length {len}")))?;
-            if len > MAX_MESSAGE {
+            let small = !logged_in || b"DCESHXcfp".contains(&kind);
+            let most = if small { MAX_SMALL } else { MAX_MESSAGE };
+            if len > most {
                 return Err(bad(format!(
-                    "message of {len} bytes is longer than the {MAX_MESSAGE} accepted"
+                    "message of {len} bytes is longer than the {most} accepted"
                 )));
             }
             let Some(body) = buf.get(5..1 + len) else {
@@ -106,13 +122,18 @@ fn int32(buf: &[u8], at: usize) -> Option<i32> {
 }
 
 /// The startup packet's body (after its length): a protocol version and
-/// name/value pairs, or a cancel request.
-fn startup(body: &[u8]) -> Result<(), Violation> {
+/// name/value pairs, or a cancel request (`true`): a process id and a
+/// secret key of 4 bytes (protocol 3.0) up to 256 (3.2).
+fn startup(body: &[u8]) -> Result<bool, Violation> {
     let mut r = Reader::new(body, "startup packet");
     match r.int32()? {
         CANCEL_CODE => {
             r.int32()?;
-            r.int32()?;
+            let key = body.len().saturating_sub(8);
+            if !(4..=256).contains(&key) {
+                return Err(bad(format!("a cancel request's key of {key} bytes")));
+            }
+            return Ok(true);
         }
         SSL_CODE | GSS_CODE => return Err(bad("encryption requested twice".into())),
         version if version >> 16 == 3 => {
@@ -129,7 +150,7 @@ fn startup(body: &[u8]) -> Result<(), Violation> {
             )));
         }
     }
-    r.end()
+    r.end().map(|()| false)
 }
 
 /// A typed message's body, by its type byte.
@@ -148,7 +169,7 @@ fn typed(kind: u8, body: &[u8], first_password: bool) -> Result<(), Violation> {
         b'c' => "CopyDone",
         b'f' => "CopyFail",
         b'p' => "password message",
-        b'F' => "FunctionCall",
+        b'F' => return Err(bad("FunctionCall is not supported".into())),
         other => {
             return Err(bad(format!(
                 "invalid frontend message type {:?}",
@@ -204,13 +225,6 @@ fn typed(kind: u8, body: &[u8], first_password: bool) -> Result<(), Violation> {
                 return Err(bad(format!("{what}: invalid length {n}")));
             }
         }
-        b'F' => {
-            r.int32()?;
-            let n = r.count()?;
-            r.skip(n * 2)?;
-            r.values()?;
-            r.int16()?;
-        }
         _ => return Ok(()),
     }
     r.end()
@@ -243,20 +257,16 @@ impl<'a> Reader<'a> {
         Ok(self.skip(1)?[0])
     }
 
-    fn int16(&mut self) -> Result<i16, Violation> {
-        let b = self.skip(2)?;
-        Ok(i16::from_be_bytes([b[0], b[1]]))
-    }
-
     fn int32(&mut self) -> Result<i32, Violation> {
         let b = self.skip(4)?;
         Ok(i32::from_be_bytes([b[0], b[1], b[2], b[3]]))
     }
 
-    /// A count of the elements that follow (never negative).
+    /// A count of the elements that follow: unsigned, as PostgreSQL
+    /// reads it (a statement may have up to 65,535 parameters).
     fn count(&mut self) -> Result<usize, Violation> {
-        let n = self.int16()?;
-        usize::try_from(n).map_err(|_| bad(format!("{}: negative count {n}", self.what)))
+        let b = self.skip(2)?;
+        Ok(usize::from(u16::from_be_bytes([b[0], b[1]])))
     }
 
     /// A NUL-terminated string.
@@ -309,7 +319,7 @@ mod tests {
     }
 
     fn typed_check(m: &[u8]) -> Result<Frame, Violation> {
-        check(m, &mut Phase::Typed)
+        check(m, &mut Phase::Typed, true)
     }
 
     #[test]
@@ -349,21 +359,46 @@ mod tests {
         packet.extend_from_slice(&body);
         let mut phase = Phase::Startup;
         assert_eq!(
-            check(&packet, &mut phase),
+            check(&packet, &mut phase, false),
             Ok(Frame::Complete(packet.len()))
         );
         assert_eq!(phase, Phase::FirstPassword);
         // A SASL initial response whose length runs past the body.
         let sasl = message(b'p', b"SCRAM-SHA-256\0\x00\x00\x00\x10n,,n=");
-        assert!(check(&sasl, &mut phase).is_err());
+        assert!(check(&sasl, &mut phase, false).is_err());
         let sasl = message(b'p', b"SCRAM-SHA-256\0\x00\x00\x00\x04n,,n");
-        assert_eq!(check(&sasl, &mut phase), Ok(Frame::Complete(sasl.len())));
+        assert_eq!(
+            check(&sasl, &mut phase, false),
+            Ok(Frame::Complete(sasl.len()))
+        );
         assert_eq!(phase, Phase::Typed);
         // An unterminated parameter list; an absurd length.
         let mut phase = Phase::Startup;
         let cut = [&packet[..4], &196_608i32.to_be_bytes(), b"user\0me"].concat();
         let cut = [&((cut.len()) as i32).to_be_bytes(), &cut[4..]].concat();
-        assert!(check(&cut, &mut phase).is_err());
-        assert!(check(&[0x7f, 0, 0, 0], &mut Phase::Startup).is_err());
+        assert!(check(&cut, &mut phase, false).is_err());
+        assert!(check(&[0x7f, 0, 0, 0], &mut Phase::Startup, false).is_err());
+        // A cancel request with a 3.2 key of 32 bytes; then nothing more.
+        let mut cancel = 44i32.to_be_bytes().to_vec();
+        cancel.extend_from_slice(&CANCEL_CODE.to_be_bytes());
+        cancel.extend_from_slice(&[7; 36]);
+        let mut phase = Phase::Startup;
+        assert_eq!(check(&cancel, &mut phase, false), Ok(Frame::Complete(44)));
+        assert!(check(b"Q", &mut phase, false).is_err());
+        // Before login, no message over 10,000 bytes.
+        let big = message(b'Q', &[b'x'; 20_000]);
+        assert!(check(&big[..5], &mut Phase::FirstPassword, false).is_err());
+    }
+
+    #[test]
+    fn counts_are_unsigned() {
+        // A Bind of 40,000 NULL parameters (0x9c40, negative as i16).
+        let mut body = b"\0\0\x00\x00\x9c\x40".to_vec();
+        for _ in 0..40_000 {
+            body.extend_from_slice(&(-1i32).to_be_bytes());
+        }
+        body.extend_from_slice(b"\x00\x00");
+        let bind = message(b'B', &body);
+        assert_eq!(typed_check(&bind), Ok(Frame::Complete(bind.len())));
     }
 }

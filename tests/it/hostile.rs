@@ -155,7 +155,7 @@ async fn run(addr: std::net::SocketAddr, proper_startup: bool, bytes: &[u8]) -> 
 async fn hostile_clients_cannot_knock_the_server_over() -> TestResult {
     let server = serve(1000, &[])?;
     let addr = server.addr;
-    let client = server.connect().await?;
+    let client = tokio::time::timeout(Duration::from_secs(30), server.connect()).await??;
     client.simple_query("SELECT 1").await?;
     // The bug this guards against: pgwire's Parse decoder panicked here.
     let answer = run(addr, true, &framed(b'P', b"s\0SELECT 1\0")).await;
@@ -166,14 +166,20 @@ async fn hostile_clients_cannot_knock_the_server_over() -> TestResult {
     );
     let mut rng = Rng(0x5eed_cafe_f00d_1234);
     let mut baseline = 0;
+    // Cases the server answered with 08P01: proof that they reached it.
+    let mut refused = 0;
     for batch in 0..CASES / BATCH {
         let cases: Vec<(bool, Vec<u8>)> = (0..BATCH).map(|_| case(&mut rng)).collect();
         let runs = cases
             .iter()
             .map(|(proper, bytes)| run(addr, *proper, bytes));
-        futures::future::join_all(runs).await;
+        for answer in futures::future::join_all(runs).await {
+            if answer.windows(5).any(|w| w == b"08P01") {
+                refused += 1;
+            }
+        }
         // Still serving, on a connection opened now and on the old one.
-        let fresh = server.connect().await?;
+        let fresh = tokio::time::timeout(Duration::from_secs(30), server.connect()).await??;
         fresh.simple_query("SELECT 1").await?;
         client.simple_query("SELECT 1").await?;
         if batch == 1 {
@@ -187,10 +193,60 @@ async fn hostile_clients_cannot_knock_the_server_over() -> TestResult {
         "the server's log: {}",
         log.lines().take(20).collect::<Vec<_>>().join("\n")
     );
+    assert!(
+        refused >= CASES / 4,
+        "only {refused} of {CASES} cases drew 08P01"
+    );
     // Flat: 4,500 cases after the baseline did not keep what they sent.
     assert!(
         grown < 32 * 1024,
         "the server grew by {grown} KiB over the cases"
+    );
+    Ok(())
+}
+
+/// After a FATAL error nothing the client sends runs: here a plaintext
+/// client refused by a server that requires TLS sends a DELETE anyway,
+/// which must not reach the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_runs_after_a_fatal_error() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = std::process::Command::new("openssl")
+        .args([
+            "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "2",
+        ])
+        .args(["-subj", "/CN=127.0.0.1", "-keyout"])
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(std::process::Stdio::null())
+        .status()?;
+    assert!(made.success());
+    let (cert, key) = (cert.to_string_lossy(), key.to_string_lossy());
+    let server = serve(1000, &["--tls-cert", &cert, "--tls-key", &key])?;
+    let delete = b"DELETE FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib = 1\0";
+    let bytes = [startup(), framed(b'Q', delete)].concat();
+    let answer = {
+        let mut s = TcpStream::connect(server.addr).await?;
+        s.write_all(&bytes).await?;
+        let mut got = Vec::new();
+        let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got)).await;
+        got
+    };
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.contains("28000"), "{text:?}");
+    assert!(!text.contains("DELETE"), "{text:?}");
+    // The row is still there, seen over TLS.
+    let out = server.psql(
+        "sslmode=require",
+        &["-At", "-c", "SELECT count(*) FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib = 1"],
+    )?;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout).trim(),
+        "1",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     Ok(())
 }

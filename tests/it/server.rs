@@ -54,7 +54,11 @@ impl Served {
         connect(&self.conninfo("tablesql")).await
     }
 
-    fn psql(&self, conn_extra: &str, args: &[&str]) -> std::io::Result<std::process::Output> {
+    pub(crate) fn psql(
+        &self,
+        conn_extra: &str,
+        args: &[&str],
+    ) -> std::io::Result<std::process::Output> {
         let conninfo = format!("{} {conn_extra}", self.conninfo("tablesql"));
         Command::new(psql())
             .args(["-X", "-v", "ON_ERROR_STOP=1", "-d", &conninfo])
