@@ -15,6 +15,7 @@ pub mod current_setting;
 pub mod direct;
 mod frames;
 pub mod plan;
+mod savepoints;
 pub mod session;
 pub mod sqlstate;
 pub mod tls;

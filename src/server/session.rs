@@ -35,6 +35,7 @@ pub struct Session {
     vars: Arc<Mutex<Vars>>,
     /// Cursors declared WITHOUT HOLD, closed when their transaction ends.
     tx_cursors: Mutex<Vec<String>>,
+    savepoints: super::savepoints::Savepoints,
     probe: Option<Probe>,
 }
 
@@ -51,6 +52,7 @@ impl Session {
             registration: OnceLock::new(),
             vars,
             tx_cursors: Mutex::new(Vec::new()),
+            savepoints: Default::default(),
             probe,
         }
     }
@@ -129,18 +131,19 @@ impl Session {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
+        if let Some(answer) = self.savepoints.apply(statement, status) {
+            return answer;
+        }
         match statement {
-            Statement::StartTransaction { .. } => Ok(Response::TransactionStart(Tag::new("BEGIN"))),
+            Statement::StartTransaction { .. } => {
+                self.savepoints.clear();
+                Ok(Response::TransactionStart(Tag::new("BEGIN")))
+            }
             Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => {
                 Err(error(FEATURE_NOT_SUPPORTED, "AND CHAIN is not supported"))
             }
-            Statement::Rollback {
-                savepoint: Some(_), ..
-            } => Err(error(
-                FEATURE_NOT_SUPPORTED,
-                "savepoints are not supported: there are no writes to roll back to",
-            )),
             Statement::Commit { .. } | Statement::Rollback { .. } => {
+                self.savepoints.clear();
                 self.close_tx_cursors(client)?;
                 // A failed transaction ends as a rollback, as in PostgreSQL.
                 let tag = match (statement, status) {

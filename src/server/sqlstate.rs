@@ -44,6 +44,8 @@ pub const INTERNAL_ERROR: &str = "XX000";
 pub const UNDEFINED_FUNCTION: &str = "42883";
 pub const SYSTEM_ERROR: &str = "58000";
 pub const PROTOCOL_VIOLATION: &str = "08P01";
+pub const NO_ACTIVE_TRANSACTION: &str = "25P01";
+pub const INVALID_SAVEPOINT: &str = "3B001";
 pub const CARDINALITY_VIOLATION: &str = "21000";
 
 /// An `ERROR`-severity wire error.

@@ -1605,3 +1605,68 @@ fn one_postgresql_version_everywhere() -> TestResult {
     assert_eq!(lines[1..], [v, num, &format!("{v} {num}")], "{shown}");
     Ok(())
 }
+
+/// Savepoints inside a transaction block, over both protocols: names on a
+/// stack (a transaction here holds only reads), checked as PostgreSQL
+/// checks them; `ROLLBACK TO` makes a failed transaction usable again.
+#[tokio::test]
+async fn savepoints_in_a_transaction_block() -> TestResult {
+    let server = serve(1000, &[])?;
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "ON_ERROR_STOP=0",
+            "-c",
+            "SAVEPOINT outside",
+            "-c",
+            "BEGIN; SAVEPOINT a; SELECT 1 AS one; SAVEPOINT b; RELEASE SAVEPOINT b; RELEASE a; COMMIT",
+            // One statement a message: an error skips the rest of its message.
+            "-c",
+            "BEGIN",
+            "-c",
+            "SAVEPOINT a",
+            "-c",
+            "ROLLBACK TO SAVEPOINT a",
+            "-c",
+            "SELECT 2 AS two",
+            "-c",
+            "RELEASE nosuch",
+            // After an error: refused, and the transaction stays failed.
+            "-c",
+            "ROLLBACK TO SAVEPOINT a",
+            "-c",
+            "ROLLBACK",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(
+        shown.contains("SAVEPOINT can only be used in transaction blocks"),
+        "{shown}"
+    );
+    assert!(shown.contains("two") && shown.contains("COMMIT"), "{shown}");
+    assert!(
+        shown.contains("savepoint \"nosuch\" does not exist"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("ROLLBACK TO SAVEPOINT cannot clear an error"),
+        "{shown}"
+    );
+    // The extended protocol (tokio-postgres prepares every statement).
+    let mut client = server.connect().await?;
+    let mut tx = client.transaction().await?;
+    tx.execute("SAVEPOINT s1", &[]).await?;
+    let n: i64 = tx.query_one("SELECT count(*) FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full'", &[]).await?.get(0);
+    assert!(n > 0);
+    // tokio-postgres' own nested transaction is a savepoint.
+    let inner = tx.savepoint("inner").await?;
+    inner.rollback().await?;
+    tx.execute("RELEASE SAVEPOINT s1", &[]).await?;
+    let e = tx
+        .execute("ROLLBACK TO SAVEPOINT s1", &[])
+        .await
+        .unwrap_err();
+    assert_eq!(code(&e), "3B001");
+    Ok(())
+}
