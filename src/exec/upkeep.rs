@@ -24,8 +24,8 @@ use super::encode;
 use crate::catalog::{ColumnType, IndexDef, TableDef};
 use crate::keys::{KeyBounds, KeyTemplate, KeyValue};
 use crate::storage::{
-    ContinuationToken, EdmValue, Entity, IfMatch, KeyRange, PartitionKey, Query, RowKey,
-    StorageError, StoredEntity, TableStore, WriteOp,
+    EdmValue, Entity, IfMatch, KeyRange, PartitionKey, Query, RowKey, StorageError, StoredEntity,
+    TableStore, WriteOp,
 };
 
 /// Example keys kept per index and kind.
@@ -160,18 +160,7 @@ async fn read(
         },
         KeyBounds::All | KeyBounds::Empty => KeyRange::all(),
     };
-    let mut out = Vec::new();
-    let mut token: Option<ContinuationToken> = None;
-    loop {
-        let page = store
-            .query(&def.storage_table, &query, token.as_ref())
-            .await?;
-        out.extend(page.entities);
-        match page.continuation {
-            Some(next) => token = Some(next),
-            None => return Ok(out),
-        }
-    }
+    Ok(store.query_all(&def.storage_table, &query).await?)
 }
 
 /// A partition's base rows, with their column values.

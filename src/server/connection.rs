@@ -108,7 +108,7 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
     let guarded = Guarded {
         inner: parts.io,
         staged: parts.read_buf,
-        ready: BytesMut::new(),
+        checked: 0,
         phase: Phase::Startup,
         logged_in: false,
         violation: early
@@ -212,10 +212,10 @@ async fn refuse(socket: &mut Socket, violation: &Violation) -> io::Result<()> {
 /// an error (and `violation` says why); writes pass straight through.
 pub(super) struct Guarded<S> {
     inner: S,
-    /// Bytes read and not yet checked.
+    /// Bytes read and not yet handed to pgwire: the first `checked` of
+    /// them are whole messages that passed, the rest not yet checked.
     staged: BytesMut,
-    /// Checked bytes, not yet read by pgwire.
-    ready: BytesMut,
+    checked: usize,
     phase: Phase,
     /// Whether the client has logged in (longer messages are then accepted).
     logged_in: bool,
@@ -230,9 +230,10 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
     ) -> Poll<io::Result<()>> {
         let this = self.get_mut();
         loop {
-            if !this.ready.is_empty() {
-                let n = out.remaining().min(this.ready.len());
-                out.put_slice(&this.ready.split_to(n));
+            if this.checked > 0 {
+                let n = out.remaining().min(this.checked);
+                out.put_slice(&this.staged.split_to(n));
+                this.checked -= n;
                 return Poll::Ready(Ok(()));
             }
             if let Some(v) = &this.violation {
@@ -242,16 +243,14 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
                 )));
             }
             while this.violation.is_none() {
-                match frames::check(&this.staged, &mut this.phase, this.logged_in) {
-                    Ok(Frame::Complete(n)) => {
-                        let message = this.staged.split_to(n);
-                        this.ready.extend_from_slice(&message);
-                    }
+                let unchecked = &this.staged[this.checked..];
+                match frames::check(unchecked, &mut this.phase, this.logged_in) {
+                    Ok(Frame::Complete(n)) => this.checked += n,
                     Ok(Frame::Incomplete) => break,
                     Err(v) => this.violation = Some(v),
                 }
             }
-            if !this.ready.is_empty() || this.violation.is_some() {
+            if this.checked > 0 || this.violation.is_some() {
                 continue;
             }
             let mut chunk = [0u8; 8192];
