@@ -42,10 +42,12 @@ use crate::planner::subquery_rules::{
 use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 
+mod describe;
 mod indexes;
 mod paging;
 
 pub use crate::exec::upkeep::IndexHealth;
+pub use describe::{IndexInfo, TableInfo, describe_catalog};
 pub use paging::ResultPage;
 
 /// The schema that holds every storage table read raw.
@@ -162,6 +164,10 @@ impl Engine {
             .build();
         let ctx = SessionContext::new_with_state(state);
         ctx.register_udf(crate::planner::identity::version_udf());
+        ctx.register_udf(crate::planner::pg_functions::like_escape_udf());
+        ctx.register_udf(crate::planner::pg_functions::expandarray_items_udf());
+        ctx.register_udf(crate::planner::pg_functions::subscripts_udf());
+        ctx.register_udf(crate::planner::pg_functions::json_build_object_udf());
         for upkeep in [Upkeep::Check, Upkeep::Repair] {
             let f = IndexFunction::new(store.clone(), upkeep);
             let name = match upkeep {

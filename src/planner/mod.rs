@@ -8,6 +8,8 @@ pub mod dml_shape;
 pub mod identity;
 pub mod index_functions;
 pub mod page;
+pub mod pg_functions;
+pub mod pg_spelling;
 pub mod physical;
 pub mod policy;
 pub mod provider;

@@ -30,6 +30,10 @@ use datafusion_pg_catalog::sql::rules::{
 };
 use std::ops::ControlFlow;
 
+use super::pg_spelling::{
+    ExpandArray, FieldSelection, GenerateSubscripts, LikeEscape, RegprocLiterals,
+};
+
 /// The parser of every front end.
 #[derive(Debug)]
 pub struct SqlParser {
@@ -37,6 +41,8 @@ pub struct SqlParser {
     catalog: PostgresCompatibilityParser,
     /// Rewrites that keep a statement's meaning: applied to every statement.
     spelling: Vec<Arc<dyn SqlStatementRewriteRule>>,
+    /// Rewrites for the system catalogs' contents, after `catalog`'s own.
+    catalog_spelling: Vec<Arc<dyn SqlStatementRewriteRule>>,
 }
 
 impl Default for SqlParser {
@@ -57,6 +63,15 @@ impl SqlParser {
                 Arc::new(RewriteRegCastToSubquery::new()),
                 Arc::new(FixVersionColumnName),
                 Arc::new(TuplesAsStructs),
+                Arc::new(LikeEscape),
+                Arc::new(GenerateSubscripts),
+                Arc::new(FieldSelection),
+            ],
+            catalog_spelling: vec![
+                Arc::new(LikeEscape),
+                Arc::new(GenerateSubscripts),
+                Arc::new(ExpandArray),
+                Arc::new(FieldSelection),
             ],
         }
     }
@@ -82,12 +97,30 @@ impl SqlParser {
             Ok(statements) if !statements.iter().any(reads_system_catalog) => {
                 Ok(statements.into_iter().map(|s| self.respell(s)).collect())
             }
-            Ok(_) => self.catalog.parse(text),
+            Ok(statements) => match regprocs_named(statements) {
+                Some(named) => self.catalog_parse(&named),
+                None => self.catalog_parse(text),
+            },
             // The compatibility parser also reads what sqlparser does not
             // (`ABORT`, fragments it substitutes); otherwise the error is
             // sqlparser's, which names the place.
-            Err(plain) => self.catalog.parse(text).map_err(|_| plain),
+            Err(plain) => self.catalog_parse(text).map_err(|_| plain),
         }
+    }
+
+    /// The compatibility parser over `text`, then the rewrites for the
+    /// catalogs' contents.
+    fn catalog_parse(&self, text: &str) -> Result<Vec<Statement>, ParserError> {
+        let statements = self.catalog.parse(text)?;
+        Ok(statements
+            .into_iter()
+            .map(|mut s| {
+                for rule in &self.catalog_spelling {
+                    s = rule.rewrite(s);
+                }
+                s
+            })
+            .collect())
     }
 
     fn respell(&self, mut statement: Statement) -> Statement {
@@ -96,6 +129,18 @@ impl SqlParser {
         }
         statement
     }
+}
+
+/// The text of `statements` with each `'f'::regproc` literal as its name,
+/// if there is one: the compatibility parser would make it an oid subquery,
+/// while the catalogs hold function names where clients compare them.
+fn regprocs_named(statements: Vec<Statement>) -> Option<String> {
+    let before: Vec<String> = statements.iter().map(ToString::to_string).collect();
+    let after: Vec<String> = statements
+        .into_iter()
+        .map(|s| RegprocLiterals.rewrite(s).to_string())
+        .collect();
+    (before != after).then(|| after.join(";\n"))
 }
 
 /// Row values whose first element is not a column or a literal, which

@@ -55,6 +55,8 @@ const READ_ONLY: &[&str] = &[
     "integer_datetimes",
     "max_identifier_length",
     "is_superuser",
+    "max_index_keys",
+    "block_size",
 ];
 
 impl Default for Vars {
@@ -76,7 +78,12 @@ impl Default for Vars {
             ("integer_datetimes", "on"),
             ("max_identifier_length", "63"),
             ("is_superuser", "on"),
+            // PostgreSQL's compiled-in limits, which pgJDBC reads.
+            ("max_index_keys", "32"),
+            ("block_size", "8192"),
             ("statement_timeout", "0"),
+            // No JIT compiler here; asyncpg turns it off on connect.
+            ("jit", "off"),
             // No writes through SQL, so every read sees committed entities.
             ("transaction_isolation", "read committed"),
             ("default_transaction_isolation", "read committed"),
@@ -142,6 +149,12 @@ impl Vars {
 
     fn all(&self) -> impl Iterator<Item = (&String, &String)> {
         self.values.iter()
+    }
+
+    /// The parameters every session starts with, in name order: the rows
+    /// of `pg_settings`.
+    pub fn default_names() -> Vec<String> {
+        Self::default().values.into_keys().collect()
     }
 }
 
@@ -296,7 +309,7 @@ fn text_result(columns: &[(&str, Vec<&str>)]) -> PgWireResult<QueryResponse> {
         .collect();
     let batch = RecordBatch::try_new(schema.clone(), arrays)
         .map_err(|e| error(super::sqlstate::INTERNAL_ERROR, e.to_string()))?;
-    let fields = Arc::new(plan_fields(&schema, &Format::UnifiedText)?);
+    let fields = Arc::new(plan_fields(&schema, &Format::UnifiedText, false)?);
     let rows: Vec<_> = arrow_pg::datatypes::encode_recordbatch(fields.clone(), batch).collect();
     Ok(QueryResponse::new(fields, futures::stream::iter(rows)))
 }

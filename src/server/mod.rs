@@ -14,17 +14,19 @@ mod connection;
 pub mod current_setting;
 pub mod direct;
 mod frames;
+mod params;
+mod pg_catalog;
 pub mod plan;
 mod savepoints;
 pub mod session;
 pub mod sqlstate;
 pub mod tls;
+mod vectors;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
@@ -100,12 +102,9 @@ impl Server {
             Some((cert, key)) => Some(tls::acceptor(cert, key)?),
             None => None,
         };
-        datafusion_pg_catalog::setup_pg_catalog(
-            engine.context(),
-            "datafusion",
-            EmptyContextProvider,
-        )
-        .map_err(|e| ServerError::Catalog(e.to_string()))?;
+        pg_catalog::install(engine.context())
+            .await
+            .map_err(|e| ServerError::Catalog(e.to_string()))?;
         let listener =
             TcpListener::bind(config.listen)
                 .await

@@ -34,12 +34,15 @@ use pgwire::messages::data::DataRow;
 
 use super::cancel::{Guard, guarded};
 use super::direct;
+use super::params;
 use super::sqlstate::{
     CONNECTION_FAILURE, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error, engine_error, error,
     parser_error,
 };
+use super::vectors;
 use crate::engine::Engine;
 use crate::exec::DmlExec;
+use crate::planner::sql::reads_system_catalog;
 
 /// A statement as Parse left it.
 #[derive(Debug)]
@@ -47,6 +50,8 @@ pub struct Prepared {
     pub sql: String,
     /// The statement as parsed and printed again: what a page token names.
     pub text: String,
+    /// Whether it reads the system catalogs (see `vectors::is_oid_list`).
+    pub catalog: bool,
     pub kind: Kind,
 }
 
@@ -110,17 +115,25 @@ impl Planner {
     pub async fn prepare(&self, sql: &str, statement: Statement) -> PgWireResult<Prepared> {
         let write = write_tag(&statement);
         let text = statement.to_string();
+        let oids = params::oid_placeholders(&statement);
+        let catalog = reads_system_catalog(&statement);
         if !is_query(&statement) && write.is_none() {
             return Ok(Prepared {
                 sql: sql.to_owned(),
                 text,
+                catalog,
                 kind: Kind::Command(Box::new(statement)),
             });
         }
         let plan = self.logical(statement).await?;
-        let types = plan
+        let mut types = plan
             .get_parameter_types()
             .map_err(|e| datafusion_error(&e))?;
+        for (id, t) in params::cast_placeholder_types(&plan).map_err(|e| datafusion_error(&e))? {
+            if let Some(slot @ None) = types.get_mut(&id) {
+                *slot = Some(t);
+            }
+        }
         // Placeholders are $1..$n; their types in that order.
         let mut numbered: Vec<(usize, Option<DataType>)> = types
             .into_iter()
@@ -130,14 +143,17 @@ impl Planner {
         let params: Vec<Option<DataType>> = numbered.into_iter().map(|(_, t)| t).collect();
         let param_types = params
             .iter()
-            .map(|t| match t {
-                Some(t) => into_pg_type(t),
-                None => Ok(Type::UNKNOWN),
+            .enumerate()
+            .map(|(i, t)| match (oids.get(&(i + 1)), t) {
+                (Some(oid), _) => Ok(oid.clone()),
+                (None, Some(t)) => into_pg_type(t),
+                (None, None) => Ok(Type::UNKNOWN),
             })
             .collect::<PgWireResult<Vec<_>>>()?;
         Ok(Prepared {
             sql: sql.to_owned(),
             text,
+            catalog,
             kind: Kind::Query {
                 plan,
                 params,
@@ -150,8 +166,9 @@ impl Planner {
     /// Plans a query from its text and starts it (the simple protocol).
     pub async fn query(&self, statement: Statement, guard: Guard) -> PgWireResult<QueryResponse> {
         let text = statement.to_string();
+        let catalog = reads_system_catalog(&statement);
         let plan = self.logical(statement).await?;
-        self.run(&plan, Some(&text), &Format::UnifiedText, guard)
+        self.run(&plan, Some(&text), catalog, &Format::UnifiedText, guard)
             .await
     }
 
@@ -257,8 +274,14 @@ impl Planner {
                 ..
             } if !params.is_empty() => {
                 let inferred: Vec<Option<&DataType>> = params.iter().map(Option::as_ref).collect();
-                let server: Vec<Option<&Type>> = param_types.iter().map(Some).collect();
-                deserialize_parameters_with_server_types(portal, &inferred, &server)?
+                let server: Vec<Option<&Type>> = param_types
+                    .iter()
+                    .map(|t| Some(params::decoded_as(t)))
+                    .collect();
+                match params::oid_lists_as_int4(portal) {
+                    Some(p) => deserialize_parameters_with_server_types(&p, &inferred, &server)?,
+                    None => deserialize_parameters_with_server_types(portal, &inferred, &server)?,
+                }
             }
             _ => ParamValues::List(Vec::new()),
         })
@@ -335,7 +358,8 @@ impl Planner {
         // A page token names the statement with its values.
         let text = format!("{}\n{values:?}", prepared.text);
         let statement = paged.then_some(text.as_str());
-        self.run(&plan, statement, format, guard).await
+        self.run(&plan, statement, prepared.catalog, format, guard)
+            .await
     }
 
     /// Physical planning (or the direct path, `direct.rs`) and execution of
@@ -348,10 +372,12 @@ impl Planner {
         &self,
         plan: &LogicalPlan,
         statement: Option<&str>,
+        catalog: bool,
         format: &Format,
         mut guard: Guard,
     ) -> PgWireResult<QueryResponse> {
-        let fields = Arc::new(result_fields(plan.schema().as_arrow(), format)?);
+        let vectors = vectors::vector_columns(plan.schema().as_arrow());
+        let fields = Arc::new(result_fields(plan.schema().as_arrow(), format, catalog)?);
         // Under `tablesql.page_size`, a query of one table is one page.
         let paged = match statement {
             Some(statement) => {
@@ -370,7 +396,7 @@ impl Planner {
             let batches = futures::stream::iter(page.batches.into_iter().map(Ok));
             let stream: SendableRecordBatchStream =
                 Box::pin(RecordBatchStreamAdapter::new(page.schema, batches));
-            return respond(fields, stream, guard).await;
+            return respond(fields, stream, vectors, guard).await;
         }
         let snapshot = self.snapshot();
         let direct = guard
@@ -387,7 +413,7 @@ impl Planner {
                 execute_stream(physical, snapshot.task.clone()).map_err(|e| datafusion_error(&e))?
             }
         };
-        respond(fields, stream, guard).await
+        respond(fields, stream, vectors, guard).await
     }
 }
 
@@ -396,6 +422,7 @@ impl Planner {
 async fn respond(
     fields: Arc<Vec<FieldInfo>>,
     stream: SendableRecordBatchStream,
+    vectors: Vec<usize>,
     guard: Guard,
 ) -> PgWireResult<QueryResponse> {
     // Fused: the first poll may already have ended it.
@@ -406,7 +433,9 @@ async fn respond(
     let rows = rest
         .map(
             move |batch| -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send> {
-                match batch {
+                match batch.and_then(|b| {
+                    vectors::wire_batch(b, &vectors).map_err(|e| datafusion_error(&e))
+                }) {
                     Ok(b) => encode_recordbatch(encode_fields.clone(), b),
                     Err(e) => Box::new(std::iter::once(Err(e))),
                 }
@@ -444,9 +473,46 @@ fn bind(
     if params.is_empty() {
         return Ok(plan.clone());
     }
-    plan.clone()
+    let plan = plan
+        .clone()
         .replace_params_with_values(values)
-        .map_err(|e| datafusion_error(&e))
+        .map_err(|e| datafusion_error(&e))?;
+    fold_limits(plan).map_err(|e| datafusion_error(&e))
+}
+
+/// `LIMIT $1::INTEGER` bound after optimization is a cast of a literal, and
+/// the physical planner takes only a literal there (psycopg 3 sends
+/// SQLAlchemy's `.limit(n)` so): each cast is folded into its literal.
+fn fold_limits(plan: LogicalPlan) -> datafusion::error::Result<LogicalPlan> {
+    use datafusion::common::tree_node::{Transformed, TreeNode};
+    use datafusion::logical_expr::{Expr, Limit};
+    fn fold(e: Box<Expr>) -> datafusion::error::Result<Box<Expr>> {
+        match *e {
+            Expr::Cast(c) => match *fold(c.expr)? {
+                Expr::Literal(v, meta) => Ok(Box::new(Expr::Literal(
+                    v.cast_to(c.field.data_type())?,
+                    meta,
+                ))),
+                other => Ok(Box::new(Expr::Cast(
+                    datafusion::logical_expr::Cast::new_from_field(Box::new(other), c.field),
+                ))),
+            },
+            other => Ok(Box::new(other)),
+        }
+    }
+    plan.transform_up(|p| match p {
+        LogicalPlan::Limit(Limit { skip, fetch, input }) => {
+            let skip = skip.map(fold).transpose()?;
+            let fetch = fetch.map(fold).transpose()?;
+            Ok(Transformed::yes(LogicalPlan::Limit(Limit {
+                skip,
+                fetch,
+                input,
+            })))
+        }
+        other => Ok(Transformed::no(other)),
+    })
+    .map(|t| t.data)
 }
 
 /// Whether a statement writes when it runs: a write, or EXPLAIN ANALYZE of one.
@@ -480,9 +546,32 @@ pub fn write_tag(statement: &Statement) -> Option<&'static str> {
     }
 }
 
-/// The row description of a result.
-pub fn result_fields(schema: &Schema, format: &Format) -> PgWireResult<Vec<FieldInfo>> {
-    arrow_schema_to_pg_fields(schema, format, None)
+/// The row description of a result (its vector columns as text; in a
+/// query over the system catalogs, lists of int4 as `oid[]`).
+pub fn result_fields(
+    schema: &Schema,
+    format: &Format,
+    catalog: bool,
+) -> PgWireResult<Vec<FieldInfo>> {
+    let wire = vectors::wire_schema(schema, &vectors::vector_columns(schema));
+    let fields = arrow_schema_to_pg_fields(&wire, format, None)?;
+    Ok(fields
+        .into_iter()
+        .zip(wire.fields())
+        .map(|(info, field)| {
+            if catalog && vectors::is_oid_list(field) {
+                FieldInfo::new(
+                    info.name().to_owned(),
+                    info.table_id(),
+                    info.column_id(),
+                    Type::OID_ARRAY,
+                    info.format(),
+                )
+            } else {
+                info
+            }
+        })
+        .collect())
 }
 
 /// Statements planned as queries; the rest are commands.
@@ -534,6 +623,7 @@ impl QueryParser for Planner {
             Kind::Query { plan, .. } => result_fields(
                 plan.schema().as_arrow(),
                 format.unwrap_or(&Format::UnifiedText),
+                stmt.catalog,
             ),
             Kind::Command(statement) => super::command::result_fields(statement),
         }

@@ -45,6 +45,9 @@ impl Session {
         planner
             .ctx
             .register_udf(super::current_setting::udf(vars.clone()));
+        planner
+            .ctx
+            .register_udf(super::current_setting::set_config_udf(vars.clone()));
         planner.configuration_changed();
         Self {
             planner: Arc::new(planner),

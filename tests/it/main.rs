@@ -3,6 +3,7 @@
 mod azure;
 mod azurite;
 mod cli;
+mod clients;
 mod conformance;
 mod differential;
 mod embedded;

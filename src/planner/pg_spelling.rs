@@ -1,0 +1,278 @@
+//! PostgreSQL spellings DataFusion lacks, rewritten to ones it plans with
+//! the same meaning. [`LikeEscape`] applies to every statement; the others
+//! only to statements over the system catalogs, where the catalog tables
+//! store what they compare (`typinput` holds a function's name, not its
+//! oid).
+
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    AccessExpr, CastKind, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, Statement, Value,
+    ValueWithSpan, visit_expressions_mut,
+};
+use datafusion_pg_catalog::sql::rules::SqlStatementRewriteRule;
+
+/// The function that turns a pattern with another escape character into
+/// one with backslash, PostgreSQL's own `like_escape(pattern, escape)`.
+pub const LIKE_ESCAPE: &str = "like_escape";
+
+/// The list form of `_pg_expandarray`: `(x, n)` pairs of an array's
+/// elements and their positions, which `unnest` turns into rows.
+pub const EXPANDARRAY_ITEMS: &str = "tablesql_expandarray_items";
+
+/// The list of an array's subscripts in one dimension, from 1.
+pub const SUBSCRIPTS: &str = "tablesql_subscripts";
+
+/// `a LIKE p ESCAPE 'c'` (SQLAlchemy's `startswith`, `NOT LIKE 'pg/_%'
+/// ESCAPE '/'`): DataFusion reads only a backslash as the escape, so any
+/// other escape character becomes `a LIKE like_escape(p, 'c')`.
+#[derive(Debug)]
+pub struct LikeEscape;
+
+impl SqlStatementRewriteRule for LikeEscape {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
+            if let Expr::Like {
+                pattern,
+                escape_char,
+                ..
+            }
+            | Expr::ILike {
+                pattern,
+                escape_char,
+                ..
+            } = e
+                && let Some(escape) = escape_char.take_if(|c| !is_backslash(&c.value))
+            {
+                let p = std::mem::replace(pattern.as_mut(), Expr::value(Value::Null));
+                **pattern = call(LIKE_ESCAPE, vec![p, Expr::Value(escape)]);
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        s
+    }
+}
+
+fn is_backslash(v: &Value) -> bool {
+    matches!(v, Value::SingleQuotedString(s) if s == "\\")
+}
+
+/// `_pg_expandarray(a)`, information_schema's set-returning function of
+/// `(x, n)` records that pgJDBC selects (`(_pg_expandarray(i.indkey)).n`),
+/// as `unnest` of a list of such structs, which DataFusion plans in a
+/// SELECT list.
+#[derive(Debug)]
+pub struct ExpandArray;
+
+impl SqlStatementRewriteRule for ExpandArray {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
+            if let Expr::Function(f) = e
+                && last_name(&f.name).is_some_and(|n| n.eq_ignore_ascii_case("_pg_expandarray"))
+                && let FunctionArguments::List(list) = &mut f.args
+            {
+                let args = std::mem::take(&mut list.args)
+                    .into_iter()
+                    .filter_map(|a| match a {
+                        FunctionArg::Unnamed(FunctionArgExpr::Expr(x)) => Some(x),
+                        _ => None,
+                    })
+                    .collect();
+                *e = call("unnest", vec![call(EXPANDARRAY_ITEMS, args)]);
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        s
+    }
+}
+
+/// `generate_subscripts(a, 1)` (SQLAlchemy's reading of index columns, beside
+/// `unnest(a)`) as `unnest` of the list of `a`'s subscripts: set-returning
+/// calls in one SELECT list advance together, in PostgreSQL and in
+/// DataFusion alike.
+#[derive(Debug)]
+pub struct GenerateSubscripts;
+
+impl SqlStatementRewriteRule for GenerateSubscripts {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
+            if let Expr::Function(f) = e
+                && last_name(&f.name).is_some_and(|n| n.eq_ignore_ascii_case("generate_subscripts"))
+                && let FunctionArguments::List(list) = &mut f.args
+                && let [
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(array)),
+                    FunctionArg::Unnamed(FunctionArgExpr::Expr(dim)),
+                ] = list.args.as_mut_slice()
+            {
+                let array = std::mem::replace(array, Expr::value(Value::Null));
+                let dim = std::mem::replace(dim, Expr::value(Value::Null));
+                *e = call("unnest", vec![call(SUBSCRIPTS, vec![array, dim])]);
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        s
+    }
+}
+
+/// `(expr).field`, PostgreSQL's selection of a composite's field, where
+/// `expr` is not a plain column name: DataFusion reads the field name only
+/// as a string there (`(expr)['field']`), so it becomes one, folded to
+/// lower case unless quoted as PostgreSQL folds it.
+#[derive(Debug)]
+pub struct FieldSelection;
+
+impl SqlStatementRewriteRule for FieldSelection {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
+            if let Expr::CompoundFieldAccess { root, access_chain } = e
+                && !matches!(root.as_ref(), Expr::Identifier(_))
+            {
+                for access in access_chain.iter_mut() {
+                    if let AccessExpr::Dot(Expr::Identifier(ident)) = access {
+                        let name = if ident.quote_style.is_some() {
+                            ident.value.clone()
+                        } else {
+                            ident.value.to_lowercase()
+                        };
+                        *access = AccessExpr::Dot(Expr::value(Value::SingleQuotedString(name)));
+                    }
+                }
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        s
+    }
+}
+
+/// `'pg_catalog.array_in'::regproc` compared with `pg_type.typinput`
+/// (pgJDBC's type cache): the catalog holds function names there, so the
+/// literal stands for its unqualified name.
+#[derive(Debug)]
+pub struct RegprocLiterals;
+
+impl SqlStatementRewriteRule for RegprocLiterals {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
+            if let Expr::Cast {
+                kind: CastKind::DoubleColon | CastKind::Cast,
+                expr,
+                data_type: DataType::Custom(name, _),
+                ..
+            } = e
+                && last_name(name).is_some_and(|n| {
+                    n.eq_ignore_ascii_case("regproc") || n.eq_ignore_ascii_case("regprocedure")
+                })
+                && let Expr::Value(ValueWithSpan {
+                    value: Value::SingleQuotedString(text),
+                    ..
+                }) = expr.as_ref()
+            {
+                let bare = text.rsplit('.').next().unwrap_or(text);
+                let bare = bare.split('(').next().unwrap_or(bare).to_owned();
+                *e = Expr::value(Value::SingleQuotedString(bare));
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        s
+    }
+}
+
+fn last_name(name: &ObjectName) -> Option<&str> {
+    name.0
+        .last()
+        .and_then(ObjectNamePart::as_ident)
+        .map(|i| i.value.as_str())
+}
+
+fn call(name: &str, args: Vec<Expr>) -> Expr {
+    Expr::Function(Function {
+        name: ObjectName::from(vec![Ident::new(name)]),
+        uses_odbc_syntax: false,
+        parameters: FunctionArguments::None,
+        args: FunctionArguments::List(FunctionArgumentList {
+            duplicate_treatment: None,
+            args: args
+                .into_iter()
+                .map(|a| FunctionArg::Unnamed(FunctionArgExpr::Expr(a)))
+                .collect(),
+            clauses: Vec::new(),
+        }),
+        filter: None,
+        null_treatment: None,
+        over: None,
+        within_group: Vec::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+
+    fn rewritten(rule: &dyn SqlStatementRewriteRule, sql: &str) -> String {
+        let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap_or_default();
+        assert_eq!(statements.len(), 1, "{sql}");
+        rule.rewrite(statements.remove(0)).to_string()
+    }
+
+    #[test]
+    fn another_escape_character_becomes_like_escape() {
+        assert_eq!(
+            rewritten(&LikeEscape, "SELECT a NOT LIKE $1 || '%' ESCAPE '/' FROM t"),
+            "SELECT a NOT LIKE like_escape($1 || '%', '/') FROM t"
+        );
+        assert_eq!(
+            rewritten(&LikeEscape, "SELECT a ILIKE 'x!%' ESCAPE '!' FROM t"),
+            "SELECT a ILIKE like_escape('x!%', '!') FROM t"
+        );
+        // A backslash is DataFusion's own escape: left as written.
+        let same = "SELECT a LIKE 'x\\%' ESCAPE '\\' FROM t";
+        assert_eq!(rewritten(&LikeEscape, same), same);
+    }
+
+    #[test]
+    fn expandarray_becomes_unnest_of_its_items() {
+        assert_eq!(
+            rewritten(
+                &ExpandArray,
+                "SELECT (information_schema._pg_expandarray(i.indkey)).n FROM pg_index i"
+            ),
+            "SELECT (unnest(tablesql_expandarray_items(i.indkey))).n FROM pg_index i"
+        );
+    }
+
+    #[test]
+    fn generate_subscripts_becomes_unnest_of_subscripts() {
+        assert_eq!(
+            rewritten(
+                &GenerateSubscripts,
+                "SELECT unnest(indkey), generate_subscripts(indkey, 1) FROM pg_index"
+            ),
+            "SELECT unnest(indkey), unnest(tablesql_subscripts(indkey, 1)) FROM pg_index"
+        );
+    }
+
+    #[test]
+    fn a_field_of_an_expression_is_selected_by_its_name() {
+        assert_eq!(
+            rewritten(
+                &FieldSelection,
+                "SELECT (r.KEYS).x, (f(a)).\"N\", t.c FROM r, t"
+            ),
+            "SELECT (r.KEYS).'x', (f(a)).'N', t.c FROM r, t"
+        );
+    }
+
+    #[test]
+    fn regproc_literals_stand_for_their_names() {
+        assert_eq!(
+            rewritten(
+                &RegprocLiterals,
+                "SELECT typinput = 'pg_catalog.array_in'::regproc FROM pg_type"
+            ),
+            "SELECT typinput = 'array_in' FROM pg_type"
+        );
+    }
+}

@@ -1,0 +1,353 @@
+//! The client matrix: the drivers and tools users reach a Postgres with,
+//! each run for real against `tablesql serve` with a plain connection (no
+//! option, no workaround), each checked against what tokio-postgres reads
+//! from the same server with the same SQL.
+//!
+//! - SQLAlchemy 2.1.9 over psycopg 3.3.9 and over psycopg2 2.9.13: the
+//!   inspector, a reflected `Table`'s select, a bound query, `pandas.read_sql`
+//!   (pandas 3.1.1);
+//! - asyncpg 0.32.0: prepared statements, a cursor in a transaction, its
+//!   type introspection (an array result);
+//! - node-postgres 8.23.1 with pg-cursor 2.22.0: a parameterised query and a
+//!   cursor;
+//! - pgJDBC 42.5.5 (Debian's): DatabaseMetaData as BI tools sync it, a
+//!   prepared query read with a fetch size, timestamps.
+//!
+//! The clients are `tests/clients/*`, installed by `scripts/python-env`,
+//! `scripts/node-clients` and `scripts/jdbc-client` (`scripts/test` names
+//! them in `TABLESQL_TEST_PYTHON`, `TABLESQL_TEST_NODE_MODULES` and
+//! `TABLESQL_TEST_JDBC`).
+
+use std::process::Command;
+
+use serde_json::{Value, json};
+use tokio_postgres::Client;
+use tokio_postgres::types::ToSql;
+
+use crate::server::serve;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+fn env(name: &str) -> Result<String, String> {
+    std::env::var(name).map_err(|_| format!("{name} is not set: run the tests with ./scripts/test"))
+}
+
+fn client_file(name: &str) -> String {
+    format!("{}/tests/clients/{name}", env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Runs a client to the end (bounded: each connects to one local server and
+/// runs a fixed script); its standard output.
+fn run(mut command: Command) -> Result<String, Box<dyn std::error::Error>> {
+    let out = command.output()?;
+    let stdout = String::from_utf8(out.stdout)?;
+    if !out.status.success() {
+        return Err(format!(
+            "{command:?} failed: {}\n{stdout}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(stdout)
+}
+
+/// The rows of a query as JSON values, column by column as text, i32, i64
+/// or f64, for comparison with what a client printed.
+async fn rows(
+    client: &Client,
+    sql: &str,
+    params: &[&(dyn ToSql + Sync)],
+) -> Result<Vec<Vec<Value>>, Box<dyn std::error::Error>> {
+    use tokio_postgres::types::Type;
+    let mut out = Vec::new();
+    for row in client.query(sql, params).await? {
+        let mut values = Vec::new();
+        for (i, column) in row.columns().iter().enumerate() {
+            values.push(match *column.type_() {
+                Type::INT4 => json!(row.get::<_, Option<i32>>(i)),
+                Type::INT8 => json!(row.get::<_, Option<i64>>(i)),
+                Type::FLOAT8 => json!(row.get::<_, Option<f64>>(i)),
+                _ => json!(row.get::<_, Option<String>>(i)),
+            });
+        }
+        out.push(values);
+    }
+    Ok(out)
+}
+
+/// `registered` as epoch milliseconds, as the clients print timestamps.
+const EPOCH_MS: &str = "CAST(date_part('epoch', registered) * 1000 AS BIGINT)";
+
+fn sqlalchemy(driver: &str) -> TestResult {
+    let server = serve(1000, &[])?;
+    let mut command = Command::new(env("TABLESQL_TEST_PYTHON")?);
+    command.args([
+        &client_file("sqlalchemy_client.py"),
+        driver,
+        &server.addr.port().to_string(),
+        "tablesql",
+        "tablesql",
+    ]);
+    let out: Value = serde_json::from_str(&run(command)?)?;
+    assert_eq!(out["sqlalchemy"], "2.1.9", "{out}");
+    // The dialect parsed the version it picks its catalog queries by.
+    assert_eq!(out["server_version_info"], json!([16, 6]), "{out}");
+    // Each table once, though `raw` holds a table of each name too.
+    assert_eq!(out["tables"], json!(["events", "registrations"]), "{out}");
+    assert_eq!(out["schemas"], json!(["public", "raw"]), "{out}");
+    assert_eq!(out["views"], json!([]), "{out}");
+    let columns = out["columns"].as_array().ok_or("no columns")?;
+    let declared: Vec<Value> = columns.iter().take(9).cloned().collect();
+    assert_eq!(
+        declared,
+        [
+            ("event", "TEXT", false),
+            ("distance", "TEXT", false),
+            ("bib", "INTEGER", false),
+            ("name", "TEXT", false),
+            ("gender", "TEXT", false),
+            ("age", "INTEGER", false),
+            ("finish", "BIGINT", true),
+            ("registered", "TIMESTAMP", true),
+            ("club", "TEXT", true),
+        ]
+        .iter()
+        .map(|(n, t, nullable)| json!({"name": n, "type": t, "nullable": nullable}))
+        .collect::<Vec<_>>(),
+        "{out}"
+    );
+    assert_eq!(
+        out["pk"]["constrained_columns"],
+        json!(["event", "distance", "bib"]),
+        "{out}"
+    );
+    assert_eq!(out["pk"]["name"], "registrations_pkey", "{out}");
+    assert_eq!(
+        out["indexes"],
+        json!([{"name": "age", "columns": ["age", "bib", "name", "gender"], "unique": false}]),
+        "{out}"
+    );
+    assert_eq!(out["foreign_keys"], json!([]), "{out}");
+
+    let client = block_on(server.connect())?;
+    let expected = block_on(rows(
+        &client,
+        "SELECT bib, name, age FROM registrations WHERE age >= $1 \
+         ORDER BY event, distance, bib LIMIT 3",
+        &[&60i32],
+    ))?;
+    assert_eq!(out["reflected_select"], json!(expected), "{out}");
+    let expected = block_on(rows(
+        &client,
+        "SELECT name FROM registrations WHERE bib = $1 ORDER BY event, distance",
+        &[&7i32],
+    ))?;
+    assert_eq!(out["bound"], json!(expected), "{out}");
+    let expected = block_on(rows(&client, "SELECT count(*) FROM registrations", &[]))?;
+    assert_eq!(out["count"], expected[0][0], "{out}");
+    let groups = block_on(rows(
+        &client,
+        "SELECT gender, count(*), avg(age) FROM registrations GROUP BY gender ORDER BY gender",
+        &[],
+    ))?;
+    let frame = out["pandas"]["rows"].as_array().ok_or("no frame")?;
+    assert_eq!(out["pandas"]["columns"], json!(["gender", "n", "mean_age"]));
+    assert_eq!(frame.len(), groups.len(), "{out}");
+    for (got, want) in frame.iter().zip(&groups) {
+        assert_eq!(got[0], want[0], "{out}");
+        assert_eq!(got[1], json!(want[1].to_string()), "{out}");
+        let mean: f64 = got[2].as_str().ok_or("mean")?.parse()?;
+        assert!(
+            (mean - want[2].as_f64().ok_or("avg")?).abs() < 1e-9,
+            "{out}"
+        );
+    }
+    Ok(())
+}
+
+#[test]
+fn sqlalchemy_over_psycopg3_inspects_and_queries() -> TestResult {
+    sqlalchemy("psycopg")
+}
+
+#[test]
+fn sqlalchemy_over_psycopg2_inspects_and_queries() -> TestResult {
+    sqlalchemy("psycopg2")
+}
+
+#[test]
+fn asyncpg_prepares_iterates_a_cursor_and_introspects_types() -> TestResult {
+    let server = serve(1000, &[])?;
+    let mut command = Command::new(env("TABLESQL_TEST_PYTHON")?);
+    command.args([
+        &client_file("asyncpg_client.py"),
+        &server.addr.port().to_string(),
+        "tablesql",
+        "tablesql",
+    ]);
+    let out: Value = serde_json::from_str(&run(command)?)?;
+    assert_eq!(out["asyncpg"], "0.32.0", "{out}");
+    assert_eq!(out["server_version"], json!([16, 0]), "{out}");
+    let client = block_on(server.connect())?;
+    let mut prepared = Vec::new();
+    for bib in [3i32, 5, 7] {
+        prepared.extend(block_on(rows(
+            &client,
+            "SELECT name, age FROM registrations WHERE bib = $1 ORDER BY event, distance LIMIT 1",
+            &[&bib],
+        ))?);
+    }
+    assert_eq!(out["prepared"], json!(prepared), "{out}");
+    assert_eq!(out["prepared_types"], json!(["text", "int4"]), "{out}");
+    let cursor = block_on(rows(
+        &client,
+        &format!(
+            "SELECT bib, {EPOCH_MS} FROM registrations WHERE age >= $1 \
+             ORDER BY event, distance, bib LIMIT 8"
+        ),
+        &[&30i32],
+    ))?;
+    assert_eq!(out["cursor"], json!(cursor), "{out}");
+    assert_eq!(out["array"], json!([1, 2, 3]), "{out}");
+    Ok(())
+}
+
+#[test]
+fn node_postgres_binds_parameters_and_reads_a_cursor() -> TestResult {
+    let server = serve(1000, &[])?;
+    let mut command = Command::new("node");
+    command
+        .args([
+            &client_file("node_client.js"),
+            &server.addr.port().to_string(),
+            "tablesql",
+            "tablesql",
+        ])
+        .env("NODE_PATH", env("TABLESQL_TEST_NODE_MODULES")?);
+    let out: Value = serde_json::from_str(&run(command)?)?;
+    assert_eq!(out["pg"], "8.23.1", "{out}");
+    assert_eq!(out["pg_cursor"], "2.22.0", "{out}");
+    let client = block_on(server.connect())?;
+    let expected: Vec<Value> = block_on(rows(
+        &client,
+        "SELECT name, age FROM registrations WHERE bib = $1 ORDER BY event, distance",
+        &[&7i32],
+    ))?
+    .into_iter()
+    .map(|r| json!({"name": r[0], "age": r[1]}))
+    .collect();
+    assert_eq!(out["parameterised"], json!(expected), "{out}");
+    // text and int4, by their type oids.
+    assert_eq!(out["fields"], json!([["name", 25], ["age", 23]]), "{out}");
+    let cursor: Vec<Value> = block_on(rows(
+        &client,
+        "SELECT bib FROM registrations WHERE age >= $1 ORDER BY event, distance, bib LIMIT 6",
+        &[&30i32],
+    ))?
+    .into_iter()
+    .map(|r| r[0].clone())
+    .collect();
+    assert_eq!(out["cursor"], json!(cursor), "{out}");
+    // node-postgres reads int8 as a string.
+    assert_eq!(out["count"], "1000", "{out}");
+    Ok(())
+}
+
+#[test]
+fn pgjdbc_metadata_as_bi_tools_sync_it() -> TestResult {
+    let server = serve(1000, &[])?;
+    let mut command = Command::new("java");
+    command.args([
+        "-cp",
+        &env("TABLESQL_TEST_JDBC")?,
+        &client_file("JdbcClient.java"),
+        &server.addr.port().to_string(),
+        "tablesql",
+        "tablesql",
+    ]);
+    let stdout = run(command)?;
+    let out: std::collections::HashMap<&str, &str> =
+        stdout.lines().filter_map(|l| l.split_once('\t')).collect();
+    let get = |k: &str| out.get(k).copied().unwrap_or("<missing>");
+    assert_eq!(get("driver"), "42.5.5", "{stdout}");
+    assert_eq!(get("product"), "PostgreSQL 16.6", "{stdout}");
+    assert_eq!(get("catalogs"), "[tablesql]", "{stdout}");
+    assert_eq!(get("schemas"), "[pg_catalog, public, raw]", "{stdout}");
+    assert_eq!(
+        get("tables"),
+        "[public|events|TABLE, public|registrations|TABLE]",
+        "{stdout}"
+    );
+    assert!(
+        get("columns").starts_with("[event|text|12|NO, distance|text|12|NO, bib|int4|4|NO,"),
+        "{stdout}"
+    );
+    assert_eq!(
+        get("primary_keys"),
+        "[event|1|registrations_pkey, distance|2|registrations_pkey, bib|3|registrations_pkey]",
+        "{stdout}"
+    );
+    assert_eq!(
+        get("index_info"),
+        "[registrations_pkey|false|1|event, registrations_pkey|false|2|distance, \
+         registrations_pkey|false|3|bib, age|true|1|age, age|true|2|bib, age|true|3|name, \
+         age|true|4|gender]",
+        "{stdout}"
+    );
+    assert_eq!(get("imported_keys"), "[]", "{stdout}");
+    assert!(get("type_info_count").parse::<usize>()? > 100, "{stdout}");
+    assert_eq!(get("type_info_has_int4"), "true", "{stdout}");
+    assert!(get("functions_count").parse::<usize>()? > 0, "{stdout}");
+
+    let client = block_on(server.connect())?;
+    let fetched: Vec<String> = block_on(rows(
+        &client,
+        &format!(
+            "SELECT bib, name, {EPOCH_MS} FROM registrations WHERE age >= $1 \
+             ORDER BY event, distance, bib LIMIT 7"
+        ),
+        &[&30i32],
+    ))?
+    .into_iter()
+    .map(|r| format!("{}|{}|{}", r[0], r[1].as_str().unwrap_or("?"), r[2]))
+    .collect();
+    assert_eq!(
+        get("fetch_size_rows"),
+        format!("[{}]", fetched.join(", ")),
+        "{stdout}"
+    );
+    for bib in [3i32, 5] {
+        let ts = block_on(rows(
+            &client,
+            &format!(
+                "SELECT {EPOCH_MS} FROM registrations WHERE bib = $1 \
+                 ORDER BY event, distance LIMIT 1"
+            ),
+            &[&bib],
+        ))?;
+        assert_eq!(
+            get(&format!("timestamp_{bib}")),
+            ts[0][0].to_string(),
+            "{stdout}"
+        );
+    }
+    Ok(())
+}
+
+/// These tests run their clients as blocking processes; tokio-postgres
+/// needs a runtime of its own beside them.
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RT: std::sync::OnceLock<tokio::runtime::Runtime> = std::sync::OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("a tokio runtime: {e}"))
+    })
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    runtime().block_on(f)
+}
