@@ -1,15 +1,16 @@
 //! PostgreSQL spellings DataFusion lacks, rewritten to ones it plans with
-//! the same meaning. [`LikeEscape`] applies to every statement; the others
-//! only to statements over the system catalogs, where the catalog tables
-//! store what they compare (`typinput` holds a function's name, not its
-//! oid).
+//! the same meaning. [`LikeEscape`], [`GenerateSubscripts`] and
+//! [`FieldSelection`] apply to every statement; [`ExpandArray`] and
+//! [`RegprocLiterals`] only to statements over the system catalogs, where
+//! the catalog tables store what they compare (`typinput` holds a
+//! function's name, not its oid).
 
 use std::ops::ControlFlow;
 
 use datafusion::sql::sqlparser::ast::{
-    AccessExpr, CastKind, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
-    FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, Statement, Value,
-    ValueWithSpan, visit_expressions_mut,
+    AccessExpr, DataType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
+    FunctionArguments, Ident, ObjectName, ObjectNamePart, Statement, Value, ValueWithSpan,
+    visit_expressions_mut,
 };
 use datafusion_pg_catalog::sql::rules::SqlStatementRewriteRule;
 
@@ -145,37 +146,85 @@ impl SqlStatementRewriteRule for FieldSelection {
     }
 }
 
-/// `'pg_catalog.array_in'::regproc` compared with `pg_type.typinput`
-/// (pgJDBC's type cache): the catalog holds function names there, so the
-/// literal stands for its unqualified name.
+/// `typinput = 'pg_catalog.array_in'::regproc` (pgJDBC's type cache):
+/// datafusion-pg-catalog's `pg_type` holds function names in its regproc
+/// columns, so a regproc literal compared with one of them stands for its
+/// unqualified name. Elsewhere (`p.oid = 'now'::regproc`) it is left to
+/// become an oid.
 #[derive(Debug)]
 pub struct RegprocLiterals;
+
+/// `pg_type`'s columns that name a function.
+const REGPROC_COLUMNS: [&str; 7] = [
+    "typinput",
+    "typoutput",
+    "typreceive",
+    "typsend",
+    "typmodin",
+    "typmodout",
+    "typanalyze",
+];
 
 impl SqlStatementRewriteRule for RegprocLiterals {
     fn rewrite(&self, mut s: Statement) -> Statement {
         let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
-            if let Expr::Cast {
-                kind: CastKind::DoubleColon | CastKind::Cast,
-                expr,
-                data_type: DataType::Custom(name, _),
-                ..
-            } = e
-                && last_name(name).is_some_and(|n| {
-                    n.eq_ignore_ascii_case("regproc") || n.eq_ignore_ascii_case("regprocedure")
-                })
-                && let Expr::Value(ValueWithSpan {
-                    value: Value::SingleQuotedString(text),
-                    ..
-                }) = expr.as_ref()
-            {
-                let bare = text.rsplit('.').next().unwrap_or(text);
-                let bare = bare.split('(').next().unwrap_or(bare).to_owned();
-                *e = Expr::value(Value::SingleQuotedString(bare));
+            if let Expr::BinaryOp { left, right, .. } = e {
+                if names_function(left)
+                    && let Some(name) = regproc_literal(right)
+                {
+                    **right = Expr::value(Value::SingleQuotedString(name));
+                } else if names_function(right)
+                    && let Some(name) = regproc_literal(left)
+                {
+                    **left = Expr::value(Value::SingleQuotedString(name));
+                }
             }
             ControlFlow::<()>::Continue(())
         });
         s
     }
+}
+
+fn names_function(e: &Expr) -> bool {
+    let ident = match e {
+        Expr::Identifier(i) => i,
+        Expr::CompoundIdentifier(parts) => match parts.last() {
+            Some(i) => i,
+            None => return false,
+        },
+        _ => return false,
+    };
+    REGPROC_COLUMNS
+        .iter()
+        .any(|c| ident.value.eq_ignore_ascii_case(c))
+}
+
+/// The function name of `'schema.f(args)'::regproc` (or `regprocedure`).
+fn regproc_literal(e: &Expr) -> Option<String> {
+    let Expr::Cast {
+        expr,
+        data_type: DataType::Custom(type_name, _),
+        ..
+    } = e
+    else {
+        return None;
+    };
+    let is_regproc = last_name(type_name).is_some_and(|n| {
+        n.eq_ignore_ascii_case("regproc") || n.eq_ignore_ascii_case("regprocedure")
+    });
+    let Expr::Value(ValueWithSpan {
+        value: Value::SingleQuotedString(text),
+        ..
+    }) = expr.as_ref()
+    else {
+        return None;
+    };
+    if !is_regproc {
+        return None;
+    }
+    let without_args = text.split('(').next().unwrap_or(text);
+    let bare = without_args.rsplit('.').next().unwrap_or(without_args);
+    Some(bare.trim().trim_matches('"').to_owned())
 }
 
 fn last_name(name: &ObjectName) -> Option<&str> {
@@ -274,5 +323,15 @@ mod tests {
             ),
             "SELECT typinput = 'array_in' FROM pg_type"
         );
+        assert_eq!(
+            rewritten(
+                &RegprocLiterals,
+                "SELECT 1 FROM pg_type t WHERE 'pg_catalog.f(pg_catalog.int4)'::regprocedure = t.typsend"
+            ),
+            "SELECT 1 FROM pg_type t WHERE 'f' = t.typsend"
+        );
+        // Compared with an oid, it stays for the oid rewrite.
+        let oid = "SELECT 1 FROM pg_proc p WHERE p.oid = 'now'::regproc";
+        assert_eq!(rewritten(&RegprocLiterals, oid), oid);
     }
 }

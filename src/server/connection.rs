@@ -15,6 +15,7 @@ use pgwire::api::{ClientInfo, PgWireConnectionState, PgWireServerHandlers};
 use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::PgWireFrontendMessage;
+use pgwire::messages::response::TransactionStatus;
 use pgwire::tokio::TlsAcceptor;
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -158,6 +159,16 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => message.is_extended_query(),
         };
+        // `ROLLBACK TO` clears a failed transaction, which pgwire keeps
+        // failed: a simple query of one is answered from a lifted state,
+        // an extended one's state is set after its Execute (`savepoints`).
+        if let PgWireFrontendMessage::Query(q) = &message
+            && socket.transaction_status() == TransactionStatus::Error
+            && simple.rolls_back_to_savepoint(&q.query)
+        {
+            simple.lift_failed();
+            socket.set_transaction_status(TransactionStatus::Transaction);
+        }
         if let Err(e) = process_message(
             message,
             &mut socket,
@@ -182,6 +193,9 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
             if fatal {
                 return Ok(());
             }
+        }
+        if simple.after_message() && socket.transaction_status() == TransactionStatus::Error {
+            socket.set_transaction_status(TransactionStatus::Transaction);
         }
         // A cancel request is all its connection carries.
         if cancel_request {

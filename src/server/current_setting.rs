@@ -31,7 +31,9 @@ pub fn udf(vars: Arc<Mutex<Vars>>) -> ScalarUDF {
 
 /// `set_config` over one session's parameters: sets one as `SET` does
 /// (`is_local` included: a transaction sets nothing apart here) and
-/// returns its new value.
+/// returns its new value. Unlike `SET`, it sends the client no
+/// ParameterStatus, and the engine's own settings (`tablesql.*`,
+/// `datafusion.*`) are refused: they change only through `SET`.
 pub fn set_config_udf(vars: Arc<Mutex<Vars>>) -> ScalarUDF {
     use DataType::{Boolean, Utf8};
     ScalarUDF::new_from_impl(SessionParameters {
@@ -79,6 +81,10 @@ impl SessionParameters {
     }
 
     fn assign(&self, name: &str, value: &str) -> Result<String> {
+        let lower = name.to_ascii_lowercase();
+        if lower.starts_with("tablesql.") || lower.starts_with("datafusion.") {
+            return exec_err!("set_config cannot change \"{name}\": use SET");
+        }
         let Ok(mut vars) = self.vars.lock() else {
             return exec_err!("session parameters unavailable");
         };
@@ -126,7 +132,9 @@ impl ScalarUDFImpl for SessionParameters {
                     return Ok(None);
                 }
                 match values {
-                    Some(v) if v.is_null(i) => Ok(None),
+                    Some(v) if v.is_null(i) => {
+                        exec_err!("set_config of a NULL value is not supported: use RESET")
+                    }
                     Some(v) => self.assign(names.value(i), v.value(i)).map(Some),
                     None => self.lookup(names.value(i)).map(Some),
                 }

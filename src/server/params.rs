@@ -19,9 +19,11 @@ use datafusion::sql::sqlparser::ast::{
 };
 use std::sync::Arc;
 
+use arrow_pg::datatypes::into_pg_type;
 use pgwire::api::Type;
 use pgwire::api::portal::Portal;
 use pgwire::api::stmt::StoredStatement;
+use pgwire::error::PgWireResult;
 
 /// The types of placeholders DataFusion left untyped that are cast where
 /// they appear (`ti.oid = any($1::oid[])`, asyncpg's type introspection):
@@ -82,6 +84,26 @@ fn is_oid(t: &SqlType) -> bool {
     matches!(t, SqlType::Custom(name, _) if name.0.last().and_then(ObjectNamePart::as_ident).is_some_and(|i| i.value.eq_ignore_ascii_case("oid")))
 }
 
+/// The type a driver is told for placeholder `$n`, DataFusion's `inferred`
+/// type unless the statement casts it to `oid` or `oid[]`, which DataFusion
+/// infers as int4 (or not at all).
+pub fn told_type(
+    n: usize,
+    inferred: Option<&DataType>,
+    oids: &HashMap<usize, Type>,
+) -> PgWireResult<Type> {
+    let int4ish = match inferred {
+        None | Some(DataType::Int32) => true,
+        Some(DataType::List(item)) => item.data_type() == &DataType::Int32,
+        Some(_) => false,
+    };
+    match (oids.get(&n), inferred) {
+        (Some(oid), _) if int4ish => Ok(oid.clone()),
+        (_, Some(t)) => into_pg_type(t),
+        (_, None) => Ok(Type::UNKNOWN),
+    }
+}
+
 /// The type a parameter told as `told` is decoded as.
 pub fn decoded_as(told: &Type) -> &Type {
     if *told == Type::OID_ARRAY {
@@ -129,5 +151,14 @@ mod tests {
         assert_eq!(found.get(&2), Some(&Type::OID));
         assert_eq!(found.get(&3), None);
         assert_eq!(decoded_as(&Type::OID_ARRAY), &Type::INT4_ARRAY);
+        // By placeholder number, and only over an int4 inference.
+        let int4 = DataType::Int32;
+        assert_eq!(told_type(2, Some(&int4), &found).ok(), Some(Type::OID));
+        assert_eq!(
+            told_type(2, Some(&DataType::Utf8), &found).ok(),
+            Some(Type::TEXT)
+        );
+        assert_eq!(told_type(3, Some(&int4), &found).ok(), Some(Type::INT4));
+        assert_eq!(told_type(4, None, &found).ok(), Some(Type::UNKNOWN));
     }
 }

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
-use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch, into_pg_type};
+use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use async_trait::async_trait;
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::UInt64Type;
@@ -140,16 +140,11 @@ impl Planner {
             .filter_map(|(id, t)| id.trim_start_matches('$').parse().ok().map(|n| (n, t)))
             .collect();
         numbered.sort_by_key(|(n, _)| *n);
-        let params: Vec<Option<DataType>> = numbered.into_iter().map(|(_, t)| t).collect();
-        let param_types = params
+        let param_types = numbered
             .iter()
-            .enumerate()
-            .map(|(i, t)| match (oids.get(&(i + 1)), t) {
-                (Some(oid), _) => Ok(oid.clone()),
-                (None, Some(t)) => into_pg_type(t),
-                (None, None) => Ok(Type::UNKNOWN),
-            })
+            .map(|(n, t)| params::told_type(*n, t.as_ref(), &oids))
             .collect::<PgWireResult<Vec<_>>>()?;
+        let params: Vec<Option<DataType>> = numbered.into_iter().map(|(_, t)| t).collect();
         Ok(Prepared {
             sql: sql.to_owned(),
             text,

@@ -3,30 +3,58 @@
 //! opens one on connect; ORMs nest transactions with them). Writes are
 //! refused inside a transaction block (the store cannot roll them back), so
 //! a transaction holds only reads and a savepoint has nothing to undo: it
-//! is a name on a stack, checked as PostgreSQL checks it. One difference:
-//! in PostgreSQL `ROLLBACK TO` also clears an error in the transaction;
-//! pgwire keeps a failed transaction failed whatever the answer, so here it
-//! is refused there (0A000), and `ROLLBACK` ends the transaction.
+//! is a name on a stack, checked as PostgreSQL checks it.
+//!
+//! `ROLLBACK TO` also clears an error in the transaction, as in PostgreSQL
+//! (drivers recover so from a failed statement). pgwire keeps a failed
+//! transaction failed whatever the answer, since it reads the status before
+//! a message and writes it after: the connection's loop
+//! (`connection.rs`) lifts the failed state around such a statement and
+//! sets it back to in-transaction after it, and the session answers it as
+//! failed ([`Savepoints::take_failed`], [`Savepoints::take_recovered`]).
 
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use datafusion::sql::sqlparser::ast::Statement;
 use pgwire::api::results::{Response, Tag};
 use pgwire::error::PgWireResult;
 use pgwire::messages::response::TransactionStatus;
 
-use super::sqlstate::{FEATURE_NOT_SUPPORTED, INVALID_SAVEPOINT, NO_ACTIVE_TRANSACTION, error};
+use super::sqlstate::{INVALID_SAVEPOINT, NO_ACTIVE_TRANSACTION, error};
 
 /// The savepoints of one connection's transaction, oldest first.
 #[derive(Debug, Default)]
-pub struct Savepoints(Mutex<Vec<String>>);
+pub struct Savepoints {
+    names: Mutex<Vec<String>>,
+    /// The client's status was lifted from failed for the next simple query.
+    failed: AtomicBool,
+    /// A `ROLLBACK TO` cleared the transaction's error.
+    recovered: AtomicBool,
+}
 
 impl Savepoints {
     /// Forgets them all: the transaction began or ended.
     pub fn clear(&self) {
-        if let Ok(mut names) = self.0.lock() {
+        if let Ok(mut names) = self.names.lock() {
             names.clear();
         }
+    }
+
+    /// The connection lifted the failed state for the next query.
+    pub fn mark_failed(&self) {
+        self.failed.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether the transaction is failed though the client's status says
+    /// otherwise (see [`Self::mark_failed`]); asked once per query.
+    pub fn take_failed(&self) -> bool {
+        self.failed.swap(false, Ordering::Relaxed)
+    }
+
+    /// Whether a `ROLLBACK TO` cleared an error since the last call.
+    pub fn take_recovered(&self) -> bool {
+        self.recovered.swap(false, Ordering::Relaxed)
     }
 
     /// Answers a savepoint statement; `None` for any other statement.
@@ -51,18 +79,12 @@ impl Savepoints {
             )));
         }
         let name = crate::catalog::normalize_ident(name);
-        let Ok(mut names) = self.0.lock() else {
+        let Ok(mut names) = self.names.lock() else {
             return Some(Err(error(
                 INVALID_SAVEPOINT,
                 "the savepoints are unreadable",
             )));
         };
-        if matches!(status, TransactionStatus::Error) {
-            return Some(Err(error(
-                FEATURE_NOT_SUPPORTED,
-                "ROLLBACK TO SAVEPOINT cannot clear an error in the transaction here; ROLLBACK it and begin again",
-            )));
-        }
         if let Statement::Savepoint { .. } = statement {
             names.push(name);
             return Some(Ok(Response::Execution(Tag::new("SAVEPOINT"))));
@@ -79,9 +101,13 @@ impl Savepoints {
                 names.truncate(at);
                 Response::Execution(Tag::new("RELEASE"))
             }
-            // Back to the savepoint, which stays.
+            // Back to the savepoint, which stays; with only reads since,
+            // nothing else is undone, and the transaction is good again.
             _ => {
                 names.truncate(at + 1);
+                if matches!(status, TransactionStatus::Error) {
+                    self.recovered.store(true, Ordering::Relaxed);
+                }
                 Response::Execution(Tag::new("ROLLBACK"))
             }
         }))

@@ -108,6 +108,35 @@ impl Session {
             .map_err(|_| super::plan::internal("session state poisoned"))
     }
 
+    /// Whether `query` is a `ROLLBACK TO SAVEPOINT` (first of its
+    /// statements): the one statement that clears a failed transaction and
+    /// keeps it open (see `savepoints`).
+    pub fn rolls_back_to_savepoint(&self, query: &str) -> bool {
+        self.planner.parse(query).is_ok_and(|s| {
+            matches!(
+                s.first(),
+                Some(Statement::Rollback {
+                    savepoint: Some(_),
+                    ..
+                })
+            )
+        })
+    }
+
+    /// Lifts the failed state for a simple query that clears it (see
+    /// `savepoints`): the session answers it as failed.
+    pub fn lift_failed(&self) {
+        self.savepoints.mark_failed();
+    }
+
+    /// After each message: whether an extended-protocol `ROLLBACK TO`
+    /// cleared the transaction's error, for the connection to set the
+    /// status pgwire keeps. A lifted state no query used is dropped.
+    pub fn after_message(&self) -> bool {
+        self.savepoints.take_failed();
+        self.savepoints.take_recovered()
+    }
+
     /// Runs one statement that is not a prepared query. `status` is the
     /// transaction status before it (pgwire updates the client's only after
     /// a whole query string); `outer` is the portal that carries the
@@ -333,7 +362,11 @@ impl SimpleQueryHandler for Session {
         self.start(client);
         let statements = self.planner.parse(query)?;
         let mut responses = Vec::with_capacity(statements.len());
-        let mut status = client.transaction_status();
+        let mut status = if self.savepoints.take_failed() {
+            TransactionStatus::Error
+        } else {
+            client.transaction_status()
+        };
         for statement in &statements {
             // Rows of earlier SELECTs are encoded lazily, as the client reads
             // them; before a statement that changes data they are read to the
@@ -356,6 +389,7 @@ impl SimpleQueryHandler for Session {
                     status = match &r {
                         Response::TransactionStart(_) => status.to_in_transaction_state(),
                         Response::TransactionEnd(_) => TransactionStatus::Idle,
+                        _ if self.savepoints.take_recovered() => TransactionStatus::Transaction,
                         _ => status,
                     };
                     responses.push(r)

@@ -1632,9 +1632,17 @@ async fn savepoints_in_a_transaction_block() -> TestResult {
             "SELECT 2 AS two",
             "-c",
             "RELEASE nosuch",
-            // After an error: refused, and the transaction stays failed.
+            // Failed: refused until ROLLBACK TO clears the error.
+            "-c",
+            "SELECT 3 AS refused",
+            "-c",
+            "ROLLBACK TO nosuch",
+            "-c",
+            "SELECT 3 AS refused_still",
             "-c",
             "ROLLBACK TO SAVEPOINT a",
+            "-c",
+            "SELECT 4 AS four",
             "-c",
             "ROLLBACK",
         ],
@@ -1649,8 +1657,17 @@ async fn savepoints_in_a_transaction_block() -> TestResult {
         shown.contains("savepoint \"nosuch\" does not exist"),
         "{shown}"
     );
+    assert_eq!(
+        shown
+            .matches("current transaction is aborted, commands ignored")
+            .count(),
+        2,
+        "{shown}"
+    );
+    assert!(!shown.contains("refused"), "{shown}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        shown.contains("ROLLBACK TO SAVEPOINT cannot clear an error"),
+        shown.contains("four") && stdout.trim_end().ends_with("ROLLBACK"),
         "{shown}"
     );
     // The extended protocol (tokio-postgres prepares every statement).
@@ -1662,6 +1679,22 @@ async fn savepoints_in_a_transaction_block() -> TestResult {
     // tokio-postgres' own nested transaction is a savepoint.
     let inner = tx.savepoint("inner").await?;
     inner.rollback().await?;
+    // A failed statement, cleared by ROLLBACK TO.
+    let e = tx
+        .query("SELECT * FROM nosuch", &[])
+        .await
+        .err()
+        .ok_or("no error")?;
+    assert_eq!(code(&e), "42P01");
+    let e = tx
+        .query("SELECT 1", &[])
+        .await
+        .err()
+        .ok_or("ran in a failed transaction")?;
+    assert_eq!(code(&e), "25P02");
+    tx.execute("ROLLBACK TO SAVEPOINT s1", &[]).await?;
+    let one: i32 = tx.query_one("SELECT 1::INT", &[]).await?.get(0);
+    assert_eq!(one, 1);
     tx.execute("RELEASE SAVEPOINT s1", &[]).await?;
     let e = tx
         .execute("ROLLBACK TO SAVEPOINT s1", &[])

@@ -6,9 +6,7 @@ use std::collections::HashMap;
 use std::hash::{Hash, Hasher};
 use std::sync::Arc;
 
-use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BooleanBuilder, Int32Array, Int32Builder, StringBuilder,
-};
+use datafusion::arrow::array::{Array, ArrayRef, AsArray, BooleanArray, Int32Array, StringArray};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Int32Type};
 use datafusion::common::cast::as_string_array;
@@ -28,62 +26,42 @@ pub fn udfs(
     results: &Arc<HashMap<i32, String>>,
 ) -> Vec<ScalarUDF> {
     use DataType::{Boolean, Int32, Utf8};
-    // Any argument types: oids arrive as int4, int8 or text literals, and
-    // are cast to int4 on the way in.
-    let arities = |arities: &[usize]| {
-        Signature::one_of(
-            arities.iter().map(|n| TypeSignature::Any(*n)).collect(),
-            Volatility::Stable,
-        )
-    };
-    let f = |name: &'static str, signature: Signature, returns: DataType, kind: Kind| {
-        ScalarUDF::new_from_impl(CatalogFunction {
-            name,
-            signature,
-            returns,
-            kind,
-            known: known.clone(),
-        })
-    };
-    vec![
-        f(
-            "pg_table_is_visible",
-            arities(&[1]),
-            Boolean,
-            Kind::TableIsVisible,
-        ),
-        f(
+    let table: [(&'static str, &[usize], DataType, Kind); 7] = [
+        ("pg_table_is_visible", &[1], Boolean, Kind::TableIsVisible),
+        (
             "pg_collation_is_visible",
-            arities(&[1]),
+            &[1],
             Boolean,
             Kind::CollationIsVisible,
         ),
-        f("pg_get_indexdef", arities(&[1, 3]), Utf8, Kind::IndexDef),
-        f(
-            "pg_get_constraintdef",
-            arities(&[1, 2]),
-            Utf8,
-            Kind::ConstraintDef,
-        ),
-        f(
-            "pg_get_serial_sequence",
-            arities(&[2]),
-            Utf8,
-            Kind::SerialSequence,
-        ),
-        f(
-            "to_regtype",
-            arities(&[1]),
-            Int32,
-            Kind::ToRegtype(types.clone()),
-        ),
-        f(
+        ("pg_get_indexdef", &[1, 3], Utf8, Kind::IndexDef),
+        ("pg_get_constraintdef", &[1, 2], Utf8, Kind::ConstraintDef),
+        ("pg_get_serial_sequence", &[2], Utf8, Kind::SerialSequence),
+        ("to_regtype", &[1], Int32, Kind::ToRegtype(types.clone())),
+        (
             "pg_get_function_result",
-            arities(&[1]),
+            &[1],
             Utf8,
             Kind::FunctionResult(results.clone()),
         ),
-    ]
+    ];
+    table
+        .into_iter()
+        .map(|(name, arities, returns, kind)| {
+            ScalarUDF::new_from_impl(CatalogFunction {
+                name,
+                // Any argument types: oids arrive as int4, int8 or text
+                // literals, and are cast to int4 on the way in.
+                signature: Signature::one_of(
+                    arities.iter().map(|n| TypeSignature::Any(*n)).collect(),
+                    Volatility::Stable,
+                ),
+                returns,
+                kind,
+                known: known.clone(),
+            })
+        })
+        .collect()
 }
 
 #[derive(Debug)]
@@ -143,88 +121,76 @@ impl ScalarUDFImpl for CatalogFunction {
 
     fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
         let arrays = ColumnarValue::values_to_arrays(&args.args)?;
-        let rows = args.number_rows;
         let out: ArrayRef = match &self.kind {
             Kind::TableIsVisible => {
                 let relations = self.known.current();
-                let oids = int4_arg(&arrays, 0)?;
-                let mut b = BooleanBuilder::with_capacity(rows);
-                for oid in oids.iter() {
-                    b.append_option(oid.map(|o| relations.visible(o)));
-                }
-                Arc::new(b.finish())
+                oid_bools(&arrays, |o| relations.visible(o))?
             }
-            Kind::IndexDef => {
-                let relations = self.known.current();
-                let oids = int4_arg(&arrays, 0)?;
-                let columns = match arrays.get(1) {
-                    Some(_) => Some(int4_arg(&arrays, 1)?),
-                    None => None,
-                };
-                let mut b = StringBuilder::new();
-                for (row, oid) in oids.iter().enumerate() {
-                    // The pretty flag changes nothing in these definitions.
-                    let column = columns
-                        .as_ref()
-                        .filter(|c| c.is_valid(row))
-                        .map_or(0, |c| c.value(row));
-                    b.append_option(
-                        oid.and_then(|o| relations.index(o))
-                            .and_then(|ix| index_def(ix, column)),
-                    );
-                }
-                Arc::new(b.finish())
-            }
+            Kind::CollationIsVisible => oid_bools(&arrays, |_| true)?,
+            Kind::IndexDef => self.index_defs(&arrays)?,
             Kind::ConstraintDef => {
                 let relations = self.known.current();
-                let oids = int4_arg(&arrays, 0)?;
-                let mut b = StringBuilder::new();
-                for oid in oids.iter() {
-                    b.append_option(
-                        oid.and_then(|o| relations.constraint(o))
-                            .map(|ix| format!("PRIMARY KEY ({})", quoted_list(&ix.columns))),
-                    );
-                }
-                Arc::new(b.finish())
+                oid_texts(&arrays, |o| {
+                    let ix = relations.constraint(o)?;
+                    Some(format!("PRIMARY KEY ({})", quoted_list(&ix.columns)))
+                })?
             }
-            Kind::CollationIsVisible => {
-                let oids = int4_arg(&arrays, 0)?;
-                let mut b = BooleanBuilder::with_capacity(rows);
-                for oid in oids.iter() {
-                    b.append_option(oid.map(|_| true));
-                }
-                Arc::new(b.finish())
-            }
-            Kind::SerialSequence => {
-                let mut b = StringBuilder::new();
-                for _ in 0..rows {
-                    b.append_null();
-                }
-                Arc::new(b.finish())
-            }
+            Kind::SerialSequence => Arc::new(StringArray::new_null(args.number_rows)),
             Kind::ToRegtype(types) => {
                 let Some(names) = arrays.first() else {
                     return exec_err!("to_regtype takes a type name");
                 };
                 let names = cast(names, &DataType::Utf8)?;
-                let names = as_string_array(&names)?;
-                let mut b = Int32Builder::with_capacity(rows);
-                for name in names.iter() {
-                    b.append_option(name.and_then(|n| type_oid(types, n)));
-                }
-                Arc::new(b.finish())
+                let oids: Int32Array = as_string_array(&names)?
+                    .iter()
+                    .map(|name| name.and_then(|n| type_oid(types, n)))
+                    .collect();
+                Arc::new(oids)
             }
-            Kind::FunctionResult(results) => {
-                let oids = int4_arg(&arrays, 0)?;
-                let mut b = StringBuilder::new();
-                for oid in oids.iter() {
-                    b.append_option(oid.and_then(|o| results.get(&o)));
-                }
-                Arc::new(b.finish())
-            }
+            Kind::FunctionResult(results) => oid_texts(&arrays, |o| results.get(&o).cloned())?,
         };
         Ok(ColumnarValue::Array(out))
     }
+}
+
+impl CatalogFunction {
+    /// `pg_get_indexdef(oid [, column, pretty])`; the pretty flag changes
+    /// nothing in these definitions.
+    fn index_defs(&self, arrays: &[ArrayRef]) -> Result<ArrayRef> {
+        let relations = self.known.current();
+        let oids = int4_arg(arrays, 0)?;
+        let columns = match arrays.get(1) {
+            Some(_) => Some(int4_arg(arrays, 1)?),
+            None => None,
+        };
+        let defs: StringArray = oids
+            .iter()
+            .enumerate()
+            .map(|(row, oid)| {
+                let column = columns
+                    .as_ref()
+                    .filter(|c| c.is_valid(row))
+                    .map_or(0, |c| c.value(row));
+                index_def(relations.index(oid?)?, column)
+            })
+            .collect();
+        Ok(Arc::new(defs))
+    }
+}
+
+/// `f` of each oid of the first argument (NULL stays NULL).
+fn oid_bools(arrays: &[ArrayRef], f: impl Fn(i32) -> bool) -> Result<ArrayRef> {
+    let out: BooleanArray = int4_arg(arrays, 0)?.iter().map(|o| o.map(&f)).collect();
+    Ok(Arc::new(out))
+}
+
+/// `f` of each oid of the first argument (NULL stays NULL).
+fn oid_texts(arrays: &[ArrayRef], f: impl Fn(i32) -> Option<String>) -> Result<ArrayRef> {
+    let out: StringArray = int4_arg(arrays, 0)?
+        .iter()
+        .map(|o| o.and_then(&f))
+        .collect();
+    Ok(Arc::new(out))
 }
 
 /// Argument `at` as int4 (oids, column numbers).
@@ -239,14 +205,52 @@ fn int4_arg(arrays: &[ArrayRef], at: usize) -> Result<Int32Array> {
     }
 }
 
-/// `name`, `pg_catalog.name` or `"name"`, as `to_regtype` reads it.
+/// A type's oid by name as `to_regtype` reads it: `int4`, `pg_catalog.int4`,
+/// `"int4"`, `INT4` (unquoted names fold to lower case), the SQL names
+/// (`integer`, `timestamp with time zone`, ...), and `name[]` for the
+/// array type `_name`.
 fn type_oid(types: &HashMap<String, i32>, name: &str) -> Option<i32> {
-    let bare = name
-        .trim()
-        .trim_start_matches("pg_catalog.")
-        .trim_matches('"');
-    types.get(bare).copied()
+    let name = name.trim();
+    let (name, array) = match name.strip_suffix("[]") {
+        Some(element) => (element.trim_end(), true),
+        None => (name, false),
+    };
+    let name = name
+        .strip_prefix("pg_catalog.")
+        .or_else(|| name.strip_prefix("PG_CATALOG."))
+        .unwrap_or(name);
+    let name = match name.strip_prefix('"').and_then(|n| n.strip_suffix('"')) {
+        Some(quoted) => quoted.to_owned(),
+        None => name.to_lowercase(),
+    };
+    let name = SQL_NAMES
+        .iter()
+        .find(|(sql, _)| *sql == name)
+        .map_or(name.as_str(), |(_, internal)| internal);
+    if array {
+        types.get(&format!("_{name}")).copied()
+    } else {
+        types.get(name).copied()
+    }
 }
+
+/// SQL's type names for PostgreSQL's internal ones.
+const SQL_NAMES: [(&str, &str); 14] = [
+    ("integer", "int4"),
+    ("int", "int4"),
+    ("smallint", "int2"),
+    ("bigint", "int8"),
+    ("real", "float4"),
+    ("float", "float8"),
+    ("double precision", "float8"),
+    ("boolean", "bool"),
+    ("character varying", "varchar"),
+    ("character", "bpchar"),
+    ("decimal", "numeric"),
+    ("timestamp without time zone", "timestamp"),
+    ("timestamp with time zone", "timestamptz"),
+    ("time without time zone", "time"),
+];
 
 /// An identifier as PostgreSQL prints it: quoted unless lower-case and plain.
 fn quote_ident(name: &str) -> String {
@@ -292,6 +296,28 @@ fn index_def(ix: &IndexRelation, column: i32) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn to_regtype_reads_names_as_postgresql_does() {
+        let types: HashMap<String, i32> = [("int4", 23), ("_int4", 1007), ("timestamptz", 1184)]
+            .into_iter()
+            .map(|(n, o)| (n.to_owned(), o))
+            .collect();
+        for (name, oid) in [
+            ("int4", Some(23)),
+            ("INT4", Some(23)),
+            ("pg_catalog.int4", Some(23)),
+            ("\"int4\"", Some(23)),
+            ("\"INT4\"", None),
+            ("integer", Some(23)),
+            ("int4[]", Some(1007)),
+            ("integer[]", Some(1007)),
+            ("timestamp with time zone", Some(1184)),
+            ("hstore", None),
+        ] {
+            assert_eq!(type_oid(&types, name), oid, "{name}");
+        }
+    }
 
     #[test]
     fn identifiers_print_as_postgresql_prints_them() {

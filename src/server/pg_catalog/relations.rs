@@ -31,6 +31,7 @@ const VISIBLE_SCHEMAS: [&str; 2] = ["public", "pg_catalog"];
 pub struct Relation {
     pub namespace: i32,
     pub schema: String,
+    pub name: String,
 }
 
 /// An index relation: a table's primary key or one of its declared indexes.
@@ -82,13 +83,22 @@ impl Relations {
     }
 }
 
+/// What an oid of [`Known`] names: an index declared `t_pkey` is not the
+/// primary key's index of the same name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Kind {
+    PrimaryKey,
+    Constraint,
+    Index,
+}
+
 /// The relations of the last read, shared by the catalog tables that
 /// build them and the functions that look oids up in them.
 #[derive(Debug, Default)]
 pub struct Known {
     relations: RwLock<Arc<Relations>>,
-    /// (schema, table, index or constraint name) to oid, never forgotten.
-    oids: Mutex<HashMap<(String, String, String), i32>>,
+    /// (schema, table, what, name) to oid, never forgotten.
+    oids: Mutex<HashMap<(String, String, Kind, String), i32>>,
 }
 
 impl Known {
@@ -99,11 +109,11 @@ impl Known {
             .clone()
     }
 
-    fn oid(&self, schema: &str, table: &str, name: &str) -> i32 {
+    fn oid(&self, schema: &str, table: &str, kind: Kind, name: &str) -> i32 {
         let mut oids = self.oids.lock().unwrap_or_else(PoisonError::into_inner);
         let next = INDEX_OID_BASE.saturating_add(i32::try_from(oids.len()).unwrap_or(i32::MAX));
         *oids
-            .entry((schema.to_owned(), table.to_owned(), name.to_owned()))
+            .entry((schema.to_owned(), table.to_owned(), kind, name.to_owned()))
             .or_insert(next)
     }
 
@@ -115,74 +125,20 @@ impl Known {
         pg_namespace: &[RecordBatch],
         tables: &[TableInfo],
     ) -> Result<Arc<Relations>> {
-        let mut namespaces = HashMap::new();
-        for batch in pg_namespace {
-            let oids = int32_column(batch, "oid")?;
-            let names = string_column(batch, "nspname")?;
-            for i in 0..batch.num_rows() {
-                namespaces.insert(oids.value(i), names.value(i).to_owned());
-            }
-        }
-        let mut relations = Relations::default();
-        let mut by_name = HashMap::new();
-        for batch in pg_class {
-            let oids = int32_column(batch, "oid")?;
-            let names = string_column(batch, "relname")?;
-            let spaces = int32_column(batch, "relnamespace")?;
-            for i in 0..batch.num_rows() {
-                let schema = namespaces
-                    .get(&spaces.value(i))
-                    .cloned()
-                    .unwrap_or_default();
-                by_name.insert((schema.clone(), names.value(i).to_owned()), oids.value(i));
-                relations.tables.insert(
-                    oids.value(i),
-                    Relation {
-                        namespace: spaces.value(i),
-                        schema,
-                    },
-                );
-            }
-        }
+        let mut relations = Relations {
+            tables: relations_of(pg_class, &namespaces_of(pg_namespace)?)?,
+            indexes: Vec::new(),
+        };
         for t in tables {
-            let Some(&table) = by_name.get(&(t.schema.clone(), t.name.clone())) else {
-                continue;
-            };
-            let namespace = relations.tables.get(&table).map_or(0, |r| r.namespace);
-            let attnums = |cols: &[String]| -> Vec<i16> {
-                cols.iter()
-                    .map(|c| {
-                        t.columns
-                            .iter()
-                            .position(|x| x == c)
-                            .and_then(|p| i16::try_from(p + 1).ok())
-                            .unwrap_or(0)
-                    })
-                    .collect()
-            };
-            let mut add = |name: String, columns: &[String], primary: bool, valid: bool| {
-                let oid = self.oid(&t.schema, &t.name, &name);
-                let constraint =
-                    primary.then(|| self.oid(&t.schema, &t.name, &format!("{name} constraint")));
-                relations.indexes.push(IndexRelation {
-                    oid,
-                    constraint,
-                    name,
-                    table,
-                    namespace,
-                    schema: t.schema.clone(),
-                    table_name: t.name.clone(),
-                    columns: columns.to_vec(),
-                    attnums: attnums(columns),
-                    primary,
-                    valid,
-                });
-            };
-            if !t.primary_key.is_empty() {
-                add(format!("{}_pkey", t.name), &t.primary_key, true, true);
-            }
-            for ix in &t.indexes {
-                add(ix.name.clone(), &ix.columns, false, !ix.building);
+            let found = relations
+                .tables
+                .iter()
+                .find(|(_, r)| r.schema == t.schema && r.name == t.name);
+            if let Some((&table, r)) = found {
+                let namespace = r.namespace;
+                relations
+                    .indexes
+                    .extend(self.indexes_of(t, table, namespace));
             }
         }
         let relations = Arc::new(relations);
@@ -192,6 +148,94 @@ impl Known {
             .unwrap_or_else(PoisonError::into_inner) = relations.clone();
         Ok(relations)
     }
+
+    /// Table `t`'s primary key and declared indexes, as index relations.
+    fn indexes_of(&self, t: &TableInfo, table: i32, namespace: i32) -> Vec<IndexRelation> {
+        let attnums = |cols: &[String]| -> Vec<i16> {
+            cols.iter()
+                .map(|c| {
+                    t.columns
+                        .iter()
+                        .position(|x| x == c)
+                        .and_then(|p| i16::try_from(p + 1).ok())
+                        .unwrap_or(0)
+                })
+                .collect()
+        };
+        let index = |name: String, columns: &[String], primary: bool, valid: bool| {
+            let kind = if primary {
+                Kind::PrimaryKey
+            } else {
+                Kind::Index
+            };
+            IndexRelation {
+                oid: self.oid(&t.schema, &t.name, kind, &name),
+                constraint: primary.then(|| self.oid(&t.schema, &t.name, Kind::Constraint, &name)),
+                table,
+                namespace,
+                schema: t.schema.clone(),
+                table_name: t.name.clone(),
+                columns: columns.to_vec(),
+                attnums: attnums(columns),
+                primary,
+                valid,
+                name,
+            }
+        };
+        let mut out = Vec::new();
+        if !t.primary_key.is_empty() {
+            out.push(index(
+                format!("{}_pkey", t.name),
+                &t.primary_key,
+                true,
+                true,
+            ));
+        }
+        for ix in &t.indexes {
+            out.push(index(ix.name.clone(), &ix.columns, false, !ix.building));
+        }
+        out
+    }
+}
+
+/// `pg_namespace`'s oids to names.
+fn namespaces_of(pg_namespace: &[RecordBatch]) -> Result<HashMap<i32, String>> {
+    let mut namespaces = HashMap::new();
+    for batch in pg_namespace {
+        let oids = int32_column(batch, "oid")?;
+        let names = string_column(batch, "nspname")?;
+        for i in 0..batch.num_rows() {
+            namespaces.insert(oids.value(i), names.value(i).to_owned());
+        }
+    }
+    Ok(namespaces)
+}
+
+/// `pg_class`'s relations by oid.
+fn relations_of(
+    pg_class: &[RecordBatch],
+    namespaces: &HashMap<i32, String>,
+) -> Result<HashMap<i32, Relation>> {
+    let mut out = HashMap::new();
+    for batch in pg_class {
+        let oids = int32_column(batch, "oid")?;
+        let names = string_column(batch, "relname")?;
+        let spaces = int32_column(batch, "relnamespace")?;
+        for i in 0..batch.num_rows() {
+            out.insert(
+                oids.value(i),
+                Relation {
+                    namespace: spaces.value(i),
+                    schema: namespaces
+                        .get(&spaces.value(i))
+                        .cloned()
+                        .unwrap_or_default(),
+                    name: names.value(i).to_owned(),
+                },
+            );
+        }
+    }
+    Ok(out)
 }
 
 fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Arc<dyn Array>> {
