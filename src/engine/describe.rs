@@ -21,6 +21,10 @@ pub struct TableInfo {
     pub name: String,
     /// Its columns, in the order queries see them.
     pub columns: Vec<String>,
+    /// The columns an INSERT sets: a mapped table's declared ones (not the
+    /// system columns, which its keys and the store make); none for a table
+    /// tablesql does not write.
+    pub insertable: Vec<String>,
     /// The columns that identify a row: a mapped table's declared primary
     /// key, a raw table's `PartitionKey` and `RowKey`; empty for a table an
     /// embedder registered.
@@ -74,17 +78,26 @@ pub async fn describe_catalog(catalog: &dyn CatalogProvider) -> Result<Vec<Table
                 .map(|f| f.name().clone())
                 .collect();
             let any: &dyn Any = table.as_ref();
-            let (primary_key, indexes) = match any.downcast_ref::<StoreTable>() {
+            let (primary_key, indexes, insertable) = match any.downcast_ref::<StoreTable>() {
                 Some(store) => match &store.layout().def {
-                    Some(def) => (def.primary_key.clone(), indexes_of(def)),
-                    None => (vec!["PartitionKey".into(), "RowKey".into()], Vec::new()),
+                    Some(def) => (
+                        def.primary_key.clone(),
+                        indexes_of(def),
+                        def.columns.iter().map(|c| c.name.clone()).collect(),
+                    ),
+                    None => (
+                        vec!["PartitionKey".into(), "RowKey".into()],
+                        Vec::new(),
+                        Vec::new(),
+                    ),
                 },
-                None => (Vec::new(), Vec::new()),
+                None => (Vec::new(), Vec::new(), Vec::new()),
             };
             out.push(TableInfo {
                 schema: schema_name.to_owned(),
                 name,
                 columns,
+                insertable,
                 primary_key,
                 indexes,
             });

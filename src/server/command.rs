@@ -528,8 +528,8 @@ pub async fn ddl(
 /// The refusal for statements tablesql does not run.
 pub fn not_supported(statement: &Statement) -> pgwire::error::PgWireError {
     let what = match statement {
-        Statement::Merge { .. } | Statement::Truncate { .. } | Statement::Copy { .. } => {
-            "tablesql writes rows with INSERT, UPDATE and DELETE; MERGE, TRUNCATE and COPY are not supported".to_owned()
+        Statement::Merge { .. } | Statement::Truncate { .. } => {
+            "tablesql writes rows with INSERT, UPDATE, DELETE and COPY; MERGE and TRUNCATE are not supported".to_owned()
         }
         other => {
             let text = other.to_string();

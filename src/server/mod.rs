@@ -11,6 +11,8 @@ pub mod auth;
 pub mod cancel;
 pub mod command;
 mod connection;
+mod copy;
+mod copying;
 pub mod current_setting;
 pub mod direct;
 mod frames;
@@ -196,5 +198,9 @@ impl PgWireServerHandlers for Connection {
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
         self.registry.clone()
+    }
+
+    fn copy_handler(&self) -> Arc<impl pgwire::api::copy::CopyHandler> {
+        self.session.clone()
     }
 }

@@ -158,6 +158,25 @@ impl Planner {
         })
     }
 
+    /// A query's rows as Arrow batches, for COPY TO: planned as any query
+    /// of the session, errors mapped to SQLSTATEs.
+    pub async fn batches(
+        &self,
+        statement: Statement,
+        mut guard: Guard,
+    ) -> PgWireResult<(
+        datafusion::arrow::datatypes::SchemaRef,
+        impl futures::Stream<Item = PgWireResult<datafusion::arrow::array::RecordBatch>> + Send + use<>,
+    )> {
+        let plan = self.logical(statement).await?;
+        let snapshot = self.snapshot();
+        let physical = physical_plan(&snapshot, &plan, &mut guard).await?;
+        let schema = physical.schema();
+        let stream =
+            execute_stream(physical, snapshot.task.clone()).map_err(|e| datafusion_error(&e))?;
+        Ok((schema, guarded(stream, guard)))
+    }
+
     /// Plans a query from its text and starts it (the simple protocol).
     pub async fn query(&self, statement: Statement, guard: Guard) -> PgWireResult<QueryResponse> {
         let text = statement.to_string();

@@ -36,6 +36,7 @@ pub struct Session {
     /// Cursors declared WITHOUT HOLD, closed when their transaction ends.
     tx_cursors: Mutex<Vec<String>>,
     savepoints: super::savepoints::Savepoints,
+    copying: super::copying::Copying,
     probe: Option<Probe>,
 }
 
@@ -56,6 +57,7 @@ impl Session {
             vars,
             tx_cursors: Mutex::new(Vec::new()),
             savepoints: Default::default(),
+            copying: Default::default(),
             probe,
         }
     }
@@ -79,6 +81,18 @@ impl Session {
 
     /// A statement's guard: the connection's cancel signal and the session's
     /// `statement_timeout`.
+    pub(super) fn planner(&self) -> &Planner {
+        &self.planner
+    }
+
+    pub(super) fn copying(&self) -> &super::copying::Copying {
+        &self.copying
+    }
+
+    pub(super) fn guard_for<C: ClientInfo>(&self, client: &C) -> Guard {
+        self.guard(client)
+    }
+
     fn guard<C: ClientInfo>(&self, client: &C) -> Guard {
         let registration = self.start(client);
         let timeout = self.vars.lock().ok().and_then(|v| v.statement_timeout);
@@ -167,6 +181,7 @@ impl Session {
             return answer;
         }
         match statement {
+            Statement::Copy { .. } => self.start_copy(client, statement, status).await,
             Statement::StartTransaction { .. } => {
                 self.savepoints.clear();
                 Ok(Response::TransactionStart(Tag::new("BEGIN")))

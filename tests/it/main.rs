@@ -5,6 +5,7 @@ mod azurite;
 mod cli;
 mod clients;
 mod conformance;
+mod copy;
 mod differential;
 mod embedded;
 mod fanout;

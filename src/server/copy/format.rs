@@ -1,0 +1,303 @@
+//! COPY's two text formats, as PostgreSQL writes and reads them: `text`
+//! (tab-separated, `\N` for NULL, backslash escapes) and `csv` (an unquoted
+//! empty field is NULL, a quoted one is the empty string). Pure functions.
+//!
+//! The CSV reader is ours, not the `csv` crate's: that crate does not say
+//! whether a field was quoted, and PostgreSQL's NULL depends on it.
+
+use datafusion::sql::sqlparser::ast::{CopyLegacyCsvOption, CopyLegacyOption, CopyOption};
+
+/// How rows are written and read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyFormat {
+    pub csv: bool,
+    pub delimiter: char,
+    /// The text that stands for NULL (`\N` in text, empty in CSV).
+    pub null: String,
+    pub quote: char,
+    pub escape: char,
+    /// CSV only: a first line of column names (written, or skipped).
+    pub header: bool,
+}
+
+impl CopyFormat {
+    fn text() -> Self {
+        Self {
+            csv: false,
+            delimiter: '\t',
+            null: "\\N".to_owned(),
+            quote: '"',
+            escape: '"',
+            header: false,
+        }
+    }
+
+    fn csv() -> Self {
+        Self {
+            csv: true,
+            delimiter: ',',
+            null: String::new(),
+            ..Self::text()
+        }
+    }
+
+    /// The format a COPY statement's options ask for.
+    pub fn of(options: &[CopyOption], legacy: &[CopyLegacyOption]) -> Result<Self, String> {
+        let csv = options.iter().any(|o| match o {
+            CopyOption::Format(name) => name.value.eq_ignore_ascii_case("csv"),
+            _ => false,
+        }) || legacy.iter().any(|o| matches!(o, CopyLegacyOption::Csv(_)));
+        let mut f = if csv { Self::csv() } else { Self::text() };
+        for o in options {
+            match o {
+                CopyOption::Format(name)
+                    if !["csv", "text"].contains(&name.value.to_ascii_lowercase().as_str()) =>
+                {
+                    return Err(format!(
+                        "COPY format \"{name}\" is not supported: text or csv"
+                    ));
+                }
+                CopyOption::Format(_) | CopyOption::Freeze(_) => {}
+                CopyOption::Delimiter(c) => f.delimiter = *c,
+                CopyOption::Null(s) => f.null = s.clone(),
+                CopyOption::Header(h) => f.header = *h,
+                CopyOption::Quote(c) => f.quote = *c,
+                CopyOption::Escape(c) => f.escape = *c,
+                CopyOption::Encoding(e) if e.eq_ignore_ascii_case("utf8") => {}
+                other => return Err(format!("COPY option {other} is not supported")),
+            }
+        }
+        for o in legacy {
+            match o {
+                CopyLegacyOption::Delimiter(c) => f.delimiter = *c,
+                CopyLegacyOption::Null(s) => f.null = s.clone(),
+                CopyLegacyOption::Csv(csv_options) => {
+                    for c in csv_options {
+                        match c {
+                            CopyLegacyCsvOption::Header => f.header = true,
+                            CopyLegacyCsvOption::Quote(q) => f.quote = *q,
+                            CopyLegacyCsvOption::Escape(e) => f.escape = *e,
+                            other => return Err(format!("COPY option {other} is not supported")),
+                        }
+                    }
+                }
+                other => return Err(format!("COPY option {other} is not supported")),
+            }
+        }
+        if f.header && !f.csv {
+            return Err("COPY HEADER is available only in CSV mode".into());
+        }
+        Ok(f)
+    }
+
+    /// One row as a line, with its newline.
+    pub fn write_row(&self, values: &[Option<&str>], out: &mut String) {
+        for (i, v) in values.iter().enumerate() {
+            if i > 0 {
+                out.push(self.delimiter);
+            }
+            match v {
+                None => out.push_str(&self.null),
+                Some(v) if self.csv => self.write_csv_field(v, out),
+                Some(v) => self.write_text_field(v, out),
+            }
+        }
+        out.push('\n');
+    }
+
+    fn write_text_field(&self, v: &str, out: &mut String) {
+        for c in v.chars() {
+            match c {
+                '\\' => out.push_str("\\\\"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                c if c == self.delimiter => {
+                    out.push('\\');
+                    out.push(c);
+                }
+                c => out.push(c),
+            }
+        }
+    }
+
+    fn write_csv_field(&self, v: &str, out: &mut String) {
+        // Quoted when it could be read otherwise: empty (NULL), the NULL
+        // text, or holding a delimiter, quote, escape or line break.
+        let quoted = v.is_empty()
+            || v == self.null
+            || v.contains([self.delimiter, self.quote, self.escape, '\n', '\r'])
+            || v.starts_with("\\.");
+        if !quoted {
+            out.push_str(v);
+            return;
+        }
+        out.push(self.quote);
+        for c in v.chars() {
+            if c == self.quote || c == self.escape {
+                out.push(self.escape);
+            }
+            out.push(c);
+        }
+        out.push(self.quote);
+    }
+
+    /// Where the first whole record of `data` ends (after its newline), if
+    /// it holds one: a newline inside CSV quotes does not end a record.
+    pub fn record_end(&self, data: &[u8]) -> Option<usize> {
+        let mut quoted = false;
+        let (quote, escape) = (self.quote as u32, self.escape as u32);
+        let mut i = 0;
+        while i < data.len() {
+            let b = u32::from(data[i]);
+            if self.csv && quoted && b == escape && escape != quote {
+                i += 2;
+                continue;
+            }
+            if self.csv && b == quote {
+                quoted = !quoted;
+            } else if data[i] == b'\n' && !quoted {
+                return Some(i + 1);
+            }
+            i += 1;
+        }
+        None
+    }
+
+    /// The fields of one record (without its line end).
+    pub fn read_row(&self, line: &str) -> Result<Vec<Option<String>>, String> {
+        let line = line.strip_suffix('\n').unwrap_or(line);
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if self.csv {
+            self.read_csv(line)
+        } else {
+            line.split(self.delimiter)
+                .map(|f| self.read_text_field(f))
+                .collect()
+        }
+    }
+
+    fn read_text_field(&self, field: &str) -> Result<Option<String>, String> {
+        if field == self.null {
+            return Ok(None);
+        }
+        let mut out = String::with_capacity(field.len());
+        let mut chars = field.chars();
+        while let Some(c) = chars.next() {
+            if c != '\\' {
+                out.push(c);
+                continue;
+            }
+            match chars.next() {
+                Some('n') => out.push('\n'),
+                Some('r') => out.push('\r'),
+                Some('t') => out.push('\t'),
+                Some('b') => out.push('\u{8}'),
+                Some('f') => out.push('\u{c}'),
+                Some('v') => out.push('\u{b}'),
+                Some(other) => out.push(other),
+                None => return Err("a field ends with a lone backslash".into()),
+            }
+        }
+        Ok(Some(out))
+    }
+
+    fn read_csv(&self, line: &str) -> Result<Vec<Option<String>>, String> {
+        let mut fields = Vec::new();
+        let mut field = String::new();
+        let (mut quoted, mut was_quoted) = (false, false);
+        let mut chars = line.chars().peekable();
+        while let Some(c) = chars.next() {
+            if quoted {
+                if c == self.escape && chars.peek() == Some(&self.quote) {
+                    field.push(self.quote);
+                    chars.next();
+                } else if c == self.escape
+                    && self.escape != self.quote
+                    && chars.peek() == Some(&self.escape)
+                {
+                    field.push(self.escape);
+                    chars.next();
+                } else if c == self.quote {
+                    quoted = false;
+                } else {
+                    field.push(c);
+                }
+            } else if c == self.quote {
+                quoted = true;
+                was_quoted = true;
+            } else if c == self.delimiter {
+                fields.push(self.csv_value(std::mem::take(&mut field), was_quoted));
+                was_quoted = false;
+            } else {
+                field.push(c);
+            }
+        }
+        if quoted {
+            return Err("unterminated CSV quoted field".into());
+        }
+        fields.push(self.csv_value(field, was_quoted));
+        Ok(fields)
+    }
+
+    fn csv_value(&self, field: String, quoted: bool) -> Option<String> {
+        (quoted || field != self.null).then_some(field)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(f: &CopyFormat, values: &[Option<&str>]) {
+        let mut line = String::new();
+        f.write_row(values, &mut line);
+        assert_eq!(f.record_end(line.as_bytes()), Some(line.len()), "{line:?}");
+        let read = f
+            .read_row(&line)
+            .unwrap_or_else(|e| panic!("{e}: {line:?}"));
+        let want: Vec<Option<String>> = values.iter().map(|v| v.map(str::to_owned)).collect();
+        assert_eq!(read, want, "{line:?}");
+    }
+
+    #[test]
+    fn text_and_csv_read_what_they_write() {
+        let rows: [&[Option<&str>]; 4] = [
+            &[Some("a"), None, Some("")],
+            &[Some("tab\there"), Some("line\nbreak"), Some("back\\slash")],
+            &[Some("comma, \"quoted\""), Some("\\N"), Some("\r")],
+            &[Some("ünï"), Some("\\."), None],
+        ];
+        for f in [CopyFormat::text(), CopyFormat::csv()] {
+            for row in rows {
+                round_trip(&f, row);
+            }
+        }
+    }
+
+    #[test]
+    fn csv_nulls_are_unquoted_empty_fields() {
+        let f = CopyFormat::csv();
+        assert_eq!(
+            f.read_row("1,,\"\",x\n"),
+            Ok(vec![
+                Some("1".into()),
+                None,
+                Some(String::new()),
+                Some("x".into())
+            ])
+        );
+        assert!(f.read_row("1,\"open").is_err());
+        // A quoted newline does not end the record.
+        assert_eq!(f.record_end(b"1,\"a\nb\"\n2"), Some(8));
+    }
+
+    #[test]
+    fn text_escapes_are_postgresqls() {
+        let f = CopyFormat::text();
+        assert_eq!(
+            f.read_row("a\\tb\t\\N\tc\\\\d\n"),
+            Ok(vec![Some("a\tb".into()), None, Some("c\\d".into())])
+        );
+    }
+}

@@ -1,0 +1,130 @@
+//! The session's side of COPY (`copy/`): starting one from its statement,
+//! and pgwire's copy-in messages.
+
+use std::fmt::Debug;
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use futures::Sink;
+use pgwire::api::ClientInfo;
+use pgwire::api::copy::CopyHandler;
+use pgwire::api::results::{CopyResponse, Response, Tag};
+use pgwire::error::{PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::response::TransactionStatus;
+
+use super::copy::{self, Copy, CopyIn};
+use super::session::Session;
+use super::sqlstate::{ACTIVE_TRANSACTION, error};
+
+/// The COPY FROM a connection is in, if any.
+#[derive(Default)]
+pub struct Copying(Mutex<Option<Box<CopyIn>>>);
+
+impl Copying {
+    fn take(&self) -> Option<Box<CopyIn>> {
+        self.0.lock().ok().and_then(|mut c| c.take())
+    }
+
+    fn put(&self, state: Box<CopyIn>) {
+        if let Ok(mut c) = self.0.lock() {
+            *c = Some(state);
+        }
+    }
+}
+
+impl Session {
+    /// Starts a COPY statement: the rows of COPY TO, or the CopyIn answer
+    /// of COPY FROM, whose data then comes through [`CopyHandler`].
+    pub(super) async fn start_copy<C: ClientInfo>(
+        &self,
+        client: &C,
+        statement: &datafusion::sql::sqlparser::ast::Statement,
+        status: TransactionStatus,
+    ) -> PgWireResult<Response> {
+        let planner = self.planner();
+        match copy::plan(&planner.engine, &planner.ctx, statement).await? {
+            Copy::Out { query, format } => {
+                let parsed = planner.parse(&query)?;
+                let Some(statement) = parsed.into_iter().next() else {
+                    return Err(error(
+                        super::sqlstate::SYNTAX_ERROR,
+                        "COPY of an empty query",
+                    ));
+                };
+                let (schema, batches) = planner.batches(statement, self.guard_for(client)).await?;
+                Ok(Response::CopyOut(copy::copy_out(schema, batches, format)))
+            }
+            Copy::In(state) => {
+                if !matches!(status, TransactionStatus::Idle) {
+                    return Err(error(
+                        ACTIVE_TRANSACTION,
+                        "COPY FROM cannot run inside a transaction block: the store commits rows as they are written and cannot roll them back (use autocommit)",
+                    ));
+                }
+                let width = state.width();
+                self.copying().put(state);
+                Ok(Response::CopyIn(CopyResponse::new(
+                    0,
+                    width,
+                    futures::stream::empty(),
+                )))
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl CopyHandler for Session {
+    async fn on_copy_data<C>(&self, _client: &mut C, data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let Some(mut state) = self.copying().take() else {
+            return Err(error(
+                super::sqlstate::PROTOCOL_VIOLATION,
+                "CopyData outside COPY FROM",
+            ));
+        };
+        state.take(&self.planner().ctx, &data.data).await;
+        self.copying().put(state);
+        Ok(())
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let Some(mut state) = self.copying().take() else {
+            return Err(error(
+                super::sqlstate::PROTOCOL_VIOLATION,
+                "CopyDone outside COPY FROM",
+            ));
+        };
+        let rows = state.finish(&self.planner().ctx).await?;
+        let tag = Tag::new("COPY").with_rows(usize::try_from(rows).unwrap_or(usize::MAX));
+        futures::SinkExt::send(client, PgWireBackendMessage::CommandComplete(tag.into())).await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(&self, _client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let written = self.copying().take().map_or(0, |s| s.written());
+        error(
+            "57014",
+            format!(
+                "COPY from stdin failed: {} ({written} rows were written before it)",
+                fail.message
+            ),
+        )
+    }
+}

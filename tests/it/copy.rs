@@ -1,0 +1,125 @@
+//! COPY over the wire with the real psql: `\copy` out and in, in text and
+//! CSV, 100,000 rows; bad rows stopped with their line numbers.
+
+use crate::server::serve;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const REGS2: &str = "CREATE TABLE regs2 (event TEXT NOT NULL, distance TEXT NOT NULL, \
+    bib INT NOT NULL, name TEXT NOT NULL, gender TEXT NOT NULL, age INT NOT NULL, \
+    finish BIGINT, registered TIMESTAMP, club TEXT, PRIMARY KEY (event, distance, bib)) \
+    WITH (storage_table = 'Regs2', partition_key = '{event}__{distance}', \
+    row_key = 'BIB:{bib:05}__{name}__{gender}__{age}', \
+    index_age = 'AGE:{age:03}__{bib}__{name}__{gender}')";
+
+fn shown(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn sorted_lines(path: &std::path::Path) -> std::io::Result<Vec<String>> {
+    let mut lines: Vec<String> = std::fs::read_to_string(path)?
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    lines.sort();
+    Ok(lines)
+}
+
+#[test]
+fn psql_copies_100k_rows_out_and_back_in() -> TestResult {
+    let _cpu = crate::exclusive();
+    let server = serve(100_000, &[])?;
+    let dir = tempfile::tempdir()?;
+    let first = dir.path().join("first.txt");
+    let second = dir.path().join("second.txt");
+    let run = |args: &[&str]| -> Result<String, Box<dyn std::error::Error>> {
+        let out = server.psql("", args)?;
+        let text = shown(&out);
+        if !out.status.success() {
+            return Err(text.into());
+        }
+        Ok(text)
+    };
+    let out = run(&[
+        "-c",
+        &format!("\\copy registrations to '{}'", first.display()),
+    ])?;
+    assert!(out.contains("COPY 100000"), "{out}");
+    run(&["-c", REGS2])?;
+    let out = run(&["-c", &format!("\\copy regs2 from '{}'", first.display())])?;
+    assert!(out.contains("COPY 100000"), "{out}");
+    let out = run(&["-c", &format!("\\copy regs2 to '{}'", second.display())])?;
+    assert!(out.contains("COPY 100000"), "{out}");
+    let (a, b) = (sorted_lines(&first)?, sorted_lines(&second)?);
+    assert_eq!(a.len(), 100_000);
+    assert!(a == b, "the export differs from the import");
+    // The index rows were written with their base rows: the index path
+    // finds as many as the original table's.
+    let counts = run(&[
+        "-At",
+        "-c",
+        "SELECT (SELECT count(*) FROM regs2 WHERE age = 42) = (SELECT count(*) FROM registrations WHERE age = 42)",
+    ])?;
+    assert!(counts.starts_with("t"), "{counts}");
+    Ok(())
+}
+
+#[test]
+fn a_bad_csv_line_stops_the_copy_with_its_number() -> TestResult {
+    let server = serve(1000, &[])?;
+    let dir = tempfile::tempdir()?;
+    let good = dir.path().join("good.csv");
+    let bad = dir.path().join("bad.csv");
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            &format!(
+                "\\copy registrations to '{}' with (format csv, header)",
+                good.display()
+            ),
+        ],
+    )?;
+    assert!(out.status.success(), "{}", shown(&out));
+    let text = std::fs::read_to_string(&good)?;
+    let mut lines: Vec<&str> = text.lines().collect();
+    // Line 6 of the file (the header is line 1) cannot be a bib.
+    lines.insert(5, "2099 Nowhere,Full,abc,X,M,30,,,");
+    std::fs::write(&bad, lines.join("\n") + "\n")?;
+    let partial = dir.path().join("partial.txt");
+    std::fs::write(&partial, "2099 Nowhere\tFull\n")?;
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "ON_ERROR_STOP=0",
+            "-c",
+            REGS2,
+            "-c",
+            &format!(
+                "\\copy regs2 from '{}' with (format csv, header)",
+                bad.display()
+            ),
+            "-c",
+            "SELECT count(*) AS written FROM regs2",
+            "-c",
+            &format!(
+                "\\copy regs2 (event, distance) from '{}'",
+                partial.display()
+            ),
+        ],
+    )?;
+    let text = shown(&out);
+    assert!(
+        text.contains("invalid input for column \"bib\"") && text.contains("line 6"),
+        "{text}"
+    );
+    // The first chunk is checked whole before it is written: nothing.
+    assert!(text.contains("written \n---------\n       0"), "{text}");
+    assert!(text.contains("must not be NULL"), "{text}");
+    Ok(())
+}
