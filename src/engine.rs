@@ -366,9 +366,7 @@ impl Engine {
         } else {
             String::new()
         };
-        let plan = state
-            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
-            .await?;
+        let plan = crate::planner::upsert::statement_to_plan(&state, statement).await?;
         if paging && paging::is_read(&plan) {
             let optimized = state.optimize(&plan)?;
             if let Some(page) = self.session_page(&self.ctx, &optimized, &text).await? {

@@ -9,7 +9,6 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
-use datafusion::sql::parser::Statement as DfStatement;
 
 use super::{Engine, EngineError};
 use crate::catalog::secret;
@@ -58,9 +57,7 @@ impl Engine {
         let statement = statements.remove(0);
         let text = statement.to_string();
         let state = self.ctx.state();
-        let plan = state
-            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
-            .await?;
+        let plan = crate::planner::upsert::statement_to_plan(&state, statement).await?;
         let plan = state.optimize(&plan)?;
         if let Paging::Cannot(why) = page::paging(&plan) {
             return Err(DataFusionError::from(why).into());

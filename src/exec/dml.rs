@@ -47,6 +47,10 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+mod upsert;
+
+pub use upsert::OnExisting;
+
 use super::ExecError;
 use super::decode::{Layout, Source};
 use super::encode::{Columns, compose, entities, mapped, primary_prefix};
@@ -76,6 +80,9 @@ pub enum DmlOp {
     },
     /// Removes the rows the input scan matched, with their index rows.
     Delete,
+    /// Adds the rows, and where a row's primary key exists does what
+    /// `INSERT ... ON CONFLICT` says (`dml/upsert.rs`).
+    Upsert(OnExisting),
 }
 
 impl DmlOp {
@@ -84,6 +91,9 @@ impl DmlOp {
             DmlOp::Insert => "insert",
             DmlOp::Update { .. } => "update",
             DmlOp::Delete => "delete",
+            DmlOp::Upsert(OnExisting::Nothing) => "upsert(do_nothing)",
+            DmlOp::Upsert(OnExisting::Update { blind: false, .. }) => "upsert(do_update)",
+            DmlOp::Upsert(OnExisting::Update { blind: true, .. }) => "upsert(blind)",
         }
     }
 }
@@ -169,7 +179,7 @@ impl DmlExec {
     /// be met (and updated) twice.
     fn moves_rows(&self) -> bool {
         let assignments = match &self.op {
-            DmlOp::Insert => return self.reads_itself(),
+            DmlOp::Insert | DmlOp::Upsert(_) => return self.reads_itself(),
             DmlOp::Update { assignments } => assignments,
             DmlOp::Delete => return false,
         };
@@ -199,7 +209,7 @@ impl DisplayAs for DmlExec {
         }
         match &self.if_match {
             Some(etag) => write!(f, " if_match={etag}")?,
-            None if matches!(self.op, DmlOp::Insert) => {}
+            None if matches!(self.op, DmlOp::Insert | DmlOp::Upsert(_)) => {}
             None => write!(f, " if_match=read")?,
         }
         if self.moves_rows() {
@@ -234,11 +244,18 @@ impl ExecutionPlan for DmlExec {
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        if let DmlOp::Update { assignments } = &self.op {
-            for (_, e) in assignments {
-                if f(e)? == TreeNodeRecursion::Stop {
-                    return Ok(TreeNodeRecursion::Stop);
-                }
+        let exprs: Vec<&Arc<dyn PhysicalExpr>> = match &self.op {
+            DmlOp::Update { assignments } => assignments.iter().map(|(_, e)| e).collect(),
+            DmlOp::Upsert(OnExisting::Update {
+                assignments,
+                filter,
+                ..
+            }) => assignments.iter().map(|(_, e)| e).chain(filter).collect(),
+            _ => Vec::new(),
+        };
+        for e in exprs {
+            if f(e)? == TreeNodeRecursion::Stop {
+                return Ok(TreeNodeRecursion::Stop);
             }
         }
         Ok(TreeNodeRecursion::Continue)
@@ -373,6 +390,13 @@ impl Writer {
                 }
                 DmlOp::Delete => self.delete(&old, row)?,
                 DmlOp::Update { .. } => self.update(&old, &new, row).await?,
+                DmlOp::Upsert(on_existing) => {
+                    let on_existing = on_existing.clone();
+                    match self.upsert(&on_existing, &new, row).await? {
+                        Some(written) => written,
+                        None => continue,
+                    }
+                }
             };
             self.pending.entry(partition).or_default().push(group);
             self.pending_rows += 1;

@@ -70,6 +70,11 @@ impl Columns {
     }
 
     /// The text in column `i` at `row` (system columns: keys, ETag).
+    /// Row `row` of every column, as one-row arrays.
+    pub fn row(&self, row: usize) -> Vec<ArrayRef> {
+        self.arrays.iter().map(|a| a.slice(row, 1)).collect()
+    }
+
     pub fn text(&self, i: usize, row: usize) -> Option<&str> {
         let a = self.arrays.get(i)?.as_string_opt::<i32>()?;
         (!a.is_null(row)).then(|| a.value(row))

@@ -100,6 +100,12 @@ pub enum ExecError {
         rows: u64,
         source: Box<datafusion::error::DataFusionError>,
     },
+    /// Two proposed rows of one `INSERT ... ON CONFLICT DO UPDATE` with one
+    /// primary key.
+    #[error(
+        "ON CONFLICT DO UPDATE command cannot affect row a second time: two proposed rows of table {table} have one primary key"
+    )]
+    UpsertTwice { table: String },
     /// A scalar subquery that gave more than one row for an outer row.
     #[error("more than one row returned by a subquery used as an expression")]
     SubqueryRows,

@@ -19,6 +19,7 @@ pub mod settings;
 pub mod sql;
 pub mod subquery;
 pub mod subquery_rules;
+pub mod upsert;
 
 pub use crate::exec::access::{AccessKind, AccessPath, KeyRequest};
 pub use physical::TablesqlQueryPlanner;

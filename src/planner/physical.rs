@@ -19,8 +19,11 @@ use datafusion::logical_expr::{
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
+use super::StoreTable;
 use super::subquery::{ApplyNode, needs_apply, plan_subqueries};
+use super::upsert::{self, UpsertNode};
 use crate::exec::apply::{Correlated, SubqueryApplyExec};
+use crate::exec::dml::OnExisting;
 
 /// DataFusion's planner, with correlated subqueries evaluated per outer row.
 #[derive(Debug, Default)]
@@ -33,7 +36,10 @@ impl QueryPlanner for TablesqlQueryPlanner {
         plan: &LogicalPlan,
         session: &dyn Session,
     ) -> Result<Arc<dyn ExecutionPlan>> {
-        let planner = DefaultPhysicalPlanner::with_extension_planners(vec![Arc::new(ApplyPlanner)]);
+        let planner = DefaultPhysicalPlanner::with_extension_planners(vec![
+            Arc::new(ApplyPlanner),
+            Arc::new(UpsertPlanner),
+        ]);
         if needs_apply(plan) {
             let plan = plan_subqueries(plan.clone())?;
             planner.create_physical_plan(&plan, session).await
@@ -97,5 +103,60 @@ impl ExtensionPlanner for ApplyPlanner {
             Arc::new(state.clone()),
             Arc::new(UserDefinedLogicalNodeCore::schema(node).as_arrow().clone()),
         ))))
+    }
+}
+
+/// Plans [`UpsertNode`]s: the INSERT's input into a `DmlExec` that upserts.
+#[derive(Debug)]
+struct UpsertPlanner;
+
+#[async_trait]
+impl ExtensionPlanner for UpsertPlanner {
+    async fn plan_extension(
+        &self,
+        planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        session: &dyn Session,
+        planning_ctx: &PhysicalPlanningContext,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(node) = node.as_any().downcast_ref::<UpsertNode>() else {
+            return Ok(None);
+        };
+        let Some(input) = physical_inputs.first() else {
+            return Err(DataFusionError::Internal("Upsert without input".into()));
+        };
+        let table = datafusion::datasource::source_as_provider(&node.insert.target)?;
+        let any: &dyn std::any::Any = table.as_ref();
+        let Some(store_table) = any.downcast_ref::<StoreTable>() else {
+            return Err(DataFusionError::Plan(format!(
+                "ON CONFLICT needs a mapped table; {} is not one",
+                node.insert.table_name
+            )));
+        };
+        let row_schema = &node.row_schema;
+        let on_existing = match &node.on_existing {
+            upsert::OnExisting::Nothing => OnExisting::Nothing,
+            upsert::OnExisting::Update {
+                assignments,
+                filter,
+            } => {
+                let layout = store_table.layout();
+                let physical =
+                    |e: &Expr| planner.create_physical_expr(e, row_schema, session, planning_ctx);
+                let assignments = assignments
+                    .iter()
+                    .map(|(name, e)| Ok((layout.schema.index_of(name)?, physical(e)?)))
+                    .collect::<Result<Vec<_>>>()?;
+                OnExisting::Update {
+                    blind: node.is_blind(layout) && filter.is_none(),
+                    assignments,
+                    filter: filter.as_ref().map(physical).transpose()?,
+                    row_schema: Arc::new(row_schema.as_arrow().clone()),
+                }
+            }
+        };
+        Ok(Some(store_table.upsert_exec(input.clone(), on_existing)?))
     }
 }

@@ -64,6 +64,21 @@ impl StoreTable {
         &self.layout
     }
 
+    /// The write of `INSERT ... ON CONFLICT` (`upsert.rs`).
+    pub fn upsert_exec(
+        &self,
+        input: Arc<dyn ExecutionPlan>,
+        on_existing: crate::exec::dml::OnExisting,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(DmlExec::new(
+            DmlOp::Upsert(on_existing),
+            input,
+            self.store.clone(),
+            self.layout.clone(),
+            None,
+        )?))
+    }
+
     /// The scan of `filters` when the pushdown answers every one of them
     /// exactly, `None` otherwise: one pushdown, where DataFusion's protocol
     /// (`supports_filters_pushdown`, then `scan`) runs two. The wire server's

@@ -22,7 +22,6 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
 use datafusion::prelude::SessionContext;
-use datafusion::sql::parser::Statement as DfStatement;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::StreamExt;
 use pgwire::api::portal::{Format, Portal};
@@ -129,6 +128,12 @@ impl Planner {
         let mut types = plan
             .get_parameter_types()
             .map_err(|e| datafusion_error(&e))?;
+        for (id, t) in crate::planner::upsert::placeholder_types(&plan) {
+            let slot = types.entry(id).or_insert(None);
+            if slot.is_none() {
+                *slot = t;
+            }
+        }
         for (id, t) in params::cast_placeholder_types(&plan).map_err(|e| datafusion_error(&e))? {
             if let Some(slot @ None) = types.get_mut(&id) {
                 *slot = Some(t);
@@ -189,8 +194,7 @@ impl Planner {
     /// The analyzed and optimized logical plan of a query.
     async fn logical(&self, statement: Statement) -> PgWireResult<LogicalPlan> {
         let state = self.snapshot().state;
-        let plan = state
-            .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+        let plan = crate::planner::upsert::statement_to_plan(&state, statement)
             .await
             .map_err(|e| datafusion_error(&e))?;
         state.optimize(&plan).map_err(|e| datafusion_error(&e))
@@ -490,6 +494,7 @@ fn bind(
     let plan = plan
         .clone()
         .replace_params_with_values(values)
+        .and_then(|p| crate::planner::upsert::bind_values(p, values))
         .map_err(|e| datafusion_error(&e))?;
     fold_limits(plan).map_err(|e| datafusion_error(&e))
 }

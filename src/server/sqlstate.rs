@@ -155,7 +155,7 @@ fn exec_code(e: &ExecError) -> &'static str {
         ExecError::SystemColumn { .. } => GENERATED_ALWAYS,
         ExecError::RawTable { .. } | ExecError::PartitionMove { .. } => FEATURE_NOT_SUPPORTED,
         ExecError::PartlyWritten { source, .. } => datafusion_code(source),
-        ExecError::SubqueryRows => CARDINALITY_VIOLATION,
+        ExecError::SubqueryRows | ExecError::UpsertTwice { .. } => CARDINALITY_VIOLATION,
         ExecError::SubqueryBound { .. } | ExecError::ScanDenied(_) => PROGRAM_LIMIT_EXCEEDED,
         ExecError::Token(TokenError::Malformed(_)) => INVALID_TEXT_REPRESENTATION,
         ExecError::Token(_) => INVALID_PARAMETER_VALUE,

@@ -1703,3 +1703,39 @@ async fn savepoints_in_a_transaction_block() -> TestResult {
     assert_eq!(code(&e), "3B001");
     Ok(())
 }
+
+/// `INSERT ... ON CONFLICT` prepared with parameters, in its `DO UPDATE`
+/// too: tokio-postgres binds by the types the server describes.
+#[tokio::test]
+async fn prepared_upserts_bind_every_parameter() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    client
+        .batch_execute(
+            "CREATE TABLE kv (k TEXT NOT NULL, id INT NOT NULL, v TEXT, n BIGINT, PRIMARY KEY (k, id)) \
+             WITH (storage_table = 'Keyvalues', partition_key = '{k}', row_key = '{id:05}')",
+        )
+        .await?;
+    let upsert = "INSERT INTO kv (k, id, v, n) VALUES ($1, $2, $3, $4) \
+                  ON CONFLICT (k, id) DO UPDATE SET v = EXCLUDED.v, n = kv.n + $5";
+    for (v, n) in [("first", 1i64), ("second", 2)] {
+        let written = client
+            .execute(upsert, &[&"a", &7i32, &v, &n, &10i64])
+            .await?;
+        assert_eq!(written, 1);
+    }
+    let row = client
+        .query_one("SELECT v, n FROM kv WHERE k = 'a' AND id = 7", &[])
+        .await?;
+    assert_eq!(row.get::<_, String>(0), "second");
+    // Inserted with n = 1, then updated to 1 + 10.
+    assert_eq!(row.get::<_, i64>(1), 11);
+    let skipped = client
+        .execute(
+            "INSERT INTO kv (k, id, v, n) VALUES ($1, $2, 'x', 0) ON CONFLICT DO NOTHING",
+            &[&"a", &7i32],
+        )
+        .await?;
+    assert_eq!(skipped, 0);
+    Ok(())
+}

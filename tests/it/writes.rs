@@ -251,3 +251,120 @@ async fn writes_on_azurite() -> TestResult {
     let config = super::azurite::fresh_account()?;
     scenario(Arc::new(tablesql::storage::AzureStore::new(config)?)).await
 }
+
+fn rows(n: std::ops::RangeInclusive<i32>, name: &str, age: i32) -> String {
+    n.map(|b| format!("('{EVENT}', '10K', {b}, '{name}{b}', 'F', {age}, {b})"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `INSERT ... ON CONFLICT`: with index rows (the demo's registrations,
+/// whose RowKey also holds name and age), every base row keeps exactly its
+/// index row whatever the upsert changes; without (a key-value table), each
+/// key is one entity.
+async fn upserts(store: Arc<dyn TableStore>) -> TestResult {
+    demo::load(store.as_ref(), 30, |_, _| {}).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let insert =
+        "INSERT INTO registrations (event, distance, bib, name, gender, age, finish) VALUES";
+    let target = "ON CONFLICT (event, distance, bib)";
+    assert_eq!(
+        count(
+            &engine
+                .collect(&format!("{insert} {}", rows(1..=10, "A", 30)))
+                .await?
+        ),
+        10
+    );
+    // Five exist: they are left, and not counted.
+    let nothing = engine
+        .collect(&format!(
+            "{insert} {} {target} DO NOTHING",
+            rows(6..=15, "B", 40)
+        ))
+        .await?;
+    assert_eq!(count(&nothing), 5);
+    assert_eq!(consistent(store.as_ref()).await?, 15);
+    // Name and age change the RowKey and the index row's key.
+    let updated = engine
+        .collect(&format!(
+            "{insert} {} {target} DO UPDATE SET name = EXCLUDED.name, age = EXCLUDED.age, finish = registrations.finish + EXCLUDED.finish",
+            rows(11..=17, "C", 50)
+        ))
+        .await?;
+    assert_eq!(count(&updated), 7);
+    assert_eq!(consistent(store.as_ref()).await?, 17);
+    let check = engine
+        .collect(&format!(
+            "SELECT count(*) FROM registrations WHERE event = '{EVENT}' AND name LIKE 'C%' AND age = 50 \
+             AND ((bib <= 15 AND finish = 2 * bib) OR (bib > 15 AND finish = bib))"
+        ))
+        .await?;
+    assert_eq!(
+        check[0]
+            .column(0)
+            .as_primitive::<tablesql::datafusion::arrow::datatypes::Int64Type>()
+            .value(0),
+        7
+    );
+    // A WHERE that holds for none updates none.
+    let none = engine
+        .collect(&format!(
+            "{insert} {} {target} DO UPDATE SET name = 'never' WHERE registrations.age > 60",
+            rows(1..=3, "D", 70)
+        ))
+        .await?;
+    assert_eq!(count(&none), 0);
+    assert_eq!(consistent(store.as_ref()).await?, 17);
+
+    // A table without index rows: one entity per key, upserted in place.
+    engine
+        .collect(
+            "CREATE TABLE kv (k TEXT NOT NULL, id INT NOT NULL, v TEXT, PRIMARY KEY (k, id)) \
+             WITH (storage_table = 'Keyvalues', partition_key = '{k}', row_key = '{id:05}')",
+        )
+        .await?;
+    let upsert = "INSERT INTO kv (k, id, v) VALUES ('a', 1, 'x'), ('a', 2, 'y') \
+                  ON CONFLICT (k, id) DO UPDATE SET v = EXCLUDED.v";
+    assert_eq!(count(&engine.collect(upsert).await?), 2);
+    assert_eq!(
+        count(&engine.collect(&upsert.replace("'x'", "'z'")).await?),
+        2
+    );
+    let stored = store
+        .query_all(&TableName::new("Keyvalues")?, &Query::all())
+        .await?;
+    let values: Vec<(String, Option<&EdmValue>)> = stored
+        .iter()
+        .map(|e| {
+            (
+                e.row_key().as_str().to_owned(),
+                e.entity.properties.get("v"),
+            )
+        })
+        .collect();
+    assert_eq!(
+        values,
+        vec![
+            ("00001".to_owned(), Some(&EdmValue::String("z".into()))),
+            ("00002".to_owned(), Some(&EdmValue::String("y".into()))),
+        ]
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upserts_on_the_memory_store() -> TestResult {
+    upserts(Arc::new(MemoryStore::new())).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upserts_on_the_embedded_store() -> TestResult {
+    upserts(Arc::new(EmbeddedStore::in_memory()?)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upserts_on_azurite() -> TestResult {
+    let config = super::azurite::fresh_account()?;
+    upserts(Arc::new(tablesql::storage::AzureStore::new(config)?)).await
+}

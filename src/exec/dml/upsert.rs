@@ -1,0 +1,166 @@
+//! `INSERT ... ON CONFLICT` rows (`planner::upsert`): each proposed row's
+//! primary key is looked up first (a point read when the key is the whole
+//! RowKey, else a one-entity prefix query); a new key is inserted with its
+//! index rows, an existing one left alone (`DO NOTHING`) or updated as an
+//! UPDATE is (`DO UPDATE`), If-Match the ETag just read, its old index
+//! rows replaced in the same entity group transaction.
+//!
+//! A blind upsert needs no read, as the storage's guidance advises: on a
+//! table without index rows whose primary key is its whole RowKey, a
+//! `DO UPDATE SET` of every other column to its `EXCLUDED` value writes the
+//! proposed row either way, so it is one InsertOrMerge (which keeps
+//! properties the mapping does not declare, as UPDATE does). A row with a
+//! NULL among those values takes the read path: a merge cannot remove a
+//! property.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::physical_expr::PhysicalExpr;
+
+use super::{Group, Writer};
+use crate::exec::ExecError;
+use crate::exec::decode::decode;
+use crate::exec::encode::{Columns, entities, primary_prefix};
+use crate::storage::{KeyRange, PartitionKey, Query, RowKey, StorageError, StoredEntity, WriteOp};
+
+/// What an upsert does with a row whose key exists.
+#[derive(Debug, Clone)]
+pub enum OnExisting {
+    Nothing,
+    /// Sets the columns at these layout positions, where `filter` holds;
+    /// evaluated over `row_schema`: the stored row, then `excluded`.
+    Update {
+        assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>,
+        filter: Option<Arc<dyn PhysicalExpr>>,
+        row_schema: SchemaRef,
+        /// Whether the update writes the proposed row as it is (see the
+        /// module's doc): then no read is needed.
+        blind: bool,
+    },
+}
+
+impl Writer {
+    /// The group of one proposed row, or `None` when it writes nothing.
+    pub(super) async fn upsert(
+        &mut self,
+        on_existing: &OnExisting,
+        new: &Columns,
+        row: usize,
+    ) -> Result<Option<(PartitionKey, Group)>> {
+        new.refuse_system(&self.layout, row)?;
+        let values = new.values(&self.layout, row)?;
+        let proposed = entities(&self.def, &values)?;
+        let partition = proposed.base.partition_key.clone();
+        let prefix = primary_prefix(&self.def, &values)?;
+        let key = prefix
+            .clone()
+            .unwrap_or_else(|| proposed.base.row_key.as_str().to_owned());
+        if !self.keys.insert((partition.clone(), key)) {
+            return match on_existing {
+                // The statement's own earlier row is the existing one.
+                OnExisting::Nothing => Ok(None),
+                OnExisting::Update { .. } => Err(ExecError::UpsertTwice {
+                    table: self.def.name.clone(),
+                }
+                .into()),
+            };
+        }
+        if let OnExisting::Update { blind: true, .. } = on_existing
+            && proposed.index.is_empty()
+            && values.iter().all(Option::is_some)
+        {
+            let op = WriteOp::InsertOrMerge(proposed.base);
+            return Ok(Some((partition, Group::of(vec![op]))));
+        }
+        let stored = match &prefix {
+            Some(prefix) => self.stored_under(&partition, prefix).await?,
+            None => self
+                .store
+                .get(&self.layout.table, &partition, &proposed.base.row_key)
+                .await
+                .map_err(ExecError::from)?,
+        };
+        let Some(stored) = stored else {
+            let ops = std::iter::once(WriteOp::Insert(proposed.base))
+                .chain(proposed.index.into_iter().map(WriteOp::InsertOrReplace))
+                .collect();
+            return Ok(Some((partition, Group::of(ops))));
+        };
+        let OnExisting::Update {
+            assignments,
+            filter,
+            row_schema,
+            ..
+        } = on_existing
+        else {
+            return Ok(None);
+        };
+        let all: Vec<usize> = (0..self.layout.columns.len()).collect();
+        let (old_batch, _) = decode(&self.layout, &all, &self.layout.schema, &[stored])
+            .map_err(DataFusionError::from)?;
+        let mut columns = old_batch.columns().to_vec();
+        columns.extend(new.row(row));
+        let both = RecordBatch::try_new(row_schema.clone(), columns)?;
+        if let Some(filter) = filter {
+            let keep = filter.evaluate(&both)?.into_array(1)?;
+            let keep = keep.as_boolean_opt();
+            if !keep.is_some_and(|k| k.is_valid(0) && k.value(0)) {
+                return Ok(None);
+            }
+        }
+        let old = Columns::new(&self.layout, &old_batch)?;
+        let mut next = old.clone();
+        for (i, expr) in assignments {
+            let value = expr.evaluate(&both)?.into_array(1)?;
+            let t = self
+                .layout
+                .columns
+                .get(*i)
+                .map(|c| c.1)
+                .ok_or_else(|| DataFusionError::Internal(format!("no column {i} to assign")))?;
+            next.set(*i, value, t)?;
+        }
+        self.update(&old, &next, 0).await.map(Some)
+    }
+
+    /// The base row under a primary key's RowKey prefix, if there is one.
+    async fn stored_under(
+        &self,
+        partition: &PartitionKey,
+        prefix: &str,
+    ) -> Result<Option<StoredEntity>> {
+        let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
+        let mut query = Query::partition(partition.clone()).top(1);
+        query.rows = KeyRange {
+            start: std::ops::Bound::Included(RowKey::new(prefix.to_owned()).map_err(invalid)?),
+            end: match crate::keys::successor(prefix) {
+                Some(s) => std::ops::Bound::Excluded(RowKey::new(s).map_err(invalid)?),
+                None => std::ops::Bound::Unbounded,
+            },
+        };
+        // A page may come back empty with a continuation token (the store's
+        // scan budget): follow it to the end of the range.
+        let mut token = None;
+        loop {
+            let page = self
+                .store
+                .query(&self.layout.table, &query, token.as_ref())
+                .await
+                .map_err(ExecError::from)?;
+            if let Some(found) = page
+                .entities
+                .into_iter()
+                .find(|e| e.row_key().as_str().starts_with(prefix))
+            {
+                return Ok(Some(found));
+            }
+            match page.continuation {
+                Some(next) => token = Some(next),
+                None => return Ok(None),
+            }
+        }
+    }
+}
