@@ -186,16 +186,17 @@ pub(super) fn paging_on(ctx: &SessionContext) -> bool {
 
 /// Whether a plan reads rows and writes none: what paging applies to.
 pub(super) fn is_read(plan: &LogicalPlan) -> bool {
-    !matches!(
-        plan,
-        LogicalPlan::Dml(_)
-            | LogicalPlan::Ddl(_)
-            | LogicalPlan::Statement(_)
-            | LogicalPlan::Explain(_)
-            | LogicalPlan::Analyze(_)
-            | LogicalPlan::Copy(_)
-            | LogicalPlan::DescribeTable(_)
-    )
+    !crate::planner::upsert::is_upsert_plan(plan)
+        && !matches!(
+            plan,
+            LogicalPlan::Dml(_)
+                | LogicalPlan::Ddl(_)
+                | LogicalPlan::Statement(_)
+                | LogicalPlan::Explain(_)
+                | LogicalPlan::Analyze(_)
+                | LogicalPlan::Copy(_)
+                | LogicalPlan::DescribeTable(_)
+        )
 }
 
 /// Changes the session's settings.

@@ -269,6 +269,11 @@ pub fn bind_values(plan: LogicalPlan, values: &ParamValues) -> Result<LogicalPla
     ))
 }
 
+/// Whether `plan` is an upsert.
+pub fn is_upsert_plan(plan: &LogicalPlan) -> bool {
+    upsert_of(plan).is_some()
+}
+
 /// The upsert a plan is (upserts are planned at its root).
 fn upsert_of(plan: &LogicalPlan) -> Option<&UpsertNode> {
     match plan {
@@ -316,9 +321,18 @@ pub async fn statement_to_plan(
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(statement)))
         .await?;
-    let Some(on_conflict) = on_conflict else {
-        return Ok(plan);
-    };
+    match on_conflict {
+        Some(on_conflict) => upsert_plan(state, plan, on_conflict),
+        None => Ok(plan),
+    }
+}
+
+/// The INSERT `plan` as an upsert doing what `on_conflict` says.
+fn upsert_plan(
+    state: &SessionState,
+    plan: LogicalPlan,
+    on_conflict: OnConflict,
+) -> Result<LogicalPlan> {
     let LogicalPlan::Dml(insert) = plan else {
         return Err(DataFusionError::Plan(
             "ON CONFLICT belongs to an INSERT".into(),
@@ -448,7 +462,7 @@ fn logical_expr(
 ) -> Result<Expr> {
     let _ = visit_expressions_mut(&mut e, |e: &mut SqlExpr| {
         if let SqlExpr::Identifier(ident) = e {
-            *e = SqlExpr::CompoundIdentifier(vec![Ident::new(table), ident.clone()]);
+            *e = SqlExpr::CompoundIdentifier(vec![Ident::with_quote('"', table), ident.clone()]);
         }
         ControlFlow::<()>::Continue(())
     });

@@ -44,7 +44,14 @@ impl Session {
         status: TransactionStatus,
     ) -> PgWireResult<Response> {
         let planner = self.planner();
-        match copy::plan(&planner.engine, &planner.ctx, statement).await? {
+        match copy::plan(
+            &planner.engine,
+            &planner.ctx,
+            statement,
+            self.guard_for(client),
+        )
+        .await?
+        {
             Copy::Out { query, format } => {
                 let parsed = planner.parse(&query)?;
                 let Some(statement) = parsed.into_iter().next() else {

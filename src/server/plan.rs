@@ -164,7 +164,9 @@ impl Planner {
     }
 
     /// A query's rows as Arrow batches, for COPY TO: planned as any query
-    /// of the session, errors mapped to SQLSTATEs.
+    /// of the session, errors mapped to SQLSTATEs. The first batch is
+    /// awaited here, so that an error comes before the copy starts (a
+    /// server cannot fail a COPY TO midway but by breaking it off).
     pub async fn batches(
         &self,
         statement: Statement,
@@ -548,10 +550,12 @@ pub fn writes(statement: &Statement) -> bool {
 
 /// Whether a planned statement writes when it runs.
 pub fn plan_writes(plan: &LogicalPlan) -> bool {
+    let writes = |p: &LogicalPlan| {
+        matches!(p, LogicalPlan::Dml(_)) || crate::planner::upsert::is_upsert_plan(p)
+    };
     match plan {
-        LogicalPlan::Dml(_) => true,
-        LogicalPlan::Analyze(a) => matches!(a.input.as_ref(), LogicalPlan::Dml(_)),
-        _ => false,
+        LogicalPlan::Analyze(a) => writes(a.input.as_ref()),
+        other => writes(other),
     }
 }
 

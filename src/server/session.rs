@@ -382,6 +382,19 @@ impl SimpleQueryHandler for Session {
         } else {
             client.transaction_status()
         };
+        // The client sends COPY FROM's data after the whole string's
+        // answers; a statement after it would run before the data.
+        let copy_in_before_end = statements
+            .iter()
+            .rev()
+            .skip(1)
+            .any(|s| matches!(s, Statement::Copy { to: false, .. }));
+        if copy_in_before_end {
+            return Err(error(
+                FEATURE_NOT_SUPPORTED,
+                "COPY FROM STDIN must be the last statement of its query string",
+            ));
+        }
         for statement in &statements {
             // Rows of earlier SELECTs are encoded lazily, as the client reads
             // them; before a statement that changes data they are read to the
@@ -393,9 +406,17 @@ impl SimpleQueryHandler for Session {
                 )
             {
                 for r in responses.iter_mut() {
-                    if let Response::Query(q) = r {
-                        let rows: Vec<_> = futures::StreamExt::collect(&mut q.data_rows).await;
-                        q.data_rows = Box::pin(futures::stream::iter(rows));
+                    match r {
+                        Response::Query(q) => {
+                            let rows: Vec<_> = futures::StreamExt::collect(&mut q.data_rows).await;
+                            q.data_rows = Box::pin(futures::stream::iter(rows));
+                        }
+                        Response::CopyOut(c) => {
+                            let data: Vec<_> =
+                                futures::StreamExt::collect(&mut c.data_stream).await;
+                            c.data_stream = Box::pin(futures::stream::iter(data));
+                        }
+                        _ => {}
                     }
                 }
             }

@@ -58,9 +58,11 @@ impl Writer {
         let key = prefix
             .clone()
             .unwrap_or_else(|| proposed.base.row_key.as_str().to_owned());
-        if !self.keys.insert((partition.clone(), key)) {
+        // A key an earlier row of this statement wrote is not in the store
+        // yet: that row is the existing one.
+        let seen = (partition.clone(), key);
+        if self.keys.contains(&seen) {
             return match on_existing {
-                // The statement's own earlier row is the existing one.
                 OnExisting::Nothing => Ok(None),
                 OnExisting::Update { .. } => Err(ExecError::UpsertTwice {
                     table: self.def.name.clone(),
@@ -72,6 +74,7 @@ impl Writer {
             && proposed.index.is_empty()
             && values.iter().all(Option::is_some)
         {
+            self.keys.insert(seen);
             let op = WriteOp::InsertOrMerge(proposed.base);
             return Ok(Some((partition, Group::of(vec![op]))));
         }
@@ -83,12 +86,30 @@ impl Writer {
                 .await
                 .map_err(ExecError::from)?,
         };
-        let Some(stored) = stored else {
-            let ops = std::iter::once(WriteOp::Insert(proposed.base))
-                .chain(proposed.index.into_iter().map(WriteOp::InsertOrReplace))
-                .collect();
-            return Ok(Some((partition, Group::of(ops))));
+        let written = match stored {
+            None => {
+                let ops = std::iter::once(WriteOp::Insert(proposed.base))
+                    .chain(proposed.index.into_iter().map(WriteOp::InsertOrReplace))
+                    .collect();
+                Some((partition, Group::of(ops)))
+            }
+            Some(stored) => self.update_stored(on_existing, stored, new, row).await?,
         };
+        if written.is_some() {
+            self.keys.insert(seen);
+        }
+        Ok(written)
+    }
+
+    /// `DO UPDATE` of the stored row (`None` for `DO NOTHING`, or where its
+    /// WHERE does not hold).
+    async fn update_stored(
+        &mut self,
+        on_existing: &OnExisting,
+        stored: StoredEntity,
+        new: &Columns,
+        row: usize,
+    ) -> Result<Option<(PartitionKey, Group)>> {
         let OnExisting::Update {
             assignments,
             filter,
@@ -106,8 +127,10 @@ impl Writer {
         let both = RecordBatch::try_new(row_schema.clone(), columns)?;
         if let Some(filter) = filter {
             let keep = filter.evaluate(&both)?.into_array(1)?;
-            let keep = keep.as_boolean_opt();
-            if !keep.is_some_and(|k| k.is_valid(0) && k.value(0)) {
+            if !keep
+                .as_boolean_opt()
+                .is_some_and(|k| k.is_valid(0) && k.value(0))
+            {
                 return Ok(None);
             }
         }

@@ -7,6 +7,13 @@
 
 use datafusion::sql::sqlparser::ast::{CopyLegacyCsvOption, CopyLegacyOption, CopyOption};
 
+/// How far [`CopyFormat::record_end`] has looked into a record.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Scan {
+    at: usize,
+    quoted: bool,
+}
+
 /// How rows are written and read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyFormat {
@@ -87,7 +94,33 @@ impl CopyFormat {
         if f.header && !f.csv {
             return Err("COPY HEADER is available only in CSV mode".into());
         }
+        f.check()?;
         Ok(f)
+    }
+
+    /// PostgreSQL's rules for the special characters: one ASCII byte each,
+    /// the delimiter unlike the quote, and in text no character an escape
+    /// or a line end gives meaning to.
+    fn check(&self) -> Result<(), String> {
+        for (what, c) in [
+            ("delimiter", self.delimiter),
+            ("quote", self.quote),
+            ("escape", self.escape),
+        ] {
+            if !c.is_ascii() {
+                return Err(format!("COPY {what} must be a single one-byte character"));
+            }
+        }
+        if matches!(self.delimiter, '\r' | '\n') {
+            return Err("COPY delimiter cannot be newline or carriage return".into());
+        }
+        if self.csv && self.delimiter == self.quote {
+            return Err("COPY delimiter and quote must be different".into());
+        }
+        if !self.csv && (self.delimiter == '\\' || self.delimiter.is_ascii_alphanumeric()) {
+            return Err(format!("COPY delimiter cannot be \"{}\"", self.delimiter));
+        }
+        Ok(())
     }
 
     /// One row as a line, with its newline.
@@ -144,23 +177,30 @@ impl CopyFormat {
 
     /// Where the first whole record of `data` ends (after its newline), if
     /// it holds one: a newline inside CSV quotes does not end a record.
-    pub fn record_end(&self, data: &[u8]) -> Option<usize> {
-        let mut quoted = false;
-        let (quote, escape) = (self.quote as u32, self.escape as u32);
-        let mut i = 0;
+    /// `scan` carries how far an earlier call looked into the same record,
+    /// so a long record is scanned once however many messages bring it.
+    pub fn record_end(&self, data: &[u8], scan: &mut Scan) -> Option<usize> {
+        // One-byte characters (checked in `of`).
+        let (quote, escape) = (self.quote as u8, self.escape as u8);
+        let mut i = scan.at;
         while i < data.len() {
-            let b = u32::from(data[i]);
-            if self.csv && quoted && b == escape && escape != quote {
+            let b = data[i];
+            if self.csv && scan.quoted && b == escape && escape != quote {
+                if i + 1 >= data.len() {
+                    break;
+                }
                 i += 2;
                 continue;
             }
             if self.csv && b == quote {
-                quoted = !quoted;
-            } else if data[i] == b'\n' && !quoted {
+                scan.quoted = !scan.quoted;
+            } else if b == b'\n' && !scan.quoted {
+                *scan = Scan::default();
                 return Some(i + 1);
             }
             i += 1;
         }
+        scan.at = i;
         None
     }
 
@@ -171,35 +211,71 @@ impl CopyFormat {
         if self.csv {
             self.read_csv(line)
         } else {
-            line.split(self.delimiter)
-                .map(|f| self.read_text_field(f))
-                .collect()
+            self.read_text(line)
         }
     }
 
-    fn read_text_field(&self, field: &str) -> Result<Option<String>, String> {
-        if field == self.null {
-            return Ok(None);
-        }
-        let mut out = String::with_capacity(field.len());
-        let mut chars = field.chars();
+    /// Text format, split and unescaped in one pass (an escaped delimiter
+    /// is data), as PostgreSQL reads it: a field whose raw text is the NULL
+    /// string is NULL.
+    fn read_text(&self, line: &str) -> Result<Vec<Option<String>>, String> {
+        let mut fields = Vec::new();
+        let (mut field, mut raw) = (String::new(), String::new());
+        let mut chars = line.chars().peekable();
         while let Some(c) = chars.next() {
-            if c != '\\' {
-                out.push(c);
+            if c == self.delimiter {
+                fields.push((raw != self.null).then(|| std::mem::take(&mut field)));
+                field.clear();
+                raw.clear();
                 continue;
             }
-            match chars.next() {
-                Some('n') => out.push('\n'),
-                Some('r') => out.push('\r'),
-                Some('t') => out.push('\t'),
-                Some('b') => out.push('\u{8}'),
-                Some('f') => out.push('\u{c}'),
-                Some('v') => out.push('\u{b}'),
-                Some(other) => out.push(other),
-                None => return Err("a field ends with a lone backslash".into()),
+            raw.push(c);
+            if c != '\\' {
+                field.push(c);
+                continue;
+            }
+            let Some(next) = chars.next() else {
+                return Err("a field ends with a lone backslash".into());
+            };
+            raw.push(next);
+            match next {
+                'n' => field.push('\n'),
+                'r' => field.push('\r'),
+                't' => field.push('\t'),
+                'b' => field.push('\u{8}'),
+                'f' => field.push('\u{c}'),
+                'v' => field.push('\u{b}'),
+                '0'..='7' => {
+                    let mut n = next.to_digit(8).unwrap_or(0);
+                    for _ in 0..2 {
+                        match chars.peek().and_then(|d| d.to_digit(8)) {
+                            Some(d) => {
+                                n = n * 8 + d;
+                                chars.next();
+                            }
+                            None => break,
+                        }
+                    }
+                    field.push(char::from_u32(n).ok_or("invalid octal escape")?);
+                }
+                'x' if chars.peek().is_some_and(char::is_ascii_hexdigit) => {
+                    let mut n = 0;
+                    for _ in 0..2 {
+                        match chars.peek().and_then(|d| d.to_digit(16)) {
+                            Some(d) => {
+                                n = n * 16 + d;
+                                chars.next();
+                            }
+                            None => break,
+                        }
+                    }
+                    field.push(char::from_u32(n).ok_or("invalid hex escape")?);
+                }
+                other => field.push(other),
             }
         }
-        Ok(Some(out))
+        fields.push((raw != self.null).then_some(field));
+        Ok(fields)
     }
 
     fn read_csv(&self, line: &str) -> Result<Vec<Option<String>>, String> {
@@ -252,7 +328,12 @@ mod tests {
     fn round_trip(f: &CopyFormat, values: &[Option<&str>]) {
         let mut line = String::new();
         f.write_row(values, &mut line);
-        assert_eq!(f.record_end(line.as_bytes()), Some(line.len()), "{line:?}");
+        let mut scan = Scan::default();
+        assert_eq!(
+            f.record_end(line.as_bytes(), &mut scan),
+            Some(line.len()),
+            "{line:?}"
+        );
         let read = f
             .read_row(&line)
             .unwrap_or_else(|e| panic!("{e}: {line:?}"));
@@ -289,7 +370,35 @@ mod tests {
         );
         assert!(f.read_row("1,\"open").is_err());
         // A quoted newline does not end the record.
-        assert_eq!(f.record_end(b"1,\"a\nb\"\n2"), Some(8));
+        let mut scan = Scan::default();
+        assert_eq!(f.record_end(b"1,\"a\nb\"\n2", &mut scan), Some(8));
+        // Brought in pieces, the record is found where it ends.
+        let mut scan = Scan::default();
+        assert_eq!(f.record_end(b"1,\"a\n", &mut scan), None);
+        assert_eq!(f.record_end(b"1,\"a\nb\"\n", &mut scan), Some(8));
+    }
+
+    #[test]
+    fn an_escaped_delimiter_is_data() {
+        let f = CopyFormat {
+            delimiter: ',',
+            ..CopyFormat::text()
+        };
+        round_trip(&f, &[Some("a,b"), Some("c")]);
+        assert_eq!(
+            CopyFormat::text().read_row("\\101\\x42\t\\N\n"),
+            Ok(vec![Some("AB".into()), None])
+        );
+    }
+
+    #[test]
+    fn special_characters_are_checked() {
+        use datafusion::sql::sqlparser::ast::CopyOption;
+        assert!(CopyFormat::of(&[CopyOption::Delimiter('n')], &[]).is_err());
+        assert!(CopyFormat::of(&[CopyOption::Delimiter('é')], &[]).is_err());
+        let csv = CopyOption::Format(datafusion::sql::sqlparser::ast::Ident::new("csv"));
+        assert!(CopyFormat::of(&[csv.clone(), CopyOption::Quote(',')], &[]).is_err());
+        assert!(CopyFormat::of(&[csv, CopyOption::Delimiter(';')], &[]).is_ok());
     }
 
     #[test]

@@ -21,8 +21,9 @@ use std::sync::Arc;
 use bytes::Bytes;
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray, new_null_array};
 use datafusion::arrow::compute::{CastOptions, cast_with_options};
-use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::common::TableReference;
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::logical_expr::LogicalPlanBuilder;
 use datafusion::logical_expr::dml::InsertOp;
@@ -34,6 +35,7 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::CopyData;
 
 use self::format::CopyFormat;
+use super::cancel::Guard;
 use super::sqlstate::{
     FEATURE_NOT_SUPPORTED, INVALID_TEXT_REPRESENTATION, NOT_NULL_VIOLATION, UNDEFINED_COLUMN,
     datafusion_error, error,
@@ -54,11 +56,14 @@ pub enum Copy {
     In(Box<CopyIn>),
 }
 
-/// Reads a COPY statement: its direction, table or query, columns and format.
+/// Reads a COPY statement: its direction, table or query, columns and
+/// format. `guard` is the statement's cancel and timeout, which a COPY FROM
+/// keeps for the writes of its data.
 pub async fn plan(
     engine: &Engine,
     ctx: &SessionContext,
     statement: &Statement,
+    guard: Guard,
 ) -> PgWireResult<Copy> {
     let Statement::Copy {
         source,
@@ -73,14 +78,14 @@ pub async fn plan(
     };
     let format =
         CopyFormat::of(options, legacy_options).map_err(|m| error(FEATURE_NOT_SUPPORTED, m))?;
-    match (target, *to) {
-        (CopyTarget::Stdout, true) | (CopyTarget::Stdin, false) => {}
-        _ => {
-            return Err(error(
-                FEATURE_NOT_SUPPORTED,
-                "COPY reads from STDIN and writes to STDOUT only (psql's \\copy reads and writes files on the client)",
-            ));
-        }
+    if !matches!(
+        (target, *to),
+        (CopyTarget::Stdout, true) | (CopyTarget::Stdin, false)
+    ) {
+        return Err(error(
+            FEATURE_NOT_SUPPORTED,
+            "COPY reads from STDIN and writes to STDOUT only (psql's \\copy reads and writes files on the client)",
+        ));
     }
     let (table_name, columns) = match source {
         CopySource::Query(query) if *to => {
@@ -114,15 +119,11 @@ pub async fn plan(
         });
     }
     let provider = ctx
-        .table_provider(table.name.as_str())
+        .table_provider(TableReference::bare(table.name.as_str()))
         .await
         .map_err(|e| datafusion_error(&e))?;
-    Ok(Copy::In(Box::new(CopyIn::new(
-        table.name.clone(),
-        provider.schema(),
-        chosen,
-        format,
-    )?)))
+    let state = CopyIn::new(table.name.clone(), provider.schema(), chosen, format, guard)?;
+    Ok(Copy::In(Box::new(state)))
 }
 
 /// The table of `public` a COPY names.
@@ -154,6 +155,25 @@ async fn table_of(
 /// The columns a COPY moves: those listed, else the declared ones (every
 /// column of a table tablesql does not write, for export).
 fn chosen_columns(table: &TableInfo, listed: Vec<String>, out: bool) -> PgWireResult<Vec<String>> {
+    if !out && table.insertable.is_empty() {
+        return Err(error(
+            FEATURE_NOT_SUPPORTED,
+            format!(
+                "COPY FROM needs a mapped table; {} is read-only through SQL (a raw table has no key templates)",
+                table.name
+            ),
+        ));
+    }
+    if let Some(twice) = listed
+        .iter()
+        .enumerate()
+        .find(|(i, c)| listed.get(..*i).is_some_and(|before| before.contains(c)))
+    {
+        return Err(error(
+            "42701",
+            format!("column \"{}\" specified more than once", twice.1),
+        ));
+    }
     let all = if table.insertable.is_empty() && out {
         &table.columns
     } else {
@@ -198,7 +218,8 @@ pub fn copy_out(
         format.write_row(&names, &mut line);
         line
     });
-    let mut header = header;
+    let header = Arc::new(std::sync::Mutex::new(header));
+    let header_left = header.clone();
     let rows = batches.flat_map(move |batch| {
         let lines = batch.and_then(|b| encode(&b, &format));
         let lines: Vec<PgWireResult<CopyData>> = match lines {
@@ -207,7 +228,7 @@ pub fn copy_out(
                 .map(|mut line| {
                     // The header goes with the first row: pgwire counts
                     // one row per CopyData in the command tag.
-                    if let Some(h) = header.take() {
+                    if let Some(h) = header.lock().ok().and_then(|mut h| h.take()) {
                         line.insert_str(0, &h);
                     }
                     Ok(CopyData::new(Bytes::from(line)))
@@ -217,31 +238,91 @@ pub fn copy_out(
         };
         futures::stream::iter(lines)
     });
+    // An empty result still has its header (counted as a row in the tag:
+    // pgwire counts CopyData messages).
+    let rows = rows.chain(futures::stream::iter(std::iter::from_fn(move || {
+        header_left
+            .lock()
+            .ok()
+            .and_then(|mut h| h.take())
+            .map(|h| Ok(CopyData::new(Bytes::from(h))))
+    })));
     CopyResponse::new(0, columns, rows)
 }
 
 fn encode(batch: &RecordBatch, format: &CopyFormat) -> PgWireResult<Vec<String>> {
     let options = FormatOptions::default();
+    let internal = |e: datafusion::arrow::error::ArrowError| {
+        error(super::sqlstate::INTERNAL_ERROR, e.to_string())
+    };
     let formatters = batch
         .columns()
         .iter()
         .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| error(super::sqlstate::INTERNAL_ERROR, e.to_string()))?;
+        .map_err(internal)?;
+    // `logical_nulls`: a NullArray's values are NULL though it has no mask.
+    let nulls: Vec<_> = batch.columns().iter().map(|c| c.logical_nulls()).collect();
     let mut lines = Vec::with_capacity(batch.num_rows());
     for row in 0..batch.num_rows() {
-        let texts: Vec<Option<String>> = batch
-            .columns()
-            .iter()
-            .zip(&formatters)
-            .map(|(c, f)| c.is_valid(row).then(|| f.value(row).to_string()))
-            .collect();
+        let mut texts: Vec<Option<String>> = Vec::with_capacity(batch.num_columns());
+        for ((column, f), nulls) in batch.columns().iter().zip(&formatters).zip(&nulls) {
+            if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
+                texts.push(None);
+            } else if let Some(bytes) = binary_value(column, row) {
+                texts.push(Some(bytea_text(bytes)));
+            } else {
+                texts.push(Some(f.value(row).to_string()));
+            }
+        }
         let values: Vec<Option<&str>> = texts.iter().map(|t| t.as_deref()).collect();
         let mut line = String::new();
         format.write_row(&values, &mut line);
         lines.push(line);
     }
     Ok(lines)
+}
+
+/// A binary column's value, which COPY writes as PostgreSQL's bytea.
+fn binary_value(column: &ArrayRef, row: usize) -> Option<&[u8]> {
+    use datafusion::arrow::array::AsArray;
+    match column.data_type() {
+        DataType::Binary => Some(column.as_binary::<i32>().value(row)),
+        DataType::LargeBinary => Some(column.as_binary::<i64>().value(row)),
+        DataType::BinaryView => Some(column.as_binary_view().value(row)),
+        _ => None,
+    }
+}
+
+/// bytea's hex form, `\x0102`.
+fn bytea_text(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(2 + bytes.len() * 2);
+    out.push_str("\\x");
+    for b in bytes {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// bytea from its hex form (`\x0102`); other text is its own bytes, as
+/// PostgreSQL's escape form reads plain characters.
+fn bytea_bytes(text: &str) -> Result<Vec<u8>, String> {
+    let Some(hex) = text.strip_prefix("\\x") else {
+        return Ok(text.as_bytes().to_vec());
+    };
+    if hex.len() % 2 != 0 {
+        return Err(format!(
+            "invalid hexadecimal data: odd number of digits in \"{text}\""
+        ));
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|d| u8::from_str_radix(d, 16).ok())
+                .ok_or_else(|| format!("invalid hexadecimal digit in \"{text}\""))
+        })
+        .collect()
 }
 
 /// A COPY FROM in progress.
@@ -256,6 +337,10 @@ pub struct CopyIn {
     format: CopyFormat,
     /// Bytes received and not yet a whole record.
     buffer: Vec<u8>,
+    /// How far the record at the buffer's start has been scanned.
+    scan: format::Scan,
+    /// The statement's cancel and timeout, over every chunk's write.
+    guard: Guard,
     /// Lines read so far.
     line: u64,
     /// Parsed rows not yet written, with their line numbers.
@@ -272,6 +357,7 @@ impl CopyIn {
         declared: SchemaRef,
         columns: Vec<String>,
         format: CopyFormat,
+        guard: Guard,
     ) -> PgWireResult<Self> {
         let positions = columns
             .iter()
@@ -296,6 +382,8 @@ impl CopyIn {
             columns: positions,
             format,
             buffer: Vec::new(),
+            scan: format::Scan::default(),
+            guard,
             line: 0,
             rows: Vec::new(),
             written: 0,
@@ -315,19 +403,13 @@ impl CopyIn {
     }
 
     /// Takes a CopyData message: its whole records are parsed, and written
-    /// once `CHUNK_ROWS` wait. After an error the data is dropped.
+    /// `CHUNK_ROWS` at a time. After an error the data is dropped.
     pub async fn take(&mut self, ctx: &SessionContext, data: &[u8]) {
         if self.failed.is_some() || self.ended {
             return;
         }
         self.buffer.extend_from_slice(data);
-        if let Err(e) = self.parse_records(false) {
-            self.failed = Some(e);
-            return;
-        }
-        if self.rows.len() >= CHUNK_ROWS
-            && let Err(e) = self.write(ctx).await
-        {
+        if let Err(e) = self.parse_and_write(ctx, false).await {
             self.failed = Some(e);
         }
     }
@@ -338,52 +420,81 @@ impl CopyIn {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
-        if !self.ended {
-            self.parse_records(true)?;
-        }
+        self.parse_and_write(ctx, true).await?;
         self.write(ctx).await?;
         Ok(self.written)
     }
 
-    fn parse_records(&mut self, at_end: bool) -> PgWireResult<()> {
-        let mut start = 0;
+    /// Parses what the buffer holds, writing each time `CHUNK_ROWS` rows
+    /// wait, so that one large message is never held whole as rows.
+    async fn parse_and_write(&mut self, ctx: &SessionContext, at_end: bool) -> PgWireResult<()> {
         loop {
+            let more = self.parse_records(at_end)?;
+            if self.rows.len() >= CHUNK_ROWS {
+                self.write(ctx).await?;
+            }
+            if !more {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Parses records until `CHUNK_ROWS` rows wait; whether it stopped for
+    /// that (more records may follow).
+    fn parse_records(&mut self, at_end: bool) -> PgWireResult<bool> {
+        let mut start = 0;
+        let mut more = false;
+        while !self.ended {
+            if self.rows.len() >= CHUNK_ROWS {
+                more = true;
+                break;
+            }
             let rest = &self.buffer[start..];
-            let end = match self.format.record_end(rest) {
+            let end = match self.format.record_end(rest, &mut self.scan) {
                 Some(end) => end,
-                None if at_end && !rest.is_empty() => rest.len(),
+                None if at_end && !rest.is_empty() => {
+                    self.scan = format::Scan::default();
+                    rest.len()
+                }
                 None => break,
             };
             let record = std::str::from_utf8(&rest[..end]).map_err(|_| {
                 error(
                     "22021",
-                    format!("COPY {}, line {}: invalid UTF-8", self.table, self.line + 1),
+                    self.context("invalid byte sequence for encoding \"UTF8\"", self.line + 1),
                 )
             })?;
+            let record = record.to_owned();
             start += end;
             self.line += 1;
-            if record.trim_end_matches(['\n', '\r']) == "\\." {
-                self.ended = true;
-                break;
-            }
-            if self.format.header && self.line == 1 {
-                continue;
-            }
-            let fields = self
-                .format
-                .read_row(record)
-                .map_err(|why| self.bad_line(&why))?;
-            if fields.len() != self.columns.len() {
-                let why = if fields.len() > self.columns.len() {
-                    "extra data after last expected column"
-                } else {
-                    "missing data for a column"
-                };
-                return Err(error(BAD_COPY_FILE_FORMAT, self.context(why, self.line)));
-            }
-            self.rows.push((self.line, fields));
+            self.read_record(&record)?;
         }
         self.buffer.drain(..start);
+        Ok(more)
+    }
+
+    /// One record: the end marker, the header, or a row.
+    fn read_record(&mut self, record: &str) -> PgWireResult<()> {
+        if record.trim_end_matches(['\n', '\r']) == "\\." {
+            self.ended = true;
+            return Ok(());
+        }
+        if self.format.header && self.line == 1 {
+            return Ok(());
+        }
+        let fields = self
+            .format
+            .read_row(record)
+            .map_err(|why| self.bad_line(&why))?;
+        if fields.len() != self.columns.len() {
+            let why = if fields.len() > self.columns.len() {
+                "extra data after last expected column"
+            } else {
+                "missing data for a column"
+            };
+            return Err(error(BAD_COPY_FILE_FORMAT, self.context(why, self.line)));
+        }
+        self.rows.push((self.line, fields));
         Ok(())
     }
 
@@ -410,8 +521,9 @@ impl CopyIn {
             rows.first().map_or(0, |r| r.0),
             rows.last().map_or(0, |r| r.0),
         );
+        let table_name = TableReference::bare(self.table.as_str());
         let insert = async {
-            let table = ctx.table_provider(self.table.as_str()).await?;
+            let table = ctx.table_provider(table_name.clone()).await?;
             let source = provider_as_source(Arc::new(MemTable::try_new(
                 self.schema.clone(),
                 vec![vec![batch]],
@@ -419,20 +531,23 @@ impl CopyIn {
             let input = LogicalPlanBuilder::scan("copy_rows", source, None)?.build()?;
             let plan = LogicalPlanBuilder::insert_into(
                 input,
-                self.table.as_str(),
+                table_name.clone(),
                 provider_as_source(table),
                 InsertOp::Append,
             )?
             .build()?;
             ctx.execute_logical_plan(plan).await?.collect().await
         };
-        match insert.await {
+        let done = self
+            .guard
+            .run(async { insert.await.map_err(|e| datafusion_error(&e)) })
+            .await;
+        match done {
             Ok(_) => {
                 self.written += rows.len() as u64;
                 Ok(())
             }
-            Err(e) => {
-                let inner = datafusion_error(&e);
+            Err(inner) => {
                 let (code, message) = match &inner {
                     PgWireError::UserError(info) => (info.code.clone(), info.message.clone()),
                     other => (
@@ -481,12 +596,7 @@ impl CopyIn {
                     ),
                 ));
             }
-            let safe = CastOptions {
-                safe: true,
-                ..Default::default()
-            };
-            let cast = cast_with_options(&text, field.data_type(), &safe)
-                .map_err(|e| error(INVALID_TEXT_REPRESENTATION, e.to_string()))?;
+            let cast = self.convert(&text, field.data_type(), rows)?;
             if let Some(i) = (0..text.len()).find(|i| text.is_valid(*i) && cast.is_null(*i)) {
                 return Err(error(
                     INVALID_TEXT_REPRESENTATION,
@@ -507,5 +617,39 @@ impl CopyIn {
         }
         RecordBatch::try_new(self.schema.clone(), columns)
             .map_err(|e| error(super::sqlstate::INTERNAL_ERROR, e.to_string()))
+    }
+
+    /// Text to a column's type; a value that does not convert is NULL (and
+    /// refused by the caller, which knows its line). bytea reads
+    /// PostgreSQL's hex form.
+    fn convert(
+        &self,
+        text: &StringArray,
+        to: &DataType,
+        rows: &[(u64, Vec<Option<String>>)],
+    ) -> PgWireResult<ArrayRef> {
+        if matches!(
+            to,
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+        ) {
+            let mut bytes = Vec::with_capacity(text.len());
+            for (i, v) in text.iter().enumerate() {
+                let line = rows.get(i).map_or(0, |r| r.0);
+                bytes.push(
+                    v.map(bytea_bytes).transpose().map_err(|why| {
+                        error(INVALID_TEXT_REPRESENTATION, self.context(&why, line))
+                    })?,
+                );
+            }
+            let array = datafusion::arrow::array::BinaryArray::from_iter(bytes);
+            return datafusion::arrow::compute::cast(&array, to)
+                .map_err(|e| error(super::sqlstate::INTERNAL_ERROR, e.to_string()));
+        }
+        let safe = CastOptions {
+            safe: true,
+            ..Default::default()
+        };
+        cast_with_options(text, to, &safe)
+            .map_err(|e| error(INVALID_TEXT_REPRESENTATION, e.to_string()))
     }
 }
