@@ -378,8 +378,9 @@ fn string_value(key: &str, value: &Expr) -> Result<String, CatalogError> {
     }
 }
 
-/// Quotes an identifier when SQL would otherwise change or misread it.
-fn ident(name: &str) -> String {
+/// Quotes an identifier when SQL would otherwise change or misread it, as
+/// PostgreSQL prints one.
+pub fn ident(name: &str) -> String {
     let plain = name
         .chars()
         .next()

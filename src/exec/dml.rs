@@ -58,8 +58,8 @@ use super::scan::PartitionScanExec;
 use crate::catalog::TableDef;
 use crate::storage::write::MAX_BATCH_OPERATIONS;
 use crate::storage::{
-    ETag, EdmValue, IfMatch, KeyRange, PartitionKey, Query, RowKey, StorageError, TableStore,
-    WriteOp,
+    ETag, EdmValue, IfMatch, KeyRange, PartitionKey, Query, RowKey, StorageError, StoredEntity,
+    TableStore, WriteOp,
 };
 
 /// Rows encoded and checked before the first transaction is sent.
@@ -578,13 +578,28 @@ impl Writer {
         if !self.keys.insert((partition.clone(), prefix.clone())) {
             return Err(duplicate());
         }
+        if self.first_under(partition, &prefix, false).await?.is_some() {
+            return Err(duplicate());
+        }
+        Ok(())
+    }
+
+    /// The first entity under a RowKey prefix in a partition (its keys only
+    /// unless `whole`), if there is one.
+    async fn first_under(
+        &self,
+        partition: &PartitionKey,
+        prefix: &str,
+        whole: bool,
+    ) -> Result<Option<StoredEntity>> {
         let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
-        let mut query = Query::partition(partition.clone())
-            .select(Vec::<String>::new())
-            .top(2);
+        let mut query = Query::partition(partition.clone()).top(1);
+        if !whole {
+            query = query.select(Vec::<String>::new());
+        }
         query.rows = KeyRange {
-            start: Bound::Included(RowKey::new(prefix.clone()).map_err(invalid)?),
-            end: match crate::keys::successor(&prefix) {
+            start: Bound::Included(RowKey::new(prefix.to_owned()).map_err(invalid)?),
+            end: match crate::keys::successor(prefix) {
                 Some(s) => Bound::Excluded(RowKey::new(s).map_err(invalid)?),
                 None => Bound::Unbounded,
             },
@@ -598,16 +613,16 @@ impl Writer {
                 .query(&self.layout.table, &query, token.as_ref())
                 .await
                 .map_err(ExecError::from)?;
-            if page
+            if let Some(found) = page
                 .entities
-                .iter()
-                .any(|e| e.row_key().as_str().starts_with(&prefix))
+                .into_iter()
+                .find(|e| e.row_key().as_str().starts_with(prefix))
             {
-                return Err(duplicate());
+                return Ok(Some(found));
             }
             match page.continuation {
-                Some(next) if page.entities.is_empty() => token = Some(next),
-                _ => return Ok(()),
+                Some(next) => token = Some(next),
+                None => return Ok(None),
             }
         }
     }

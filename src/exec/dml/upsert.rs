@@ -24,7 +24,7 @@ use super::{Group, Writer};
 use crate::exec::ExecError;
 use crate::exec::decode::decode;
 use crate::exec::encode::{Columns, entities, primary_prefix};
-use crate::storage::{KeyRange, PartitionKey, Query, RowKey, StorageError, StoredEntity, WriteOp};
+use crate::storage::{PartitionKey, StoredEntity, WriteOp};
 
 /// What an upsert does with a row whose key exists.
 #[derive(Debug, Clone)]
@@ -79,7 +79,7 @@ impl Writer {
             return Ok(Some((partition, Group::of(vec![op]))));
         }
         let stored = match &prefix {
-            Some(prefix) => self.stored_under(&partition, prefix).await?,
+            Some(prefix) => self.first_under(&partition, prefix, true).await?,
             None => self
                 .store
                 .get(&self.layout.table, &partition, &proposed.base.row_key)
@@ -147,43 +147,5 @@ impl Writer {
             next.set(*i, value, t)?;
         }
         self.update(&old, &next, 0).await.map(Some)
-    }
-
-    /// The base row under a primary key's RowKey prefix, if there is one.
-    async fn stored_under(
-        &self,
-        partition: &PartitionKey,
-        prefix: &str,
-    ) -> Result<Option<StoredEntity>> {
-        let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
-        let mut query = Query::partition(partition.clone()).top(1);
-        query.rows = KeyRange {
-            start: std::ops::Bound::Included(RowKey::new(prefix.to_owned()).map_err(invalid)?),
-            end: match crate::keys::successor(prefix) {
-                Some(s) => std::ops::Bound::Excluded(RowKey::new(s).map_err(invalid)?),
-                None => std::ops::Bound::Unbounded,
-            },
-        };
-        // A page may come back empty with a continuation token (the store's
-        // scan budget): follow it to the end of the range.
-        let mut token = None;
-        loop {
-            let page = self
-                .store
-                .query(&self.layout.table, &query, token.as_ref())
-                .await
-                .map_err(ExecError::from)?;
-            if let Some(found) = page
-                .entities
-                .into_iter()
-                .find(|e| e.row_key().as_str().starts_with(prefix))
-            {
-                return Ok(Some(found));
-            }
-            match page.continuation {
-                Some(next) => token = Some(next),
-                None => return Ok(None),
-            }
-        }
     }
 }

@@ -252,21 +252,7 @@ const SQL_NAMES: [(&str, &str); 14] = [
     ("time without time zone", "time"),
 ];
 
-/// An identifier as PostgreSQL prints it: quoted unless lower-case and plain.
-fn quote_ident(name: &str) -> String {
-    let plain = name
-        .chars()
-        .next()
-        .is_some_and(|c| c.is_ascii_lowercase() || c == '_')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_');
-    if plain {
-        name.to_owned()
-    } else {
-        format!("\"{}\"", name.replace('"', "\"\""))
-    }
-}
+use crate::catalog::ddl::ident as quote_ident;
 
 fn quoted_list(columns: &[String]) -> String {
     columns
