@@ -47,6 +47,7 @@ pub mod demo;
 pub mod engine;
 pub mod exec;
 pub mod keys;
+pub mod load;
 pub mod planner;
 pub mod server;
 pub mod shell;

@@ -328,7 +328,7 @@ pub async fn statement_to_plan(
 }
 
 /// The INSERT `plan` as an upsert doing what `on_conflict` says.
-fn upsert_plan(
+pub fn upsert_plan(
     state: &SessionState,
     plan: LogicalPlan,
     on_conflict: OnConflict,

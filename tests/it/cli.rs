@@ -312,3 +312,131 @@ fn analyze_in_the_cli() -> TestResult {
     assert!(String::from_utf8_lossy(&out.stderr).contains("nosuch"));
     Ok(())
 }
+
+const STOCK: &str = "CREATE TABLE stock (shop TEXT NOT NULL, item INT NOT NULL, name TEXT, \
+    qty BIGINT NOT NULL, PRIMARY KEY (shop, item)) \
+    WITH (storage_table = 'Stock', partition_key = '{shop}', row_key = 'ITEM:{item:05}', \
+    index_qty = 'QTY:{qty:06}__{item}')";
+
+fn count_of(dir: &std::path::Path, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
+    let out = stdout_of(tablesql(dir).args(["query", sql, "--format", "csv"]))?;
+    Ok(out.lines().nth(1).unwrap_or_default().to_owned())
+}
+
+/// `tablesql load` of CSV: every row with its index row; run again it
+/// stops on the first existing key, passes over them with `--mode skip`,
+/// overwrites them with `--mode upsert`.
+#[test]
+fn load_csv_and_run_it_again() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    stdout_of(tablesql(&store).args(["query", STOCK]))?;
+    let csv = dir.path().join("stock.csv");
+    let mut text = String::from("shop,item,name,qty\n");
+    for i in 0..12_000 {
+        text.push_str(&format!("s{},{i},\"item, {i}\",{}\n", i % 3, i % 97));
+    }
+    std::fs::write(&csv, &text)?;
+    let out = stdout_of(tablesql(&store).arg("load").arg("stock").arg(&csv))?;
+    assert!(
+        out.starts_with("loaded 12000 rows (24000 entities) into stock"),
+        "{out}"
+    );
+    assert_eq!(count_of(&store, "SELECT count(*) FROM stock")?, "12000");
+    assert_eq!(
+        count_of(&store, "SELECT count(*) FROM stock WHERE qty = 5")?,
+        "124"
+    );
+    assert_eq!(count_of(&store, "SELECT count(*) FROM raw.stock")?, "24000");
+    let again = tablesql(&store)
+        .arg("load")
+        .arg("stock")
+        .arg(&csv)
+        .output()?;
+    let err = String::from_utf8_lossy(&again.stderr);
+    assert!(
+        !again.status.success() && err.contains("already exists"),
+        "{err}"
+    );
+    assert!(err.contains("0 rows were written before it"), "{err}");
+    let out = stdout_of(
+        tablesql(&store)
+            .arg("load")
+            .arg("stock")
+            .arg(&csv)
+            .args(["--mode", "skip"]),
+    )?;
+    assert!(out.starts_with("loaded 0 rows"), "{out}");
+    std::fs::write(&csv, text.replace(",\"item, ", ",\"renamed "))?;
+    let out = stdout_of(
+        tablesql(&store)
+            .arg("load")
+            .arg("stock")
+            .arg(&csv)
+            .args(["--mode", "upsert"]),
+    )?;
+    assert!(out.starts_with("loaded 12000 rows"), "{out}");
+    assert_eq!(
+        count_of(
+            &store,
+            "SELECT count(*) FROM stock WHERE name LIKE 'renamed %'"
+        )?,
+        "12000"
+    );
+    assert_eq!(count_of(&store, "SELECT count(*) FROM raw.stock")?, "24000");
+    Ok(())
+}
+
+/// A bad line stops the load with its number and what was written before
+/// it; with `--reject` every good row loads and the bad one goes to the
+/// file. JSON lines load the same way.
+#[test]
+fn load_stops_at_a_bad_line_or_rejects_it() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    stdout_of(tablesql(&store).args(["query", STOCK]))?;
+    let csv = dir.path().join("bad.csv");
+    let mut text = String::from("shop,item,name,qty\n");
+    for i in 0..7_000 {
+        if i == 6_000 {
+            text.push_str("s1,not-a-number,x,1\n");
+        }
+        text.push_str(&format!("s1,{i},n{i},{i}\n"));
+    }
+    std::fs::write(&csv, &text)?;
+    let out = tablesql(&store)
+        .arg("load")
+        .arg("stock")
+        .arg(&csv)
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    // The header is line 1, so the bad row is line 6,002; the first
+    // 5,000 rows were written as a chunk before it.
+    assert!(!out.status.success() && err.contains("line 6002"), "{err}");
+    assert!(err.contains("5000 rows were written before it"), "{err}");
+    let rejects = dir.path().join("rejects.csv");
+    let out = stdout_of(
+        tablesql(&store)
+            .arg("load")
+            .arg("stock")
+            .arg(&csv)
+            .args(["--mode", "skip", "--reject"])
+            .arg(&rejects),
+    )?;
+    assert!(out.contains("1 rows rejected"), "{out}");
+    assert_eq!(std::fs::read_to_string(&rejects)?, "s1,not-a-number,x,1\n");
+    assert_eq!(count_of(&store, "SELECT count(*) FROM stock")?, "7000");
+
+    let jsonl = dir.path().join("more.jsonl");
+    std::fs::write(
+        &jsonl,
+        "{\"shop\": \"s9\", \"item\": 1, \"name\": null, \"qty\": 3}\n{\"shop\": \"s9\", \"item\": 2, \"qty\": 4}\n",
+    )?;
+    let out = stdout_of(tablesql(&store).arg("load").arg("stock").arg(&jsonl))?;
+    assert!(out.starts_with("loaded 2 rows"), "{out}");
+    assert_eq!(
+        count_of(&store, "SELECT sum(qty) FROM stock WHERE shop = 's9'")?,
+        "7"
+    );
+    Ok(())
+}

@@ -1,5 +1,6 @@
 //! The `tablesql` command line.
 
+mod load;
 mod output;
 
 use std::io::{IsTerminal, Write};
@@ -99,6 +100,27 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         guidepost_every: u64,
     },
+    /// Load a CSV file (its first line names the columns) or JSON lines
+    /// (an object per line) into a mapped table, in entity group
+    /// transactions per partition; a bad row stops it with its line number,
+    /// or with --reject goes to that file.
+    Load {
+        /// The table (its SQL name).
+        table: String,
+        /// The file.
+        file: std::path::PathBuf,
+        /// csv or jsonl (default: from the file's extension).
+        #[arg(long, value_enum)]
+        format: Option<load::FileFormat>,
+        /// A row whose primary key exists: insert (refuse it and stop),
+        /// upsert (overwrite it) or skip (keep it): a load run again after
+        /// a crash goes past the rows already written with skip or upsert.
+        #[arg(long, value_enum, default_value = "insert")]
+        mode: load::Mode,
+        /// Write rows that cannot be loaded to this file and go on.
+        #[arg(long)]
+        reject: Option<std::path::PathBuf>,
+    },
     /// Check a mapped table's index rows against its base rows (as SQL's
     /// `tablesql_check_index`): rows missing, orphaned and stale; with
     /// --repair, fix them (as `tablesql_repair_index`).
@@ -174,6 +196,23 @@ async fn main() -> anyhow::Result<()> {
             output::print_stream(stream?, format).await
         }
         Command::Shell { file, format } => shell(store, options, file, format).await,
+        Command::Load {
+            table,
+            file,
+            format,
+            mode,
+            reject,
+        } => {
+            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            let request = load::Request {
+                table,
+                file,
+                format,
+                mode,
+                reject,
+            };
+            load::load(&engine, request).await
+        }
         Command::CheckIndex {
             table,
             index,

@@ -14,19 +14,12 @@
 //!   the error says how many. As in PostgreSQL, the rest of the data is read
 //!   and dropped, and the error answers the client's end of data.
 
-pub mod format;
-
 use std::sync::Arc;
 
 use bytes::Bytes;
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray, new_null_array};
-use datafusion::arrow::compute::{CastOptions, cast_with_options};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-use datafusion::common::TableReference;
-use datafusion::datasource::{MemTable, provider_as_source};
-use datafusion::logical_expr::LogicalPlanBuilder;
-use datafusion::logical_expr::dml::InsertOp;
 use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, Statement};
 use futures::{Stream, StreamExt};
@@ -34,19 +27,11 @@ use pgwire::api::results::CopyResponse;
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::CopyData;
 
-use self::format::CopyFormat;
 use super::cancel::Guard;
-use super::sqlstate::{
-    FEATURE_NOT_SUPPORTED, INVALID_TEXT_REPRESENTATION, NOT_NULL_VIOLATION, UNDEFINED_COLUMN,
-    datafusion_error, error,
-};
+use super::sqlstate::{FEATURE_NOT_SUPPORTED, UNDEFINED_COLUMN, datafusion_error, error};
 use crate::engine::{Engine, TableInfo};
-
-/// Rows written per INSERT of a COPY FROM.
-pub const CHUNK_ROWS: usize = 5_000;
-
-/// `22P04`: a line with too many or too few fields.
-const BAD_COPY_FILE_FORMAT: &str = "22P04";
+use crate::load::format::{CopyFormat, Scan};
+use crate::load::{BAD_COPY_FILE_FORMAT, CHUNK_ROWS, LoadError, LoadMode, Loader, bytea_text};
 
 /// What a COPY statement asks for.
 pub enum Copy {
@@ -118,11 +103,7 @@ pub async fn plan(
             format,
         });
     }
-    let provider = ctx
-        .table_provider(TableReference::bare(table.name.as_str()))
-        .await
-        .map_err(|e| datafusion_error(&e))?;
-    let state = CopyIn::new(table.name.clone(), provider.schema(), chosen, format, guard)?;
+    let state = CopyIn::new(ctx, &table, chosen, format, guard).await?;
     Ok(Copy::In(Box::new(state)))
 }
 
@@ -294,99 +275,45 @@ fn binary_value(column: &ArrayRef, row: usize) -> Option<&[u8]> {
     }
 }
 
-/// bytea's hex form, `\x0102`.
-fn bytea_text(bytes: &[u8]) -> String {
-    let mut out = String::with_capacity(2 + bytes.len() * 2);
-    out.push_str("\\x");
-    for b in bytes {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
-}
-
-/// bytea from its hex form (`\x0102`); other text is its own bytes, as
-/// PostgreSQL's escape form reads plain characters.
-fn bytea_bytes(text: &str) -> Result<Vec<u8>, String> {
-    let Some(hex) = text.strip_prefix("\\x") else {
-        return Ok(text.as_bytes().to_vec());
-    };
-    if hex.len() % 2 != 0 {
-        return Err(format!(
-            "invalid hexadecimal data: odd number of digits in \"{text}\""
-        ));
-    }
-    (0..hex.len())
-        .step_by(2)
-        .map(|i| {
-            hex.get(i..i + 2)
-                .and_then(|d| u8::from_str_radix(d, 16).ok())
-                .ok_or_else(|| format!("invalid hexadecimal digit in \"{text}\""))
-        })
-        .collect()
-}
-
-/// A COPY FROM in progress.
+/// A COPY FROM in progress: the client's bytes cut into records, the
+/// records into rows for the [`Loader`].
 pub struct CopyIn {
     table: String,
-    /// The table's schema, every column nullable: the insert's input.
-    schema: SchemaRef,
-    /// The table's own schema, for NOT NULL.
-    declared: SchemaRef,
-    /// The positions in `schema` of the copied columns, in the data's order.
-    columns: Vec<usize>,
     format: CopyFormat,
+    loader: Loader,
     /// Bytes received and not yet a whole record.
     buffer: Vec<u8>,
     /// How far the record at the buffer's start has been scanned.
-    scan: format::Scan,
+    scan: Scan,
     /// The statement's cancel and timeout, over every chunk's write.
     guard: Guard,
     /// Lines read so far.
     line: u64,
-    /// Parsed rows not yet written, with their line numbers.
-    rows: Vec<(u64, Vec<Option<String>>)>,
-    written: u64,
     failed: Option<PgWireError>,
     /// The end-of-data marker `\.` was read.
     ended: bool,
 }
 
 impl CopyIn {
-    fn new(
-        table: String,
-        declared: SchemaRef,
+    async fn new(
+        ctx: &SessionContext,
+        table: &TableInfo,
         columns: Vec<String>,
         format: CopyFormat,
         guard: Guard,
     ) -> PgWireResult<Self> {
-        let positions = columns
-            .iter()
-            .map(|c| {
-                declared.index_of(c).map_err(|_| {
-                    error(
-                        UNDEFINED_COLUMN,
-                        format!("column \"{c}\" of relation \"{table}\" does not exist"),
-                    )
-                })
-            })
-            .collect::<PgWireResult<Vec<_>>>()?;
-        let nullable: Vec<Field> = declared
-            .fields()
-            .iter()
-            .map(|f| f.as_ref().clone().with_nullable(true))
-            .collect();
+        let key = table.primary_key.clone();
+        let loader = Loader::new(ctx, &table.name, &columns, key, LoadMode::Insert)
+            .await
+            .map_err(|e| load_error(&table.name, 0, e))?;
         Ok(Self {
-            table,
-            schema: Arc::new(Schema::new(nullable)),
-            declared,
-            columns: positions,
+            table: table.name.clone(),
             format,
+            loader,
             buffer: Vec::new(),
-            scan: format::Scan::default(),
+            scan: Scan::default(),
             guard,
             line: 0,
-            rows: Vec::new(),
-            written: 0,
             failed: None,
             ended: false,
         })
@@ -394,12 +321,12 @@ impl CopyIn {
 
     /// The number of columns the data carries.
     pub fn width(&self) -> usize {
-        self.columns.len()
+        self.loader.width()
     }
 
     /// Rows written so far.
     pub fn written(&self) -> u64 {
-        self.written
+        self.loader.written()
     }
 
     /// Takes a CopyData message: its whole records are parsed, and written
@@ -422,7 +349,7 @@ impl CopyIn {
         }
         self.parse_and_write(ctx, true).await?;
         self.write(ctx).await?;
-        Ok(self.written)
+        Ok(self.loader.written())
     }
 
     /// Parses what the buffer holds, writing each time `CHUNK_ROWS` rows
@@ -430,7 +357,7 @@ impl CopyIn {
     async fn parse_and_write(&mut self, ctx: &SessionContext, at_end: bool) -> PgWireResult<()> {
         loop {
             let more = self.parse_records(at_end)?;
-            if self.rows.len() >= CHUNK_ROWS {
+            if self.loader.pending() >= CHUNK_ROWS {
                 self.write(ctx).await?;
             }
             if !more {
@@ -445,7 +372,7 @@ impl CopyIn {
         let mut start = 0;
         let mut more = false;
         while !self.ended {
-            if self.rows.len() >= CHUNK_ROWS {
+            if self.loader.pending() >= CHUNK_ROWS {
                 more = true;
                 break;
             }
@@ -453,28 +380,30 @@ impl CopyIn {
             let end = match self.format.record_end(rest, &mut self.scan) {
                 Some(end) => end,
                 None if at_end && !rest.is_empty() => {
-                    self.scan = format::Scan::default();
+                    self.scan = Scan::default();
                     rest.len()
                 }
                 None => break,
             };
-            let record = std::str::from_utf8(&rest[..end]).map_err(|_| {
-                error(
-                    "22021",
-                    self.context("invalid byte sequence for encoding \"UTF8\"", self.line + 1),
-                )
-            })?;
-            let record = record.to_owned();
+            let Ok(record) = std::str::from_utf8(&rest[..end]).map(str::to_owned) else {
+                let e = LoadError::Line {
+                    line: self.line + 1,
+                    code: "22021",
+                    reason: "invalid byte sequence for encoding \"UTF8\"".into(),
+                };
+                return Err(load_error(&self.table, self.loader.written(), e));
+            };
             start += end;
             self.line += 1;
-            self.read_record(&record)?;
+            self.read_record(&record)
+                .map_err(|e| load_error(&self.table, self.loader.written(), e))?;
         }
         self.buffer.drain(..start);
         Ok(more)
     }
 
     /// One record: the end marker, the header, or a row.
-    fn read_record(&mut self, record: &str) -> PgWireResult<()> {
+    fn read_record(&mut self, record: &str) -> Result<(), LoadError> {
         if record.trim_end_matches(['\n', '\r']) == "\\." {
             self.ended = true;
             return Ok(());
@@ -485,171 +414,57 @@ impl CopyIn {
         let fields = self
             .format
             .read_row(record)
-            .map_err(|why| self.bad_line(&why))?;
-        if fields.len() != self.columns.len() {
-            let why = if fields.len() > self.columns.len() {
-                "extra data after last expected column"
-            } else {
-                "missing data for a column"
-            };
-            return Err(error(BAD_COPY_FILE_FORMAT, self.context(why, self.line)));
-        }
-        self.rows.push((self.line, fields));
-        Ok(())
+            .map_err(|reason| LoadError::Line {
+                line: self.line,
+                code: BAD_COPY_FILE_FORMAT,
+                reason,
+            })?;
+        self.loader.push(self.line, fields)
     }
 
-    fn bad_line(&self, why: &str) -> PgWireError {
-        error(BAD_COPY_FILE_FORMAT, self.context(why, self.line))
-    }
-
-    /// A message with where it happened and what is already written.
-    fn context(&self, why: &str, line: u64) -> String {
-        format!(
-            "{why} (COPY {}, line {line}; {} rows were written before it)",
-            self.table, self.written
-        )
-    }
-
-    /// Writes the parsed rows as one INSERT.
+    /// Writes the parsed rows, under the statement's cancel and timeout.
     async fn write(&mut self, ctx: &SessionContext) -> PgWireResult<()> {
-        if self.rows.is_empty() {
-            return Ok(());
-        }
-        let rows = std::mem::take(&mut self.rows);
-        let batch = self.batch(&rows)?;
-        let (first, last) = (
-            rows.first().map_or(0, |r| r.0),
-            rows.last().map_or(0, |r| r.0),
-        );
-        let table_name = TableReference::bare(self.table.as_str());
-        let insert = async {
-            let table = ctx.table_provider(table_name.clone()).await?;
-            let source = provider_as_source(Arc::new(MemTable::try_new(
-                self.schema.clone(),
-                vec![vec![batch]],
-            )?));
-            let input = LogicalPlanBuilder::scan("copy_rows", source, None)?.build()?;
-            let plan = LogicalPlanBuilder::insert_into(
-                input,
-                table_name.clone(),
-                provider_as_source(table),
-                InsertOp::Append,
-            )?
-            .build()?;
-            ctx.execute_logical_plan(plan).await?.collect().await
-        };
-        let done = self
-            .guard
-            .run(async { insert.await.map_err(|e| datafusion_error(&e)) })
-            .await;
-        match done {
-            Ok(_) => {
-                self.written += rows.len() as u64;
-                Ok(())
-            }
-            Err(inner) => {
-                let (code, message) = match &inner {
-                    PgWireError::UserError(info) => (info.code.clone(), info.message.clone()),
-                    other => (
-                        super::sqlstate::INTERNAL_ERROR.to_owned(),
-                        other.to_string(),
-                    ),
-                };
-                Err(error(
-                    &code,
-                    format!(
-                        "{message} (COPY {}, in lines {first} to {last}; {} rows were written before them)",
-                        self.table, self.written
-                    ),
-                ))
-            }
-        }
+        let (table, written) = (self.table.clone(), self.loader.written());
+        let loader = &mut self.loader;
+        self.guard
+            .run(async {
+                loader
+                    .write(ctx)
+                    .await
+                    .map_err(|e| load_error(&table, written, e))
+            })
+            .await
+            .map(|_| ())
     }
+}
 
-    /// The rows as a batch of the table's schema: copied columns converted
-    /// from text, the others NULL. A value that does not convert, or a NULL
-    /// in a NOT NULL column, is refused with its line.
-    fn batch(&self, rows: &[(u64, Vec<Option<String>>)]) -> PgWireResult<RecordBatch> {
-        let mut columns: Vec<ArrayRef> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| new_null_array(f.data_type(), rows.len()))
-            .collect();
-        for (k, &at) in self.columns.iter().enumerate() {
-            let field = self.schema.field(at);
-            let text: StringArray = rows
-                .iter()
-                .map(|(_, r)| r.get(k).cloned().flatten())
-                .collect();
-            if !self.declared.field(at).is_nullable()
-                && let Some(i) = (0..text.len()).find(|i| text.is_null(*i))
-            {
-                return Err(error(
-                    NOT_NULL_VIOLATION,
-                    self.context(
-                        &format!(
-                            "null value in column \"{}\" violates not-null constraint",
-                            field.name()
-                        ),
-                        rows.get(i).map_or(0, |r| r.0),
-                    ),
-                ));
-            }
-            let cast = self.convert(&text, field.data_type(), rows)?;
-            if let Some(i) = (0..text.len()).find(|i| text.is_valid(*i) && cast.is_null(*i)) {
-                return Err(error(
-                    INVALID_TEXT_REPRESENTATION,
-                    self.context(
-                        &format!(
-                            "invalid input for column \"{}\" of type {}: \"{}\"",
-                            field.name(),
-                            field.data_type(),
-                            text.value(i)
-                        ),
-                        rows.get(i).map_or(0, |r| r.0),
-                    ),
-                ));
-            }
-            if let Some(slot) = columns.get_mut(at) {
-                *slot = cast;
-            }
+/// A load's error as the wire says it: its SQLSTATE, where, and what was
+/// written before.
+fn load_error(table: &str, written: u64, e: LoadError) -> PgWireError {
+    match e {
+        LoadError::Line { line, code, reason } => error(
+            code,
+            format!("{reason} (COPY {table}, line {line}; {written} rows were written before it)"),
+        ),
+        LoadError::Write {
+            first,
+            last,
+            source,
+        } => {
+            let (code, message) = match datafusion_error(&source) {
+                PgWireError::UserError(info) => (info.code.clone(), info.message.clone()),
+                other => (
+                    super::sqlstate::INTERNAL_ERROR.to_owned(),
+                    other.to_string(),
+                ),
+            };
+            error(
+                &code,
+                format!(
+                    "{message} (COPY {table}, in lines {first} to {last}; {written} rows were written before them)"
+                ),
+            )
         }
-        RecordBatch::try_new(self.schema.clone(), columns)
-            .map_err(|e| error(super::sqlstate::INTERNAL_ERROR, e.to_string()))
-    }
-
-    /// Text to a column's type; a value that does not convert is NULL (and
-    /// refused by the caller, which knows its line). bytea reads
-    /// PostgreSQL's hex form.
-    fn convert(
-        &self,
-        text: &StringArray,
-        to: &DataType,
-        rows: &[(u64, Vec<Option<String>>)],
-    ) -> PgWireResult<ArrayRef> {
-        if matches!(
-            to,
-            DataType::Binary | DataType::LargeBinary | DataType::BinaryView
-        ) {
-            let mut bytes = Vec::with_capacity(text.len());
-            for (i, v) in text.iter().enumerate() {
-                let line = rows.get(i).map_or(0, |r| r.0);
-                bytes.push(
-                    v.map(bytea_bytes).transpose().map_err(|why| {
-                        error(INVALID_TEXT_REPRESENTATION, self.context(&why, line))
-                    })?,
-                );
-            }
-            let array = datafusion::arrow::array::BinaryArray::from_iter(bytes);
-            return datafusion::arrow::compute::cast(&array, to)
-                .map_err(|e| error(super::sqlstate::INTERNAL_ERROR, e.to_string()));
-        }
-        let safe = CastOptions {
-            safe: true,
-            ..Default::default()
-        };
-        cast_with_options(text, to, &safe)
-            .map_err(|e| error(INVALID_TEXT_REPRESENTATION, e.to_string()))
+        LoadError::Plan(e) => datafusion_error(&e),
     }
 }

@@ -28,7 +28,8 @@ pub struct CopyFormat {
 }
 
 impl CopyFormat {
-    fn text() -> Self {
+    /// PostgreSQL's text format: tab-separated, `\N` for NULL.
+    pub fn text() -> Self {
         Self {
             csv: false,
             delimiter: '\t',
@@ -39,7 +40,8 @@ impl CopyFormat {
         }
     }
 
-    fn csv() -> Self {
+    /// PostgreSQL's CSV format: comma-separated, an unquoted empty field NULL.
+    pub fn csv() -> Self {
         Self {
             csv: true,
             delimiter: ',',

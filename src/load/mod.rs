@@ -1,0 +1,393 @@
+//! Loading rows of text into a mapped table, chunk by chunk: what the wire
+//! server's `COPY ... FROM STDIN` and `tablesql load` share. Rows arrive as
+//! fields of text with their line numbers; every `CHUNK_ROWS` they are
+//! converted to the table's types (a bad value is refused with its line)
+//! and written as one INSERT through the engine's own write path
+//! (`DmlExec`: a row and its index rows in one entity group transaction,
+//! a partition's rows packed together) — or as an upsert, when a load run
+//! again must not fail on the rows already written.
+
+pub mod format;
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, AsArray, BinaryArray, RecordBatch, StringArray, new_null_array,
+};
+use datafusion::arrow::compute::{CastOptions, cast, cast_with_options};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
+use datafusion::common::TableReference;
+use datafusion::datasource::{MemTable, provider_as_source};
+use datafusion::error::DataFusionError;
+use datafusion::logical_expr::LogicalPlanBuilder;
+use datafusion::logical_expr::dml::InsertOp;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::{
+    Assignment, AssignmentTarget, ConflictTarget, DoUpdate, Expr as SqlExpr, Ident, ObjectName,
+    OnConflict, OnConflictAction,
+};
+
+/// Rows converted and written per INSERT.
+pub const CHUNK_ROWS: usize = 5_000;
+
+/// What a load does with a row whose primary key exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LoadMode {
+    /// Refuses it (23505): a plain INSERT.
+    #[default]
+    Insert,
+    /// Replaces its columns with the loaded ones (`ON CONFLICT DO UPDATE`
+    /// of every column).
+    Upsert,
+    /// Leaves it (`ON CONFLICT DO NOTHING`).
+    Skip,
+}
+
+/// Why a load stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    /// A line that cannot be a row of the table.
+    #[error("{reason} (line {line})")]
+    Line {
+        line: u64,
+        /// PostgreSQL's SQLSTATE for it.
+        code: &'static str,
+        reason: String,
+    },
+    /// The write of the rows of lines `first` to `last` failed.
+    #[error("{source} (in the rows of lines {first} to {last})")]
+    Write {
+        first: u64,
+        last: u64,
+        source: Box<DataFusionError>,
+    },
+    #[error(transparent)]
+    Plan(#[from] DataFusionError),
+}
+
+impl LoadError {
+    /// The line it names, for a loader that sets bad lines aside.
+    pub fn line(&self) -> Option<u64> {
+        match self {
+            LoadError::Line { line, .. } => Some(*line),
+            _ => None,
+        }
+    }
+}
+
+/// `22P04`: a line with too many or too few fields.
+pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
+
+/// Rows on their way into one table.
+pub struct Loader {
+    table: String,
+    /// The table's schema, every column nullable: the insert's input.
+    schema: SchemaRef,
+    /// The table's own schema, for NOT NULL.
+    declared: SchemaRef,
+    /// The positions in `schema` of the loaded columns, in the data's order.
+    columns: Vec<usize>,
+    /// The primary key, for upserts.
+    key: Vec<String>,
+    mode: LoadMode,
+    rows: Vec<(u64, Vec<Option<String>>)>,
+    written: u64,
+}
+
+impl Loader {
+    /// A loader of `columns` (in the data's order) into `table`, a mapped
+    /// table of the context's `public` schema with primary key `key`.
+    pub async fn new(
+        ctx: &SessionContext,
+        table: &str,
+        columns: &[String],
+        key: Vec<String>,
+        mode: LoadMode,
+    ) -> Result<Self, LoadError> {
+        let provider = ctx.table_provider(TableReference::bare(table)).await?;
+        let declared = provider.schema();
+        let positions = columns
+            .iter()
+            .map(|c| {
+                declared.index_of(c).map_err(|_| LoadError::Line {
+                    line: 0,
+                    code: "42703",
+                    reason: format!("column \"{c}\" of relation \"{table}\" does not exist"),
+                })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        let nullable: Vec<Field> = declared
+            .fields()
+            .iter()
+            .map(|f| f.as_ref().clone().with_nullable(true))
+            .collect();
+        Ok(Self {
+            table: table.to_owned(),
+            schema: Arc::new(Schema::new(nullable)),
+            declared,
+            columns: positions,
+            key,
+            mode,
+            rows: Vec::new(),
+            written: 0,
+        })
+    }
+
+    /// The number of fields a row carries.
+    pub fn width(&self) -> usize {
+        self.columns.len()
+    }
+
+    /// Rows written so far.
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    /// Rows waiting to be written.
+    pub fn pending(&self) -> usize {
+        self.rows.len()
+    }
+
+    /// Takes one row, checked for its number of fields.
+    pub fn push(&mut self, line: u64, fields: Vec<Option<String>>) -> Result<(), LoadError> {
+        if fields.len() != self.columns.len() {
+            let reason = if fields.len() > self.columns.len() {
+                "extra data after last expected column"
+            } else {
+                "missing data for a column"
+            };
+            return Err(LoadError::Line {
+                line,
+                code: BAD_COPY_FILE_FORMAT,
+                reason: reason.into(),
+            });
+        }
+        self.rows.push((line, fields));
+        Ok(())
+    }
+
+    /// Drops the waiting row of `line` (a loader that sets bad rows aside).
+    pub fn drop_line(&mut self, line: u64) {
+        self.rows.retain(|(l, _)| *l != line);
+    }
+
+    /// Converts the waiting rows and writes them as one statement; the
+    /// rows written (a skipped row is not). A bad value writes nothing of
+    /// the chunk.
+    pub async fn write(&mut self, ctx: &SessionContext) -> Result<u64, LoadError> {
+        if self.rows.is_empty() {
+            return Ok(0);
+        }
+        let batch = self.batch()?;
+        let (first, last) = (
+            self.rows.first().map_or(0, |r| r.0),
+            self.rows.last().map_or(0, |r| r.0),
+        );
+        let plan = self.plan(ctx, batch).await?;
+        let counts = match async { ctx.execute_logical_plan(plan).await?.collect().await }.await {
+            Ok(counts) => counts,
+            Err(e) => {
+                return Err(LoadError::Write {
+                    first,
+                    last,
+                    source: Box::new(e),
+                });
+            }
+        };
+        // The statement's one row: how many it wrote.
+        let n: u64 = counts
+            .iter()
+            .filter_map(|b| b.column(0).as_primitive_opt::<UInt64Type>())
+            .flat_map(|a| a.iter().flatten())
+            .sum();
+        self.rows.clear();
+        self.written += n;
+        Ok(n)
+    }
+
+    /// The INSERT (or upsert) of a batch of the table's rows.
+    async fn plan(
+        &self,
+        ctx: &SessionContext,
+        batch: RecordBatch,
+    ) -> Result<datafusion::logical_expr::LogicalPlan, LoadError> {
+        let name = TableReference::bare(self.table.as_str());
+        let table = ctx.table_provider(name.clone()).await?;
+        let rows = MemTable::try_new(self.schema.clone(), vec![vec![batch]])?;
+        let input =
+            LogicalPlanBuilder::scan("loaded_rows", provider_as_source(Arc::new(rows)), None)?
+                .build()?;
+        let insert = LogicalPlanBuilder::insert_into(
+            input,
+            name,
+            provider_as_source(table),
+            InsertOp::Append,
+        )?
+        .build()?;
+        let action = match self.mode {
+            LoadMode::Insert => return Ok(insert),
+            LoadMode::Skip => OnConflictAction::DoNothing,
+            LoadMode::Upsert => OnConflictAction::DoUpdate(DoUpdate {
+                assignments: self
+                    .columns
+                    .iter()
+                    .map(|&i| self.schema.field(i).name().clone())
+                    .filter(|c| !self.key.contains(c))
+                    .map(|c| Assignment {
+                        target: AssignmentTarget::ColumnName(ObjectName::from(vec![
+                            Ident::with_quote('"', c.clone()),
+                        ])),
+                        value: SqlExpr::CompoundIdentifier(vec![
+                            Ident::new(crate::planner::upsert::EXCLUDED),
+                            Ident::with_quote('"', c),
+                        ]),
+                    })
+                    .collect(),
+                selection: None,
+            }),
+        };
+        let on_conflict = OnConflict {
+            conflict_target: Some(ConflictTarget::Columns(
+                self.key
+                    .iter()
+                    .map(|k| Ident::with_quote('"', k.clone()))
+                    .collect(),
+            )),
+            action,
+        };
+        Ok(crate::planner::upsert::upsert_plan(
+            &ctx.state(),
+            insert,
+            on_conflict,
+        )?)
+    }
+
+    /// The waiting rows as a batch of the table's schema: loaded columns
+    /// converted from text, the others NULL. A value that does not
+    /// convert, or a NULL in a NOT NULL column, is refused with its line.
+    fn batch(&self) -> Result<RecordBatch, LoadError> {
+        let rows = &self.rows;
+        let line = |i: usize| rows.get(i).map_or(0, |r| r.0);
+        let mut columns: Vec<ArrayRef> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| new_null_array(f.data_type(), rows.len()))
+            .collect();
+        for (k, &at) in self.columns.iter().enumerate() {
+            let field = self.schema.field(at);
+            let text: StringArray = rows
+                .iter()
+                .map(|(_, r)| r.get(k).cloned().flatten())
+                .collect();
+            if !self.declared.field(at).is_nullable()
+                && let Some(i) = (0..text.len()).find(|i| text.is_null(*i))
+            {
+                return Err(LoadError::Line {
+                    line: line(i),
+                    code: "23502",
+                    reason: format!(
+                        "null value in column \"{}\" violates not-null constraint",
+                        field.name()
+                    ),
+                });
+            }
+            let converted = convert(&text, field.data_type(), &line)?;
+            if let Some(i) = (0..text.len()).find(|i| text.is_valid(*i) && converted.is_null(*i)) {
+                return Err(LoadError::Line {
+                    line: line(i),
+                    code: "22P02",
+                    reason: format!(
+                        "invalid input for column \"{}\" of type {}: \"{}\"",
+                        field.name(),
+                        field.data_type(),
+                        text.value(i)
+                    ),
+                });
+            }
+            if let Some(slot) = columns.get_mut(at) {
+                *slot = converted;
+            }
+        }
+        Ok(RecordBatch::try_new(self.schema.clone(), columns).map_err(DataFusionError::from)?)
+    }
+}
+
+/// Text to a column's type; a value that does not convert is NULL (and
+/// refused by the caller, which knows its line). bytea reads PostgreSQL's
+/// hex form.
+fn convert(
+    text: &StringArray,
+    to: &DataType,
+    line: &dyn Fn(usize) -> u64,
+) -> Result<ArrayRef, LoadError> {
+    if matches!(
+        to,
+        DataType::Binary | DataType::LargeBinary | DataType::BinaryView
+    ) {
+        let mut bytes = Vec::with_capacity(text.len());
+        for (i, v) in text.iter().enumerate() {
+            bytes.push(
+                v.map(bytea_bytes)
+                    .transpose()
+                    .map_err(|reason| LoadError::Line {
+                        line: line(i),
+                        code: "22P02",
+                        reason,
+                    })?,
+            );
+        }
+        return Ok(cast(&BinaryArray::from_iter(bytes), to).map_err(DataFusionError::from)?);
+    }
+    let safe = CastOptions {
+        safe: true,
+        ..Default::default()
+    };
+    Ok(cast_with_options(text, to, &safe).map_err(DataFusionError::from)?)
+}
+
+/// bytea's hex form, `\x0102`.
+pub fn bytea_text(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(2 + bytes.len() * 2);
+    out.push_str("\\x");
+    for b in bytes {
+        out.push_str(&format!("{b:02x}"));
+    }
+    out
+}
+
+/// bytea from its hex form (`\x0102`); other text is its own bytes, as
+/// PostgreSQL's escape form reads plain characters.
+pub fn bytea_bytes(text: &str) -> Result<Vec<u8>, String> {
+    let Some(hex) = text.strip_prefix("\\x") else {
+        return Ok(text.as_bytes().to_vec());
+    };
+    if hex.len() % 2 != 0 {
+        return Err(format!(
+            "invalid hexadecimal data: odd number of digits in \"{text}\""
+        ));
+    }
+    (0..hex.len())
+        .step_by(2)
+        .map(|i| {
+            hex.get(i..i + 2)
+                .and_then(|d| u8::from_str_radix(d, 16).ok())
+                .ok_or_else(|| format!("invalid hexadecimal digit in \"{text}\""))
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytea_hex_round_trips() {
+        let bytes = [0u8, 255, 92, 10];
+        assert_eq!(bytea_text(&bytes), "\\x00ff5c0a");
+        assert_eq!(bytea_bytes("\\x00ff5c0a").as_deref(), Ok(&bytes[..]));
+        assert_eq!(bytea_bytes("ab").as_deref(), Ok(&b"ab"[..]));
+        assert!(bytea_bytes("\\x0").is_err());
+        assert!(bytea_bytes("\\xzz").is_err());
+    }
+}
