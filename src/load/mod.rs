@@ -83,8 +83,9 @@ pub struct Loader {
     table: String,
     /// The table's schema, every column nullable: the insert's input.
     schema: SchemaRef,
-    /// The table's own schema, for NOT NULL.
-    declared: SchemaRef,
+    /// Whether each column of `schema` is NOT NULL (key columns, and those
+    /// the mapping declares so).
+    not_null: Vec<bool>,
     /// The positions in `schema` of the loaded columns, in the data's order.
     columns: Vec<usize>,
     /// The primary key, for upserts.
@@ -106,6 +107,21 @@ impl Loader {
     ) -> Result<Self, LoadError> {
         let provider = ctx.table_provider(TableReference::bare(table)).await?;
         let declared = provider.schema();
+        let def = {
+            let any: &dyn std::any::Any = provider.as_ref();
+            any.downcast_ref::<crate::planner::StoreTable>()
+                .and_then(|t| t.layout().def.clone())
+        };
+        let not_null: Vec<bool> = declared
+            .fields()
+            .iter()
+            .map(|f| {
+                !f.is_nullable()
+                    || def
+                        .as_ref()
+                        .is_some_and(|d| d.column(f.name()).is_some_and(|c| c.not_null))
+            })
+            .collect();
         let positions = columns
             .iter()
             .map(|c| {
@@ -116,6 +132,21 @@ impl Loader {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
+        // A NOT NULL column the data does not carry would fail every row.
+        let loaded: Vec<&str> = columns.iter().map(String::as_str).collect();
+        let missing = def.iter().flat_map(|d| d.columns.iter()).find(|c| {
+            (c.not_null || d_is_key(&def, &c.name)) && !loaded.contains(&c.name.as_str())
+        });
+        if let Some(c) = missing {
+            return Err(LoadError::Line {
+                line: 0,
+                code: "23502",
+                reason: format!(
+                    "column \"{}\" of relation \"{table}\" is NOT NULL (or a key) and the data does not carry it",
+                    c.name
+                ),
+            });
+        }
         let nullable: Vec<Field> = declared
             .fields()
             .iter()
@@ -124,7 +155,7 @@ impl Loader {
         Ok(Self {
             table: table.to_owned(),
             schema: Arc::new(Schema::new(nullable)),
-            declared,
+            not_null,
             columns: positions,
             key,
             mode,
@@ -187,6 +218,13 @@ impl Loader {
         let counts = match async { ctx.execute_logical_plan(plan).await?.collect().await }.await {
             Ok(counts) => counts,
             Err(e) => {
+                // Partitions that committed before the failure are written.
+                if let DataFusionError::External(inner) = &e
+                    && let Some(crate::exec::ExecError::PartlyWritten { rows, .. }) =
+                        inner.downcast_ref::<crate::exec::ExecError>()
+                {
+                    self.written += rows;
+                }
                 return Err(LoadError::Write {
                     first,
                     last,
@@ -197,7 +235,7 @@ impl Loader {
         // The statement's one row: how many it wrote.
         let n: u64 = counts
             .iter()
-            .filter_map(|b| b.column(0).as_primitive_opt::<UInt64Type>())
+            .filter_map(|b| b.columns().first()?.as_primitive_opt::<UInt64Type>())
             .flat_map(|a| a.iter().flatten())
             .sum();
         self.rows.clear();
@@ -224,15 +262,20 @@ impl Loader {
             InsertOp::Append,
         )?
         .build()?;
+        let values: Vec<String> = self
+            .columns
+            .iter()
+            .map(|&i| self.schema.field(i).name().clone())
+            .filter(|c| !self.key.contains(c))
+            .collect();
         let action = match self.mode {
             LoadMode::Insert => return Ok(insert),
+            // Only key columns: nothing to overwrite.
             LoadMode::Skip => OnConflictAction::DoNothing,
+            LoadMode::Upsert if values.is_empty() => OnConflictAction::DoNothing,
             LoadMode::Upsert => OnConflictAction::DoUpdate(DoUpdate {
-                assignments: self
-                    .columns
-                    .iter()
-                    .map(|&i| self.schema.field(i).name().clone())
-                    .filter(|c| !self.key.contains(c))
+                assignments: values
+                    .into_iter()
                     .map(|c| Assignment {
                         target: AssignmentTarget::ColumnName(ObjectName::from(vec![
                             Ident::with_quote('"', c.clone()),
@@ -280,7 +323,7 @@ impl Loader {
                 .iter()
                 .map(|(_, r)| r.get(k).cloned().flatten())
                 .collect();
-            if !self.declared.field(at).is_nullable()
+            if self.not_null.get(at).copied().unwrap_or(false)
                 && let Some(i) = (0..text.len()).find(|i| text.is_null(*i))
             {
                 return Err(LoadError::Line {
@@ -311,6 +354,10 @@ impl Loader {
         }
         Ok(RecordBatch::try_new(self.schema.clone(), columns).map_err(DataFusionError::from)?)
     }
+}
+
+fn d_is_key(def: &Option<Arc<crate::catalog::TableDef>>, column: &str) -> bool {
+    def.as_ref().is_some_and(|d| d.is_key_column(column))
 }
 
 /// Text to a column's type; a value that does not convert is NULL (and
@@ -371,6 +418,7 @@ pub fn bytea_bytes(text: &str) -> Result<Vec<u8>, String> {
         .step_by(2)
         .map(|i| {
             hex.get(i..i + 2)
+                .filter(|d| d.bytes().all(|b| b.is_ascii_hexdigit()))
                 .and_then(|d| u8::from_str_radix(d, 16).ok())
                 .ok_or_else(|| format!("invalid hexadecimal digit in \"{text}\""))
         })
@@ -389,5 +437,6 @@ mod tests {
         assert_eq!(bytea_bytes("ab").as_deref(), Ok(&b"ab"[..]));
         assert!(bytea_bytes("\\x0").is_err());
         assert!(bytea_bytes("\\xzz").is_err());
+        assert!(bytea_bytes("\\x+f").is_err());
     }
 }

@@ -424,7 +424,11 @@ fn load_stops_at_a_bad_line_or_rejects_it() -> TestResult {
             .arg(&rejects),
     )?;
     assert!(out.contains("1 rows rejected"), "{out}");
-    assert_eq!(std::fs::read_to_string(&rejects)?, "s1,not-a-number,x,1\n");
+    // With the header, so that the file loads as it is once fixed.
+    assert_eq!(
+        std::fs::read_to_string(&rejects)?,
+        "shop,item,name,qty\ns1,not-a-number,x,1\n"
+    );
     assert_eq!(count_of(&store, "SELECT count(*) FROM stock")?, "7000");
 
     let jsonl = dir.path().join("more.jsonl");
@@ -434,6 +438,16 @@ fn load_stops_at_a_bad_line_or_rejects_it() -> TestResult {
     )?;
     let out = stdout_of(tablesql(&store).arg("load").arg("stock").arg(&jsonl))?;
     assert!(out.starts_with("loaded 2 rows"), "{out}");
+    // A NOT NULL column the file does not carry is refused before a row.
+    let partial = dir.path().join("partial.csv");
+    std::fs::write(&partial, "shop,item\ns1,99999\n")?;
+    let out = tablesql(&store)
+        .arg("load")
+        .arg("stock")
+        .arg(&partial)
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("\"qty\""), "{err}");
     assert_eq!(
         count_of(&store, "SELECT sum(qty) FROM stock WHERE shop = 's9'")?,
         "7"

@@ -95,6 +95,11 @@ pub async fn load(engine: &tablesql::Engine, request: Request) -> anyhow::Result
     )
     .await?;
     let entities_per_row = 1 + table.indexes.len() as u64;
+    if let Some(reject) = &request.reject
+        && std::fs::canonicalize(reject).ok() == std::fs::canonicalize(&request.file).ok()
+    {
+        bail!("the reject file cannot be the file loaded");
+    }
     let mut run = Run {
         bar: bar(size)?,
         rejects: match &request.reject {
@@ -104,6 +109,7 @@ pub async fn load(engine: &tablesql::Engine, request: Request) -> anyhow::Result
             None => None,
         },
         rejected: 0,
+        header: records.header_text.clone(),
         pending: Vec::new(),
         entities_per_row,
     };
@@ -163,6 +169,9 @@ struct Run {
     bar: ProgressBar,
     rejects: Option<File>,
     rejected: u64,
+    /// The CSV header, written before the first rejected row so that the
+    /// reject file loads as it is once fixed.
+    header: Option<String>,
     pending: Vec<(u64, String)>,
     entities_per_row: u64,
 }
@@ -243,9 +252,13 @@ impl Run {
         let Some(file) = self.rejects.as_mut() else {
             bail!("line {line}: {}", reason(e));
         };
-        // The line as it was, then why, so the file can be fixed and loaded.
+        if let Some(header) = self.header.take() {
+            writeln!(file, "{}", header.trim_end_matches(['\n', '\r']))?;
+        }
+        // The line as it was, so the file can be fixed and loaded.
         writeln!(file, "{}", text.trim_end_matches(['\n', '\r']))?;
-        eprintln!("line {line} rejected: {}", reason(e));
+        self.bar
+            .suspend(|| eprintln!("line {line} rejected: {}", reason(e)));
         self.rejected += 1;
         Ok(())
     }
@@ -270,7 +283,13 @@ struct Records {
     /// Bytes read so far, for the progress bar.
     read: u64,
     done: bool,
+    /// The CSV header line as read.
+    header_text: Option<String>,
 }
+
+/// The longest record taken: an entity holds at most 1 MiB, and an
+/// unclosed quote would otherwise pull the rest of the file into one.
+const MAX_RECORD: usize = 4 << 20;
 
 impl Records {
     fn new(reader: BufReader<File>, format: FileFormat) -> Self {
@@ -283,25 +302,35 @@ impl Records {
             line: 1,
             read: 0,
             done: false,
+            header_text: None,
         }
     }
 
     /// The CSV header: the loaded columns, in the file's order.
     fn header(&mut self) -> anyhow::Result<Vec<String>> {
-        let Some((_, text)) = self.next()? else {
+        let Some((line, text)) = self.next()? else {
             bail!("the file is empty: a CSV file starts with a line of column names");
         };
         let names = self
             .csv
             .read_row(&text)
-            .map_err(|e| anyhow::anyhow!("line 1: {e}"))?;
-        names
+            .map_err(|e| anyhow::anyhow!("line {line}: {e}"))?;
+        let names: Vec<String> = names
             .into_iter()
             .map(|n| {
                 n.map(|n| n.trim().to_owned())
-                    .ok_or_else(|| anyhow::anyhow!("line 1: an empty column name"))
+                    .ok_or_else(|| anyhow::anyhow!("line {line}: an empty column name"))
             })
-            .collect()
+            .collect::<anyhow::Result<_>>()?;
+        let twice = names
+            .iter()
+            .enumerate()
+            .find(|(i, n)| names.get(..*i).is_some_and(|before| before.contains(n)));
+        if let Some((_, name)) = twice {
+            bail!("line {line}: column \"{name}\" is named twice");
+        }
+        self.header_text = Some(text);
+        Ok(names)
     }
 
     /// The next record (a CSV record may span lines inside quotes) and the
@@ -319,6 +348,13 @@ impl Records {
                     self.scan = Scan::default();
                     self.buffer.len()
                 }
+                None if self.buffer.len() > MAX_RECORD => {
+                    bail!(
+                        "line {}: a record longer than {} MiB (an unclosed quote?)",
+                        self.line,
+                        MAX_RECORD >> 20
+                    );
+                }
                 None => {
                     let mut chunk = vec![0; 1 << 16];
                     let n = self.reader.read(&mut chunk)?;
@@ -333,6 +369,10 @@ impl Records {
             self.line += record.iter().filter(|b| **b == b'\n').count() as u64;
             let text = String::from_utf8(record)
                 .map_err(|_| anyhow::anyhow!("line {line}: invalid UTF-8"))?;
+            let text = match (line, text.strip_prefix('\u{feff}')) {
+                (1, Some(rest)) => rest.to_owned(),
+                _ => text,
+            };
             if text.trim().is_empty() {
                 continue;
             }
@@ -346,6 +386,17 @@ impl Records {
             FileFormat::Csv => self.csv.read_row(text),
             FileFormat::Jsonl => json_fields(text, columns),
         }
+    }
+}
+
+/// A JSON number as text a column converts: an integral value written
+/// with an exponent (`1e3`) as the integer it is, within f64's exact range.
+fn number_text(n: &serde_json::Number) -> String {
+    match n.as_f64() {
+        Some(f) if !n.is_i64() && !n.is_u64() && f.fract() == 0.0 && f.abs() < 9.0e15 => {
+            format!("{}", f as i64)
+        }
+        _ => n.to_string(),
     }
 }
 
@@ -366,7 +417,7 @@ fn json_fields(text: &str, columns: &[String]) -> Result<Vec<Option<String>>, St
             None | Some(serde_json::Value::Null) => Ok(None),
             Some(serde_json::Value::String(s)) => Ok(Some(s.clone())),
             Some(serde_json::Value::Bool(b)) => Ok(Some(b.to_string())),
-            Some(serde_json::Value::Number(n)) => Ok(Some(n.to_string())),
+            Some(serde_json::Value::Number(n)) => Ok(Some(number_text(n))),
             Some(_) => Err(format!("column \"{c}\": a nested value cannot be stored")),
         })
         .collect()

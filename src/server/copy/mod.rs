@@ -442,6 +442,11 @@ impl CopyIn {
 /// written before.
 fn load_error(table: &str, written: u64, e: LoadError) -> PgWireError {
     match e {
+        LoadError::Line {
+            line: 0,
+            code,
+            reason,
+        } => error(code, format!("{reason} (COPY {table})")),
         LoadError::Line { line, code, reason } => error(
             code,
             format!("{reason} (COPY {table}, line {line}; {written} rows were written before it)"),
