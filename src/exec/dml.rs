@@ -56,6 +56,7 @@ use super::decode::{Layout, Source};
 use super::encode::{Columns, compose, entities, mapped, primary_prefix};
 use super::scan::PartitionScanExec;
 use crate::catalog::TableDef;
+use crate::storage::key::cmp_utf16;
 use crate::storage::write::MAX_BATCH_OPERATIONS;
 use crate::storage::{
     ETag, EdmValue, IfMatch, KeyRange, PartitionKey, Query, RowKey, StorageError, StoredEntity,
@@ -64,6 +65,9 @@ use crate::storage::{
 
 /// Rows encoded and checked before the first transaction is sent.
 pub const FLUSH_ROWS: usize = 10_000;
+/// Up to this many new keys in a partition are checked one query each;
+/// more, with one range read.
+const FEW_CLAIMS: usize = 4;
 /// Bytes of one transaction, below the service's 4 MiB for its envelope.
 const BATCH_BYTES: usize = 3 * 1024 * 1024;
 
@@ -303,6 +307,7 @@ impl ExecutionPlan for DmlExec {
             written: 0,
             shared: self.written.clone(),
             keys: HashSet::new(),
+            claims: BTreeMap::new(),
         };
         self.written.store(0, Ordering::Relaxed);
         let schema = count_schema();
@@ -349,6 +354,9 @@ struct Writer {
     shared: Arc<AtomicU64>,
     /// The primary key prefixes this statement writes, to catch one key twice.
     keys: HashSet<(PartitionKey, String)>,
+    /// The new keys of pending INSERT rows, checked against the store per
+    /// partition before they are sent: (prefix, the key's values as shown).
+    claims: BTreeMap<PartitionKey, Vec<(String, String)>>,
 }
 
 impl Writer {
@@ -410,7 +418,7 @@ impl Writer {
     async fn insert(&mut self, values: &[Option<EdmValue>]) -> Result<(PartitionKey, Group)> {
         let row = entities(&self.def, values)?;
         let partition = row.base.partition_key.clone();
-        self.claim_key(&partition, values).await?;
+        self.defer_claim(&partition, values)?;
         // The base row must be new; an index row there already (an orphan
         // of an application's write) is replaced by the right one.
         let ops = std::iter::once(WriteOp::Insert(row.base))
@@ -556,32 +564,110 @@ impl Writer {
         let Some(prefix) = primary_prefix(&self.def, values)? else {
             return Ok(());
         };
-        let duplicate = || {
-            let columns = self.def.primary_key.clone();
-            let shown: Vec<String> = columns
-                .iter()
-                .map(|c| {
-                    self.def
-                        .columns
-                        .iter()
-                        .position(|d| &d.name == c)
-                        .and_then(|i| values.get(i)?.as_ref())
-                        .map_or_else(|| "NULL".to_owned(), ToString::to_string)
-                })
-                .collect();
-            DataFusionError::from(ExecError::DuplicateKey {
-                table: self.def.name.clone(),
-                columns: columns.join(", "),
-                values: shown.join(", "),
-            })
-        };
         if !self.keys.insert((partition.clone(), prefix.clone())) {
-            return Err(duplicate());
+            return Err(self.duplicate(&self.shown_key(values)));
         }
         if self.first_under(partition, &prefix, false).await?.is_some() {
-            return Err(duplicate());
+            return Err(self.duplicate(&self.shown_key(values)));
         }
         Ok(())
+    }
+
+    /// An INSERT's new key: one the statement already has is refused now;
+    /// the store is asked at `flush`, one range read per partition
+    /// (`check_claims`) rather than a query per row.
+    fn defer_claim(&mut self, partition: &PartitionKey, values: &[Option<EdmValue>]) -> Result<()> {
+        let Some(prefix) = primary_prefix(&self.def, values)? else {
+            return Ok(());
+        };
+        if !self.keys.insert((partition.clone(), prefix.clone())) {
+            return Err(self.duplicate(&self.shown_key(values)));
+        }
+        let shown = self.shown_key(values);
+        self.claims
+            .entry(partition.clone())
+            .or_default()
+            .push((prefix, shown));
+        Ok(())
+    }
+
+    /// Refuses the pending rows if the store holds any of their keys. A
+    /// partition with a few keys asks per key; more are checked against one
+    /// keys-only read of the range they span.
+    async fn check_claims(&mut self) -> Result<()> {
+        let claims = std::mem::take(&mut self.claims);
+        for (partition, keys) in claims {
+            if keys.len() <= FEW_CLAIMS {
+                for (prefix, shown) in &keys {
+                    if self.first_under(&partition, prefix, false).await?.is_some() {
+                        return Err(self.duplicate(shown));
+                    }
+                }
+                continue;
+            }
+            let (Some(low), Some(high)) = (
+                keys.iter()
+                    .map(|k| k.0.as_str())
+                    .min_by(|a, b| cmp_utf16(a, b)),
+                keys.iter()
+                    .map(|k| k.0.as_str())
+                    .max_by(|a, b| cmp_utf16(a, b)),
+            ) else {
+                continue;
+            };
+            let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
+            let mut query = Query::partition(partition.clone()).select(Vec::<String>::new());
+            query.rows = KeyRange {
+                start: Bound::Included(RowKey::new(low.to_owned()).map_err(invalid)?),
+                end: match crate::keys::successor(high) {
+                    Some(s) => Bound::Excluded(RowKey::new(s).map_err(invalid)?),
+                    None => Bound::Unbounded,
+                },
+            };
+            let stored = self
+                .store
+                .query_all(&self.layout.table, &query)
+                .await
+                .map_err(ExecError::from)?;
+            let mut existing: Vec<&str> = stored.iter().map(|e| e.row_key().as_str()).collect();
+            existing.sort_unstable();
+            for (prefix, shown) in &keys {
+                // Keys under a prefix sort right after it, bytewise.
+                let at = existing.partition_point(|k| *k < prefix.as_str());
+                if existing
+                    .get(at)
+                    .is_some_and(|k| k.starts_with(prefix.as_str()))
+                {
+                    return Err(self.duplicate(shown));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// A row's primary key values, as a duplicate-key error shows them.
+    fn shown_key(&self, values: &[Option<EdmValue>]) -> String {
+        self.def
+            .primary_key
+            .iter()
+            .map(|c| {
+                self.def
+                    .columns
+                    .iter()
+                    .position(|d| &d.name == c)
+                    .and_then(|i| values.get(i)?.as_ref())
+                    .map_or_else(|| "NULL".to_owned(), ToString::to_string)
+            })
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    fn duplicate(&self, shown: &str) -> DataFusionError {
+        DataFusionError::from(ExecError::DuplicateKey {
+            table: self.def.name.clone(),
+            columns: self.def.primary_key.join(", "),
+            values: shown.to_owned(),
+        })
     }
 
     /// The first entity under a RowKey prefix in a partition (its keys only
@@ -639,6 +725,7 @@ impl Writer {
     /// Sends every pending group, partition by partition, packed into
     /// transactions; `written` counts the rows of each one that commits.
     async fn flush(&mut self) -> Result<()> {
+        self.check_claims().await?;
         let pending = std::mem::take(&mut self.pending);
         self.pending_rows = 0;
         for (_, groups) in pending {
