@@ -66,8 +66,10 @@ use crate::storage::{
 /// Rows encoded and checked before the first transaction is sent.
 pub const FLUSH_ROWS: usize = 10_000;
 /// Up to this many new keys in a partition are checked one query each;
-/// more, with one range read.
+/// more, by walking their range (`Writer::check_partition`).
 const FEW_CLAIMS: usize = 4;
+/// Keys read per page of that walk: the store's own page size.
+const CLAIM_PAGE: u32 = 1000;
 /// Bytes of one transaction, below the service's 4 MiB for its envelope.
 const BATCH_BYTES: usize = 3 * 1024 * 1024;
 
@@ -592,8 +594,8 @@ impl Writer {
     }
 
     /// Refuses the pending rows if the store holds any of their keys. A
-    /// partition with a few keys asks per key; more are checked against one
-    /// keys-only read of the range they span.
+    /// partition with a few keys asks per key; more are checked by walking
+    /// the range they span a page at a time (`check_partition`).
     async fn check_claims(&mut self) -> Result<()> {
         let claims = std::mem::take(&mut self.claims);
         for (partition, keys) in claims {
@@ -603,36 +605,67 @@ impl Writer {
                         return Err(self.duplicate(shown));
                     }
                 }
-                continue;
+            } else {
+                self.check_partition(&partition, keys).await?;
             }
-            let (Some(low), Some(high)) = (
-                keys.iter()
-                    .map(|k| k.0.as_str())
-                    .min_by(|a, b| cmp_utf16(a, b)),
-                keys.iter()
-                    .map(|k| k.0.as_str())
-                    .max_by(|a, b| cmp_utf16(a, b)),
-            ) else {
-                continue;
-            };
-            let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
-            let mut query = Query::partition(partition.clone()).select(Vec::<String>::new());
+        }
+        Ok(())
+    }
+
+    /// One partition's new keys against the store: in key order, each page
+    /// read starts at the first key not yet settled and settles every key
+    /// up to the page's last, so no request settles fewer keys than one
+    /// query per key would, and a sparse range is never read whole.
+    async fn check_partition(
+        &self,
+        partition: &PartitionKey,
+        mut keys: Vec<(String, String)>,
+    ) -> Result<()> {
+        keys.sort_by(|a, b| cmp_utf16(&a.0, &b.0));
+        let end = match keys.last().and_then(|k| crate::keys::successor(&k.0)) {
+            // A bound, not a key to store: it may hold what keys may not.
+            Some(s) => Bound::Excluded(RowKey::from_stored(s)),
+            None => Bound::Unbounded,
+        };
+        let mut next = 0;
+        while let Some((start, _)) = keys.get(next) {
+            let mut query = Query::partition(partition.clone())
+                .select(Vec::<String>::new())
+                .top(CLAIM_PAGE);
             query.rows = KeyRange {
-                start: Bound::Included(RowKey::new(low.to_owned()).map_err(invalid)?),
-                end: match crate::keys::successor(high) {
-                    Some(s) => Bound::Excluded(RowKey::new(s).map_err(invalid)?),
-                    None => Bound::Unbounded,
-                },
+                start: Bound::Included(RowKey::from_stored(start.clone())),
+                end: end.clone(),
             };
-            let stored = self
-                .store
-                .query_all(&self.layout.table, &query)
-                .await
-                .map_err(ExecError::from)?;
-            let mut existing: Vec<&str> = stored.iter().map(|e| e.row_key().as_str()).collect();
+            // A page may come back empty with a continuation token (the
+            // store's scan budget): follow it until keys come.
+            let mut token = None;
+            let page = loop {
+                let page = self
+                    .store
+                    .query(&self.layout.table, &query, token.as_ref())
+                    .await
+                    .map_err(ExecError::from)?;
+                match page.continuation {
+                    Some(t) if page.entities.is_empty() => token = Some(t),
+                    _ => break page,
+                }
+            };
+            let Some(last) = page
+                .entities
+                .last()
+                .map(|e| e.row_key().as_str().to_owned())
+            else {
+                // Nothing from here to the end: the rest are new.
+                return Ok(());
+            };
+            let mut existing: Vec<&str> =
+                page.entities.iter().map(|e| e.row_key().as_str()).collect();
             existing.sort_unstable();
-            for (prefix, shown) in &keys {
-                // Keys under a prefix sort right after it, bytewise.
+            // A key at or before the page's last has all its rows in the
+            // page: a row under it sorts between it and the last.
+            while let Some((prefix, shown)) = keys.get(next)
+                && cmp_utf16(prefix, &last) != std::cmp::Ordering::Greater
+            {
                 let at = existing.partition_point(|k| *k < prefix.as_str());
                 if existing
                     .get(at)
@@ -640,6 +673,7 @@ impl Writer {
                 {
                     return Err(self.duplicate(shown));
                 }
+                next += 1;
             }
         }
         Ok(())
@@ -686,7 +720,8 @@ impl Writer {
         query.rows = KeyRange {
             start: Bound::Included(RowKey::new(prefix.to_owned()).map_err(invalid)?),
             end: match crate::keys::successor(prefix) {
-                Some(s) => Bound::Excluded(RowKey::new(s).map_err(invalid)?),
+                // A bound, not a key to store: it may hold what keys may not.
+                Some(s) => Bound::Excluded(RowKey::from_stored(s)),
                 None => Bound::Unbounded,
             },
         };
