@@ -16,6 +16,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::compute::{CastOptions, cast, cast_with_options};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
+use datafusion::catalog::TableProvider;
 use datafusion::common::TableReference;
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::error::DataFusionError;
@@ -88,6 +89,8 @@ pub struct Loader {
     not_null: Vec<bool>,
     /// The positions in `schema` of the loaded columns, in the data's order.
     columns: Vec<usize>,
+    /// The table, as the INSERT's target.
+    provider: Arc<dyn TableProvider>,
     /// The primary key, for upserts.
     key: Vec<String>,
     mode: LoadMode,
@@ -134,8 +137,10 @@ impl Loader {
             .collect::<Result<Vec<_>, _>>()?;
         // A NOT NULL column the data does not carry would fail every row.
         let loaded: Vec<&str> = columns.iter().map(String::as_str).collect();
-        let missing = def.iter().flat_map(|d| d.columns.iter()).find(|c| {
-            (c.not_null || d_is_key(&def, &c.name)) && !loaded.contains(&c.name.as_str())
+        let missing = def.iter().find_map(|d| {
+            d.columns.iter().find(|c| {
+                (c.not_null || d.is_key_column(&c.name)) && !loaded.contains(&c.name.as_str())
+            })
         });
         if let Some(c) = missing {
             return Err(LoadError::Line {
@@ -157,6 +162,7 @@ impl Loader {
             schema: Arc::new(Schema::new(nullable)),
             not_null,
             columns: positions,
+            provider,
             key,
             mode,
             rows: Vec::new(),
@@ -250,7 +256,7 @@ impl Loader {
         batch: RecordBatch,
     ) -> Result<datafusion::logical_expr::LogicalPlan, LoadError> {
         let name = TableReference::bare(self.table.as_str());
-        let table = ctx.table_provider(name.clone()).await?;
+        let table = self.provider.clone();
         let rows = MemTable::try_new(self.schema.clone(), vec![vec![batch]])?;
         let input =
             LogicalPlanBuilder::scan("loaded_rows", provider_as_source(Arc::new(rows)), None)?
@@ -354,10 +360,6 @@ impl Loader {
         }
         Ok(RecordBatch::try_new(self.schema.clone(), columns).map_err(DataFusionError::from)?)
     }
-}
-
-fn d_is_key(def: &Option<Arc<crate::catalog::TableDef>>, column: &str) -> bool {
-    def.as_ref().is_some_and(|d| d.is_key_column(column))
 }
 
 /// Text to a column's type; a value that does not convert is NULL (and

@@ -27,6 +27,16 @@ impl Copying {
         self.0.lock().ok().and_then(|mut c| c.take())
     }
 
+    /// The COPY FROM that a `message` belongs to, taken out while it runs.
+    fn running(&self, message: &str) -> PgWireResult<Box<CopyIn>> {
+        self.take().ok_or_else(|| {
+            error(
+                super::sqlstate::PROTOCOL_VIOLATION,
+                format!("{message} outside COPY FROM"),
+            )
+        })
+    }
+
     fn put(&self, state: Box<CopyIn>) {
         if let Ok(mut c) = self.0.lock() {
             *c = Some(state);
@@ -44,14 +54,7 @@ impl Session {
         status: TransactionStatus,
     ) -> PgWireResult<Response> {
         let planner = self.planner();
-        match copy::plan(
-            &planner.engine,
-            &planner.ctx,
-            statement,
-            self.guard_for(client),
-        )
-        .await?
-        {
+        match copy::plan(&planner.engine, &planner.ctx, statement, self.guard(client)).await? {
             Copy::Out { query, format } => {
                 let parsed = planner.parse(&query)?;
                 let Some(statement) = parsed.into_iter().next() else {
@@ -60,7 +63,7 @@ impl Session {
                         "COPY of an empty query",
                     ));
                 };
-                let (schema, batches) = planner.batches(statement, self.guard_for(client)).await?;
+                let (schema, batches) = planner.batches(statement, self.guard(client)).await?;
                 Ok(Response::CopyOut(copy::copy_out(schema, batches, format)))
             }
             Copy::In(state) => {
@@ -90,12 +93,7 @@ impl CopyHandler for Session {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let Some(mut state) = self.copying().take() else {
-            return Err(error(
-                super::sqlstate::PROTOCOL_VIOLATION,
-                "CopyData outside COPY FROM",
-            ));
-        };
+        let mut state = self.copying().running("CopyData")?;
         state.take(&self.planner().ctx, &data.data).await;
         self.copying().put(state);
         Ok(())
@@ -107,12 +105,7 @@ impl CopyHandler for Session {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let Some(mut state) = self.copying().take() else {
-            return Err(error(
-                super::sqlstate::PROTOCOL_VIOLATION,
-                "CopyDone outside COPY FROM",
-            ));
-        };
+        let mut state = self.copying().running("CopyDone")?;
         let rows = state.finish(&self.planner().ctx).await?;
         let tag = Tag::new("COPY").with_rows(usize::try_from(rows).unwrap_or(usize::MAX));
         futures::SinkExt::send(client, PgWireBackendMessage::CommandComplete(tag.into())).await?;

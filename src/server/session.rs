@@ -89,11 +89,7 @@ impl Session {
         &self.copying
     }
 
-    pub(super) fn guard_for<C: ClientInfo>(&self, client: &C) -> Guard {
-        self.guard(client)
-    }
-
-    fn guard<C: ClientInfo>(&self, client: &C) -> Guard {
+    pub(super) fn guard<C: ClientInfo>(&self, client: &C) -> Guard {
         let registration = self.start(client);
         let timeout = self.vars.lock().ok().and_then(|v| v.statement_timeout);
         registration.signal.guard(timeout, self.probe.clone())

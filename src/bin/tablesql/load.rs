@@ -67,7 +67,7 @@ pub async fn load(engine: &tablesql::Engine, request: Request) -> anyhow::Result
         .len();
     let file = File::open(&request.file)
         .with_context(|| format!("cannot open {}", request.file.display()))?;
-    let mut records = Records::new(BufReader::with_capacity(1 << 16, file), format);
+    let mut records = Records::new(BufReader::with_capacity(READ_SIZE, file), format);
     let columns = match format {
         FileFormat::Csv => records.header()?,
         FileFormat::Jsonl => table.insertable.clone(),
@@ -276,7 +276,10 @@ struct Records {
     reader: BufReader<File>,
     format: FileFormat,
     csv: CopyFormat,
+    /// Bytes read and not yet taken, from `start` on: records are taken by
+    /// moving `start`, and the buffer is compacted only before a read.
     buffer: Vec<u8>,
+    start: usize,
     scan: Scan,
     /// The line the next record starts on.
     line: u64,
@@ -291,6 +294,9 @@ struct Records {
 /// unclosed quote would otherwise pull the rest of the file into one.
 const MAX_RECORD: usize = 4 << 20;
 
+/// Bytes read from the file at a time.
+const READ_SIZE: usize = 1 << 16;
+
 impl Records {
     fn new(reader: BufReader<File>, format: FileFormat) -> Self {
         Self {
@@ -298,6 +304,7 @@ impl Records {
             format,
             csv: CopyFormat::csv(),
             buffer: Vec::new(),
+            start: 0,
             scan: Scan::default(),
             line: 1,
             read: 0,
@@ -337,18 +344,19 @@ impl Records {
     /// line it starts on.
     fn next(&mut self) -> anyhow::Result<Option<(u64, String)>> {
         loop {
+            let rest = &self.buffer[self.start..];
             let end = match self.format {
-                FileFormat::Csv => self.csv.record_end(&self.buffer, &mut self.scan),
-                FileFormat::Jsonl => self.buffer.iter().position(|b| *b == b'\n').map(|i| i + 1),
+                FileFormat::Csv => self.csv.record_end(rest, &mut self.scan),
+                FileFormat::Jsonl => rest.iter().position(|b| *b == b'\n').map(|i| i + 1),
             };
             let end = match end {
                 Some(end) => end,
-                None if self.done && self.buffer.is_empty() => return Ok(None),
+                None if self.done && rest.is_empty() => return Ok(None),
                 None if self.done => {
                     self.scan = Scan::default();
-                    self.buffer.len()
+                    rest.len()
                 }
-                None if self.buffer.len() > MAX_RECORD => {
+                None if rest.len() > MAX_RECORD => {
                     bail!(
                         "line {}: a record longer than {} MiB (an unclosed quote?)",
                         self.line,
@@ -356,15 +364,12 @@ impl Records {
                     );
                 }
                 None => {
-                    let mut chunk = vec![0; 1 << 16];
-                    let n = self.reader.read(&mut chunk)?;
-                    self.read += n as u64;
-                    self.done = n == 0;
-                    self.buffer.extend_from_slice(&chunk[..n]);
+                    self.fill()?;
                     continue;
                 }
             };
-            let record: Vec<u8> = self.buffer.drain(..end).collect();
+            let record = rest[..end].to_vec();
+            self.start += end;
             let line = self.line;
             self.line += record.iter().filter(|b| **b == b'\n').count() as u64;
             let text = String::from_utf8(record)
@@ -378,6 +383,19 @@ impl Records {
             }
             return Ok(Some((line, text)));
         }
+    }
+
+    /// Reads the next piece of the file, after dropping the bytes taken.
+    fn fill(&mut self) -> anyhow::Result<()> {
+        self.buffer.drain(..self.start);
+        self.start = 0;
+        let len = self.buffer.len();
+        self.buffer.resize(len + READ_SIZE, 0);
+        let n = self.reader.read(&mut self.buffer[len..])?;
+        self.buffer.truncate(len + n);
+        self.read += n as u64;
+        self.done = n == 0;
+        Ok(())
     }
 
     /// A record's fields, in `columns`' order.
