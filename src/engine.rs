@@ -27,7 +27,11 @@ use datafusion::sql::sqlparser::parser::ParserError;
 use crate::catalog::persist::CATALOG_TABLE;
 use crate::catalog::raw::{SAMPLE_SIZE, infer};
 use crate::catalog::stats::{StatsCache, TableStats};
+use crate::catalog::sequence::{self, SequenceDef};
 use crate::catalog::{CatalogError, TableDef, ddl, persist, stats};
+use crate::exec::sequences::Sequences;
+use crate::exec::transaction::Transaction;
+use crate::planner::sequence_functions::{self, AsyncValues, SequenceSession};
 use crate::exec::coop::YieldingJoins;
 use crate::exec::token::Signer;
 use crate::exec::{Layout, ScanOptions};
@@ -107,6 +111,8 @@ pub struct Engine {
     signer: Arc<tokio::sync::OnceCell<Signer>>,
     /// `ANALYZE`'s statistics, which scans plan their fan-out from.
     stats: Arc<StatsCache>,
+    /// The blocks of sequence values this process holds.
+    sequences: Arc<Sequences>,
 }
 
 /// What catalog DDL did, when a statement was catalog DDL.
@@ -144,7 +150,9 @@ impl Engine {
         let mut config = SessionConfig::new()
             .with_information_schema(true)
             .with_option_extension(settings)
-            .with_extension(Arc::new(Notices::default()));
+            .with_option_extension(SequenceSession::default())
+            .with_extension(Arc::new(Notices::default()))
+            .with_extension(Arc::new(Transaction::default()));
         // DataFusion's own parser (a fallback, and embedders' `ctx.sql`)
         // reads the dialect every front end uses.
         config.options_mut().sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
@@ -154,6 +162,7 @@ impl Engine {
             .with_query_planner(Arc::new(TablesqlQueryPlanner))
             .with_physical_optimizer_rule(Arc::new(YieldingJoins))
             .with_analyzer_rule(Arc::new(DmlShape))
+            .with_analyzer_rule(Arc::new(AsyncValues))
             .with_analyzer_rule(Arc::new(CheckedIntegers::default()))
             .with_analyzer_rule(Arc::new(NameSetComparisons))
             .with_analyzer_rule(Arc::new(NameComparedValues))
@@ -168,6 +177,10 @@ impl Engine {
         ctx.register_udf(crate::planner::pg_functions::expandarray_items_udf());
         ctx.register_udf(crate::planner::pg_functions::subscripts_udf());
         ctx.register_udf(crate::planner::pg_functions::json_build_object_udf());
+        let sequences = Arc::new(Sequences::new(store.clone()));
+        for f in sequence_functions::udfs(sequences.clone()) {
+            ctx.register_udf(f);
+        }
         for upkeep in [Upkeep::Check, Upkeep::Repair] {
             let f = IndexFunction::new(store.clone(), upkeep);
             let name = match upkeep {
@@ -183,6 +196,7 @@ impl Engine {
             parser: Arc::new(SqlParser::new()),
             signer: Arc::default(),
             stats: Arc::default(),
+            sequences,
         };
         engine.refresh().await?;
         Ok(engine)
@@ -264,13 +278,32 @@ impl Engine {
     /// (a raw alias, or an older mapping).
     fn register_mapped(&self, def: TableDef) -> Result<(), EngineError> {
         let name = def.name.clone();
-        let provider = Arc::new(self.provider(Layout::mapped(Arc::new(def))));
+        let layout = Layout::mapped(Arc::new(def));
+        let defaults = self.column_defaults(&layout)?;
+        let provider = Arc::new(self.provider(layout).with_defaults(defaults));
         let public = self.public_schema()?;
         if public.table_exist(&name) {
             public.deregister_table(&name)?;
         }
         public.register_table(name, provider)?;
         Ok(())
+    }
+
+    /// The `DEFAULT` expressions of a mapped table's columns, planned
+    /// against its schema (they may call `nextval`).
+    fn column_defaults(
+        &self,
+        layout: &Layout,
+    ) -> Result<std::collections::HashMap<String, datafusion::prelude::Expr>, EngineError> {
+        let Some(def) = &layout.def else {
+            return Ok(Default::default());
+        };
+        let schema = datafusion::common::DFSchema::try_from(layout.schema.as_ref().clone())?;
+        def.columns
+            .iter()
+            .filter_map(|c| c.default.as_ref().map(|d| (c, d)))
+            .map(|(c, d)| Ok((c.name.clone(), self.ctx.parse_sql_expr(d, &schema)?)))
+            .collect()
     }
 
     /// Whether `name` is taken by a mapping, or by a table the embedder registered.
@@ -310,6 +343,11 @@ impl Engine {
             Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
         }
+        // Identity columns' sequences first: a table is never stored with
+        // a default that names a missing sequence.
+        for seq in def.columns.iter().filter_map(|c| c.identity.as_ref()) {
+            sequence::create(self.store.as_ref(), seq, replace).await?;
+        }
         persist::save(self.store.as_ref(), &def, replace).await?;
         self.register_mapped(def)?;
         Ok(())
@@ -348,6 +386,9 @@ impl Engine {
     /// Under `tablesql.page_size` a query of one table runs here, as one
     /// page ([`Self::session_page`]).
     pub async fn statement(&self, statement: Statement) -> Result<DataFrame, EngineError> {
+        if self.transaction_statement(&statement).await? {
+            return Ok(self.ctx.read_empty()?);
+        }
         if let Some(outcome) = self.catalog_ddl(&statement).await? {
             if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
                 for n in outcome.notices {
@@ -383,6 +424,53 @@ impl Engine {
         })
     }
 
+    /// Runs `BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE` and
+    /// `ROLLBACK TO` on this engine's session (see `exec::transaction`);
+    /// `false` for any other statement.
+    async fn transaction_statement(&self, statement: &Statement) -> Result<bool, EngineError> {
+        let Some(tx) = session_transaction(&self.ctx) else {
+            return Ok(false);
+        };
+        let no_savepoint = |name: &datafusion::sql::sqlparser::ast::Ident| {
+            DataFusionError::Plan(format!(
+                "savepoint \"{}\" does not exist",
+                crate::catalog::normalize_ident(name)
+            ))
+        };
+        match statement {
+            Statement::StartTransaction { .. } => tx.begin(),
+            Statement::Commit { .. } => {
+                tx.commit(self.store.as_ref()).await?;
+            }
+            Statement::Rollback {
+                savepoint: None, ..
+            } => tx.rollback(),
+            Statement::Rollback {
+                savepoint: Some(name),
+                ..
+            } => {
+                if !tx.rollback_to(&crate::catalog::normalize_ident(name)) {
+                    return Err(no_savepoint(name).into());
+                }
+            }
+            Statement::Savepoint { name } => {
+                if !tx.savepoint(&crate::catalog::normalize_ident(name)) {
+                    return Err(DataFusionError::Plan(
+                        "SAVEPOINT can only be used in transaction blocks".into(),
+                    )
+                    .into());
+                }
+            }
+            Statement::ReleaseSavepoint { name } => {
+                if !tx.release(&crate::catalog::normalize_ident(name)) {
+                    return Err(no_savepoint(name).into());
+                }
+            }
+            _ => return Ok(false),
+        }
+        Ok(true)
+    }
+
     /// DataFusion's own statements, which PostgreSQL's grammar lacks
     /// (`CREATE EXTERNAL TABLE`, `COPY ... TO`); anything else keeps the
     /// PostgreSQL parser's error.
@@ -411,6 +499,16 @@ impl Engine {
         state
             .config_mut()
             .set_extension(Arc::new(Notices::default()));
+        // Its own transaction block.
+        state
+            .config_mut()
+            .set_extension(Arc::new(Transaction::default()));
+        // Its own `currval`s.
+        state
+            .config_mut()
+            .options_mut()
+            .extensions
+            .insert(SequenceSession::default());
         SessionContext::new_with_state(state)
     }
 
@@ -419,6 +517,19 @@ impl Engine {
         &self,
         statement: &Statement,
     ) -> Result<Option<DdlOutcome>, EngineError> {
+        let ddl = matches!(
+            statement,
+            Statement::CreateTable(_)
+                | Statement::CreateIndex(_)
+                | Statement::CreateSequence { .. }
+                | Statement::Drop { .. }
+        );
+        if ddl && session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
+            return Err(DataFusionError::Plan(
+                "catalog DDL cannot run inside a transaction block: the store cannot roll catalog changes back".into(),
+            )
+            .into());
+        }
         match statement {
             Statement::CreateTable(create) if ddl::is_mapping(create) => {
                 let def = ddl::from_create_table(create)?;
@@ -445,6 +556,56 @@ impl Engine {
             Statement::Analyze(analyze) => {
                 let every = TablesqlConfig::of(self.ctx.state().config()).guidepost_every;
                 self.analyze_statement(analyze, every).await.map(Some)
+            }
+            Statement::CreateSequence {
+                temporary,
+                if_not_exists,
+                name,
+                data_type,
+                sequence_options,
+                owned_by,
+            } => {
+                if *temporary || owned_by.is_some() {
+                    return Err(CatalogError::Definition(
+                        "TEMPORARY and OWNED BY sequences are not supported".into(),
+                    )
+                    .into());
+                }
+                if data_type.as_ref().is_some_and(|t| !t.to_string().eq_ignore_ascii_case("bigint")) {
+                    return Err(CatalogError::Definition(
+                        "sequences are bigint (AS bigint or no AS)".into(),
+                    )
+                    .into());
+                }
+                let name = sequence::object_name(name)?;
+                let def = SequenceDef::from_options(&name, sequence_options)
+                    .map_err(CatalogError::from)?;
+                let mut outcome = DdlOutcome::default();
+                if !sequence::create(self.store.as_ref(), &def, *if_not_exists).await? {
+                    outcome
+                        .notices
+                        .push(format!("relation \"{name}\" already exists, skipping"));
+                }
+                Ok(Some(outcome))
+            }
+            Statement::Drop {
+                object_type: ObjectType::Sequence,
+                if_exists,
+                names,
+                ..
+            } => {
+                let mut outcome = DdlOutcome::default();
+                for n in names {
+                    let name = sequence::object_name(n)?;
+                    if sequence::drop(self.store.as_ref(), &name, *if_exists).await? {
+                        self.sequences.forget(&name);
+                    } else {
+                        outcome
+                            .notices
+                            .push(format!("sequence \"{name}\" does not exist, skipping"));
+                    }
+                }
+                Ok(Some(outcome))
             }
             _ => Ok(None),
         }
@@ -571,4 +732,10 @@ pub fn session_notices(ctx: &SessionContext) -> Vec<String> {
         .get_extension::<Notices>()
         .map(|n| n.take())
         .unwrap_or_default()
+}
+
+/// The transaction block of a session (an engine's own, or one of
+/// [`Engine::session_context`]'s).
+pub fn session_transaction(ctx: &SessionContext) -> Option<Arc<Transaction>> {
+    ctx.state_ref().read().config().get_extension::<Transaction>()
 }

@@ -15,8 +15,10 @@ pub mod metrics;
 pub mod notices;
 pub mod order;
 pub mod scan;
+pub mod sequences;
 pub mod single_value;
 pub mod token;
+pub mod transaction;
 pub mod upkeep;
 
 pub use decode::Layout;

@@ -55,6 +55,38 @@ impl SqlStatementRewriteRule for LikeEscape {
     }
 }
 
+/// `nextval('s'::regclass)` (how PostgreSQL prints a serial column's
+/// default, and how ORMs write it): the sequence functions take the name as
+/// text, so the cast goes, before the regclass rewrite would make it an
+/// oid subquery.
+#[derive(Debug)]
+pub struct SequenceNames;
+
+impl SqlStatementRewriteRule for SequenceNames {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
+            if let Expr::Function(f) = e
+                && last_name(&f.name).is_some_and(|n| {
+                    ["nextval", "currval", "setval"]
+                        .iter()
+                        .any(|f| n.eq_ignore_ascii_case(f))
+                })
+                && let FunctionArguments::List(list) = &mut f.args
+                && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(first))) =
+                    list.args.first_mut()
+                && let Expr::Cast {
+                    expr, data_type, ..
+                } = first
+                && data_type.to_string().eq_ignore_ascii_case("regclass")
+            {
+                *first = std::mem::replace(expr.as_mut(), Expr::value(Value::Null));
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        s
+    }
+}
+
 fn is_backslash(v: &Value) -> bool {
     matches!(v, Value::SingleQuotedString(s) if s == "\\")
 }

@@ -157,6 +157,6 @@ impl ExtensionPlanner for UpsertPlanner {
                 }
             }
         };
-        Ok(Some(store_table.upsert_exec(input.clone(), on_existing)?))
+        Ok(Some(store_table.upsert_exec(session, input.clone(), on_existing)?))
     }
 }

@@ -21,6 +21,7 @@ use super::settings::TablesqlConfig;
 use crate::catalog::stats::StatsCache;
 use crate::exec::access::AccessPath;
 use crate::exec::decode::Source;
+use crate::exec::transaction::Transaction;
 use crate::exec::{DmlExec, DmlOp, ExecError, Layout, PartitionScanExec, ScanOptions};
 use crate::storage::{ETag, PartitionKey, RowKey, TableStore};
 
@@ -32,6 +33,8 @@ pub struct StoreTable {
     options: ScanOptions,
     pushdown: bool,
     stats: Arc<StatsCache>,
+    /// Column `DEFAULT`s, by column name.
+    defaults: std::collections::HashMap<String, Expr>,
 }
 
 impl StoreTable {
@@ -43,7 +46,14 @@ impl StoreTable {
             options,
             pushdown: true,
             stats: Arc::default(),
+            defaults: Default::default(),
         }
+    }
+
+    /// The expressions an INSERT gives the columns it leaves out.
+    pub fn with_defaults(mut self, defaults: std::collections::HashMap<String, Expr>) -> Self {
+        self.defaults = defaults;
+        self
     }
 
     /// Plans fan-outs from the statistics in `stats` where its table has them.
@@ -64,16 +74,27 @@ impl StoreTable {
         &self.layout
     }
 
+    /// The store a statement of `session` reads and writes: inside a
+    /// transaction block, the block's buffer over the store
+    /// (`exec::transaction`).
+    fn store_for(&self, session: &dyn Session) -> Arc<dyn TableStore> {
+        match session.config().get_extension::<Transaction>() {
+            Some(tx) => tx.store_for(self.store.clone()),
+            None => self.store.clone(),
+        }
+    }
+
     /// The write of `INSERT ... ON CONFLICT` (`upsert.rs`).
     pub fn upsert_exec(
         &self,
+        session: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
         on_existing: crate::exec::dml::OnExisting,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(DmlExec::new(
             DmlOp::Upsert(on_existing),
             input,
-            self.store.clone(),
+            self.store_for(session),
             self.layout.clone(),
             None,
         )?))
@@ -127,7 +148,7 @@ impl StoreTable {
             columns.push(i);
         }
         let scan = PartitionScanExec::new(
-            self.store.clone(),
+            self.store_for(session),
             self.layout.clone(),
             path,
             columns,
@@ -161,7 +182,7 @@ impl StoreTable {
         };
         let planned = path.clone();
         let scan = PartitionScanExec::new(
-            self.store.clone(),
+            self.store_for(session),
             self.layout.clone(),
             path,
             projection,
@@ -219,6 +240,10 @@ impl TableProvider for StoreTable {
         TableType::Base
     }
 
+    fn get_column_default(&self, column: &str) -> Option<&Expr> {
+        self.defaults.get(column)
+    }
+
     fn supports_filters_pushdown(
         &self,
         filters: &[&Expr],
@@ -251,7 +276,7 @@ impl TableProvider for StoreTable {
 
     async fn insert_into(
         &self,
-        _state: &dyn Session,
+        state: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
         insert_op: InsertOp,
     ) -> Result<Arc<dyn ExecutionPlan>> {
@@ -263,7 +288,7 @@ impl TableProvider for StoreTable {
         Ok(Arc::new(DmlExec::new(
             DmlOp::Insert,
             input,
-            self.store.clone(),
+            self.store_for(state),
             self.layout.clone(),
             None,
         )?))
@@ -278,7 +303,7 @@ impl TableProvider for StoreTable {
         Ok(Arc::new(DmlExec::new(
             DmlOp::Delete,
             self.matching(state, &filters)?,
-            self.store.clone(),
+            self.store_for(state),
             self.layout.clone(),
             if_match,
         )?))
@@ -310,7 +335,7 @@ impl TableProvider for StoreTable {
         Ok(Arc::new(DmlExec::new(
             DmlOp::Update { assignments },
             self.matching(state, &filters)?,
-            self.store.clone(),
+            self.store_for(state),
             self.layout.clone(),
             if_match,
         )?))

@@ -31,7 +31,7 @@ use datafusion_pg_catalog::sql::rules::{
 use std::ops::ControlFlow;
 
 use super::pg_spelling::{
-    ExpandArray, FieldSelection, GenerateSubscripts, LikeEscape, RegprocLiterals,
+    ExpandArray, FieldSelection, GenerateSubscripts, LikeEscape, RegprocLiterals, SequenceNames,
 };
 
 /// The parser of every front end.
@@ -60,6 +60,7 @@ impl SqlParser {
                 Arc::new(StripCallableQualifier),
                 Arc::new(CurrentUserVariableToSessionUserFunctionCall),
                 Arc::new(RewritePgCatalogOperator),
+                Arc::new(SequenceNames),
                 Arc::new(RewriteRegCastToSubquery::new()),
                 Arc::new(FixVersionColumnName),
                 Arc::new(TuplesAsStructs),

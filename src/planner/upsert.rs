@@ -309,6 +309,7 @@ pub async fn statement_to_plan(
             .explain(verbose, analyze)?
             .build();
     }
+    super::insert_defaults::fill(state, &mut statement).await?;
     let on_conflict = match &mut statement {
         Statement::Insert(Insert { on, .. }) if matches!(on, Some(OnInsert::OnConflict(_))) => {
             match on.take() {

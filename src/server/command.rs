@@ -479,6 +479,11 @@ pub async fn ddl(
             ..
         } => "DROP TABLE",
         Statement::Analyze(_) => "ANALYZE",
+        Statement::CreateSequence { .. } => "CREATE SEQUENCE",
+        Statement::Drop {
+            object_type: ObjectType::Sequence,
+            ..
+        } => "DROP SEQUENCE",
         Statement::CreateIndex(_) => "CREATE INDEX",
         Statement::Drop {
             object_type: ObjectType::Index,

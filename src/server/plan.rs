@@ -548,17 +548,6 @@ pub fn writes(statement: &Statement) -> bool {
     }
 }
 
-/// Whether a planned statement writes when it runs.
-pub fn plan_writes(plan: &LogicalPlan) -> bool {
-    let writes = |p: &LogicalPlan| {
-        matches!(p, LogicalPlan::Dml(_)) || crate::planner::upsert::is_upsert_plan(p)
-    };
-    match plan {
-        LogicalPlan::Analyze(a) => writes(a.input.as_ref()),
-        other => writes(other),
-    }
-}
-
 /// The command tag of a statement that writes rows, `None` for the rest.
 pub fn write_tag(statement: &Statement) -> Option<&'static str> {
     match statement {

@@ -24,7 +24,7 @@ use pgwire::messages::startup::ParameterStatus;
 
 use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
-use super::plan::{Kind, Planner, Stmt, is_query, plan_writes, write_tag, writes};
+use super::plan::{Kind, Planner, Stmt, is_query, write_tag, writes};
 use super::sqlstate::{ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, IN_FAILED_TRANSACTION, error};
 
 /// The query handler of one connection.
@@ -174,12 +174,18 @@ impl Session {
             ));
         }
         if let Some(answer) = self.savepoints.apply(statement, status) {
+            if answer.is_ok() {
+                self.mark_buffer(statement);
+            }
             return answer;
         }
         match statement {
             Statement::Copy { .. } => self.start_copy(client, statement, status).await,
             Statement::StartTransaction { .. } => {
                 self.savepoints.clear();
+                if let Some(tx) = self.transaction() {
+                    tx.begin();
+                }
                 Ok(Response::TransactionStart(Tag::new("BEGIN")))
             }
             Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => {
@@ -194,6 +200,15 @@ impl Session {
                     (Statement::Commit { .. }, _) => "COMMIT",
                     _ => "ROLLBACK",
                 };
+                if let Some(tx) = self.transaction() {
+                    if tag == "COMMIT" {
+                        tx.commit(self.planner.engine.store().as_ref())
+                            .await
+                            .map_err(|e| super::sqlstate::engine_error(&e.into()))?;
+                    } else {
+                        tx.rollback();
+                    }
+                }
                 Ok(Response::TransactionEnd(Tag::new(tag)))
             }
             Statement::Set(_) => {
@@ -292,6 +307,7 @@ impl Session {
             }
             Statement::CreateTable(_)
             | Statement::CreateIndex(_)
+            | Statement::CreateSequence { .. }
             | Statement::Drop { .. }
             | Statement::Analyze(_) => {
                 let in_tx = !matches!(status, TransactionStatus::Idle);
@@ -300,22 +316,46 @@ impl Session {
                 Ok(response)
             }
             s if is_query(s) => {
-                if writes(s) {
-                    refuse_in_transaction(Some("EXPLAIN ANALYZE of a write"), status)?;
-                }
                 let guard = self.guard(client);
                 let rows = self.planner.query(s.clone(), guard).await;
                 self.send_notices(client, Vec::new()).await?;
                 Ok(Response::Query(rows?))
             }
             s if write_tag(s).is_some() => {
-                refuse_in_transaction(write_tag(s), status)?;
                 let guard = self.guard(client);
                 let done = self.planner.write_statement(s.clone(), guard).await;
                 self.send_notices(client, Vec::new()).await?;
                 done
             }
             other => Err(command::not_supported(other)),
+        }
+    }
+
+    /// The session's transaction block (`exec::transaction`).
+    fn transaction(&self) -> Option<Arc<crate::exec::transaction::Transaction>> {
+        crate::engine::session_transaction(&self.planner.ctx)
+    }
+
+    /// Mirrors a savepoint statement `savepoints` accepted in the write
+    /// buffer: a mark, a return to one, or a mark forgotten.
+    fn mark_buffer(&self, statement: &Statement) {
+        let Some(tx) = self.transaction() else {
+            return;
+        };
+        match statement {
+            Statement::Savepoint { name } => {
+                tx.savepoint(&crate::catalog::normalize_ident(name));
+            }
+            Statement::ReleaseSavepoint { name } => {
+                tx.release(&crate::catalog::normalize_ident(name));
+            }
+            Statement::Rollback {
+                savepoint: Some(name),
+                ..
+            } => {
+                tx.rollback_to(&crate::catalog::normalize_ident(name));
+            }
+            _ => {}
         }
     }
 
@@ -503,21 +543,14 @@ impl ExtendedQueryHandler for Session {
     {
         self.start(client);
         match &portal.statement.statement.kind {
-            Kind::Query { write, plan, .. } => {
+            Kind::Query { write, .. } => {
                 if matches!(client.transaction_status(), TransactionStatus::Error) {
                     return Err(error(
                         IN_FAILED_TRANSACTION,
                         "current transaction is aborted, commands ignored until end of transaction block",
                     ));
                 }
-                if write.is_none() && plan_writes(plan) {
-                    refuse_in_transaction(
-                        Some("EXPLAIN ANALYZE of a write"),
-                        client.transaction_status(),
-                    )?;
-                }
                 if write.is_some() {
-                    refuse_in_transaction(*write, client.transaction_status())?;
                     let guard = self.guard(client);
                     let done = self.planner.execute_write(portal, guard).await;
                     self.send_notices(client, Vec::new()).await?;
@@ -641,18 +674,3 @@ mod tests {
     }
 }
 
-/// Writes run outside transaction blocks only: each partition's rows commit
-/// as they are written and the store cannot roll them back, so a ROLLBACK
-/// could not keep its promise.
-fn refuse_in_transaction(tag: Option<&str>, status: TransactionStatus) -> PgWireResult<()> {
-    if matches!(status, TransactionStatus::Idle) {
-        return Ok(());
-    }
-    Err(error(
-        ACTIVE_TRANSACTION,
-        format!(
-            "{} cannot run inside a transaction block: the store commits rows as they are written and cannot roll them back (use autocommit)",
-            tag.unwrap_or("a write")
-        ),
-    ))
-}

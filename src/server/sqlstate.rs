@@ -8,11 +8,12 @@ use datafusion::sql::sqlparser::parser::ParserError;
 use pgwire::error::{ErrorInfo, PgWireError};
 
 use crate::catalog::CatalogError;
+use crate::catalog::sequence::SequenceError;
 use crate::engine::EngineError;
 use crate::exec::ExecError;
 use crate::exec::token::TokenError;
 use crate::keys::KeyError;
-use crate::storage::{InvalidInput, StorageError};
+use crate::storage::{InvalidInput, StorageError, TransactionScope};
 
 pub const SYNTAX_ERROR: &str = "42601";
 pub const UNDEFINED_TABLE: &str = "42P01";
@@ -102,7 +103,21 @@ fn catalog_code(e: &CatalogError) -> &'static str {
         CatalogError::NotDroppable(_) => FEATURE_NOT_SUPPORTED,
         CatalogError::TableExists(_) => DUPLICATE_TABLE,
         CatalogError::Secret(_) => DATA_CORRUPTED,
+        CatalogError::Sequence(s) => sequence_code(s),
         CatalogError::Storage(s) => storage_code(s),
+    }
+}
+
+fn sequence_code(e: &SequenceError) -> &'static str {
+    match e {
+        SequenceError::Unknown(_) => UNDEFINED_TABLE,
+        SequenceError::Exists(_) => DUPLICATE_TABLE,
+        SequenceError::Option { .. } => INVALID_PARAMETER_VALUE,
+        SequenceError::Exhausted { .. } => "2200H",
+        SequenceError::OutOfBounds { .. } => NUMERIC_OUT_OF_RANGE,
+        SequenceError::NotYetDefined(_) => "55000",
+        SequenceError::Contention { .. } => SERIALIZATION_FAILURE,
+        SequenceError::Corrupt { .. } => DATA_CORRUPTED,
     }
 }
 
@@ -128,6 +143,14 @@ pub fn storage_code(e: &StorageError) -> &'static str {
             SERIALIZATION_FAILURE
         }
         StorageError::Batch { source, .. } => storage_code(source),
+        StorageError::Transaction(scope) => match scope {
+            TransactionScope::SecondTable { .. } | TransactionScope::SecondPartition { .. } => {
+                FEATURE_NOT_SUPPORTED
+            }
+            TransactionScope::Operations { .. } | TransactionScope::Bytes { .. } => {
+                PROGRAM_LIMIT_EXCEEDED
+            }
+        },
         // The store's failures are the server's, not the client's login or
         // connection (class 28 or 08 would make pools drop the connection).
         StorageError::Unauthorized { .. }
@@ -182,6 +205,8 @@ fn external_code(e: &(dyn std::error::Error + 'static)) -> &'static str {
         engine_code(x)
     } else if let Some(x) = e.downcast_ref::<CatalogError>() {
         catalog_code(x)
+    } else if let Some(x) = e.downcast_ref::<SequenceError>() {
+        sequence_code(x)
     } else if let Some(x) = e.downcast_ref::<DataFusionError>() {
         datafusion_code(x)
     } else if let Some(x) = e.downcast_ref::<ArrowError>() {

@@ -65,12 +65,37 @@ pub enum InvalidInput {
     Rejected { code: String, message: String },
 }
 
+/// What an open transaction cannot take: it commits as one entity group
+/// transaction, so its writes stay in one table and one partition, within
+/// 100 entities and 4 MiB.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransactionScope {
+    /// A write to a second table.
+    #[error("it writes table {second} after table {first}")]
+    SecondTable { first: String, second: String },
+    /// A write to a second partition.
+    #[error("it writes partition {second:?} after partition {first:?}")]
+    SecondPartition { first: String, second: String },
+    /// More entities than one entity group transaction holds.
+    #[error("it would write {count} entities, more than the 100 of one entity group transaction")]
+    Operations { count: usize },
+    /// More bytes than one entity group transaction holds.
+    #[error("it would write {bytes} bytes, more than the 4 MiB of one entity group transaction")]
+    Bytes { bytes: usize },
+}
+
 /// Any failure of a `TableStore` operation.
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
     /// The input breaks a rule of the model (a limit, a name, a key).
     #[error(transparent)]
     Invalid(#[from] InvalidInput),
+    /// A write inside a transaction block that the block's one entity
+    /// group transaction cannot take; nothing of the block is written.
+    #[error(
+        "a transaction block commits as one entity group transaction (one table, one partition, at most 100 entities and 4 MiB), and {0}"
+    )]
+    Transaction(TransactionScope),
     /// The table does not exist.
     #[error("table {0:?} does not exist")]
     TableNotFound(String),

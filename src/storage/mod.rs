@@ -23,7 +23,7 @@ pub use azure::{AzureConfig, AzureStore};
 pub use clock::Clock;
 pub use embedded::EmbeddedStore;
 pub use entity::{ETag, Entity, IfMatch, Properties, StoredEntity};
-pub use error::{InvalidInput, Result, StorageError};
+pub use error::{InvalidInput, Result, StorageError, TransactionScope};
 pub use filter::{CmpOp, Filter, Operand};
 pub use key::{KeyKind, PartitionKey, RowKey};
 pub use location::StoreLocation;

@@ -60,7 +60,35 @@ public class JdbcClient {
                 out("fetch_size_rows", rows);
             }
             conn.commit();
+            // Writes with autocommit off: one entity group transaction per commit.
+            String insert = "INSERT INTO registrations (event, distance, bib, name, gender, age) "
+                    + "VALUES ('JDBC Tx', '5K', ?, ?, 'F', 40)";
+            try (PreparedStatement ins = conn.prepareStatement(insert)) {
+                for (int bib : new int[] {1, 2, 3}) {
+                    ins.setInt(1, bib);
+                    ins.setString(2, "J" + bib);
+                    ins.executeUpdate();
+                }
+            }
+            try (PreparedStatement up = conn.prepareStatement(
+                    "UPDATE registrations SET club = ? WHERE event = 'JDBC Tx' AND distance = '5K' AND bib = ?")) {
+                up.setString(1, "Tx");
+                up.setInt(2, 2);
+                out("tx_updated", up.executeUpdate());
+            }
+            conn.commit();
+            try (PreparedStatement ins = conn.prepareStatement(insert)) {
+                ins.setInt(1, 4);
+                ins.setString(2, "J4");
+                ins.executeUpdate();
+            }
+            conn.rollback();
             conn.setAutoCommit(true);
+            try (Statement st = conn.createStatement()) {
+                out("tx_rows", column(st.executeQuery(
+                        "SELECT bib, club FROM registrations WHERE event = 'JDBC Tx' AND distance = '5K' ORDER BY bib"),
+                        "bib", "club"));
+            }
             try (PreparedStatement ps = conn.prepareStatement(
                     "SELECT registered FROM registrations WHERE bib = ? ORDER BY event, distance LIMIT 1")) {
                 for (int bib : new int[] {3, 5}) {

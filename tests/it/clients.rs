@@ -254,6 +254,33 @@ fn node_postgres_binds_parameters_and_reads_a_cursor() -> TestResult {
     Ok(())
 }
 
+/// psycopg 3 in its default (non-autocommit) mode inserts, updates and
+/// commits within one partition; a rolled-back transaction and one that
+/// strays into a second partition leave nothing.
+#[test]
+fn psycopg_default_mode_commits_and_rolls_back() -> TestResult {
+    let server = serve(1000, &[])?;
+    let mut command = Command::new(env("TABLESQL_TEST_PYTHON")?);
+    command.args([
+        &client_file("psycopg_transactions.py"),
+        &server.addr.port().to_string(),
+        "tablesql",
+        "tablesql",
+    ]);
+    let out: Value = serde_json::from_str(&run(command)?)?;
+    assert_eq!(out["autocommit"], json!(false), "{out}");
+    assert_eq!(out["update_rowcount"], json!(1), "{out}");
+    assert_eq!(out["status_inside"], json!("INTRANS"), "{out}");
+    assert_eq!(out["seen_inside"], json!(3), "{out}");
+    assert_eq!(out["cross_partition"], json!("0A000"), "{out}");
+    assert_eq!(
+        out["rows"],
+        json!([["5K", 1, null], ["5K", 2, "Tx"], ["5K", 3, null]]),
+        "{out}"
+    );
+    Ok(())
+}
+
 #[test]
 fn pgjdbc_metadata_as_bi_tools_sync_it() -> TestResult {
     let server = serve(1000, &[])?;
@@ -296,6 +323,10 @@ fn pgjdbc_metadata_as_bi_tools_sync_it() -> TestResult {
         "{stdout}"
     );
     assert_eq!(get("imported_keys"), "[]", "{stdout}");
+    // Autocommit off: inserts and an update committed together; the
+    // rolled-back insert of bib 4 left nothing.
+    assert_eq!(get("tx_updated"), "1", "{stdout}");
+    assert_eq!(get("tx_rows"), "[1|null, 2|Tx, 3|null]", "{stdout}");
     assert!(get("type_info_count").parse::<usize>()? > 100, "{stdout}");
     assert_eq!(get("type_info_has_int4"), "true", "{stdout}");
     assert!(get("functions_count").parse::<usize>()? > 0, "{stdout}");

@@ -343,8 +343,39 @@ fn psql_command_tags_and_transactions() -> TestResult {
     );
     assert!(shown.contains("2 | C"), "{shown}");
 
-    // A write cannot be rolled back either: refused in a transaction block
-    // (25001), and nothing is written.
+    // A write in a transaction block is buffered: ROLLBACK discards it.
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "BEGIN",
+            "-c",
+            &format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES {}",
+                row(3)
+            ),
+            "-c",
+            "SELECT count(*) AS n FROM registrations WHERE event = 'Tags Test'",
+            "-c",
+            "ROLLBACK",
+            "-c",
+            "SELECT count(*) AS n FROM registrations WHERE event = 'Tags Test'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    let counts: Vec<&str> = std::str::from_utf8(&out.stdout)?
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.parse::<u32>().is_ok())
+        .collect();
+    // The transaction saw its own row; after ROLLBACK only bib 2 remains.
+    assert_eq!(counts, ["2", "1"], "{shown}");
+
+    // A write that would take the transaction to a second partition fails
+    // at that statement (0A000), the transaction is aborted, and nothing of
+    // it is written.
+    let other = |bib: u32| format!("('Tags Test', '10K', {bib}, 'N{bib}', 'F', 30)");
     let out = server.psql(
         "",
         &[
@@ -357,39 +388,53 @@ fn psql_command_tags_and_transactions() -> TestResult {
             "-c",
             &format!(
                 "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES {}",
-                row(3)
+                row(4)
             ),
             "-c",
-            "ROLLBACK",
+            &format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES {}",
+                other(5)
+            ),
+            "-c",
+            "COMMIT",
             "-c",
             "SELECT count(*) AS n FROM registrations WHERE event = 'Tags Test'",
         ],
     )?;
     let shown = text(&out);
-    assert!(shown.contains("25001"), "{shown}");
+    assert!(shown.contains("0A000"), "{shown}");
     assert!(
-        shown.contains("cannot run inside a transaction block"),
+        shown.contains("one table, one partition") && shown.contains("after partition"),
         "{shown}"
     );
-    assert!(shown.contains("ROLLBACK"), "{shown}");
+    assert!(shown.contains("ROLLBACK"), "the COMMIT of a failed block: {shown}");
     assert!(
         std::str::from_utf8(&out.stdout)?
             .lines()
             .any(|l| l.trim() == "1"),
-        "only bib 2 remains: {shown}"
+        "nothing of the block was written: {shown}"
     );
 
-    // EXPLAIN ANALYZE runs its statement, so of a write it is a write.
+    // EXPLAIN ANALYZE runs its statement, so of a write it is a write: in a
+    // block it is buffered, and ROLLBACK discards it.
     let out = server.psql(
         "",
         &[
-            "-v",
-            "VERBOSITY=verbose",
             "-c",
             "BEGIN; EXPLAIN ANALYZE DELETE FROM registrations WHERE event = 'Tags Test'; ROLLBACK",
+            "-c",
+            "SELECT count(*) AS n FROM registrations WHERE event = 'Tags Test'",
         ],
     )?;
-    assert!(text(&out).contains("25001"), "{}", text(&out));
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("DmlExec: op=delete"), "{shown}");
+    assert!(
+        std::str::from_utf8(&out.stdout)?
+            .lines()
+            .any(|l| l.trim() == "1"),
+        "the rolled-back DELETE removed nothing: {shown}"
+    );
 
     // A SELECT before a write in one query string shows the rows as they
     // were when it ran, though its rows are sent after the write.
@@ -1737,5 +1782,51 @@ async fn prepared_upserts_bind_every_parameter() -> TestResult {
         )
         .await?;
     assert_eq!(skipped, 0);
+    Ok(())
+}
+
+/// Savepoints are marks in a transaction's write buffer (extended
+/// protocol): `ROLLBACK TO` drops the writes after the mark, COMMIT applies
+/// the rest at once, and a transaction that grows past the 100 entities of
+/// one entity group transaction fails at that statement with nothing written.
+#[tokio::test]
+async fn savepoints_mark_the_write_buffer() -> TestResult {
+    let server = serve(1000, &[])?;
+    let mut client = server.connect().await?;
+    let insert = "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES ('Marks', '5K', $1, 'M', 'F', 30)";
+    let count = "SELECT count(*) FROM registrations WHERE event = 'Marks' AND distance = '5K'";
+    let tx = client.transaction().await?;
+    tx.execute(insert, &[&1i32]).await?;
+    tx.execute("SAVEPOINT a", &[]).await?;
+    tx.execute(insert, &[&2i32]).await?;
+    let inside: i64 = tx.query_one(count, &[]).await?.get(0);
+    assert_eq!(inside, 2);
+    tx.execute("ROLLBACK TO SAVEPOINT a", &[]).await?;
+    tx.execute(insert, &[&3i32]).await?;
+    tx.commit().await?;
+    let bibs: Vec<i32> = client
+        .query("SELECT bib FROM registrations WHERE event = 'Marks' AND distance = '5K' ORDER BY bib", &[])
+        .await?
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(bibs, [1, 3]);
+    // Each registration is two entities (its index row): 51 rows are 102.
+    let tx = client.transaction().await?;
+    let mut failed = None;
+    for bib in 100..151i32 {
+        if let Err(e) = tx.execute(insert, &[&bib]).await {
+            failed = Some((bib, e));
+            break;
+        }
+    }
+    let (bib, e) = failed.ok_or("101 entities fitted one transaction")?;
+    assert_eq!(bib, 150, "the 51st row is the one past 100 entities");
+    let db = e.as_db_error().ok_or("a server error")?;
+    assert_eq!(db.code().code(), "54000", "{db:?}");
+    assert!(db.message().contains("more than the 100"), "{}", db.message());
+    drop(tx);
+    let after: i64 = client.query_one(count, &[]).await?.get(0);
+    assert_eq!(after, 2, "nothing of the failed transaction was written");
     Ok(())
 }

@@ -49,7 +49,7 @@ enum Command {
         #[arg(long, hide = true)]
         print_commits: bool,
     },
-    /// Run one SQL statement (SELECT, INSERT, UPDATE, DELETE, EXPLAIN [ANALYZE], CREATE TABLE ... WITH, DROP TABLE).
+    /// Run one SQL statement (SELECT, INSERT, UPDATE, DELETE, EXPLAIN [ANALYZE], CREATE TABLE ... WITH, DROP TABLE, CREATE/DROP SEQUENCE).
     Query {
         /// The statement.
         sql: String,

@@ -1,0 +1,333 @@
+//! `nextval`, `currval` and `setval` over the engine's sequences
+//! (`exec::sequences`, `catalog::sequence`), and [`AsyncValues`], which lets
+//! `nextval` appear in `VALUES` (and so in `DEFAULT`s filled into them).
+//!
+//! `nextval` and `setval` write to the store, so they are DataFusion async
+//! functions: the physical planner runs them in an `AsyncFuncExec` above
+//! their input. `currval` reads what this session's `nextval` returned last,
+//! kept in a config extension ([`SequenceSession`]) that each session gets
+//! afresh (`Engine::session_context`).
+
+use std::any::Any;
+use std::collections::HashMap;
+use std::hash::{Hash, Hasher};
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, ArrayRef, BooleanArray, Int64Array, Int64Builder};
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::cast::{as_boolean_array, as_int64_array, as_string_array};
+use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::common::{DFSchema, DataFusionError, exec_err};
+use datafusion::config::ConfigOptions;
+use datafusion::error::Result;
+use datafusion::logical_expr::ExprSchemable;
+use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
+use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::{
+    ColumnarValue, EmptyRelation, Expr, LogicalPlan, LogicalPlanBuilder, ScalarFunctionArgs,
+    ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Values, Volatility,
+};
+use datafusion::optimizer::AnalyzerRule;
+
+use crate::catalog::CatalogError;
+use crate::catalog::sequence::{SequenceError, name_from_text};
+use crate::exec::sequences::Sequences;
+
+/// What this session's `nextval` returned last, per sequence.
+#[derive(Debug, Clone, Default)]
+pub struct SequenceSession {
+    last: Arc<Mutex<HashMap<String, i64>>>,
+}
+
+impl SequenceSession {
+    fn record(&self, name: &str, value: i64) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.insert(name.to_owned(), value);
+    }
+
+    fn current(&self, name: &str) -> Option<i64> {
+        let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.get(name).copied()
+    }
+
+    fn of(options: &ConfigOptions) -> Result<&Self> {
+        options
+            .extensions
+            .get::<Self>()
+            .ok_or_else(|| DataFusionError::Internal("no sequence session state".into()))
+    }
+}
+
+impl ConfigExtension for SequenceSession {
+    const PREFIX: &'static str = "tablesql_sequences";
+}
+
+// State, not settings: nothing to SET or SHOW; a cloned config (each
+// statement's) shares the session's values.
+impl ExtensionOptions for SequenceSession {
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_any_mut(&mut self) -> &mut dyn Any {
+        self
+    }
+
+    fn cloned(&self) -> Box<dyn ExtensionOptions> {
+        Box::new(self.clone())
+    }
+
+    fn set(&mut self, key: &str, _value: &str) -> Result<()> {
+        exec_err!("{key} cannot be set")
+    }
+
+    fn entries(&self) -> Vec<ConfigEntry> {
+        Vec::new()
+    }
+}
+
+/// Which of the three functions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Which {
+    Next,
+    Current,
+    Set,
+}
+
+/// One of the functions over one engine's sequences.
+#[derive(Debug)]
+struct SequenceFunction {
+    which: Which,
+    sequences: Arc<Sequences>,
+    signature: Signature,
+}
+
+impl PartialEq for SequenceFunction {
+    fn eq(&self, other: &Self) -> bool {
+        self.which == other.which && Arc::ptr_eq(&self.sequences, &other.sequences)
+    }
+}
+
+impl Eq for SequenceFunction {}
+
+impl Hash for SequenceFunction {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.which.hash(state);
+        Arc::as_ptr(&self.sequences).hash(state);
+    }
+}
+
+/// `nextval(name)`, `currval(name)` and `setval(name, value [, is_called])`.
+pub fn udfs(sequences: Arc<Sequences>) -> Vec<ScalarUDF> {
+    use DataType::{Boolean, Int64, Utf8};
+    let make = |which, signature| SequenceFunction {
+        which,
+        sequences: sequences.clone(),
+        signature,
+    };
+    let next = make(Which::Next, Signature::exact(vec![Utf8], Volatility::Volatile));
+    let current = make(
+        Which::Current,
+        Signature::exact(vec![Utf8], Volatility::Volatile),
+    );
+    let set = make(
+        Which::Set,
+        Signature::one_of(
+            vec![
+                TypeSignature::Exact(vec![Utf8, Int64]),
+                TypeSignature::Exact(vec![Utf8, Int64, Boolean]),
+            ],
+            Volatility::Volatile,
+        ),
+    );
+    vec![
+        AsyncScalarUDF::new(Arc::new(next)).into_scalar_udf(),
+        ScalarUDF::new_from_impl(current),
+        AsyncScalarUDF::new(Arc::new(set)).into_scalar_udf(),
+    ]
+}
+
+fn external(e: CatalogError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+impl ScalarUDFImpl for SequenceFunction {
+    fn name(&self) -> &str {
+        match self.which {
+            Which::Next => "nextval",
+            Which::Current => "currval",
+            Which::Set => "setval",
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Int64)
+    }
+
+    /// `currval` only: the other two run asynchronously.
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        if self.which != Which::Current {
+            return exec_err!("{} runs only as an async function", self.name());
+        }
+        let session = SequenceSession::of(&args.config_options)?;
+        let arrays = arrays(&args)?;
+        let names = as_string_array(first(&arrays)?)?;
+        let mut out = Int64Builder::with_capacity(names.len());
+        for name in names.iter() {
+            match name.map(name_from_text) {
+                None => out.append_null(),
+                Some(name) => match session.current(&name) {
+                    Some(v) => out.append_value(v),
+                    None => return Err(external(SequenceError::NotYetDefined(name).into())),
+                },
+            }
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+/// The arguments as arrays of the batch's length: a literal name is one
+/// call per row, not one call.
+fn arrays(args: &ScalarFunctionArgs) -> Result<Vec<ArrayRef>> {
+    args.args
+        .iter()
+        .map(|a| a.to_array(args.number_rows))
+        .collect()
+}
+
+fn first(arrays: &[ArrayRef]) -> Result<&ArrayRef> {
+    arrays
+        .first()
+        .ok_or_else(|| DataFusionError::Plan("a sequence function needs a sequence name".into()))
+}
+
+#[async_trait]
+impl AsyncScalarUDFImpl for SequenceFunction {
+    async fn invoke_async_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let session = SequenceSession::of(&args.config_options)?.clone();
+        let arrays = arrays(&args)?;
+        let names = as_string_array(first(&arrays)?)?;
+        let mut out = Int64Builder::with_capacity(names.len());
+        match self.which {
+            Which::Next => {
+                // In row order: a statement's values ascend down its rows.
+                for name in names.iter() {
+                    let Some(name) = name.map(name_from_text) else {
+                        out.append_null();
+                        continue;
+                    };
+                    let value = self.sequences.next(&name).await.map_err(external)?;
+                    session.record(&name, value);
+                    out.append_value(value);
+                }
+            }
+            Which::Set => {
+                let values = as_int64_array(arrays.get(1).ok_or_else(|| {
+                    DataFusionError::Plan("setval needs a value".into())
+                })?)?;
+                let called = match arrays.get(2) {
+                    Some(a) => as_boolean_array(a)?.clone(),
+                    None => BooleanArray::from(vec![true; names.len()]),
+                };
+                for i in 0..names.len() {
+                    if names.is_null(i) || values.is_null(i) || called.is_null(i) {
+                        out.append_null();
+                        continue;
+                    }
+                    let name = name_from_text(names.value(i));
+                    let value = values.value(i);
+                    self.sequences
+                        .set(&name, value, called.value(i))
+                        .await
+                        .map_err(external)?;
+                    out.append_value(value);
+                }
+            }
+            Which::Current => return self.invoke_with_args(args),
+        }
+        let out: Int64Array = out.finish();
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
+/// Whether an expression calls an async function (`nextval`, `setval`).
+fn calls_async(e: &Expr) -> bool {
+    e.exists(|e| {
+        Ok(matches!(e, Expr::ScalarFunction(ScalarFunction { func, .. })
+            if func.as_async().is_some()))
+    })
+    .unwrap_or(false)
+}
+
+/// `VALUES` rows that call an async function, as one-row projections:
+/// DataFusion evaluates `VALUES` cells at planning, where an async function
+/// cannot run, and runs them in projections. The other rows stay a `VALUES`;
+/// the union of both keeps every row (a `VALUES` has no order to keep).
+#[derive(Debug, Default)]
+pub struct AsyncValues;
+
+impl AnalyzerRule for AsyncValues {
+    fn name(&self) -> &str {
+        "tablesql_async_values"
+    }
+
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        plan.transform_up(|node| {
+            let LogicalPlan::Values(values) = &node else {
+                return Ok(Transformed::no(node));
+            };
+            if !values.values.iter().flatten().any(calls_async) {
+                return Ok(Transformed::no(node));
+            }
+            rows_as_projections(values).map(Transformed::yes)
+        })
+        .map(|t| t.data)
+    }
+}
+
+fn rows_as_projections(values: &Values) -> Result<LogicalPlan> {
+    let schema: &DFSchema = &values.schema;
+    let (async_rows, plain): (Vec<_>, Vec<_>) =
+        values.values.iter().cloned().partition(|row| row.iter().any(calls_async));
+    let mut inputs = Vec::new();
+    if !plain.is_empty() {
+        inputs.push(LogicalPlan::Values(Values {
+            schema: values.schema.clone(),
+            values: plain,
+        }));
+    }
+    for row in async_rows {
+        let one = LogicalPlan::EmptyRelation(EmptyRelation {
+            produce_one_row: true,
+            schema: Arc::new(DFSchema::empty()),
+        });
+        let cells = row
+            .into_iter()
+            .zip(schema.fields())
+            .map(|(cell, field)| {
+                let cell = if cell.get_type(&DFSchema::empty())? == *field.data_type() {
+                    cell
+                } else {
+                    cell.cast_to(field.data_type(), &DFSchema::empty())?
+                };
+                Ok(cell.alias(field.name()))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        inputs.push(LogicalPlanBuilder::from(one).project(cells)?.build()?);
+    }
+    let mut inputs = inputs.into_iter();
+    let Some(first) = inputs.next() else {
+        return exec_err!("VALUES without rows");
+    };
+    let mut builder = LogicalPlanBuilder::from(first);
+    for input in inputs {
+        builder = builder.union(input)?;
+    }
+    builder.build()
+}
