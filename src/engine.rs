@@ -26,18 +26,18 @@ use datafusion::sql::sqlparser::parser::ParserError;
 
 use crate::catalog::persist::CATALOG_TABLE;
 use crate::catalog::raw::{SAMPLE_SIZE, infer};
-use crate::catalog::stats::{StatsCache, TableStats};
 use crate::catalog::sequence::{self, SequenceDef};
+use crate::catalog::stats::{StatsCache, TableStats};
 use crate::catalog::{CatalogError, TableDef, ddl, persist, stats};
-use crate::exec::sequences::Sequences;
-use crate::exec::transaction::Transaction;
-use crate::planner::sequence_functions::{self, AsyncValues, SequenceSession};
 use crate::exec::coop::YieldingJoins;
+use crate::exec::sequences::Sequences;
 use crate::exec::token::Signer;
+use crate::exec::transaction::Transaction;
 use crate::exec::{Layout, ScanOptions};
 use crate::planner::checked::CheckedIntegers;
 use crate::planner::dml_shape::{DmlShape, EmptyDml};
 use crate::planner::policy::{Notices, ScanPolicy};
+use crate::planner::sequence_functions::{self, AsyncValues, SequenceSession};
 use crate::planner::settings::TablesqlConfig;
 use crate::planner::subquery::ExtractSubqueries;
 use crate::planner::subquery_rules::{
@@ -100,7 +100,9 @@ fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     rules
 }
 
-/// SQL over one store.
+/// SQL over one store. An engine is one session: its clones share its
+/// settings and its transaction block; [`Engine::session_context`] gives
+/// another session over the same tables.
 #[derive(Clone)]
 pub struct Engine {
     ctx: SessionContext,
@@ -343,6 +345,9 @@ impl Engine {
             Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
         }
+        // Defaults that do not plan are refused before anything is stored
+        // (a stored one would fail every later start).
+        self.column_defaults(&Layout::mapped(Arc::new(def.clone())))?;
         // Identity columns' sequences first: a table is never stored with
         // a default that names a missing sequence.
         for seq in def.columns.iter().filter_map(|c| c.identity.as_ref()) {
@@ -431,6 +436,17 @@ impl Engine {
         let Some(tx) = session_transaction(&self.ctx) else {
             return Ok(false);
         };
+        let ends = matches!(
+            statement,
+            Statement::Commit { .. } | Statement::Rollback { .. }
+        );
+        if tx.is_aborted() && !ends {
+            return Err(DataFusionError::Plan(
+                "current transaction is aborted, commands ignored until end of transaction block"
+                    .into(),
+            )
+            .into());
+        }
         let no_savepoint = |name: &datafusion::sql::sqlparser::ast::Ident| {
             DataFusionError::Plan(format!(
                 "savepoint \"{}\" does not exist",
@@ -571,7 +587,10 @@ impl Engine {
                     )
                     .into());
                 }
-                if data_type.as_ref().is_some_and(|t| !t.to_string().eq_ignore_ascii_case("bigint")) {
+                if data_type
+                    .as_ref()
+                    .is_some_and(|t| !t.to_string().eq_ignore_ascii_case("bigint"))
+                {
                     return Err(CatalogError::Definition(
                         "sequences are bigint (AS bigint or no AS)".into(),
                     )
@@ -737,5 +756,8 @@ pub fn session_notices(ctx: &SessionContext) -> Vec<String> {
 /// The transaction block of a session (an engine's own, or one of
 /// [`Engine::session_context`]'s).
 pub fn session_transaction(ctx: &SessionContext) -> Option<Arc<Transaction>> {
-    ctx.state_ref().read().config().get_extension::<Transaction>()
+    ctx.state_ref()
+        .read()
+        .config()
+        .get_extension::<Transaction>()
 }

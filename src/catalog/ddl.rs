@@ -21,8 +21,7 @@
 
 use datafusion::sql::sqlparser::ast::{
     ColumnOption, CreateTable, CreateTableOptions, Expr, GeneratedAs, ObjectName, SqlOption,
-    Statement,
-    TableConstraint, Value,
+    Statement, TableConstraint, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -121,7 +120,13 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                         &format!("{name}_{column}_seq"),
                         sequence_options.as_deref().unwrap_or_default(),
                     )?;
-                    default = Some(format!("nextval('{}')", seq.name.replace('\'', "''")));
+                    // Quoted where `nextval` would otherwise fold its case.
+                    let name = if seq.name == seq.name.to_lowercase() {
+                        seq.name.clone()
+                    } else {
+                        format!("\"{}\"", seq.name.replace('"', "\"\""))
+                    };
+                    default = Some(format!("nextval('{}')", name.replace('\'', "''")));
                     not_null = true;
                     identity = Some(seq);
                 }

@@ -19,8 +19,8 @@ use super::persist::table;
 use super::{CatalogError, normalize_ident};
 use crate::storage::azure::retry::RetryPolicy;
 use crate::storage::{
-    EdmValue, Entity, IfMatch, PartitionKey, Query, RowKey, StorageError, StoredEntity,
-    TableStore, WriteOp,
+    EdmValue, Entity, IfMatch, PartitionKey, Query, RowKey, StorageError, StoredEntity, TableStore,
+    WriteOp,
 };
 
 /// The PartitionKey of sequence counters in the catalog table.
@@ -113,8 +113,12 @@ impl SequenceDef {
         for option in options {
             match option {
                 SequenceOptions::IncrementBy(e, _) => increment = integer(e).map_err(bad)?,
-                SequenceOptions::MinValue(e) => min = e.as_ref().map(integer).transpose().map_err(bad)?,
-                SequenceOptions::MaxValue(e) => max = e.as_ref().map(integer).transpose().map_err(bad)?,
+                SequenceOptions::MinValue(e) => {
+                    min = e.as_ref().map(integer).transpose().map_err(bad)?
+                }
+                SequenceOptions::MaxValue(e) => {
+                    max = e.as_ref().map(integer).transpose().map_err(bad)?
+                }
                 SequenceOptions::StartWith(e, _) => start = Some(integer(e).map_err(bad)?),
                 SequenceOptions::Cache(e) => cache = integer(e).map_err(bad)?,
                 // sqlparser's flag is `NO`.
@@ -186,7 +190,9 @@ pub fn name_from_text(text: &str) -> String {
 }
 
 /// The name a `CREATE`/`DROP SEQUENCE` names.
-pub fn object_name(name: &datafusion::sql::sqlparser::ast::ObjectName) -> Result<String, CatalogError> {
+pub fn object_name(
+    name: &datafusion::sql::sqlparser::ast::ObjectName,
+) -> Result<String, CatalogError> {
     let parts: Vec<String> = name
         .0
         .iter()
@@ -318,16 +324,21 @@ fn parse(e: &StoredEntity) -> Result<Counter, SequenceError> {
         Some(EdmValue::Boolean(v)) => Ok(*v),
         _ => Err(corrupt(&format!("no {p}"))),
     };
+    let def = SequenceDef {
+        name: name.clone(),
+        increment: int("increment")?,
+        min: int("min_value")?,
+        max: int("max_value")?,
+        start: int("start_value")?,
+        cache: int("cache")?,
+        cycle: flag("cycle")?,
+    };
+    // What `from_options` guarantees, checked again on what was stored.
+    if def.increment == 0 || def.cache < 1 || def.min >= def.max {
+        return Err(corrupt("options out of range"));
+    }
     Ok(Counter {
-        def: SequenceDef {
-            name: name.clone(),
-            increment: int("increment")?,
-            min: int("min_value")?,
-            max: int("max_value")?,
-            start: int("start_value")?,
-            cache: int("cache")?,
-            cycle: flag("cycle")?,
-        },
+        def,
         last_value: int("last_value")?,
         is_called: flag("is_called")?,
         etag: e.etag.clone(),
@@ -358,7 +369,11 @@ pub async fn create(
 }
 
 /// Removes a sequence. `Ok(false)`: there was none and `if_exists` said so.
-pub async fn drop(store: &dyn TableStore, name: &str, if_exists: bool) -> Result<bool, CatalogError> {
+pub async fn drop(
+    store: &dyn TableStore,
+    name: &str,
+    if_exists: bool,
+) -> Result<bool, CatalogError> {
     let op = WriteOp::Delete {
         partition_key: partition()?,
         row_key: row_key(name)?,
@@ -378,7 +393,10 @@ pub async fn drop(store: &dyn TableStore, name: &str, if_exists: bool) -> Result
 
 /// Every stored sequence's definition.
 pub async fn list(store: &dyn TableStore) -> Result<Vec<SequenceDef>, CatalogError> {
-    let entities = match store.query_all(&table()?, &Query::partition(partition()?)).await {
+    let entities = match store
+        .query_all(&table()?, &Query::partition(partition()?))
+        .await
+    {
         Ok(e) => e,
         Err(StorageError::TableNotFound(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
@@ -400,17 +418,15 @@ async fn read(store: &dyn TableStore, name: &str) -> Result<Counter, CatalogErro
 }
 
 /// Whether a failed If-Match write is worth starting again from a fresh
-/// read: another writer came first, or the write's answer was lost (it may
-/// have landed; its values are then skipped, never reused).
-fn contended(e: &StorageError) -> bool {
+/// read: another writer came first, or (with `unclear`) the write's answer
+/// was lost on a retry that met its own first attempt (a reservation that
+/// may have landed is skipped, never reused). An outage is not retried
+/// here: the store has retried it already.
+fn contended(e: &StorageError, unclear: bool) -> bool {
     match e {
-        StorageError::PreconditionFailed { .. }
-        | StorageError::EntityAlreadyExists { .. }
-        | StorageError::AmbiguousRetry { .. } => true,
-        StorageError::Unavailable {
-            may_have_applied, ..
-        } => *may_have_applied,
-        StorageError::Batch { source, .. } => contended(source),
+        StorageError::PreconditionFailed { .. } | StorageError::EntityAlreadyExists { .. } => true,
+        StorageError::AmbiguousRetry { .. } => unclear,
+        StorageError::Batch { source, .. } => contended(source, unclear),
         _ => false,
     }
 }
@@ -421,6 +437,7 @@ fn contended(e: &StorageError) -> bool {
 async fn modify<T>(
     store: &dyn TableStore,
     name: &str,
+    unclear: bool,
     mut change: impl FnMut(&Counter) -> Result<((i64, bool), T), SequenceError>,
 ) -> Result<T, CatalogError> {
     let policy = backoff();
@@ -440,7 +457,7 @@ async fn modify<T>(
             Err(StorageError::EntityNotFound { .. }) => {
                 return Err(SequenceError::Unknown(name.to_owned()).into());
             }
-            Err(e) if contended(&e) => continue,
+            Err(e) if contended(&e, unclear) => continue,
             Err(e) => return Err(e.into()),
         }
     }
@@ -453,7 +470,7 @@ async fn modify<T>(
 
 /// Reserves the sequence's next block of values for this process.
 pub async fn reserve(store: &dyn TableStore, name: &str) -> Result<Block, CatalogError> {
-    modify(store, name, |c| {
+    modify(store, name, true, |c| {
         let block = next_block(c)?;
         Ok(((block.last, true), block))
     })
@@ -468,7 +485,9 @@ pub async fn set(
     value: i64,
     is_called: bool,
 ) -> Result<(), CatalogError> {
-    modify(store, name, |c| {
+    // A lost answer is not retried: a second write after another
+    // process's reservation would wind the counter back over its block.
+    modify(store, name, false, |c| {
         if !(c.def.min..=c.def.max).contains(&value) {
             return Err(SequenceError::OutOfBounds {
                 name: name.to_owned(),
@@ -514,18 +533,37 @@ mod tests {
     #[test]
     fn blocks_follow_postgres_last_value_and_is_called() {
         let d = def(1, 1, 100, 5, false);
-        assert_eq!(values(next_block(&counter(d.clone(), 1, false)).unwrap()), [1, 2, 3, 4, 5]);
-        assert_eq!(values(next_block(&counter(d.clone(), 5, true)).unwrap()), [6, 7, 8, 9, 10]);
+        assert_eq!(
+            values(next_block(&counter(d.clone(), 1, false)).unwrap()),
+            [1, 2, 3, 4, 5]
+        );
+        assert_eq!(
+            values(next_block(&counter(d.clone(), 5, true)).unwrap()),
+            [6, 7, 8, 9, 10]
+        );
         // Clipped at the bound, then exhausted.
-        assert_eq!(values(next_block(&counter(d.clone(), 97, true)).unwrap()), [98, 99, 100]);
+        assert_eq!(
+            values(next_block(&counter(d.clone(), 97, true)).unwrap()),
+            [98, 99, 100]
+        );
         assert!(matches!(
             next_block(&counter(d, 100, true)),
-            Err(SequenceError::Exhausted { bound: 100, maximum: true, .. })
+            Err(SequenceError::Exhausted {
+                bound: 100,
+                maximum: true,
+                ..
+            })
         ));
         let down = def(-10, -35, -1, 3, true);
-        assert_eq!(values(next_block(&counter(down.clone(), -1, false)).unwrap()), [-1, -11, -21]);
+        assert_eq!(
+            values(next_block(&counter(down.clone(), -1, false)).unwrap()),
+            [-1, -11, -21]
+        );
         // Cycles back to the top.
-        assert_eq!(values(next_block(&counter(down, -31, true)).unwrap()), [-1, -11, -21]);
+        assert_eq!(
+            values(next_block(&counter(down, -31, true)).unwrap()),
+            [-1, -11, -21]
+        );
         let edge = def(1, 1, i64::MAX, 10, false);
         assert_eq!(
             values(next_block(&counter(edge.clone(), i64::MAX - 2, true)).unwrap()),

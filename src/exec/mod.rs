@@ -94,7 +94,9 @@ pub enum ExecError {
         columns: String,
         values: String,
     },
-    /// A statement that failed after some of its rows were committed.
+    /// A statement that failed after some of its rows were committed
+    /// (outside a transaction block; inside one they were only buffered,
+    /// and the block is aborted).
     #[error(
         "{source} ({rows} rows of this statement were written before the failure: each partition's rows commit together, a statement across partitions does not)"
     )]

@@ -33,6 +33,10 @@ use crate::storage::{
 struct Touched {
     base: Option<StoredEntity>,
     now: Option<StoredEntity>,
+    /// Every write to it was an upsert (InsertOrMerge, InsertOrReplace):
+    /// where the store had none, COMMIT upserts too, so that a row another
+    /// client inserted meanwhile is not a duplicate-key failure.
+    upserts_only: bool,
 }
 
 impl Touched {
@@ -40,6 +44,9 @@ impl Touched {
     fn op(&self) -> Option<WriteOp> {
         match (&self.base, &self.now) {
             (None, None) => None,
+            (None, Some(n)) if self.upserts_only => {
+                Some(WriteOp::InsertOrReplace(n.entity.clone()))
+            }
             (None, Some(n)) => Some(WriteOp::Insert(n.entity.clone())),
             (Some(b), Some(n)) => Some(WriteOp::Update(
                 n.entity.clone(),
@@ -95,6 +102,10 @@ struct State {
     open: Option<Buffer>,
     /// The buffer at each savepoint, oldest first.
     marks: Vec<(String, Buffer)>,
+    /// A write of the block failed, perhaps after earlier writes of its
+    /// statement were buffered: the block commits nothing until `ROLLBACK
+    /// TO` returns to a mark.
+    aborted: bool,
 }
 
 /// A session's transaction: none, or an open one with its buffer.
@@ -113,6 +124,12 @@ impl Transaction {
         self.lock().open.is_some()
     }
 
+    /// Whether a write of the open block failed (see [`Self::commit`]).
+    pub fn is_aborted(&self) -> bool {
+        let state = self.lock();
+        state.open.is_some() && state.aborted
+    }
+
     /// `BEGIN`: opens a block (a second `BEGIN` keeps the first's buffer,
     /// as PostgreSQL warns and goes on).
     pub fn begin(&self) {
@@ -120,6 +137,7 @@ impl Transaction {
         if state.open.is_none() {
             state.open = Some(Buffer::default());
             state.marks.clear();
+            state.aborted = false;
         }
     }
 
@@ -128,20 +146,26 @@ impl Transaction {
         let mut state = self.lock();
         state.open = None;
         state.marks.clear();
+        state.aborted = false;
     }
 
     /// `COMMIT`: applies the buffer to `store` as one entity group
     /// transaction and closes the block, whether it lands or not. Returns
-    /// how many entities it wrote.
+    /// how many entities it wrote; an aborted block is rolled back instead
+    /// (as PostgreSQL ends a failed transaction), which is
+    /// `StorageError::Transaction(TransactionScope::Aborted)`.
     pub async fn commit(&self, store: &dyn TableStore) -> Result<usize> {
-        let buffer = {
+        let (buffer, aborted) = {
             let mut state = self.lock();
             state.marks.clear();
-            state.open.take()
+            (state.open.take(), std::mem::take(&mut state.aborted))
         };
         let Some(buffer) = buffer else {
             return Ok(0);
         };
+        if aborted {
+            return Err(StorageError::Transaction(TransactionScope::Aborted));
+        }
         let ops = buffer.ops();
         match (&buffer.scope, ops.is_empty()) {
             (Some((table, _)), false) => {
@@ -174,6 +198,7 @@ impl Transaction {
         state.marks.truncate(at + 1);
         let buffer = state.marks.get(at).map(|(_, b)| b.clone());
         state.open = buffer;
+        state.aborted = false;
         true
     }
 
@@ -236,10 +261,12 @@ impl TxStore {
                 }));
             }
             Some((_, p)) if *p != pk => {
-                return Err(StorageError::Transaction(TransactionScope::SecondPartition {
-                    first: p.as_str().to_owned(),
-                    second: pk.as_str().to_owned(),
-                }));
+                return Err(StorageError::Transaction(
+                    TransactionScope::SecondPartition {
+                        first: p.as_str().to_owned(),
+                        second: pk.as_str().to_owned(),
+                    },
+                ));
             }
             Some(_) => {}
             None => buffer.scope = Some((table.clone(), pk.clone())),
@@ -255,6 +282,7 @@ impl TxStore {
                     Touched {
                         now: base.clone(),
                         base,
+                        upserts_only: true,
                     },
                 );
             }
@@ -262,10 +290,13 @@ impl TxStore {
                 .touched
                 .get_mut(&rk)
                 .ok_or_else(|| StorageError::Task("buffered entity vanished".into()))?;
-            let effect = apply(entry.now.as_ref(), op, timestamp).map_err(|e| StorageError::Batch {
-                index,
-                source: Box::new(e),
-            })?;
+            entry.upserts_only &=
+                matches!(op, WriteOp::InsertOrMerge(_) | WriteOp::InsertOrReplace(_));
+            let effect =
+                apply(entry.now.as_ref(), op, timestamp).map_err(|e| StorageError::Batch {
+                    index,
+                    source: Box::new(e),
+                })?;
             entry.now = match effect {
                 Effect::Put(stored) => Some(stored),
                 Effect::Delete => None,
@@ -359,8 +390,9 @@ impl TableStore for TxStore {
                 page.entities.push(e);
             }
         }
-        page.entities
-            .sort_by(|a, b| (a.partition_key(), a.row_key()).cmp(&(b.partition_key(), b.row_key())));
+        page.entities.sort_by(|a, b| {
+            (a.partition_key(), a.row_key()).cmp(&(b.partition_key(), b.row_key()))
+        });
         let size = query.page_size()?;
         if page.entities.len() > size {
             let rest = page.entities.split_off(size);
@@ -374,18 +406,32 @@ impl TableStore for TxStore {
         Ok(page)
     }
 
-    async fn execute_batch(&self, table: &TableName, mut ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
+    async fn execute_batch(
+        &self,
+        table: &TableName,
+        mut ops: Vec<WriteOp>,
+    ) -> Result<Vec<WriteOutcome>> {
         // Statements outside a block (or after it ended) write through.
         let Some(buffer) = self.buffer() else {
             return self.inner.execute_batch(table, ops).await;
         };
-        validate_batch(&mut ops)?;
-        let (buffer, outcomes) = self.buffered(table, &ops, buffer).await?;
+        let done = match validate_batch(&mut ops) {
+            Ok(()) => self.buffered(table, &ops, buffer).await,
+            Err(e) => Err(e),
+        };
         let mut state = self.tx.lock();
-        if state.open.is_some() {
-            state.open = Some(buffer);
+        match done {
+            Ok((buffer, outcomes)) => {
+                if state.open.is_some() {
+                    state.open = Some(buffer);
+                }
+                Ok(outcomes)
+            }
+            Err(e) => {
+                state.aborted = true;
+                Err(e)
+            }
         }
-        Ok(outcomes)
     }
 
     /// The store's partitions, with the transaction's own where it puts the

@@ -35,11 +35,19 @@ pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()>
     let SetExpr::Values(values) = source.body.as_mut() else {
         return Ok(());
     };
-    if !values.rows.iter().flat_map(|r| r.content.iter()).any(is_default) {
+    if !values
+        .rows
+        .iter()
+        .flat_map(|r| r.content.iter())
+        .any(is_default)
+    {
         return Ok(());
     }
     let reference = TableReference::from(name.to_string().as_str());
-    let provider = state.schema_for_ref(reference.clone())?.table(reference.table()).await?;
+    let provider = state
+        .schema_for_ref(reference.clone())?
+        .table(reference.table())
+        .await?;
     let Some(table) = provider
         .as_ref()
         .and_then(|p| (p.as_ref() as &dyn std::any::Any).downcast_ref::<StoreTable>())
@@ -51,11 +59,22 @@ pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()>
     };
     // The columns the cells are for: the list given, or the table's order.
     let targets: Vec<String> = if columns.is_empty() {
-        table.layout().schema.fields().iter().map(|f| f.name().clone()).collect()
+        table
+            .layout()
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect()
     } else {
         columns
             .iter()
-            .map(|c| c.0.last().and_then(|p| p.as_ident()).map(normalize_ident).unwrap_or_default())
+            .map(|c| {
+                c.0.last()
+                    .and_then(|p| p.as_ident())
+                    .map(normalize_ident)
+                    .unwrap_or_default()
+            })
             .collect()
     };
     for row in values.rows.iter_mut() {
@@ -63,7 +82,11 @@ pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()>
             if !is_default(cell) {
                 continue;
             }
-            let default = def.columns.iter().find(|c| c.name == *target).and_then(|c| c.default.as_deref());
+            let default = def
+                .columns
+                .iter()
+                .find(|c| c.name == *target)
+                .and_then(|c| c.default.as_deref());
             *cell = match default {
                 Some(text) => Parser::new(&PostgreSqlDialect {})
                     .try_with_sql(text)

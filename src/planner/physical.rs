@@ -157,6 +157,10 @@ impl ExtensionPlanner for UpsertPlanner {
                 }
             }
         };
-        Ok(Some(store_table.upsert_exec(session, input.clone(), on_existing)?))
+        Ok(Some(store_table.upsert_exec(
+            session,
+            input.clone(),
+            on_existing,
+        )?))
     }
 }

@@ -127,7 +127,10 @@ pub fn udfs(sequences: Arc<Sequences>) -> Vec<ScalarUDF> {
         sequences: sequences.clone(),
         signature,
     };
-    let next = make(Which::Next, Signature::exact(vec![Utf8], Volatility::Volatile));
+    let next = make(
+        Which::Next,
+        Signature::exact(vec![Utf8], Volatility::Volatile),
+    );
     let current = make(
         Which::Current,
         Signature::exact(vec![Utf8], Volatility::Volatile),
@@ -216,7 +219,9 @@ impl AsyncScalarUDFImpl for SequenceFunction {
         let mut out = Int64Builder::with_capacity(names.len());
         match self.which {
             Which::Next => {
-                // In row order: a statement's values ascend down its rows.
+                // In row order within a batch (a VALUES list whose rows call
+                // nextval runs them as separate one-row branches, in no
+                // set order).
                 for name in names.iter() {
                     let Some(name) = name.map(name_from_text) else {
                         out.append_null();
@@ -228,9 +233,11 @@ impl AsyncScalarUDFImpl for SequenceFunction {
                 }
             }
             Which::Set => {
-                let values = as_int64_array(arrays.get(1).ok_or_else(|| {
-                    DataFusionError::Plan("setval needs a value".into())
-                })?)?;
+                let values = as_int64_array(
+                    arrays
+                        .get(1)
+                        .ok_or_else(|| DataFusionError::Plan("setval needs a value".into()))?,
+                )?;
                 let called = match arrays.get(2) {
                     Some(a) => as_boolean_array(a)?.clone(),
                     None => BooleanArray::from(vec![true; names.len()]),
@@ -259,8 +266,10 @@ impl AsyncScalarUDFImpl for SequenceFunction {
 /// Whether an expression calls an async function (`nextval`, `setval`).
 fn calls_async(e: &Expr) -> bool {
     e.exists(|e| {
-        Ok(matches!(e, Expr::ScalarFunction(ScalarFunction { func, .. })
-            if func.as_async().is_some()))
+        Ok(
+            matches!(e, Expr::ScalarFunction(ScalarFunction { func, .. })
+            if func.as_async().is_some()),
+        )
     })
     .unwrap_or(false)
 }
@@ -293,8 +302,11 @@ impl AnalyzerRule for AsyncValues {
 
 fn rows_as_projections(values: &Values) -> Result<LogicalPlan> {
     let schema: &DFSchema = &values.schema;
-    let (async_rows, plain): (Vec<_>, Vec<_>) =
-        values.values.iter().cloned().partition(|row| row.iter().any(calls_async));
+    let (async_rows, plain): (Vec<_>, Vec<_>) = values
+        .values
+        .iter()
+        .cloned()
+        .partition(|row| row.iter().any(calls_async));
     let mut inputs = Vec::new();
     if !plain.is_empty() {
         inputs.push(LogicalPlan::Values(Values {

@@ -70,7 +70,7 @@ impl Session {
                 if !matches!(status, TransactionStatus::Idle) {
                     return Err(error(
                         ACTIVE_TRANSACTION,
-                        "COPY FROM cannot run inside a transaction block: the store commits rows as they are written and cannot roll them back (use autocommit)",
+                        "COPY FROM cannot run inside a transaction block: a transaction is one entity group transaction (100 entities in one partition), and COPY writes as it reads (use autocommit)",
                     ));
                 }
                 let width = state.width();

@@ -1,9 +1,9 @@
 //! `SAVEPOINT`, `RELEASE [SAVEPOINT]` and `ROLLBACK TO [SAVEPOINT]` inside a
 //! transaction block, as drivers send them (psycopg 3's SQLAlchemy dialect
-//! opens one on connect; ORMs nest transactions with them). Writes are
-//! refused inside a transaction block (the store cannot roll them back), so
-//! a transaction holds only reads and a savepoint has nothing to undo: it
-//! is a name on a stack, checked as PostgreSQL checks it.
+//! opens one on connect; ORMs nest transactions with them). Here a
+//! savepoint is a name on a stack, checked as PostgreSQL checks it; the
+//! session mirrors each accepted one as a mark in the transaction's write
+//! buffer (`exec::transaction`), which `ROLLBACK TO` returns to.
 //!
 //! `ROLLBACK TO` also clears an error in the transaction, as in PostgreSQL
 //! (drivers recover so from a failed statement). pgwire keeps a failed
@@ -101,8 +101,8 @@ impl Savepoints {
                 names.truncate(at);
                 Response::Execution(Tag::new("RELEASE"))
             }
-            // Back to the savepoint, which stays; with only reads since,
-            // nothing else is undone, and the transaction is good again.
+            // Back to the savepoint, which stays (the session returns the
+            // write buffer to its mark), and the transaction is good again.
             _ => {
                 names.truncate(at + 1);
                 if matches!(status, TransactionStatus::Error) {

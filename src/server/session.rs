@@ -435,10 +435,16 @@ impl SimpleQueryHandler for Session {
             // Rows of earlier SELECTs are encoded lazily, as the client reads
             // them; before a statement that changes data they are read to the
             // end, so they show the data as it was when they ran.
+            // So too before a statement that ends a transaction or returns
+            // to a savepoint: the rows were read through its buffer.
             if writes(statement)
                 || matches!(
                     statement,
-                    Statement::CreateTable(_) | Statement::CreateIndex(_) | Statement::Drop { .. }
+                    Statement::CreateTable(_)
+                        | Statement::CreateIndex(_)
+                        | Statement::Drop { .. }
+                        | Statement::Commit { .. }
+                        | Statement::Rollback { .. }
                 )
             {
                 for r in responses.iter_mut() {
@@ -673,4 +679,3 @@ mod tests {
         );
     }
 }
-

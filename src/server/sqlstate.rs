@@ -150,6 +150,7 @@ pub fn storage_code(e: &StorageError) -> &'static str {
             TransactionScope::Operations { .. } | TransactionScope::Bytes { .. } => {
                 PROGRAM_LIMIT_EXCEEDED
             }
+            TransactionScope::Aborted => IN_FAILED_TRANSACTION,
         },
         // The store's failures are the server's, not the client's login or
         // connection (class 28 or 08 would make pools drop the connection).

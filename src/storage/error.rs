@@ -82,6 +82,9 @@ pub enum TransactionScope {
     /// More bytes than one entity group transaction holds.
     #[error("it would write {bytes} bytes, more than the 4 MiB of one entity group transaction")]
     Bytes { bytes: usize },
+    /// A write of the block failed, so COMMIT rolled it back.
+    #[error("a write of it failed, so it was rolled back and nothing of it was written")]
+    Aborted,
 }
 
 /// Any failure of a `TableStore` operation.

@@ -588,7 +588,10 @@ async fn a_sequence_hands_out_no_value_twice_through_injected_faults() -> TestRe
     assert_eq!(all.len(), ENGINES * CALLS);
     assert_eq!(distinct.len(), all.len(), "a value was handed out twice");
     let lost = proxy.injected.dropped_after.load(Ordering::Relaxed);
-    assert!(lost > 0, "no reservation lost its answer: the test proved nothing");
+    assert!(
+        lost > 0,
+        "no reservation lost its answer: the test proved nothing"
+    );
     // Values skipped for lost answers leave gaps, never repeats.
     println!(
         "{} values, largest {}, {lost} answers lost",

@@ -53,7 +53,10 @@ fn eight_psql_processes_draw_distinct_values_through_one_server() -> TestResult 
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("psql thread panicked"))))
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(std::io::Error::other("psql thread panicked")))
+            })
             .collect()
     });
     let mut all = Vec::new();
@@ -108,12 +111,20 @@ fn eight_processes_draw_distinct_values_from_one_azurite_account() -> TestResult
         let mut output = child.wait_with_output()?;
         // The CSV header.
         let text = String::from_utf8(std::mem::take(&mut output.stdout))?;
-        output.stdout = text.lines().skip(1).collect::<Vec<_>>().join("\n").into_bytes();
+        output.stdout = text
+            .lines()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join("\n")
+            .into_bytes();
         all.extend(values_of(output)?);
     }
     assert_all_distinct(&all, PROCESSES * CALLS);
     // No write's answer was lost, so no value was skipped: the values are
     // exactly 1..=8000.
-    assert_eq!(all.iter().copied().collect::<BTreeSet<_>>(), (1..=(PROCESSES * CALLS) as i64).collect());
+    assert_eq!(
+        all.iter().copied().collect::<BTreeSet<_>>(),
+        (1..=(PROCESSES * CALLS) as i64).collect()
+    );
     Ok(())
 }

@@ -407,7 +407,10 @@ fn psql_command_tags_and_transactions() -> TestResult {
         shown.contains("one table, one partition") && shown.contains("after partition"),
         "{shown}"
     );
-    assert!(shown.contains("ROLLBACK"), "the COMMIT of a failed block: {shown}");
+    assert!(
+        shown.contains("ROLLBACK"),
+        "the COMMIT of a failed block: {shown}"
+    );
     assert!(
         std::str::from_utf8(&out.stdout)?
             .lines()
@@ -1652,7 +1655,7 @@ fn one_postgresql_version_everywhere() -> TestResult {
 }
 
 /// Savepoints inside a transaction block, over both protocols: names on a
-/// stack (a transaction here holds only reads), checked as PostgreSQL
+/// stack (marks in the write buffer: see savepoints_mark_the_write_buffer), checked as PostgreSQL
 /// checks them; `ROLLBACK TO` makes a failed transaction usable again.
 #[tokio::test]
 async fn savepoints_in_a_transaction_block() -> TestResult {
@@ -1805,7 +1808,10 @@ async fn savepoints_mark_the_write_buffer() -> TestResult {
     tx.execute(insert, &[&3i32]).await?;
     tx.commit().await?;
     let bibs: Vec<i32> = client
-        .query("SELECT bib FROM registrations WHERE event = 'Marks' AND distance = '5K' ORDER BY bib", &[])
+        .query(
+            "SELECT bib FROM registrations WHERE event = 'Marks' AND distance = '5K' ORDER BY bib",
+            &[],
+        )
         .await?
         .iter()
         .map(|r| r.get(0))
@@ -1824,7 +1830,11 @@ async fn savepoints_mark_the_write_buffer() -> TestResult {
     assert_eq!(bib, 150, "the 51st row is the one past 100 entities");
     let db = e.as_db_error().ok_or("a server error")?;
     assert_eq!(db.code().code(), "54000", "{db:?}");
-    assert!(db.message().contains("more than the 100"), "{}", db.message());
+    assert!(
+        db.message().contains("more than the 100"),
+        "{}",
+        db.message()
+    );
     drop(tx);
     let after: i64 = client.query_one(count, &[]).await?.get(0);
     assert_eq!(after, 2, "nothing of the failed transaction was written");
