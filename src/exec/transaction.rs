@@ -85,6 +85,78 @@ impl Buffer {
         }
     }
 
+    /// Lays the buffer over a page of the store's answer to `query`: over
+    /// the keys the page covers, from where it starts (`continuation`) to
+    /// where its own continuation resumes.
+    fn overlay(
+        &self,
+        table: &TableName,
+        query: &Query,
+        continuation: Option<&ContinuationToken>,
+        page: &mut Page,
+    ) -> Result<()> {
+        let Some((t, pk)) = &self.scope else {
+            return Ok(());
+        };
+        if t != table || !query.partitions.contains(pk) {
+            return Ok(());
+        }
+        let position =
+            |c: &ContinuationToken| (c.next_partition_key.clone(), c.next_row_key.clone());
+        let start = continuation.map(position);
+        let end = page.continuation.as_ref().map(position);
+        let covers = |key: (&PartitionKey, &RowKey)| {
+            start.as_ref().is_none_or(|(p, r)| key >= (p, r))
+                && end.as_ref().is_none_or(|(p, r)| key < (p, r))
+        };
+        page.entities
+            .retain(|e| !(e.partition_key() == pk && self.touched.contains_key(e.row_key())));
+        for (rk, touched) in &self.touched {
+            let Some(now) = &touched.now else { continue };
+            if covers((pk, rk)) && query.rows.contains(rk) && query.passes(now) {
+                let mut e = now.clone();
+                query.project(&mut e.entity.properties);
+                page.entities.push(e);
+            }
+        }
+        page.entities.sort_by(|a, b| {
+            (a.partition_key(), a.row_key()).cmp(&(b.partition_key(), b.row_key()))
+        });
+        let size = query.page_size()?;
+        if page.entities.len() > size {
+            let rest = page.entities.split_off(size);
+            if let Some(next) = rest.first() {
+                page.continuation = Some(ContinuationToken::at(
+                    next.partition_key().clone(),
+                    next.row_key().clone(),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// Lists the buffer's partition in a page of the store's listing where
+    /// the transaction gives it its first entity.
+    fn add_partition(
+        &self,
+        table: &TableName,
+        range: &KeyRange<PartitionKey>,
+        after: Option<&PartitionKey>,
+        page: &mut PartitionPage,
+    ) {
+        if let Some((t, pk)) = &self.scope
+            && t == table
+            && range.contains(pk)
+            && after.is_none_or(|a| pk > a)
+            && page.after.as_ref().is_none_or(|last| pk <= last)
+            && self.touched.values().any(|t| t.now.is_some())
+            && !page.partitions.contains(pk)
+        {
+            let at = page.partitions.partition_point(|p| p < pk);
+            page.partitions.insert(at, pk.clone());
+        }
+    }
+
     fn stamp(&mut self) -> DateTime<Utc> {
         let now = Utc::now();
         let at = match self.clock {
@@ -235,10 +307,11 @@ pub struct TxStore {
 }
 
 impl TxStore {
-    /// The buffer, or `None` once the transaction has ended (a plan that
-    /// outlives it reads and writes the store).
-    fn buffer(&self) -> Option<Buffer> {
-        self.tx.lock().open.clone()
+    /// `f` of the buffer, under its lock (no copy of it); `None` once the
+    /// transaction has ended (a plan that outlives it reads and writes the
+    /// store).
+    fn read<T>(&self, f: impl FnOnce(&Buffer) -> T) -> Option<T> {
+        self.tx.lock().open.as_ref().map(f)
     }
 
     /// Applies validated `ops` to a copy of the buffer, reading each
@@ -319,12 +392,6 @@ impl TxStore {
     }
 }
 
-/// Where a page starts: its continuation's key (`None`: the start of the
-/// query's range).
-fn page_start(continuation: Option<&ContinuationToken>) -> Option<(PartitionKey, RowKey)> {
-    continuation.map(|t| (t.next_partition_key.clone(), t.next_row_key.clone()))
-}
-
 #[async_trait]
 impl TableStore for TxStore {
     async fn create_table(&self, table: &TableName) -> Result<()> {
@@ -345,12 +412,14 @@ impl TableStore for TxStore {
         partition_key: &PartitionKey,
         row_key: &RowKey,
     ) -> Result<Option<StoredEntity>> {
-        if let Some(buffer) = self.buffer()
-            && let Some(touched) = buffer.entity(table, partition_key, row_key)
-        {
-            return Ok(touched.now.clone());
+        let buffered = self.read(|b| {
+            b.entity(table, partition_key, row_key)
+                .map(|t| t.now.clone())
+        });
+        match buffered.flatten() {
+            Some(now) => Ok(now),
+            None => self.inner.get(table, partition_key, row_key).await,
         }
-        self.inner.get(table, partition_key, row_key).await
     }
 
     /// The store's page with the buffer laid over the keys it covers: from
@@ -362,47 +431,8 @@ impl TableStore for TxStore {
         continuation: Option<&ContinuationToken>,
     ) -> Result<Page> {
         let mut page = self.inner.query(table, query, continuation).await?;
-        let Some(buffer) = self.buffer() else {
-            return Ok(page);
-        };
-        let Some((t, pk)) = &buffer.scope else {
-            return Ok(page);
-        };
-        if t != table || !query.partitions.contains(pk) {
-            return Ok(page);
-        }
-        let start = page_start(continuation);
-        let end = page
-            .continuation
-            .as_ref()
-            .map(|c| (c.next_partition_key.clone(), c.next_row_key.clone()));
-        let covers = |key: (&PartitionKey, &RowKey)| {
-            start.as_ref().is_none_or(|(p, r)| key >= (p, r))
-                && end.as_ref().is_none_or(|(p, r)| key < (p, r))
-        };
-        page.entities
-            .retain(|e| !(e.partition_key() == pk && buffer.touched.contains_key(e.row_key())));
-        for (rk, touched) in &buffer.touched {
-            let Some(now) = &touched.now else { continue };
-            if covers((pk, rk)) && query.rows.contains(rk) && query.passes(now) {
-                let mut e = now.clone();
-                query.project(&mut e.entity.properties);
-                page.entities.push(e);
-            }
-        }
-        page.entities.sort_by(|a, b| {
-            (a.partition_key(), a.row_key()).cmp(&(b.partition_key(), b.row_key()))
-        });
-        let size = query.page_size()?;
-        if page.entities.len() > size {
-            let rest = page.entities.split_off(size);
-            if let Some(next) = rest.first() {
-                page.continuation = Some(ContinuationToken::at(
-                    next.partition_key().clone(),
-                    next.row_key().clone(),
-                ));
-            }
-        }
+        self.read(|b| b.overlay(table, query, continuation, &mut page))
+            .transpose()?;
         Ok(page)
     }
 
@@ -412,7 +442,8 @@ impl TableStore for TxStore {
         mut ops: Vec<WriteOp>,
     ) -> Result<Vec<WriteOutcome>> {
         // Statements outside a block (or after it ended) write through.
-        let Some(buffer) = self.buffer() else {
+        // A copy: the buffer changes only if the whole batch applies.
+        let Some(buffer) = self.read(Buffer::clone) else {
             return self.inner.execute_batch(table, ops).await;
         };
         let done = match validate_batch(&mut ops) {
@@ -443,20 +474,7 @@ impl TableStore for TxStore {
         after: Option<&PartitionKey>,
     ) -> Result<PartitionPage> {
         let mut page = self.inner.partitions(table, range, after).await?;
-        let Some(buffer) = self.buffer() else {
-            return Ok(page);
-        };
-        if let Some((t, pk)) = &buffer.scope
-            && t == table
-            && range.contains(pk)
-            && after.is_none_or(|a| pk > a)
-            && page.after.as_ref().is_none_or(|last| pk <= last)
-            && buffer.touched.values().any(|t| t.now.is_some())
-            && !page.partitions.contains(pk)
-        {
-            let at = page.partitions.partition_point(|p| p < pk);
-            page.partitions.insert(at, pk.clone());
-        }
+        self.read(|b| b.add_partition(table, range, after, &mut page));
         Ok(page)
     }
 }
