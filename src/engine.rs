@@ -723,6 +723,18 @@ impl Engine {
         if !mapped.is_empty() {
             for name in &mapped {
                 persist::remove(self.store.as_ref(), name).await?;
+                // An identity column's sequence goes with its table, as in
+                // PostgreSQL (it was created with it).
+                let Some(def) = defs.iter().find(|d| d.name == *name) else {
+                    continue;
+                };
+                for c in &def.columns {
+                    let seq = ddl::identity_sequence(name, &c.name);
+                    if c.default.as_deref() == Some(ddl::identity_default(&seq).as_str()) {
+                        sequence::drop(self.store.as_ref(), &seq, true).await?;
+                        self.sequences.forget(&seq);
+                    }
+                }
             }
             self.refresh().await?;
         }

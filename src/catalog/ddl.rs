@@ -75,6 +75,22 @@ pub fn object_name(name: &ObjectName) -> Result<String, CatalogError> {
     }
 }
 
+/// The sequence of an identity column, named as PostgreSQL names it.
+pub fn identity_sequence(table: &str, column: &str) -> String {
+    format!("{table}_{column}_seq")
+}
+
+/// The `DEFAULT` an identity column stores: `nextval` of its sequence,
+/// quoted where `nextval` would otherwise fold its case.
+pub fn identity_default(sequence: &str) -> String {
+    let name = if sequence == sequence.to_lowercase() {
+        sequence.to_owned()
+    } else {
+        format!("\"{}\"", sequence.replace('"', "\"\""))
+    };
+    format!("nextval('{}')", name.replace('\'', "''"))
+}
+
 /// Builds a definition from a parsed `CREATE TABLE`.
 pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError> {
     let name = object_name(&create.name)?;
@@ -116,17 +132,23 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                             "column {column}: an identity column is INT or BIGINT"
                         )));
                     }
-                    let seq = SequenceDef::from_options(
-                        &format!("{name}_{column}_seq"),
+                    let mut seq = SequenceDef::from_options(
+                        &identity_sequence(&name, &column),
                         sequence_options.as_deref().unwrap_or_default(),
                     )?;
-                    // Quoted where `nextval` would otherwise fold its case.
-                    let name = if seq.name == seq.name.to_lowercase() {
-                        seq.name.clone()
-                    } else {
-                        format!("\"{}\"", seq.name.replace('"', "\"\""))
-                    };
-                    default = Some(format!("nextval('{}')", name.replace('\'', "''")));
+                    // An INT column's sequence stays in its range, as
+                    // PostgreSQL's `AS integer` does.
+                    if column_type == ColumnType::Int {
+                        seq.min = seq.min.max(i64::from(i32::MIN));
+                        seq.max = seq.max.min(i64::from(i32::MAX));
+                        if !(seq.min..=seq.max).contains(&seq.start) {
+                            return Err(CatalogError::Definition(format!(
+                                "column {column}: START {} is outside an INT column's range",
+                                seq.start
+                            )));
+                        }
+                    }
+                    default = Some(identity_default(&seq.name));
                     not_null = true;
                     identity = Some(seq);
                 }
