@@ -47,6 +47,12 @@ impl SequenceSession {
         last.insert(name.to_owned(), value);
     }
 
+    /// Forgets them (`DISCARD ALL`).
+    pub fn clear(&self) {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        last.clear();
+    }
+
     fn current(&self, name: &str) -> Option<i64> {
         let last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         last.get(name).copied()

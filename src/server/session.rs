@@ -26,6 +26,7 @@ use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
 use super::plan::{Kind, Planner, Stmt, is_query, write_tag, writes};
 use super::sqlstate::{ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, IN_FAILED_TRANSACTION, error};
+use crate::planner::sequence_functions::SequenceSession;
 
 /// The query handler of one connection.
 pub struct Session {
@@ -202,9 +203,14 @@ impl Session {
                 };
                 if let Some(tx) = self.transaction() {
                     if tag == "COMMIT" {
-                        tx.commit(self.planner.engine.store().as_ref())
-                            .await
-                            .map_err(|e| super::sqlstate::engine_error(&e.into()))?;
+                        let committed = tx.commit(self.planner.engine.store().as_ref()).await;
+                        if let Err(e) = committed {
+                            // The block has ended, as a failed COMMIT ends it
+                            // in PostgreSQL: the error leaves the client idle,
+                            // not in a failed transaction.
+                            client.set_transaction_status(TransactionStatus::Idle);
+                            return Err(super::sqlstate::engine_error(&e.into()));
+                        }
                     } else {
                         tx.rollback();
                     }
@@ -294,6 +300,11 @@ impl Session {
                     ));
                 }
                 *self.vars()? = Vars::default();
+                let state = self.planner.ctx.state();
+                let sequences = state.config().options().extensions.get::<SequenceSession>();
+                if let Some(sequences) = sequences {
+                    sequences.clear();
+                }
                 if let Ok(mut names) = self.tx_cursors.lock() {
                     names.clear();
                 }

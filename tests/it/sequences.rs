@@ -128,3 +128,34 @@ fn eight_processes_draw_distinct_values_from_one_azurite_account() -> TestResult
     );
     Ok(())
 }
+
+/// `currval` belongs to the session: another connection has none, and
+/// `DISCARD ALL` (a pooler handing the connection on) forgets it.
+#[tokio::test]
+async fn currval_is_per_session_and_discard_all_forgets_it() -> TestResult {
+    let served = crate::server::serve(1000, &[]).map_err(|e| e.to_string())?;
+    let a = served.connect().await?;
+    let b = served.connect().await?;
+    a.batch_execute("CREATE SEQUENCE per_session").await?;
+    let v: i64 = a
+        .query_one("SELECT nextval('per_session')", &[])
+        .await?
+        .get(0);
+    let current: i64 = a
+        .query_one("SELECT currval('per_session')", &[])
+        .await?
+        .get(0);
+    assert_eq!(current, v);
+    for (client, what) in [(&b, "another session"), (&a, "after DISCARD ALL")] {
+        if what.starts_with("after") {
+            a.batch_execute("DISCARD ALL").await?;
+        }
+        let e = client
+            .query_one("SELECT currval('per_session')", &[])
+            .await
+            .err()
+            .ok_or(format!("{what} saw a currval"))?;
+        assert_eq!(e.code().map(|c| c.code()), Some("55000"), "{what}: {e:?}");
+    }
+    Ok(())
+}

@@ -1840,3 +1840,39 @@ async fn savepoints_mark_the_write_buffer() -> TestResult {
     assert_eq!(after, 2, "nothing of the failed transaction was written");
     Ok(())
 }
+
+/// COMMIT writes If-Match the versions the transaction read: a row another
+/// client changed meanwhile fails it (40001), nothing of it is written, and
+/// the block has ended, as after a failed COMMIT in PostgreSQL.
+#[tokio::test]
+async fn a_commit_that_meets_a_concurrent_change_fails_and_ends_the_block() -> TestResult {
+    let server = serve(1000, &[])?;
+    let mut a = server.connect().await?;
+    let b = server.connect().await?;
+    let key = "event = 'Race' AND distance = '5K' AND bib = 1";
+    b.execute("INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES ('Race', '5K', 1, 'R', 'F', 30)", &[]).await?;
+    let tx = a.transaction().await?;
+    tx.execute(
+        &format!("UPDATE registrations SET club = 'A' WHERE {key}"),
+        &[],
+    )
+    .await?;
+    b.execute(
+        &format!("UPDATE registrations SET club = 'B' WHERE {key}"),
+        &[],
+    )
+    .await?;
+    let e = tx
+        .commit()
+        .await
+        .err()
+        .ok_or("the COMMIT overwrote B's change")?;
+    assert_eq!(e.code().map(|c| c.code()), Some("40001"), "{e:?}");
+    // Idle again: the next statement runs without a ROLLBACK first.
+    let club: String = a
+        .query_one(&format!("SELECT club FROM registrations WHERE {key}"), &[])
+        .await?
+        .get(0);
+    assert_eq!(club, "B");
+    Ok(())
+}
