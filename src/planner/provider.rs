@@ -7,13 +7,16 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::catalog::Session;
+use datafusion::common::tree_node::TreeNode;
 use datafusion::common::{DFSchema, not_impl_err, plan_err};
 use datafusion::datasource::{TableProvider, TableType};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::dml::InsertOp;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, Operator, TableProviderFilterPushDown};
+use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::async_func::{AsyncFuncExec, AsyncMapper};
 use datafusion::physical_plan::filter::FilterExec;
 
 use super::pushdown::push_down;
@@ -332,14 +335,39 @@ impl TableProvider for StoreTable {
                 Ok((i, state.create_physical_expr(value, &schema)?))
             })
             .collect::<Result<Vec<_>>>()?;
+        let (input, assignments) = with_async(self.matching(state, &filters)?, assignments)?;
         Ok(Arc::new(DmlExec::new(
             DmlOp::Update { assignments },
-            self.matching(state, &filters)?,
+            input,
             self.store_for(state),
             self.layout.clone(),
             if_match,
         )?))
     }
+}
+
+/// An UPDATE's input and assignments with their async calls (`SET id =
+/// nextval('s')`) run by an `AsyncFuncExec` above the input, as DataFusion
+/// runs them in a projection: the assignments then read their values as
+/// columns appended to the rows (which the write ignores).
+fn with_async(
+    input: Arc<dyn ExecutionPlan>,
+    assignments: Vec<(usize, Arc<dyn PhysicalExpr>)>,
+) -> Result<(Arc<dyn ExecutionPlan>, Vec<(usize, Arc<dyn PhysicalExpr>)>)> {
+    let schema = input.schema();
+    let mut mapper = AsyncMapper::new(schema.fields().len());
+    for (_, e) in &assignments {
+        mapper.find_references(e, &schema)?;
+    }
+    if mapper.is_empty() {
+        return Ok((input, assignments));
+    }
+    let assignments = assignments
+        .into_iter()
+        .map(|(i, e)| Ok((i, e.transform_up(|x| Ok(mapper.map_expr(x)))?.data)))
+        .collect::<Result<Vec<_>>>()?;
+    let input = Arc::new(AsyncFuncExec::try_new(mapper.async_exprs, input)?);
+    Ok((input, assignments))
 }
 
 impl StoreTable {
