@@ -17,12 +17,13 @@ use datafusion::arrow::array::{
 use datafusion::arrow::compute::{CastOptions, cast, cast_with_options};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
 use datafusion::catalog::TableProvider;
+use datafusion::common::Column;
 use datafusion::common::TableReference;
 use datafusion::datasource::{MemTable, provider_as_source};
 use datafusion::error::DataFusionError;
-use datafusion::logical_expr::LogicalPlanBuilder;
 use datafusion::logical_expr::dml::InsertOp;
-use datafusion::prelude::SessionContext;
+use datafusion::logical_expr::{Expr, LogicalPlanBuilder};
+use datafusion::prelude::{SessionContext, col};
 use datafusion::sql::sqlparser::ast::{
     Assignment, AssignmentTarget, ConflictTarget, DoUpdate, Expr as SqlExpr, Ident, ObjectName,
     OnConflict, OnConflictAction,
@@ -135,11 +136,14 @@ impl Loader {
                 })
             })
             .collect::<Result<Vec<_>, _>>()?;
-        // A NOT NULL column the data does not carry would fail every row.
+        // A NOT NULL column the data does not carry (and that has no
+        // DEFAULT to fill it) would fail every row.
         let loaded: Vec<&str> = columns.iter().map(String::as_str).collect();
         let missing = def.iter().find_map(|d| {
             d.columns.iter().find(|c| {
-                (c.not_null || d.is_key_column(&c.name)) && !loaded.contains(&c.name.as_str())
+                (c.not_null || d.is_key_column(&c.name))
+                    && c.default.is_none()
+                    && !loaded.contains(&c.name.as_str())
             })
         });
         if let Some(c) = missing {
@@ -258,9 +262,31 @@ impl Loader {
         let name = TableReference::bare(self.table.as_str());
         let table = self.provider.clone();
         let rows = MemTable::try_new(self.schema.clone(), vec![vec![batch]])?;
-        let input =
-            LogicalPlanBuilder::scan("loaded_rows", provider_as_source(Arc::new(rows)), None)?
-                .build()?;
+        // Columns the data does not carry get their DEFAULT, as in COPY.
+        let filled: Vec<Expr> = self
+            .schema
+            .fields()
+            .iter()
+            .enumerate()
+            .map(|(i, f)| {
+                let column = col(Column::from_name(f.name()));
+                match self.provider.get_column_default(f.name()) {
+                    Some(default) if !self.columns.contains(&i) => {
+                        datafusion::logical_expr::cast(default.clone(), f.data_type().clone())
+                            .alias(f.name())
+                    }
+                    _ => column,
+                }
+            })
+            .collect();
+        let mut input =
+            LogicalPlanBuilder::scan("loaded_rows", provider_as_source(Arc::new(rows)), None)?;
+        // Only where a default fills a column: the usual load plans no
+        // projection.
+        if filled.iter().any(|e| !matches!(e, Expr::Column(_))) {
+            input = input.project(filled)?;
+        }
+        let input = input.build()?;
         let insert = LogicalPlanBuilder::insert_into(
             input,
             name,
