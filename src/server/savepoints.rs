@@ -1,9 +1,8 @@
 //! `SAVEPOINT`, `RELEASE [SAVEPOINT]` and `ROLLBACK TO [SAVEPOINT]` inside a
 //! transaction block, as drivers send them (psycopg 3's SQLAlchemy dialect
-//! opens one on connect; ORMs nest transactions with them). Here a
-//! savepoint is a name on a stack, checked as PostgreSQL checks it; the
-//! session mirrors each accepted one as a mark in the transaction's write
-//! buffer (`exec::transaction`), which `ROLLBACK TO` returns to.
+//! opens one on connect; ORMs nest transactions with them). A savepoint is
+//! a mark in the transaction's write buffer (`exec::transaction`), which
+//! `ROLLBACK TO` returns to; names are checked as PostgreSQL checks them.
 //!
 //! `ROLLBACK TO` also clears an error in the transaction, as in PostgreSQL
 //! (drivers recover so from a failed statement). pgwire keeps a failed
@@ -13,7 +12,6 @@
 //! sets it back to in-transaction after it, and the session answers it as
 //! failed ([`Savepoints::take_failed`], [`Savepoints::take_recovered`]).
 
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use datafusion::sql::sqlparser::ast::Statement;
@@ -22,11 +20,12 @@ use pgwire::error::PgWireResult;
 use pgwire::messages::response::TransactionStatus;
 
 use super::sqlstate::{INVALID_SAVEPOINT, NO_ACTIVE_TRANSACTION, error};
+use crate::exec::transaction::Transaction;
 
-/// The savepoints of one connection's transaction, oldest first.
+/// The failed-state bookkeeping of one connection's savepoints (the marks
+/// themselves are the transaction's).
 #[derive(Debug, Default)]
 pub struct Savepoints {
-    names: Mutex<Vec<String>>,
     /// The client's status was lifted from failed for the next simple query.
     failed: AtomicBool,
     /// A `ROLLBACK TO` cleared the transaction's error.
@@ -34,13 +33,6 @@ pub struct Savepoints {
 }
 
 impl Savepoints {
-    /// Forgets them all: the transaction began or ended.
-    pub fn clear(&self) {
-        if let Ok(mut names) = self.names.lock() {
-            names.clear();
-        }
-    }
-
     /// The connection lifted the failed state for the next query.
     pub fn mark_failed(&self) {
         self.failed.store(true, Ordering::Relaxed);
@@ -57,11 +49,13 @@ impl Savepoints {
         self.recovered.swap(false, Ordering::Relaxed)
     }
 
-    /// Answers a savepoint statement; `None` for any other statement.
+    /// Answers a savepoint statement on `tx`; `None` for any other
+    /// statement.
     pub fn apply(
         &self,
         statement: &Statement,
         status: TransactionStatus,
+        tx: &Transaction,
     ) -> Option<PgWireResult<Response>> {
         let (name, what) = match statement {
             Statement::Savepoint { name } => (name, "SAVEPOINT"),
@@ -79,37 +73,26 @@ impl Savepoints {
             )));
         }
         let name = crate::catalog::normalize_ident(name);
-        let Ok(mut names) = self.names.lock() else {
-            return Some(Err(error(
-                INVALID_SAVEPOINT,
-                "the savepoints are unreadable",
-            )));
-        };
-        if let Statement::Savepoint { .. } = statement {
-            names.push(name);
-            return Some(Ok(Response::Execution(Tag::new("SAVEPOINT"))));
-        }
-        // The newest of that name, as PostgreSQL picks.
-        let Some(at) = names.iter().rposition(|n| *n == name) else {
-            return Some(Err(error(
-                INVALID_SAVEPOINT,
-                format!("savepoint \"{name}\" does not exist"),
-            )));
-        };
-        Some(Ok(match statement {
-            Statement::ReleaseSavepoint { .. } => {
-                names.truncate(at);
-                Response::Execution(Tag::new("RELEASE"))
-            }
-            // Back to the savepoint, which stays (the session returns the
-            // write buffer to its mark), and the transaction is good again.
-            _ => {
-                names.truncate(at + 1);
+        let answer = match statement {
+            Statement::Savepoint { .. } => tx.savepoint(&name).then_some("SAVEPOINT"),
+            Statement::ReleaseSavepoint { .. } => tx.release(&name).then_some("RELEASE"),
+            // Back to the mark, which stays, and the transaction is good
+            // again.
+            _ => tx.rollback_to(&name).then(|| {
                 if matches!(status, TransactionStatus::Error) {
                     self.recovered.store(true, Ordering::Relaxed);
                 }
-                Response::Execution(Tag::new("ROLLBACK"))
-            }
-        }))
+                "ROLLBACK"
+            }),
+        };
+        Some(match answer {
+            Some(tag) => Ok(Response::Execution(Tag::new(tag))),
+            // The newest of that name is the one PostgreSQL picks; there
+            // is none.
+            None => Err(error(
+                INVALID_SAVEPOINT,
+                format!("savepoint \"{name}\" does not exist"),
+            )),
+        })
     }
 }

@@ -174,26 +174,22 @@ impl Session {
                 "current transaction is aborted, commands ignored until end of transaction block",
             ));
         }
-        if let Some(answer) = self.savepoints.apply(statement, status) {
-            if answer.is_ok() {
-                self.mark_buffer(statement);
-            }
+        let tx = self
+            .transaction()
+            .ok_or_else(|| super::plan::internal("the session has no transaction state"))?;
+        if let Some(answer) = self.savepoints.apply(statement, status, &tx) {
             return answer;
         }
         match statement {
             Statement::Copy { .. } => self.start_copy(client, statement, status).await,
             Statement::StartTransaction { .. } => {
-                self.savepoints.clear();
-                if let Some(tx) = self.transaction() {
-                    tx.begin();
-                }
+                tx.begin();
                 Ok(Response::TransactionStart(Tag::new("BEGIN")))
             }
             Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => {
                 Err(error(FEATURE_NOT_SUPPORTED, "AND CHAIN is not supported"))
             }
             Statement::Commit { .. } | Statement::Rollback { .. } => {
-                self.savepoints.clear();
                 self.close_tx_cursors(client)?;
                 // A failed transaction ends as a rollback, as in PostgreSQL.
                 let tag = match (statement, status) {
@@ -201,19 +197,17 @@ impl Session {
                     (Statement::Commit { .. }, _) => "COMMIT",
                     _ => "ROLLBACK",
                 };
-                if let Some(tx) = self.transaction() {
-                    if tag == "COMMIT" {
-                        let committed = tx.commit(self.planner.engine.store().as_ref()).await;
-                        if let Err(e) = committed {
-                            // The block has ended, as a failed COMMIT ends it
-                            // in PostgreSQL: the error leaves the client idle,
-                            // not in a failed transaction.
-                            client.set_transaction_status(TransactionStatus::Idle);
-                            return Err(super::sqlstate::engine_error(&e.into()));
-                        }
-                    } else {
-                        tx.rollback();
+                if tag == "COMMIT" {
+                    let committed = tx.commit(self.planner.engine.store().as_ref()).await;
+                    if let Err(e) = committed {
+                        // The block has ended, as a failed COMMIT ends it in
+                        // PostgreSQL: the error leaves the client idle, not
+                        // in a failed transaction.
+                        client.set_transaction_status(TransactionStatus::Idle);
+                        return Err(super::sqlstate::engine_error(&e.into()));
                     }
+                } else {
+                    tx.rollback();
                 }
                 Ok(Response::TransactionEnd(Tag::new(tag)))
             }
@@ -345,29 +339,6 @@ impl Session {
     /// The session's transaction block (`exec::transaction`).
     fn transaction(&self) -> Option<Arc<crate::exec::transaction::Transaction>> {
         crate::engine::session_transaction(&self.planner.ctx)
-    }
-
-    /// Mirrors a savepoint statement `savepoints` accepted in the write
-    /// buffer: a mark, a return to one, or a mark forgotten.
-    fn mark_buffer(&self, statement: &Statement) {
-        let Some(tx) = self.transaction() else {
-            return;
-        };
-        match statement {
-            Statement::Savepoint { name } => {
-                tx.savepoint(&crate::catalog::normalize_ident(name));
-            }
-            Statement::ReleaseSavepoint { name } => {
-                tx.release(&crate::catalog::normalize_ident(name));
-            }
-            Statement::Rollback {
-                savepoint: Some(name),
-                ..
-            } => {
-                tx.rollback_to(&crate::catalog::normalize_ident(name));
-            }
-            _ => {}
-        }
     }
 
     fn close_tx_cursors<C>(&self, client: &C) -> PgWireResult<()>
