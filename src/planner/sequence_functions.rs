@@ -19,12 +19,12 @@ use datafusion::arrow::datatypes::DataType;
 use datafusion::common::cast::{as_boolean_array, as_int64_array, as_string_array};
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{DFSchema, DataFusionError, exec_err};
+use datafusion::common::{Column, DFSchema, DataFusionError, ScalarValue, exec_err};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::logical_expr::ExprSchemable;
 use datafusion::logical_expr::async_udf::{AsyncScalarUDF, AsyncScalarUDFImpl};
-use datafusion::logical_expr::expr::ScalarFunction;
+use datafusion::logical_expr::expr::{Cast, ScalarFunction};
 use datafusion::logical_expr::{
     ColumnarValue, EmptyRelation, Expr, LogicalPlan, LogicalPlanBuilder, ScalarFunctionArgs,
     ScalarUDF, ScalarUDFImpl, Signature, TypeSignature, Values, Volatility,
@@ -225,9 +225,9 @@ impl AsyncScalarUDFImpl for SequenceFunction {
         let mut out = Int64Builder::with_capacity(names.len());
         match self.which {
             Which::Next => {
-                // In row order within a batch (a VALUES list whose rows call
-                // nextval runs them as separate one-row branches, in no
-                // set order).
+                // In row order within a batch (a VALUES list whose rows
+                // differ in which cells call nextval runs those rows as
+                // one-row branches, in no set order: see `AsyncValues`).
                 for name in names.iter() {
                     let Some(name) = name.map(name_from_text) else {
                         out.append_null();
@@ -280,10 +280,12 @@ fn calls_async(e: &Expr) -> bool {
     .unwrap_or(false)
 }
 
-/// `VALUES` rows that call an async function, as one-row projections:
+/// `VALUES` cells that call an async function, moved into projections:
 /// DataFusion evaluates `VALUES` cells at planning, where an async function
-/// cannot run, and runs them in projections. The other rows stay a `VALUES`;
-/// the union of both keeps every row (a `VALUES` has no order to keep).
+/// cannot run, and runs them in projections. A column that calls the same
+/// function in every row becomes one projection over the rest, in row order;
+/// otherwise each row that calls one becomes a one-row projection, and the
+/// union of those and the other rows keeps every row (in no set order).
 #[derive(Debug, Default)]
 pub struct AsyncValues;
 
@@ -300,10 +302,94 @@ impl AnalyzerRule for AsyncValues {
             if !values.values.iter().flatten().any(calls_async) {
                 return Ok(Transformed::no(node));
             }
-            rows_as_projections(values).map(Transformed::yes)
+            match columns_as_projection(values)? {
+                Some(plan) => Ok(Transformed::yes(plan)),
+                None => rows_as_projections(values).map(Transformed::yes),
+            }
         })
         .map(|t| t.data)
     }
+}
+
+/// The usual shape, `VALUES (DEFAULT, 'a'), (DEFAULT, 'b')`, where a column
+/// holds one async call in every row and no other cell calls one: the
+/// column is computed by one projection over the others, row by row in
+/// order (ids ascend down the rows, as in PostgreSQL). `None` for any other
+/// shape.
+fn columns_as_projection(values: &Values) -> Result<Option<LogicalPlan>> {
+    let Some(first) = values.values.first() else {
+        return Ok(None);
+    };
+    let hoisted: Vec<Option<&Expr>> = first
+        .iter()
+        .enumerate()
+        .map(|(j, cell)| {
+            (calls_async(cell) && values.values.iter().all(|r| r.get(j) == Some(cell)))
+                .then_some(cell)
+        })
+        .collect();
+    let rest_async = values.values.iter().any(|row| {
+        row.iter()
+            .zip(&hoisted)
+            .any(|(cell, h)| h.is_none() && calls_async(cell))
+    });
+    if rest_async {
+        return Ok(None);
+    }
+    let fields = values.schema.fields();
+    // The hoisted cells become typed NULLs the projection replaces.
+    let rows = values
+        .values
+        .iter()
+        .map(|row| {
+            row.iter()
+                .zip(&hoisted)
+                .zip(fields.iter())
+                .map(|((cell, h), field)| match h {
+                    Some(_) => Ok(Expr::Literal(
+                        ScalarValue::try_from(field.data_type())?,
+                        None,
+                    )),
+                    None => Ok(cell.clone()),
+                })
+                .collect::<Result<Vec<_>>>()
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let projection = hoisted
+        .iter()
+        .zip(fields.iter())
+        .map(|(h, field)| match h {
+            Some(call) => Ok(Expr::Cast(Cast::new(
+                Box::new((*call).clone()),
+                field.data_type().clone(),
+            ))
+            .alias(field.name())),
+            None => Ok(Expr::Column(Column::from_name(field.name()))),
+        })
+        .collect::<Result<Vec<_>>>()?;
+    // The NULLs stand where the schema may say non-null.
+    let nullable: Vec<_> = fields
+        .iter()
+        .zip(&hoisted)
+        .map(|(f, h)| {
+            Arc::new(
+                f.as_ref()
+                    .clone()
+                    .with_nullable(f.is_nullable() || h.is_some()),
+            )
+        })
+        .collect();
+    let schema =
+        DFSchema::from_unqualified_fields(nullable.into(), values.schema.metadata().clone())?;
+    let values = LogicalPlan::Values(Values {
+        schema: Arc::new(schema),
+        values: rows,
+    });
+    Ok(Some(
+        LogicalPlanBuilder::from(values)
+            .project(projection)?
+            .build()?,
+    ))
 }
 
 fn rows_as_projections(values: &Values) -> Result<LogicalPlan> {
