@@ -176,6 +176,34 @@ fn point_query_prepared(bencher: Bencher) {
     });
 }
 
+/// The library's prepared statement (`Engine::prepare`): planned once,
+/// each run binds the keys and reads the entity on the calling task.
+#[divan::bench]
+fn point_query_library_prepared(bencher: Bencher) {
+    use tablesql::datafusion::scalar::ScalarValue;
+    let f = &*FIXTURE;
+    let prepared = f
+        .rt
+        .block_on(f.pushed.prepare(
+            "SELECT name, age, finish FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3",
+        ))
+        .expect("prepare");
+    assert!(prepared.is_point_read());
+    let mut i = 0;
+    bencher.bench_local(|| {
+        i = (i + 7919) % ROWS;
+        let r = registration(i);
+        let params = vec![
+            ScalarValue::from(r.event),
+            ScalarValue::from(r.distance),
+            ScalarValue::Int32(Some(r.bib)),
+        ];
+        let rows = f.rt.block_on(prepared.query(params)).expect("query");
+        assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+        black_box(rows)
+    });
+}
+
 #[divan::bench]
 fn point_get_store(bencher: Bencher) {
     let f = &*FIXTURE;
@@ -329,4 +357,93 @@ fn correlated_subquery_sqlite(bencher: Bencher) {
         assert_eq!(n, 49);
         black_box(n)
     });
+}
+
+/// A fresh mapped table of the registrations' shape (base rows and `AGE:`
+/// index rows), named `copy_{n}`.
+fn fresh_copy(f: &Fixture, n: usize) -> String {
+    let name = format!("copy_{n}");
+    let ddl = format!(
+        "CREATE TABLE {name} (event TEXT NOT NULL, distance TEXT NOT NULL, bib INT NOT NULL, \
+         name TEXT NOT NULL, gender TEXT NOT NULL, age INT NOT NULL, finish BIGINT, \
+         registered TIMESTAMP, club TEXT, PRIMARY KEY (event, distance, bib)) WITH (\
+         storage_table = 'Copy{n}', partition_key = '{{event}}__{{distance}}', \
+         row_key = 'BIB:{{bib:05}}__{{name}}__{{gender}}__{{age}}', \
+         index_age = 'AGE:{{age:03}}__{{bib}}__{{name}}__{{gender}}')"
+    );
+    f.rt.block_on(f.pushed.collect(&ddl)).expect("create");
+    name
+}
+
+static COPIES: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
+/// `INSERT ... SELECT` of all 100,000 registrations into an empty table:
+/// 200,000 entities written with their index rows.
+#[divan::bench(sample_count = 3)]
+fn bulk_insert_select(bencher: Bencher) {
+    let f = &*FIXTURE;
+    bencher
+        .counter(ItemsCount::new(2 * ROWS))
+        .with_inputs(|| fresh_copy(f, COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed)))
+        .bench_local_values(|name| {
+            let sql = format!(
+                "INSERT INTO {name} (event, distance, bib, name, gender, age, finish, registered, \
+                 club) SELECT event, distance, bib, name, gender, age, finish, registered, club \
+                 FROM registrations"
+            );
+            let rows = f.rt.block_on(f.pushed.collect(&sql)).expect("insert");
+            let count = rows[0]
+                .column(0)
+                .as_primitive::<tablesql::datafusion::arrow::datatypes::UInt64Type>()
+                .value(0);
+            assert_eq!(count, ROWS);
+        });
+}
+
+/// Multi-row `VALUES`: the same 100,000 registrations as 100 statements of
+/// 1,000 rows each (the statements' text built beforehand).
+#[divan::bench(sample_count = 3)]
+fn bulk_insert_values(bencher: Bencher) {
+    let f = &*FIXTURE;
+    let statements = |name: &str| -> Vec<String> {
+        (0..ROWS)
+            .collect::<Vec<_>>()
+            .chunks(1000)
+            .map(|chunk| {
+                let rows: Vec<String> = chunk
+                    .iter()
+                    .map(|&i| {
+                        let r = registration(i);
+                        format!(
+                            "('{}', '{}', {}, '{}', '{}', {}, {}, '{}', {})",
+                            r.event,
+                            r.distance,
+                            r.bib,
+                            r.name.replace('\'', "''"),
+                            r.gender,
+                            r.age,
+                            r.finish_seconds,
+                            r.registered.format("%Y-%m-%d %H:%M:%S"),
+                            r.club.map_or("NULL".into(), |c| format!("'{}'", c.replace('\'', "''"))),
+                        )
+                    })
+                    .collect();
+                format!(
+                    "INSERT INTO {name} (event, distance, bib, name, gender, age, finish, registered, club) VALUES {}",
+                    rows.join(", ")
+                )
+            })
+            .collect()
+    };
+    bencher
+        .counter(ItemsCount::new(2 * ROWS))
+        .with_inputs(|| {
+            let name = fresh_copy(f, COPIES.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+            statements(&name)
+        })
+        .bench_local_values(|statements| {
+            for sql in statements {
+                f.rt.block_on(f.pushed.collect(&sql)).expect("insert");
+            }
+        });
 }

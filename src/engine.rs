@@ -49,10 +49,12 @@ use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 mod describe;
 mod indexes;
 mod paging;
+mod prepared;
 
 pub use crate::exec::upkeep::IndexHealth;
 pub use describe::{IndexInfo, TableInfo, describe_catalog};
 pub use paging::ResultPage;
+pub use prepared::{PreparedStatement, bind};
 
 /// The schema that holds every storage table read raw.
 pub const RAW_SCHEMA: &str = "raw";
@@ -115,6 +117,9 @@ pub struct Engine {
     stats: Arc<StatsCache>,
     /// The blocks of sequence values this process holds.
     sequences: Arc<Sequences>,
+    /// Raised by every change of the tables registered: prepared
+    /// statements planned under an older version plan again.
+    catalog_version: Arc<std::sync::atomic::AtomicU64>,
 }
 
 /// What catalog DDL did, when a statement was catalog DDL.
@@ -199,6 +204,7 @@ impl Engine {
             signer: Arc::default(),
             stats: Arc::default(),
             sequences,
+            catalog_version: Arc::default(),
         };
         engine.refresh().await?;
         Ok(engine)
@@ -228,6 +234,7 @@ impl Engine {
         let defs = persist::load(self.store.as_ref()).await?;
         self.stats
             .replace_all(stats::load_all(self.store.as_ref()).await?);
+        self.catalog_changed();
         let raw = Arc::new(MemorySchemaProvider::new());
         let public = self.public_schema()?;
         // Tables the embedder registered on the context stay.
@@ -259,6 +266,11 @@ impl Engine {
         Ok(())
     }
 
+    fn catalog_changed(&self) {
+        self.catalog_version
+            .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
     fn public_schema(&self) -> Result<Arc<dyn SchemaProvider>, EngineError> {
         self.ctx
             .catalog("datafusion")
@@ -279,6 +291,7 @@ impl Engine {
     /// Registers a mapped table, in place of a store table of the same name
     /// (a raw alias, or an older mapping).
     fn register_mapped(&self, def: TableDef) -> Result<(), EngineError> {
+        self.catalog_changed();
         let name = def.name.clone();
         let layout = Layout::mapped(Arc::new(def));
         let defaults = self.column_defaults(&layout)?;
@@ -763,6 +776,11 @@ pub fn session_notices(ctx: &SessionContext) -> Vec<String> {
         .get_extension::<Notices>()
         .map(|n| n.take())
         .unwrap_or_default()
+}
+
+/// Whether a session pages its queries (`tablesql.page_size` above 0).
+pub fn session_pages(ctx: &SessionContext) -> bool {
+    paging::paging_on(ctx)
 }
 
 /// The transaction block of a session (an engine's own, or one of

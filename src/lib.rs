@@ -55,4 +55,4 @@ pub mod storage;
 
 /// The DataFusion release tablesql is built on, for embedders.
 pub use datafusion;
-pub use engine::{Engine, EngineError, EngineOptions};
+pub use engine::{Engine, EngineError, EngineOptions, PreparedStatement};

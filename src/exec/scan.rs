@@ -38,12 +38,12 @@ use tokio::sync::mpsc;
 
 use super::ExecError;
 use super::access::{AccessPath, KeyRequest};
-use super::decode::{Layout, Source, decode};
+use super::decode::{BatchSink, DecodePlan, Layout, Skipped, Source, decode};
 use super::fanout::{Fanout, ListingCounters, expand};
 use super::metrics::ExactCount;
 use super::notices::ScanVerdict;
 use crate::catalog::stats::TableStats;
-use crate::storage::{ContinuationToken, PartitionKey, Query, StoredEntity, TableStore};
+use crate::storage::{ContinuationToken, PageEnd, Query, RowSink, StoredEntity, TableStore};
 
 /// Tuning of scans.
 #[derive(Debug, Clone, Copy)]
@@ -105,7 +105,7 @@ struct Counters {
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     index_rows: ExactCount,
     lookups: ExactCount,
-    seen: Arc<Mutex<HashSet<PartitionKey>>>,
+    seen: Arc<Mutex<HashSet<String>>>,
 }
 
 impl PartitionScanExec {
@@ -325,6 +325,8 @@ struct RequestRun {
     lookup: Option<Arc<Lookup>>,
     /// Most store requests in flight.
     width: usize,
+    /// How the rows' pages decode.
+    decode: Arc<DecodePlan>,
 }
 
 /// The base rows behind index rows.
@@ -385,6 +387,30 @@ impl RequestRun {
                 partitions,
                 rows,
                 at_most_one,
+            } if self.lookup.is_none() => {
+                let mut query = self.query.clone();
+                query.partitions = partitions;
+                query.rows = rows;
+                if at_most_one {
+                    query.top = Some(1);
+                }
+                let mut token: Option<ContinuationToken> = None;
+                loop {
+                    let (end, sink) = self.page_into(&query, token.as_ref()).await?;
+                    self.counters.scanned.add(end.scanned);
+                    self.count_partitions(sink.partitions().iter().map(String::as_str));
+                    let (batch, skipped) = sink.finish()?;
+                    let n = self.send(batch, skipped, tx).await;
+                    match end.continuation {
+                        Some(next) if !(at_most_one && n > 0) => token = Some(next),
+                        _ => break,
+                    }
+                }
+            }
+            KeyRequest::Scan {
+                partitions,
+                rows,
+                at_most_one,
             } => {
                 let mut query = self.query.clone();
                 query.partitions = partitions;
@@ -418,17 +444,7 @@ impl RequestRun {
         if entities.is_empty() {
             return Ok(0);
         }
-        if let Ok(mut seen) = self.counters.seen.lock() {
-            let mut last: Option<&PartitionKey> = None;
-            for e in entities {
-                if last != Some(e.partition_key()) {
-                    last = Some(e.partition_key());
-                    if seen.insert(e.partition_key().clone()) {
-                        self.counters.partitions.add(1);
-                    }
-                }
-            }
-        }
+        self.count_partitions(entities.iter().map(|e| e.partition_key().as_str()));
         let base;
         let (layout, entities) = match &self.lookup {
             None => (&self.layout, entities),
@@ -438,12 +454,62 @@ impl RequestRun {
             }
         };
         let (batch, skipped) = decode(layout, &self.projection, &self.schema, entities)?;
+        Ok(self.send(batch, skipped, tx).await)
+    }
+
+    /// Sends a decoded page; returns the rows sent (0 if the consumer left).
+    async fn send(
+        &self,
+        batch: RecordBatch,
+        skipped: Skipped,
+        tx: &mpsc::Sender<Result<RecordBatch>>,
+    ) -> usize {
         self.counters.index_rows.add(skipped.index_rows);
         let n = batch.num_rows();
         if n > 0 && tx.send(Ok(batch)).await.is_err() {
-            return Ok(0);
+            return 0;
         }
-        Ok(n)
+        n
+    }
+
+    /// Counts the partitions not met before.
+    fn count_partitions<'a>(&self, keys: impl Iterator<Item = &'a str>) {
+        if let Ok(mut seen) = self.counters.seen.lock() {
+            let mut last: Option<&str> = None;
+            for pk in keys {
+                if last != Some(pk) {
+                    last = Some(pk);
+                    if !seen.contains(pk) {
+                        seen.insert(pk.to_owned());
+                        self.counters.partitions.add(1);
+                    }
+                }
+            }
+        }
+    }
+
+    /// One page decoded by the store straight into Arrow builders.
+    async fn page_into(
+        &self,
+        query: &Query,
+        token: Option<&ContinuationToken>,
+    ) -> Result<(PageEnd, BatchSink)> {
+        let capacity = query
+            .page_size()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let sink = Arc::new(Mutex::new(BatchSink::new(self.decode.clone(), capacity)));
+        let shared: Arc<Mutex<dyn RowSink>> = sink.clone();
+        let end = self
+            .request(
+                self.store
+                    .query_into(&self.layout.table, query, token, shared),
+            )
+            .await?;
+        let sink = Arc::try_unwrap(sink)
+            .map_err(|_| DataFusionError::Internal("a store kept a page's sink".into()))?
+            .into_inner()
+            .map_err(|_| DataFusionError::Internal("a page's sink panicked".into()))?;
+        Ok((end, sink))
     }
 }
 
@@ -629,6 +695,11 @@ impl ExecutionPlan for PartitionScanExec {
             query.top = Some(limit.clamp(1, crate::storage::query::MAX_PAGE) as u32);
         }
         let run = RequestRun {
+            decode: Arc::new(DecodePlan::new(
+                self.rows.clone(),
+                &self.projection,
+                &self.schema,
+            )),
             store: self.store.clone(),
             layout: self.rows.clone(),
             lookup,

@@ -23,6 +23,26 @@ impl fmt::Display for KeyValue {
     }
 }
 
+/// A value of one key field as read from a key, borrowing its text where
+/// the key spells it unescaped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KeyRef<'a> {
+    /// An integer.
+    Int(i64),
+    /// Text.
+    Text(std::borrow::Cow<'a, str>),
+}
+
+impl KeyRef<'_> {
+    /// The owned value.
+    pub fn into_owned(self) -> KeyValue {
+        match self {
+            KeyRef::Int(i) => KeyValue::Int(i),
+            KeyRef::Text(t) => KeyValue::Text(t.into_owned()),
+        }
+    }
+}
+
 /// How a field is written: `{col}`, `{col:05}`, `{col:+05}` or `{col:~05}`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FieldFormat {
@@ -144,6 +164,60 @@ impl FieldFormat {
                     _ => return Err(bad()),
                 }
             }
+        })
+    }
+}
+
+impl FieldFormat {
+    /// Reads the text `encode` writes for this format, and nothing else: a
+    /// text in another spelling of the same value is a mismatch. Free text
+    /// without escapes is borrowed.
+    pub fn read<'a>(
+        self,
+        column: &str,
+        text: &'a str,
+        escape: &str,
+    ) -> Result<KeyRef<'a>, KeyError> {
+        match self {
+            FieldFormat::Text => {
+                let plain = if text.is_ascii() && escape.is_ascii() {
+                    // Byte checks: the common case, and a scan's hot path.
+                    let esc = escape.as_bytes();
+                    !text.bytes().any(|b| {
+                        b == b'%'
+                            || b < 0x20
+                            || b == 0x7f
+                            || b"/\\#?".contains(&b)
+                            || esc.contains(&b)
+                    })
+                } else {
+                    !text
+                        .chars()
+                        .any(|c| always_escaped(c) || escape.contains(c))
+                };
+                if plain {
+                    return Ok(KeyRef::Text(std::borrow::Cow::Borrowed(text)));
+                }
+            }
+            FieldFormat::Padded { .. } | FieldFormat::Inverted { .. } => {
+                // Fixed width, digits only: the one spelling of its value.
+                return self.decode(column, text).map(|v| match v {
+                    KeyValue::Int(i) => KeyRef::Int(i),
+                    KeyValue::Text(t) => KeyRef::Text(t.into()),
+                });
+            }
+            FieldFormat::Signed { .. } => {}
+        }
+        let value = self.decode(column, text)?;
+        if self.encode(column, &value, escape)? != text {
+            return Err(KeyError::Mismatch {
+                column: column.to_owned(),
+                text: text.to_owned(),
+            });
+        }
+        Ok(match value {
+            KeyValue::Int(i) => KeyRef::Int(i),
+            KeyValue::Text(t) => KeyRef::Text(t.into()),
         })
     }
 }

@@ -15,7 +15,7 @@
 mod field;
 mod template;
 
-pub use field::{FieldFormat, KeyValue, escape_text, unescape_text};
+pub use field::{FieldFormat, KeyRef, KeyValue, escape_text, unescape_text};
 pub use template::{KeyBounds, KeyTemplate, Segment, successor};
 
 /// A template that does not parse, or a value or key that does not fit one.

@@ -4,10 +4,11 @@
 
 use std::fmt;
 use std::ops::Bound;
+use std::ops::Range;
 use std::str::FromStr;
 
 use super::KeyError;
-use super::field::{FieldFormat, KeyValue, MAX_WIDTH, escape_text};
+use super::field::{FieldFormat, KeyRef, KeyValue, MAX_WIDTH, escape_text};
 
 /// A part of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -179,43 +180,110 @@ impl KeyTemplate {
     /// whose text does not fit (a key this template did not write, or did not
     /// write in that spelling).
     pub fn decompose(&self, key: &str) -> Result<Vec<KeyValue>, KeyError> {
+        let mut spans = Vec::new();
+        self.split(key, &mut spans)?;
+        spans
+            .iter()
+            .enumerate()
+            .map(|(n, span)| {
+                self.read_field(key, n, span.clone())
+                    .map(KeyRef::into_owned)
+            })
+            .collect()
+    }
+
+    /// Where each field's text lies in `key`, in field order, checking the
+    /// literals and the end of the key but not the fields' spelling (that is
+    /// `read_field`'s, for the fields a reader wants).
+    pub fn split(&self, key: &str, spans: &mut Vec<Range<usize>>) -> Result<(), KeyError> {
         let mismatch = |column: &str| KeyError::Mismatch {
             column: column.to_owned(),
             text: key.to_owned(),
         };
-        let mut values = Vec::new();
-        let mut rest = key;
+        spans.clear();
+        let mut at = 0;
         for (i, seg) in self.segments.iter().enumerate() {
+            let rest = &key[at..];
             match seg {
                 Segment::Literal(l) => {
-                    rest = rest.strip_prefix(l.as_str()).ok_or_else(|| mismatch(l))?;
+                    if !rest.starts_with(l.as_str()) {
+                        return Err(mismatch(l));
+                    }
+                    at += l.len();
                 }
                 Segment::Field { column, format } => {
                     let len = match format.fixed_len() {
                         Some(n) => n,
                         None => match self.separator_after(i) {
                             "" => rest.len(),
-                            sep => rest.find(sep).ok_or_else(|| mismatch(column))?,
+                            sep => find(rest, sep).ok_or_else(|| mismatch(column))?,
                         },
                     };
-                    let text = rest.get(..len).ok_or_else(|| mismatch(column))?;
-                    let value = format.decode(column, text)?;
-                    // Only the encoding compose writes is accepted: lookups
-                    // compose keys, so a key in another spelling of the same
-                    // value (an unescaped separator, `%41`, `-999` for zero)
-                    // would be found by a scan but never by a lookup.
-                    if format.encode(column, &value, self.separator_after(i))? != text {
+                    if !rest.is_char_boundary(len) || rest.len() < len {
                         return Err(mismatch(column));
                     }
-                    values.push(value);
-                    rest = &rest[len..];
+                    spans.push(at..at + len);
+                    at += len;
                 }
             }
         }
-        if !rest.is_empty() {
+        if at != key.len() {
             return Err(mismatch("the end of the key"));
         }
-        Ok(values)
+        Ok(())
+    }
+
+    /// Checks the spelling of every field of `key` (its `spans` from
+    /// `split`) without keeping their values: an error names the first
+    /// field that does not read back as `compose` writes it.
+    pub fn check_fields(&self, key: &str, spans: &[Range<usize>]) -> Result<(), KeyError> {
+        let fields = self
+            .segments
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Segment::Field { column, format } => Some((i, column, *format)),
+                Segment::Literal(_) => None,
+            });
+        for ((i, column, format), span) in fields.zip(spans) {
+            let text = key.get(span.clone()).ok_or_else(|| KeyError::Mismatch {
+                column: column.clone(),
+                text: key.to_owned(),
+            })?;
+            format.read(column, text, self.separator_after(i))?;
+        }
+        Ok(())
+    }
+
+    /// Field `n`'s value from its span in `key` (from `split`). Only the
+    /// encoding compose writes is accepted: lookups compose keys, so a key in
+    /// another spelling of the same value (an unescaped separator, `%41`,
+    /// `-999` for zero) would be found by a scan but never by a lookup.
+    pub fn read_field<'k>(
+        &self,
+        key: &'k str,
+        n: usize,
+        span: Range<usize>,
+    ) -> Result<KeyRef<'k>, KeyError> {
+        let Some((i, column, format)) = self
+            .segments
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| match s {
+                Segment::Field { column, format } => Some((i, column, *format)),
+                Segment::Literal(_) => None,
+            })
+            .nth(n)
+        else {
+            return Err(KeyError::MissingValue {
+                column: format!("field {n}"),
+            });
+        };
+        let text = key.get(span).ok_or_else(|| KeyError::Mismatch {
+            column: column.clone(),
+            text: key.to_owned(),
+        })?;
+        format.read(column, text, self.separator_after(i))
     }
 
     /// The keys whose field after `leading` lies between `lo` and `hi` (an
@@ -316,6 +384,22 @@ pub enum KeyBounds {
         start: Bound<String>,
         end: Bound<String>,
     },
+}
+
+/// Where `needle` first occurs in `hay`: a byte scan for its first byte,
+/// which for a key's short separators beats building a substring searcher
+/// per field (`perf` showed `StrSearcher::new` in every row of a scan).
+fn find(hay: &str, needle: &str) -> Option<usize> {
+    let (h, n) = (hay.as_bytes(), needle.as_bytes());
+    let first = *n.first()?;
+    let mut at = 0;
+    while let Some(i) = h.get(at..)?.iter().position(|&b| b == first) {
+        if h[at + i..].starts_with(n) {
+            return Some(at + i);
+        }
+        at += i + 1;
+    }
+    None
 }
 
 /// The least string above every string that starts with `s`, in UTF-16

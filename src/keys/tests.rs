@@ -173,6 +173,28 @@ proptest! {
     }
 
     #[test]
+    fn the_scan_check_accepts_exactly_what_decomposes(
+        parts in proptest::collection::vec(
+            prop_oneof![
+                Just("BIB:".to_owned()),
+                Just("__".to_owned()),
+                Just("%5F".to_owned()),
+                Just("%zz".to_owned()),
+                Just("00042".to_owned()),
+                Just("-1".to_owned()),
+                text(),
+            ],
+            0..9,
+        )
+    ) {
+        let t = registrations_rk();
+        let key: String = parts.concat();
+        let mut spans = Vec::new();
+        let checked = t.split(&key, &mut spans).and_then(|()| t.check_fields(&key, &spans));
+        prop_assert_eq!(checked.is_ok(), t.decompose(&key).is_ok(), "{:?}", key);
+    }
+
+    #[test]
     fn composed_keys_round_trip_and_are_valid_keys(
         bib in 0i64..100_000, name in text(), gender in text(), age in text()
     ) {

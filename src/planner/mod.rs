@@ -12,6 +12,7 @@ pub mod page;
 pub mod pg_functions;
 pub mod pg_spelling;
 pub mod physical;
+pub mod point;
 pub mod policy;
 pub mod provider;
 pub mod pushdown;

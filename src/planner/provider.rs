@@ -72,6 +72,11 @@ impl StoreTable {
         self
     }
 
+    /// Whether filters on keys are pushed into the scan (see `without_pushdown`).
+    pub fn pushes_down(&self) -> bool {
+        self.pushdown
+    }
+
     /// Where the columns come from.
     pub fn layout(&self) -> &Layout {
         &self.layout
@@ -81,7 +86,13 @@ impl StoreTable {
     /// transaction block, the block's buffer over the store
     /// (`exec::transaction`).
     fn store_for(&self, session: &dyn Session) -> Arc<dyn TableStore> {
-        match session.config().get_extension::<Transaction>() {
+        self.store_in(session.config().get_extension::<Transaction>().as_ref())
+    }
+
+    /// The store seen from transaction block `tx` (the store itself for
+    /// `None`).
+    pub(crate) fn store_in(&self, tx: Option<&Arc<Transaction>>) -> Arc<dyn TableStore> {
+        match tx {
             Some(tx) => tx.store_for(self.store.clone()),
             None => self.store.clone(),
         }

@@ -41,6 +41,7 @@ use super::sqlstate::{
 use super::vectors;
 use crate::engine::Engine;
 use crate::exec::DmlExec;
+use crate::planner::point::PointRead;
 use crate::planner::sql::reads_system_catalog;
 
 /// A statement as Parse left it.
@@ -67,6 +68,9 @@ pub enum Kind {
         params: Vec<Option<DataType>>,
         param_types: Vec<Type>,
         write: Option<&'static str>,
+        /// A query that reads one entity by its primary key, planned
+        /// whole, with the catalog version it was planned under.
+        point: Option<(Arc<PointRead>, u64)>,
     },
     /// Any other statement (SET, SHOW, BEGIN, DECLARE, FETCH, DDL): it runs
     /// at Execute, like a simple query.
@@ -124,6 +128,7 @@ impl Planner {
                 kind: Kind::Command(Box::new(statement)),
             });
         }
+        let version = self.engine.catalog_version();
         let plan = self.logical(statement).await?;
         let mut types = plan
             .get_parameter_types()
@@ -150,6 +155,10 @@ impl Planner {
             .map(|(n, t)| params::told_type(*n, t.as_ref(), &oids))
             .collect::<PgWireResult<Vec<_>>>()?;
         let params: Vec<Option<DataType>> = numbered.into_iter().map(|(_, t)| t).collect();
+        let point = match write {
+            None => PointRead::of(&plan).map(|p| (Arc::new(p), version)),
+            Some(_) => None,
+        };
         Ok(Prepared {
             sql: sql.to_owned(),
             text,
@@ -159,6 +168,7 @@ impl Planner {
                 params,
                 param_types,
                 write,
+                point,
             },
         })
     }
@@ -363,17 +373,46 @@ impl Planner {
         values: &ParamValues,
         format: &Format,
         paged: bool,
-        guard: Guard,
+        mut guard: Guard,
     ) -> PgWireResult<QueryResponse> {
         let Kind::Query {
             plan,
             params,
             write: None,
+            point,
             ..
         } = &prepared.kind
         else {
             return Err(error(SYNTAX_ERROR, "not a query"));
         };
+        if let Some((point, version)) = point
+            && *version == self.engine.catalog_version()
+            && !crate::engine::session_pages(&self.ctx)
+        {
+            let tx = crate::engine::session_transaction(&self.ctx);
+            let read = guard
+                .run(async {
+                    point
+                        .run(tx.as_ref(), values)
+                        .await
+                        .map_err(|e| datafusion_error(&e))
+                })
+                .await?;
+            if let Some(batch) = read {
+                let fields = Arc::new(result_fields(
+                    plan.schema().as_arrow(),
+                    format,
+                    prepared.catalog,
+                )?);
+                let vectors = vectors::vector_columns(plan.schema().as_arrow());
+                let schema = batch.schema();
+                let stream: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+                    schema,
+                    futures::stream::iter([Ok(batch)]),
+                ));
+                return respond(fields, stream, vectors, guard).await;
+            }
+        }
         let plan = bind(plan, params, values)?;
         // A page token names the statement with its values.
         let text = format!("{}\n{values:?}", prepared.text);
@@ -490,50 +529,7 @@ fn bind(
     params: &[Option<DataType>],
     values: &ParamValues,
 ) -> PgWireResult<LogicalPlan> {
-    if params.is_empty() {
-        return Ok(plan.clone());
-    }
-    let plan = plan
-        .clone()
-        .replace_params_with_values(values)
-        .and_then(|p| crate::planner::upsert::bind_values(p, values))
-        .map_err(|e| datafusion_error(&e))?;
-    fold_limits(plan).map_err(|e| datafusion_error(&e))
-}
-
-/// `LIMIT $1::INTEGER` bound after optimization is a cast of a literal, and
-/// the physical planner takes only a literal there (psycopg 3 sends
-/// SQLAlchemy's `.limit(n)` so): each cast is folded into its literal.
-fn fold_limits(plan: LogicalPlan) -> datafusion::error::Result<LogicalPlan> {
-    use datafusion::common::tree_node::{Transformed, TreeNode};
-    use datafusion::logical_expr::{Expr, Limit};
-    fn fold(e: Box<Expr>) -> datafusion::error::Result<Box<Expr>> {
-        match *e {
-            Expr::Cast(c) => match *fold(c.expr)? {
-                Expr::Literal(v, meta) => Ok(Box::new(Expr::Literal(
-                    v.cast_to(c.field.data_type())?,
-                    meta,
-                ))),
-                other => Ok(Box::new(Expr::Cast(
-                    datafusion::logical_expr::Cast::new_from_field(Box::new(other), c.field),
-                ))),
-            },
-            other => Ok(Box::new(other)),
-        }
-    }
-    plan.transform_up(|p| match p {
-        LogicalPlan::Limit(Limit { skip, fetch, input }) => {
-            let skip = skip.map(fold).transpose()?;
-            let fetch = fetch.map(fold).transpose()?;
-            Ok(Transformed::yes(LogicalPlan::Limit(Limit {
-                skip,
-                fetch,
-                input,
-            })))
-        }
-        other => Ok(Transformed::no(other)),
-    })
-    .map(|t| t.data)
+    crate::engine::bind(plan, params, values).map_err(|e| datafusion_error(&e))
 }
 
 /// Whether a statement writes when it runs: a write, or EXPLAIN ANALYZE of one.

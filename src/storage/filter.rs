@@ -3,9 +3,9 @@
 
 use std::cmp::Ordering;
 
-use super::entity::StoredEntity;
 use super::key::cmp_utf16;
 use super::value::EdmValue;
+use super::view::{EntityView, compare_refs};
 
 /// What a comparison reads from an entity.
 #[derive(Debug, Clone, PartialEq)]
@@ -126,7 +126,7 @@ impl Filter {
     }
 
     /// Whether the entity passes the filter.
-    pub fn matches(&self, e: &StoredEntity) -> bool {
+    pub fn matches(&self, e: &(impl EntityView + ?Sized)) -> bool {
         match self {
             Filter::And(a, b) => a.matches(e) && b.matches(e),
             Filter::Or(a, b) => a.matches(e) || b.matches(e),
@@ -134,15 +134,13 @@ impl Filter {
             Filter::Compare { operand, op, value } => {
                 let ord = match (operand, value) {
                     (Operand::PartitionKey, EdmValue::String(s)) => {
-                        Some(cmp_utf16(e.partition_key().as_str(), s))
+                        Some(cmp_utf16(e.partition_key(), s))
                     }
-                    (Operand::RowKey, EdmValue::String(s)) => {
-                        Some(cmp_utf16(e.row_key().as_str(), s))
-                    }
-                    (Operand::Timestamp, EdmValue::DateTime(t)) => Some(e.timestamp.cmp(t)),
-                    (Operand::Property(name), lit) => match e.get(name) {
+                    (Operand::RowKey, EdmValue::String(s)) => Some(cmp_utf16(e.row_key(), s)),
+                    (Operand::Timestamp, EdmValue::DateTime(t)) => Some(e.timestamp().cmp(t)),
+                    (Operand::Property(name), lit) => match e.property(name) {
                         // No coercion: another type is false for every operator.
-                        Some(v) if v.edm_type() == lit.edm_type() => compare_values(v, lit),
+                        Some(v) if v.edm_type() == lit.edm_type() => compare_refs(v, lit.as_ref()),
                         _ => return false,
                     },
                     _ => return false,
@@ -171,18 +169,7 @@ impl Filter {
 
 /// Orders two values of one type; `None` when the types differ or a Double is NaN.
 pub fn compare_values(a: &EdmValue, b: &EdmValue) -> Option<Ordering> {
-    use EdmValue::*;
-    match (a, b) {
-        (String(x), String(y)) => Some(cmp_utf16(x, y)),
-        (Binary(x), Binary(y)) => Some(x.cmp(y)),
-        (Boolean(x), Boolean(y)) => Some(x.cmp(y)),
-        (DateTime(x), DateTime(y)) => Some(x.cmp(y)),
-        (Double(x), Double(y)) => x.partial_cmp(y),
-        (Guid(x), Guid(y)) => Some(x.cmp(y)),
-        (Int32(x), Int32(y)) => Some(x.cmp(y)),
-        (Int64(x), Int64(y)) => Some(x.cmp(y)),
-        _ => None,
-    }
+    compare_refs(a.as_ref(), b.as_ref())
 }
 
 /// Applies an operator to an ordering of two values of one type; `None` (a NaN)

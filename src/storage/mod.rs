@@ -15,6 +15,7 @@ pub mod odata;
 pub mod query;
 pub mod table_name;
 pub mod value;
+pub mod view;
 pub mod write;
 
 use async_trait::async_trait;
@@ -31,6 +32,7 @@ pub use memory::MemoryStore;
 pub use query::{ContinuationToken, KeyRange, Page, PartitionPage, Query, ServiceToken};
 pub use table_name::TableName;
 pub use value::{EdmType, EdmValue};
+pub use view::{EntityView, PageEnd, RowSink, ValueRef};
 pub use write::{WriteOp, WriteOutcome};
 
 /// Most entities a store examines for one page before it answers with what it has
@@ -85,6 +87,38 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
             Err(StorageError::Batch { source, .. }) => Err(*source),
             Err(e) => Err(e),
         }
+    }
+
+    /// One page of a query read into `sink` instead of returned: the same
+    /// entities, order, continuation and `scanned` count as `query`. A store
+    /// that reads entities in place lends them (the embedded store); this
+    /// default runs `query` and lends each entity of its page, so a page
+    /// retried by the store reaches the sink once. The sink is shared so that
+    /// a store may fill it on another thread; the caller holds the other end.
+    async fn query_into(
+        &self,
+        table: &TableName,
+        query: &Query,
+        continuation: Option<&ContinuationToken>,
+        sink: std::sync::Arc<std::sync::Mutex<dyn RowSink>>,
+    ) -> Result<PageEnd> {
+        let page = self.query(table, query, continuation).await?;
+        let mut sink = sink
+            .lock()
+            .map_err(|_| StorageError::Task("a row sink panicked".into()))?;
+        let mut end = PageEnd {
+            continuation: page.continuation,
+            scanned: page.scanned,
+            returned: 0,
+        };
+        for e in &page.entities {
+            end.returned += 1;
+            if sink.push(e).is_break() {
+                end.continuation = None;
+                break;
+            }
+        }
+        Ok(end)
     }
 
     /// One page of the distinct PartitionKeys in `range`, starting after

@@ -185,7 +185,7 @@ impl Query {
     }
 
     /// Whether an entity in range is returned.
-    pub fn passes(&self, e: &StoredEntity) -> bool {
+    pub fn passes(&self, e: &(impl super::view::EntityView + ?Sized)) -> bool {
         self.filter.as_ref().is_none_or(|f| f.matches(e))
     }
 }

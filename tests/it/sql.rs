@@ -533,3 +533,143 @@ async fn statistics_that_cannot_be_kept_or_read() -> TestResult {
     assert!(e.to_string().contains("tablesql's own catalog"), "{e}");
     Ok(())
 }
+
+/// The rows of a run of a prepared statement, as text.
+async fn run_prepared(
+    p: &tablesql::PreparedStatement,
+    params: Vec<tablesql::datafusion::scalar::ScalarValue>,
+) -> Result<String, Box<dyn std::error::Error>> {
+    Ok(text(&p.query(params).await?))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_statements_answer_as_their_sql() -> TestResult {
+    use tablesql::datafusion::scalar::ScalarValue;
+    let engine = demo_engine(500).await;
+    let point = engine
+        .prepare(
+            "SELECT name, age, finish, bib FROM registrations \
+             WHERE event = $1 AND distance = $2 AND bib = $3",
+        )
+        .await?;
+    assert!(point.is_point_read());
+    let range = engine
+        .prepare(
+            "SELECT bib, name FROM registrations WHERE event = $1 AND distance = $2 \
+             AND bib BETWEEN $3 AND $4 ORDER BY bib",
+        )
+        .await?;
+    assert!(!range.is_point_read());
+    let mut found = 0;
+    for i in (0..520).step_by(37) {
+        let r = demo::registration(i);
+        let values = |n: usize| {
+            let mut v = vec![
+                ScalarValue::from(r.event),
+                ScalarValue::from(r.distance),
+                ScalarValue::Int32(Some(r.bib)),
+                ScalarValue::Int32(Some(r.bib + 4)),
+            ];
+            v.truncate(n);
+            v
+        };
+        for (prepared, n, sql) in [
+            (
+                &point,
+                3,
+                format!(
+                    "SELECT name, age, finish, bib FROM registrations WHERE event = '{}' \
+                     AND distance = '{}' AND bib = {}",
+                    r.event, r.distance, r.bib
+                ),
+            ),
+            (
+                &range,
+                4,
+                format!(
+                    "SELECT bib, name FROM registrations WHERE event = '{}' AND distance = '{}' \
+                     AND bib BETWEEN {} AND {} ORDER BY bib",
+                    r.event,
+                    r.distance,
+                    r.bib,
+                    r.bib + 4
+                ),
+            ),
+        ] {
+            let want = text(&engine.collect(&sql).await?);
+            assert_eq!(run_prepared(prepared, values(n)).await?, want, "{sql}");
+            found += usize::from(want.lines().count() > 4);
+        }
+    }
+    assert!(
+        found >= 20,
+        "most keys exist (rows past 500 do not): {found}"
+    );
+    // A NULL key matches nothing; a value of another type is planned as SQL.
+    let none = point
+        .query(vec![
+            ScalarValue::from("2012 Boston Marathon"),
+            ScalarValue::from("Full"),
+            ScalarValue::Int32(None),
+        ])
+        .await?;
+    assert_eq!(none.iter().map(RecordBatch::num_rows).sum::<usize>(), 0);
+    let r = demo::registration(3);
+    let as_text = run_prepared(
+        &point,
+        vec![
+            ScalarValue::from(r.event),
+            ScalarValue::from(r.distance),
+            ScalarValue::Int64(Some(i64::from(r.bib))),
+        ],
+    )
+    .await?;
+    assert!(as_text.contains(r.name), "{as_text}");
+    // Not a query or a write: refused with the reason.
+    let e = engine.prepare("BEGIN").await.unwrap_err().to_string();
+    assert!(e.contains("only queries and writes"), "{e}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn prepared_point_reads_follow_the_catalog_and_the_transaction() -> TestResult {
+    use tablesql::datafusion::scalar::ScalarValue;
+    let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
+    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    engine
+        .collect(
+            "CREATE TABLE kv (k TEXT NOT NULL, v TEXT) \
+             WITH (storage_table = 'KvTable', partition_key = 'p', row_key = 'one:{k}')",
+        )
+        .await?;
+    engine
+        .collect("INSERT INTO kv (k, v) VALUES ('a', 'first')")
+        .await?;
+    let get = engine.prepare("SELECT v FROM kv WHERE k = $1").await?;
+    assert!(get.is_point_read());
+    let key = || vec![ScalarValue::from("a")];
+    assert!(run_prepared(&get, key()).await?.contains("first"));
+    // The same table mapped anew, its rows under other keys: the statement
+    // is planned again and reads through the new mapping.
+    engine.collect("DROP TABLE kv").await?;
+    engine
+        .collect(
+            "CREATE TABLE kv (k TEXT NOT NULL, v TEXT) \
+             WITH (storage_table = 'KvTable', partition_key = 'p', row_key = 'two:{k}')",
+        )
+        .await?;
+    engine
+        .collect("INSERT INTO kv (k, v) VALUES ('a', 'second')")
+        .await?;
+    let got = run_prepared(&get, key()).await?;
+    assert!(got.contains("second") && !got.contains("first"), "{got}");
+    // Inside a transaction block, the block's own writes are read.
+    engine.collect("BEGIN").await?;
+    engine
+        .collect("UPDATE kv SET v = 'buffered' WHERE k = 'a'")
+        .await?;
+    assert!(run_prepared(&get, key()).await?.contains("buffered"));
+    engine.collect("ROLLBACK").await?;
+    assert!(run_prepared(&get, key()).await?.contains("second"));
+    Ok(())
+}

@@ -36,6 +36,14 @@ use crate::storage::{CmpOp, EdmValue, Filter, KeyKind, KeyRange, PartitionKey, R
 /// set narrows nothing and its filter stays Inexact.
 pub const MAX_REQUESTS: usize = 1000;
 
+/// The RowKeys between two bounds a template gave (`KeyBounds::Range`).
+pub fn row_range(
+    start: std::ops::Bound<String>,
+    end: std::ops::Bound<String>,
+) -> crate::storage::KeyRange<crate::storage::RowKey> {
+    domain::key_range((start, end), crate::storage::RowKey::from_stored)
+}
+
 /// What the pushdown decided.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Pushdown {

@@ -14,7 +14,10 @@ use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::storage::entity::{ETag, Entity, Properties, StoredEntity};
+use std::ops::ControlFlow;
+
 use crate::storage::value::{EdmValue, from_ticks, to_ticks};
+use crate::storage::view::{EntityView, ValueRef};
 use crate::storage::{PartitionKey, RowKey, StorageError};
 
 /// Appends a string as UTF-16BE.
@@ -48,6 +51,7 @@ pub fn encode_key(pk: &PartitionKey, rk: &RowKey) -> Vec<u8> {
     out
 }
 
+#[cfg(test)]
 /// The smallest key above an entity's key and below every key that extends it.
 pub fn after_key(pk: &PartitionKey, rk: &RowKey) -> Vec<u8> {
     let mut out = encode_key(pk, rk);
@@ -71,6 +75,59 @@ fn utf16_string(bytes: &[u8]) -> Result<String, StorageError> {
     char::decode_utf16(units)
         .collect::<Result<String, _>>()
         .map_err(|_| corrupt("key is not UTF-16"))
+}
+
+/// Decodes UTF-16BE key bytes into `out` (cleared first), reusing its buffer.
+pub fn utf16_into(bytes: &[u8], out: &mut String) -> Result<(), StorageError> {
+    out.clear();
+    if bytes.chunks_exact(2).all(|c| c[0] == 0 && c[1] < 0x80) {
+        out.extend(bytes.chunks_exact(2).map(|c| char::from(c[1])));
+        return Ok(());
+    }
+    let units = bytes
+        .chunks_exact(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]));
+    for c in char::decode_utf16(units) {
+        out.push(c.map_err(|_| corrupt("key is not UTF-16"))?);
+    }
+    Ok(())
+}
+
+/// Decodes UTF-16BE key bytes into one of two reused buffers: ASCII (most
+/// keys) is copied byte by byte into `ascii`, anything else decoded into
+/// `wide`.
+pub fn utf16_str<'b>(
+    bytes: &[u8],
+    ascii: &'b mut Vec<u8>,
+    wide: &'b mut String,
+) -> Result<&'b str, StorageError> {
+    ascii.clear();
+    for c in bytes.chunks_exact(2) {
+        if c[0] != 0 || c[1] >= 0x80 {
+            utf16_into(bytes, wide)?;
+            return Ok(wide.as_str());
+        }
+        ascii.push(c[1]);
+    }
+    std::str::from_utf8(ascii).map_err(|_| corrupt("key is not UTF-16"))
+}
+
+/// Where the separator of a key's PartitionKey and RowKey starts.
+pub fn separator(key: &[u8]) -> Result<usize, StorageError> {
+    if !key.len().is_multiple_of(2) {
+        return Err(corrupt("odd key length"));
+    }
+    key.chunks_exact(2)
+        .position(|c| c == [0, 0])
+        .map(|units| units * 2)
+        .ok_or_else(|| corrupt("key has no separator"))
+}
+
+/// A key's UTF-16BE bytes, as compared in the store's order.
+pub fn utf16_bytes(s: &str) -> Vec<u8> {
+    let mut out = Vec::with_capacity(s.len() * 2);
+    push_utf16(&mut out, s);
+    out
 }
 
 /// Splits a key back into its PartitionKey and RowKey.
@@ -160,9 +217,130 @@ impl<'a> Reader<'a> {
         a.copy_from_slice(self.take(N)?);
         Ok(a)
     }
+}
 
-    fn text(&mut self, len: usize) -> Result<String, StorageError> {
-        String::from_utf8(self.take(len)?.to_vec()).map_err(|_| corrupt("text is not UTF-8"))
+/// A stored entity lent in place: its keys (decoded into the scan's
+/// buffers) and its value bytes, read as a sink asks. A value found
+/// truncated while lent is remembered, and the scan fails with it.
+pub struct RawEntity<'a> {
+    pub partition_key: &'a str,
+    pub row_key: &'a str,
+    pub value: &'a [u8],
+    pub corrupt: std::cell::Cell<bool>,
+}
+
+/// Skips one property's value of type `tag`.
+fn skip_value(r: &mut Reader<'_>, tag: u8) -> Result<(), StorageError> {
+    let n = match tag {
+        STRING | BINARY => u32::from_le_bytes(r.array()?) as usize,
+        BOOLEAN => 1,
+        INT32 => 4,
+        DATETIME | DOUBLE | INT64 => 8,
+        GUID => 16,
+        _ => return Err(corrupt("unknown type tag")),
+    };
+    r.take(n).map(|_| ())
+}
+
+fn read_ref<'a>(r: &mut Reader<'a>, tag: u8) -> Result<ValueRef<'a>, StorageError> {
+    Ok(match tag {
+        STRING => {
+            let len = u32::from_le_bytes(r.array()?) as usize;
+            ValueRef::String(
+                std::str::from_utf8(r.take(len)?).map_err(|_| corrupt("text is not UTF-8"))?,
+            )
+        }
+        BINARY => {
+            let len = u32::from_le_bytes(r.array()?) as usize;
+            ValueRef::Binary(r.take(len)?)
+        }
+        BOOLEAN => ValueRef::Boolean(r.array::<1>()?[0] != 0),
+        DATETIME => ValueRef::DateTime(from_ticks(i64::from_le_bytes(r.array()?))),
+        DOUBLE => ValueRef::Double(f64::from_le_bytes(r.array()?)),
+        GUID => ValueRef::Guid(Uuid::from_bytes(r.array()?)),
+        INT32 => ValueRef::Int32(i32::from_le_bytes(r.array()?)),
+        INT64 => ValueRef::Int64(i64::from_le_bytes(r.array()?)),
+        _ => return Err(corrupt("unknown type tag")),
+    })
+}
+
+impl<'a> RawEntity<'a> {
+    /// Walks the properties: `wanted` names the position of a property the
+    /// caller wants (by its name's bytes), and `f` takes those values; the
+    /// others are skipped unread.
+    fn walk(
+        &self,
+        wanted: &mut dyn FnMut(&[u8]) -> Option<usize>,
+        f: &mut dyn FnMut(usize, ValueRef<'a>) -> ControlFlow<()>,
+    ) {
+        let result = (|| {
+            let mut r = Reader(self.value);
+            r.take(8)?;
+            let count = u16::from_le_bytes(r.array()?);
+            for _ in 0..count {
+                let name_len = usize::from(u16::from_le_bytes(r.array()?));
+                let name = r.take(name_len)?;
+                let [tag] = r.array()?;
+                match wanted(name) {
+                    None => skip_value(&mut r, tag)?,
+                    Some(i) => {
+                        if f(i, read_ref(&mut r, tag)?).is_break() {
+                            break;
+                        }
+                    }
+                }
+            }
+            Ok::<_, StorageError>(())
+        })();
+        if result.is_err() {
+            self.corrupt.set(true);
+        }
+    }
+}
+
+impl EntityView for RawEntity<'_> {
+    fn partition_key(&self) -> &str {
+        self.partition_key
+    }
+
+    fn row_key(&self) -> &str {
+        self.row_key
+    }
+
+    fn timestamp(&self) -> DateTime<Utc> {
+        match self.value.first_chunk::<8>() {
+            Some(ticks) => from_ticks(i64::from_le_bytes(*ticks)),
+            None => {
+                self.corrupt.set(true);
+                from_ticks(0)
+            }
+        }
+    }
+
+    fn etag(&self) -> ETag {
+        ETag::for_timestamp(&self.timestamp())
+    }
+
+    fn property(&self, name: &str) -> Option<ValueRef<'_>> {
+        let mut found = None;
+        self.walk(&mut |n| (n == name.as_bytes()).then_some(0), &mut |_, v| {
+            found = Some(v);
+            ControlFlow::Break(())
+        });
+        found
+    }
+
+    fn select(&self, names: &[String], f: &mut dyn FnMut(usize, ValueRef<'_>)) {
+        if names.is_empty() {
+            return;
+        }
+        self.walk(
+            &mut |n| names.iter().position(|m| m.as_bytes() == n),
+            &mut |i, v| {
+                f(i, v);
+                ControlFlow::Continue(())
+            },
+        );
     }
 }
 
@@ -189,38 +367,13 @@ pub fn decode_value(
         let name = r.take(name_len)?;
         let [tag] = r.array()?;
         if wanted.is_some_and(|w| !w.iter().any(|n| n.as_bytes() == name)) {
-            let skip = match tag {
-                STRING | BINARY => u32::from_le_bytes(r.array()?) as usize,
-                BOOLEAN => 1,
-                INT32 => 4,
-                DATETIME | DOUBLE | INT64 => 8,
-                GUID => 16,
-                _ => return Err(corrupt("unknown type tag")),
-            };
-            r.take(skip)?;
+            skip_value(&mut r, tag)?;
             continue;
         }
         let name = std::str::from_utf8(name)
             .map_err(|_| corrupt("name is not UTF-8"))?
             .to_owned();
-        let value = match tag {
-            STRING => {
-                let len = u32::from_le_bytes(r.array()?) as usize;
-                EdmValue::String(r.text(len)?)
-            }
-            BINARY => {
-                let len = u32::from_le_bytes(r.array()?) as usize;
-                EdmValue::Binary(r.take(len)?.to_vec())
-            }
-            BOOLEAN => EdmValue::Boolean(r.array::<1>()?[0] != 0),
-            DATETIME => EdmValue::DateTime(from_ticks(i64::from_le_bytes(r.array()?))),
-            DOUBLE => EdmValue::Double(f64::from_le_bytes(r.array()?)),
-            GUID => EdmValue::Guid(Uuid::from_bytes(r.array()?)),
-            INT32 => EdmValue::Int32(i32::from_le_bytes(r.array()?)),
-            INT64 => EdmValue::Int64(i64::from_le_bytes(r.array()?)),
-            _ => return Err(corrupt("unknown type tag")),
-        };
-        properties.insert(name, value);
+        properties.insert(name, read_ref(&mut r, tag)?.to_owned_value());
     }
     let etag = ETag::for_timestamp(&timestamp);
     Ok(StoredEntity {

@@ -14,9 +14,9 @@ use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefi
 
 use super::write::validate_batch;
 use super::{
-    Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, KeyRange, Page, PartitionKey, PartitionPage,
-    Query, Result, RowKey, StorageError, StoredEntity, TableName, TableStore, WriteOp,
-    WriteOutcome,
+    Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, KeyRange, Page, PageEnd, PartitionKey,
+    PartitionPage, Query, Result, RowKey, RowSink, StorageError, StoredEntity, TableName,
+    TableStore, WriteOp, WriteOutcome,
 };
 
 /// The on-disk format this build reads and writes.
@@ -124,6 +124,21 @@ impl EmbeddedStore {
             .map_err(|e| StorageError::Task(e.to_string()))?
     }
 
+    /// Runs a read: on the calling task when it is `small` (it reads a few
+    /// B-tree pages, as a get does, cheaper than a hand-over to the blocking
+    /// pool), otherwise off the async threads.
+    async fn read<T, F>(&self, small: bool, work: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&EmbeddedStore) -> Result<T> + Send + 'static,
+    {
+        if small {
+            work(self)
+        } else {
+            self.blocking(work).await
+        }
+    }
+
     fn read_txn(&self, table: &TableName) -> Result<ReadTransaction> {
         let txn = self.db.begin_read()?;
         if txn
@@ -135,6 +150,12 @@ impl EmbeddedStore {
         }
         Ok(txn)
     }
+}
+
+/// Whether a query returns its first entity in range: one entity, no filter
+/// to scan past others.
+fn one_entity(query: &Query) -> bool {
+    query.top == Some(1) && query.filter.is_none()
 }
 
 fn read_u32(b: &[u8]) -> Result<u32> {
@@ -228,12 +249,35 @@ impl TableStore for EmbeddedStore {
         continuation: Option<&ContinuationToken>,
     ) -> Result<Page> {
         query.page_size()?;
+        let small = one_entity(query);
         let (table, query, token) = (table.clone(), query.clone(), continuation.cloned());
-        self.blocking(move |s| {
+        self.read(small, move |s| {
             let txn = s.read_txn(&table)?;
             let name = entity_table_name(&table);
             let rows = txn.open_table(entities(&name))?;
             scan::page(&rows, &query, token.as_ref(), s.scan_budget)
+        })
+        .await
+    }
+
+    async fn query_into(
+        &self,
+        table: &TableName,
+        query: &Query,
+        continuation: Option<&ContinuationToken>,
+        sink: Arc<std::sync::Mutex<dyn RowSink>>,
+    ) -> Result<PageEnd> {
+        query.page_size()?;
+        let small = one_entity(query);
+        let (table, query, token) = (table.clone(), query.clone(), continuation.cloned());
+        self.read(small, move |s| {
+            let txn = s.read_txn(&table)?;
+            let name = entity_table_name(&table);
+            let rows = txn.open_table(entities(&name))?;
+            let mut sink = sink
+                .lock()
+                .map_err(|_| StorageError::Task("a row sink panicked".into()))?;
+            scan::page_into(&rows, &query, token.as_ref(), s.scan_budget, &mut *sink)
         })
         .await
     }

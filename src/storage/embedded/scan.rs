@@ -3,14 +3,19 @@
 
 use redb::ReadableTable;
 
+use std::cell::Cell;
+use std::ops::{Bound, ControlFlow};
+
 use super::codec::{
-    after_key, after_partition, decode_key, decode_value, encode_key, partition_prefix,
+    RawEntity, after_partition, decode_key, decode_value, encode_key, partition_prefix, separator,
+    utf16_bytes, utf16_into, utf16_str,
 };
 use crate::storage::query::MAX_PARTITION_PAGE;
+use crate::storage::view::{PageEnd, RowSink};
 use crate::storage::{
-    ContinuationToken, KeyRange, Page, PartitionKey, PartitionPage, Query, Result,
+    ContinuationToken, KeyRange, Page, PartitionKey, PartitionPage, Query, Result, RowKey,
+    StorageError,
 };
-use std::ops::Bound;
 
 /// Reads one page. The page ends when it holds `top` entities, when `budget`
 /// entities in range have been examined, or at the end of the range; when it ends
@@ -21,6 +26,91 @@ pub fn page(
     token: Option<&ContinuationToken>,
     budget: usize,
 ) -> Result<Page> {
+    let wanted = query.needed_properties();
+    let mut entities = Vec::with_capacity(query.page_size()?);
+    let end = walk(rows, query, token, budget, &mut |e| {
+        let pk = PartitionKey::from_stored(e.partition_key.to_owned());
+        let rk = RowKey::from_stored(e.row_key.to_owned());
+        let mut e = decode_value(pk, rk, e.value, wanted.as_deref())?;
+        query.project(&mut e.entity.properties);
+        entities.push(e);
+        Ok(ControlFlow::Continue(()))
+    })?;
+    Ok(Page {
+        entities,
+        continuation: end.continuation,
+        scanned: end.scanned,
+    })
+}
+
+/// Reads one page into a sink: the entities `page` would return, lent in
+/// place.
+pub fn page_into(
+    rows: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    query: &Query,
+    token: Option<&ContinuationToken>,
+    budget: usize,
+    sink: &mut dyn RowSink,
+) -> Result<PageEnd> {
+    walk(rows, query, token, budget, &mut |e| Ok(sink.push(e)))
+}
+
+/// A key range as UTF-16BE bytes, compared without decoding keys.
+struct ByteRange {
+    start: Bound<Vec<u8>>,
+    end: Bound<Vec<u8>>,
+}
+
+impl ByteRange {
+    fn of<K: AsRef<str>>(range: &KeyRange<K>) -> Self {
+        let bytes = |b: &Bound<K>| match b {
+            Bound::Included(k) => Bound::Included(utf16_bytes(k.as_ref())),
+            Bound::Excluded(k) => Bound::Excluded(utf16_bytes(k.as_ref())),
+            Bound::Unbounded => Bound::Unbounded,
+        };
+        Self {
+            start: bytes(&range.start),
+            end: bytes(&range.end),
+        }
+    }
+
+    fn is_before(&self, k: &[u8]) -> bool {
+        match &self.start {
+            Bound::Included(s) => k < s.as_slice(),
+            Bound::Excluded(s) => k <= s.as_slice(),
+            Bound::Unbounded => false,
+        }
+    }
+
+    fn is_after(&self, k: &[u8]) -> bool {
+        match &self.end {
+            Bound::Included(e) => k > e.as_slice(),
+            Bound::Excluded(e) => k >= e.as_slice(),
+            Bound::Unbounded => false,
+        }
+    }
+}
+
+fn joined(pk: &[u8], tail: &[&[u8]]) -> Vec<u8> {
+    let mut out = pk.to_vec();
+    out.extend_from_slice(&[0, 0]);
+    for t in tail {
+        out.extend_from_slice(t);
+    }
+    out
+}
+
+/// The page loop: seeks past rows outside the RowKey range, compares keys as
+/// bytes, decodes a PartitionKey only when it changes, and lends each entity
+/// in range that passes the filter to `take`. `Break` ends the page without
+/// a token.
+fn walk(
+    rows: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    query: &Query,
+    token: Option<&ContinuationToken>,
+    budget: usize,
+    take: &mut dyn FnMut(&RawEntity<'_>) -> Result<ControlFlow<()>>,
+) -> Result<PageEnd> {
     let limit = query.page_size()?;
     let mut lower = match (token, &query.partitions.start) {
         (Some(t), _) => encode_key(&t.next_partition_key, &t.next_row_key),
@@ -28,55 +118,85 @@ pub fn page(
         (None, Bound::Included(pk)) => partition_prefix(pk),
         (None, Bound::Excluded(pk)) => after_partition(pk),
     };
-    let wanted = query.needed_properties();
-    let mut page = Page {
-        entities: Vec::with_capacity(limit),
-        continuation: None,
-        scanned: 0,
-    };
-    let mut scanned = 0;
+    let partitions = ByteRange::of(&query.partitions);
+    let row_range = ByteRange::of(&query.rows);
+    let mut end = PageEnd::default();
+    let (mut pk_bytes, mut pk) = (Vec::new(), String::new());
+    let (mut rk_ascii, mut rk_wide) = (Vec::new(), String::new());
     let mut full = false;
     'seek: loop {
         for item in rows.range::<&[u8]>(lower.as_slice()..)? {
             let (key, value) = item?;
-            let (pk, rk) = decode_key(key.value())?;
-            if query.partitions.is_before(&pk) {
+            let key = key.value();
+            // Rows of one partition follow each other: its key bytes and
+            // separator come first again (a PartitionKey holds no 00 00).
+            let sep = match key.get(pk_bytes.len()..pk_bytes.len() + 2) {
+                Some([0, 0]) if !pk_bytes.is_empty() && key.starts_with(&pk_bytes) => {
+                    pk_bytes.len()
+                }
+                _ => separator(key)?,
+            };
+            let (this_pk, this_rk) = (&key[..sep], &key[sep + 2..]);
+            if partitions.is_before(this_pk) {
                 continue;
             }
-            if query.partitions.is_after(&pk) {
+            if partitions.is_after(this_pk) {
                 break 'seek;
             }
             if full {
-                page.continuation = Some(ContinuationToken::at(pk, rk));
+                let (pk, rk) = decode_key(key)?;
+                end.continuation = Some(ContinuationToken::at(pk, rk));
                 break 'seek;
             }
-            match &query.rows.start {
-                Bound::Included(start) if rk < *start => {
-                    lower = encode_key(&pk, start);
-                    continue 'seek;
-                }
-                Bound::Excluded(start) if rk <= *start => {
-                    lower = after_key(&pk, start);
-                    continue 'seek;
-                }
-                _ => {}
-            }
-            if query.rows.is_after(&rk) {
-                lower = after_partition(&pk);
+            if row_range.is_before(this_rk) {
+                lower = match &row_range.start {
+                    Bound::Included(start) => joined(this_pk, &[start]),
+                    Bound::Excluded(start) => joined(this_pk, &[start, &[0, 0]]),
+                    Bound::Unbounded => joined(this_pk, &[]),
+                };
                 continue 'seek;
             }
-            scanned += 1;
-            let mut e = decode_value(pk, rk, value.value(), wanted.as_deref())?;
-            if query.passes(&e) {
-                query.project(&mut e.entity.properties);
-                page.entities.push(e);
+            if row_range.is_after(this_rk) {
+                lower = joined(this_pk, &[]);
+                if let Some(last) = lower.last_mut() {
+                    *last = 1;
+                }
+                continue 'seek;
             }
-            full = page.entities.len() == limit || scanned == budget;
+            end.scanned += 1;
+            if this_pk != pk_bytes.as_slice() {
+                utf16_into(this_pk, &mut pk)?;
+                pk_bytes.clear();
+                pk_bytes.extend_from_slice(this_pk);
+            }
+            let rk = utf16_str(this_rk, &mut rk_ascii, &mut rk_wide)?;
+            let e = RawEntity {
+                partition_key: &pk,
+                row_key: rk,
+                value: value.value(),
+                corrupt: Cell::new(false),
+            };
+            if query.passes(&e) {
+                end.returned += 1;
+                let flow = take(&e)?;
+                if e.corrupt.get() {
+                    return Err(StorageError::Corrupt(format!(
+                        "the value of ({pk:?}, {rk:?}) is truncated"
+                    )));
+                }
+                if flow.is_break() {
+                    break 'seek;
+                }
+            } else if e.corrupt.get() {
+                return Err(StorageError::Corrupt(format!(
+                    "the value of ({pk:?}, {rk:?}) is truncated"
+                )));
+            }
+            full = end.returned == limit || end.scanned == budget;
         }
         break;
     }
-    page.scanned = scanned;
-    Ok(page)
+    Ok(end)
 }
 
 /// One page of the distinct PartitionKeys in `range` after `after`: one seek

@@ -416,6 +416,7 @@ macro_rules! conformance_suite {
                 small_scan_budget_with_row_range_and_top,
                 token_survives_deletion_of_named_entity,
                 query_all_and_count,
+                pages_into_a_sink_match_the_pages,
             }
             partitions {
                 partitions_are_listed_once_in_key_order,

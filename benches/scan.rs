@@ -1,0 +1,223 @@
+//! Full-scan aggregates over 1,000,000 registrations (2,000,000 entities with
+//! the `AGE:` index rows) in an embedded store on disk, each beside its peers
+//! in the same run:
+//! - SQLite (rusqlite, bundled, in memory, `WITHOUT ROWID`, primary key
+//!   `(event, distance, bib)`) holding the same rows;
+//! - a raw redb iteration over the same entities: a copy of the store's file
+//!   opened with redb directly, reading the base rows' keys and values
+//!   partition by partition (the ranges the SQL scan reads), counting them
+//!   and summing their value lengths, one thread.
+//!
+//! Run with `cargo bench --bench scan` (release; the load takes about half a
+//! minute).
+
+use std::sync::{Arc, LazyLock, Mutex};
+
+use divan::counter::ItemsCount;
+use divan::{Bencher, black_box};
+use tablesql::datafusion::arrow::array::AsArray;
+use tablesql::datafusion::arrow::datatypes::Int64Type;
+use tablesql::datafusion::arrow::record_batch::RecordBatch;
+use tablesql::demo::{self, registration};
+use tablesql::storage::*;
+use tablesql::{Engine, EngineOptions};
+use tokio::runtime::Runtime;
+
+const ROWS: u64 = 1_000_000;
+
+fn main() {
+    // Loaded before timing starts, not in the first sample.
+    LazyLock::force(&FIXTURE);
+    divan::main();
+}
+
+struct Fixture {
+    rt: Runtime,
+    engine: Engine,
+    sqlite: Mutex<rusqlite::Connection>,
+    /// The copy of the store's file, and the base rows' key range of each
+    /// partition in the store's key encoding.
+    raw: redb::Database,
+    ranges: Vec<(Vec<u8>, Vec<u8>)>,
+    _dirs: [tempfile::TempDir; 2],
+}
+
+static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let dir = tempfile::tempdir().expect("temp dir");
+    let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::open(dir.path()).expect("store"));
+    let table = TableName::new(demo::TABLE).expect("name");
+    let (engine, partitions) = rt.block_on(async {
+        demo::load(store.as_ref(), ROWS, |_, _| {})
+            .await
+            .expect("demo");
+        let engine = Engine::with_store(store.clone(), EngineOptions::default())
+            .await
+            .expect("engine");
+        let partitions = store
+            .partitions(&table, &KeyRange::all(), None)
+            .await
+            .expect("partitions")
+            .partitions;
+        (engine, partitions)
+    });
+    // Every commit is durable, so the file can be copied as it stands.
+    let copy = tempfile::tempdir().expect("temp dir");
+    let file = copy.path().join("copy.redb");
+    std::fs::copy(dir.path().join(embedded::FILE_NAME), &file).expect("copy");
+    let raw = redb::Database::open(&file).expect("redb");
+    let utf16 = |s: &str| -> Vec<u8> { s.encode_utf16().flat_map(u16::to_be_bytes).collect() };
+    let ranges = partitions
+        .iter()
+        .map(|pk| {
+            let mut start = utf16(pk.as_str());
+            start.extend_from_slice(&[0, 0]);
+            let mut end = start.clone();
+            start.extend(utf16("BIB:"));
+            end.extend(utf16("BIB;"));
+            (start, end)
+        })
+        .collect();
+    Fixture {
+        rt,
+        engine,
+        sqlite: Mutex::new(sqlite_copy()),
+        raw,
+        ranges,
+        _dirs: [dir, copy],
+    }
+});
+
+fn sqlite_copy() -> rusqlite::Connection {
+    let db = rusqlite::Connection::open_in_memory().expect("sqlite");
+    db.execute_batch(
+        "CREATE TABLE registrations (event TEXT NOT NULL, distance TEXT NOT NULL, bib INTEGER NOT NULL, \
+         name TEXT NOT NULL, gender TEXT NOT NULL, age INTEGER NOT NULL, finish INTEGER, \
+         registered TEXT, club TEXT, PRIMARY KEY (event, distance, bib)) WITHOUT ROWID",
+    )
+    .expect("schema");
+    let tx = db.unchecked_transaction().expect("tx");
+    {
+        let mut insert = tx
+            .prepare("INSERT INTO registrations VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
+            .expect("prepare");
+        for i in 0..ROWS {
+            let r = registration(i);
+            insert
+                .execute(rusqlite::params![
+                    r.event,
+                    r.distance,
+                    r.bib,
+                    r.name,
+                    r.gender,
+                    r.age,
+                    r.finish_seconds,
+                    r.registered.to_rfc3339(),
+                    r.club
+                ])
+                .expect("insert");
+        }
+    }
+    tx.commit().expect("commit");
+    db
+}
+
+const COUNT: &str = "SELECT count(*) FROM registrations";
+const AVG_AGE: &str = "SELECT avg(age) FROM registrations";
+const BY_GENDER: &str = "SELECT gender, count(*) FROM registrations GROUP BY gender";
+
+fn sql(query: &str) -> Vec<RecordBatch> {
+    let f = &*FIXTURE;
+    f.rt.block_on(f.engine.collect(query)).expect("query")
+}
+
+#[divan::bench(sample_count = 10)]
+fn count_sql(bencher: Bencher) {
+    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
+        let rows = sql(COUNT);
+        assert_eq!(
+            rows[0].column(0).as_primitive::<Int64Type>().value(0),
+            ROWS as i64
+        );
+        black_box(rows)
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn count_sqlite(bencher: Bencher) {
+    let db = FIXTURE.sqlite.lock().expect("sqlite");
+    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
+        let n: i64 = db.query_row(COUNT, [], |r| r.get(0)).expect("row");
+        assert_eq!(n, ROWS as i64);
+        black_box(n)
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn avg_age_sql(bencher: Bencher) {
+    bencher
+        .counter(ItemsCount::new(ROWS))
+        .bench_local(|| black_box(sql(AVG_AGE)));
+}
+
+#[divan::bench(sample_count = 10)]
+fn avg_age_sqlite(bencher: Bencher) {
+    let db = FIXTURE.sqlite.lock().expect("sqlite");
+    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
+        let avg: f64 = db.query_row(AVG_AGE, [], |r| r.get(0)).expect("row");
+        black_box(avg)
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn by_gender_sql(bencher: Bencher) {
+    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
+        let rows = sql(BY_GENDER);
+        assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 2);
+        black_box(rows)
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn by_gender_sqlite(bencher: Bencher) {
+    let db = FIXTURE.sqlite.lock().expect("sqlite");
+    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
+        let mut stmt = db.prepare_cached(BY_GENDER).expect("prepare");
+        let groups: Vec<(String, i64)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(groups.len(), 2);
+        black_box(groups)
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn raw_redb_iteration(bencher: Bencher) {
+    use redb::{ReadableDatabase, TableDefinition};
+    let f = &*FIXTURE;
+    let name = format!("entities_{}", demo::TABLE.to_ascii_lowercase());
+    let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
+    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
+        let txn = f.raw.begin_read().expect("read");
+        let rows = txn.open_table(def).expect("table");
+        let (mut n, mut bytes) = (0u64, 0usize);
+        for (start, end) in &f.ranges {
+            for item in rows
+                .range::<&[u8]>(start.as_slice()..end.as_slice())
+                .expect("range")
+            {
+                let (key, value) = item.expect("entry");
+                n += 1;
+                bytes += key.value().len() + value.value().len();
+            }
+        }
+        assert_eq!(n, ROWS);
+        black_box(bytes)
+    });
+}

@@ -1,0 +1,297 @@
+//! Prepared statements: a query or write parsed, analyzed and optimized once
+//! with its placeholders, then run many times with values. A point read by
+//! primary key is planned once whole (`planner::point`) and runs without
+//! any planning; anything else binds its values into the optimized plan and
+//! runs only the physical planner. A statement whose tables changed in the
+//! catalog since it was planned (a `CREATE`, `DROP` or refresh through this
+//! engine) is planned again at its next run.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ParamValues;
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::sql::sqlparser::ast::Statement;
+
+use super::{Engine, EngineError, paging, session_transaction};
+use crate::planner::point::PointRead;
+
+/// A statement planned once (see the module doc), from [`Engine::prepare`].
+pub struct PreparedStatement {
+    engine: Engine,
+    statement: Statement,
+    planned: std::sync::RwLock<Arc<Planned>>,
+}
+
+impl std::fmt::Debug for PreparedStatement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PreparedStatement")
+            .field("statement", &self.statement.to_string())
+            .finish()
+    }
+}
+
+/// One planning of a prepared statement.
+#[derive(Debug)]
+pub struct Planned {
+    /// The catalog version it was planned under.
+    version: u64,
+    /// The optimized plan, placeholders in place.
+    pub plan: LogicalPlan,
+    /// The placeholders' types, `$1` first (`None` where nothing says).
+    pub params: Vec<Option<DataType>>,
+    /// The plan as a point read, when it is one.
+    pub point: Option<PointRead>,
+}
+
+impl Engine {
+    /// Plans a query or write (`SELECT`, `VALUES`, `INSERT`, `UPDATE`,
+    /// `DELETE`, with `$1`, `$2`, ... placeholders) for running many times.
+    /// Other statements (DDL, `SET`, `BEGIN`) are refused: run them with
+    /// [`Engine::sql`].
+    ///
+    /// ```no_run
+    /// # async fn f(engine: tablesql::Engine) -> Result<(), tablesql::EngineError> {
+    /// use tablesql::datafusion::scalar::ScalarValue;
+    /// let by_bib = engine
+    ///     .prepare("SELECT name FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3")
+    ///     .await?;
+    /// let rows = by_bib
+    ///     .query(vec![
+    ///         ScalarValue::from("2012 Boston Marathon"),
+    ///         ScalarValue::from("Full"),
+    ///         ScalarValue::Int32(Some(42)),
+    ///     ])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn prepare(&self, sql: &str) -> Result<PreparedStatement, EngineError> {
+        let mut statements = self
+            .parse(sql)
+            .map_err(|e| EngineError::DataFusion(DataFusionError::SQL(Box::new(e), None)))?;
+        if statements.len() != 1 {
+            return Err(DataFusionError::Plan(format!(
+                "a prepared statement is one statement, not {}",
+                statements.len()
+            ))
+            .into());
+        }
+        let statement = statements.remove(0);
+        if !preparable(&statement) {
+            return Err(DataFusionError::Plan(format!(
+                "only queries and writes can be prepared, not: {statement}"
+            ))
+            .into());
+        }
+        let planned = self.plan_prepared(&statement).await?;
+        Ok(PreparedStatement {
+            engine: self.clone(),
+            statement,
+            planned: std::sync::RwLock::new(Arc::new(planned)),
+        })
+    }
+
+    /// The catalog's version in this engine: raised by every change of
+    /// the tables it registers.
+    pub(crate) fn catalog_version(&self) -> u64 {
+        self.catalog_version.load(Ordering::Acquire)
+    }
+
+    /// Plans a prepared statement under the current catalog.
+    pub(crate) async fn plan_prepared(
+        &self,
+        statement: &Statement,
+    ) -> Result<Planned, EngineError> {
+        let version = self.catalog_version();
+        let state = self.ctx.state();
+        let plan = crate::planner::upsert::statement_to_plan(&state, statement.clone()).await?;
+        let plan = state.optimize(&plan)?;
+        let types = plan.get_parameter_types()?;
+        let count = types
+            .keys()
+            .filter_map(|id| id.strip_prefix('$')?.parse::<usize>().ok())
+            .max()
+            .unwrap_or(0);
+        let params = (1..=count)
+            .map(|n| types.get(&format!("${n}")).cloned().flatten())
+            .collect();
+        let point = PointRead::of(&plan);
+        Ok(Planned {
+            version,
+            plan,
+            params,
+            point,
+        })
+    }
+}
+
+/// Whether a statement is a query or a write (what `prepare` takes).
+fn preparable(statement: &Statement) -> bool {
+    matches!(
+        statement,
+        Statement::Query(_)
+            | Statement::Insert(_)
+            | Statement::Update { .. }
+            | Statement::Delete(_)
+    )
+}
+
+impl PreparedStatement {
+    /// The placeholders' types, `$1` first; `None` where the statement
+    /// does not say.
+    pub fn parameter_types(&self) -> Vec<Option<DataType>> {
+        self.current().params.clone()
+    }
+
+    /// Whether a run reads one entity by its keys without planning.
+    pub fn is_point_read(&self) -> bool {
+        self.current().point.is_some()
+    }
+
+    fn current(&self) -> Arc<Planned> {
+        match self.planned.read() {
+            Ok(p) => p.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// The planning to run: planned again when the catalog changed.
+    async fn planned(&self) -> Result<Arc<Planned>, EngineError> {
+        let current = self.current();
+        if current.version == self.engine.catalog_version() {
+            return Ok(current);
+        }
+        let fresh = Arc::new(self.engine.plan_prepared(&self.statement).await?);
+        if let Ok(mut p) = self.planned.write() {
+            *p = fresh.clone();
+        }
+        Ok(fresh)
+    }
+
+    /// Runs the statement with `params` (`$1` first) and collects its rows
+    /// (a write's: its count).
+    pub async fn query(
+        &self,
+        params: impl Into<ParamValues>,
+    ) -> Result<Vec<RecordBatch>, EngineError> {
+        let params = params.into();
+        let planned = self.planned().await?;
+        if let Some(batch) = self.point(&planned, &params).await? {
+            // As a scan collects: no batch for no rows.
+            return Ok(if batch.num_rows() == 0 {
+                Vec::new()
+            } else {
+                vec![batch]
+            });
+        }
+        let stream = self.physical(&planned, &params).await?;
+        Ok(datafusion::physical_plan::common::collect(stream).await?)
+    }
+
+    /// Runs the statement with `params` and streams its rows.
+    pub async fn stream(
+        &self,
+        params: impl Into<ParamValues>,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        let params = params.into();
+        let planned = self.planned().await?;
+        if let Some(batch) = self.point(&planned, &params).await? {
+            let schema = batch.schema();
+            let once = futures::stream::iter([Ok(batch)]);
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, once)));
+        }
+        self.physical(&planned, &params).await
+    }
+
+    /// The point read, where the plan is one and the values are keys (a
+    /// paging session pages instead).
+    async fn point(
+        &self,
+        planned: &Planned,
+        params: &ParamValues,
+    ) -> Result<Option<RecordBatch>, EngineError> {
+        let Some(point) = &planned.point else {
+            return Ok(None);
+        };
+        let ctx = self.engine.context();
+        if paging::paging_on(ctx) {
+            return Ok(None);
+        }
+        let tx = session_transaction(ctx);
+        Ok(point.run(tx.as_ref(), params).await?)
+    }
+
+    async fn physical(
+        &self,
+        planned: &Planned,
+        params: &ParamValues,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        let plan = bind(&planned.plan, &planned.params, params)?;
+        let ctx = self.engine.context();
+        let state = ctx.state();
+        let physical = state
+            .query_planner()
+            .create_physical_plan(&plan, &state)
+            .await?;
+        Ok(datafusion::physical_plan::execute_stream(
+            physical,
+            ctx.task_ctx(),
+        )?)
+    }
+}
+
+/// A prepared plan with values in place of its placeholders.
+pub fn bind(
+    plan: &LogicalPlan,
+    params: &[Option<DataType>],
+    values: &ParamValues,
+) -> DfResult<LogicalPlan> {
+    if params.is_empty() {
+        return Ok(plan.clone());
+    }
+    let plan = plan
+        .clone()
+        .replace_params_with_values(values)
+        .and_then(|p| crate::planner::upsert::bind_values(p, values))?;
+    fold_limits(plan)
+}
+
+/// `LIMIT $1::INTEGER` bound after optimization is a cast of a literal, and
+/// the physical planner takes only a literal there (psycopg 3 sends
+/// SQLAlchemy's `.limit(n)` so): each cast is folded into its literal.
+fn fold_limits(plan: LogicalPlan) -> DfResult<LogicalPlan> {
+    use datafusion::logical_expr::{Expr, Limit};
+    fn fold(e: Box<Expr>) -> datafusion::error::Result<Box<Expr>> {
+        match *e {
+            Expr::Cast(c) => match *fold(c.expr)? {
+                Expr::Literal(v, meta) => Ok(Box::new(Expr::Literal(
+                    v.cast_to(c.field.data_type())?,
+                    meta,
+                ))),
+                other => Ok(Box::new(Expr::Cast(
+                    datafusion::logical_expr::Cast::new_from_field(Box::new(other), c.field),
+                ))),
+            },
+            other => Ok(Box::new(other)),
+        }
+    }
+    plan.transform_up(|p| match p {
+        LogicalPlan::Limit(Limit { skip, fetch, input }) => {
+            let skip = skip.map(fold).transpose()?;
+            let fetch = fetch.map(fold).transpose()?;
+            Ok(Transformed::yes(LogicalPlan::Limit(Limit {
+                skip,
+                fetch,
+                input,
+            })))
+        }
+        other => Ok(Transformed::no(other)),
+    })
+    .map(|t| t.data)
+}

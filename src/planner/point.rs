@@ -1,0 +1,330 @@
+//! Point reads planned once. A prepared query whose only filters fix a
+//! mapped table's primary key (`col = $n` or a literal, every PartitionKey
+//! field and a leading run of RowKey fields that holds the primary key) is
+//! planned here, at prepare, into what each run needs: which value feeds
+//! which key field, the decoding of the projected columns, the output
+//! columns. A run composes the keys, reads the one entity on the calling
+//! task (a get, or a one-entity prefix query), and decodes it, with no
+//! pushdown, physical planning, spawned task or channel. Values it cannot
+//! take as keys (a NULL, a type other than the column's) make `run` answer
+//! `None`, and the caller plans the statement as usual.
+
+use std::sync::{Arc, Mutex};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::catalog::default_table_source::source_as_provider;
+use datafusion::common::ParamValues;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::utils::split_conjunction;
+use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
+use datafusion::scalar::ScalarValue;
+
+use super::StoreTable;
+use crate::catalog::ColumnType;
+use crate::exec::ExecError;
+use crate::exec::decode::{BatchSink, DecodePlan, Source};
+use crate::exec::transaction::Transaction;
+use crate::keys::{KeyBounds, KeyValue};
+use crate::storage::{
+    ContinuationToken, PartitionKey, Query, RowKey, RowSink, StorageError, TableName, TableStore,
+};
+
+/// Where a key field's value comes from at each run.
+#[derive(Debug, Clone)]
+enum Value {
+    /// Placeholder `$n` (0-based here).
+    Param(usize),
+    /// A literal of the statement.
+    Literal(ScalarValue),
+}
+
+/// A prepared point read: see the module doc.
+#[derive(Debug)]
+pub struct PointRead {
+    table: Arc<StoreTable>,
+    /// The PartitionKey's fields' values, in field order, with their types.
+    partition: Vec<(Value, ColumnType)>,
+    /// The leading RowKey fields' values, in field order.
+    row: Vec<(Value, ColumnType)>,
+    /// Whether `row` fixes every RowKey field (a get, not a prefix query).
+    whole_row_key: bool,
+    decode: Arc<DecodePlan>,
+    /// Output columns, as positions in the decoded projection.
+    output: Vec<usize>,
+    schema: SchemaRef,
+    /// `LIMIT 0`.
+    empty: bool,
+}
+
+impl PointRead {
+    /// The point read `plan` is, if it is one.
+    pub fn of(plan: &LogicalPlan) -> Option<Self> {
+        let (columns, below) = match plan {
+            LogicalPlan::Projection(p) => {
+                let columns = p
+                    .expr
+                    .iter()
+                    .map(|e| match e {
+                        Expr::Column(c) => Some(c),
+                        _ => None,
+                    })
+                    .collect::<Option<Vec<_>>>()?;
+                (Some(columns), p.input.as_ref())
+            }
+            other => (None, other),
+        };
+        let (predicate, below) = match below {
+            LogicalPlan::Filter(f) => (Some(&f.predicate), f.input.as_ref()),
+            other => (None, other),
+        };
+        let LogicalPlan::TableScan(scan) = below else {
+            return None;
+        };
+        let provider = source_as_provider(&scan.source).ok()?;
+        let any: Arc<dyn std::any::Any + Send + Sync> = provider;
+        let table = any.downcast::<StoreTable>().ok()?;
+        let layout = table.layout();
+        let def = layout.def.as_ref()?;
+        if !table.pushes_down() || layout.index.is_some() {
+            return None;
+        }
+        // An inexact filter is both the scan's and the Filter's: once each.
+        let mut filters: Vec<&Expr> = scan.filters.iter().collect();
+        for f in predicate.map(split_conjunction).unwrap_or_default() {
+            if !filters.contains(&f) {
+                filters.push(f);
+            }
+        }
+        // Each filter fixes one key field; no field twice, nothing else.
+        let mut partition = vec![None; def.partition_key.columns().count()];
+        let mut row = vec![None; def.row_key.columns().count()];
+        for f in filters {
+            let (column, value) = equality(f)?;
+            let i = layout.schema.index_of(&column.name).ok()?;
+            let (source, t) = layout.columns.get(i)?;
+            let slot = match source {
+                Source::PartitionField(n) => partition.get_mut(*n)?,
+                Source::RowField(n) => row.get_mut(*n)?,
+                _ => return None,
+            };
+            if slot.is_some() {
+                return None;
+            }
+            *slot = Some((value, *t));
+        }
+        let partition = partition.into_iter().collect::<Option<Vec<_>>>()?;
+        let leading: Vec<_> = row.iter().map_while(Clone::clone).collect();
+        // Anything fixed past the leading run is a filter this path skips.
+        if row.iter().skip(leading.len()).any(Option::is_some) {
+            return None;
+        }
+        let fixed: Vec<&str> = def
+            .partition_key
+            .columns()
+            .chain(def.row_key.columns().take(leading.len()))
+            .collect();
+        if !def.primary_key.iter().all(|c| fixed.contains(&c.as_str())) {
+            return None;
+        }
+        let projection: Vec<usize> = match &scan.projection {
+            Some(p) => p.clone(),
+            None => (0..layout.schema.fields().len()).collect(),
+        };
+        let output = match columns {
+            Some(cols) => cols
+                .iter()
+                .map(|c| scan.projected_schema.index_of_column(c).ok())
+                .collect::<Option<Vec<_>>>()?,
+            None => (0..projection.len()).collect(),
+        };
+        let decoded = Arc::new(layout.schema.project(&projection).ok()?);
+        let schema = Arc::new(decoded.project(&output).ok()?);
+        let decode = Arc::new(DecodePlan::new(
+            Arc::new(layout.clone()),
+            &projection,
+            &decoded,
+        ));
+        Some(Self {
+            whole_row_key: leading.len() == row.len(),
+            row: leading,
+            partition,
+            decode,
+            output,
+            schema,
+            empty: scan.fetch == Some(0),
+            table,
+        })
+    }
+
+    /// The rows' schema.
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Runs the read with `params`; `None` when a value cannot be a key
+    /// (the caller then plans the statement with the values bound). Inside a
+    /// transaction block `tx`, it reads through the block's buffer.
+    pub async fn run(
+        &self,
+        tx: Option<&Arc<Transaction>>,
+        params: &ParamValues,
+    ) -> Result<Option<RecordBatch>> {
+        let (Some(partition), Some(row)) = (
+            key_values(&self.partition, params),
+            key_values(&self.row, params),
+        ) else {
+            return Ok(None);
+        };
+        let layout = self.table.layout();
+        let Some(def) = layout.def.as_ref() else {
+            return Ok(None);
+        };
+        let mut sink = BatchSink::new(self.decode.clone(), 1);
+        if !self.empty {
+            let Ok(pk) = def.partition_key.compose(&partition) else {
+                return Ok(None);
+            };
+            let Ok(pk) = PartitionKey::new(pk) else {
+                return Ok(None);
+            };
+            let store = self.table.store_in(tx);
+            let read = if self.whole_row_key {
+                let Some(rk) = def
+                    .row_key
+                    .compose(&row)
+                    .ok()
+                    .and_then(|k| RowKey::new(k).ok())
+                else {
+                    return Ok(None);
+                };
+                get(store.as_ref(), &layout.table, &pk, &rk, sink).await
+            } else {
+                let Ok(KeyBounds::Range { start, end }) = def.row_key.prefix_range(&row, None)
+                else {
+                    return Ok(None);
+                };
+                let mut query = Query::partition(pk)
+                    .rows(super::pushdown::row_range(start, end))
+                    .top(1);
+                query.select = Some(layout.properties(self.decode.projection()));
+                first(store.as_ref(), &layout.table, &query, sink).await
+            };
+            sink = read.map_err(|e| DataFusionError::External(Box::new(ExecError::from(e))))?;
+        }
+        let (batch, _) = sink
+            .finish()
+            .map_err(|e| DataFusionError::External(Box::new(e)))?;
+        Ok(Some(batch.project(&self.output)?))
+    }
+}
+
+/// The entity at `(pk, rk)`, if any, into `sink`.
+async fn get(
+    store: &dyn TableStore,
+    table: &TableName,
+    pk: &PartitionKey,
+    rk: &RowKey,
+    mut sink: BatchSink,
+) -> Result<BatchSink, StorageError> {
+    if let Some(e) = store.get(table, pk, rk).await? {
+        // A `Break` here means the sink kept an error: `finish` returns it.
+        let _ = sink.push(&e);
+    }
+    Ok(sink)
+}
+
+/// The first entity `query` (of `top` 1) finds, following tokens past
+/// empty pages, into `sink`.
+async fn first(
+    store: &dyn TableStore,
+    table: &TableName,
+    query: &Query,
+    sink: BatchSink,
+) -> Result<BatchSink, StorageError> {
+    let sink = Arc::new(Mutex::new(sink));
+    let shared: Arc<Mutex<dyn RowSink>> = sink.clone();
+    let mut token: Option<ContinuationToken> = None;
+    loop {
+        let end = store
+            .query_into(table, query, token.as_ref(), shared.clone())
+            .await?;
+        match end.continuation {
+            Some(next) if end.returned == 0 => token = Some(next),
+            _ => break,
+        }
+    }
+    drop(shared);
+    Arc::try_unwrap(sink)
+        .map_err(|_| StorageError::Task("a store kept a point read's sink".into()))?
+        .into_inner()
+        .map_err(|_| StorageError::Task("a point read's sink panicked".into()))
+}
+
+/// `column = value` (either way round), value a placeholder or a literal.
+fn equality(e: &Expr) -> Option<(&datafusion::common::Column, Value)> {
+    let Expr::BinaryExpr(BinaryExpr {
+        left,
+        op: Operator::Eq,
+        right,
+    }) = e
+    else {
+        return None;
+    };
+    let value = |e: &Expr| match e {
+        Expr::Placeholder(p) => {
+            let n: usize = p.id.strip_prefix('$')?.parse().ok()?;
+            Some(Value::Param(n.checked_sub(1)?))
+        }
+        Expr::Literal(v, _) => Some(Value::Literal(v.clone())),
+        _ => None,
+    };
+    match (left.as_ref(), right.as_ref()) {
+        (Expr::Column(c), other) | (other, Expr::Column(c)) => Some((c, value(other)?)),
+        _ => None,
+    }
+}
+
+/// The key values of `fields` for `params`; `None` for a NULL, a missing
+/// parameter, or a value of another type than its column's.
+fn key_values(fields: &[(Value, ColumnType)], params: &ParamValues) -> Option<Vec<KeyValue>> {
+    fields
+        .iter()
+        .map(|(value, t)| {
+            let scalar = match value {
+                Value::Literal(v) => v,
+                Value::Param(n) => match params {
+                    ParamValues::List(list) => &list.get(*n)?.value,
+                    ParamValues::Map(_) => return None,
+                },
+            };
+            key_value(scalar, *t)
+        })
+        .collect()
+}
+
+fn key_value(v: &ScalarValue, t: ColumnType) -> Option<KeyValue> {
+    use ScalarValue as S;
+    let int = match v {
+        S::Int8(Some(i)) => Some(i64::from(*i)),
+        S::Int16(Some(i)) => Some(i64::from(*i)),
+        S::Int32(Some(i)) => Some(i64::from(*i)),
+        S::Int64(Some(i)) => Some(*i),
+        S::UInt8(Some(i)) => Some(i64::from(*i)),
+        S::UInt16(Some(i)) => Some(i64::from(*i)),
+        S::UInt32(Some(i)) => Some(i64::from(*i)),
+        S::UInt64(Some(i)) => i64::try_from(*i).ok(),
+        _ => None,
+    };
+    match t {
+        ColumnType::Int => int.filter(|i| i32::try_from(*i).is_ok()).map(KeyValue::Int),
+        ColumnType::BigInt => int.map(KeyValue::Int),
+        ColumnType::Text => match v {
+            S::Utf8(Some(s)) | S::LargeUtf8(Some(s)) | S::Utf8View(Some(s)) => {
+                Some(KeyValue::Text(s.clone()))
+            }
+            _ => None,
+        },
+        _ => None,
+    }
+}
