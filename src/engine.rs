@@ -234,7 +234,6 @@ impl Engine {
         let defs = persist::load(self.store.as_ref()).await?;
         self.stats
             .replace_all(stats::load_all(self.store.as_ref()).await?);
-        self.catalog_changed();
         let raw = Arc::new(MemorySchemaProvider::new());
         let public = self.public_schema()?;
         // Tables the embedder registered on the context stay.
@@ -263,6 +262,9 @@ impl Engine {
         if let Some(catalog) = self.ctx.catalog("datafusion") {
             catalog.register_schema(RAW_SCHEMA, raw)?;
         }
+        // Raised once the tables are in place: a statement planned while
+        // they changed carries the old version and is planned again.
+        self.catalog_changed();
         Ok(())
     }
 
@@ -291,7 +293,6 @@ impl Engine {
     /// Registers a mapped table, in place of a store table of the same name
     /// (a raw alias, or an older mapping).
     fn register_mapped(&self, def: TableDef) -> Result<(), EngineError> {
-        self.catalog_changed();
         let name = def.name.clone();
         let layout = Layout::mapped(Arc::new(def));
         let defaults = self.column_defaults(&layout)?;
@@ -301,6 +302,7 @@ impl Engine {
             public.deregister_table(&name)?;
         }
         public.register_table(name, provider)?;
+        self.catalog_changed();
         Ok(())
     }
 

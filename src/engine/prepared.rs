@@ -2,7 +2,8 @@
 //! with its placeholders, then run many times with values. A point read by
 //! primary key is planned once whole (`planner::point`) and runs without
 //! any planning; anything else binds its values into the optimized plan and
-//! runs only the physical planner. A statement whose tables changed in the
+//! runs only the physical planner (a prepared statement is not paged by
+//! `tablesql.page_size`: it returns all its rows). A statement whose tables changed in the
 //! catalog since it was planned (a `CREATE`, `DROP` or refresh through this
 //! engine) is planned again at its next run.
 
@@ -19,7 +20,7 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::Statement;
 
-use super::{Engine, EngineError, paging, session_transaction};
+use super::{Engine, EngineError, session_transaction};
 use crate::planner::point::PointRead;
 
 /// A statement planned once (see the module doc), from [`Engine::prepare`].
@@ -180,6 +181,7 @@ impl PreparedStatement {
         &self,
         params: impl Into<ParamValues>,
     ) -> Result<Vec<RecordBatch>, EngineError> {
+        self.refuse_in_failed_block()?;
         let params = params.into();
         let planned = self.planned().await?;
         if let Some(batch) = self.point(&planned, &params).await? {
@@ -199,18 +201,20 @@ impl PreparedStatement {
         &self,
         params: impl Into<ParamValues>,
     ) -> Result<SendableRecordBatchStream, EngineError> {
+        self.refuse_in_failed_block()?;
         let params = params.into();
         let planned = self.planned().await?;
         if let Some(batch) = self.point(&planned, &params).await? {
             let schema = batch.schema();
-            let once = futures::stream::iter([Ok(batch)]);
+            // As a scan streams: no batch for no rows.
+            let rows = (batch.num_rows() > 0).then_some(Ok(batch));
+            let once = futures::stream::iter(rows);
             return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, once)));
         }
         self.physical(&planned, &params).await
     }
 
-    /// The point read, where the plan is one and the values are keys (a
-    /// paging session pages instead).
+    /// The point read, where the plan is one and the values are keys.
     async fn point(
         &self,
         planned: &Planned,
@@ -219,12 +223,21 @@ impl PreparedStatement {
         let Some(point) = &planned.point else {
             return Ok(None);
         };
-        let ctx = self.engine.context();
-        if paging::paging_on(ctx) {
-            return Ok(None);
-        }
-        let tx = session_transaction(ctx);
+        let tx = session_transaction(self.engine.context());
         Ok(point.run(tx.as_ref(), params).await?)
+    }
+
+    /// As `Engine::statement`: nothing runs in a failed transaction block
+    /// but its end.
+    fn refuse_in_failed_block(&self) -> Result<(), EngineError> {
+        if session_transaction(self.engine.context()).is_some_and(|t| t.is_aborted()) {
+            return Err(DataFusionError::Plan(
+                "current transaction is aborted, commands ignored until end of transaction block"
+                    .into(),
+            )
+            .into());
+        }
+        Ok(())
     }
 
     async fn physical(

@@ -480,12 +480,11 @@ impl Decoding {
             let template = layout.row_template().unwrap_or(&def.row_key);
             if let Err(err) = template.split(rk, &mut self.spans) {
                 // Base rows and index rows share partitions.
-                if layout.index.is_none()
-                    && def
-                        .indexes
-                        .iter()
-                        .any(|i| i.row_key.split(rk, &mut Vec::new()).is_ok())
-                {
+                let is_index_row = |t: &crate::keys::KeyTemplate| {
+                    let mut spans = Vec::new();
+                    t.split(rk, &mut spans).is_ok() && t.check_fields(rk, &spans).is_ok()
+                };
+                if layout.index.is_none() && def.indexes.iter().any(|i| is_index_row(&i.row_key)) {
                     self.skipped.index_rows += 1;
                     return Ok(false);
                 }

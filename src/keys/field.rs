@@ -156,7 +156,11 @@ impl FieldFormat {
                 KeyValue::Int(10i64.pow(u32::from(width)) - 1 - digits(text)?)
             }
             FieldFormat::Signed { width } => {
-                let (sign, rest) = text.split_at(1);
+                // Split on a byte boundary only: a multi-byte first
+                // character is a mismatch, not a panic.
+                let (Some(sign), Some(rest)) = (text.get(..1), text.get(1..)) else {
+                    return Err(bad());
+                };
                 let v = digits(rest)?;
                 match sign {
                     "0" => KeyValue::Int(v),

@@ -6,12 +6,12 @@
 //! columns. A run composes the keys, reads the one entity on the calling
 //! task (a get, or a one-entity prefix query), and decodes it, with no
 //! pushdown, physical planning, spawned task or channel. Values it cannot
-//! take as keys (a NULL, a type other than the column's) make `run` answer
+//! take as keys (a NULL; for an integer column anything but an integer
+//! that fits it, for a text column anything but text) make `run` answer
 //! `None`, and the caller plans the statement as usual.
 
 use std::sync::{Arc, Mutex};
 
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::ParamValues;
@@ -52,7 +52,6 @@ pub struct PointRead {
     decode: Arc<DecodePlan>,
     /// Output columns, as positions in the decoded projection.
     output: Vec<usize>,
-    schema: SchemaRef,
     /// `LIMIT 0`.
     empty: bool,
 }
@@ -139,7 +138,6 @@ impl PointRead {
             None => (0..projection.len()).collect(),
         };
         let decoded = Arc::new(layout.schema.project(&projection).ok()?);
-        let schema = Arc::new(decoded.project(&output).ok()?);
         let decode = Arc::new(DecodePlan::new(
             Arc::new(layout.clone()),
             &projection,
@@ -151,15 +149,9 @@ impl PointRead {
             partition,
             decode,
             output,
-            schema,
             empty: scan.fetch == Some(0),
             table,
         })
-    }
-
-    /// The rows' schema.
-    pub fn schema(&self) -> &SchemaRef {
-        &self.schema
     }
 
     /// Runs the read with `params`; `None` when a value cannot be a key

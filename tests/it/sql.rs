@@ -605,7 +605,8 @@ async fn prepared_statements_answer_as_their_sql() -> TestResult {
         found >= 20,
         "most keys exist (rows past 500 do not): {found}"
     );
-    // A NULL key matches nothing; a value of another type is planned as SQL.
+    // A NULL key matches nothing; an integer of another width that fits
+    // the column is taken as the key.
     let none = point
         .query(vec![
             ScalarValue::from("2012 Boston Marathon"),
@@ -669,6 +670,18 @@ async fn prepared_point_reads_follow_the_catalog_and_the_transaction() -> TestRe
         .collect("UPDATE kv SET v = 'buffered' WHERE k = 'a'")
         .await?;
     assert!(run_prepared(&get, key()).await?.contains("buffered"));
+    engine.collect("ROLLBACK").await?;
+    assert!(run_prepared(&get, key()).await?.contains("second"));
+    // A failed statement fails the block: nothing runs but its end.
+    engine.collect("BEGIN").await?;
+    assert!(
+        engine
+            .collect("INSERT INTO kv (k, v) VALUES ('a', 'again')")
+            .await
+            .is_err()
+    );
+    let e = get.query(key()).await.unwrap_err().to_string();
+    assert!(e.contains("current transaction is aborted"), "{e}");
     engine.collect("ROLLBACK").await?;
     assert!(run_prepared(&get, key()).await?.contains("second"));
     Ok(())

@@ -220,13 +220,13 @@ impl<'a> Reader<'a> {
 }
 
 /// A stored entity lent in place: its keys (decoded into the scan's
-/// buffers) and its value bytes, read as a sink asks. A value found
-/// truncated while lent is remembered, and the scan fails with it.
+/// buffers) and its value bytes, read as a sink asks. The first fault
+/// found in the value while lent is kept, and the scan fails with it.
 pub struct RawEntity<'a> {
     pub partition_key: &'a str,
     pub row_key: &'a str,
     pub value: &'a [u8],
-    pub corrupt: std::cell::Cell<bool>,
+    pub fault: std::cell::RefCell<Option<StorageError>>,
 }
 
 /// Skips one property's value of type `tag`.
@@ -292,9 +292,26 @@ impl<'a> RawEntity<'a> {
             }
             Ok::<_, StorageError>(())
         })();
-        if result.is_err() {
-            self.corrupt.set(true);
+        if let Err(e) = result {
+            self.keep(e);
         }
+    }
+
+    fn keep(&self, e: StorageError) {
+        if let Ok(mut fault) = self.fault.try_borrow_mut() {
+            fault.get_or_insert(e);
+        }
+    }
+
+    /// Reads every property's value once, to find a fault a reader that
+    /// wants only some of them would not meet.
+    pub fn check(&self) {
+        self.walk(&mut |_| Some(0), &mut |_, _| ControlFlow::Continue(()));
+    }
+
+    /// The fault met while lent, if any.
+    pub fn take_fault(&self) -> Option<StorageError> {
+        self.fault.try_borrow_mut().ok().and_then(|mut f| f.take())
     }
 }
 
@@ -311,7 +328,7 @@ impl EntityView for RawEntity<'_> {
         match self.value.first_chunk::<8>() {
             Some(ticks) => from_ticks(i64::from_le_bytes(*ticks)),
             None => {
-                self.corrupt.set(true);
+                self.keep(corrupt("value truncated"));
                 from_ticks(0)
             }
         }

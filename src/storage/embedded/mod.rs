@@ -152,10 +152,16 @@ impl EmbeddedStore {
     }
 }
 
-/// Whether a query returns its first entity in range: one entity, no filter
-/// to scan past others.
+/// Whether a query reads at most one entity and a seek or two: one
+/// partition, `top` 1 and no filter to scan past others. (Over many
+/// partitions it could seek through each, too long for an async thread.)
 fn one_entity(query: &Query) -> bool {
-    query.top == Some(1) && query.filter.is_none()
+    use std::ops::Bound::Included;
+    let one_partition = matches!(
+        (&query.partitions.start, &query.partitions.end),
+        (Included(a), Included(b)) if a == b
+    );
+    one_partition && query.top == Some(1) && query.filter.is_none()
 }
 
 fn read_u32(b: &[u8]) -> Result<u32> {

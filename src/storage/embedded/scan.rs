@@ -3,7 +3,7 @@
 
 use redb::ReadableTable;
 
-use std::cell::Cell;
+use std::cell::RefCell;
 use std::ops::{Bound, ControlFlow};
 
 use super::codec::{
@@ -14,7 +14,6 @@ use crate::storage::query::MAX_PARTITION_PAGE;
 use crate::storage::view::{PageEnd, RowSink};
 use crate::storage::{
     ContinuationToken, KeyRange, Page, PartitionKey, PartitionPage, Query, Result, RowKey,
-    StorageError,
 };
 
 /// Reads one page. The page ends when it holds `top` entities, when `budget`
@@ -28,7 +27,7 @@ pub fn page(
 ) -> Result<Page> {
     let wanted = query.needed_properties();
     let mut entities = Vec::with_capacity(query.page_size()?);
-    let end = walk(rows, query, token, budget, &mut |e| {
+    let end = walk(rows, query, token, budget, true, &mut |e| {
         let pk = PartitionKey::from_stored(e.partition_key.to_owned());
         let rk = RowKey::from_stored(e.row_key.to_owned());
         let mut e = decode_value(pk, rk, e.value, wanted.as_deref())?;
@@ -52,7 +51,7 @@ pub fn page_into(
     budget: usize,
     sink: &mut dyn RowSink,
 ) -> Result<PageEnd> {
-    walk(rows, query, token, budget, &mut |e| Ok(sink.push(e)))
+    walk(rows, query, token, budget, false, &mut |e| Ok(sink.push(e)))
 }
 
 /// A key range as UTF-16BE bytes, compared without decoding keys.
@@ -103,12 +102,15 @@ fn joined(pk: &[u8], tail: &[&[u8]]) -> Vec<u8> {
 /// The page loop: seeks past rows outside the RowKey range, compares keys as
 /// bytes, decodes a PartitionKey only when it changes, and lends each entity
 /// in range that passes the filter to `take`. `Break` ends the page without
-/// a token.
+/// a token. `whole` reads every value before the filter, so that a fault
+/// anywhere in an entity fails the page as decoding it whole would; a sink
+/// meets the faults of what it reads.
 fn walk(
     rows: &impl ReadableTable<&'static [u8], &'static [u8]>,
     query: &Query,
     token: Option<&ContinuationToken>,
     budget: usize,
+    whole: bool,
     take: &mut dyn FnMut(&RawEntity<'_>) -> Result<ControlFlow<()>>,
 ) -> Result<PageEnd> {
     let limit = query.page_size()?;
@@ -174,23 +176,24 @@ fn walk(
                 partition_key: &pk,
                 row_key: rk,
                 value: value.value(),
-                corrupt: Cell::new(false),
+                fault: RefCell::new(None),
             };
-            if query.passes(&e) {
+            if whole {
+                e.check();
+            }
+            let passes = query.passes(&e);
+            if let Some(fault) = e.take_fault() {
+                return Err(fault);
+            }
+            if passes {
                 end.returned += 1;
                 let flow = take(&e)?;
-                if e.corrupt.get() {
-                    return Err(StorageError::Corrupt(format!(
-                        "the value of ({pk:?}, {rk:?}) is truncated"
-                    )));
+                if let Some(fault) = e.take_fault() {
+                    return Err(fault);
                 }
                 if flow.is_break() {
                     break 'seek;
                 }
-            } else if e.corrupt.get() {
-                return Err(StorageError::Corrupt(format!(
-                    "the value of ({pk:?}, {rk:?}) is truncated"
-                )));
             }
             full = end.returned == limit || end.scanned == budget;
         }
