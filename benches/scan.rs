@@ -18,12 +18,15 @@ use divan::{Bencher, black_box};
 use tablesql::datafusion::arrow::array::AsArray;
 use tablesql::datafusion::arrow::datatypes::Int64Type;
 use tablesql::datafusion::arrow::record_batch::RecordBatch;
-use tablesql::demo::{self, registration};
+use tablesql::demo;
 use tablesql::storage::*;
 use tablesql::{Engine, EngineOptions};
 use tokio::runtime::Runtime;
 
 const ROWS: u64 = 1_000_000;
+
+#[path = "common/sqlite.rs"]
+mod sqlite;
 
 fn main() {
     // Loaded before timing starts, not in the first sample.
@@ -85,46 +88,12 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     Fixture {
         rt,
         engine,
-        sqlite: Mutex::new(sqlite_copy()),
+        sqlite: Mutex::new(sqlite::copy(ROWS)),
         raw,
         ranges,
         _dirs: [dir, copy],
     }
 });
-
-fn sqlite_copy() -> rusqlite::Connection {
-    let db = rusqlite::Connection::open_in_memory().expect("sqlite");
-    db.execute_batch(
-        "CREATE TABLE registrations (event TEXT NOT NULL, distance TEXT NOT NULL, bib INTEGER NOT NULL, \
-         name TEXT NOT NULL, gender TEXT NOT NULL, age INTEGER NOT NULL, finish INTEGER, \
-         registered TEXT, club TEXT, PRIMARY KEY (event, distance, bib)) WITHOUT ROWID",
-    )
-    .expect("schema");
-    let tx = db.unchecked_transaction().expect("tx");
-    {
-        let mut insert = tx
-            .prepare("INSERT INTO registrations VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)")
-            .expect("prepare");
-        for i in 0..ROWS {
-            let r = registration(i);
-            insert
-                .execute(rusqlite::params![
-                    r.event,
-                    r.distance,
-                    r.bib,
-                    r.name,
-                    r.gender,
-                    r.age,
-                    r.finish_seconds,
-                    r.registered.to_rfc3339(),
-                    r.club
-                ])
-                .expect("insert");
-        }
-    }
-    tx.commit().expect("commit");
-    db
-}
 
 const COUNT: &str = "SELECT count(*) FROM registrations";
 const AVG_AGE: &str = "SELECT avg(age) FROM registrations";

@@ -19,6 +19,7 @@ pub mod pushdown;
 pub mod rewrite;
 pub mod sequence_functions;
 pub mod settings;
+pub(crate) mod simple_scan;
 pub mod sql;
 pub mod subquery;
 pub mod subquery_rules;

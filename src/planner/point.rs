@@ -13,14 +13,13 @@
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::catalog::default_table_source::source_as_provider;
 use datafusion::common::ParamValues;
 use datafusion::error::{DataFusionError, Result};
-use datafusion::logical_expr::utils::split_conjunction;
 use datafusion::logical_expr::{BinaryExpr, Expr, LogicalPlan, Operator};
 use datafusion::scalar::ScalarValue;
 
 use super::StoreTable;
+use super::simple_scan::{SimpleScan, simple_scan};
 use crate::catalog::ColumnType;
 use crate::exec::ExecError;
 use crate::exec::decode::{BatchSink, DecodePlan, Source};
@@ -59,41 +58,16 @@ pub struct PointRead {
 impl PointRead {
     /// The point read `plan` is, if it is one.
     pub fn of(plan: &LogicalPlan) -> Option<Self> {
-        let (columns, below) = match plan {
-            LogicalPlan::Projection(p) => {
-                let columns = p
-                    .expr
-                    .iter()
-                    .map(|e| match e {
-                        Expr::Column(c) => Some(c),
-                        _ => None,
-                    })
-                    .collect::<Option<Vec<_>>>()?;
-                (Some(columns), p.input.as_ref())
-            }
-            other => (None, other),
-        };
-        let (predicate, below) = match below {
-            LogicalPlan::Filter(f) => (Some(&f.predicate), f.input.as_ref()),
-            other => (None, other),
-        };
-        let LogicalPlan::TableScan(scan) = below else {
-            return None;
-        };
-        let provider = source_as_provider(&scan.source).ok()?;
-        let any: Arc<dyn std::any::Any + Send + Sync> = provider;
-        let table = any.downcast::<StoreTable>().ok()?;
+        let SimpleScan {
+            scan,
+            table,
+            filters,
+            columns: output,
+        } = simple_scan(plan)?;
         let layout = table.layout();
         let def = layout.def.as_ref()?;
         if !table.pushes_down() || layout.index.is_some() {
             return None;
-        }
-        // An inexact filter is both the scan's and the Filter's: once each.
-        let mut filters: Vec<&Expr> = scan.filters.iter().collect();
-        for f in predicate.map(split_conjunction).unwrap_or_default() {
-            if !filters.contains(&f) {
-                filters.push(f);
-            }
         }
         // Each filter fixes one key field; no field twice, nothing else.
         let mut partition = vec![None; def.partition_key.columns().count()];
@@ -129,13 +103,6 @@ impl PointRead {
         let projection: Vec<usize> = match &scan.projection {
             Some(p) => p.clone(),
             None => (0..layout.schema.fields().len()).collect(),
-        };
-        let output = match columns {
-            Some(cols) => cols
-                .iter()
-                .map(|c| scan.projected_schema.index_of_column(c).ok())
-                .collect::<Option<Vec<_>>>()?,
-            None => (0..projection.len()).collect(),
         };
         let decoded = Arc::new(layout.schema.project(&projection).ok()?);
         let decode = Arc::new(DecodePlan::new(
