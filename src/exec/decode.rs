@@ -19,7 +19,10 @@ use std::ops::ControlFlow;
 
 use crate::keys::{KeyRef, KeyValue};
 use crate::storage::value::format_datetime;
-use crate::storage::{EntityView, KeyKind, RowSink, StoredEntity, TableName, ValueRef};
+use crate::storage::{
+    ContinuationToken, EntityView, KeyKind, PageEnd, Query, RowSink, StorageError, StoredEntity,
+    TableName, TableStore, ValueRef,
+};
 
 /// Where a column's values come from.
 #[derive(Debug, Clone, PartialEq)]
@@ -342,18 +345,42 @@ pub fn decode(
     schema: &SchemaRef,
     entities: &[StoredEntity],
 ) -> Result<(RecordBatch, Skipped), ExecError> {
-    let plan = Arc::new(DecodePlan::new(
-        Arc::new(layout.clone()),
-        projection,
-        schema,
-    ));
-    let mut sink = BatchSink::new(plan, entities.len());
+    let plan = DecodePlan::new(Arc::new(layout.clone()), projection, schema);
+    decode_with(&Arc::new(plan), entities)
+}
+
+/// As `decode`, with a plan made once for many pages.
+pub fn decode_with(
+    plan: &Arc<DecodePlan>,
+    entities: &[StoredEntity],
+) -> Result<(RecordBatch, Skipped), ExecError> {
+    let mut sink = BatchSink::new(plan.clone(), entities.len());
     for e in entities {
         if sink.push(e).is_break() {
             break;
         }
     }
     sink.finish()
+}
+
+/// One page of `query` read by `store` into `sink`, which comes back with
+/// the page's rows: the sink is shared with the store (which may fill it on
+/// another thread) only for the call.
+pub async fn page_into(
+    store: &dyn TableStore,
+    table: &TableName,
+    query: &Query,
+    token: Option<&ContinuationToken>,
+    sink: BatchSink,
+) -> Result<(PageEnd, BatchSink), StorageError> {
+    let sink = Arc::new(std::sync::Mutex::new(sink));
+    let shared: Arc<std::sync::Mutex<dyn RowSink>> = sink.clone();
+    let end = store.query_into(table, query, token, shared).await?;
+    let sink = Arc::try_unwrap(sink)
+        .map_err(|_| StorageError::Task("a store kept a page's sink".into()))?
+        .into_inner()
+        .map_err(|_| StorageError::Task("a page's sink panicked".into()))?;
+    Ok((end, sink))
 }
 
 /// What decoding needs to know of a layout and a projection, worked out

@@ -38,12 +38,12 @@ use tokio::sync::mpsc;
 
 use super::ExecError;
 use super::access::{AccessPath, KeyRequest};
-use super::decode::{BatchSink, DecodePlan, Layout, Skipped, Source, decode};
+use super::decode::{BatchSink, DecodePlan, Layout, Skipped, Source, decode_with};
 use super::fanout::{Fanout, ListingCounters, expand};
 use super::metrics::ExactCount;
 use super::notices::ScanVerdict;
 use crate::catalog::stats::TableStats;
-use crate::storage::{ContinuationToken, PageEnd, Query, RowSink, StoredEntity, TableStore};
+use crate::storage::{ContinuationToken, PageEnd, Query, StoredEntity, TableStore};
 
 /// Tuning of scans.
 #[derive(Debug, Clone, Copy)]
@@ -315,8 +315,6 @@ struct RequestRun {
     store: Arc<dyn TableStore>,
     /// The layout of the rows the requests read.
     layout: Arc<Layout>,
-    projection: Vec<usize>,
-    schema: SchemaRef,
     query: Query,
     counters: Counters,
     /// One permit per store request in flight, shared by the scan's requests.
@@ -337,6 +335,8 @@ struct Lookup {
     position: usize,
     /// The base rows' properties and filter.
     query: Query,
+    /// How the base rows decode.
+    decode: Arc<DecodePlan>,
 }
 
 impl RequestRun {
@@ -387,30 +387,6 @@ impl RequestRun {
                 partitions,
                 rows,
                 at_most_one,
-            } if self.lookup.is_none() => {
-                let mut query = self.query.clone();
-                query.partitions = partitions;
-                query.rows = rows;
-                if at_most_one {
-                    query.top = Some(1);
-                }
-                let mut token: Option<ContinuationToken> = None;
-                loop {
-                    let (end, sink) = self.page_into(&query, token.as_ref()).await?;
-                    self.counters.scanned.add(end.scanned);
-                    self.count_partitions(sink.partitions().iter().map(String::as_str));
-                    let (batch, skipped) = sink.finish()?;
-                    let n = self.send(batch, skipped, tx).await;
-                    match end.continuation {
-                        Some(next) if !(at_most_one && n > 0) => token = Some(next),
-                        _ => break,
-                    }
-                }
-            }
-            KeyRequest::Scan {
-                partitions,
-                rows,
-                at_most_one,
             } => {
                 let mut query = self.query.clone();
                 query.partitions = partitions;
@@ -420,12 +396,22 @@ impl RequestRun {
                 }
                 let mut token: Option<ContinuationToken> = None;
                 loop {
-                    let page = self
-                        .request(self.store.query(table, &query, token.as_ref()))
-                        .await?;
-                    self.counters.scanned.add(page.scanned);
-                    let n = self.emit(&page.entities, tx).await?;
-                    match page.continuation {
+                    // Rows decoded as the store reads them; index rows that
+                    // lead to base rows are read whole, to look those up.
+                    let (continuation, n) = if self.lookup.is_none() {
+                        let (end, sink) = self.page_into(&query, token.as_ref()).await?;
+                        self.counters.scanned.add(end.scanned);
+                        self.count_partitions(sink.partitions().iter().map(String::as_str));
+                        let (batch, skipped) = sink.finish()?;
+                        (end.continuation, self.send(batch, skipped, tx).await)
+                    } else {
+                        let page = self
+                            .request(self.store.query(table, &query, token.as_ref()))
+                            .await?;
+                        self.counters.scanned.add(page.scanned);
+                        (page.continuation, self.emit(&page.entities, tx).await?)
+                    };
+                    match continuation {
                         Some(next) if !(at_most_one && n > 0) => token = Some(next),
                         _ => break,
                     }
@@ -446,14 +432,14 @@ impl RequestRun {
         }
         self.count_partitions(entities.iter().map(|e| e.partition_key().as_str()));
         let base;
-        let (layout, entities) = match &self.lookup {
-            None => (&self.layout, entities),
+        let (plan, entities) = match &self.lookup {
+            None => (&self.decode, entities),
             Some(lookup) => {
                 base = self.look_up(lookup, entities).await?;
-                (&lookup.layout, base.as_slice())
+                (&lookup.decode, base.as_slice())
             }
         };
-        let (batch, skipped) = decode(layout, &self.projection, &self.schema, entities)?;
+        let (batch, skipped) = decode_with(plan, entities)?;
         Ok(self.send(batch, skipped, tx).await)
     }
 
@@ -497,18 +483,10 @@ impl RequestRun {
         let capacity = query
             .page_size()
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let sink = Arc::new(Mutex::new(BatchSink::new(self.decode.clone(), capacity)));
-        let shared: Arc<Mutex<dyn RowSink>> = sink.clone();
-        let end = self
-            .request(
-                self.store
-                    .query_into(&self.layout.table, query, token, shared),
-            )
-            .await?;
-        let sink = Arc::try_unwrap(sink)
-            .map_err(|_| DataFusionError::Internal("a store kept a page's sink".into()))?
-            .into_inner()
-            .map_err(|_| DataFusionError::Internal("a page's sink panicked".into()))?;
+        let sink = BatchSink::new(self.decode.clone(), capacity);
+        let read =
+            super::decode::page_into(self.store.as_ref(), &self.layout.table, query, token, sink);
+        let (end, sink) = self.request(read).await?;
         Ok((end, sink))
     }
 }
@@ -686,6 +664,11 @@ impl ExecutionPlan for PartitionScanExec {
             // The index rows' keys are all the lookup reads of them.
             query = Query::all().select(Vec::<String>::new());
             Arc::new(Lookup {
+                decode: Arc::new(DecodePlan::new(
+                    self.layout.clone(),
+                    &self.projection,
+                    &self.schema,
+                )),
                 layout: self.layout.clone(),
                 position: self.path.index.as_ref().map_or(0, |i| i.position),
                 query: base,
@@ -704,8 +687,6 @@ impl ExecutionPlan for PartitionScanExec {
             layout: self.rows.clone(),
             lookup,
             width: self.options.max_in_flight.max(1),
-            projection: self.projection.clone(),
-            schema: self.schema.clone(),
             query,
             counters: counters.clone(),
             permits: Arc::new(tokio::sync::Semaphore::new(

@@ -10,7 +10,7 @@
 //! that fits it, for a text column anything but text) make `run` answer
 //! `None`, and the caller plans the statement as usual.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ParamValues;
@@ -22,7 +22,7 @@ use super::StoreTable;
 use super::simple_scan::{SimpleScan, simple_scan};
 use crate::catalog::ColumnType;
 use crate::exec::ExecError;
-use crate::exec::decode::{BatchSink, DecodePlan, Source};
+use crate::exec::decode::{BatchSink, DecodePlan, Source, page_into};
 use crate::exec::transaction::Transaction;
 use crate::keys::{KeyBounds, KeyValue};
 use crate::storage::{
@@ -199,25 +199,17 @@ async fn first(
     store: &dyn TableStore,
     table: &TableName,
     query: &Query,
-    sink: BatchSink,
+    mut sink: BatchSink,
 ) -> Result<BatchSink, StorageError> {
-    let sink = Arc::new(Mutex::new(sink));
-    let shared: Arc<Mutex<dyn RowSink>> = sink.clone();
     let mut token: Option<ContinuationToken> = None;
     loop {
-        let end = store
-            .query_into(table, query, token.as_ref(), shared.clone())
-            .await?;
+        let (end, filled) = page_into(store, table, query, token.as_ref(), sink).await?;
+        sink = filled;
         match end.continuation {
             Some(next) if end.returned == 0 => token = Some(next),
-            _ => break,
+            _ => return Ok(sink),
         }
     }
-    drop(shared);
-    Arc::try_unwrap(sink)
-        .map_err(|_| StorageError::Task("a store kept a point read's sink".into()))?
-        .into_inner()
-        .map_err(|_| StorageError::Task("a point read's sink panicked".into()))
 }
 
 /// `column = value` (either way round), value a placeholder or a literal.

@@ -63,20 +63,6 @@ fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupt(what.to_owned())
 }
 
-fn utf16_string(bytes: &[u8]) -> Result<String, StorageError> {
-    // Most keys are ASCII: every high byte zero and every low byte below 0x80.
-    if bytes.chunks_exact(2).all(|c| c[0] == 0 && c[1] < 0x80) {
-        let ascii: Vec<u8> = bytes.chunks_exact(2).map(|c| c[1]).collect();
-        return String::from_utf8(ascii).map_err(|_| corrupt("key is not UTF-16"));
-    }
-    let units = bytes
-        .chunks_exact(2)
-        .map(|c| u16::from_be_bytes([c[0], c[1]]));
-    char::decode_utf16(units)
-        .collect::<Result<String, _>>()
-        .map_err(|_| corrupt("key is not UTF-16"))
-}
-
 /// Decodes UTF-16BE key bytes into `out` (cleared first), reusing its buffer.
 pub fn utf16_into(bytes: &[u8], out: &mut String) -> Result<(), StorageError> {
     out.clear();
@@ -132,15 +118,10 @@ pub fn utf16_bytes(s: &str) -> Vec<u8> {
 
 /// Splits a key back into its PartitionKey and RowKey.
 pub fn decode_key(key: &[u8]) -> Result<(PartitionKey, RowKey), StorageError> {
-    if !key.len().is_multiple_of(2) {
-        return Err(corrupt("odd key length"));
-    }
-    let sep = key
-        .chunks_exact(2)
-        .position(|c| c == [0, 0])
-        .ok_or_else(|| corrupt("key has no separator"))?;
-    let pk = utf16_string(&key[..sep * 2])?;
-    let rk = utf16_string(&key[sep * 2 + 2..])?;
+    let sep = separator(key)?;
+    let (mut pk, mut rk) = (String::new(), String::new());
+    utf16_into(&key[..sep], &mut pk)?;
+    utf16_into(&key[sep + 2..], &mut rk)?;
     Ok((PartitionKey::from_stored(pk), RowKey::from_stored(rk)))
 }
 

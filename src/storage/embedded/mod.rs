@@ -139,6 +139,18 @@ impl EmbeddedStore {
         }
     }
 
+    /// `work` over a table's entities, in a read transaction of its own.
+    fn with_rows<T>(
+        &self,
+        table: &TableName,
+        work: impl FnOnce(&redb::ReadOnlyTable<&'static [u8], &'static [u8]>) -> Result<T>,
+    ) -> Result<T> {
+        let txn = self.read_txn(table)?;
+        let name = entity_table_name(table);
+        let rows = txn.open_table(entities(&name))?;
+        work(&rows)
+    }
+
     fn read_txn(&self, table: &TableName) -> Result<ReadTransaction> {
         let txn = self.db.begin_read()?;
         if txn
@@ -239,13 +251,12 @@ impl TableStore for EmbeddedStore {
         pk: &PartitionKey,
         rk: &RowKey,
     ) -> Result<Option<StoredEntity>> {
-        let txn = self.read_txn(table)?;
-        let name = entity_table_name(table);
-        let rows = txn.open_table(entities(&name))?;
-        let found = rows.get(codec::encode_key(pk, rk).as_slice())?;
-        found
-            .map(|v| codec::decode_value(pk.clone(), rk.clone(), v.value(), None))
-            .transpose()
+        self.with_rows(table, |rows| {
+            let found = rows.get(codec::encode_key(pk, rk).as_slice())?;
+            found
+                .map(|v| codec::decode_value(pk.clone(), rk.clone(), v.value(), None))
+                .transpose()
+        })
     }
 
     async fn query(
@@ -258,10 +269,9 @@ impl TableStore for EmbeddedStore {
         let small = one_entity(query);
         let (table, query, token) = (table.clone(), query.clone(), continuation.cloned());
         self.read(small, move |s| {
-            let txn = s.read_txn(&table)?;
-            let name = entity_table_name(&table);
-            let rows = txn.open_table(entities(&name))?;
-            scan::page(&rows, &query, token.as_ref(), s.scan_budget)
+            s.with_rows(&table, |rows| {
+                scan::page(rows, &query, token.as_ref(), s.scan_budget)
+            })
         })
         .await
     }
@@ -277,13 +287,12 @@ impl TableStore for EmbeddedStore {
         let small = one_entity(query);
         let (table, query, token) = (table.clone(), query.clone(), continuation.cloned());
         self.read(small, move |s| {
-            let txn = s.read_txn(&table)?;
-            let name = entity_table_name(&table);
-            let rows = txn.open_table(entities(&name))?;
             let mut sink = sink
                 .lock()
                 .map_err(|_| StorageError::Task("a row sink panicked".into()))?;
-            scan::page_into(&rows, &query, token.as_ref(), s.scan_budget, &mut *sink)
+            s.with_rows(&table, |rows| {
+                scan::page_into(rows, &query, token.as_ref(), s.scan_budget, &mut *sink)
+            })
         })
         .await
     }
@@ -296,10 +305,9 @@ impl TableStore for EmbeddedStore {
     ) -> Result<PartitionPage> {
         let (table, range, after) = (table.clone(), range.clone(), after.cloned());
         self.blocking(move |s| {
-            let txn = s.read_txn(&table)?;
-            let name = entity_table_name(&table);
-            let rows = txn.open_table(entities(&name))?;
-            scan::partitions(&rows, &range, after.as_ref())
+            s.with_rows(&table, |rows| {
+                scan::partitions(rows, &range, after.as_ref())
+            })
         })
         .await
     }
