@@ -168,7 +168,9 @@ impl PreparedStatement {
         if current.version == self.engine.catalog_version() {
             return Ok(current);
         }
-        let fresh = Arc::new(self.engine.plan_prepared(&self.statement).await?);
+        // Boxed, as the physical path below: planning's futures are large,
+        // and a point read's future should not carry them.
+        let fresh = Arc::new(Box::pin(self.engine.plan_prepared(&self.statement)).await?);
         if let Ok(mut p) = self.planned.write() {
             *p = fresh.clone();
         }
@@ -192,8 +194,11 @@ impl PreparedStatement {
                 vec![batch]
             });
         }
-        let stream = self.physical(&planned, &params).await?;
-        Ok(datafusion::physical_plan::common::collect(stream).await?)
+        Box::pin(async {
+            let stream = self.physical(&planned, &params).await?;
+            Ok(datafusion::physical_plan::common::collect(stream).await?)
+        })
+        .await
     }
 
     /// Runs the statement with `params` and streams its rows.
@@ -211,7 +216,7 @@ impl PreparedStatement {
             let once = futures::stream::iter(rows);
             return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, once)));
         }
-        self.physical(&planned, &params).await
+        Box::pin(self.physical(&planned, &params)).await
     }
 
     /// The point read, where the plan is one and the values are keys.

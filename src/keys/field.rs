@@ -97,6 +97,21 @@ impl FieldFormat {
     /// Writes `value` for column `column`; `escape` lists the characters a
     /// free-text value must escape besides `%` and those keys may not hold.
     pub fn encode(self, column: &str, value: &KeyValue, escape: &str) -> Result<String, KeyError> {
+        let mut out = String::new();
+        self.encode_into(column, value, escape, &mut out)?;
+        Ok(out)
+    }
+
+    /// `encode`, appended to `out` (keys are composed into one buffer).
+    /// On an error `out` is unchanged.
+    pub fn encode_into(
+        self,
+        column: &str,
+        value: &KeyValue,
+        escape: &str,
+        out: &mut String,
+    ) -> Result<(), KeyError> {
+        use std::fmt::Write;
         let int = |v: &KeyValue| match v {
             KeyValue::Int(i) => Ok(*i),
             KeyValue::Text(_) => Err(KeyError::NotAnInteger {
@@ -114,24 +129,32 @@ impl FieldFormat {
                 });
             }
         }
-        Ok(match self {
-            FieldFormat::Text => escape_text(&value.to_string(), escape),
-            FieldFormat::Padded { width } => format!("{:0w$}", int(value)?, w = width as usize),
+        // Writing into a String cannot fail.
+        let _ = match self {
+            FieldFormat::Text => {
+                match value {
+                    KeyValue::Text(s) => escape_text_into(s, escape, out),
+                    KeyValue::Int(i) => escape_text_into(&i.to_string(), escape, out),
+                }
+                Ok(())
+            }
+            FieldFormat::Padded { width } => write!(out, "{:0w$}", int(value)?, w = width as usize),
             FieldFormat::Inverted { width } => {
                 let max = 10i64.pow(u32::from(width)) - 1;
-                format!("{:0w$}", max - int(value)?, w = width as usize)
+                write!(out, "{:0w$}", max - int(value)?, w = width as usize)
             }
             FieldFormat::Signed { width } => {
                 let v = int(value)?;
                 let w = width as usize;
                 if v < 0 {
                     let max = 10i64.pow(u32::from(width)) - 1;
-                    format!("-{:0w$}", max + v)
+                    write!(out, "-{:0w$}", max + v)
                 } else {
-                    format!("0{v:0w$}")
+                    write!(out, "0{v:0w$}")
                 }
             }
-        })
+        };
+        Ok(())
     }
 
     /// Reads back what `encode` wrote (the exact slice of the key).
@@ -237,17 +260,24 @@ fn always_escaped(c: char) -> bool {
 /// a prefix of its encoding (prefix scans stay prefix scans).
 pub fn escape_text(s: &str, also: &str) -> String {
     let mut out = String::with_capacity(s.len());
+    escape_text_into(s, also, &mut out);
+    out
+}
+
+/// `escape_text`, appended to `out`.
+pub fn escape_text_into(s: &str, also: &str, out: &mut String) {
+    use std::fmt::Write;
     for c in s.chars() {
         if always_escaped(c) || also.contains(c) {
             let mut buf = [0u8; 4];
             for b in c.encode_utf8(&mut buf).bytes() {
-                out.push_str(&format!("%{b:02X}"));
+                // Writing into a String cannot fail.
+                let _ = write!(out, "%{b:02X}");
             }
         } else {
             out.push(c);
         }
     }
-    out
 }
 
 /// Undoes `escape_text`; `None` for a malformed escape.

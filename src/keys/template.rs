@@ -8,7 +8,7 @@ use std::ops::Range;
 use std::str::FromStr;
 
 use super::KeyError;
-use super::field::{FieldFormat, KeyRef, KeyValue, MAX_WIDTH, escape_text};
+use super::field::{FieldFormat, KeyRef, KeyValue, MAX_WIDTH, escape_text_into};
 
 /// A part of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -168,7 +168,7 @@ impl KeyTemplate {
                     let Some(value) = values.get(used) else {
                         break;
                     };
-                    key.push_str(&format.encode(column, value, self.separator_after(i))?);
+                    format.encode_into(column, value, self.separator_after(i), &mut key)?;
                     used += 1;
                 }
             }
@@ -342,7 +342,7 @@ impl KeyTemplate {
                 .ok_or(KeyError::MissingValue {
                     column: "a field after the given ones".into(),
                 })?;
-            prefix.push_str(&escape_text(p, self.separator_after(i)));
+            escape_text_into(p, self.separator_after(i), &mut prefix);
         }
         Ok(match successor(&prefix) {
             _ if prefix.is_empty() => KeyBounds::All,

@@ -49,8 +49,11 @@ pub struct PointRead {
     /// Whether `row` fixes every RowKey field (a get, not a prefix query).
     whole_row_key: bool,
     decode: Arc<DecodePlan>,
-    /// Output columns, as positions in the decoded projection.
-    output: Vec<usize>,
+    /// The properties a prefix query selects.
+    select: Option<Vec<String>>,
+    /// Output columns, as positions in the decoded projection, where they
+    /// are not those positions in order.
+    output: Option<Vec<usize>>,
     /// `LIMIT 0`.
     empty: bool,
 }
@@ -100,21 +103,39 @@ impl PointRead {
         if !def.primary_key.iter().all(|c| fixed.contains(&c.as_str())) {
             return None;
         }
-        let projection: Vec<usize> = match &scan.projection {
+        let scanned: Vec<usize> = match &scan.projection {
             Some(p) => p.clone(),
             None => (0..layout.schema.fields().len()).collect(),
         };
+        // Only the output columns are decoded (the keys fix the rest), each
+        // once; `output` then places them.
+        let mut projection: Vec<usize> = Vec::new();
+        let mut placed = Vec::with_capacity(output.len());
+        for &o in &output {
+            let column = *scanned.get(o)?;
+            let at = match projection.iter().position(|&c| c == column) {
+                Some(at) => at,
+                None => {
+                    projection.push(column);
+                    projection.len() - 1
+                }
+            };
+            placed.push(at);
+        }
+        let output = (placed.iter().enumerate().any(|(i, &at)| i != at)).then_some(placed);
         let decoded = Arc::new(layout.schema.project(&projection).ok()?);
         let decode = Arc::new(DecodePlan::new(
             Arc::new(layout.clone()),
             &projection,
             &decoded,
         ));
+        let select = Some(layout.properties(decode.projection()));
         Some(Self {
             whole_row_key: leading.len() == row.len(),
             row: leading,
             partition,
             decode,
+            select,
             output,
             empty: scan.fetch == Some(0),
             table,
@@ -166,7 +187,7 @@ impl PointRead {
                 let mut query = Query::partition(pk)
                     .rows(super::pushdown::row_range(start, end))
                     .top(1);
-                query.select = Some(layout.properties(self.decode.projection()));
+                query.select.clone_from(&self.select);
                 first(store.as_ref(), &layout.table, &query, sink).await
             };
             sink = read.map_err(|e| DataFusionError::External(Box::new(ExecError::from(e))))?;
@@ -174,7 +195,10 @@ impl PointRead {
         let (batch, _) = sink
             .finish()
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        Ok(Some(batch.project(&self.output)?))
+        Ok(Some(match &self.output {
+            Some(output) => batch.project(output)?,
+            None => batch,
+        }))
     }
 }
 

@@ -7,9 +7,7 @@
 
 use std::io::{self, Write};
 use std::pin::Pin;
-use std::task::{Context, Poll};
 
-use bytes::BytesMut;
 use futures::{FutureExt, SinkExt, StreamExt};
 use pgwire::api::{ClientInfo, PgWireConnectionState, PgWireServerHandlers};
 use pgwire::error::{ErrorInfo, PgWireError};
@@ -18,12 +16,12 @@ use pgwire::messages::PgWireFrontendMessage;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::tokio::TlsAcceptor;
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpStream;
 use tokio_util::codec::{Framed, FramedParts};
 
 use super::Connection;
-use super::frames::{self, Frame, Phase, Violation};
+use super::frames::Violation;
+use super::stream::Guarded;
 use super::plan::Stmt;
 
 /// How long a client may take to start up and authenticate (PostgreSQL's
@@ -106,19 +104,28 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
     let parts = socket.into_parts();
     let early =
         matches!(parts.io, pgwire::tokio::server::MaybeTls::Tls(_)) && !parts.read_buf.is_empty();
-    let guarded = Guarded {
-        inner: parts.io,
-        staged: parts.read_buf,
-        checked: 0,
-        phase: Phase::Startup,
-        logged_in: false,
-        violation: early
-            .then(|| Violation("received unencrypted data after the TLS request".into())),
-    };
+    let violation =
+        early.then(|| Violation("received unencrypted data after the TLS request".into()));
+    let guarded = Guarded::new(parts.io, parts.read_buf, violation);
     let mut new_parts = FramedParts::new(guarded, parts.codec);
     new_parts.write_buf = parts.write_buf;
     let mut socket: Socket = Framed::from_parts(new_parts);
     socket.set_state(PgWireConnectionState::AwaitingStartup);
+    let served = answer(&mut socket, deadline, handlers).await;
+    // What the last message answered (a FATAL error) goes out too; the
+    // client may be gone, or not reading.
+    socket.get_mut().release(true);
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), socket.flush()).await;
+    served
+}
+
+/// Reads and answers messages until the connection ends. Answers are held
+/// back while more messages are already read (`stream`).
+async fn answer(
+    socket: &mut Socket,
+    mut deadline: Pin<&mut tokio::time::Sleep>,
+    handlers: Connection,
+) -> io::Result<()> {
 
     // The handlers' own types: pgwire's trait hides the statement type
     // that its message loop needs to name.
@@ -133,6 +140,11 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
             PgWireConnectionState::AwaitingStartup
                 | PgWireConnectionState::AuthenticationInProgress
         );
+        if !socket.get_ref().has_message() && socket.read_buffer().is_empty() {
+            socket.get_mut().release(true);
+            socket.flush().await?;
+            socket.get_mut().release(false);
+        }
         let next = if starting {
             tokio::select! {
                 _ = &mut deadline => None,
@@ -145,7 +157,7 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
             Some(Ok(m)) => m,
             Some(Err(_)) if socket.get_ref().violation.is_some() => {
                 let violation = socket.get_ref().violation.clone().unwrap_or_default();
-                return refuse(&mut socket, &violation).await;
+                return refuse(socket, &violation).await;
             }
             Some(Err(e)) => return Err(io::Error::other(e.to_string())),
             None => return Ok(()),
@@ -171,7 +183,7 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
         }
         if let Err(e) = process_message(
             message,
-            &mut socket,
+            socket,
             startup.clone(),
             simple.clone(),
             extended.clone(),
@@ -185,7 +197,7 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
             let info = ErrorInfo::from(e);
             let fatal = info.is_fatal();
             process_error(
-                &mut socket,
+                socket,
                 PgWireError::UserError(Box::new(info)),
                 extended_query,
             )
@@ -216,83 +228,8 @@ async fn refuse(socket: &mut Socket, violation: &Violation) -> io::Result<()> {
         format!("protocol violation: {violation}"),
     );
     // The client may be gone, or not reading; the connection ends either way.
+    socket.get_mut().release(true);
     let send = socket.send(PgWireBackendMessage::ErrorResponse(error.into()));
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), send).await;
     Ok(())
-}
-
-/// The connection's byte stream, handing pgwire only whole messages that
-/// `frames::check` passed. The first one that fails stops the reading with
-/// an error (and `violation` says why); writes pass straight through.
-pub(super) struct Guarded<S> {
-    inner: S,
-    /// Bytes read and not yet handed to pgwire: the first `checked` of
-    /// them are whole messages that passed, the rest not yet checked.
-    staged: BytesMut,
-    checked: usize,
-    phase: Phase,
-    /// Whether the client has logged in (longer messages are then accepted).
-    logged_in: bool,
-    violation: Option<Violation>,
-}
-
-impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
-    fn poll_read(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        out: &mut ReadBuf<'_>,
-    ) -> Poll<io::Result<()>> {
-        let this = self.get_mut();
-        loop {
-            if this.checked > 0 {
-                let n = out.remaining().min(this.checked);
-                out.put_slice(&this.staged.split_to(n));
-                this.checked -= n;
-                return Poll::Ready(Ok(()));
-            }
-            if let Some(v) = &this.violation {
-                return Poll::Ready(Err(io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    v.to_string(),
-                )));
-            }
-            while this.violation.is_none() {
-                let unchecked = &this.staged[this.checked..];
-                match frames::check(unchecked, &mut this.phase, this.logged_in) {
-                    Ok(Frame::Complete(n)) => this.checked += n,
-                    Ok(Frame::Incomplete) => break,
-                    Err(v) => this.violation = Some(v),
-                }
-            }
-            if this.checked > 0 || this.violation.is_some() {
-                continue;
-            }
-            let mut chunk = [0u8; 8192];
-            let mut read = ReadBuf::new(&mut chunk);
-            futures::ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
-            if read.filled().is_empty() {
-                // The client closed; a message cut short goes with it.
-                return Poll::Ready(Ok(()));
-            }
-            this.staged.extend_from_slice(read.filled());
-        }
-    }
-}
-
-impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
-    fn poll_write(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        buf: &[u8],
-    ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.get_mut().inner).poll_write(cx, buf)
-    }
-
-    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_flush(cx)
-    }
-
-    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
-    }
 }

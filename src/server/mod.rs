@@ -21,6 +21,7 @@ mod pg_catalog;
 pub mod plan;
 mod savepoints;
 pub mod session;
+mod stream;
 pub mod sqlstate;
 pub mod tls;
 mod vectors;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use redb::{Database, ReadTransaction, ReadableDatabase, ReadableTable, TableDefinition};
+use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use super::write::validate_batch;
 use super::{
@@ -124,43 +124,39 @@ impl EmbeddedStore {
             .map_err(|e| StorageError::Task(e.to_string()))?
     }
 
-    /// Runs a read: on the calling task when it is `small` (it reads a few
-    /// B-tree pages, as a get does, cheaper than a hand-over to the blocking
-    /// pool), otherwise off the async threads.
-    async fn read<T, F>(&self, small: bool, work: F) -> Result<T>
-    where
-        T: Send + 'static,
-        F: FnOnce(&EmbeddedStore) -> Result<T> + Send + 'static,
-    {
-        if small {
-            work(self)
-        } else {
-            self.blocking(work).await
-        }
-    }
-
     /// `work` over a table's entities, in a read transaction of its own.
+    /// The entities' redb table stands for the table: `create_table` and
+    /// `delete_table` make and drop it with the table's name, in one commit.
     fn with_rows<T>(
         &self,
         table: &TableName,
         work: impl FnOnce(&redb::ReadOnlyTable<&'static [u8], &'static [u8]>) -> Result<T>,
     ) -> Result<T> {
-        let txn = self.read_txn(table)?;
+        let txn = self.db.begin_read()?;
         let name = entity_table_name(table);
-        let rows = txn.open_table(entities(&name))?;
+        let rows = match txn.open_table(entities(&name)) {
+            Err(redb::TableError::TableDoesNotExist(_)) => {
+                return Err(StorageError::TableNotFound(table.as_str().to_owned()));
+            }
+            other => other?,
+        };
         work(&rows)
     }
 
-    fn read_txn(&self, table: &TableName) -> Result<ReadTransaction> {
-        let txn = self.db.begin_read()?;
-        if txn
-            .open_table(TABLES)?
-            .get(table.folded().as_str())?
-            .is_none()
-        {
-            return Err(StorageError::TableNotFound(table.as_str().to_owned()));
-        }
-        Ok(txn)
+    /// One page of `query` into `sink`, on the calling thread.
+    fn page_into(
+        &self,
+        table: &TableName,
+        query: &Query,
+        token: Option<&ContinuationToken>,
+        sink: &std::sync::Mutex<dyn RowSink>,
+    ) -> Result<PageEnd> {
+        let mut sink = sink
+            .lock()
+            .map_err(|_| StorageError::Task("a row sink panicked".into()))?;
+        self.with_rows(table, |rows| {
+            scan::page_into(rows, query, token, self.scan_budget, &mut *sink)
+        })
     }
 }
 
@@ -266,9 +262,15 @@ impl TableStore for EmbeddedStore {
         continuation: Option<&ContinuationToken>,
     ) -> Result<Page> {
         query.page_size()?;
-        let small = one_entity(query);
+        // One entity is a seek or two, cheaper here than a hand-over to
+        // the blocking pool.
+        if one_entity(query) {
+            return self.with_rows(table, |rows| {
+                scan::page(rows, query, continuation, self.scan_budget)
+            });
+        }
         let (table, query, token) = (table.clone(), query.clone(), continuation.cloned());
-        self.read(small, move |s| {
+        self.blocking(move |s| {
             s.with_rows(&table, |rows| {
                 scan::page(rows, &query, token.as_ref(), s.scan_budget)
             })
@@ -284,17 +286,12 @@ impl TableStore for EmbeddedStore {
         sink: Arc<std::sync::Mutex<dyn RowSink>>,
     ) -> Result<PageEnd> {
         query.page_size()?;
-        let small = one_entity(query);
+        if one_entity(query) {
+            return self.page_into(table, query, continuation, &sink);
+        }
         let (table, query, token) = (table.clone(), query.clone(), continuation.cloned());
-        self.read(small, move |s| {
-            let mut sink = sink
-                .lock()
-                .map_err(|_| StorageError::Task("a row sink panicked".into()))?;
-            s.with_rows(&table, |rows| {
-                scan::page_into(rows, &query, token.as_ref(), s.scan_budget, &mut *sink)
-            })
-        })
-        .await
+        self.blocking(move |s| s.page_into(&table, &query, token.as_ref(), &sink))
+            .await
     }
 
     async fn partitions(

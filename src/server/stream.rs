@@ -1,0 +1,211 @@
+//! The connection's byte stream under pgwire's framing. Reads hand pgwire
+//! only whole messages that `frames::check` passed. Writes are held back,
+//! as PostgreSQL's backend holds its output, until the connection is about
+//! to wait for the client: the answers to a pipelined Bind, Execute and
+//! Sync leave in one send, not one per message.
+
+use std::io;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use bytes::{Buf, BytesMut};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use super::frames::{self, Frame, Phase, Violation};
+
+/// Output held back beyond this goes out without waiting (a long result
+/// streams as it is made).
+const HELD_BACK: usize = 64 * 1024;
+
+/// See the module doc. The first message that fails the checks stops the
+/// reading with an error (and `violation` says why).
+pub(super) struct Guarded<S> {
+    inner: S,
+    /// Bytes read and not yet handed to pgwire: the first `checked` of
+    /// them are whole messages that passed, the rest not yet checked.
+    staged: BytesMut,
+    checked: usize,
+    phase: Phase,
+    /// Whether the client has logged in (longer messages are then accepted).
+    pub logged_in: bool,
+    pub violation: Option<Violation>,
+    /// Written and not yet sent.
+    held: BytesMut,
+    /// Whether a flush sends `held` (otherwise it waits for `release`).
+    released: bool,
+}
+
+impl<S> Guarded<S> {
+    /// A stream over `inner`, with `staged` bytes already read from it.
+    pub fn new(inner: S, staged: BytesMut, violation: Option<Violation>) -> Self {
+        Self {
+            inner,
+            staged,
+            checked: 0,
+            phase: Phase::Startup,
+            logged_in: false,
+            violation,
+            held: BytesMut::new(),
+            released: true,
+        }
+    }
+
+    /// Whether a whole message is read and not yet handed over.
+    pub fn has_message(&self) -> bool {
+        self.checked > 0
+    }
+
+    /// Whether flushes send what is held (`true`), or keep holding it.
+    pub fn release(&mut self, released: bool) {
+        self.released = released;
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            if this.checked > 0 {
+                let n = out.remaining().min(this.checked);
+                out.put_slice(&this.staged.split_to(n));
+                this.checked -= n;
+                return Poll::Ready(Ok(()));
+            }
+            if let Some(v) = &this.violation {
+                return Poll::Ready(Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    v.to_string(),
+                )));
+            }
+            while this.violation.is_none() {
+                let unchecked = &this.staged[this.checked..];
+                match frames::check(unchecked, &mut this.phase, this.logged_in) {
+                    Ok(Frame::Complete(n)) => this.checked += n,
+                    Ok(Frame::Incomplete) => break,
+                    Err(v) => this.violation = Some(v),
+                }
+            }
+            if this.checked > 0 || this.violation.is_some() {
+                continue;
+            }
+            let mut chunk = [0u8; 8192];
+            let mut read = ReadBuf::new(&mut chunk);
+            futures::ready!(Pin::new(&mut this.inner).poll_read(cx, &mut read))?;
+            if read.filled().is_empty() {
+                // The client closed; a message cut short goes with it.
+                return Poll::Ready(Ok(()));
+            }
+            this.staged.extend_from_slice(read.filled());
+        }
+    }
+}
+
+impl<S: AsyncWrite + Unpin> Guarded<S> {
+    /// Sends everything held.
+    fn poll_send_held(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while !self.held.is_empty() {
+            let n = futures::ready!(Pin::new(&mut self.inner).poll_write(cx, &self.held))?;
+            if n == 0 {
+                return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));
+            }
+            self.held.advance(n);
+        }
+        Poll::Ready(Ok(()))
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.held.len() >= HELD_BACK {
+            futures::ready!(this.poll_send_held(cx))?;
+        }
+        this.held.extend_from_slice(buf);
+        Poll::Ready(Ok(buf.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if !this.released && this.held.len() < HELD_BACK {
+            return Poll::Ready(Ok(()));
+        }
+        futures::ready!(this.poll_send_held(cx))?;
+        Pin::new(&mut this.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        futures::ready!(this.poll_send_held(cx))?;
+        Pin::new(&mut this.inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::AsyncWriteExt;
+
+    /// A sink that counts the writes that reach it.
+    #[derive(Default)]
+    struct Counting {
+        writes: usize,
+        bytes: Vec<u8>,
+    }
+
+    impl AsyncWrite for Counting {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let this = self.get_mut();
+            this.writes += 1;
+            this.bytes.extend_from_slice(buf);
+            Poll::Ready(Ok(buf.len()))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn answers_leave_together_when_released() {
+        let mut s = Guarded::new(Counting::default(), BytesMut::new(), None);
+        s.release(false);
+        for m in [&b"BindComplete"[..], b"DataRow", b"CommandComplete"] {
+            s.write_all(m).await.expect("write");
+            s.flush().await.expect("flush");
+        }
+        assert_eq!(s.inner.writes, 0, "held back until released");
+        s.release(true);
+        s.flush().await.expect("flush");
+        assert_eq!(s.inner.writes, 1);
+        assert_eq!(s.inner.bytes, b"BindCompleteDataRowCommandComplete");
+    }
+
+    #[tokio::test]
+    async fn a_long_answer_goes_out_without_release() {
+        let mut s = Guarded::new(Counting::default(), BytesMut::new(), None);
+        s.release(false);
+        let row = vec![7u8; 1000];
+        for _ in 0..(HELD_BACK / row.len() + 2) {
+            s.write_all(&row).await.expect("write");
+            s.flush().await.expect("flush");
+        }
+        assert!(s.inner.writes >= 1, "sent once past {HELD_BACK} bytes");
+        assert!(s.held.len() < HELD_BACK + row.len());
+        s.shutdown().await.expect("shutdown");
+        assert_eq!(s.inner.bytes.len(), (HELD_BACK / row.len() + 2) * row.len());
+    }
+}
