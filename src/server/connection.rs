@@ -126,7 +126,6 @@ async fn answer(
     mut deadline: Pin<&mut tokio::time::Sleep>,
     handlers: Connection,
 ) -> io::Result<()> {
-
     // The handlers' own types: pgwire's trait hides the statement type
     // that its message loop needs to name.
     let startup = handlers.startup.clone();
@@ -141,9 +140,7 @@ async fn answer(
                 | PgWireConnectionState::AuthenticationInProgress
         );
         if !socket.get_ref().has_message() && socket.read_buffer().is_empty() {
-            socket.get_mut().release(true);
-            socket.flush().await?;
-            socket.get_mut().release(false);
+            send_held(socket).await?;
         }
         let next = if starting {
             tokio::select! {
@@ -167,6 +164,16 @@ async fn answer(
             return Ok(());
         }
         let cancel_request = matches!(message, PgWireFrontendMessage::CancelRequest(_));
+        // Where PostgreSQL flushes: the end of a round trip is sent even
+        // while more pipelined messages wait.
+        let round_trip = matches!(
+            message,
+            PgWireFrontendMessage::Sync(_)
+                | PgWireFrontendMessage::Query(_)
+                | PgWireFrontendMessage::Flush(_)
+                | PgWireFrontendMessage::CopyDone(_)
+                | PgWireFrontendMessage::CopyFail(_)
+        );
         let extended_query = match socket.state() {
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => message.is_extended_query(),
@@ -206,6 +213,9 @@ async fn answer(
                 return Ok(());
             }
         }
+        if round_trip {
+            send_held(socket).await?;
+        }
         if simple.after_message() && socket.transaction_status() == TransactionStatus::Error {
             socket.set_transaction_status(TransactionStatus::Transaction);
         }
@@ -218,6 +228,14 @@ async fn answer(
             socket.get_mut().logged_in = true;
         }
     }
+}
+
+/// Sends what the stream holds, then holds again.
+async fn send_held(socket: &mut Socket) -> io::Result<()> {
+    socket.get_mut().release(true);
+    socket.flush().await?;
+    socket.get_mut().release(false);
+    Ok(())
 }
 
 /// Answers a protocol violation with a FATAL `08P01`, and ends the connection.

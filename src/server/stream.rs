@@ -1,8 +1,11 @@
 //! The connection's byte stream under pgwire's framing. Reads hand pgwire
-//! only whole messages that `frames::check` passed. Writes are held back,
-//! as PostgreSQL's backend holds its output, until the connection is about
-//! to wait for the client: the answers to a pipelined Bind, Execute and
-//! Sync leave in one send, not one per message.
+//! only whole messages that `frames::check` passed. Writes are held back
+//! until the connection releases them: at the end of a round trip (Sync,
+//! a simple Query, Flush, the end of a COPY), where PostgreSQL's backend
+//! flushes, and before it waits for the client. The answers to a
+//! pipelined Bind, Execute and Sync leave in one send, not one per message.
+//! (A NOTICE waits for its statement's round trip: PostgreSQL sends it at
+//! once.)
 
 use std::io;
 use std::pin::Pin;
