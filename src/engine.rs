@@ -14,8 +14,12 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 
+use crate::exec::observed::ObservedStore;
+use crate::exec::recorded::{normalize, recorded};
 use crate::exec::upkeep::Upkeep;
+use crate::exec::workload::Workload;
 use crate::planner::index_functions::{self, IndexFunction};
+use crate::planner::workload_views::{self, WorkloadView};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::optimizer::{Optimizer, OptimizerRule};
 use datafusion::prelude::{SessionConfig, SessionContext};
@@ -120,6 +124,8 @@ pub struct Engine {
     /// Raised by every change of the tables registered: prepared
     /// statements planned under an older version plan again.
     catalog_version: Arc<std::sync::atomic::AtomicU64>,
+    /// What statements asked of each partition (`tablesql_stat_partitions`).
+    workload: Arc<Workload>,
 }
 
 /// What catalog DDL did, when a statement was catalog DDL.
@@ -150,6 +156,9 @@ impl Engine {
         store: Arc<dyn TableStore>,
         options: EngineOptions,
     ) -> Result<Self, EngineError> {
+        // Every request of every statement is seen by the statistics.
+        let workload = Arc::new(Workload::default());
+        let store: Arc<dyn TableStore> = Arc::new(ObservedStore::new(store, workload.clone()));
         let settings = TablesqlConfig {
             scan_policy: options.scan_policy,
             ..TablesqlConfig::default()
@@ -180,6 +189,15 @@ impl Engine {
             .build();
         let ctx = SessionContext::new_with_state(state);
         ctx.register_udf(crate::planner::identity::version_udf());
+        ctx.register_udf(workload_views::reset_udf(workload.clone()));
+        ctx.register_table(
+            workload_views::STATEMENTS_VIEW,
+            Arc::new(WorkloadView::statements(workload.clone())),
+        )?;
+        ctx.register_table(
+            workload_views::PARTITIONS_VIEW,
+            Arc::new(WorkloadView::partitions(workload.clone())),
+        )?;
         ctx.register_udf(crate::planner::pg_functions::like_escape_udf());
         ctx.register_udf(crate::planner::pg_functions::expandarray_items_udf());
         ctx.register_udf(crate::planner::pg_functions::subscripts_udf());
@@ -205,9 +223,15 @@ impl Engine {
             stats: Arc::default(),
             sequences,
             catalog_version: Arc::default(),
+            workload,
         };
         engine.refresh().await?;
         Ok(engine)
+    }
+
+    /// The workload statistics kept since the engine started or was reset.
+    pub fn workload(&self) -> &Arc<Workload> {
+        &self.workload
     }
 
     /// The DataFusion session, for users who want it whole.
@@ -756,17 +780,35 @@ impl Engine {
         Ok(Some(outcome))
     }
 
-    /// Runs one statement and streams its rows.
+    /// Runs one statement and streams its rows; the run is recorded in
+    /// the workload statistics when the stream ends or is dropped.
     pub async fn execute_stream(
         &self,
         sql: &str,
     ) -> Result<SendableRecordBatchStream, EngineError> {
-        Ok(self.sql(sql).await?.execute_stream().await?)
+        let (label, frame) = match self.parse(sql) {
+            Ok(mut s) if s.len() == 1 => {
+                let statement = s.remove(0);
+                (normalize(&statement), self.statement(statement).await?)
+            }
+            // What our parser refuses (DataFusion's own statements): their
+            // text may hold values (secrets, paths), so only its first word.
+            _ => {
+                let first = sql.split_whitespace().next().unwrap_or_default();
+                (format!("{} ...", first.to_uppercase()), self.sql(sql).await?)
+            }
+        };
+        let task = Arc::new(frame.task_ctx());
+        let plan = frame.create_physical_plan().await?;
+        let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
+        Ok(recorded(self.workload.clone(), label, Some(plan), stream))
     }
 
-    /// Runs one statement and collects its rows.
+    /// Runs one statement and collects its rows (recorded as
+    /// [`Self::execute_stream`] records).
     pub async fn collect(&self, sql: &str) -> Result<Vec<RecordBatch>, EngineError> {
-        Ok(self.sql(sql).await?.collect().await?)
+        let stream = self.execute_stream(sql).await?;
+        Ok(datafusion::physical_plan::common::collect(stream).await?)
     }
 }
 

@@ -21,12 +21,16 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{Engine, EngineError, session_transaction};
+use crate::exec::recorded::{normalize, recorded};
+use crate::exec::workload::Run;
 use crate::planner::point::PointRead;
 
 /// A statement planned once (see the module doc), from [`Engine::prepare`].
 pub struct PreparedStatement {
     engine: Engine,
     statement: Statement,
+    /// The statement normalized: what its runs are recorded under.
+    label: String,
     planned: std::sync::RwLock<Arc<Planned>>,
 }
 
@@ -93,6 +97,7 @@ impl Engine {
         let planned = self.plan_prepared(&statement).await?;
         Ok(PreparedStatement {
             engine: self.clone(),
+            label: normalize(&statement),
             statement,
             planned: std::sync::RwLock::new(Arc::new(planned)),
         })
@@ -228,8 +233,14 @@ impl PreparedStatement {
         let Some(point) = &planned.point else {
             return Ok(None);
         };
+        let started = std::time::Instant::now();
         let tx = session_transaction(self.engine.context());
-        Ok(point.run(tx.as_ref(), params).await?)
+        let read = point.run(tx.as_ref(), params).await?;
+        if let Some(batch) = &read {
+            let run = Run::point(started.elapsed(), batch.num_rows());
+            self.engine.workload().ran(&self.label, run);
+        }
+        Ok(read)
     }
 
     /// As `Engine::statement`: nothing runs in a failed transaction block
@@ -257,10 +268,9 @@ impl PreparedStatement {
             .query_planner()
             .create_physical_plan(&plan, &state)
             .await?;
-        Ok(datafusion::physical_plan::execute_stream(
-            physical,
-            ctx.task_ctx(),
-        )?)
+        let stream = datafusion::physical_plan::execute_stream(physical.clone(), ctx.task_ctx())?;
+        let workload = self.engine.workload().clone();
+        Ok(recorded(workload, self.label.clone(), Some(physical), stream))
     }
 }
 

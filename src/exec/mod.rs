@@ -13,13 +13,16 @@ pub mod fanout;
 pub mod lookup;
 pub mod metrics;
 pub mod notices;
+pub mod observed;
 pub mod order;
+pub mod recorded;
 pub mod scan;
 pub mod sequences;
 pub mod single_value;
 pub mod token;
 pub mod transaction;
 pub mod upkeep;
+pub mod workload;
 
 pub use decode::Layout;
 pub use dml::{DmlExec, DmlOp};

@@ -24,6 +24,7 @@ pub mod sql;
 pub mod subquery;
 pub mod subquery_rules;
 pub mod upsert;
+pub mod workload_views;
 
 pub use crate::exec::access::{AccessKind, AccessPath, KeyRequest};
 pub use physical::TablesqlQueryPlanner;

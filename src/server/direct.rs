@@ -13,6 +13,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::TaskContext;
 use datafusion::execution::session_state::SessionState;
 use datafusion::logical_expr::{Expr, LogicalPlan};
+use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::prelude::SessionContext;
 use futures::StreamExt;
@@ -38,11 +39,11 @@ impl Snapshot {
 }
 
 /// Starts `plan` without the physical planner when its shape allows, with
-/// every placeholder already bound.
+/// every placeholder already bound; with the scan it runs (for its counts).
 pub async fn start(
     session: &Snapshot,
     plan: &LogicalPlan,
-) -> Result<Option<SendableRecordBatchStream>> {
+) -> Result<Option<(SendableRecordBatchStream, Arc<dyn ExecutionPlan>)>> {
     let Some(shape) = simple_scan(plan) else {
         return Ok(None);
     };
@@ -56,11 +57,11 @@ pub async fn start(
     else {
         return Ok(None);
     };
-    let stream = exec.execute(0, session.task.clone())?;
+    let stream = exec.clone().execute(0, session.task.clone())?;
     let schema = Arc::new(stream.schema().project(&shape.columns)?);
     let columns = shape.columns;
     let projected = stream.map(move |batch| batch.and_then(|b| Ok(b.project(&columns)?)));
-    Ok(Some(Box::pin(RecordBatchStreamAdapter::new(
-        schema, projected,
-    ))))
+    let stream: SendableRecordBatchStream =
+        Box::pin(RecordBatchStreamAdapter::new(schema, projected));
+    Ok(Some((stream, exec)))
 }

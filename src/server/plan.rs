@@ -41,6 +41,8 @@ use super::sqlstate::{
 use super::vectors;
 use crate::engine::Engine;
 use crate::exec::DmlExec;
+use crate::exec::recorded::{normalize, plan_run, recorded};
+use crate::exec::workload::Run;
 use crate::planner::point::PointRead;
 use crate::planner::sql::reads_system_catalog;
 
@@ -52,6 +54,8 @@ pub struct Prepared {
     pub text: String,
     /// Whether it reads the system catalogs (see `vectors::is_oid_list`).
     pub catalog: bool,
+    /// The statement normalized: what its runs are recorded under.
+    pub label: String,
     pub kind: Kind,
 }
 
@@ -118,6 +122,7 @@ impl Planner {
     pub async fn prepare(&self, sql: &str, statement: Statement) -> PgWireResult<Prepared> {
         let write = write_tag(&statement);
         let text = statement.to_string();
+        let label = normalize(&statement);
         let oids = params::oid_placeholders(&statement);
         let catalog = reads_system_catalog(&statement);
         if !is_query(&statement) && write.is_none() {
@@ -125,6 +130,7 @@ impl Planner {
                 sql: sql.to_owned(),
                 text,
                 catalog,
+                label,
                 kind: Kind::Command(Box::new(statement)),
             });
         }
@@ -163,6 +169,7 @@ impl Planner {
             sql: sql.to_owned(),
             text,
             catalog,
+            label,
             kind: Kind::Query {
                 plan,
                 params,
@@ -197,9 +204,10 @@ impl Planner {
     /// Plans a query from its text and starts it (the simple protocol).
     pub async fn query(&self, statement: Statement, guard: Guard) -> PgWireResult<QueryResponse> {
         let text = statement.to_string();
+        let label = normalize(&statement);
         let catalog = reads_system_catalog(&statement);
         let plan = self.logical(statement).await?;
-        self.run(&plan, Some(&text), catalog, &Format::UnifiedText, guard)
+        self.run(&plan, Some(&text), label, catalog, &Format::UnifiedText, guard)
             .await
     }
 
@@ -219,8 +227,9 @@ impl Planner {
         guard: Guard,
     ) -> PgWireResult<Response> {
         let tag = write_tag(&statement).ok_or_else(|| internal("not a write"))?;
+        let label = normalize(&statement);
         let plan = self.logical(statement).await?;
-        self.write(&plan, tag, guard).await
+        self.write(&plan, tag, label, guard).await
     }
 
     /// Binds a portal's values into its prepared write and runs it.
@@ -241,7 +250,7 @@ impl Planner {
         };
         let values = self.values(portal)?;
         let plan = bind(plan, params, &values)?;
-        self.write(&plan, tag, guard).await
+        self.write(&plan, tag, prepared.label.clone(), guard).await
     }
 
     /// Runs a write's plan to the end: its one row is the count of rows
@@ -250,12 +259,14 @@ impl Planner {
         &self,
         plan: &LogicalPlan,
         tag: &str,
+        label: String,
         mut guard: Guard,
     ) -> PgWireResult<Response> {
         let snapshot = self.snapshot();
         let physical = physical_plan(&snapshot, plan, &mut guard).await?;
+        let started = std::time::Instant::now();
         let written = physical.downcast_ref::<DmlExec>().map(DmlExec::written);
-        let run = collect(physical, snapshot.task.clone());
+        let run = collect(physical.clone(), snapshot.task.clone());
         let batches = match guard
             .run(async { run.await.map_err(|e| datafusion_error(&e)) })
             .await
@@ -286,6 +297,13 @@ impl Planner {
                 .ok_or_else(|| internal("a write answered without a count"))?;
             rows += counts.iter().flatten().sum::<u64>() as usize;
         }
+        let mut run = Run {
+            elapsed: started.elapsed(),
+            rows: rows as u64,
+            ..Run::default()
+        };
+        plan_run(&physical, &mut run);
+        self.engine.workload().ran(&label, run);
         let tag = match tag {
             // PostgreSQL's INSERT tag carries an OID, always 0 now.
             "INSERT" => Tag::new(tag).with_oid(0).with_rows(rows),
@@ -389,6 +407,7 @@ impl Planner {
             && *version == self.engine.catalog_version()
             && !crate::engine::session_pages(&self.ctx)
         {
+            let started = std::time::Instant::now();
             let tx = crate::engine::session_transaction(&self.ctx);
             let read = guard
                 .run(async {
@@ -399,6 +418,9 @@ impl Planner {
                 })
                 .await?;
             if let Some(batch) = read {
+                self.engine
+                    .workload()
+                    .ran(&prepared.label, Run::point(started.elapsed(), batch.num_rows()));
                 let fields = Arc::new(result_fields(
                     plan.schema().as_arrow(),
                     format,
@@ -417,7 +439,8 @@ impl Planner {
         // A page token names the statement with its values.
         let text = format!("{}\n{values:?}", prepared.text);
         let statement = paged.then_some(text.as_str());
-        self.run(&plan, statement, prepared.catalog, format, guard)
+        let label = prepared.label.clone();
+        self.run(&plan, statement, label, prepared.catalog, format, guard)
             .await
     }
 
@@ -431,6 +454,7 @@ impl Planner {
         &self,
         plan: &LogicalPlan,
         statement: Option<&str>,
+        label: String,
         catalog: bool,
         format: &Format,
         mut guard: Guard,
@@ -465,13 +489,17 @@ impl Planner {
                     .map_err(|e| datafusion_error(&e))
             })
             .await?;
-        let stream = match direct {
-            Some(stream) => stream,
+        let (stream, physical) = match direct {
+            Some(started) => started,
             None => {
                 let physical = physical_plan(&snapshot, plan, &mut guard).await?;
-                execute_stream(physical, snapshot.task.clone()).map_err(|e| datafusion_error(&e))?
+                let stream = execute_stream(physical.clone(), snapshot.task.clone())
+                    .map_err(|e| datafusion_error(&e))?;
+                (stream, physical)
             }
         };
+        let workload = self.engine.workload().clone();
+        let stream = recorded(workload, label, Some(physical), stream);
         respond(fields, stream, vectors, guard).await
     }
 }

@@ -214,11 +214,7 @@ impl Shell {
 
     async fn statement(&mut self, sql: &str) -> Result<(), ShellError> {
         let started = Instant::now();
-        let df = self.engine.sql(sql).await;
-        let stream = match df {
-            Ok(df) => df.execute_stream().await.map_err(EngineError::from),
-            Err(e) => Err(e),
-        };
+        let stream = self.engine.execute_stream(sql).await;
         // psql's form: notices go to stderr, before the rows.
         for notice in self.engine.take_notices() {
             eprintln!("NOTICE:  {notice}");

@@ -109,10 +109,10 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
         let mut end = PageEnd {
             continuation: page.continuation,
             scanned: page.scanned,
-            returned: 0,
+            ..PageEnd::default()
         };
         for e in &page.entities {
-            end.returned += 1;
+            end.count(e.partition_key().as_str());
             if sink.push(e).is_break() {
                 end.continuation = None;
                 break;

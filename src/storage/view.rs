@@ -162,4 +162,18 @@ pub struct PageEnd {
     pub scanned: usize,
     /// Entities handed to the sink.
     pub returned: usize,
+    /// Of those, how many each PartitionKey gave, in the order met (for
+    /// the engine's statistics per partition).
+    pub partitions: Vec<(String, usize)>,
+}
+
+impl PageEnd {
+    /// Counts one entity handed over from partition `pk`.
+    pub fn count(&mut self, pk: &str) {
+        self.returned += 1;
+        match self.partitions.last_mut() {
+            Some((last, n)) if last == pk => *n += 1,
+            _ => self.partitions.push((pk.to_owned(), 1)),
+        }
+    }
 }

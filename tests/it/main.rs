@@ -21,6 +21,7 @@ mod server;
 mod shell;
 mod slt;
 mod sql;
+mod workload;
 mod writes;
 
 /// Held by the tests that count timing-sensitive events (the fault injection

@@ -126,6 +126,8 @@ fn walk(
     let (mut pk_bytes, mut pk) = (Vec::new(), String::new());
     let (mut rk_ascii, mut rk_wide) = (Vec::new(), String::new());
     let mut full = false;
+    // A partition's first entity in this page is still to be counted.
+    let mut met_partition = false;
     'seek: loop {
         for item in rows.range::<&[u8]>(lower.as_slice()..)? {
             let (key, value) = item?;
@@ -168,6 +170,7 @@ fn walk(
             end.scanned += 1;
             if this_pk != pk_bytes.as_slice() {
                 utf16_into(this_pk, &mut pk)?;
+                met_partition = true;
                 pk_bytes.clear();
                 pk_bytes.extend_from_slice(this_pk);
             }
@@ -186,7 +189,15 @@ fn walk(
                 return Err(fault);
             }
             if passes {
+                // `count`, without comparing the key at every entity.
+                if met_partition {
+                    end.partitions.push((pk.clone(), 0));
+                    met_partition = false;
+                }
                 end.returned += 1;
+                if let Some((_, n)) = end.partitions.last_mut() {
+                    *n += 1;
+                }
                 let flow = take(&e)?;
                 if let Some(fault) = e.take_fault() {
                     return Err(fault);

@@ -1,0 +1,166 @@
+//! A store that tells the engine's `Workload` what each request did to
+//! each partition, and otherwise passes every call through unchanged: each
+//! method the inner store may implement its own way is forwarded, not left
+//! to the trait's default.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::workload::Workload;
+use crate::storage::{
+    ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result,
+    RowKey, RowSink, StorageError, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
+};
+
+/// `inner`, observed (see the module doc).
+#[derive(Debug)]
+pub struct ObservedStore {
+    inner: Arc<dyn TableStore>,
+    workload: Arc<Workload>,
+}
+
+impl ObservedStore {
+    /// Observes `inner` into `workload`.
+    pub fn new(inner: Arc<dyn TableStore>, workload: Arc<Workload>) -> Self {
+        Self { inner, workload }
+    }
+}
+
+/// Whether the store refused a batch for the state of an entity.
+fn is_conflict(e: &StorageError) -> bool {
+    match e {
+        StorageError::EntityAlreadyExists { .. }
+        | StorageError::EntityNotFound { .. }
+        | StorageError::PreconditionFailed { .. } => true,
+        StorageError::Batch { source, .. } => is_conflict(source),
+        _ => false,
+    }
+}
+
+/// Entities per PartitionKey of a page, in order.
+fn per_partition(entities: &[StoredEntity]) -> Vec<(&str, u64)> {
+    let mut counts: Vec<(&str, u64)> = Vec::new();
+    for e in entities {
+        let pk = e.partition_key().as_str();
+        match counts.last_mut() {
+            Some((last, n)) if *last == pk => *n += 1,
+            _ => counts.push((pk, 1)),
+        }
+    }
+    counts
+}
+
+/// The partition a query names alone, if it names one.
+fn single_partition(query: &Query) -> Option<&str> {
+    use std::ops::Bound::Included;
+    match (&query.partitions.start, &query.partitions.end) {
+        (Included(a), Included(b)) if a == b => Some(a.as_str()),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl TableStore for ObservedStore {
+    async fn create_table(&self, table: &TableName) -> Result<()> {
+        self.inner.create_table(table).await
+    }
+
+    async fn delete_table(&self, table: &TableName) -> Result<()> {
+        self.inner.delete_table(table).await
+    }
+
+    async fn list_tables(&self) -> Result<Vec<TableName>> {
+        self.inner.list_tables().await
+    }
+
+    async fn get(
+        &self,
+        table: &TableName,
+        pk: &PartitionKey,
+        rk: &RowKey,
+    ) -> Result<Option<StoredEntity>> {
+        let found = self.inner.get(table, pk, rk).await?;
+        let n = u64::from(found.is_some());
+        self.workload.read(table.as_str(), [(pk.as_str(), n)]);
+        Ok(found)
+    }
+
+    async fn query(
+        &self,
+        table: &TableName,
+        query: &Query,
+        continuation: Option<&ContinuationToken>,
+    ) -> Result<Page> {
+        let page = self.inner.query(table, query, continuation).await?;
+        let mut counts = per_partition(&page.entities);
+        if let (true, Some(pk)) = (counts.is_empty(), single_partition(query)) {
+            counts.push((pk, 0));
+        }
+        self.workload.read(table.as_str(), counts);
+        Ok(page)
+    }
+
+    async fn query_into(
+        &self,
+        table: &TableName,
+        query: &Query,
+        continuation: Option<&ContinuationToken>,
+        sink: Arc<std::sync::Mutex<dyn RowSink>>,
+    ) -> Result<PageEnd> {
+        let end = self
+            .inner
+            .query_into(table, query, continuation, sink)
+            .await?;
+        let mut counts: Vec<(&str, u64)> = end
+            .partitions
+            .iter()
+            .map(|(pk, n)| (pk.as_str(), *n as u64))
+            .collect();
+        if let (true, Some(pk)) = (counts.is_empty(), single_partition(query)) {
+            counts.push((pk, 0));
+        }
+        self.workload.read(table.as_str(), counts);
+        Ok(end)
+    }
+
+    async fn partitions(
+        &self,
+        table: &TableName,
+        range: &KeyRange<PartitionKey>,
+        after: Option<&PartitionKey>,
+    ) -> Result<PartitionPage> {
+        self.inner.partitions(table, range, after).await
+    }
+
+    async fn execute_batch(
+        &self,
+        table: &TableName,
+        ops: Vec<WriteOp>,
+    ) -> Result<Vec<WriteOutcome>> {
+        // A batch is one partition's (an entity group transaction).
+        let partition = ops.first().map(|op| op.keys().0.clone());
+        let n = ops.len() as u64;
+        let done = self.inner.execute_batch(table, ops).await;
+        if let Some(pk) = partition {
+            let conflict = done.as_ref().err().is_some_and(is_conflict);
+            if done.is_ok() || conflict {
+                self.workload.wrote(table.as_str(), pk.as_str(), n, conflict);
+            }
+        }
+        done
+    }
+
+    // Passed on, not left to the default (a batch of one): a store may
+    // send one write otherwise (Azure: a plain PUT, not a `$batch`).
+    async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
+        let partition = op.keys().0.clone();
+        let done = self.inner.execute(table, op).await;
+        let conflict = done.as_ref().err().is_some_and(is_conflict);
+        if done.is_ok() || conflict {
+            self.workload
+                .wrote(table.as_str(), partition.as_str(), 1, conflict);
+        }
+        done
+    }
+}

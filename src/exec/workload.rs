@@ -1,0 +1,383 @@
+//! The engine's workload statistics, as `pg_stat_statements` keeps them.
+//!
+//! - Per normalized statement (its literals as `$n`): calls, time, rows,
+//!   the entities its scans examined and returned (their ratio is the
+//!   query's density), its requests, and its access path. Recorded when a
+//!   statement's rows are done (`observe`, `ran`); read as
+//!   `tablesql_stat_statements`.
+//! - Per table and partition: entities read and written, requests, write
+//!   conflicts, and the peak rates over one-second windows. The storage's
+//!   guidance sizes a partition at about 2,000 entities/s, so the peak of
+//!   a second, not an average, says whether a partition runs hot. Recorded
+//!   by `ObservedStore` once per request (a get, a page, a batch), never
+//!   per entity; read as `tablesql_stat_partitions`.
+
+use std::borrow::Cow;
+
+use foldhash::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+
+/// One partition's traffic since the last reset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PartitionTraffic {
+    /// Entities the store returned from it.
+    pub read: u64,
+    /// Entities written to it (inserted, replaced, merged or deleted).
+    pub written: u64,
+    /// Requests that touched it: gets, pages, batches.
+    pub requests: u64,
+    /// Batches refused for a conflict (an entity that exists, is missing,
+    /// or changed under its ETag).
+    pub conflicts: u64,
+    /// The most entities read within one second.
+    pub peak_read_per_s: u64,
+    /// The most entities written within one second.
+    pub peak_written_per_s: u64,
+    /// The second `read_in_window` and `written_in_window` count.
+    window: u64,
+    read_in_window: u64,
+    written_in_window: u64,
+}
+
+impl PartitionTraffic {
+    /// Moves the window to `second`, its counts starting again.
+    fn at(&mut self, second: u64) -> &mut Self {
+        if self.window != second {
+            self.window = second;
+            self.read_in_window = 0;
+            self.written_in_window = 0;
+        }
+        self
+    }
+
+    fn add_read(&mut self, second: u64, n: u64) {
+        let t = self.at(second);
+        t.read += n;
+        t.read_in_window += n;
+        t.peak_read_per_s = t.peak_read_per_s.max(t.read_in_window);
+    }
+
+    fn add_written(&mut self, second: u64, n: u64) {
+        let t = self.at(second);
+        t.written += n;
+        t.written_in_window += n;
+        t.peak_written_per_s = t.peak_written_per_s.max(t.written_in_window);
+    }
+}
+
+/// One row of `tablesql_stat_partitions`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionRow {
+    /// The storage table.
+    pub table: String,
+    /// The PartitionKey.
+    pub partition: String,
+    /// Its traffic.
+    pub traffic: PartitionTraffic,
+}
+
+/// What one run of a statement did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Run {
+    /// From the start of its execution to its last row.
+    pub elapsed: Duration,
+    /// Rows it answered (a write: rows written).
+    pub rows: u64,
+    /// Entities its scans examined.
+    pub scanned: u64,
+    /// Entities its scans returned.
+    pub returned: u64,
+    /// Requests its scans sent.
+    pub requests: u64,
+    /// Its access path (`point`, `row_range`, `full_scan`, ... joined by
+    /// `+`; `none` where it read no table).
+    pub path: Cow<'static, str>,
+}
+
+impl Run {
+    /// A point read of `rows` entities, by one request (`planner::point`).
+    pub fn point(elapsed: Duration, rows: usize) -> Self {
+        let rows = rows as u64;
+        Self {
+            elapsed,
+            rows,
+            scanned: rows,
+            returned: rows,
+            requests: 1,
+            path: Cow::Borrowed("point"),
+        }
+    }
+}
+
+/// A normalized statement's runs since the last reset.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct StatementStats {
+    /// Runs.
+    pub calls: u64,
+    /// Time of all runs.
+    pub total: Duration,
+    /// The fastest run.
+    pub min: Duration,
+    /// The slowest run.
+    pub max: Duration,
+    /// Rows of all runs.
+    pub rows: u64,
+    /// Entities examined, all runs.
+    pub scanned: u64,
+    /// Entities returned, all runs.
+    pub returned: u64,
+    /// Requests, all runs.
+    pub requests: u64,
+    /// The access path of the last run.
+    pub path: Cow<'static, str>,
+}
+
+impl StatementStats {
+    fn add(&mut self, run: Run) {
+        self.min = if self.calls == 0 {
+            run.elapsed
+        } else {
+            self.min.min(run.elapsed)
+        };
+        self.max = self.max.max(run.elapsed);
+        self.calls += 1;
+        self.total += run.elapsed;
+        self.rows += run.rows;
+        self.scanned += run.scanned;
+        self.returned += run.returned;
+        self.requests += run.requests;
+        self.path = run.path;
+    }
+}
+
+/// The most statements kept (`pg_stat_statements.max`): a new one past it
+/// takes the place of the least called.
+pub const MAX_STATEMENTS: usize = 5000;
+/// The most partitions kept per table: past it, a table's other partitions
+/// are counted together under [`OTHER_PARTITIONS`].
+pub const MAX_PARTITIONS: usize = 100_000;
+/// The PartitionKey the partitions past `MAX_PARTITIONS` are counted under.
+pub const OTHER_PARTITIONS: &str = "(other partitions)";
+
+/// The statistics of one engine (see the module doc).
+pub struct Workload {
+    /// Where the one-second windows count from.
+    origin: Instant,
+    inner: Mutex<Kept>,
+}
+
+#[derive(Debug)]
+struct Kept {
+    since: DateTime<Utc>,
+    /// Storage table, then PartitionKey.
+    partitions: HashMap<String, HashMap<String, PartitionTraffic>>,
+    /// By normalized text.
+    statements: HashMap<String, StatementStats>,
+}
+
+impl std::fmt::Debug for Workload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let kept = self.lock();
+        f.debug_struct("Workload")
+            .field("statements", &kept.statements.len())
+            .field("tables", &kept.partitions.len())
+            .finish()
+    }
+}
+
+impl Default for Workload {
+    fn default() -> Self {
+        Self {
+            origin: Instant::now(),
+            inner: Mutex::new(Kept {
+                since: Utc::now(),
+                partitions: HashMap::default(),
+                statements: HashMap::default(),
+            }),
+        }
+    }
+}
+
+impl Workload {
+    /// One request to `table` that read `counts` entities per partition
+    /// (a partition with 0 still counts the request).
+    pub fn read<'a>(&self, table: &str, counts: impl IntoIterator<Item = (&'a str, u64)>) {
+        let second = self.second();
+        self.with(table, |t| {
+            for (pk, n) in counts {
+                if let Some(p) = traffic(t, pk) {
+                    p.requests += 1;
+                    p.add_read(second, n);
+                }
+            }
+        });
+    }
+
+    /// One batch of `n` writes to a partition of `table`; `conflict` when
+    /// the store refused it for one.
+    pub fn wrote(&self, table: &str, partition: &str, n: u64, conflict: bool) {
+        let second = self.second();
+        self.with(table, |t| {
+            let Some(p) = traffic(t, partition) else {
+                return;
+            };
+            p.requests += 1;
+            if conflict {
+                p.conflicts += 1;
+            } else {
+                p.add_written(second, n);
+            }
+        });
+    }
+
+    /// One run of the statement whose normalized text is `statement`.
+    pub fn ran(&self, statement: &str, run: Run) {
+        let mut kept = self.lock();
+        if let Some(s) = kept.statements.get_mut(statement) {
+            s.add(run);
+            return;
+        }
+        if kept.statements.len() >= MAX_STATEMENTS {
+            let least = kept
+                .statements
+                .iter()
+                .min_by_key(|(_, s)| s.calls)
+                .map(|(k, _)| k.clone());
+            if let Some(least) = least {
+                kept.statements.remove(&least);
+            }
+        }
+        kept.statements
+            .entry(statement.to_owned())
+            .or_default()
+            .add(run);
+    }
+
+    /// Every statement's runs, by normalized text.
+    pub fn statements(&self) -> Vec<(String, StatementStats)> {
+        let kept = self.lock();
+        let mut rows: Vec<_> = kept
+            .statements
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
+    }
+
+    /// Every partition's traffic, by table and PartitionKey.
+    pub fn partitions(&self) -> Vec<PartitionRow> {
+        let kept = self.lock();
+        let mut rows: Vec<PartitionRow> = kept
+            .partitions
+            .iter()
+            .flat_map(|(table, parts)| {
+                parts.iter().map(|(pk, t)| PartitionRow {
+                    table: table.clone(),
+                    partition: pk.clone(),
+                    traffic: t.clone(),
+                })
+            })
+            .collect();
+        rows.sort_by(|a, b| (&a.table, &a.partition).cmp(&(&b.table, &b.partition)));
+        rows
+    }
+
+    /// When the statistics started (the engine's start or the last reset).
+    pub fn since(&self) -> DateTime<Utc> {
+        self.lock().since
+    }
+
+    /// Forgets everything kept.
+    pub fn reset(&self) {
+        let mut kept = self.lock();
+        kept.partitions.clear();
+        kept.statements.clear();
+        kept.since = Utc::now();
+    }
+
+    fn second(&self) -> u64 {
+        self.origin.elapsed().as_secs()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
+        // A panic while recording leaves statistics, not data, suspect:
+        // keep recording.
+        self.inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn with(&self, table: &str, record: impl FnOnce(&mut HashMap<String, PartitionTraffic>)) {
+        let mut kept = self.lock();
+        match kept.partitions.get_mut(table) {
+            Some(t) => record(t),
+            None => record(kept.partitions.entry(table.to_owned()).or_default()),
+        }
+    }
+}
+
+/// The entry of `pk`, made on first use (no allocation when it exists;
+/// always `Some`), or the table's other partitions' past `MAX_PARTITIONS`.
+fn traffic<'a>(
+    t: &'a mut HashMap<String, PartitionTraffic>,
+    pk: &str,
+) -> Option<&'a mut PartitionTraffic> {
+    let pk = if t.contains_key(pk) || t.len() < MAX_PARTITIONS {
+        pk
+    } else {
+        OTHER_PARTITIONS
+    };
+    if !t.contains_key(pk) {
+        t.insert(pk.to_owned(), PartitionTraffic::default());
+    }
+    t.get_mut(pk)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peaks_are_per_second_and_totals_add_up() {
+        let mut t = PartitionTraffic::default();
+        t.add_read(0, 3);
+        t.add_read(0, 4);
+        t.add_read(1, 5);
+        t.add_written(1, 2);
+        t.add_written(3, 9);
+        assert_eq!((t.read, t.peak_read_per_s), (12, 7));
+        assert_eq!((t.written, t.peak_written_per_s), (11, 9));
+    }
+
+    #[test]
+    fn reads_writes_and_conflicts_land_on_their_partition() {
+        let w = Workload::default();
+        w.read("T", [("a", 2), ("b", 0)]);
+        w.wrote("T", "a", 3, false);
+        w.wrote("T", "a", 1, true);
+        let rows = w.partitions();
+        assert_eq!(rows.len(), 2);
+        let a = &rows[0].traffic;
+        assert_eq!((a.read, a.written, a.requests, a.conflicts), (2, 3, 3, 1));
+        assert_eq!(rows[1].traffic.requests, 1);
+        w.reset();
+        assert!(w.partitions().is_empty());
+    }
+
+    #[test]
+    fn the_least_called_statement_makes_room() {
+        let w = Workload::default();
+        w.ran("kept", Run::default());
+        w.ran("kept", Run::default());
+        for i in 0..MAX_STATEMENTS {
+            w.ran(&format!("s{i}"), Run::default());
+        }
+        let kept = w.statements();
+        assert_eq!(kept.len(), MAX_STATEMENTS);
+        assert!(kept.iter().any(|(q, s)| q == "kept" && s.calls == 2));
+    }
+}

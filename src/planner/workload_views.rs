@@ -1,0 +1,205 @@
+//! The workload statistics in SQL: the views `tablesql_stat_statements`
+//! (one row per normalized statement run since the last reset) and
+//! `tablesql_stat_partitions` (one row per partition the statements read or
+//! wrote), and `tablesql_stat_reset()`, which forgets them, as
+//! `pg_stat_statements_reset()` does.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::catalog::{Session, TableProvider};
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::Result;
+use datafusion::logical_expr::{
+    ColumnarValue, Expr, ScalarUDF, Volatility, create_udf,
+};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::scalar::ScalarValue;
+
+use crate::exec::workload::{PartitionRow, StatementStats, Workload};
+
+/// The statements view's name.
+pub const STATEMENTS_VIEW: &str = "tablesql_stat_statements";
+/// The partitions view's name.
+pub const PARTITIONS_VIEW: &str = "tablesql_stat_partitions";
+/// The reset function's name.
+pub const RESET: &str = "tablesql_stat_reset";
+
+/// Which view.
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Statements,
+    Partitions,
+}
+
+/// A view of the workload statistics, computed afresh at each scan.
+#[derive(Debug)]
+pub struct WorkloadView {
+    workload: Arc<Workload>,
+    kind: Kind,
+    schema: SchemaRef,
+}
+
+impl WorkloadView {
+    /// `tablesql_stat_statements`.
+    pub fn statements(workload: Arc<Workload>) -> Self {
+        let count = |name: &str| Field::new(name, DataType::Int64, false);
+        let ms = |name: &str| Field::new(name, DataType::Float64, false);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("query", DataType::Utf8, false),
+            count("calls"),
+            ms("total_ms"),
+            ms("mean_ms"),
+            ms("min_ms"),
+            ms("max_ms"),
+            count("rows"),
+            count("entities_scanned"),
+            count("entities_returned"),
+            Field::new("density", DataType::Float64, true),
+            count("requests"),
+            Field::new("access_path", DataType::Utf8, false),
+        ]));
+        Self {
+            workload,
+            kind: Kind::Statements,
+            schema,
+        }
+    }
+
+    /// `tablesql_stat_partitions`.
+    pub fn partitions(workload: Arc<Workload>) -> Self {
+        let schema = partitions_schema();
+        Self {
+            workload,
+            kind: Kind::Partitions,
+            schema,
+        }
+    }
+
+    fn batch(&self) -> Result<RecordBatch> {
+        match self.kind {
+            Kind::Partitions => partitions_batch(&self.schema, &self.workload.partitions()),
+            Kind::Statements => statements_batch(&self.schema, &self.workload.statements()),
+        }
+    }
+}
+
+fn statements_batch(schema: &SchemaRef, rows: &[(String, StatementStats)]) -> Result<RecordBatch> {
+    let count = |f: fn(&StatementStats) -> u64| -> ArrayRef {
+        let values = rows.iter().map(|(_, s)| i64::try_from(f(s)).unwrap_or(i64::MAX));
+        Arc::new(values.collect::<Int64Array>())
+    };
+    let ms = |f: &dyn Fn(&StatementStats) -> f64| -> ArrayRef {
+        Arc::new(rows.iter().map(|(_, s)| f(s)).collect::<Float64Array>())
+    };
+    let millis = |d: std::time::Duration| d.as_secs_f64() * 1000.0;
+    let density: Float64Array = rows
+        .iter()
+        .map(|(_, s)| (s.scanned > 0).then(|| s.returned as f64 / s.scanned as f64))
+        .collect();
+    Ok(RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(rows.iter().map(|(q, _)| Some(q.as_str())).collect::<StringArray>()),
+            count(|s| s.calls),
+            ms(&|s| millis(s.total)),
+            ms(&|s| millis(s.total) / s.calls.max(1) as f64),
+            ms(&|s| millis(s.min)),
+            ms(&|s| millis(s.max)),
+            count(|s| s.rows),
+            count(|s| s.scanned),
+            count(|s| s.returned),
+            Arc::new(density),
+            count(|s| s.requests),
+            Arc::new(
+                rows.iter()
+                    .map(|(_, s)| Some(s.path.as_ref()))
+                    .collect::<StringArray>(),
+            ),
+        ],
+    )?)
+}
+
+/// `tablesql_stat_partitions`'s columns.
+fn partitions_schema() -> SchemaRef {
+    let count = |name: &str| Field::new(name, DataType::Int64, false);
+    Arc::new(Schema::new(vec![
+        Field::new("table_name", DataType::Utf8, false),
+        Field::new("partition_key", DataType::Utf8, false),
+        count("entities_read"),
+        count("entities_written"),
+        count("requests"),
+        count("conflicts"),
+        count("peak_read_per_s"),
+        count("peak_written_per_s"),
+    ]))
+}
+
+fn partitions_batch(schema: &SchemaRef, rows: &[PartitionRow]) -> Result<RecordBatch> {
+    let text = |f: fn(&PartitionRow) -> &str| -> ArrayRef {
+        Arc::new(rows.iter().map(f).map(Some).collect::<StringArray>())
+    };
+    let count = |f: fn(&PartitionRow) -> u64| -> ArrayRef {
+        let values = rows.iter().map(|r| i64::try_from(f(r)).unwrap_or(i64::MAX));
+        Arc::new(values.collect::<Int64Array>())
+    };
+    Ok(RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            text(|r| &r.table),
+            text(|r| &r.partition),
+            count(|r| r.traffic.read),
+            count(|r| r.traffic.written),
+            count(|r| r.traffic.requests),
+            count(|r| r.traffic.conflicts),
+            count(|r| r.traffic.peak_read_per_s),
+            count(|r| r.traffic.peak_written_per_s),
+        ],
+    )?)
+}
+
+#[async_trait]
+impl TableProvider for WorkloadView {
+    fn schema(&self) -> SchemaRef {
+        self.schema.clone()
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::View
+    }
+
+    async fn scan(
+        &self,
+        _state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let batch = self.batch()?;
+        let exec =
+            MemorySourceConfig::try_new_exec(&[vec![batch]], self.schema(), projection.cloned())?;
+        Ok(exec)
+    }
+}
+
+/// `tablesql_stat_reset()`: forgets the statistics and answers when it did.
+pub fn reset_udf(workload: Arc<Workload>) -> ScalarUDF {
+    let utc = DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into()));
+    create_udf(
+        RESET,
+        vec![],
+        utc,
+        Volatility::Volatile,
+        Arc::new(move |_| {
+            workload.reset();
+            let at = workload.since().timestamp_micros();
+            Ok(ColumnarValue::Scalar(ScalarValue::TimestampMicrosecond(
+                Some(at),
+                Some("UTC".into()),
+            )))
+        }),
+    )
+}

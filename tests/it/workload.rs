@@ -1,0 +1,221 @@
+//! The workload statistics: statements normalized with their density and
+//! access path (`tablesql_stat_statements`), what they read and wrote per
+//! partition (`tablesql_stat_partitions`), the reset, and both in psql.
+
+use tablesql::datafusion::arrow::array::AsArray;
+use tablesql::datafusion::arrow::datatypes::Int64Type;
+use tablesql::storage::{TableName, WriteOp};
+
+use crate::server::serve;
+use crate::sql::demo_engine;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+/// `(table, partition, read, written, requests, conflicts, peak read/s)`
+/// of every row of the view.
+async fn partitions(
+    engine: &tablesql::Engine,
+) -> Result<Vec<(String, String, [i64; 5])>, Box<dyn std::error::Error>> {
+    let batches = engine
+        .collect(
+            "SELECT table_name, partition_key, entities_read, entities_written, requests, \
+             conflicts, peak_read_per_s FROM tablesql_stat_partitions",
+        )
+        .await?;
+    let mut rows = Vec::new();
+    for b in &batches {
+        for i in 0..b.num_rows() {
+            let n = |c: usize| b.column(c).as_primitive::<Int64Type>().value(i);
+            rows.push((
+                b.column(0).as_string::<i32>().value(i).to_owned(),
+                b.column(1).as_string::<i32>().value(i).to_owned(),
+                [n(2), n(3), n(4), n(5), n(6)],
+            ));
+        }
+    }
+    Ok(rows)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partition_statistics_count_reads_writes_and_conflicts() -> TestResult {
+    let engine = demo_engine(120).await;
+    let table = TableName::new(tablesql::demo::TABLE)?;
+    // A registration that exists, and its stored entities.
+    let [base, _] = tablesql::demo::registration(7).entities()?;
+    let point = format!(
+        "SELECT name FROM registrations WHERE event = '{}' AND distance = '{}' AND bib = {}",
+        tablesql::demo::registration(7).event,
+        tablesql::demo::registration(7).distance,
+        tablesql::demo::registration(7).bib
+    );
+    engine.collect("SELECT tablesql_stat_reset()").await?;
+    assert!(partitions(&engine).await?.is_empty(), "reset empties the view");
+
+    for _ in 0..5 {
+        assert_eq!(engine.collect(&point).await?[0].num_rows(), 1);
+    }
+    let rows = partitions(&engine).await?;
+    let pk = base.partition_key.as_str();
+    let ours: Vec<_> = rows.iter().filter(|r| r.0 == table.as_str()).collect();
+    assert_eq!(ours.len(), 1, "one partition touched: {rows:?}");
+    assert_eq!(ours[0].1, pk);
+    let [read, written, requests, conflicts, peak] = ours[0].2;
+    assert_eq!((read, written, requests, conflicts), (5, 0, 5, 0), "{rows:?}");
+    assert!((1..=5).contains(&peak), "peak within one second's reads: {peak}");
+
+    // A batch the store refuses for a conflict: the entity exists.
+    let refused = engine
+        .store()
+        .execute_batch(&table, vec![WriteOp::Insert(base.clone())])
+        .await;
+    assert!(refused.is_err());
+    // A batch that writes: the base row replaced.
+    engine
+        .store()
+        .execute_batch(&table, vec![WriteOp::InsertOrReplace(base.clone())])
+        .await?;
+    let rows = partitions(&engine).await?;
+    let ours = rows
+        .iter()
+        .find(|r| r.0 == table.as_str() && r.1 == pk)
+        .ok_or("the partition's row")?;
+    let [read, written, requests, conflicts, _] = ours.2;
+    assert_eq!((read, written, requests, conflicts), (5, 1, 7, 1), "{rows:?}");
+
+    // A full scan reads every partition, each entity once.
+    engine.collect("SELECT tablesql_stat_reset()").await?;
+    engine
+        .collect("SET tablesql.scan_policy = allow")
+        .await?;
+    let counted = engine
+        .collect("SELECT count(*) FROM registrations")
+        .await?;
+    let n = counted[0].column(0).as_primitive::<Int64Type>().value(0);
+    let rows = partitions(&engine).await?;
+    let read: i64 = rows
+        .iter()
+        .filter(|r| r.0 == table.as_str())
+        .map(|r| r.2[0])
+        .sum();
+    // The scan reads each partition's range of base rows, not its index rows.
+    assert_eq!(read, n, "{rows:?}");
+    assert_eq!(rows.iter().filter(|r| r.0 == table.as_str()).count(), 12);
+    Ok(())
+}
+
+/// The view and the reset from psql.
+#[test]
+fn workload_statistics_in_psql() -> TestResult {
+    let server = serve(1000, &[])?;
+    let r = tablesql::demo::registration(0);
+    let point = format!(
+        "SELECT name FROM registrations WHERE event = '{}' AND distance = '{}' AND bib = {}",
+        r.event, r.distance, r.bib
+    );
+    let out = server.psql(
+        "",
+        &[
+            "-A",
+            "-t",
+            "-c",
+            "SELECT tablesql_stat_reset() IS NOT NULL",
+            "-c",
+            &point,
+            "-c",
+            "SELECT count(*), sum(entities_read), sum(requests) FROM tablesql_stat_partitions WHERE table_name = 'Registrations'",
+            "-c",
+            &point.replace(&format!("bib = {}", r.bib), "bib = 999999"),
+            "-c",
+            "SELECT calls, rows, access_path FROM tablesql_stat_statements WHERE query LIKE 'SELECT name FROM registrations%'",
+        ],
+    )?;
+    let shown = String::from_utf8_lossy(&out.stdout).to_string()
+        + &String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.lines().any(|l| l == "1|1|1"), "{shown}");
+    // Two runs of one statement, normalized; one found its row.
+    assert!(shown.lines().any(|l| l == "2|1|point"), "{shown}");
+    Ok(())
+}
+
+/// `(query, calls, rows, scanned, returned, density, requests, path)`.
+type StatementRow = (String, i64, i64, i64, i64, Option<f64>, i64, String);
+
+async fn statements(engine: &tablesql::Engine) -> Result<Vec<StatementRow>, Box<dyn std::error::Error>> {
+    use tablesql::datafusion::arrow::array::Array;
+    use tablesql::datafusion::arrow::datatypes::Float64Type;
+    let batches = engine
+        .collect(
+            "SELECT query, calls, rows, entities_scanned, entities_returned, density, requests, \
+             access_path FROM tablesql_stat_statements",
+        )
+        .await?;
+    let mut rows = Vec::new();
+    for b in &batches {
+        for i in 0..b.num_rows() {
+            let n = |c: usize| b.column(c).as_primitive::<Int64Type>().value(i);
+            let density = b.column(5).as_primitive::<Float64Type>();
+            rows.push((
+                b.column(0).as_string::<i32>().value(i).to_owned(),
+                n(1),
+                n(2),
+                n(3),
+                n(4),
+                (!density.is_null(i)).then(|| density.value(i)),
+                n(6),
+                b.column(7).as_string::<i32>().value(i).to_owned(),
+            ));
+        }
+    }
+    Ok(rows)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statement_statistics_normalize_and_measure_density() -> TestResult {
+    use tablesql::datafusion::scalar::ScalarValue;
+    let engine = demo_engine(120).await;
+    engine.collect("SET tablesql.scan_policy = allow").await?;
+    let by_bib = engine
+        .prepare(
+            "SELECT name FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3",
+        )
+        .await?;
+    engine.collect("SELECT tablesql_stat_reset()").await?;
+    for i in 0..10 {
+        let r = tablesql::demo::registration(i);
+        let rows = by_bib
+            .query(vec![
+                ScalarValue::from(r.event),
+                ScalarValue::from(r.distance),
+                ScalarValue::Int32(Some(r.bib)),
+            ])
+            .await?;
+        assert_eq!(rows.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    }
+    // Two runs that differ in a literal: one statement. Nothing matches
+    // the filter, so the scans return none of what they examine.
+    for limit in [1_000_000_000, 2_000_000_000] {
+        engine
+            .collect(&format!("SELECT count(*) FROM registrations WHERE finish > {limit}"))
+            .await?;
+    }
+    let rows = statements(&engine).await?;
+    let point = rows
+        .iter()
+        .find(|r| r.0.starts_with("SELECT name FROM registrations"))
+        .ok_or("the point query's row")?;
+    assert_eq!(
+        (point.1, point.2, point.3, point.4, point.5, point.6, point.7.as_str()),
+        (10, 10, 10, 10, Some(1.0), 10, "point"),
+        "{rows:?}"
+    );
+    let scan = rows
+        .iter()
+        .find(|r| r.0 == "SELECT count(*) FROM registrations WHERE finish > $1")
+        .ok_or_else(|| format!("the scan's row, normalized: {rows:?}"))?;
+    assert_eq!(scan.1, 2, "{rows:?}");
+    assert_eq!(scan.3, 240, "each run examines the 120 registrations: {rows:?}");
+    assert_eq!((scan.4, scan.5), (0, Some(0.0)), "{rows:?}");
+    assert_eq!(scan.7, "full_scan");
+    Ok(())
+}
