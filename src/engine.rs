@@ -190,6 +190,14 @@ impl Engine {
         let ctx = SessionContext::new_with_state(state);
         ctx.register_udf(crate::planner::identity::version_udf());
         ctx.register_udf(workload_views::reset_udf(workload.clone()));
+        let stats: Arc<StatsCache> = Arc::default();
+        ctx.register_udtf(
+            workload_views::ADVISE,
+            Arc::new(workload_views::AdviseFunction::new(
+                workload.clone(),
+                stats.clone(),
+            )),
+        );
         ctx.register_table(
             workload_views::STATEMENTS_VIEW,
             Arc::new(WorkloadView::statements(workload.clone())),
@@ -220,7 +228,7 @@ impl Engine {
             options,
             parser: Arc::new(SqlParser::new()),
             signer: Arc::default(),
-            stats: Arc::default(),
+            stats,
             sequences,
             catalog_version: Arc::default(),
             workload,
@@ -795,7 +803,10 @@ impl Engine {
             // text may hold values (secrets, paths), so only its first word.
             _ => {
                 let first = sql.split_whitespace().next().unwrap_or_default();
-                (format!("{} ...", first.to_uppercase()), self.sql(sql).await?)
+                (
+                    format!("{} ...", first.to_uppercase()),
+                    self.sql(sql).await?,
+                )
             }
         };
         let task = Arc::new(frame.task_ctx());

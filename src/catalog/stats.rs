@@ -78,6 +78,14 @@ impl StatsCache {
         }
     }
 
+    /// Every analyzed table's statistics.
+    pub fn all(&self) -> Vec<(TableName, Arc<TableStats>)> {
+        self.0
+            .read()
+            .map(|m| m.iter().map(|(t, s)| (t.clone(), s.clone())).collect())
+            .unwrap_or_default()
+    }
+
     /// Replaces them all.
     pub fn replace_all(&self, all: Vec<(TableName, TableStats)>) {
         if let Ok(mut m) = self.0.write() {

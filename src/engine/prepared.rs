@@ -270,7 +270,12 @@ impl PreparedStatement {
             .await?;
         let stream = datafusion::physical_plan::execute_stream(physical.clone(), ctx.task_ctx())?;
         let workload = self.engine.workload().clone();
-        Ok(recorded(workload, self.label.clone(), Some(physical), stream))
+        Ok(recorded(
+            workload,
+            self.label.clone(),
+            Some(physical),
+            stream,
+        ))
     }
 }
 

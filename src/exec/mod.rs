@@ -2,6 +2,7 @@
 //! decoding of entities into Arrow record batches.
 
 pub mod access;
+pub mod advise;
 pub mod analyze;
 pub mod apply;
 pub mod checked;

@@ -9,8 +9,8 @@ use async_trait::async_trait;
 
 use super::workload::Workload;
 use crate::storage::{
-    ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result,
-    RowKey, RowSink, StorageError, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
+    ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result, RowKey,
+    RowSink, StorageError, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
 };
 
 /// `inner`, observed (see the module doc).
@@ -24,6 +24,15 @@ impl ObservedStore {
     /// Observes `inner` into `workload`.
     pub fn new(inner: Arc<dyn TableStore>, workload: Arc<Workload>) -> Self {
         Self { inner, workload }
+    }
+
+    /// A page of `query` that returned `counts` entities per partition (a
+    /// page of one partition that returned none still counts a request).
+    fn page_read<'a>(&self, table: &TableName, query: &'a Query, mut counts: Vec<(&'a str, u64)>) {
+        if let (true, Some(pk)) = (counts.is_empty(), single_partition(query)) {
+            counts.push((pk, 0));
+        }
+        self.workload.read(table.as_str(), counts);
     }
 }
 
@@ -93,11 +102,7 @@ impl TableStore for ObservedStore {
         continuation: Option<&ContinuationToken>,
     ) -> Result<Page> {
         let page = self.inner.query(table, query, continuation).await?;
-        let mut counts = per_partition(&page.entities);
-        if let (true, Some(pk)) = (counts.is_empty(), single_partition(query)) {
-            counts.push((pk, 0));
-        }
-        self.workload.read(table.as_str(), counts);
+        self.page_read(table, query, per_partition(&page.entities));
         Ok(page)
     }
 
@@ -112,15 +117,11 @@ impl TableStore for ObservedStore {
             .inner
             .query_into(table, query, continuation, sink)
             .await?;
-        let mut counts: Vec<(&str, u64)> = end
+        let counts = end
             .partitions
             .iter()
-            .map(|(pk, n)| (pk.as_str(), *n as u64))
-            .collect();
-        if let (true, Some(pk)) = (counts.is_empty(), single_partition(query)) {
-            counts.push((pk, 0));
-        }
-        self.workload.read(table.as_str(), counts);
+            .map(|(pk, n)| (pk.as_str(), *n as u64));
+        self.page_read(table, query, counts.collect());
         Ok(end)
     }
 
@@ -145,7 +146,8 @@ impl TableStore for ObservedStore {
         if let Some(pk) = partition {
             let conflict = done.as_ref().err().is_some_and(is_conflict);
             if done.is_ok() || conflict {
-                self.workload.wrote(table.as_str(), pk.as_str(), n, conflict);
+                self.workload
+                    .wrote(table.as_str(), pk.as_str(), n, conflict);
             }
         }
         done

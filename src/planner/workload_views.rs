@@ -9,16 +9,18 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use datafusion::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
-use datafusion::catalog::{Session, TableProvider};
+use datafusion::catalog::{Session, TableFunctionArgs, TableFunctionImpl, TableProvider};
+use datafusion::common::plan_err;
+use datafusion::datasource::MemTable;
 use datafusion::datasource::TableType;
 use datafusion::datasource::memory::MemorySourceConfig;
 use datafusion::error::Result;
-use datafusion::logical_expr::{
-    ColumnarValue, Expr, ScalarUDF, Volatility, create_udf,
-};
+use datafusion::logical_expr::{ColumnarValue, Expr, ScalarUDF, Volatility, create_udf};
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::scalar::ScalarValue;
 
+use crate::catalog::stats::{StatsCache, TableStats};
+use crate::exec::advise::{Finding, advise};
 use crate::exec::workload::{PartitionRow, StatementStats, Workload};
 
 /// The statements view's name.
@@ -89,7 +91,9 @@ impl WorkloadView {
 
 fn statements_batch(schema: &SchemaRef, rows: &[(String, StatementStats)]) -> Result<RecordBatch> {
     let count = |f: fn(&StatementStats) -> u64| -> ArrayRef {
-        let values = rows.iter().map(|(_, s)| i64::try_from(f(s)).unwrap_or(i64::MAX));
+        let values = rows
+            .iter()
+            .map(|(_, s)| i64::try_from(f(s)).unwrap_or(i64::MAX));
         Arc::new(values.collect::<Int64Array>())
     };
     let ms = |f: &dyn Fn(&StatementStats) -> f64| -> ArrayRef {
@@ -103,7 +107,11 @@ fn statements_batch(schema: &SchemaRef, rows: &[(String, StatementStats)]) -> Re
     Ok(RecordBatch::try_new(
         schema.clone(),
         vec![
-            Arc::new(rows.iter().map(|(q, _)| Some(q.as_str())).collect::<StringArray>()),
+            Arc::new(
+                rows.iter()
+                    .map(|(q, _)| Some(q.as_str()))
+                    .collect::<StringArray>(),
+            ),
             count(|s| s.calls),
             ms(&|s| millis(s.total)),
             ms(&|s| millis(s.total) / s.calls.max(1) as f64),
@@ -182,6 +190,73 @@ impl TableProvider for WorkloadView {
         let exec =
             MemorySourceConfig::try_new_exec(&[vec![batch]], self.schema(), projection.cloned())?;
         Ok(exec)
+    }
+}
+
+/// The advisor's table function's name.
+pub const ADVISE: &str = "tablesql_advise";
+
+/// `tablesql_advise([table])`: the partition advisor's findings (see
+/// `exec::advise`) over the analyzed tables and the workload, for one
+/// storage table (its name in any case) or all.
+#[derive(Debug)]
+pub struct AdviseFunction {
+    workload: Arc<Workload>,
+    stats: Arc<StatsCache>,
+}
+
+impl AdviseFunction {
+    /// Advice from `workload` and the `ANALYZE` statistics in `stats`.
+    pub fn new(workload: Arc<Workload>, stats: Arc<StatsCache>) -> Self {
+        Self { workload, stats }
+    }
+}
+
+impl TableFunctionImpl for AdviseFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let only = match args.exprs() {
+            [] => None,
+            [Expr::Literal(ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)), _)] => {
+                Some(t.clone())
+            }
+            _ => return plan_err!("{ADVISE}([table]) takes a table's name as text, or nothing"),
+        };
+        let all = self.stats.all();
+        let analyzed: Vec<(String, &TableStats)> = all
+            .iter()
+            .map(|(t, s)| (t.as_str().to_owned(), s.as_ref()))
+            .collect();
+        let findings = advise(
+            &analyzed,
+            &self.workload.partitions(),
+            &self.workload.statements(),
+        );
+        let findings: Vec<Finding> = findings
+            .into_iter()
+            .filter(|f| {
+                only.as_ref()
+                    .is_none_or(|t| f.table.is_empty() || f.table.eq_ignore_ascii_case(t))
+            })
+            .collect();
+        let text = |f: &dyn Fn(&Finding) -> &str| -> ArrayRef {
+            Arc::new(findings.iter().map(|x| Some(f(x))).collect::<StringArray>())
+        };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("table_name", DataType::Utf8, false),
+            Field::new("finding", DataType::Utf8, false),
+            Field::new("evidence", DataType::Utf8, false),
+            Field::new("remedy", DataType::Utf8, false),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                text(&|f| &f.table),
+                text(&|f| f.kind),
+                text(&|f| &f.evidence),
+                text(&|f| &f.remedy),
+            ],
+        )?;
+        Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
     }
 }
 

@@ -21,8 +21,8 @@ use tokio_util::codec::{Framed, FramedParts};
 
 use super::Connection;
 use super::frames::Violation;
-use super::stream::Guarded;
 use super::plan::Stmt;
+use super::stream::Guarded;
 
 /// How long a client may take to start up and authenticate (PostgreSQL's
 /// `authentication_timeout`).

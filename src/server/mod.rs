@@ -21,8 +21,8 @@ mod pg_catalog;
 pub mod plan;
 mod savepoints;
 pub mod session;
-mod stream;
 pub mod sqlstate;
+mod stream;
 pub mod tls;
 mod vectors;
 

@@ -207,8 +207,15 @@ impl Planner {
         let label = normalize(&statement);
         let catalog = reads_system_catalog(&statement);
         let plan = self.logical(statement).await?;
-        self.run(&plan, Some(&text), label, catalog, &Format::UnifiedText, guard)
-            .await
+        self.run(
+            &plan,
+            Some(&text),
+            label,
+            catalog,
+            &Format::UnifiedText,
+            guard,
+        )
+        .await
     }
 
     /// The analyzed and optimized logical plan of a query.
@@ -418,9 +425,10 @@ impl Planner {
                 })
                 .await?;
             if let Some(batch) = read {
-                self.engine
-                    .workload()
-                    .ran(&prepared.label, Run::point(started.elapsed(), batch.num_rows()));
+                self.engine.workload().ran(
+                    &prepared.label,
+                    Run::point(started.elapsed(), batch.num_rows()),
+                );
                 let fields = Arc::new(result_fields(
                     plan.schema().as_arrow(),
                     format,

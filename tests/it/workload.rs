@@ -49,7 +49,10 @@ async fn partition_statistics_count_reads_writes_and_conflicts() -> TestResult {
         tablesql::demo::registration(7).bib
     );
     engine.collect("SELECT tablesql_stat_reset()").await?;
-    assert!(partitions(&engine).await?.is_empty(), "reset empties the view");
+    assert!(
+        partitions(&engine).await?.is_empty(),
+        "reset empties the view"
+    );
 
     for _ in 0..5 {
         assert_eq!(engine.collect(&point).await?[0].num_rows(), 1);
@@ -60,8 +63,15 @@ async fn partition_statistics_count_reads_writes_and_conflicts() -> TestResult {
     assert_eq!(ours.len(), 1, "one partition touched: {rows:?}");
     assert_eq!(ours[0].1, pk);
     let [read, written, requests, conflicts, peak] = ours[0].2;
-    assert_eq!((read, written, requests, conflicts), (5, 0, 5, 0), "{rows:?}");
-    assert!((1..=5).contains(&peak), "peak within one second's reads: {peak}");
+    assert_eq!(
+        (read, written, requests, conflicts),
+        (5, 0, 5, 0),
+        "{rows:?}"
+    );
+    assert!(
+        (1..=5).contains(&peak),
+        "peak within one second's reads: {peak}"
+    );
 
     // A batch the store refuses for a conflict: the entity exists.
     let refused = engine
@@ -80,16 +90,16 @@ async fn partition_statistics_count_reads_writes_and_conflicts() -> TestResult {
         .find(|r| r.0 == table.as_str() && r.1 == pk)
         .ok_or("the partition's row")?;
     let [read, written, requests, conflicts, _] = ours.2;
-    assert_eq!((read, written, requests, conflicts), (5, 1, 7, 1), "{rows:?}");
+    assert_eq!(
+        (read, written, requests, conflicts),
+        (5, 1, 7, 1),
+        "{rows:?}"
+    );
 
     // A full scan reads every partition, each entity once.
     engine.collect("SELECT tablesql_stat_reset()").await?;
-    engine
-        .collect("SET tablesql.scan_policy = allow")
-        .await?;
-    let counted = engine
-        .collect("SELECT count(*) FROM registrations")
-        .await?;
+    engine.collect("SET tablesql.scan_policy = allow").await?;
+    let counted = engine.collect("SELECT count(*) FROM registrations").await?;
     let n = counted[0].column(0).as_primitive::<Int64Type>().value(0);
     let rows = partitions(&engine).await?;
     let read: i64 = rows
@@ -129,8 +139,8 @@ fn workload_statistics_in_psql() -> TestResult {
             "SELECT calls, rows, access_path FROM tablesql_stat_statements WHERE query LIKE 'SELECT name FROM registrations%'",
         ],
     )?;
-    let shown = String::from_utf8_lossy(&out.stdout).to_string()
-        + &String::from_utf8_lossy(&out.stderr);
+    let shown =
+        String::from_utf8_lossy(&out.stdout).to_string() + &String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{shown}");
     assert!(shown.lines().any(|l| l == "1|1|1"), "{shown}");
     // Two runs of one statement, normalized; one found its row.
@@ -141,7 +151,9 @@ fn workload_statistics_in_psql() -> TestResult {
 /// `(query, calls, rows, scanned, returned, density, requests, path)`.
 type StatementRow = (String, i64, i64, i64, i64, Option<f64>, i64, String);
 
-async fn statements(engine: &tablesql::Engine) -> Result<Vec<StatementRow>, Box<dyn std::error::Error>> {
+async fn statements(
+    engine: &tablesql::Engine,
+) -> Result<Vec<StatementRow>, Box<dyn std::error::Error>> {
     use tablesql::datafusion::arrow::array::Array;
     use tablesql::datafusion::arrow::datatypes::Float64Type;
     let batches = engine
@@ -176,9 +188,7 @@ async fn statement_statistics_normalize_and_measure_density() -> TestResult {
     let engine = demo_engine(120).await;
     engine.collect("SET tablesql.scan_policy = allow").await?;
     let by_bib = engine
-        .prepare(
-            "SELECT name FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3",
-        )
+        .prepare("SELECT name FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3")
         .await?;
     engine.collect("SELECT tablesql_stat_reset()").await?;
     for i in 0..10 {
@@ -196,7 +206,9 @@ async fn statement_statistics_normalize_and_measure_density() -> TestResult {
     // the filter, so the scans return none of what they examine.
     for limit in [1_000_000_000, 2_000_000_000] {
         engine
-            .collect(&format!("SELECT count(*) FROM registrations WHERE finish > {limit}"))
+            .collect(&format!(
+                "SELECT count(*) FROM registrations WHERE finish > {limit}"
+            ))
             .await?;
     }
     let rows = statements(&engine).await?;
@@ -205,7 +217,15 @@ async fn statement_statistics_normalize_and_measure_density() -> TestResult {
         .find(|r| r.0.starts_with("SELECT name FROM registrations"))
         .ok_or("the point query's row")?;
     assert_eq!(
-        (point.1, point.2, point.3, point.4, point.5, point.6, point.7.as_str()),
+        (
+            point.1,
+            point.2,
+            point.3,
+            point.4,
+            point.5,
+            point.6,
+            point.7.as_str()
+        ),
         (10, 10, 10, 10, Some(1.0), 10, "point"),
         "{rows:?}"
     );
@@ -214,8 +234,108 @@ async fn statement_statistics_normalize_and_measure_density() -> TestResult {
         .find(|r| r.0 == "SELECT count(*) FROM registrations WHERE finish > $1")
         .ok_or_else(|| format!("the scan's row, normalized: {rows:?}"))?;
     assert_eq!(scan.1, 2, "{rows:?}");
-    assert_eq!(scan.3, 240, "each run examines the 120 registrations: {rows:?}");
+    assert_eq!(
+        scan.3, 240,
+        "each run examines the 120 registrations: {rows:?}"
+    );
     assert_eq!((scan.4, scan.5), (0, Some(0.0)), "{rows:?}");
     assert_eq!(scan.7, "full_scan");
+    Ok(())
+}
+
+/// `(table, finding, evidence)` of `tablesql_advise()`.
+async fn advice(
+    engine: &tablesql::Engine,
+) -> Result<Vec<(String, String, String)>, Box<dyn std::error::Error>> {
+    let batches = engine
+        .collect("SELECT table_name, finding, evidence FROM tablesql_advise()")
+        .await?;
+    let mut rows = Vec::new();
+    for b in &batches {
+        for i in 0..b.num_rows() {
+            let t = |c: usize| b.column(c).as_string::<i32>().value(i).to_owned();
+            rows.push((t(0), t(1), t(2)));
+        }
+    }
+    Ok(rows)
+}
+
+/// The advisor over real data: the demo's registrations with point queries
+/// are healthy; a table under one PartitionKey is flagged; a workload of
+/// filtered full scans is flagged with its density.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_advisor_flags_one_partition_and_sparse_scans_not_the_demo() -> TestResult {
+    use tablesql::datafusion::scalar::ScalarValue;
+    let engine = demo_engine(1200).await;
+    engine.collect("ANALYZE registrations").await?;
+    let by_bib = engine
+        .prepare("SELECT name FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3")
+        .await?;
+    engine.collect("SELECT tablesql_stat_reset()").await?;
+    for i in 0..40 {
+        let r = tablesql::demo::registration(i * 7);
+        by_bib
+            .query(vec![
+                ScalarValue::from(r.event),
+                ScalarValue::from(r.distance),
+                ScalarValue::Int32(Some(r.bib)),
+            ])
+            .await?;
+    }
+    let found = advice(&engine).await?;
+    assert!(
+        found.is_empty(),
+        "the demo with point queries is healthy: {found:?}"
+    );
+
+    // One PartitionKey for every row.
+    engine
+        .collect(
+            "CREATE TABLE logs (id INT NOT NULL, msg TEXT NOT NULL, PRIMARY KEY (id)) \
+             WITH (storage_table = 'Logs', partition_key = 'all', row_key = '{id:06}')",
+        )
+        .await?;
+    let values: Vec<String> = (0..300).map(|i| format!("({i}, 'line {i}')")).collect();
+    engine
+        .collect(&format!(
+            "INSERT INTO logs (id, msg) VALUES {}",
+            values.join(", ")
+        ))
+        .await?;
+    engine.collect("ANALYZE logs").await?;
+    let found = advice(&engine).await?;
+    let one = found
+        .iter()
+        .find(|f| f.0 == "Logs")
+        .ok_or_else(|| format!("Logs flagged: {found:?}"))?;
+    assert_eq!(one.1, "one_partition");
+    assert!(
+        one.2.contains("all 300 entities are in one partition"),
+        "{}",
+        one.2
+    );
+    assert!(!found.iter().any(|f| f.0 == "Registrations"), "{found:?}");
+
+    // Full scans that return almost nothing of what they read.
+    engine.collect("SET tablesql.scan_policy = allow").await?;
+    for limit in [1_000_000_000, 1_500_000_000, 2_000_000_000] {
+        engine
+            .collect(&format!(
+                "SELECT name FROM registrations WHERE finish > {limit}"
+            ))
+            .await?;
+    }
+    let found = advice(&engine).await?;
+    let sparse = found
+        .iter()
+        .find(|f| f.1 == "low_density")
+        .ok_or_else(|| format!("the scans flagged: {found:?}"))?;
+    assert!(
+        sparse.2.contains(
+            "examined 3600 entities and returned 0 in 3 calls (density 0.000, full_scan)"
+        ),
+        "{}",
+        sparse.2
+    );
     Ok(())
 }

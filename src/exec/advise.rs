@@ -1,0 +1,194 @@
+//! The partition advisor's findings, each with its evidence and its remedy
+//! in the storage guidance's terms (`../shared/DOMAIN.md`): from `ANALYZE`'s
+//! partition sizes and the workload statistics. Pure: the caller gathers
+//! the figures.
+
+use crate::catalog::stats::TableStats;
+
+use super::workload::{PartitionRow, StatementStats};
+
+/// What one partition serves per second, by the storage's targets.
+pub const PARTITION_TARGET_PER_S: u64 = 2000;
+/// Share of a table's entities in one partition past which it is flagged.
+const CONCENTRATED: f64 = 0.5;
+/// Share of point queries below which a workload is flagged.
+const FEW_POINTS: f64 = 0.5;
+/// Density (returned / scanned) below which a statement is flagged.
+const SPARSE: f64 = 0.1;
+/// Calls and entities below which the figures say too little to flag.
+const ENOUGH_CALLS: u64 = 20;
+const ENOUGH_SCANNED: u64 = 1000;
+
+/// One finding.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    /// The storage table it is about; empty for the workload as a whole.
+    pub table: String,
+    /// A short name (`one_partition`, `hot_partition`, ...).
+    pub kind: &'static str,
+    /// The figures that show it.
+    pub evidence: String,
+    /// What the guidance says to do.
+    pub remedy: String,
+}
+
+/// The findings for the analyzed tables `stats`, the partitions' traffic
+/// and the statements run.
+pub fn advise(
+    stats: &[(String, &TableStats)],
+    partitions: &[PartitionRow],
+    statements: &[(String, StatementStats)],
+) -> Vec<Finding> {
+    let mut out = Vec::new();
+    for (table, s) in stats {
+        concentrated(table, s, &mut out);
+    }
+    hot(partitions, &mut out);
+    few_points(statements, &mut out);
+    sparse(statements, &mut out);
+    out
+}
+
+/// One partition holds most of an analyzed table.
+fn concentrated(table: &str, stats: &TableStats, out: &mut Vec<Finding>) {
+    let total = stats.entities();
+    let Some(largest) = stats.partitions.iter().max_by_key(|p| p.entities) else {
+        return;
+    };
+    if total == 0 || (largest.entities as f64) < CONCENTRATED * total as f64 {
+        return;
+    }
+    let share = 100.0 * largest.entities as f64 / total as f64;
+    let evidence = if stats.partitions.len() == 1 {
+        format!(
+            "all {total} entities are in one partition, {:?} (ANALYZE of {})",
+            largest.partition.as_str(),
+            stats.taken.format("%Y-%m-%d %H:%M UTC")
+        )
+    } else {
+        format!(
+            "partition {:?} holds {share:.0}% of the table ({} of {total} entities in {} partitions; ANALYZE of {})",
+            largest.partition.as_str(),
+            largest.entities,
+            stats.partitions.len(),
+            stats.taken.format("%Y-%m-%d %H:%M UTC")
+        )
+    };
+    out.push(Finding {
+        table: table.to_owned(),
+        kind: "one_partition",
+        evidence,
+        remedy: format!(
+            "choose a PartitionKey with more distinct values that queries still name, so that \
+             the load spreads: one partition serves about {PARTITION_TARGET_PER_S} entities/s"
+        ),
+    });
+}
+
+/// A partition whose peak second came near the target.
+fn hot(partitions: &[PartitionRow], out: &mut Vec<Finding>) {
+    for p in partitions {
+        let t = &p.traffic;
+        let peak = t.peak_read_per_s.max(t.peak_written_per_s);
+        if peak * 10 < PARTITION_TARGET_PER_S * 8 {
+            continue;
+        }
+        out.push(Finding {
+            table: p.table.clone(),
+            kind: "hot_partition",
+            evidence: format!(
+                "partition {:?} served {} entities read and {} written in its busiest second, \
+                 against about {PARTITION_TARGET_PER_S}/s a partition serves",
+                p.partition, t.peak_read_per_s, t.peak_written_per_s
+            ),
+            remedy: "spread the keys that are read or written together over more partitions \
+                     (a hash or a bucket number in the PartitionKey), or serve repeated reads \
+                     from a cache"
+                .into(),
+        });
+    }
+}
+
+/// Few of the workload's reads are point queries.
+fn few_points(statements: &[(String, StatementStats)], out: &mut Vec<Finding>) {
+    let reads = statements.iter().filter(|(_, s)| s.path != "none");
+    let (calls, points) = reads.fold((0, 0), |(c, p), (_, s)| {
+        let point = s.path == "point" || s.path == "index_point";
+        (c + s.calls, p + if point { s.calls } else { 0 })
+    });
+    if calls < ENOUGH_CALLS || points as f64 >= FEW_POINTS * calls as f64 {
+        return;
+    }
+    out.push(Finding {
+        table: String::new(),
+        kind: "few_point_queries",
+        evidence: format!(
+            "{points} of {calls} reads ({:.0}%) were point queries",
+            100.0 * points as f64 / calls as f64
+        ),
+        remedy: "name the PartitionKey and RowKey in the queries that run most, or keep \
+                 index rows whose RowKey starts with what they filter on"
+            .into(),
+    });
+}
+
+/// Statements that examine far more than they return.
+fn sparse(statements: &[(String, StatementStats)], out: &mut Vec<Finding>) {
+    for (query, s) in statements {
+        if s.scanned < ENOUGH_SCANNED || s.returned as f64 >= SPARSE * s.scanned as f64 {
+            continue;
+        }
+        out.push(Finding {
+            table: String::new(),
+            kind: "low_density",
+            evidence: format!(
+                "{query:?} examined {} entities and returned {} in {} calls (density {:.3}, {})",
+                s.scanned,
+                s.returned,
+                s.calls,
+                s.returned as f64 / s.scanned as f64,
+                s.path
+            ),
+            remedy: "filter on the keys so that the store reads what it returns: a PartitionKey \
+                     and a RowKey range, or an index row for the column filtered on"
+                .into(),
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::catalog::stats::PartitionStats;
+    use crate::storage::PartitionKey;
+
+    fn stats(sizes: &[u64]) -> TableStats {
+        TableStats {
+            taken: chrono::Utc::now(),
+            guidepost_every: 100,
+            partitions: sizes
+                .iter()
+                .enumerate()
+                .map(|(i, &n)| PartitionStats {
+                    partition: PartitionKey::new(format!("p{i}")).expect("key"),
+                    entities: n,
+                    bytes: n * 100,
+                    guideposts: Vec::new(),
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn a_partition_with_most_of_the_table_is_flagged_and_an_even_spread_is_not() {
+        let even = stats(&[100, 100, 100, 100]);
+        let skewed = stats(&[10, 900, 90]);
+        let found = advise(&[("T".into(), &even), ("U".into(), &skewed)], &[], &[]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            (found[0].table.as_str(), found[0].kind),
+            ("U", "one_partition")
+        );
+        assert!(found[0].evidence.contains("90%"), "{}", found[0].evidence);
+    }
+}
