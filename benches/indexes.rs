@@ -37,7 +37,7 @@ struct Fixture {
     rt: Runtime,
     on: Engine,
     off: Engine,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
@@ -63,12 +63,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
             .expect("set");
         (on, off)
     });
-    Fixture {
-        rt,
-        on,
-        off,
-        _dir: dir,
-    }
+    Fixture { rt, on, off, dir }
 });
 
 /// Runs `sql` and sums the scan's counters over the plan.
@@ -123,6 +118,9 @@ fn main() {
         }
     }
     divan::main();
+    // A static is never dropped: its store would stay in the temp
+    // directory after every run.
+    let _ = std::fs::remove_dir_all(f.dir.path());
 }
 
 fn run(engine: &Engine, sql: &str) -> usize {

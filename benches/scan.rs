@@ -32,6 +32,11 @@ fn main() {
     // Loaded before timing starts, not in the first sample.
     LazyLock::force(&FIXTURE);
     divan::main();
+    // A static is never dropped: its directories (a store, and here a
+    // copy of it) would stay in the temp directory after every run.
+    for dir in &FIXTURE.dirs {
+        let _ = std::fs::remove_dir_all(dir.path());
+    }
 }
 
 struct Fixture {
@@ -42,7 +47,7 @@ struct Fixture {
     /// partition in the store's key encoding.
     raw: redb::Database,
     ranges: Vec<(Vec<u8>, Vec<u8>)>,
-    _dirs: [tempfile::TempDir; 2],
+    dirs: [tempfile::TempDir; 2],
 }
 
 static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
@@ -91,7 +96,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         sqlite: Mutex::new(sqlite::copy(ROWS)),
         raw,
         ranges,
-        _dirs: [dir, copy],
+        dirs: [dir, copy],
     }
 });
 

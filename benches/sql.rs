@@ -30,6 +30,9 @@ fn main() {
     // Loaded before timing starts, not in the first sample.
     LazyLock::force(&FIXTURE);
     divan::main();
+    // A static is never dropped: its store would stay in the temp
+    // directory after every run.
+    let _ = std::fs::remove_dir_all(FIXTURE.dir.path());
 }
 
 struct Fixture {
@@ -38,7 +41,7 @@ struct Fixture {
     pushed: Engine,
     unpushed: Engine,
     sqlite: std::sync::Mutex<rusqlite::Connection>,
-    _dir: tempfile::TempDir,
+    dir: tempfile::TempDir,
 }
 
 static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
@@ -72,7 +75,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         pushed,
         unpushed,
         sqlite,
-        _dir: dir,
+        dir,
     }
 });
 
