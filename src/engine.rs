@@ -703,28 +703,33 @@ impl Engine {
     /// Takes and stores the statistics of a table (a mapped table by its SQL
     /// name, or a storage table): from now on its scans fan out by them.
     pub async fn analyze(&self, name: &str, every: u64) -> Result<TableStats, EngineError> {
-        let defs = persist::load(self.store.as_ref()).await?;
-        let table = match defs.iter().find(|d| d.name == name) {
-            Some(d) => d.storage_table.clone(),
-            // A storage table, by its name or as `raw.<name>`.
-            None => match TableName::new(match name.get(..4) {
-                Some(p) if p.eq_ignore_ascii_case("raw.") => &name[4..],
-                _ => name,
-            }) {
-                Ok(t)
-                    if !t.as_str().eq_ignore_ascii_case(CATALOG_TABLE)
-                        && self.store.list_tables().await?.contains(&t) =>
-                {
-                    t
-                }
-                _ => return Err(CatalogError::UnknownTable(name.to_owned()).into()),
-            },
-        };
+        let table = self.storage_table(name).await?;
         let width = self.options.scan.max_in_flight;
         let taken = crate::exec::analyze::analyze(&self.store, &table, every, width).await?;
         stats::save(self.store.as_ref(), &table, &taken).await?;
         self.stats.set(table, taken.clone());
         Ok(taken)
+    }
+
+    /// The storage table of a mapped table (its SQL name), or a storage
+    /// table by its name or as `raw.<name>`.
+    pub async fn storage_table(&self, name: &str) -> Result<TableName, EngineError> {
+        let defs = persist::load(self.store.as_ref()).await?;
+        if let Some(d) = defs.iter().find(|d| d.name == name) {
+            return Ok(d.storage_table.clone());
+        }
+        match TableName::new(match name.get(..4) {
+            Some(p) if p.eq_ignore_ascii_case("raw.") => &name[4..],
+            _ => name,
+        }) {
+            Ok(t)
+                if !t.as_str().eq_ignore_ascii_case(CATALOG_TABLE)
+                    && self.store.list_tables().await?.contains(&t) =>
+            {
+                Ok(t)
+            }
+            _ => Err(CatalogError::UnknownTable(name.to_owned()).into()),
+        }
     }
 
     /// `DROP TABLE [IF EXISTS] a, b`, as PostgreSQL: every name is checked

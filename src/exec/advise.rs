@@ -18,6 +18,8 @@ const SPARSE: f64 = 0.1;
 /// Calls and entities below which the figures say too little to flag.
 const ENOUGH_CALLS: u64 = 20;
 const ENOUGH_SCANNED: u64 = 1000;
+/// Entities below which a table's spread says too little to flag.
+const ENOUGH_ENTITIES: u64 = 100;
 
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -55,7 +57,7 @@ fn concentrated(table: &str, stats: &TableStats, out: &mut Vec<Finding>) {
     let Some(largest) = stats.partitions.iter().max_by_key(|p| p.entities) else {
         return;
     };
-    if total == 0 || (largest.entities as f64) < CONCENTRATED * total as f64 {
+    if total < ENOUGH_ENTITIES || (largest.entities as f64) < CONCENTRATED * total as f64 {
         return;
     }
     let share = 100.0 * largest.entities as f64 / total as f64;

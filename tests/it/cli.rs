@@ -313,6 +313,46 @@ fn analyze_in_the_cli() -> TestResult {
     Ok(())
 }
 
+/// `tablesql advise`: the demo's registrations (12 equal partitions) are
+/// healthy; a table loaded under one PartitionKey is flagged, with its
+/// evidence, on the terminal and as JSON.
+#[test]
+fn advise_in_the_cli() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    stdout_of(tablesql(dir.path()).args(["demo", "--rows", "1200"]))?;
+    let healthy =
+        stdout_of(tablesql(dir.path()).args(["advise", "registrations", "--format", "json"]))?;
+    let none: Vec<serde_json::Value> = serde_json::from_str(&healthy)?;
+    assert!(none.is_empty(), "no findings: {healthy}");
+    stdout_of(tablesql(dir.path()).args([
+        "query",
+        "CREATE TABLE logs (id INT NOT NULL, msg TEXT NOT NULL, PRIMARY KEY (id)) \
+         WITH (storage_table = 'Logs', partition_key = 'all', row_key = '{id:06}')",
+    ]))?;
+    let values: Vec<String> = (0..250).map(|i| format!("({i}, 'line {i}')")).collect();
+    stdout_of(tablesql(dir.path()).args([
+        "query",
+        &format!("INSERT INTO logs (id, msg) VALUES {}", values.join(", ")),
+    ]))?;
+    let report = stdout_of(tablesql(dir.path()).arg("advise"))?;
+    assert!(report.contains("one_partition"), "{report}");
+    assert!(
+        report.contains("all 250 entities are in one partition"),
+        "{report}"
+    );
+    let json = stdout_of(tablesql(dir.path()).args(["advise", "--format", "json"]))?;
+    let findings: Vec<serde_json::Value> = serde_json::from_str(&json)?;
+    assert_eq!(findings.len(), 1, "{json}");
+    assert_eq!(findings[0]["table_name"], "Logs");
+    assert_eq!(findings[0]["finding"], "one_partition");
+    assert!(
+        findings[0]["remedy"]
+            .as_str()
+            .is_some_and(|r| r.contains("2000 entities/s"))
+    );
+    Ok(())
+}
+
 const STOCK: &str = "CREATE TABLE stock (shop TEXT NOT NULL, item INT NOT NULL, name TEXT, \
     qty BIGINT NOT NULL, PRIMARY KEY (shop, item)) \
     WITH (storage_table = 'Stock', partition_key = '{shop}', row_key = 'ITEM:{item:05}', \

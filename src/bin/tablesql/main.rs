@@ -133,6 +133,18 @@ enum Command {
         #[arg(long)]
         repair: bool,
     },
+    /// The partition advisor: ANALYZE a mapped table (or every one) and
+    /// report what `tablesql_advise` finds in its partition sizes, each
+    /// finding with its evidence and remedy. Workload findings need the
+    /// statistics of a running engine: ask `tablesql serve` with
+    /// `SELECT * FROM tablesql_advise()`.
+    Advise {
+        /// The table (its SQL name); every mapped table when left out.
+        table: Option<String>,
+        /// Output format.
+        #[arg(long, value_enum, default_value = "table")]
+        format: output::Format,
+    },
     /// Print raw entities in key order.
     Scan {
         /// The table.
@@ -220,6 +232,10 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
             check_index(&engine, &table, index.as_deref(), repair).await
+        }
+        Command::Advise { table, format } => {
+            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            advise(&engine, table, format).await
         }
         Command::Analyze {
             table,
@@ -345,6 +361,38 @@ async fn shell(
         std::process::exit(1);
     }
     Ok(())
+}
+
+/// `tablesql advise`: see `Command::Advise`.
+async fn advise(
+    engine: &tablesql::Engine,
+    table: Option<String>,
+    format: output::Format,
+) -> anyhow::Result<()> {
+    // Every mapped table when none is named, as `ANALYZE` alone does.
+    let (analyze, advise) = match &table {
+        Some(t) => {
+            let storage = engine.storage_table(t).await?;
+            (
+                format!("ANALYZE \"{}\"", t.replace('"', "\"\"")),
+                format!(
+                    "tablesql_advise('{}')",
+                    storage.as_str().replace('\'', "''")
+                ),
+            )
+        }
+        None => ("ANALYZE".to_owned(), "tablesql_advise()".to_owned()),
+    };
+    engine.collect(&analyze).await?;
+    for notice in engine.take_notices() {
+        eprintln!("NOTICE:  {notice}");
+    }
+    // This process's workload is ANALYZE's own reading: not the users'.
+    engine.collect("SELECT tablesql_stat_reset()").await?;
+    let sql = format!(
+        "SELECT table_name, finding, evidence, remedy FROM {advise} ORDER BY table_name, finding"
+    );
+    output::print_stream(engine.execute_stream(&sql).await?, format).await
 }
 
 async fn tables(store: &dyn TableStore) -> anyhow::Result<()> {
