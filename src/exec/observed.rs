@@ -26,11 +26,21 @@ impl ObservedStore {
         Self { inner, workload }
     }
 
+    /// A write of `n` entities to one partition that ended with `error`,
+    /// if any: a conflict counts as one, other failures not at all.
+    fn wrote(&self, table: &TableName, pk: &PartitionKey, n: u64, error: Option<&StorageError>) {
+        let conflict = error.is_some_and(is_conflict);
+        if error.is_none() || conflict {
+            self.workload
+                .wrote(table.as_str(), pk.as_str(), n, conflict);
+        }
+    }
+
     /// A page of `query` that returned `counts` entities per partition (a
     /// page of one partition that returned none still counts a request).
     fn page_read<'a>(&self, table: &TableName, query: &'a Query, mut counts: Vec<(&'a str, u64)>) {
-        if let (true, Some(pk)) = (counts.is_empty(), single_partition(query)) {
-            counts.push((pk, 0));
+        if let (true, Some(pk)) = (counts.is_empty(), query.partitions.single()) {
+            counts.push((pk.as_str(), 0));
         }
         self.workload.read(table.as_str(), counts);
     }
@@ -58,15 +68,6 @@ fn per_partition(entities: &[StoredEntity]) -> Vec<(&str, u64)> {
         }
     }
     counts
-}
-
-/// The partition a query names alone, if it names one.
-fn single_partition(query: &Query) -> Option<&str> {
-    use std::ops::Bound::Included;
-    match (&query.partitions.start, &query.partitions.end) {
-        (Included(a), Included(b)) if a == b => Some(a.as_str()),
-        _ => None,
-    }
 }
 
 #[async_trait]
@@ -144,11 +145,7 @@ impl TableStore for ObservedStore {
         let n = ops.len() as u64;
         let done = self.inner.execute_batch(table, ops).await;
         if let Some(pk) = partition {
-            let conflict = done.as_ref().err().is_some_and(is_conflict);
-            if done.is_ok() || conflict {
-                self.workload
-                    .wrote(table.as_str(), pk.as_str(), n, conflict);
-            }
+            self.wrote(table, &pk, n, done.as_ref().err());
         }
         done
     }
@@ -158,11 +155,7 @@ impl TableStore for ObservedStore {
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
         let partition = op.keys().0.clone();
         let done = self.inner.execute(table, op).await;
-        let conflict = done.as_ref().err().is_some_and(is_conflict);
-        if done.is_ok() || conflict {
-            self.workload
-                .wrote(table.as_str(), partition.as_str(), 1, conflict);
-        }
+        self.wrote(table, &partition, 1, done.as_ref().err());
         done
     }
 }

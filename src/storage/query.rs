@@ -45,6 +45,14 @@ impl<K: Ord> KeyRange<K> {
         }
     }
 
+    /// The one key of a range of one key exactly, as `exactly` makes.
+    pub fn single(&self) -> Option<&K> {
+        match (&self.start, &self.end) {
+            (Bound::Included(a), Bound::Included(b)) if a == b => Some(a),
+            _ => None,
+        }
+    }
+
     /// Whether `k` is below the lower end.
     pub fn is_before(&self, k: &K) -> bool {
         match &self.start {

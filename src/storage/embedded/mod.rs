@@ -164,12 +164,7 @@ impl EmbeddedStore {
 /// partition, `top` 1 and no filter to scan past others. (Over many
 /// partitions it could seek through each, too long for an async thread.)
 fn one_entity(query: &Query) -> bool {
-    use std::ops::Bound::Included;
-    let one_partition = matches!(
-        (&query.partitions.start, &query.partitions.end),
-        (Included(a), Included(b)) if a == b
-    );
-    one_partition && query.top == Some(1) && query.filter.is_none()
+    query.partitions.single().is_some() && query.top == Some(1) && query.filter.is_none()
 }
 
 fn read_u32(b: &[u8]) -> Result<u32> {
