@@ -191,12 +191,14 @@ impl Engine {
         ctx.register_udf(crate::planner::identity::version_udf());
         ctx.register_udf(workload_views::reset_udf(workload.clone()));
         let stats: Arc<StatsCache> = Arc::default();
+        let advisor = workload_views::Advisor::new(workload.clone(), stats.clone());
         ctx.register_udtf(
             workload_views::ADVISE,
-            Arc::new(workload_views::AdviseFunction::new(
-                workload.clone(),
-                stats.clone(),
-            )),
+            Arc::new(workload_views::AdviseFunction(advisor.clone())),
+        );
+        ctx.register_udtf(
+            workload_views::ADVISE_REPORT,
+            Arc::new(workload_views::AdviseReportFunction(advisor)),
         );
         ctx.register_table(
             workload_views::STATEMENTS_VIEW,

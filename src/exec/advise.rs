@@ -5,6 +5,7 @@
 
 use crate::catalog::stats::TableStats;
 
+use super::key_order::KeyOrder;
 use super::workload::{PartitionRow, StatementStats};
 
 /// What one partition serves per second, by the storage's targets.
@@ -20,6 +21,13 @@ const ENOUGH_CALLS: u64 = 20;
 const ENOUGH_SCANNED: u64 = 1000;
 /// Entities below which a table's spread says too little to flag.
 const ENOUGH_ENTITIES: u64 = 100;
+/// Share of compared writes at the end of the key range past which the
+/// writes are append-only (or prepend-only).
+const AT_THE_END: f64 = 0.9;
+/// Compared writes, and statements that made a new last (first) partition,
+/// below which the order says too little to flag.
+const ENOUGH_WRITES: u64 = 50;
+const ENOUGH_NEW_ENDS: u64 = 5;
 
 /// One finding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -34,20 +42,31 @@ pub struct Finding {
     pub remedy: String,
 }
 
-/// The findings for the analyzed tables `stats`, the partitions' traffic
-/// and the statements run.
-pub fn advise(
-    stats: &[(String, &TableStats)],
-    partitions: &[PartitionRow],
-    statements: &[(String, StatementStats)],
-) -> Vec<Finding> {
+/// What the advisor reads: `ANALYZE`'s statistics and the workload's.
+#[derive(Debug, Default)]
+pub struct Evidence<'a> {
+    /// Analyzed storage tables.
+    pub analyzed: Vec<(String, &'a TableStats)>,
+    /// Each partition's traffic.
+    pub partitions: Vec<PartitionRow>,
+    /// Each statement's runs.
+    pub statements: Vec<(String, StatementStats)>,
+    /// Each storage table's writes against its key range.
+    pub orders: Vec<(String, KeyOrder)>,
+}
+
+/// The findings `evidence` supports.
+pub fn advise(evidence: &Evidence<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
-    for (table, s) in stats {
+    for (table, s) in &evidence.analyzed {
         concentrated(table, s, &mut out);
     }
-    hot(partitions, &mut out);
-    few_points(statements, &mut out);
-    sparse(statements, &mut out);
+    for (table, order) in &evidence.orders {
+        at_the_end(table, order, &mut out);
+    }
+    hot(&evidence.partitions, &mut out);
+    few_points(&evidence.statements, &mut out);
+    sparse(&evidence.statements, &mut out);
     out
 }
 
@@ -85,6 +104,38 @@ fn concentrated(table: &str, stats: &TableStats, out: &mut Vec<Finding>) {
              the load spreads: one partition serves about {PARTITION_TARGET_PER_S} entities/s"
         ),
     });
+}
+
+/// New writes always land at the end of the key range (or its start).
+fn at_the_end(table: &str, o: &KeyOrder, out: &mut Vec<Finding>) {
+    if o.compared < ENOUGH_WRITES {
+        return;
+    }
+    let ends = [
+        ("append_only", "last", o.at_last, o.new_last, o.last()),
+        ("prepend_only", "first", o.at_first, o.new_first, o.first()),
+    ];
+    for (kind, end, at, new, key) in ends {
+        if new < ENOUGH_NEW_ENDS || (at as f64) < AT_THE_END * o.compared as f64 {
+            continue;
+        }
+        out.push(Finding {
+            table: table.to_owned(),
+            kind,
+            evidence: format!(
+                "{at} of {} entities written went to the {end} PartitionKey written before \
+                 or past it; {new} statements made a new {end} partition (now {:?})",
+                o.compared,
+                key.unwrap_or_default()
+            ),
+            remedy: format!(
+                "a date or a counter as PartitionKey sends every insert to the {end} range \
+                 partition, one server at about {PARTITION_TARGET_PER_S} entities/s: put a hash \
+                 or a bucket number before it (\"07_2026-11-23\"), or key by what is written \
+                 concurrently, and keep the time in the RowKey"
+            ),
+        });
+    }
 }
 
 /// A partition whose peak second came near the target.
@@ -185,12 +236,32 @@ mod tests {
     fn a_partition_with_most_of_the_table_is_flagged_and_an_even_spread_is_not() {
         let even = stats(&[100, 100, 100, 100]);
         let skewed = stats(&[10, 900, 90]);
-        let found = advise(&[("T".into(), &even), ("U".into(), &skewed)], &[], &[]);
+        let found = advise(&Evidence {
+            analyzed: vec![("T".into(), &even), ("U".into(), &skewed)],
+            ..Evidence::default()
+        });
         assert_eq!(found.len(), 1, "{found:?}");
         assert_eq!(
             (found[0].table.as_str(), found[0].kind),
             ("U", "one_partition")
         );
         assert!(found[0].evidence.contains("90%"), "{}", found[0].evidence);
+    }
+
+    #[test]
+    fn writes_at_the_end_of_the_key_range_are_append_only() {
+        let mut up = KeyOrder::default();
+        let mut spread = KeyOrder::default();
+        for i in 0..100u64 {
+            up.wrote(i, &format!("{i:04}"), 1);
+            spread.wrote(i, &format!("{:04}", (i * 37) % 100), 1);
+        }
+        let found = advise(&Evidence {
+            orders: vec![("Up".into(), up), ("Spread".into(), spread)],
+            ..Evidence::default()
+        });
+        let kinds: Vec<_> = found.iter().map(|f| (f.table.as_str(), f.kind)).collect();
+        assert_eq!(kinds, [("Up", "append_only")], "{found:?}");
+        assert!(found[0].evidence.starts_with("99 of 99"), "{found:?}");
     }
 }

@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 
+use super::key_order::KeyOrder;
+
 /// One partition's traffic since the last reset.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct PartitionTraffic {
@@ -172,10 +174,21 @@ pub struct Workload {
 #[derive(Debug)]
 struct Kept {
     since: DateTime<Utc>,
-    /// Storage table, then PartitionKey.
-    partitions: HashMap<String, HashMap<String, PartitionTraffic>>,
+    /// By storage table.
+    tables: HashMap<String, TableTraffic>,
     /// By normalized text.
     statements: HashMap<String, StatementStats>,
+    /// Statements ended since the start: the boundary `KeyOrder` needs.
+    epoch: u64,
+}
+
+/// One storage table's traffic.
+#[derive(Debug, Default)]
+struct TableTraffic {
+    /// By PartitionKey.
+    partitions: HashMap<String, PartitionTraffic>,
+    /// Its writes against the keys written before.
+    order: KeyOrder,
 }
 
 impl std::fmt::Debug for Workload {
@@ -183,7 +196,7 @@ impl std::fmt::Debug for Workload {
         let kept = self.lock();
         f.debug_struct("Workload")
             .field("statements", &kept.statements.len())
-            .field("tables", &kept.partitions.len())
+            .field("tables", &kept.tables.len())
             .finish()
     }
 }
@@ -194,8 +207,9 @@ impl Default for Workload {
             origin: Instant::now(),
             inner: Mutex::new(Kept {
                 since: Utc::now(),
-                partitions: HashMap::default(),
+                tables: HashMap::default(),
                 statements: HashMap::default(),
+                epoch: 0,
             }),
         }
     }
@@ -206,9 +220,9 @@ impl Workload {
     /// (a partition with 0 still counts the request).
     pub fn read<'a>(&self, table: &str, counts: impl IntoIterator<Item = (&'a str, u64)>) {
         let second = self.second();
-        self.with(table, |t| {
+        self.with(table, |t, _| {
             for (pk, n) in counts {
-                if let Some(p) = traffic(t, pk) {
+                if let Some(p) = traffic(&mut t.partitions, pk) {
                     p.requests += 1;
                     p.add_read(second, n);
                 }
@@ -220,8 +234,8 @@ impl Workload {
     /// the store refused it for one.
     pub fn wrote(&self, table: &str, partition: &str, n: u64, conflict: bool) {
         let second = self.second();
-        self.with(table, |t| {
-            let Some(p) = traffic(t, partition) else {
+        self.with(table, |t, epoch| {
+            let Some(p) = traffic(&mut t.partitions, partition) else {
                 return;
             };
             p.requests += 1;
@@ -229,6 +243,7 @@ impl Workload {
                 p.conflicts += 1;
             } else {
                 p.add_written(second, n);
+                t.order.wrote(epoch, partition, n);
             }
         });
     }
@@ -236,6 +251,7 @@ impl Workload {
     /// One run of the statement whose normalized text is `statement`.
     pub fn ran(&self, statement: &str, run: Run) {
         let mut kept = self.lock();
+        kept.epoch += 1;
         if let Some(s) = kept.statements.get_mut(statement) {
             s.add(run);
             return;
@@ -272,10 +288,10 @@ impl Workload {
     pub fn partitions(&self) -> Vec<PartitionRow> {
         let kept = self.lock();
         let mut rows: Vec<PartitionRow> = kept
-            .partitions
+            .tables
             .iter()
             .flat_map(|(table, parts)| {
-                parts.iter().map(|(pk, t)| PartitionRow {
+                parts.partitions.iter().map(|(pk, t)| PartitionRow {
                     table: table.clone(),
                     partition: pk.clone(),
                     traffic: t.clone(),
@@ -294,7 +310,7 @@ impl Workload {
     /// Forgets everything kept.
     pub fn reset(&self) {
         let mut kept = self.lock();
-        kept.partitions.clear();
+        kept.tables.clear();
         kept.statements.clear();
         kept.since = Utc::now();
     }
@@ -311,11 +327,25 @@ impl Workload {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn with(&self, table: &str, record: impl FnOnce(&mut HashMap<String, PartitionTraffic>)) {
+    /// Each table's write order, by storage table.
+    pub fn key_orders(&self) -> Vec<(String, KeyOrder)> {
+        let kept = self.lock();
+        let mut rows: Vec<_> = kept
+            .tables
+            .iter()
+            .map(|(t, traffic)| (t.clone(), traffic.order.clone()))
+            .collect();
+        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows
+    }
+
+    /// Runs `record` on `table`'s traffic, with the statement epoch.
+    fn with(&self, table: &str, record: impl FnOnce(&mut TableTraffic, u64)) {
         let mut kept = self.lock();
-        match kept.partitions.get_mut(table) {
-            Some(t) => record(t),
-            None => record(kept.partitions.entry(table.to_owned()).or_default()),
+        let epoch = kept.epoch;
+        match kept.tables.get_mut(table) {
+            Some(t) => record(t, epoch),
+            None => record(kept.tables.entry(table.to_owned()).or_default(), epoch),
         }
     }
 }

@@ -19,8 +19,9 @@ use datafusion::logical_expr::{ColumnarValue, Expr, ScalarUDF, Volatility, creat
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::scalar::ScalarValue;
 
-use crate::catalog::stats::{StatsCache, TableStats};
-use crate::exec::advise::{Finding, advise};
+use crate::catalog::stats::StatsCache;
+use crate::exec::advise::{Evidence, Finding, advise};
+use crate::exec::report;
 use crate::exec::workload::{PartitionRow, StatementStats, Workload};
 
 /// The statements view's name.
@@ -195,49 +196,79 @@ impl TableProvider for WorkloadView {
 
 /// The advisor's table function's name.
 pub const ADVISE: &str = "tablesql_advise";
+/// The advisor's report function's name.
+pub const ADVISE_REPORT: &str = "tablesql_advise_report";
 
-/// `tablesql_advise([table])`: the partition advisor's findings (see
-/// `exec::advise`) over the analyzed tables and the workload, for one
-/// storage table (its name in any case) or all.
-#[derive(Debug)]
-pub struct AdviseFunction {
+/// What the advisor reads: the workload statistics and the `ANALYZE`
+/// statistics of one engine.
+#[derive(Debug, Clone)]
+pub struct Advisor {
     workload: Arc<Workload>,
     stats: Arc<StatsCache>,
 }
 
-impl AdviseFunction {
+impl Advisor {
     /// Advice from `workload` and the `ANALYZE` statistics in `stats`.
     pub fn new(workload: Arc<Workload>, stats: Arc<StatsCache>) -> Self {
         Self { workload, stats }
     }
+
+    /// The findings about one storage table (its name in any case) or
+    /// all, and the evidence they were drawn from, handed to `then`.
+    pub fn advise<T>(
+        &self,
+        only: Option<&str>,
+        then: impl FnOnce(&[Finding], &Evidence<'_>) -> T,
+    ) -> T {
+        let about = |table: &str| only.is_none_or(|t| table.eq_ignore_ascii_case(t));
+        let all = self.stats.all();
+        let mut partitions = self.workload.partitions();
+        partitions.retain(|p| about(&p.table));
+        let mut orders = self.workload.key_orders();
+        orders.retain(|(t, _)| about(t));
+        let evidence = Evidence {
+            analyzed: all
+                .iter()
+                .filter(|(t, _)| about(t.as_str()))
+                .map(|(t, s)| (t.as_str().to_owned(), s.as_ref()))
+                .collect(),
+            partitions,
+            statements: self.workload.statements(),
+            orders,
+        };
+        let mut findings = advise(&evidence);
+        findings.retain(|f| f.table.is_empty() || about(&f.table));
+        then(&findings, &evidence)
+    }
+
+    /// The advisor's report as an HTML page (see `exec::report`).
+    pub fn report(&self, only: Option<&str>) -> String {
+        self.advise(only, |findings, evidence| {
+            report::html(findings, evidence, self.workload.since())
+        })
+    }
 }
+
+/// The optional table name both advisor functions take.
+fn table_argument(name: &str, args: &TableFunctionArgs) -> Result<Option<String>> {
+    match args.exprs() {
+        [] => Ok(None),
+        [Expr::Literal(ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)), _)] => {
+            Ok(Some(t.clone()))
+        }
+        _ => plan_err!("{name}([table]) takes a table's name as text, or nothing"),
+    }
+}
+
+/// `tablesql_advise([table])`: the partition advisor's findings (see
+/// `exec::advise`), one row each.
+#[derive(Debug)]
+pub struct AdviseFunction(pub Advisor);
 
 impl TableFunctionImpl for AdviseFunction {
     fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
-        let only = match args.exprs() {
-            [] => None,
-            [Expr::Literal(ScalarValue::Utf8(Some(t)) | ScalarValue::Utf8View(Some(t)), _)] => {
-                Some(t.clone())
-            }
-            _ => return plan_err!("{ADVISE}([table]) takes a table's name as text, or nothing"),
-        };
-        let all = self.stats.all();
-        let analyzed: Vec<(String, &TableStats)> = all
-            .iter()
-            .map(|(t, s)| (t.as_str().to_owned(), s.as_ref()))
-            .collect();
-        let findings = advise(
-            &analyzed,
-            &self.workload.partitions(),
-            &self.workload.statements(),
-        );
-        let findings: Vec<Finding> = findings
-            .into_iter()
-            .filter(|f| {
-                only.as_ref()
-                    .is_none_or(|t| f.table.is_empty() || f.table.eq_ignore_ascii_case(t))
-            })
-            .collect();
+        let only = table_argument(ADVISE, &args)?;
+        let findings = self.0.advise(only.as_deref(), |f, _| f.to_vec());
         let text = |f: &dyn Fn(&Finding) -> &str| -> ArrayRef {
             Arc::new(findings.iter().map(|x| Some(f(x))).collect::<StringArray>())
         };
@@ -256,6 +287,23 @@ impl TableFunctionImpl for AdviseFunction {
                 text(&|f| &f.remedy),
             ],
         )?;
+        Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
+    }
+}
+
+/// `tablesql_advise_report([table])`: one row, one column `html`, the
+/// report page, for `psql -Atc 'SELECT html FROM tablesql_advise_report()'
+/// -o report.html`.
+#[derive(Debug)]
+pub struct AdviseReportFunction(pub Advisor);
+
+impl TableFunctionImpl for AdviseReportFunction {
+    fn call_with_args(&self, args: TableFunctionArgs) -> Result<Arc<dyn TableProvider>> {
+        let only = table_argument(ADVISE_REPORT, &args)?;
+        let page = self.0.report(only.as_deref());
+        let schema = Arc::new(Schema::new(vec![Field::new("html", DataType::Utf8, false)]));
+        let column: ArrayRef = Arc::new(StringArray::from(vec![page]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![column])?;
         Ok(Arc::new(MemTable::try_new(schema, vec![vec![batch]])?))
     }
 }

@@ -334,8 +334,15 @@ fn advise_in_the_cli() -> TestResult {
         "query",
         &format!("INSERT INTO logs (id, msg) VALUES {}", values.join(", ")),
     ]))?;
-    let report = stdout_of(tablesql(dir.path()).arg("advise"))?;
+    let html = dir.path().join("report.html");
+    let report = stdout_of(tablesql(dir.path()).arg("advise").arg("--html").arg(&html))?;
     assert!(report.contains("one_partition"), "{report}");
+    let page = std::fs::read_to_string(&html)?;
+    assert!(
+        page.contains("<svg id=\"partition-sizes\"")
+            && page.contains("Logs: 1 partitions, 250 entities"),
+        "{page}"
+    );
     assert!(
         report.contains("all 250 entities are in one partition"),
         "{report}"

@@ -16,6 +16,7 @@ mod interop;
 mod model;
 mod paging;
 mod pushdown;
+mod report;
 mod sequences;
 mod server;
 mod shell;

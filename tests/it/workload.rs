@@ -339,3 +339,56 @@ async fn the_advisor_flags_one_partition_and_sparse_scans_not_the_demo() -> Test
     );
     Ok(())
 }
+
+/// Writes observed statement by statement: ascending timestamps as
+/// PartitionKey are append-only, an inverted counter (newest first) is
+/// prepend-only, and keys written in no order are neither.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_advisor_flags_append_only_and_prepend_only_keys() -> TestResult {
+    let engine = demo_engine(0).await;
+    let tables = [
+        ("readings", "{at}", "{seq:08}"),
+        ("newest", "{seq:~08}", "{at}"),
+        ("spread", "{seq:08}", "{at}"),
+    ];
+    for (name, pk, rk) in tables {
+        engine
+            .collect(&format!(
+                "CREATE TABLE {name} (at TEXT NOT NULL, seq INT NOT NULL, v DOUBLE, \
+                 PRIMARY KEY (at, seq)) WITH (partition_key = '{pk}', row_key = '{rk}')"
+            ))
+            .await?;
+    }
+    let start = chrono::DateTime::parse_from_rfc3339("2026-11-23T10:00:00Z")?;
+    for i in 0..60i64 {
+        let at = (start + chrono::Duration::seconds(17 * i)).format("%Y-%m-%dT%H:%M:%S");
+        // One statement per reading, as a collector writes them.
+        for (table, seq) in [("readings", i), ("newest", i), ("spread", (i * 37) % 60)] {
+            engine
+                .collect(&format!(
+                    "INSERT INTO {table} (at, seq, v) VALUES ('{at}', {seq}, {i}.5)"
+                ))
+                .await?;
+        }
+    }
+    let found = advice(&engine).await?;
+    let kinds: Vec<(&str, &str)> = found.iter().map(|f| (f.0.as_str(), f.1.as_str())).collect();
+    assert_eq!(
+        kinds,
+        [("newest", "prepend_only"), ("readings", "append_only")],
+        "{found:?}"
+    );
+    assert!(
+        found[1]
+            .2
+            .starts_with("59 of 59 entities written went to the last PartitionKey"),
+        "{}",
+        found[1].2
+    );
+    assert!(
+        found[1].2.ends_with("(now \"2026-11-23T10:16:43\")"),
+        "{}",
+        found[1].2
+    );
+    Ok(())
+}

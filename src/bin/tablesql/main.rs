@@ -9,6 +9,7 @@ use std::ops::Bound;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tablesql::datafusion::arrow::array::{Array, AsArray};
 use tablesql::datafusion::sql::sqlparser::ast::Statement;
 use tablesql::demo;
 use tablesql::planner::policy::ScanPolicy;
@@ -144,6 +145,10 @@ enum Command {
         /// Output format.
         #[arg(long, value_enum, default_value = "table")]
         format: output::Format,
+        /// Also write the report, with its charts, as an HTML page to this
+        /// file (as SQL's `tablesql_advise_report()`).
+        #[arg(long)]
+        html: Option<std::path::PathBuf>,
     },
     /// Print raw entities in key order.
     Scan {
@@ -233,9 +238,13 @@ async fn main() -> anyhow::Result<()> {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
             check_index(&engine, &table, index.as_deref(), repair).await
         }
-        Command::Advise { table, format } => {
+        Command::Advise {
+            table,
+            format,
+            html,
+        } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
-            advise(&engine, table, format).await
+            advise(&engine, table, format, html.as_deref()).await
         }
         Command::Analyze {
             table,
@@ -368,6 +377,7 @@ async fn advise(
     engine: &tablesql::Engine,
     table: Option<String>,
     format: output::Format,
+    html: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
     // Every mapped table when none is named, as `ANALYZE` alone does.
     let (analyze, advise) = match &table {
@@ -389,6 +399,20 @@ async fn advise(
     }
     // This process's workload is ANALYZE's own reading: not the users'.
     engine.collect("SELECT tablesql_stat_reset()").await?;
+    if let Some(path) = html {
+        let report = advise.replacen("tablesql_advise", "tablesql_advise_report", 1);
+        let page = engine
+            .collect(&format!("SELECT html FROM {report}"))
+            .await?;
+        let text = page
+            .first()
+            .and_then(|b| b.column(0).as_string_opt::<i32>())
+            .filter(|c| !c.is_empty())
+            .map(|c| c.value(0).to_owned())
+            .ok_or_else(|| anyhow::anyhow!("{report} answered no page"))?;
+        std::fs::write(path, text)
+            .with_context(|| format!("writing the report to {}", path.display()))?;
+    }
     let sql = format!(
         "SELECT table_name, finding, evidence, remedy FROM {advise} ORDER BY table_name, finding"
     );
