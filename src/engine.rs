@@ -713,6 +713,25 @@ impl Engine {
         Ok(taken)
     }
 
+    /// A mapped table's definition, as stored.
+    pub async fn table_def(&self, name: &str) -> Result<TableDef, EngineError> {
+        persist::load(self.store.as_ref())
+            .await?
+            .into_iter()
+            .find(|d| d.name == name)
+            .ok_or_else(|| CatalogError::UnknownTable(name.to_owned()).into())
+    }
+
+    /// Another session over the same tables, statistics and store: its
+    /// settings and transaction block are its own (see
+    /// [`Engine::session_context`]).
+    pub fn new_session(&self) -> Engine {
+        Engine {
+            ctx: self.session_context(),
+            ..self.clone()
+        }
+    }
+
     /// The storage table of a mapped table (its SQL name), or a storage
     /// table by its name or as `raw.<name>`.
     pub async fn storage_table(&self, name: &str) -> Result<TableName, EngineError> {

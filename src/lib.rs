@@ -52,6 +52,7 @@ pub mod planner;
 pub mod server;
 pub mod shell;
 pub mod storage;
+pub mod stress;
 
 /// The DataFusion release tablesql is built on, for embedders.
 pub use datafusion;

@@ -150,6 +150,10 @@ impl TableStore for ObservedStore {
         done
     }
 
+    fn service_counters(&self) -> Option<crate::storage::ServiceCounters> {
+        self.inner.service_counters()
+    }
+
     // Passed on, not left to the default (a batch of one): a store may
     // send one write otherwise (Azure: a plain PUT, not a `$batch`).
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {

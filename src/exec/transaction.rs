@@ -394,6 +394,10 @@ impl TxStore {
 
 #[async_trait]
 impl TableStore for TxStore {
+    fn service_counters(&self) -> Option<crate::storage::ServiceCounters> {
+        self.inner.service_counters()
+    }
+
     async fn create_table(&self, table: &TableName) -> Result<()> {
         self.inner.create_table(table).await
     }

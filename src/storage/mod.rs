@@ -35,6 +35,33 @@ pub use value::{EdmType, EdmValue};
 pub use view::{EntityView, PageEnd, RowSink, ValueRef};
 pub use write::{WriteOp, WriteOutcome};
 
+/// A remote store's counts of its exchanges with the service (see
+/// [`TableStore::service_counters`]).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ServiceCounters {
+    /// HTTP requests sent, retries included.
+    pub requests: u64,
+    /// Retries made.
+    pub retries: u64,
+    /// Attempts the service refused as busy (503 ServerBusy, 429).
+    pub busy: u64,
+    /// Attempts that timed out (408, 504, or no answer in time).
+    pub timeouts: u64,
+}
+
+impl ServiceCounters {
+    /// What happened between `earlier` and `self`.
+    pub fn since(&self, earlier: &ServiceCounters) -> ServiceCounters {
+        ServiceCounters {
+            requests: self.requests.saturating_sub(earlier.requests),
+            retries: self.retries.saturating_sub(earlier.retries),
+            busy: self.busy.saturating_sub(earlier.busy),
+            timeouts: self.timeouts.saturating_sub(earlier.timeouts),
+        }
+    }
+}
+
 /// Most entities a store examines for one page before it answers with what it has
 /// and a continuation token (the service answers after 5 seconds the same way).
 pub const DEFAULT_SCAN_BUDGET: usize = 100_000;
@@ -165,6 +192,13 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
                 None => return Ok(out),
             }
         }
+    }
+
+    /// What a remote service has answered this store since it opened:
+    /// requests, retries, and the attempts refused as busy or timed out.
+    /// `None` for a store in this process, which has no such answers.
+    fn service_counters(&self) -> Option<ServiceCounters> {
+        None
     }
 
     /// How many entities a table holds (a full scan that projects nothing).

@@ -501,3 +501,116 @@ fn load_stops_at_a_bad_line_or_rejects_it() -> TestResult {
     );
     Ok(())
 }
+
+/// A read and a write of one registration, by bib, in pgbench's syntax.
+const STRESS_SCRIPT: &str = "-- a registration read by bib, and its finish time written\n\
+    \\set bib random(1, 100)\n\
+    SELECT name, finish FROM :table\n WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib = :bib;\n\
+    UPDATE :table SET finish = finish + 1\n WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib = :bib;\n";
+
+/// `tablesql stress` on the demo's registrations in the store `store`:
+/// its report, after checking what every report says; the test table is
+/// gone afterwards.
+fn stress_report(store: &str, dir: &std::path::Path) -> Result<String, Box<dyn std::error::Error>> {
+    let run = |args: &[&str]| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablesql"));
+        cmd.args(["--store", store])
+            .args(args)
+            .env_remove("TABLESQL_STORE");
+        stdout_of(&mut cmd)
+    };
+    run(&["demo", "--rows", "1200"])?;
+    let script = dir.join("workload.sql");
+    std::fs::write(&script, STRESS_SCRIPT)?;
+    let script = script.to_string_lossy().into_owned();
+    let report = run(&[
+        "stress",
+        "registrations",
+        "--partition",
+        "2012 Boston Marathon__Full",
+        "--script",
+        &script,
+        "--clients",
+        "4",
+        "--duration",
+        "1.5",
+    ])?;
+    assert!(report.contains("100 rows loaded into a copy"), "{report}");
+    let line = |start: &str| {
+        report
+            .lines()
+            .find(|l| l.starts_with(start))
+            .map(str::to_owned)
+            .ok_or_else(|| format!("no line {start:?} in {report}"))
+    };
+    // Every run reads one registration and writes it with its index row.
+    let rates = line("GET ")?;
+    let figure = |after: &str| -> u64 {
+        rates
+            .split(after)
+            .nth(1)
+            .and_then(|s| s.split_whitespace().next())
+            .and_then(|n| n.parse().ok())
+            .unwrap_or(0)
+    };
+    let (get, put) = (figure("GET "), figure("PUT "));
+    assert!(get >= 20 && put >= 20, "{report}");
+    assert!(
+        line("latency of a run (ms): mean ")?.contains(" p99 "),
+        "{report}"
+    );
+    let verdict = line("verdict: ")?;
+    assert!(
+        ["MEETS", "BELOW", "THROTTLED"]
+            .iter()
+            .any(|v| verdict.starts_with(&format!("verdict: {v} "))),
+        "{report}"
+    );
+    let tables = run(&["tables"])?;
+    assert!(
+        !tables.contains("Stress"),
+        "the test table is removed: {tables}"
+    );
+    Ok(report)
+}
+
+/// Against the embedded store: where the local store stands against the
+/// 2,000/s a partition serves, and no service answers to count.
+#[test]
+fn stress_the_embedded_store() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    let report = stress_report(&store.to_string_lossy(), dir.path())?;
+    assert!(
+        report.contains("service: none (the embedded store"),
+        "{report}"
+    );
+    Ok(())
+}
+
+/// Against Azurite: the service's requests, retries and busy answers are
+/// counted.
+#[test]
+fn stress_azurite() -> TestResult {
+    let account = crate::azurite::fresh_account()?;
+    let store = format!(
+        "azure:AccountName={};AccountKey={};TableEndpoint={}",
+        account.account,
+        tablesql::storage::azure::config::DEV_ACCOUNT_KEY,
+        account.endpoint
+    );
+    let dir = tempfile::tempdir()?;
+    let report = stress_report(&store, dir.path())?;
+    let service = report
+        .lines()
+        .find(|l| l.starts_with("service: "))
+        .ok_or("a service line")?;
+    let requests: u64 = service
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("requests in {service}"))?;
+    assert!(requests >= 40, "{report}");
+    assert!(service.contains(" busy answers, "), "{report}");
+    Ok(())
+}

@@ -150,6 +150,36 @@ enum Command {
         #[arg(long)]
         html: Option<std::path::PathBuf>,
     },
+    /// The storage guidance's partition stress test: copy one partition of
+    /// a mapped table into a test table, run a workload script against it
+    /// from several clients for a while, and report the GET and PUT
+    /// entities/s that one partition served, the latencies, the service's
+    /// busy answers, timeouts and retries, and the verdict against 2,000
+    /// entities/s. The test table is removed at the end.
+    Stress {
+        /// The mapped table (its SQL name).
+        table: String,
+        /// The PartitionKey whose rows are copied and hammered.
+        #[arg(long)]
+        partition: String,
+        /// The workload, in pgbench's syntax: SQL statements ending in `;`,
+        /// `\set name random(lo, hi)`, `\sleep n ms`; `:name` in SQL is a
+        /// variable's value, and `:table` the test table.
+        #[arg(long)]
+        script: std::path::PathBuf,
+        /// Most rows copied into the test table.
+        #[arg(long, default_value_t = 1000)]
+        rows: u64,
+        /// Clients running the script at once.
+        #[arg(long, default_value_t = 8)]
+        clients: usize,
+        /// Seconds the clients run.
+        #[arg(long, default_value_t = 10.0)]
+        duration: f64,
+        /// Entities/s the partition is judged against.
+        #[arg(long, default_value_t = 2000)]
+        target: u64,
+    },
     /// Print raw entities in key order.
     Scan {
         /// The table.
@@ -245,6 +275,30 @@ async fn main() -> anyhow::Result<()> {
         } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
             advise(&engine, table, format, html.as_deref()).await
+        }
+        Command::Stress {
+            table,
+            partition,
+            script,
+            rows,
+            clients,
+            duration,
+            target,
+        } => {
+            let text = std::fs::read_to_string(&script)
+                .with_context(|| format!("reading {}", script.display()))?;
+            let script = tablesql::stress::Script::parse(&text, &tablesql::stress::BUILTINS)
+                .with_context(|| format!("in {}", script.display()))?;
+            let mut test = tablesql::stress::StressOptions::new(table, partition, script);
+            test.rows = rows;
+            test.clients = clients;
+            test.duration = std::time::Duration::try_from_secs_f64(duration)
+                .context("--duration is a number of seconds")?;
+            test.target_per_s = target;
+            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            let report = tablesql::stress::run(&engine, &test, |p| eprintln!("{p}")).await?;
+            println!("{report}");
+            Ok(())
         }
         Command::Analyze {
             table,

@@ -150,6 +150,10 @@ pub struct ClientStats {
     pub requests: u64,
     /// Retries made.
     pub retries: u64,
+    /// Attempts refused as busy (503, 429).
+    pub busy: u64,
+    /// Attempts that timed out (408, 504, or no answer in time).
+    pub timeouts: u64,
 }
 
 /// The HTTP client of one store.
@@ -160,6 +164,8 @@ pub struct Client {
     permits: Semaphore,
     requests: AtomicU64,
     retries: AtomicU64,
+    busy: AtomicU64,
+    timeouts: AtomicU64,
 }
 
 impl Client {
@@ -178,6 +184,8 @@ impl Client {
             config,
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
+            busy: AtomicU64::new(0),
+            timeouts: AtomicU64::new(0),
         })
     }
 
@@ -189,6 +197,8 @@ impl Client {
         ClientStats {
             requests: self.requests.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
+            busy: self.busy.load(Ordering::Relaxed),
+            timeouts: self.timeouts.load(Ordering::Relaxed),
         }
     }
 
@@ -243,12 +253,18 @@ impl Client {
             .map_err(|_| Failure::Transport("client closed".into()))?;
         self.requests.fetch_add(1, Ordering::Relaxed);
         let built = self.build(req).map_err(Failure::Local)?;
-        let resp = self
-            .http
-            .execute(built)
-            .await
-            .map_err(|e| Failure::Transport(describe(e)))?;
+        let resp = self.http.execute(built).await.map_err(|e| {
+            if e.is_timeout() {
+                self.timeouts.fetch_add(1, Ordering::Relaxed);
+            }
+            Failure::Transport(describe(e))
+        })?;
         let status = resp.status();
+        match status.as_u16() {
+            503 | 429 => self.busy.fetch_add(1, Ordering::Relaxed),
+            408 | 504 => self.timeouts.fetch_add(1, Ordering::Relaxed),
+            _ => 0,
+        };
         let headers = resp.headers().clone();
         let body = resp
             .bytes()

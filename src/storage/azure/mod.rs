@@ -241,6 +241,16 @@ fn continuation_position(
 
 #[async_trait]
 impl TableStore for AzureStore {
+    fn service_counters(&self) -> Option<crate::storage::ServiceCounters> {
+        let c = self.client.stats();
+        Some(crate::storage::ServiceCounters {
+            requests: c.requests,
+            retries: c.retries,
+            busy: c.busy,
+            timeouts: c.timeouts,
+        })
+    }
+
     async fn create_table(&self, table: &TableName) -> Result<()> {
         if self.names.is_some() && self.resolve(table).await?.as_str() != table.as_str() {
             return Err(StorageError::TableAlreadyExists(table.as_str().to_owned()));
