@@ -56,6 +56,11 @@ pub struct PartitionStats {
     pub entities: u64,
     /// Their size by the service's formula.
     pub bytes: u64,
+    /// The largest entity's size, by the same formula (0 in statistics
+    /// taken before it was kept).
+    pub largest: u64,
+    /// The most properties one entity has (0 likewise).
+    pub widest: u64,
     /// RowKeys that split the partition into chunks of about equal size, ascending.
     pub guideposts: Vec<RowKey>,
 }
@@ -158,6 +163,8 @@ pub async fn save(
         let entity = Entity::new(partition.clone(), rk(p.partition.as_str())?)
             .with("entities", EdmValue::Int64(p.entities as i64))
             .with("bytes", EdmValue::Int64(p.bytes as i64))
+            .with("largest", EdmValue::Int64(p.largest as i64))
+            .with("widest", EdmValue::Int64(p.widest as i64))
             .with("guideposts", EdmValue::String(guideposts.join("\n")));
         ops.push(WriteOp::InsertOrReplace(entity));
     }
@@ -247,10 +254,16 @@ async fn load_one(
                 .collect(),
             _ => Vec::new(),
         };
+        let count = |name: &str| match r.get(name) {
+            Some(EdmValue::Int64(n)) => *n as u64,
+            _ => 0,
+        };
         partitions.push(PartitionStats {
             partition: PartitionKey::from_stored(r.row_key().as_str().to_owned()),
             entities: *entities as u64,
             bytes: *bytes as u64,
+            largest: count("largest"),
+            widest: count("widest"),
             guideposts,
         });
     }

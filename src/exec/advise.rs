@@ -60,12 +60,14 @@ pub fn advise(evidence: &Evidence<'_>) -> Vec<Finding> {
     let mut out = Vec::new();
     for (table, s) in &evidence.analyzed {
         concentrated(table, s, &mut out);
+        near_limits(table, s, &mut out);
     }
     for (table, order) in &evidence.orders {
         at_the_end(table, order, &mut out);
     }
     hot(&evidence.partitions, &mut out);
     few_points(&evidence.statements, &mut out);
+    wide_reads(&evidence.statements, &evidence.analyzed, &mut out);
     sparse(&evidence.statements, &mut out);
     out
 }
@@ -103,6 +105,44 @@ fn concentrated(table: &str, stats: &TableStats, out: &mut Vec<Finding>) {
             "choose a PartitionKey with more distinct values that queries still name, so that \
              the load spreads: one partition serves about {PARTITION_TARGET_PER_S} entities/s"
         ),
+    });
+}
+
+/// Share of the storage's limits on one entity past which it is flagged.
+const NEAR_LIMIT: f64 = 0.8;
+
+/// Entities near the storage's 1 MiB or 252 properties: the next column or
+/// a longer value will be refused.
+fn near_limits(table: &str, stats: &TableStats, out: &mut Vec<Finding>) {
+    use crate::storage::entity::{MAX_ENTITY_BYTES, MAX_PROPERTIES};
+    let largest = stats.partitions.iter().max_by_key(|p| p.largest);
+    let widest = stats.partitions.iter().max_by_key(|p| p.widest);
+    let mut near = Vec::new();
+    if let Some(p) = largest.filter(|p| p.largest as f64 >= NEAR_LIMIT * MAX_ENTITY_BYTES as f64) {
+        near.push(format!(
+            "an entity of {} KiB in partition {:?} (the limit is 1024 KiB)",
+            p.largest / 1024,
+            p.partition.as_str()
+        ));
+    }
+    if let Some(p) = widest.filter(|p| p.widest as f64 >= NEAR_LIMIT * MAX_PROPERTIES as f64) {
+        near.push(format!(
+            "an entity with {} properties in partition {:?} (the limit is {MAX_PROPERTIES})",
+            p.widest,
+            p.partition.as_str()
+        ));
+    }
+    if near.is_empty() {
+        return;
+    }
+    out.push(Finding {
+        table: table.to_owned(),
+        kind: "near_entity_limits",
+        evidence: format!("{} (ANALYZE)", near.join("; ")),
+        remedy: "split what grows into entities of their own (a RowKey per part under the \
+                 same PartitionKey, read together by a RowKey prefix), or keep large values \
+                 in blob storage and their address in the entity"
+            .into(),
     });
 }
 
@@ -185,6 +225,45 @@ fn few_points(statements: &[(String, StatementStats)], out: &mut Vec<Finding>) {
     });
 }
 
+/// Mean entity size, and properties, from which a table's entities are wide.
+const WIDE_BYTES: u64 = 1024;
+const WIDE_PROPERTIES: u64 = 30;
+
+/// Statements that read whole wide entities: every property of every
+/// entity in a range, with nothing filtered or left out by the store.
+fn wide_reads(
+    statements: &[(String, StatementStats)],
+    analyzed: &[(String, &TableStats)],
+    out: &mut Vec<Finding>,
+) {
+    for (query, s) in statements {
+        let Some(table) = &s.whole else {
+            continue;
+        };
+        let Some((_, stats)) = analyzed.iter().find(|(t, _)| t == table) else {
+            continue;
+        };
+        let entities = stats.entities().max(1);
+        let mean = stats.partitions.iter().map(|p| p.bytes).sum::<u64>() / entities;
+        let widest = stats.partitions.iter().map(|p| p.widest).max().unwrap_or(0);
+        if s.scanned < ENOUGH_SCANNED || (mean < WIDE_BYTES && widest < WIDE_PROPERTIES) {
+            continue;
+        }
+        out.push(Finding {
+            table: table.clone(),
+            kind: "wide_reads",
+            evidence: format!(
+                "{query:?} read {} whole entities in {} calls, without a filter or a projection; \
+                 the table's entities average {mean} bytes, up to {widest} properties (ANALYZE)",
+                s.scanned, s.calls
+            ),
+            remedy: "name the columns the statement needs instead of *, so that the store sends \
+                     only them ($select), and filter on the keys or on what the store can filter"
+                .into(),
+        });
+    }
+}
+
 /// Statements that examine far more than they return.
 fn sparse(statements: &[(String, StatementStats)], out: &mut Vec<Finding>) {
     for (query, s) in statements {
@@ -226,6 +305,8 @@ mod tests {
                     partition: PartitionKey::new(format!("p{i}")).expect("key"),
                     entities: n,
                     bytes: n * 100,
+                    largest: 100,
+                    widest: 3,
                     guideposts: Vec::new(),
                 })
                 .collect(),
@@ -246,6 +327,35 @@ mod tests {
             ("U", "one_partition")
         );
         assert!(found[0].evidence.contains("90%"), "{}", found[0].evidence);
+    }
+
+    #[test]
+    fn entities_near_the_limits_are_flagged() {
+        let mut big = stats(&[10, 10]);
+        big.partitions[1].largest = 900 * 1024;
+        let mut wide = stats(&[10]);
+        wide.partitions[0].widest = 240;
+        let found = advise(&Evidence {
+            analyzed: vec![
+                ("Big".into(), &big),
+                ("Wide".into(), &wide),
+                ("T".into(), &stats(&[10])),
+            ],
+            ..Evidence::default()
+        });
+        let kinds: Vec<_> = found.iter().map(|f| (f.table.as_str(), f.kind)).collect();
+        assert_eq!(
+            kinds,
+            [
+                ("Big", "near_entity_limits"),
+                ("Wide", "near_entity_limits")
+            ]
+        );
+        assert!(
+            found[0].evidence.contains("900 KiB in partition \"p1\""),
+            "{found:?}"
+        );
+        assert!(found[1].evidence.contains("240 properties"), "{found:?}");
     }
 
     #[test]

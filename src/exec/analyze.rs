@@ -61,6 +61,8 @@ async fn partition(
         partition: pk,
         entities: 0,
         bytes: 0,
+        largest: 0,
+        widest: 0,
         guideposts: Vec::new(),
     };
     let mut step = every;
@@ -85,7 +87,10 @@ async fn partition(
                 }
             }
             stats.entities += 1;
-            stats.bytes += e.entity.stored_size() as u64;
+            let size = e.entity.stored_size() as u64;
+            stats.bytes += size;
+            stats.largest = stats.largest.max(size);
+            stats.widest = stats.widest.max(e.entity.properties.len() as u64);
         }
         match page.continuation {
             Some(next) => token = Some(next),

@@ -514,6 +514,8 @@ mod tests {
             partition: pk(p),
             entities: 10,
             bytes: 100,
+            largest: 10,
+            widest: 1,
             guideposts: guideposts.iter().map(|g| rk(g)).collect(),
         };
         let stats = TableStats {

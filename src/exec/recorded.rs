@@ -91,6 +91,9 @@ pub fn plan_run(plan: &Arc<dyn ExecutionPlan>, run: &mut Run) {
             if !paths.contains(&path) {
                 paths.push(path);
             }
+            if scan.reads_whole_entities() {
+                run.whole = Some(scan.table().as_str().to_owned());
+            }
         }
         for m in node.metrics().iter().flat_map(|set| set.iter()) {
             if let MetricValue::Custom { name, value } = m.value() {

@@ -304,6 +304,8 @@ mod tests {
                     partition: PartitionKey::new(format!("<p{i}>")).expect("key"),
                     entities: 10 + i,
                     bytes: 1000,
+                    largest: 100,
+                    widest: 3,
                     guideposts: Vec::new(),
                 })
                 .collect(),

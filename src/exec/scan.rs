@@ -261,6 +261,28 @@ impl PartitionScanExec {
     pub fn table(&self) -> &crate::storage::TableName {
         &self.layout.table
     }
+
+    /// Whether it reads whole entities over a range: no filter sent with
+    /// the requests and every property asked for (the guidance's reads
+    /// without filter or projection).
+    pub fn reads_whole_entities(&self) -> bool {
+        use super::access::AccessKind;
+        let ranged = matches!(
+            self.path.kind,
+            AccessKind::FullScan | AccessKind::PartitionRange | AccessKind::RowRange
+        );
+        let every = self
+            .layout
+            .columns
+            .iter()
+            .filter(|(s, _)| matches!(s, Source::Property { .. }))
+            .count();
+        ranged
+            && !self.lookup
+            && self.path.filter.is_none()
+            && every > 0
+            && self.rows.properties(&self.projection).len() >= every
+    }
 }
 
 impl Counters {

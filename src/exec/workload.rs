@@ -97,6 +97,9 @@ pub struct Run {
     /// Its access path (`point`, `row_range`, `full_scan`, ... joined by
     /// `+`; `none` where it read no table).
     pub path: Cow<'static, str>,
+    /// The storage table it read whole entities of, without a filter or a
+    /// projection, if it did.
+    pub whole: Option<String>,
 }
 
 impl Run {
@@ -110,6 +113,7 @@ impl Run {
             returned: rows,
             requests: 1,
             path: Cow::Borrowed("point"),
+            whole: None,
         }
     }
 }
@@ -135,6 +139,8 @@ pub struct StatementStats {
     pub requests: u64,
     /// The access path of the last run.
     pub path: Cow<'static, str>,
+    /// The storage table the last run read whole entities of, if it did.
+    pub whole: Option<String>,
 }
 
 impl StatementStats {
@@ -152,6 +158,7 @@ impl StatementStats {
         self.returned += run.returned;
         self.requests += run.requests;
         self.path = run.path;
+        self.whole = run.whole;
     }
 }
 

@@ -392,3 +392,79 @@ async fn the_advisor_flags_append_only_and_prepend_only_keys() -> TestResult {
     );
     Ok(())
 }
+
+/// Reads of every column of wide entities without a filter are flagged,
+/// a projection is not; an entity near 1 MiB is flagged from `ANALYZE`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_advisor_flags_wide_reads_and_entities_near_the_limits() -> TestResult {
+    let engine = demo_engine(0).await;
+    engine
+        .collect(
+            "CREATE TABLE notes (shelf INT NOT NULL, id INT NOT NULL, body TEXT, \
+             PRIMARY KEY (shelf, id)) \
+             WITH (storage_table = 'Notes', partition_key = '{shelf:02}', row_key = '{id:05}')",
+        )
+        .await?;
+    engine
+        .collect(
+            "INSERT INTO notes (shelf, id, body) \
+             SELECT value % 4, value, repeat('note ', 400) FROM generate_series(1, 600)",
+        )
+        .await?;
+    engine.collect("ANALYZE notes").await?;
+    engine.collect("SET tablesql.scan_policy = allow").await?;
+    for _ in 0..2 {
+        engine.collect("SELECT * FROM notes").await?;
+        engine.collect("SELECT id FROM notes").await?;
+    }
+    let found = advice(&engine).await?;
+    let wide: Vec<_> = found.iter().filter(|f| f.1 == "wide_reads").collect();
+    assert_eq!(wide.len(), 1, "{found:?}");
+    assert!(
+        wide[0]
+            .2
+            .starts_with("\"SELECT * FROM notes\" read 1200 whole entities in 2 calls"),
+        "{}",
+        wide[0].2
+    );
+    assert!(
+        !found.iter().any(|f| f.1 == "near_entity_limits"),
+        "{found:?}"
+    );
+
+    // Fifteen values of 30,000 characters: 900,000 bytes as the service
+    // counts them (a string holds at most 64 KiB).
+    let columns: Vec<String> = (1..=15).map(|i| format!("c{i}")).collect();
+    engine
+        .collect(&format!(
+            "CREATE TABLE blobs (id INT NOT NULL, {}, PRIMARY KEY (id)) \
+             WITH (storage_table = 'Blobs', partition_key = 'b', row_key = '{{id}}')",
+            columns
+                .iter()
+                .map(|c| format!("{c} TEXT"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ))
+        .await?;
+    engine
+        .collect(&format!(
+            "INSERT INTO blobs (id, {}) VALUES (1, {})",
+            columns.join(", "),
+            vec!["repeat('x', 30000)"; 15].join(", ")
+        ))
+        .await?;
+    engine.collect("ANALYZE blobs").await?;
+    let found = advice(&engine).await?;
+    let near = found
+        .iter()
+        .find(|f| f.1 == "near_entity_limits")
+        .ok_or_else(|| format!("the big entity flagged: {found:?}"))?;
+    assert_eq!(near.0, "Blobs");
+    assert!(
+        near.2
+            .starts_with("an entity of 879 KiB in partition \"b\""),
+        "{}",
+        near.2
+    );
+    Ok(())
+}
