@@ -6,7 +6,7 @@
 use crate::catalog::stats::TableStats;
 
 use super::key_order::KeyOrder;
-use super::workload::{PartitionRow, StatementStats};
+use super::workload::{PartitionRow, StatementStats, TableRow};
 
 /// What one partition serves per second, by the storage's targets.
 pub const PARTITION_TARGET_PER_S: u64 = 2000;
@@ -51,8 +51,8 @@ pub struct Evidence<'a> {
     pub partitions: Vec<PartitionRow>,
     /// Each statement's runs.
     pub statements: Vec<(String, StatementStats)>,
-    /// Each storage table's writes against its key range.
-    pub orders: Vec<(String, KeyOrder)>,
+    /// Each storage table's traffic, its writes' key order among it.
+    pub tables: Vec<TableRow>,
 }
 
 /// The findings `evidence` supports.
@@ -62,10 +62,12 @@ pub fn advise(evidence: &Evidence<'_>) -> Vec<Finding> {
         concentrated(table, s, &mut out);
         near_limits(table, s, &mut out);
     }
-    for (table, order) in &evidence.orders {
-        at_the_end(table, order, &mut out);
+    for t in &evidence.tables {
+        at_the_end(&t.table, &t.order, &mut out);
+        too_few_partitions(t, &evidence.analyzed, &mut out);
     }
     hot(&evidence.partitions, &mut out);
+    unbatched(&evidence.partitions, &mut out);
     few_points(&evidence.statements, &mut out);
     wide_reads(&evidence.statements, &evidence.analyzed, &mut out);
     sparse(&evidence.statements, &mut out);
@@ -146,6 +148,32 @@ fn near_limits(table: &str, stats: &TableStats, out: &mut Vec<Finding>) {
     });
 }
 
+/// A table whose busiest second, spread over all its partitions, comes near
+/// what they serve together: it needs more partitions, not other ones.
+fn too_few_partitions(t: &TableRow, analyzed: &[(String, &TableStats)], out: &mut Vec<Finding>) {
+    let partitions = analyzed
+        .iter()
+        .find(|(name, _)| *name == t.table)
+        .map_or(t.partitions, |(_, s)| s.partitions.len())
+        .max(1) as u64;
+    let peak = t.totals.peak_read_per_s.max(t.totals.peak_written_per_s);
+    if peak * 10 < PARTITION_TARGET_PER_S * partitions * 8 {
+        return;
+    }
+    out.push(Finding {
+        table: t.table.clone(),
+        kind: "too_few_partitions",
+        evidence: format!(
+            "its busiest second served {peak} entities over {partitions} partitions, {} each \
+             if spread evenly, against about {PARTITION_TARGET_PER_S}/s a partition serves",
+            peak / partitions
+        ),
+        remedy: "a finer PartitionKey (add a column the queries name, or a bucket number) \
+                 so that the peak spreads over enough partitions to stay under 2,000/s each"
+            .into(),
+    });
+}
+
 /// New writes always land at the end of the key range (or its start).
 fn at_the_end(table: &str, o: &KeyOrder, out: &mut Vec<Finding>) {
     if o.compared < ENOUGH_WRITES {
@@ -197,6 +225,39 @@ fn hot(partitions: &[PartitionRow], out: &mut Vec<Finding>) {
             remedy: "spread the keys that are read or written together over more partitions \
                      (a hash or a bucket number in the PartitionKey), or serve repeated reads \
                      from a cache"
+                .into(),
+        });
+    }
+}
+
+/// Writes, and writes in one second, past which a partition's small writes
+/// are worth batching; entities per write below which they are small.
+const MANY_WRITES: u64 = 100;
+const WRITES_TOGETHER: u64 = 10;
+const SMALL_WRITE: f64 = 5.0;
+
+/// A partition written many times, a few entities at a time, close together.
+fn unbatched(partitions: &[PartitionRow], out: &mut Vec<Finding>) {
+    for p in partitions {
+        let t = &p.traffic;
+        let per_write = t.written as f64 / t.writes.max(1) as f64;
+        if t.writes < MANY_WRITES
+            || t.peak_writes_per_s < WRITES_TOGETHER
+            || per_write >= SMALL_WRITE
+        {
+            continue;
+        }
+        out.push(Finding {
+            table: p.table.clone(),
+            kind: "unbatched_writes",
+            evidence: format!(
+                "partition {:?} took {} writes of {} entities ({per_write:.1} a write, index rows \
+                 included), up to {} writes in one second",
+                p.partition, t.writes, t.written, t.peak_writes_per_s
+            ),
+            remedy: "writes to one partition can go together in one entity group transaction \
+                     of up to 100 operations: one INSERT of many rows, COPY or tablesql load, \
+                     instead of a statement a row"
                 .into(),
         });
     }
@@ -367,7 +428,14 @@ mod tests {
             spread.wrote(i, &format!("{:04}", (i * 37) % 100), 1);
         }
         let found = advise(&Evidence {
-            orders: vec![("Up".into(), up), ("Spread".into(), spread)],
+            tables: [("Up", up), ("Spread", spread)]
+                .into_iter()
+                .map(|(table, order)| TableRow {
+                    table: table.into(),
+                    order,
+                    ..TableRow::default()
+                })
+                .collect(),
             ..Evidence::default()
         });
         let kinds: Vec<_> = found.iter().map(|f| (f.table.as_str(), f.kind)).collect();

@@ -38,10 +38,15 @@ pub struct PartitionTraffic {
     pub peak_read_per_s: u64,
     /// The most entities written within one second.
     pub peak_written_per_s: u64,
-    /// The second `read_in_window` and `written_in_window` count.
+    /// Writes that succeeded (batches, or single operations).
+    pub writes: u64,
+    /// The most writes within one second.
+    pub peak_writes_per_s: u64,
+    /// The second the `_in_window` counts count.
     window: u64,
     read_in_window: u64,
     written_in_window: u64,
+    writes_in_window: u64,
 }
 
 impl PartitionTraffic {
@@ -51,6 +56,7 @@ impl PartitionTraffic {
             self.window = second;
             self.read_in_window = 0;
             self.written_in_window = 0;
+            self.writes_in_window = 0;
         }
         self
     }
@@ -67,6 +73,9 @@ impl PartitionTraffic {
         t.written += n;
         t.written_in_window += n;
         t.peak_written_per_s = t.peak_written_per_s.max(t.written_in_window);
+        t.writes += 1;
+        t.writes_in_window += 1;
+        t.peak_writes_per_s = t.peak_writes_per_s.max(t.writes_in_window);
     }
 }
 
@@ -194,8 +203,23 @@ struct Kept {
 struct TableTraffic {
     /// By PartitionKey.
     partitions: HashMap<String, PartitionTraffic>,
+    /// All its partitions together: the table's peak seconds.
+    totals: PartitionTraffic,
     /// Its writes against the keys written before.
     order: KeyOrder,
+}
+
+/// One storage table's traffic, as the advisor reads it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TableRow {
+    /// The storage table.
+    pub table: String,
+    /// All its partitions together.
+    pub totals: PartitionTraffic,
+    /// Partitions read or written.
+    pub partitions: usize,
+    /// Its writes against the keys written before.
+    pub order: KeyOrder,
 }
 
 impl std::fmt::Debug for Workload {
@@ -228,12 +252,16 @@ impl Workload {
     pub fn read<'a>(&self, table: &str, counts: impl IntoIterator<Item = (&'a str, u64)>) {
         let second = self.second();
         self.with(table, |t, _| {
+            let mut all = 0;
             for (pk, n) in counts {
                 if let Some(p) = traffic(&mut t.partitions, pk) {
                     p.requests += 1;
                     p.add_read(second, n);
+                    all += n;
                 }
             }
+            t.totals.requests += 1;
+            t.totals.add_read(second, all);
         });
     }
 
@@ -246,10 +274,13 @@ impl Workload {
                 return;
             };
             p.requests += 1;
+            t.totals.requests += 1;
             if conflict {
                 p.conflicts += 1;
+                t.totals.conflicts += 1;
             } else {
                 p.add_written(second, n);
+                t.totals.add_written(second, n);
                 t.order.wrote(epoch, partition, n);
             }
         });
@@ -334,15 +365,20 @@ impl Workload {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Each table's write order, by storage table.
-    pub fn key_orders(&self) -> Vec<(String, KeyOrder)> {
+    /// Each storage table's traffic, by name.
+    pub fn tables(&self) -> Vec<TableRow> {
         let kept = self.lock();
         let mut rows: Vec<_> = kept
             .tables
             .iter()
-            .map(|(t, traffic)| (t.clone(), traffic.order.clone()))
+            .map(|(t, traffic)| TableRow {
+                table: t.clone(),
+                totals: traffic.totals.clone(),
+                partitions: traffic.partitions.len(),
+                order: traffic.order.clone(),
+            })
             .collect();
-        rows.sort_by(|a, b| a.0.cmp(&b.0));
+        rows.sort_by(|a, b| a.table.cmp(&b.table));
         rows
     }
 

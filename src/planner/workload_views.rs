@@ -224,8 +224,8 @@ impl Advisor {
         let all = self.stats.all();
         let mut partitions = self.workload.partitions();
         partitions.retain(|p| about(&p.table));
-        let mut orders = self.workload.key_orders();
-        orders.retain(|(t, _)| about(t));
+        let mut tables = self.workload.tables();
+        tables.retain(|t| about(&t.table));
         let evidence = Evidence {
             analyzed: all
                 .iter()
@@ -234,7 +234,7 @@ impl Advisor {
                 .collect(),
             partitions,
             statements: self.workload.statements(),
-            orders,
+            tables,
         };
         let mut findings = advise(&evidence);
         findings.retain(|f| f.table.is_empty() || about(&f.table));

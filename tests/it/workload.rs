@@ -318,6 +318,24 @@ async fn the_advisor_flags_one_partition_and_sparse_scans_not_the_demo() -> Test
 
     // Full scans that return almost nothing of what they read.
     engine.collect("SET tablesql.scan_policy = allow").await?;
+
+    // Logs read whole, again and again: 3,600 entities from its one
+    // partition within a second or two.
+    for _ in 0..12 {
+        engine.collect("SELECT msg FROM logs").await?;
+    }
+    let found = advice(&engine).await?;
+    let few = found
+        .iter()
+        .find(|f| f.0 == "Logs" && f.1 == "too_few_partitions")
+        .ok_or_else(|| format!("Logs' peak flagged: {found:?}"))?;
+    assert!(few.2.contains("entities over 1 partitions"), "{}", few.2);
+    assert!(
+        found
+            .iter()
+            .any(|f| f.0 == "Logs" && f.1 == "hot_partition"),
+        "{found:?}"
+    );
     for limit in [1_000_000_000, 1_500_000_000, 2_000_000_000] {
         engine
             .collect(&format!(
@@ -465,6 +483,46 @@ async fn the_advisor_flags_wide_reads_and_entities_near_the_limits() -> TestResu
             .starts_with("an entity of 879 KiB in partition \"b\""),
         "{}",
         near.2
+    );
+    Ok(())
+}
+
+/// Rows written to one partition a statement at a time are flagged as
+/// unbatched writes; the same rows in one statement are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_advisor_flags_unbatched_writes() -> TestResult {
+    let engine = demo_engine(0).await;
+    for name in ["onebyone", "together"] {
+        engine
+            .collect(&format!(
+                "CREATE TABLE {name} (shop TEXT NOT NULL, item INT NOT NULL, qty INT, \
+                 PRIMARY KEY (shop, item)) WITH (partition_key = '{{shop}}', row_key = '{{item:05}}')"
+            ))
+            .await?;
+    }
+    for i in 0..120 {
+        engine
+            .collect(&format!(
+                "INSERT INTO onebyone (shop, item, qty) VALUES ('north', {i}, 1)"
+            ))
+            .await?;
+    }
+    let rows: Vec<String> = (0..120).map(|i| format!("('north', {i}, 1)")).collect();
+    engine
+        .collect(&format!(
+            "INSERT INTO together (shop, item, qty) VALUES {}",
+            rows.join(", ")
+        ))
+        .await?;
+    let found = advice(&engine).await?;
+    let kinds: Vec<(&str, &str)> = found.iter().map(|f| (f.0.as_str(), f.1.as_str())).collect();
+    assert_eq!(kinds, [("onebyone", "unbatched_writes")], "{found:?}");
+    assert!(
+        found[0]
+            .2
+            .starts_with("partition \"north\" took 120 writes of 120 entities (1.0 a write"),
+        "{}",
+        found[0].2
     );
     Ok(())
 }
