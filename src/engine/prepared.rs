@@ -237,7 +237,11 @@ impl PreparedStatement {
         let tx = session_transaction(self.engine.context());
         let read = point.run(tx.as_ref(), params).await?;
         if let Some(batch) = &read {
-            let run = Run::point(started.elapsed(), batch.num_rows());
+            let run = Run::point(
+                started.elapsed(),
+                batch.num_rows(),
+                point.storage_table().clone(),
+            );
             self.engine.workload().ran(&self.label, run);
         }
         Ok(read)

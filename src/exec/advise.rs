@@ -70,6 +70,7 @@ pub fn advise(evidence: &Evidence<'_>) -> Vec<Finding> {
     unbatched(&evidence.partitions, &mut out);
     few_points(&evidence.statements, &mut out);
     wide_reads(&evidence.statements, &evidence.analyzed, &mut out);
+    read_then_write(&evidence.statements, &mut out);
     sparse(&evidence.statements, &mut out);
     out
 }
@@ -320,6 +321,51 @@ fn wide_reads(
             ),
             remedy: "name the columns the statement needs instead of *, so that the store sends \
                      only them ($select), and filter on the keys or on what the store can filter"
+                .into(),
+        });
+    }
+}
+
+/// Whether a normalized statement starts with `word` (any case).
+fn starts_with_word(query: &str, word: &str) -> bool {
+    query
+        .get(..word.len())
+        .is_some_and(|w| w.eq_ignore_ascii_case(word))
+        && query[word.len()..].starts_with(char::is_whitespace)
+}
+
+/// A point read of a table that a write of it follows about as often: the
+/// workload reads a row by its key to decide how to write it, two round
+/// trips and a conditional write where one upsert would do.
+fn read_then_write(statements: &[(String, StatementStats)], out: &mut Vec<Finding>) {
+    let is_point = |s: &StatementStats| s.path == "point" || s.path == "index_point";
+    for (read, r) in statements {
+        if !starts_with_word(read, "SELECT") || !is_point(r) || r.calls < ENOUGH_CALLS {
+            continue;
+        }
+        let Some(table) = &r.table else {
+            continue;
+        };
+        let write = statements.iter().find(|(q, w)| {
+            (starts_with_word(q, "UPDATE") || starts_with_word(q, "INSERT"))
+                && !q.to_ascii_uppercase().contains("ON CONFLICT")
+                && w.table.as_ref() == Some(table)
+                && w.calls * 2 >= r.calls
+                && w.calls <= r.calls * 2
+        });
+        let Some((write, w)) = write else {
+            continue;
+        };
+        out.push(Finding {
+            table: table.to_string(),
+            kind: "read_then_write",
+            evidence: format!(
+                "{read:?} ({} calls) reads by key the rows {write:?} ({} calls) then writes",
+                r.calls, w.calls
+            ),
+            remedy: "write in one statement: INSERT ... ON CONFLICT (key) DO UPDATE (an upsert, \
+                     one InsertOrMerge or InsertOrReplace), or an UPDATE that computes the new \
+                     value itself (SET n = n + 1), instead of reading first"
                 .into(),
         });
     }

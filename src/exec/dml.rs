@@ -128,6 +128,11 @@ fn count_schema() -> SchemaRef {
 }
 
 impl DmlExec {
+    /// The storage table it writes.
+    pub fn table(&self) -> &crate::storage::TableName {
+        &self.layout.table
+    }
+
     /// `op` over `input`; `if_match` is the ETag a statement requires of the
     /// rows it changes (`None`: the ETag each row was read with).
     pub fn new(

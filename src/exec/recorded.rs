@@ -91,6 +91,9 @@ pub fn plan_run(plan: &Arc<dyn ExecutionPlan>, run: &mut Run) {
             if !paths.contains(&path) {
                 paths.push(path);
             }
+            if run.table.is_none() {
+                run.table = Some(std::sync::Arc::from(scan.table().as_str()));
+            }
             if scan.reads_whole_entities() {
                 run.whole = Some(scan.table().as_str().to_owned());
             }
@@ -174,6 +177,7 @@ impl Record {
             // A write answers one row, its count: the rows are those written.
             if let Some(dml) = plan.downcast_ref::<DmlExec>() {
                 run.rows = dml.written().load(std::sync::atomic::Ordering::Relaxed);
+                run.table = Some(std::sync::Arc::from(dml.table().as_str()));
             }
         }
         self.workload.ran(&self.statement, run);

@@ -13,6 +13,7 @@
 //!   per entity; read as `tablesql_stat_partitions`.
 
 use std::borrow::Cow;
+use std::sync::Arc;
 
 use foldhash::HashMap;
 use std::sync::Mutex;
@@ -109,11 +110,14 @@ pub struct Run {
     /// The storage table it read whole entities of, without a filter or a
     /// projection, if it did.
     pub whole: Option<String>,
+    /// The storage table it wrote, or else the first it read.
+    pub table: Option<Arc<str>>,
 }
 
 impl Run {
-    /// A point read of `rows` entities, by one request (`planner::point`).
-    pub fn point(elapsed: Duration, rows: usize) -> Self {
+    /// A point read of `rows` entities of `table`, by one request
+    /// (`planner::point`).
+    pub fn point(elapsed: Duration, rows: usize, table: Arc<str>) -> Self {
         let rows = rows as u64;
         Self {
             elapsed,
@@ -123,6 +127,7 @@ impl Run {
             requests: 1,
             path: Cow::Borrowed("point"),
             whole: None,
+            table: Some(table),
         }
     }
 }
@@ -150,6 +155,8 @@ pub struct StatementStats {
     pub path: Cow<'static, str>,
     /// The storage table the last run read whole entities of, if it did.
     pub whole: Option<String>,
+    /// The storage table the last run wrote, or else the first it read.
+    pub table: Option<Arc<str>>,
 }
 
 impl StatementStats {
@@ -168,6 +175,7 @@ impl StatementStats {
         self.requests += run.requests;
         self.path = run.path;
         self.whole = run.whole;
+        self.table = run.table;
     }
 }
 

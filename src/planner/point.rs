@@ -42,6 +42,8 @@ enum Value {
 #[derive(Debug)]
 pub struct PointRead {
     table: Arc<StoreTable>,
+    /// The storage table's name, for the workload statistics.
+    storage: Arc<str>,
     /// The PartitionKey's fields' values, in field order, with their types.
     partition: Vec<(Value, ColumnType)>,
     /// The leading RowKey fields' values, in field order.
@@ -59,6 +61,11 @@ pub struct PointRead {
 }
 
 impl PointRead {
+    /// The storage table it reads.
+    pub fn storage_table(&self) -> &Arc<str> {
+        &self.storage
+    }
+
     /// The point read `plan` is, if it is one.
     pub fn of(plan: &LogicalPlan) -> Option<Self> {
         let SimpleScan {
@@ -131,6 +138,7 @@ impl PointRead {
         ));
         let select = Some(layout.properties(decode.projection()));
         Some(Self {
+            storage: Arc::from(layout.table.as_str()),
             whole_row_key: leading.len() == row.len(),
             row: leading,
             partition,

@@ -427,7 +427,11 @@ impl Planner {
             if let Some(batch) = read {
                 self.engine.workload().ran(
                     &prepared.label,
-                    Run::point(started.elapsed(), batch.num_rows()),
+                    Run::point(
+                        started.elapsed(),
+                        batch.num_rows(),
+                        point.storage_table().clone(),
+                    ),
                 );
                 let fields = Arc::new(result_fields(
                     plan.schema().as_arrow(),

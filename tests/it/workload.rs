@@ -526,3 +526,43 @@ async fn the_advisor_flags_unbatched_writes() -> TestResult {
     );
     Ok(())
 }
+
+/// A point read that a write of the same table follows as often is flagged
+/// as read-then-write; the upsert that replaces the pair is not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_advisor_flags_read_then_write() -> TestResult {
+    let engine = demo_engine(1200).await;
+    let key = |i: u64| {
+        let r = tablesql::demo::registration(i * 5);
+        format!(
+            "event = '{}' AND distance = '{}' AND bib = {}",
+            r.event, r.distance, r.bib
+        )
+    };
+    for i in 0..25 {
+        engine
+            .collect(&format!(
+                "SELECT finish FROM registrations WHERE {}",
+                key(i)
+            ))
+            .await?;
+        engine
+            .collect(&format!(
+                "UPDATE registrations SET finish = finish + 1 WHERE {}",
+                key(i)
+            ))
+            .await?;
+    }
+    let found = advice(&engine).await?;
+    let kinds: Vec<(&str, &str)> = found.iter().map(|f| (f.0.as_str(), f.1.as_str())).collect();
+    assert_eq!(kinds, [("Registrations", "read_then_write")], "{found:?}");
+    assert!(
+        found[0].2.starts_with(
+            "\"SELECT finish FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3\" \
+             (25 calls) reads by key the rows \"UPDATE registrations SET finish = finish + $1"
+        ),
+        "{}",
+        found[0].2
+    );
+    Ok(())
+}
