@@ -67,7 +67,7 @@ pub fn advise(evidence: &Evidence<'_>) -> Vec<Finding> {
         too_few_partitions(t, &evidence.analyzed, &mut out);
     }
     hot(&evidence.partitions, &mut out);
-    unbatched(&evidence.partitions, &mut out);
+    unbatched(&evidence.partitions, &evidence.statements, &mut out);
     few_points(&evidence.statements, &mut out);
     wide_reads(&evidence.statements, &evidence.analyzed, &mut out);
     read_then_write(&evidence.statements, &mut out);
@@ -237,8 +237,14 @@ const MANY_WRITES: u64 = 100;
 const WRITES_TOGETHER: u64 = 10;
 const SMALL_WRITE: f64 = 5.0;
 
-/// A partition written many times, a few entities at a time, close together.
-fn unbatched(partitions: &[PartitionRow], out: &mut Vec<Finding>) {
+/// A partition written many times, a few entities at a time, close together,
+/// by an INSERT run again and again for a row or two: rows one client could
+/// send together. (Updates of single rows by many users cannot be batched.)
+fn unbatched(
+    partitions: &[PartitionRow],
+    statements: &[(String, StatementStats)],
+    out: &mut Vec<Finding>,
+) {
     for p in partitions {
         let t = &p.traffic;
         let per_write = t.written as f64 / t.writes.max(1) as f64;
@@ -248,13 +254,22 @@ fn unbatched(partitions: &[PartitionRow], out: &mut Vec<Finding>) {
         {
             continue;
         }
+        let insert = statements.iter().find(|(q, s)| {
+            starts_with_word(q, "INSERT")
+                && s.table.as_deref() == Some(p.table.as_str())
+                && s.calls >= MANY_WRITES
+                && (s.rows as f64) < SMALL_WRITE * s.calls as f64
+        });
+        let Some((insert, s)) = insert else {
+            continue;
+        };
         out.push(Finding {
             table: p.table.clone(),
             kind: "unbatched_writes",
             evidence: format!(
                 "partition {:?} took {} writes of {} entities ({per_write:.1} a write, index rows \
-                 included), up to {} writes in one second",
-                p.partition, t.writes, t.written, t.peak_writes_per_s
+                 included), up to {} writes in one second; {insert:?} ran {} times for {} rows",
+                p.partition, t.writes, t.written, t.peak_writes_per_s, s.calls, s.rows
             ),
             remedy: "writes to one partition can go together in one entity group transaction \
                      of up to 100 operations: one INSERT of many rows, COPY or tablesql load, \
@@ -334,7 +349,7 @@ fn starts_with_word(query: &str, word: &str) -> bool {
         && query[word.len()..].starts_with(char::is_whitespace)
 }
 
-/// A point read of a table that a write of it follows about as often: the
+/// A point read of a table that an UPDATE of it by key follows about as often: the
 /// workload reads a row by its key to decide how to write it, two round
 /// trips and a conditional write where one upsert would do.
 fn read_then_write(statements: &[(String, StatementStats)], out: &mut Vec<Finding>) {
@@ -346,9 +361,10 @@ fn read_then_write(statements: &[(String, StatementStats)], out: &mut Vec<Findin
         let Some(table) = &r.table else {
             continue;
         };
+        // An UPDATE by key: the row read is the row written.
         let write = statements.iter().find(|(q, w)| {
-            (starts_with_word(q, "UPDATE") || starts_with_word(q, "INSERT"))
-                && !q.to_ascii_uppercase().contains("ON CONFLICT")
+            starts_with_word(q, "UPDATE")
+                && is_point(w)
                 && w.table.as_ref() == Some(table)
                 && w.calls * 2 >= r.calls
                 && w.calls <= r.calls * 2
@@ -470,8 +486,9 @@ mod tests {
         let mut up = KeyOrder::default();
         let mut spread = KeyOrder::default();
         for i in 0..100u64 {
-            up.wrote(i, &format!("{i:04}"), 1);
-            spread.wrote(i, &format!("{:04}", (i * 37) % 100), 1);
+            let (k, s) = (format!("{i:04}"), format!("{:04}", (i * 37) % 100));
+            up.statement(&k, &k, 1);
+            spread.statement(&s, &s, 1);
         }
         let found = advise(&Evidence {
             tables: [("Up", up), ("Spread", spread)]

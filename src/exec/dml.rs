@@ -116,6 +116,36 @@ pub struct DmlExec {
     properties: Arc<PlanProperties>,
     /// Rows committed so far, for a caller that stops the statement midway.
     written: Arc<AtomicU64>,
+    /// The PartitionKeys its committed writes span, for the workload
+    /// statistics' key order.
+    span: Arc<std::sync::Mutex<WrittenSpan>>,
+}
+
+/// The first and last PartitionKey a statement wrote, and its entities.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct WrittenSpan {
+    /// `(first, last)` in key order; `None` before a write commits.
+    pub keys: Option<(String, String)>,
+    /// Entities written, index rows included.
+    pub entities: u64,
+}
+
+impl WrittenSpan {
+    fn add(&mut self, pk: &str, n: u64) {
+        use std::cmp::Ordering::{Greater, Less};
+        self.entities += n;
+        match &mut self.keys {
+            None => self.keys = Some((pk.to_owned(), pk.to_owned())),
+            Some((first, last)) => {
+                if cmp_utf16(pk, first) == Less {
+                    pk.clone_into(first);
+                }
+                if cmp_utf16(pk, last) == Greater {
+                    pk.clone_into(last);
+                }
+            }
+        }
+    }
 }
 
 /// The schema every DML plan yields (DataFusion's convention).
@@ -163,6 +193,7 @@ impl DmlExec {
             if_match,
             properties: Arc::new(properties),
             written: Arc::new(AtomicU64::new(0)),
+            span: Arc::default(),
         })
     }
 
@@ -170,6 +201,14 @@ impl DmlExec {
     /// statement has already written.
     pub fn written(&self) -> Arc<AtomicU64> {
         self.written.clone()
+    }
+
+    /// The PartitionKeys its last run wrote.
+    pub fn written_span(&self) -> WrittenSpan {
+        self.span
+            .lock()
+            .map(|s| s.clone())
+            .unwrap_or_else(|p| p.into_inner().clone())
     }
 
     /// Whether the input reads the table this writes.
@@ -313,10 +352,14 @@ impl ExecutionPlan for DmlExec {
             pending_rows: 0,
             written: 0,
             shared: self.written.clone(),
+            span: self.span.clone(),
             keys: HashSet::new(),
             claims: BTreeMap::new(),
         };
         self.written.store(0, Ordering::Relaxed);
+        if let Ok(mut span) = self.span.lock() {
+            *span = WrittenSpan::default();
+        }
         let schema = count_schema();
         let out = schema.clone();
         let run = async move {
@@ -359,6 +402,7 @@ struct Writer {
     pending_rows: usize,
     written: u64,
     shared: Arc<AtomicU64>,
+    span: Arc<std::sync::Mutex<WrittenSpan>>,
     /// The primary key prefixes this statement writes, to catch one key twice.
     keys: HashSet<(PartitionKey, String)>,
     /// The new keys of pending INSERT rows, checked against the store per
@@ -823,6 +867,9 @@ impl Writer {
         }
         self.written += rows;
         self.shared.store(self.written, Ordering::Relaxed);
+        if let (Some(op), Ok(mut span)) = (ops.first(), self.span.lock()) {
+            span.add(op.keys().0.as_str(), ops.len() as u64);
+        }
         Ok(())
     }
 }

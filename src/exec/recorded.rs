@@ -86,6 +86,11 @@ pub fn plan_run(plan: &Arc<dyn ExecutionPlan>, run: &mut Run) {
     let mut paths: Vec<&'static str> = Vec::new();
     let mut stack = vec![plan];
     while let Some(node) = stack.pop() {
+        if let Some(dml) = node.downcast_ref::<DmlExec>() {
+            run.table = Some(std::sync::Arc::from(dml.table().as_str()));
+            let span = dml.written_span();
+            run.span = span.keys.map(|(first, last)| (first, last, span.entities));
+        }
         if let Some(scan) = node.downcast_ref::<PartitionScanExec>() {
             let path = path_name(scan.path().kind);
             if !paths.contains(&path) {
@@ -177,7 +182,6 @@ impl Record {
             // A write answers one row, its count: the rows are those written.
             if let Some(dml) = plan.downcast_ref::<DmlExec>() {
                 run.rows = dml.written().load(std::sync::atomic::Ordering::Relaxed);
-                run.table = Some(std::sync::Arc::from(dml.table().as_str()));
             }
         }
         self.workload.ran(&self.statement, run);

@@ -59,7 +59,7 @@ th { background: #eef; }\n\
 svg text { font: 12px system-ui, sans-serif; fill: #222; }\n\
 svg .heading { font-weight: bold; }\n\
 rect.size, .key.size { fill: #4a7bd0; background: #4a7bd0; }\n\
-rect.read, .key.read { fill: #4a7bd0; background: #4a7bd0; }\n\
+rect.read, .key.read { fill: #2a9d8f; background: #2a9d8f; }\n\
 rect.written, .key.written { fill: #e08a2c; background: #e08a2c; }\n\
 line.target { stroke: #c0392b; stroke-width: 2; stroke-dasharray: 6 4; }\n\
 .key { display: inline-block; width: 12px; height: 12px; margin: 0 4px 0 12px; }\n\

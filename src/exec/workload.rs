@@ -112,6 +112,9 @@ pub struct Run {
     pub whole: Option<String>,
     /// The storage table it wrote, or else the first it read.
     pub table: Option<Arc<str>>,
+    /// The first and last PartitionKey it wrote, and the entities, if it
+    /// wrote any.
+    pub span: Option<(String, String, u64)>,
 }
 
 impl Run {
@@ -128,6 +131,7 @@ impl Run {
             path: Cow::Borrowed("point"),
             whole: None,
             table: Some(table),
+            span: None,
         }
     }
 }
@@ -202,8 +206,6 @@ struct Kept {
     tables: HashMap<String, TableTraffic>,
     /// By normalized text.
     statements: HashMap<String, StatementStats>,
-    /// Statements ended since the start: the boundary `KeyOrder` needs.
-    epoch: u64,
 }
 
 /// One storage table's traffic.
@@ -248,7 +250,6 @@ impl Default for Workload {
                 since: Utc::now(),
                 tables: HashMap::default(),
                 statements: HashMap::default(),
-                epoch: 0,
             }),
         }
     }
@@ -259,7 +260,7 @@ impl Workload {
     /// (a partition with 0 still counts the request).
     pub fn read<'a>(&self, table: &str, counts: impl IntoIterator<Item = (&'a str, u64)>) {
         let second = self.second();
-        self.with(table, |t, _| {
+        self.with(table, |t| {
             let mut all = 0;
             for (pk, n) in counts {
                 if let Some(p) = traffic(&mut t.partitions, pk) {
@@ -277,7 +278,7 @@ impl Workload {
     /// the store refused it for one.
     pub fn wrote(&self, table: &str, partition: &str, n: u64, conflict: bool) {
         let second = self.second();
-        self.with(table, |t, epoch| {
+        self.with(table, |t| {
             let Some(p) = traffic(&mut t.partitions, partition) else {
                 return;
             };
@@ -289,7 +290,6 @@ impl Workload {
             } else {
                 p.add_written(second, n);
                 t.totals.add_written(second, n);
-                t.order.wrote(epoch, partition, n);
             }
         });
     }
@@ -297,7 +297,13 @@ impl Workload {
     /// One run of the statement whose normalized text is `statement`.
     pub fn ran(&self, statement: &str, run: Run) {
         let mut kept = self.lock();
-        kept.epoch += 1;
+        if let (Some(table), Some((first, last, n))) = (&run.table, &run.span) {
+            let t = match kept.tables.get_mut(table.as_ref()) {
+                Some(t) => t,
+                None => kept.tables.entry(table.to_string()).or_default(),
+            };
+            t.order.statement(first, last, *n);
+        }
         if let Some(s) = kept.statements.get_mut(statement) {
             s.add(run);
             return;
@@ -390,13 +396,12 @@ impl Workload {
         rows
     }
 
-    /// Runs `record` on `table`'s traffic, with the statement epoch.
-    fn with(&self, table: &str, record: impl FnOnce(&mut TableTraffic, u64)) {
+    /// Runs `record` on `table`'s traffic.
+    fn with(&self, table: &str, record: impl FnOnce(&mut TableTraffic)) {
         let mut kept = self.lock();
-        let epoch = kept.epoch;
         match kept.tables.get_mut(table) {
-            Some(t) => record(t, epoch),
-            None => record(kept.tables.entry(table.to_owned()).or_default(), epoch),
+            Some(t) => record(t),
+            None => record(kept.tables.entry(table.to_owned()).or_default()),
         }
     }
 }

@@ -42,6 +42,12 @@ pub enum StressError {
     /// A client task died.
     #[error("a client task failed: {0}")]
     Client(String),
+    /// The partition has no rows to copy.
+    #[error("partition {partition:?} of {table} holds no rows to load the test table with")]
+    EmptyPartition { table: String, partition: String },
+    /// Interrupted (Ctrl-C) before the end.
+    #[error("interrupted; the test table was removed")]
+    Interrupted,
 }
 
 /// What to test.
@@ -107,12 +113,20 @@ pub async fn run(
     }
     let (name, storage) = (def.name.clone(), def.storage_table.clone());
     let columns: Vec<String> = def.columns.iter().map(|c| quote(&c.name)).collect();
-    engine.create_table(def, false).await?;
+    if let Err(e) = engine.create_table(def, false).await {
+        // It may have made the storage table before it failed.
+        let _removed = engine.store().delete_table(&storage).await;
+        return Err(e.into());
+    }
     progress(&format!(
         "created the test table {name} (storage table {})",
         storage.as_str()
     ));
-    let ran = load_and_run(engine, options, &name, &storage, &columns, &progress).await;
+    // Ctrl-C stops the clients; the copy is removed all the same.
+    let ran = tokio::select! {
+        ran = load_and_run(engine, options, &name, &storage, &columns, &progress) => ran,
+        _ = tokio::signal::ctrl_c() => Err(StressError::Interrupted),
+    };
     // Removed whatever happened: the definition, then its entities.
     let dropped = engine.drop_table(&name).await;
     let deleted = engine.store().delete_table(&storage).await;
@@ -141,6 +155,12 @@ async fn load_and_run(
     );
     let batches = engine.collect(&copy).await?;
     let loaded = rows_written(&batches);
+    if loaded == 0 {
+        return Err(StressError::EmptyPartition {
+            table: options.table.clone(),
+            partition: options.partition.clone(),
+        });
+    }
     progress(&format!(
         "loaded {loaded} rows of partition {:?}; running {} clients for {:?}",
         options.partition, options.clients, options.duration
@@ -150,7 +170,8 @@ async fn load_and_run(
     let counters_before = engine.store().service_counters();
     let start = Instant::now();
     let deadline = start + options.duration;
-    let mut tasks = Vec::with_capacity(options.clients);
+    // Dropped on an early return, the set aborts the clients still running.
+    let mut tasks = tokio::task::JoinSet::new();
     for id in 0..options.clients {
         let session = engine.new_session();
         let script = options.script.clone();
@@ -158,13 +179,11 @@ async fn load_and_run(
             ("table".to_owned(), quote(name)),
             ("client_id".to_owned(), id.to_string()),
         ]);
-        tasks.push(tokio::spawn(client(
-            session, script, vars, deadline, id as u64,
-        )));
+        tasks.spawn(client(session, script, vars, deadline, id as u64));
     }
-    let mut runs = Vec::with_capacity(tasks.len());
-    for t in tasks {
-        runs.push(t.await.map_err(|e| StressError::Client(e.to_string()))??);
+    let mut runs = Vec::with_capacity(options.clients);
+    while let Some(done) = tasks.join_next().await {
+        runs.push(done.map_err(|e| StressError::Client(e.to_string()))??);
     }
     let elapsed = start.elapsed();
     let after = traffic(engine, storage, &options.partition);
@@ -206,7 +225,10 @@ async fn client(
         let mut ok = true;
         for step in script.steps(&mut vars, &mut rng)? {
             match step {
-                script::Step::Sleep(d) => tokio::time::sleep(d).await,
+                script::Step::Sleep(d) => {
+                    let until = (Instant::now() + d).min(deadline);
+                    tokio::time::sleep_until(until.into()).await;
+                }
                 script::Step::Sql(sql) => {
                     let done =
                         tokio::time::timeout_at((deadline + grace).into(), session.collect(&sql))

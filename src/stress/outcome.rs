@@ -200,7 +200,12 @@ pub(super) fn report(
         target_per_s: options.target_per_s,
         verdict: Verdict::Below,
     };
-    let busy = r.service.is_some_and(|s| s.busy > 0) || r.failures.unavailable > 0;
+    // Busy answers a retry absorbed now and then are not a limit; one in a
+    // hundred requests, or a statement that stayed unavailable, is.
+    let busy = r
+        .service
+        .is_some_and(|s| s.busy > 0 && s.busy * 100 >= s.requests)
+        || r.failures.unavailable > 0;
     r.verdict = if busy {
         Verdict::Throttled
     } else if r.entities_per_s() >= options.target_per_s as f64 {
@@ -312,7 +317,8 @@ mod tests {
         let mut after = PartitionTraffic::default();
         after.read = 50_000;
         let busy = ServiceCounters {
-            busy: 1,
+            busy: 2,
+            requests: 100,
             ..ServiceCounters::default()
         };
         let second = Duration::from_secs(1);

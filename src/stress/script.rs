@@ -123,15 +123,13 @@ impl Script {
 
 /// A `\` line.
 fn meta(line: &str, known: &mut Vec<String>) -> Result<Command, String> {
-    let mut words = line.splitn(3, char::is_whitespace);
-    let command = words.next().unwrap_or_default();
+    let (command, rest) = split_word(line);
     match command {
         "\\set" => {
-            let name = words
-                .next()
-                .filter(|n| is_name(n))
-                .ok_or("\\set needs a variable name")?;
-            let rest = words.next().unwrap_or_default();
+            let (name, rest) = split_word(rest);
+            if !is_name(name) {
+                return Err("\\set needs a variable name".into());
+            }
             let expr = Parser::new(rest, known).expression()?;
             known.push(name.to_owned());
             Ok(Command::Set {
@@ -140,11 +138,9 @@ fn meta(line: &str, known: &mut Vec<String>) -> Result<Command, String> {
             })
         }
         "\\sleep" => {
-            let n: u64 = words
-                .next()
-                .and_then(|n| n.parse().ok())
-                .ok_or("\\sleep needs a whole number")?;
-            let d = match words.next().map(str::trim).unwrap_or("s") {
+            let (n, unit) = split_word(rest);
+            let n: u64 = n.parse().map_err(|_| "\\sleep needs a whole number")?;
+            let d = match if unit.is_empty() { "s" } else { unit } {
                 "us" => Duration::from_micros(n),
                 "ms" => Duration::from_millis(n),
                 "s" => Duration::from_secs(n),
@@ -155,6 +151,15 @@ fn meta(line: &str, known: &mut Vec<String>) -> Result<Command, String> {
         other => Err(format!(
             "{other} is not a command here (\\set and \\sleep are)"
         )),
+    }
+}
+
+/// The first word of `text` and what follows it, both trimmed.
+fn split_word(text: &str) -> (&str, &str) {
+    let text = text.trim();
+    match text.find(char::is_whitespace) {
+        Some(i) => (&text[..i], text[i..].trim()),
+        None => (text, ""),
     }
 }
 
@@ -199,11 +204,20 @@ fn pieces(sql: &str, known: &[String]) -> Vec<Piece> {
 struct Parser<'a> {
     rest: &'a str,
     known: &'a [String],
+    /// Nesting so far: bounded, so that no expression overflows the stack.
+    depth: usize,
 }
+
+/// The deepest nesting of parentheses and signs an expression may have.
+const MOST_DEPTH: usize = 64;
 
 impl<'a> Parser<'a> {
     fn new(text: &'a str, known: &'a [String]) -> Self {
-        Self { rest: text, known }
+        Self {
+            rest: text,
+            known,
+            depth: 0,
+        }
     }
 
     fn expression(mut self) -> Result<Expr, String> {
@@ -250,6 +264,16 @@ impl<'a> Parser<'a> {
     }
 
     fn unary(&mut self) -> Result<Expr, String> {
+        self.depth += 1;
+        if self.depth > MOST_DEPTH {
+            return Err(format!("an expression nested more than {MOST_DEPTH} deep"));
+        }
+        let e = self.operand();
+        self.depth -= 1;
+        e
+    }
+
+    fn operand(&mut self) -> Result<Expr, String> {
         if self.eat('-') {
             return Ok(Expr::Neg(Box::new(self.unary()?)));
         }
@@ -390,6 +414,9 @@ mod tests {
         assert!(err("\\set x :y + 1\nSELECT 1;").contains(":y is not set"));
         assert!(err("\\setshell x\nSELECT 1;").contains("not a command here"));
         assert!(err("\\set x 1").contains("no SQL statement"));
+        let deep = format!("\\set x {}1\nSELECT 1;", "-".repeat(10_000));
+        assert!(err(&deep).contains("nested more than 64"));
+        assert!(Script::parse("\\set  x   random(1, 2)\nSELECT :x;", &[]).is_ok());
     }
 
     #[test]

@@ -319,9 +319,9 @@ async fn the_advisor_flags_one_partition_and_sparse_scans_not_the_demo() -> Test
     // Full scans that return almost nothing of what they read.
     engine.collect("SET tablesql.scan_policy = allow").await?;
 
-    // Logs read whole, again and again: 3,600 entities from its one
-    // partition within a second or two.
-    for _ in 0..12 {
+    // Logs read whole, again and again: 7,200 entities from its one
+    // partition within a few seconds.
+    for _ in 0..24 {
         engine.collect("SELECT msg FROM logs").await?;
     }
     let found = advice(&engine).await?;

@@ -296,9 +296,7 @@ async fn main() -> anyhow::Result<()> {
                 .context("--duration is a number of seconds")?;
             test.target_per_s = target;
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
-            let report = tablesql::stress::run(&engine, &test, |p| eprintln!("{p}")).await?;
-            println!("{report}");
-            Ok(())
+            stress(&engine, &test).await
         }
         Command::Analyze {
             table,
@@ -423,6 +421,16 @@ async fn shell(
     if shell.run_script(&text).await.is_err() {
         std::process::exit(1);
     }
+    Ok(())
+}
+
+/// `tablesql stress`: see `Command::Stress`.
+async fn stress(
+    engine: &tablesql::Engine,
+    test: &tablesql::stress::StressOptions,
+) -> anyhow::Result<()> {
+    let report = tablesql::stress::run(engine, test, |p| eprintln!("{p}")).await?;
+    println!("{report}");
     Ok(())
 }
 
