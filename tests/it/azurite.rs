@@ -46,6 +46,16 @@ pub fn fresh_account() -> Result<AzureConfig, String> {
     Ok(config)
 }
 
+/// The `--store` argument of the command line for `account`.
+pub fn store_argument(account: &AzureConfig) -> String {
+    format!(
+        "azure:AccountName={};AccountKey={};TableEndpoint={}",
+        account.account,
+        tablesql::storage::azure::config::DEV_ACCOUNT_KEY,
+        account.endpoint
+    )
+}
+
 /// Deletes every table of an account. Runs on a thread of its own, since the
 /// fixtures that call it are synchronous functions called inside a runtime.
 fn wipe(config: &AzureConfig) -> Result<(), String> {

@@ -625,13 +625,7 @@ fn stress_the_embedded_store() -> TestResult {
 /// counted.
 #[test]
 fn stress_azurite() -> TestResult {
-    let account = crate::azurite::fresh_account()?;
-    let store = format!(
-        "azure:AccountName={};AccountKey={};TableEndpoint={}",
-        account.account,
-        tablesql::storage::azure::config::DEV_ACCOUNT_KEY,
-        account.endpoint
-    );
+    let store = crate::azurite::store_argument(&crate::azurite::fresh_account()?);
     let dir = tempfile::tempdir()?;
     let report = stress_report(&store, dir.path())?;
     let service = report

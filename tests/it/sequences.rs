@@ -78,13 +78,7 @@ fn eight_psql_processes_draw_distinct_values_through_one_server() -> TestResult 
 /// If-Match write raced by the other seven processes.
 #[test]
 fn eight_processes_draw_distinct_values_from_one_azurite_account() -> TestResult {
-    let account = crate::azurite::fresh_account()?;
-    let store = format!(
-        "azure:AccountName={};AccountKey={};TableEndpoint={}",
-        account.account,
-        tablesql::storage::azure::config::DEV_ACCOUNT_KEY,
-        account.endpoint
-    );
+    let store = crate::azurite::store_argument(&crate::azurite::fresh_account()?);
     let tablesql = |sql: &str| {
         Command::new(env!("CARGO_BIN_EXE_tablesql"))
             .args(["--store", &store, "query", sql])
