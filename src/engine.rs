@@ -78,6 +78,17 @@ pub enum EngineError {
     DataFusion(#[from] DataFusionError),
 }
 
+impl EngineError {
+    /// The storage error under it, if one is (see [`crate::exec::storage_cause`]).
+    pub fn storage_cause(&self) -> Option<&StorageError> {
+        match self {
+            EngineError::Storage(s) => Some(s.root()),
+            EngineError::DataFusion(d) => crate::exec::storage_cause(d),
+            EngineError::Catalog(_) => None,
+        }
+    }
+}
+
 /// Options of an engine.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct EngineOptions {

@@ -146,3 +146,44 @@ impl From<ExecError> for datafusion::error::DataFusionError {
         datafusion::error::DataFusionError::External(Box::new(e))
     }
 }
+
+/// The storage error under an execution error, if one is: through
+/// DataFusion's wrappers and `ExecError::Storage`, whose `transparent`
+/// `source()` skips it. A batch's error is given as its operation's.
+pub fn storage_cause<'a>(
+    e: &'a (dyn std::error::Error + 'static),
+) -> Option<&'a crate::storage::StorageError> {
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(s) = c.downcast_ref::<crate::storage::StorageError>() {
+            return Some(s.root());
+        }
+        if let Some(ExecError::Storage(s)) = c.downcast_ref::<ExecError>() {
+            return Some(s.root());
+        }
+        cause = c.source();
+    }
+    None
+}
+
+/// Whether an execution error is the store refusing a write for an
+/// entity's state (409: exists or missing; 412: changed under its ETag), or
+/// the same refusal made before sending (`DuplicateKey`: the key exists).
+pub fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
+    use crate::storage::StorageError;
+    let mut cause = Some(e);
+    while let Some(c) = cause {
+        if let Some(ExecError::DuplicateKey { .. }) = c.downcast_ref::<ExecError>() {
+            return true;
+        }
+        cause = c.source();
+    }
+    matches!(
+        storage_cause(e),
+        Some(
+            StorageError::EntityAlreadyExists { .. }
+                | StorageError::EntityNotFound { .. }
+                | StorageError::PreconditionFailed { .. }
+        )
+    )
+}

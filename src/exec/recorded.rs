@@ -204,8 +204,15 @@ impl Stream for Recorded {
                     r.finish();
                 }
             }
-            // As PostgreSQL: a statement that failed is not recorded.
-            Poll::Ready(Some(Err(_))) => self.record = None,
+            // As PostgreSQL: a statement that failed is not a run; one the
+            // store refused for a conflict is counted as such.
+            Poll::Ready(Some(Err(e))) => {
+                if let Some(r) = self.record.take()
+                    && super::is_conflict(e)
+                {
+                    r.workload.refused(&r.statement);
+                }
+            }
             Poll::Pending => {}
         }
         next

@@ -155,6 +155,9 @@ pub struct StatementStats {
     pub returned: u64,
     /// Requests, all runs.
     pub requests: u64,
+    /// Runs that failed because the store refused a write for a conflict
+    /// (409, 412); not counted in `calls`.
+    pub conflicts: u64,
     /// The access path of the last run.
     pub path: Cow<'static, str>,
     /// The storage table the last run read whole entities of, if it did.
@@ -322,6 +325,22 @@ impl Workload {
             .entry(statement.to_owned())
             .or_default()
             .add(run);
+    }
+
+    /// A run of `statement` that the store refused for a conflict.
+    pub fn refused(&self, statement: &str) {
+        let mut kept = self.lock();
+        let room = kept.statements.len() < MAX_STATEMENTS;
+        match kept.statements.get_mut(statement) {
+            Some(s) => s.conflicts += 1,
+            None if room => {
+                kept.statements
+                    .entry(statement.to_owned())
+                    .or_default()
+                    .conflicts += 1;
+            }
+            None => {}
+        }
     }
 
     /// Every statement's runs, by normalized text.

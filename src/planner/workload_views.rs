@@ -63,6 +63,7 @@ impl WorkloadView {
             count("entities_returned"),
             Field::new("density", DataType::Float64, true),
             count("requests"),
+            count("conflicts"),
             Field::new("access_path", DataType::Utf8, false),
         ]));
         Self {
@@ -123,6 +124,7 @@ fn statements_batch(schema: &SchemaRef, rows: &[(String, StatementStats)]) -> Re
             count(|s| s.returned),
             Arc::new(density),
             count(|s| s.requests),
+            count(|s| s.conflicts),
             Arc::new(
                 rows.iter()
                     .map(|(_, s)| Some(s.path.as_ref()))

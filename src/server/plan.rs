@@ -274,10 +274,14 @@ impl Planner {
         let started = std::time::Instant::now();
         let written = physical.downcast_ref::<DmlExec>().map(DmlExec::written);
         let run = collect(physical.clone(), snapshot.task.clone());
-        let batches = match guard
-            .run(async { run.await.map_err(|e| datafusion_error(&e)) })
-            .await
-        {
+        let workload = self.engine.workload().clone();
+        let refused = |e: datafusion::error::DataFusionError| {
+            if crate::exec::is_conflict(&e) {
+                workload.refused(&label);
+            }
+            datafusion_error(&e)
+        };
+        let batches = match guard.run(async { run.await.map_err(refused) }).await {
             Ok(b) => b,
             // Stopped midway (cancel, timeout, the client gone): say what the
             // transactions sent before had committed.

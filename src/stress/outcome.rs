@@ -6,7 +6,6 @@ use std::time::Duration;
 
 use super::{ClientRun, StressOptions};
 use crate::engine::EngineError;
-use crate::exec::ExecError;
 use crate::exec::workload::PartitionTraffic;
 use crate::storage::{ServiceCounters, StorageError};
 
@@ -28,7 +27,7 @@ pub struct Failures {
 
 impl Failures {
     pub(crate) fn add(&mut self, e: &EngineError) {
-        let (kind, count) = match storage_cause(e) {
+        let (kind, count) = match e.storage_cause() {
             Some(s) if s.is_retryable() => ("unavailable", &mut self.unavailable),
             Some(
                 StorageError::EntityAlreadyExists { .. }
@@ -55,29 +54,6 @@ impl Failures {
     pub fn total(&self) -> u64 {
         self.unavailable + self.conflicts + self.other + self.stuck
     }
-}
-
-/// The storage error under an engine's error, if one is. The wrappers
-/// that hold one `transparent`ly are opened by hand: their `source()`
-/// skips it.
-fn storage_cause(e: &EngineError) -> Option<&StorageError> {
-    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(c) = cause {
-        if let Some(s) = c.downcast_ref::<StorageError>() {
-            return Some(s.root());
-        }
-        cause = match (
-            c.downcast_ref::<EngineError>(),
-            c.downcast_ref::<ExecError>(),
-        ) {
-            (Some(EngineError::Storage(s)), _) | (_, Some(ExecError::Storage(s))) => {
-                return Some(s.root());
-            }
-            (Some(EngineError::DataFusion(d)), _) => Some(d),
-            _ => c.source(),
-        };
-    }
-    None
 }
 
 /// Latency of one run of the script, in milliseconds.

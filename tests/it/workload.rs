@@ -145,6 +145,33 @@ fn workload_statistics_in_psql() -> TestResult {
     assert!(shown.lines().any(|l| l == "1|1|1"), "{shown}");
     // Two runs of one statement, normalized; one found its row.
     assert!(shown.lines().any(|l| l == "2|1|point"), "{shown}");
+
+    // A write refused for its key, through the server's write path.
+    let insert = "INSERT INTO stock (shop, item) VALUES ('north', 1)";
+    let setup = server.psql(
+        "",
+        &[
+            "-c",
+            "CREATE TABLE stock (shop TEXT NOT NULL, item INT NOT NULL, PRIMARY KEY (shop, item)) \
+             WITH (partition_key = '{shop}', row_key = '{item:05}')",
+            "-c",
+            insert,
+        ],
+    )?;
+    assert!(setup.status.success(), "{setup:?}");
+    let refused = server.psql("", &["-c", insert])?;
+    assert!(!refused.status.success(), "{refused:?}");
+    let counted = server.psql(
+        "",
+        &[
+            "-A",
+            "-t",
+            "-c",
+            "SELECT calls, conflicts FROM tablesql_stat_statements WHERE query LIKE 'INSERT INTO stock%'",
+        ],
+    )?;
+    let counted = String::from_utf8_lossy(&counted.stdout);
+    assert_eq!(counted.trim(), "1|1");
     Ok(())
 }
 
@@ -564,5 +591,39 @@ async fn the_advisor_flags_read_then_write() -> TestResult {
         "{}",
         found[0].2
     );
+    Ok(())
+}
+
+/// A write the store refuses for a conflict is counted against its
+/// statement (`conflicts`), not as a call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_writes_are_counted_as_conflicts() -> TestResult {
+    let engine = demo_engine(0).await;
+    engine
+        .collect(
+            "CREATE TABLE stock (shop TEXT NOT NULL, item INT NOT NULL, qty INT, \
+             PRIMARY KEY (shop, item)) WITH (partition_key = '{shop}', row_key = '{item:05}')",
+        )
+        .await?;
+    engine
+        .collect("INSERT INTO stock (shop, item, qty) VALUES ('north', 1, 5)")
+        .await?;
+    for qty in [6, 7] {
+        let again = engine
+            .collect(&format!(
+                "INSERT INTO stock (shop, item, qty) VALUES ('north', 1, {qty})"
+            ))
+            .await;
+        assert!(again.is_err(), "the key exists");
+    }
+    let batches = engine
+        .collect(
+            "SELECT calls, conflicts FROM tablesql_stat_statements \
+             WHERE query LIKE 'INSERT INTO stock%'",
+        )
+        .await?;
+    let b = batches.first().ok_or("a row")?;
+    let n = |c: usize| b.column(c).as_primitive::<Int64Type>().value(0);
+    assert_eq!((b.num_rows(), n(0), n(1)), (1, 1, 2));
     Ok(())
 }
