@@ -132,19 +132,8 @@ pub struct WrittenSpan {
 
 impl WrittenSpan {
     fn add(&mut self, pk: &str, n: u64) {
-        use std::cmp::Ordering::{Greater, Less};
         self.entities += n;
-        match &mut self.keys {
-            None => self.keys = Some((pk.to_owned(), pk.to_owned())),
-            Some((first, last)) => {
-                if cmp_utf16(pk, first) == Less {
-                    pk.clone_into(first);
-                }
-                if cmp_utf16(pk, last) == Greater {
-                    pk.clone_into(last);
-                }
-            }
-        }
+        super::key_order::widen(&mut self.keys, pk, pk);
     }
 }
 

@@ -32,32 +32,40 @@ pub struct KeyOrder {
     pub new_first: u64,
 }
 
+/// Widens `range` to take in `first..=last` (PartitionKeys, in the
+/// storage's order).
+pub fn widen(range: &mut Option<(String, String)>, first: &str, last: &str) {
+    match range {
+        None => *range = Some((first.to_owned(), last.to_owned())),
+        Some((lo, hi)) => {
+            if cmp_utf16(first, lo) == Ordering::Less {
+                first.clone_into(lo);
+            }
+            if cmp_utf16(last, hi) == Ordering::Greater {
+                last.clone_into(hi);
+            }
+        }
+    }
+}
+
 impl KeyOrder {
     /// A statement that wrote `n` entities to PartitionKeys from `first` to
     /// `last`.
     pub fn statement(&mut self, first: &str, last: &str, n: u64) {
-        match &mut self.range {
-            None => self.range = Some((first.to_owned(), last.to_owned())),
-            Some((lo, hi)) => {
-                self.compared += n;
-                let past_last = cmp_utf16(first, hi) != Ordering::Less;
-                let before_first = cmp_utf16(last, lo) != Ordering::Greater;
-                if past_last {
-                    self.at_last += n;
-                }
-                if before_first {
-                    self.at_first += n;
-                }
-                if cmp_utf16(last, hi) == Ordering::Greater {
-                    self.new_last += u64::from(past_last);
-                    last.clone_into(hi);
-                }
-                if cmp_utf16(first, lo) == Ordering::Less {
-                    self.new_first += u64::from(before_first);
-                    first.clone_into(lo);
-                }
+        if let Some((lo, hi)) = &self.range {
+            self.compared += n;
+            let past_last = cmp_utf16(first, hi) != Ordering::Less;
+            let before_first = cmp_utf16(last, lo) != Ordering::Greater;
+            if past_last {
+                self.at_last += n;
+                self.new_last += u64::from(cmp_utf16(last, hi) == Ordering::Greater);
+            }
+            if before_first {
+                self.at_first += n;
+                self.new_first += u64::from(cmp_utf16(first, lo) == Ordering::Less);
             }
         }
+        widen(&mut self.range, first, last);
     }
 
     /// The last PartitionKey written, if any.

@@ -170,7 +170,6 @@ pub fn storage_cause<'a>(
 /// entity's state (409: exists or missing; 412: changed under its ETag), or
 /// the same refusal made before sending (`DuplicateKey`: the key exists).
 pub fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
-    use crate::storage::StorageError;
     let mut cause = Some(e);
     while let Some(c) = cause {
         if let Some(ExecError::DuplicateKey { .. }) = c.downcast_ref::<ExecError>() {
@@ -178,12 +177,5 @@ pub fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
         }
         cause = c.source();
     }
-    matches!(
-        storage_cause(e),
-        Some(
-            StorageError::EntityAlreadyExists { .. }
-                | StorageError::EntityNotFound { .. }
-                | StorageError::PreconditionFailed { .. }
-        )
-    )
+    storage_cause(e).is_some_and(crate::storage::StorageError::is_conflict)
 }

@@ -29,7 +29,7 @@ impl ObservedStore {
     /// A write of `n` entities to one partition that ended with `error`,
     /// if any: a conflict counts as one, other failures not at all.
     fn wrote(&self, table: &TableName, pk: &PartitionKey, n: u64, error: Option<&StorageError>) {
-        let conflict = error.is_some_and(is_conflict);
+        let conflict = error.is_some_and(StorageError::is_conflict);
         if error.is_none() || conflict {
             self.workload
                 .wrote(table.as_str(), pk.as_str(), n, conflict);
@@ -43,17 +43,6 @@ impl ObservedStore {
             counts.push((pk.as_str(), 0));
         }
         self.workload.read(table.as_str(), counts);
-    }
-}
-
-/// Whether the store refused a batch for the state of an entity.
-fn is_conflict(e: &StorageError) -> bool {
-    match e {
-        StorageError::EntityAlreadyExists { .. }
-        | StorageError::EntityNotFound { .. }
-        | StorageError::PreconditionFailed { .. } => true,
-        StorageError::Batch { source, .. } => is_conflict(source),
-        _ => false,
     }
 }
 

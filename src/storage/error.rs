@@ -206,6 +206,18 @@ impl StorageError {
         )
     }
 
+    /// Whether the store refused a write for an entity's state: 409 (it
+    /// exists, or is missing) or 412 (it changed under its ETag), looking
+    /// through a batch wrapper.
+    pub fn is_conflict(&self) -> bool {
+        matches!(
+            self.root(),
+            StorageError::EntityAlreadyExists { .. }
+                | StorageError::EntityNotFound { .. }
+                | StorageError::PreconditionFailed { .. }
+        )
+    }
+
     /// The error of the operation itself, looking through a batch wrapper.
     pub fn root(&self) -> &StorageError {
         match self {

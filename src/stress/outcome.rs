@@ -7,7 +7,7 @@ use std::time::Duration;
 use super::{ClientRun, StressOptions};
 use crate::engine::EngineError;
 use crate::exec::workload::PartitionTraffic;
-use crate::storage::{ServiceCounters, StorageError};
+use crate::storage::ServiceCounters;
 
 /// Statements that failed, by why.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
@@ -29,11 +29,7 @@ impl Failures {
     pub(crate) fn add(&mut self, e: &EngineError) {
         let (kind, count) = match e.storage_cause() {
             Some(s) if s.is_retryable() => ("unavailable", &mut self.unavailable),
-            Some(
-                StorageError::EntityAlreadyExists { .. }
-                | StorageError::EntityNotFound { .. }
-                | StorageError::PreconditionFailed { .. },
-            ) => ("conflict", &mut self.conflicts),
+            Some(s) if s.is_conflict() => ("conflict", &mut self.conflicts),
             _ => ("other", &mut self.other),
         };
         *count += 1;
