@@ -50,18 +50,26 @@ use crate::planner::subquery_rules::{
 use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 
+mod apply;
 mod describe;
+mod follow;
 mod indexes;
+mod kind;
 mod paging;
 mod prepared;
 
 pub use crate::exec::upkeep::IndexHealth;
+pub use apply::Applied;
 pub use describe::{IndexInfo, TableInfo, describe_catalog};
+pub use follow::DEFAULT_CATALOG_CHECK;
+pub use kind::StatementKind;
 pub use paging::ResultPage;
 pub use prepared::{PreparedStatement, bind};
 
 /// The schema that holds every storage table read raw.
 pub const RAW_SCHEMA: &str = "raw";
+/// The schema of mapped tables (DataFusion's default).
+const PUBLIC_SCHEMA: &str = "public";
 
 /// A failure of the engine.
 #[derive(Debug, thiserror::Error)]
@@ -90,7 +98,7 @@ impl EngineError {
 }
 
 /// Options of an engine.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy)]
 pub struct EngineOptions {
     /// Scan tuning (requests in flight).
     pub scan: ScanOptions,
@@ -100,6 +108,20 @@ pub struct EngineOptions {
     /// What a statement reading every partition of a table gets, until a
     /// session's `SET tablesql.scan_policy` says otherwise.
     pub scan_policy: ScanPolicy,
+    /// How often a statement reads whether the stored catalog changed
+    /// elsewhere (one point read; see `Engine::follow_catalog`).
+    pub catalog_check: std::time::Duration,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        Self {
+            scan: ScanOptions::default(),
+            disable_pushdown: false,
+            scan_policy: ScanPolicy::default(),
+            catalog_check: DEFAULT_CATALOG_CHECK,
+        }
+    }
 }
 
 /// DataFusion's optimizer rules, with [`ExtractSubqueries`] around its
@@ -135,6 +157,8 @@ pub struct Engine {
     /// Raised by every change of the tables registered: prepared
     /// statements planned under an older version plan again.
     catalog_version: Arc<std::sync::atomic::AtomicU64>,
+    /// The stored catalog's version the tables reflect (`follow`).
+    watch: Arc<follow::CatalogWatch>,
     /// What statements asked of each partition (`tablesql_stat_partitions`).
     workload: Arc<Workload>,
 }
@@ -244,6 +268,7 @@ impl Engine {
             stats,
             sequences,
             catalog_version: Arc::default(),
+            watch: Arc::default(),
             workload,
         };
         engine.refresh().await?;
@@ -275,23 +300,27 @@ impl Engine {
     /// Re-reads the catalog and the store's tables and registers them anew:
     /// mapped tables by their SQL names, every storage table in schema `raw`,
     /// and unmapped ones also by their lower-cased names.
-    pub async fn refresh(&self) -> Result<(), EngineError> {
+    /// Both schemas are built aside and put in place at once, so that a
+    /// statement planning meanwhile sees the old tables or the new, never
+    /// a schema half filled.
+    async fn reload(&self) -> Result<(), EngineError> {
         let defs = persist::load(self.store.as_ref()).await?;
         self.stats
             .replace_all(stats::load_all(self.store.as_ref()).await?);
         let raw = Arc::new(MemorySchemaProvider::new());
-        let public = self.public_schema()?;
+        let old = self.public_schema()?;
+        let public: Arc<dyn SchemaProvider> = Arc::new(MemorySchemaProvider::new());
         // Tables the embedder registered on the context stay.
-        for name in public.table_names() {
-            if let Some(t) = public.table(&name).await? {
+        for name in old.table_names() {
+            if let Some(t) = old.table(&name).await? {
                 let any: &dyn std::any::Any = t.as_ref();
-                if any.is::<StoreTable>() {
-                    public.deregister_table(&name)?;
+                if !any.is::<StoreTable>() {
+                    public.register_table(name, t)?;
                 }
             }
         }
         for def in &defs {
-            self.register_mapped(def.clone())?;
+            self.register_mapped_in(public.as_ref(), def.clone())?;
         }
         for table in self.store.list_tables().await? {
             if table.as_str().eq_ignore_ascii_case(CATALOG_TABLE) {
@@ -306,6 +335,7 @@ impl Engine {
         }
         if let Some(catalog) = self.ctx.catalog("datafusion") {
             catalog.register_schema(RAW_SCHEMA, raw)?;
+            catalog.register_schema(PUBLIC_SCHEMA, public)?;
         }
         // Raised once the tables are in place: a statement planned while
         // they changed carries the old version and is planned again.
@@ -321,7 +351,7 @@ impl Engine {
     fn public_schema(&self) -> Result<Arc<dyn SchemaProvider>, EngineError> {
         self.ctx
             .catalog("datafusion")
-            .and_then(|c| c.schema("public"))
+            .and_then(|c| c.schema(PUBLIC_SCHEMA))
             .ok_or_else(|| DataFusionError::Internal("no default schema".into()).into())
     }
 
@@ -338,16 +368,24 @@ impl Engine {
     /// Registers a mapped table, in place of a store table of the same name
     /// (a raw alias, or an older mapping).
     fn register_mapped(&self, def: TableDef) -> Result<(), EngineError> {
+        self.register_mapped_in(self.public_schema()?.as_ref(), def)?;
+        self.catalog_changed();
+        Ok(())
+    }
+
+    fn register_mapped_in(
+        &self,
+        schema: &dyn SchemaProvider,
+        def: TableDef,
+    ) -> Result<(), EngineError> {
         let name = def.name.clone();
         let layout = Layout::mapped(Arc::new(def));
         let defaults = self.column_defaults(&layout)?;
         let provider = Arc::new(self.provider(layout).with_defaults(defaults));
-        let public = self.public_schema()?;
-        if public.table_exist(&name) {
-            public.deregister_table(&name)?;
+        if schema.table_exist(&name) {
+            schema.deregister_table(&name)?;
         }
-        public.register_table(name, provider)?;
-        self.catalog_changed();
+        schema.register_table(name, provider)?;
         Ok(())
     }
 
@@ -413,6 +451,9 @@ impl Engine {
         for seq in def.columns.iter().filter_map(|c| c.identity.as_ref()) {
             sequence::create(self.store.as_ref(), seq, replace).await?;
         }
+        // Not while the tables reload: the reload would put back a schema
+        // read before this table was there.
+        let _reloading = self.watch.lock().await;
         persist::save(self.store.as_ref(), &def, replace).await?;
         self.register_mapped(def)?;
         Ok(())
@@ -451,6 +492,7 @@ impl Engine {
     /// Under `tablesql.page_size` a query of one table runs here, as one
     /// page ([`Self::session_page`]).
     pub async fn statement(&self, statement: Statement) -> Result<DataFrame, EngineError> {
+        self.follow_catalog().await?;
         if self.transaction_statement(&statement).await? {
             return Ok(self.ctx.read_empty()?);
         }

@@ -7,6 +7,7 @@
 //! Tables without a definition are read raw with an inferred schema ([`raw`]).
 
 pub mod ddl;
+pub mod files;
 pub mod persist;
 pub mod raw;
 pub mod secret;

@@ -1,10 +1,13 @@
 //! The catalog persisted in the store itself: one entity per mapped table in
 //! the storage table `TablesqlCatalog`, holding the table's canonical DDL, so
-//! that every front end over one store reads the same definitions.
+//! that every front end over one store reads the same definitions. One more
+//! entity, the version, is rewritten after every change: an engine in
+//! another process learns of the change by one point read of its ETag.
 
 use super::{CatalogError, TableDef, ddl};
 use crate::storage::{
-    EdmValue, Entity, PartitionKey, Query, RowKey, StorageError, TableName, TableStore, WriteOp,
+    ETag, EdmValue, Entity, PartitionKey, Query, RowKey, StorageError, TableName, TableStore,
+    WriteOp,
 };
 
 /// The storage table holding the catalog.
@@ -13,6 +16,9 @@ pub const CATALOG_TABLE: &str = "TablesqlCatalog";
 const TABLES_PARTITION: &str = "table";
 /// The version of the stored form; a reader refuses versions it does not know.
 const FORMAT_VERSION: i32 = 1;
+/// The keys of the catalog's version entity (a partition of its own, so
+/// that `load` never reads it as a definition).
+const VERSION_KEYS: (&str, &str) = ("version", "catalog");
 
 /// The catalog's storage table.
 pub(super) fn table() -> Result<TableName, CatalogError> {
@@ -32,6 +38,37 @@ pub async fn load(store: &dyn TableStore) -> Result<Vec<TableDef>, CatalogError>
         Err(e) => return Err(e.into()),
     };
     entities.iter().map(parse).collect()
+}
+
+/// The catalog's version: the ETag of its version entity, which every
+/// change rewrites; `None` before the first change.
+pub async fn version(store: &dyn TableStore) -> Result<Option<ETag>, CatalogError> {
+    let (pk, rk) = version_keys()?;
+    match store.get(&table()?, &pk, &rk).await {
+        Ok(found) => Ok(found.map(|e| e.etag)),
+        Err(StorageError::TableNotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Marks the catalog changed (see [`version`]): called after each change
+/// of a definition or of the statistics, by whoever made it.
+pub async fn touch(store: &dyn TableStore) -> Result<(), CatalogError> {
+    let (pk, rk) = version_keys()?;
+    let at = chrono::Utc::now().to_rfc3339();
+    let entity = Entity::new(pk, rk).with("changed_at", EdmValue::String(at));
+    store
+        .execute(&table()?, WriteOp::InsertOrReplace(entity))
+        .await?;
+    Ok(())
+}
+
+fn version_keys() -> Result<(PartitionKey, RowKey), CatalogError> {
+    let (pk, rk) = VERSION_KEYS;
+    Ok((
+        PartitionKey::new(pk).map_err(StorageError::from)?,
+        RowKey::new(rk).map_err(StorageError::from)?,
+    ))
 }
 
 /// The definition a catalog entity holds.
@@ -79,7 +116,10 @@ pub async fn update(
             .with("definition", EdmValue::String(def.to_ddl()));
         let op = WriteOp::Update(entity, crate::storage::IfMatch::ETag(stored.etag));
         match store.execute(&table()?, op).await {
-            Ok(_) => return Ok(def),
+            Ok(_) => {
+                touch(store).await?;
+                return Ok(def);
+            }
             Err(StorageError::PreconditionFailed { .. }) => continue,
             Err(StorageError::EntityNotFound { .. }) => {
                 return Err(CatalogError::UnknownTable(name.to_owned()));
@@ -117,7 +157,7 @@ pub async fn save(
         WriteOp::Insert(entity)
     };
     match store.execute(&table, op).await {
-        Ok(_) => Ok(()),
+        Ok(_) => touch(store).await,
         Err(StorageError::EntityAlreadyExists { .. }) => {
             Err(CatalogError::TableExists(def.name.clone()))
         }
@@ -133,7 +173,7 @@ pub async fn remove(store: &dyn TableStore, name: &str) -> Result<(), CatalogErr
         if_match: crate::storage::IfMatch::Any,
     };
     match store.execute(&table()?, op).await {
-        Ok(_) => Ok(()),
+        Ok(_) => touch(store).await,
         Err(StorageError::EntityNotFound { .. } | StorageError::TableNotFound(_)) => {
             Err(CatalogError::UnknownTable(name.to_owned()))
         }

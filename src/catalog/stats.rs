@@ -195,7 +195,7 @@ pub async fn save(
     store
         .execute(&catalog, WriteOp::InsertOrReplace(summary))
         .await?;
-    Ok(())
+    super::persist::touch(store).await
 }
 
 /// The statistics of every analyzed storage table.

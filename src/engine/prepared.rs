@@ -169,6 +169,7 @@ impl PreparedStatement {
 
     /// The planning to run: planned again when the catalog changed.
     async fn planned(&self) -> Result<Arc<Planned>, EngineError> {
+        self.engine.follow_catalog().await?;
         let current = self.current();
         if current.version == self.engine.catalog_version() {
             return Ok(current);
@@ -235,16 +236,17 @@ impl PreparedStatement {
         };
         let started = std::time::Instant::now();
         let tx = session_transaction(self.engine.context());
-        let read = point.run(tx.as_ref(), params).await?;
-        if let Some(batch) = &read {
-            let run = Run::point(
-                started.elapsed(),
-                batch.num_rows(),
-                point.storage_table().clone(),
-            );
-            self.engine.workload().ran(&self.label, run);
-        }
-        Ok(read)
+        let Some(read) = point.run(tx.as_ref(), params).await? else {
+            return Ok(None);
+        };
+        let run = Run::point(
+            started.elapsed(),
+            read.batch.num_rows(),
+            read.retries,
+            point.storage_table().clone(),
+        );
+        self.engine.workload().ran(&self.label, run);
+        Ok(Some(read.batch))
     }
 
     /// As `Engine::statement`: nothing runs in a failed transaction block

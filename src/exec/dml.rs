@@ -40,6 +40,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{Distribution, EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -54,6 +55,7 @@ pub use upsert::OnExisting;
 use super::ExecError;
 use super::decode::{Layout, Source};
 use super::encode::{Columns, compose, entities, mapped, primary_prefix};
+use super::metrics::ExactCount;
 use super::scan::PartitionScanExec;
 use crate::catalog::TableDef;
 use crate::storage::key::cmp_utf16;
@@ -119,6 +121,10 @@ pub struct DmlExec {
     /// The PartitionKeys its committed writes span, for the workload
     /// statistics' key order.
     span: Arc<std::sync::Mutex<WrittenSpan>>,
+    metrics: ExecutionPlanMetricsSet,
+    /// Retries the store made for the writes and their reads (the input's
+    /// scans count their own).
+    retries: ExactCount,
 }
 
 /// The first and last PartitionKey a statement wrote, and its entities.
@@ -174,6 +180,7 @@ impl DmlExec {
             EmissionType::Final,
             Boundedness::Bounded,
         );
+        let metrics = ExecutionPlanMetricsSet::new();
         Ok(Self {
             op,
             input,
@@ -183,6 +190,8 @@ impl DmlExec {
             properties: Arc::new(properties),
             written: Arc::new(AtomicU64::new(0)),
             span: Arc::default(),
+            retries: ExactCount::register(&metrics, "retries"),
+            metrics,
         })
     }
 
@@ -300,6 +309,10 @@ impl ExecutionPlan for DmlExec {
         Ok(TreeNodeRecursion::Continue)
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     fn with_new_children(
         self: Arc<Self>,
         mut children: Vec<Arc<dyn ExecutionPlan>>,
@@ -351,8 +364,12 @@ impl ExecutionPlan for DmlExec {
         }
         let schema = count_schema();
         let out = schema.clone();
+        let retries = self.retries.clone();
         let run = async move {
-            let result = writer.run(input).await;
+            let store = writer.store.clone();
+            let (result, n) =
+                crate::storage::retries::counted_by(store.as_ref(), writer.run(input)).await;
+            retries.add(n as usize);
             let rows = match result {
                 Ok(()) => writer.written,
                 Err(e) if writer.written > 0 => {

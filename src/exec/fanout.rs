@@ -286,6 +286,8 @@ pub fn spans_partitions(request: &KeyRequest) -> bool {
 pub struct ListingCounters {
     /// Store requests the listings made.
     pub requests: ExactCount,
+    /// Retries the store made for them.
+    pub retries: ExactCount,
 }
 
 /// The requests a scan runs, in key order: `requests` as given, except that
@@ -417,10 +419,12 @@ fn split(split: Split, state: State) -> BoxStream<'static, Result<KeyRequest>> {
             if state.done {
                 return None;
             }
-            let page = split
+            let listing = split
                 .store
-                .partitions(&split.table, &split.range, state.after.as_ref())
-                .await;
+                .partitions(&split.table, &split.range, state.after.as_ref());
+            let (page, retries) =
+                crate::storage::retries::counted_by(split.store.as_ref(), listing).await;
+            split.counters.retries.add(retries as usize);
             match page {
                 Err(e) => {
                     state.done = true;
@@ -471,6 +475,7 @@ mod tests {
         };
         let counters = ListingCounters {
             requests: ExactCount::default(),
+            retries: ExactCount::default(),
         };
         let t = TableName::new("fanned").expect("name");
         expand(store, t, vec![request], Fanout::Partitions, None, counters)

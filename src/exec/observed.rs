@@ -143,6 +143,10 @@ impl TableStore for ObservedStore {
         self.inner.service_counters()
     }
 
+    fn retries_requests(&self) -> bool {
+        self.inner.retries_requests()
+    }
+
     // Passed on, not left to the default (a batch of one): a store may
     // send one write otherwise (Azure: a plain PUT, not a `$batch`).
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {

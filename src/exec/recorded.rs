@@ -81,7 +81,7 @@ fn keep_positions(statement: &mut Statement) {
 }
 
 /// What the scans of an executed plan did: entities examined and returned,
-/// requests, and their access paths.
+/// requests, and their access paths; and the retries of its scans and writes.
 pub fn plan_run(plan: &Arc<dyn ExecutionPlan>, run: &mut Run) {
     let mut paths: Vec<&'static str> = Vec::new();
     let mut stack = vec![plan];
@@ -110,6 +110,7 @@ pub fn plan_run(plan: &Arc<dyn ExecutionPlan>, run: &mut Run) {
                     "entities_scanned" => run.scanned += n,
                     "entities_returned" => run.returned += n,
                     "requests" => run.requests += n,
+                    "retries" => run.retries += n,
                     _ => {}
                 }
             }

@@ -99,6 +99,8 @@ struct Counters {
     scanned: ExactCount,
     returned: ExactCount,
     requests: ExactCount,
+    /// Retries the store made for the scan's requests.
+    retries: ExactCount,
     partitions: ExactCount,
     listing_requests: ExactCount,
     peak_in_flight: ExactCount,
@@ -292,6 +294,7 @@ impl Counters {
             scanned: m("entities_scanned"),
             returned: m("entities_returned"),
             requests: m("requests"),
+            retries: m("retries"),
             partitions: m("partitions"),
             listing_requests: m("listing_requests"),
             peak_in_flight: m("peak_in_flight"),
@@ -372,7 +375,8 @@ impl RequestRun {
         }
     }
 
-    /// One store request: counted, and holding a permit while in flight.
+    /// One store request: counted with its retries, and holding a permit
+    /// while in flight.
     async fn request<T>(&self, call: impl Future<Output = crate::storage::Result<T>>) -> Result<T> {
         use std::sync::atomic::Ordering;
         self.counters.requests.add(1);
@@ -385,7 +389,10 @@ impl RequestRun {
         self.counters.peak_in_flight.raise_to(now);
         // Counted down on drop too: an aborted request is no longer in flight.
         let _landed = InFlight(&self.counters.in_flight);
-        Ok(call.await.map_err(ExecError::from)?)
+        let (answer, retries) =
+            crate::storage::retries::counted_by(self.store.as_ref(), call).await;
+        self.counters.retries.add(retries as usize);
+        Ok(answer.map_err(ExecError::from)?)
     }
 
     async fn pump(
@@ -725,6 +732,7 @@ impl ExecutionPlan for PartitionScanExec {
             self.path.partition_bound.clone(),
             ListingCounters {
                 requests: counters.listing_requests.clone(),
+                retries: counters.retries.clone(),
             },
         );
         // Each request runs as a task, started at most `width` ahead of the

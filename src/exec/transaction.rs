@@ -398,6 +398,10 @@ impl TableStore for TxStore {
         self.inner.service_counters()
     }
 
+    fn retries_requests(&self) -> bool {
+        self.inner.retries_requests()
+    }
+
     async fn create_table(&self, table: &TableName) -> Result<()> {
         self.inner.create_table(table).await
     }

@@ -104,6 +104,8 @@ pub struct Run {
     pub returned: u64,
     /// Requests its scans sent.
     pub requests: u64,
+    /// Retries the store made for its requests, reads and writes.
+    pub retries: u64,
     /// Its access path (`point`, `row_range`, `full_scan`, ... joined by
     /// `+`; `none` where it read no table).
     pub path: Cow<'static, str>,
@@ -118,9 +120,9 @@ pub struct Run {
 }
 
 impl Run {
-    /// A point read of `rows` entities of `table`, by one request
-    /// (`planner::point`).
-    pub fn point(elapsed: Duration, rows: usize, table: Arc<str>) -> Self {
+    /// A point read of `rows` entities of `table`, by one request that took
+    /// `retries` (`planner::point`).
+    pub fn point(elapsed: Duration, rows: usize, retries: u64, table: Arc<str>) -> Self {
         let rows = rows as u64;
         Self {
             elapsed,
@@ -128,6 +130,7 @@ impl Run {
             scanned: rows,
             returned: rows,
             requests: 1,
+            retries,
             path: Cow::Borrowed("point"),
             whole: None,
             table: Some(table),
@@ -155,6 +158,8 @@ pub struct StatementStats {
     pub returned: u64,
     /// Requests, all runs.
     pub requests: u64,
+    /// Retries the store made, all runs.
+    pub retries: u64,
     /// Runs that failed because the store refused a write for a conflict
     /// (409, 412); not counted in `calls`.
     pub conflicts: u64,
@@ -180,6 +185,7 @@ impl StatementStats {
         self.scanned += run.scanned;
         self.returned += run.returned;
         self.requests += run.requests;
+        self.retries += run.retries;
         self.path = run.path;
         self.whole = run.whole;
         self.table = run.table;

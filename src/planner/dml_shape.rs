@@ -39,7 +39,7 @@ impl AnalyzerRule for DmlShape {
                 } else {
                     "UPDATE"
                 };
-                bad = refusal(input.as_ref()).map(|what| format!("{op} with {what}"));
+                bad = refusal(input.as_ref())?.map(|what| format!("{op} with {what}"));
             }
             Ok(if bad.is_some() {
                 TreeNodeRecursion::Stop
@@ -60,15 +60,17 @@ impl AnalyzerRule for DmlShape {
     }
 }
 
-/// What in a DML input the provider could not honour, if anything.
-fn refusal(input: &LogicalPlan) -> Option<&'static str> {
+/// What in a DML input the provider could not honour, if anything. A walk
+/// that fails is an error, never a pass: this check guards what a write
+/// may touch.
+fn refusal(input: &LogicalPlan) -> Result<Option<&'static str>> {
     let mut found = None;
-    let _ = input.apply(|node| {
+    input.apply(|node| {
         let mut subquery = false;
-        let _ = node.apply_subqueries(|_| {
+        node.apply_subqueries(|_| {
             subquery = true;
             Ok(TreeNodeRecursion::Stop)
-        });
+        })?;
         found = match node {
             _ if subquery => Some("a subquery"),
             LogicalPlan::Projection(_)
@@ -84,8 +86,8 @@ fn refusal(input: &LogicalPlan) -> Option<&'static str> {
         } else {
             TreeNodeRecursion::Continue
         })
-    });
-    found
+    })?;
+    Ok(found)
 }
 
 /// Replaces a DELETE or UPDATE whose input no longer scans its table (the

@@ -27,6 +27,7 @@ use crate::exec::transaction::Transaction;
 use crate::keys::{KeyBounds, KeyValue};
 use crate::storage::{
     ContinuationToken, PartitionKey, Query, RowKey, RowSink, StorageError, TableName, TableStore,
+    retries,
 };
 
 /// Where a key field's value comes from at each run.
@@ -157,7 +158,7 @@ impl PointRead {
         &self,
         tx: Option<&Arc<Transaction>>,
         params: &ParamValues,
-    ) -> Result<Option<RecordBatch>> {
+    ) -> Result<Option<PointAnswer>> {
         let (Some(partition), Some(row)) = (
             key_values(&self.partition, params),
             key_values(&self.row, params),
@@ -169,6 +170,7 @@ impl PointRead {
             return Ok(None);
         };
         let mut sink = BatchSink::new(self.decode.clone(), 1);
+        let mut retries = 0;
         if !self.empty {
             let Ok(pk) = def.partition_key.compose(&partition) else {
                 return Ok(None);
@@ -198,48 +200,65 @@ impl PointRead {
                 query.select.clone_from(&self.select);
                 first(store.as_ref(), &layout.table, &query, sink).await
             };
-            sink = read.map_err(|e| DataFusionError::External(Box::new(ExecError::from(e))))?;
+            (sink, retries) =
+                read.map_err(|e| DataFusionError::External(Box::new(ExecError::from(e))))?;
         }
         let (batch, _) = sink
             .finish()
             .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        Ok(Some(match &self.output {
+        let batch = match &self.output {
             Some(output) => batch.project(output)?,
             None => batch,
-        }))
+        };
+        Ok(Some(PointAnswer { batch, retries }))
     }
 }
 
-/// The entity at `(pk, rk)`, if any, into `sink`.
+/// What a point read found.
+#[derive(Debug)]
+pub struct PointAnswer {
+    /// No row or one.
+    pub batch: RecordBatch,
+    /// Retries the store made for it (see `storage::retries`).
+    pub retries: u64,
+}
+
+/// The entity at `(pk, rk)`, if any, into `sink`; and the store's retries.
+/// Only the store's call is counted: its future is small to move, where
+/// this function's, holding the sink, is not.
 async fn get(
     store: &dyn TableStore,
     table: &TableName,
     pk: &PartitionKey,
     rk: &RowKey,
     mut sink: BatchSink,
-) -> Result<BatchSink, StorageError> {
-    if let Some(e) = store.get(table, pk, rk).await? {
+) -> Result<(BatchSink, u64), StorageError> {
+    let (found, retries) = retries::counted_by(store, store.get(table, pk, rk)).await;
+    if let Some(e) = found? {
         // A `Break` here means the sink kept an error: `finish` returns it.
         let _ = sink.push(&e);
     }
-    Ok(sink)
+    Ok((sink, retries))
 }
 
 /// The first entity `query` (of `top` 1) finds, following tokens past
-/// empty pages, into `sink`.
+/// empty pages, into `sink`; and the store's retries.
 async fn first(
     store: &dyn TableStore,
     table: &TableName,
     query: &Query,
     mut sink: BatchSink,
-) -> Result<BatchSink, StorageError> {
+) -> Result<(BatchSink, u64), StorageError> {
     let mut token: Option<ContinuationToken> = None;
+    let mut retries = 0;
     loop {
-        let (end, filled) = page_into(store, table, query, token.as_ref(), sink).await?;
-        sink = filled;
+        let (page, n) =
+            retries::counted_by(store, page_into(store, table, query, token.as_ref(), sink)).await;
+        let (end, filled) = page?;
+        (sink, retries) = (filled, retries + n);
         match end.continuation {
             Some(next) if end.returned == 0 => token = Some(next),
-            _ => return Ok(sink),
+            _ => return Ok((sink, retries)),
         }
     }
 }

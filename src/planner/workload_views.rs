@@ -63,6 +63,7 @@ impl WorkloadView {
             count("entities_returned"),
             Field::new("density", DataType::Float64, true),
             count("requests"),
+            count("retries"),
             count("conflicts"),
             Field::new("access_path", DataType::Utf8, false),
         ]));
@@ -124,6 +125,7 @@ fn statements_batch(schema: &SchemaRef, rows: &[(String, StatementStats)]) -> Re
             count(|s| s.returned),
             Arc::new(density),
             count(|s| s.requests),
+            count(|s| s.retries),
             count(|s| s.conflicts),
             Arc::new(
                 rows.iter()

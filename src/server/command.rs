@@ -9,7 +9,7 @@ use std::time::Duration;
 use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::sql::sqlparser::ast::{
-    Declare, Expr, FetchDirection, ObjectType, Set, Statement, TransactionMode, Value,
+    Declare, Expr, FetchDirection, Set, Statement, TransactionMode, Value,
 };
 use pgwire::api::Type;
 use pgwire::api::portal::{Format, Portal};
@@ -25,6 +25,7 @@ use super::sqlstate::{
     ACTIVE_TRANSACTION, DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME,
     INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, engine_error, error,
 };
+use crate::engine::StatementKind;
 use crate::planner::identity::{PG_VERSION, PG_VERSION_NUM};
 use crate::planner::settings::TablesqlConfig;
 
@@ -84,7 +85,8 @@ impl Default for Vars {
             ("statement_timeout", "0"),
             // No JIT compiler here; asyncpg turns it off on connect.
             ("jit", "off"),
-            // No writes through SQL, so every read sees committed entities.
+            // Each read sees the entities committed when it reads (and a
+            // transaction block's own buffered writes): read committed.
             ("transaction_isolation", "read committed"),
             ("default_transaction_isolation", "read committed"),
             ("default_transaction_read_only", "off"),
@@ -196,7 +198,7 @@ pub fn set_target(statement: &Statement) -> Option<PgWireResult<(String, String)
         )),
         Set::SetTimeZone { value, .. } => Ok(("timezone".to_owned(), expr_text(value))),
         // SET SESSION CHARACTERISTICS AS TRANSACTION ...: recorded for SHOW.
-        // There are no writes through SQL, so every level reads the same.
+        // Every level runs as read committed (the store has no snapshots).
         Set::SetTransaction { modes, .. } => match modes.first() {
             Some(TransactionMode::IsolationLevel(level)) => Ok((
                 "default_transaction_isolation".to_owned(),
@@ -472,24 +474,20 @@ pub async fn ddl(
     statement: &Statement,
     in_transaction: bool,
 ) -> PgWireResult<(Response, Vec<String>)> {
-    let tag = match statement {
-        Statement::CreateTable(_) => "CREATE TABLE",
-        Statement::Drop {
-            object_type: ObjectType::Table,
-            ..
-        } => "DROP TABLE",
-        Statement::Analyze(_) => "ANALYZE",
-        Statement::CreateSequence { .. } => "CREATE SEQUENCE",
-        Statement::Drop {
-            object_type: ObjectType::Sequence,
-            ..
-        } => "DROP SEQUENCE",
-        Statement::CreateIndex(_) => "CREATE INDEX",
-        Statement::Drop {
-            object_type: ObjectType::Index,
-            ..
-        } => "DROP INDEX",
-        other => return Err(not_supported(other)),
+    use StatementKind as K;
+    let kind = StatementKind::of(statement);
+    let tag = match (kind, kind.tag()) {
+        (
+            K::CreateTable
+            | K::DropTable
+            | K::Analyze
+            | K::CreateSequence
+            | K::DropSequence
+            | K::CreateIndex
+            | K::DropIndex,
+            Some(tag),
+        ) => tag,
+        _ => return Err(not_supported(statement)),
     };
     if in_transaction {
         return Err(error(

@@ -39,7 +39,7 @@ use super::sqlstate::{
     parser_error,
 };
 use super::vectors;
-use crate::engine::Engine;
+use crate::engine::{Engine, StatementKind};
 use crate::exec::DmlExec;
 use crate::exec::recorded::{normalize, plan_run, recorded};
 use crate::exec::workload::Run;
@@ -71,7 +71,8 @@ pub enum Kind {
         plan: LogicalPlan,
         params: Vec<Option<DataType>>,
         param_types: Vec<Type>,
-        write: Option<&'static str>,
+        /// The kind of a statement that writes rows.
+        write: Option<StatementKind>,
         /// A query that reads one entity by its primary key, planned
         /// whole, with the catalog version it was planned under.
         point: Option<(Arc<PointRead>, u64)>,
@@ -113,6 +114,15 @@ impl Planner {
         }
     }
 
+    /// Catches up with catalog changes made by other servers and
+    /// processes (`Engine::follow_catalog`): called as each statement starts.
+    pub async fn follow_catalog(&self) -> PgWireResult<()> {
+        self.engine
+            .follow_catalog()
+            .await
+            .map_err(|e| super::sqlstate::engine_error(&e))
+    }
+
     /// Splits and parses a query string.
     pub fn parse(&self, sql: &str) -> PgWireResult<Vec<Statement>> {
         self.engine.parse(sql).map_err(|e| parser_error(&e))
@@ -120,7 +130,8 @@ impl Planner {
 
     /// What Parse keeps of one statement.
     pub async fn prepare(&self, sql: &str, statement: Statement) -> PgWireResult<Prepared> {
-        let write = write_tag(&statement);
+        self.follow_catalog().await?;
+        let write = write_kind(&statement);
         let text = statement.to_string();
         let label = normalize(&statement);
         let oids = params::oid_placeholders(&statement);
@@ -233,10 +244,10 @@ impl Planner {
         statement: Statement,
         guard: Guard,
     ) -> PgWireResult<Response> {
-        let tag = write_tag(&statement).ok_or_else(|| internal("not a write"))?;
+        let kind = write_kind(&statement).ok_or_else(|| internal("not a write"))?;
         let label = normalize(&statement);
         let plan = self.logical(statement).await?;
-        self.write(&plan, tag, label, guard).await
+        self.write(&plan, kind, label, guard).await
     }
 
     /// Binds a portal's values into its prepared write and runs it.
@@ -249,7 +260,7 @@ impl Planner {
         let Kind::Query {
             plan,
             params,
-            write: Some(tag),
+            write: Some(kind),
             ..
         } = &prepared.kind
         else {
@@ -257,7 +268,8 @@ impl Planner {
         };
         let values = self.values(portal)?;
         let plan = bind(plan, params, &values)?;
-        self.write(&plan, tag, prepared.label.clone(), guard).await
+        self.write(&plan, *kind, prepared.label.clone(), guard)
+            .await
     }
 
     /// Runs a write's plan to the end: its one row is the count of rows
@@ -265,7 +277,7 @@ impl Planner {
     async fn write(
         &self,
         plan: &LogicalPlan,
-        tag: &str,
+        kind: StatementKind,
         label: String,
         mut guard: Guard,
     ) -> PgWireResult<Response> {
@@ -315,10 +327,13 @@ impl Planner {
         };
         plan_run(&physical, &mut run);
         self.engine.workload().ran(&label, run);
-        let tag = match tag {
+        let name = kind
+            .tag()
+            .ok_or_else(|| internal("a write without a tag"))?;
+        let tag = match kind {
             // PostgreSQL's INSERT tag carries an OID, always 0 now.
-            "INSERT" => Tag::new(tag).with_oid(0).with_rows(rows),
-            _ => Tag::new(tag).with_rows(rows),
+            StatementKind::Insert => Tag::new(name).with_oid(0).with_rows(rows),
+            _ => Tag::new(name).with_rows(rows),
         };
         Ok(Response::Execution(tag))
     }
@@ -428,12 +443,14 @@ impl Planner {
                         .map_err(|e| datafusion_error(&e))
                 })
                 .await?;
-            if let Some(batch) = read {
+            if let Some(read) = read {
+                let batch = read.batch;
                 self.engine.workload().ran(
                     &prepared.label,
                     Run::point(
                         started.elapsed(),
                         batch.num_rows(),
+                        read.retries,
                         point.storage_table().clone(),
                     ),
                 );
@@ -583,19 +600,14 @@ pub fn writes(statement: &Statement) -> bool {
             analyze: true,
             statement,
             ..
-        } => write_tag(statement).is_some(),
-        other => write_tag(other).is_some(),
+        } => write_kind(statement).is_some(),
+        other => write_kind(other).is_some(),
     }
 }
 
-/// The command tag of a statement that writes rows, `None` for the rest.
-pub fn write_tag(statement: &Statement) -> Option<&'static str> {
-    match statement {
-        Statement::Insert(_) => Some("INSERT"),
-        Statement::Update { .. } => Some("UPDATE"),
-        Statement::Delete(_) => Some("DELETE"),
-        _ => None,
-    }
+/// The kind of a statement that writes rows, `None` for the rest.
+pub fn write_kind(statement: &Statement) -> Option<StatementKind> {
+    Some(StatementKind::of(statement)).filter(|k| k.writes_rows())
 }
 
 /// The row description of a result (its vector columns as text; in a

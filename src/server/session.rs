@@ -24,7 +24,7 @@ use pgwire::messages::startup::ParameterStatus;
 
 use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
-use super::plan::{Kind, Planner, Stmt, is_query, write_tag, writes};
+use super::plan::{Kind, Planner, Stmt, is_query, write_kind, writes};
 use super::sqlstate::{ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, IN_FAILED_TRANSACTION, error};
 use crate::planner::sequence_functions::SequenceSession;
 
@@ -326,7 +326,7 @@ impl Session {
                 self.send_notices(client, Vec::new()).await?;
                 Ok(Response::Query(rows?))
             }
-            s if write_tag(s).is_some() => {
+            s if write_kind(s).is_some() => {
                 let guard = self.guard(client);
                 let done = self.planner.write_statement(s.clone(), guard).await;
                 self.send_notices(client, Vec::new()).await?;
@@ -393,6 +393,7 @@ impl SimpleQueryHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.start(client);
+        self.planner.follow_catalog().await?;
         let statements = self.planner.parse(query)?;
         let mut responses = Vec::with_capacity(statements.len());
         let mut status = if self.savepoints.take_failed() {
@@ -530,6 +531,7 @@ impl ExtendedQueryHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.start(client);
+        self.planner.follow_catalog().await?;
         match &portal.statement.statement.kind {
             Kind::Query { write, .. } => {
                 if matches!(client.transaction_status(), TransactionStatus::Error) {

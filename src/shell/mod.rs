@@ -25,7 +25,7 @@ use rustyline::history::DefaultHistory;
 use rustyline::{CompletionType, Config, Editor};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, StatementKind};
 use complete::{Names, ShellHelper};
 use meta::Meta;
 use render::{Format, Printer, RenderError};
@@ -212,6 +212,14 @@ impl Shell {
         }
     }
 
+    /// What the statement is (its command tag, whether it writes rows).
+    fn kind_of(&self, sql: &str) -> StatementKind {
+        match self.engine.parse(sql).as_deref() {
+            Ok([statement, ..]) => StatementKind::of(statement),
+            _ => StatementKind::Other,
+        }
+    }
+
     async fn statement(&mut self, sql: &str) -> Result<(), ShellError> {
         let started = Instant::now();
         let stream = self.engine.execute_stream(sql).await;
@@ -221,7 +229,7 @@ impl Shell {
         }
         let stream = stream?;
         let schema = stream.schema();
-        let tag = command_tag(sql);
+        let kind = self.kind_of(sql);
         let paging = self.terminal && self.output.is_none() && self.format == Format::Table;
         let page = match (paging, term::size()) {
             // Room for the table's borders and header, the footer and the prompt.
@@ -238,13 +246,13 @@ impl Shell {
             None => &mut stdout,
         };
         let counted = schema.fields().len() == 1 && schema.field(0).name() == "count";
-        match tag {
+        match kind.tag() {
             // DDL answers with no columns; writes with their count.
-            _ if schema.fields().is_empty() => {
+            tag if schema.fields().is_empty() => {
                 drain(stream).await?;
                 writeln!(out, "{}", tag.unwrap_or("OK"))?;
             }
-            Some(tag @ ("INSERT" | "UPDATE" | "DELETE")) if counted => {
+            Some(tag) if kind.writes_rows() && counted => {
                 let mut n = 0;
                 let mut stream = stream;
                 while let Some(batch) = stream.next().await {
@@ -253,7 +261,11 @@ impl Shell {
                         n += c.iter().flatten().sum::<u64>();
                     }
                 }
-                let oid = if tag == "INSERT" { "0 " } else { "" };
+                let oid = if kind == StatementKind::Insert {
+                    "0 "
+                } else {
+                    ""
+                };
                 writeln!(out, "{tag} {oid}{n}")?;
             }
             _ => {
@@ -285,8 +297,11 @@ impl Shell {
         }
         out.flush()?;
         if matches!(
-            tag,
-            Some("CREATE TABLE" | "DROP TABLE" | "CREATE VIEW" | "DROP VIEW")
+            kind,
+            StatementKind::CreateTable
+                | StatementKind::DropTable
+                | StatementKind::CreateView
+                | StatementKind::DropView
         ) {
             self.refresh_names().await;
         }
@@ -392,40 +407,6 @@ async fn drain(
     Ok(())
 }
 
-/// The statement after its leading comments.
-fn code_of(sql: &str) -> &str {
-    let mut rest = sql.trim_start();
-    loop {
-        if let Some(after) = rest.strip_prefix("--") {
-            rest = after.split_once('\n').map_or("", |(_, r)| r).trim_start();
-        } else if let Some(after) = rest.strip_prefix("/*") {
-            rest = after.split_once("*/").map_or("", |(_, r)| r).trim_start();
-        } else {
-            return rest;
-        }
-    }
-}
-
-/// psql's command tag for statements that answer without rows.
-fn command_tag(sql: &str) -> Option<&'static str> {
-    let words: Vec<String> = code_of(sql)
-        .split_whitespace()
-        .take(2)
-        .map(str::to_uppercase)
-        .collect();
-    match words.first().map(String::as_str)? {
-        "INSERT" => Some("INSERT"),
-        "UPDATE" => Some("UPDATE"),
-        "DELETE" => Some("DELETE"),
-        "CREATE" if words.get(1).is_some_and(|w| w == "TABLE") => Some("CREATE TABLE"),
-        "DROP" if words.get(1).is_some_and(|w| w == "TABLE") => Some("DROP TABLE"),
-        "CREATE" if words.get(1).is_some_and(|w| w == "VIEW") => Some("CREATE VIEW"),
-        "DROP" if words.get(1).is_some_and(|w| w == "VIEW") => Some("DROP VIEW"),
-        "SET" => Some("SET"),
-        _ => None,
-    }
-}
-
 /// Prints an error on stderr as psql does: `ERROR:  message`, and for a
 /// syntax error the line it is on with a caret under the place.
 pub fn report(piece: &Piece, e: &ShellError) {
@@ -480,16 +461,5 @@ mod tests {
         let m = "SQL error: ParserError(\"Expected: an expression, found: FROM at Line: 2, Column: 8\")";
         assert_eq!(position(m), Some((2, 8)));
         assert_eq!(position("no place"), None);
-    }
-
-    #[test]
-    fn tags_of_statements_without_rows() {
-        assert_eq!(command_tag("insert into t values (1)"), Some("INSERT"));
-        assert_eq!(command_tag("CREATE TABLE t (a INT)"), Some("CREATE TABLE"));
-        assert_eq!(command_tag("SELECT 1"), None);
-        assert_eq!(
-            command_tag("-- a note\n/* x */ DELETE FROM t"),
-            Some("DELETE")
-        );
     }
 }

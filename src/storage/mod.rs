@@ -13,6 +13,7 @@ pub mod location;
 pub mod memory;
 pub mod odata;
 pub mod query;
+pub mod retries;
 pub mod table_name;
 pub mod value;
 pub mod view;
@@ -46,7 +47,8 @@ pub struct ServiceCounters {
     pub retries: u64,
     /// Attempts the service refused as busy (503 ServerBusy, 429).
     pub busy: u64,
-    /// Attempts that timed out (408, 504, or no answer in time).
+    /// Attempts that timed out (408, 504, 500 `OperationTimedOut`, or no
+    /// whole answer in time).
     pub timeouts: u64,
 }
 
@@ -69,6 +71,8 @@ pub const DEFAULT_SCAN_BUDGET: usize = 100_000;
 /// A store of tables of entities with Table Storage semantics.
 ///
 /// Every backend passes the one conformance suite (`tests/it/conformance`).
+/// A store that retries a request within one call reports each retry with
+/// [`retries::note`], so that its caller can count them (`retries::counted`).
 #[async_trait]
 pub trait TableStore: Send + Sync + std::fmt::Debug {
     /// Creates a table; fails if one of that name (in any case) exists.
@@ -199,6 +203,13 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
     /// `None` for a store in this process, which has no such answers.
     fn service_counters(&self) -> Option<ServiceCounters> {
         None
+    }
+
+    /// Whether this store retries requests within a call (and reports
+    /// each retry through [`retries::note`]): a remote store does; one in
+    /// this process has nothing to retry, and its callers skip the count.
+    fn retries_requests(&self) -> bool {
+        false
     }
 
     /// How many entities a table holds (a full scan that projects nothing).

@@ -641,3 +641,82 @@ fn stress_azurite() -> TestResult {
     assert!(service.contains(" busy answers, "), "{report}");
     Ok(())
 }
+
+/// `tablesql apply DIR`: the project's `catalog/` onto an empty store, then
+/// again (nothing to do), then a changed copy (one table replaced, a new
+/// file's table created); a bad file anywhere changes nothing.
+#[test]
+fn apply_a_catalog_directory() -> TestResult {
+    let store = tempfile::tempdir()?;
+    let shipped = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("catalog");
+    let apply = |dir: &std::path::Path| stdout_of(tablesql(store.path()).arg("apply").arg(dir));
+    assert_eq!(apply(&shipped)?, "created events\ncreated registrations\n");
+    assert_eq!(
+        apply(&shipped)?,
+        "unchanged events\nunchanged registrations\n"
+    );
+    // The definitions are the store's: SQL in another process plans with them.
+    let plan = stdout_of(tablesql(store.path()).args([
+        "query",
+        "EXPLAIN SELECT city FROM events WHERE event = '2012 Boston Marathon' AND distance = 'Full'",
+    ]))?;
+    assert!(plan.contains("access=point"), "{plan}");
+
+    // A copy with a column added to events and a file of its own.
+    let changed = tempfile::tempdir()?;
+    for name in ["events.sql", "registrations.sql"] {
+        std::fs::copy(shipped.join(name), changed.path().join(name))?;
+    }
+    let events = std::fs::read_to_string(changed.path().join("events.sql"))?;
+    std::fs::write(
+        changed.path().join("events.sql"),
+        events.replace(
+            "cutoff_minutes INT",
+            "cutoff_minutes INT,\n    sponsor TEXT",
+        ),
+    )?;
+    std::fs::write(
+        changed.path().join("sensors.sql"),
+        "-- one sensor's readings\nCREATE TABLE sensors (id TEXT NOT NULL, at INT NOT NULL, v DOUBLE, \
+         PRIMARY KEY (id, at)) WITH (partition_key = '{id}', row_key = '{at:08}');\n",
+    )?;
+    assert_eq!(
+        apply(changed.path())?,
+        "replaced events\nunchanged registrations\ncreated sensors\n"
+    );
+    let columns = stdout_of(tablesql(store.path()).args([
+        "query",
+        "SELECT sponsor FROM events LIMIT 1",
+        "--format",
+        "csv",
+    ]))?;
+    assert!(columns.starts_with("sponsor"), "{columns}");
+
+    // A file that is not a mapping: an error naming it, and nothing stored.
+    std::fs::write(
+        changed.path().join("zz_bad.sql"),
+        "CREATE TABLE plain (x INT);",
+    )?;
+    std::fs::write(
+        changed.path().join("aa_new.sql"),
+        "CREATE TABLE extra (k TEXT NOT NULL, PRIMARY KEY (k)) WITH (partition_key = '{k}', row_key = 'x');",
+    )?;
+    let out = tablesql(store.path())
+        .arg("apply")
+        .arg(changed.path())
+        .output()?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("zz_bad.sql") && err.contains("mappings only"),
+        "{err}"
+    );
+    let tables = stdout_of(tablesql(store.path()).args([
+        "query",
+        "SELECT table_name FROM information_schema.tables WHERE table_name = 'extra'",
+        "--format",
+        "csv",
+    ]))?;
+    assert_eq!(tables.trim(), "table_name", "nothing applied: {tables}");
+    Ok(())
+}

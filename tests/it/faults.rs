@@ -29,6 +29,11 @@ enum Fate {
     Fail(u16),
     /// Answer 503 with `Retry-After: n` seconds.
     Busy(u64),
+    /// Answer 500 `OperationTimedOut`, the service's own timeout.
+    TimedOut,
+    /// Forward, then pass the answer's head on at once and its body after
+    /// this wait (past the client's timeout: the body read times out).
+    StallBody(Duration),
     /// Wait, then forward.
     Delay(Duration),
     /// Wait past the client's request timeout, then forward (the client has
@@ -115,15 +120,18 @@ async fn serve(
             .to_owned();
         let fate = (decide.lock().await)(&first_line);
         match fate {
-            Fate::Fail(_) | Fate::Busy(_) => {
+            Fate::Fail(_) | Fate::Busy(_) | Fate::TimedOut => {
                 counts.failed.fetch_add(1, Ordering::Relaxed);
-                let (status, extra) = match fate {
-                    Fate::Busy(secs) => (503, format!("Retry-After: {secs}\r\n")),
-                    Fate::Fail(status) => (status, String::new()),
+                let (status, extra, code) = match fate {
+                    Fate::Busy(secs) => {
+                        (503, format!("Retry-After: {secs}\r\n"), "ServerBusy".into())
+                    }
+                    Fate::TimedOut => (500, String::new(), "OperationTimedOut".into()),
+                    Fate::Fail(status) => (status, String::new(), format!("Injected{status}")),
                     _ => unreachable!("matched above"),
                 };
                 let body = format!(
-                    "{{\"odata.error\":{{\"code\":\"Injected{status}\",\"message\":{{\"lang\":\"en-US\",\"value\":\"injected\"}}}}}}"
+                    "{{\"odata.error\":{{\"code\":\"{code}\",\"message\":{{\"lang\":\"en-US\",\"value\":\"injected\"}}}}}}"
                 );
                 let answer = format!(
                     "HTTP/1.1 {status} Injected\r\n{extra}Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
@@ -144,9 +152,18 @@ async fn serve(
                 counts.stalled.fetch_add(1, Ordering::Relaxed);
                 tokio::time::sleep(d).await;
             }
-            Fate::Forward | Fate::DropAfter => {}
+            Fate::Forward | Fate::DropAfter | Fate::StallBody(_) => {}
         }
         let answer = forward(upstream, &request).await?;
+        if let Fate::StallBody(wait) = fate {
+            counts.stalled.fetch_add(1, Ordering::Relaxed);
+            let head_end = find(&answer, b"\r\n\r\n").ok_or("an answer without a head")? + 4;
+            client.write_all(&answer[..head_end]).await?;
+            tokio::time::sleep(wait).await;
+            // The client has given up by now; it may have closed.
+            let _ = client.write_all(&answer[head_end..]).await;
+            return Ok(());
+        }
         if fate == Fate::DropAfter {
             counts.dropped_after.fetch_add(1, Ordering::Relaxed);
             return Ok(());
@@ -597,6 +614,152 @@ async fn a_sequence_hands_out_no_value_twice_through_injected_faults() -> TestRe
         "{} values, largest {}, {lost} answers lost",
         all.len(),
         distinct.last().copied().unwrap_or(0)
+    );
+    Ok(())
+}
+
+/// Faults armed by the test as it goes: each `(pattern, fate)` meets the
+/// first request whose line contains the pattern, once; the rest forward.
+type Armed = Arc<std::sync::Mutex<Vec<(&'static str, Fate)>>>;
+
+fn armed() -> (Armed, Decide) {
+    let armed: Armed = Arc::default();
+    let faults = armed.clone();
+    let decide: Decide = Box::new(move |line| {
+        let Ok(mut faults) = faults.lock() else {
+            return Fate::Forward;
+        };
+        match faults.iter().position(|(p, _)| line.contains(p)) {
+            Some(i) => faults.remove(i).1,
+            None => Fate::Forward,
+        }
+    });
+    (armed, decide)
+}
+
+fn arm(armed: &Armed, faults: &[(&'static str, Fate)]) -> TestResult {
+    armed
+        .lock()
+        .map_err(|_| "poisoned")?
+        .extend_from_slice(faults);
+    Ok(())
+}
+
+/// Fails unless every armed fault has met its request.
+fn all_met(armed: &Armed, step: &str) -> TestResult {
+    let left = armed.lock().map_err(|_| "poisoned")?;
+    if left.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("{step}: faults never met: {left:?}").into())
+    }
+}
+
+/// `(query, calls, requests, retries)` of each statement in the view.
+async fn statement_retries(
+    engine: &tablesql::engine::Engine,
+) -> TestResult<Vec<(String, i64, i64, i64)>> {
+    use datafusion::arrow::array::AsArray;
+    use datafusion::arrow::datatypes::Int64Type;
+    let batches = engine
+        .collect("SELECT query, calls, requests, retries FROM tablesql_stat_statements")
+        .await?;
+    let mut rows = Vec::new();
+    for b in &batches {
+        for i in 0..b.num_rows() {
+            let n = |c: usize| b.column(c).as_primitive::<Int64Type>().value(i);
+            let query = b.column(0).as_string::<i32>().value(i).to_owned();
+            rows.push((query, n(1), n(2), n(3)));
+        }
+    }
+    Ok(rows)
+}
+
+/// Each statement's retries land on it in `tablesql_stat_statements`: a
+/// prepared point read, a scan's pages, and a write's batch, each failed
+/// once or twice by the proxy with 503, 500 `OperationTimedOut` or an
+/// answer whose body never comes; the last two count as timeouts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_count_the_retries_their_requests_took() -> TestResult {
+    use datafusion::scalar::ScalarValue;
+    use tablesql::engine::{Engine, EngineOptions};
+    let account = crate::azurite::fresh_account()?;
+    let direct = AzureStore::new(account.clone())?;
+    tablesql::demo::load(&direct, 200, |_, _| {}).await?;
+    let (armed, decide) = armed();
+    let proxy = Proxy::start(upstream()?, decide).await?;
+    let mut config = proxy.config(&account);
+    config.retry.delay = Duration::from_millis(20);
+    config.retry.min_delay = Duration::from_millis(5);
+    config.request_timeout = TIMEOUT;
+    let store = Arc::new(AzureStore::new(config)?);
+    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    engine.collect("SET tablesql.scan_policy = allow").await?;
+    let point = engine
+        .prepare("SELECT name FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3")
+        .await?;
+    let r = tablesql::demo::registration(7);
+    let args = || {
+        vec![
+            ScalarValue::from(r.event),
+            ScalarValue::from(r.distance),
+            ScalarValue::Int32(Some(r.bib)),
+        ]
+    };
+    point.query(args()).await?; // planned, and its statement named, before the count
+    engine.collect("SELECT tablesql_stat_reset()").await?;
+    let before = store.stats();
+
+    // The point read (a query of one entity: its RowKey ends with the
+    // name), refused once as busy.
+    arm(&armed, &[("()?$top=1&", Fate::Fail(503))])?;
+    assert_eq!(point.query(args()).await?[0].num_rows(), 1);
+    all_met(&armed, "the point read")?;
+    point.query(args()).await?; // and once with no fault
+    // A full scan's query pages: one times out at the service, one's body
+    // never comes.
+    arm(
+        &armed,
+        &[
+            ("()?", Fate::TimedOut),
+            ("()?", Fate::StallBody(TIMEOUT * 2)),
+        ],
+    )?;
+    let counted = engine
+        .collect("SELECT count(*) FROM registrations WHERE age > 0")
+        .await?;
+    assert_eq!(counted[0].num_rows(), 1);
+    all_met(&armed, "the scan")?;
+    // A write's batch, refused once as busy.
+    arm(&armed, &[("$batch", Fate::Fail(503))])?;
+    engine
+        .collect(&format!(
+            "UPDATE registrations SET age = age + 1 WHERE event = '{}' AND distance = '{}' AND bib = {}",
+            r.event, r.distance, r.bib
+        ))
+        .await?;
+    all_met(&armed, "the write")?;
+
+    let rows = statement_retries(&engine).await?;
+    let find = |start: &str| {
+        rows.iter()
+            .find(|(q, ..)| q.starts_with(start))
+            .ok_or_else(|| format!("no statement {start}… in {rows:?}"))
+    };
+    let (_, calls, requests, retries) = find("SELECT name FROM registrations")?;
+    assert_eq!((*calls, *requests, *retries), (2, 2, 1), "{rows:?}");
+    let (_, calls, _, retries) = find("SELECT count(*)")?;
+    assert_eq!((*calls, *retries), (1, 2), "{rows:?}");
+    let (_, calls, _, retries) = find("UPDATE registrations")?;
+    assert_eq!((*calls, *retries), (1, 1), "{rows:?}");
+
+    let service = store.stats();
+    assert_eq!(service.retries - before.retries, 4);
+    assert_eq!(service.busy - before.busy, 2);
+    assert_eq!(
+        service.timeouts - before.timeouts,
+        2,
+        "500 OperationTimedOut and a body that never came are timeouts"
     );
     Ok(())
 }

@@ -99,46 +99,83 @@ fn validator(
     actual == expected
 }
 
-fn slt_files() -> Vec<PathBuf> {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/slt");
-    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .expect("tests/slt")
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| p.extension().is_some_and(|x| x == "slt"))
-        .collect();
-    files.sort();
-    files
+fn slt_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/slt")
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqllogictest_files() {
-    let complete = std::env::var_os("TABLESQL_SLT_COMPLETE").is_some();
-    let files = slt_files();
-    assert!(files.len() >= 3, "the slt files are missing");
-    for file in files {
-        // Each file gets its own store, so DDL in one cannot leak into another.
-        let engine = demo_engine(SLT_ROWS).await;
-        let mut runner = sqllogictest::Runner::new(move || {
-            let engine = engine.clone();
-            async move { Ok::<_, EngineError>(Db(engine)) }
-        });
-        runner.with_validator(validator);
-        if complete {
-            runner
-                .update_test_file(
-                    &file,
-                    " ",
-                    validator,
-                    sqllogictest::default_normalizer,
-                    sqllogictest::default_column_validator,
-                )
-                .await
-                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        } else {
-            runner
-                .run_file_async(&file)
-                .await
-                .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
-        }
+/// Runs one file against an engine of its own, so that DDL in one file
+/// cannot leak into another; `TABLESQL_SLT_COMPLETE` rewrites it instead.
+async fn run_file(name: &str) {
+    let file = slt_dir().join(name);
+    let engine = demo_engine(SLT_ROWS).await;
+    let mut runner = sqllogictest::Runner::new(move || {
+        let engine = engine.clone();
+        async move { Ok::<_, EngineError>(Db(engine)) }
+    });
+    runner.with_validator(validator);
+    if std::env::var_os("TABLESQL_SLT_COMPLETE").is_some() {
+        runner
+            .update_test_file(
+                &file,
+                " ",
+                validator,
+                sqllogictest::default_normalizer,
+                sqllogictest::default_column_validator,
+            )
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
+    } else {
+        runner
+            .run_file_async(&file)
+            .await
+            .unwrap_or_else(|e| panic!("{}: {e}", file.display()));
     }
+}
+
+/// One test per file, so that one failing file does not hide another's
+/// result; `every_file_has_its_test` keeps the list whole.
+macro_rules! slt_files {
+    ($($test:ident),* $(,)?) => {
+        const FILES: &[&str] = &[$(concat!(stringify!($test), ".slt")),*];
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $test() {
+                run_file(concat!(stringify!($test), ".slt")).await;
+            }
+        )*
+    };
+}
+
+slt_files!(
+    ddl,
+    indexes,
+    paging,
+    pg_spellings,
+    points,
+    postgres_semantics,
+    ranges,
+    scan_policy,
+    scans,
+    sequences,
+    subqueries,
+    transactions,
+    upserts,
+    writes,
+);
+
+#[test]
+fn every_file_has_its_test() -> std::io::Result<()> {
+    let mut on_disk: Vec<String> = std::fs::read_dir(slt_dir())?
+        .filter_map(|e| e.ok())
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .filter(|name| name.ends_with(".slt"))
+        .collect();
+    on_disk.sort();
+    let mut listed: Vec<String> = FILES.iter().map(|f| (*f).to_owned()).collect();
+    listed.sort();
+    assert_eq!(
+        on_disk, listed,
+        "each tests/slt file needs its line in slt_files!"
+    );
+    Ok(())
 }

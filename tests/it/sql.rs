@@ -686,3 +686,34 @@ async fn prepared_point_reads_follow_the_catalog_and_the_transaction() -> TestRe
     assert!(run_prepared(&get, key()).await?.contains("second"));
     Ok(())
 }
+
+/// Catalog DDL is recognised by its statement, not its first word: a
+/// leading comment (as tools and migration files write them) changes
+/// nothing, through `Engine::sql` and through a prepared statement.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn catalog_ddl_after_a_leading_comment() -> TestResult {
+    let engine = demo_engine(0).await;
+    engine
+        .collect(
+            "-- the readings of one sensor\n/* a block comment */ CREATE TABLE readings \
+             (sensor TEXT NOT NULL, at INT NOT NULL, v INT NOT NULL, PRIMARY KEY (sensor, at)) \
+             WITH (partition_key = '{sensor}', row_key = 'AT:{at:08}')",
+        )
+        .await?;
+    engine
+        .collect("/* x */ INSERT INTO readings (sensor, at, v) VALUES ('s1', 1, 5), ('s1', 2, 15)")
+        .await?;
+    let n = engine
+        .collect("-- a count\nSELECT count(*) FROM readings WHERE sensor = 's1'")
+        .await?;
+    assert_eq!(single_i64(&n), 2);
+    engine
+        .collect("-- the index\nCREATE INDEX by_v ON readings (v)")
+        .await?;
+    assert!(engine.collect("/* gone */ DROP INDEX by_v").await.is_ok());
+    assert!(engine.table_def("readings").await.is_ok());
+    engine.collect("-- gone\nDROP TABLE readings").await?;
+    // The mapping is gone (its entities stay, readable as a raw table).
+    assert!(engine.table_def("readings").await.is_err());
+    Ok(())
+}

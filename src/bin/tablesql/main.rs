@@ -91,6 +91,14 @@ enum Command {
         #[arg(long, requires = "tls_cert")]
         tls_key: Option<std::path::PathBuf>,
     },
+    /// Apply a directory of catalog files (`CREATE TABLE ... WITH (...)`
+    /// mappings in `.sql` files, like the project's `catalog/`) to the store:
+    /// each table created, or replaced where the stored definition differs.
+    /// Every file is checked before anything is stored.
+    Apply {
+        /// The directory.
+        dir: std::path::PathBuf,
+    },
     /// Record a table's per-partition statistics (entities, bytes, guideposts)
     /// in the store, as SQL's `ANALYZE`: scans then fan out by them, one
     /// request per partition or per chunk of a big one.
@@ -297,6 +305,13 @@ async fn main() -> anyhow::Result<()> {
             test.target_per_s = target;
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
             stress(&engine, &test).await
+        }
+        Command::Apply { dir } => {
+            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            for applied in engine.apply_catalog(&dir).await? {
+                println!("{applied}");
+            }
+            Ok(())
         }
         Command::Analyze {
             table,

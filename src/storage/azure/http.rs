@@ -152,7 +152,8 @@ pub struct ClientStats {
     pub retries: u64,
     /// Attempts refused as busy (503, 429).
     pub busy: u64,
-    /// Attempts that timed out (408, 504, or no answer in time).
+    /// Attempts that timed out (408, 504, 500 `OperationTimedOut`, or no
+    /// whole answer in time).
     pub timeouts: u64,
 }
 
@@ -229,6 +230,7 @@ impl Client {
             // A read has nothing to apply; a lost answer to it is just lost.
             answer_lost |= req.method != Method::GET && failure.may_have_applied();
             self.retries.fetch_add(1, Ordering::Relaxed);
+            super::super::retries::note();
         })
         .await;
         match result {
@@ -253,12 +255,11 @@ impl Client {
             .map_err(|_| Failure::Transport("client closed".into()))?;
         self.requests.fetch_add(1, Ordering::Relaxed);
         let built = self.build(req).map_err(Failure::Local)?;
-        let resp = self.http.execute(built).await.map_err(|e| {
-            if e.is_timeout() {
-                self.timeouts.fetch_add(1, Ordering::Relaxed);
-            }
-            Failure::Transport(describe(e))
-        })?;
+        let resp = self
+            .http
+            .execute(built)
+            .await
+            .map_err(|e| self.transport(e))?;
         let status = resp.status();
         match status.as_u16() {
             503 | 429 => self.busy.fetch_add(1, Ordering::Relaxed),
@@ -266,11 +267,9 @@ impl Client {
             _ => 0,
         };
         let headers = resp.headers().clone();
-        let body = resp
-            .bytes()
-            .await
-            .map_err(|e| Failure::Transport(describe(e)))?
-            .to_vec();
+        // The request timeout covers the body too: an answer that stops
+        // midway times out here.
+        let body = resp.bytes().await.map_err(|e| self.transport(e))?.to_vec();
         if status.is_success() {
             return Ok(Response {
                 headers,
@@ -280,6 +279,11 @@ impl Client {
             });
         }
         let (code, message) = parse_error(&headers, &body);
+        // The service's own timeout: 500 with this code (a 408 or 504 was
+        // counted above).
+        if code == "OperationTimedOut" && !matches!(status.as_u16(), 408 | 504) {
+            self.timeouts.fetch_add(1, Ordering::Relaxed);
+        }
         Err(Failure::Status {
             status: status.as_u16(),
             code,
@@ -289,6 +293,15 @@ impl Client {
                 .and_then(|v| v.to_str().ok())
                 .and_then(parse_retry_after),
         })
+    }
+
+    /// An attempt that got no (whole) answer, counted as a timeout if it
+    /// ran out of time.
+    fn transport(&self, e: reqwest::Error) -> Failure {
+        if e.is_timeout() {
+            self.timeouts.fetch_add(1, Ordering::Relaxed);
+        }
+        Failure::Transport(describe(e))
     }
 
     /// The full URL, headers and signature of a request, stamped now.

@@ -241,6 +241,10 @@ fn continuation_position(
 
 #[async_trait]
 impl TableStore for AzureStore {
+    fn retries_requests(&self) -> bool {
+        true
+    }
+
     fn service_counters(&self) -> Option<crate::storage::ServiceCounters> {
         let c = self.client.stats();
         Some(crate::storage::ServiceCounters {

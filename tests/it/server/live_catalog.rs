@@ -1,0 +1,87 @@
+//! Two `tablesql serve` processes over one Azurite account: what one creates
+//! or defines anew, the other plans with at its next statement once the
+//! catalog check (1 s by default) is due, without a restart.
+
+use super::*;
+
+/// How long the other server may take: its check interval, with room for a
+/// loaded machine.
+const WITHIN: Duration = Duration::from_secs(10);
+
+/// Runs `sql` on `client` until `done` accepts the outcome, for at most
+/// `WITHIN`; returns how long that took.
+async fn until<F>(client: &Client, sql: &str, done: F) -> Result<Duration, String>
+where
+    F: Fn(&Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>) -> bool,
+{
+    let started = Instant::now();
+    loop {
+        let outcome = client.simple_query(sql).await;
+        if done(&outcome) {
+            return Ok(started.elapsed());
+        }
+        if started.elapsed() > WITHIN {
+            return Err(format!("{sql}: still {outcome:?} after {WITHIN:?}"));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+fn count_of(outcome: &Result<Vec<SimpleQueryMessage>, tokio_postgres::Error>) -> Option<String> {
+    outcome.as_ref().ok()?.iter().find_map(|m| match m {
+        SimpleQueryMessage::Row(row) => row.get(0).map(str::to_owned),
+        _ => None,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_created_through_one_server_is_queryable_through_another() -> TestResult {
+    let account = crate::azurite::fresh_account()?;
+    let store = crate::azurite::store_argument(&account);
+    let one = serve_store(tempfile::tempdir()?, store.as_ref(), &[])?;
+    let other = serve_store(tempfile::tempdir()?, store.as_ref(), &[])?;
+    let (a, b) = (one.connect().await?, other.connect().await?);
+    // The other server has started and planned before the table exists.
+    let missing = b.simple_query("SELECT count(*) FROM readings").await;
+    assert_eq!(
+        missing.err().and_then(|e| e.code().cloned()),
+        Some(tokio_postgres::error::SqlState::UNDEFINED_TABLE)
+    );
+
+    a.batch_execute(
+        "CREATE TABLE readings (sensor TEXT NOT NULL, at INT NOT NULL, v DOUBLE, \
+         PRIMARY KEY (sensor, at)) WITH (partition_key = '{sensor}', row_key = '{at:08}'); \
+         INSERT INTO readings (sensor, at, v) VALUES ('s1', 1, 0.5), ('s1', 2, 1.5), ('s2', 1, 2.5)",
+    )
+    .await?;
+    let took = until(
+        &b,
+        "SELECT count(*) FROM readings WHERE sensor = 's1'",
+        |o| count_of(o).as_deref() == Some("2"),
+    )
+    .await?;
+    eprintln!("the other server planned with the new table after {took:?}");
+    // A prepared statement on the other server follows too.
+    let by_sensor = b
+        .prepare("SELECT count(*) FROM readings WHERE sensor = $1")
+        .await?;
+    let row = b.query_one(&by_sensor, &[&"s2"]).await?;
+    assert_eq!(row.get::<_, i64>(0), 1);
+
+    // Dropped and defined again through one (a new column): the other
+    // plans with the new definition.
+    a.batch_execute(
+        "DROP TABLE readings; \
+         CREATE TABLE readings (sensor TEXT NOT NULL, at INT NOT NULL, v DOUBLE, unit TEXT, \
+         PRIMARY KEY (sensor, at)) WITH (partition_key = '{sensor}', row_key = '{at:08}'); \
+         INSERT INTO readings (sensor, at, v, unit) VALUES ('s3', 1, 9.5, 'kPa')",
+    )
+    .await?;
+    until(
+        &b,
+        "SELECT unit FROM readings WHERE sensor = 's3' AND at = 1",
+        |o| count_of(o).as_deref() == Some("kPa"),
+    )
+    .await?;
+    Ok(())
+}

@@ -1,0 +1,182 @@
+//! Under load: 100,000 rows in flat memory, 64 clients, and a client that
+//! leaves mid-query.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetch_size_streams_100k_rows_in_flat_memory() -> TestResult {
+    let _cpu = crate::exclusive();
+    let server = serve(100_000, &[])?;
+    let mut client = server.connect().await?;
+    let tx = client.transaction().await?;
+    let statement = tx
+        .prepare("SELECT event, distance, bib, name, gender, age, finish, registered, club FROM registrations")
+        .await?;
+    let portal = tx.bind(&statement, &[]).await?;
+    let mut rows = 0usize;
+    // The scan reads partitions side by side, each a few pages ahead of the
+    // client: memory grows with that width, then must stay flat.
+    let mut rss_start = 0;
+    loop {
+        let page = tx.query_portal(&portal, 1000).await?;
+        if page.is_empty() {
+            break;
+        }
+        assert!(page.len() <= 1000);
+        rows += page.len();
+        if rows == 10_000 {
+            rss_start = server.rss_kib()?;
+        }
+    }
+    let rss_paged = server.rss_kib()?;
+    tx.commit().await?;
+    assert_eq!(rows, 100_000);
+
+    // One Execute without a row limit, read as a stream by the client.
+    let stream = client
+        .query_raw(&statement, std::iter::empty::<i32>())
+        .await?;
+    futures::pin_mut!(stream);
+    let mut streamed = 0usize;
+    while let Some(row) = futures::StreamExt::next(&mut stream).await {
+        row?;
+        streamed += 1;
+    }
+    let rss_streamed = server.rss_kib()?;
+    assert_eq!(streamed, 100_000);
+    eprintln!(
+        "server RSS KiB: start {rss_start}, after pages {rss_paged}, after stream {rss_streamed}"
+    );
+    // The 100,000 rows encoded are about 20 MiB; a server that held them
+    // would grow by that much at least.
+    for (what, rss) in [
+        ("pages of 1,000", rss_paged),
+        ("an unlimited Execute", rss_streamed),
+    ] {
+        let grown = rss.saturating_sub(rss_start);
+        assert!(grown < 12 * 1024, "server RSS grew {grown} KiB over {what}");
+    }
+    Ok(())
+}
+
+#[test]
+fn psycopg_named_cursor_over_100k_rows() -> TestResult {
+    let _cpu = crate::exclusive();
+    let Ok(python) = std::env::var("TABLESQL_TEST_PYTHON") else {
+        return Err("TABLESQL_TEST_PYTHON is not set (scripts/python-env makes it)".into());
+    };
+    let server = serve(100_000, &[])?;
+    let script = r#"
+import sys, psycopg
+assert psycopg.pq.__impl__ == "binary", psycopg.pq.__impl__
+with psycopg.connect(sys.argv[1]) as conn:
+    with conn.cursor(name="regs") as cur:
+        cur.itersize = 1000
+        # A parameter, bound to the DECLARE that psycopg sends.
+        cur.execute("SELECT bib, name, age FROM registrations WHERE age >= %s", (18,))
+        names = [d.name for d in cur.description]
+        n = 0
+        for bib, name, age in cur:
+            assert isinstance(bib, int) and isinstance(name, str)
+            n += 1
+    print(n, ",".join(names))
+"#;
+    let out = Command::new(python)
+        .args(["-c", script, &server.conninfo("tablesql")])
+        .output()?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert_eq!(
+        std::str::from_utf8(&out.stdout)?.trim(),
+        "100000 bib,name,age",
+        "{shown}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn load_64_clients_1000_prepared_points_each() -> TestResult {
+    let _cpu = crate::exclusive();
+    let server = serve(1000, &[])?;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for c in 0..64u64 {
+        let conninfo = server.conninfo("tablesql");
+        tasks.push(tokio::spawn(async move {
+            let client = connect(&conninfo).await?;
+            let statement = client.prepare(POINT).await?;
+            for q in 0..1000u64 {
+                let r = demo::registration((c * 1000 + q * 7) % 1000);
+                let row = client
+                    .query_one(&statement, &[&r.event, &r.distance, &r.bib])
+                    .await?;
+                if row.get::<_, &str>(0) != r.name {
+                    return Err::<usize, Box<dyn std::error::Error + Send + Sync>>(
+                        format!("wrong row for {c}/{q}").into(),
+                    );
+                }
+            }
+            Ok(1000)
+        }));
+    }
+    let mut done = 0;
+    for t in tasks {
+        done += tokio::time::timeout(Duration::from_secs(600), t)
+            .await??
+            .map_err(|e| e.to_string())?;
+    }
+    assert_eq!(done, 64_000);
+    eprintln!("64 x 1000 prepared points in {:?}", started.elapsed());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_disconnects_mid_query_frees_its_work() -> TestResult {
+    let server = serve(1000, &[])?;
+    for _ in 0..8 {
+        let (client, connection) =
+            tokio_postgres::connect(&server.conninfo("tablesql"), NoTls).await?;
+        let socket = tokio::spawn(connection);
+        let running = tokio::spawn(async move { client.simple_query(LONG).await });
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        // Dropping the connection closes the socket mid-query.
+        socket.abort();
+        running.abort();
+    }
+    // The abandoned cross joins do not go on eating the server's CPU: a
+    // scan still answers promptly. (Eight live ones would each hold a core.)
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let cpu_before = cpu_ticks(server.child.id())?;
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let busy = cpu_ticks(server.child.id())?.saturating_sub(cpu_before);
+    assert!(
+        busy < 50,
+        "the server used {busy} ticks of CPU in 1 s while idle"
+    );
+    let client = server.connect().await?;
+    let row = client
+        .query_one("SELECT count(*) FROM registrations", &[])
+        .await?;
+    assert_eq!(row.get::<_, i64>(0), 1000);
+    Ok(())
+}
+
+/// utime + stime of a process, in clock ticks (100 per second).
+fn cpu_ticks(pid: u32) -> Result<u64, String> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+    // Fields after the command name, which is in parentheses.
+    let rest = stat
+        .rsplit_once(')')
+        .map(|(_, r)| r)
+        .ok_or_else(|| format!("{path}: no command name"))?;
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let field = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|v| v.parse::<u64>().ok())
+            .ok_or_else(|| format!("{path}: no field {} in {rest:?}", i + 3))
+    };
+    // utime and stime are fields 14 and 15 of stat, 12 and 13 after ')'.
+    Ok(field(11)? + field(12)?)
+}

@@ -1,0 +1,208 @@
+//! `tablesql serve` as clients meet it: the real `psql` binary, tokio-postgres
+//! and psycopg 3, against a server process on 127.0.0.1 (port 0).
+//!
+//! `scripts/test` installs psql (`scripts/psql-client`) and psycopg
+//! (`scripts/python-env`) and names them in `TABLESQL_TEST_PSQL` and
+//! `TABLESQL_TEST_PYTHON`.
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use tablesql::demo;
+use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
+
+mod live_catalog;
+mod load;
+mod protocol;
+mod psql;
+mod security;
+mod transactions;
+
+type TestResult = Result<(), Box<dyn std::error::Error>>;
+
+const POINT: &str =
+    "SELECT name, age FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3";
+/// A query that runs for about two minutes over 1,000 rows (a debug build):
+/// a seven-way self-join on age, 31 billion rows counted, no row until the end.
+const LONG: &str = "SELECT count(*) FROM registrations a JOIN registrations b ON a.age = b.age \
+    JOIN registrations c ON b.age = c.age JOIN registrations d ON c.age = d.age \
+    JOIN registrations e ON d.age = e.age JOIN registrations f ON e.age = f.age \
+    JOIN registrations g ON f.age = g.age";
+
+/// A `tablesql serve` process; killed when dropped.
+pub(crate) struct Served {
+    child: Child,
+    pub(crate) addr: SocketAddr,
+    stderr: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Served {
+    fn conninfo(&self, user: &str) -> String {
+        format!(
+            "host={} port={} user={user} dbname=tablesql",
+            self.addr.ip(),
+            self.addr.port()
+        )
+    }
+
+    pub(crate) async fn connect(&self) -> Result<Client, tokio_postgres::Error> {
+        connect(&self.conninfo("tablesql")).await
+    }
+
+    pub(crate) fn psql(
+        &self,
+        conn_extra: &str,
+        args: &[&str],
+    ) -> std::io::Result<std::process::Output> {
+        let conninfo = format!("{} {conn_extra}", self.conninfo("tablesql"));
+        Command::new(psql())
+            .args(["-X", "-v", "ON_ERROR_STOP=1", "-d", &conninfo])
+            .args(args)
+            .env_remove("PGPASSWORD")
+            .env("PGCONNECT_TIMEOUT", "10")
+            .output()
+    }
+
+    /// The server's resident memory, in KiB; an error when `/proc` does not
+    /// say, so that a test of memory never passes on a reading of 0.
+    pub(crate) fn rss_kib(&self) -> Result<u64, String> {
+        let path = format!("/proc/{}/status", self.child.id());
+        let status = std::fs::read_to_string(&path).map_err(|e| format!("{path}: {e}"))?;
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .filter(|&kib| kib > 0)
+            .ok_or_else(|| format!("{path} gives no VmRSS"))
+    }
+
+    pub(crate) fn log(&self) -> String {
+        std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+}
+
+async fn connect(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
+    let (client, connection) = tokio_postgres::connect(conninfo, NoTls).await?;
+    tokio::spawn(connection);
+    Ok(client)
+}
+
+fn psql() -> String {
+    std::env::var("TABLESQL_TEST_PSQL").unwrap_or_else(|_| "psql".into())
+}
+
+fn tablesql() -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablesql"));
+    cmd.env_remove("TABLESQL_STORE").env_remove("TABLESQL_USER");
+    cmd
+}
+
+/// A store with the demo loaded, built once per test run and copied for each
+/// server (the embedded store belongs to one process at a time).
+pub fn fixture(rows: u64) -> Result<&'static Path, String> {
+    static SMALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    static LARGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    let cell = if rows == 100_000 { &LARGE } else { &SMALL };
+    cell.get_or_init(|| {
+        // One per row count, rebuilt by every run.
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("server-fixture-{rows}"));
+        let _ = std::fs::remove_dir_all(&dir);
+        let out = tablesql()
+            .arg("--store")
+            .arg(&dir)
+            .args(["demo", "--rows", &rows.to_string()])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if !out.status.success() {
+            return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+        }
+        Ok(dir)
+    })
+    .as_ref()
+    .map(PathBuf::as_path)
+    .map_err(Clone::clone)
+}
+
+pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(to)?;
+    for entry in std::fs::read_dir(from)? {
+        let entry = entry?;
+        let target = to.join(entry.file_name());
+        if entry.file_type()?.is_dir() {
+            copy_dir(&entry.path(), &target)?;
+        } else {
+            std::fs::copy(entry.path(), target)?;
+        }
+    }
+    Ok(())
+}
+
+/// Starts a server over a copy of the demo store with `rows` registrations.
+pub(crate) fn serve(rows: u64, args: &[&str]) -> Result<Served, Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    copy_dir(fixture(rows)?, &store)?;
+    serve_store(dir, store.as_os_str(), args)
+}
+
+/// Starts a server over the store `--store` names (an Azure account, say);
+/// `dir` holds its log and goes when it does.
+pub(crate) fn serve_store(
+    dir: tempfile::TempDir,
+    store: &std::ffi::OsStr,
+    args: &[&str],
+) -> Result<Served, Box<dyn std::error::Error>> {
+    let stderr = dir.path().join("stderr.log");
+    let mut child = tablesql()
+        .arg("--store")
+        .arg(store)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(&stderr)?)
+        .spawn()?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        BufReader::new(out).read_line(&mut line)?;
+    }
+    let Some(addr) = line.trim().strip_prefix("listening on ") else {
+        let _ = child.kill();
+        let _ = child.wait();
+        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
+        return Err(format!("the server did not start: {line:?} {log}").into());
+    };
+    let addr = addr.parse()?;
+    Ok(Served {
+        child,
+        addr,
+        stderr,
+        _dir: dir,
+    })
+}
+
+/// The SQLSTATE of a failed statement.
+fn code(e: &tokio_postgres::Error) -> String {
+    e.code()
+        .map(|c| c.code().to_owned())
+        .unwrap_or_else(|| format!("no SQLSTATE: {e}"))
+}
+
+fn text(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}

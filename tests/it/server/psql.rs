@@ -1,0 +1,623 @@
+//! Through the real `psql` binary: describing tables, command tags,
+//! the scan policy, token paging, ANALYZE, index DDL, the version, DROP TABLE.
+
+use super::*;
+
+#[test]
+fn psql_lists_and_describes_tables() -> TestResult {
+    let server = serve(1000, &[])?;
+    let dt = server.psql("", &["-c", "\\dt"])?;
+    let shown = text(&dt);
+    assert!(dt.status.success(), "{shown}");
+    assert!(
+        shown.contains("registrations") && shown.contains("events"),
+        "{shown}"
+    );
+
+    let d = server.psql("", &["-c", "\\d registrations"])?;
+    let shown = text(&d);
+    assert!(d.status.success(), "{shown}");
+    for (column, pg_type) in [
+        ("event", "text"),
+        ("bib", "integer"),
+        ("finish", "bigint"),
+        ("registered", "timestamp"),
+    ] {
+        assert!(
+            shown
+                .lines()
+                .any(|l| l.trim_start().starts_with(column) && l.contains(pg_type)),
+            "{column} {pg_type} in:\n{shown}"
+        );
+    }
+    for meta in ["\\l", "\\dn"] {
+        let out = server.psql("", &["-c", meta])?;
+        assert!(out.status.success(), "{meta}: {}", text(&out));
+    }
+    assert!(text(&server.psql("", &["-c", "\\dn"])?).contains("public"));
+
+    // EXPLAIN over the wire shows the access path.
+    let explain = server.psql(
+        "",
+        &[
+            "-c",
+            "EXPLAIN SELECT name FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib = 7",
+        ],
+    )?;
+    assert!(
+        text(&explain).contains("access=point"),
+        "{}",
+        text(&explain)
+    );
+
+    // psql's FETCH_COUNT reads through a cursor, FETCH_COUNT rows at a time.
+    let fetched = server.psql(
+        "",
+        &[
+            "-v",
+            "FETCH_COUNT=100",
+            "-A",
+            "-t",
+            "-c",
+            "SELECT bib FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' ORDER BY bib",
+        ],
+    )?;
+    let bibs: Vec<&str> = std::str::from_utf8(&fetched.stdout)?.lines().collect();
+    assert!(fetched.status.success(), "{}", text(&fetched));
+    assert_eq!(bibs.len(), 84, "{}", text(&fetched));
+    assert_eq!(bibs.first(), Some(&"1"));
+    Ok(())
+}
+
+#[test]
+fn psql_command_tags_and_transactions() -> TestResult {
+    let server = serve(1000, &[])?;
+    let ddl = "CREATE TABLE runners (id INT NOT NULL, name TEXT, PRIMARY KEY (id)) WITH (partition_key = 'R', row_key = '{id:06}')";
+    let out = server.psql("", &["-c", ddl, "-c", "DROP TABLE runners"])?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert_eq!(
+        std::str::from_utf8(&out.stdout)?
+            .lines()
+            .collect::<Vec<_>>(),
+        ["CREATE TABLE", "DROP TABLE"],
+        "{shown}"
+    );
+
+    // A catalog change cannot be rolled back, so it is refused inside a
+    // transaction, and nothing is written.
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "ON_ERROR_STOP=0",
+            "-c",
+            "BEGIN",
+            "-c",
+            &ddl.replace("runners", "walkers"),
+            "-c",
+            "ROLLBACK",
+            "-c",
+            "\\dt",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(
+        shown.contains("cannot run inside a transaction block"),
+        "{shown}"
+    );
+    assert!(shown.contains("ROLLBACK"), "{shown}");
+    assert!(!shown.contains("walkers"), "{shown}");
+
+    // The same as one query string (pgwire reports the transaction status
+    // only after the whole string).
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "ON_ERROR_STOP=0",
+            "-c",
+            &format!("BEGIN; {}; COMMIT", ddl.replace("runners", "walkers")),
+            "-c",
+            "\\dt",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(
+        shown.contains("cannot run inside a transaction block"),
+        "{shown}"
+    );
+    assert!(!shown.contains("walkers"), "{shown}");
+
+    // Writes answer with PostgreSQL's tags, not with a result set.
+    let row = |bib: u32| format!("('Tags Test', '5K', {bib}, 'N{bib}', 'F', 30)");
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            &format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES {}, {}",
+                row(1),
+                row(2)
+            ),
+            "-c",
+            "UPDATE registrations SET club = 'C' WHERE event = 'Tags Test' AND distance = '5K'",
+            "-c",
+            "DELETE FROM registrations WHERE event = 'Tags Test' AND distance = '5K' AND bib = 1",
+            "-c",
+            "SELECT bib, club FROM registrations WHERE event = 'Tags Test'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    let lines: Vec<&str> = std::str::from_utf8(&out.stdout)?.lines().collect();
+    assert_eq!(
+        lines[..3],
+        ["INSERT 0 2", "UPDATE 2", "DELETE 1"],
+        "{shown}"
+    );
+    assert!(shown.contains("2 | C"), "{shown}");
+
+    // A write in a transaction block is buffered: ROLLBACK discards it.
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "BEGIN",
+            "-c",
+            &format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES {}",
+                row(3)
+            ),
+            "-c",
+            "SELECT count(*) AS n FROM registrations WHERE event = 'Tags Test'",
+            "-c",
+            "ROLLBACK",
+            "-c",
+            "SELECT count(*) AS n FROM registrations WHERE event = 'Tags Test'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    let counts: Vec<&str> = std::str::from_utf8(&out.stdout)?
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.parse::<u32>().is_ok())
+        .collect();
+    // The transaction saw its own row; after ROLLBACK only bib 2 remains.
+    assert_eq!(counts, ["2", "1"], "{shown}");
+
+    // A write that would take the transaction to a second partition fails
+    // at that statement (0A000), the transaction is aborted, and nothing of
+    // it is written.
+    let other = |bib: u32| format!("('Tags Test', '10K', {bib}, 'N{bib}', 'F', 30)");
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "ON_ERROR_STOP=0",
+            "-v",
+            "VERBOSITY=verbose",
+            "-c",
+            "BEGIN",
+            "-c",
+            &format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES {}",
+                row(4)
+            ),
+            "-c",
+            &format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES {}",
+                other(5)
+            ),
+            "-c",
+            "COMMIT",
+            "-c",
+            "SELECT count(*) AS n FROM registrations WHERE event = 'Tags Test'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(shown.contains("0A000"), "{shown}");
+    assert!(
+        shown.contains("one table, one partition") && shown.contains("after partition"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("ROLLBACK"),
+        "the COMMIT of a failed block: {shown}"
+    );
+    assert!(
+        std::str::from_utf8(&out.stdout)?
+            .lines()
+            .any(|l| l.trim() == "1"),
+        "nothing of the block was written: {shown}"
+    );
+
+    // EXPLAIN ANALYZE runs its statement, so of a write it is a write: in a
+    // block it is buffered, and ROLLBACK discards it.
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "BEGIN; EXPLAIN ANALYZE DELETE FROM registrations WHERE event = 'Tags Test'; ROLLBACK",
+            "-c",
+            "SELECT count(*) AS n FROM registrations WHERE event = 'Tags Test'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("DmlExec: op=delete"), "{shown}");
+    assert!(
+        std::str::from_utf8(&out.stdout)?
+            .lines()
+            .any(|l| l.trim() == "1"),
+        "the rolled-back DELETE removed nothing: {shown}"
+    );
+
+    // A SELECT before a write in one query string shows the rows as they
+    // were when it ran, though its rows are sent after the write.
+    // (Enough rows that the SELECT's scan has pages left to read when the
+    // DELETE runs.)
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "INSERT INTO registrations (event, distance, bib, name, gender, age) SELECT 'Many', '1K', value, 'N', 'F', 30 FROM generate_series(1, 6000)",
+            "-c",
+            "SELECT bib FROM registrations WHERE event = 'Many'; DELETE FROM registrations WHERE event = 'Many'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    let stdout = std::str::from_utf8(&out.stdout)?;
+    assert!(stdout.contains("INSERT 0 6000"), "{shown}");
+    assert!(
+        stdout.contains("(6000 rows)"),
+        "the SELECT saw every row: {shown}"
+    );
+    assert!(stdout.contains("DELETE 6000"), "{shown}");
+    Ok(())
+}
+
+/// DROP TABLE as PostgreSQL answers it: IF EXISTS of a missing table is a
+/// notice, a missing table 42P01, a storage table without a mapping 0A000.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_table_answers_as_postgresql() -> TestResult {
+    let server = serve(1000, &[])?;
+    let client = server.connect().await?;
+    client.batch_execute("DROP TABLE IF EXISTS nosuch").await?;
+    let e = client
+        .batch_execute("DROP TABLE nosuch")
+        .await
+        .err()
+        .ok_or("DROP TABLE of a missing table succeeded")?;
+    assert_eq!(code(&e), "42P01", "{e}");
+    let e = client
+        .batch_execute("DROP TABLE raw.registrations")
+        .await
+        .err()
+        .ok_or("DROP TABLE of a storage table succeeded")?;
+    assert_eq!(code(&e), "0A000", "{e}");
+    let out = server.psql("", &["-c", "DROP TABLE IF EXISTS nosuch"])?;
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        text(&out).contains("NOTICE:  table \"nosuch\" does not exist, skipping"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}
+
+#[test]
+fn scan_policy_in_psql() -> TestResult {
+    let server = serve(1000, &[])?;
+    // warn, the default: the rows, and a notice on psql's stderr.
+    let out = server.psql("", &["-c", "SELECT count(*) FROM registrations"])?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        std::str::from_utf8(&out.stdout)?.contains("1000"),
+        "{shown}"
+    );
+    let stderr = std::str::from_utf8(&out.stderr)?;
+    assert!(
+        stderr.contains("NOTICE:  the statement reads every partition of table registrations: a condition on event, distance reads one partition, and on bib as well one row (tablesql.scan_policy = warn)"),
+        "{shown}"
+    );
+    // A query that fixes its partition has nothing to say.
+    let out = server.psql(
+        "",
+        &["-c", "SELECT count(*) FROM registrations WHERE event = '2014 Berlin Marathon' AND distance = 'Full'"],
+    )?;
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        text(&out)
+    );
+
+    // deny: refused with 54000, naming the key columns; a point still runs.
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "ON_ERROR_STOP=0",
+            "-v",
+            "VERBOSITY=verbose",
+            "-c",
+            "SET tablesql.scan_policy = deny",
+            "-c",
+            "SHOW tablesql.scan_policy",
+            "-c",
+            "SELECT name FROM registrations WHERE bib = 7",
+            "-c",
+            "SELECT name FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Half' AND bib = 7",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(shown.contains("deny"), "{shown}");
+    assert!(
+        shown.contains("ERROR:  54000: the statement reads every partition of table registrations: a condition on event, distance reads one partition, and on bib as well one row; tablesql.scan_policy = deny refuses it"),
+        "{shown}"
+    );
+    assert!(shown.contains("(1 row)"), "{shown}");
+    // A bad value is refused.
+    let out = server.psql("", &["-c", "SET tablesql.scan_policy = never"])?;
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(text(&out).contains("allow, warn or deny"), "{}", text(&out));
+    Ok(())
+}
+
+/// psql's options for pages of 7 rows, unaligned, with full scans allowed.
+const PAGED_7: [&str; 5] = [
+    "-At",
+    "-c",
+    "SET tablesql.scan_policy = allow",
+    "-c",
+    "SET tablesql.page_size = 7",
+];
+
+/// Token paging in psql: `SET tablesql.page_size`, a query, the next
+/// page's token from `SHOW tablesql.next_page_token`, resumed in another
+/// connection; every row comes once. Bad tokens get their SQLSTATEs.
+#[test]
+fn token_paging_in_psql() -> TestResult {
+    let server = serve(1000, &[])?;
+    let query = "SELECT event, distance, bib, age FROM registrations WHERE age BETWEEN 40 AND 44";
+    // One connection: pages of 7, resumed from `token`, then SHOW of the next token.
+    let paged = |options: &[&str], token: &str, sql: &str, show: bool| {
+        let resume = format!("SET tablesql.page_token = '{token}'");
+        let mut args = options.to_vec();
+        args.extend([
+            "-c",
+            "SET tablesql.scan_policy = allow",
+            "-c",
+            "SET tablesql.page_size = 7",
+            "-c",
+            &resume,
+            "-c",
+            sql,
+        ]);
+        if show {
+            args.extend(["-c", "SHOW tablesql.next_page_token"]);
+        }
+        server.psql("", &args)
+    };
+    let lines = |out: &std::process::Output| -> Vec<String> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+    let whole = server.psql(
+        "",
+        &["-At", "-c", "SET tablesql.scan_policy = allow", "-c", query],
+    )?;
+    assert!(whole.status.success(), "{}", text(&whole));
+    let mut want = lines(&whole);
+    want.retain(|l| l != "SET");
+    assert!(want.len() > 20, "{}", text(&whole));
+
+    let mut got: Vec<String> = Vec::new();
+    let mut token = String::new();
+    let mut pages = 0;
+    // Each page in a new connection: the token alone carries the position.
+    loop {
+        let out = paged(&["-At"], &token, query, true)?;
+        assert!(out.status.success(), "{}", text(&out));
+        let mut rows = lines(&out);
+        rows.retain(|l| l != "SET");
+        let next = rows.pop().unwrap_or_default();
+        assert!(rows.len() <= 7, "{}", text(&out));
+        got.extend(rows);
+        pages += 1;
+        if next.contains('|') || next.is_empty() {
+            // The last page: SHOW printed an empty token, and psql an empty line.
+            if next.contains('|') {
+                got.push(next);
+            }
+            break;
+        }
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!("SET tablesql.page_token = '{next}'")),
+            "{stderr}"
+        );
+        token = next;
+        assert!(pages <= want.len(), "more pages than rows");
+    }
+    got.sort();
+    want.sort();
+    assert_eq!(got, want);
+    assert!(pages >= 3, "{pages} pages");
+
+    // A cursor is never paged: FETCH takes its rows in its own steps.
+    let declare = format!("DECLARE c CURSOR FOR {query}");
+    let fetch = format!("BEGIN; {declare}; FETCH 20 FROM c; COMMIT");
+    let out = server.psql("", &[&PAGED_7[..], &["-c", &fetch]].concat())?;
+    let fetched: Vec<String> = lines(&out)
+        .into_iter()
+        .filter(|l| l.contains('|'))
+        .collect();
+    assert_eq!(fetched.len(), 20, "{}", text(&out));
+
+    // Bad tokens, each with its SQLSTATE.
+    let first = paged(&["-At"], "", query, true)?;
+    let token = lines(&first).pop().unwrap_or_default();
+    let mut tampered = token.clone().into_bytes();
+    let i = tampered.len() / 2;
+    tampered[i] = if tampered[i] == b'A' { b'B' } else { b'A' };
+    let tampered = String::from_utf8(tampered)?;
+    let truncated = &token[..token.len() - 4];
+    // Another server over a copy of the data, but a store of its own.
+    let other = serve(1000, &[])?;
+    let show = ["-c", query, "-c", "SHOW tablesql.next_page_token"];
+    let out = other.psql("", &[&PAGED_7[..], &show].concat())?;
+    let foreign = lines(&out).pop().unwrap_or_default();
+    assert!(!foreign.is_empty() && foreign != token, "{}", text(&out));
+    for (bad, sql, expected) in [
+        (
+            foreign.as_str(),
+            query,
+            "ERROR:  22023: page token was issued by another store",
+        ),
+        (
+            tampered.as_str(),
+            query,
+            "ERROR:  22023: page token has been altered",
+        ),
+        (truncated, query, "ERROR:  22P02: invalid page token"),
+        (
+            token.as_str(),
+            "SELECT bib FROM registrations WHERE age > 80",
+            "ERROR:  22023: page token belongs to another statement",
+        ),
+    ] {
+        let out = paged(&["-v", "VERBOSITY=verbose"], bad, sql, false)?;
+        assert!(!out.status.success(), "{}", text(&out));
+        assert!(text(&out).contains(expected), "{}", text(&out));
+    }
+    Ok(())
+}
+
+/// `ANALYZE` over the wire: its tag, its notice, and the plans after it.
+#[test]
+fn analyze_in_psql() -> TestResult {
+    let server = serve(1000, &[])?;
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "SET tablesql.guidepost_every = 50",
+            "-c",
+            "ANALYZE registrations",
+            "-c",
+            "SET tablesql.scan_policy = allow",
+            "-c",
+            "EXPLAIN SELECT count(*) FROM registrations",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("ANALYZE"), "{shown}");
+    assert!(
+        shown.contains("NOTICE:  analyzed registrations: 12 partitions, 2000 entities"),
+        "{shown}"
+    );
+    assert!(shown.contains("fanout=chunks("), "{shown}");
+    assert!(
+        shown.contains("estimate=[partitions=12 entities="),
+        "{shown}"
+    );
+    let out = server.psql("", &["-v", "VERBOSITY=verbose", "-c", "ANALYZE nosuch"])?;
+    assert!(
+        text(&out).contains("ERROR:  42P01: table nosuch is not in the catalog"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}
+
+/// Index DDL and upkeep from psql: `CREATE INDEX` answers with its tag and
+/// the counts as a notice, the planner reads the new index at once,
+/// `tablesql_check_index` reports it whole, and `DROP INDEX ... CASCADE`
+/// takes its rows along.
+#[test]
+fn index_ddl_in_psql() -> TestResult {
+    let server = serve(1000, &[])?;
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "CREATE INDEX by_name ON registrations (name)",
+            "-c",
+            "EXPLAIN SELECT bib FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND name = 'Pedro'",
+            "-c",
+            "SELECT index, missing, orphaned, stale FROM tablesql_check_index('registrations') ORDER BY index",
+            "-c",
+            "DROP INDEX by_name CASCADE",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("CREATE INDEX"), "{shown}");
+    assert!(
+        shown.contains("NOTICE:  index by_name on registrations: 1000 base rows in 12 partitions, 1000 index rows written"),
+        "{shown}"
+    );
+    assert!(shown.contains("access=index_point(by_name)"), "{shown}");
+    assert!(
+        shown.contains(" age     |       0 |        0 |     0"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains(" by_name |       0 |        0 |     0"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("NOTICE:  deleted 1000 rows of index by_name on registrations"),
+        "{shown}"
+    );
+    assert!(shown.contains("DROP INDEX"), "{shown}");
+    let out = server.psql("", &["-v", "VERBOSITY=verbose", "-c", "DROP INDEX by_name"])?;
+    assert!(
+        text(&out).contains("index \"by_name\" does not exist"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}
+
+/// One PostgreSQL version everywhere a client reads it: the startup
+/// parameter (psql's `SERVER_VERSION_NAME`), `SHOW server_version`,
+/// `server_version_num` and `version()`, which reads as PostgreSQL's for
+/// drivers that parse it (SQLAlchemy's dialect matches `PostgreSQL (\d+)\.(\d+)`).
+#[test]
+fn one_postgresql_version_everywhere() -> TestResult {
+    let server = serve(1000, &[])?;
+    let out = server.psql(
+        "",
+        &[
+            "-At",
+            "-c",
+            "SELECT version()",
+            "-c",
+            "SHOW server_version",
+            "-c",
+            "SHOW server_version_num",
+            "-c",
+            r"\echo :SERVER_VERSION_NAME :SERVER_VERSION_NUM",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    let lines: Vec<&str> = shown.lines().collect();
+    let v = tablesql::planner::identity::PG_VERSION;
+    let num = tablesql::planner::identity::PG_VERSION_NUM;
+    assert!(
+        lines[0].starts_with(&format!("PostgreSQL {v} (tablesql ")),
+        "{shown}"
+    );
+    assert_eq!(lines[1..], [v, num, &format!("{v} {num}")], "{shown}");
+    Ok(())
+}

@@ -1,0 +1,114 @@
+//! Passwords (SCRAM) and TLS.
+
+use super::*;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scram_passwords_and_trust_policy() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let users = dir.path().join("users");
+    std::fs::write(&users, "# name:password\nalice:correct horse\n")?;
+    let users = users.to_string_lossy().into_owned();
+    let server = serve(1000, &["--users-file", &users])?;
+
+    let ok = connect(&format!(
+        "{} password='correct horse'",
+        server.conninfo("alice")
+    ))
+    .await?;
+    assert_eq!(
+        ok.query_one("SELECT 1::INT", &[]).await?.get::<_, i32>(0),
+        1
+    );
+    for (user, password) in [
+        ("alice", "wrong-password-xyz"),
+        ("mallory", "correct horse"),
+    ] {
+        let e = connect(&format!("{} password='{password}'", server.conninfo(user)))
+            .await
+            .err()
+            .ok_or("logged in with a bad password")?;
+        assert_eq!(code(&e), "28P01", "{user}: {e:?}");
+    }
+    let e = connect(&server.conninfo("alice"))
+        .await
+        .err()
+        .ok_or("no password")?;
+    assert!(format!("{e:?}").contains("password"), "{e:?}");
+    let log = server.log();
+    assert!(
+        !log.contains("correct horse") && !log.contains("wrong-password-xyz"),
+        "{log}"
+    );
+
+    // trust on an address other machines reach is refused at start.
+    let out = tablesql()
+        .arg("--store")
+        .arg(dir.path().join("s"))
+        .args(["serve", "--listen", "0.0.0.0:0"])
+        .output()?;
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("only allowed on a loopback address"),
+        "{}",
+        text(&out)
+    );
+    Ok(())
+}
+
+#[test]
+fn tls_on_and_off() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let (cert, key) = (dir.path().join("cert.pem"), dir.path().join("key.pem"));
+    let made = Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-newkey",
+            "rsa:2048",
+            "-nodes",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=127.0.0.1",
+        ])
+        .arg("-keyout")
+        .arg(&key)
+        .arg("-out")
+        .arg(&cert)
+        .stderr(Stdio::null())
+        .status()?;
+    assert!(made.success());
+    let (cert, key) = (cert.to_string_lossy(), key.to_string_lossy());
+
+    let tls = serve(1000, &["--tls-cert", &cert, "--tls-key", &key])?;
+    let on = tls.psql("sslmode=require", &["-c", "\\conninfo"])?;
+    let shown = text(&on);
+    assert!(
+        shown.contains("SSL connection (protocol: TLSv1.3"),
+        "{shown}"
+    );
+    let plain = tls.psql("sslmode=disable", &["-c", "SELECT 1"])?;
+    assert!(!plain.status.success());
+    assert!(
+        text(&plain).contains("accepts TLS connections only"),
+        "{}",
+        text(&plain)
+    );
+
+    let off = serve(1000, &[])?;
+    let out = off.psql("sslmode=disable", &["-A", "-t", "-c", "SELECT 1"])?;
+    assert!(out.status.success(), "{}", text(&out));
+    let out = off.psql("sslmode=require", &["-c", "SELECT 1"])?;
+    assert!(!out.status.success());
+    assert!(
+        text(&out).contains("does not support SSL"),
+        "{}",
+        text(&out)
+    );
+
+    // A key that does not load stops the server: no plaintext fallback.
+    let bad = serve(1000, &["--tls-cert", &cert, "--tls-key", &cert]);
+    let e = bad.err().ok_or("started with a bad key")?;
+    assert!(e.to_string().contains("TLS"), "{e}");
+    Ok(())
+}
