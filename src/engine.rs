@@ -4,10 +4,11 @@
 //! mapped table). Front ends (the CLI, the wire server, the shell) and
 //! embedders all go through it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::catalog::{MemorySchemaProvider, SchemaProvider};
+use datafusion::catalog::{MemorySchemaProvider, SchemaProvider, TableProvider};
 use datafusion::dataframe::DataFrame;
 use datafusion::datasource::MemTable;
 use datafusion::error::DataFusionError;
@@ -57,10 +58,14 @@ mod indexes;
 mod kind;
 mod paging;
 mod prepared;
+mod schema;
 
 pub use crate::exec::upkeep::IndexHealth;
 pub use apply::Applied;
-pub use describe::{IndexInfo, TableInfo, describe_catalog};
+pub use describe::{
+    ColumnInfo, IndexInfo, IndexTemplate, MappingInfo, StoredAs, TableDescription, TableInfo,
+    describe_catalog,
+};
 pub use follow::DEFAULT_CATALOG_CHECK;
 pub use kind::StatementKind;
 pub use paging::ResultPage;
@@ -159,6 +164,8 @@ pub struct Engine {
     catalog_version: Arc<std::sync::atomic::AtomicU64>,
     /// The stored catalog's version the tables reflect (`follow`).
     watch: Arc<follow::CatalogWatch>,
+    /// Schema `public`, shared by every session of the engine.
+    public: Arc<schema::PublicSchema>,
     /// What statements asked of each partition (`tablesql_stat_partitions`).
     workload: Arc<Workload>,
 }
@@ -223,6 +230,10 @@ impl Engine {
             .with_optimizer_rule(Arc::new(EmptyDml))
             .build();
         let ctx = SessionContext::new_with_state(state);
+        let public = Arc::new(schema::PublicSchema::default());
+        if let Some(catalog) = ctx.catalog("datafusion") {
+            catalog.register_schema(PUBLIC_SCHEMA, public.clone())?;
+        }
         ctx.register_udf(crate::planner::identity::version_udf());
         ctx.register_udf(workload_views::reset_udf(workload.clone()));
         let stats: Arc<StatsCache> = Arc::default();
@@ -269,6 +280,7 @@ impl Engine {
             sequences,
             catalog_version: Arc::default(),
             watch: Arc::default(),
+            public,
             workload,
         };
         engine.refresh().await?;
@@ -299,28 +311,19 @@ impl Engine {
 
     /// Re-reads the catalog and the store's tables and registers them anew:
     /// mapped tables by their SQL names, every storage table in schema `raw`,
-    /// and unmapped ones also by their lower-cased names.
-    /// Both schemas are built aside and put in place at once, so that a
-    /// statement planning meanwhile sees the old tables or the new, never
-    /// a schema half filled.
+    /// and unmapped ones also by their lower-cased names. Both sets are
+    /// built aside and put in place at once (`schema::PublicSchema`), so a
+    /// statement planning meanwhile sees the old tables or the new, and the
+    /// tables an embedder or a `CREATE VIEW` registered stay.
     async fn reload(&self) -> Result<(), EngineError> {
         let defs = persist::load(self.store.as_ref()).await?;
         self.stats
             .replace_all(stats::load_all(self.store.as_ref()).await?);
         let raw = Arc::new(MemorySchemaProvider::new());
-        let old = self.public_schema()?;
-        let public: Arc<dyn SchemaProvider> = Arc::new(MemorySchemaProvider::new());
-        // Tables the embedder registered on the context stay.
-        for name in old.table_names() {
-            if let Some(t) = old.table(&name).await? {
-                let any: &dyn std::any::Any = t.as_ref();
-                if !any.is::<StoreTable>() {
-                    public.register_table(name, t)?;
-                }
-            }
-        }
+        let mut tables: HashMap<String, Arc<dyn TableProvider>> = HashMap::new();
         for def in &defs {
-            self.register_mapped_in(public.as_ref(), def.clone())?;
+            let (name, provider) = self.mapped_provider(def.clone())?;
+            tables.insert(name, provider);
         }
         for table in self.store.list_tables().await? {
             if table.as_str().eq_ignore_ascii_case(CATALOG_TABLE) {
@@ -329,14 +332,14 @@ impl Engine {
             let provider = Arc::new(self.raw_table(&table).await?);
             let name = table.as_str().to_lowercase();
             raw.register_table(name.clone(), provider.clone())?;
-            if !public.table_exist(&name) && !defs.iter().any(|d| d.storage_table == table) {
-                public.register_table(name, provider)?;
+            if !tables.contains_key(&name) && !defs.iter().any(|d| d.storage_table == table) {
+                tables.insert(name, provider);
             }
         }
         if let Some(catalog) = self.ctx.catalog("datafusion") {
             catalog.register_schema(RAW_SCHEMA, raw)?;
-            catalog.register_schema(PUBLIC_SCHEMA, public)?;
         }
+        self.public.replace_store_tables(tables)?;
         // Raised once the tables are in place: a statement planned while
         // they changed carries the old version and is planned again.
         self.catalog_changed();
@@ -368,25 +371,24 @@ impl Engine {
     /// Registers a mapped table, in place of a store table of the same name
     /// (a raw alias, or an older mapping).
     fn register_mapped(&self, def: TableDef) -> Result<(), EngineError> {
-        self.register_mapped_in(self.public_schema()?.as_ref(), def)?;
+        let (name, provider) = self.mapped_provider(def)?;
+        self.public.put_store_table(name, provider)?;
         self.catalog_changed();
         Ok(())
     }
 
-    fn register_mapped_in(
+    /// A mapped table's name and provider.
+    fn mapped_provider(
         &self,
-        schema: &dyn SchemaProvider,
         def: TableDef,
-    ) -> Result<(), EngineError> {
+    ) -> Result<(String, Arc<dyn TableProvider>), EngineError> {
         let name = def.name.clone();
         let layout = Layout::mapped(Arc::new(def));
         let defaults = self.column_defaults(&layout)?;
-        let provider = Arc::new(self.provider(layout).with_defaults(defaults));
-        if schema.table_exist(&name) {
-            schema.deregister_table(&name)?;
-        }
-        schema.register_table(name, provider)?;
-        Ok(())
+        Ok((
+            name,
+            Arc::new(self.provider(layout).with_defaults(defaults)),
+        ))
     }
 
     /// The `DEFAULT` expressions of a mapped table's columns, planned
@@ -492,7 +494,7 @@ impl Engine {
     /// Under `tablesql.page_size` a query of one table runs here, as one
     /// page ([`Self::session_page`]).
     pub async fn statement(&self, statement: Statement) -> Result<DataFrame, EngineError> {
-        self.follow_catalog().await?;
+        self.follow_catalog().await;
         if self.transaction_statement(&statement).await? {
             return Ok(self.ctx.read_empty()?);
         }

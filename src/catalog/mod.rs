@@ -139,6 +139,11 @@ impl TableDef {
             table: self.name.clone(),
             reason,
         };
+        // The catalog's version entity has the empty RowKey (`persist`);
+        // PostgreSQL refuses a zero-length name too.
+        if self.name.is_empty() {
+            return Err(bad("a table needs a name".into()));
+        }
         // It holds the catalog, the statistics and the store's secret.
         if self
             .storage_table

@@ -1,8 +1,10 @@
 //! The catalog persisted in the store itself: one entity per mapped table in
 //! the storage table `TablesqlCatalog`, holding the table's canonical DDL, so
 //! that every front end over one store reads the same definitions. One more
-//! entity, the version, is rewritten after every change: an engine in
-//! another process learns of the change by one point read of its ETag.
+//! entity of that partition, the version (RowKey `""`, a name no table can
+//! have), is rewritten in the same entity group transaction as every change
+//! of a definition, so the two never disagree: an engine in another process
+//! learns of a change by one point read of the version's ETag.
 
 use super::{CatalogError, TableDef, ddl};
 use crate::storage::{
@@ -16,9 +18,9 @@ pub const CATALOG_TABLE: &str = "TablesqlCatalog";
 const TABLES_PARTITION: &str = "table";
 /// The version of the stored form; a reader refuses versions it does not know.
 const FORMAT_VERSION: i32 = 1;
-/// The keys of the catalog's version entity (a partition of its own, so
-/// that `load` never reads it as a definition).
-const VERSION_KEYS: (&str, &str) = ("version", "catalog");
+/// The RowKey of the catalog's version entity, in the definitions'
+/// partition: empty, which no table name is (`TableDef::validate`).
+const VERSION_ROW: &str = "";
 
 /// The catalog's storage table.
 pub(super) fn table() -> Result<TableName, CatalogError> {
@@ -37,7 +39,11 @@ pub async fn load(store: &dyn TableStore) -> Result<Vec<TableDef>, CatalogError>
         Err(StorageError::TableNotFound(_)) => return Ok(Vec::new()),
         Err(e) => return Err(e.into()),
     };
-    entities.iter().map(parse).collect()
+    entities
+        .iter()
+        .filter(|e| e.row_key().as_str() != VERSION_ROW)
+        .map(parse)
+        .collect()
 }
 
 /// The catalog's version: the ETag of its version entity, which every
@@ -51,24 +57,44 @@ pub async fn version(store: &dyn TableStore) -> Result<Option<ETag>, CatalogErro
     }
 }
 
-/// Marks the catalog changed (see [`version`]): called after each change
-/// of a definition or of the statistics, by whoever made it.
+/// Marks the catalog changed (see [`version`]) where a change is not a
+/// definition's (the statistics, in partitions of their own).
 pub async fn touch(store: &dyn TableStore) -> Result<(), CatalogError> {
-    let (pk, rk) = version_keys()?;
-    let at = chrono::Utc::now().to_rfc3339();
-    let entity = Entity::new(pk, rk).with("changed_at", EdmValue::String(at));
     store
-        .execute(&table()?, WriteOp::InsertOrReplace(entity))
+        .execute(&table()?, WriteOp::InsertOrReplace(version_entity()?))
         .await?;
     Ok(())
 }
 
 fn version_keys() -> Result<(PartitionKey, RowKey), CatalogError> {
-    let (pk, rk) = VERSION_KEYS;
     Ok((
-        PartitionKey::new(pk).map_err(StorageError::from)?,
-        RowKey::new(rk).map_err(StorageError::from)?,
+        PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?,
+        RowKey::new(VERSION_ROW).map_err(StorageError::from)?,
     ))
+}
+
+fn version_entity() -> Result<Entity, CatalogError> {
+    let (pk, rk) = version_keys()?;
+    let at = chrono::Utc::now().to_rfc3339();
+    Ok(Entity::new(pk, rk).with("changed_at", EdmValue::String(at)))
+}
+
+/// Writes `op` (of a definition) and `version` (a [`version_entity`])
+/// together, in one entity group transaction; the error is `op`'s own.
+async fn write_versioned(
+    store: &dyn TableStore,
+    table: &TableName,
+    op: WriteOp,
+    version: Entity,
+) -> Result<(), StorageError> {
+    match store
+        .execute_batch(table, vec![op, WriteOp::InsertOrReplace(version)])
+        .await
+    {
+        Ok(_) => Ok(()),
+        Err(StorageError::Batch { source, .. }) => Err(*source),
+        Err(e) => Err(e),
+    }
 }
 
 /// The definition a catalog entity holds.
@@ -115,11 +141,8 @@ pub async fn update(
             .with("format_version", EdmValue::Int32(FORMAT_VERSION))
             .with("definition", EdmValue::String(def.to_ddl()));
         let op = WriteOp::Update(entity, crate::storage::IfMatch::ETag(stored.etag));
-        match store.execute(&table()?, op).await {
-            Ok(_) => {
-                touch(store).await?;
-                return Ok(def);
-            }
+        match write_versioned(store, &table()?, op, version_entity()?).await {
+            Ok(()) => return Ok(def),
             Err(StorageError::PreconditionFailed { .. }) => continue,
             Err(StorageError::EntityNotFound { .. }) => {
                 return Err(CatalogError::UnknownTable(name.to_owned()));
@@ -156,8 +179,8 @@ pub async fn save(
     } else {
         WriteOp::Insert(entity)
     };
-    match store.execute(&table, op).await {
-        Ok(_) => touch(store).await,
+    match write_versioned(store, &table, op, version_entity()?).await {
+        Ok(()) => Ok(()),
         Err(StorageError::EntityAlreadyExists { .. }) => {
             Err(CatalogError::TableExists(def.name.clone()))
         }
@@ -172,8 +195,8 @@ pub async fn remove(store: &dyn TableStore, name: &str) -> Result<(), CatalogErr
         row_key: row_key(name)?,
         if_match: crate::storage::IfMatch::Any,
     };
-    match store.execute(&table()?, op).await {
-        Ok(_) => touch(store).await,
+    match write_versioned(store, &table()?, op, version_entity()?).await {
+        Ok(()) => Ok(()),
         Err(StorageError::EntityNotFound { .. } | StorageError::TableNotFound(_)) => {
             Err(CatalogError::UnknownTable(name.to_owned()))
         }

@@ -33,10 +33,16 @@ impl std::fmt::Display for Applied {
 impl Engine {
     /// Makes the stored catalog hold the mappings of every `.sql` file in
     /// `dir` (`catalog::files`): each created, or replaced where the stored
-    /// one differs. Every file is read and checked before anything is
-    /// stored, so a bad file changes nothing; tables the files do not name
-    /// are left alone.
-    pub async fn apply_catalog(&self, dir: &Path) -> Result<Vec<Applied>, EngineError> {
+    /// one differs, in file order, `each` told of it as it is done. Every
+    /// file is read and checked before anything is stored, so a file that
+    /// does not read or holds something else changes nothing; a store
+    /// failure part way leaves applied what `each` was told of. Tables the
+    /// files do not name are left alone.
+    pub async fn apply_catalog(
+        &self,
+        dir: &Path,
+        mut each: impl FnMut(&Applied),
+    ) -> Result<Vec<Applied>, EngineError> {
         let wanted = files::read_dir(dir)?;
         for file in &wanted {
             // Refused here (a default that does not plan), not half way.
@@ -59,6 +65,7 @@ impl Engine {
                     Applied::Created(name)
                 }
             };
+            each(&outcome);
             done.push(outcome);
         }
         Ok(done)

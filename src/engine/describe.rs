@@ -116,3 +116,158 @@ fn indexes_of(def: &TableDef) -> Vec<IndexInfo> {
         })
         .collect()
 }
+
+/// A table as the shell's `\d` shows it: where each column is stored, and
+/// for a mapped table its mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TableDescription {
+    /// The SQL name.
+    pub name: String,
+    /// The storage table holding its entities.
+    pub storage_table: String,
+    /// Its columns, in the order queries see them.
+    pub columns: Vec<ColumnInfo>,
+    /// The mapping; `None` for a raw table (columns inferred from a sample).
+    pub mapping: Option<MappingInfo>,
+}
+
+/// One column of a [`TableDescription`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ColumnInfo {
+    /// The SQL name.
+    pub name: String,
+    /// Its SQL type (`INT`, `TEXT`, ...).
+    pub sql_type: String,
+    /// Whether it may be NULL.
+    pub nullable: bool,
+    /// Where the entity holds it.
+    pub stored_as: StoredAs,
+}
+
+/// Where an entity holds a column's value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoredAs {
+    /// Field `n` (from 0) of the PartitionKey template.
+    PartitionKeyField(usize),
+    /// Field `n` (from 0) of the RowKey template.
+    RowKeyField(usize),
+    /// A property of its own name.
+    Property,
+    /// A system column: `PartitionKey`, `RowKey`, `Timestamp`, `_etag`.
+    System,
+}
+
+/// A mapped table's keys and index rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct MappingInfo {
+    /// The PartitionKey template.
+    pub partition_key: String,
+    /// The base rows' RowKey template.
+    pub row_key: String,
+    /// The columns that identify a row.
+    pub primary_key: Vec<String>,
+    /// Its index rows.
+    pub indexes: Vec<IndexTemplate>,
+}
+
+/// A declared index as written in its mapping.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct IndexTemplate {
+    /// The index's name.
+    pub name: String,
+    /// Its RowKey template.
+    pub row_key: String,
+    /// Whether its rows carry every column (or only their keys).
+    pub covering: bool,
+}
+
+impl Engine {
+    /// The tables of the store that queries name without a schema: mapped
+    /// tables, and storage tables without a mapping (raw), in name order;
+    /// not the tables an embedder registered. Catches up with catalog
+    /// changes made elsewhere first.
+    pub async fn store_tables(&self) -> Result<Vec<TableDescription>, EngineError> {
+        self.follow_catalog().await;
+        let schema = self.public_schema()?;
+        let mut names = schema.table_names();
+        names.sort();
+        let mut out = Vec::new();
+        for name in names {
+            if let Some(t) = self.store_table_named(schema.as_ref(), &name).await? {
+                out.push(t);
+            }
+        }
+        Ok(out)
+    }
+
+    /// The store's table `name` (as [`Engine::store_tables`] lists them),
+    /// if there is one.
+    pub async fn describe_table(
+        &self,
+        name: &str,
+    ) -> Result<Option<TableDescription>, EngineError> {
+        self.follow_catalog().await;
+        let schema = self.public_schema()?;
+        self.store_table_named(schema.as_ref(), name).await
+    }
+
+    async fn store_table_named(
+        &self,
+        schema: &dyn datafusion::catalog::SchemaProvider,
+        name: &str,
+    ) -> Result<Option<TableDescription>, EngineError> {
+        let Some(table) = schema.table(name).await? else {
+            return Ok(None);
+        };
+        let any: &dyn Any = table.as_ref();
+        Ok(any
+            .downcast_ref::<StoreTable>()
+            .map(|t| description(name, t.layout())))
+    }
+}
+
+fn description(name: &str, layout: &crate::exec::Layout) -> TableDescription {
+    use crate::exec::decode::Source;
+    let columns = layout
+        .schema
+        .fields()
+        .iter()
+        .zip(&layout.columns)
+        .map(|(f, (source, t))| ColumnInfo {
+            name: f.name().clone(),
+            sql_type: t.to_string(),
+            nullable: f.is_nullable(),
+            stored_as: match source {
+                Source::PartitionField(i) => StoredAs::PartitionKeyField(*i),
+                Source::RowField(i) => StoredAs::RowKeyField(*i),
+                Source::Property { .. } => StoredAs::Property,
+                _ => StoredAs::System,
+            },
+        })
+        .collect();
+    let mapping = layout.def.as_ref().map(|def| MappingInfo {
+        partition_key: def.partition_key.to_string(),
+        row_key: def.row_key.to_string(),
+        primary_key: def.primary_key.clone(),
+        indexes: def
+            .indexes
+            .iter()
+            .map(|ix| IndexTemplate {
+                name: ix.name.clone(),
+                row_key: ix.row_key.to_string(),
+                covering: ix.covering,
+            })
+            .collect(),
+    });
+    TableDescription {
+        name: name.to_owned(),
+        storage_table: layout.table.to_string(),
+        columns,
+        mapping,
+    }
+}

@@ -1,17 +1,22 @@
 //! A live catalog: an engine follows the changes other engines (other
 //! processes, other servers over the same Azure account) make to the stored
-//! catalog. Each change rewrites the catalog's version entity
-//! (`persist::touch`); an engine reads that one entity's ETag at most once
-//! per `EngineOptions::catalog_check` (1 s by default), as a statement
-//! starts, and reloads the tables only when the ETag moved. So a definition
-//! created, changed or dropped elsewhere is planned with from the first
-//! statement that starts at least `catalog_check` after the change.
+//! catalog. Each change of a definition rewrites the catalog's version
+//! entity in the same entity group transaction (`persist`); an engine reads
+//! that one entity's ETag at most once per `EngineOptions::catalog_check`
+//! (1 s by default), as a statement starts, and reloads the tables only
+//! when the ETag moved. So a definition created, changed or dropped
+//! elsewhere is planned with from the first statement that starts at least
+//! `catalog_check` after the change, unless another statement's check is
+//! under way then (the next one sees it) or the check fails (a notice; the
+//! next check tries again). An engine's own changes move the version too,
+//! so its next check reloads once more.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use super::{Engine, EngineError};
 use crate::catalog::persist;
+use crate::planner::policy::Notices;
 use crate::storage::ETag;
 
 /// How often an engine reads the catalog's version by default.
@@ -54,15 +59,18 @@ impl CatalogWatch {
 impl Engine {
     /// Catches up with catalog changes made by other engines, if a check
     /// is due (see the module doc). A statement that finds another one
-    /// checking goes on with the tables registered.
-    pub async fn follow_catalog(&self) -> Result<(), EngineError> {
+    /// checking goes on with the tables registered. A check that fails (the
+    /// store unavailable, a definition that no longer plans) fails no
+    /// statement: the tables stay as they were, the session gets a notice,
+    /// and the next check tries again.
+    pub async fn follow_catalog(&self) {
         let watch = &self.watch;
         let now = watch.now_ms();
         if now < watch.due_ms.load(Ordering::Relaxed) {
-            return Ok(());
+            return;
         }
         let Ok(seen) = watch.seen.try_lock() else {
-            return Ok(());
+            return;
         };
         let every = u64::try_from(self.options.catalog_check.as_millis()).unwrap_or(u64::MAX);
         watch
@@ -70,7 +78,24 @@ impl Engine {
             .store(now.saturating_add(every), Ordering::Relaxed);
         // Boxed: a reload's future is large, and every statement's future
         // (a point read's too) would carry it.
-        Box::pin(self.check_catalog(seen)).await
+        if let Err(e) = Box::pin(self.check_catalog(seen)).await {
+            self.notice(format!(
+                "the catalog could not be read again, so changes made elsewhere are not seen yet: {e}"
+            ));
+        }
+    }
+
+    /// Tells the session (a NOTICE, for the wire server and the shell).
+    fn notice(&self, text: String) {
+        if let Some(notices) = self
+            .ctx
+            .state_ref()
+            .read()
+            .config()
+            .get_extension::<Notices>()
+        {
+            notices.push(text);
+        }
     }
 
     /// Reads the catalog's version and reloads the tables if it moved.

@@ -169,7 +169,7 @@ impl PreparedStatement {
 
     /// The planning to run: planned again when the catalog changed.
     async fn planned(&self) -> Result<Arc<Planned>, EngineError> {
-        self.engine.follow_catalog().await?;
+        self.engine.follow_catalog().await;
         let current = self.current();
         if current.version == self.engine.catalog_version() {
             return Ok(current);
@@ -242,7 +242,7 @@ impl PreparedStatement {
         let run = Run::point(
             started.elapsed(),
             read.batch.num_rows(),
-            read.retries,
+            (read.requests, read.retries),
             point.storage_table().clone(),
         );
         self.engine.workload().ran(&self.label, run);

@@ -29,7 +29,6 @@ use std::collections::{BTreeMap, HashSet};
 use std::fmt;
 use std::ops::Bound;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use datafusion::arrow::array::{ArrayRef, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
@@ -116,12 +115,13 @@ pub struct DmlExec {
     layout: Arc<Layout>,
     if_match: Option<ETag>,
     properties: Arc<PlanProperties>,
-    /// Rows committed so far, for a caller that stops the statement midway.
-    written: Arc<AtomicU64>,
     /// The PartitionKeys its committed writes span, for the workload
     /// statistics' key order.
     span: Arc<std::sync::Mutex<WrittenSpan>>,
     metrics: ExecutionPlanMetricsSet,
+    /// SQL rows committed so far (metric `rows_written`): what a statement
+    /// stopped midway has already written.
+    rows_written: ExactCount,
     /// Retries the store made for the writes and their reads (the input's
     /// scans count their own).
     retries: ExactCount,
@@ -142,6 +142,11 @@ impl WrittenSpan {
         super::key_order::widen(&mut self.keys, pk, pk);
     }
 }
+
+/// The metric of the SQL rows a write has committed, read while it runs
+/// (a statement stopped midway says how many) and after
+/// ([`super::metrics::count`]).
+pub const ROWS_WRITTEN: &str = "rows_written";
 
 /// The schema every DML plan yields (DataFusion's convention).
 fn count_schema() -> SchemaRef {
@@ -188,17 +193,11 @@ impl DmlExec {
             layout,
             if_match,
             properties: Arc::new(properties),
-            written: Arc::new(AtomicU64::new(0)),
             span: Arc::default(),
+            rows_written: ExactCount::register(&metrics, ROWS_WRITTEN),
             retries: ExactCount::register(&metrics, "retries"),
             metrics,
         })
-    }
-
-    /// Rows committed so far (by the last `execute`): what a cancelled
-    /// statement has already written.
-    pub fn written(&self) -> Arc<AtomicU64> {
-        self.written.clone()
     }
 
     /// The PartitionKeys its last run wrote.
@@ -353,12 +352,11 @@ impl ExecutionPlan for DmlExec {
             pending: BTreeMap::new(),
             pending_rows: 0,
             written: 0,
-            shared: self.written.clone(),
+            shared: self.rows_written.clone(),
             span: self.span.clone(),
             keys: HashSet::new(),
             claims: BTreeMap::new(),
         };
-        self.written.store(0, Ordering::Relaxed);
         if let Ok(mut span) = self.span.lock() {
             *span = WrittenSpan::default();
         }
@@ -407,7 +405,8 @@ struct Writer {
     pending: BTreeMap<PartitionKey, Vec<Group>>,
     pending_rows: usize,
     written: u64,
-    shared: Arc<AtomicU64>,
+    /// The plan's `rows_written`, raised as each transaction commits.
+    shared: ExactCount,
     span: Arc<std::sync::Mutex<WrittenSpan>>,
     /// The primary key prefixes this statement writes, to catch one key twice.
     keys: HashSet<(PartitionKey, String)>,
@@ -872,7 +871,7 @@ impl Writer {
             }
         }
         self.written += rows;
-        self.shared.store(self.written, Ordering::Relaxed);
+        self.shared.add(usize::try_from(rows).unwrap_or(usize::MAX));
         if let (Some(op), Ok(mut span)) = (ops.first(), self.span.lock()) {
             span.add(op.keys().0.as_str(), ops.len() as u64);
         }

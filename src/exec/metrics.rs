@@ -69,3 +69,15 @@ impl CustomMetricValue for ExactCount {
         self.value() == other.as_usize()
     }
 }
+
+/// The value of the exact counter `name` in `plan`'s own metrics (not its
+/// inputs'), if it keeps one.
+pub fn count(plan: &dyn datafusion::physical_plan::ExecutionPlan, name: &str) -> Option<u64> {
+    let metrics = plan.metrics()?;
+    metrics.iter().find_map(|m| match m.value() {
+        MetricValue::Custom { name: n, value } if n.as_ref() == name => {
+            Some(value.as_usize() as u64)
+        }
+        _ => None,
+    })
+}

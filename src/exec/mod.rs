@@ -31,6 +31,12 @@ pub use decode::Layout;
 pub use dml::{DmlExec, DmlOp};
 pub use scan::{PartitionScanExec, ScanOptions};
 
+/// The SQL rows a write's plan has committed so far (its root's
+/// `rows_written` metric); `None` for a plan that writes nothing.
+pub fn rows_written(plan: &dyn datafusion::physical_plan::ExecutionPlan) -> Option<u64> {
+    metrics::count(plan, dml::ROWS_WRITTEN)
+}
+
 use crate::catalog::ColumnType;
 use crate::keys::KeyError;
 use crate::storage::{KeyKind, StorageError};

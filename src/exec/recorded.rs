@@ -181,8 +181,8 @@ impl Record {
         if let Some(plan) = &self.plan {
             plan_run(plan, &mut run);
             // A write answers one row, its count: the rows are those written.
-            if let Some(dml) = plan.downcast_ref::<DmlExec>() {
-                run.rows = dml.written().load(std::sync::atomic::Ordering::Relaxed);
+            if let Some(n) = super::rows_written(plan.as_ref()) {
+                run.rows = n;
             }
         }
         self.workload.ran(&self.statement, run);

@@ -120,16 +120,21 @@ pub struct Run {
 }
 
 impl Run {
-    /// A point read of `rows` entities of `table`, by one request that took
+    /// A point read of `rows` entities of `table` by `requests` that took
     /// `retries` (`planner::point`).
-    pub fn point(elapsed: Duration, rows: usize, retries: u64, table: Arc<str>) -> Self {
+    pub fn point(
+        elapsed: Duration,
+        rows: usize,
+        (requests, retries): (u64, u64),
+        table: Arc<str>,
+    ) -> Self {
         let rows = rows as u64;
         Self {
             elapsed,
             rows,
             scanned: rows,
             returned: rows,
-            requests: 1,
+            requests,
             retries,
             path: Cow::Borrowed("point"),
             whole: None,

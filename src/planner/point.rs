@@ -170,7 +170,7 @@ impl PointRead {
             return Ok(None);
         };
         let mut sink = BatchSink::new(self.decode.clone(), 1);
-        let mut retries = 0;
+        let (mut requests, mut retries) = (0, 0);
         if !self.empty {
             let Ok(pk) = def.partition_key.compose(&partition) else {
                 return Ok(None);
@@ -200,7 +200,7 @@ impl PointRead {
                 query.select.clone_from(&self.select);
                 first(store.as_ref(), &layout.table, &query, sink).await
             };
-            (sink, retries) =
+            (sink, requests, retries) =
                 read.map_err(|e| DataFusionError::External(Box::new(ExecError::from(e))))?;
         }
         let (batch, _) = sink
@@ -210,7 +210,11 @@ impl PointRead {
             Some(output) => batch.project(output)?,
             None => batch,
         };
-        Ok(Some(PointAnswer { batch, retries }))
+        Ok(Some(PointAnswer {
+            batch,
+            requests,
+            retries,
+        }))
     }
 }
 
@@ -219,46 +223,48 @@ impl PointRead {
 pub struct PointAnswer {
     /// No row or one.
     pub batch: RecordBatch,
-    /// Retries the store made for it (see `storage::retries`).
+    /// Requests it sent (a page past empty ones, or none for a key no
+    /// table can hold).
+    pub requests: u64,
+    /// Retries the store made for them (see `storage::retries`).
     pub retries: u64,
 }
 
-/// The entity at `(pk, rk)`, if any, into `sink`; and the store's retries.
-/// Only the store's call is counted: its future is small to move, where
-/// this function's, holding the sink, is not.
+/// The entity at `(pk, rk)`, if any, into `sink`; with the requests (one)
+/// and the store's retries.
 async fn get(
     store: &dyn TableStore,
     table: &TableName,
     pk: &PartitionKey,
     rk: &RowKey,
     mut sink: BatchSink,
-) -> Result<(BatchSink, u64), StorageError> {
+) -> Result<(BatchSink, u64, u64), StorageError> {
     let (found, retries) = retries::counted_by(store, store.get(table, pk, rk)).await;
     if let Some(e) = found? {
         // A `Break` here means the sink kept an error: `finish` returns it.
         let _ = sink.push(&e);
     }
-    Ok((sink, retries))
+    Ok((sink, 1, retries))
 }
 
 /// The first entity `query` (of `top` 1) finds, following tokens past
-/// empty pages, into `sink`; and the store's retries.
+/// empty pages, into `sink`; with the requests and the store's retries.
 async fn first(
     store: &dyn TableStore,
     table: &TableName,
     query: &Query,
     mut sink: BatchSink,
-) -> Result<(BatchSink, u64), StorageError> {
+) -> Result<(BatchSink, u64, u64), StorageError> {
     let mut token: Option<ContinuationToken> = None;
-    let mut retries = 0;
+    let (mut requests, mut retries) = (0, 0);
     loop {
         let (page, n) =
             retries::counted_by(store, page_into(store, table, query, token.as_ref(), sink)).await;
         let (end, filled) = page?;
-        (sink, retries) = (filled, retries + n);
+        (sink, requests, retries) = (filled, requests + 1, retries + n);
         match end.continuation {
             Some(next) if end.returned == 0 => token = Some(next),
-            _ => return Ok((sink, retries)),
+            _ => return Ok((sink, requests, retries)),
         }
     }
 }

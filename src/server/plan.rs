@@ -35,13 +35,13 @@ use super::cancel::{Guard, guarded};
 use super::direct;
 use super::params;
 use super::sqlstate::{
-    CONNECTION_FAILURE, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error, engine_error, error,
-    parser_error,
+    CONNECTION_FAILURE, FEATURE_NOT_SUPPORTED, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error,
+    engine_error, error, parser_error,
 };
 use super::vectors;
 use crate::engine::{Engine, StatementKind};
-use crate::exec::DmlExec;
 use crate::exec::recorded::{normalize, plan_run, recorded};
+use crate::exec::rows_written;
 use crate::exec::workload::Run;
 use crate::planner::point::PointRead;
 use crate::planner::sql::reads_system_catalog;
@@ -73,6 +73,9 @@ pub enum Kind {
         param_types: Vec<Type>,
         /// The kind of a statement that writes rows.
         write: Option<StatementKind>,
+        /// The engine's catalog version `plan` was planned under: under
+        /// another, it is planned again (`Planner::current`).
+        version: u64,
         /// A query that reads one entity by its primary key, planned
         /// whole, with the catalog version it was planned under.
         point: Option<(Arc<PointRead>, u64)>,
@@ -116,11 +119,8 @@ impl Planner {
 
     /// Catches up with catalog changes made by other servers and
     /// processes (`Engine::follow_catalog`): called as each statement starts.
-    pub async fn follow_catalog(&self) -> PgWireResult<()> {
-        self.engine
-            .follow_catalog()
-            .await
-            .map_err(|e| super::sqlstate::engine_error(&e))
+    pub async fn follow_catalog(&self) {
+        self.engine.follow_catalog().await;
     }
 
     /// Splits and parses a query string.
@@ -130,7 +130,7 @@ impl Planner {
 
     /// What Parse keeps of one statement.
     pub async fn prepare(&self, sql: &str, statement: Statement) -> PgWireResult<Prepared> {
-        self.follow_catalog().await?;
+        self.follow_catalog().await;
         let write = write_kind(&statement);
         let text = statement.to_string();
         let label = normalize(&statement);
@@ -187,8 +187,37 @@ impl Planner {
                 param_types,
                 write,
                 point,
+                version,
             },
         })
+    }
+
+    /// A prepared statement's plan under the current catalog: planned
+    /// again from its text when a table changed since (here, or in another
+    /// process: `Engine::follow_catalog`), so that a prepared write never
+    /// writes under a replaced definition. As in PostgreSQL, a new plan
+    /// whose rows differ in shape is an error (0A000).
+    async fn current<'a>(
+        &self,
+        prepared: &Prepared,
+        plan: &'a LogicalPlan,
+        version: u64,
+    ) -> PgWireResult<std::borrow::Cow<'a, LogicalPlan>> {
+        if version == self.engine.catalog_version() {
+            return Ok(std::borrow::Cow::Borrowed(plan));
+        }
+        let mut statements = self.parse(&prepared.text)?;
+        let (Some(statement), true) = (statements.pop(), statements.is_empty()) else {
+            return Err(internal("a prepared statement is one statement"));
+        };
+        let fresh = self.logical(statement).await?;
+        if fresh.schema().as_arrow() != plan.schema().as_arrow() {
+            return Err(error(
+                FEATURE_NOT_SUPPORTED,
+                "cached plan must not change result type",
+            ));
+        }
+        Ok(std::borrow::Cow::Owned(fresh))
     }
 
     /// A query's rows as Arrow batches, for COPY TO: planned as any query
@@ -261,13 +290,15 @@ impl Planner {
             plan,
             params,
             write: Some(kind),
+            version,
             ..
         } = &prepared.kind
         else {
             return Err(internal("not a write"));
         };
         let values = self.values(portal)?;
-        let plan = bind(plan, params, &values)?;
+        let plan = self.current(prepared, plan, *version).await?;
+        let plan = bind(&plan, params, &values)?;
         self.write(&plan, *kind, prepared.label.clone(), guard)
             .await
     }
@@ -284,7 +315,7 @@ impl Planner {
         let snapshot = self.snapshot();
         let physical = physical_plan(&snapshot, plan, &mut guard).await?;
         let started = std::time::Instant::now();
-        let written = physical.downcast_ref::<DmlExec>().map(DmlExec::written);
+
         let run = collect(physical.clone(), snapshot.task.clone());
         let workload = self.engine.workload().clone();
         let refused = |e: datafusion::error::DataFusionError| {
@@ -300,7 +331,7 @@ impl Planner {
             Err(PgWireError::UserError(info))
                 if [QUERY_CANCELED, CONNECTION_FAILURE].contains(&info.code.as_str()) =>
             {
-                let n = written.map_or(0, |w| w.load(std::sync::atomic::Ordering::Relaxed));
+                let n = rows_written(physical.as_ref()).unwrap_or(0);
                 let note = if n > 0 {
                     format!(
                         " (at least {n} rows of this statement were written before it stopped: each partition's rows commit together)"
@@ -424,6 +455,7 @@ impl Planner {
             params,
             write: None,
             point,
+            version,
             ..
         } = &prepared.kind
         else {
@@ -444,16 +476,16 @@ impl Planner {
                 })
                 .await?;
             if let Some(read) = read {
-                let batch = read.batch;
                 self.engine.workload().ran(
                     &prepared.label,
                     Run::point(
                         started.elapsed(),
-                        batch.num_rows(),
-                        read.retries,
+                        read.batch.num_rows(),
+                        (read.requests, read.retries),
                         point.storage_table().clone(),
                     ),
                 );
+                let batch = read.batch;
                 let fields = Arc::new(result_fields(
                     plan.schema().as_arrow(),
                     format,
@@ -468,7 +500,8 @@ impl Planner {
                 return respond(fields, stream, vectors, guard).await;
             }
         }
-        let plan = bind(plan, params, values)?;
+        let plan = self.current(prepared, plan, *version).await?;
+        let plan = bind(&plan, params, values)?;
         // A page token names the statement with its values.
         let text = format!("{}\n{values:?}", prepared.text);
         let statement = paged.then_some(text.as_str());

@@ -393,7 +393,7 @@ impl SimpleQueryHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.start(client);
-        self.planner.follow_catalog().await?;
+        self.planner.follow_catalog().await;
         let statements = self.planner.parse(query)?;
         let mut responses = Vec::with_capacity(statements.len());
         let mut status = if self.savepoints.take_failed() {
@@ -531,7 +531,7 @@ impl ExtendedQueryHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.start(client);
-        self.planner.follow_catalog().await?;
+        self.planner.follow_catalog().await;
         match &portal.statement.statement.kind {
             Kind::Query { write, .. } => {
                 if matches!(client.transaction_status(), TransactionStatus::Error) {

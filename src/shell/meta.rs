@@ -4,10 +4,7 @@
 use std::path::PathBuf;
 
 use super::render::table;
-use crate::catalog::{TableDef, persist};
-use crate::engine::{Engine, EngineError};
-use crate::exec::Layout;
-use crate::exec::decode::Source;
+use crate::engine::{ColumnInfo, Engine, EngineError, StoredAs};
 
 /// One meta-command.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,42 +94,21 @@ fn header(names: &[&str]) -> Vec<String> {
 /// `\dt`: mapped tables with their storage table and keys, then the
 /// storage tables that have no mapping (read raw).
 pub async fn list_tables(engine: &Engine, width: Option<u16>) -> Result<String, EngineError> {
-    let defs = persist::load(engine.store().as_ref()).await?;
-    let mut rows: Vec<Vec<String>> = defs
-        .iter()
-        .map(|d| {
-            vec![
-                d.name.clone(),
+    let (mut rows, mut raw): (Vec<Vec<String>>, Vec<Vec<String>>) = (Vec::new(), Vec::new());
+    for t in engine.store_tables().await? {
+        match &t.mapping {
+            Some(m) => rows.push(vec![
+                t.name,
                 "mapped".to_owned(),
-                d.storage_table.to_string(),
-                format!("{} / {}", d.partition_key, d.row_key),
-            ]
-        })
-        .collect();
-    let mut raw: Vec<Vec<String>> = Vec::new();
-    if let Some(schema) = engine
-        .context()
-        .catalog("datafusion")
-        .and_then(|c| c.schema("public"))
-    {
-        for name in schema.table_names() {
-            if defs.iter().any(|d| d.name == name) {
-                continue;
-            }
-            let storage = match schema.table(&name).await {
-                Ok(Some(t)) => t
-                    .downcast_ref::<crate::planner::StoreTable>()
-                    .map(|s| s.layout().table.to_string()),
-                _ => None,
-            };
-            if let Some(storage) = storage {
-                raw.push(vec![
-                    name,
-                    "raw".into(),
-                    storage,
-                    "PartitionKey / RowKey".into(),
-                ]);
-            }
+                t.storage_table,
+                format!("{} / {}", m.partition_key, m.row_key),
+            ]),
+            None => raw.push(vec![
+                t.name,
+                "raw".to_owned(),
+                t.storage_table,
+                "PartitionKey / RowKey".to_owned(),
+            ]),
         }
     }
     rows.sort();
@@ -152,82 +128,60 @@ pub async fn list_tables(engine: &Engine, width: Option<u16>) -> Result<String, 
 /// `\d NAME`: the columns (type, nullability, where each is stored) and,
 /// for a mapped table, its key templates, primary key and index rows.
 pub async fn describe(engine: &Engine, name: &str, width: Option<u16>) -> Result<String, String> {
-    let defs = persist::load(engine.store().as_ref())
+    let found = engine
+        .describe_table(name)
         .await
         .map_err(|e| e.to_string())?;
-    let missing = || format!("Did not find any relation named \"{name}\".");
-    if let Some(def) = defs.iter().find(|d| d.name == name) {
-        return Ok(describe_mapped(def, width));
-    }
-    let provider = engine
-        .context()
-        .table_provider(name)
-        .await
-        .map_err(|_| missing())?;
-    let store_table = provider
-        .downcast_ref::<crate::planner::StoreTable>()
-        .ok_or_else(missing)?;
-    let layout = store_table.layout();
-    let rows: Vec<Vec<String>> = layout
-        .schema
-        .fields()
+    let Some(t) = found else {
+        return Err(format!("Did not find any relation named \"{name}\"."));
+    };
+    let nullable = |c: &ColumnInfo| if c.nullable { "" } else { "not null" }.to_owned();
+    let Some(mapping) = &t.mapping else {
+        let rows: Vec<Vec<String>> = t
+            .columns
+            .iter()
+            .map(|c| vec![c.name.clone(), c.sql_type.clone(), nullable(c)])
+            .collect();
+        return Ok(format!(
+            "Raw table \"{name}\" (storage table {}, no mapping: columns inferred from a sample)\n{}",
+            t.storage_table,
+            table(&header(&["column", "type", "nullable"]), &rows, width)
+        ));
+    };
+    let rows: Vec<Vec<String>> = t
+        .columns
         .iter()
-        .zip(&layout.columns)
-        .map(|(f, (_, t))| {
-            vec![
-                f.name().clone(),
-                t.to_string(),
-                if f.is_nullable() { "" } else { "not null" }.into(),
-            ]
-        })
-        .collect();
-    Ok(format!(
-        "Raw table \"{name}\" (storage table {}, no mapping: columns inferred from a sample)\n{}",
-        layout.table,
-        table(&header(&["column", "type", "nullable"]), &rows, width)
-    ))
-}
-
-fn describe_mapped(def: &TableDef, width: Option<u16>) -> String {
-    let layout = Layout::mapped(std::sync::Arc::new(def.clone()));
-    let rows: Vec<Vec<String>> = layout
-        .schema
-        .fields()
-        .iter()
-        .zip(&layout.columns)
-        .map(|(f, (source, t))| {
-            let stored = match source {
-                Source::PartitionField(i) => format!("PartitionKey field {}", i + 1),
-                Source::RowField(i) => format!("RowKey field {}", i + 1),
-                Source::Property { .. } => "property".into(),
+        .map(|c| {
+            let stored = match c.stored_as {
+                StoredAs::PartitionKeyField(i) => format!("PartitionKey field {}", i + 1),
+                StoredAs::RowKeyField(i) => format!("RowKey field {}", i + 1),
+                StoredAs::Property => "property".into(),
                 _ => "system".into(),
             };
-            vec![
-                f.name().clone(),
-                t.to_string(),
-                if f.is_nullable() { "" } else { "not null" }.into(),
-                stored,
-            ]
+            vec![c.name.clone(), c.sql_type.clone(), nullable(c), stored]
         })
         .collect();
     let mut out = format!(
         "Table \"{}\" (storage table {})\n{}\n",
-        def.name,
-        def.storage_table,
+        t.name,
+        t.storage_table,
         table(
             &header(&["column", "type", "nullable", "stored as"]),
             &rows,
             width
         )
     );
-    out.push_str(&format!("PartitionKey: {}\n", def.partition_key));
-    out.push_str(&format!("RowKey:       {}\n", def.row_key));
-    out.push_str(&format!("Primary key:  ({})\n", def.primary_key.join(", ")));
-    if def.indexes.is_empty() {
+    out.push_str(&format!("PartitionKey: {}\n", mapping.partition_key));
+    out.push_str(&format!("RowKey:       {}\n", mapping.row_key));
+    out.push_str(&format!(
+        "Primary key:  ({})\n",
+        mapping.primary_key.join(", ")
+    ));
+    if mapping.indexes.is_empty() {
         out.push_str("Index rows:   none\n");
     } else {
         out.push_str("Index rows:\n");
-        for ix in &def.indexes {
+        for ix in &mapping.indexes {
             let carries = if ix.covering {
                 "every column"
             } else {
@@ -239,7 +193,7 @@ fn describe_mapped(def: &TableDef, width: Option<u16>) -> String {
             ));
         }
     }
-    out
+    Ok(out)
 }
 
 #[cfg(test)]

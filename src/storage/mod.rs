@@ -71,8 +71,10 @@ pub const DEFAULT_SCAN_BUDGET: usize = 100_000;
 /// A store of tables of entities with Table Storage semantics.
 ///
 /// Every backend passes the one conformance suite (`tests/it/conformance`).
-/// A store that retries a request within one call reports each retry with
-/// [`retries::note`], so that its caller can count them (`retries::counted`).
+/// A store that retries a request within one call says so
+/// ([`TableStore::retries_requests`]) and reports each retry with
+/// [`retries::note`], so that its caller can count them; a store that wraps
+/// another forwards `retries_requests`, or its retries go uncounted.
 #[async_trait]
 pub trait TableStore: Send + Sync + std::fmt::Debug {
     /// Creates a table; fails if one of that name (in any case) exists.

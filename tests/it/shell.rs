@@ -68,6 +68,31 @@ fn stdin_runs_statements_and_formats() -> TestResult {
         String::from_utf8(out.stdout)?,
         "[\n  {\"n\":null,\"e\":\"\",\"two\":2}\n]\n"
     );
+
+    // Statements without rows answer with their command tags, comments or not.
+    let script = "-- a table\nCREATE TABLE kvs (k TEXT NOT NULL, n INT NOT NULL, PRIMARY KEY (k)) \
+                  WITH (partition_key = '{k}', row_key = 'K');\n\
+                  /* rows */ INSERT INTO kvs (k, n) VALUES ('a', 1), ('b', 2);\n\
+                  CREATE SEQUENCE s;\nDROP SEQUENCE s;\nANALYZE kvs;\nSET tablesql.page_size = 0;\n";
+    let out = run_with_stdin(tablesql(store.path()).arg("shell"), script)?;
+    let tags = String::from_utf8(out.stdout)?;
+    assert!(
+        out.status.success(),
+        "{tags}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        tags.lines().collect::<Vec<_>>(),
+        [
+            "CREATE TABLE",
+            "INSERT 0 2",
+            "CREATE SEQUENCE",
+            "DROP SEQUENCE",
+            "ANALYZE",
+            "SET"
+        ],
+        "{tags}"
+    );
     Ok(())
 }
 

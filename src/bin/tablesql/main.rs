@@ -308,9 +308,10 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Apply { dir } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
-            for applied in engine.apply_catalog(&dir).await? {
-                println!("{applied}");
-            }
+            // Each as it is done: a failure part way shows what was applied.
+            engine
+                .apply_catalog(&dir, |applied| println!("{applied}"))
+                .await?;
             Ok(())
         }
         Command::Analyze {

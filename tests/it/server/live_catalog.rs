@@ -68,12 +68,17 @@ async fn a_table_created_through_one_server_is_queryable_through_another() -> Te
     let row = b.query_one(&by_sensor, &[&"s2"]).await?;
     assert_eq!(row.get::<_, i64>(0), 1);
 
-    // Dropped and defined again through one (a new column): the other
-    // plans with the new definition.
+    // A write prepared on the other server before the table is defined
+    // again; run after, it writes under the new definition.
+    let insert = b
+        .prepare("INSERT INTO readings (sensor, at, v) VALUES ($1, $2, $3)")
+        .await?;
+    // Dropped and defined again through one (a new column, a new RowKey
+    // template): the other plans with the new definition.
     a.batch_execute(
         "DROP TABLE readings; \
          CREATE TABLE readings (sensor TEXT NOT NULL, at INT NOT NULL, v DOUBLE, unit TEXT, \
-         PRIMARY KEY (sensor, at)) WITH (partition_key = '{sensor}', row_key = '{at:08}'); \
+         PRIMARY KEY (sensor, at)) WITH (partition_key = '{sensor}', row_key = 'R:{at:08}'); \
          INSERT INTO readings (sensor, at, v, unit) VALUES ('s3', 1, 9.5, 'kPa')",
     )
     .await?;
@@ -83,5 +88,10 @@ async fn a_table_created_through_one_server_is_queryable_through_another() -> Te
         |o| count_of(o).as_deref() == Some("kPa"),
     )
     .await?;
+    b.execute(&insert, &[&"s4", &9i32, &1.5f64]).await?;
+    let stored = a
+        .query_one("SELECT \"RowKey\" FROM readings WHERE sensor = 's4'", &[])
+        .await?;
+    assert_eq!(stored.get::<_, String>(0), "R:00000009");
     Ok(())
 }
