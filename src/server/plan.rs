@@ -59,6 +59,30 @@ pub struct Prepared {
     pub kind: Kind,
 }
 
+/// A prepared statement's plan under one catalog version.
+#[derive(Debug)]
+pub struct Planned {
+    /// The optimized plan, placeholders included.
+    pub plan: LogicalPlan,
+    /// A query that reads one entity by its primary key, planned whole.
+    pub point: Option<Arc<PointRead>>,
+    /// The engine's catalog version it was planned under.
+    pub version: u64,
+}
+
+impl Kind {
+    /// A query's or a write's plan as last planned.
+    fn planned(&self) -> Option<Arc<Planned>> {
+        match self {
+            Kind::Query { planned, .. } => Some(match planned.read() {
+                Ok(p) => p.clone(),
+                Err(poisoned) => poisoned.into_inner().clone(),
+            }),
+            Kind::Command(_) => None,
+        }
+    }
+}
+
 /// The statement type of the extended protocol.
 pub type Stmt = Arc<Prepared>;
 
@@ -68,17 +92,12 @@ pub enum Kind {
     /// DELETE; `write` is its command tag): its optimized plan, placeholders
     /// included, and their types.
     Query {
-        plan: LogicalPlan,
+        /// Its plan, planned again after a catalog change (`Planner::current`).
+        planned: std::sync::RwLock<Arc<Planned>>,
         params: Vec<Option<DataType>>,
         param_types: Vec<Type>,
         /// The kind of a statement that writes rows.
         write: Option<StatementKind>,
-        /// The engine's catalog version `plan` was planned under: under
-        /// another, it is planned again (`Planner::current`).
-        version: u64,
-        /// A query that reads one entity by its primary key, planned
-        /// whole, with the catalog version it was planned under.
-        point: Option<(Arc<PointRead>, u64)>,
     },
     /// Any other statement (SET, SHOW, BEGIN, DECLARE, FETCH, DDL): it runs
     /// at Execute, like a simple query.
@@ -173,8 +192,13 @@ impl Planner {
             .collect::<PgWireResult<Vec<_>>>()?;
         let params: Vec<Option<DataType>> = numbered.into_iter().map(|(_, t)| t).collect();
         let point = match write {
-            None => PointRead::of(&plan).map(|p| (Arc::new(p), version)),
+            None => PointRead::of(&plan).map(Arc::new),
             Some(_) => None,
+        };
+        let planned = Planned {
+            plan,
+            point,
+            version,
         };
         Ok(Prepared {
             sql: sql.to_owned(),
@@ -182,42 +206,53 @@ impl Planner {
             catalog,
             label,
             kind: Kind::Query {
-                plan,
+                planned: std::sync::RwLock::new(Arc::new(planned)),
                 params,
                 param_types,
                 write,
-                point,
-                version,
             },
         })
     }
 
     /// A prepared statement's plan under the current catalog: planned
     /// again from its text when a table changed since (here, or in another
-    /// process: `Engine::follow_catalog`), so that a prepared write never
-    /// writes under a replaced definition. As in PostgreSQL, a new plan
-    /// whose rows differ in shape is an error (0A000).
-    async fn current<'a>(
-        &self,
-        prepared: &Prepared,
-        plan: &'a LogicalPlan,
-        version: u64,
-    ) -> PgWireResult<std::borrow::Cow<'a, LogicalPlan>> {
-        if version == self.engine.catalog_version() {
-            return Ok(std::borrow::Cow::Borrowed(plan));
+    /// process: `Engine::follow_catalog`), and kept, so that a prepared
+    /// write never writes under a replaced definition. As in PostgreSQL, a
+    /// new plan whose rows differ in shape is an error (0A000).
+    async fn current(&self, prepared: &Prepared) -> PgWireResult<Arc<Planned>> {
+        let (Kind::Query { planned, write, .. }, Some(current)) =
+            (&prepared.kind, prepared.kind.planned())
+        else {
+            return Err(internal("not a query or a write"));
+        };
+        let version = self.engine.catalog_version();
+        if current.version == version {
+            return Ok(current);
         }
         let mut statements = self.parse(&prepared.text)?;
         let (Some(statement), true) = (statements.pop(), statements.is_empty()) else {
             return Err(internal("a prepared statement is one statement"));
         };
-        let fresh = self.logical(statement).await?;
-        if fresh.schema().as_arrow() != plan.schema().as_arrow() {
+        let plan = self.logical(statement).await?;
+        if plan.schema().as_arrow() != current.plan.schema().as_arrow() {
             return Err(error(
                 FEATURE_NOT_SUPPORTED,
                 "cached plan must not change result type",
             ));
         }
-        Ok(std::borrow::Cow::Owned(fresh))
+        let point = match write {
+            None => PointRead::of(&plan).map(Arc::new),
+            Some(_) => None,
+        };
+        let fresh = Arc::new(Planned {
+            plan,
+            point,
+            version,
+        });
+        if let Ok(mut p) = planned.write() {
+            *p = fresh.clone();
+        }
+        Ok(fresh)
     }
 
     /// A query's rows as Arrow batches, for COPY TO: planned as any query
@@ -287,18 +322,16 @@ impl Planner {
     ) -> PgWireResult<Response> {
         let prepared = &portal.statement.statement;
         let Kind::Query {
-            plan,
             params,
             write: Some(kind),
-            version,
             ..
         } = &prepared.kind
         else {
             return Err(internal("not a write"));
         };
         let values = self.values(portal)?;
-        let plan = self.current(prepared, plan, *version).await?;
-        let plan = bind(&plan, params, &values)?;
+        let current = self.current(prepared).await?;
+        let plan = bind(&current.plan, params, &values)?;
         self.write(&plan, *kind, prepared.label.clone(), guard)
             .await
     }
@@ -451,18 +484,16 @@ impl Planner {
         mut guard: Guard,
     ) -> PgWireResult<QueryResponse> {
         let Kind::Query {
-            plan,
             params,
             write: None,
-            point,
-            version,
             ..
         } = &prepared.kind
         else {
             return Err(error(SYNTAX_ERROR, "not a query"));
         };
-        if let Some((point, version)) = point
-            && *version == self.engine.catalog_version()
+        let current = self.current(prepared).await?;
+        let plan = &current.plan;
+        if let Some(point) = &current.point
             && !crate::engine::session_pages(&self.ctx)
         {
             let started = std::time::Instant::now();
@@ -500,8 +531,7 @@ impl Planner {
                 return respond(fields, stream, vectors, guard).await;
             }
         }
-        let plan = self.current(prepared, plan, *version).await?;
-        let plan = bind(&plan, params, values)?;
+        let plan = bind(plan, params, values)?;
         // A page token names the statement with its values.
         let text = format!("{}\n{values:?}", prepared.text);
         let statement = paged.then_some(text.as_str());
@@ -717,8 +747,13 @@ impl QueryParser for Planner {
         match &stmt.kind {
             // A write answers with its tag alone (NoData).
             Kind::Query { write: Some(_), .. } => Ok(Vec::new()),
-            Kind::Query { plan, .. } => result_fields(
-                plan.schema().as_arrow(),
+            Kind::Query { .. } => result_fields(
+                stmt.kind
+                    .planned()
+                    .ok_or_else(|| internal("a query without a plan"))?
+                    .plan
+                    .schema()
+                    .as_arrow(),
                 format.unwrap_or(&Format::UnifiedText),
                 stmt.catalog,
             ),
