@@ -40,6 +40,8 @@ struct Fixture {
     store: Arc<dyn TableStore>,
     pushed: Engine,
     unpushed: Engine,
+    /// As `pushed`, without workload statistics: what they cost.
+    unobserved: Engine,
     sqlite: std::sync::Mutex<rusqlite::Connection>,
     dir: tempfile::TempDir,
 }
@@ -52,7 +54,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         .expect("runtime");
     let dir = tempfile::tempdir().expect("temp dir");
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::open(dir.path()).expect("store"));
-    let (pushed, unpushed) = rt.block_on(async {
+    let (pushed, unpushed, unobserved) = rt.block_on(async {
         demo::load(store.as_ref(), ROWS, |_, _| {})
             .await
             .expect("demo");
@@ -66,7 +68,14 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         let unpushed = Engine::with_store(store.clone(), off)
             .await
             .expect("engine");
-        (pushed, unpushed)
+        let no_statistics = EngineOptions {
+            statistics: false,
+            ..EngineOptions::default()
+        };
+        let unobserved = Engine::with_store(store.clone(), no_statistics)
+            .await
+            .expect("engine");
+        (pushed, unpushed, unobserved)
     });
     let sqlite = std::sync::Mutex::new(sqlite::copy(ROWS));
     Fixture {
@@ -74,6 +83,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         store,
         pushed,
         unpushed,
+        unobserved,
         sqlite,
         dir,
     }
@@ -111,13 +121,23 @@ fn point_query_sql(bencher: Bencher) {
 /// values and plans physically (where the keys are pushed) and executes.
 #[divan::bench]
 fn point_query_prepared(bencher: Bencher) {
+    prepared_execute(bencher, &FIXTURE.pushed);
+}
+
+/// `point_query_prepared` on an engine without workload statistics.
+#[divan::bench]
+fn point_query_prepared_no_statistics(bencher: Bencher) {
+    prepared_execute(bencher, &FIXTURE.unobserved);
+}
+
+fn prepared_execute(bencher: Bencher, engine: &Engine) {
     use futures::StreamExt;
     use tablesql::datafusion::common::ParamValues;
     use tablesql::datafusion::scalar::ScalarValue;
     use tablesql::server::cancel::Guard;
     use tablesql::server::plan::Planner;
     let f = &*FIXTURE;
-    let planner = Planner::new(f.pushed.clone(), f.pushed.session_context());
+    let planner = Planner::new(engine.clone(), engine.session_context());
     let sql = "SELECT name, age, finish FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3";
     let prepared = f.rt.block_on(async {
         let statement = planner.parse(sql).expect("parse").remove(0);
@@ -152,11 +172,21 @@ fn point_query_prepared(bencher: Bencher) {
 /// each run binds the keys and reads the entity on the calling task.
 #[divan::bench]
 fn point_query_library_prepared(bencher: Bencher) {
+    library_prepared(bencher, &FIXTURE.pushed);
+}
+
+/// `point_query_library_prepared` on an engine without workload statistics.
+#[divan::bench]
+fn point_query_library_prepared_no_statistics(bencher: Bencher) {
+    library_prepared(bencher, &FIXTURE.unobserved);
+}
+
+fn library_prepared(bencher: Bencher, engine: &Engine) {
     use tablesql::datafusion::scalar::ScalarValue;
     let f = &*FIXTURE;
     let prepared = f
         .rt
-        .block_on(f.pushed.prepare(
+        .block_on(engine.prepare(
             "SELECT name, age, finish FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3",
         ))
         .expect("prepare");

@@ -116,6 +116,10 @@ pub struct EngineOptions {
     /// How often a statement reads whether the stored catalog changed
     /// elsewhere (one point read; see `Engine::follow_catalog`).
     pub catalog_check: std::time::Duration,
+    /// Whether the engine keeps workload statistics
+    /// (`tablesql_stat_statements`, `tablesql_stat_partitions`, the
+    /// advisor); on by default. Off, the views are empty.
+    pub statistics: bool,
 }
 
 impl Default for EngineOptions {
@@ -125,6 +129,7 @@ impl Default for EngineOptions {
             disable_pushdown: false,
             scan_policy: ScanPolicy::default(),
             catalog_check: DEFAULT_CATALOG_CHECK,
+            statistics: true,
         }
     }
 }
@@ -199,8 +204,13 @@ impl Engine {
         options: EngineOptions,
     ) -> Result<Self, EngineError> {
         // Every request of every statement is seen by the statistics.
-        let workload = Arc::new(Workload::default());
-        let store: Arc<dyn TableStore> = Arc::new(ObservedStore::new(store, workload.clone()));
+        let (workload, store): (Arc<Workload>, Arc<dyn TableStore>) = if options.statistics {
+            let workload = Arc::new(Workload::default());
+            let store = Arc::new(ObservedStore::new(store, workload.clone()));
+            (workload, store)
+        } else {
+            (Arc::new(Workload::off()), store)
+        };
         let settings = TablesqlConfig {
             scan_policy: options.scan_policy,
             ..TablesqlConfig::default()

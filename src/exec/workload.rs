@@ -211,6 +211,8 @@ pub struct Workload {
     /// Where the one-second windows count from.
     origin: Instant,
     inner: Mutex<Kept>,
+    /// `false`: nothing is kept (`EngineOptions::statistics`).
+    enabled: bool,
 }
 
 #[derive(Debug)]
@@ -260,11 +262,23 @@ impl Default for Workload {
     fn default() -> Self {
         Self {
             origin: Instant::now(),
+            enabled: true,
             inner: Mutex::new(Kept {
                 since: Utc::now(),
                 tables: HashMap::default(),
                 statements: HashMap::default(),
             }),
+        }
+    }
+}
+
+impl Workload {
+    /// Statistics that keep nothing: an engine whose embedder turned them
+    /// off (`EngineOptions::statistics`), and the benchmark of their cost.
+    pub fn off() -> Self {
+        Self {
+            enabled: false,
+            ..Self::default()
         }
     }
 }
@@ -310,6 +324,9 @@ impl Workload {
 
     /// One run of the statement whose normalized text is `statement`.
     pub fn ran(&self, statement: &str, run: Run) {
+        if !self.enabled {
+            return;
+        }
         let mut kept = self.lock();
         if let (Some(table), Some((first, last, n))) = (&run.table, &run.span) {
             let t = match kept.tables.get_mut(table.as_ref()) {
@@ -340,6 +357,9 @@ impl Workload {
 
     /// A run of `statement` that the store refused for a conflict.
     pub fn refused(&self, statement: &str) {
+        if !self.enabled {
+            return;
+        }
         let mut kept = self.lock();
         let room = kept.statements.len() < MAX_STATEMENTS;
         match kept.statements.get_mut(statement) {

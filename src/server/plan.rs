@@ -220,21 +220,29 @@ impl Planner {
     /// write never writes under a replaced definition. As in PostgreSQL, a
     /// new plan whose rows differ in shape is an error (0A000).
     async fn current(&self, prepared: &Prepared) -> PgWireResult<Arc<Planned>> {
-        let (Kind::Query { planned, write, .. }, Some(current)) =
-            (&prepared.kind, prepared.kind.planned())
-        else {
+        let current = prepared
+            .kind
+            .planned()
+            .ok_or_else(|| internal("not a query or a write"))?;
+        if current.version == self.engine.catalog_version() {
+            return Ok(current);
+        }
+        // Boxed: planning's future is large, and every Execute's future
+        // (a point read's too) would carry it.
+        Box::pin(self.plan_again(prepared, &current)).await
+    }
+
+    async fn plan_again(&self, prepared: &Prepared, old: &Planned) -> PgWireResult<Arc<Planned>> {
+        let Kind::Query { planned, write, .. } = &prepared.kind else {
             return Err(internal("not a query or a write"));
         };
         let version = self.engine.catalog_version();
-        if current.version == version {
-            return Ok(current);
-        }
         let mut statements = self.parse(&prepared.text)?;
         let (Some(statement), true) = (statements.pop(), statements.is_empty()) else {
             return Err(internal("a prepared statement is one statement"));
         };
         let plan = self.logical(statement).await?;
-        if plan.schema().as_arrow() != current.plan.schema().as_arrow() {
+        if plan.schema().as_arrow() != old.plan.schema().as_arrow() {
             return Err(error(
                 FEATURE_NOT_SUPPORTED,
                 "cached plan must not change result type",

@@ -627,3 +627,30 @@ async fn refused_writes_are_counted_as_conflicts() -> TestResult {
     assert_eq!((b.num_rows(), n(0), n(1)), (1, 1, 2));
     Ok(())
 }
+
+/// `EngineOptions::statistics` off: statements run as ever, the views stay
+/// empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statistics_can_be_turned_off() -> TestResult {
+    use std::sync::Arc;
+    use tablesql::storage::{EmbeddedStore, TableStore};
+    let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
+    tablesql::demo::load(store.as_ref(), 60, |_, _| {}).await?;
+    let options = tablesql::EngineOptions {
+        statistics: false,
+        ..tablesql::EngineOptions::default()
+    };
+    let engine = tablesql::Engine::with_store(store, options).await?;
+    let r = tablesql::demo::registration(3);
+    let point = format!(
+        "SELECT name FROM registrations WHERE event = '{}' AND distance = '{}' AND bib = {}",
+        r.event, r.distance, r.bib
+    );
+    assert_eq!(engine.collect(&point).await?[0].num_rows(), 1);
+    let kept = engine
+        .collect("SELECT count(*) FROM tablesql_stat_statements")
+        .await?;
+    assert_eq!(kept[0].column(0).as_primitive::<Int64Type>().value(0), 0);
+    assert!(partitions(&engine).await?.is_empty());
+    Ok(())
+}
