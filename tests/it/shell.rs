@@ -382,7 +382,10 @@ fn the_shell_in_a_terminal() -> TestResult {
     term.clear()?;
     term.type_text("SELECT bib FORM registrations;")?;
     term.keys(&["Enter"])?;
-    let screen = term.wait_for("LINE 1:", wait)?;
+    // The caret line comes last: wait for it, not for the line above (a
+    // screen read between the two writes would miss it).
+    let caret_line = format!("{}^", " ".repeat("LINE 1: SELECT bib FORM ".len()));
+    let screen = term.wait_for(&caret_line, wait)?;
     assert!(screen.contains("ERROR:  syntax error"), "{screen}");
     assert!(
         screen.contains("LINE 1: SELECT bib FORM registrations\n"),
