@@ -361,11 +361,10 @@ impl Engine {
             .fetch_add(1, std::sync::atomic::Ordering::AcqRel);
     }
 
-    fn public_schema(&self) -> Result<Arc<dyn SchemaProvider>, EngineError> {
-        self.ctx
-            .catalog("datafusion")
-            .and_then(|c| c.schema(PUBLIC_SCHEMA))
-            .ok_or_else(|| DataFusionError::Internal("no default schema".into()).into())
+    /// Schema `public`: the engine holds it (`schema::PublicSchema`), so
+    /// no lookup through the context's catalog.
+    fn public_schema(&self) -> Arc<dyn SchemaProvider> {
+        self.public.clone()
     }
 
     fn provider(&self, layout: Layout) -> StoreTable {
@@ -427,7 +426,7 @@ impl Engine {
         {
             return Ok(true);
         }
-        Ok(match self.public_schema()?.table(name).await? {
+        Ok(match self.public_schema().table(name).await? {
             Some(t) => {
                 let any: &dyn std::any::Any = t.as_ref();
                 !any.is::<StoreTable>()
@@ -844,7 +843,7 @@ impl Engine {
                 mapped.push(name);
                 continue;
             }
-            match self.public_schema()?.table(&name).await? {
+            match self.public_schema().table(&name).await? {
                 Some(t) => {
                     let any: &dyn std::any::Any = t.as_ref();
                     if any.is::<StoreTable>() {

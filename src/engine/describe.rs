@@ -193,7 +193,7 @@ impl Engine {
     /// changes made elsewhere first.
     pub async fn store_tables(&self) -> Result<Vec<TableDescription>, EngineError> {
         self.follow_catalog().await;
-        let schema = self.public_schema()?;
+        let schema = self.public_schema();
         let mut names = schema.table_names();
         names.sort();
         let mut out = Vec::new();
@@ -212,7 +212,7 @@ impl Engine {
         name: &str,
     ) -> Result<Option<TableDescription>, EngineError> {
         self.follow_catalog().await;
-        let schema = self.public_schema()?;
+        let schema = self.public_schema();
         self.store_table_named(schema.as_ref(), name).await
     }
 
