@@ -8,7 +8,7 @@ use datafusion::common::TableReference;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::session_state::SessionState;
 use datafusion::sql::sqlparser::ast::{
-    Expr, Insert, SetExpr, Statement, TableObject, Value, ValueWithSpan,
+    Expr, Ident, Insert, ObjectName, SetExpr, Statement, TableObject, Value, ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -20,8 +20,12 @@ fn is_default(e: &Expr) -> bool {
     matches!(e, Expr::Identifier(i) if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"))
 }
 
-/// Replaces the `DEFAULT` cells of an `INSERT ... VALUES` into a mapped
-/// table; any other statement is left alone.
+/// Before planning an `INSERT` into a mapped table: without a column list,
+/// the values are for the table's own columns in order, the leading ones
+/// when there are fewer, as in PostgreSQL (DataFusion would count the
+/// system columns `PartitionKey`, `RowKey`, `Timestamp` and `_etag` too);
+/// and each `DEFAULT` cell of its `VALUES` is replaced. Any other statement
+/// is left alone.
 pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()> {
     let Statement::Insert(Insert {
         table: TableObject::TableName(name),
@@ -32,17 +36,6 @@ pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()>
     else {
         return Ok(());
     };
-    let SetExpr::Values(values) = source.body.as_mut() else {
-        return Ok(());
-    };
-    if !values
-        .rows
-        .iter()
-        .flat_map(|r| r.content.iter())
-        .any(is_default)
-    {
-        return Ok(());
-    }
     let reference = TableReference::from(name.to_string().as_str());
     let provider = state
         .schema_for_ref(reference.clone())?
@@ -57,6 +50,34 @@ pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()>
     let Some(def) = table.layout().def.as_deref() else {
         return Ok(());
     };
+    let values = match source.body.as_mut() {
+        SetExpr::Values(values) => Some(values),
+        _ => None,
+    };
+    if columns.is_empty() {
+        // A wider row is DataFusion's error to report, against every column.
+        let width = values
+            .as_ref()
+            .and_then(|v| v.rows.first())
+            .map_or(def.columns.len(), |r| r.content.len());
+        if width <= def.columns.len() {
+            *columns = def.columns[..width]
+                .iter()
+                .map(|c| ObjectName::from(vec![Ident::with_quote('"', c.name.clone())]))
+                .collect();
+        }
+    }
+    let Some(values) = values else {
+        return Ok(());
+    };
+    if !values
+        .rows
+        .iter()
+        .flat_map(|r| r.content.iter())
+        .any(is_default)
+    {
+        return Ok(());
+    }
     // The columns the cells are for: the list given, or the table's order.
     let targets: Vec<String> = if columns.is_empty() {
         table
