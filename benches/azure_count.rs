@@ -14,8 +14,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tablesql::exec::ScanOptions;
-use tablesql::planner::policy::ScanPolicy;
+use tablesql::ScanOptions;
+use tablesql::ScanPolicy;
 use tablesql::storage::azure::AzureConfig;
 use tablesql::storage::{AzureStore, TableStore};
 use tablesql::{Engine, EngineOptions, demo};
@@ -61,14 +61,9 @@ fn show((wall, cpu): (Duration, Option<Duration>)) -> String {
 }
 
 async fn engine(store: &Arc<dyn TableStore>, fan_out: bool) -> Result<Engine> {
-    let options = EngineOptions {
-        scan: ScanOptions {
-            fan_out,
-            ..ScanOptions::default()
-        },
-        scan_policy: ScanPolicy::Allow,
-        ..EngineOptions::default()
-    };
+    let options = EngineOptions::default()
+        .with_scan(ScanOptions::default().with_fan_out(fan_out))
+        .with_scan_policy(ScanPolicy::Allow);
     Ok(Engine::with_store(store.clone(), options).await?)
 }
 

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use divan::Bencher;
-use tablesql::exec::ScanOptions;
+use tablesql::ScanOptions;
 use tablesql::storage::*;
 use tablesql::{Engine, EngineOptions};
 use tokio::runtime::Runtime;
@@ -152,15 +152,13 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
 });
 
 fn engine(max_in_flight: usize, fan_out: bool) -> Engine {
-    let options = EngineOptions {
-        scan: ScanOptions {
-            max_in_flight,
-            fan_out,
-            ..ScanOptions::default()
-        },
-        scan_policy: tablesql::planner::policy::ScanPolicy::Allow,
-        ..EngineOptions::default()
-    };
+    let options = EngineOptions::default()
+        .with_scan(
+            ScanOptions::default()
+                .with_max_in_flight(max_in_flight)
+                .with_fan_out(fan_out),
+        )
+        .with_scan_policy(tablesql::ScanPolicy::Allow);
     FIXTURE
         .rt
         .block_on(Engine::with_store(FIXTURE.store.clone(), options))

@@ -61,17 +61,11 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         let pushed = Engine::with_store(store.clone(), EngineOptions::default())
             .await
             .expect("engine");
-        let off = EngineOptions {
-            disable_pushdown: true,
-            ..EngineOptions::default()
-        };
+        let off = EngineOptions::default().with_pushdown(false);
         let unpushed = Engine::with_store(store.clone(), off)
             .await
             .expect("engine");
-        let no_statistics = EngineOptions {
-            statistics: false,
-            ..EngineOptions::default()
-        };
+        let no_statistics = EngineOptions::default().with_statistics(false);
         let unobserved = Engine::with_store(store.clone(), no_statistics)
             .await
             .expect("engine");
@@ -132,10 +126,10 @@ fn point_query_prepared_no_statistics(bencher: Bencher) {
 
 fn prepared_execute(bencher: Bencher, engine: &Engine) {
     use futures::StreamExt;
+    use tablesql::__bench::Guard;
+    use tablesql::__bench::Planner;
     use tablesql::datafusion::common::ParamValues;
     use tablesql::datafusion::scalar::ScalarValue;
-    use tablesql::server::cancel::Guard;
-    use tablesql::server::plan::Planner;
     let f = &*FIXTURE;
     let planner = Planner::new(engine.clone(), engine.session_context());
     let sql = "SELECT name, age, finish FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3";

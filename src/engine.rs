@@ -16,7 +16,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 
 use crate::exec::observed::ObservedStore;
-use crate::exec::recorded::{normalize, recorded};
+use crate::exec::recorded::normalize;
 use crate::exec::upkeep::Upkeep;
 use crate::exec::workload::Workload;
 use crate::planner::index_functions::{self, IndexFunction};
@@ -37,7 +37,6 @@ use crate::catalog::{CatalogError, TableDef, ddl, persist, stats};
 use crate::exec::coop::YieldingJoins;
 use crate::exec::sequences::Sequences;
 use crate::exec::token::Signer;
-use crate::exec::transaction::Transaction;
 use crate::exec::{Layout, ScanOptions};
 use crate::planner::checked::CheckedIntegers;
 use crate::planner::dml_shape::{DmlShape, EmptyDml};
@@ -53,23 +52,37 @@ use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 
 mod apply;
 mod describe;
+#[cfg(feature = "server")]
+mod direct;
 mod follow;
 mod indexes;
 mod kind;
 mod paging;
 mod prepared;
+mod run;
 mod schema;
 
+#[cfg(feature = "server")]
+pub(crate) use crate::exec::rows_written;
 pub use crate::exec::upkeep::IndexHealth;
+pub use crate::planner::identity::{PG_VERSION, PG_VERSION_NUM};
 pub use apply::Applied;
+#[cfg(feature = "server")]
+pub(crate) use describe::describe_catalog;
 pub use describe::{
     ColumnInfo, IndexInfo, IndexTemplate, MappingInfo, StoredAs, TableDescription, TableInfo,
-    describe_catalog,
 };
 pub use follow::DEFAULT_CATALOG_CHECK;
 pub use kind::StatementKind;
 pub use paging::ResultPage;
-pub use prepared::{PreparedStatement, bind};
+pub use prepared::PreparedStatement;
+#[cfg(feature = "server")]
+pub(crate) use prepared::bind;
+pub(crate) use run::Transaction;
+#[cfg(feature = "server")]
+pub(crate) use run::{
+    PointQuery, Snapshot, parameter_types, reads_system_catalog, start_direct, statement_label,
+};
 
 /// The schema that holds every storage table read raw.
 pub const RAW_SCHEMA: &str = "raw";
@@ -78,6 +91,7 @@ const PUBLIC_SCHEMA: &str = "public";
 
 /// A failure of the engine.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum EngineError {
     /// The catalog refused a definition or could not be read.
     #[error(transparent)]
@@ -102,8 +116,20 @@ impl EngineError {
     }
 }
 
-/// Options of an engine.
+/// Options of an engine: [`EngineOptions::default`], then the `with_`
+/// methods for what differs.
+///
+/// ```
+/// use std::time::Duration;
+/// use tablesql::{EngineOptions, ScanPolicy};
+///
+/// let options = EngineOptions::default()
+///     .with_scan_policy(ScanPolicy::Allow)
+///     .with_catalog_check(Duration::from_secs(5));
+/// assert!(options.statistics);
+/// ```
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct EngineOptions {
     /// Scan tuning (requests in flight).
     pub scan: ScanOptions,
@@ -131,6 +157,38 @@ impl Default for EngineOptions {
             catalog_check: DEFAULT_CATALOG_CHECK,
             statistics: true,
         }
+    }
+}
+
+impl EngineOptions {
+    /// With these scan settings.
+    pub fn with_scan(mut self, scan: ScanOptions) -> Self {
+        self.scan = scan;
+        self
+    }
+
+    /// With the pushdown off (`false`): every table is read whole.
+    pub fn with_pushdown(mut self, pushdown: bool) -> Self {
+        self.disable_pushdown = !pushdown;
+        self
+    }
+
+    /// With this default for statements that read every partition.
+    pub fn with_scan_policy(mut self, policy: ScanPolicy) -> Self {
+        self.scan_policy = policy;
+        self
+    }
+
+    /// Reading whether the stored catalog changed at most this often.
+    pub fn with_catalog_check(mut self, every: std::time::Duration) -> Self {
+        self.catalog_check = every;
+        self
+    }
+
+    /// With or without workload statistics.
+    pub fn with_statistics(mut self, on: bool) -> Self {
+        self.statistics = on;
+        self
     }
 }
 
@@ -902,7 +960,7 @@ impl Engine {
         let task = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;
         let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
-        Ok(recorded(self.workload.clone(), label, Some(plan), stream))
+        Ok(self.recorded(label, Some(plan), stream))
     }
 
     /// Runs one statement and collects its rows (recorded as
@@ -914,7 +972,7 @@ impl Engine {
 }
 
 /// The notices a session's statements left since the last call.
-pub fn session_notices(ctx: &SessionContext) -> Vec<String> {
+pub(crate) fn session_notices(ctx: &SessionContext) -> Vec<String> {
     ctx.state_ref()
         .read()
         .config()
@@ -924,15 +982,48 @@ pub fn session_notices(ctx: &SessionContext) -> Vec<String> {
 }
 
 /// Whether a session pages its queries (`tablesql.page_size` above 0).
-pub fn session_pages(ctx: &SessionContext) -> bool {
+#[cfg(feature = "server")]
+pub(crate) fn session_pages(ctx: &SessionContext) -> bool {
     paging::paging_on(ctx)
 }
 
 /// The transaction block of a session (an engine's own, or one of
 /// [`Engine::session_context`]'s).
-pub fn session_transaction(ctx: &SessionContext) -> Option<Arc<Transaction>> {
+pub(crate) fn session_transaction(ctx: &SessionContext) -> Option<Arc<Transaction>> {
     ctx.state_ref()
         .read()
         .config()
         .get_extension::<Transaction>()
+}
+
+/// Forgets the sequence values a session holds (`DISCARD ALL`).
+#[cfg(feature = "server")]
+pub(crate) fn discard_session_sequences(ctx: &SessionContext) {
+    let state = ctx.state();
+    let sequences = state.config().options().extensions.get::<SequenceSession>();
+    if let Some(sequences) = sequences {
+        sequences.clear();
+    }
+}
+
+/// A `tablesql.*` setting of a session, by its full name: `None` for a
+/// name that is no such setting, `Some(None)` for one not set.
+#[cfg(feature = "server")]
+pub(crate) fn session_setting(
+    state: &datafusion::execution::session_state::SessionState,
+    name: &str,
+) -> Option<Option<String>> {
+    let entries = state
+        .config_options()
+        .extensions
+        .get::<TablesqlConfig>()
+        .map(datafusion::config::ExtensionOptions::entries)
+        .unwrap_or_default();
+    entries.into_iter().find(|e| e.key == name).map(|e| e.value)
+}
+
+/// The session's `ANALYZE` step (`tablesql.guidepost_every`).
+#[cfg(feature = "server")]
+pub(crate) fn session_guidepost_every(ctx: &SessionContext) -> u64 {
+    TablesqlConfig::of(ctx.state().config()).guidepost_every
 }

@@ -3,10 +3,32 @@
 //!
 //! A table definition maps SQL columns onto the keys through key templates
 //! ([`catalog`], [`keys`]); the planner turns predicates into point queries
-//! and key range scans ([`planner`]), run in parallel page by page
-//! ([`exec`]), over any [`storage::TableStore`]: the embedded store (redb,
-//! the default), the Azure Table service ([`storage::AzureStore`]) or memory.
-//! [`Engine`] ties them to a DataFusion `SessionContext`.
+//! and key range scans, run in parallel page by page, over any
+//! [`storage::TableStore`]: the embedded store (redb, the default), the Azure
+//! Table service (`storage::AzureStore`, feature `azure`) or memory.
+//! [`Engine`] is the one door: it runs, prepares and pages SQL, and lists
+//! and describes the tables it maps. The wire server ([`server`], feature
+//! `server`) and the shell ([`shell`], feature `shell`) go through it too.
+//!
+//! # Features
+//!
+//! All on by default, so that `cargo build` builds the `tablesql` tool.
+//! An embedder who wants the engine alone over the embedded store writes
+//! `tablesql = { version = "0.1", default-features = false }`, which leaves
+//! out pgwire, rustyline, reqwest, clap and DataFusion's parquet and
+//! compression codecs (README, "Embedding", gives both builds' times).
+//!
+//! | Feature | What it adds |
+//! |---|---|
+//! | `azure` | The Azure Table REST backend and `azure:` store locations |
+//! | `server` | The Postgres wire server, `pg_catalog` and psql's SQL dialect |
+//! | `shell` | The interactive shell |
+//! | `cli` | The `tablesql` binary; turns on the three above |
+//!
+//! # Query
+//!
+//! Map a table, then read it with SQL. Rows may come from any application
+//! that writes entities under the template's keys.
 //!
 //! ```
 //! use std::sync::Arc;
@@ -41,19 +63,137 @@
 //! # Ok(())
 //! # }
 //! ```
+//!
+//! # Write
+//!
+//! `INSERT`, `UPDATE`, `DELETE` and `INSERT ... ON CONFLICT` write base rows
+//! and their index rows together, one entity group transaction per
+//! partition; a write answers with its row count.
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use tablesql::storage::{EmbeddedStore, TableStore};
+//! # use tablesql::{Engine, EngineOptions};
+//! use tablesql::datafusion::arrow::array::AsArray;
+//! use tablesql::datafusion::arrow::datatypes::UInt64Type;
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
+//! # let engine = Engine::with_store(store, EngineOptions::default()).await?;
+//! # engine.collect(
+//! #     "CREATE TABLE runners (race TEXT NOT NULL, bib INT NOT NULL, name TEXT, age INT) \
+//! #      WITH (storage_table = 'Runners', partition_key = '{race}', row_key = 'BIB:{bib:05}')",
+//! # ).await?;
+//! let written = engine
+//!     .collect("INSERT INTO runners VALUES ('Boston', 1, 'Ann', 34), ('Boston', 2, 'Bo', 51)")
+//!     .await?;
+//! assert_eq!(written[0].column(0).as_primitive::<UInt64Type>().value(0), 2);
+//! let updated = engine
+//!     .collect("UPDATE runners SET age = 35 WHERE race = 'Boston' AND bib = 1")
+//!     .await?;
+//! assert_eq!(updated[0].column(0).as_primitive::<UInt64Type>().value(0), 1);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Prepare
+//!
+//! A [`PreparedStatement`] is planned once and run with `$1`, `$2`, ...
+//! bound to values; one that fixes both keys runs as a point read without
+//! planning. It is planned again after the catalog changes.
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use tablesql::storage::{EmbeddedStore, TableStore};
+//! # use tablesql::{Engine, EngineOptions};
+//! use tablesql::datafusion::scalar::ScalarValue;
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
+//! # let engine = Engine::with_store(store, EngineOptions::default()).await?;
+//! # engine.collect(
+//! #     "CREATE TABLE runners (race TEXT NOT NULL, bib INT NOT NULL, name TEXT, age INT) \
+//! #      WITH (storage_table = 'Runners', partition_key = '{race}', row_key = 'BIB:{bib:05}')",
+//! # ).await?;
+//! # engine.collect("INSERT INTO runners VALUES ('Boston', 1, 'Ann', 34), ('Boston', 2, 'Bo', 51)").await?;
+//! let by_bib = engine
+//!     .prepare("SELECT name FROM runners WHERE race = $1 AND bib = $2")
+//!     .await?;
+//! assert!(by_bib.is_point_read());
+//! for bib in [1, 2] {
+//!     let rows = by_bib
+//!         .query(vec![ScalarValue::from("Boston"), ScalarValue::Int32(Some(bib))])
+//!         .await?;
+//!     assert_eq!(rows[0].num_rows(), 1);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Page with a token
+//!
+//! [`Engine::query_page`] reads at most a page of rows in key order and
+//! hands back a signed token of the next page; any engine over the same
+//! store resumes from it, so a stateless service can give it to its client.
+//!
+//! ```
+//! # use std::sync::Arc;
+//! # use tablesql::storage::{EmbeddedStore, TableStore};
+//! # use tablesql::{Engine, EngineOptions};
+//! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
+//! # let engine = Engine::with_store(store, EngineOptions::default()).await?;
+//! # engine.collect(
+//! #     "CREATE TABLE runners (race TEXT NOT NULL, bib INT NOT NULL, name TEXT, age INT) \
+//! #      WITH (storage_table = 'Runners', partition_key = '{race}', row_key = 'BIB:{bib:05}')",
+//! # ).await?;
+//! # engine.collect("INSERT INTO runners VALUES ('Boston', 1, 'Ann', 34), ('Boston', 2, 'Bo', 51), ('Boston', 3, 'Cy', 27)").await?;
+//! let sql = "SELECT name FROM runners WHERE race = 'Boston'";
+//! let first = engine.query_page(sql, 2, None).await?;
+//! assert_eq!(first.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
+//! let token = first.next.expect("a second page");
+//! // Later, perhaps in another process over the same store:
+//! let second = engine.query_page(sql, 2, Some(&token)).await?;
+//! assert_eq!(second.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+//! assert!(second.next.is_none());
+//! # Ok(())
+//! # }
+//! ```
+
+#![deny(missing_docs)]
 
 pub mod catalog;
 pub mod demo;
-pub mod engine;
-pub mod exec;
+mod engine;
+mod exec;
 pub mod keys;
 pub mod load;
-pub mod planner;
+mod planner;
+#[cfg(feature = "server")]
 pub mod server;
+#[cfg(feature = "shell")]
 pub mod shell;
 pub mod storage;
 pub mod stress;
 
 /// The DataFusion release tablesql is built on, for embedders.
 pub use datafusion;
-pub use engine::{Engine, EngineError, EngineOptions, PreparedStatement};
+pub use engine::{
+    Applied, ColumnInfo, DEFAULT_CATALOG_CHECK, DdlOutcome, Engine, EngineError, EngineOptions,
+    IndexHealth, IndexInfo, IndexTemplate, MappingInfo, PG_VERSION, PG_VERSION_NUM,
+    PreparedStatement, RAW_SCHEMA, ResultPage, StatementKind, StoredAs, TableDescription,
+    TableInfo,
+};
+pub use exec::token::TokenError;
+pub use exec::{ExecError, ScanOptions};
+pub use planner::policy::ScanPolicy;
+
+/// Internals the project's own benchmarks drive directly. Not API: no
+/// promise holds for them between releases.
+#[doc(hidden)]
+#[cfg(feature = "server")]
+pub mod __bench {
+    pub use crate::server::cancel::Guard;
+    pub use crate::server::plan::Planner;
+}

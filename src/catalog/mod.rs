@@ -7,21 +7,23 @@
 //! Tables without a definition are read raw with an inferred schema ([`raw`]).
 
 pub mod ddl;
-pub mod files;
-pub mod persist;
-pub mod raw;
-pub mod secret;
-pub mod sequence;
+pub(crate) mod files;
+pub(crate) mod persist;
+pub(crate) mod raw;
+pub(crate) mod secret;
+pub(crate) mod sequence;
 pub mod stats;
 mod types;
 
 use crate::keys::{FieldFormat, KeyError, KeyTemplate, Segment};
 use crate::storage::{StorageError, TableName};
 
+pub use sequence::{SequenceDef, SequenceError};
 pub use types::ColumnType;
 
 /// A catalog definition that does not hold together, or a catalog that cannot be read.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum CatalogError {
     /// DDL that does not parse or is not a mapping.
     #[error("invalid table definition: {0}")]
@@ -33,10 +35,20 @@ pub enum CatalogError {
     #[error(
         "column {column}: type {sql_type} is not supported (use INT, BIGINT, DOUBLE, TEXT, BOOLEAN, TIMESTAMP, BYTEA or UUID)"
     )]
-    UnsupportedType { column: String, sql_type: String },
+    UnsupportedType {
+        /// The column's name.
+        column: String,
+        /// The SQL type it was declared with.
+        sql_type: String,
+    },
     /// A name used twice, or a reference to a column that is not declared.
     #[error("table {table}: {reason}")]
-    Inconsistent { table: String, reason: String },
+    Inconsistent {
+        /// The table's name.
+        table: String,
+        /// What does not hold together.
+        reason: String,
+    },
     /// No definition of that name.
     #[error("table {0} is not in the catalog")]
     UnknownTable(String),

@@ -17,9 +17,9 @@ use rand::Rng as _;
 
 use super::persist::table;
 use super::{CatalogError, normalize_ident};
-use crate::storage::azure::retry::RetryPolicy;
+use crate::storage::retry::RetryPolicy;
 use crate::storage::{
-    EdmValue, Entity, IfMatch, PartitionKey, Query, RowKey, StorageError, StoredEntity, TableStore,
+    EdmValue, Entity, IfMatch, PartitionKey, RowKey, StorageError, StoredEntity, TableStore,
     WriteOp,
 };
 
@@ -43,6 +43,7 @@ fn backoff() -> RetryPolicy {
 
 /// A failure of a sequence operation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SequenceError {
     /// No sequence of that name.
     #[error("relation \"{0}\" does not exist")]
@@ -52,20 +53,32 @@ pub enum SequenceError {
     Exists(String),
     /// `CREATE SEQUENCE` options that do not hold together.
     #[error("sequence {name}: {reason}")]
-    Option { name: String, reason: String },
+    Option {
+        /// The sequence.
+        name: String,
+        /// What does not hold together.
+        reason: String,
+    },
     /// The sequence reached its bound and does not cycle.
     #[error("nextval: reached {} value of sequence \"{name}\" ({bound})", if *maximum { "maximum" } else { "minimum" })]
     Exhausted {
+        /// The sequence.
         name: String,
+        /// The bound it reached.
         bound: i64,
+        /// Whether that bound is its maximum (else its minimum).
         maximum: bool,
     },
     /// `setval` outside the sequence's bounds.
     #[error("setval: value {value} is out of bounds for sequence \"{name}\" ({min}..{max})")]
     OutOfBounds {
+        /// The sequence.
         name: String,
+        /// The value asked for.
         value: i64,
+        /// Its `MINVALUE`.
         min: i64,
+        /// Its `MAXVALUE`.
         max: i64,
     },
     /// `currval` before `nextval` in this session.
@@ -75,10 +88,20 @@ pub enum SequenceError {
     #[error(
         "could not reserve values of sequence \"{name}\": the counter changed under {attempts} attempts; try again"
     )]
-    Contention { name: String, attempts: u32 },
+    Contention {
+        /// The sequence.
+        name: String,
+        /// Tries made, the first included.
+        attempts: u32,
+    },
     /// The stored counter is not one this build reads.
     #[error("stored sequence \"{name}\": {reason}")]
-    Corrupt { name: String, reason: String },
+    Corrupt {
+        /// The sequence.
+        name: String,
+        /// What could not be read.
+        reason: String,
+    },
 }
 
 /// A sequence's options, as `CREATE SEQUENCE` gives them (PostgreSQL's
@@ -389,22 +412,6 @@ pub async fn drop(
         }
         Err(e) => Err(e.into()),
     }
-}
-
-/// Every stored sequence's definition.
-pub async fn list(store: &dyn TableStore) -> Result<Vec<SequenceDef>, CatalogError> {
-    let entities = match store
-        .query_all(&table()?, &Query::partition(partition()?))
-        .await
-    {
-        Ok(e) => e,
-        Err(StorageError::TableNotFound(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
-    };
-    entities
-        .iter()
-        .map(|e| parse(e).map(|c| c.def).map_err(CatalogError::from))
-        .collect()
 }
 
 async fn read(store: &dyn TableStore, name: &str) -> Result<Counter, CatalogError> {

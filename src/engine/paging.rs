@@ -57,8 +57,7 @@ impl Engine {
         let statement = statements.remove(0);
         let text = statement.to_string();
         let state = self.ctx.state();
-        let plan = crate::planner::upsert::statement_to_plan(&state, statement).await?;
-        let plan = state.optimize(&plan)?;
+        let plan = self.plan_statement(&state, statement).await?;
         if let Paging::Cannot(why) = page::paging(&plan) {
             return Err(DataFusionError::from(why).into());
         }

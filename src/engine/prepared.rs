@@ -20,10 +20,8 @@ use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::Statement;
 
+use super::run::{PointQuery, parameter_types, statement_label};
 use super::{Engine, EngineError, session_transaction};
-use crate::exec::recorded::{normalize, recorded};
-use crate::exec::workload::Run;
-use crate::planner::point::PointRead;
 
 /// A statement planned once (see the module doc), from [`Engine::prepare`].
 pub struct PreparedStatement {
@@ -52,7 +50,7 @@ pub struct Planned {
     /// The placeholders' types, `$1` first (`None` where nothing says).
     pub params: Vec<Option<DataType>>,
     /// The plan as a point read, when it is one.
-    pub point: Option<PointRead>,
+    pub point: Option<PointQuery>,
 }
 
 impl Engine {
@@ -97,7 +95,7 @@ impl Engine {
         let planned = self.plan_prepared(&statement).await?;
         Ok(PreparedStatement {
             engine: self.clone(),
-            label: normalize(&statement),
+            label: statement_label(&statement),
             statement,
             planned: std::sync::RwLock::new(Arc::new(planned)),
         })
@@ -115,10 +113,10 @@ impl Engine {
         statement: &Statement,
     ) -> Result<Planned, EngineError> {
         let version = self.catalog_version();
-        let state = self.ctx.state();
-        let plan = crate::planner::upsert::statement_to_plan(&state, statement.clone()).await?;
-        let plan = state.optimize(&plan)?;
-        let types = plan.get_parameter_types()?;
+        let plan = self
+            .plan_statement(&self.ctx.state(), statement.clone())
+            .await?;
+        let types = parameter_types(&plan)?;
         let count = types
             .keys()
             .filter_map(|id| id.strip_prefix('$')?.parse::<usize>().ok())
@@ -127,7 +125,7 @@ impl Engine {
         let params = (1..=count)
             .map(|n| types.get(&format!("${n}")).cloned().flatten())
             .collect();
-        let point = PointRead::of(&plan);
+        let point = PointQuery::of(&plan);
         Ok(Planned {
             version,
             plan,
@@ -234,19 +232,8 @@ impl PreparedStatement {
         let Some(point) = &planned.point else {
             return Ok(None);
         };
-        let started = std::time::Instant::now();
-        let tx = session_transaction(self.engine.context());
-        let Some(read) = point.run(tx.as_ref(), params).await? else {
-            return Ok(None);
-        };
-        let run = Run::point(
-            started.elapsed(),
-            read.batch.num_rows(),
-            (read.requests, read.retries),
-            point.storage_table().clone(),
-        );
-        self.engine.workload().ran(&self.label, run);
-        Ok(Some(read.batch))
+        let ctx = self.engine.context();
+        Ok(point.run(&self.engine, ctx, &self.label, params).await?)
     }
 
     /// As `Engine::statement`: nothing runs in a failed transaction block
@@ -275,13 +262,9 @@ impl PreparedStatement {
             .create_physical_plan(&plan, &state)
             .await?;
         let stream = datafusion::physical_plan::execute_stream(physical.clone(), ctx.task_ctx())?;
-        let workload = self.engine.workload().clone();
-        Ok(recorded(
-            workload,
-            self.label.clone(),
-            Some(physical),
-            stream,
-        ))
+        Ok(self
+            .engine
+            .recorded(self.label.clone(), Some(physical), stream))
     }
 }
 

@@ -43,6 +43,7 @@ use crate::storage::{KeyKind, StorageError};
 
 /// A failure while reading or writing rows.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ExecError {
     /// The store failed.
     #[error(transparent)]
@@ -52,10 +53,15 @@ pub enum ExecError {
         "table {table}: {kind} of entity ({partition_key:?}, {row_key:?}) does not match its template: {reason}"
     )]
     KeyMismatch {
+        /// The table's name.
         table: String,
+        /// Which key does not match.
         kind: KeyKind,
+        /// The entity's PartitionKey.
         partition_key: String,
+        /// The entity's RowKey.
         row_key: String,
+        /// Why the template does not read it.
         reason: String,
     },
     /// A stored value its column cannot hold.
@@ -63,11 +69,17 @@ pub enum ExecError {
         "table {table}: column {column} is {expected} but entity ({partition_key:?}, {row_key:?}) holds {found}"
     )]
     TypeMismatch {
+        /// The table's name.
         table: String,
+        /// The column's name.
         column: String,
+        /// The column's declared type.
         expected: ColumnType,
+        /// What the entity holds instead: its stored type, or a key value that does not fit.
         found: String,
+        /// The entity's PartitionKey.
         partition_key: String,
+        /// The entity's RowKey.
         row_key: String,
     },
     /// Building a batch failed.
@@ -78,32 +90,56 @@ pub enum ExecError {
     Key(#[from] KeyError),
     /// NULL in a NOT NULL column or in a column a key template needs.
     #[error("table {table}: column {column} must not be NULL")]
-    NullValue { table: String, column: String },
+    NullValue {
+        /// The table's name.
+        table: String,
+        /// The column's name.
+        column: String,
+    },
     /// A value its column cannot store.
     #[error("column {column}: {reason}")]
-    BadValue { column: String, reason: String },
+    BadValue {
+        /// The column's name.
+        column: String,
+        /// Why the value does not fit.
+        reason: String,
+    },
     /// A value given for a system column (keys, Timestamp, ETag).
     #[error("column {column} is set by the store and the key templates; leave it out")]
-    SystemColumn { column: String },
+    SystemColumn {
+        /// The system column's name.
+        column: String,
+    },
     /// A write to a table without a mapping.
     #[error(
         "table {table} has no mapping (key templates), so rows cannot be written through SQL; map it with CREATE TABLE ... WITH (...)"
     )]
-    RawTable { table: String },
+    RawTable {
+        /// The table's name.
+        table: String,
+    },
     /// An UPDATE that changes a PartitionKey column: a move across partitions,
     /// which no entity group transaction can make atomic.
     #[error(
         "table {table}: UPDATE cannot change PartitionKey columns ({columns}); a row cannot move to another partition atomically (DELETE it and INSERT it instead)"
     )]
-    PartitionMove { table: String, columns: String },
+    PartitionMove {
+        /// The table's name.
+        table: String,
+        /// The table's PartitionKey columns, comma-separated.
+        columns: String,
+    },
     /// A row whose primary key another row has (the RowKey holds more than
     /// the key, so the store alone would take both).
     #[error(
         "duplicate key: table {table} already has a row with primary key ({columns}) = ({values})"
     )]
     DuplicateKey {
+        /// The table's name.
         table: String,
+        /// The primary key's columns, comma-separated.
         columns: String,
+        /// The row's primary key values, comma-separated (`NULL` for none).
         values: String,
     },
     /// A statement that failed after some of its rows were committed
@@ -113,7 +149,9 @@ pub enum ExecError {
         "{source} ({rows} rows of this statement were written before the failure: each partition's rows commit together, a statement across partitions does not)"
     )]
     PartlyWritten {
+        /// The SQL rows committed before the failure.
         rows: u64,
+        /// The failure.
         source: Box<datafusion::error::DataFusionError>,
     },
     /// Two proposed rows of one `INSERT ... ON CONFLICT DO UPDATE` with one
@@ -121,7 +159,10 @@ pub enum ExecError {
     #[error(
         "ON CONFLICT DO UPDATE command cannot affect row a second time: two proposed rows of table {table} have one primary key"
     )]
-    UpsertTwice { table: String },
+    UpsertTwice {
+        /// The table's name.
+        table: String,
+    },
     /// A scalar subquery that gave more than one row for an outer row.
     #[error("more than one row returned by a subquery used as an expression")]
     SubqueryRows,
@@ -130,7 +171,10 @@ pub enum ExecError {
     #[error(
         "a correlated subquery would be evaluated for more than {limit} distinct outer values; rewrite it as a join or narrow the outer rows"
     )]
-    SubqueryBound { limit: usize },
+    SubqueryBound {
+        /// The most distinct outer values one statement may evaluate it for.
+        limit: usize,
+    },
     /// `tablesql.scan_policy = deny` refused a scan of every partition.
     #[error(
         "{0}; tablesql.scan_policy = deny refuses it (SET tablesql.scan_policy = allow to run it)"

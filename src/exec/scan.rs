@@ -45,8 +45,9 @@ use super::notices::ScanVerdict;
 use crate::catalog::stats::TableStats;
 use crate::storage::{ContinuationToken, PageEnd, Query, StoredEntity, TableStore};
 
-/// Tuning of scans.
+/// Tuning of scans: [`ScanOptions::default`], then the `with_` methods.
 #[derive(Debug, Clone, Copy)]
+#[non_exhaustive]
 pub struct ScanOptions {
     /// Most store requests in flight at once for one scan.
     pub max_in_flight: usize,
@@ -63,6 +64,26 @@ impl Default for ScanOptions {
             pages_ahead: 2,
             fan_out: true,
         }
+    }
+}
+
+impl ScanOptions {
+    /// At most `n` store requests in flight for one scan.
+    pub fn with_max_in_flight(mut self, n: usize) -> Self {
+        self.max_in_flight = n;
+        self
+    }
+
+    /// At most `n` decoded pages held ahead of the consumer per request.
+    pub fn with_pages_ahead(mut self, n: usize) -> Self {
+        self.pages_ahead = n;
+        self
+    }
+
+    /// Whether a request spanning partitions runs as one per partition.
+    pub fn with_fan_out(mut self, on: bool) -> Self {
+        self.fan_out = on;
+        self
     }
 }
 

@@ -24,6 +24,7 @@ const HEADER_LEN: usize = 1 + 8 + 16;
 
 /// Why a token was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TokenError {
     /// Not a token at all: not base64url, too short, cut off, or not a
     /// version this engine writes.

@@ -49,14 +49,23 @@ pub enum FieldFormat {
     /// Free text, escaped: supports equality and prefix, not order.
     Text,
     /// A non-negative integer zero-padded to `width` digits: order-preserving.
-    Padded { width: u8 },
+    Padded {
+        /// Digits written.
+        width: u8,
+    },
     /// Any integer in `width` digits plus a sign character: `-` and the nines'
     /// complement for negatives, `0` and the digits otherwise, so that text
     /// order is numeric order across the sign.
-    Signed { width: u8 },
+    Signed {
+        /// Digits written, after the sign character.
+        width: u8,
+    },
     /// A non-negative integer stored as `10^width − 1 − v`, zero-padded: text
     /// order is descending numeric order (newest-first keys).
-    Inverted { width: u8 },
+    Inverted {
+        /// Digits written.
+        width: u8,
+    },
 }
 
 /// Widest fixed-width field: 10^18 − 1 still fits an i64.

@@ -20,27 +20,48 @@ pub use template::{KeyBounds, KeyTemplate, Segment, successor};
 
 /// A template that does not parse, or a value or key that does not fit one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum KeyError {
     /// A template that breaks the syntax or the rules.
     #[error("invalid key template {template:?}: {reason}")]
-    Template { template: String, reason: String },
+    Template {
+        /// The template's text.
+        template: String,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A text value where the format needs an integer.
     #[error("column {column} is written in an integer key format but its value is not an integer")]
-    NotAnInteger { column: String },
+    NotAnInteger {
+        /// The column's name.
+        column: String,
+    },
     /// An integer outside what its fixed-width format holds.
     #[error("value {value} of column {column} does not fit its key format ({min} to {max})")]
     OutOfRange {
+        /// The column's name.
         column: String,
+        /// The value.
         value: i64,
+        /// The least value the format holds.
         min: i64,
+        /// The greatest value the format holds.
         max: i64,
     },
     /// Too few values to compose a whole key.
     #[error("no value for key column {column}")]
-    MissingValue { column: String },
+    MissingValue {
+        /// The key column without a value.
+        column: String,
+    },
     /// A key the template did not write.
     #[error("key {text:?} does not match the template at {column}")]
-    Mismatch { column: String, text: String },
+    Mismatch {
+        /// The column whose field does not match.
+        column: String,
+        /// The key, or the part of it read for that field.
+        text: String,
+    },
 }
 
 #[cfg(test)]

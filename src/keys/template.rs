@@ -16,7 +16,12 @@ pub enum Segment {
     /// Text written as is.
     Literal(String),
     /// A column's value in a format.
-    Field { column: String, format: FieldFormat },
+    Field {
+        /// The column whose value is written.
+        column: String,
+        /// How it is written.
+        format: FieldFormat,
+    },
 }
 
 /// A parsed key template.
@@ -381,7 +386,9 @@ pub enum KeyBounds {
     All,
     /// The keys from `start` to `end`.
     Range {
+        /// The least key allowed.
         start: Bound<String>,
+        /// The greatest key allowed.
         end: Bound<String>,
     },
 }

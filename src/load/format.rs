@@ -17,11 +17,15 @@ pub struct Scan {
 /// How rows are written and read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyFormat {
+    /// CSV; otherwise the text format.
     pub csv: bool,
+    /// The character between fields (tab in text, comma in CSV).
     pub delimiter: char,
     /// The text that stands for NULL (`\N` in text, empty in CSV).
     pub null: String,
+    /// CSV only: the character that quotes a field.
     pub quote: char,
+    /// CSV only: the character before a quote (or itself) inside a quoted field.
     pub escape: char,
     /// CSV only: a first line of column names (written, or skipped).
     pub header: bool,

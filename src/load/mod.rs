@@ -47,22 +47,29 @@ pub enum LoadMode {
 
 /// Why a load stopped.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum LoadError {
     /// A line that cannot be a row of the table.
     #[error("{reason} (line {line})")]
     Line {
+        /// The line's number.
         line: u64,
         /// PostgreSQL's SQLSTATE for it.
         code: &'static str,
+        /// What is wrong with it.
         reason: String,
     },
     /// The write of the rows of lines `first` to `last` failed.
     #[error("{source} (in the rows of lines {first} to {last})")]
     Write {
+        /// The first line of the rows.
         first: u64,
+        /// The last line of the rows.
         last: u64,
+        /// The write's failure.
         source: Box<DataFusionError>,
     },
+    /// Finding the table, building a batch of its rows or planning their write failed.
     #[error(transparent)]
     Plan(#[from] DataFusionError),
 }

@@ -26,8 +26,6 @@ pub mod subquery_rules;
 pub mod upsert;
 pub mod workload_views;
 
-pub use crate::exec::access::{AccessKind, AccessPath, KeyRequest};
 pub use physical::TablesqlQueryPlanner;
 pub use provider::StoreTable;
-pub use pushdown::{Pushdown, push_down};
 pub use sql::SqlParser;

@@ -7,12 +7,12 @@
 
 use std::ops::ControlFlow;
 
+use super::sql::Respell;
 use datafusion::sql::sqlparser::ast::{
     AccessExpr, DataType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
     FunctionArguments, Ident, ObjectName, ObjectNamePart, Statement, Value, ValueWithSpan,
     visit_expressions_mut,
 };
-use datafusion_pg_catalog::sql::rules::SqlStatementRewriteRule;
 
 /// The function that turns a pattern with another escape character into
 /// one with backslash, PostgreSQL's own `like_escape(pattern, escape)`.
@@ -31,7 +31,7 @@ pub const SUBSCRIPTS: &str = "tablesql_subscripts";
 #[derive(Debug)]
 pub struct LikeEscape;
 
-impl SqlStatementRewriteRule for LikeEscape {
+impl Respell for LikeEscape {
     fn rewrite(&self, mut s: Statement) -> Statement {
         let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
             if let Expr::Like {
@@ -62,7 +62,7 @@ impl SqlStatementRewriteRule for LikeEscape {
 #[derive(Debug)]
 pub struct SequenceNames;
 
-impl SqlStatementRewriteRule for SequenceNames {
+impl Respell for SequenceNames {
     fn rewrite(&self, mut s: Statement) -> Statement {
         let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
             if let Expr::Function(f) = e
@@ -98,7 +98,7 @@ fn is_backslash(v: &Value) -> bool {
 #[derive(Debug)]
 pub struct ExpandArray;
 
-impl SqlStatementRewriteRule for ExpandArray {
+impl Respell for ExpandArray {
     fn rewrite(&self, mut s: Statement) -> Statement {
         let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
             if let Expr::Function(f) = e
@@ -127,7 +127,7 @@ impl SqlStatementRewriteRule for ExpandArray {
 #[derive(Debug)]
 pub struct GenerateSubscripts;
 
-impl SqlStatementRewriteRule for GenerateSubscripts {
+impl Respell for GenerateSubscripts {
     fn rewrite(&self, mut s: Statement) -> Statement {
         let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
             if let Expr::Function(f) = e
@@ -155,7 +155,7 @@ impl SqlStatementRewriteRule for GenerateSubscripts {
 #[derive(Debug)]
 pub struct FieldSelection;
 
-impl SqlStatementRewriteRule for FieldSelection {
+impl Respell for FieldSelection {
     fn rewrite(&self, mut s: Statement) -> Statement {
         let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
             if let Expr::CompoundFieldAccess { root, access_chain } = e
@@ -197,7 +197,7 @@ const REGPROC_COLUMNS: [&str; 7] = [
     "typanalyze",
 ];
 
-impl SqlStatementRewriteRule for RegprocLiterals {
+impl Respell for RegprocLiterals {
     fn rewrite(&self, mut s: Statement) -> Statement {
         let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
             if let Expr::BinaryOp { left, right, .. } = e {
@@ -292,7 +292,7 @@ mod tests {
     use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
     use datafusion::sql::sqlparser::parser::Parser;
 
-    fn rewritten(rule: &dyn SqlStatementRewriteRule, sql: &str) -> String {
+    fn rewritten(rule: &dyn Respell, sql: &str) -> String {
         let mut statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap_or_default();
         assert_eq!(statements.len(), 1, "{sql}");
         rule.rewrite(statements.remove(0)).to_string()

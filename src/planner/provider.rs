@@ -118,6 +118,7 @@ impl StoreTable {
     /// exactly, `None` otherwise: one pushdown, where DataFusion's protocol
     /// (`supports_filters_pushdown`, then `scan`) runs two. The wire server's
     /// direct path uses it.
+    #[cfg(feature = "server")]
     pub fn exact_scan(
         &self,
         session: &dyn Session,

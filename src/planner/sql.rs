@@ -13,6 +13,8 @@
 //! anything else (a `count(*)` that comes back NULL), so they apply only to
 //! statements that read `pg_catalog` or `information_schema`.
 
+use std::fmt::Debug;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use datafusion::sql::sqlparser::ast::{
@@ -22,27 +24,51 @@ use datafusion::sql::sqlparser::ast::{
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
-use datafusion_pg_catalog::pg_catalog::PG_CATALOG_TABLES;
-use datafusion_pg_catalog::sql::PostgresCompatibilityParser;
-use datafusion_pg_catalog::sql::rules::{
-    CurrentUserVariableToSessionUserFunctionCall, FixVersionColumnName, RewritePgCatalogOperator,
-    RewriteRegCastToSubquery, SqlStatementRewriteRule, StripCallableQualifier,
+#[cfg(feature = "server")]
+use datafusion_pg_catalog::{
+    pg_catalog::PG_CATALOG_TABLES,
+    sql::PostgresCompatibilityParser,
+    sql::rules::{
+        CurrentUserVariableToSessionUserFunctionCall, FixVersionColumnName,
+        RewritePgCatalogOperator, RewriteRegCastToSubquery, SqlStatementRewriteRule,
+        StripCallableQualifier,
+    },
 };
-use std::ops::ControlFlow;
 
 use super::pg_spelling::{
     ExpandArray, FieldSelection, GenerateSubscripts, LikeEscape, RegprocLiterals, SequenceNames,
 };
 
+/// A rewrite of a statement into a spelling DataFusion plans, with the same
+/// meaning.
+pub(crate) trait Respell: Debug + Send + Sync {
+    fn rewrite(&self, statement: Statement) -> Statement;
+}
+
+/// One of datafusion-pg-catalog's rewrites: the PostgreSQL client dialect
+/// the wire server speaks (`pg_catalog.f()`, `OPERATOR(pg_catalog.~)`,
+/// `'t'::regclass` over its `pg_class`).
+#[cfg(feature = "server")]
+#[derive(Debug)]
+struct Pg<R>(R);
+
+#[cfg(feature = "server")]
+impl<R: SqlStatementRewriteRule> Respell for Pg<R> {
+    fn rewrite(&self, statement: Statement) -> Statement {
+        self.0.rewrite(statement)
+    }
+}
+
 /// The parser of every front end.
 #[derive(Debug)]
 pub struct SqlParser {
     /// For statements over the system catalogs only.
+    #[cfg(feature = "server")]
     catalog: PostgresCompatibilityParser,
     /// Rewrites that keep a statement's meaning: applied to every statement.
-    spelling: Vec<Arc<dyn SqlStatementRewriteRule>>,
+    spelling: Vec<Arc<dyn Respell>>,
     /// Rewrites for the system catalogs' contents, after `catalog`'s own.
-    catalog_spelling: Vec<Arc<dyn SqlStatementRewriteRule>>,
+    catalog_spelling: Vec<Arc<dyn Respell>>,
 }
 
 impl Default for SqlParser {
@@ -52,22 +78,34 @@ impl Default for SqlParser {
 }
 
 impl SqlParser {
-    /// The parser, with its rule sets built once.
+    /// The parser, with its rule sets built once. Without the `server`
+    /// feature there is no `pg_catalog`, and so neither its compatibility
+    /// parser nor the client dialect's spellings over it.
     pub fn new() -> Self {
+        let mut spelling: Vec<Arc<dyn Respell>> = Vec::new();
+        #[cfg(feature = "server")]
+        spelling.extend([
+            Arc::new(Pg(StripCallableQualifier)) as Arc<dyn Respell>,
+            Arc::new(Pg(CurrentUserVariableToSessionUserFunctionCall)),
+            Arc::new(Pg(RewritePgCatalogOperator)),
+        ]);
+        // Before the regclass rewrite, which would make `'s'::regclass` a subquery.
+        spelling.push(Arc::new(SequenceNames));
+        #[cfg(feature = "server")]
+        spelling.extend([
+            Arc::new(Pg(RewriteRegCastToSubquery::new())) as Arc<dyn Respell>,
+            Arc::new(Pg(FixVersionColumnName)),
+        ]);
+        spelling.extend([
+            Arc::new(TuplesAsStructs) as Arc<dyn Respell>,
+            Arc::new(LikeEscape),
+            Arc::new(GenerateSubscripts),
+            Arc::new(FieldSelection),
+        ]);
         Self {
+            #[cfg(feature = "server")]
             catalog: PostgresCompatibilityParser::new(),
-            spelling: vec![
-                Arc::new(StripCallableQualifier),
-                Arc::new(CurrentUserVariableToSessionUserFunctionCall),
-                Arc::new(RewritePgCatalogOperator),
-                Arc::new(SequenceNames),
-                Arc::new(RewriteRegCastToSubquery::new()),
-                Arc::new(FixVersionColumnName),
-                Arc::new(TuplesAsStructs),
-                Arc::new(LikeEscape),
-                Arc::new(GenerateSubscripts),
-                Arc::new(FieldSelection),
-            ],
+            spelling,
             catalog_spelling: vec![
                 Arc::new(LikeEscape),
                 Arc::new(GenerateSubscripts),
@@ -112,7 +150,10 @@ impl SqlParser {
     /// The compatibility parser over `text`, then the rewrites for the
     /// catalogs' contents.
     fn catalog_parse(&self, text: &str) -> Result<Vec<Statement>, ParserError> {
+        #[cfg(feature = "server")]
         let statements = self.catalog.parse(text)?;
+        #[cfg(not(feature = "server"))]
+        let statements = Parser::parse_sql(&PostgreSqlDialect {}, text)?;
         Ok(statements
             .into_iter()
             .map(|mut s| {
@@ -150,7 +191,7 @@ fn regprocs_named(statements: Vec<Statement>) -> Option<String> {
 #[derive(Debug)]
 struct TuplesAsStructs;
 
-impl SqlStatementRewriteRule for TuplesAsStructs {
+impl Respell for TuplesAsStructs {
     fn rewrite(&self, mut s: Statement) -> Statement {
         let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
             if let Expr::Tuple(values) = e
@@ -206,11 +247,14 @@ fn is_system_relation(name: &ObjectName) -> bool {
         .map(|i| i.value.as_str())
         .collect();
     let schema = match parts.as_slice() {
+        #[cfg(feature = "server")]
         [table] => {
             return PG_CATALOG_TABLES
                 .iter()
                 .any(|t| t.eq_ignore_ascii_case(table));
         }
+        #[cfg(not(feature = "server"))]
+        [_] => return false,
         [.., schema, _] => schema,
         [] => return false,
     };
@@ -258,6 +302,7 @@ mod tests {
         statements[0].to_string()
     }
 
+    #[cfg(feature = "server")]
     #[test]
     fn user_subqueries_are_kept() {
         let sql = "SELECT b, (SELECT count(*) FROM t1 AS x WHERE x.b < t1.b) FROM t1";
@@ -277,6 +322,7 @@ mod tests {
         assert_eq!(one(sql), sql);
     }
 
+    #[cfg(feature = "server")]
     #[test]
     fn spellings_are_normalised_everywhere() {
         assert_eq!(
@@ -285,6 +331,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "server")]
     #[test]
     fn catalog_queries_get_the_compatibility_rewrites() {
         let sql = "SELECT c.relname, (SELECT n.nspname FROM pg_namespace n WHERE n.oid = c.relnamespace) FROM pg_catalog.pg_class c";
@@ -319,6 +366,7 @@ mod tests {
         );
     }
 
+    #[cfg(feature = "server")]
     #[test]
     fn errors_are_sqlparsers() {
         let e = SqlParser::new().parse("SELEC 1").unwrap_err();

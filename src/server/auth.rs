@@ -95,6 +95,7 @@ impl Users {
         Ok(())
     }
 
+    /// Whether no user has been added.
     pub fn is_empty(&self) -> bool {
         self.secrets.is_empty()
     }
@@ -173,7 +174,7 @@ impl StartupHandler for Trust {
 /// PostgreSQL version (`planner::identity`).
 pub fn parameters() -> DefaultServerParameterProvider {
     let mut params = DefaultServerParameterProvider::default();
-    params.server_version = crate::planner::identity::PG_VERSION.to_owned();
+    params.server_version = crate::engine::PG_VERSION.to_owned();
     params
 }
 

@@ -25,9 +25,9 @@ use super::sqlstate::{
     ACTIVE_TRANSACTION, DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME,
     INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, engine_error, error,
 };
-use crate::engine::StatementKind;
-use crate::planner::identity::{PG_VERSION, PG_VERSION_NUM};
-use crate::planner::settings::TablesqlConfig;
+use crate::engine::{
+    PG_VERSION, PG_VERSION_NUM, StatementKind, session_guidepost_every, session_setting,
+};
 
 /// Session parameters, as `SET` leaves them and `SHOW` reads them.
 #[derive(Debug)]
@@ -254,14 +254,8 @@ pub fn show_tablesql(
         .join(".");
     name.strip_prefix("tablesql.")?;
     let state = ctx.state();
-    let entries = state
-        .config_options()
-        .extensions
-        .get::<TablesqlConfig>()
-        .map(|c| datafusion::config::ExtensionOptions::entries(c))
-        .unwrap_or_default();
-    Some(match entries.iter().find(|e| e.key == name) {
-        Some(e) => text_result(&[(&name, vec![e.value.as_deref().unwrap_or("")])]),
+    Some(match session_setting(&state, &name) {
+        Some(value) => text_result(&[(&name, vec![value.as_deref().unwrap_or("")])]),
         None => Err(error(
             UNDEFINED_OBJECT,
             format!("unrecognized configuration parameter \"{name}\""),
@@ -499,7 +493,7 @@ pub async fn ddl(
     }
     if let Statement::Analyze(analyze) = statement {
         // The session's own guidepost step, not the engine's.
-        let every = TablesqlConfig::of(planner.ctx.state().config()).guidepost_every;
+        let every = session_guidepost_every(&planner.ctx);
         let outcome = planner
             .engine
             .analyze_statement(analyze, every)

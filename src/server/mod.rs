@@ -7,23 +7,22 @@
 //! authentication, TLS policy, command tags, transactions, cursors, cancel
 //! and timeouts are where that crate's defaults do not fit a store.
 
-pub mod auth;
-pub mod cancel;
-pub mod command;
+pub(crate) mod auth;
+pub(crate) mod cancel;
+pub(crate) mod command;
 mod connection;
 mod copy;
 mod copying;
-pub mod current_setting;
-pub mod direct;
+pub(crate) mod current_setting;
 mod frames;
 mod params;
 mod pg_catalog;
-pub mod plan;
+pub(crate) mod plan;
 mod savepoints;
-pub mod session;
-pub mod sqlstate;
+pub(crate) mod session;
+pub(crate) mod sqlstate;
 mod stream;
-pub mod tls;
+pub(crate) mod tls;
 mod vectors;
 
 use std::net::SocketAddr;
@@ -41,11 +40,13 @@ pub use auth::{AuthMode, Users};
 use cancel::Registry;
 use plan::Planner;
 use session::Session;
+pub use sqlstate::engine_code;
 
 use crate::engine::Engine;
 
 /// A failure to start the server.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ServerError {
     /// `trust` asked for on an address other machines can reach.
     #[error(
@@ -63,23 +64,45 @@ pub enum ServerError {
     TlsIncomplete,
     /// pg_catalog could not be installed.
     #[error("pg_catalog: {0}")]
-    Catalog(String),
+    Catalog(#[source] datafusion::error::DataFusionError),
     /// The listening socket.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
         addr: SocketAddr,
+        /// Why binding it failed.
         source: std::io::Error,
     },
 }
 
 /// How the server listens and whom it lets in.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct ServerConfig {
+    /// The address to listen on.
     pub listen: SocketAddr,
+    /// How clients are authenticated.
     pub auth: AuthMode,
     /// PEM certificate chain and private key. With TLS configured, plaintext
     /// connections are refused.
     pub tls: Option<(PathBuf, PathBuf)>,
+}
+
+impl ServerConfig {
+    /// Listening on `listen`, letting in whom `auth` says, without TLS.
+    pub fn new(listen: SocketAddr, auth: AuthMode) -> Self {
+        Self {
+            listen,
+            auth,
+            tls: None,
+        }
+    }
+
+    /// With TLS from a PEM certificate chain and its private key.
+    pub fn with_tls(mut self, cert: PathBuf, key: PathBuf) -> Self {
+        self.tls = Some((cert, key));
+        self
+    }
 }
 
 /// A bound server, ready to accept.
@@ -107,7 +130,7 @@ impl Server {
         };
         pg_catalog::install(engine.context())
             .await
-            .map_err(|e| ServerError::Catalog(e.to_string()))?;
+            .map_err(ServerError::Catalog)?;
         let listener =
             TcpListener::bind(config.listen)
                 .await

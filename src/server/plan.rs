@@ -32,19 +32,16 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::data::DataRow;
 
 use super::cancel::{Guard, guarded};
-use super::direct;
 use super::params;
 use super::sqlstate::{
     CONNECTION_FAILURE, FEATURE_NOT_SUPPORTED, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error,
     engine_error, error, parser_error,
 };
 use super::vectors;
-use crate::engine::{Engine, StatementKind};
-use crate::exec::recorded::{normalize, plan_run, recorded};
-use crate::exec::rows_written;
-use crate::exec::workload::Run;
-use crate::planner::point::PointRead;
-use crate::planner::sql::reads_system_catalog;
+use crate::engine::{
+    Engine, PointQuery, Snapshot, StatementKind, parameter_types, reads_system_catalog,
+    rows_written, start_direct, statement_label,
+};
 
 /// A statement as Parse left it.
 #[derive(Debug)]
@@ -63,11 +60,11 @@ pub struct Prepared {
 #[derive(Debug)]
 pub struct Planned {
     /// The optimized plan, placeholders included.
-    pub plan: LogicalPlan,
+    pub(crate) plan: LogicalPlan,
     /// A query that reads one entity by its primary key, planned whole.
-    pub point: Option<Arc<PointRead>>,
+    pub(crate) point: Option<Arc<PointQuery>>,
     /// The engine's catalog version it was planned under.
-    pub version: u64,
+    pub(crate) version: u64,
 }
 
 impl Kind {
@@ -106,15 +103,18 @@ pub enum Kind {
 
 /// Plans and runs statements on one connection's session.
 pub struct Planner {
+    /// The engine the session's statements run on.
     pub engine: Engine,
+    /// The connection's session.
     pub ctx: SessionContext,
     /// For the direct path; retaken when the session's configuration changes.
-    snapshot: std::sync::RwLock<direct::Snapshot>,
+    snapshot: std::sync::RwLock<Snapshot>,
 }
 
 impl Planner {
+    /// A planner for session `ctx` of `engine`.
     pub fn new(engine: Engine, ctx: SessionContext) -> Self {
-        let snapshot = std::sync::RwLock::new(direct::Snapshot::of(&ctx));
+        let snapshot = std::sync::RwLock::new(Snapshot::of(&ctx));
         Self {
             engine,
             ctx,
@@ -125,14 +125,14 @@ impl Planner {
     /// After `SET datafusion.*`, or a UDF registered on the session.
     pub fn configuration_changed(&self) {
         if let Ok(mut s) = self.snapshot.write() {
-            *s = direct::Snapshot::of(&self.ctx);
+            *s = Snapshot::of(&self.ctx);
         }
     }
 
-    fn snapshot(&self) -> direct::Snapshot {
+    fn snapshot(&self) -> Snapshot {
         match self.snapshot.read() {
             Ok(s) => s.clone(),
-            Err(_) => direct::Snapshot::of(&self.ctx),
+            Err(_) => Snapshot::of(&self.ctx),
         }
     }
 
@@ -152,7 +152,7 @@ impl Planner {
         self.follow_catalog().await;
         let write = write_kind(&statement);
         let text = statement.to_string();
-        let label = normalize(&statement);
+        let label = statement_label(&statement);
         let oids = params::oid_placeholders(&statement);
         let catalog = reads_system_catalog(&statement);
         if !is_query(&statement) && write.is_none() {
@@ -166,15 +166,7 @@ impl Planner {
         }
         let version = self.engine.catalog_version();
         let plan = self.logical(statement).await?;
-        let mut types = plan
-            .get_parameter_types()
-            .map_err(|e| datafusion_error(&e))?;
-        for (id, t) in crate::planner::upsert::placeholder_types(&plan) {
-            let slot = types.entry(id).or_insert(None);
-            if slot.is_none() {
-                *slot = t;
-            }
-        }
+        let mut types = parameter_types(&plan).map_err(|e| datafusion_error(&e))?;
         for (id, t) in params::cast_placeholder_types(&plan).map_err(|e| datafusion_error(&e))? {
             if let Some(slot @ None) = types.get_mut(&id) {
                 *slot = Some(t);
@@ -192,7 +184,7 @@ impl Planner {
             .collect::<PgWireResult<Vec<_>>>()?;
         let params: Vec<Option<DataType>> = numbered.into_iter().map(|(_, t)| t).collect();
         let point = match write {
-            None => PointRead::of(&plan).map(Arc::new),
+            None => PointQuery::of(&plan).map(Arc::new),
             Some(_) => None,
         };
         let planned = Planned {
@@ -249,7 +241,7 @@ impl Planner {
             ));
         }
         let point = match write {
-            None => PointRead::of(&plan).map(Arc::new),
+            None => PointQuery::of(&plan).map(Arc::new),
             Some(_) => None,
         };
         let fresh = Arc::new(Planned {
@@ -287,7 +279,7 @@ impl Planner {
     /// Plans a query from its text and starts it (the simple protocol).
     pub async fn query(&self, statement: Statement, guard: Guard) -> PgWireResult<QueryResponse> {
         let text = statement.to_string();
-        let label = normalize(&statement);
+        let label = statement_label(&statement);
         let catalog = reads_system_catalog(&statement);
         let plan = self.logical(statement).await?;
         self.run(
@@ -304,10 +296,10 @@ impl Planner {
     /// The analyzed and optimized logical plan of a query.
     async fn logical(&self, statement: Statement) -> PgWireResult<LogicalPlan> {
         let state = self.snapshot().state;
-        let plan = crate::planner::upsert::statement_to_plan(&state, statement)
+        self.engine
+            .plan_statement(&state, statement)
             .await
-            .map_err(|e| datafusion_error(&e))?;
-        state.optimize(&plan).map_err(|e| datafusion_error(&e))
+            .map_err(|e| datafusion_error(&e))
     }
 
     /// Plans a write from its text and runs it (the simple protocol).
@@ -317,7 +309,7 @@ impl Planner {
         guard: Guard,
     ) -> PgWireResult<Response> {
         let kind = write_kind(&statement).ok_or_else(|| internal("not a write"))?;
-        let label = normalize(&statement);
+        let label = statement_label(&statement);
         let plan = self.logical(statement).await?;
         self.write(&plan, kind, label, guard).await
     }
@@ -358,11 +350,8 @@ impl Planner {
         let started = std::time::Instant::now();
 
         let run = collect(physical.clone(), snapshot.task.clone());
-        let workload = self.engine.workload().clone();
         let refused = |e: datafusion::error::DataFusionError| {
-            if crate::exec::is_conflict(&e) {
-                workload.refused(&label);
-            }
+            self.engine.record_failure(&label, &e);
             datafusion_error(&e)
         };
         let batches = match guard.run(async { run.await.map_err(refused) }).await {
@@ -392,13 +381,8 @@ impl Planner {
                 .ok_or_else(|| internal("a write answered without a count"))?;
             rows += counts.iter().flatten().sum::<u64>() as usize;
         }
-        let mut run = Run {
-            elapsed: started.elapsed(),
-            rows: rows as u64,
-            ..Run::default()
-        };
-        plan_run(&physical, &mut run);
-        self.engine.workload().ran(&label, run);
+        self.engine
+            .record_write(&label, started, rows as u64, &physical);
         let name = kind
             .tag()
             .ok_or_else(|| internal("a write without a tag"))?;
@@ -504,27 +488,15 @@ impl Planner {
         if let Some(point) = &current.point
             && !crate::engine::session_pages(&self.ctx)
         {
-            let started = std::time::Instant::now();
-            let tx = crate::engine::session_transaction(&self.ctx);
             let read = guard
                 .run(async {
                     point
-                        .run(tx.as_ref(), values)
+                        .run(&self.engine, &self.ctx, &prepared.label, values)
                         .await
                         .map_err(|e| datafusion_error(&e))
                 })
                 .await?;
-            if let Some(read) = read {
-                self.engine.workload().ran(
-                    &prepared.label,
-                    Run::point(
-                        started.elapsed(),
-                        read.batch.num_rows(),
-                        (read.requests, read.retries),
-                        point.storage_table().clone(),
-                    ),
-                );
-                let batch = read.batch;
+            if let Some(batch) = read {
                 let fields = Arc::new(result_fields(
                     plan.schema().as_arrow(),
                     format,
@@ -588,7 +560,7 @@ impl Planner {
         let snapshot = self.snapshot();
         let direct = guard
             .run(async {
-                direct::start(&snapshot, plan)
+                start_direct(&snapshot, plan)
                     .await
                     .map_err(|e| datafusion_error(&e))
             })
@@ -602,8 +574,7 @@ impl Planner {
                 (stream, physical)
             }
         };
-        let workload = self.engine.workload().clone();
-        let stream = recorded(workload, label, Some(physical), stream);
+        let stream = self.engine.recorded(label, Some(physical), stream);
         respond(fields, stream, vectors, guard).await
     }
 }
@@ -639,7 +610,7 @@ async fn respond(
 /// DataFusion's physical planning of an optimized plan, under the
 /// statement's guard.
 async fn physical_plan(
-    snapshot: &direct::Snapshot,
+    snapshot: &Snapshot,
     plan: &LogicalPlan,
     guard: &mut Guard,
 ) -> PgWireResult<Arc<dyn ExecutionPlan>> {

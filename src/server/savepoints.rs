@@ -20,7 +20,7 @@ use pgwire::error::PgWireResult;
 use pgwire::messages::response::TransactionStatus;
 
 use super::sqlstate::{INVALID_SAVEPOINT, NO_ACTIVE_TRANSACTION, error};
-use crate::exec::transaction::Transaction;
+use crate::engine::Transaction;
 
 /// The failed-state bookkeeping of one connection's savepoints (the marks
 /// themselves are the transaction's).

@@ -26,7 +26,6 @@ use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
 use super::plan::{Kind, Planner, Stmt, is_query, write_kind, writes};
 use super::sqlstate::{ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, IN_FAILED_TRANSACTION, error};
-use crate::planner::sequence_functions::SequenceSession;
 
 /// The query handler of one connection.
 pub struct Session {
@@ -294,11 +293,7 @@ impl Session {
                     ));
                 }
                 *self.vars()? = Vars::default();
-                let state = self.planner.ctx.state();
-                let sequences = state.config().options().extensions.get::<SequenceSession>();
-                if let Some(sequences) = sequences {
-                    sequences.clear();
-                }
+                crate::engine::discard_session_sequences(&self.planner.ctx);
                 if let Ok(mut names) = self.tx_cursors.lock() {
                     names.clear();
                 }
@@ -337,7 +332,7 @@ impl Session {
     }
 
     /// The session's transaction block (`exec::transaction`).
-    fn transaction(&self) -> Option<Arc<crate::exec::transaction::Transaction>> {
+    fn transaction(&self) -> Option<Arc<crate::engine::Transaction>> {
         crate::engine::session_transaction(&self.planner.ctx)
     }
 

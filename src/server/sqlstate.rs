@@ -7,13 +7,11 @@ use datafusion::error::DataFusionError;
 use datafusion::sql::sqlparser::parser::ParserError;
 use pgwire::error::{ErrorInfo, PgWireError};
 
-use crate::catalog::CatalogError;
-use crate::catalog::sequence::SequenceError;
+use crate::catalog::{CatalogError, SequenceError};
 use crate::engine::EngineError;
-use crate::exec::ExecError;
-use crate::exec::token::TokenError;
 use crate::keys::KeyError;
 use crate::storage::{InvalidInput, StorageError, TransactionScope};
+use crate::{ExecError, TokenError};
 
 pub const SYNTAX_ERROR: &str = "42601";
 pub const UNDEFINED_TABLE: &str = "42P01";
@@ -31,7 +29,6 @@ pub const GENERATED_ALWAYS: &str = "428C9";
 pub const SERIALIZATION_FAILURE: &str = "40001";
 pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 pub const QUERY_CANCELED: &str = "57014";
-pub const INVALID_PASSWORD: &str = "28P01";
 pub const INVALID_AUTHORIZATION: &str = "28000";
 pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
 pub const INVALID_CURSOR_NAME: &str = "34000";
@@ -85,6 +82,7 @@ pub fn parser_error(e: &ParserError) -> PgWireError {
     error(SYNTAX_ERROR, e.to_string())
 }
 
+/// The SQLSTATE the wire server reports for an engine error.
 pub fn engine_code(e: &EngineError) -> &'static str {
     match e {
         EngineError::Catalog(c) => catalog_code(c),

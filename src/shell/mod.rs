@@ -5,10 +5,10 @@
 //! the shell. Without a terminal (`-f FILE`, a pipe) the statements run in
 //! order and the first error ends the run.
 
-pub mod complete;
-pub mod meta;
+pub(crate) mod complete;
+pub(crate) mod meta;
 pub mod render;
-pub mod split;
+pub(crate) mod split;
 mod term;
 
 use std::fs::File;
@@ -37,6 +37,7 @@ const CHUNK_ROWS: usize = 1000;
 
 /// A failure of one statement or meta-command.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum ShellError {
     /// Planning or running a statement failed.
     #[error(transparent)]
@@ -50,7 +51,9 @@ pub enum ShellError {
     /// A file that cannot be read or written.
     #[error("{path}: {source}")]
     File {
+        /// The file's path.
         path: PathBuf,
+        /// Why it cannot be read or written.
         source: std::io::Error,
     },
     /// The terminal or output failed.
@@ -409,7 +412,7 @@ async fn drain(
 
 /// Prints an error on stderr as psql does: `ERROR:  message`, and for a
 /// syntax error the line it is on with a caret under the place.
-pub fn report(piece: &Piece, e: &ShellError) {
+pub(crate) fn report(piece: &Piece, e: &ShellError) {
     if matches!(e, ShellError::Reported) {
         return;
     }
@@ -444,7 +447,7 @@ pub fn report(piece: &Piece, e: &ShellError) {
 }
 
 /// The `Line: L, Column: C` sqlparser puts in its errors.
-pub fn position(message: &str) -> Option<(usize, usize)> {
+pub(crate) fn position(message: &str) -> Option<(usize, usize)> {
     let at = message.rfind("Line: ")?;
     let rest = &message[at + "Line: ".len()..];
     let (line, rest) = rest.split_once(", Column: ")?;

@@ -18,7 +18,8 @@ use futures::StreamExt;
 use super::term::{self, More};
 
 /// An output format.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "cli", derive(clap::ValueEnum))]
 pub enum Format {
     /// Aligned tables for people.
     #[default]
@@ -31,6 +32,7 @@ pub enum Format {
 
 /// A failure while printing rows.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum RenderError {
     /// The statement failed while its rows streamed.
     #[error(transparent)]

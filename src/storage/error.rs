@@ -7,49 +7,103 @@ pub type Result<T, E = StorageError> = std::result::Result<T, E>;
 
 /// Input that breaks a rule of the storage model; nothing was written.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
 pub enum InvalidInput {
     /// A key longer than 1 KiB (measured as UTF-16, as the service stores it).
     #[error("{kind} is {bytes} bytes as UTF-16; the limit is 1024")]
-    KeyTooLong { kind: KeyKind, bytes: usize },
+    KeyTooLong {
+        /// Which key.
+        kind: KeyKind,
+        /// Its length in bytes as UTF-16.
+        bytes: usize,
+    },
     /// A key holding a character keys may not hold.
     #[error("{kind} contains the character {ch:?} (U+{code:04X}), which keys may not hold")]
-    KeyCharacter { kind: KeyKind, ch: char, code: u32 },
+    KeyCharacter {
+        /// Which key.
+        kind: KeyKind,
+        /// The character.
+        ch: char,
+        /// Its Unicode code point.
+        code: u32,
+    },
     /// A table name outside `^[A-Za-z][A-Za-z0-9]{2,62}$` or a reserved one.
     #[error("invalid table name {name:?}: {reason}")]
-    TableName { name: String, reason: &'static str },
+    TableName {
+        /// The name given.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
     /// A property name that is not a C# identifier of at most 255 characters.
     #[error("invalid property name {name:?}: {reason}")]
-    PropertyName { name: String, reason: &'static str },
+    PropertyName {
+        /// The name given.
+        name: String,
+        /// Which rule it breaks.
+        reason: &'static str,
+    },
     /// A custom property named after a system property.
     #[error("property {name:?} is a system property and cannot be set")]
-    SystemProperty { name: String },
+    SystemProperty {
+        /// The property's name.
+        name: String,
+    },
     /// More custom properties than an entity may carry.
     #[error("entity has {count} custom properties; the limit is 252")]
-    TooManyProperties { count: usize },
+    TooManyProperties {
+        /// The entity's custom properties.
+        count: usize,
+    },
     /// A String or Binary value over 64 KiB.
     #[error("property {name:?} is {bytes} bytes; the limit for one value is 65536")]
-    ValueTooLarge { name: String, bytes: usize },
+    ValueTooLarge {
+        /// The property's name.
+        name: String,
+        /// The value's size in bytes.
+        bytes: usize,
+    },
     /// A DateTime outside the range the service stores.
     #[error("property {name:?} holds a DateTime outside 1601-01-01 .. 9999-12-31")]
-    DateTimeOutOfRange { name: String },
+    DateTimeOutOfRange {
+        /// The property's name.
+        name: String,
+    },
     /// An entity over 1 MiB by the service's size formula.
     #[error("entity is {bytes} bytes; the limit is 1048576")]
-    EntityTooLarge { bytes: usize },
+    EntityTooLarge {
+        /// The entity's size in bytes.
+        bytes: usize,
+    },
     /// A batch with no operations.
     #[error("an entity group transaction needs at least one operation")]
     EmptyBatch,
     /// A batch with more than 100 operations.
     #[error("entity group transaction has {count} operations; the limit is 100")]
-    TooManyOperations { count: usize },
+    TooManyOperations {
+        /// The batch's operations.
+        count: usize,
+    },
     /// A batch over 4 MiB.
     #[error("entity group transaction is {bytes} bytes; the limit is 4194304")]
-    BatchTooLarge { bytes: usize },
+    BatchTooLarge {
+        /// The batch's size in bytes.
+        bytes: usize,
+    },
     /// A batch operation outside the partition of the first operation.
     #[error("operation is in partition {found:?}, but the transaction is in {expected:?}")]
-    CrossPartition { expected: String, found: String },
+    CrossPartition {
+        /// The PartitionKey of the first operation.
+        expected: String,
+        /// The PartitionKey of the operation outside it.
+        found: String,
+    },
     /// A second operation on one entity in a batch.
     #[error("row {row_key:?} appears more than once in the transaction")]
-    DuplicateRow { row_key: String },
+    DuplicateRow {
+        /// The entity's RowKey.
+        row_key: String,
+    },
     /// A `top` outside 1..=1000.
     #[error("top must be between 1 and 1000, got {0}")]
     Top(u32),
@@ -62,26 +116,48 @@ pub enum InvalidInput {
     /// Input the remote service refused, with its error code (a limit the
     /// client-side checks did not know of, or a service-specific rule).
     #[error("the service refused the input ({code}): {message}")]
-    Rejected { code: String, message: String },
+    Rejected {
+        /// The service's error code.
+        code: String,
+        /// The service's error message.
+        message: String,
+    },
 }
 
 /// What an open transaction cannot take: it commits as one entity group
 /// transaction, so its writes stay in one table and one partition, within
 /// 100 entities and 4 MiB.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum TransactionScope {
     /// A write to a second table.
     #[error("it writes table {second} after table {first}")]
-    SecondTable { first: String, second: String },
+    SecondTable {
+        /// The table the block wrote first.
+        first: String,
+        /// The other table.
+        second: String,
+    },
     /// A write to a second partition.
     #[error("it writes partition {second:?} after partition {first:?}")]
-    SecondPartition { first: String, second: String },
+    SecondPartition {
+        /// The PartitionKey the block wrote first.
+        first: String,
+        /// The other PartitionKey.
+        second: String,
+    },
     /// More entities than one entity group transaction holds.
     #[error("it would write {count} entities, more than the 100 of one entity group transaction")]
-    Operations { count: usize },
+    Operations {
+        /// The entities the block would write.
+        count: usize,
+    },
     /// More bytes than one entity group transaction holds.
     #[error("it would write {bytes} bytes, more than the 4 MiB of one entity group transaction")]
-    Bytes { bytes: usize },
+    Bytes {
+        /// The bytes the block would write.
+        bytes: usize,
+    },
     /// A write of the block failed, so COMMIT rolled it back.
     #[error("a write of it failed, so it was rolled back and nothing of it was written")]
     Aborted,
@@ -89,6 +165,7 @@ pub enum TransactionScope {
 
 /// Any failure of a `TableStore` operation.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum StorageError {
     /// The input breaks a rule of the model (a limit, a name, a key).
     #[error(transparent)]
@@ -108,13 +185,17 @@ pub enum StorageError {
     /// The entity does not exist.
     #[error("entity ({partition_key:?}, {row_key:?}) does not exist")]
     EntityNotFound {
+        /// The entity's PartitionKey.
         partition_key: String,
+        /// The entity's RowKey.
         row_key: String,
     },
     /// The entity exists already.
     #[error("entity ({partition_key:?}, {row_key:?}) already exists")]
     EntityAlreadyExists {
+        /// The entity's PartitionKey.
         partition_key: String,
+        /// The entity's RowKey.
         row_key: String,
     },
     /// An If-Match ETag that is no longer the entity's.
@@ -122,13 +203,17 @@ pub enum StorageError {
         "ETag precondition failed for ({partition_key:?}, {row_key:?}): the entity has changed"
     )]
     PreconditionFailed {
+        /// The entity's PartitionKey.
         partition_key: String,
+        /// The entity's RowKey.
         row_key: String,
     },
     /// One operation of an entity group transaction failed; none was applied.
     #[error("operation {index} of the transaction failed, nothing was written: {source}")]
     Batch {
+        /// The failed operation's position in the transaction, from 0.
         index: usize,
+        /// Why it failed.
         #[source]
         source: Box<StorageError>,
     },
@@ -137,7 +222,12 @@ pub enum StorageError {
     InUse(String),
     /// The store was written by an incompatible version.
     #[error("the store has format version {found}; this build reads version {expected}")]
-    FormatVersion { found: u32, expected: u32 },
+    FormatVersion {
+        /// The store's format version.
+        found: u32,
+        /// The version this build reads.
+        expected: u32,
+    },
     /// Stored bytes that do not decode.
     #[error("corrupt data in the store: {0}")]
     Corrupt(String),
@@ -159,7 +249,12 @@ pub enum StorageError {
     TableBeingDeleted(String),
     /// The service refused the credentials (the signature itself is never shown).
     #[error("the service refused the credentials ({code}): {message}")]
-    Unauthorized { code: String, message: String },
+    Unauthorized {
+        /// The service's error code.
+        code: String,
+        /// The service's error message.
+        message: String,
+    },
     /// The service stayed busy, timed out or unreachable through every retry.
     /// `may_have_applied`: a write's answer was lost on the way, so the write
     /// may have been applied even so.
@@ -168,8 +263,11 @@ pub enum StorageError {
         if *may_have_applied { "; the write may have been applied" } else { "" }
     )]
     Unavailable {
+        /// Requests sent, the first included.
         attempts: u32,
+        /// The last attempt's failure.
         detail: String,
+        /// Whether a write's answer was lost, so that it may have been applied.
         may_have_applied: bool,
     },
     /// A request was retried after its answer was lost, and the retry failed as
@@ -179,7 +277,9 @@ pub enum StorageError {
         "a retry after a lost answer failed with: {source}; the first attempt may have been applied"
     )]
     AmbiguousRetry {
+        /// Requests sent, the first included.
         attempts: u32,
+        /// The retry's failure.
         #[source]
         source: Box<StorageError>,
     },
@@ -189,8 +289,11 @@ pub enum StorageError {
     /// Any other error the service answered with.
     #[error("the service answered {status} {code}: {message}")]
     Service {
+        /// The HTTP status.
         status: u16,
+        /// The service's error code.
         code: String,
+        /// The service's error message.
         message: String,
     },
 }

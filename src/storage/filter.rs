@@ -47,8 +47,11 @@ pub enum CmpOp {
 pub enum Filter {
     /// `operand op literal`
     Compare {
+        /// What is read from the entity.
         operand: Operand,
+        /// The comparison.
         op: CmpOp,
+        /// The literal compared against.
         value: EdmValue,
     },
     /// Both hold.

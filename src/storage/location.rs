@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::sync::Arc;
 
+#[cfg(feature = "azure")]
 use super::azure::{AzureConfig, AzureStore, ConfigError};
 use super::{EmbeddedStore, Result, TableStore};
 
@@ -19,11 +20,13 @@ pub enum StoreLocation {
     Embedded(PathBuf),
     /// The Azure Table service: `azure:<connection string>`, e.g.
     /// `azure:UseDevelopmentStorage=true` for Azurite on 127.0.0.1:10002.
+    #[cfg(feature = "azure")]
     Azure(AzureConfig),
 }
 
 /// A location that cannot be used.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum LocationError {
     /// A scheme this build does not know. The location is not repeated: it
     /// might hold a secret.
@@ -34,7 +37,16 @@ pub enum LocationError {
         /// The scheme as written.
         scheme: String,
     },
+    /// A scheme whose backend this build leaves out (its cargo feature is off).
+    #[error("store scheme {scheme:?} needs tablesql built with the cargo feature {feature:?}")]
+    NotBuilt {
+        /// The scheme as written.
+        scheme: String,
+        /// The feature that builds its backend.
+        feature: &'static str,
+    },
     /// An Azure connection string that does not parse.
+    #[cfg(feature = "azure")]
     #[error("azure: {0}")]
     Azure(#[from] ConfigError),
 }
@@ -47,7 +59,13 @@ impl FromStr for StoreLocation {
         // would be a drive, and a path separator before the colon a path.
         match s.split_once(':') {
             Some(("embedded", rest)) => Ok(StoreLocation::Embedded(PathBuf::from(rest))),
+            #[cfg(feature = "azure")]
             Some(("azure", conn)) => Ok(StoreLocation::Azure(AzureConfig::parse(conn)?)),
+            #[cfg(not(feature = "azure"))]
+            Some(("azure", _)) => Err(LocationError::NotBuilt {
+                scheme: "azure".to_owned(),
+                feature: "azure",
+            }),
             Some((scheme, _))
                 if scheme.len() > 1 && scheme.chars().all(|c| c.is_ascii_alphabetic()) =>
             {
@@ -64,6 +82,7 @@ impl fmt::Display for StoreLocation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             StoreLocation::Embedded(dir) => write!(f, "embedded:{}", dir.display()),
+            #[cfg(feature = "azure")]
             StoreLocation::Azure(config) => config.fmt(f),
         }
     }
@@ -74,6 +93,7 @@ impl StoreLocation {
     pub fn open(&self) -> Result<Arc<dyn TableStore>> {
         match self {
             StoreLocation::Embedded(dir) => Ok(Arc::new(EmbeddedStore::open(dir)?)),
+            #[cfg(feature = "azure")]
             StoreLocation::Azure(config) => Ok(Arc::new(AzureStore::new(config.clone())?)),
         }
     }

@@ -2,6 +2,7 @@
 //! trait that speaks its semantics, with its backends (`memory`, `embedded`,
 //! `azure`).
 
+#[cfg(feature = "azure")]
 pub mod azure;
 mod clock;
 pub mod embedded;
@@ -13,7 +14,8 @@ pub mod location;
 pub mod memory;
 pub mod odata;
 pub mod query;
-pub mod retries;
+pub(crate) mod retries;
+pub mod retry;
 pub mod table_name;
 pub mod value;
 pub mod view;
@@ -21,6 +23,7 @@ pub mod write;
 
 use async_trait::async_trait;
 
+#[cfg(feature = "azure")]
 pub use azure::{AzureConfig, AzureStore};
 pub use clock::Clock;
 pub use embedded::EmbeddedStore;

@@ -26,8 +26,11 @@ pub enum WriteOp {
     Merge(Entity, IfMatch),
     /// Removes an existing entity.
     Delete {
+        /// The entity's PartitionKey.
         partition_key: PartitionKey,
+        /// The entity's RowKey.
         row_key: RowKey,
+        /// Its precondition: any version, or the ETag it must still have.
         if_match: IfMatch,
     },
     /// Inserts, or replaces whatever is there; needs no read first.

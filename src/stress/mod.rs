@@ -29,7 +29,12 @@ use crate::storage::{StorageError, TableName};
 pub enum StressError {
     /// The workload script does not parse.
     #[error("script line {line}: {reason}")]
-    Script { line: usize, reason: String },
+    Script {
+        /// The line's number, from 1.
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// A `\set` could not be computed.
     #[error("script: {0}")]
     Evaluation(String),
@@ -44,7 +49,12 @@ pub enum StressError {
     Client(String),
     /// The partition has no rows to copy.
     #[error("partition {partition:?} of {table} holds no rows to load the test table with")]
-    EmptyPartition { table: String, partition: String },
+    EmptyPartition {
+        /// The mapped table's SQL name.
+        table: String,
+        /// The PartitionKey.
+        partition: String,
+    },
     /// Interrupted (Ctrl-C) before the end.
     #[error("interrupted; the test table was removed")]
     Interrupted,

@@ -56,10 +56,15 @@ impl Failures {
 #[derive(Debug, Default, Clone, Copy, PartialEq)]
 #[non_exhaustive]
 pub struct Latency {
+    /// The mean.
     pub mean: f64,
+    /// The median.
     pub p50: f64,
+    /// The 90th percentile.
     pub p90: f64,
+    /// The 99th percentile.
     pub p99: f64,
+    /// The slowest run.
     pub max: f64,
 }
 
@@ -102,27 +107,35 @@ pub enum Verdict {
 pub struct StressReport {
     /// The tested table and partition.
     pub table: String,
+    /// The tested PartitionKey.
     pub partition: String,
     /// Rows copied into the test table.
     pub loaded: u64,
+    /// Clients that ran the script at once.
     pub clients: usize,
     /// From the first client's start to the last one's end.
     pub elapsed: Duration,
     /// Whole runs of the script that succeeded, and statements that did.
     pub runs: u64,
+    /// Statements that succeeded.
     pub statements: u64,
     /// Entities read (GET) and written (PUT) in the partition, and requests to it.
     pub read: u64,
+    /// Entities written (PUT) in the partition.
     pub written: u64,
+    /// Requests to the partition.
     pub requests: u64,
     /// Writes to it refused for a conflict.
     pub conflicts: u64,
+    /// Latency of a run of the script.
     pub latency: Latency,
+    /// Statements that failed, by why.
     pub failures: Failures,
     /// The service's answers, for a remote store.
     pub service: Option<ServiceCounters>,
     /// Entities/s the partition is judged against.
     pub target_per_s: u64,
+    /// How the partition stood against that target.
     pub verdict: Verdict,
 }
 

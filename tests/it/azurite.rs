@@ -36,12 +36,11 @@ pub fn fresh_account() -> Result<AzureConfig, String> {
     let mut config = AzureConfig::development(&format!("{}/{account}", endpoint()?))
         .map_err(|e| e.to_string())?;
     config.account = account;
-    config.retry = RetryPolicy {
-        max_retries: 6,
-        delay: Duration::from_millis(20),
-        min_delay: Duration::from_millis(5),
-        max_delay: Duration::from_millis(500),
-    };
+    config.retry = RetryPolicy::default().with_max_retries(6).with_delays(
+        Duration::from_millis(20),
+        Duration::from_millis(5),
+        Duration::from_millis(500),
+    );
     wipe(&config)?;
     Ok(config)
 }

@@ -8,23 +8,21 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use proptest::prelude::*;
-use tablesql::exec::ScanOptions;
-use tablesql::planner::policy::ScanPolicy;
+use tablesql::ScanOptions;
+use tablesql::ScanPolicy;
 use tablesql::storage::*;
 use tablesql::{Engine, EngineOptions};
 
 use crate::pushdown::{Row, SHAPES, answer, atom, entities, literal, row};
 
 pub(crate) fn options(fan_out: bool, max_in_flight: usize) -> EngineOptions {
-    EngineOptions {
-        scan: ScanOptions {
-            max_in_flight,
-            fan_out,
-            ..ScanOptions::default()
-        },
-        scan_policy: ScanPolicy::Allow,
-        ..EngineOptions::default()
-    }
+    EngineOptions::default()
+        .with_scan(
+            ScanOptions::default()
+                .with_max_in_flight(max_in_flight)
+                .with_fan_out(fan_out),
+        )
+        .with_scan_policy(ScanPolicy::Allow)
 }
 
 /// The lines of a result table, sorted: for queries without an order.

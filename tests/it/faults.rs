@@ -570,7 +570,7 @@ fn counter_faults(seed: u64) -> Decide {
 /// values are skipped and a new block reserved; none is handed out twice.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sequence_hands_out_no_value_twice_through_injected_faults() -> TestResult {
-    use tablesql::engine::{Engine, EngineOptions};
+    use tablesql::{Engine, EngineOptions};
     let account = crate::azurite::fresh_account()?;
     let direct: Arc<dyn TableStore> = Arc::new(AzureStore::new(account.clone())?);
     let setup = Engine::with_store(direct, EngineOptions::default()).await?;
@@ -658,9 +658,7 @@ fn all_met(armed: &Armed, step: &str) -> TestResult {
 }
 
 /// `(query, calls, requests, retries)` of each statement in the view.
-async fn statement_retries(
-    engine: &tablesql::engine::Engine,
-) -> TestResult<Vec<(String, i64, i64, i64)>> {
+async fn statement_retries(engine: &tablesql::Engine) -> TestResult<Vec<(String, i64, i64, i64)>> {
     use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::Int64Type;
     let batches = engine
@@ -684,7 +682,7 @@ async fn statement_retries(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn statements_count_the_retries_their_requests_took() -> TestResult {
     use datafusion::scalar::ScalarValue;
-    use tablesql::engine::{Engine, EngineOptions};
+    use tablesql::{Engine, EngineOptions};
     // Exact counts: no CPU-heavy test beside it to slow Azurite past the
     // timeout and add a retry.
     let _cpu = crate::exclusive();

@@ -10,9 +10,9 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use proptest::prelude::*;
 use tablesql::Engine;
-use tablesql::engine::EngineError;
-use tablesql::exec::ExecError;
-use tablesql::exec::token::TokenError;
+use tablesql::EngineError;
+use tablesql::ExecError;
+use tablesql::TokenError;
 use tablesql::storage::*;
 
 use crate::fanout::{azurite_case, options, run, setup};

@@ -230,15 +230,9 @@ async fn engines(shape: usize, rows: &[Row]) -> (Engine, Engine) {
             Err(e) => panic!("loading the table: {e}"),
         }
     }
-    let reference = Engine::with_store(
-        store,
-        EngineOptions {
-            disable_pushdown: true,
-            ..Default::default()
-        },
-    )
-    .await
-    .unwrap();
+    let reference = Engine::with_store(store, EngineOptions::default().with_pushdown(false))
+        .await
+        .unwrap();
     (pushed, reference)
 }
 

@@ -364,14 +364,11 @@ async fn requests_run_concurrently_within_the_bound() -> TestResult {
     });
     demo::load(store.as_ref(), 1200, |_, _| {}).await?;
     store.most.store(0, std::sync::atomic::Ordering::SeqCst);
-    let options = EngineOptions {
-        scan: tablesql::exec::ScanOptions {
-            max_in_flight: 4,
-            pages_ahead: 1,
-            ..Default::default()
-        },
-        ..EngineOptions::default()
-    };
+    let options = EngineOptions::default().with_scan(
+        tablesql::ScanOptions::default()
+            .with_max_in_flight(4)
+            .with_pages_ahead(1),
+    );
     let engine = Engine::with_store(store.clone(), options).await?;
     store.most.store(0, std::sync::atomic::Ordering::SeqCst);
     let bibs: Vec<String> = (1..=40).map(|b| b.to_string()).collect();

@@ -636,10 +636,7 @@ async fn statistics_can_be_turned_off() -> TestResult {
     use tablesql::storage::{EmbeddedStore, TableStore};
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
     tablesql::demo::load(store.as_ref(), 60, |_, _| {}).await?;
-    let options = tablesql::EngineOptions {
-        statistics: false,
-        ..tablesql::EngineOptions::default()
-    };
+    let options = tablesql::EngineOptions::default().with_statistics(false);
     let engine = tablesql::Engine::with_store(store, options).await?;
     let r = tablesql::demo::registration(3);
     let point = format!(

@@ -9,10 +9,10 @@ use std::ops::Bound;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+use tablesql::ScanPolicy;
 use tablesql::datafusion::arrow::array::{Array, AsArray};
 use tablesql::datafusion::sql::sqlparser::ast::Statement;
 use tablesql::demo;
-use tablesql::planner::policy::ScanPolicy;
 use tablesql::storage::location::DEFAULT_LOCATION;
 use tablesql::storage::{
     KeyRange, PartitionKey, Query, RowKey, StoreLocation, TableName, TableStore,
@@ -218,10 +218,7 @@ fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let options = tablesql::EngineOptions {
-        scan_policy: cli.scan_policy,
-        ..Default::default()
-    };
+    let options = tablesql::EngineOptions::default().with_scan_policy(cli.scan_policy);
     let location: StoreLocation = cli
         .store
         .parse()
@@ -386,10 +383,9 @@ async fn serve(
     let tls_on = tls.is_some();
     let server = Server::bind(
         engine,
-        ServerConfig {
-            listen,
-            auth: auth.clone(),
-            tls,
+        match tls {
+            Some((cert, key)) => ServerConfig::new(listen, auth.clone()).with_tls(cert, key),
+            None => ServerConfig::new(listen, auth.clone()),
         },
     )
     .await?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
-use super::retry::RetryPolicy;
+use crate::storage::retry::RetryPolicy;
 
 /// The published account of the storage emulators (Azurite).
 pub const DEV_ACCOUNT: &str = "devstoreaccount1";
@@ -24,7 +24,12 @@ pub const DEFAULT_MAX_CONNECTIONS: usize = 32;
 #[derive(Clone)]
 pub enum Credentials {
     /// Shared Key: an HMAC-SHA256 of the request with the account key.
-    SharedKey { key: Vec<u8>, lite: bool },
+    SharedKey {
+        /// The account key, decoded from base64.
+        key: Vec<u8>,
+        /// Shared Key Lite (`AuthScheme=SharedKeyLite`) rather than Shared Key.
+        lite: bool,
+    },
     /// A shared access signature (account or table SAS), appended to every URL.
     Sas(String),
 }
@@ -41,6 +46,7 @@ impl fmt::Debug for Credentials {
 
 /// Everything the Azure backend needs to reach one storage account.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct AzureConfig {
     /// The storage account.
     pub account: String,
@@ -64,6 +70,7 @@ pub struct AzureConfig {
 
 /// A connection string this backend cannot use.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
 pub enum ConfigError {
     /// A `;`-separated part without `=` (its text is not shown: it may be a
     /// secret pasted without its key).

@@ -6,7 +6,7 @@ use super::super::error::{InvalidInput, StorageError};
 use super::super::key::{PartitionKey, RowKey};
 use super::super::table_name::TableName;
 use super::http::{Failure, SendError};
-use super::retry;
+use crate::storage::retry;
 
 /// What a request was about, to turn the service's error codes into ours.
 #[derive(Debug, Clone, Copy)]

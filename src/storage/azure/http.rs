@@ -13,7 +13,7 @@ use tokio::sync::Semaphore;
 
 use super::auth::{SignedParts, authorization};
 use super::config::{AzureConfig, Credentials};
-use super::retry::{is_retryable_status, parse_retry_after};
+use crate::storage::retry::{is_retryable_status, parse_retry_after};
 
 /// The REST API version this client speaks.
 pub const API_VERSION: &str = "2019-02-02";

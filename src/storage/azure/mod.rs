@@ -12,7 +12,6 @@ pub mod config;
 mod errors;
 mod filter_text;
 mod http;
-pub mod retry;
 
 use std::collections::HashMap;
 
@@ -33,9 +32,9 @@ use super::table_name::TableName;
 use super::write::MAX_BATCH_BYTES;
 use super::write::{WriteOp, WriteOutcome, validate_batch};
 
+pub use super::retry::RetryPolicy;
 pub use config::{AzureConfig, ConfigError, Credentials};
 pub use http::ClientStats;
-pub use retry::RetryPolicy;
 
 use errors::{Ctx, ambiguous_if_lost, map_error, map_status};
 use filter_text::Push;

@@ -127,15 +127,8 @@ impl Systems {
         let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
         let engine = Engine::with_store(store, EngineOptions::default()).await?;
         let listen: SocketAddr = "127.0.0.1:0".parse()?;
-        let server = Server::bind(
-            engine.clone(),
-            ServerConfig {
-                listen,
-                auth: AuthMode::Trust,
-                tls: None,
-            },
-        )
-        .await?;
+        let server =
+            Server::bind(engine.clone(), ServerConfig::new(listen, AuthMode::Trust)).await?;
         let addr = server.local_addr()?;
         tokio::spawn(server.run());
         let conninfo = format!(
@@ -237,7 +230,7 @@ impl Systems {
         match self.engine.collect(sql).await {
             Ok(batches) => Answer::Rows(batches.iter().flat_map(batch_rows).collect()),
             Err(e) => Answer::Error {
-                code: tablesql::server::sqlstate::engine_code(&e).to_owned(),
+                code: tablesql::server::engine_code(&e).to_owned(),
                 message: e.to_string(),
             },
         }

@@ -612,8 +612,8 @@ fn one_postgresql_version_everywhere() -> TestResult {
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
     let lines: Vec<&str> = shown.lines().collect();
-    let v = tablesql::planner::identity::PG_VERSION;
-    let num = tablesql::planner::identity::PG_VERSION_NUM;
+    let v = tablesql::PG_VERSION;
+    let num = tablesql::PG_VERSION_NUM;
     assert!(
         lines[0].starts_with(&format!("PostgreSQL {v} (tablesql ")),
         "{shown}"

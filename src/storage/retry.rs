@@ -7,6 +7,7 @@ use rand::Rng as _;
 
 /// Retry settings: z, zmin, zmax of the backoff formula and the number of retries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RetryPolicy {
     /// Retries after the first attempt; 0 disables retrying.
     pub max_retries: u32,
@@ -30,6 +31,26 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// With at most `n` retries after the first attempt.
+    pub fn with_max_retries(mut self, n: u32) -> Self {
+        self.max_retries = n;
+        self
+    }
+
+    /// With z (`delay`), zmin (`min_delay`) and zmax (`max_delay`) of the
+    /// backoff formula.
+    pub fn with_delays(
+        mut self,
+        delay: Duration,
+        min_delay: Duration,
+        max_delay: Duration,
+    ) -> Self {
+        self.delay = delay;
+        self.min_delay = min_delay;
+        self.max_delay = max_delay;
+        self
+    }
+
     /// The wait before retry number `x` (1 for the first retry), given a
     /// uniform sample `jitter` in [0, 1):
     /// `y = Rand(0.8·z, 1.2·z) · (2^x − 1)`, then `y = min(zmin + y, zmax)`.

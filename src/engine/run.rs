@@ -1,0 +1,146 @@
+//! What a front end needs to run a statement it plans itself (the wire
+//! server plans at Parse and binds at Execute): the optimized plan and its
+//! placeholders' types, a point read by primary key, a plan started without
+//! the physical planner, and the run recorded in the workload statistics.
+//! Each is the one the engine's own `collect` and `PreparedStatement` use,
+//! so a statement behaves and counts alike through every door.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ParamValues;
+#[cfg(feature = "server")]
+use datafusion::error::DataFusionError;
+use datafusion::error::Result as DfResult;
+use datafusion::execution::SendableRecordBatchStream;
+use datafusion::execution::session_state::SessionState;
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::Statement;
+
+use super::{Engine, session_transaction};
+#[cfg(feature = "server")]
+use crate::exec::recorded::plan_run;
+use crate::exec::recorded::{normalize, recorded};
+use crate::exec::workload::Run;
+use crate::planner::point::PointRead;
+
+#[cfg(feature = "server")]
+pub(crate) use super::direct::{Snapshot, start as start_direct};
+pub(crate) use crate::exec::transaction::Transaction;
+#[cfg(feature = "server")]
+pub(crate) use crate::planner::sql::reads_system_catalog;
+
+/// What a statement's runs are recorded under: its text with each literal
+/// as a placeholder, as `pg_stat_statements` shows it.
+pub(crate) fn statement_label(statement: &Statement) -> String {
+    normalize(statement)
+}
+
+/// The placeholders of an optimized plan and their types where the plan
+/// says, those of an upsert's `DO UPDATE` included (DataFusion sees only
+/// its INSERT's).
+pub(crate) fn parameter_types(plan: &LogicalPlan) -> DfResult<HashMap<String, Option<DataType>>> {
+    let mut types = plan.get_parameter_types()?;
+    for (id, t) in crate::planner::upsert::placeholder_types(plan) {
+        let slot = types.entry(id).or_insert(None);
+        if slot.is_none() {
+            *slot = t;
+        }
+    }
+    Ok(types)
+}
+
+impl Engine {
+    /// A statement's analyzed and optimized logical plan under a session's
+    /// `state` (upserts included, which DataFusion does not plan).
+    pub(crate) async fn plan_statement(
+        &self,
+        state: &SessionState,
+        statement: Statement,
+    ) -> DfResult<LogicalPlan> {
+        let plan = crate::planner::upsert::statement_to_plan(state, statement).await?;
+        state.optimize(&plan)
+    }
+
+    /// `stream` of `physical`, recorded under `label` when it ends or is
+    /// dropped, its rows counted as they pass.
+    pub(crate) fn recorded(
+        &self,
+        label: String,
+        physical: Option<Arc<dyn ExecutionPlan>>,
+        stream: SendableRecordBatchStream,
+    ) -> SendableRecordBatchStream {
+        recorded(self.workload.clone(), label, physical, stream)
+    }
+
+    /// A write that ran to its end: `rows` written since `started`, with
+    /// what its plan's scans and writes counted.
+    #[cfg(feature = "server")]
+    pub(crate) fn record_write(
+        &self,
+        label: &str,
+        started: Instant,
+        rows: u64,
+        physical: &Arc<dyn ExecutionPlan>,
+    ) {
+        let mut run = Run {
+            elapsed: started.elapsed(),
+            rows,
+            ..Run::default()
+        };
+        plan_run(physical, &mut run);
+        self.workload.ran(label, run);
+    }
+
+    /// A statement that failed: a refusal of a key taken (a conflict) is
+    /// counted against it.
+    #[cfg(feature = "server")]
+    pub(crate) fn record_failure(&self, label: &str, e: &DataFusionError) {
+        if crate::exec::is_conflict(e) {
+            self.workload.refused(label);
+        }
+    }
+}
+
+/// A query that reads one entity by its primary key, planned whole once:
+/// each run reads it without any planning.
+#[derive(Debug)]
+pub(crate) struct PointQuery(PointRead);
+
+impl PointQuery {
+    /// `plan` as a point query, if it is one.
+    pub(crate) fn of(plan: &LogicalPlan) -> Option<Self> {
+        PointRead::of(plan).map(Self)
+    }
+
+    /// Reads the entity whose keys `values` give, in session `ctx`'s
+    /// transaction block if it has one, and records the run under `label`.
+    /// `None` when the values are no keys (a NULL, a text for an integer):
+    /// the caller plans the bound statement instead.
+    pub(crate) async fn run(
+        &self,
+        engine: &Engine,
+        ctx: &SessionContext,
+        label: &str,
+        values: &ParamValues,
+    ) -> DfResult<Option<RecordBatch>> {
+        let started = Instant::now();
+        let tx = session_transaction(ctx);
+        let Some(read) = self.0.run(tx.as_ref(), values).await? else {
+            return Ok(None);
+        };
+        let run = Run::point(
+            started.elapsed(),
+            read.batch.num_rows(),
+            (read.requests, read.retries),
+            self.0.storage_table().clone(),
+        );
+        engine.workload.ran(label, run);
+        Ok(Some(read.batch))
+    }
+}
