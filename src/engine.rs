@@ -106,7 +106,7 @@ pub enum EngineError {
 }
 
 impl EngineError {
-    /// The storage error under it, if one is (see [`crate::exec::storage_cause`]).
+    /// The storage error under it, if one is (through any DataFusion error that wraps it).
     pub fn storage_cause(&self) -> Option<&StorageError> {
         match self {
             EngineError::Storage(s) => Some(s.root()),
@@ -133,9 +133,10 @@ impl EngineError {
 pub struct EngineOptions {
     /// Scan tuning (requests in flight).
     pub scan: ScanOptions,
-    /// `false` reads every table whole and filters in DataFusion (the
-    /// reference the pushdown is tested and measured against).
-    pub disable_pushdown: bool,
+    /// Whether filters are pushed into the store's requests (on by
+    /// default). Off, every table is read whole and filtered in DataFusion:
+    /// the reference the pushdown is tested and measured against.
+    pub pushdown: bool,
     /// What a statement reading every partition of a table gets, until a
     /// session's `SET tablesql.scan_policy` says otherwise.
     pub scan_policy: ScanPolicy,
@@ -152,7 +153,7 @@ impl Default for EngineOptions {
     fn default() -> Self {
         Self {
             scan: ScanOptions::default(),
-            disable_pushdown: false,
+            pushdown: true,
             scan_policy: ScanPolicy::default(),
             catalog_check: DEFAULT_CATALOG_CHECK,
             statistics: true,
@@ -169,7 +170,7 @@ impl EngineOptions {
 
     /// With the pushdown off (`false`): every table is read whole.
     pub fn with_pushdown(mut self, pushdown: bool) -> Self {
-        self.disable_pushdown = !pushdown;
+        self.pushdown = pushdown;
         self
     }
 
@@ -356,7 +357,7 @@ impl Engine {
     }
 
     /// The workload statistics kept since the engine started or was reset.
-    pub fn workload(&self) -> &Arc<Workload> {
+    pub(crate) fn workload(&self) -> &Arc<Workload> {
         &self.workload
     }
 
@@ -428,7 +429,7 @@ impl Engine {
     fn provider(&self, layout: Layout) -> StoreTable {
         let t = StoreTable::new(self.store.clone(), layout, self.options.scan)
             .with_stats(self.stats.clone());
-        if self.options.disable_pushdown {
+        if !self.options.pushdown {
             t.without_pushdown()
         } else {
             t
@@ -559,7 +560,7 @@ impl Engine {
 
     /// Plans one parsed statement (catalog DDL runs here, as in [`Self::sql`]).
     /// Under `tablesql.page_size` a query of one table runs here, as one
-    /// page ([`Self::session_page`]).
+    /// page, resumable from `tablesql.page_token`.
     pub async fn statement(&self, statement: Statement) -> Result<DataFrame, EngineError> {
         self.follow_catalog().await;
         if self.transaction_statement(&statement).await? {

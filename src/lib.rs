@@ -7,8 +7,8 @@
 //! [`storage::TableStore`]: the embedded store (redb, the default), the Azure
 //! Table service (`storage::AzureStore`, feature `azure`) or memory.
 //! [`Engine`] is the one door: it runs, prepares and pages SQL, and lists
-//! and describes the tables it maps. The wire server ([`server`], feature
-//! `server`) and the shell ([`shell`], feature `shell`) go through it too.
+//! and describes the tables it maps. The wire server (`server`, feature
+//! `server`) and the shell (`shell`, feature `shell`) go through it too.
 //!
 //! # Features
 //!
@@ -185,6 +185,7 @@ pub use engine::{
     PreparedStatement, RAW_SCHEMA, ResultPage, StatementKind, StoredAs, TableDescription,
     TableInfo,
 };
+pub use exec::access::WholeTable;
 pub use exec::token::TokenError;
 pub use exec::{ExecError, ScanOptions};
 pub use planner::policy::ScanPolicy;

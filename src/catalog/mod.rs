@@ -3,8 +3,8 @@
 //! of base rows, and the RowKey templates of denormalized index rows. It is
 //! written as SQL DDL (`CREATE TABLE ... WITH (...)`, see [`ddl`]), shipped as
 //! files in the top-level `catalog/` folder and persisted in the store itself
-//! ([`persist`]) so that every front end over one store sees one catalog.
-//! Tables without a definition are read raw with an inferred schema ([`raw`]).
+//! (`persist`) so that every front end over one store sees one catalog.
+//! Tables without a definition are read raw with an inferred schema (`raw`).
 
 pub mod ddl;
 pub(crate) mod files;

@@ -1,7 +1,8 @@
 //! Plans that skip DataFusion's physical planner: a projection of columns
 //! over one mapped table whose every filter the scan answers exactly (a key
-//! range; a point query by primary key is a `PointRead`, planned at Parse). Such a plan is one `PartitionScanExec`
-//! and a column selection; building it directly costs a pushdown, while the
+//! range; a point query by primary key is a `PointQuery`, planned at the
+//! wire's Parse). Such a plan is one `PartitionScanExec` and a column
+//! selection; building it directly costs a pushdown, while the
 //! physical planner and its optimizer rules cost more than the lookup itself
 //! (BENCHMARKS.md, "Wire server"). Anything else returns `None` and goes
 //! through DataFusion.

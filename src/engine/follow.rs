@@ -112,7 +112,7 @@ impl Engine {
     }
 
     /// Reads the stored catalog again and registers its tables (see
-    /// [`Engine::reload`]), now.
+    /// `Engine::reload`), now.
     pub async fn refresh(&self) -> Result<(), EngineError> {
         let mut seen = self.watch.lock().await;
         // Read before the tables: a change that lands while they load

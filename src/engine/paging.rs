@@ -68,7 +68,7 @@ impl Engine {
     /// `statement` names it: its text as parsed (normalized), with any
     /// parameter values. Not the plan: the optimizer folds `now()` into a
     /// literal, so a plan is another each time.
-    pub async fn page(
+    pub(crate) async fn page(
         &self,
         state: &SessionState,
         plan: &LogicalPlan,
@@ -109,7 +109,7 @@ impl Engine {
     /// to resume. `None` when paging is off or the plan reads no store
     /// table; a query of a store table that cannot page runs whole, with a
     /// notice, and leaves no next token.
-    pub async fn session_page(
+    pub(crate) async fn session_page(
         &self,
         ctx: &SessionContext,
         plan: &LogicalPlan,

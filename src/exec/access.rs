@@ -276,6 +276,7 @@ impl fmt::Display for AccessPath {
 /// The facts of a scan of every partition: the table and the key columns
 /// that would narrow it.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct WholeTable {
     /// The SQL name, or the storage table's of a raw table.
     pub table: String,

@@ -1,14 +1,17 @@
-//! `INSERT ... VALUES (DEFAULT, ...)`: DataFusion fills the defaults of
-//! columns an INSERT leaves out, but reads a `DEFAULT` cell as a column
-//! named "default". Before planning, each such cell of a mapped table
-//! becomes the column's `DEFAULT` expression (or NULL), as PostgreSQL
-//! does.
+//! An `INSERT` into a mapped table, made what PostgreSQL reads before
+//! DataFusion plans it. Without a column list, its values are for the
+//! table's own columns in order, the leading ones when a row has fewer
+//! (DataFusion would count the system columns `PartitionKey`, `RowKey`,
+//! `Timestamp` and `_etag` too). And a `DEFAULT` cell of its `VALUES`, which
+//! DataFusion reads as a column named "default", becomes the column's
+//! `DEFAULT` expression (or NULL).
 
 use datafusion::common::TableReference;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::session_state::SessionState;
 use datafusion::sql::sqlparser::ast::{
-    Expr, Ident, Insert, ObjectName, SetExpr, Statement, TableObject, Value, ValueWithSpan,
+    Expr, Ident, Insert, ObjectName, Query, SelectItem, SetExpr, Statement, TableObject, Value,
+    ValueWithSpan,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -20,13 +23,32 @@ fn is_default(e: &Expr) -> bool {
     matches!(e, Expr::Identifier(i) if i.quote_style.is_none() && i.value.eq_ignore_ascii_case("default"))
 }
 
-/// Before planning an `INSERT` into a mapped table: without a column list,
-/// the values are for the table's own columns in order, the leading ones
-/// when there are fewer, as in PostgreSQL (DataFusion would count the
-/// system columns `PartitionKey`, `RowKey`, `Timestamp` and `_etag` too);
-/// and each `DEFAULT` cell of its `VALUES` is replaced. Any other statement
-/// is left alone.
+/// The values in each row of an INSERT's source, where its text says: the
+/// first `VALUES` row's, or a plain `SELECT`'s items when none is a wildcard.
+fn source_width(source: &Query) -> Option<usize> {
+    match source.body.as_ref() {
+        SetExpr::Values(v) => v.rows.first().map(|r| r.content.len()),
+        SetExpr::Select(s)
+            if !s.projection.iter().any(|i| {
+                matches!(
+                    i,
+                    SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+                )
+            }) =>
+        {
+            Some(s.projection.len())
+        }
+        _ => None,
+    }
+}
+
+/// Names the columns of an `INSERT` (or `EXPLAIN` of one) into a mapped
+/// table that gives none, and replaces its `DEFAULT` cells (see the module
+/// doc). Any other statement is left alone.
 pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()> {
+    if let Statement::Explain { statement, .. } = statement {
+        return Box::pin(fill(state, statement.as_mut())).await;
+    }
     let Statement::Insert(Insert {
         table: TableObject::TableName(name),
         columns,
@@ -36,6 +58,11 @@ pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()>
     else {
         return Ok(());
     };
+    let defaults = matches!(source.body.as_ref(), SetExpr::Values(v)
+        if v.rows.iter().flat_map(|r| r.content.iter()).any(is_default));
+    if !columns.is_empty() && !defaults {
+        return Ok(());
+    }
     let reference = TableReference::from(name.to_string().as_str());
     let provider = state
         .schema_for_ref(reference.clone())?
@@ -50,54 +77,32 @@ pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()>
     let Some(def) = table.layout().def.as_deref() else {
         return Ok(());
     };
-    let values = match source.body.as_mut() {
-        SetExpr::Values(values) => Some(values),
-        _ => None,
-    };
     if columns.is_empty() {
-        // A wider row is DataFusion's error to report, against every column.
-        let width = values
-            .as_ref()
-            .and_then(|v| v.rows.first())
-            .map_or(def.columns.len(), |r| r.content.len());
-        if width <= def.columns.len() {
-            *columns = def.columns[..width]
-                .iter()
-                .map(|c| ObjectName::from(vec![Ident::with_quote('"', c.name.clone())]))
-                .collect();
-        }
+        // A wider row gets every column, and DataFusion's count mismatch.
+        let width = source_width(source)
+            .unwrap_or(def.columns.len())
+            .min(def.columns.len());
+        *columns = def.columns[..width]
+            .iter()
+            .map(|c| ObjectName::from(vec![Ident::with_quote('"', c.name.clone())]))
+            .collect();
     }
-    let Some(values) = values else {
+    let SetExpr::Values(values) = source.body.as_mut() else {
         return Ok(());
     };
-    if !values
-        .rows
+    if !defaults {
+        return Ok(());
+    }
+    // The columns the cells are for, in order.
+    let targets: Vec<String> = columns
         .iter()
-        .flat_map(|r| r.content.iter())
-        .any(is_default)
-    {
-        return Ok(());
-    }
-    // The columns the cells are for: the list given, or the table's order.
-    let targets: Vec<String> = if columns.is_empty() {
-        table
-            .layout()
-            .schema
-            .fields()
-            .iter()
-            .map(|f| f.name().clone())
-            .collect()
-    } else {
-        columns
-            .iter()
-            .map(|c| {
-                c.0.last()
-                    .and_then(|p| p.as_ident())
-                    .map(normalize_ident)
-                    .unwrap_or_default()
-            })
-            .collect()
-    };
+        .map(|c| {
+            c.0.last()
+                .and_then(|p| p.as_ident())
+                .map(normalize_ident)
+                .unwrap_or_default()
+        })
+        .collect();
     for row in values.rows.iter_mut() {
         for (cell, target) in row.content.iter_mut().zip(&targets) {
             if !is_default(cell) {

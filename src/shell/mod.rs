@@ -1,6 +1,6 @@
 //! `tablesql shell`: an interactive SQL shell over a store, with psql's habits.
 //! A statement runs once it ends with `;` (it may span lines); lines starting
-//! with `\` are meta-commands ([`meta`]). Results are printed as they arrive,
+//! with `\` are meta-commands (`\dt`, `\d`, ...). Results are printed as they arrive,
 //! paged on a terminal ([`render`]). Ctrl-C cancels the running statement, not
 //! the shell. Without a terminal (`-f FILE`, a pipe) the statements run in
 //! order and the first error ends the run.

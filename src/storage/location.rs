@@ -15,6 +15,7 @@ pub const DEFAULT_LOCATION: &str = "./tablesql-data";
 
 /// A store location.
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum StoreLocation {
     /// The embedded store in this directory: `embedded:DIR`, or just `DIR`.
     Embedded(PathBuf),
@@ -31,7 +32,7 @@ pub enum LocationError {
     /// A scheme this build does not know. The location is not repeated: it
     /// might hold a secret.
     #[error(
-        "unknown store scheme {scheme:?}; known: embedded:DIR (or a directory path), azure:<connection string>"
+        "unknown store scheme {scheme:?}; known: embedded:DIR (or a directory path), azure:<connection string> (with the cargo feature \"azure\")"
     )]
     UnknownScheme {
         /// The scheme as written.
@@ -113,14 +114,21 @@ mod tests {
         assert_eq!(dir("embedded:/x/y"), PathBuf::from("/x/y"));
         assert_eq!(dir("C:/data"), PathBuf::from("C:/data"));
         assert_eq!(dir("./a:b"), PathBuf::from("./a:b"));
+        #[cfg(feature = "azure")]
         assert!(matches!(
             "azure:UseDevelopmentStorage=true".parse::<StoreLocation>(),
             Ok(StoreLocation::Azure(_))
+        ));
+        #[cfg(not(feature = "azure"))]
+        assert!(matches!(
+            "azure:UseDevelopmentStorage=true".parse::<StoreLocation>(),
+            Err(LocationError::NotBuilt { .. })
         ));
         assert!(matches!(
             "ftp:bucket".parse::<StoreLocation>(),
             Err(LocationError::UnknownScheme { .. })
         ));
+        #[cfg(feature = "azure")]
         assert!(matches!(
             "azure:AccountName=x".parse::<StoreLocation>(),
             Err(LocationError::Azure(ConfigError::Missing(_)))

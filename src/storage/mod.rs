@@ -14,7 +14,7 @@ pub mod location;
 pub mod memory;
 pub mod odata;
 pub mod query;
-pub(crate) mod retries;
+pub mod retries;
 pub mod retry;
 pub mod table_name;
 pub mod value;

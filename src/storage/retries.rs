@@ -51,7 +51,6 @@ pub fn counted_by<F: Future>(
 
 /// Tells the innermost [`counted`] around this task's current call that a
 /// store retried once; outside one, nobody asked and it is dropped.
-#[cfg(feature = "azure")]
 pub fn note() {
     let _ = RETRIES.try_with(|c| c.set(c.get() + 1));
 }

@@ -1,5 +1,6 @@
 //! When and how long to wait before retrying a request: exponential backoff with
-//! ±20% jitter, as the storage model gives it. The loop itself is backon's.
+//! ±20% jitter, as the storage model gives it. The loops are the callers'
+//! (backon's in the Azure client, the sequences' own for their conflicts).
 
 use std::time::Duration;
 
@@ -93,12 +94,14 @@ impl Iterator for Backoff {
 
 /// Whether an HTTP status is worth retrying: timeouts and a busy or failing
 /// server. 400, 401, 403, 404, 409, 412, 501 and 505 would get the same answer.
-pub fn is_retryable_status(status: u16) -> bool {
+#[cfg(feature = "azure")]
+pub(crate) fn is_retryable_status(status: u16) -> bool {
     matches!(status, 408 | 429 | 500 | 502 | 503 | 504)
 }
 
 /// Parses `Retry-After` in its delta-seconds form (the service's form).
-pub fn parse_retry_after(value: &str) -> Option<Duration> {
+#[cfg(feature = "azure")]
+pub(crate) fn parse_retry_after(value: &str) -> Option<Duration> {
     value.trim().parse::<u64>().ok().map(Duration::from_secs)
 }
 
@@ -139,6 +142,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "azure")]
     #[test]
     fn which_statuses_retry() {
         for s in [408, 429, 500, 502, 503, 504] {
