@@ -16,7 +16,6 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 
 use crate::exec::observed::ObservedStore;
-use crate::exec::recorded::normalize;
 use crate::exec::upkeep::Upkeep;
 use crate::exec::workload::Workload;
 use crate::planner::index_functions::{self, IndexFunction};
@@ -946,7 +945,7 @@ impl Engine {
         let (label, frame) = match self.parse(sql) {
             Ok(mut s) if s.len() == 1 => {
                 let statement = s.remove(0);
-                (normalize(&statement), self.statement(statement).await?)
+                (run::statement_label(&statement), self.statement(statement).await?)
             }
             // What our parser refuses (DataFusion's own statements): their
             // text may hold values (secrets, paths), so only its first word.
