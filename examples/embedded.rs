@@ -1,8 +1,9 @@
 //! The engine alone, as an embedder builds it: `tablesql = { version = "0.1",
 //! default-features = false }` (no wire server, shell, Azure client or CLI).
 //! One use each: write, query, prepare, and page with a token. The example
-//! checks its own answers; CI builds and runs it that way
-//! (`cargo run --no-default-features --example embedded`).
+//! checks its own answers; run it that way with
+//! `cargo run --no-default-features --example embedded`. CI runs it in the
+//! full build and checks that the engine compiles without default features.
 
 use std::sync::Arc;
 
