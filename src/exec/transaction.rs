@@ -366,7 +366,7 @@ impl TxStore {
             entry.upserts_only &=
                 matches!(op, WriteOp::InsertOrMerge(_) | WriteOp::InsertOrReplace(_));
             let effect =
-                apply(entry.now.as_ref(), op, timestamp).map_err(|e| StorageError::Batch {
+                apply(entry.now.as_ref(), op.clone(), timestamp).map_err(|e| StorageError::Batch {
                     index,
                     source: Box::new(e),
                 })?;

@@ -67,26 +67,34 @@ impl Entity {
 
     /// Checks every limit of the model and drops DateTime digits below 100 ns,
     /// the precision the service keeps. Keys were checked when they were made.
-    pub fn validate(&mut self) -> Result<(), InvalidInput> {
+    /// Returns the size by the service's formula (`stored_size`), worked out in
+    /// the same pass, which is what a batch counts against its limit.
+    pub fn validate(&mut self) -> Result<usize, InvalidInput> {
         if self.properties.len() > MAX_PROPERTIES {
             return Err(InvalidInput::TooManyProperties {
                 count: self.properties.len(),
             });
         }
+        let mut size =
+            4 + utf16_bytes(self.partition_key.as_str()) + utf16_bytes(self.row_key.as_str());
         for (name, value) in self.properties.iter_mut() {
             validate_property_name(name)?;
-            let bytes = match value {
-                EdmValue::String(s) => utf16_bytes(s),
-                EdmValue::Binary(b) => b.len(),
+            // The value's length against the per-value limit, and its size.
+            let (bytes, stored) = match value {
+                EdmValue::String(s) => {
+                    let bytes = utf16_bytes(s);
+                    (bytes, 4 + bytes)
+                }
+                EdmValue::Binary(b) => (b.len(), 4 + b.len()),
                 EdmValue::DateTime(t) => {
                     let ticks = to_ticks(t);
                     if !(MIN_DATETIME_TICKS..=MAX_DATETIME_TICKS).contains(&ticks) {
                         return Err(InvalidInput::DateTimeOutOfRange { name: name.clone() });
                     }
                     *t = from_ticks(ticks);
-                    0
+                    (0, 8)
                 }
-                _ => 0,
+                other => (0, other.stored_size()),
             };
             if bytes > MAX_VALUE_BYTES {
                 return Err(InvalidInput::ValueTooLarge {
@@ -94,12 +102,12 @@ impl Entity {
                     bytes,
                 });
             }
+            size += 8 + utf16_bytes(name) + stored;
         }
-        let bytes = self.stored_size();
-        if bytes > MAX_ENTITY_BYTES {
-            return Err(InvalidInput::EntityTooLarge { bytes });
+        if size > MAX_ENTITY_BYTES {
+            return Err(InvalidInput::EntityTooLarge { bytes: size });
         }
-        Ok(())
+        Ok(size)
     }
 }
 
@@ -117,21 +125,26 @@ pub fn validate_property_name(name: &str) -> Result<(), InvalidInput> {
             name: name.to_owned(),
         });
     }
-    let mut chars = name.chars();
-    match chars.next() {
-        None => return bad("is empty"),
-        Some(c) if !(c.is_alphabetic() || c == '_') => {
-            return bad("must start with a letter or an underscore");
-        }
-        Some(_) => {}
+    // Names are almost always ASCII, checked here byte by byte: every entity
+    // of every write passes through this.
+    let (starts_well, rest_well, chars) = if name.is_ascii() {
+        let b = name.as_bytes();
+        let word = |c: &u8| c.is_ascii_alphanumeric() || *c == b'_';
+        let first = b.first().map(|c| c.is_ascii_alphabetic() || *c == b'_');
+        (first, b.iter().skip(1).all(word), b.len())
+    } else {
+        let mut chars = name.chars();
+        let first = chars.next().map(|c| c.is_alphabetic() || c == '_');
+        let rest = chars.all(|c| c.is_alphanumeric() || c == '_');
+        (first, rest, name.chars().count())
+    };
+    match starts_well {
+        None => bad("is empty"),
+        Some(false) => bad("must start with a letter or an underscore"),
+        Some(true) if !rest_well => bad("may hold only letters, digits and underscores"),
+        Some(true) if chars > MAX_PROPERTY_NAME_CHARS => bad("is longer than 255 characters"),
+        Some(true) => Ok(()),
     }
-    if !chars.all(|c| c.is_alphanumeric() || c == '_') {
-        return bad("may hold only letters, digits and underscores");
-    }
-    if name.chars().count() > MAX_PROPERTY_NAME_CHARS {
-        return bad("is longer than 255 characters");
-    }
-    Ok(())
 }
 
 /// An entity tag: the version of one stored entity, new on every write.
@@ -226,16 +239,35 @@ mod tests {
 
     #[test]
     fn property_names() {
-        for ok in ["a", "_a", "Name1", "été", "x".repeat(255).as_str()] {
+        let long_wide = "é".repeat(255);
+        for ok in ["a", "_a", "Name1", "été", "x".repeat(255).as_str(), &long_wide] {
             assert!(validate_property_name(ok).is_ok(), "{ok:?}");
         }
-        for bad in ["", "1a", "a-b", "a.b", "a b", "x".repeat(256).as_str()] {
+        let too_long_wide = "é".repeat(256);
+        for bad in ["", "1a", "a-b", "a.b", "a b", "x".repeat(256).as_str(), "é-", "1é"] {
+            assert!(validate_property_name(bad).is_err(), "{bad:?}");
+        }
+        for bad in [too_long_wide.as_str(), "\u{e9}\u{2014}"] {
             assert!(validate_property_name(bad).is_err(), "{bad:?}");
         }
         assert!(matches!(
             validate_property_name("Timestamp"),
             Err(InvalidInput::SystemProperty { .. })
         ));
+    }
+
+    #[test]
+    fn validate_returns_the_size_that_stored_size_reports() {
+        let pk = PartitionKey::new("p\u{e9}").unwrap();
+        let rk = RowKey::new("r\u{1f600}").unwrap();
+        let mut e = Entity::new(pk, rk)
+            .with("s", EdmValue::String("a\u{1f600}".into()))
+            .with("b", EdmValue::Binary(vec![1, 2, 3]))
+            .with("t", EdmValue::DateTime(super::super::value::from_ticks(7)))
+            .with("n\u{e9}", EdmValue::Int64(1))
+            .with("g", EdmValue::Guid(uuid::Uuid::nil()))
+            .with("f", EdmValue::Boolean(true));
+        assert_eq!(e.validate(), Ok(e.stored_size()));
     }
 
     #[test]

@@ -5,6 +5,7 @@ use std::cmp::Ordering;
 use std::fmt;
 
 use super::error::InvalidInput;
+use super::value::utf16_bytes;
 
 /// Longest key, in bytes of UTF-16 (the service's 1 KiB).
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -30,7 +31,7 @@ impl fmt::Display for KeyKind {
 /// Checks a key string against the service's rules: at most 1 KiB as UTF-16, none of
 /// `/ \ # ?` and no control character (U+0000–U+001F, U+007F–U+009F). Empty is allowed.
 pub fn validate_key(kind: KeyKind, s: &str) -> Result<(), InvalidInput> {
-    let bytes = s.encode_utf16().count() * 2;
+    let bytes = utf16_bytes(s);
     if bytes > MAX_KEY_BYTES {
         return Err(InvalidInput::KeyTooLong { kind, bytes });
     }

@@ -183,7 +183,7 @@ impl TableStore for MemoryStore {
         let timestamp = self.clock.next();
         // Work out every effect first; change nothing unless all succeed.
         let mut effects = Vec::with_capacity(ops.len());
-        for (index, op) in ops.iter().enumerate() {
+        for (index, op) in ops.into_iter().enumerate() {
             let (pk, rk) = op.keys();
             let key = (pk.clone(), rk.clone());
             let effect = apply(rows.get(&key), op, timestamp).map_err(|e| StorageError::Batch {

@@ -123,10 +123,10 @@ pub fn validate_batch(ops: &mut [WriteOp]) -> Result<(), StorageError> {
                 row_key: rk.as_str().to_owned(),
             }));
         }
-        if let Some(e) = op.entity_mut() {
-            e.validate().map_err(at)?;
-        }
-        bytes += op.stored_size();
+        bytes += match op.entity_mut() {
+            Some(e) => e.validate().map_err(at)?,
+            None => op.stored_size(),
+        };
     }
     if bytes > MAX_BATCH_BYTES {
         return Err(InvalidInput::BatchTooLarge { bytes }.into());
@@ -145,9 +145,11 @@ pub enum Effect {
 
 /// Applies one validated operation to the entity it meets (`None` when absent),
 /// stamping a write with `timestamp`. Pure: this is the service's write semantics.
+/// Takes the operation whole so that the entity it carries becomes the stored
+/// one without a copy (a bulk load writes each entity once).
 pub fn apply(
     existing: Option<&StoredEntity>,
-    op: &WriteOp,
+    op: WriteOp,
     timestamp: DateTime<Utc>,
 ) -> Result<Effect, StorageError> {
     let stamp = |entity: Entity| {
@@ -163,32 +165,35 @@ pub fn apply(
                 partition_key: e.partition_key.as_str().to_owned(),
                 row_key: e.row_key.as_str().to_owned(),
             }),
-            None => Ok(stamp(e.clone())),
+            None => Ok(stamp(e)),
         },
-        WriteOp::InsertOrReplace(e) => Ok(stamp(e.clone())),
+        WriteOp::InsertOrReplace(e) => Ok(stamp(e)),
         WriteOp::InsertOrMerge(e) => Ok(stamp(merged(existing, e))),
         WriteOp::Update(e, if_match) => {
-            check(existing, op, if_match)?;
-            Ok(stamp(e.clone()))
+            check(existing, &e.partition_key, &e.row_key, &if_match)?;
+            Ok(stamp(e))
         }
         WriteOp::Merge(e, if_match) => {
-            check(existing, op, if_match)?;
+            check(existing, &e.partition_key, &e.row_key, &if_match)?;
             Ok(stamp(merged(existing, e)))
         }
-        WriteOp::Delete { if_match, .. } => {
-            check(existing, op, if_match)?;
+        WriteOp::Delete {
+            partition_key,
+            row_key,
+            if_match,
+        } => {
+            check(existing, &partition_key, &row_key, &if_match)?;
             Ok(Effect::Delete)
         }
     }
 }
 
-fn merged(existing: Option<&StoredEntity>, e: &Entity) -> Entity {
+fn merged(existing: Option<&StoredEntity>, e: Entity) -> Entity {
     match existing {
-        None => e.clone(),
+        None => e,
         Some(old) => {
             let mut out = old.entity.clone();
-            out.properties
-                .extend(e.properties.iter().map(|(k, v)| (k.clone(), v.clone())));
+            out.properties.extend(e.properties);
             out
         }
     }
@@ -196,10 +201,10 @@ fn merged(existing: Option<&StoredEntity>, e: &Entity) -> Entity {
 
 fn check(
     existing: Option<&StoredEntity>,
-    op: &WriteOp,
+    pk: &PartitionKey,
+    rk: &RowKey,
     if_match: &IfMatch,
 ) -> Result<(), StorageError> {
-    let (pk, rk) = op.keys();
     let keys = || (pk.as_str().to_owned(), rk.as_str().to_owned());
     match (existing, if_match) {
         (None, _) => {

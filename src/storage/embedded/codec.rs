@@ -20,8 +20,16 @@ use crate::storage::value::{EdmValue, from_ticks, to_ticks};
 use crate::storage::view::{EntityView, ValueRef};
 use crate::storage::{PartitionKey, RowKey, StorageError};
 
-/// Appends a string as UTF-16BE.
+/// Appends a string as UTF-16BE. Every key read or written passes through
+/// here; ASCII (most keys) is one zero byte and the byte itself per character.
 fn push_utf16(out: &mut Vec<u8>, s: &str) {
+    if s.is_ascii() {
+        out.reserve(2 * s.len());
+        for &b in s.as_bytes() {
+            out.extend_from_slice(&[0, b]);
+        }
+        return;
+    }
     for unit in s.encode_utf16() {
         out.extend_from_slice(&unit.to_be_bytes());
     }

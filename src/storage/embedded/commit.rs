@@ -14,10 +14,12 @@ use crate::storage::value::to_ticks;
 use crate::storage::write::{Effect, apply};
 use crate::storage::{Result, StorageError, TableName, WriteOp, WriteOutcome};
 
-/// One submitted transaction and, once a commit has run, its answer.
+/// One submitted transaction and, once a commit has run, its answer. The
+/// commit takes the operations out, so their entities are stored without a
+/// copy.
 struct Pending {
     table: TableName,
-    ops: Vec<WriteOp>,
+    ops: Mutex<Vec<WriteOp>>,
     answer: Mutex<Option<Result<Vec<WriteOutcome>>>>,
 }
 
@@ -30,7 +32,7 @@ pub struct GroupCommit {
 
 impl std::fmt::Debug for Pending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Pending({} ops on {})", self.ops.len(), self.table)
+        write!(f, "Pending({} ops on {})", lock(&self.ops).len(), self.table)
     }
 }
 
@@ -50,7 +52,7 @@ impl GroupCommit {
     ) -> Result<Vec<WriteOutcome>> {
         let mine = Arc::new(Pending {
             table,
-            ops,
+            ops: Mutex::new(ops),
             answer: Mutex::new(None),
         });
         lock(&self.queue).push(Arc::clone(&mine));
@@ -86,7 +88,8 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
     let mut last = None;
     for p in group {
         let timestamp = store.clock.next();
-        match stage(&txn, &p.table, &p.ops, timestamp) {
+        let ops = std::mem::take(&mut *lock(&p.ops));
+        match stage(&txn, &p.table, ops, timestamp) {
             Ok(Ok(effects)) => {
                 answers.push(Ok(write(&txn, &p.table, effects)?));
                 last = Some(timestamp);
@@ -111,7 +114,7 @@ type Staged = Vec<(Vec<u8>, Effect)>;
 fn stage(
     txn: &WriteTransaction,
     table: &TableName,
-    ops: &[WriteOp],
+    ops: Vec<WriteOp>,
     timestamp: chrono::DateTime<chrono::Utc>,
 ) -> Result<Result<Staged>> {
     if txn
@@ -124,7 +127,7 @@ fn stage(
     let name = entity_table_name(table);
     let rows = txn.open_table(entities(&name))?;
     let mut staged = Vec::with_capacity(ops.len());
-    for (index, op) in ops.iter().enumerate() {
+    for (index, op) in ops.into_iter().enumerate() {
         let (pk, rk) = op.keys();
         let key = codec::encode_key(pk, rk);
         let existing = match rows.get(key.as_slice())? {
