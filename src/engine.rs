@@ -58,6 +58,7 @@ mod indexes;
 mod kind;
 mod paging;
 mod prepared;
+mod refuse;
 mod run;
 mod schema;
 
@@ -77,6 +78,7 @@ pub use paging::ResultPage;
 pub use prepared::PreparedStatement;
 #[cfg(feature = "server")]
 pub(crate) use prepared::bind;
+pub use refuse::in_memory_only;
 pub(crate) use run::Transaction;
 #[cfg(feature = "server")]
 pub(crate) use run::{
@@ -102,6 +104,10 @@ pub enum EngineError {
     /// or execution (which carries the scan's own errors).
     #[error(transparent)]
     DataFusion(#[from] DataFusionError),
+    /// A statement tablesql does not run, with why (for one, what it would
+    /// create would live only in this process's memory: `engine::refuse`).
+    #[error("{0}")]
+    NotSupported(String),
 }
 
 impl EngineError {
@@ -110,7 +116,7 @@ impl EngineError {
         match self {
             EngineError::Storage(s) => Some(s.root()),
             EngineError::DataFusion(d) => crate::exec::storage_cause(d),
-            EngineError::Catalog(_) => None,
+            EngineError::Catalog(_) | EngineError::NotSupported(_) => None,
         }
     }
 }
@@ -670,6 +676,9 @@ impl Engine {
             .ok()
             .filter(|s| s.len() == 1 && !matches!(s[0], DfStatement::Statement(_)));
         match own.and_then(|mut s| s.pop_front()) {
+            Some(DfStatement::CreateExternalTable(_)) => {
+                Err(EngineError::NotSupported(refuse::EXTERNAL_TABLE.into()))
+            }
             Some(statement) => {
                 let plan = self.ctx.state().statement_to_plan(statement).await?;
                 Ok(self.ctx.execute_logical_plan(plan).await?)
@@ -700,10 +709,15 @@ impl Engine {
     }
 
     /// Runs a statement if it is catalog DDL; `None` if it is not (DataFusion's).
+    /// Refuses, for every front end, what would create an object that only
+    /// this process remembers (`engine::refuse`).
     pub async fn catalog_ddl(
         &self,
         statement: &Statement,
     ) -> Result<Option<DdlOutcome>, EngineError> {
+        if let Some(why) = refuse::in_memory_only(statement) {
+            return Err(EngineError::NotSupported(why));
+        }
         let ddl = matches!(
             statement,
             Statement::CreateTable(_)
@@ -945,7 +959,10 @@ impl Engine {
         let (label, frame) = match self.parse(sql) {
             Ok(mut s) if s.len() == 1 => {
                 let statement = s.remove(0);
-                (run::statement_label(&statement), self.statement(statement).await?)
+                (
+                    run::statement_label(&statement),
+                    self.statement(statement).await?,
+                )
             }
             // What our parser refuses (DataFusion's own statements): their
             // text may hold values (secrets, paths), so only its first word.

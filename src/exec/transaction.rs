@@ -365,11 +365,12 @@ impl TxStore {
                 .ok_or_else(|| StorageError::Task("buffered entity vanished".into()))?;
             entry.upserts_only &=
                 matches!(op, WriteOp::InsertOrMerge(_) | WriteOp::InsertOrReplace(_));
-            let effect =
-                apply(entry.now.as_ref(), op.clone(), timestamp).map_err(|e| StorageError::Batch {
+            let effect = apply(entry.now.as_ref(), op.clone(), timestamp).map_err(|e| {
+                StorageError::Batch {
                     index,
                     source: Box::new(e),
-                })?;
+                }
+            })?;
             entry.now = match effect {
                 Effect::Put(stored) => Some(stored),
                 Effect::Delete => None,

@@ -503,27 +503,26 @@ pub async fn ddl(
     }
     match planner.engine.catalog_ddl(statement).await {
         Ok(Some(outcome)) => Ok((Response::Execution(Tag::new(tag)), outcome.notices)),
-        Ok(None) => match statement {
-            Statement::CreateTable(_) => Err(error(
-                FEATURE_NOT_SUPPORTED,
-                "CREATE TABLE needs WITH (partition_key = '...', row_key = '...'): tablesql tables live in the store",
-            )),
-            // A table an embedder registered: DataFusion's own DROP.
-            _ => {
-                planner
-                    .engine
-                    .statement(statement.clone())
-                    .await
-                    .map_err(|e| engine_error(&e))?;
-                Ok((Response::Execution(Tag::new(tag)), Vec::new()))
-            }
-        },
+        // A table an embedder registered: DataFusion's own DROP (a plain
+        // CREATE TABLE was refused by the engine).
+        Ok(None) => {
+            planner
+                .engine
+                .statement(statement.clone())
+                .await
+                .map_err(|e| engine_error(&e))?;
+            Ok((Response::Execution(Tag::new(tag)), Vec::new()))
+        }
         Err(e) => Err(engine_error(&e)),
     }
 }
 
 /// The refusal for statements tablesql does not run.
 pub fn not_supported(statement: &Statement) -> pgwire::error::PgWireError {
+    // The engine's own refusal first: the same words in every front end.
+    if let Some(why) = crate::engine::in_memory_only(statement) {
+        return engine_error(&crate::engine::EngineError::NotSupported(why));
+    }
     let what = match statement {
         Statement::Merge { .. } | Statement::Truncate { .. } => {
             "tablesql writes rows with INSERT, UPDATE, DELETE and COPY; MERGE and TRUNCATE are not supported".to_owned()

@@ -88,6 +88,7 @@ pub fn engine_code(e: &EngineError) -> &'static str {
         EngineError::Catalog(c) => catalog_code(c),
         EngineError::Storage(s) => storage_code(s),
         EngineError::DataFusion(d) => datafusion_code(d),
+        EngineError::NotSupported(_) => FEATURE_NOT_SUPPORTED,
     }
 }
 

@@ -89,6 +89,9 @@ pub struct Shell {
     names: Arc<RwLock<Names>>,
     /// Whether stdout is a terminal to page and fit tables to.
     terminal: bool,
+    /// Whether the line editor completes names (an interactive session), so
+    /// that they are read, at the start and after DDL.
+    completing: bool,
     /// Files `\i` is running, innermost last.
     including: usize,
 }
@@ -97,7 +100,7 @@ impl Shell {
     /// A session printing in `format`; `terminal` pages results and fits
     /// tables to the terminal's width.
     pub async fn new(engine: Engine, format: Format, terminal: bool) -> Self {
-        let shell = Self {
+        Self {
             engine,
             format,
             expanded: false,
@@ -105,10 +108,9 @@ impl Shell {
             output: None,
             names: Arc::new(RwLock::new(Names::default())),
             terminal,
+            completing: false,
             including: 0,
-        };
-        shell.refresh_names().await;
-        shell
+        }
     }
 
     /// Runs a script's statements and meta-commands in order, a trailing
@@ -141,6 +143,8 @@ impl Shell {
             .build();
         let mut editor: Editor<ShellHelper, DefaultHistory> = Editor::with_config(config)?;
         editor.set_helper(Some(ShellHelper::new(self.names.clone())));
+        self.completing = true;
+        self.refresh_names().await;
         if let Some(path) = &history {
             // A missing history file is a first session.
             let _ = editor.load_history(path);
@@ -299,13 +303,15 @@ impl Shell {
             )?;
         }
         out.flush()?;
-        if matches!(
-            kind,
-            StatementKind::CreateTable
-                | StatementKind::DropTable
-                | StatementKind::CreateView
-                | StatementKind::DropView
-        ) {
+        if self.completing
+            && matches!(
+                kind,
+                StatementKind::CreateTable
+                    | StatementKind::DropTable
+                    | StatementKind::CreateView
+                    | StatementKind::DropView
+            )
+        {
             self.refresh_names().await;
         }
         Ok(())

@@ -240,11 +240,27 @@ mod tests {
     #[test]
     fn property_names() {
         let long_wide = "é".repeat(255);
-        for ok in ["a", "_a", "Name1", "été", "x".repeat(255).as_str(), &long_wide] {
+        for ok in [
+            "a",
+            "_a",
+            "Name1",
+            "été",
+            "x".repeat(255).as_str(),
+            &long_wide,
+        ] {
             assert!(validate_property_name(ok).is_ok(), "{ok:?}");
         }
         let too_long_wide = "é".repeat(256);
-        for bad in ["", "1a", "a-b", "a.b", "a b", "x".repeat(256).as_str(), "é-", "1é"] {
+        for bad in [
+            "",
+            "1a",
+            "a-b",
+            "a.b",
+            "a b",
+            "x".repeat(256).as_str(),
+            "é-",
+            "1é",
+        ] {
             assert!(validate_property_name(bad).is_err(), "{bad:?}");
         }
         for bad in [too_long_wide.as_str(), "\u{e9}\u{2014}"] {

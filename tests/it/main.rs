@@ -15,6 +15,7 @@ mod indexes;
 mod interop;
 mod model;
 mod paging;
+mod parity;
 mod pushdown;
 mod report;
 mod sequences;

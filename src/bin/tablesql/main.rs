@@ -241,11 +241,15 @@ async fn main() -> anyhow::Result<()> {
             if let Ok([Statement::CreateIndex(create)]) = engine.parse(&sql).as_deref() {
                 return create_index(&engine, create, print_progress).await;
             }
-            let stream = engine.execute_stream(&sql).await;
-            for notice in engine.take_notices() {
-                eprintln!("NOTICE:  {notice}");
+            // The shell's statement path, so that a statement prints here as it
+            // does there: its tag or its rows with psql's footer, notices and
+            // errors as psql prints them (`ERROR:  ...`).
+            let mut shell = tablesql::shell::Shell::new(engine, format, false).await;
+            // The error is already reported, psql's way, by the shell.
+            if shell.run_script(&sql).await.is_err() {
+                std::process::exit(1);
             }
-            output::print_stream(stream?, format).await
+            Ok(())
         }
         Command::Shell { file, format } => shell(store, options, file, format).await,
         Command::Load {

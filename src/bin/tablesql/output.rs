@@ -111,7 +111,8 @@ pub async fn print_stream(stream: SendableRecordBatchStream, format: Format) -> 
     }
     let printed = printer.print(stream).await?;
     if matches!(format, Format::Table) {
-        writeln!(out, "({} rows)", printed.rows)?;
+        let s = if printed.rows == 1 { "" } else { "s" };
+        writeln!(out, "({} row{s})", printed.rows)?;
     }
     Ok(())
 }

@@ -32,7 +32,12 @@ pub struct GroupCommit {
 
 impl std::fmt::Debug for Pending {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Pending({} ops on {})", lock(&self.ops).len(), self.table)
+        write!(
+            f,
+            "Pending({} ops on {})",
+            lock(&self.ops).len(),
+            self.table
+        )
     }
 }
 
