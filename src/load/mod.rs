@@ -54,8 +54,8 @@ pub enum LoadError {
     Line {
         /// The line's number.
         line: u64,
-        /// PostgreSQL's SQLSTATE for it.
-        code: &'static str,
+        /// What kind of fault it is (the wire server names it by SQLSTATE).
+        fault: LineFault,
         /// What is wrong with it.
         reason: String,
     },
@@ -84,8 +84,22 @@ impl LoadError {
     }
 }
 
-/// `22P04`: a line with too many or too few fields.
-pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
+/// What is wrong with a line, as a kind: each front end names it in its
+/// own terms (the wire server by SQLSTATE, in `server::sqlstate`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum LineFault {
+    /// The data names a column the table does not have.
+    UnknownColumn,
+    /// A NOT NULL column (or a key) gets no value.
+    MissingValue,
+    /// A value that is not text of its column's type.
+    BadValue,
+    /// Too many or too few fields, or a record that cannot be split.
+    BadRecord,
+    /// Bytes that are not UTF-8.
+    NotUtf8,
+}
 
 /// Rows on their way into one table.
 pub struct Loader {
@@ -138,7 +152,7 @@ impl Loader {
             .map(|c| {
                 declared.index_of(c).map_err(|_| LoadError::Line {
                     line: 0,
-                    code: "42703",
+                    fault: LineFault::UnknownColumn,
                     reason: format!("column \"{c}\" of relation \"{table}\" does not exist"),
                 })
             })
@@ -156,7 +170,7 @@ impl Loader {
         if let Some(c) = missing {
             return Err(LoadError::Line {
                 line: 0,
-                code: "23502",
+                fault: LineFault::MissingValue,
                 reason: format!(
                     "column \"{}\" of relation \"{table}\" is NOT NULL (or a key) and the data does not carry it",
                     c.name
@@ -206,7 +220,7 @@ impl Loader {
             };
             return Err(LoadError::Line {
                 line,
-                code: BAD_COPY_FILE_FORMAT,
+                fault: LineFault::BadRecord,
                 reason: reason.into(),
             });
         }
@@ -367,7 +381,7 @@ impl Loader {
             {
                 return Err(LoadError::Line {
                     line: line(i),
-                    code: "23502",
+                    fault: LineFault::MissingValue,
                     reason: format!(
                         "null value in column \"{}\" violates not-null constraint",
                         field.name()
@@ -378,7 +392,7 @@ impl Loader {
             if let Some(i) = (0..text.len()).find(|i| text.is_valid(*i) && converted.is_null(*i)) {
                 return Err(LoadError::Line {
                     line: line(i),
-                    code: "22P02",
+                    fault: LineFault::BadValue,
                     reason: format!(
                         "invalid input for column \"{}\" of type {}: \"{}\"",
                         field.name(),
@@ -414,7 +428,7 @@ fn convert(
                     .transpose()
                     .map_err(|reason| LoadError::Line {
                         line: line(i),
-                        code: "22P02",
+                        fault: LineFault::BadValue,
                         reason,
                     })?,
             );

@@ -10,6 +10,7 @@ use pgwire::error::{ErrorInfo, PgWireError};
 use crate::catalog::{CatalogError, SequenceError};
 use crate::engine::EngineError;
 use crate::keys::KeyError;
+use crate::load::LineFault;
 use crate::storage::{InvalidInput, StorageError, TransactionScope};
 use crate::{ExecError, TokenError};
 
@@ -45,6 +46,8 @@ pub const PROTOCOL_VIOLATION: &str = "08P01";
 pub const NO_ACTIVE_TRANSACTION: &str = "25P01";
 pub const INVALID_SAVEPOINT: &str = "3B001";
 pub const CARDINALITY_VIOLATION: &str = "21000";
+pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
+pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
 
 /// An `ERROR`-severity wire error.
 pub fn error(code: &str, message: impl Into<String>) -> PgWireError {
@@ -80,6 +83,18 @@ pub fn datafusion_error(e: &DataFusionError) -> PgWireError {
 /// The wire error for a statement the parser refused.
 pub fn parser_error(e: &ParserError) -> PgWireError {
     error(SYNTAX_ERROR, e.to_string())
+}
+
+/// The SQLSTATE of a load's (COPY's) fault in one line, as PostgreSQL's COPY
+/// reports it.
+pub fn line_fault_code(fault: LineFault) -> &'static str {
+    match fault {
+        LineFault::UnknownColumn => UNDEFINED_COLUMN,
+        LineFault::MissingValue => NOT_NULL_VIOLATION,
+        LineFault::BadValue => INVALID_TEXT_REPRESENTATION,
+        LineFault::BadRecord => BAD_COPY_FILE_FORMAT,
+        LineFault::NotUtf8 => CHARACTER_NOT_IN_REPERTOIRE,
+    }
 }
 
 /// The SQLSTATE the wire server reports for an engine error.

@@ -197,7 +197,7 @@ impl Run {
                 Err(reason) => {
                     let e = LoadError::Line {
                         line,
-                        code: "22P04",
+                        fault: tablesql::load::LineFault::BadRecord,
                         reason,
                     };
                     self.reject(line, &text, &e)?;

@@ -28,10 +28,12 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::copy::CopyData;
 
 use super::cancel::Guard;
-use super::sqlstate::{FEATURE_NOT_SUPPORTED, UNDEFINED_COLUMN, datafusion_error, error};
+use super::sqlstate::{
+    FEATURE_NOT_SUPPORTED, UNDEFINED_COLUMN, datafusion_error, error, line_fault_code,
+};
 use crate::engine::{Engine, TableInfo};
 use crate::load::format::{CopyFormat, Scan};
-use crate::load::{BAD_COPY_FILE_FORMAT, CHUNK_ROWS, LoadError, LoadMode, Loader, bytea_text};
+use crate::load::{CHUNK_ROWS, LineFault, LoadError, LoadMode, Loader, bytea_text};
 
 /// What a COPY statement asks for.
 pub enum Copy {
@@ -388,7 +390,7 @@ impl CopyIn {
             let Ok(record) = std::str::from_utf8(&rest[..end]).map(str::to_owned) else {
                 let e = LoadError::Line {
                     line: self.line + 1,
-                    code: "22021",
+                    fault: LineFault::NotUtf8,
                     reason: "invalid byte sequence for encoding \"UTF8\"".into(),
                 };
                 return Err(load_error(&self.table, self.loader.written(), e));
@@ -416,7 +418,7 @@ impl CopyIn {
             .read_row(record)
             .map_err(|reason| LoadError::Line {
                 line: self.line,
-                code: BAD_COPY_FILE_FORMAT,
+                fault: LineFault::BadRecord,
                 reason,
             })?;
         self.loader.push(self.line, fields)
@@ -444,11 +446,15 @@ fn load_error(table: &str, written: u64, e: LoadError) -> PgWireError {
     match e {
         LoadError::Line {
             line: 0,
-            code,
+            fault,
             reason,
-        } => error(code, format!("{reason} (COPY {table})")),
-        LoadError::Line { line, code, reason } => error(
-            code,
+        } => error(line_fault_code(fault), format!("{reason} (COPY {table})")),
+        LoadError::Line {
+            line,
+            fault,
+            reason,
+        } => error(
+            line_fault_code(fault),
             format!("{reason} (COPY {table}, line {line}; {written} rows were written before it)"),
         ),
         LoadError::Write {
