@@ -50,6 +50,7 @@ use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 
 mod apply;
+pub mod bulk;
 mod describe;
 #[cfg(feature = "server")]
 mod direct;

@@ -132,11 +132,7 @@ impl Loader {
     ) -> Result<Self, LoadError> {
         let provider = ctx.table_provider(TableReference::bare(table)).await?;
         let declared = provider.schema();
-        let def = {
-            let any: &dyn std::any::Any = provider.as_ref();
-            any.downcast_ref::<crate::planner::StoreTable>()
-                .and_then(|t| t.layout().def.clone())
-        };
+        let def = crate::engine::bulk::mapping(provider.as_ref());
         let not_null: Vec<bool> = declared
             .fields()
             .iter()
@@ -250,10 +246,7 @@ impl Loader {
             Ok(counts) => counts,
             Err(e) => {
                 // Partitions that committed before the failure are written.
-                if let DataFusionError::External(inner) = &e
-                    && let Some(crate::exec::ExecError::PartlyWritten { rows, .. }) =
-                        inner.downcast_ref::<crate::exec::ExecError>()
-                {
+                if let Some(rows) = crate::engine::bulk::written_before_failure(&e) {
                     self.written += rows;
                 }
                 return Err(LoadError::Write {
@@ -334,7 +327,7 @@ impl Loader {
                             Ident::with_quote('"', c.clone()),
                         ])),
                         value: SqlExpr::CompoundIdentifier(vec![
-                            Ident::new(crate::planner::upsert::EXCLUDED),
+                            Ident::new(crate::engine::bulk::EXCLUDED),
                             Ident::with_quote('"', c),
                         ]),
                     })
@@ -351,7 +344,7 @@ impl Loader {
             )),
             action,
         };
-        Ok(crate::planner::upsert::upsert_plan(
+        Ok(crate::engine::bulk::upsert_plan(
             &ctx.state(),
             insert,
             on_conflict,
