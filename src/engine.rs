@@ -109,6 +109,9 @@ pub enum EngineError {
     /// create would live only in this process's memory: `engine::refuse`).
     #[error("{0}")]
     NotSupported(String),
+    /// A statement other than its end in a transaction block that failed.
+    #[error("current transaction is aborted, commands ignored until end of transaction block")]
+    InFailedTransaction,
 }
 
 impl EngineError {
@@ -117,7 +120,9 @@ impl EngineError {
         match self {
             EngineError::Storage(s) => Some(s.root()),
             EngineError::DataFusion(d) => crate::exec::storage_cause(d),
-            EngineError::Catalog(_) | EngineError::NotSupported(_) => None,
+            EngineError::Catalog(_)
+            | EngineError::NotSupported(_)
+            | EngineError::InFailedTransaction => None,
         }
     }
 }
@@ -619,11 +624,7 @@ impl Engine {
             Statement::Commit { .. } | Statement::Rollback { .. }
         );
         if tx.is_aborted() && !ends {
-            return Err(DataFusionError::Plan(
-                "current transaction is aborted, commands ignored until end of transaction block"
-                    .into(),
-            )
-            .into());
+            return Err(EngineError::InFailedTransaction);
         }
         let no_savepoint = |name: &datafusion::sql::sqlparser::ast::Ident| {
             DataFusionError::Plan(format!(

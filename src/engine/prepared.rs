@@ -240,11 +240,7 @@ impl PreparedStatement {
     /// but its end.
     fn refuse_in_failed_block(&self) -> Result<(), EngineError> {
         if session_transaction(self.engine.context()).is_some_and(|t| t.is_aborted()) {
-            return Err(DataFusionError::Plan(
-                "current transaction is aborted, commands ignored until end of transaction block"
-                    .into(),
-            )
-            .into());
+            return Err(EngineError::InFailedTransaction);
         }
         Ok(())
     }

@@ -25,7 +25,8 @@ use pgwire::messages::startup::ParameterStatus;
 use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
 use super::plan::{Kind, Planner, Stmt, is_query, write_kind, writes};
-use super::sqlstate::{ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, IN_FAILED_TRANSACTION, error};
+use super::sqlstate::{ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, engine_error, error};
+use crate::engine::EngineError;
 
 /// The query handler of one connection.
 pub struct Session {
@@ -168,10 +169,7 @@ impl Session {
             Statement::Commit { .. } | Statement::Rollback { .. }
         );
         if matches!(status, TransactionStatus::Error) && !ends_transaction {
-            return Err(error(
-                IN_FAILED_TRANSACTION,
-                "current transaction is aborted, commands ignored until end of transaction block",
-            ));
+            return Err(engine_error(&EngineError::InFailedTransaction));
         }
         let tx = self
             .transaction()
@@ -530,10 +528,7 @@ impl ExtendedQueryHandler for Session {
         match &portal.statement.statement.kind {
             Kind::Query { write, .. } => {
                 if matches!(client.transaction_status(), TransactionStatus::Error) {
-                    return Err(error(
-                        IN_FAILED_TRANSACTION,
-                        "current transaction is aborted, commands ignored until end of transaction block",
-                    ));
+                    return Err(engine_error(&EngineError::InFailedTransaction));
                 }
                 if write.is_some() {
                     let guard = self.guard(client);

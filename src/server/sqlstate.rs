@@ -104,6 +104,7 @@ pub fn engine_code(e: &EngineError) -> &'static str {
         EngineError::Storage(s) => storage_code(s),
         EngineError::DataFusion(d) => datafusion_code(d),
         EngineError::NotSupported(_) => FEATURE_NOT_SUPPORTED,
+        EngineError::InFailedTransaction => IN_FAILED_TRANSACTION,
     }
 }
 
