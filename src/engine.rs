@@ -63,6 +63,7 @@ mod refuse;
 mod run;
 mod schema;
 
+pub use crate::exec::notices::{Notice, NoticeKind};
 #[cfg(feature = "server")]
 pub(crate) use crate::exec::rows_written;
 pub use crate::exec::upkeep::IndexHealth;
@@ -249,7 +250,7 @@ pub struct Engine {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DdlOutcome {
     /// What PostgreSQL would say as a NOTICE (`table "x" does not exist, skipping`).
-    pub notices: Vec<String>,
+    pub notices: Vec<Notice>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -380,7 +381,7 @@ impl Engine {
     /// The notices the session's statements left since the last call (a
     /// scan of every partition under `tablesql.scan_policy = warn`), for the
     /// front end to show.
-    pub fn take_notices(&self) -> Vec<String> {
+    pub fn take_notices(&self) -> Vec<Notice> {
         session_notices(&self.ctx)
     }
 
@@ -788,9 +789,10 @@ impl Engine {
                     .map_err(CatalogError::from)?;
                 let mut outcome = DdlOutcome::default();
                 if !sequence::create(self.store.as_ref(), &def, *if_not_exists).await? {
-                    outcome
-                        .notices
-                        .push(format!("relation \"{name}\" already exists, skipping"));
+                    outcome.notices.push(Notice::new(
+                        NoticeKind::AlreadyExists,
+                        format!("relation \"{name}\" already exists, skipping"),
+                    ));
                 }
                 Ok(Some(outcome))
             }
@@ -806,9 +808,10 @@ impl Engine {
                     if sequence::drop(self.store.as_ref(), &name, *if_exists).await? {
                         self.sequences.forget(&name);
                     } else {
-                        outcome
-                            .notices
-                            .push(format!("sequence \"{name}\" does not exist, skipping"));
+                        outcome.notices.push(Notice::new(
+                            NoticeKind::DoesNotExist,
+                            format!("sequence \"{name}\" does not exist, skipping"),
+                        ));
                     }
                 }
                 Ok(Some(outcome))
@@ -835,7 +838,10 @@ impl Engine {
         let mut outcome = DdlOutcome::default();
         for name in names {
             let stats = self.analyze(&name, every).await?;
-            outcome.notices.push(format!("analyzed {name}: {stats}"));
+            outcome.notices.push(Notice::new(
+                NoticeKind::Done,
+                format!("analyzed {name}: {stats}"),
+            ));
         }
         Ok(outcome)
     }
@@ -925,9 +931,10 @@ impl Engine {
                     }
                     return Ok(None);
                 }
-                None if if_exists => outcome
-                    .notices
-                    .push(format!("table \"{name}\" does not exist, skipping")),
+                None if if_exists => outcome.notices.push(Notice::new(
+                    NoticeKind::DoesNotExist,
+                    format!("table \"{name}\" does not exist, skipping"),
+                )),
                 None => return Err(CatalogError::UnknownTable(name).into()),
             }
         }
@@ -991,7 +998,7 @@ impl Engine {
 }
 
 /// The notices a session's statements left since the last call.
-pub(crate) fn session_notices(ctx: &SessionContext) -> Vec<String> {
+pub(crate) fn session_notices(ctx: &SessionContext) -> Vec<Notice> {
     ctx.state_ref()
         .read()
         .config()

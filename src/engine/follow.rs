@@ -14,7 +14,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{Engine, EngineError};
+use super::{Engine, EngineError, Notice, NoticeKind};
 use crate::catalog::persist;
 use crate::planner::policy::Notices;
 use crate::storage::ETag;
@@ -94,7 +94,7 @@ impl Engine {
             .config()
             .get_extension::<Notices>()
         {
-            notices.push(text);
+            notices.push(Notice::new(NoticeKind::CatalogChanged, text));
         }
     }
 

@@ -20,7 +20,7 @@
 
 use datafusion::sql::sqlparser::ast::{CreateIndex, ObjectName};
 
-use super::{DdlOutcome, Engine, EngineError};
+use super::{DdlOutcome, Engine, EngineError, Notice, NoticeKind};
 use crate::catalog::{CatalogError, IndexDef, TableDef, ddl, persist};
 use crate::exec::upkeep::{self, IndexHealth, Upkeep};
 use crate::keys::{KeyBounds, KeyTemplate};
@@ -58,9 +58,9 @@ impl Engine {
                 .into());
             }
             Some(_) if create.if_not_exists => {
-                outcome.notices.push(format!(
-                    "relation \"{}\" already exists, skipping",
-                    index.name
+                outcome.notices.push(Notice::new(
+                    NoticeKind::AlreadyExists,
+                    format!("relation \"{}\" already exists, skipping", index.name),
                 ));
                 return Ok(outcome);
             }
@@ -106,9 +106,12 @@ impl Engine {
         })
         .await?;
         self.refresh().await?;
-        outcome.notices.push(format!(
-            "index {} on {}: {} base rows in {} partitions, {} index rows written",
-            health.index, table, health.base_rows, health.partitions, health.repaired
+        outcome.notices.push(Notice::new(
+            NoticeKind::Done,
+            format!(
+                "index {} on {}: {} base rows in {} partitions, {} index rows written",
+                health.index, table, health.base_rows, health.partitions, health.repaired
+            ),
         ));
         Ok(outcome)
     }
@@ -186,9 +189,10 @@ impl Engine {
             let def = match owners.as_slice() {
                 [one] => (*one).clone(),
                 [] if if_exists => {
-                    outcome
-                        .notices
-                        .push(format!("index \"{index}\" does not exist, skipping"));
+                    outcome.notices.push(Notice::new(
+                        NoticeKind::DoesNotExist,
+                        format!("index \"{index}\" does not exist, skipping"),
+                    ));
                     continue;
                 }
                 [] => {
@@ -226,9 +230,9 @@ impl Engine {
             if cascade {
                 // Rows written while the first pass ran.
                 deleted += self.delete_rows(&def, &dropped.row_key).await?;
-                outcome.notices.push(format!(
-                    "deleted {deleted} rows of index {index} on {}",
-                    def.name
+                outcome.notices.push(Notice::new(
+                    NoticeKind::Done,
+                    format!("deleted {deleted} rows of index {index} on {}", def.name),
                 ));
             }
         }

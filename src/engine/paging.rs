@@ -13,7 +13,7 @@ use datafusion::prelude::SessionContext;
 use super::{Engine, EngineError};
 use crate::catalog::secret;
 use crate::exec::ExecError;
-use crate::exec::notices::Notices;
+use crate::exec::notices::{Notice, NoticeKind, Notices};
 use crate::exec::token::{Signer, fingerprint};
 use crate::planner::page::{self, Paging};
 use crate::planner::settings::TablesqlConfig;
@@ -125,7 +125,10 @@ impl Engine {
             Paging::NoStoreTable => return Ok(None),
             Paging::Cannot(why) => {
                 if let Some(n) = &notices {
-                    n.push(format!("{why}: it ran whole (tablesql.page_size)"));
+                    n.push(Notice::new(
+                        NoticeKind::Page,
+                        format!("{why}: it ran whole (tablesql.page_size)"),
+                    ));
                 }
                 set(ctx, |s| s.next_page_token.clear());
                 return Ok(None);
@@ -161,8 +164,11 @@ impl Engine {
             s.next_page_token = next;
         });
         if let (Some(n), Some(next)) = (&notices, &page.next) {
-            n.push(format!(
-                "more rows follow: SET tablesql.page_token = '{next}' and run the statement again"
+            n.push(Notice::new(
+                NoticeKind::Page,
+                format!(
+                    "more rows follow: SET tablesql.page_token = '{next}' and run the statement again"
+                ),
             ));
         }
         Ok(Some(page))

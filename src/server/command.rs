@@ -467,7 +467,7 @@ pub async fn ddl(
     planner: &Planner,
     statement: &Statement,
     in_transaction: bool,
-) -> PgWireResult<(Response, Vec<String>)> {
+) -> PgWireResult<(Response, Vec<crate::engine::Notice>)> {
     use StatementKind as K;
     let kind = StatementKind::of(statement);
     let tag = match (kind, kind.tag()) {

@@ -25,8 +25,10 @@ use pgwire::messages::startup::ParameterStatus;
 use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
 use super::plan::{Kind, Planner, Stmt, is_query, write_kind, writes};
-use super::sqlstate::{ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, engine_error, error};
-use crate::engine::EngineError;
+use super::sqlstate::{
+    ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, engine_error, error, notice_code,
+};
+use crate::engine::{EngineError, Notice};
 
 /// The query handler of one connection.
 pub struct Session {
@@ -98,14 +100,18 @@ impl Session {
 
     /// Sends the notices the session's last statement left (PostgreSQL sends
     /// them before the statement's rows).
-    async fn send_notices<C>(&self, client: &mut C, extra: Vec<String>) -> PgWireResult<()>
+    async fn send_notices<C>(&self, client: &mut C, extra: Vec<Notice>) -> PgWireResult<()>
     where
         C: Sink<PgWireBackendMessage> + Unpin + Send,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let left = crate::engine::session_notices(&self.planner.ctx);
         for notice in extra.into_iter().chain(left) {
-            let info = ErrorInfo::new("NOTICE".to_owned(), "00000".to_owned(), notice);
+            let info = ErrorInfo::new(
+                "NOTICE".to_owned(),
+                notice_code(notice.kind).to_owned(),
+                notice.text,
+            );
             client
                 .send(PgWireBackendMessage::NoticeResponse(info.into()))
                 .await?;

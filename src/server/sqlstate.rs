@@ -8,7 +8,7 @@ use datafusion::sql::sqlparser::parser::ParserError;
 use pgwire::error::{ErrorInfo, PgWireError};
 
 use crate::catalog::{CatalogError, SequenceError};
-use crate::engine::EngineError;
+use crate::engine::{EngineError, NoticeKind};
 use crate::keys::KeyError;
 use crate::load::LineFault;
 use crate::storage::{InvalidInput, StorageError, TransactionScope};
@@ -47,6 +47,7 @@ pub const NO_ACTIVE_TRANSACTION: &str = "25P01";
 pub const INVALID_SAVEPOINT: &str = "3B001";
 pub const CARDINALITY_VIOLATION: &str = "21000";
 pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
+pub const SUCCESSFUL_COMPLETION: &str = "00000";
 pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
 
 /// An `ERROR`-severity wire error.
@@ -83,6 +84,20 @@ pub fn datafusion_error(e: &DataFusionError) -> PgWireError {
 /// The wire error for a statement the parser refused.
 pub fn parser_error(e: &ParserError) -> PgWireError {
     error(SYNTAX_ERROR, e.to_string())
+}
+
+/// The SQLSTATE of a notice, as PostgreSQL's NOTICE carries it: `IF NOT
+/// EXISTS` of an existing relation is `42P07` (duplicate_table), the rest
+/// `00000`.
+pub fn notice_code(kind: NoticeKind) -> &'static str {
+    match kind {
+        NoticeKind::AlreadyExists => DUPLICATE_TABLE,
+        NoticeKind::DoesNotExist
+        | NoticeKind::Done
+        | NoticeKind::WideScan
+        | NoticeKind::CatalogChanged
+        | NoticeKind::Page => SUCCESSFUL_COMPLETION,
+    }
 }
 
 /// The SQLSTATE of a load's (COPY's) fault in one line, as PostgreSQL's COPY

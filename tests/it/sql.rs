@@ -437,9 +437,9 @@ async fn analyze_plans_fan_outs_from_statistics() -> TestResult {
     engine.collect("ANALYZE registrations").await?;
     let notices = engine.take_notices();
     assert!(
-        notices
-            .iter()
-            .any(|n| n.starts_with("analyzed registrations: 12 partitions, 6000 entities")),
+        notices.iter().any(|n| n
+            .text
+            .starts_with("analyzed registrations: 12 partitions, 6000 entities")),
         "{notices:?}"
     );
 

@@ -308,6 +308,38 @@ async fn drop_table_answers_as_postgresql() -> TestResult {
     Ok(())
 }
 
+/// Notices carry PostgreSQL's SQLSTATE (psql shows it at VERBOSITY
+/// verbose): IF NOT EXISTS of an existing relation is 42P07, IF EXISTS of a
+/// missing one 00000.
+#[test]
+fn notices_carry_their_sqlstate() -> TestResult {
+    let server = serve(1000, &[])?;
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "VERBOSITY=verbose",
+            "-c",
+            "CREATE SEQUENCE notice_seq",
+            "-c",
+            "CREATE SEQUENCE IF NOT EXISTS notice_seq",
+            "-c",
+            "DROP TABLE IF EXISTS nosuch",
+        ],
+    )?;
+    let said = text(&out);
+    assert!(out.status.success(), "{said}");
+    assert!(
+        said.contains("NOTICE:  42P07: relation \"notice_seq\" already exists, skipping"),
+        "{said}"
+    );
+    assert!(
+        said.contains("NOTICE:  00000: table \"nosuch\" does not exist, skipping"),
+        "{said}"
+    );
+    Ok(())
+}
+
 #[test]
 fn scan_policy_in_psql() -> TestResult {
     let server = serve(1000, &[])?;
