@@ -70,7 +70,7 @@ impl Pushdown {
 }
 
 /// What an atom constrains.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Target {
     Field(String),
     PartitionKey,
@@ -78,7 +78,7 @@ enum Target {
 }
 
 /// The kind of constraint, for deciding what the path consumed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 enum Kind {
     Values,
     Range,
@@ -219,16 +219,7 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
 fn answers(p: &Planned, a: &Analysis) -> bool {
     a.atoms
         .iter()
-        .all(|at| p.consumed.contains(&key_of(&at.target, at.kind())))
-}
-
-fn key_of(target: &Target, kind: Kind) -> (String, u8) {
-    let name = match target {
-        Target::Field(c) => format!("f:{c}"),
-        Target::PartitionKey => "PartitionKey".into(),
-        Target::RowKey => "RowKey".into(),
-    };
-    (name, kind as u8)
+        .all(|at| p.consumed.contains(&(at.target.clone(), at.kind())))
 }
 
 #[cfg(test)]

@@ -120,8 +120,8 @@ pub(super) struct Planned {
     pub(super) path: AccessPath,
     /// No row can match.
     pub(super) contradiction: bool,
-    /// The atoms the path answers, as `key_of` names them.
-    pub(super) consumed: BTreeSet<(String, u8)>,
+    /// What the path answers: each target with the kinds of constraint on it.
+    pub(super) consumed: BTreeSet<(Target, Kind)>,
     pub(super) fit: Fit,
 }
 
@@ -343,7 +343,7 @@ pub(super) fn finish(
             index,
         },
         contradiction,
-        consumed: consumed.iter().map(|(t, k)| key_of(t, *k)).collect(),
+        consumed: consumed.into_iter().collect(),
         fit,
     }
 }
