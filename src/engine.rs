@@ -50,6 +50,7 @@ use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 
 mod apply;
+mod block;
 pub mod bulk;
 mod describe;
 #[cfg(feature = "server")]
@@ -69,6 +70,7 @@ pub(crate) use crate::exec::rows_written;
 pub use crate::exec::upkeep::IndexHealth;
 pub use crate::planner::identity::{PG_VERSION, PG_VERSION_NUM};
 pub use apply::Applied;
+pub(crate) use block::end_block;
 #[cfg(feature = "server")]
 pub(crate) use describe::describe_catalog;
 pub use describe::{
@@ -633,14 +635,14 @@ impl Engine {
                 crate::catalog::normalize_ident(name)
             ))
         };
+        // A library caller or the shell has no failed state of its own to
+        // report: a failed write is the block's (`Transaction::is_aborted`).
+        if let Some(end) = end_block(&tx, self.store.as_ref(), statement, false).await {
+            end?;
+            return Ok(true);
+        }
         match statement {
             Statement::StartTransaction { .. } => tx.begin(),
-            Statement::Commit { .. } => {
-                tx.commit(self.store.as_ref()).await?;
-            }
-            Statement::Rollback {
-                savepoint: None, ..
-            } => tx.rollback(),
             Statement::Rollback {
                 savepoint: Some(name),
                 ..

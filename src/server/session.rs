@@ -194,25 +194,22 @@ impl Session {
             }
             Statement::Commit { .. } | Statement::Rollback { .. } => {
                 self.close_tx_cursors(client)?;
-                // A failed transaction ends as a rollback, as in PostgreSQL.
-                let tag = match (statement, status) {
-                    (Statement::Commit { .. }, TransactionStatus::Error) => "ROLLBACK",
-                    (Statement::Commit { .. }, _) => "COMMIT",
-                    _ => "ROLLBACK",
-                };
-                if tag == "COMMIT" {
-                    let committed = tx.commit(self.planner.engine.store().as_ref()).await;
-                    if let Err(e) = committed {
+                // The protocol's status knows of any failed statement of the
+                // block, so its COMMIT ends as PostgreSQL ends it.
+                let failed = matches!(status, TransactionStatus::Error);
+                let store = self.planner.engine.store().as_ref();
+                match crate::engine::end_block(&tx, store, statement, failed).await {
+                    Some(Ok(end)) => Ok(Response::TransactionEnd(Tag::new(end.tag()))),
+                    Some(Err(e)) => {
                         // The block has ended, as a failed COMMIT ends it in
                         // PostgreSQL: the error leaves the client idle, not
                         // in a failed transaction.
                         client.set_transaction_status(TransactionStatus::Idle);
-                        return Err(super::sqlstate::engine_error(&e.into()));
+                        Err(engine_error(&e))
                     }
-                } else {
-                    tx.rollback();
+                    // ROLLBACK TO, answered by the savepoints above.
+                    None => Err(command::not_supported(statement)),
                 }
-                Ok(Response::TransactionEnd(Tag::new(tag)))
             }
             Statement::Set(_) => {
                 let Some(target) = command::set_target(statement) else {
