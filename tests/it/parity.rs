@@ -7,13 +7,13 @@
 //! (SQLSTATE 0A000 over the wire), nothing is left behind, and a plain query
 //! answers the same rows, with psql's footer in the two text front ends.
 
-use std::path::Path;
 use std::process::Command;
 
 use tablesql::{Engine, EngineError};
 use tokio_postgres::SimpleQueryMessage;
 
-use crate::server::{copy_dir, fixture, serve};
+use crate::server::serve;
+use crate::shell::{store_copy, tablesql};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -47,21 +47,6 @@ const GONE: [&str; 3] = [
     "SELECT * FROM copied",
     "SELECT * FROM v",
 ];
-
-fn tablesql(store: &Path) -> Command {
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablesql"));
-    cmd.arg("--store")
-        .arg(store)
-        .env_remove("TABLESQL_STORE")
-        .env("RUST_BACKTRACE", "0");
-    cmd
-}
-
-fn store_copy() -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
-    let dir = tempfile::tempdir()?;
-    copy_dir(fixture(1000)?, dir.path())?;
-    Ok(dir)
-}
 
 /// What a text front end printed: success and stdout, or stderr.
 fn run(cmd: &mut Command) -> Result<Result<String, String>, std::io::Error> {

@@ -8,7 +8,8 @@ use std::time::{Duration, Instant};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-fn tablesql(store: &Path) -> Command {
+/// `tablesql --store STORE`, with no store from the environment.
+pub(crate) fn tablesql(store: &Path) -> Command {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablesql"));
     cmd.arg("--store")
         .arg(store)
@@ -20,7 +21,7 @@ fn tablesql(store: &Path) -> Command {
 /// A copy of the demo store with 1,000 registrations (the wire server
 /// tests' fixture) for one test: the embedded store belongs to one process
 /// at a time, and tests write.
-fn store_copy() -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
+pub(crate) fn store_copy() -> Result<tempfile::TempDir, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
     super::server::copy_dir(super::server::fixture(1000)?, dir.path())?;
     Ok(dir)
