@@ -131,7 +131,7 @@ fn prepared_execute(bencher: Bencher, engine: &Engine) {
     use tablesql::datafusion::common::ParamValues;
     use tablesql::datafusion::scalar::ScalarValue;
     let f = &*FIXTURE;
-    let planner = Planner::new(engine.clone(), engine.session_context());
+    let planner = Planner::new(engine.session());
     let sql = "SELECT name, age, finish FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3";
     let prepared = f.rt.block_on(async {
         let statement = planner.parse(sql).expect("parse").remove(0);

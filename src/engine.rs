@@ -63,6 +63,7 @@ mod prepared;
 mod refuse;
 mod run;
 mod schema;
+mod session;
 
 pub use crate::exec::notices::{Notice, NoticeKind};
 #[cfg(feature = "server")]
@@ -70,7 +71,7 @@ pub(crate) use crate::exec::rows_written;
 pub use crate::exec::upkeep::IndexHealth;
 pub use crate::planner::identity::{PG_VERSION, PG_VERSION_NUM};
 pub use apply::Applied;
-pub(crate) use block::end_block;
+pub use block::{BlockChange, BlockEnd, BlockStatus};
 #[cfg(feature = "server")]
 pub(crate) use describe::describe_catalog;
 pub use describe::{
@@ -88,6 +89,7 @@ pub(crate) use run::Transaction;
 pub(crate) use run::{
     PointQuery, Snapshot, parameter_types, reads_system_catalog, start_direct, statement_label,
 };
+pub use session::{Outcome, Session};
 
 /// The schema that holds every storage table read raw.
 pub const RAW_SCHEMA: &str = "raw";
@@ -115,6 +117,17 @@ pub enum EngineError {
     /// A statement other than its end in a transaction block that failed.
     #[error("current transaction is aborted, commands ignored until end of transaction block")]
     InFailedTransaction,
+    /// A savepoint statement (named) outside a transaction block.
+    #[error("{0} can only be used in transaction blocks")]
+    NoTransactionBlock(&'static str),
+    /// A savepoint name that no savepoint of the block has.
+    #[error("savepoint \"{0}\" does not exist")]
+    NoSavepoint(String),
+    /// A statement (its command tag) that cannot run in a transaction block.
+    #[error(
+        "{0} cannot run inside a transaction block: the store cannot roll catalog changes back"
+    )]
+    InTransactionBlock(&'static str),
 }
 
 impl EngineError {
@@ -125,7 +138,10 @@ impl EngineError {
             EngineError::DataFusion(d) => crate::exec::storage_cause(d),
             EngineError::Catalog(_)
             | EngineError::NotSupported(_)
-            | EngineError::InFailedTransaction => None,
+            | EngineError::InFailedTransaction
+            | EngineError::NoTransactionBlock(_)
+            | EngineError::NoSavepoint(_)
+            | EngineError::InTransactionBlock(_) => None,
         }
     }
 }
@@ -574,20 +590,59 @@ impl Engine {
 
     /// Plans one parsed statement (catalog DDL runs here, as in [`Self::sql`]).
     /// Under `tablesql.page_size` a query of one table runs here, as one
-    /// page, resumable from `tablesql.page_token`.
+    /// page, resumable from `tablesql.page_token`. A statement that fails
+    /// here fails the session's transaction block (`engine::block`).
     pub async fn statement(&self, statement: Statement) -> Result<DataFrame, EngineError> {
+        let planned = self.statement_frame(statement).await;
+        if planned.is_err() {
+            self.fail_block();
+        }
+        planned
+    }
+
+    async fn statement_frame(&self, statement: Statement) -> Result<DataFrame, EngineError> {
+        if self.control(&statement).await?.is_some() {
+            return Ok(self.ctx.read_empty()?);
+        }
+        self.frame(statement).await
+    }
+
+    /// Runs `statement` if the engine answers it without DataFusion:
+    /// transaction control and catalog DDL (whose notices the session
+    /// keeps for `take_notices`). Refuses anything but a block's end in a
+    /// failed block. `None` for the rest.
+    pub(crate) async fn control(
+        &self,
+        statement: &Statement,
+    ) -> Result<Option<session::Control>, EngineError> {
         self.follow_catalog().await;
-        if self.transaction_statement(&statement).await? {
-            return Ok(self.ctx.read_empty()?);
-        }
-        if let Some(outcome) = self.catalog_ddl(&statement).await? {
-            if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
-                for n in outcome.notices {
-                    notices.push(n);
-                }
+        if let Some(tx) = session_transaction(&self.ctx) {
+            block::admit(&tx, statement)?;
+            if let Some(change) = block::control(&tx, self.store.as_ref(), statement).await {
+                return Ok(Some(session::Control::Block(change?)));
             }
-            return Ok(self.ctx.read_empty()?);
         }
+        let Some(outcome) = self.catalog_ddl(statement).await? else {
+            return Ok(None);
+        };
+        if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
+            for n in outcome.notices {
+                notices.push(n);
+            }
+        }
+        Ok(Some(session::Control::Ddl(StatementKind::of(statement))))
+    }
+
+    /// Marks the session's open transaction block failed (`engine::block`).
+    pub(crate) fn fail_block(&self) {
+        if let Some(tx) = session_transaction(&self.ctx) {
+            tx.fail();
+        }
+    }
+
+    /// A query's or write's frame: one page under `tablesql.page_size`,
+    /// else DataFusion's plan.
+    async fn frame(&self, statement: Statement) -> Result<DataFrame, EngineError> {
         // One copy of the session state serves planning and the frame (a
         // copy costs about 17 µs, a tenth of a point query's planning).
         let state = self.ctx.state();
@@ -613,60 +668,6 @@ impl Engine {
             }
             plan => DataFrame::new(state, plan),
         })
-    }
-
-    /// Runs `BEGIN`, `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE` and
-    /// `ROLLBACK TO` on this engine's session (see `exec::transaction`);
-    /// `false` for any other statement.
-    async fn transaction_statement(&self, statement: &Statement) -> Result<bool, EngineError> {
-        let Some(tx) = session_transaction(&self.ctx) else {
-            return Ok(false);
-        };
-        let ends = matches!(
-            statement,
-            Statement::Commit { .. } | Statement::Rollback { .. }
-        );
-        if tx.is_aborted() && !ends {
-            return Err(EngineError::InFailedTransaction);
-        }
-        let no_savepoint = |name: &datafusion::sql::sqlparser::ast::Ident| {
-            DataFusionError::Plan(format!(
-                "savepoint \"{}\" does not exist",
-                crate::catalog::normalize_ident(name)
-            ))
-        };
-        // A library caller or the shell has no failed state of its own to
-        // report: a failed write is the block's (`Transaction::is_aborted`).
-        if let Some(end) = end_block(&tx, self.store.as_ref(), statement, false).await {
-            end?;
-            return Ok(true);
-        }
-        match statement {
-            Statement::StartTransaction { .. } => tx.begin(),
-            Statement::Rollback {
-                savepoint: Some(name),
-                ..
-            } => {
-                if !tx.rollback_to(&crate::catalog::normalize_ident(name)) {
-                    return Err(no_savepoint(name).into());
-                }
-            }
-            Statement::Savepoint { name } => {
-                if !tx.savepoint(&crate::catalog::normalize_ident(name)) {
-                    return Err(DataFusionError::Plan(
-                        "SAVEPOINT can only be used in transaction blocks".into(),
-                    )
-                    .into());
-                }
-            }
-            Statement::ReleaseSavepoint { name } => {
-                if !tx.release(&crate::catalog::normalize_ident(name)) {
-                    return Err(no_savepoint(name).into());
-                }
-            }
-            _ => return Ok(false),
-        }
-        Ok(true)
     }
 
     /// DataFusion's own statements, which PostgreSQL's grammar lacks
@@ -731,10 +732,8 @@ impl Engine {
                 | Statement::Drop { .. }
         );
         if ddl && session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
-            return Err(DataFusionError::Plan(
-                "catalog DDL cannot run inside a transaction block: the store cannot roll catalog changes back".into(),
-            )
-            .into());
+            let tag = StatementKind::of(statement).tag().unwrap_or("catalog DDL");
+            return Err(EngineError::InTransactionBlock(tag));
         }
         match statement {
             Statement::CreateTable(create) if ddl::is_mapping(create) => {
@@ -1048,10 +1047,4 @@ pub(crate) fn session_setting(
         .map(datafusion::config::ExtensionOptions::entries)
         .unwrap_or_default();
     entries.into_iter().find(|e| e.key == name).map(|e| e.value)
-}
-
-/// The session's `ANALYZE` step (`tablesql.guidepost_every`).
-#[cfg(feature = "server")]
-pub(crate) fn session_guidepost_every(ctx: &SessionContext) -> u64 {
-    TablesqlConfig::of(ctx.state().config()).guidepost_every
 }

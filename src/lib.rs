@@ -180,10 +180,10 @@ pub mod stress;
 /// The DataFusion release tablesql is built on, for embedders.
 pub use datafusion;
 pub use engine::{
-    Applied, ColumnInfo, DEFAULT_CATALOG_CHECK, DdlOutcome, Engine, EngineError, EngineOptions,
-    IndexHealth, IndexInfo, IndexTemplate, MappingInfo, PG_VERSION, PG_VERSION_NUM,
-    PreparedStatement, RAW_SCHEMA, ResultPage, StatementKind, StoredAs, TableDescription,
-    TableInfo,
+    Applied, BlockChange, BlockEnd, BlockStatus, ColumnInfo, DEFAULT_CATALOG_CHECK, DdlOutcome,
+    Engine, EngineError, EngineOptions, IndexHealth, IndexInfo, IndexTemplate, MappingInfo,
+    Outcome, PG_VERSION, PG_VERSION_NUM, PreparedStatement, RAW_SCHEMA, ResultPage, Session,
+    StatementKind, StoredAs, TableDescription, TableInfo,
 };
 pub use exec::access::WholeTable;
 pub use exec::token::TokenError;

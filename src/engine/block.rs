@@ -1,16 +1,18 @@
-//! How a transaction block ends, decided in one place for every front end.
+//! Transaction control, decided in one place for every front end: `BEGIN`,
+//! `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE` and `ROLLBACK TO` on a
+//! session's block (`exec::transaction`), and what may run in a failed one.
 //!
-//! `COMMIT` writes the block's buffer as one entity group transaction and
-//! `ROLLBACK` drops it; what the client is told is a command tag. A front end
-//! that knows a statement of the block failed (the wire server does, from
-//! the protocol's transaction status) asks for the end PostgreSQL gives such
-//! a block: its `COMMIT` rolls back and answers `ROLLBACK`. Otherwise a
-//! `COMMIT` of a block whose write failed rolls it back and says so as an
-//! error (`TransactionScope::Aborted`).
+//! The block is the one authority on "failed": a session marks it when any
+//! statement of the block fails (`Transaction::fail`), a failed write marks
+//! it itself. From then on only its end runs; its `COMMIT` rolls back and
+//! answers `ROLLBACK`, and `ROLLBACK TO` a savepoint makes it good again, as
+//! in PostgreSQL. The wire server tells the client this state; it keeps none
+//! of its own.
 
 use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{EngineError, Transaction};
+use crate::catalog::normalize_ident;
 use crate::storage::TableStore;
 
 /// How a block ended.
@@ -32,31 +34,126 @@ impl BlockEnd {
     }
 }
 
-/// Ends `tx`'s block as `statement` asks: `COMMIT`, or `ROLLBACK` without a
-/// savepoint; `None` for any other statement. `failed`: the front end saw a
-/// statement of the block fail (see the module doc). The block is closed
-/// whatever the outcome, as a failed `COMMIT` closes it in PostgreSQL.
-pub async fn end_block(
+/// What a transaction-control statement did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockChange {
+    /// `BEGIN`: a block is open (a second `BEGIN` keeps the first).
+    Began,
+    /// `COMMIT` or `ROLLBACK`: the block is closed.
+    Ended(BlockEnd),
+    /// `SAVEPOINT`: a mark in the block's buffer.
+    Savepoint,
+    /// `RELEASE`: a mark and the ones after it forgotten.
+    Released,
+    /// `ROLLBACK TO`: back to a mark, and the block good again.
+    RolledBackTo,
+}
+
+impl BlockChange {
+    /// The command tag PostgreSQL answers with.
+    pub fn tag(self) -> &'static str {
+        match self {
+            BlockChange::Began => "BEGIN",
+            BlockChange::Ended(end) => end.tag(),
+            BlockChange::Savepoint => "SAVEPOINT",
+            BlockChange::Released => "RELEASE",
+            BlockChange::RolledBackTo => "ROLLBACK",
+        }
+    }
+}
+
+/// Where a session stands, as the wire protocol's ReadyForQuery reports it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BlockStatus {
+    /// No block is open.
+    Idle,
+    /// A block is open.
+    InBlock,
+    /// A block is open and a statement of it failed.
+    Failed,
+}
+
+/// The status of `tx`.
+pub fn status(tx: &Transaction) -> BlockStatus {
+    match (tx.is_open(), tx.is_aborted()) {
+        (false, _) => BlockStatus::Idle,
+        (true, false) => BlockStatus::InBlock,
+        (true, true) => BlockStatus::Failed,
+    }
+}
+
+/// Whether `statement` may run in `tx`'s state: in a failed block only
+/// `COMMIT` and `ROLLBACK` (to a savepoint too) do.
+pub fn admit(tx: &Transaction, statement: &Statement) -> Result<(), EngineError> {
+    let ends = matches!(
+        statement,
+        Statement::Commit { .. } | Statement::Rollback { .. }
+    );
+    if tx.is_aborted() && !ends {
+        return Err(EngineError::InFailedTransaction);
+    }
+    Ok(())
+}
+
+/// Runs `statement` on `tx` if it is transaction control; `None` if it is
+/// not. A block is closed by its `COMMIT` or `ROLLBACK` whatever the
+/// outcome, as a failed `COMMIT` closes it in PostgreSQL.
+pub async fn control(
     tx: &Transaction,
     store: &dyn TableStore,
     statement: &Statement,
-    failed: bool,
-) -> Option<Result<BlockEnd, EngineError>> {
-    let commit = match statement {
-        Statement::Commit { .. } => true,
+) -> Option<Result<BlockChange, EngineError>> {
+    let mark = |what: &'static str, name| {
+        if !tx.is_open() {
+            return Err(EngineError::NoTransactionBlock(what));
+        }
+        Ok(normalize_ident(name))
+    };
+    let no_savepoint = |name: String| Err(EngineError::NoSavepoint(name));
+    Some(match statement {
+        Statement::StartTransaction { .. } => {
+            tx.begin();
+            Ok(BlockChange::Began)
+        }
+        Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => Err(
+            EngineError::NotSupported("AND CHAIN is not supported".into()),
+        ),
+        Statement::Commit { .. } => {
+            if tx.is_aborted() {
+                tx.rollback();
+                Ok(BlockChange::Ended(BlockEnd::RolledBack))
+            } else {
+                match tx.commit(store).await {
+                    Ok(_) => Ok(BlockChange::Ended(BlockEnd::Committed)),
+                    Err(e) => Err(e.into()),
+                }
+            }
+        }
         Statement::Rollback {
             savepoint: None, ..
-        } => false,
+        } => {
+            tx.rollback();
+            Ok(BlockChange::Ended(BlockEnd::RolledBack))
+        }
+        Statement::Rollback {
+            savepoint: Some(name),
+            ..
+        } => match mark("ROLLBACK TO SAVEPOINT", name) {
+            Ok(name) if tx.rollback_to(&name) => Ok(BlockChange::RolledBackTo),
+            Ok(name) => no_savepoint(name),
+            Err(e) => Err(e),
+        },
+        Statement::Savepoint { name } => match mark("SAVEPOINT", name) {
+            Ok(name) if tx.savepoint(&name) => Ok(BlockChange::Savepoint),
+            Ok(name) => no_savepoint(name),
+            Err(e) => Err(e),
+        },
+        Statement::ReleaseSavepoint { name } => match mark("RELEASE SAVEPOINT", name) {
+            Ok(name) if tx.release(&name) => Ok(BlockChange::Released),
+            Ok(name) => no_savepoint(name),
+            Err(e) => Err(e),
+        },
         _ => return None,
-    };
-    Some(if commit && !failed {
-        tx.commit(store)
-            .await
-            .map(|_| BlockEnd::Committed)
-            .map_err(EngineError::from)
-    } else {
-        tx.rollback();
-        Ok(BlockEnd::RolledBack)
     })
 }
 
@@ -70,29 +167,44 @@ mod tests {
         SqlParser::new().parse(sql).expect("parses").remove(0)
     }
 
-    #[tokio::test]
-    async fn a_block_ends_as_its_statement_and_its_failure_say() {
+    async fn run(tx: &Transaction, sql: &str) -> Option<Result<&'static str, String>> {
         let store = MemoryStore::new();
-        let tx = Transaction::default();
-        let cases = [
-            ("COMMIT", false, Some(BlockEnd::Committed)),
-            ("END", false, Some(BlockEnd::Committed)),
-            ("ROLLBACK", false, Some(BlockEnd::RolledBack)),
-            // PostgreSQL's answer to COMMIT of a failed block.
-            ("COMMIT", true, Some(BlockEnd::RolledBack)),
-            ("ROLLBACK TO s", false, None),
-            ("SELECT 1", false, None),
-        ];
-        for (sql, failed, expected) in cases {
-            tx.begin();
-            let end = end_block(&tx, &store, &statement(sql), failed).await;
-            let end = end.map(|r| r.map_err(|e| e.to_string()));
-            assert_eq!(end, expected.map(Ok), "{sql}, failed: {failed}");
-            // An end closes the block; anything else leaves it open.
-            assert_eq!(tx.is_open(), expected.is_none(), "{sql}");
-            tx.rollback();
+        let s = statement(sql);
+        if let Err(e) = admit(tx, &s) {
+            return Some(Err(e.to_string()));
         }
-        assert_eq!(BlockEnd::Committed.tag(), "COMMIT");
-        assert_eq!(BlockEnd::RolledBack.tag(), "ROLLBACK");
+        control(tx, &store, &s)
+            .await
+            .map(|r| r.map(BlockChange::tag).map_err(|e| e.to_string()))
+    }
+
+    #[tokio::test]
+    async fn a_block_answers_as_postgresql_and_a_failure_is_its_own() {
+        let tx = Transaction::default();
+        assert_eq!(status(&tx), BlockStatus::Idle);
+        assert_eq!(run(&tx, "SELECT 1").await, None);
+        assert!(run(&tx, "SAVEPOINT s").await.is_some_and(|r| r.is_err()));
+        assert_eq!(run(&tx, "BEGIN").await, Some(Ok("BEGIN")));
+        assert_eq!(run(&tx, "SAVEPOINT s").await, Some(Ok("SAVEPOINT")));
+        assert_eq!(status(&tx), BlockStatus::InBlock);
+        // A failed statement: only the block's end runs.
+        tx.fail();
+        assert_eq!(status(&tx), BlockStatus::Failed);
+        let refused = run(&tx, "SELECT 1").await;
+        assert!(refused.is_some_and(|r| r.is_err_and(|e| e.contains("is aborted"))));
+        assert_eq!(run(&tx, "ROLLBACK TO s").await, Some(Ok("ROLLBACK")));
+        assert_eq!(status(&tx), BlockStatus::InBlock);
+        assert_eq!(run(&tx, "RELEASE s").await, Some(Ok("RELEASE")));
+        let gone = run(&tx, "RELEASE s").await;
+        assert!(gone.is_some_and(|r| r.is_err_and(|e| e.contains("\"s\" does not exist"))));
+        // COMMIT of a failed block rolls it back, without an error.
+        tx.fail();
+        assert_eq!(run(&tx, "COMMIT").await, Some(Ok("ROLLBACK")));
+        assert_eq!(status(&tx), BlockStatus::Idle);
+        assert_eq!(run(&tx, "BEGIN").await, Some(Ok("BEGIN")));
+        assert_eq!(run(&tx, "END").await, Some(Ok("COMMIT")));
+        // Outside a block a failure is nothing.
+        tx.fail();
+        assert_eq!(status(&tx), BlockStatus::Idle);
     }
 }

@@ -182,13 +182,20 @@ impl PreparedStatement {
     }
 
     /// Runs the statement with `params` (`$1` first) and collects its rows
-    /// (a write's: its count).
+    /// (a write's: its count). A failure fails the session's open block.
     pub async fn query(
         &self,
         params: impl Into<ParamValues>,
     ) -> Result<Vec<RecordBatch>, EngineError> {
+        let done = self.collect(params.into()).await;
+        if done.is_err() {
+            self.engine.fail_block();
+        }
+        done
+    }
+
+    async fn collect(&self, params: ParamValues) -> Result<Vec<RecordBatch>, EngineError> {
         self.refuse_in_failed_block()?;
-        let params = params.into();
         let planned = self.planned().await?;
         if let Some(batch) = self.point(&planned, &params).await? {
             // As a scan collects: no batch for no rows.
@@ -210,8 +217,15 @@ impl PreparedStatement {
         &self,
         params: impl Into<ParamValues>,
     ) -> Result<SendableRecordBatchStream, EngineError> {
+        let started = self.start(params.into()).await;
+        if started.is_err() {
+            self.engine.fail_block();
+        }
+        started
+    }
+
+    async fn start(&self, params: ParamValues) -> Result<SendableRecordBatchStream, EngineError> {
         self.refuse_in_failed_block()?;
-        let params = params.into();
         let planned = self.planned().await?;
         if let Some(batch) = self.point(&planned, &params).await? {
             let schema = batch.schema();

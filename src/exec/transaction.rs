@@ -196,10 +196,21 @@ impl Transaction {
         self.lock().open.is_some()
     }
 
-    /// Whether a write of the open block failed (see [`Self::commit`]).
+    /// Whether a statement of the open block failed (a write, or any
+    /// statement a session ran: [`Self::fail`]).
     pub fn is_aborted(&self) -> bool {
         let state = self.lock();
         state.open.is_some() && state.aborted
+    }
+
+    /// A statement of the open block failed: nothing but its end runs
+    /// until `ROLLBACK` (or `ROLLBACK TO` a savepoint), and its `COMMIT`
+    /// rolls back, as in PostgreSQL. Outside a block, nothing.
+    pub fn fail(&self) {
+        let mut state = self.lock();
+        if state.open.is_some() {
+            state.aborted = true;
+        }
     }
 
     /// `BEGIN`: opens a block (a second `BEGIN` keeps the first's buffer,

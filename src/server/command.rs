@@ -13,7 +13,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 use pgwire::api::Type;
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse};
 use pgwire::api::stmt::StoredStatement;
 use pgwire::api::store::{Entry, MemPortalStore, PortalStore};
 use pgwire::error::PgWireResult;
@@ -22,12 +22,10 @@ use pgwire::messages::extendedquery::Bind;
 use super::cancel::Guard;
 use super::plan::{Planner, Stmt, result_fields as plan_fields};
 use super::sqlstate::{
-    ACTIVE_TRANSACTION, DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME,
-    INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, engine_error, error,
+    DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME, INVALID_PARAMETER_VALUE,
+    UNDEFINED_OBJECT, engine_error, error,
 };
-use crate::engine::{
-    PG_VERSION, PG_VERSION_NUM, StatementKind, session_guidepost_every, session_setting,
-};
+use crate::engine::{PG_VERSION, PG_VERSION_NUM, session_setting};
 
 /// Session parameters, as `SET` leaves them and `SHOW` reads them.
 #[derive(Debug)]
@@ -456,64 +454,6 @@ pub fn cursor(store: &MemPortalStore<Stmt>, name: &str) -> PgWireResult<Arc<Port
             INVALID_CURSOR_NAME,
             format!("cursor \"{name}\" does not exist"),
         )),
-    }
-}
-
-/// Catalog DDL: `CREATE TABLE ... WITH (partition_key = ...)` and `DROP
-/// TABLE` of mapped tables, `CREATE INDEX` and `DROP INDEX` of their index
-/// rows, and `ANALYZE`, with the notices PostgreSQL would send. Outside
-/// a transaction only: the store cannot roll a catalog change back.
-pub async fn ddl(
-    planner: &Planner,
-    statement: &Statement,
-    in_transaction: bool,
-) -> PgWireResult<(Response, Vec<crate::engine::Notice>)> {
-    use StatementKind as K;
-    let kind = StatementKind::of(statement);
-    let tag = match (kind, kind.tag()) {
-        (
-            K::CreateTable
-            | K::DropTable
-            | K::Analyze
-            | K::CreateSequence
-            | K::DropSequence
-            | K::CreateIndex
-            | K::DropIndex,
-            Some(tag),
-        ) => tag,
-        _ => return Err(not_supported(statement)),
-    };
-    if in_transaction {
-        return Err(error(
-            ACTIVE_TRANSACTION,
-            format!(
-                "{tag} cannot run inside a transaction block: the store cannot roll catalog changes back"
-            ),
-        ));
-    }
-    if let Statement::Analyze(analyze) = statement {
-        // The session's own guidepost step, not the engine's.
-        let every = session_guidepost_every(&planner.ctx);
-        let outcome = planner
-            .engine
-            .analyze_statement(analyze, every)
-            .await
-            .map_err(|e| engine_error(&e))?;
-        return Ok((Response::Execution(Tag::new(tag)), outcome.notices));
-    }
-    match planner.engine.catalog_ddl(statement).await {
-        Ok(Some(outcome)) => Ok((Response::Execution(Tag::new(tag)), outcome.notices)),
-        // A table an embedder registered: DataFusion's own DROP (a plain
-        // CREATE TABLE was refused by the engine).
-        Ok(None) => {
-            planner
-                .engine
-                .statement(statement.clone())
-                .await
-                .map_err(|e| engine_error(&e))?;
-            Ok((Response::Execution(Tag::new(tag)), Vec::new()))
-        }
-        Err(e) => Err(engine_error(&e)),
     }
 }
 

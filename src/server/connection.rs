@@ -13,7 +13,6 @@ use pgwire::api::{ClientInfo, PgWireConnectionState, PgWireServerHandlers};
 use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::PgWireFrontendMessage;
-use pgwire::messages::response::TransactionStatus;
 use pgwire::tokio::TlsAcceptor;
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
 use tokio::net::TcpStream;
@@ -178,16 +177,6 @@ async fn answer(
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => message.is_extended_query(),
         };
-        // `ROLLBACK TO` clears a failed transaction, which pgwire keeps
-        // failed: a simple query of one is answered from a lifted state,
-        // an extended one's state is set after its Execute (`savepoints`).
-        if let PgWireFrontendMessage::Query(q) = &message
-            && socket.transaction_status() == TransactionStatus::Error
-            && simple.rolls_back_to_savepoint(&q.query)
-        {
-            simple.lift_failed();
-            socket.set_transaction_status(TransactionStatus::Transaction);
-        }
         if let Err(e) = process_message(
             message,
             socket,
@@ -201,6 +190,10 @@ async fn answer(
         {
             // After a FATAL error (a failed login, TLS required) nothing the
             // client sends is read: pgwire's own loop went on reading.
+            // Any error fails the session's open block, and the status the
+            // client is told is the session's.
+            simple.statement_failed();
+            socket.set_transaction_status(simple.wire_status());
             let info = ErrorInfo::from(e);
             let fatal = info.is_fatal();
             process_error(
@@ -216,8 +209,10 @@ async fn answer(
         if round_trip {
             send_held(socket).await?;
         }
-        if simple.after_message() && socket.transaction_status() == TransactionStatus::Error {
-            socket.set_transaction_status(TransactionStatus::Transaction);
+        // The extended protocol's Sync reports this status (pgwire's own
+        // would keep a block failed after `ROLLBACK TO`).
+        if !matches!(socket.state(), PgWireConnectionState::CopyInProgress(_)) {
+            socket.set_transaction_status(simple.wire_status());
         }
         // A cancel request is all its connection carries.
         if cancel_request {

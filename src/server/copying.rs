@@ -12,7 +12,6 @@ use pgwire::api::results::{CopyResponse, Response, Tag};
 use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
-use pgwire::messages::response::TransactionStatus;
 
 use super::copy::{self, Copy, CopyIn};
 use super::session::Session;
@@ -51,7 +50,7 @@ impl Session {
         &self,
         client: &C,
         statement: &datafusion::sql::sqlparser::ast::Statement,
-        status: TransactionStatus,
+        status: crate::engine::BlockStatus,
     ) -> PgWireResult<Response> {
         let planner = self.planner();
         match copy::plan(&planner.engine, &planner.ctx, statement, self.guard(client)).await? {
@@ -67,7 +66,7 @@ impl Session {
                 Ok(Response::CopyOut(copy::copy_out(schema, batches, format)))
             }
             Copy::In(state) => {
-                if !matches!(status, TransactionStatus::Idle) {
+                if status != crate::engine::BlockStatus::Idle {
                     return Err(error(
                         ACTIVE_TRANSACTION,
                         "COPY FROM cannot run inside a transaction block: a transaction is one entity group transaction (100 entities in one partition), and COPY writes as it reads (use autocommit)",

@@ -18,7 +18,6 @@ mod frames;
 mod params;
 mod pg_catalog;
 pub(crate) mod plan;
-mod savepoints;
 pub(crate) mod session;
 pub(crate) mod sqlstate;
 mod stream;
@@ -194,7 +193,7 @@ struct Connection {
 
 impl Connection {
     fn new(shared: &Shared, probe: Option<cancel::Probe>) -> Self {
-        let planner = Planner::new(shared.engine.clone(), shared.engine.session_context());
+        let planner = Planner::new(shared.engine.session());
         Self {
             session: Arc::new(Session::new(planner, shared.registry.clone(), probe)),
             startup: Arc::new(auth::Startup::new(

@@ -39,7 +39,7 @@ use super::sqlstate::{
 };
 use super::vectors;
 use crate::engine::{
-    Engine, PointQuery, Snapshot, StatementKind, parameter_types, reads_system_catalog,
+    Engine, PointQuery, Session, Snapshot, StatementKind, parameter_types, reads_system_catalog,
     rows_written, start_direct, statement_label,
 };
 
@@ -103,19 +103,25 @@ pub enum Kind {
 
 /// Plans and runs statements on one connection's session.
 pub struct Planner {
-    /// The engine the session's statements run on.
+    /// The connection's engine session: transaction control and DDL run
+    /// there.
+    pub session: Session,
+    /// The session's engine (its context is the session's).
     pub engine: Engine,
-    /// The connection's session.
+    /// The session's DataFusion context.
     pub ctx: SessionContext,
     /// For the direct path; retaken when the session's configuration changes.
     snapshot: std::sync::RwLock<Snapshot>,
 }
 
 impl Planner {
-    /// A planner for session `ctx` of `engine`.
-    pub fn new(engine: Engine, ctx: SessionContext) -> Self {
+    /// A planner for an engine session.
+    pub fn new(session: Session) -> Self {
+        let engine = session.engine().clone();
+        let ctx = session.context().clone();
         let snapshot = std::sync::RwLock::new(Snapshot::of(&ctx));
         Self {
+            session,
             engine,
             ctx,
             snapshot,

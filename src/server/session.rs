@@ -7,9 +7,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use async_trait::async_trait;
 use datafusion::sql::sqlparser::ast::{CloseCursor, Statement};
 use futures::{Sink, SinkExt};
+use pgwire::api::copy::{send_copy_both_response, send_copy_in_response, send_copy_out_response};
 use pgwire::api::portal::Portal;
 use pgwire::api::portal::PortalExecutionState;
-use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler, send_query_response};
+use pgwire::api::query::{
+    ExtendedQueryHandler, SimpleQueryHandler, send_execution_response, send_query_response,
+    send_ready_for_query,
+};
 use pgwire::api::results::{DescribePortalResponse, DescribeStatementResponse, Response, Tag};
 use pgwire::api::stmt::{QueryParser, StoredStatement};
 use pgwire::api::store::Entry;
@@ -19,7 +23,8 @@ use pgwire::api::{DEFAULT_NAME, PgWireConnectionState};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::extendedquery::Execute;
-use pgwire::messages::response::TransactionStatus;
+use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
+use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
 
 use super::cancel::{Guard, Probe, Registration, Registry};
@@ -28,7 +33,7 @@ use super::plan::{Kind, Planner, Stmt, is_query, write_kind, writes};
 use super::sqlstate::{
     ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, engine_error, error, notice_code,
 };
-use crate::engine::{EngineError, Notice};
+use crate::engine::{BlockChange, BlockStatus, EngineError, Notice, Outcome, StatementKind};
 
 /// The query handler of one connection.
 pub struct Session {
@@ -38,7 +43,6 @@ pub struct Session {
     vars: Arc<Mutex<Vars>>,
     /// Cursors declared WITHOUT HOLD, closed when their transaction ends.
     tx_cursors: Mutex<Vec<String>>,
-    savepoints: super::savepoints::Savepoints,
     copying: super::copying::Copying,
     probe: Option<Probe>,
 }
@@ -59,7 +63,6 @@ impl Session {
             registration: OnceLock::new(),
             vars,
             tx_cursors: Mutex::new(Vec::new()),
-            savepoints: Default::default(),
             copying: Default::default(),
             probe,
         }
@@ -125,44 +128,29 @@ impl Session {
             .map_err(|_| super::plan::internal("session state poisoned"))
     }
 
-    /// Whether `query` is a `ROLLBACK TO SAVEPOINT` (first of its
-    /// statements): the one statement that clears a failed transaction and
-    /// keeps it open (see `savepoints`).
-    pub fn rolls_back_to_savepoint(&self, query: &str) -> bool {
-        self.planner.parse(query).is_ok_and(|s| {
-            matches!(
-                s.first(),
-                Some(Statement::Rollback {
-                    savepoint: Some(_),
-                    ..
-                })
-            )
-        })
+    /// The transaction status the client is told: the engine session's
+    /// block (`engine::block`), the one authority on it.
+    pub fn wire_status(&self) -> TransactionStatus {
+        match self.planner.session.status() {
+            BlockStatus::Idle => TransactionStatus::Idle,
+            BlockStatus::InBlock => TransactionStatus::Transaction,
+            BlockStatus::Failed => TransactionStatus::Error,
+        }
     }
 
-    /// Lifts the failed state for a simple query that clears it (see
-    /// `savepoints`): the session answers it as failed.
-    pub fn lift_failed(&self) {
-        self.savepoints.mark_failed();
+    /// The protocol answered an error the engine did not see (a Bind that
+    /// does not fit, a broken-off stream): the session's block fails.
+    pub fn statement_failed(&self) {
+        self.planner.session.statement_failed();
     }
 
-    /// After each message: whether an extended-protocol `ROLLBACK TO`
-    /// cleared the transaction's error, for the connection to set the
-    /// status pgwire keeps. A lifted state no query used is dropped.
-    pub fn after_message(&self) -> bool {
-        self.savepoints.take_failed();
-        self.savepoints.take_recovered()
-    }
-
-    /// Runs one statement that is not a prepared query. `status` is the
-    /// transaction status before it (pgwire updates the client's only after
-    /// a whole query string); `outer` is the portal that carries the
+    /// Runs one statement that is not a prepared query; a failure fails the
+    /// session's open block. `outer` is the portal that carries the
     /// statement's parameters, if it came through the extended protocol.
     async fn run<C>(
         &self,
         client: &mut C,
         statement: &Statement,
-        status: TransactionStatus,
         outer: Option<&Portal<Stmt>>,
     ) -> PgWireResult<Response>
     where
@@ -170,47 +158,82 @@ impl Session {
         C::PortalStore: PortalStore,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let ends_transaction = matches!(
-            statement,
-            Statement::Commit { .. } | Statement::Rollback { .. }
-        );
-        if matches!(status, TransactionStatus::Error) && !ends_transaction {
-            return Err(engine_error(&EngineError::InFailedTransaction));
+        let done = self.translate(client, statement, outer).await;
+        if done.is_err() {
+            self.statement_failed();
         }
-        let tx = self
-            .transaction()
-            .ok_or_else(|| super::plan::internal("the session has no transaction state"))?;
-        if let Some(answer) = self.savepoints.apply(statement, status, &tx) {
-            return answer;
-        }
-        match statement {
-            Statement::Copy { .. } => self.start_copy(client, statement, status).await,
-            Statement::StartTransaction { .. } => {
-                tx.begin();
-                Ok(Response::TransactionStart(Tag::new("BEGIN")))
-            }
-            Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => {
-                Err(error(FEATURE_NOT_SUPPORTED, "AND CHAIN is not supported"))
-            }
-            Statement::Commit { .. } | Statement::Rollback { .. } => {
-                self.close_tx_cursors(client)?;
-                // The protocol's status knows of any failed statement of the
-                // block, so its COMMIT ends as PostgreSQL ends it.
-                let failed = matches!(status, TransactionStatus::Error);
-                let store = self.planner.engine.store().as_ref();
-                match crate::engine::end_block(&tx, store, statement, failed).await {
-                    Some(Ok(end)) => Ok(Response::TransactionEnd(Tag::new(end.tag()))),
-                    Some(Err(e)) => {
-                        // The block has ended, as a failed COMMIT ends it in
-                        // PostgreSQL: the error leaves the client idle, not
-                        // in a failed transaction.
-                        client.set_transaction_status(TransactionStatus::Idle);
-                        Err(engine_error(&e))
+        done
+    }
+
+    /// Runs a statement through the engine session and translates its
+    /// outcome into the protocol's answer.
+    async fn through_session<C>(
+        &self,
+        client: &mut C,
+        statement: &Statement,
+    ) -> PgWireResult<Response>
+    where
+        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let outcome = self.planner.session.execute(statement.clone()).await;
+        self.send_notices(client, Vec::new()).await?;
+        let outcome = outcome.map_err(|e| engine_error(&e))?;
+        let tag = outcome.tag().map(|t| Tag::new(&t));
+        Ok(match (outcome, tag) {
+            (Outcome::Block(BlockChange::Began), Some(tag)) => Response::TransactionStart(tag),
+            (Outcome::Block(BlockChange::Ended(_)), Some(tag)) => Response::TransactionEnd(tag),
+            (Outcome::Written { kind, rows }, _) => {
+                let name = kind.tag().unwrap_or("UPDATE");
+                let rows = usize::try_from(rows).unwrap_or(usize::MAX);
+                match kind {
+                    StatementKind::Insert => {
+                        Response::Execution(Tag::new(name).with_oid(0).with_rows(rows))
                     }
-                    // ROLLBACK TO, answered by the savepoints above.
-                    None => Err(command::not_supported(statement)),
+                    _ => Response::Execution(Tag::new(name).with_rows(rows)),
                 }
             }
+            (_, Some(tag)) => Response::Execution(tag),
+            (Outcome::Rows(_), None) | (_, None) => {
+                return Err(super::plan::internal("a command answered with rows"));
+            }
+        })
+    }
+
+    async fn translate<C>(
+        &self,
+        client: &mut C,
+        statement: &Statement,
+        outer: Option<&Portal<Stmt>>,
+    ) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        self.planner
+            .session
+            .admit(statement)
+            .map_err(|e| engine_error(&e))?;
+        let status = self.planner.session.status();
+        match statement {
+            Statement::Copy { .. } => self.start_copy(client, statement, status).await,
+            Statement::Commit { .. }
+            | Statement::Rollback {
+                savepoint: None, ..
+            } => {
+                self.close_tx_cursors(client)?;
+                self.through_session(client, statement).await
+            }
+            Statement::StartTransaction { .. }
+            | Statement::Rollback { .. }
+            | Statement::Savepoint { .. }
+            | Statement::ReleaseSavepoint { .. }
+            | Statement::CreateTable(_)
+            | Statement::CreateIndex(_)
+            | Statement::CreateSequence { .. }
+            | Statement::Drop { .. }
+            | Statement::Analyze(_) => self.through_session(client, statement).await,
             Statement::Set(_) => {
                 let Some(target) = command::set_target(statement) else {
                     return Err(command::not_supported(statement));
@@ -251,14 +274,14 @@ impl Session {
                 let Some(declare) = stmts.first() else {
                     return Err(command::not_supported(statement));
                 };
-                if declare.hold != Some(true) && !matches!(status, TransactionStatus::Transaction) {
+                if declare.hold != Some(true) && status != BlockStatus::InBlock {
                     return Err(error(
                         "25P01",
                         "DECLARE CURSOR can only be used in transaction blocks (or WITH HOLD)",
                     ));
                 }
                 let (name, hold) = command::declare(&self.planner, store, declare, outer).await?;
-                if !hold && matches!(status, TransactionStatus::Transaction) {
+                if !hold && status == BlockStatus::InBlock {
                     if let Ok(mut names) = self.tx_cursors.lock() {
                         names.push(name);
                     }
@@ -287,7 +310,7 @@ impl Session {
             }
             // Poolers hand the connection to the next client after this.
             Statement::Discard { .. } => {
-                if !matches!(status, TransactionStatus::Idle) {
+                if status != BlockStatus::Idle {
                     return Err(error(
                         ACTIVE_TRANSACTION,
                         "DISCARD ALL cannot run inside a transaction block",
@@ -306,16 +329,6 @@ impl Session {
                 client.portal_store().rm_statement(&name.value);
                 Ok(Response::Execution(Tag::new("DEALLOCATE")))
             }
-            Statement::CreateTable(_)
-            | Statement::CreateIndex(_)
-            | Statement::CreateSequence { .. }
-            | Statement::Drop { .. }
-            | Statement::Analyze(_) => {
-                let in_tx = !matches!(status, TransactionStatus::Idle);
-                let (response, notices) = command::ddl(&self.planner, statement, in_tx).await?;
-                self.send_notices(client, notices).await?;
-                Ok(response)
-            }
             s if is_query(s) => {
                 let guard = self.guard(client);
                 let rows = self.planner.query(s.clone(), guard).await;
@@ -330,11 +343,6 @@ impl Session {
             }
             other => Err(command::not_supported(other)),
         }
-    }
-
-    /// The session's transaction block (`exec::transaction`).
-    fn transaction(&self) -> Option<Arc<crate::engine::Transaction>> {
-        crate::engine::session_transaction(&self.planner.ctx)
     }
 
     fn close_tx_cursors<C>(&self, client: &C) -> PgWireResult<()>
@@ -381,6 +389,68 @@ impl Session {
 
 #[async_trait]
 impl SimpleQueryHandler for Session {
+    /// pgwire's own, but for the status the client is told at the end:
+    /// the engine session's (see `wire_status`), which a `ROLLBACK TO`
+    /// in a failed block makes good again where pgwire's would stay failed.
+    async fn on_query<C>(&self, client: &mut C, query: Query) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if !matches!(client.state(), PgWireConnectionState::ReadyForQuery) {
+            return Err(PgWireError::NotReadyForQuery);
+        }
+        client.set_state(PgWireConnectionState::QueryInProgress);
+        let empty = query.query.chars().all(|c| c == ';' || c.is_whitespace());
+        if empty {
+            client
+                .feed(PgWireBackendMessage::EmptyQueryResponse(
+                    EmptyQueryResponse::new(),
+                ))
+                .await?;
+        } else {
+            for response in SimpleQueryHandler::do_query(self, client, &query.query).await? {
+                match response {
+                    Response::EmptyQuery => {
+                        client
+                            .feed(PgWireBackendMessage::EmptyQueryResponse(
+                                EmptyQueryResponse::new(),
+                            ))
+                            .await?;
+                    }
+                    Response::Query(rows) => send_query_response(client, rows, true).await?,
+                    Response::Execution(tag)
+                    | Response::TransactionStart(tag)
+                    | Response::TransactionEnd(tag) => send_execution_response(client, tag).await?,
+                    Response::Error(e) => {
+                        client
+                            .feed(PgWireBackendMessage::ErrorResponse((*e).into()))
+                            .await?;
+                    }
+                    Response::CopyIn(copy) => {
+                        send_copy_in_response(client, copy).await?;
+                        client.set_state(PgWireConnectionState::CopyInProgress(false));
+                    }
+                    Response::CopyOut(copy) => send_copy_out_response(client, copy).await?,
+                    Response::CopyBoth(copy) => {
+                        send_copy_both_response(client, copy).await?;
+                        client.set_state(PgWireConnectionState::CopyInProgress(false));
+                    }
+                }
+            }
+        }
+        // A COPY FROM in progress answers ReadyForQuery at its end.
+        if !matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
+            client.set_state(PgWireConnectionState::ReadyForQuery);
+            let status = self.wire_status();
+            client.set_transaction_status(status);
+            send_ready_for_query(client, status).await?;
+        }
+        Ok(())
+    }
+
     async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
     where
         C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
@@ -392,11 +462,6 @@ impl SimpleQueryHandler for Session {
         self.planner.follow_catalog().await;
         let statements = self.planner.parse(query)?;
         let mut responses = Vec::with_capacity(statements.len());
-        let mut status = if self.savepoints.take_failed() {
-            TransactionStatus::Error
-        } else {
-            client.transaction_status()
-        };
         // The client sends COPY FROM's data after the whole string's
         // answers; a statement after it would run before the data.
         let copy_in_before_end = statements
@@ -441,16 +506,8 @@ impl SimpleQueryHandler for Session {
                     }
                 }
             }
-            match self.run(client, statement, status, None).await {
-                Ok(r) => {
-                    status = match &r {
-                        Response::TransactionStart(_) => status.to_in_transaction_state(),
-                        Response::TransactionEnd(_) => TransactionStatus::Idle,
-                        _ if self.savepoints.take_recovered() => TransactionStatus::Transaction,
-                        _ => status,
-                    };
-                    responses.push(r)
-                }
+            match self.run(client, statement, None).await {
+                Ok(r) => responses.push(r),
                 // Statements before the failing one keep their results; the
                 // rest do not run, as in PostgreSQL.
                 Err(e) if responses.is_empty() => return Err(e),
@@ -530,7 +587,7 @@ impl ExtendedQueryHandler for Session {
         self.planner.follow_catalog().await;
         match &portal.statement.statement.kind {
             Kind::Query { write, .. } => {
-                if matches!(client.transaction_status(), TransactionStatus::Error) {
+                if self.planner.session.status() == BlockStatus::Failed {
                     return Err(engine_error(&EngineError::InFailedTransaction));
                 }
                 if write.is_some() {
@@ -544,10 +601,7 @@ impl ExtendedQueryHandler for Session {
                 self.send_notices(client, Vec::new()).await?;
                 Ok(Response::Query(rows?))
             }
-            Kind::Command(statement) => {
-                let status = client.transaction_status();
-                self.run(client, statement, status, Some(portal)).await
-            }
+            Kind::Command(statement) => self.run(client, statement, Some(portal)).await,
         }
     }
 

@@ -120,6 +120,9 @@ pub fn engine_code(e: &EngineError) -> &'static str {
         EngineError::DataFusion(d) => datafusion_code(d),
         EngineError::NotSupported(_) => FEATURE_NOT_SUPPORTED,
         EngineError::InFailedTransaction => IN_FAILED_TRANSACTION,
+        EngineError::NoTransactionBlock(_) => NO_ACTIVE_TRANSACTION,
+        EngineError::NoSavepoint(_) => INVALID_SAVEPOINT,
+        EngineError::InTransactionBlock(_) => ACTIVE_TRANSACTION,
     }
 }
 

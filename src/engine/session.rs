@@ -1,0 +1,272 @@
+//! One connection's session, and the one way a statement runs.
+//!
+//! Every front end (the wire server, the shell, `tablesql query`, an
+//! embedder) answered statements its own way, and a change to how one runs
+//! had to go into each: the same `CREATE TABLE` made a table in one front end
+//! and was refused in another. A [`Session`] owns what a connection has (its
+//! DataFusion session with its settings, its transaction block, its notices,
+//! its sequences' `currval`, its page tokens) and [`Session::execute`] runs a
+//! statement to a typed [`Outcome`]: rows, rows written, a change of the
+//! transaction block, or a command done. Front ends only present outcomes
+//! (a command tag, a table, a wire message) and errors (psql's `ERROR:`, a
+//! SQLSTATE).
+//!
+//! The rule: a statement that fails fails the session's open block
+//! (`engine::block`), wherever it failed: planning, running, or while its
+//! rows streamed.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::error::DataFusionError;
+use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::{Stream, StreamExt};
+
+use super::block::{self, BlockChange, BlockStatus};
+use super::{Engine, EngineError, Notice, PreparedStatement, StatementKind, session_transaction};
+use super::{run, session_notices};
+use crate::exec::transaction::Transaction;
+
+/// What the engine ran without DataFusion (`Engine::control`).
+pub(crate) enum Control {
+    Block(BlockChange),
+    Ddl(StatementKind),
+}
+
+/// What a statement did.
+#[non_exhaustive]
+pub enum Outcome {
+    /// A query's rows (`SELECT`, `VALUES`, `EXPLAIN`, `SHOW`), as they come.
+    Rows(SendableRecordBatchStream),
+    /// A write ran to its end: `rows` rows written.
+    Written {
+        /// `Insert`, `Update` or `Delete`.
+        kind: StatementKind,
+        /// How many rows it wrote.
+        rows: u64,
+    },
+    /// Transaction control.
+    Block(BlockChange),
+    /// A command that answers with its tag alone (DDL, `SET`); its notices
+    /// are the session's ([`Session::take_notices`]).
+    Done(StatementKind),
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Rows(s) => f.debug_tuple("Rows").field(&s.schema()).finish(),
+            Outcome::Written { kind, rows } => f
+                .debug_struct("Written")
+                .field("kind", kind)
+                .field("rows", rows)
+                .finish(),
+            Outcome::Block(c) => f.debug_tuple("Block").field(c).finish(),
+            Outcome::Done(k) => f.debug_tuple("Done").field(k).finish(),
+        }
+    }
+}
+
+impl Outcome {
+    /// The command tag PostgreSQL answers with (`INSERT 0 3`, `BEGIN`,
+    /// `CREATE TABLE`); `None` for rows, whose tag counts them as read.
+    pub fn tag(&self) -> Option<String> {
+        match self {
+            Outcome::Rows(_) => None,
+            // PostgreSQL's INSERT tag carries an OID, always 0 now.
+            Outcome::Written {
+                kind: StatementKind::Insert,
+                rows,
+            } => Some(format!("INSERT 0 {rows}")),
+            Outcome::Written { kind, rows } => {
+                Some(format!("{} {rows}", kind.tag().unwrap_or("UPDATE")))
+            }
+            Outcome::Block(change) => Some(change.tag().to_owned()),
+            Outcome::Done(kind) => Some(kind.tag().unwrap_or("OK").to_owned()),
+        }
+    }
+}
+
+/// One connection's state over an engine's tables (see the module doc).
+/// Clones share it.
+#[derive(Clone, Debug)]
+pub struct Session {
+    /// An engine whose DataFusion session is this session's own.
+    engine: Engine,
+}
+
+impl Engine {
+    /// A new session over this engine's tables: its settings, transaction
+    /// block and notices are its own.
+    pub fn session(&self) -> Session {
+        Session {
+            engine: self.new_session(),
+        }
+    }
+
+    /// This engine's own session (what `Engine::sql` runs in), as a
+    /// [`Session`].
+    pub fn as_session(&self) -> Session {
+        Session {
+            engine: self.clone(),
+        }
+    }
+}
+
+impl Session {
+    /// The engine, whose context is this session's.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The session's DataFusion context.
+    pub fn context(&self) -> &SessionContext {
+        self.engine.context()
+    }
+
+    /// Splits and parses a query string (PostgreSQL's dialect).
+    pub fn parse(
+        &self,
+        sql: &str,
+    ) -> Result<Vec<Statement>, datafusion::sql::sqlparser::parser::ParserError> {
+        self.engine.parse(sql)
+    }
+
+    /// Where the session's transaction block stands.
+    pub fn status(&self) -> BlockStatus {
+        match self.transaction() {
+            Some(tx) => block::status(&tx),
+            None => BlockStatus::Idle,
+        }
+    }
+
+    /// A statement of the session failed where the engine did not see it
+    /// (the wire protocol's own errors: a Bind that does not fit): its
+    /// open block fails, as any statement's failure fails it.
+    pub fn statement_failed(&self) {
+        self.engine.fail_block();
+    }
+
+    /// Whether the session's block is failed, as an error for a statement
+    /// about to run outside [`Self::execute`] (a prepared statement's run).
+    pub fn admit(&self, statement: &Statement) -> Result<(), EngineError> {
+        match self.transaction() {
+            Some(tx) => block::admit(&tx, statement),
+            None => Ok(()),
+        }
+    }
+
+    /// The notices the session's statements left since the last call.
+    pub fn take_notices(&self) -> Vec<Notice> {
+        session_notices(self.engine.context())
+    }
+
+    /// Plans a query or write for running many times (see
+    /// [`Engine::prepare`]); its runs are this session's.
+    pub async fn prepare(&self, sql: &str) -> Result<PreparedStatement, EngineError> {
+        self.engine.prepare(sql).await
+    }
+
+    /// Runs one statement of a query string (see the module doc).
+    pub async fn execute_sql(&self, sql: &str) -> Result<Outcome, EngineError> {
+        let mut statements = self
+            .engine
+            .parse(sql)
+            .map_err(|e| EngineError::DataFusion(DataFusionError::SQL(Box::new(e), None)))?;
+        if statements.len() != 1 {
+            return Err(DataFusionError::Plan(format!(
+                "one statement at a time here, not {}",
+                statements.len()
+            ))
+            .into());
+        }
+        self.execute(statements.remove(0)).await
+    }
+
+    /// Runs one statement: the engine's answer first (transaction control,
+    /// catalog DDL, refusals), then DataFusion's. A failure fails the
+    /// session's open block.
+    pub async fn execute(&self, statement: Statement) -> Result<Outcome, EngineError> {
+        let done = self.run(statement).await;
+        if done.is_err() {
+            self.engine.fail_block();
+        }
+        done
+    }
+
+    async fn run(&self, statement: Statement) -> Result<Outcome, EngineError> {
+        match self.engine.control(&statement).await? {
+            Some(Control::Block(change)) => return Ok(Outcome::Block(change)),
+            Some(Control::Ddl(kind)) => return Ok(Outcome::Done(kind)),
+            None => {}
+        }
+        let kind = StatementKind::of(&statement);
+        let label = run::statement_label(&statement);
+        let frame = self.engine.frame(statement).await?;
+        let task = Arc::new(frame.task_ctx());
+        let plan = frame.create_physical_plan().await?;
+        let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
+        let stream = self.engine.recorded(label, Some(plan), stream);
+        if kind.writes_rows() {
+            return Ok(Outcome::Written {
+                kind,
+                rows: written(stream).await?,
+            });
+        }
+        if stream.schema().fields().is_empty() && kind.tag().is_some() {
+            // SET, and DataFusion's DDL of an embedder's tables.
+            datafusion::physical_plan::common::collect(stream).await?;
+            return Ok(Outcome::Done(kind));
+        }
+        let tx = self.transaction();
+        Ok(Outcome::Rows(Box::pin(FailsBlock { stream, tx })))
+    }
+
+    fn transaction(&self) -> Option<Arc<Transaction>> {
+        session_transaction(self.engine.context())
+    }
+}
+
+/// The count a write's plan answers with, summed over its batches.
+async fn written(mut stream: SendableRecordBatchStream) -> Result<u64, EngineError> {
+    let mut rows = 0;
+    while let Some(batch) = stream.next().await {
+        let batch: RecordBatch = batch?;
+        let counts = batch
+            .column(0)
+            .as_primitive_opt::<UInt64Type>()
+            .ok_or_else(|| DataFusionError::Internal("a write answered without a count".into()))?;
+        rows += counts.iter().flatten().sum::<u64>();
+    }
+    Ok(rows)
+}
+
+/// A query's rows; an error among them fails the session's open block.
+struct FailsBlock {
+    stream: SendableRecordBatchStream,
+    tx: Option<Arc<Transaction>>,
+}
+
+impl Stream for FailsBlock {
+    type Item = datafusion::error::Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = self.stream.poll_next_unpin(cx);
+        if let (Poll::Ready(Some(Err(_))), Some(tx)) = (&next, &self.tx) {
+            tx.fail();
+        }
+        next
+    }
+}
+
+impl RecordBatchStream for FailsBlock {
+    fn schema(&self) -> SchemaRef {
+        self.stream.schema()
+    }
+}
