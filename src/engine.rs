@@ -123,6 +123,9 @@ pub enum EngineError {
     /// A savepoint name that no savepoint of the block has.
     #[error("savepoint \"{0}\" does not exist")]
     NoSavepoint(String),
+    /// `SHOW` of a `tablesql.*` name that is no setting.
+    #[error("unrecognized configuration parameter \"{0}\"")]
+    UnknownSetting(String),
     /// A statement (its command tag) that cannot run in a transaction block.
     #[error(
         "{0} cannot run inside a transaction block: the store cannot roll catalog changes back"
@@ -141,6 +144,7 @@ impl EngineError {
             | EngineError::InFailedTransaction
             | EngineError::NoTransactionBlock(_)
             | EngineError::NoSavepoint(_)
+            | EngineError::UnknownSetting(_)
             | EngineError::InTransactionBlock(_) => None,
         }
     }
@@ -601,16 +605,17 @@ impl Engine {
     }
 
     async fn statement_frame(&self, statement: Statement) -> Result<DataFrame, EngineError> {
-        if self.control(&statement).await?.is_some() {
-            return Ok(self.ctx.read_empty()?);
+        match self.control(&statement).await? {
+            Some(session::Control::Shown(batch)) => Ok(self.ctx.read_batch(batch)?),
+            Some(_) => Ok(self.ctx.read_empty()?),
+            None => self.frame(statement).await,
         }
-        self.frame(statement).await
     }
 
     /// Runs `statement` if the engine answers it without DataFusion:
-    /// transaction control and catalog DDL (whose notices the session
-    /// keeps for `take_notices`). Refuses anything but a block's end in a
-    /// failed block. `None` for the rest.
+    /// transaction control, catalog DDL (whose notices the session keeps
+    /// for `take_notices`) and `SHOW tablesql.*`. Refuses anything but a
+    /// block's end in a failed block. `None` for the rest.
     pub(crate) async fn control(
         &self,
         statement: &Statement,
@@ -622,6 +627,9 @@ impl Engine {
                 return Ok(Some(session::Control::Block(change?)));
             }
         }
+        if let Some(shown) = self.show_setting(statement)? {
+            return Ok(Some(session::Control::Shown(shown)));
+        }
         let Some(outcome) = self.catalog_ddl(statement).await? else {
             return Ok(None);
         };
@@ -631,6 +639,33 @@ impl Engine {
             }
         }
         Ok(Some(session::Control::Ddl(StatementKind::of(statement))))
+    }
+
+    /// `SHOW tablesql.name` as PostgreSQL shows a setting: one column named
+    /// after it, one row. `None` for any other statement (DataFusion's
+    /// `SHOW` answers `datafusion.*` names).
+    fn show_setting(&self, statement: &Statement) -> Result<Option<RecordBatch>, EngineError> {
+        let Statement::ShowVariable { variable } = statement else {
+            return Ok(None);
+        };
+        let name = variable
+            .iter()
+            .map(|i| i.value.to_ascii_lowercase())
+            .collect::<Vec<_>>()
+            .join(".");
+        if !name.starts_with("tablesql.") {
+            return Ok(None);
+        }
+        let Some(value) = session_setting(&self.ctx.state(), &name) else {
+            return Err(EngineError::UnknownSetting(name));
+        };
+        let column: datafusion::arrow::array::ArrayRef =
+            Arc::new(datafusion::arrow::array::StringArray::from(vec![
+                value.unwrap_or_default(),
+            ]));
+        Ok(Some(
+            RecordBatch::try_from_iter([(name, column)]).map_err(DataFusionError::from)?,
+        ))
     }
 
     /// Marks the session's open transaction block failed (`engine::block`).
@@ -1035,7 +1070,6 @@ pub(crate) fn discard_session_sequences(ctx: &SessionContext) {
 
 /// A `tablesql.*` setting of a session, by its full name: `None` for a
 /// name that is no such setting, `Some(None)` for one not set.
-#[cfg(feature = "server")]
 pub(crate) fn session_setting(
     state: &datafusion::execution::session_state::SessionState,
     name: &str,

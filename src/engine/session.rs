@@ -37,6 +37,8 @@ use crate::exec::transaction::Transaction;
 pub(crate) enum Control {
     Block(BlockChange),
     Ddl(StatementKind),
+    /// `SHOW` of a setting, as PostgreSQL answers it.
+    Shown(RecordBatch),
 }
 
 /// What a statement did.
@@ -204,6 +206,13 @@ impl Session {
         match self.engine.control(&statement).await? {
             Some(Control::Block(change)) => return Ok(Outcome::Block(change)),
             Some(Control::Ddl(kind)) => return Ok(Outcome::Done(kind)),
+            Some(Control::Shown(batch)) => {
+                let schema = batch.schema();
+                let rows = futures::stream::iter([Ok(batch)]);
+                return Ok(Outcome::Rows(Box::pin(
+                    datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rows),
+                )));
+            }
             None => {}
         }
         let kind = StatementKind::of(&statement);

@@ -25,7 +25,7 @@ use super::sqlstate::{
     DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME, INVALID_PARAMETER_VALUE,
     UNDEFINED_OBJECT, engine_error, error,
 };
-use crate::engine::{PG_VERSION, PG_VERSION_NUM, session_setting};
+use crate::engine::{PG_VERSION, PG_VERSION_NUM};
 
 /// Session parameters, as `SET` leaves them and `SHOW` reads them.
 #[derive(Debug)]
@@ -236,29 +236,19 @@ fn expr_text(expr: &Expr) -> String {
     }
 }
 
-/// `SHOW tablesql.<name>`: tablesql's own settings, from the session's
-/// configuration; `None` for other statements.
-pub fn show_tablesql(
-    ctx: &datafusion::prelude::SessionContext,
-    statement: &Statement,
-) -> Option<PgWireResult<QueryResponse>> {
-    let Statement::ShowVariable { variable } = statement else {
-        return None;
-    };
-    let name = variable
-        .iter()
-        .map(|i| i.value.to_ascii_lowercase())
-        .collect::<Vec<_>>()
-        .join(".");
-    name.strip_prefix("tablesql.")?;
-    let state = ctx.state();
-    Some(match session_setting(&state, &name) {
-        Some(value) => text_result(&[(&name, vec![value.as_deref().unwrap_or("")])]),
-        None => Err(error(
-            UNDEFINED_OBJECT,
-            format!("unrecognized configuration parameter \"{name}\""),
-        )),
-    })
+/// Whether a `SHOW` names a `tablesql.*` setting: the engine session's to
+/// answer.
+pub fn shows_tablesql(statement: &Statement) -> bool {
+    match statement {
+        Statement::ShowVariable { variable } => {
+            let name: Vec<_> = variable
+                .iter()
+                .map(|i| i.value.to_ascii_lowercase())
+                .collect();
+            name.join(".").starts_with("tablesql.")
+        }
+        _ => false,
+    }
 }
 
 /// `SHOW name` and `SHOW ALL` as a result set.

@@ -20,6 +20,13 @@ mod pg_catalog;
 pub(crate) mod plan;
 pub(crate) mod session;
 pub(crate) mod sqlstate;
+
+/// The SQLSTATE the server answers an engine error with: what the shell
+/// prints under `VERBOSITY verbose`, and what an embedder that answers
+/// PostgreSQL clients of its own reports.
+pub fn sqlstate(e: &crate::engine::EngineError) -> &'static str {
+    sqlstate::engine_code(e)
+}
 mod stream;
 pub(crate) mod tls;
 mod vectors;

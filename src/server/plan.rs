@@ -585,6 +585,15 @@ impl Planner {
     }
 }
 
+/// The response of rows the engine session answered with (`SHOW`), in
+/// text.
+pub async fn respond_stream(stream: SendableRecordBatchStream) -> PgWireResult<QueryResponse> {
+    let schema = stream.schema();
+    let fields = Arc::new(result_fields(&schema, &Format::UnifiedText, false)?);
+    let vectors = vectors::vector_columns(&schema);
+    respond(fields, stream, vectors, Guard::unbounded()).await
+}
+
 /// The response of a started query: its first batch awaited (see `run`), the
 /// rest encoded as the client reads.
 async fn respond(

@@ -181,6 +181,7 @@ impl Session {
         let outcome = outcome.map_err(|e| engine_error(&e))?;
         let tag = outcome.tag().map(|t| Tag::new(&t));
         Ok(match (outcome, tag) {
+            (Outcome::Rows(rows), _) => Response::Query(super::plan::respond_stream(rows).await?),
             (Outcome::Block(BlockChange::Began), Some(tag)) => Response::TransactionStart(tag),
             (Outcome::Block(BlockChange::Ended(_)), Some(tag)) => Response::TransactionEnd(tag),
             (Outcome::Written { kind, rows }, _) => {
@@ -194,9 +195,7 @@ impl Session {
                 }
             }
             (_, Some(tag)) => Response::Execution(tag),
-            (Outcome::Rows(_), None) | (_, None) => {
-                return Err(super::plan::internal("a command answered with rows"));
-            }
+            (_, None) => return Err(super::plan::internal("a command without a tag")),
         })
     }
 
@@ -260,8 +259,8 @@ impl Session {
                 Ok(Response::Execution(Tag::new("SET")))
             }
             Statement::ShowVariable { .. } => {
-                if let Some(shown) = command::show_tablesql(&self.planner.ctx, statement) {
-                    return Ok(Response::Query(shown?));
+                if command::shows_tablesql(statement) {
+                    return self.through_session(client, statement).await;
                 }
                 let shown = command::show(&*self.vars()?, statement);
                 match shown {

@@ -123,6 +123,7 @@ pub fn engine_code(e: &EngineError) -> &'static str {
         EngineError::NoTransactionBlock(_) => NO_ACTIVE_TRANSACTION,
         EngineError::NoSavepoint(_) => INVALID_SAVEPOINT,
         EngineError::InTransactionBlock(_) => ACTIVE_TRANSACTION,
+        EngineError::UnknownSetting(_) => UNDEFINED_OBJECT,
     }
 }
 

@@ -21,6 +21,11 @@ pub enum Meta {
     Output(Option<PathBuf>),
     /// `\i FILE`: run a file's statements.
     Include(PathBuf),
+    /// `\set NAME VALUE`: one of psql's variables the shell reads
+    /// (`ON_ERROR_STOP`, `VERBOSITY`); others are kept and mean nothing.
+    Set(String, String),
+    /// `\echo TEXT`: prints the text.
+    Echo(String),
     /// `\q`.
     Quit,
     /// `\?`.
@@ -37,6 +42,10 @@ Query buffer and output
   \\o [FILE]       send results to FILE, or back to the terminal
   \\timing [on|off] show how long each statement took
   \\x [on|off]     expanded output: one block per record
+  \\echo TEXT      print TEXT
+Variables
+  \\set ON_ERROR_STOP on|off   a script stops at its first error (on, the default)
+  \\set VERBOSITY verbose       errors show their SQLSTATE
 Catalog
   \\dt             list tables
   \\d TABLE        describe a table: columns, types, key templates, index rows
@@ -77,6 +86,17 @@ pub fn parse(line: &str) -> Result<Meta, String> {
         "i" | "include" => Meta::Include(
             arg.map(PathBuf::from)
                 .ok_or_else(|| "\\i: missing required argument (a file)".to_owned())?,
+        ),
+        "set" => match arg {
+            Some(name) => Meta::Set(name.to_owned(), words.collect::<Vec<_>>().join(" ")),
+            None => return Err("\\set: a variable name is missing".to_owned()),
+        },
+        "echo" => Meta::Echo(
+            line.trim_start()
+                .strip_prefix("echo")
+                .unwrap_or_default()
+                .trim()
+                .to_owned(),
         ),
         "q" | "quit" => Meta::Quit,
         "?" | "h" | "help" => Meta::Help,

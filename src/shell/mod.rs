@@ -3,7 +3,9 @@
 //! with `\` are meta-commands (`\dt`, `\d`, ...). Results are printed as they arrive,
 //! paged on a terminal ([`render`]). Ctrl-C cancels the running statement, not
 //! the shell. Without a terminal (`-f FILE`, a pipe) the statements run in
-//! order and the first error ends the run.
+//! order and the first error ends the run (`\set ON_ERROR_STOP off` goes on,
+//! as psql does by default). Statements run through the engine's
+//! [`Session`], as over the wire: the same outcome, tag and error.
 
 pub(crate) mod complete;
 pub(crate) mod meta;
@@ -17,15 +19,13 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::UInt64Type;
 use futures::{FutureExt, StreamExt};
 use rustyline::error::ReadlineError;
 use rustyline::history::DefaultHistory;
 use rustyline::{CompletionType, Config, Editor};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use crate::engine::{Engine, EngineError, StatementKind};
+use crate::engine::{Engine, EngineError, Outcome, Session, StatementKind};
 use complete::{Names, ShellHelper};
 use meta::Meta;
 use render::{Format, Printer, RenderError};
@@ -81,6 +81,12 @@ enum Flow {
 /// One shell session over an engine.
 pub struct Shell {
     engine: Engine,
+    /// The engine's own session: what the statements run in.
+    session: Session,
+    /// `\set ON_ERROR_STOP`: a script ends at its first error.
+    stop_on_error: bool,
+    /// `\set VERBOSITY verbose`: errors show their SQLSTATE.
+    verbose: bool,
     format: Format,
     expanded: bool,
     timing: bool,
@@ -101,7 +107,10 @@ impl Shell {
     /// tables to the terminal's width.
     pub async fn new(engine: Engine, format: Format, terminal: bool) -> Self {
         Self {
+            session: engine.as_session(),
             engine,
+            stop_on_error: true,
+            verbose: false,
             format,
             expanded: false,
             timing: terminal,
@@ -113,23 +122,43 @@ impl Shell {
         }
     }
 
+    /// Sets one of psql's variables (`\set NAME VALUE`, or `-v NAME=VALUE`
+    /// on the command line): `ON_ERROR_STOP` and `VERBOSITY` mean what
+    /// they mean in psql; others are accepted and mean nothing here.
+    pub fn set(&mut self, name: &str, value: &str) {
+        let on = !matches!(value.to_lowercase().as_str(), "off" | "0" | "false");
+        match name {
+            "ON_ERROR_STOP" => self.stop_on_error = on,
+            "VERBOSITY" => self.verbose = value.eq_ignore_ascii_case("verbose"),
+            _ => {}
+        }
+    }
+
     /// Runs a script's statements and meta-commands in order, a trailing
-    /// statement without `;` included; stops at the first error, which it
-    /// reports on stderr and returns.
+    /// statement without `;` included; reports each error on stderr. Stops
+    /// at the first error and returns it, unless `\set ON_ERROR_STOP off`
+    /// said to go on; then the run fails at its end if a statement failed.
     pub async fn run_script(&mut self, text: &str) -> Result<(), ShellError> {
         let mut s = split(text);
         if !s.rest.trim().is_empty() {
             s.pieces.push(Piece::Sql(s.rest.trim().to_owned()));
         }
+        let mut failed = false;
         for piece in &s.pieces {
             match self.piece(piece).await {
                 Ok(Flow::Continue) => {}
-                Ok(Flow::Quit) => return Ok(()),
+                Ok(Flow::Quit) => break,
                 Err(e) => {
-                    report(piece, &e);
-                    return Err(e);
+                    report(piece, &e, self.verbose);
+                    if self.stop_on_error {
+                        return Err(e);
+                    }
+                    failed = true;
                 }
             }
+        }
+        if failed {
+            return Err(ShellError::Reported);
         }
         Ok(())
     }
@@ -182,7 +211,7 @@ impl Shell {
                 match self.interruptible(&piece, &mut interrupt).await {
                     Ok(Flow::Continue) => {}
                     Ok(Flow::Quit) => return Ok(()),
-                    Err(e) => report(&piece, &e),
+                    Err(e) => report(&piece, &e, self.verbose),
                 }
             }
         }
@@ -219,24 +248,32 @@ impl Shell {
         }
     }
 
-    /// What the statement is (its command tag, whether it writes rows).
-    fn kind_of(&self, sql: &str) -> StatementKind {
-        match self.engine.parse(sql).as_deref() {
-            Ok([statement, ..]) => StatementKind::of(statement),
-            _ => StatementKind::Other,
-        }
-    }
-
     async fn statement(&mut self, sql: &str) -> Result<(), ShellError> {
         let started = Instant::now();
-        let stream = self.engine.execute_stream(sql).await;
+        let outcome = self.session.execute_sql(sql).await;
         // psql's form: notices go to stderr, before the rows.
-        for notice in self.engine.take_notices() {
+        for notice in self.session.take_notices() {
             eprintln!("NOTICE:  {notice}");
         }
-        let stream = stream?;
+        let outcome = outcome?;
+        let kind = match &outcome {
+            Outcome::Done(kind) | Outcome::Written { kind, .. } => *kind,
+            _ => StatementKind::Other,
+        };
+        let stream = match outcome {
+            Outcome::Rows(stream) => stream,
+            // Writes, DDL, transaction control: their tag.
+            other => {
+                let mut stdout = std::io::stdout();
+                let out: &mut dyn Write = match &mut self.output {
+                    Some((_, file)) => file,
+                    None => &mut stdout,
+                };
+                writeln!(out, "{}", other.tag().unwrap_or_default())?;
+                return self.after(kind, started).await;
+            }
+        };
         let schema = stream.schema();
-        let kind = self.kind_of(sql);
         let paging = self.terminal && self.output.is_none() && self.format == Format::Table;
         let page = match (paging, term::size()) {
             // Room for the table's borders and header, the footer and the prompt.
@@ -252,49 +289,41 @@ impl Shell {
             Some((_, file)) => file,
             None => &mut stdout,
         };
-        let counted = schema.fields().len() == 1 && schema.field(0).name() == "count";
-        match kind.tag() {
-            // DDL answers with no columns; writes with their count.
-            tag if schema.fields().is_empty() => {
-                drain(stream).await?;
-                writeln!(out, "{}", tag.unwrap_or("OK"))?;
-            }
-            Some(tag) if kind.writes_rows() && counted => {
-                let mut n = 0;
-                let mut stream = stream;
-                while let Some(batch) = stream.next().await {
-                    let batch = batch.map_err(RenderError::from)?;
-                    if let Some(c) = batch.column(0).as_primitive_opt::<UInt64Type>() {
-                        n += c.iter().flatten().sum::<u64>();
-                    }
-                }
-                let oid = if kind == StatementKind::Insert {
-                    "0 "
+        if schema.fields().is_empty() {
+            // A statement of DataFusion's without rows or a tag of its own.
+            drain(stream).await?;
+            writeln!(out, "OK")?;
+        } else {
+            let mut printer = Printer {
+                out,
+                format: self.format,
+                expanded: self.expanded,
+                width,
+                page,
+                chunk: CHUNK_ROWS,
+            };
+            let printed = printer.print(stream).await?;
+            if self.format == Format::Table {
+                let s = if printed.rows == 1 { "" } else { "s" };
+                if printed.stopped {
+                    writeln!(out, "({} row{s} shown; stopped)", printed.rows)?;
                 } else {
-                    ""
-                };
-                writeln!(out, "{tag} {oid}{n}")?;
-            }
-            _ => {
-                let mut printer = Printer {
-                    out,
-                    format: self.format,
-                    expanded: self.expanded,
-                    width,
-                    page,
-                    chunk: CHUNK_ROWS,
-                };
-                let printed = printer.print(stream).await?;
-                if self.format == Format::Table {
-                    let s = if printed.rows == 1 { "" } else { "s" };
-                    if printed.stopped {
-                        writeln!(out, "({} row{s} shown; stopped)", printed.rows)?;
-                    } else {
-                        writeln!(out, "({} row{s})", printed.rows)?;
-                    }
+                    writeln!(out, "({} row{s})", printed.rows)?;
                 }
             }
         }
+        out.flush()?;
+        self.after(kind, started).await
+    }
+
+    /// What follows every statement: its time, and the names completion
+    /// offers read again after DDL.
+    async fn after(&mut self, kind: StatementKind, started: Instant) -> Result<(), ShellError> {
+        let mut stdout = std::io::stdout();
+        let out: &mut dyn Write = match &mut self.output {
+            Some((_, file)) => file,
+            None => &mut stdout,
+        };
         if self.timing {
             writeln!(
                 out,
@@ -322,6 +351,11 @@ impl Shell {
         let width = self.width();
         let text = match meta {
             Meta::Quit => return Ok(Flow::Quit),
+            Meta::Set(name, value) => {
+                self.set(&name, &value);
+                String::new()
+            }
+            Meta::Echo(text) => format!("{text}\n"),
             Meta::Help => meta::HELP.to_owned(),
             Meta::ListTables => meta::list_tables(&self.engine, width).await? + "\n",
             Meta::Describe(name) => meta::describe(&self.engine, &name, width)
@@ -416,9 +450,10 @@ async fn drain(
     Ok(())
 }
 
-/// Prints an error on stderr as psql does: `ERROR:  message`, and for a
-/// syntax error the line it is on with a caret under the place.
-pub(crate) fn report(piece: &Piece, e: &ShellError) {
+/// Prints an error on stderr as psql does: `ERROR:  message` (with
+/// `verbose`, `ERROR:  SQLSTATE: message`, as psql's `VERBOSITY verbose`),
+/// and for a syntax error the line it is on with a caret under the place.
+pub(crate) fn report(piece: &Piece, e: &ShellError, verbose: bool) {
     if matches!(e, ShellError::Reported) {
         return;
     }
@@ -428,7 +463,18 @@ pub(crate) fn report(piece: &Piece, e: &ShellError) {
         Some((_, inner)) => format!("syntax error: {}", inner.trim_end_matches("\")")),
         None => message.clone(),
     };
-    eprintln!("ERROR:  {}", shown.trim_end());
+    let code = match (verbose, e) {
+        (true, ShellError::Engine(e)) => Some(crate::server::sqlstate::engine_code(e)),
+        (true, ShellError::Render(RenderError::Query(e))) => {
+            Some(crate::server::sqlstate::datafusion_code(e))
+        }
+        (true, _) => Some(crate::server::sqlstate::INTERNAL_ERROR),
+        (false, _) => None,
+    };
+    match code {
+        Some(code) => eprintln!("ERROR:  {code}: {}", shown.trim_end()),
+        None => eprintln!("ERROR:  {}", shown.trim_end()),
+    }
     let place = match piece {
         Piece::Sql(sql) => position(&message).or_else(|| {
             // "found: EOF": the statement ended too soon; point past its end.

@@ -52,11 +52,15 @@ enum Command {
     },
     /// Run one SQL statement (SELECT, INSERT, UPDATE, DELETE, EXPLAIN [ANALYZE], CREATE TABLE ... WITH, DROP TABLE, CREATE/DROP SEQUENCE).
     Query {
-        /// The statement.
+        /// The statements (and the shell's meta-commands, one per line).
         sql: String,
         /// Output format.
         #[arg(long, value_enum, default_value_t = output::Format::Table)]
         format: output::Format,
+        /// A psql variable, NAME=VALUE: `VERBOSITY=verbose` shows errors'
+        /// SQLSTATE, `ON_ERROR_STOP=off` runs on after an error.
+        #[arg(short = 'v', long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
         /// Print `progress N` as CREATE INDEX reads base rows (for crash tests).
         #[arg(long, hide = true)]
         print_progress: bool,
@@ -70,6 +74,10 @@ enum Command {
         /// Output format (csv and json are for scripts).
         #[arg(long, value_enum, default_value_t = output::Format::Table)]
         format: output::Format,
+        /// A psql variable, NAME=VALUE (as `\set`): `VERBOSITY=verbose`,
+        /// `ON_ERROR_STOP=off`.
+        #[arg(short = 'v', long = "set", value_name = "NAME=VALUE")]
+        set: Vec<String>,
     },
     /// Serve SQL over the Postgres wire protocol (psql, drivers, BI tools).
     Serve {
@@ -235,6 +243,7 @@ async fn main() -> anyhow::Result<()> {
         Command::Query {
             sql,
             format,
+            set,
             print_progress,
         } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
@@ -245,13 +254,14 @@ async fn main() -> anyhow::Result<()> {
             // does there: its tag or its rows with psql's footer, notices and
             // errors as psql prints them (`ERROR:  ...`).
             let mut shell = tablesql::shell::Shell::new(engine, format, false).await;
+            set_variables(&mut shell, &set)?;
             // The error is already reported, psql's way, by the shell.
             if shell.run_script(&sql).await.is_err() {
                 std::process::exit(1);
             }
             Ok(())
         }
-        Command::Shell { file, format } => shell(store, options, file, format).await,
+        Command::Shell { file, format, set } => shell(store, options, file, format, &set).await,
         Command::Load {
             table,
             file,
@@ -417,12 +427,14 @@ async fn shell(
     options: tablesql::EngineOptions,
     file: Option<std::path::PathBuf>,
     format: output::Format,
+    set: &[String],
 ) -> anyhow::Result<()> {
     use tablesql::shell::Shell;
     let engine = tablesql::Engine::with_store(store, options).await?;
     let interactive = file.is_none() && std::io::stdin().is_terminal();
     let terminal = interactive && std::io::stdout().is_terminal();
     let mut shell = Shell::new(engine, format, terminal).await;
+    set_variables(&mut shell, set)?;
     if interactive {
         let history = std::env::var_os("TABLESQL_HISTORY")
             .map(std::path::PathBuf::from)
@@ -436,6 +448,17 @@ async fn shell(
     // The error is already reported, psql's way, by the shell.
     if shell.run_script(&text).await.is_err() {
         std::process::exit(1);
+    }
+    Ok(())
+}
+
+/// `-v NAME=VALUE` options, as psql's.
+fn set_variables(shell: &mut tablesql::shell::Shell, set: &[String]) -> anyhow::Result<()> {
+    for assignment in set {
+        let Some((name, value)) = assignment.split_once('=') else {
+            anyhow::bail!("-v {assignment}: expected NAME=VALUE");
+        };
+        shell.set(name, value);
     }
     Ok(())
 }

@@ -49,7 +49,7 @@ impl Drop for Served {
 }
 
 impl Served {
-    fn conninfo(&self, user: &str) -> String {
+    pub(crate) fn conninfo(&self, user: &str) -> String {
         format!(
             "host={} port={} user={user} dbname=tablesql",
             self.addr.ip(),
@@ -99,7 +99,7 @@ async fn connect(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
     Ok(client)
 }
 
-fn psql() -> String {
+pub(crate) fn psql() -> String {
     std::env::var("TABLESQL_TEST_PSQL").unwrap_or_else(|_| "psql".into())
 }
 
