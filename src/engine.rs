@@ -80,6 +80,8 @@ pub use describe::{
 pub use follow::DEFAULT_CATALOG_CHECK;
 pub use kind::StatementKind;
 pub use paging::ResultPage;
+#[cfg(feature = "server")]
+pub(crate) use prepared::Planned;
 pub use prepared::PreparedStatement;
 #[cfg(feature = "server")]
 pub(crate) use prepared::bind;
@@ -87,7 +89,7 @@ pub use refuse::in_memory_only;
 pub(crate) use run::Transaction;
 #[cfg(feature = "server")]
 pub(crate) use run::{
-    PointQuery, Snapshot, parameter_types, reads_system_catalog, start_direct, statement_label,
+    Snapshot, parameter_types, reads_system_catalog, start_direct, statement_label,
 };
 pub use session::{Outcome, Session};
 

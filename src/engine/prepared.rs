@@ -42,15 +42,15 @@ impl std::fmt::Debug for PreparedStatement {
 
 /// One planning of a prepared statement.
 #[derive(Debug)]
-pub struct Planned {
+pub(crate) struct Planned {
     /// The catalog version it was planned under.
     version: u64,
     /// The optimized plan, placeholders in place.
-    pub plan: LogicalPlan,
+    pub(crate) plan: LogicalPlan,
     /// The placeholders' types, `$1` first (`None` where nothing says).
-    pub params: Vec<Option<DataType>>,
+    pub(crate) params: Vec<Option<DataType>>,
     /// The plan as a point read, when it is one.
-    pub point: Option<PointQuery>,
+    pub(crate) point: Option<PointQuery>,
 }
 
 impl Engine {
@@ -85,13 +85,21 @@ impl Engine {
             ))
             .into());
         }
-        let statement = statements.remove(0);
+        self.prepare_statement(statements.remove(0)).await
+    }
+
+    /// As [`Engine::prepare`], of a parsed statement (`EXPLAIN` too).
+    pub async fn prepare_statement(
+        &self,
+        statement: Statement,
+    ) -> Result<PreparedStatement, EngineError> {
         if !preparable(&statement) {
             return Err(DataFusionError::Plan(format!(
                 "only queries and writes can be prepared, not: {statement}"
             ))
             .into());
         }
+        self.follow_catalog().await;
         let planned = self.plan_prepared(&statement).await?;
         Ok(PreparedStatement {
             engine: self.clone(),
@@ -140,6 +148,7 @@ fn preparable(statement: &Statement) -> bool {
     matches!(
         statement,
         Statement::Query(_)
+            | Statement::Explain { .. }
             | Statement::Insert(_)
             | Statement::Update { .. }
             | Statement::Delete(_)
@@ -158,23 +167,37 @@ impl PreparedStatement {
         self.current().point.is_some()
     }
 
-    fn current(&self) -> Arc<Planned> {
+    /// The planning as last planned (the result's shape never changes).
+    pub(crate) fn current(&self) -> Arc<Planned> {
         match self.planned.read() {
             Ok(p) => p.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
         }
     }
 
-    /// The planning to run: planned again when the catalog changed.
-    async fn planned(&self) -> Result<Arc<Planned>, EngineError> {
-        self.engine.follow_catalog().await;
+    /// The planning to run: planned again, and kept, when a table changed
+    /// in the catalog since (here, or in another process once
+    /// `Engine::follow_catalog` saw it), so that a prepared write never
+    /// writes under a replaced definition. As in PostgreSQL, a new plan
+    /// whose rows differ in shape is an error.
+    pub(crate) async fn planned(&self) -> Result<Arc<Planned>, EngineError> {
         let current = self.current();
         if current.version == self.engine.catalog_version() {
             return Ok(current);
         }
         // Boxed, as the physical path below: planning's futures are large,
         // and a point read's future should not carry them.
-        let fresh = Arc::new(Box::pin(self.engine.plan_prepared(&self.statement)).await?);
+        Box::pin(self.plan_again(&current)).await
+    }
+
+    async fn plan_again(&self, old: &Planned) -> Result<Arc<Planned>, EngineError> {
+        let fresh = self.engine.plan_prepared(&self.statement).await?;
+        if fresh.plan.schema().as_arrow() != old.plan.schema().as_arrow() {
+            return Err(EngineError::NotSupported(
+                "cached plan must not change result type".into(),
+            ));
+        }
+        let fresh = Arc::new(fresh);
         if let Ok(mut p) = self.planned.write() {
             *p = fresh.clone();
         }
@@ -196,6 +219,7 @@ impl PreparedStatement {
 
     async fn collect(&self, params: ParamValues) -> Result<Vec<RecordBatch>, EngineError> {
         self.refuse_in_failed_block()?;
+        self.engine.follow_catalog().await;
         let planned = self.planned().await?;
         if let Some(batch) = self.point(&planned, &params).await? {
             // As a scan collects: no batch for no rows.
@@ -226,6 +250,7 @@ impl PreparedStatement {
 
     async fn start(&self, params: ParamValues) -> Result<SendableRecordBatchStream, EngineError> {
         self.refuse_in_failed_block()?;
+        self.engine.follow_catalog().await;
         let planned = self.planned().await?;
         if let Some(batch) = self.point(&planned, &params).await? {
             let schema = batch.schema();

@@ -34,13 +34,13 @@ use pgwire::messages::data::DataRow;
 use super::cancel::{Guard, guarded};
 use super::params;
 use super::sqlstate::{
-    CONNECTION_FAILURE, FEATURE_NOT_SUPPORTED, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error,
-    engine_error, error, parser_error,
+    CONNECTION_FAILURE, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error, engine_error, error,
+    parser_error,
 };
 use super::vectors;
 use crate::engine::{
-    Engine, PointQuery, Session, Snapshot, StatementKind, parameter_types, reads_system_catalog,
-    rows_written, start_direct, statement_label,
+    Engine, Planned, PreparedStatement, Session, Snapshot, StatementKind, parameter_types,
+    reads_system_catalog, rows_written, start_direct, statement_label,
 };
 
 /// A statement as Parse left it.
@@ -56,25 +56,11 @@ pub struct Prepared {
     pub kind: Kind,
 }
 
-/// A prepared statement's plan under one catalog version.
-#[derive(Debug)]
-pub struct Planned {
-    /// The optimized plan, placeholders included.
-    pub(crate) plan: LogicalPlan,
-    /// A query that reads one entity by its primary key, planned whole.
-    pub(crate) point: Option<Arc<PointQuery>>,
-    /// The engine's catalog version it was planned under.
-    pub(crate) version: u64,
-}
-
 impl Kind {
     /// A query's or a write's plan as last planned.
     fn planned(&self) -> Option<Arc<Planned>> {
         match self {
-            Kind::Query { planned, .. } => Some(match planned.read() {
-                Ok(p) => p.clone(),
-                Err(poisoned) => poisoned.into_inner().clone(),
-            }),
+            Kind::Query { prepared, .. } => Some(prepared.current()),
             Kind::Command(_) => None,
         }
     }
@@ -86,11 +72,11 @@ pub type Stmt = Arc<Prepared>;
 #[derive(Debug)]
 pub enum Kind {
     /// A query (SELECT, VALUES, EXPLAIN) or a write (INSERT, UPDATE,
-    /// DELETE; `write` is its command tag): its optimized plan, placeholders
-    /// included, and their types.
+    /// DELETE; `write` is its command tag): the engine's prepared
+    /// statement, and its placeholders' types as the client is told them.
     Query {
-        /// Its plan, planned again after a catalog change (`Planner::current`).
-        planned: std::sync::RwLock<Arc<Planned>>,
+        /// Planned once, and again after a catalog change, by the engine.
+        prepared: PreparedStatement,
         params: Vec<Option<DataType>>,
         param_types: Vec<Type>,
         /// The kind of a statement that writes rows.
@@ -170,10 +156,15 @@ impl Planner {
                 kind: Kind::Command(Box::new(statement)),
             });
         }
-        let version = self.engine.catalog_version();
-        let plan = self.logical(statement).await?;
-        let mut types = parameter_types(&plan).map_err(|e| datafusion_error(&e))?;
-        for (id, t) in params::cast_placeholder_types(&plan).map_err(|e| datafusion_error(&e))? {
+        let prepared = self
+            .engine
+            .prepare_statement(statement)
+            .await
+            .map_err(|e| engine_error(&e))?;
+        let planned = prepared.current();
+        let plan = &planned.plan;
+        let mut types = parameter_types(plan).map_err(|e| datafusion_error(&e))?;
+        for (id, t) in params::cast_placeholder_types(plan).map_err(|e| datafusion_error(&e))? {
             if let Some(slot @ None) = types.get_mut(&id) {
                 *slot = Some(t);
             }
@@ -189,22 +180,13 @@ impl Planner {
             .map(|(n, t)| params::told_type(*n, t.as_ref(), &oids))
             .collect::<PgWireResult<Vec<_>>>()?;
         let params: Vec<Option<DataType>> = numbered.into_iter().map(|(_, t)| t).collect();
-        let point = match write {
-            None => PointQuery::of(&plan).map(Arc::new),
-            Some(_) => None,
-        };
-        let planned = Planned {
-            plan,
-            point,
-            version,
-        };
         Ok(Prepared {
             sql: sql.to_owned(),
             text,
             catalog,
             label,
             kind: Kind::Query {
-                planned: std::sync::RwLock::new(Arc::new(planned)),
+                prepared,
                 params,
                 param_types,
                 write,
@@ -212,53 +194,13 @@ impl Planner {
         })
     }
 
-    /// A prepared statement's plan under the current catalog: planned
-    /// again from its text when a table changed since (here, or in another
-    /// process: `Engine::follow_catalog`), and kept, so that a prepared
-    /// write never writes under a replaced definition. As in PostgreSQL, a
-    /// new plan whose rows differ in shape is an error (0A000).
+    /// A prepared statement's plan under the current catalog (the
+    /// engine's `PreparedStatement::planned`).
     async fn current(&self, prepared: &Prepared) -> PgWireResult<Arc<Planned>> {
-        let current = prepared
-            .kind
-            .planned()
-            .ok_or_else(|| internal("not a query or a write"))?;
-        if current.version == self.engine.catalog_version() {
-            return Ok(current);
-        }
-        // Boxed: planning's future is large, and every Execute's future
-        // (a point read's too) would carry it.
-        Box::pin(self.plan_again(prepared, &current)).await
-    }
-
-    async fn plan_again(&self, prepared: &Prepared, old: &Planned) -> PgWireResult<Arc<Planned>> {
-        let Kind::Query { planned, write, .. } = &prepared.kind else {
+        let Kind::Query { prepared, .. } = &prepared.kind else {
             return Err(internal("not a query or a write"));
         };
-        let version = self.engine.catalog_version();
-        let mut statements = self.parse(&prepared.text)?;
-        let (Some(statement), true) = (statements.pop(), statements.is_empty()) else {
-            return Err(internal("a prepared statement is one statement"));
-        };
-        let plan = self.logical(statement).await?;
-        if plan.schema().as_arrow() != old.plan.schema().as_arrow() {
-            return Err(error(
-                FEATURE_NOT_SUPPORTED,
-                "cached plan must not change result type",
-            ));
-        }
-        let point = match write {
-            None => PointQuery::of(&plan).map(Arc::new),
-            Some(_) => None,
-        };
-        let fresh = Arc::new(Planned {
-            plan,
-            point,
-            version,
-        });
-        if let Ok(mut p) = planned.write() {
-            *p = fresh.clone();
-        }
-        Ok(fresh)
+        prepared.planned().await.map_err(|e| engine_error(&e))
     }
 
     /// A query's rows as Arrow batches, for COPY TO: planned as any query
