@@ -75,7 +75,7 @@ pub enum BlockStatus {
 
 /// The status of `tx`.
 pub fn status(tx: &Transaction) -> BlockStatus {
-    match (tx.is_open(), tx.is_aborted()) {
+    match tx.open_and_failed() {
         (false, _) => BlockStatus::Idle,
         (true, false) => BlockStatus::InBlock,
         (true, true) => BlockStatus::Failed,

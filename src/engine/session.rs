@@ -101,27 +101,31 @@ impl Outcome {
 pub struct Session {
     /// An engine whose DataFusion session is this session's own.
     engine: Engine,
+    /// Its transaction block, held here: the wire server asks for its
+    /// status after every message.
+    tx: Option<Arc<Transaction>>,
 }
 
 impl Engine {
     /// A new session over this engine's tables: its settings, transaction
     /// block and notices are its own.
     pub fn session(&self) -> Session {
-        Session {
-            engine: self.new_session(),
-        }
+        Session::of(self.new_session())
     }
 
     /// This engine's own session (what `Engine::sql` runs in), as a
     /// [`Session`].
     pub fn as_session(&self) -> Session {
-        Session {
-            engine: self.clone(),
-        }
+        Session::of(self.clone())
     }
 }
 
 impl Session {
+    fn of(engine: Engine) -> Self {
+        let tx = session_transaction(engine.context());
+        Session { engine, tx }
+    }
+
     /// The engine, whose context is this session's.
     pub fn engine(&self) -> &Engine {
         &self.engine
@@ -142,8 +146,8 @@ impl Session {
 
     /// Where the session's transaction block stands.
     pub fn status(&self) -> BlockStatus {
-        match self.transaction() {
-            Some(tx) => block::status(&tx),
+        match &self.tx {
+            Some(tx) => block::status(tx),
             None => BlockStatus::Idle,
         }
     }
@@ -158,8 +162,8 @@ impl Session {
     /// Whether the session's block is failed, as an error for a statement
     /// about to run outside [`Self::execute`] (a prepared statement's run).
     pub fn admit(&self, statement: &Statement) -> Result<(), EngineError> {
-        match self.transaction() {
-            Some(tx) => block::admit(&tx, statement),
+        match &self.tx {
+            Some(tx) => block::admit(tx, statement),
             None => Ok(()),
         }
     }
@@ -233,12 +237,8 @@ impl Session {
             datafusion::physical_plan::common::collect(stream).await?;
             return Ok(Outcome::Done(kind));
         }
-        let tx = self.transaction();
+        let tx = self.tx.clone();
         Ok(Outcome::Rows(Box::pin(FailsBlock { stream, tx })))
-    }
-
-    fn transaction(&self) -> Option<Arc<Transaction>> {
-        session_transaction(self.engine.context())
     }
 }
 

@@ -203,6 +203,13 @@ impl Transaction {
         state.open.is_some() && state.aborted
     }
 
+    /// Whether a block is open, and whether a statement of it failed, in
+    /// one look (the wire server asks after every message).
+    pub fn open_and_failed(&self) -> (bool, bool) {
+        let state = self.lock();
+        (state.open.is_some(), state.open.is_some() && state.aborted)
+    }
+
     /// A statement of the open block failed: nothing but its end runs
     /// until `ROLLBACK` (or `ROLLBACK TO` a savepoint), and its `COMMIT`
     /// rolls back, as in PostgreSQL. Outside a block, nothing.
