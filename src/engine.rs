@@ -60,7 +60,7 @@ mod indexes;
 mod kind;
 mod paging;
 mod prepared;
-mod refuse;
+pub(crate) mod refuse;
 mod run;
 mod schema;
 mod session;
@@ -85,7 +85,6 @@ pub(crate) use prepared::Planned;
 pub use prepared::PreparedStatement;
 #[cfg(feature = "server")]
 pub(crate) use prepared::bind;
-pub use refuse::in_memory_only;
 pub(crate) use run::Transaction;
 #[cfg(feature = "server")]
 pub(crate) use run::{
@@ -1045,12 +1044,6 @@ pub(crate) fn session_notices(ctx: &SessionContext) -> Vec<Notice> {
         .unwrap_or_default()
 }
 
-/// Whether a session pages its queries (`tablesql.page_size` above 0).
-#[cfg(feature = "server")]
-pub(crate) fn session_pages(ctx: &SessionContext) -> bool {
-    paging::paging_on(ctx)
-}
-
 /// The transaction block of a session (an engine's own, or one of
 /// [`Engine::session_context`]'s).
 pub(crate) fn session_transaction(ctx: &SessionContext) -> Option<Arc<Transaction>> {
@@ -1058,16 +1051,6 @@ pub(crate) fn session_transaction(ctx: &SessionContext) -> Option<Arc<Transactio
         .read()
         .config()
         .get_extension::<Transaction>()
-}
-
-/// Forgets the sequence values a session holds (`DISCARD ALL`).
-#[cfg(feature = "server")]
-pub(crate) fn discard_session_sequences(ctx: &SessionContext) {
-    let state = ctx.state();
-    let sequences = state.config().options().extensions.get::<SequenceSession>();
-    if let Some(sequences) = sequences {
-        sequences.clear();
-    }
 }
 
 /// A `tablesql.*` setting of a session, by its full name: `None` for a

@@ -12,7 +12,6 @@ use std::time::Instant;
 use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ParamValues;
-#[cfg(feature = "server")]
 use datafusion::error::DataFusionError;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::SendableRecordBatchStream;
@@ -23,7 +22,6 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{Engine, session_transaction};
-#[cfg(feature = "server")]
 use crate::exec::recorded::plan_run;
 use crate::exec::recorded::{normalize, recorded};
 use crate::exec::workload::Run;
@@ -80,7 +78,6 @@ impl Engine {
 
     /// A write that ran to its end: `rows` written since `started`, with
     /// what its plan's scans and writes counted.
-    #[cfg(feature = "server")]
     pub(crate) fn record_write(
         &self,
         label: &str,
@@ -99,7 +96,6 @@ impl Engine {
 
     /// A statement that failed: a refusal of a key taken (a conflict) is
     /// counted against it.
-    #[cfg(feature = "server")]
     pub(crate) fn record_failure(&self, label: &str, e: &DataFusionError) {
         if crate::exec::is_conflict(e) {
             self.workload.refused(label);

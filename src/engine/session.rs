@@ -168,6 +168,23 @@ impl Session {
         }
     }
 
+    /// Whether the session pages its queries (`tablesql.page_size` above 0).
+    pub fn pages(&self) -> bool {
+        super::paging::paging_on(self.engine.context())
+    }
+
+    /// `DISCARD ALL`'s part in the engine: the session forgets the sequence
+    /// values it holds (`currval`).
+    pub fn discard(&self) {
+        let state = self.engine.context().state();
+        let extensions = &state.config().options().extensions;
+        if let Some(sequences) =
+            extensions.get::<crate::planner::sequence_functions::SequenceSession>()
+        {
+            sequences.clear();
+        }
+    }
+
     /// The notices the session's statements left since the last call.
     pub fn take_notices(&self) -> Vec<Notice> {
         session_notices(self.engine.context())
@@ -224,14 +241,24 @@ impl Session {
         let frame = self.engine.frame(statement).await?;
         let task = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;
+        if kind.writes_rows() {
+            // Recorded as the wire server records a write: rows written,
+            // and a refusal of a key taken counted against it.
+            let started = std::time::Instant::now();
+            return match datafusion::physical_plan::collect(plan.clone(), task).await {
+                Ok(batches) => {
+                    let rows = written(&batches)?;
+                    self.engine.record_write(&label, started, rows, &plan);
+                    Ok(Outcome::Written { kind, rows })
+                }
+                Err(e) => {
+                    self.engine.record_failure(&label, &e);
+                    Err(e.into())
+                }
+            };
+        }
         let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
         let stream = self.engine.recorded(label, Some(plan), stream);
-        if kind.writes_rows() {
-            return Ok(Outcome::Written {
-                kind,
-                rows: written(stream).await?,
-            });
-        }
         if stream.schema().fields().is_empty() && kind.tag().is_some() {
             // SET, and DataFusion's DDL of an embedder's tables.
             datafusion::physical_plan::common::collect(stream).await?;
@@ -243,10 +270,9 @@ impl Session {
 }
 
 /// The count a write's plan answers with, summed over its batches.
-async fn written(mut stream: SendableRecordBatchStream) -> Result<u64, EngineError> {
+fn written(batches: &[RecordBatch]) -> Result<u64, EngineError> {
     let mut rows = 0;
-    while let Some(batch) = stream.next().await {
-        let batch: RecordBatch = batch?;
+    for batch in batches {
         let counts = batch
             .column(0)
             .as_primitive_opt::<UInt64Type>()

@@ -48,7 +48,6 @@ impl SequenceSession {
     }
 
     /// Forgets them (`DISCARD ALL`).
-    #[cfg(feature = "server")]
     pub fn clear(&self) {
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
         last.clear();

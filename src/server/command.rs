@@ -450,7 +450,7 @@ pub fn cursor(store: &MemPortalStore<Stmt>, name: &str) -> PgWireResult<Arc<Port
 /// The refusal for statements tablesql does not run.
 pub fn not_supported(statement: &Statement) -> pgwire::error::PgWireError {
     // The engine's own refusal first: the same words in every front end.
-    if let Some(why) = crate::engine::in_memory_only(statement) {
+    if let Some(why) = crate::engine::refuse::in_memory_only(statement) {
         return engine_error(&crate::engine::EngineError::NotSupported(why));
     }
     let what = match statement {

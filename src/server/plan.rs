@@ -434,7 +434,7 @@ impl Planner {
         let current = self.current(prepared).await?;
         let plan = &current.plan;
         if let Some(point) = &current.point
-            && !crate::engine::session_pages(&self.ctx)
+            && !self.session.pages()
         {
             let read = guard
                 .run(async {

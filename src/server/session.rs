@@ -316,7 +316,7 @@ impl Session {
                     ));
                 }
                 *self.vars()? = Vars::default();
-                crate::engine::discard_session_sequences(&self.planner.ctx);
+                self.planner.session.discard();
                 if let Ok(mut names) = self.tx_cursors.lock() {
                     names.clear();
                 }
