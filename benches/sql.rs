@@ -127,15 +127,15 @@ fn point_query_prepared_no_statistics(bencher: Bencher) {
 fn prepared_execute(bencher: Bencher, engine: &Engine) {
     use futures::StreamExt;
     use tablesql::__bench::Guard;
-    use tablesql::__bench::Planner;
+    use tablesql::__bench::Runner;
     use tablesql::datafusion::common::ParamValues;
     use tablesql::datafusion::scalar::ScalarValue;
     let f = &*FIXTURE;
-    let planner = Planner::new(engine.session());
+    let runner = Runner::new(engine.session());
     let sql = "SELECT name, age, finish FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3";
     let prepared = f.rt.block_on(async {
-        let statement = planner.parse(sql).expect("parse").remove(0);
-        planner.prepare(sql, statement).await.expect("prepare")
+        let statement = runner.parse(sql).expect("parse").remove(0);
+        runner.prepare(sql, statement).await.expect("prepare")
     });
     let format = pgwire::api::portal::Format::UnifiedBinary;
     let mut i = 0;
@@ -148,7 +148,7 @@ fn prepared_execute(bencher: Bencher, engine: &Engine) {
             ScalarValue::Int32(Some(r.bib)).into(),
         ]);
         f.rt.block_on(async {
-            let mut response = planner
+            let mut response = runner
                 .execute_values(&prepared, &values, &format, Guard::unbounded())
                 .await
                 .expect("execute");

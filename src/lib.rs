@@ -196,5 +196,5 @@ pub use planner::policy::ScanPolicy;
 #[cfg(feature = "server")]
 pub mod __bench {
     pub use crate::server::cancel::Guard;
-    pub use crate::server::plan::Planner;
+    pub use crate::server::plan::Runner;
 }

@@ -20,7 +20,7 @@ use pgwire::error::PgWireResult;
 use pgwire::messages::extendedquery::Bind;
 
 use super::cancel::Guard;
-use super::plan::{Planner, Stmt, result_fields as plan_fields};
+use super::plan::{Runner, Stmt, result_fields as plan_fields};
 use super::sqlstate::{
     DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME, INVALID_PARAMETER_VALUE,
     UNDEFINED_OBJECT, engine_error, error,
@@ -336,7 +336,7 @@ pub fn portals<S: PortalStore>(store: &S) -> PgWireResult<&MemPortalStore<Stmt>>
 /// With `outer` (DECLARE through the extended protocol, as psycopg sends it),
 /// the cursor's query is bound to the values the client bound to DECLARE.
 pub async fn declare(
-    planner: &Planner,
+    runner: &Runner,
     store: &MemPortalStore<Stmt>,
     declare: &Declare,
     outer: Option<&Portal<Stmt>>,
@@ -361,7 +361,7 @@ pub async fn declare(
         ));
     }
     let statement = Statement::Query(query.clone());
-    let prepared = planner.prepare(&statement.to_string(), statement).await?;
+    let prepared = runner.prepare(&statement.to_string(), statement).await?;
     let (types, formats, values) = match outer {
         Some(p) => (
             p.statement.parameter_types.clone(),
@@ -416,7 +416,7 @@ pub fn fetch_count(direction: &FetchDirection) -> PgWireResult<usize> {
 
 /// `FETCH n FROM name`: continues the cursor's stream where it stopped.
 pub async fn fetch(
-    planner: &Planner,
+    runner: &Runner,
     store: &MemPortalStore<Stmt>,
     name: &str,
     count: usize,
@@ -428,7 +428,7 @@ pub async fn fetch(
         pgwire::api::portal::PortalExecutionState::Initial
     );
     if !started {
-        let response = planner.execute_cursor(&portal, guard).await?;
+        let response = runner.execute_cursor(&portal, guard).await?;
         portal.start(response).await;
     }
     let mut fetched = portal.fetch(count).await?.response;

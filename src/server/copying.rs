@@ -52,17 +52,17 @@ impl Session {
         statement: &datafusion::sql::sqlparser::ast::Statement,
         status: crate::engine::BlockStatus,
     ) -> PgWireResult<Response> {
-        let planner = self.planner();
-        match copy::plan(&planner.engine, &planner.ctx, statement, self.guard(client)).await? {
+        let runner = self.runner();
+        match copy::plan(&runner.engine, &runner.ctx, statement, self.guard(client)).await? {
             Copy::Out { query, format } => {
-                let parsed = planner.parse(&query)?;
+                let parsed = runner.parse(&query)?;
                 let Some(statement) = parsed.into_iter().next() else {
                     return Err(error(
                         super::sqlstate::SYNTAX_ERROR,
                         "COPY of an empty query",
                     ));
                 };
-                let (schema, batches) = planner.batches(statement, self.guard(client)).await?;
+                let (schema, batches) = runner.batches(statement, self.guard(client)).await?;
                 Ok(Response::CopyOut(copy::copy_out(schema, batches, format)))
             }
             Copy::In(state) => {
@@ -93,7 +93,7 @@ impl CopyHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let mut state = self.copying().running("CopyData")?;
-        state.take(&self.planner().ctx, &data.data).await;
+        state.take(&self.runner().ctx, &data.data).await;
         self.copying().put(state);
         Ok(())
     }
@@ -105,7 +105,7 @@ impl CopyHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let mut state = self.copying().running("CopyDone")?;
-        let rows = state.finish(&self.planner().ctx).await?;
+        let rows = state.finish(&self.runner().ctx).await?;
         let tag = Tag::new("COPY").with_rows(usize::try_from(rows).unwrap_or(usize::MAX));
         futures::SinkExt::send(client, PgWireBackendMessage::CommandComplete(tag.into())).await?;
         Ok(())

@@ -44,7 +44,7 @@ use tokio::net::TcpListener;
 
 pub use auth::{AuthMode, Users};
 use cancel::Registry;
-use plan::Planner;
+use plan::Runner;
 use session::Session;
 pub use sqlstate::engine_code;
 
@@ -200,9 +200,9 @@ struct Connection {
 
 impl Connection {
     fn new(shared: &Shared, probe: Option<cancel::Probe>) -> Self {
-        let planner = Planner::new(shared.engine.session());
+        let runner = Runner::new(shared.engine.session());
         Self {
-            session: Arc::new(Session::new(planner, shared.registry.clone(), probe)),
+            session: Arc::new(Session::new(runner, shared.registry.clone(), probe)),
             startup: Arc::new(auth::Startup::new(
                 &shared.auth,
                 shared.tls.is_some(),

@@ -1,6 +1,6 @@
-//! Statements of one connection: parsing (the engine's, as every front end
-//! parses), the plan kept by a prepared statement, and execution into a
-//! lazily encoded row stream.
+//! Statements of one connection ([`Runner`]): the engine session parses,
+//! prepares and re-plans them; here a portal's values are bound and a
+//! query runs into a lazily encoded row stream.
 //!
 //! A prepared query is parsed, analyzed and optimized once, at Parse, with its
 //! placeholders. Each Execute binds the values into that optimized plan and
@@ -87,8 +87,10 @@ pub enum Kind {
     Command(Box<Statement>),
 }
 
-/// Plans and runs statements on one connection's session.
-pub struct Planner {
+/// Runs one connection's statements: parsing, preparing and re-planning
+/// are its engine session's; what is its own is the wire's part (binding a
+/// portal's values, the direct path, encoding rows for the client).
+pub struct Runner {
     /// The connection's engine session: transaction control and DDL run
     /// there.
     pub session: Session,
@@ -100,8 +102,8 @@ pub struct Planner {
     snapshot: std::sync::RwLock<Snapshot>,
 }
 
-impl Planner {
-    /// A planner for an engine session.
+impl Runner {
+    /// A runner for an engine session.
     pub fn new(session: Session) -> Self {
         let engine = session.engine().clone();
         let ctx = session.context().clone();
@@ -643,7 +645,7 @@ pub fn is_query(statement: &Statement) -> bool {
 }
 
 #[async_trait]
-impl QueryParser for Planner {
+impl QueryParser for Runner {
     type Statement = Stmt;
 
     async fn parse_sql<C>(

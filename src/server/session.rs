@@ -1,5 +1,5 @@
 //! One connection: the simple and extended query protocols over a
-//! [`Planner`], with session parameters, transactions and cursors.
+//! [`Runner`], with session parameters, transactions and cursors.
 
 use std::fmt::Debug;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -29,7 +29,7 @@ use pgwire::messages::startup::ParameterStatus;
 
 use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
-use super::plan::{Kind, Planner, Stmt, is_query, write_kind, writes};
+use super::plan::{Kind, Runner, Stmt, is_query, write_kind, writes};
 use super::sqlstate::{
     ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, engine_error, error, notice_code,
 };
@@ -37,7 +37,7 @@ use crate::engine::{BlockChange, BlockStatus, EngineError, Notice, Outcome, Stat
 
 /// The query handler of one connection.
 pub struct Session {
-    planner: Arc<Planner>,
+    runner: Arc<Runner>,
     registry: Arc<Registry>,
     registration: OnceLock<Registration>,
     vars: Arc<Mutex<Vars>>,
@@ -48,17 +48,17 @@ pub struct Session {
 }
 
 impl Session {
-    pub fn new(planner: Planner, registry: Arc<Registry>, probe: Option<Probe>) -> Self {
+    pub fn new(runner: Runner, registry: Arc<Registry>, probe: Option<Probe>) -> Self {
         let vars = Arc::new(Mutex::new(Vars::default()));
-        planner
+        runner
             .ctx
             .register_udf(super::current_setting::udf(vars.clone()));
-        planner
+        runner
             .ctx
             .register_udf(super::current_setting::set_config_udf(vars.clone()));
-        planner.configuration_changed();
+        runner.configuration_changed();
         Self {
-            planner: Arc::new(planner),
+            runner: Arc::new(runner),
             registry,
             registration: OnceLock::new(),
             vars,
@@ -87,8 +87,8 @@ impl Session {
 
     /// A statement's guard: the connection's cancel signal and the session's
     /// `statement_timeout`.
-    pub(super) fn planner(&self) -> &Planner {
-        &self.planner
+    pub(super) fn runner(&self) -> &Runner {
+        &self.runner
     }
 
     pub(super) fn copying(&self) -> &super::copying::Copying {
@@ -108,7 +108,7 @@ impl Session {
         C: Sink<PgWireBackendMessage> + Unpin + Send,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let left = crate::engine::session_notices(&self.planner.ctx);
+        let left = crate::engine::session_notices(&self.runner.ctx);
         for notice in extra.into_iter().chain(left) {
             let info = ErrorInfo::new(
                 "NOTICE".to_owned(),
@@ -131,7 +131,7 @@ impl Session {
     /// The transaction status the client is told: the engine session's
     /// block (`engine::block`), the one authority on it.
     pub fn wire_status(&self) -> TransactionStatus {
-        match self.planner.session.status() {
+        match self.runner.session.status() {
             BlockStatus::Idle => TransactionStatus::Idle,
             BlockStatus::InBlock => TransactionStatus::Transaction,
             BlockStatus::Failed => TransactionStatus::Error,
@@ -141,7 +141,7 @@ impl Session {
     /// The protocol answered an error the engine did not see (a Bind that
     /// does not fit, a broken-off stream): the session's block fails.
     pub fn statement_failed(&self) {
-        self.planner.session.statement_failed();
+        self.runner.session.statement_failed();
     }
 
     /// Runs one statement that is not a prepared query; a failure fails the
@@ -176,7 +176,7 @@ impl Session {
         C: Sink<PgWireBackendMessage> + Unpin + Send,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let outcome = self.planner.session.execute(statement.clone()).await;
+        let outcome = self.runner.session.execute(statement.clone()).await;
         self.send_notices(client, Vec::new()).await?;
         let outcome = outcome.map_err(|e| engine_error(&e))?;
         let tag = outcome.tag().map(|t| Tag::new(&t));
@@ -210,11 +210,11 @@ impl Session {
         C::PortalStore: PortalStore,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        self.planner
+        self.runner
             .session
             .admit(statement)
             .map_err(|e| engine_error(&e))?;
-        let status = self.planner.session.status();
+        let status = self.runner.session.status();
         match statement {
             Statement::Copy { .. } => self.start_copy(client, statement, status).await,
             Statement::Commit { .. }
@@ -240,12 +240,12 @@ impl Session {
                 let (name, value) = target?;
                 let lower = name.to_ascii_lowercase();
                 if lower.starts_with("datafusion.") || lower.starts_with("tablesql.") {
-                    self.planner
+                    self.runner
                         .ctx
                         .sql(&statement.to_string())
                         .await
                         .map_err(|e| super::sqlstate::datafusion_error(&e))?;
-                    self.planner.configuration_changed();
+                    self.runner.configuration_changed();
                     return Ok(Response::Execution(Tag::new("SET")));
                 }
                 let report = self.vars()?.set(&name, &value)?;
@@ -279,7 +279,7 @@ impl Session {
                         "DECLARE CURSOR can only be used in transaction blocks (or WITH HOLD)",
                     ));
                 }
-                let (name, hold) = command::declare(&self.planner, store, declare, outer).await?;
+                let (name, hold) = command::declare(&self.runner, store, declare, outer).await?;
                 if !hold && status == BlockStatus::InBlock {
                     if let Ok(mut names) = self.tx_cursors.lock() {
                         names.push(name);
@@ -293,7 +293,7 @@ impl Session {
                 let count = command::fetch_count(direction)?;
                 let guard = self.guard(client);
                 let store = command::portals(client.portal_store())?;
-                let rows = command::fetch(&self.planner, store, &name.value, count, guard).await?;
+                let rows = command::fetch(&self.runner, store, &name.value, count, guard).await?;
                 Ok(Response::Query(rows))
             }
             Statement::Close { cursor } => {
@@ -316,7 +316,7 @@ impl Session {
                     ));
                 }
                 *self.vars()? = Vars::default();
-                self.planner.session.discard();
+                self.runner.session.discard();
                 if let Ok(mut names) = self.tx_cursors.lock() {
                     names.clear();
                 }
@@ -330,13 +330,13 @@ impl Session {
             }
             s if is_query(s) => {
                 let guard = self.guard(client);
-                let rows = self.planner.query(s.clone(), guard).await;
+                let rows = self.runner.query(s.clone(), guard).await;
                 self.send_notices(client, Vec::new()).await?;
                 Ok(Response::Query(rows?))
             }
             s if write_kind(s).is_some() => {
                 let guard = self.guard(client);
-                let done = self.planner.write_statement(s.clone(), guard).await;
+                let done = self.runner.write_statement(s.clone(), guard).await;
                 self.send_notices(client, Vec::new()).await?;
                 done
             }
@@ -378,7 +378,7 @@ impl Session {
         };
         let store = command::portals(client.portal_store())?;
         let cursor = command::cursor(store, &name.value)?;
-        let fields = self.planner.get_result_schema(
+        let fields = self.runner.get_result_schema(
             &cursor.statement.statement,
             Some(&cursor.result_column_format),
         )?;
@@ -458,8 +458,8 @@ impl SimpleQueryHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.start(client);
-        self.planner.follow_catalog().await;
-        let statements = self.planner.parse(query)?;
+        self.runner.follow_catalog().await;
+        let statements = self.runner.parse(query)?;
         let mut responses = Vec::with_capacity(statements.len());
         // The client sends COPY FROM's data after the whole string's
         // answers; a statement after it would run before the data.
@@ -523,10 +523,10 @@ impl SimpleQueryHandler for Session {
 #[async_trait]
 impl ExtendedQueryHandler for Session {
     type Statement = Stmt;
-    type QueryParser = Planner;
+    type QueryParser = Runner;
 
-    fn query_parser(&self) -> Arc<Planner> {
-        self.planner.clone()
+    fn query_parser(&self) -> Arc<Runner> {
+        self.runner.clone()
     }
 
     /// pgwire answers an Execute without a row limit by collecting the whole
@@ -583,20 +583,20 @@ impl ExtendedQueryHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.start(client);
-        self.planner.follow_catalog().await;
+        self.runner.follow_catalog().await;
         match &portal.statement.statement.kind {
             Kind::Query { write, .. } => {
-                if self.planner.session.status() == BlockStatus::Failed {
+                if self.runner.session.status() == BlockStatus::Failed {
                     return Err(engine_error(&EngineError::InFailedTransaction));
                 }
                 if write.is_some() {
                     let guard = self.guard(client);
-                    let done = self.planner.execute_write(portal, guard).await;
+                    let done = self.runner.execute_write(portal, guard).await;
                     self.send_notices(client, Vec::new()).await?;
                     return done;
                 }
                 let guard = self.guard(client);
-                let rows = self.planner.execute(portal, guard).await;
+                let rows = self.runner.execute(portal, guard).await;
                 self.send_notices(client, Vec::new()).await?;
                 Ok(Response::Query(rows?))
             }
@@ -615,7 +615,7 @@ impl ExtendedQueryHandler for Session {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let params = self.planner.get_parameter_types(&target.statement)?;
+        let params = self.runner.get_parameter_types(&target.statement)?;
         let params = (0..params.len().max(target.parameter_types.len()))
             .map(|i| {
                 target
@@ -629,7 +629,7 @@ impl ExtendedQueryHandler for Session {
             .collect();
         let fields = match self.fetch_fields(client, &target.statement)? {
             Some(f) => f,
-            None => self.planner.get_result_schema(&target.statement, None)?,
+            None => self.runner.get_result_schema(&target.statement, None)?,
         };
         Ok(DescribeStatementResponse::new(params, fields))
     }
@@ -647,7 +647,7 @@ impl ExtendedQueryHandler for Session {
     {
         let fields = match self.fetch_fields(client, &target.statement.statement)? {
             Some(f) => f,
-            None => self.planner.get_result_schema(
+            None => self.runner.get_result_schema(
                 &target.statement.statement,
                 Some(&target.result_column_format),
             )?,
