@@ -15,9 +15,9 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 
-use crate::exec::observed::ObservedStore;
-use crate::exec::upkeep::Upkeep;
-use crate::exec::workload::Workload;
+use crate::exec::stats::observed::ObservedStore;
+use crate::exec::stats::workload::Workload;
+use crate::exec::write::upkeep::Upkeep;
 use crate::planner::index_functions::{self, IndexFunction};
 use crate::planner::workload_views::{self, WorkloadView};
 use datafusion::logical_expr::LogicalPlan;
@@ -33,9 +33,9 @@ use crate::catalog::raw::{SAMPLE_SIZE, infer};
 use crate::catalog::sequence::{self, SequenceDef};
 use crate::catalog::stats::{StatsCache, TableStats};
 use crate::catalog::{CatalogError, TableDef, ddl, persist, stats};
-use crate::exec::coop::YieldingJoins;
-use crate::exec::sequences::Sequences;
-use crate::exec::token::Signer;
+use crate::exec::ops::coop::YieldingJoins;
+use crate::exec::read::token::Signer;
+use crate::exec::write::sequences::Sequences;
 use crate::exec::{Layout, ScanOptions};
 use crate::planner::checked::CheckedIntegers;
 use crate::planner::dml_shape::{DmlShape, EmptyDml};
@@ -68,7 +68,7 @@ mod session;
 pub use crate::exec::notices::{Notice, NoticeKind};
 #[cfg(feature = "server")]
 pub(crate) use crate::exec::rows_written;
-pub use crate::exec::upkeep::IndexHealth;
+pub use crate::exec::write::upkeep::IndexHealth;
 pub use crate::planner::identity::{PG_VERSION, PG_VERSION_NUM};
 pub use apply::Applied;
 pub use block::{BlockChange, BlockEnd, BlockStatus};
@@ -888,7 +888,7 @@ impl Engine {
     pub async fn analyze(&self, name: &str, every: u64) -> Result<TableStats, EngineError> {
         let table = self.storage_table(name).await?;
         let width = self.options.scan.max_in_flight;
-        let taken = crate::exec::analyze::analyze(&self.store, &table, every, width).await?;
+        let taken = crate::exec::stats::analyze::analyze(&self.store, &table, every, width).await?;
         stats::save(self.store.as_ref(), &table, &taken).await?;
         self.stats.set(table, taken.clone());
         Ok(taken)

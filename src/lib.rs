@@ -170,6 +170,7 @@ mod exec;
 pub mod keys;
 pub mod load;
 mod planner;
+mod report;
 #[cfg(feature = "server")]
 pub mod server;
 #[cfg(feature = "shell")]
@@ -185,8 +186,8 @@ pub use engine::{
     Outcome, PG_VERSION, PG_VERSION_NUM, PreparedStatement, RAW_SCHEMA, ResultPage, Session,
     StatementKind, StoredAs, TableDescription, TableInfo,
 };
-pub use exec::access::WholeTable;
-pub use exec::token::TokenError;
+pub use exec::read::access::WholeTable;
+pub use exec::read::token::TokenError;
 pub use exec::{ExecError, ScanOptions};
 pub use planner::policy::ScanPolicy;
 

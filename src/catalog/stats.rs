@@ -5,7 +5,7 @@
 //! big partition into chunks of about N entities each (Phoenix's
 //! guideposts). Statistics say when they were taken; they describe the
 //! partitions then, and a scan planned from them still reads partitions
-//! created since (see `exec::fanout`).
+//! created since (see `exec::read::fanout`).
 //!
 //! In `TablesqlCatalog`: one summary entity per storage table (partition
 //! `stats`, RowKey the table's name) and one entity per partition

@@ -1,6 +1,7 @@
 //! Transaction control, decided in one place for every front end: `BEGIN`,
 //! `COMMIT`, `ROLLBACK`, `SAVEPOINT`, `RELEASE` and `ROLLBACK TO` on a
-//! session's block (`exec::transaction`), and what may run in a failed one.
+//! session's block (`exec::write::transaction`), and what may run in a
+//! failed one.
 //!
 //! The block is the one authority on "failed": a session marks it when any
 //! statement of the block fails (`Transaction::fail`), a failed write marks

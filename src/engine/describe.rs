@@ -232,7 +232,7 @@ impl Engine {
 }
 
 fn description(name: &str, layout: &crate::exec::Layout) -> TableDescription {
-    use crate::exec::decode::Source;
+    use crate::exec::read::decode::Source;
     let columns = layout
         .schema
         .fields()

@@ -8,7 +8,7 @@
 //! every write from then on keeps the new index's rows while the planner
 //! leaves it unused; then it repairs the index partition by partition (the
 //! rows a base row lacks are written, guarded by the base row's ETag; see
-//! `exec::upkeep`), and only then marks it built. Killed halfway, the
+//! `exec::write::upkeep`), and only then marks it built. Killed halfway, the
 //! declaration stays building, and the same statement run again finishes
 //! the job: index rows are named by their base rows' values, so a row
 //! written twice is the same row, never a duplicate.
@@ -22,7 +22,7 @@ use datafusion::sql::sqlparser::ast::{CreateIndex, ObjectName};
 
 use super::{DdlOutcome, Engine, EngineError, Notice, NoticeKind};
 use crate::catalog::{CatalogError, IndexDef, TableDef, ddl, persist};
-use crate::exec::upkeep::{self, IndexHealth, Upkeep};
+use crate::exec::write::upkeep::{self, IndexHealth, Upkeep};
 use crate::keys::{KeyBounds, KeyTemplate};
 use crate::storage::{
     ContinuationToken, IfMatch, KeyRange, PartitionKey, Query, RowKey, StorageError, WriteOp,
@@ -240,7 +240,7 @@ impl Engine {
     }
 
     /// Checks the index rows of mapped table `table` (one index, or all),
-    /// and with `repair` fixes them (see `exec::upkeep`); `progress`
+    /// and with `repair` fixes them (see `exec::write::upkeep`); `progress`
     /// hears of the base rows read so far.
     pub async fn index_upkeep(
         &self,

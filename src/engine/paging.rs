@@ -1,6 +1,6 @@
 //! Token paging through the engine: one page of a query of one table, and
 //! the signed token of the next (`planner::page` runs the page,
-//! `exec::token` signs). The library asks with [`Engine::query_page`]; a
+//! `exec::read::token` signs). The library asks with [`Engine::query_page`]; a
 //! session (the wire, the shell) pages under `tablesql.page_size`.
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -14,7 +14,7 @@ use super::{Engine, EngineError};
 use crate::catalog::secret;
 use crate::exec::ExecError;
 use crate::exec::notices::{Notice, NoticeKind, Notices};
-use crate::exec::token::{Signer, fingerprint};
+use crate::exec::read::token::{Signer, fingerprint};
 use crate::planner::page::{self, Paging};
 use crate::planner::settings::TablesqlConfig;
 

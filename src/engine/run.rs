@@ -22,14 +22,14 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{Engine, session_transaction};
-use crate::exec::recorded::plan_run;
-use crate::exec::recorded::{normalize, recorded};
-use crate::exec::workload::Run;
+use crate::exec::stats::recorded::plan_run;
+use crate::exec::stats::recorded::{normalize, recorded};
+use crate::exec::stats::workload::Run;
 use crate::planner::point::PointRead;
 
 #[cfg(feature = "server")]
 pub(crate) use super::direct::{Snapshot, start as start_direct};
-pub(crate) use crate::exec::transaction::Transaction;
+pub(crate) use crate::exec::write::transaction::Transaction;
 #[cfg(feature = "server")]
 pub(crate) use crate::planner::sql::reads_system_catalog;
 

@@ -31,7 +31,7 @@ use futures::{Stream, StreamExt};
 use super::block::{self, BlockChange, BlockStatus};
 use super::{Engine, EngineError, Notice, PreparedStatement, StatementKind, session_transaction};
 use super::{run, session_notices};
-use crate::exec::transaction::Transaction;
+use crate::exec::write::transaction::Transaction;
 
 /// What the engine ran without DataFusion (`Engine::control`).
 pub(crate) enum Control {

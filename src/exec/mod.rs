@@ -1,40 +1,40 @@
-//! Execution: the parallel partition scan (`PartitionScanExec`) and the
-//! decoding of entities into Arrow record batches.
+//! Execution: the physical plans a statement runs, below the planner.
+//!
+//! The planner decides what a statement should do and builds these plans
+//! into DataFusion's; exec carries them out against a `TableStore` and
+//! never imports the planner or the engine, so that what runs can be read
+//! without the choices that led to it. Four concerns, one folder each:
+//!
+//! - `read`: the scan. Access paths, the parallel, paged partition scan
+//!   (`PartitionScanExec`), entities into Arrow, index rows to base rows,
+//!   page tokens.
+//! - `write`: INSERT, UPDATE, DELETE and upserts (`DmlExec`), rows into
+//!   entities, transaction blocks, index upkeep, sequences.
+//! - `stats`: `ANALYZE`, the workload statistics, and the partition
+//!   advisor's findings drawn from them.
+//! - `ops`: SQL operators DataFusion lacks or runs differently from
+//!   PostgreSQL (correlated subqueries, scalar subqueries, checked
+//!   arithmetic, joins that yield).
+//!
+//! Here, what they share: the layer's error ([`ExecError`]) and how a
+//! front end reads one ([`storage_cause`], [`is_conflict`]), a write's row
+//! count ([`rows_written`]), and the notices a statement leaves for its
+//! front end (`notices`).
 
-pub mod access;
-pub mod advise;
-pub mod analyze;
-pub mod apply;
-pub mod checked;
-pub mod coop;
-pub mod decode;
-pub mod dml;
-pub mod encode;
-pub mod fanout;
-pub mod key_order;
-pub mod lookup;
-pub mod metrics;
 pub mod notices;
-pub mod observed;
-pub mod order;
-pub mod recorded;
-pub mod report;
-pub mod scan;
-pub mod sequences;
-pub mod single_value;
-pub mod token;
-pub mod transaction;
-pub mod upkeep;
-pub mod workload;
+pub mod ops;
+pub mod read;
+pub mod stats;
+pub mod write;
 
-pub use decode::Layout;
-pub use dml::{DmlExec, DmlOp};
-pub use scan::{PartitionScanExec, ScanOptions};
+pub use read::decode::Layout;
+pub use read::scan::{PartitionScanExec, ScanOptions};
+pub use write::dml::{DmlExec, DmlOp};
 
 /// The SQL rows a write's plan has committed so far (its root's
 /// `rows_written` metric); `None` for a plan that writes nothing.
 pub fn rows_written(plan: &dyn datafusion::physical_plan::ExecutionPlan) -> Option<u64> {
-    metrics::count(plan, dml::ROWS_WRITTEN)
+    read::metrics::count(plan, write::dml::ROWS_WRITTEN)
 }
 
 use crate::catalog::ColumnType;
@@ -179,10 +179,10 @@ pub enum ExecError {
     #[error(
         "{0}; tablesql.scan_policy = deny refuses it (SET tablesql.scan_policy = allow to run it)"
     )]
-    ScanDenied(access::WholeTable),
+    ScanDenied(read::access::WholeTable),
     /// A page token that names no position of this statement in this store.
     #[error(transparent)]
-    Token(#[from] token::TokenError),
+    Token(#[from] read::token::TokenError),
     /// A statement token paging cannot page: it reads more than one table
     /// in key order with row-by-row operators.
     #[error(

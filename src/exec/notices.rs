@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use datafusion::prelude::SessionConfig;
 
 use super::ExecError;
-use super::access::WholeTable;
+use super::read::access::WholeTable;
 
 /// Most notices waiting to be drained.
 const MAX_NOTICES: usize = 100;

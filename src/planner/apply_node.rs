@@ -17,7 +17,7 @@ use datafusion::common::{Column, DFSchema, DFSchemaRef};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::{Expr, LogicalPlan, Subquery, UserDefinedLogicalNodeCore};
 
-use crate::exec::apply::ApplyKind;
+use crate::exec::ops::apply::ApplyKind;
 
 /// One subquery an [`ApplyNode`] evaluates.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

@@ -1,7 +1,7 @@
 //! Integer arithmetic as PostgreSQL's, where DataFusion's wraps around on
 //! overflow: an analyzer rule (after type coercion, so operands have their
 //! final types) that replaces `+`, `-` and `*` over two integers of one
-//! type with `exec::checked`'s functions (names stay the operator's;
+//! type with `exec::ops::checked`'s functions (names stay the operator's;
 //! constant folding still folds them), and sums BIGINTs as NUMERIC.
 
 use std::sync::Arc;
@@ -18,7 +18,7 @@ use datafusion::optimizer::analyzer::type_coercion::TypeCoercion;
 
 use super::rewrite::rewrite_named;
 
-use crate::exec::checked::{Checked, CheckedArithmetic, INTEGERS};
+use crate::exec::ops::checked::{Checked, CheckedArithmetic, INTEGERS};
 
 /// The rule, with its three functions built once.
 #[derive(Debug)]

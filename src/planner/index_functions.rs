@@ -1,10 +1,11 @@
 //! `tablesql_check_index(table [, index])` and
-//! `tablesql_repair_index(table [, index])`: index upkeep (`exec::upkeep`) as
-//! table functions, the way PostgreSQL's amcheck offers `bt_index_check()`,
-//! so that psql, the shell and an embedder reach it alike. Each returns one
-//! row per index: what it read, what it found (missing, orphaned, stale),
-//! what it fixed and what a concurrent writer changed first, with a few
-//! example keys. The work runs when the query runs, not when it is planned.
+//! `tablesql_repair_index(table [, index])`: index upkeep
+//! (`exec::write::upkeep`) as table functions, the way PostgreSQL's amcheck
+//! offers `bt_index_check()`, so that psql, the shell and an embedder reach
+//! it alike. Each returns one row per index: what it read, what it found
+//! (missing, orphaned, stale), what it fixed and what a concurrent writer
+//! changed first, with a few example keys. The work runs when the query
+//! runs, not when it is planned.
 
 use std::sync::Arc;
 
@@ -21,7 +22,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::streaming::PartitionStream;
 
 use crate::catalog::{TableDef, persist};
-use crate::exec::upkeep::{self, IndexHealth, Upkeep};
+use crate::exec::write::upkeep::{self, IndexHealth, Upkeep};
 use crate::storage::TableStore;
 
 /// The SQL names of the two functions.

@@ -1,6 +1,6 @@
 //! Planning: the DataFusion table provider of store tables, the pushdown of
 //! filters onto the PartitionKey/RowKey index into the access paths
-//! (`exec::access`) that scans run and EXPLAIN shows.
+//! (`exec::read::access`) that scans run and EXPLAIN shows.
 
 pub mod apply_node;
 pub mod checked;

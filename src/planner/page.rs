@@ -1,5 +1,5 @@
 //! Token paging: one page of a query's rows, read in key order, and the key
-//! of its last row, where the next page resumes (`exec::token` signs it).
+//! of its last row, where the next page resumes (`exec::read::token` signs it).
 //!
 //! A query pages when it reads one store table and only filters and
 //! projects its rows: then its rows come in the table's key order and each

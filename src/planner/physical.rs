@@ -22,8 +22,8 @@ use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, Phy
 use super::StoreTable;
 use super::subquery::{ApplyNode, needs_apply, plan_subqueries};
 use super::upsert::{self, UpsertNode};
-use crate::exec::apply::{Correlated, SubqueryApplyExec};
-use crate::exec::dml::OnExisting;
+use crate::exec::ops::apply::{Correlated, SubqueryApplyExec};
+use crate::exec::write::dml::OnExisting;
 
 /// DataFusion's planner, with correlated subqueries evaluated per outer row.
 #[derive(Debug, Default)]

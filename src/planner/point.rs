@@ -22,8 +22,8 @@ use super::StoreTable;
 use super::simple_scan::{SimpleScan, simple_scan};
 use crate::catalog::ColumnType;
 use crate::exec::ExecError;
-use crate::exec::decode::{BatchSink, DecodePlan, Source, page_into};
-use crate::exec::transaction::Transaction;
+use crate::exec::read::decode::{BatchSink, DecodePlan, Source, page_into};
+use crate::exec::write::transaction::Transaction;
 use crate::keys::{KeyBounds, KeyValue};
 use crate::storage::{
     ContinuationToken, PartitionKey, Query, RowKey, RowSink, StorageError, TableName, TableStore,

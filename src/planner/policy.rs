@@ -16,8 +16,8 @@ use datafusion::error::{DataFusionError, Result};
 
 use super::settings::TablesqlConfig;
 use crate::exec::Layout;
-use crate::exec::access::{AccessPath, WholeTable};
 pub use crate::exec::notices::{Notices, ScanVerdict};
+use crate::exec::read::access::{AccessPath, WholeTable};
 
 /// What a statement that reads every partition of a table gets.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

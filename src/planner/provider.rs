@@ -22,9 +22,9 @@ use datafusion::physical_plan::filter::FilterExec;
 use super::pushdown::push_down;
 use super::settings::TablesqlConfig;
 use crate::catalog::stats::StatsCache;
-use crate::exec::access::AccessPath;
-use crate::exec::decode::Source;
-use crate::exec::transaction::Transaction;
+use crate::exec::read::access::AccessPath;
+use crate::exec::read::decode::Source;
+use crate::exec::write::transaction::Transaction;
 use crate::exec::{DmlExec, DmlOp, ExecError, Layout, PartitionScanExec, ScanOptions};
 use crate::storage::{ETag, PartitionKey, RowKey, TableStore};
 
@@ -84,7 +84,7 @@ impl StoreTable {
 
     /// The store a statement of `session` reads and writes: inside a
     /// transaction block, the block's buffer over the store
-    /// (`exec::transaction`).
+    /// (`exec::write::transaction`).
     fn store_for(&self, session: &dyn Session) -> Arc<dyn TableStore> {
         self.store_in(session.config().get_extension::<Transaction>().as_ref())
     }
@@ -103,7 +103,7 @@ impl StoreTable {
         &self,
         session: &dyn Session,
         input: Arc<dyn ExecutionPlan>,
-        on_existing: crate::exec::dml::OnExisting,
+        on_existing: crate::exec::write::dml::OnExisting,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         Ok(Arc::new(DmlExec::new(
             DmlOp::Upsert(on_existing),
@@ -222,12 +222,12 @@ impl StoreTable {
             if !path
                 .requests
                 .iter()
-                .any(crate::exec::fanout::spans_partitions)
+                .any(crate::exec::read::fanout::spans_partitions)
             {
                 return None;
             }
             let stats = self.stats.get(&self.layout.table)?;
-            Some(crate::exec::fanout::analyzed(&stats, path).partitions)
+            Some(crate::exec::read::fanout::analyzed(&stats, path).partitions)
         };
         let verdict = super::policy::verdict(session, &self.layout, path, partitions);
         scan.with_verdict(verdict)

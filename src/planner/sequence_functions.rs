@@ -1,6 +1,7 @@
 //! `nextval`, `currval` and `setval` over the engine's sequences
-//! (`exec::sequences`, `catalog::sequence`), and [`AsyncValues`], which lets
-//! `nextval` appear in `VALUES` (and so in `DEFAULT`s filled into them).
+//! (`exec::write::sequences`, `catalog::sequence`), and [`AsyncValues`],
+//! which lets `nextval` appear in `VALUES` (and so in `DEFAULT`s filled
+//! into them).
 //!
 //! `nextval` and `setval` write to the store, so they are DataFusion async
 //! functions: the physical planner runs them in an `AsyncFuncExec` above
@@ -33,7 +34,7 @@ use datafusion::optimizer::AnalyzerRule;
 
 use crate::catalog::CatalogError;
 use crate::catalog::sequence::{SequenceError, name_from_text};
-use crate::exec::sequences::Sequences;
+use crate::exec::write::sequences::Sequences;
 
 /// What this session's `nextval` returned last, per sequence.
 #[derive(Debug, Clone, Default)]

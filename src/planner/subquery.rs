@@ -24,7 +24,7 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::{ApplyOrder, OptimizerConfig, OptimizerRule};
 
 pub use super::apply_node::{ApplyNode, LogicalApply};
-use crate::exec::apply::ApplyKind;
+use crate::exec::ops::apply::ApplyKind;
 
 /// The optimizer rule, on every node of the plan and of its subqueries.
 /// `Deep` runs before DataFusion's decorrelation rules and takes only the

@@ -16,7 +16,7 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 
 use super::rewrite::{has_subquery, is_subquery, rewrite_named};
-use crate::exec::single_value::SingleValue;
+use crate::exec::ops::single_value::SingleValue;
 
 /// Names every SELECT-list expression that holds a quantified comparison
 /// (`v = ANY (SELECT ...)`) by its own name, before the optimizer runs.

@@ -3,7 +3,7 @@
 //! and the INSERT becomes an [`UpsertNode`] carrying what to do with a row
 //! whose primary key exists: nothing, or the `DO UPDATE SET` assignments
 //! (over the stored row's columns and `EXCLUDED`'s) and their WHERE. The
-//! physical planner (`physical.rs`) makes it a `DmlExec` (`exec::dml`).
+//! physical planner (`physical.rs`) makes it a `DmlExec` (`exec::write::dml`).
 //!
 //! The conflict target must be the primary key (its columns, or the
 //! constraint `<table>_pkey`), the only unique key a mapped table has; with
@@ -191,8 +191,8 @@ impl UpsertNode {
 
 impl UpsertNode {
     /// Whether its `DO UPDATE` writes the proposed row as it is, so that the
-    /// write needs no read (`exec::dml::upsert`): no index rows, a primary
-    /// key that is the whole RowKey, and every other declared column set
+    /// write needs no read (`exec::write::dml::upsert`): no index rows, a
+    /// primary key that is the whole RowKey, and every other declared column set
     /// to its `EXCLUDED` value, with no WHERE.
     pub fn is_blind(&self, layout: &crate::exec::Layout) -> bool {
         let OnExisting::Update {

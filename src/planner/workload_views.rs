@@ -20,9 +20,9 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::scalar::ScalarValue;
 
 use crate::catalog::stats::StatsCache;
-use crate::exec::advise::{Evidence, Finding, advise};
-use crate::exec::report;
-use crate::exec::workload::{PartitionRow, StatementStats, Workload};
+use crate::exec::stats::advise::{Evidence, Finding, advise};
+use crate::exec::stats::workload::{PartitionRow, StatementStats, Workload};
+use crate::report;
 
 /// The statements view's name.
 pub const STATEMENTS_VIEW: &str = "tablesql_stat_statements";
@@ -245,7 +245,7 @@ impl Advisor {
         then(&findings, &evidence)
     }
 
-    /// The advisor's report as an HTML page (see `exec::report`).
+    /// The advisor's report as an HTML page (see `crate::report`).
     pub fn report(&self, only: Option<&str>) -> String {
         self.advise(only, |findings, evidence| {
             report::html(findings, evidence, self.workload.since())
@@ -265,7 +265,7 @@ fn table_argument(name: &str, args: &TableFunctionArgs) -> Result<Option<String>
 }
 
 /// `tablesql_advise([table])`: the partition advisor's findings (see
-/// `exec::advise`), one row each.
+/// `exec::stats::advise`), one row each.
 #[derive(Debug)]
 pub struct AdviseFunction(pub Advisor);
 

@@ -20,7 +20,7 @@ pub use outcome::{Failures, Latency, StressReport, Verdict};
 pub use script::Script;
 
 use crate::engine::{Engine, EngineError};
-use crate::exec::workload::PartitionTraffic;
+use crate::exec::stats::workload::PartitionTraffic;
 use crate::storage::{StorageError, TableName};
 
 /// Why a stress test could not run.
@@ -91,7 +91,7 @@ impl StressOptions {
             rows: 1000,
             clients: 8,
             duration: Duration::from_secs(10),
-            target_per_s: crate::exec::advise::PARTITION_TARGET_PER_S,
+            target_per_s: crate::exec::stats::advise::PARTITION_TARGET_PER_S,
         }
     }
 }

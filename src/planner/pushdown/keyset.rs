@@ -13,7 +13,7 @@ use datafusion::logical_expr::{BinaryExpr, Expr, Operator};
 
 use super::analyze::{key_value, literal, order_safe, target};
 use super::*;
-use crate::exec::access::PartitionBound;
+use crate::exec::read::access::PartitionBound;
 
 /// `(targets) op (values)`, `op` one of `<`, `<=`, `>`, `>=`.
 #[derive(Debug, Clone)]

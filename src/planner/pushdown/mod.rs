@@ -27,7 +27,7 @@ use plan::*;
 use property::*;
 
 use crate::catalog::{ColumnType, TableDef};
-use crate::exec::access::{AccessKind, AccessPath, IndexRead, KeyRequest};
+use crate::exec::read::access::{AccessKind, AccessPath, IndexRead, KeyRequest};
 use crate::keys::{FieldFormat, KeyBounds, KeyTemplate, KeyValue};
 use crate::storage::key::{cmp_utf16, validate_key};
 use crate::storage::{CmpOp, EdmValue, Filter, KeyKind, KeyRange, PartitionKey, RowKey};
@@ -152,7 +152,7 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
     let atoms: Vec<&Atom> = analyses.iter().flat_map(|a| &a.atoms).collect();
     let mut base = plan(def, None, &atoms);
     base.path.partition_bound = match (def, base.path.requests.as_slice()) {
-        (Some(d), [request]) if crate::exec::fanout::spans_partitions(request) => filters
+        (Some(d), [request]) if crate::exec::read::fanout::spans_partitions(request) => filters
             .iter()
             .filter_map(|f| keyset::row_value(def, f))
             .find_map(|rv| keyset::bound(d, &rv, request)),
@@ -368,7 +368,7 @@ mod tests {
         );
         assert_eq!(p.exact, [false]);
         // Partitions before the bound are passed by, after it read whole.
-        use crate::exec::access::PartitionChoice;
+        use crate::exec::read::access::PartitionChoice;
         let pk = |s: &str| PartitionKey::from_stored(s.into());
         assert_eq!(
             bound.choose(&pk("2011 New York City Marathon__Full")),

@@ -15,7 +15,7 @@ use datafusion::logical_expr::function::{AccumulatorArgs, StateFieldsArgs};
 use datafusion::logical_expr::utils::format_state_name;
 use datafusion::logical_expr::{Accumulator, AggregateUDFImpl, Signature, Volatility};
 
-use super::ExecError;
+use crate::exec::ExecError;
 
 /// The aggregate's name in plans.
 pub const NAME: &str = "single_value";

@@ -22,8 +22,8 @@ use datafusion::physical_expr::PhysicalExpr;
 
 use super::{Group, Writer};
 use crate::exec::ExecError;
-use crate::exec::decode::decode;
-use crate::exec::encode::{Columns, entities, primary_prefix};
+use crate::exec::read::decode::decode;
+use crate::exec::write::encode::{Columns, entities, primary_prefix};
 use crate::storage::{PartitionKey, StoredEntity, WriteOp};
 
 /// What an upsert does with a row whose key exists.

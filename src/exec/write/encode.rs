@@ -1,8 +1,8 @@
-//! Rows into entities, the write side of `decode`: a SQL row of a mapped table
-//! becomes its base entity and one entity per index row, all in the row's
-//! partition. Every non-null column is stored as a property of each, the way
-//! applications write denormalized rows, so that an index row answers a query
-//! without a second read. Pure: no I/O.
+//! Rows into entities, the write side of `read::decode`: a SQL row of a
+//! mapped table becomes its base entity and one entity per index row, all
+//! in the row's partition. Every non-null column is stored as a property of
+//! each, the way applications write denormalized rows, so that an index row
+//! answers a query without a second read. Pure: no I/O.
 
 use std::sync::Arc;
 
@@ -14,9 +14,9 @@ use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::TimestampMicrosecondType;
 use datafusion::arrow::record_batch::RecordBatch;
 
-use super::ExecError;
-use super::decode::Layout;
 use crate::catalog::{ColumnType, TableDef};
+use crate::exec::ExecError;
+use crate::exec::read::decode::Layout;
 use crate::keys::{KeyTemplate, KeyValue};
 use crate::storage::{EdmValue, Entity, PartitionKey, RowKey, StorageError};
 
@@ -293,7 +293,7 @@ mod tests {
     use crate::catalog::ddl;
 
     fn def() -> TableDef {
-        ddl::parse(include_str!("../../catalog/registrations.sql")).expect("catalog parses")
+        ddl::parse(include_str!("../../../catalog/registrations.sql")).expect("catalog parses")
     }
 
     fn values(name: &str, club: Option<&str>) -> Vec<Option<EdmValue>> {

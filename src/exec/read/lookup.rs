@@ -7,9 +7,9 @@
 
 use std::collections::HashMap;
 
-use super::ExecError;
 use super::access::KeyRequest;
 use crate::catalog::{IndexDef, TableDef};
+use crate::exec::ExecError;
 use crate::keys::{KeyBounds, KeyValue};
 use crate::storage::{EdmValue, KeyKind, KeyRange, RowKey, StoredEntity};
 
@@ -159,7 +159,7 @@ fn text_of(v: &EdmValue) -> Option<String> {
 mod tests {
     use super::*;
     use crate::catalog::ddl;
-    use crate::exec::encode;
+    use crate::exec::write::encode;
     use crate::storage::ETag;
 
     fn def(index: &str) -> TableDef {

@@ -20,10 +20,10 @@ use std::sync::Arc;
 use datafusion::error::Result;
 use futures::stream::{self, BoxStream, StreamExt};
 
-use super::ExecError;
 use super::access::{AccessPath, KeyRequest, PartitionBound, PartitionChoice};
 use super::metrics::ExactCount;
 use crate::catalog::stats::{PartitionStats, TableStats};
+use crate::exec::ExecError;
 use crate::storage::{KeyRange, PartitionKey, RowKey, TableName, TableStore};
 
 /// How a scan spreads a request that spans several partitions.
@@ -533,7 +533,7 @@ mod tests {
             ],
         };
         let path = AccessPath {
-            kind: super::super::access::AccessKind::FullScan,
+            kind: crate::exec::read::access::AccessKind::FullScan,
             requests: vec![KeyRequest::Scan {
                 partitions: KeyRange::all(),
                 rows: KeyRange {

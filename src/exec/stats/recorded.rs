@@ -18,10 +18,10 @@ use datafusion::physical_plan::metrics::MetricValue;
 use datafusion::sql::sqlparser::ast::{Expr, Statement, Value, visit_expressions_mut};
 use futures::Stream;
 
-use super::access::AccessKind;
-use super::dml::DmlExec;
-use super::scan::PartitionScanExec;
 use super::workload::{Run, Workload};
+use crate::exec::read::access::AccessKind;
+use crate::exec::read::scan::PartitionScanExec;
+use crate::exec::write::dml::DmlExec;
 
 /// `statement` with each literal replaced by a placeholder numbered after
 /// those it has; a positional `ORDER BY 2` or `GROUP BY 1` of the top query
@@ -181,7 +181,7 @@ impl Record {
         if let Some(plan) = &self.plan {
             plan_run(plan, &mut run);
             // A write answers one row, its count: the rows are those written.
-            if let Some(n) = super::rows_written(plan.as_ref()) {
+            if let Some(n) = crate::exec::rows_written(plan.as_ref()) {
                 run.rows = n;
             }
         }
@@ -209,7 +209,7 @@ impl Stream for Recorded {
             // store refused for a conflict is counted as such.
             Poll::Ready(Some(Err(e))) => {
                 if let Some(r) = self.record.take()
-                    && super::is_conflict(e)
+                    && crate::exec::is_conflict(e)
                 {
                     r.workload.refused(&r.statement);
                 }

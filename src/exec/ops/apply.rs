@@ -31,7 +31,7 @@ use datafusion::physical_plan::{
 };
 use futures::{StreamExt, TryStreamExt};
 
-use super::ExecError;
+use crate::exec::ExecError;
 
 /// Distinct outer values one apply evaluates a subquery for, at most, in
 /// each of its output partitions.

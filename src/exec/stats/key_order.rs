@@ -4,9 +4,9 @@
 //! partition, so that one server takes all of them.
 //!
 //! Counted per statement, from the first and last PartitionKey it wrote
-//! (`exec::dml::WrittenSpan`), against the range the statements recorded
+//! (`exec::write::dml::WrittenSpan`), against the range the statements recorded
 //! before it wrote: within one statement the writes leave in key order
-//! (`exec::dml` flushes its partitions sorted), so comparing write by
+//! (`exec::write::dml` flushes its partitions sorted), so comparing write by
 //! write would make every bulk statement look appended. The first
 //! statement sets the range and counts for nothing.
 

@@ -51,12 +51,12 @@ mod upsert;
 
 pub use upsert::OnExisting;
 
-use super::ExecError;
-use super::decode::{Layout, Source};
 use super::encode::{Columns, compose, entities, mapped, primary_prefix};
-use super::metrics::ExactCount;
-use super::scan::PartitionScanExec;
 use crate::catalog::TableDef;
+use crate::exec::ExecError;
+use crate::exec::read::decode::{Layout, Source};
+use crate::exec::read::metrics::ExactCount;
+use crate::exec::read::scan::PartitionScanExec;
 use crate::storage::key::cmp_utf16;
 use crate::storage::write::MAX_BATCH_OPERATIONS;
 use crate::storage::{
@@ -139,13 +139,13 @@ pub struct WrittenSpan {
 impl WrittenSpan {
     fn add(&mut self, pk: &str, n: u64) {
         self.entities += n;
-        super::key_order::widen(&mut self.keys, pk, pk);
+        crate::exec::stats::key_order::widen(&mut self.keys, pk, pk);
     }
 }
 
 /// The metric of the SQL rows a write has committed, read while it runs
 /// (a statement stopped midway says how many) and after
-/// ([`super::metrics::count`]).
+/// ([`crate::exec::read::metrics::count`]).
 pub const ROWS_WRITTEN: &str = "rows_written";
 
 /// The schema every DML plan yields (DataFusion's convention).

@@ -3,12 +3,17 @@
 //! busiest second against the 2,000 entities/s a partition serves. Inline
 //! CSS and SVG, no script and nothing fetched, so that the file opens
 //! anywhere it is copied to. Pure: the caller gathers the figures.
+//!
+//! Presentation, so not part of the execution layer: it reads the
+//! findings of `exec::stats::advise` and is served by the planner's
+//! `tablesql_advise_report()` (`planner::workload_views`), so it sits
+//! between the two and imports only downward.
 
 use std::fmt::Write;
 
 use chrono::{DateTime, Utc};
 
-use super::advise::{Evidence, Finding, PARTITION_TARGET_PER_S};
+use crate::exec::stats::advise::{Evidence, Finding, PARTITION_TARGET_PER_S};
 
 /// Partitions drawn per table in the sizes chart, and in all in the peaks
 /// chart; the rest are summed in one line.
@@ -141,7 +146,7 @@ fn size_rows(evidence: &Evidence<'_>) -> Vec<Row> {
 /// The partitions with the busiest seconds, read and written.
 fn peak_rows(evidence: &Evidence<'_>) -> Vec<Row> {
     let mut parts: Vec<_> = evidence.partitions.iter().collect();
-    let peak = |p: &&crate::exec::workload::PartitionRow| {
+    let peak = |p: &&crate::exec::stats::workload::PartitionRow| {
         p.traffic.peak_read_per_s.max(p.traffic.peak_written_per_s)
     };
     parts.sort_by(|a, b| {
@@ -291,7 +296,7 @@ fn escape(text: &str) -> String {
 mod tests {
     use super::*;
     use crate::catalog::stats::{PartitionStats, TableStats};
-    use crate::exec::workload::{PartitionRow, PartitionTraffic};
+    use crate::exec::stats::workload::{PartitionRow, PartitionTraffic};
     use crate::storage::PartitionKey;
 
     #[test]

@@ -12,9 +12,9 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
-use super::ExecError;
 use crate::catalog::raw::RawColumn;
 use crate::catalog::{ColumnType, TableDef};
+use crate::exec::ExecError;
 use std::ops::ControlFlow;
 
 use crate::keys::{KeyRef, KeyValue};

@@ -36,13 +36,13 @@ use datafusion::physical_plan::{
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use super::ExecError;
 use super::access::{AccessPath, KeyRequest};
 use super::decode::{BatchSink, DecodePlan, Layout, Skipped, Source, decode_with};
 use super::fanout::{Fanout, ListingCounters, expand};
 use super::metrics::ExactCount;
-use super::notices::ScanVerdict;
 use crate::catalog::stats::TableStats;
+use crate::exec::ExecError;
+use crate::exec::notices::ScanVerdict;
 use crate::storage::{ContinuationToken, PageEnd, Query, StoredEntity, TableStore};
 
 /// Tuning of scans: [`ScanOptions::default`], then the `with_` methods.
@@ -551,7 +551,7 @@ impl RequestRun {
         index_rows: &[StoredEntity],
     ) -> Result<Vec<StoredEntity>> {
         use futures::TryStreamExt;
-        let def = super::encode::mapped(&lookup.layout)?;
+        let def = crate::exec::write::encode::mapped(&lookup.layout)?;
         let ix = def.indexes.get(lookup.position).ok_or_else(|| {
             DataFusionError::Internal(format!("no index {} to look up", lookup.position))
         })?;

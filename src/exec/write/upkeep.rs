@@ -18,10 +18,10 @@
 
 use std::collections::HashMap;
 
-use super::ExecError;
-use super::access::KeyRequest;
 use super::encode;
 use crate::catalog::{ColumnType, IndexDef, TableDef};
+use crate::exec::ExecError;
+use crate::exec::read::access::KeyRequest;
 use crate::keys::{KeyBounds, KeyTemplate, KeyValue};
 use crate::storage::{
     EdmValue, Entity, IfMatch, KeyRange, PartitionKey, Query, RowKey, StorageError, StoredEntity,
@@ -187,8 +187,8 @@ impl<'a> Rows<'a> {
     /// that exists and holds its values (though that row's own index row
     /// could not be composed). Such a row is no orphan.
     fn stands_for_one(&self, def: &TableDef, ix: &IndexDef, o: &StoredEntity) -> bool {
-        let agrees = |b: &StoredEntity| super::lookup::agrees(def, ix, o, b);
-        match super::lookup::base_request(def, ix, o) {
+        let agrees = |b: &StoredEntity| crate::exec::read::lookup::agrees(def, ix, o, b);
+        match crate::exec::read::lookup::base_request(def, ix, o) {
             Ok(KeyRequest::Get(_, rk)) => self
                 .by_key
                 .get(rk.as_str())
@@ -432,9 +432,10 @@ fn differs(def: &TableDef, wanted: &Entity, found: &StoredEntity) -> bool {
 /// A base row's column values in the definition's order: key columns from
 /// the keys (what reads return), the others from properties.
 pub fn row_values(def: &TableDef, e: &StoredEntity) -> Result<Vec<Option<EdmValue>>, ExecError> {
-    let keys: HashMap<&str, KeyValue> = super::lookup::key_fields(def, &def.row_key, e)?
-        .into_iter()
-        .collect();
+    let keys: HashMap<&str, KeyValue> =
+        crate::exec::read::lookup::key_fields(def, &def.row_key, e)?
+            .into_iter()
+            .collect();
     def.columns
         .iter()
         .map(|c| match keys.get(c.name.as_str()) {

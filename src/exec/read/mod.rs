@@ -1,0 +1,29 @@
+//! Reading rows: from an access path to Arrow record batches.
+//!
+//! The planner says what to read as an [`access::AccessPath`]; the scan
+//! ([`scan::PartitionScanExec`]) turns it into requests to the store, one
+//! per partition where the path spans several, runs them side by side page
+//! by page and decodes each page into a batch. This is the path every
+//! SELECT takes, and the reads of UPDATE, DELETE, point reads and index
+//! upkeep reuse its pieces; it is kept apart from the write side and the
+//! statistics so that the scan's contract (what EXPLAIN shows, what one
+//! request costs) reads in one place. Its input description lives here,
+//! not in the planner, so that exec never imports the planner.
+//!
+//! - `access`: access paths, the requests they make and their EXPLAIN names.
+//! - `scan`: `PartitionScanExec`, the parallel, paged, bounded scan.
+//! - `fanout`: one request per listed or analyzed partition (or chunk).
+//! - `decode`: a table's layout, and a page of entities into one batch.
+//! - `lookup`: from an index row to its base row.
+//! - `order`: the key order a path's rows arrive in.
+//! - `metrics`: the exact EXPLAIN ANALYZE counters.
+//! - `token`: signed page tokens, where a page of rows ended.
+
+pub mod access;
+pub mod decode;
+pub mod fanout;
+pub mod lookup;
+pub mod metrics;
+pub mod order;
+pub mod scan;
+pub mod token;

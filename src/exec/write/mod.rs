@@ -1,0 +1,23 @@
+//! Writing rows: SQL rows into entities and entity group transactions.
+//!
+//! INSERT, UPDATE, DELETE and `INSERT ... ON CONFLICT` encode each row as
+//! its base entity and its index rows, in the row's partition, and send
+//! them in entity group transactions of at most 100 operations, so that a
+//! row and its index rows land together or not at all. A transaction block
+//! buffers those writes and commits them as one such transaction. Kept
+//! apart from the read side because a write's guarantees (what is atomic,
+//! what is conditional on an ETag, what a failure leaves written) are
+//! its own; it reads through `read` (the rows an UPDATE or DELETE
+//! changes, the keys an INSERT checks) but the read side does not write.
+//!
+//! - `dml`: `DmlExec`, INSERT, UPDATE and DELETE; `dml::upsert`, `ON CONFLICT`.
+//! - `encode`: a row into its base entity and index rows; pure.
+//! - `transaction`: `BEGIN ... COMMIT` as one entity group transaction.
+//! - `upkeep`: index CHECK and REPAIR (and `CREATE INDEX`'s backfill).
+//! - `sequences`: the blocks of sequence values this process has reserved.
+
+pub mod dml;
+pub mod encode;
+pub mod sequences;
+pub mod transaction;
+pub mod upkeep;
