@@ -11,6 +11,7 @@ pub mod format;
 
 use std::sync::Arc;
 
+use crate::engine::Session;
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BinaryArray, RecordBatch, StringArray, new_null_array,
 };
@@ -122,14 +123,17 @@ pub struct Loader {
 
 impl Loader {
     /// A loader of `columns` (in the data's order) into `table`, a mapped
-    /// table of the context's `public` schema with primary key `key`.
+    /// table of the session's `public` schema with primary key `key`; its
+    /// chunks are written in that session (its transaction block, its
+    /// statistics).
     pub async fn new(
-        ctx: &SessionContext,
+        session: &Session,
         table: &str,
         columns: &[String],
         key: Vec<String>,
         mode: LoadMode,
     ) -> Result<Self, LoadError> {
+        let ctx = session.context();
         let provider = ctx.table_provider(TableReference::bare(table)).await?;
         let declared = provider.schema();
         let def = crate::engine::bulk::mapping(provider.as_ref());
@@ -232,7 +236,8 @@ impl Loader {
     /// Converts the waiting rows and writes them as one statement; the
     /// rows written (a skipped row is not). A bad value writes nothing of
     /// the chunk.
-    pub async fn write(&mut self, ctx: &SessionContext) -> Result<u64, LoadError> {
+    pub async fn write(&mut self, session: &Session) -> Result<u64, LoadError> {
+        let ctx = session.context();
         if self.rows.is_empty() {
             return Ok(0);
         }

@@ -53,7 +53,7 @@ impl Session {
         status: crate::engine::BlockStatus,
     ) -> PgWireResult<Response> {
         let runner = self.runner();
-        match copy::plan(&runner.engine, &runner.ctx, statement, self.guard(client)).await? {
+        match copy::plan(&runner.session, statement, self.guard(client)).await? {
             Copy::Out { query, format } => {
                 let parsed = runner.parse(&query)?;
                 let Some(statement) = parsed.into_iter().next() else {
@@ -93,7 +93,7 @@ impl CopyHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let mut state = self.copying().running("CopyData")?;
-        state.take(&self.runner().ctx, &data.data).await;
+        state.take(&self.runner().session, &data.data).await;
         self.copying().put(state);
         Ok(())
     }
@@ -105,7 +105,7 @@ impl CopyHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let mut state = self.copying().running("CopyDone")?;
-        let rows = state.finish(&self.runner().ctx).await?;
+        let rows = state.finish(&self.runner().session).await?;
         let tag = Tag::new("COPY").with_rows(usize::try_from(rows).unwrap_or(usize::MAX));
         futures::SinkExt::send(client, PgWireBackendMessage::CommandComplete(tag.into())).await?;
         Ok(())

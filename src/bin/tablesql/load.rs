@@ -86,8 +86,9 @@ pub async fn load(engine: &tablesql::Engine, request: Request) -> anyhow::Result
         Mode::Upsert => LoadMode::Upsert,
         Mode::Skip => LoadMode::Skip,
     };
+    let session = engine.as_session();
     let mut loader = Loader::new(
-        engine.context(),
+        &session,
         &table.name,
         &columns,
         table.primary_key.clone(),
@@ -224,7 +225,7 @@ impl Run {
         loader: &mut Loader,
     ) -> anyhow::Result<()> {
         loop {
-            match loader.write(engine.context()).await {
+            match loader.write(&engine.as_session()).await {
                 Ok(_) => {
                     self.pending.clear();
                     return Ok(());

@@ -20,7 +20,6 @@ use bytes::Bytes;
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
-use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, Statement};
 use futures::{Stream, StreamExt};
 use pgwire::api::results::CopyResponse;
@@ -31,7 +30,7 @@ use super::cancel::Guard;
 use super::sqlstate::{
     FEATURE_NOT_SUPPORTED, UNDEFINED_COLUMN, datafusion_error, error, line_fault_code,
 };
-use crate::engine::{Engine, TableInfo};
+use crate::engine::{Engine, Session, TableInfo};
 use crate::load::format::{CopyFormat, Scan};
 use crate::load::{CHUNK_ROWS, LineFault, LoadError, LoadMode, Loader, bytea_text};
 
@@ -46,12 +45,7 @@ pub enum Copy {
 /// Reads a COPY statement: its direction, table or query, columns and
 /// format. `guard` is the statement's cancel and timeout, which a COPY FROM
 /// keeps for the writes of its data.
-pub async fn plan(
-    engine: &Engine,
-    ctx: &SessionContext,
-    statement: &Statement,
-    guard: Guard,
-) -> PgWireResult<Copy> {
+pub async fn plan(session: &Session, statement: &Statement, guard: Guard) -> PgWireResult<Copy> {
     let Statement::Copy {
         source,
         to,
@@ -92,7 +86,7 @@ pub async fn plan(
             columns,
         } => (table_name, columns),
     };
-    let table = table_of(engine, table_name).await?;
+    let table = table_of(session.engine(), table_name).await?;
     let listed: Vec<String> = columns
         .iter()
         .map(crate::catalog::normalize_ident)
@@ -105,7 +99,7 @@ pub async fn plan(
             format,
         });
     }
-    let state = CopyIn::new(ctx, &table, chosen, format, guard).await?;
+    let state = CopyIn::new(session, &table, chosen, format, guard).await?;
     Ok(Copy::In(Box::new(state)))
 }
 
@@ -298,14 +292,14 @@ pub struct CopyIn {
 
 impl CopyIn {
     async fn new(
-        ctx: &SessionContext,
+        session: &Session,
         table: &TableInfo,
         columns: Vec<String>,
         format: CopyFormat,
         guard: Guard,
     ) -> PgWireResult<Self> {
         let key = table.primary_key.clone();
-        let loader = Loader::new(ctx, &table.name, &columns, key, LoadMode::Insert)
+        let loader = Loader::new(session, &table.name, &columns, key, LoadMode::Insert)
             .await
             .map_err(|e| load_error(&table.name, 0, e))?;
         Ok(Self {
@@ -333,34 +327,34 @@ impl CopyIn {
 
     /// Takes a CopyData message: its whole records are parsed, and written
     /// `CHUNK_ROWS` at a time. After an error the data is dropped.
-    pub async fn take(&mut self, ctx: &SessionContext, data: &[u8]) {
+    pub async fn take(&mut self, session: &Session, data: &[u8]) {
         if self.failed.is_some() || self.ended {
             return;
         }
         self.buffer.extend_from_slice(data);
-        if let Err(e) = self.parse_and_write(ctx, false).await {
+        if let Err(e) = self.parse_and_write(session, false).await {
             self.failed = Some(e);
         }
     }
 
     /// The client's end of data: the rest is parsed and written; the
     /// number of rows written, or the error that stopped the copy.
-    pub async fn finish(&mut self, ctx: &SessionContext) -> PgWireResult<u64> {
+    pub async fn finish(&mut self, session: &Session) -> PgWireResult<u64> {
         if let Some(e) = self.failed.take() {
             return Err(e);
         }
-        self.parse_and_write(ctx, true).await?;
-        self.write(ctx).await?;
+        self.parse_and_write(session, true).await?;
+        self.write(session).await?;
         Ok(self.loader.written())
     }
 
     /// Parses what the buffer holds, writing each time `CHUNK_ROWS` rows
     /// wait, so that one large message is never held whole as rows.
-    async fn parse_and_write(&mut self, ctx: &SessionContext, at_end: bool) -> PgWireResult<()> {
+    async fn parse_and_write(&mut self, session: &Session, at_end: bool) -> PgWireResult<()> {
         loop {
             let more = self.parse_records(at_end)?;
             if self.loader.pending() >= CHUNK_ROWS {
-                self.write(ctx).await?;
+                self.write(session).await?;
             }
             if !more {
                 return Ok(());
@@ -425,13 +419,13 @@ impl CopyIn {
     }
 
     /// Writes the parsed rows, under the statement's cancel and timeout.
-    async fn write(&mut self, ctx: &SessionContext) -> PgWireResult<()> {
+    async fn write(&mut self, session: &Session) -> PgWireResult<()> {
         let (table, written) = (self.table.clone(), self.loader.written());
         let loader = &mut self.loader;
         self.guard
             .run(async {
                 loader
-                    .write(ctx)
+                    .write(session)
                     .await
                     .map_err(|e| load_error(&table, written, e))
             })
