@@ -196,13 +196,29 @@ impl Session {
         self.engine.prepare(sql).await
     }
 
-    /// Runs one statement of a query string (see the module doc).
+    /// Runs one statement of a query string (see the module doc). What
+    /// PostgreSQL's grammar lacks goes to DataFusion's own parser, as in
+    /// `Engine::sql`; a statement that does not parse fails the open block.
     pub async fn execute_sql(&self, sql: &str) -> Result<Outcome, EngineError> {
-        let mut statements = self
-            .engine
-            .parse(sql)
-            .map_err(|e| EngineError::DataFusion(DataFusionError::SQL(Box::new(e), None)))?;
+        let mut statements = match self.engine.parse(sql) {
+            Ok(statements) => statements,
+            Err(e) => {
+                let own = self.engine.datafusion_statement(sql, e).await;
+                return match own {
+                    Ok(frame) => {
+                        let stream = frame.execute_stream().await?;
+                        let tx = self.tx.clone();
+                        Ok(Outcome::Rows(Box::pin(FailsBlock { stream, tx })))
+                    }
+                    Err(e) => {
+                        self.engine.fail_block();
+                        Err(e)
+                    }
+                };
+            }
+        };
         if statements.len() != 1 {
+            self.engine.fail_block();
             return Err(DataFusionError::Plan(format!(
                 "one statement at a time here, not {}",
                 statements.len()

@@ -209,11 +209,9 @@ async fn answer(
         if round_trip {
             send_held(socket).await?;
         }
-        // The extended protocol's Sync reports this status (pgwire's own
-        // would keep a block failed after `ROLLBACK TO`).
-        if !matches!(socket.state(), PgWireConnectionState::CopyInProgress(_)) {
-            socket.set_transaction_status(simple.wire_status());
-        }
+        // The extended protocol's Sync, and a COPY's end, report this
+        // status (pgwire's own would keep a block failed after `ROLLBACK TO`).
+        socket.set_transaction_status(simple.wire_status());
         // A cancel request is all its connection carries.
         if cancel_request {
             return Ok(());

@@ -440,11 +440,11 @@ impl SimpleQueryHandler for Session {
                 }
             }
         }
+        let status = self.wire_status();
+        client.set_transaction_status(status);
         // A COPY FROM in progress answers ReadyForQuery at its end.
         if !matches!(client.state(), PgWireConnectionState::CopyInProgress(_)) {
             client.set_state(PgWireConnectionState::ReadyForQuery);
-            let status = self.wire_status();
-            client.set_transaction_status(status);
             send_ready_for_query(client, status).await?;
         }
         Ok(())
@@ -490,19 +490,29 @@ impl SimpleQueryHandler for Session {
                         | Statement::Rollback { .. }
                 )
             {
+                let mut failed = false;
                 for r in responses.iter_mut() {
                     match r {
                         Response::Query(q) => {
                             let rows: Vec<_> = futures::StreamExt::collect(&mut q.data_rows).await;
+                            failed |= rows.iter().any(Result::is_err);
                             q.data_rows = Box::pin(futures::stream::iter(rows));
                         }
                         Response::CopyOut(c) => {
                             let data: Vec<_> =
                                 futures::StreamExt::collect(&mut c.data_stream).await;
+                            failed |= data.iter().any(Result::is_err);
                             c.data_stream = Box::pin(futures::stream::iter(data));
                         }
                         _ => {}
                     }
+                }
+                // An earlier statement failed while its rows were read: it
+                // is answered with its error, and nothing after it runs (a
+                // COMMIT after it must not commit).
+                if failed {
+                    self.statement_failed();
+                    break;
                 }
             }
             match self.run(client, statement, None).await {

@@ -196,6 +196,12 @@ const SCRIPT: &[&str] = &[
     "INSERT INTO acct (shop, id, qty) VALUES ('b', 6, 60)",
     "ROLLBACK",
     "SELECT count(*) AS n FROM acct WHERE id = 6",
+    // A block failed by a statement that does not parse.
+    "BEGIN",
+    "INSERT INTO acct (shop, id, qty) VALUES ('a', 7, 70)",
+    "SELEC oops",
+    "COMMIT",
+    "SELECT count(*) AS n FROM acct WHERE id = 7",
     // Savepoints outside a block; an end without one.
     "SAVEPOINT nowhere",
     "RELEASE SAVEPOINT nowhere",
