@@ -158,9 +158,10 @@ impl Runner {
                 kind: Kind::Command(Box::new(statement)),
             });
         }
+        let state = self.snapshot().state;
         let prepared = self
             .engine
-            .prepare_statement(statement)
+            .prepare_in(&state, statement)
             .await
             .map_err(|e| engine_error(&e))?;
         let planned = prepared.current();
