@@ -269,6 +269,14 @@ pub struct Engine {
     workload: Arc<Workload>,
 }
 
+/// A query string's one statement (`Engine::one_statement`).
+pub(crate) enum OneStatement {
+    /// Parsed by the PostgreSQL dialect every front end reads.
+    Parsed(Statement),
+    /// One of DataFusion's own statements, planned.
+    DataFusion(DataFrame),
+}
+
 /// What catalog DDL did, when a statement was catalog DDL.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DdlOutcome {
@@ -579,9 +587,22 @@ impl Engine {
     /// Plans one statement. Catalog DDL runs here and yields an empty frame;
     /// everything else is DataFusion's.
     pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
+        match self.one_statement(sql).await? {
+            OneStatement::Parsed(statement) => self.statement(statement).await,
+            OneStatement::DataFusion(frame) => Ok(frame),
+        }
+    }
+
+    /// The one statement of a query string: parsed, or, where PostgreSQL's
+    /// grammar lacks it, one of DataFusion's own, planned
+    /// (`datafusion_statement`). Several statements are refused.
+    pub(crate) async fn one_statement(&self, sql: &str) -> Result<OneStatement, EngineError> {
         let mut statements = match self.parse(sql) {
             Ok(s) => s,
-            Err(e) => return self.datafusion_statement(sql, e).await,
+            Err(e) => {
+                let frame = self.datafusion_statement(sql, e).await?;
+                return Ok(OneStatement::DataFusion(frame));
+            }
         };
         if statements.len() != 1 {
             return Err(DataFusionError::NotImplemented(format!(
@@ -590,7 +611,7 @@ impl Engine {
             ))
             .into());
         }
-        self.statement(statements.remove(0)).await
+        Ok(OneStatement::Parsed(statements.remove(0)))
     }
 
     /// Plans one parsed statement (catalog DDL runs here, as in [`Self::sql`]).

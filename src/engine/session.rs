@@ -29,7 +29,10 @@ use datafusion::sql::sqlparser::ast::Statement;
 use futures::{Stream, StreamExt};
 
 use super::block::{self, BlockChange, BlockStatus};
-use super::{Engine, EngineError, Notice, PreparedStatement, StatementKind, session_transaction};
+use super::{
+    Engine, EngineError, Notice, OneStatement, PreparedStatement, StatementKind,
+    session_transaction,
+};
 use super::{run, session_notices};
 use crate::exec::write::transaction::Transaction;
 
@@ -200,32 +203,18 @@ impl Session {
     /// PostgreSQL's grammar lacks goes to DataFusion's own parser, as in
     /// `Engine::sql`; a statement that does not parse fails the open block.
     pub async fn execute_sql(&self, sql: &str) -> Result<Outcome, EngineError> {
-        let mut statements = match self.engine.parse(sql) {
-            Ok(statements) => statements,
-            Err(e) => {
-                let own = self.engine.datafusion_statement(sql, e).await;
-                return match own {
-                    Ok(frame) => {
-                        let stream = frame.execute_stream().await?;
-                        let tx = self.tx.clone();
-                        Ok(Outcome::Rows(Box::pin(FailsBlock { stream, tx })))
-                    }
-                    Err(e) => {
-                        self.engine.fail_block();
-                        Err(e)
-                    }
-                };
+        match self.engine.one_statement(sql).await {
+            Ok(OneStatement::Parsed(statement)) => self.execute(statement).await,
+            Ok(OneStatement::DataFusion(frame)) => {
+                let stream = frame.execute_stream().await?;
+                let tx = self.tx.clone();
+                Ok(Outcome::Rows(Box::pin(FailsBlock { stream, tx })))
             }
-        };
-        if statements.len() != 1 {
-            self.engine.fail_block();
-            return Err(DataFusionError::Plan(format!(
-                "one statement at a time here, not {}",
-                statements.len()
-            ))
-            .into());
+            Err(e) => {
+                self.engine.fail_block();
+                Err(e)
+            }
         }
-        self.execute(statements.remove(0)).await
     }
 
     /// Runs one statement: the engine's answer first (transaction control,

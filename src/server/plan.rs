@@ -334,15 +334,7 @@ impl Runner {
         }
         self.engine
             .record_write(&label, started, rows as u64, &physical);
-        let name = kind
-            .tag()
-            .ok_or_else(|| internal("a write without a tag"))?;
-        let tag = match kind {
-            // PostgreSQL's INSERT tag carries an OID, always 0 now.
-            StatementKind::Insert => Tag::new(name).with_oid(0).with_rows(rows),
-            _ => Tag::new(name).with_rows(rows),
-        };
-        Ok(Response::Execution(tag))
+        Ok(Response::Execution(write_tag(kind, rows)?))
     }
 
     /// The values a portal binds to its statement's placeholders.
@@ -593,6 +585,18 @@ fn bind(
     values: &ParamValues,
 ) -> PgWireResult<LogicalPlan> {
     crate::engine::bind(plan, params, values).map_err(|e| datafusion_error(&e))
+}
+
+/// A write's command tag: `INSERT 0 n`, `UPDATE n`, `DELETE n`.
+pub fn write_tag(kind: StatementKind, rows: usize) -> PgWireResult<Tag> {
+    let name = kind
+        .tag()
+        .ok_or_else(|| internal("a write without a tag"))?;
+    Ok(match kind {
+        // PostgreSQL's INSERT tag carries an OID, always 0 now.
+        StatementKind::Insert => Tag::new(name).with_oid(0).with_rows(rows),
+        _ => Tag::new(name).with_rows(rows),
+    })
 }
 
 /// Whether a statement writes when it runs: a write, or EXPLAIN ANALYZE of one.

@@ -33,7 +33,7 @@ use super::plan::{Kind, Runner, Stmt, is_query, write_kind, writes};
 use super::sqlstate::{
     ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, engine_error, error, notice_code,
 };
-use crate::engine::{BlockChange, BlockStatus, EngineError, Notice, Outcome, StatementKind};
+use crate::engine::{BlockChange, BlockStatus, EngineError, Notice, Outcome};
 
 /// The query handler of one connection.
 pub struct Session {
@@ -185,14 +185,8 @@ impl Session {
             (Outcome::Block(BlockChange::Began), Some(tag)) => Response::TransactionStart(tag),
             (Outcome::Block(BlockChange::Ended(_)), Some(tag)) => Response::TransactionEnd(tag),
             (Outcome::Written { kind, rows }, _) => {
-                let name = kind.tag().unwrap_or("UPDATE");
                 let rows = usize::try_from(rows).unwrap_or(usize::MAX);
-                match kind {
-                    StatementKind::Insert => {
-                        Response::Execution(Tag::new(name).with_oid(0).with_rows(rows))
-                    }
-                    _ => Response::Execution(Tag::new(name).with_rows(rows)),
-                }
+                Response::Execution(super::plan::write_tag(kind, rows)?)
             }
             (_, Some(tag)) => Response::Execution(tag),
             (_, None) => return Err(super::plan::internal("a command without a tag")),
