@@ -53,7 +53,6 @@ mod apply;
 mod block;
 pub mod bulk;
 mod describe;
-#[cfg(feature = "server")]
 mod direct;
 mod follow;
 mod indexes;
@@ -64,33 +63,23 @@ pub(crate) mod refuse;
 mod run;
 mod schema;
 mod session;
+mod start;
 
 pub use crate::exec::notices::{Notice, NoticeKind};
-#[cfg(feature = "server")]
-pub(crate) use crate::exec::rows_written;
 pub use crate::exec::write::upkeep::IndexHealth;
 pub use crate::planner::identity::{PG_VERSION, PG_VERSION_NUM};
 pub use apply::Applied;
 pub use block::{BlockChange, BlockEnd, BlockStatus};
-#[cfg(feature = "server")]
-pub(crate) use describe::describe_catalog;
 pub use describe::{
     ColumnInfo, IndexInfo, IndexTemplate, MappingInfo, StoredAs, TableDescription, TableInfo,
 };
 pub use follow::DEFAULT_CATALOG_CHECK;
-pub use kind::StatementKind;
+pub use kind::{StatementKind, reads_system_catalog};
 pub use paging::ResultPage;
-#[cfg(feature = "server")]
-pub(crate) use prepared::Planned;
 pub use prepared::PreparedStatement;
-#[cfg(feature = "server")]
-pub(crate) use prepared::bind;
 pub(crate) use run::Transaction;
-#[cfg(feature = "server")]
-pub(crate) use run::{
-    Snapshot, parameter_types, reads_system_catalog, start_direct, statement_label,
-};
 pub use session::{Outcome, Session};
+pub use start::Write;
 
 /// The schema that holds every storage table read raw.
 pub const RAW_SCHEMA: &str = "raw";

@@ -50,60 +50,62 @@ impl Engine {
     /// Every table of schemas `public` and `raw`, in name order per schema.
     pub async fn describe_tables(&self) -> Result<Vec<TableInfo>, EngineError> {
         match self.ctx.catalog("datafusion") {
-            Some(catalog) => Ok(describe_catalog(catalog.as_ref()).await?),
+            Some(catalog) => Ok(TableInfo::all_in(catalog.as_ref()).await?),
             None => Ok(Vec::new()),
         }
     }
 }
 
-/// [`Engine::describe_tables`] over the engine's catalog, for a part that
-/// the engine's context itself holds (the wire server's `pg_catalog`, which
-/// must not hold the engine).
-pub async fn describe_catalog(catalog: &dyn CatalogProvider) -> Result<Vec<TableInfo>> {
-    let mut out = Vec::new();
-    for schema_name in ["public", RAW_SCHEMA] {
-        let Some(schema) = catalog.schema(schema_name) else {
-            continue;
-        };
-        let mut names = schema.table_names();
-        names.sort();
-        for name in names {
-            let Some(table) = schema.table(&name).await? else {
+impl TableInfo {
+    /// [`Engine::describe_tables`] over the engine's catalog, for a part
+    /// that the engine's context itself holds (the wire server's
+    /// `pg_catalog`, which must not hold the engine).
+    pub async fn all_in(catalog: &dyn CatalogProvider) -> Result<Vec<TableInfo>> {
+        let mut out = Vec::new();
+        for schema_name in ["public", RAW_SCHEMA] {
+            let Some(schema) = catalog.schema(schema_name) else {
                 continue;
             };
-            let columns = table
-                .schema()
-                .fields()
-                .iter()
-                .map(|f| f.name().clone())
-                .collect();
-            let any: &dyn Any = table.as_ref();
-            let (primary_key, indexes, insertable) = match any.downcast_ref::<StoreTable>() {
-                Some(store) => match &store.layout().def {
-                    Some(def) => (
-                        def.primary_key.clone(),
-                        indexes_of(def),
-                        def.columns.iter().map(|c| c.name.clone()).collect(),
-                    ),
-                    None => (
-                        vec!["PartitionKey".into(), "RowKey".into()],
-                        Vec::new(),
-                        Vec::new(),
-                    ),
-                },
-                None => (Vec::new(), Vec::new(), Vec::new()),
-            };
-            out.push(TableInfo {
-                schema: schema_name.to_owned(),
-                name,
-                columns,
-                insertable,
-                primary_key,
-                indexes,
-            });
+            let mut names = schema.table_names();
+            names.sort();
+            for name in names {
+                let Some(table) = schema.table(&name).await? else {
+                    continue;
+                };
+                let columns = table
+                    .schema()
+                    .fields()
+                    .iter()
+                    .map(|f| f.name().clone())
+                    .collect();
+                let any: &dyn Any = table.as_ref();
+                let (primary_key, indexes, insertable) = match any.downcast_ref::<StoreTable>() {
+                    Some(store) => match &store.layout().def {
+                        Some(def) => (
+                            def.primary_key.clone(),
+                            indexes_of(def),
+                            def.columns.iter().map(|c| c.name.clone()).collect(),
+                        ),
+                        None => (
+                            vec!["PartitionKey".into(), "RowKey".into()],
+                            Vec::new(),
+                            Vec::new(),
+                        ),
+                    },
+                    None => (Vec::new(), Vec::new(), Vec::new()),
+                };
+                out.push(TableInfo {
+                    schema: schema_name.to_owned(),
+                    name,
+                    columns,
+                    insertable,
+                    primary_key,
+                    indexes,
+                });
+            }
         }
+        Ok(out)
     }
-    Ok(out)
 }
 
 fn indexes_of(def: &TableDef) -> Vec<IndexInfo> {

@@ -1,7 +1,7 @@
 //! Plans that skip DataFusion's physical planner: a projection of columns
 //! over one mapped table whose every filter the scan answers exactly (a key
-//! range; a point query by primary key is a `PointQuery`, planned at the
-//! wire's Parse). Such a plan is one `PartitionScanExec` and a column
+//! range; a point query by primary key is a `PointQuery`, planned when the
+//! statement is prepared). Such a plan is one `PartitionScanExec` and a column
 //! selection; building it directly costs a pushdown, while the
 //! physical planner and its optimizer rules cost more than the lookup itself
 //! (BENCHMARKS.md, "Wire server"). Anything else returns `None` and goes
@@ -28,6 +28,14 @@ use crate::planner::simple_scan::simple_scan;
 pub struct Snapshot {
     pub state: Arc<SessionState>,
     pub task: Arc<TaskContext>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Snapshot")
+            .field("session", &self.state.session_id())
+            .finish()
+    }
 }
 
 impl Snapshot {

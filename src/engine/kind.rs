@@ -5,6 +5,13 @@
 
 use datafusion::sql::sqlparser::ast::{ObjectType, Statement};
 
+/// Whether a statement reads a relation of `pg_catalog` or
+/// `information_schema` (the wire server presents some of their columns
+/// as PostgreSQL's catalogs type them).
+pub fn reads_system_catalog(statement: &Statement) -> bool {
+    crate::planner::sql::reads_system_catalog(statement)
+}
+
 /// The kind of a parsed statement (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

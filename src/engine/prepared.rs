@@ -10,25 +10,28 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use datafusion::arrow::datatypes::DataType;
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ParamValues;
 use datafusion::common::tree_node::{Transformed, TreeNode};
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::logical_expr::LogicalPlan;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::Statement;
 
-use super::run::{PointQuery, parameter_types, statement_label};
-use super::{Engine, EngineError, session_transaction};
+use super::run::{PointQuery, cast_placeholder_types, parameter_types, statement_label};
+use super::{Engine, EngineError, Session, StatementKind};
 
 /// A statement planned once (see the module doc), from [`Engine::prepare`].
 pub struct PreparedStatement {
-    engine: Engine,
+    /// The session it runs in (the one it was prepared in).
+    session: Session,
     statement: Statement,
+    /// The statement as parsed and printed again: what a page token names.
+    text: String,
     /// The statement normalized: what its runs are recorded under.
     label: String,
+    kind: StatementKind,
     planned: std::sync::RwLock<Arc<Planned>>,
 }
 
@@ -93,32 +96,7 @@ impl Engine {
         &self,
         statement: Statement,
     ) -> Result<PreparedStatement, EngineError> {
-        self.prepare_in(&self.ctx.state(), statement).await
-    }
-
-    /// As [`Engine::prepare_statement`], planned under `state`, a copy of
-    /// this engine's session state the caller keeps (the wire server's
-    /// snapshot): a copy costs about 17 µs, which a driver that sends Parse
-    /// for every query would pay each time.
-    pub(crate) async fn prepare_in(
-        &self,
-        state: &datafusion::execution::session_state::SessionState,
-        statement: Statement,
-    ) -> Result<PreparedStatement, EngineError> {
-        if !preparable(&statement) {
-            return Err(DataFusionError::Plan(format!(
-                "only queries and writes can be prepared, not: {statement}"
-            ))
-            .into());
-        }
-        self.follow_catalog().await;
-        let planned = self.plan_prepared(state, &statement).await?;
-        Ok(PreparedStatement {
-            engine: self.clone(),
-            label: statement_label(&statement),
-            statement,
-            planned: std::sync::RwLock::new(Arc::new(planned)),
-        })
+        self.as_session().prepare_statement(statement).await
     }
 
     /// The catalog's version in this engine: raised by every change of
@@ -135,7 +113,12 @@ impl Engine {
     ) -> Result<Planned, EngineError> {
         let version = self.catalog_version();
         let plan = self.plan_statement(state, statement.clone()).await?;
-        let types = parameter_types(&plan)?;
+        let mut types = parameter_types(&plan)?;
+        for (id, t) in cast_placeholder_types(&plan)? {
+            if let Some(slot @ None) = types.get_mut(&id) {
+                *slot = Some(t);
+            }
+        }
         let count = types
             .keys()
             .filter_map(|id| id.strip_prefix('$')?.parse::<usize>().ok())
@@ -167,6 +150,33 @@ fn preparable(statement: &Statement) -> bool {
 }
 
 impl PreparedStatement {
+    /// Plans `statement` under `state`, a copy of `session`'s state the
+    /// session keeps (a copy costs about 17 µs, which a driver that sends
+    /// Parse for every query would pay each time).
+    pub(super) async fn new(
+        session: Session,
+        state: &datafusion::execution::session_state::SessionState,
+        statement: Statement,
+    ) -> Result<Self, EngineError> {
+        if !preparable(&statement) {
+            return Err(DataFusionError::Plan(format!(
+                "only queries and writes can be prepared, not: {statement}"
+            ))
+            .into());
+        }
+        let engine = session.engine();
+        engine.follow_catalog().await;
+        let planned = engine.plan_prepared(state, &statement).await?;
+        Ok(PreparedStatement {
+            text: statement.to_string(),
+            label: statement_label(&statement),
+            kind: StatementKind::of(&statement),
+            statement,
+            planned: std::sync::RwLock::new(Arc::new(planned)),
+            session,
+        })
+    }
+
     /// The placeholders' types, `$1` first; `None` where the statement
     /// does not say.
     pub fn parameter_types(&self) -> Vec<Option<DataType>> {
@@ -193,7 +203,7 @@ impl PreparedStatement {
     /// whose rows differ in shape is an error.
     pub(crate) async fn planned(&self) -> Result<Arc<Planned>, EngineError> {
         let current = self.current();
-        if current.version == self.engine.catalog_version() {
+        if current.version == self.session.engine().catalog_version() {
             return Ok(current);
         }
         // Boxed, as the physical path below: planning's futures are large,
@@ -202,8 +212,10 @@ impl PreparedStatement {
     }
 
     async fn plan_again(&self, old: &Planned) -> Result<Arc<Planned>, EngineError> {
-        let state = self.engine.ctx.state();
-        let fresh = self.engine.plan_prepared(&state, &self.statement).await?;
+        let engine = self.session.engine();
+        let fresh = engine
+            .plan_prepared(&engine.ctx.state(), &self.statement)
+            .await?;
         if fresh.plan.schema().as_arrow() != old.plan.schema().as_arrow() {
             return Err(EngineError::NotSupported(
                 "cached plan must not change result type".into(),
@@ -222,96 +234,45 @@ impl PreparedStatement {
         &self,
         params: impl Into<ParamValues>,
     ) -> Result<Vec<RecordBatch>, EngineError> {
-        let done = self.collect(params.into()).await;
-        if done.is_err() {
-            self.engine.fail_block();
-        }
-        done
+        let stream = self.stream(params).await?;
+        let collected = datafusion::physical_plan::common::collect(stream).await;
+        Ok(collected?)
     }
 
-    async fn collect(&self, params: ParamValues) -> Result<Vec<RecordBatch>, EngineError> {
-        self.refuse_in_failed_block()?;
-        self.engine.follow_catalog().await;
-        let planned = self.planned().await?;
-        if let Some(batch) = self.point(&planned, &params).await? {
-            // As a scan collects: no batch for no rows.
-            return Ok(if batch.num_rows() == 0 {
-                Vec::new()
-            } else {
-                vec![batch]
-            });
-        }
-        Box::pin(async {
-            let stream = self.physical(&planned, &params).await?;
-            Ok(datafusion::physical_plan::common::collect(stream).await?)
-        })
-        .await
-    }
-
-    /// Runs the statement with `params` and streams its rows.
+    /// Runs the statement with `params` and streams its rows (all of them:
+    /// a prepared statement is not paged here).
     pub async fn stream(
         &self,
         params: impl Into<ParamValues>,
     ) -> Result<SendableRecordBatchStream, EngineError> {
-        let started = self.start(params.into()).await;
-        if started.is_err() {
-            self.engine.fail_block();
-        }
-        started
+        self.session
+            .query_prepared_whole(self, &params.into())
+            .await
     }
 
-    async fn start(&self, params: ParamValues) -> Result<SendableRecordBatchStream, EngineError> {
-        self.refuse_in_failed_block()?;
-        self.engine.follow_catalog().await;
-        let planned = self.planned().await?;
-        if let Some(batch) = self.point(&planned, &params).await? {
-            let schema = batch.schema();
-            // As a scan streams: no batch for no rows.
-            let rows = (batch.num_rows() > 0).then_some(Ok(batch));
-            let once = futures::stream::iter(rows);
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, once)));
-        }
-        Box::pin(self.physical(&planned, &params)).await
+    /// The statement's result columns (a write's: its count).
+    pub fn schema(&self) -> SchemaRef {
+        self.current().plan.schema().inner().clone()
     }
 
-    /// The point read, where the plan is one and the values are keys.
-    async fn point(
-        &self,
-        planned: &Planned,
-        params: &ParamValues,
-    ) -> Result<Option<RecordBatch>, EngineError> {
-        let Some(point) = &planned.point else {
-            return Ok(None);
-        };
-        let ctx = self.engine.context();
-        Ok(point.run(&self.engine, ctx, &self.label, params).await?)
+    /// What the statement is (`Select`, `Insert`, ...).
+    pub fn kind(&self) -> StatementKind {
+        self.kind
     }
 
-    /// As `Engine::statement`: nothing runs in a failed transaction block
-    /// but its end.
-    fn refuse_in_failed_block(&self) -> Result<(), EngineError> {
-        if session_transaction(self.engine.context()).is_some_and(|t| t.is_aborted()) {
-            return Err(EngineError::InFailedTransaction);
-        }
-        Ok(())
+    /// The statement as parsed and printed again.
+    pub fn text(&self) -> &str {
+        &self.text
     }
 
-    async fn physical(
-        &self,
-        planned: &Planned,
-        params: &ParamValues,
-    ) -> Result<SendableRecordBatchStream, EngineError> {
-        let plan = bind(&planned.plan, &planned.params, params)?;
-        let ctx = self.engine.context();
-        let state = ctx.state();
-        let physical = state
-            .query_planner()
-            .create_physical_plan(&plan, &state)
-            .await?;
-        let stream = datafusion::physical_plan::execute_stream(physical.clone(), ctx.task_ctx())?;
-        Ok(self
-            .engine
-            .recorded(self.label.clone(), Some(physical), stream))
+    /// Whether the statement reads `pg_catalog` or `information_schema`.
+    pub fn reads_system_catalog(&self) -> bool {
+        super::kind::reads_system_catalog(&self.statement)
+    }
+
+    /// What the statement's runs are recorded under.
+    pub(crate) fn label(&self) -> &str {
+        &self.label
     }
 }
 

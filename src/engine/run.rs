@@ -27,11 +27,7 @@ use crate::exec::stats::recorded::{normalize, recorded};
 use crate::exec::stats::workload::Run;
 use crate::planner::point::PointRead;
 
-#[cfg(feature = "server")]
-pub(crate) use super::direct::{Snapshot, start as start_direct};
 pub(crate) use crate::exec::write::transaction::Transaction;
-#[cfg(feature = "server")]
-pub(crate) use crate::planner::sql::reads_system_catalog;
 
 /// What a statement's runs are recorded under: its text with each literal
 /// as a placeholder, as `pg_stat_statements` shows it.
@@ -51,6 +47,29 @@ pub(crate) fn parameter_types(plan: &LogicalPlan) -> DfResult<HashMap<String, Op
         }
     }
     Ok(types)
+}
+
+/// The types of placeholders DataFusion left untyped that are cast where
+/// they appear (`ti.oid = any($1::oid[])`, asyncpg's type introspection):
+/// the cast's type, as PostgreSQL infers it. Left unknown, a wire client
+/// has no codec for the parameter.
+pub(crate) fn cast_placeholder_types(plan: &LogicalPlan) -> DfResult<Vec<(String, DataType)>> {
+    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+    use datafusion::logical_expr::{Expr, expr::Placeholder};
+    let mut found = Vec::new();
+    plan.apply_with_subqueries(|node| {
+        node.apply_expressions(|e| {
+            e.apply(|e| {
+                if let Expr::Cast(c) = e
+                    && let Expr::Placeholder(Placeholder { id, field: None }) = c.expr.as_ref()
+                {
+                    found.push((id.clone(), c.field.data_type().clone()));
+                }
+                Ok(TreeNodeRecursion::Continue)
+            })
+        })
+    })?;
+    Ok(found)
 }
 
 impl Engine {

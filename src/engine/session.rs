@@ -19,8 +19,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::{SchemaRef, UInt64Type};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::error::DataFusionError;
 use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream};
@@ -107,6 +106,8 @@ pub struct Session {
     /// Its transaction block, held here: the wire server asks for its
     /// status after every message.
     tx: Option<Arc<Transaction>>,
+    /// Its state for planning, taken when first needed (`engine::start`).
+    pub(super) snapshot: Arc<std::sync::RwLock<Option<super::direct::Snapshot>>>,
 }
 
 impl Engine {
@@ -126,7 +127,16 @@ impl Engine {
 impl Session {
     fn of(engine: Engine) -> Self {
         let tx = session_transaction(engine.context());
-        Session { engine, tx }
+        Session {
+            engine,
+            tx,
+            snapshot: Arc::default(),
+        }
+    }
+
+    /// The session's transaction block, if its engine keeps one.
+    pub(super) fn transaction(&self) -> Option<Arc<Transaction>> {
+        self.tx.clone()
     }
 
     /// The engine, whose context is this session's.
@@ -196,7 +206,17 @@ impl Session {
     /// Plans a query or write for running many times (see
     /// [`Engine::prepare`]); its runs are this session's.
     pub async fn prepare(&self, sql: &str) -> Result<PreparedStatement, EngineError> {
-        self.engine.prepare(sql).await
+        let mut statements = self
+            .parse(sql)
+            .map_err(|e| EngineError::DataFusion(DataFusionError::SQL(Box::new(e), None)))?;
+        if statements.len() != 1 {
+            return Err(DataFusionError::Plan(format!(
+                "a prepared statement is one statement, not {}",
+                statements.len()
+            ))
+            .into());
+        }
+        self.prepare_statement(statements.remove(0)).await
     }
 
     /// Runs one statement of a query string (see the module doc). What
@@ -242,30 +262,24 @@ impl Session {
             None => {}
         }
         let kind = StatementKind::of(&statement);
+        if kind.writes_rows() {
+            let write = self.write(statement).await?;
+            let rows = write.run().await?;
+            return Ok(Outcome::Written { kind, rows });
+        }
+        if matches!(statement, Statement::Query(_) | Statement::Explain { .. }) {
+            return Ok(Outcome::Rows(self.query(statement).await?));
+        }
+        // The rest is DataFusion's: SET, and its DDL of an embedder's tables.
         let label = run::statement_label(&statement);
         let frame = self.engine.frame(statement).await?;
+        // A SET changes what the next statement plans with.
+        self.configuration_changed();
         let task = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;
-        if kind.writes_rows() {
-            // Recorded as the wire server records a write: rows written,
-            // and a refusal of a key taken counted against it.
-            let started = std::time::Instant::now();
-            return match datafusion::physical_plan::collect(plan.clone(), task).await {
-                Ok(batches) => {
-                    let rows = written(&batches)?;
-                    self.engine.record_write(&label, started, rows, &plan);
-                    Ok(Outcome::Written { kind, rows })
-                }
-                Err(e) => {
-                    self.engine.record_failure(&label, &e);
-                    Err(e.into())
-                }
-            };
-        }
         let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
         let stream = self.engine.recorded(label, Some(plan), stream);
         if stream.schema().fields().is_empty() && kind.tag().is_some() {
-            // SET, and DataFusion's DDL of an embedder's tables.
             datafusion::physical_plan::common::collect(stream).await?;
             return Ok(Outcome::Done(kind));
         }
@@ -274,23 +288,16 @@ impl Session {
     }
 }
 
-/// The count a write's plan answers with, summed over its batches.
-fn written(batches: &[RecordBatch]) -> Result<u64, EngineError> {
-    let mut rows = 0;
-    for batch in batches {
-        let counts = batch
-            .column(0)
-            .as_primitive_opt::<UInt64Type>()
-            .ok_or_else(|| DataFusionError::Internal("a write answered without a count".into()))?;
-        rows += counts.iter().flatten().sum::<u64>();
-    }
-    Ok(rows)
-}
-
 /// A query's rows; an error among them fails the session's open block.
-struct FailsBlock {
+pub(super) struct FailsBlock {
     stream: SendableRecordBatchStream,
     tx: Option<Arc<Transaction>>,
+}
+
+impl FailsBlock {
+    pub(super) fn new(stream: SendableRecordBatchStream, tx: Option<Arc<Transaction>>) -> Self {
+        Self { stream, tx }
+    }
 }
 
 impl Stream for FailsBlock {

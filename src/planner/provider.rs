@@ -116,9 +116,8 @@ impl StoreTable {
 
     /// The scan of `filters` when the pushdown answers every one of them
     /// exactly, `None` otherwise: one pushdown, where DataFusion's protocol
-    /// (`supports_filters_pushdown`, then `scan`) runs two. The wire server's
-    /// direct path uses it.
-    #[cfg(feature = "server")]
+    /// (`supports_filters_pushdown`, then `scan`) runs two. A session's direct
+    /// path (`engine::direct`) uses it.
     pub fn exact_scan(
         &self,
         session: &dyn Session,

@@ -12,7 +12,6 @@ use std::collections::HashMap;
 use std::ops::ControlFlow;
 
 use datafusion::arrow::datatypes::DataType;
-use datafusion::logical_expr::LogicalPlan;
 use datafusion::sql::sqlparser::ast::{
     ArrayElemTypeDef, DataType as SqlType, Expr, ObjectNamePart, Statement, Value, ValueWithSpan,
     visit_expressions,
@@ -24,31 +23,6 @@ use pgwire::api::Type;
 use pgwire::api::portal::Portal;
 use pgwire::api::stmt::StoredStatement;
 use pgwire::error::PgWireResult;
-
-/// The types of placeholders DataFusion left untyped that are cast where
-/// they appear (`ti.oid = any($1::oid[])`, asyncpg's type introspection):
-/// the cast's type, as PostgreSQL infers it. Left unknown, the client has
-/// no codec for the parameter.
-pub fn cast_placeholder_types(
-    plan: &LogicalPlan,
-) -> datafusion::error::Result<Vec<(String, DataType)>> {
-    use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-    use datafusion::logical_expr::{Expr, expr::Placeholder};
-    let mut found = Vec::new();
-    plan.apply_with_subqueries(|node| {
-        node.apply_expressions(|e| {
-            e.apply(|e| {
-                if let Expr::Cast(c) = e
-                    && let Expr::Placeholder(Placeholder { id, field: None }) = c.expr.as_ref()
-                {
-                    found.push((id.clone(), c.field.data_type().clone()));
-                }
-                Ok(TreeNodeRecursion::Continue)
-            })
-        })
-    })?;
-    Ok(found)
-}
 
 /// Placeholders cast to `oid` or `oid[]` in the statement's text, by
 /// number, with the type a driver is told.

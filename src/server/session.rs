@@ -33,7 +33,7 @@ use super::plan::{Kind, Runner, Stmt, is_query, write_kind, writes};
 use super::sqlstate::{
     ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, engine_error, error, notice_code,
 };
-use crate::engine::{BlockChange, BlockStatus, EngineError, Notice, Outcome};
+use crate::engine::{BlockChange, BlockStatus, Notice, Outcome};
 
 /// The query handler of one connection.
 pub struct Session {
@@ -50,13 +50,10 @@ pub struct Session {
 impl Session {
     pub fn new(runner: Runner, registry: Arc<Registry>, probe: Option<Probe>) -> Self {
         let vars = Arc::new(Mutex::new(Vars::default()));
-        runner
-            .ctx
-            .register_udf(super::current_setting::udf(vars.clone()));
-        runner
-            .ctx
-            .register_udf(super::current_setting::set_config_udf(vars.clone()));
-        runner.configuration_changed();
+        let ctx = runner.session.context();
+        ctx.register_udf(super::current_setting::udf(vars.clone()));
+        ctx.register_udf(super::current_setting::set_config_udf(vars.clone()));
+        runner.session.configuration_changed();
         Self {
             runner: Arc::new(runner),
             registry,
@@ -108,7 +105,7 @@ impl Session {
         C: Sink<PgWireBackendMessage> + Unpin + Send,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        let left = crate::engine::session_notices(&self.runner.ctx);
+        let left = self.runner.session.take_notices();
         for notice in extra.into_iter().chain(left) {
             let info = ErrorInfo::new(
                 "NOTICE".to_owned(),
@@ -234,13 +231,7 @@ impl Session {
                 let (name, value) = target?;
                 let lower = name.to_ascii_lowercase();
                 if lower.starts_with("datafusion.") || lower.starts_with("tablesql.") {
-                    self.runner
-                        .ctx
-                        .sql(&statement.to_string())
-                        .await
-                        .map_err(|e| super::sqlstate::datafusion_error(&e))?;
-                    self.runner.configuration_changed();
-                    return Ok(Response::Execution(Tag::new("SET")));
+                    return self.through_session(client, statement).await;
                 }
                 let report = self.vars()?.set(&name, &value)?;
                 if let Some((name, value)) = report {
@@ -590,9 +581,6 @@ impl ExtendedQueryHandler for Session {
         self.runner.follow_catalog().await;
         match &portal.statement.statement.kind {
             Kind::Query { write, .. } => {
-                if self.runner.session.status() == BlockStatus::Failed {
-                    return Err(engine_error(&EngineError::InFailedTransaction));
-                }
                 if write.is_some() {
                     let guard = self.guard(client);
                     let done = self.runner.execute_write(portal, guard).await;

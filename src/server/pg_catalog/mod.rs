@@ -29,7 +29,7 @@ use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionContext;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
 
-use crate::engine::describe_catalog;
+use crate::engine::TableInfo;
 
 mod functions;
 mod keys;
@@ -160,7 +160,7 @@ impl Shared {
         let class = self.scan_inner("pg_class", state).await?;
         let namespaces = self.scan_inner("pg_namespace", state).await?;
         let tables = match self.catalogs.upgrade().and_then(|c| c.catalog(CATALOG)) {
-            Some(catalog) => describe_catalog(catalog.as_ref()).await?,
+            Some(catalog) => TableInfo::all_in(catalog.as_ref()).await?,
             None => Vec::new(),
         };
         let relations = self.known.update(&class, &namespaces, &tables)?;

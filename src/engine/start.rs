@@ -1,0 +1,374 @@
+//! How a session starts what it runs: a query to a stream of rows, a write
+//! to a [`Write`] that runs it to its end.
+//!
+//! The wire's simple and extended protocols, the shell, `tablesql query`
+//! and the library's prepared statements each started a statement their
+//! own way, so a query was paged, read by its key or planned without
+//! DataFusion's physical planner in one front end and not in another.
+//! Every door now starts here: a prepared point query reads its entity
+//! without planning; under `tablesql.page_size` a query of one table is one
+//! page; a plan the scan answers exactly skips the physical planner
+//! (`direct`); the rest is DataFusion's. Each run is recorded in the
+//! workload statistics, and a failure fails the session's open block.
+//!
+//! Planning takes the session's [`Snapshot`], taken once and again after
+//! a `SET`: a copy of a session state per statement cost more than the
+//! point read itself.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::UInt64Type;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::ParamValues;
+use datafusion::error::DataFusionError;
+use datafusion::execution::{SendableRecordBatchStream, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::sql::sqlparser::ast::Statement;
+
+use super::direct::{self, Snapshot};
+use super::prepared::{Planned, bind};
+use super::session::FailsBlock;
+use super::{Engine, EngineError, PreparedStatement, Session, StatementKind, run};
+use crate::exec::write::transaction::Transaction;
+
+/// A write planned and ready to run ([`Session::write`]).
+pub struct Write {
+    kind: StatementKind,
+    label: String,
+    engine: Engine,
+    physical: Arc<dyn ExecutionPlan>,
+    task: Arc<TaskContext>,
+    tx: Option<Arc<Transaction>>,
+}
+
+impl std::fmt::Debug for Write {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Write").field("kind", &self.kind).finish()
+    }
+}
+
+impl Write {
+    /// `Insert`, `Update` or `Delete`.
+    pub fn kind(&self) -> StatementKind {
+        self.kind
+    }
+
+    /// Runs the write to its end: the rows written. A failure fails the
+    /// session's open block.
+    pub async fn run(&self) -> Result<u64, EngineError> {
+        let started = Instant::now();
+        let done = datafusion::physical_plan::collect(self.physical.clone(), self.task.clone())
+            .await
+            .map_err(|e| {
+                // A refusal of a key taken is counted against the statement.
+                self.engine.record_failure(&self.label, &e);
+                EngineError::from(e)
+            })
+            .and_then(|batches| written(&batches));
+        match done {
+            Ok(rows) => {
+                self.engine
+                    .record_write(&self.label, started, rows, &self.physical);
+                Ok(rows)
+            }
+            Err(e) => {
+                if let Some(tx) = &self.tx {
+                    tx.fail();
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The rows the write had committed when it stopped, for one whose
+    /// [`Self::run`] was dropped midway (a cancel, a timeout): each
+    /// partition's rows commit together, so some may be.
+    pub fn committed(&self) -> u64 {
+        crate::exec::rows_written(self.physical.as_ref()).unwrap_or(0)
+    }
+}
+
+impl Session {
+    /// After the session's context changed outside [`Self::execute`] (a
+    /// function an embedder or the wire server registered on it): the next
+    /// statement plans with the change.
+    pub fn configuration_changed(&self) {
+        if let Ok(mut s) = self.snapshot.write() {
+            *s = None;
+        }
+    }
+
+    /// The session's state and task context, taken when first needed.
+    pub(crate) fn snapshot(&self) -> Snapshot {
+        if let Ok(s) = self.snapshot.read()
+            && let Some(s) = s.as_ref()
+        {
+            return s.clone();
+        }
+        let fresh = Snapshot::of(self.context());
+        if let Ok(mut s) = self.snapshot.write() {
+            *s = Some(fresh.clone());
+        }
+        fresh
+    }
+
+    /// Plans a parsed query or write for running many times under this
+    /// session's settings (see [`Engine::prepare`]).
+    pub async fn prepare_statement(
+        &self,
+        statement: Statement,
+    ) -> Result<PreparedStatement, EngineError> {
+        let state = self.snapshot().state;
+        PreparedStatement::new(self.clone(), &state, statement).await
+    }
+
+    /// Starts a query (`SELECT`, `VALUES`, `EXPLAIN`): its rows as they
+    /// come. Under `tablesql.page_size` a query of one table is one page.
+    pub async fn query(
+        &self,
+        statement: Statement,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        // Boxed: planning's futures are large (and deep in a debug build).
+        let started = Box::pin(self.start_query(statement)).await;
+        self.failed_if(started)
+    }
+
+    async fn start_query(
+        &self,
+        statement: Statement,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        self.refuse_in_failed_block()?;
+        self.engine().follow_catalog().await;
+        let label = run::statement_label(&statement);
+        // What a page token names (only paging needs it).
+        let text = self.pages().then(|| statement.to_string());
+        let snapshot = self.snapshot();
+        let plan = self
+            .engine()
+            .plan_statement(&snapshot.state, statement)
+            .await?;
+        self.start_plan(&snapshot, &plan, text.as_deref(), label)
+            .await
+    }
+
+    /// Plans a write (`INSERT`, `UPDATE`, `DELETE`) for [`Write::run`].
+    pub async fn write(&self, statement: Statement) -> Result<Write, EngineError> {
+        let planned = Box::pin(self.plan_write(statement)).await;
+        self.failed_if(planned)
+    }
+
+    async fn plan_write(&self, statement: Statement) -> Result<Write, EngineError> {
+        self.refuse_in_failed_block()?;
+        self.engine().follow_catalog().await;
+        let kind = StatementKind::of(&statement);
+        let label = run::statement_label(&statement);
+        let snapshot = self.snapshot();
+        let plan = self
+            .engine()
+            .plan_statement(&snapshot.state, statement)
+            .await?;
+        self.write_plan(&snapshot, &plan, kind, label).await
+    }
+
+    /// Runs a prepared query with `values` (`$1` first): a point query
+    /// reads its entity without planning; the rest binds the values into
+    /// the optimized plan and starts it as [`Self::query`] does, paged
+    /// under `tablesql.page_size` (the statement with its values names
+    /// the page).
+    pub async fn query_prepared(
+        &self,
+        prepared: &PreparedStatement,
+        values: &ParamValues,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        let started = self.start_prepared(prepared, values, true).await;
+        self.failed_if(started)
+    }
+
+    /// As [`Self::query_prepared`], never paged: all the rows (a cursor's,
+    /// or the library's [`PreparedStatement::stream`]).
+    pub async fn query_prepared_whole(
+        &self,
+        prepared: &PreparedStatement,
+        values: &ParamValues,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        let started = self.start_prepared(prepared, values, false).await;
+        self.failed_if(started)
+    }
+
+    async fn start_prepared(
+        &self,
+        prepared: &PreparedStatement,
+        values: &ParamValues,
+        paged: bool,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        self.refuse_in_failed_block()?;
+        self.engine().follow_catalog().await;
+        let planned = prepared.planned().await?;
+        let paged = paged && self.pages();
+        if let Some(point) = &planned.point
+            && !paged
+            && let Some(batch) = point
+                .run(self.engine(), self.context(), prepared.label(), values)
+                .await?
+        {
+            let schema = batch.schema();
+            // As a scan streams: no batch for no rows.
+            let rows = (batch.num_rows() > 0).then_some(Ok(batch));
+            let once = futures::stream::iter(rows);
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, once)));
+        }
+        // Boxed: planning's futures are large, and a point read's future
+        // should not carry them.
+        Box::pin(self.start_bound(prepared, &planned, values, paged)).await
+    }
+
+    async fn start_bound(
+        &self,
+        prepared: &PreparedStatement,
+        planned: &Planned,
+        values: &ParamValues,
+        paged: bool,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        let plan = bind(&planned.plan, &planned.params, values)?;
+        let text = paged.then(|| format!("{}\n{values:?}", prepared.text()));
+        let snapshot = self.snapshot();
+        self.start_plan(
+            &snapshot,
+            &plan,
+            text.as_deref(),
+            prepared.label().to_owned(),
+        )
+        .await
+    }
+
+    /// Binds `values` into a prepared write for [`Write::run`].
+    pub async fn write_prepared(
+        &self,
+        prepared: &PreparedStatement,
+        values: &ParamValues,
+    ) -> Result<Write, EngineError> {
+        let planned = Box::pin(self.plan_prepared_write(prepared, values)).await;
+        self.failed_if(planned)
+    }
+
+    async fn plan_prepared_write(
+        &self,
+        prepared: &PreparedStatement,
+        values: &ParamValues,
+    ) -> Result<Write, EngineError> {
+        self.refuse_in_failed_block()?;
+        self.engine().follow_catalog().await;
+        let kind = prepared.kind();
+        if !kind.writes_rows() {
+            return Err(EngineError::NotSupported(format!(
+                "not a write: {}",
+                prepared.text()
+            )));
+        }
+        let planned = prepared.planned().await?;
+        let plan = bind(&planned.plan, &planned.params, values)?;
+        let snapshot = self.snapshot();
+        self.write_plan(&snapshot, &plan, kind, prepared.label().to_owned())
+            .await
+    }
+
+    /// Starts an optimized, bound plan: one page when `page` names the
+    /// statement and the plan pages, else the direct path or DataFusion's
+    /// physical planner. Recorded under `label` when its stream ends.
+    async fn start_plan(
+        &self,
+        snapshot: &Snapshot,
+        plan: &LogicalPlan,
+        page: Option<&str>,
+        label: String,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        if let Some(statement) = page
+            && let Some(page) = self
+                .engine()
+                .session_page(self.context(), plan, statement)
+                .await?
+        {
+            let batches = futures::stream::iter(page.batches.into_iter().map(Ok));
+            return Ok(Box::pin(RecordBatchStreamAdapter::new(
+                page.schema,
+                batches,
+            )));
+        }
+        let (stream, physical) = match direct::start(snapshot, plan).await? {
+            Some(started) => started,
+            None => {
+                let physical = physical_plan(snapshot, plan).await?;
+                let stream = datafusion::physical_plan::execute_stream(
+                    physical.clone(),
+                    snapshot.task.clone(),
+                )?;
+                (stream, physical)
+            }
+        };
+        let stream = self.engine().recorded(label, Some(physical), stream);
+        Ok(Box::pin(FailsBlock::new(stream, self.transaction())))
+    }
+
+    async fn write_plan(
+        &self,
+        snapshot: &Snapshot,
+        plan: &LogicalPlan,
+        kind: StatementKind,
+        label: String,
+    ) -> Result<Write, EngineError> {
+        let physical = physical_plan(snapshot, plan).await?;
+        Ok(Write {
+            kind,
+            label,
+            engine: self.engine().clone(),
+            physical,
+            task: snapshot.task.clone(),
+            tx: self.transaction(),
+        })
+    }
+
+    /// `done`, having failed the session's open block if it is an error.
+    fn failed_if<T>(&self, done: Result<T, EngineError>) -> Result<T, EngineError> {
+        if done.is_err() {
+            self.statement_failed();
+        }
+        done
+    }
+
+    /// Nothing runs in a failed transaction block but its end.
+    fn refuse_in_failed_block(&self) -> Result<(), EngineError> {
+        if self.transaction().is_some_and(|t| t.is_aborted()) {
+            return Err(EngineError::InFailedTransaction);
+        }
+        Ok(())
+    }
+}
+
+/// DataFusion's physical planning of an optimized plan.
+async fn physical_plan(
+    snapshot: &Snapshot,
+    plan: &LogicalPlan,
+) -> Result<Arc<dyn ExecutionPlan>, DataFusionError> {
+    let state = &snapshot.state;
+    state
+        .query_planner()
+        .create_physical_plan(plan, state.as_ref())
+        .await
+}
+
+/// The count a write's plan answers with, summed over its batches.
+fn written(batches: &[RecordBatch]) -> Result<u64, EngineError> {
+    let mut rows = 0;
+    for batch in batches {
+        let counts = batch
+            .column(0)
+            .as_primitive_opt::<UInt64Type>()
+            .ok_or_else(|| DataFusionError::Internal("a write answered without a count".into()))?;
+        rows += counts.iter().flatten().sum::<u64>();
+    }
+    Ok(rows)
+}
