@@ -641,6 +641,9 @@ impl Engine {
         if let Some(shown) = self.show_setting(statement)? {
             return Ok(Some(session::Control::Shown(shown)));
         }
+        if matches!(statement, Statement::Copy { .. }) {
+            return Err(EngineError::NotSupported(refuse::COPY.into()));
+        }
         let Some(outcome) = self.catalog_ddl(statement).await? else {
             return Ok(None);
         };

@@ -36,6 +36,9 @@ pub fn in_memory_only(statement: &Statement) -> Option<String> {
 pub const EXTERNAL_TABLE: &str =
     "CREATE EXTERNAL TABLE is not supported: tablesql tables live in the store";
 
+/// Why the engine itself refuses `COPY`: its data moves through a client.
+pub const COPY: &str = "COPY ... FROM STDIN and TO STDOUT move their data through a client: over the wire (psql's \\copy), or \\copy in tablesql shell";
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -7,6 +7,7 @@
 //! a partition's rows packed together) — or as an upsert, when a load run
 //! again must not fail on the rows already written.
 
+pub mod copy;
 pub mod format;
 
 use std::sync::Arc;
@@ -103,6 +104,7 @@ pub enum LineFault {
 }
 
 /// Rows on their way into one table.
+#[derive(Debug)]
 pub struct Loader {
     table: String,
     /// The table's schema, every column nullable: the insert's input.

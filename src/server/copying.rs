@@ -13,21 +13,22 @@ use pgwire::error::{PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 
-use super::copy::{self, Copy, CopyIn};
+use super::copy::{self, WireCopyIn};
 use super::session::Session;
-use super::sqlstate::{ACTIVE_TRANSACTION, error};
+use super::sqlstate::{QUERY_CANCELED, copy_error, error};
+use crate::load::copy::Copy;
 
 /// The COPY FROM a connection is in, if any.
 #[derive(Default)]
-pub struct Copying(Mutex<Option<Box<CopyIn>>>);
+pub struct Copying(Mutex<Option<Box<WireCopyIn>>>);
 
 impl Copying {
-    fn take(&self) -> Option<Box<CopyIn>> {
+    fn take(&self) -> Option<Box<WireCopyIn>> {
         self.0.lock().ok().and_then(|mut c| c.take())
     }
 
     /// The COPY FROM that a `message` belongs to, taken out while it runs.
-    fn running(&self, message: &str) -> PgWireResult<Box<CopyIn>> {
+    fn running(&self, message: &str) -> PgWireResult<Box<WireCopyIn>> {
         self.take().ok_or_else(|| {
             error(
                 super::sqlstate::PROTOCOL_VIOLATION,
@@ -36,7 +37,7 @@ impl Copying {
         })
     }
 
-    fn put(&self, state: Box<CopyIn>) {
+    fn put(&self, state: Box<WireCopyIn>) {
         if let Ok(mut c) = self.0.lock() {
             *c = Some(state);
         }
@@ -50,30 +51,18 @@ impl Session {
         &self,
         client: &C,
         statement: &datafusion::sql::sqlparser::ast::Statement,
-        status: crate::engine::BlockStatus,
     ) -> PgWireResult<Response> {
         let runner = self.runner();
-        match copy::plan(&runner.session, statement, self.guard(client)).await? {
+        let planned = crate::load::copy::plan(&runner.session, statement).await;
+        match planned.map_err(|e| copy_error(&e))? {
             Copy::Out { query, format } => {
-                let parsed = runner.parse(&query)?;
-                let Some(statement) = parsed.into_iter().next() else {
-                    return Err(error(
-                        super::sqlstate::SYNTAX_ERROR,
-                        "COPY of an empty query",
-                    ));
-                };
-                let (schema, batches) = runner.batches(statement, self.guard(client)).await?;
+                let (schema, batches) = runner.batches(query, self.guard(client)).await?;
                 Ok(Response::CopyOut(copy::copy_out(schema, batches, format)))
             }
             Copy::In(state) => {
-                if status != crate::engine::BlockStatus::Idle {
-                    return Err(error(
-                        ACTIVE_TRANSACTION,
-                        "COPY FROM cannot run inside a transaction block: a transaction is one entity group transaction (100 entities in one partition), and COPY writes as it reads (use autocommit)",
-                    ));
-                }
+                let state = WireCopyIn::new(state, self.guard(client));
                 let width = state.width();
-                self.copying().put(state);
+                self.copying().put(Box::new(state));
                 Ok(Response::CopyIn(CopyResponse::new(
                     0,
                     width,
@@ -119,7 +108,7 @@ impl CopyHandler for Session {
     {
         let written = self.copying().take().map_or(0, |s| s.written());
         error(
-            "57014",
+            QUERY_CANCELED,
             format!(
                 "COPY from stdin failed: {} ({written} rows were written before it)",
                 fail.message

@@ -207,7 +207,7 @@ impl Session {
             .map_err(|e| engine_error(&e))?;
         let status = self.runner.session.status();
         match statement {
-            Statement::Copy { .. } => self.start_copy(client, statement, status).await,
+            Statement::Copy { .. } => self.start_copy(client, statement).await,
             Statement::Commit { .. }
             | Statement::Rollback {
                 savepoint: None, ..

@@ -10,7 +10,8 @@ use pgwire::error::{ErrorInfo, PgWireError};
 use crate::catalog::{CatalogError, SequenceError};
 use crate::engine::{EngineError, NoticeKind};
 use crate::keys::KeyError;
-use crate::load::LineFault;
+use crate::load::copy::CopyError;
+use crate::load::{LineFault, LoadError};
 use crate::storage::{InvalidInput, StorageError, TransactionScope};
 use crate::{ExecError, TokenError};
 
@@ -49,6 +50,7 @@ pub const CARDINALITY_VIOLATION: &str = "21000";
 pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
 pub const SUCCESSFUL_COMPLETION: &str = "00000";
 pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
+pub const DUPLICATE_COLUMN: &str = "42701";
 
 /// An `ERROR`-severity wire error.
 pub fn error(code: &str, message: impl Into<String>) -> PgWireError {
@@ -73,6 +75,52 @@ pub fn engine_error(e: &EngineError) -> PgWireError {
     match e {
         EngineError::DataFusion(d) => datafusion_error(d),
         other => error(engine_code(other), other.to_string()),
+    }
+}
+
+/// The wire error for a COPY that cannot run or stopped.
+pub fn copy_error(e: &CopyError) -> PgWireError {
+    match e {
+        CopyError::Engine(e) => engine_error(e),
+        CopyError::Load {
+            source: LoadError::Plan(d),
+            ..
+        } => datafusion_error(d),
+        // DataFusion's message as the wire says it, where COPY was.
+        CopyError::Load {
+            table,
+            written,
+            source:
+                LoadError::Write {
+                    first,
+                    last,
+                    source,
+                },
+        } => error(
+            datafusion_code(source),
+            format!(
+                "{} (COPY {table}, in lines {first} to {last}; {written} rows were written before them)",
+                datafusion_message(source)
+            ),
+        ),
+        other => error(copy_code(other), other.to_string()),
+    }
+}
+
+/// The SQLSTATE of a COPY that cannot run or stopped.
+pub fn copy_code(e: &CopyError) -> &'static str {
+    match e {
+        CopyError::NotSupported(_) => FEATURE_NOT_SUPPORTED,
+        CopyError::UnknownTable(_) => UNDEFINED_TABLE,
+        CopyError::UnknownColumn { .. } => UNDEFINED_COLUMN,
+        CopyError::DuplicateColumn(_) => DUPLICATE_COLUMN,
+        CopyError::InTransactionBlock => ACTIVE_TRANSACTION,
+        CopyError::Engine(e) => engine_code(e),
+        CopyError::Load { source, .. } => match source {
+            LoadError::Line { fault, .. } => line_fault_code(*fault),
+            LoadError::Write { source, .. } => datafusion_code(source),
+            LoadError::Plan(d) => datafusion_code(d),
+        },
     }
 }
 

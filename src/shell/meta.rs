@@ -26,6 +26,8 @@ pub enum Meta {
     Set(String, String),
     /// `\echo TEXT`: prints the text.
     Echo(String),
+    /// `\copy ...`: a COPY whose data is a file on this side (`shell::copy`).
+    Copy(String),
     /// `\q`.
     Quit,
     /// `\?`.
@@ -43,6 +45,9 @@ Query buffer and output
   \\timing [on|off] show how long each statement took
   \\x [on|off]     expanded output: one block per record
   \\echo TEXT      print TEXT
+Input/Output
+  \\copy TABLE [(COLS)] from FILE [with (...)]   load a file's rows (text or csv)
+  \\copy TABLE | (QUERY) to FILE [with (...)]    write rows to a file (or stdout)
 Variables
   \\set ON_ERROR_STOP on|off   a script stops at its first error (on, the default)
   \\set VERBOSITY verbose       errors show their SQLSTATE
@@ -98,6 +103,7 @@ pub fn parse(line: &str) -> Result<Meta, String> {
                 .trim()
                 .to_owned(),
         ),
+        "copy" => Meta::Copy(line.trim_start()[command.len()..].trim().to_owned()),
         "q" | "quit" => Meta::Quit,
         "?" | "h" | "help" => Meta::Help,
         other => {
@@ -233,6 +239,10 @@ mod tests {
         assert_eq!(parse("o out.txt"), Ok(Meta::Output(Some("out.txt".into()))));
         assert_eq!(parse("o"), Ok(Meta::Output(None)));
         assert_eq!(parse("q"), Ok(Meta::Quit));
+        assert_eq!(
+            parse("copy t from 'a b.csv' csv"),
+            Ok(Meta::Copy("t from 'a b.csv' csv".into()))
+        );
         assert!(parse("i").is_err());
         assert!(parse("zz").unwrap_err().contains("invalid command \\zz"));
         assert!(parse("x maybe").is_err());

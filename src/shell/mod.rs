@@ -8,13 +8,14 @@
 //! [`Session`], as over the wire: the same outcome, tag and error.
 
 pub(crate) mod complete;
+mod copy;
 pub(crate) mod meta;
 pub mod render;
 pub(crate) mod split;
 mod term;
 
 use std::fs::File;
-use std::io::Write;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, RwLock};
 use std::time::Instant;
@@ -27,6 +28,7 @@ use tokio::signal::unix::{Signal, SignalKind, signal};
 
 use crate::engine::{Engine, EngineError, Outcome, Session, StatementKind};
 use complete::{Names, ShellHelper};
+use datafusion::sql::sqlparser::ast::Statement;
 use meta::Meta;
 use render::{Format, Printer, RenderError};
 use split::{Piece, split};
@@ -45,6 +47,9 @@ pub enum ShellError {
     /// Printing its rows failed (or the statement failed while they streamed).
     #[error(transparent)]
     Render(#[from] RenderError),
+    /// A `\copy` that cannot run, or stopped.
+    #[error(transparent)]
+    Copy(#[from] crate::load::copy::CopyError),
     /// A meta-command that cannot run.
     #[error("{0}")]
     Meta(String),
@@ -250,6 +255,18 @@ impl Shell {
 
     async fn statement(&mut self, sql: &str) -> Result<(), ShellError> {
         let started = Instant::now();
+        if let Some(statement) = self.copy_to_stdout(sql)? {
+            let rows = self
+                .copy_statement(&statement, &copy::Place::Standard)
+                .await?;
+            let mut stdout = std::io::stdout();
+            let out: &mut dyn Write = match &mut self.output {
+                Some((_, file)) => file,
+                None => &mut stdout,
+            };
+            writeln!(out, "COPY {rows}")?;
+            return self.after(StatementKind::Other, started).await;
+        }
         let outcome = self.session.execute_sql(sql).await;
         // psql's form: notices go to stderr, before the rows.
         for notice in self.session.take_notices() {
@@ -316,6 +333,34 @@ impl Shell {
         self.after(kind, started).await
     }
 
+    /// `COPY ... TO STDOUT` typed as SQL, which the shell answers as psql
+    /// does (its rows where results go); `COPY ... FROM STDIN` is refused
+    /// with what to use instead. `None` for every other statement.
+    fn copy_to_stdout(&self, sql: &str) -> Result<Option<Statement>, ShellError> {
+        let looks = sql
+            .trim_start()
+            .get(..4)
+            .is_some_and(|w| w.eq_ignore_ascii_case("copy"));
+        if !looks {
+            return Ok(None);
+        }
+        let Ok(mut statements) = self.session.parse(sql) else {
+            return Ok(None);
+        };
+        match statements.first() {
+            Some(Statement::Copy { to: true, .. }) if statements.len() == 1 => {
+                Ok(Some(statements.remove(0)))
+            }
+            Some(Statement::Copy { to: false, .. }) => Err(ShellError::Copy(
+                crate::load::copy::CopyError::NotSupported(
+                    "COPY ... FROM STDIN: in the shell, use \\copy TABLE from 'FILE' (or pstdin)"
+                        .into(),
+                ),
+            )),
+            _ => Ok(None),
+        }
+    }
+
     /// What follows every statement: its time, and the names completion
     /// offers read again after DDL.
     async fn after(&mut self, kind: StatementKind, started: Instant) -> Result<(), ShellError> {
@@ -356,6 +401,18 @@ impl Shell {
                 String::new()
             }
             Meta::Echo(text) => format!("{text}\n"),
+            Meta::Copy(args) => {
+                let rows = self.copy(&args).await?;
+                // psql prints the tag where results go.
+                let mut stdout = std::io::stdout();
+                let out: &mut dyn Write = match &mut self.output {
+                    Some((_, file)) => file,
+                    None => &mut stdout,
+                };
+                writeln!(out, "COPY {rows}")?;
+                out.flush()?;
+                String::new()
+            }
             Meta::Help => meta::HELP.to_owned(),
             Meta::ListTables => meta::list_tables(&self.engine, width).await? + "\n",
             Meta::Describe(name) => meta::describe(&self.engine, &name, width)
@@ -406,6 +463,65 @@ impl Shell {
         Ok(Flow::Continue)
     }
 
+    /// Runs a `\copy` (`shell::copy`): the rows it moved.
+    async fn copy(&mut self, args: &str) -> Result<u64, ShellError> {
+        let shell_copy = copy::parse(args).map_err(ShellError::Meta)?;
+        let mut statements = self
+            .session
+            .parse(&shell_copy.sql)
+            .map_err(|e| ShellError::Meta(format!("\\copy: {e}")))?;
+        let statement = match statements.len() {
+            1 => statements.remove(0),
+            _ => return Err(ShellError::Meta("\\copy: one COPY at a time".into())),
+        };
+        self.copy_statement(&statement, &shell_copy.place).await
+    }
+
+    /// Runs a COPY statement whose data is at `place`: the rows it moved.
+    async fn copy_statement(
+        &mut self,
+        statement: &Statement,
+        place: &copy::Place,
+    ) -> Result<u64, ShellError> {
+        let file_error = |path: &Path| {
+            let path = path.to_owned();
+            move |source| ShellError::File { path, source }
+        };
+        match crate::load::copy::plan(&self.session, statement).await? {
+            crate::load::copy::Copy::Out { query, format } => {
+                let stream = self.session.query(query).await?;
+                let mut stdout = std::io::stdout();
+                let mut file;
+                let out: &mut dyn Write = match (place, &mut self.output) {
+                    (copy::Place::File(path), _) => {
+                        file = File::create(path).map_err(file_error(path))?;
+                        &mut file
+                    }
+                    (copy::Place::Standard, Some((_, output))) => output,
+                    (copy::Place::Standard, None) => &mut stdout,
+                };
+                copy_out(stream, &format, out).await
+            }
+            crate::load::copy::Copy::In(mut state) => {
+                let mut input: Box<dyn std::io::Read> = match place {
+                    copy::Place::File(path) => {
+                        Box::new(File::open(path).map_err(file_error(path))?)
+                    }
+                    copy::Place::Standard => Box::new(std::io::stdin()),
+                };
+                let mut buffer = vec![0u8; 64 * 1024];
+                loop {
+                    let n = input.read(&mut buffer)?;
+                    if n == 0 {
+                        break;
+                    }
+                    state.take(&self.session, &buffer[..n]).await?;
+                }
+                Ok(state.finish(&self.session).await?)
+            }
+        }
+    }
+
     /// Re-reads the table and column names completion offers.
     async fn refresh_names(&self) {
         let mut names = Names::default();
@@ -441,6 +557,28 @@ pub fn read(path: &Path) -> Result<String, ShellError> {
     })
 }
 
+/// Writes a query's rows as COPY lines: the rows written.
+async fn copy_out(
+    mut stream: datafusion::execution::SendableRecordBatchStream,
+    format: &crate::load::format::CopyFormat,
+    out: &mut dyn Write,
+) -> Result<u64, ShellError> {
+    if let Some(header) = crate::load::copy::header(&stream.schema(), format) {
+        out.write_all(header.as_bytes())?;
+    }
+    let mut rows = 0;
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(RenderError::from)?;
+        let lines = crate::load::copy::encode(&batch, format).map_err(RenderError::from)?;
+        for line in lines {
+            out.write_all(line.as_bytes())?;
+        }
+        rows += batch.num_rows() as u64;
+    }
+    out.flush()?;
+    Ok(rows)
+}
+
 async fn drain(
     mut stream: datafusion::execution::SendableRecordBatchStream,
 ) -> Result<(), ShellError> {
@@ -468,6 +606,7 @@ pub(crate) fn report(piece: &Piece, e: &ShellError, verbose: bool) {
         (true, ShellError::Render(RenderError::Query(e))) => {
             Some(crate::server::sqlstate::datafusion_code(e))
         }
+        (true, ShellError::Copy(e)) => Some(crate::server::sqlstate::copy_code(e)),
         (true, _) => Some(crate::server::sqlstate::INTERNAL_ERROR),
         (false, _) => None,
     };

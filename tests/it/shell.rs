@@ -193,6 +193,76 @@ fn meta_commands_in_a_script() -> TestResult {
     Ok(())
 }
 
+/// `\copy` in the shell moves a file's rows in and out as psql's `\copy`
+/// does over the wire (`copy.rs`): the same formats, tags and errors.
+#[test]
+fn backslash_copy_moves_files_both_ways() -> TestResult {
+    let store = store_copy()?;
+    let dir = store.path();
+    let input = dir.join("in.csv");
+    std::fs::write(&input, "k,n\na,1\nb,\n\"c,d\",3\n")?;
+    let bad = dir.join("bad.csv");
+    std::fs::write(&bad, "e\t5\nf\tnot a number\n")?;
+    let out_csv = dir.join("out.csv");
+    let regs = dir.join("regs.txt");
+    let script = format!(
+        "CREATE TABLE kvs (k TEXT NOT NULL, n INT, PRIMARY KEY (k)) \
+         WITH (partition_key = '{{k}}', row_key = 'K');\n\
+         \\copy kvs from '{}' with (format csv, header)\n\
+         \\copy (SELECT k, n FROM kvs ORDER BY k) to '{}' with (format csv)\n\
+         \\copy registrations (event, bib) to '{}'\n\
+         COPY (SELECT k FROM kvs WHERE n IS NULL) TO STDOUT;\n\
+         \\set ON_ERROR_STOP off\n\
+         \\copy kvs from '{}'\n\
+         \\copy nowhere from '{}'\n\
+         BEGIN;\n\\copy kvs from '{}'\nROLLBACK;\n\
+         COPY kvs FROM STDIN;\n\
+         SELECT count(*) AS rows FROM kvs;\n",
+        input.display(),
+        out_csv.display(),
+        regs.display(),
+        bad.display(),
+        input.display(),
+        input.display(),
+    );
+    let out = run_with_stdin(tablesql(dir).args(["shell", "--format", "csv"]), &script)?;
+    let stdout = String::from_utf8(out.stdout)?;
+    let stderr = String::from_utf8(out.stderr)?;
+    // The tags psql prints, and COPY TO STDOUT's rows where results go.
+    assert!(
+        stdout.starts_with("CREATE TABLE\nCOPY 3\nCOPY 3\nCOPY 1000\nb\nCOPY 1\n"),
+        "{stdout}\n{stderr}"
+    );
+    // NULL is an unquoted empty field, a comma is quoted: as it came in.
+    assert_eq!(
+        std::fs::read_to_string(&out_csv)?,
+        "a,1\nb,\n\"c,d\",3\n"
+    );
+    let exported = std::fs::read_to_string(&regs)?;
+    assert_eq!(exported.lines().count(), 1000);
+    assert!(
+        exported.lines().all(|l| l.split('\t').count() == 2),
+        "{exported}"
+    );
+    // A bad line: its number, and nothing of its chunk written; the rest
+    // of the script runs.
+    assert!(
+        stderr.contains("invalid input for column \"n\"") && stderr.contains("line 2"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("relation \"nowhere\" does not exist"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("COPY FROM cannot run inside a transaction block"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("use \\copy TABLE from 'FILE'"), "{stderr}");
+    assert!(stdout.ends_with("rows\n3\n"), "{stdout}");
+    Ok(())
+}
+
 /// A tmux server of the test's own (its own socket), killed when dropped.
 struct Terminal {
     tmux: String,
