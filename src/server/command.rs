@@ -22,8 +22,8 @@ use pgwire::messages::extendedquery::Bind;
 use super::cancel::Guard;
 use super::plan::{Runner, Stmt, result_fields as plan_fields};
 use super::sqlstate::{
-    DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME, INVALID_PARAMETER_VALUE,
-    UNDEFINED_OBJECT, engine_error, error,
+    CANT_CHANGE_RUNTIME_PARAM, DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME,
+    INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, engine_error, error,
 };
 use crate::engine::{PG_VERSION, PG_VERSION_NUM};
 
@@ -106,7 +106,7 @@ impl Vars {
         let name = name.to_ascii_lowercase();
         if READ_ONLY.contains(&name.as_str()) {
             return Err(error(
-                "55P02",
+                CANT_CHANGE_RUNTIME_PARAM,
                 format!("parameter \"{name}\" cannot be changed"),
             ));
         }

@@ -31,7 +31,8 @@ use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command::{self, Vars};
 use super::plan::{Kind, Runner, Stmt, is_query, write_kind, writes};
 use super::sqlstate::{
-    ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, engine_error, error, notice_code,
+    ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, NO_ACTIVE_TRANSACTION, engine_error, error,
+    notice_code,
 };
 use crate::engine::{BlockChange, BlockStatus, Notice, Outcome};
 
@@ -260,7 +261,7 @@ impl Session {
                 };
                 if declare.hold != Some(true) && status != BlockStatus::InBlock {
                     return Err(error(
-                        "25P01",
+                        NO_ACTIVE_TRANSACTION,
                         "DECLARE CURSOR can only be used in transaction blocks (or WITH HOLD)",
                     ));
                 }

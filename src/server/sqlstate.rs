@@ -51,6 +51,7 @@ pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
 pub const SUCCESSFUL_COMPLETION: &str = "00000";
 pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
 pub const DUPLICATE_COLUMN: &str = "42701";
+pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
 
 /// An `ERROR`-severity wire error.
 pub fn error(code: &str, message: impl Into<String>) -> PgWireError {

@@ -234,10 +234,7 @@ fn backslash_copy_moves_files_both_ways() -> TestResult {
         "{stdout}\n{stderr}"
     );
     // NULL is an unquoted empty field, a comma is quoted: as it came in.
-    assert_eq!(
-        std::fs::read_to_string(&out_csv)?,
-        "a,1\nb,\n\"c,d\",3\n"
-    );
+    assert_eq!(std::fs::read_to_string(&out_csv)?, "a,1\nb,\n\"c,d\",3\n");
     let exported = std::fs::read_to_string(&regs)?;
     assert_eq!(exported.lines().count(), 1000);
     assert!(

@@ -9,9 +9,11 @@ use std::ops::Bound;
 use crate::keys::{KeyTemplate, KeyValue};
 use crate::storage::{Filter, KeyRange, PartitionKey, RowKey};
 
-/// The kind of access, in EXPLAIN's vocabulary.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum AccessKind {
+/// How a path reaches its rows, in EXPLAIN's vocabulary. A path over index
+/// rows carries the index it reads: it cannot exist without one, and a
+/// path over base rows cannot name one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Access {
     /// Every primary key column fixed: at most one row per request. A
     /// contradiction is `points(0)`.
     Points,
@@ -23,15 +25,37 @@ pub enum AccessKind {
     FullScan,
     /// Index rows whose leading fields equal given values: one key prefix
     /// per request (in one partition, or in every partition of a range).
-    IndexPoints,
+    IndexPoints(IndexRead),
     /// Index rows whose leading fields are fixed and whose next field is in
     /// a range or starts with a prefix; or every index row of the
     /// partitions read, for the index's order.
-    IndexRange,
+    IndexRange(IndexRead),
+}
+
+impl Access {
+    /// The index whose rows the path reads; `None` for base rows.
+    pub fn index(&self) -> Option<&IndexRead> {
+        match self {
+            Access::IndexPoints(i) | Access::IndexRange(i) => Some(i),
+            Access::Points | Access::RowRange | Access::PartitionRange | Access::FullScan => None,
+        }
+    }
+
+    /// Its name in the workload statistics (`tablesql_stat_statements`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Access::Points => "point",
+            Access::RowRange => "row_range",
+            Access::PartitionRange => "partition_range",
+            Access::FullScan => "full_scan",
+            Access::IndexPoints(_) => "index_point",
+            Access::IndexRange(_) => "index_range",
+        }
+    }
 }
 
 /// The index rows a path reads instead of base rows.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexRead {
     /// The index's position among the definition's indexes.
     pub position: usize,
@@ -59,16 +83,14 @@ pub enum KeyRequest {
 /// The requests a scan runs, in key order, plus the property filter the store applies.
 #[derive(Debug, Clone, PartialEq)]
 pub struct AccessPath {
-    /// The kind, for EXPLAIN.
-    pub kind: AccessKind,
+    /// How it reaches its rows (and over which index's rows).
+    pub access: Access,
     /// The requests, sorted by key and disjoint, so their outputs concatenate in key order.
     pub requests: Vec<KeyRequest>,
     /// Conditions on properties the store evaluates (rows failing them are not sent).
     pub filter: Option<Filter>,
     /// Which listed partitions a fanned-out request reads (keyset paging).
     pub partition_bound: Option<PartitionBound>,
-    /// The index whose rows the requests read; `None` reads base rows.
-    pub index: Option<IndexRead>,
 }
 
 /// A row-value bound on the primary key, `(pk fields, row fields) > (..)`:
@@ -125,6 +147,32 @@ impl PartitionBound {
 }
 
 impl AccessPath {
+    /// The path over base rows or `index`'s that `requests` make.
+    pub fn new(access: Access, requests: Vec<KeyRequest>) -> Self {
+        Self {
+            access,
+            requests,
+            filter: None,
+            partition_bound: None,
+        }
+    }
+
+    /// The index whose rows the path reads; `None` for base rows.
+    pub fn index(&self) -> Option<&IndexRead> {
+        self.access.index()
+    }
+
+    /// The path with a row-value bound (keyset paging): past it a scan of
+    /// every partition reads a range of them (in the order of their
+    /// fields), not the whole table.
+    pub fn bounded_by(mut self, bound: PartitionBound) -> Self {
+        if self.access == Access::FullScan {
+            self.access = Access::PartitionRange;
+        }
+        self.partition_bound = Some(bound);
+        self
+    }
+
     /// Whether the path reads every partition (a full scan, or a RowKey
     /// range in every partition, with no row-value bound to pass partitions by).
     pub fn reads_every_partition(&self) -> bool {
@@ -180,11 +228,10 @@ impl AccessPath {
             }
         }
         AccessPath {
-            kind: self.kind,
+            access: self.access.clone(),
             requests,
             filter: self.filter.clone(),
             partition_bound: self.partition_bound.clone(),
-            index: self.index.clone(),
         }
     }
 
@@ -246,16 +293,15 @@ impl fmt::Display for KeyRequest {
 impl fmt::Display for AccessPath {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let n = self.requests.len();
-        let index = self.index.as_ref().map_or("", |i| i.name.as_str());
-        match self.kind {
-            AccessKind::Points if n == 1 => f.write_str("access=point")?,
-            AccessKind::Points => write!(f, "access=points({n})")?,
-            AccessKind::RowRange => f.write_str("access=row_range")?,
-            AccessKind::PartitionRange => f.write_str("access=partition_range")?,
-            AccessKind::FullScan => f.write_str("access=full_scan")?,
-            AccessKind::IndexPoints if n == 1 => write!(f, "access=index_point({index})")?,
-            AccessKind::IndexPoints => write!(f, "access=index_points({index}, {n})")?,
-            AccessKind::IndexRange => write!(f, "access=index_range({index})")?,
+        match &self.access {
+            Access::Points if n == 1 => f.write_str("access=point")?,
+            Access::Points => write!(f, "access=points({n})")?,
+            Access::RowRange => f.write_str("access=row_range")?,
+            Access::PartitionRange => f.write_str("access=partition_range")?,
+            Access::FullScan => f.write_str("access=full_scan")?,
+            Access::IndexPoints(i) if n == 1 => write!(f, "access=index_point({})", i.name)?,
+            Access::IndexPoints(i) => write!(f, "access=index_points({}, {n})", i.name)?,
+            Access::IndexRange(i) => write!(f, "access=index_range({})", i.name)?,
         }
         for (i, r) in self.requests.iter().take(SHOWN).enumerate() {
             write!(f, "{}{r}", if i == 0 { " " } else { "; " })?;
@@ -330,9 +376,9 @@ mod tests {
 
     #[test]
     fn a_path_resumes_after_a_key() {
-        let path = AccessPath {
-            kind: AccessKind::PartitionRange,
-            requests: vec![
+        let path = AccessPath::new(
+            Access::PartitionRange,
+            vec![
                 KeyRequest::Get(pk("a"), rk("1")),
                 KeyRequest::Scan {
                     partitions: KeyRange {
@@ -347,10 +393,7 @@ mod tests {
                 },
                 KeyRequest::Get(pk("z"), rk("1")),
             ],
-            filter: None,
-            partition_bound: None,
-            index: None,
-        };
+        );
         let shown = |p: AccessPath| {
             p.requests
                 .iter()

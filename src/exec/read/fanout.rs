@@ -532,9 +532,9 @@ mod tests {
                 part("c", &[]),
             ],
         };
-        let path = AccessPath {
-            kind: crate::exec::read::access::AccessKind::FullScan,
-            requests: vec![KeyRequest::Scan {
+        let path = AccessPath::new(
+            crate::exec::read::access::Access::FullScan,
+            vec![KeyRequest::Scan {
                 partitions: KeyRange::all(),
                 rows: KeyRange {
                     start: Bound::Included(rk("R:")),
@@ -542,10 +542,7 @@ mod tests {
                 },
                 at_most_one: false,
             }],
-            filter: None,
-            partition_bound: None,
-            index: None,
-        };
+        );
         let a = analyzed(&stats, &path);
         let shown: Vec<String> = a.requests.iter().map(ToString::to_string).collect();
         // "b" splits at its guideposts within the rows (not at "S:1"); the

@@ -143,7 +143,7 @@ impl PartitionScanExec {
         options: ScanOptions,
     ) -> Result<Self> {
         let schema = Arc::new(layout.schema.project(&projection)?);
-        let (rows, lookup) = match &path.index {
+        let (rows, lookup) = match path.index() {
             None => (layout.clone(), false),
             Some(read) => {
                 let rows = layout.over_index(read.position).ok_or_else(|| {
@@ -233,7 +233,7 @@ impl PartitionScanExec {
     /// The scan along alternative `i`, if its rows come in order `want`.
     fn ordered_by(&self, want: &[PhysicalSortExpr]) -> Result<Option<Self>> {
         for (i, alt) in self.alternatives.iter().enumerate() {
-            let rows = match &alt.index {
+            let rows = match alt.index() {
                 None => self.layout.clone(),
                 Some(read) => match self.layout.over_index(read.position) {
                     Some(l) => Arc::new(l),
@@ -247,7 +247,7 @@ impl PartitionScanExec {
             let mut alternatives = self.alternatives.clone();
             alternatives[i] = self.path.clone();
             // A sort costs less than a lookup per row.
-            if let Some(read) = &alt.index {
+            if let Some(read) = alt.index() {
                 if needs_lookup(&self.layout, read.position, &self.projection) {
                     continue;
                 }
@@ -289,10 +289,10 @@ impl PartitionScanExec {
     /// the requests and every property asked for (the guidance's reads
     /// without filter or projection).
     pub fn reads_whole_entities(&self) -> bool {
-        use super::access::AccessKind;
+        use super::access::Access;
         let ranged = matches!(
-            self.path.kind,
-            AccessKind::FullScan | AccessKind::PartitionRange | AccessKind::RowRange
+            self.path.access,
+            Access::FullScan | Access::PartitionRange | Access::RowRange
         );
         let every = self
             .layout
@@ -609,7 +609,7 @@ impl RequestRun {
 
 /// Whether the index rows `path` reads carry every column.
 fn carries_all(layout: &Layout, path: &AccessPath) -> bool {
-    let index = path.index.as_ref().map(|i| i.position);
+    let index = path.index().map(|i| i.position);
     layout
         .def
         .as_ref()
@@ -720,7 +720,7 @@ impl ExecutionPlan for PartitionScanExec {
                     &self.schema,
                 )),
                 layout: self.layout.clone(),
-                position: self.path.index.as_ref().map_or(0, |i| i.position),
+                position: self.path.index().map_or(0, |i| i.position),
                 query: base,
             })
         });

@@ -19,7 +19,6 @@ use datafusion::sql::sqlparser::ast::{Expr, Statement, Value, visit_expressions_
 use futures::Stream;
 
 use super::workload::{Run, Workload};
-use crate::exec::read::access::AccessKind;
 use crate::exec::read::scan::PartitionScanExec;
 use crate::exec::write::dml::DmlExec;
 
@@ -92,7 +91,7 @@ pub fn plan_run(plan: &Arc<dyn ExecutionPlan>, run: &mut Run) {
             run.span = span.keys.map(|(first, last)| (first, last, span.entities));
         }
         if let Some(scan) = node.downcast_ref::<PartitionScanExec>() {
-            let path = path_name(scan.path().kind);
+            let path = scan.path().access.name();
             if !paths.contains(&path) {
                 paths.push(path);
             }
@@ -123,17 +122,6 @@ pub fn plan_run(plan: &Arc<dyn ExecutionPlan>, run: &mut Run) {
         [one] => (*one).into(),
         many => many.join("+").into(),
     };
-}
-
-fn path_name(kind: AccessKind) -> &'static str {
-    match kind {
-        AccessKind::Points => "point",
-        AccessKind::RowRange => "row_range",
-        AccessKind::PartitionRange => "partition_range",
-        AccessKind::FullScan => "full_scan",
-        AccessKind::IndexPoints => "index_point",
-        AccessKind::IndexRange => "index_range",
-    }
 }
 
 /// `stream`, recorded as a run of `statement` (normalized) when it ends or

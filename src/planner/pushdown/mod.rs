@@ -27,7 +27,7 @@ use plan::*;
 use property::*;
 
 use crate::catalog::{ColumnType, TableDef};
-use crate::exec::read::access::{AccessKind, AccessPath, IndexRead, KeyRequest};
+use crate::exec::read::access::{Access, AccessPath, IndexRead, KeyRequest};
 use crate::keys::{FieldFormat, KeyBounds, KeyTemplate, KeyValue};
 use crate::storage::key::{cmp_utf16, validate_key};
 use crate::storage::{CmpOp, EdmValue, Filter, KeyKind, KeyRange, PartitionKey, RowKey};
@@ -62,7 +62,7 @@ pub struct Pushdown {
 impl Pushdown {
     /// The path over base rows.
     pub fn base(&self) -> &AccessPath {
-        match self.path.index {
+        match self.path.index() {
             None => &self.path,
             Some(_) => self.alternatives.first().unwrap_or(&self.path),
         }
@@ -138,36 +138,28 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
     });
     if analyses.iter().any(|a| a.never) {
         return Pushdown {
-            path: AccessPath {
-                kind: AccessKind::Points,
-                requests: Vec::new(),
-                filter: None,
-                partition_bound: None,
-                index: None,
-            },
+            path: AccessPath::new(Access::Points, Vec::new()),
             alternatives: Vec::new(),
             exact: analyses.iter().map(|a| a.complete).collect(),
         };
     }
     let atoms: Vec<&Atom> = analyses.iter().flat_map(|a| &a.atoms).collect();
     let mut base = plan(def, None, &atoms);
-    base.path.partition_bound = match (def, base.path.requests.as_slice()) {
+    let bound = match (def, base.path.requests.as_slice()) {
         (Some(d), [request]) if crate::exec::read::fanout::spans_partitions(request) => filters
             .iter()
             .filter_map(|f| keyset::row_value(def, f))
             .find_map(|rv| keyset::bound(d, &rv, request)),
         _ => None,
     };
-    // Past a row-value bound the scan reads a range of partitions (in
-    // the order of their fields), not the whole table.
-    if let (Some(_), AccessKind::FullScan) = (&base.path.partition_bound, base.path.kind) {
-        base.path.kind = AccessKind::PartitionRange;
+    if let Some(bound) = bound {
+        base.path = base.path.bounded_by(bound);
     }
     let mut candidates = vec![base];
     let indexes = def.map_or(0, |d| d.indexes.len());
     let base = &candidates[0];
     let may_use_index = !base.contradiction
-        && base.path.kind != AccessKind::Points
+        && base.path.access != Access::Points
         && base.path.partition_bound.is_none()
         && !atoms.iter().any(|a| a.target == Target::RowKey);
     if may_use_index {
@@ -347,7 +339,7 @@ mod tests {
     fn a_row_value_on_the_primary_key_bounds_the_partitions() {
         let p = push_down(Some(&registrations()), &[keyset(">", 1234)]);
         let bound = p.path.partition_bound.as_ref().expect("a bound");
-        assert_eq!(p.path.kind, AccessKind::PartitionRange);
+        assert_eq!(p.path.access, Access::PartitionRange);
         assert!(bound.above);
         assert_eq!(
             bound.values,
@@ -439,6 +431,6 @@ mod tests {
             Some(&registrations()),
             &[col("PartitionKey").gt(lit("\u{E000}"))],
         );
-        assert_eq!((p.path.kind, p.exact), (AccessKind::FullScan, vec![false]));
+        assert_eq!((&p.path.access, p.exact), (&Access::FullScan, vec![false]));
     }
 }

@@ -146,14 +146,9 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
         (None, None) => None,
     };
     let index = read.map(|(r, _)| r);
-    let contradiction = |index| Planned {
-        path: AccessPath {
-            kind: AccessKind::Points,
-            requests: Vec::new(),
-            filter: None,
-            partition_bound: None,
-            index,
-        },
+    // No rows: a path over base rows, whatever index was asked.
+    let contradiction = || Planned {
+        path: AccessPath::new(Access::Points, Vec::new()),
         contradiction: true,
         consumed: BTreeSet::new(),
         fit: Fit::default(),
@@ -162,7 +157,7 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
     let (pk_spec, _) = match def {
         Some(d) => match template_spec(&d.partition_key, atoms, &mut consumed) {
             Some(s) => s,
-            None => return contradiction(index),
+            None => return contradiction(),
         },
         None => (everything(), 0),
     };
@@ -172,7 +167,7 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
     let (rk_spec, rk_fixed) = match row_template {
         Some(t) => match template_spec(t, atoms, &mut consumed) {
             Some(s) => s,
-            None => return contradiction(index),
+            None => return contradiction(),
         },
         None => (everything(), 0),
     };
@@ -229,7 +224,7 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
                     at_most_one: false,
                 }];
                 return finish(
-                    AccessKind::PartitionRange,
+                    Access::PartitionRange,
                     requests,
                     consumed,
                     index,
@@ -241,7 +236,7 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
                     rks.retain(|k| validate_key(KeyKind::RowKey, k).is_ok());
                     rks.sort_by(|a, b| cmp_utf16(a, b));
                     rks.dedup();
-                    kind = AccessKind::Points;
+                    kind = Access::Points;
                     for p in &pks {
                         for r in &rks {
                             requests.push(KeyRequest::Get(pk(p.clone()), rk(r.clone())));
@@ -251,9 +246,9 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
                 KeySpec::Ranges(mut ranges) => {
                     ranges.sort_by(|a, b| cmp_start(&a.0, &b.0));
                     kind = if unique {
-                        AccessKind::Points
+                        Access::Points
                     } else {
-                        AccessKind::RowRange
+                        Access::RowRange
                     };
                     for p in &pks {
                         for r in &ranges {
@@ -273,9 +268,9 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
                 .iter()
                 .all(|r| r == &(Bound::Unbounded, Bound::Unbounded))
             {
-                AccessKind::FullScan
+                Access::FullScan
             } else {
-                AccessKind::PartitionRange
+                Access::PartitionRange
             };
             // One RowKey range applies within every partition; several do not fit one query.
             let rows = match rk_spec {
@@ -285,10 +280,10 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
                 }
                 KeySpec::Ranges(rs) if rs.len() == 1 => rs[0].clone(),
                 KeySpec::Exact(rks) if rks.is_empty() => {
-                    return finish(AccessKind::Points, Vec::new(), consumed, index, fit);
+                    return finish(Access::Points, Vec::new(), consumed, index, fit);
                 }
                 KeySpec::Ranges(rs) if rs.is_empty() => {
-                    return finish(AccessKind::Points, Vec::new(), consumed, index, fit);
+                    return finish(Access::Points, Vec::new(), consumed, index, fit);
                 }
                 _ => {
                     // The row template's fields narrow nothing after all.
@@ -319,29 +314,23 @@ pub(super) fn is_partition_target(def: Option<&TableDef>, t: &Target) -> bool {
 }
 
 pub(super) fn finish(
-    kind: AccessKind,
+    kind: Access,
     requests: Vec<KeyRequest>,
     consumed: Vec<(Target, Kind)>,
     index: Option<IndexRead>,
     fit: Fit,
 ) -> Planned {
     let contradiction = requests.is_empty();
-    let kind = match (contradiction, &index, kind) {
-        (true, ..) => AccessKind::Points,
-        (false, None, kind) => kind,
+    let access = match (contradiction, index) {
+        (true, _) => Access::Points,
+        (false, None) => kind,
         // Over index rows, values fix key prefixes, not rows; with none
         // fixed, the index is read whole (for its order).
-        (false, Some(_), _) if fit.fixed > 0 && !fit.bounded => AccessKind::IndexPoints,
-        (false, Some(_), _) => AccessKind::IndexRange,
+        (false, Some(i)) if fit.fixed > 0 && !fit.bounded => Access::IndexPoints(i),
+        (false, Some(i)) => Access::IndexRange(i),
     };
     Planned {
-        path: AccessPath {
-            kind,
-            requests,
-            filter: None,
-            partition_bound: None,
-            index,
-        },
+        path: AccessPath::new(access, requests),
         contradiction,
         consumed: consumed.into_iter().collect(),
         fit,
