@@ -39,6 +39,7 @@ use crate::exec::write::sequences::Sequences;
 use crate::exec::{Layout, ScanOptions};
 use crate::planner::checked::CheckedIntegers;
 use crate::planner::dml_shape::{DmlShape, EmptyDml};
+use crate::planner::parameters::{self as parameters, ParameterError, SessionParameters};
 use crate::planner::policy::{Notices, ScanPolicy};
 use crate::planner::sequence_functions::{self, AsyncValues, SequenceSession};
 use crate::planner::settings::TablesqlConfig;
@@ -116,6 +117,10 @@ pub enum EngineError {
     /// `SHOW` of a `tablesql.*` name that is no setting.
     #[error("unrecognized configuration parameter \"{0}\"")]
     UnknownSetting(String),
+    /// A session parameter (`SET application_name`, `SHOW DateStyle`)
+    /// that cannot be set or read.
+    #[error(transparent)]
+    Parameter(#[from] ParameterError),
     /// A statement (its command tag) that cannot run in a transaction block.
     #[error(
         "{0} cannot run inside a transaction block: the store cannot roll catalog changes back"
@@ -135,6 +140,7 @@ impl EngineError {
             | EngineError::NoTransactionBlock(_)
             | EngineError::NoSavepoint(_)
             | EngineError::UnknownSetting(_)
+            | EngineError::Parameter(_)
             | EngineError::InTransactionBlock(_) => None,
         }
     }
@@ -310,6 +316,7 @@ impl Engine {
             .with_information_schema(true)
             .with_option_extension(settings)
             .with_option_extension(SequenceSession::default())
+            .with_option_extension(SessionParameters::default())
             .with_extension(Arc::new(Notices::default()))
             .with_extension(Arc::new(Transaction::default()));
         // DataFusion's own parser (a fallback, and embedders' `ctx.sql`)
@@ -336,6 +343,8 @@ impl Engine {
             catalog.register_schema(PUBLIC_SCHEMA, public.clone())?;
         }
         ctx.register_udf(crate::planner::identity::version_udf());
+        ctx.register_udf(crate::planner::parameters::current_setting_udf());
+        ctx.register_udf(crate::planner::parameters::set_config_udf());
         ctx.register_udf(workload_views::reset_udf(workload.clone()));
         let stats: Arc<StatsCache> = Arc::default();
         let advisor = workload_views::Advisor::new(workload.clone(), stats.clone());
@@ -641,6 +650,14 @@ impl Engine {
         if let Some(shown) = self.show_setting(statement)? {
             return Ok(Some(session::Control::Shown(shown)));
         }
+        if let Some(target) = parameters::set_target(statement) {
+            let (name, value) = target?;
+            self.parameters().set(&name, &value)?;
+            return Ok(Some(session::Control::Ddl(StatementKind::Set)));
+        }
+        if let Some(shown) = parameters::show_target(statement) {
+            return Ok(Some(session::Control::Shown(self.show_parameters(&shown)?)));
+        }
         if matches!(statement, Statement::Copy { .. }) {
             return Err(EngineError::NotSupported(refuse::COPY.into()));
         }
@@ -680,6 +697,38 @@ impl Engine {
         Ok(Some(
             RecordBatch::try_from_iter([(name, column)]).map_err(DataFusionError::from)?,
         ))
+    }
+
+    /// The session's PostgreSQL parameters (`planner::parameters`).
+    pub(crate) fn parameters(&self) -> SessionParameters {
+        self.ctx
+            .state_ref()
+            .read()
+            .config()
+            .options()
+            .extensions
+            .get::<SessionParameters>()
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    /// `SHOW` of session parameters, as PostgreSQL answers it: one column
+    /// of text, or `name` and `setting` for `SHOW ALL`.
+    fn show_parameters(&self, shown: &parameters::Shown) -> Result<RecordBatch, EngineError> {
+        let session = self.parameters();
+        let rows: Vec<(String, String)> = match shown {
+            parameters::Shown::All => session.all(),
+            parameters::Shown::One(name) => vec![(name.clone(), session.get(name)?)],
+        };
+        let column = |values: Vec<String>| -> datafusion::arrow::array::ArrayRef {
+            Arc::new(datafusion::arrow::array::StringArray::from(values))
+        };
+        let (names, values): (Vec<String>, Vec<String>) = rows.into_iter().unzip();
+        let columns = match shown {
+            parameters::Shown::All => vec![("name", column(names)), ("setting", column(values))],
+            parameters::Shown::One(name) => vec![(name.as_str(), column(values))],
+        };
+        Ok(RecordBatch::try_from_iter(columns).map_err(DataFusionError::from)?)
     }
 
     /// Marks the session's open transaction block failed (`engine::block`).
@@ -760,6 +809,12 @@ impl Engine {
             .options_mut()
             .extensions
             .insert(SequenceSession::default());
+        // Its own parameters (`SET application_name`, `statement_timeout`).
+        state
+            .config_mut()
+            .options_mut()
+            .extensions
+            .insert(SessionParameters::default());
         SessionContext::new_with_state(state)
     }
 

@@ -189,6 +189,7 @@ pub use engine::{
 pub use exec::read::access::WholeTable;
 pub use exec::read::token::TokenError;
 pub use exec::{ExecError, ScanOptions};
+pub use planner::parameters::ParameterError;
 pub use planner::policy::ScanPolicy;
 
 /// Internals the project's own benchmarks drive directly. Not API: no

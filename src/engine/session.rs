@@ -186,9 +186,46 @@ impl Session {
         super::paging::paging_on(self.engine.context())
     }
 
+    /// A session parameter's value (`application_name`, `DateStyle`,
+    /// `search_path`: what `SHOW` and `current_setting` read).
+    pub fn parameter(&self, name: &str) -> Result<String, EngineError> {
+        Ok(self.engine.parameters().get(name)?)
+    }
+
+    /// Sets a session parameter as `SET` does (a wire client's startup
+    /// parameters, say).
+    pub fn set_parameter(&self, name: &str, value: &str) -> Result<(), EngineError> {
+        Ok(self.engine.parameters().set(name, value)?)
+    }
+
+    /// The parameters a client is told about that changed since the last
+    /// call (the wire's ParameterStatus), as (name, value).
+    pub fn take_reported(&self) -> Vec<(String, String)> {
+        self.engine.parameters().take_reported()
+    }
+
+    /// The session's `statement_timeout`, when one is set.
+    pub fn statement_timeout(&self) -> Option<std::time::Duration> {
+        self.engine.parameters().statement_timeout()
+    }
+
+    /// The parameters every session has, in name order (`pg_settings`).
+    pub fn parameter_names() -> Vec<String> {
+        crate::planner::parameters::SessionParameters::default_names()
+    }
+
+    /// The columns a `SHOW` of session parameters answers with, known
+    /// before it runs (a wire client's Describe); `None` for any other
+    /// statement.
+    pub fn shown_columns(statement: &Statement) -> Option<Vec<String>> {
+        crate::planner::parameters::show_target(statement).map(|s| s.columns())
+    }
+
     /// `DISCARD ALL`'s part in the engine: the session forgets the sequence
-    /// values it holds (`currval`).
+    /// values it holds (`currval`) and its parameters go back to their
+    /// defaults.
     pub fn discard(&self) {
+        self.engine.parameters().reset();
         let state = self.engine.context().state();
         let extensions = &state.config().options().extensions;
         if let Some(sequences) =

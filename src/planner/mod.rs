@@ -9,6 +9,7 @@ pub mod identity;
 pub mod index_functions;
 pub mod insert_defaults;
 pub mod page;
+pub mod parameters;
 pub mod pg_functions;
 pub mod pg_spelling;
 pub mod physical;

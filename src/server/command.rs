@@ -1,16 +1,10 @@
-//! Statements that are not queries: session parameters (SET, SHOW), cursors
-//! (DECLARE, FETCH, CLOSE), the catalog DDL, and clear refusals of what the
-//! store cannot do.
+//! Statements that are not queries and are the wire's own: cursors
+//! (DECLARE, FETCH, CLOSE, which are protocol portals), the row description
+//! of a SHOW before it runs, and clear refusals of what the store cannot do.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
-use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::sql::sqlparser::ast::{
-    Declare, Expr, FetchDirection, Set, Statement, TransactionMode, Value,
-};
+use datafusion::sql::sqlparser::ast::{Declare, FetchDirection, Statement};
 use pgwire::api::Type;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse};
@@ -20,298 +14,31 @@ use pgwire::error::PgWireResult;
 use pgwire::messages::extendedquery::Bind;
 
 use super::cancel::Guard;
-use super::plan::{Runner, Stmt, result_fields as plan_fields};
+use super::plan::{Runner, Stmt};
 use super::sqlstate::{
-    CANT_CHANGE_RUNTIME_PARAM, DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME,
-    INVALID_PARAMETER_VALUE, UNDEFINED_OBJECT, engine_error, error,
+    DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME, engine_error, error,
 };
-use crate::engine::{PG_VERSION, PG_VERSION_NUM};
-
-/// Session parameters, as `SET` leaves them and `SHOW` reads them.
-#[derive(Debug)]
-pub struct Vars {
-    values: BTreeMap<String, String>,
-    pub statement_timeout: Option<Duration>,
-}
-
-/// Parameters a client is told about when they change (PostgreSQL's
-/// GUC_REPORT set).
-const REPORTED: &[(&str, &str)] = &[
-    ("application_name", "application_name"),
-    ("client_encoding", "client_encoding"),
-    ("datestyle", "DateStyle"),
-    ("intervalstyle", "IntervalStyle"),
-    ("timezone", "TimeZone"),
-    ("search_path", "search_path"),
-    ("standard_conforming_strings", "standard_conforming_strings"),
-];
-
-/// Parameters a client may read but not change.
-const READ_ONLY: &[&str] = &[
-    "server_version",
-    "server_version_num",
-    "server_encoding",
-    "integer_datetimes",
-    "max_identifier_length",
-    "is_superuser",
-    "max_index_keys",
-    "block_size",
-];
-
-impl Default for Vars {
-    fn default() -> Self {
-        let values = [
-            ("application_name", ""),
-            ("client_encoding", "UTF8"),
-            ("datestyle", "ISO, MDY"),
-            ("intervalstyle", "postgres"),
-            ("timezone", "UTC"),
-            ("search_path", "public"),
-            ("standard_conforming_strings", "on"),
-            ("extra_float_digits", "1"),
-            ("bytea_output", "hex"),
-            ("lc_messages", "C"),
-            ("server_version", PG_VERSION),
-            ("server_version_num", PG_VERSION_NUM),
-            ("server_encoding", "UTF8"),
-            ("integer_datetimes", "on"),
-            ("max_identifier_length", "63"),
-            ("is_superuser", "on"),
-            // PostgreSQL's compiled-in limits, which pgJDBC reads.
-            ("max_index_keys", "32"),
-            ("block_size", "8192"),
-            ("statement_timeout", "0"),
-            // No JIT compiler here; asyncpg turns it off on connect.
-            ("jit", "off"),
-            // Each read sees the entities committed when it reads (and a
-            // transaction block's own buffered writes): read committed.
-            ("transaction_isolation", "read committed"),
-            ("default_transaction_isolation", "read committed"),
-            ("default_transaction_read_only", "off"),
-            ("transaction_read_only", "off"),
-        ];
-        Self {
-            values: values
-                .iter()
-                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
-                .collect(),
-            statement_timeout: None,
-        }
-    }
-}
-
-impl Vars {
-    /// Sets a parameter; returns the name and value to report, if any.
-    pub fn set(&mut self, name: &str, value: &str) -> PgWireResult<Option<(String, String)>> {
-        let name = name.to_ascii_lowercase();
-        if READ_ONLY.contains(&name.as_str()) {
-            return Err(error(
-                CANT_CHANGE_RUNTIME_PARAM,
-                format!("parameter \"{name}\" cannot be changed"),
-            ));
-        }
-        let value = match name.as_str() {
-            "statement_timeout" => {
-                let t = parse_duration_ms(value)?;
-                self.statement_timeout = (t > 0).then(|| Duration::from_millis(t));
-                t.to_string()
-            }
-            "client_encoding" => {
-                let v = value.to_ascii_uppercase().replace('-', "");
-                if v != "UTF8" && v != "UNICODE" {
-                    return Err(error(
-                        INVALID_PARAMETER_VALUE,
-                        format!("client_encoding {value:?} is not supported: tablesql speaks UTF8"),
-                    ));
-                }
-                "UTF8".to_owned()
-            }
-            _ => value.to_owned(),
-        };
-        self.values.insert(name.clone(), value.clone());
-        Ok(REPORTED
-            .iter()
-            .find(|(lower, _)| *lower == name)
-            .map(|(_, shown)| ((*shown).to_owned(), value)))
-    }
-
-    pub fn get(&self, name: &str) -> PgWireResult<&str> {
-        self.values
-            .get(&name.to_ascii_lowercase())
-            .map(String::as_str)
-            .ok_or_else(|| {
-                error(
-                    UNDEFINED_OBJECT,
-                    format!("unrecognized configuration parameter \"{name}\""),
-                )
-            })
-    }
-
-    fn all(&self) -> impl Iterator<Item = (&String, &String)> {
-        self.values.iter()
-    }
-
-    /// The parameters every session starts with, in name order: the rows
-    /// of `pg_settings`.
-    pub fn default_names() -> Vec<String> {
-        Self::default().values.into_keys().collect()
-    }
-}
-
-/// `statement_timeout` values: milliseconds, or a number with a unit.
-fn parse_duration_ms(value: &str) -> PgWireResult<u64> {
-    let v = value.trim().to_ascii_lowercase();
-    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
-    let (digits, unit) = v.split_at(split);
-    let n: u64 = digits.parse().map_err(|_| bad_timeout(value))?;
-    let factor = match unit.trim() {
-        "" | "ms" => 1,
-        "s" => 1_000,
-        "min" => 60_000,
-        "h" => 3_600_000,
-        "d" => 86_400_000,
-        _ => return Err(bad_timeout(value)),
-    };
-    Ok(n.saturating_mul(factor))
-}
-
-fn bad_timeout(value: &str) -> pgwire::error::PgWireError {
-    error(
-        INVALID_PARAMETER_VALUE,
-        format!("invalid value for parameter \"statement_timeout\": {value:?}"),
-    )
-}
-
-/// A `SET` statement as (name, value), or `None` for other statements.
-pub fn set_target(statement: &Statement) -> Option<PgWireResult<(String, String)>> {
-    let Statement::Set(set) = statement else {
-        return None;
-    };
-    Some(match set {
-        Set::SingleAssignment {
-            variable, values, ..
-        } => Ok((
-            variable.to_string(),
-            values.iter().map(expr_text).collect::<Vec<_>>().join(", "),
-        )),
-        Set::SetTimeZone { value, .. } => Ok(("timezone".to_owned(), expr_text(value))),
-        // SET SESSION CHARACTERISTICS AS TRANSACTION ...: recorded for SHOW.
-        // Every level runs as read committed (the store has no snapshots).
-        Set::SetTransaction { modes, .. } => match modes.first() {
-            Some(TransactionMode::IsolationLevel(level)) => Ok((
-                "default_transaction_isolation".to_owned(),
-                level.to_string().to_ascii_lowercase(),
-            )),
-            Some(TransactionMode::AccessMode(mode)) => Ok((
-                "default_transaction_read_only".to_owned(),
-                if mode.to_string().eq_ignore_ascii_case("READ ONLY") {
-                    "on"
-                } else {
-                    "off"
-                }
-                .to_owned(),
-            )),
-            None => Err(error(
-                FEATURE_NOT_SUPPORTED,
-                "SET TRANSACTION without a mode",
-            )),
-        },
-        other => Err(error(
-            FEATURE_NOT_SUPPORTED,
-            format!("{other} is not supported"),
-        )),
-    })
-}
-
-fn expr_text(expr: &Expr) -> String {
-    match expr {
-        Expr::Value(v) => match &v.value {
-            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => s.clone(),
-            Value::Number(n, _) => n.clone(),
-            Value::Boolean(b) => if *b { "on" } else { "off" }.to_owned(),
-            other => other.to_string(),
-        },
-        Expr::Identifier(i) => i.value.clone(),
-        other => other.to_string(),
-    }
-}
-
-/// Whether a `SHOW` names a `tablesql.*` setting: the engine session's to
-/// answer.
-pub fn shows_tablesql(statement: &Statement) -> bool {
-    match statement {
-        Statement::ShowVariable { variable } => {
-            let name: Vec<_> = variable
-                .iter()
-                .map(|i| i.value.to_ascii_lowercase())
-                .collect();
-            name.join(".").starts_with("tablesql.")
-        }
-        _ => false,
-    }
-}
-
-/// `SHOW name` and `SHOW ALL` as a result set.
-pub fn show(vars: &Vars, statement: &Statement) -> Option<PgWireResult<QueryResponse>> {
-    let Statement::ShowVariable { variable } = statement else {
-        return None;
-    };
-    let name = variable
-        .iter()
-        .map(|i| i.value.clone())
-        .collect::<Vec<_>>()
-        .join(" ");
-    Some(if name.eq_ignore_ascii_case("all") {
-        let (names, values): (Vec<&str>, Vec<&str>) =
-            vars.all().map(|(k, v)| (k.as_str(), v.as_str())).unzip();
-        text_result(&[("name", names), ("setting", values)])
-    } else {
-        vars.get(&parameter_name(&name))
-            .and_then(|v| text_result(&[(&parameter_name(&name), vec![v])]))
-    })
-}
-
-/// The parameter behind SHOW's multi-word spellings.
-fn parameter_name(words: &str) -> String {
-    match words.to_ascii_lowercase().as_str() {
-        "transaction isolation level" => "transaction_isolation".to_owned(),
-        "time zone" => "timezone".to_owned(),
-        other => other.replace(' ', "_"),
-    }
-}
-
-fn text_result(columns: &[(&str, Vec<&str>)]) -> PgWireResult<QueryResponse> {
-    let schema = Arc::new(Schema::new(
-        columns
-            .iter()
-            .map(|(n, _)| Field::new(*n, DataType::Utf8, true))
-            .collect::<Vec<_>>(),
-    ));
-    let arrays: Vec<ArrayRef> = columns
-        .iter()
-        .map(|(_, v)| Arc::new(StringArray::from(v.clone())) as ArrayRef)
-        .collect();
-    let batch = RecordBatch::try_new(schema.clone(), arrays)
-        .map_err(|e| error(super::sqlstate::INTERNAL_ERROR, e.to_string()))?;
-    let fields = Arc::new(plan_fields(&schema, &Format::UnifiedText, false)?);
-    let rows: Vec<_> = arrow_pg::datatypes::encode_recordbatch(fields.clone(), batch).collect();
-    Ok(QueryResponse::new(fields, futures::stream::iter(rows)))
-}
+use crate::engine::Session;
 
 /// The row description of a command known before it runs (SHOW); cursors
 /// are described from their portal instead.
 pub fn result_fields(statement: &Statement) -> PgWireResult<Vec<FieldInfo>> {
+    if let Some(columns) = Session::shown_columns(statement) {
+        return Ok(columns.iter().map(|c| text_field(c)).collect());
+    }
     Ok(match statement {
+        // The engine's settings: `tablesql.*` in a column of its name,
+        // DataFusion's own as its SHOW answers (`name`, `value`).
         Statement::ShowVariable { variable } => {
             let name = variable
                 .iter()
-                .map(|i| i.value.clone())
+                .map(|i| i.value.to_ascii_lowercase())
                 .collect::<Vec<_>>()
-                .join(" ");
-            if name.eq_ignore_ascii_case("all") {
-                vec![text_field("name"), text_field("setting")]
+                .join(".");
+            if name.starts_with("datafusion.") {
+                vec![text_field("name"), text_field("value")]
             } else {
-                vec![text_field(&parameter_name(&name))]
+                vec![text_field(&name)]
             }
         }
         _ => Vec::new(),
@@ -468,32 +195,4 @@ pub fn not_supported(statement: &Statement) -> pgwire::error::PgWireError {
         }
     };
     error(FEATURE_NOT_SUPPORTED, what)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn timeouts_parse_like_postgres() {
-        assert_eq!(parse_duration_ms("150").unwrap(), 150);
-        assert_eq!(parse_duration_ms("2s").unwrap(), 2000);
-        assert_eq!(parse_duration_ms("1min").unwrap(), 60_000);
-        assert!(parse_duration_ms("soon").is_err());
-    }
-
-    #[test]
-    fn set_and_show() {
-        let mut vars = Vars::default();
-        assert_eq!(
-            vars.set("application_name", "bi").unwrap(),
-            Some(("application_name".into(), "bi".into()))
-        );
-        assert_eq!(vars.set("statement_timeout", "1s").unwrap(), None);
-        assert_eq!(vars.statement_timeout, Some(Duration::from_secs(1)));
-        assert_eq!(vars.get("STATEMENT_TIMEOUT").unwrap(), "1000");
-        assert!(vars.set("server_version", "1").is_err());
-        assert!(vars.set("client_encoding", "LATIN1").is_err());
-        assert!(vars.get("no_such_thing").is_err());
-    }
 }

@@ -13,7 +13,6 @@ pub(crate) mod command;
 mod connection;
 mod copy;
 mod copying;
-pub(crate) mod current_setting;
 mod frames;
 mod params;
 mod pg_catalog;

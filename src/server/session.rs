@@ -28,7 +28,7 @@ use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
 
 use super::cancel::{Guard, Probe, Registration, Registry};
-use super::command::{self, Vars};
+use super::command;
 use super::plan::{Kind, Runner, Stmt, is_query, write_kind, writes};
 use super::sqlstate::{
     ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, NO_ACTIVE_TRANSACTION, engine_error, error,
@@ -41,7 +41,6 @@ pub struct Session {
     runner: Arc<Runner>,
     registry: Arc<Registry>,
     registration: OnceLock<Registration>,
-    vars: Arc<Mutex<Vars>>,
     /// Cursors declared WITHOUT HOLD, closed when their transaction ends.
     tx_cursors: Mutex<Vec<String>>,
     copying: super::copying::Copying,
@@ -50,16 +49,10 @@ pub struct Session {
 
 impl Session {
     pub fn new(runner: Runner, registry: Arc<Registry>, probe: Option<Probe>) -> Self {
-        let vars = Arc::new(Mutex::new(Vars::default()));
-        let ctx = runner.session.context();
-        ctx.register_udf(super::current_setting::udf(vars.clone()));
-        ctx.register_udf(super::current_setting::set_config_udf(vars.clone()));
-        runner.session.configuration_changed();
         Self {
             runner: Arc::new(runner),
             registry,
             registration: OnceLock::new(),
-            vars,
             tx_cursors: Mutex::new(Vec::new()),
             copying: Default::default(),
             probe,
@@ -73,11 +66,12 @@ impl Session {
     /// ignored here rather than failing the connection.
     fn start<C: ClientInfo>(&self, client: &C) -> &Registration {
         self.registration.get_or_init(|| {
-            if let Ok(mut vars) = self.vars.lock() {
-                for (name, value) in startup_parameters(client.metadata()) {
-                    let _ = vars.set(&name, &value);
-                }
+            let session = &self.runner.session;
+            for (name, value) in startup_parameters(client.metadata()) {
+                let _ = session.set_parameter(&name, &value);
             }
+            // pgwire tells the client its startup parameters itself.
+            let _ = session.take_reported();
             let (pid, key) = client.pid_and_secret_key();
             self.registry.register(pid, key)
         })
@@ -95,7 +89,7 @@ impl Session {
 
     pub(super) fn guard<C: ClientInfo>(&self, client: &C) -> Guard {
         let registration = self.start(client);
-        let timeout = self.vars.lock().ok().and_then(|v| v.statement_timeout);
+        let timeout = self.runner.session.statement_timeout();
         registration.signal.guard(timeout, self.probe.clone())
     }
 
@@ -118,12 +112,6 @@ impl Session {
                 .await?;
         }
         Ok(())
-    }
-
-    fn vars(&self) -> PgWireResult<std::sync::MutexGuard<'_, Vars>> {
-        self.vars
-            .lock()
-            .map_err(|_| super::plan::internal("session state poisoned"))
     }
 
     /// The transaction status the client is told: the engine session's
@@ -226,34 +214,18 @@ impl Session {
             | Statement::Drop { .. }
             | Statement::Analyze(_) => self.through_session(client, statement).await,
             Statement::Set(_) => {
-                let Some(target) = command::set_target(statement) else {
-                    return Err(command::not_supported(statement));
-                };
-                let (name, value) = target?;
-                let lower = name.to_ascii_lowercase();
-                if lower.starts_with("datafusion.") || lower.starts_with("tablesql.") {
-                    return self.through_session(client, statement).await;
-                }
-                let report = self.vars()?.set(&name, &value)?;
-                if let Some((name, value)) = report {
+                let done = self.through_session(client, statement).await;
+                // PostgreSQL reports a changed DateStyle, application_name, ...
+                for (name, value) in self.runner.session.take_reported() {
                     client
                         .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
                             name, value,
                         )))
                         .await?;
                 }
-                Ok(Response::Execution(Tag::new("SET")))
+                done
             }
-            Statement::ShowVariable { .. } => {
-                if command::shows_tablesql(statement) {
-                    return self.through_session(client, statement).await;
-                }
-                let shown = command::show(&*self.vars()?, statement);
-                match shown {
-                    Some(r) => Ok(Response::Query(r?)),
-                    None => Err(command::not_supported(statement)),
-                }
-            }
+            Statement::ShowVariable { .. } => self.through_session(client, statement).await,
             Statement::Declare { stmts } => {
                 let store = command::portals(client.portal_store())?;
                 let Some(declare) = stmts.first() else {
@@ -301,7 +273,6 @@ impl Session {
                         "DISCARD ALL cannot run inside a transaction block",
                     ));
                 }
-                *self.vars()? = Vars::default();
                 self.runner.session.discard();
                 if let Ok(mut names) = self.tx_cursors.lock() {
                     names.clear();

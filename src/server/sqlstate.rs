@@ -13,7 +13,7 @@ use crate::keys::KeyError;
 use crate::load::copy::CopyError;
 use crate::load::{LineFault, LoadError};
 use crate::storage::{InvalidInput, StorageError, TransactionScope};
-use crate::{ExecError, TokenError};
+use crate::{ExecError, ParameterError, TokenError};
 
 pub const SYNTAX_ERROR: &str = "42601";
 pub const UNDEFINED_TABLE: &str = "42P01";
@@ -173,6 +173,12 @@ pub fn engine_code(e: &EngineError) -> &'static str {
         EngineError::NoSavepoint(_) => INVALID_SAVEPOINT,
         EngineError::InTransactionBlock(_) => ACTIVE_TRANSACTION,
         EngineError::UnknownSetting(_) => UNDEFINED_OBJECT,
+        EngineError::Parameter(p) => match p {
+            ParameterError::Unknown(_) => UNDEFINED_OBJECT,
+            ParameterError::ReadOnly(_) => CANT_CHANGE_RUNTIME_PARAM,
+            ParameterError::InvalidValue(_) => INVALID_PARAMETER_VALUE,
+            ParameterError::NotSupported(_) => FEATURE_NOT_SUPPORTED,
+        },
     }
 }
 

@@ -11,10 +11,9 @@ use datafusion::error::Result;
 use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs};
 
 use super::relations::rows_batch;
-use crate::server::command::Vars;
 
 pub fn pg_settings(schema: &SchemaRef, state: &dyn Session) -> Result<RecordBatch> {
-    let names = Vars::default_names();
+    let names = crate::engine::Session::parameter_names();
     let Some(current_setting) = state.scalar_functions().get("current_setting") else {
         return Err(DataFusionError::Internal(
             "no current_setting in this session".into(),

@@ -238,6 +238,9 @@ pub async fn filter_on_timestamp(fx: &Fixture) -> TestResult {
     let t = table(s, "Stamps").await?;
     for r in ["a", "b", "c"] {
         insert(s, &t, entity("p", r, &[])).await?;
+        // Distinct Timestamps: two writes in one millisecond may share one
+        // (Azurite's clock), and the cases below need them ordered.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
     }
     let stamp = must_get(s, &t, "p", "b").await?.timestamp;
     let cases: [(CmpOp, &[&str]); 6] = [
