@@ -223,6 +223,16 @@ const SCRIPT: &[&str] = &[
     "SET tablesql.scan_policy = 'allow'",
     "SHOW tablesql.scan_policy",
     "SHOW tablesql.no_such_setting",
+    // PostgreSQL's session parameters.
+    "SET application_name = 'parity'",
+    "SHOW application_name",
+    "SELECT current_setting('application_name') AS app",
+    "SET statement_timeout = '5s'",
+    "SHOW statement_timeout",
+    "SET statement_timeout = 'soon'",
+    "SET server_version = '1'",
+    "SHOW no_such_parameter",
+    "SHOW TRANSACTION ISOLATION LEVEL",
     // EXPLAIN shows the access path.
     "EXPLAIN SELECT qty FROM acct WHERE shop = 'a' AND id = 1",
     // The demo's table, and expressions.
