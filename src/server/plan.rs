@@ -94,6 +94,11 @@ impl Runner {
 
     /// What Parse keeps of one statement.
     pub async fn prepare(&self, sql: &str, statement: Statement) -> PgWireResult<Prepared> {
+        // In a failed block PostgreSQL refuses a Parse as it refuses a
+        // query: only the block's end is let through.
+        self.session
+            .admit(&statement)
+            .map_err(|e| engine_error(&e))?;
         let write = write_kind(&statement);
         let oids = params::oid_placeholders(&statement);
         let catalog = reads_system_catalog(&statement);
