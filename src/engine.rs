@@ -661,6 +661,9 @@ impl Engine {
         if matches!(statement, Statement::Copy { .. }) {
             return Err(EngineError::NotSupported(refuse::COPY.into()));
         }
+        if let Some(why) = refuse::unsupported_write(statement) {
+            return Err(EngineError::NotSupported(why));
+        }
         let Some(outcome) = self.catalog_ddl(statement).await? else {
             return Ok(None);
         };

@@ -32,6 +32,17 @@ pub fn in_memory_only(statement: &Statement) -> Option<String> {
     Some(why.to_owned())
 }
 
+/// Why the engine refuses a statement that writes rows in a way a table
+/// cannot (`MERGE`, `TRUNCATE`); `None` for the rest.
+pub fn unsupported_write(statement: &Statement) -> Option<String> {
+    match statement {
+        Statement::Merge { .. } | Statement::Truncate { .. } => Some(
+            "tablesql writes rows with INSERT, UPDATE, DELETE and COPY; MERGE and TRUNCATE are not supported".to_owned(),
+        ),
+        _ => None,
+    }
+}
+
 /// Why the engine refuses DataFusion's own `CREATE EXTERNAL TABLE`.
 pub const EXTERNAL_TABLE: &str =
     "CREATE EXTERNAL TABLE is not supported: tablesql tables live in the store";

@@ -15,9 +15,7 @@ use pgwire::messages::extendedquery::Bind;
 
 use super::cancel::Guard;
 use super::plan::{Runner, Stmt};
-use super::sqlstate::{
-    DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME, engine_error, error,
-};
+use super::sqlstate::{DUPLICATE_CURSOR, FEATURE_NOT_SUPPORTED, INVALID_CURSOR_NAME, error};
 use crate::engine::Session;
 
 /// The row description of a command known before it runs (SHOW); cursors
@@ -176,23 +174,14 @@ pub fn cursor(store: &MemPortalStore<Stmt>, name: &str) -> PgWireResult<Arc<Port
 
 /// The refusal for statements tablesql does not run.
 pub fn not_supported(statement: &Statement) -> pgwire::error::PgWireError {
-    // The engine's own refusal first: the same words in every front end.
-    if let Some(why) = crate::engine::refuse::in_memory_only(statement) {
-        return engine_error(&crate::engine::EngineError::NotSupported(why));
-    }
-    let what = match statement {
-        Statement::Merge { .. } | Statement::Truncate { .. } => {
-            "tablesql writes rows with INSERT, UPDATE, DELETE and COPY; MERGE and TRUNCATE are not supported".to_owned()
-        }
-        other => {
-            let text = other.to_string();
-            let head: String = text
-                .split_whitespace()
-                .take(3)
-                .collect::<Vec<_>>()
-                .join(" ");
-            format!("statement not supported: {head}")
-        }
-    };
-    error(FEATURE_NOT_SUPPORTED, what)
+    let text = statement.to_string();
+    let head: String = text
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ");
+    error(
+        FEATURE_NOT_SUPPORTED,
+        format!("statement not supported: {head}"),
+    )
 }

@@ -159,12 +159,25 @@ impl Session {
         statement: &Statement,
     ) -> PgWireResult<Response>
     where
-        C: Sink<PgWireBackendMessage> + Unpin + Send,
+        C: ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send,
+        C::PortalStore: PortalStore,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let outcome = self.runner.session.execute(statement.clone()).await;
         self.send_notices(client, Vec::new()).await?;
+        // PostgreSQL reports a changed DateStyle, application_name, ...
+        for (name, value) in self.runner.session.take_reported() {
+            client
+                .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
+                    name, value,
+                )))
+                .await?;
+        }
         let outcome = outcome.map_err(|e| engine_error(&e))?;
+        // A block's cursors (WITHOUT HOLD) end with it.
+        if let Outcome::Block(BlockChange::Ended(_)) = &outcome {
+            self.close_tx_cursors(client)?;
+        }
         let tag = outcome.tag().map(|t| Tag::new(&t));
         Ok(match (outcome, tag) {
             (Outcome::Rows(rows), _) => Response::Query(super::plan::respond_stream(rows).await?),
@@ -197,35 +210,6 @@ impl Session {
         let status = self.runner.session.status();
         match statement {
             Statement::Copy { .. } => self.start_copy(client, statement).await,
-            Statement::Commit { .. }
-            | Statement::Rollback {
-                savepoint: None, ..
-            } => {
-                self.close_tx_cursors(client)?;
-                self.through_session(client, statement).await
-            }
-            Statement::StartTransaction { .. }
-            | Statement::Rollback { .. }
-            | Statement::Savepoint { .. }
-            | Statement::ReleaseSavepoint { .. }
-            | Statement::CreateTable(_)
-            | Statement::CreateIndex(_)
-            | Statement::CreateSequence { .. }
-            | Statement::Drop { .. }
-            | Statement::Analyze(_) => self.through_session(client, statement).await,
-            Statement::Set(_) => {
-                let done = self.through_session(client, statement).await;
-                // PostgreSQL reports a changed DateStyle, application_name, ...
-                for (name, value) in self.runner.session.take_reported() {
-                    client
-                        .feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(
-                            name, value,
-                        )))
-                        .await?;
-                }
-                done
-            }
-            Statement::ShowVariable { .. } => self.through_session(client, statement).await,
             Statement::Declare { stmts } => {
                 let store = command::portals(client.portal_store())?;
                 let Some(declare) = stmts.first() else {
@@ -297,7 +281,9 @@ impl Session {
                 self.send_notices(client, Vec::new()).await?;
                 done
             }
-            other => Err(command::not_supported(other)),
+            // The rest is the engine session's: transaction control, DDL,
+            // SET and SHOW, and its refusals.
+            _ => self.through_session(client, statement).await,
         }
     }
 
@@ -433,20 +419,11 @@ impl SimpleQueryHandler for Session {
         }
         for statement in &statements {
             // Rows of earlier SELECTs are encoded lazily, as the client reads
-            // them; before a statement that changes data they are read to the
-            // end, so they show the data as it was when they ran.
-            // So too before a statement that ends a transaction or returns
-            // to a savepoint: the rows were read through its buffer.
-            if writes(statement)
-                || matches!(
-                    statement,
-                    Statement::CreateTable(_)
-                        | Statement::CreateIndex(_)
-                        | Statement::Drop { .. }
-                        | Statement::Commit { .. }
-                        | Statement::Rollback { .. }
-                )
-            {
+            // them; before anything but a query that only reads (a write,
+            // DDL, the end of a block or a return to a savepoint, whose
+            // buffer the rows were read through) they are read to the end,
+            // so they show the data as it was when they ran.
+            if writes(statement) || !is_query(statement) {
                 let mut failed = false;
                 for r in responses.iter_mut() {
                     match r {
