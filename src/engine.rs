@@ -318,7 +318,8 @@ impl Engine {
             .with_option_extension(SequenceSession::default())
             .with_option_extension(SessionParameters::default())
             .with_extension(Arc::new(Notices::default()))
-            .with_extension(Arc::new(Transaction::default()));
+            .with_extension(Arc::new(Transaction::default()))
+            .with_extension(Arc::new(direct::ConfigGeneration::default()));
         // DataFusion's own parser (a fallback, and embedders' `ctx.sql`)
         // reads the dialect every front end uses.
         config.options_mut().sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
@@ -765,7 +766,10 @@ impl Engine {
         Ok(match plan {
             // DDL, SET and PREPARE act on the context.
             LogicalPlan::Ddl(_) | LogicalPlan::Statement(_) => {
-                self.ctx.execute_logical_plan(plan).await?
+                let frame = self.ctx.execute_logical_plan(plan).await?;
+                // A SET: the session's planning snapshot is taken again.
+                direct::ConfigGeneration::raise(&self.ctx);
+                frame
             }
             plan => DataFrame::new(state, plan),
         })
@@ -806,6 +810,10 @@ impl Engine {
         state
             .config_mut()
             .set_extension(Arc::new(Transaction::default()));
+        // Its own configuration, changed by its own SETs.
+        state
+            .config_mut()
+            .set_extension(Arc::new(direct::ConfigGeneration::default()));
         // Its own `currval`s.
         state
             .config_mut()

@@ -28,6 +28,32 @@ use crate::planner::simple_scan::simple_scan;
 pub struct Snapshot {
     pub state: Arc<SessionState>,
     pub task: Arc<TaskContext>,
+    /// The session's configuration generation it was taken at.
+    pub generation: u64,
+}
+
+/// A session's configuration generation: raised by every change of its
+/// configuration (a `SET`, a function registered), so that a snapshot
+/// taken before it is taken again.
+#[derive(Debug, Default)]
+pub struct ConfigGeneration(std::sync::atomic::AtomicU64);
+
+impl ConfigGeneration {
+    /// The generation of session `ctx`.
+    pub fn of(ctx: &SessionContext) -> u64 {
+        ctx.state_ref()
+            .read()
+            .config()
+            .get_extension::<Self>()
+            .map_or(0, |g| g.0.load(std::sync::atomic::Ordering::Acquire))
+    }
+
+    /// Session `ctx`'s configuration changed.
+    pub fn raise(ctx: &SessionContext) {
+        if let Some(g) = ctx.state_ref().read().config().get_extension::<Self>() {
+            g.0.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        }
+    }
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -40,9 +66,12 @@ impl std::fmt::Debug for Snapshot {
 
 impl Snapshot {
     pub fn of(ctx: &SessionContext) -> Self {
+        // Read first: a change after it makes this snapshot stale.
+        let generation = ConfigGeneration::of(ctx);
         Self {
             state: Arc::new(ctx.state()),
             task: ctx.task_ctx(),
+            generation,
         }
     }
 }

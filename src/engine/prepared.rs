@@ -2,10 +2,12 @@
 //! with its placeholders, then run many times with values. A point read by
 //! primary key is planned once whole (`planner::point`) and runs without
 //! any planning; anything else binds its values into the optimized plan and
-//! runs only the physical planner (a prepared statement is not paged by
-//! `tablesql.page_size`: it returns all its rows). A statement whose tables changed in the
-//! catalog since it was planned (a `CREATE`, `DROP` or refresh through this
-//! engine) is planned again at its next run.
+//! runs only the physical planner (`engine::start`: the library's
+//! [`PreparedStatement::query`] returns all its rows; a wire client's
+//! Execute is paged under `tablesql.page_size`, as its simple queries are).
+//! A statement whose tables changed in the catalog since it was planned (a
+//! `CREATE`, `DROP` or refresh through this engine) is planned again at its
+//! next run.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

@@ -263,6 +263,8 @@ impl Session {
         match self.engine.one_statement(sql).await {
             Ok(OneStatement::Parsed(statement)) => self.execute(statement).await,
             Ok(OneStatement::DataFusion(frame)) => {
+                // One of DataFusion's own may change the configuration.
+                self.configuration_changed();
                 let stream = frame.execute_stream().await?;
                 let tx = self.tx.clone();
                 Ok(Outcome::Rows(Box::pin(FailsBlock { stream, tx })))
@@ -310,8 +312,6 @@ impl Session {
         // The rest is DataFusion's: SET, and its DDL of an embedder's tables.
         let label = run::statement_label(&statement);
         let frame = self.engine.frame(statement).await?;
-        // A SET changes what the next statement plans with.
-        self.configuration_changed();
         let task = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;
         let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;

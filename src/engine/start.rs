@@ -5,7 +5,8 @@
 //! and the library's prepared statements each started a statement their
 //! own way, so a query was paged, read by its key or planned without
 //! DataFusion's physical planner in one front end and not in another.
-//! Every door now starts here: a prepared point query reads its entity
+//! Every [`Session`] starts its queries and writes here (the DataFrame API
+//! of `Engine::sql` is DataFusion's own): a prepared point query reads its entity
 //! without planning; under `tablesql.page_size` a query of one table is one
 //! page; a plan the scan answers exactly skips the physical planner
 //! (`direct`); the rest is DataFusion's. Each run is recorded in the
@@ -29,7 +30,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::sql::sqlparser::ast::Statement;
 
-use super::direct::{self, Snapshot};
+use super::direct::{self, ConfigGeneration, Snapshot};
 use super::prepared::{Planned, bind};
 use super::session::FailsBlock;
 use super::{Engine, EngineError, PreparedStatement, Session, StatementKind, run};
@@ -37,6 +38,8 @@ use crate::exec::write::transaction::Transaction;
 
 /// A write planned and ready to run ([`Session::write`]).
 pub struct Write {
+    /// Whether it has run (a write runs once).
+    ran: std::sync::atomic::AtomicBool,
     kind: StatementKind,
     label: String,
     engine: Engine,
@@ -58,8 +61,11 @@ impl Write {
     }
 
     /// Runs the write to its end: the rows written. A failure fails the
-    /// session's open block.
+    /// session's open block. A write runs once: a second call is refused.
     pub async fn run(&self) -> Result<u64, EngineError> {
+        if self.ran.swap(true, std::sync::atomic::Ordering::AcqRel) {
+            return Err(EngineError::NotSupported("a write runs once".into()));
+        }
         let started = Instant::now();
         let done = datafusion::physical_plan::collect(self.physical.clone(), self.task.clone())
             .await
@@ -93,19 +99,20 @@ impl Write {
 }
 
 impl Session {
-    /// After the session's context changed outside [`Self::execute`] (a
-    /// function an embedder or the wire server registered on it): the next
-    /// statement plans with the change.
+    /// After the session's context changed outside a `SET` (a function an
+    /// embedder registered on it): the next statement plans with the
+    /// change.
     pub fn configuration_changed(&self) {
-        if let Ok(mut s) = self.snapshot.write() {
-            *s = None;
-        }
+        ConfigGeneration::raise(self.context());
     }
 
-    /// The session's state and task context, taken when first needed.
+    /// The session's state and task context, taken when first needed and
+    /// again after its configuration changed.
     pub(crate) fn snapshot(&self) -> Snapshot {
+        let generation = ConfigGeneration::of(self.context());
         if let Ok(s) = self.snapshot.read()
             && let Some(s) = s.as_ref()
+            && s.generation == generation
         {
             return s.clone();
         }
@@ -133,19 +140,34 @@ impl Session {
         statement: Statement,
     ) -> Result<SendableRecordBatchStream, EngineError> {
         // Boxed: planning's futures are large (and deep in a debug build).
-        let started = Box::pin(self.start_query(statement)).await;
+        let started = Box::pin(self.start_query(statement, true)).await;
+        self.failed_if(started)
+    }
+
+    /// As [`Self::query`], never paged: all the rows (COPY's export).
+    pub async fn query_whole(
+        &self,
+        statement: Statement,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        let started = Box::pin(self.start_query(statement, false)).await;
         self.failed_if(started)
     }
 
     async fn start_query(
         &self,
         statement: Statement,
+        paged: bool,
     ) -> Result<SendableRecordBatchStream, EngineError> {
         self.refuse_in_failed_block()?;
+        if StatementKind::of(&statement).writes_rows() {
+            return Err(EngineError::NotSupported(format!(
+                "not a query: {statement} (a write runs through Session::write)"
+            )));
+        }
         self.engine().follow_catalog().await;
         let label = run::statement_label(&statement);
         // What a page token names (only paging needs it).
-        let text = self.pages().then(|| statement.to_string());
+        let text = (paged && self.pages()).then(|| statement.to_string());
         let snapshot = self.snapshot();
         let plan = self
             .engine()
@@ -163,8 +185,13 @@ impl Session {
 
     async fn plan_write(&self, statement: Statement) -> Result<Write, EngineError> {
         self.refuse_in_failed_block()?;
-        self.engine().follow_catalog().await;
         let kind = StatementKind::of(&statement);
+        if !kind.writes_rows() {
+            return Err(EngineError::NotSupported(format!(
+                "not a write: {statement}"
+            )));
+        }
+        self.engine().follow_catalog().await;
         let label = run::statement_label(&statement);
         let snapshot = self.snapshot();
         let plan = self
@@ -322,6 +349,7 @@ impl Session {
     ) -> Result<Write, EngineError> {
         let physical = physical_plan(snapshot, plan).await?;
         Ok(Write {
+            ran: std::sync::atomic::AtomicBool::new(false),
             kind,
             label,
             engine: self.engine().clone(),
@@ -365,8 +393,9 @@ fn written(batches: &[RecordBatch]) -> Result<u64, EngineError> {
     let mut rows = 0;
     for batch in batches {
         let counts = batch
-            .column(0)
-            .as_primitive_opt::<UInt64Type>()
+            .columns()
+            .first()
+            .and_then(|c| c.as_primitive_opt::<UInt64Type>())
             .ok_or_else(|| DataFusionError::Internal("a write answered without a count".into()))?;
         rows += counts.iter().flatten().sum::<u64>();
     }

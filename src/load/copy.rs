@@ -420,9 +420,15 @@ impl CopyIn {
 
     /// Writes the parsed rows in the session.
     async fn write(&mut self, session: &Session) -> Result<(), CopyError> {
+        // What was written before these rows: the error names their lines.
+        let before = self.loader.written();
         match self.loader.write(session).await {
             Ok(_) => Ok(()),
-            Err(e) => Err(self.failed(e)),
+            Err(source) => Err(CopyError::Load {
+                table: self.table.clone(),
+                written: before,
+                source,
+            }),
         }
     }
 

@@ -114,8 +114,9 @@ fn defaults() -> BTreeMap<String, String> {
 struct Values {
     values: BTreeMap<String, String>,
     statement_timeout: Option<Duration>,
-    /// Reported parameters changed since the front end last asked.
-    reported: Vec<(String, String)>,
+    /// Reported parameters changed since the front end last asked, each
+    /// with its latest value.
+    reported: BTreeMap<String, String>,
 }
 
 impl Default for Values {
@@ -123,7 +124,7 @@ impl Default for Values {
         Self {
             values: defaults(),
             statement_timeout: None,
-            reported: Vec::new(),
+            reported: BTreeMap::new(),
         }
     }
 }
@@ -151,6 +152,12 @@ impl SessionParameters {
     /// Sets `name` (any case) to `value`, as `SET` does; a parameter it
     /// does not know is kept, as PostgreSQL keeps a custom one.
     pub fn set(&self, name: &str, value: &str) -> Result<(), ParameterError> {
+        self.assign(name, value, true)
+    }
+
+    /// As [`Self::set`]; `report` false leaves the change unreported
+    /// (`set_config`'s).
+    fn assign(&self, name: &str, value: &str, report: bool) -> Result<(), ParameterError> {
         let name = name.to_ascii_lowercase();
         if READ_ONLY.contains(&name.as_str()) {
             return Err(ParameterError::ReadOnly(name));
@@ -173,8 +180,10 @@ impl SessionParameters {
             }
             _ => value.to_owned(),
         };
-        if let Some((_, shown)) = REPORTED.iter().find(|(lower, _)| *lower == name) {
-            values.reported.push(((*shown).to_owned(), value.clone()));
+        if let Some((_, shown)) = REPORTED.iter().find(|(lower, _)| *lower == name)
+            && report
+        {
+            values.reported.insert((*shown).to_owned(), value.clone());
         }
         values.values.insert(name, value);
         Ok(())
@@ -208,6 +217,8 @@ impl SessionParameters {
     /// them.
     pub fn take_reported(&self) -> Vec<(String, String)> {
         std::mem::take(&mut self.lock().reported)
+            .into_iter()
+            .collect()
     }
 
     /// Back to the defaults (`DISCARD ALL`).
@@ -344,14 +355,12 @@ pub fn show_target(statement: &Statement) -> Option<Shown> {
     let Statement::ShowVariable { variable } = statement else {
         return None;
     };
-    let words = variable
-        .iter()
-        .map(|i| i.value.clone())
-        .collect::<Vec<_>>()
-        .join(" ");
-    if is_engine_setting(&words) {
+    // The parser splits a dotted name into its parts.
+    let parts: Vec<&str> = variable.iter().map(|i| i.value.as_str()).collect();
+    if is_engine_setting(&parts.join(".")) {
         return None;
     }
+    let words = parts.join(" ");
     Some(match words.to_ascii_lowercase().as_str() {
         "all" => Shown::All,
         // The parameter behind SHOW's multi-word spellings.
@@ -417,12 +426,9 @@ impl ParameterFunction {
         if is_engine_setting(name) {
             return exec_err!("set_config cannot change \"{name}\": use SET");
         }
-        match parameters.set(name, value) {
-            // Not a ParameterStatus: set_config's change goes unreported.
-            Ok(()) => {
-                let _ = parameters.take_reported();
-                Ok(parameters.get(name).unwrap_or_else(|_| value.to_owned()))
-            }
+        // Not a ParameterStatus: set_config's change goes unreported.
+        match parameters.assign(name, value, false) {
+            Ok(()) => Ok(parameters.get(name).unwrap_or_else(|_| value.to_owned())),
             Err(e) => exec_err!("{e}"),
         }
     }

@@ -142,7 +142,10 @@ impl Runner {
         datafusion::arrow::datatypes::SchemaRef,
         impl futures::Stream<Item = PgWireResult<datafusion::arrow::array::RecordBatch>> + Send + use<>,
     )> {
-        let stream = guard.run(engine(self.session.query(statement))).await?;
+        // All the rows: an export is never one page.
+        let stream = guard
+            .run(engine(self.session.query_whole(statement)))
+            .await?;
         Ok((stream.schema(), guarded(stream, guard)))
     }
 
@@ -320,8 +323,10 @@ pub async fn respond_stream(stream: SendableRecordBatchStream) -> PgWireResult<Q
     respond(fields, stream, vectors, Guard::unbounded()).await
 }
 
-/// The response of a started query: its first batch awaited (see `run`), the
-/// rest encoded as the client reads.
+/// The response of a started query: its first batch awaited, so that errors
+/// and aggregates (whose one row comes after the whole scan) are reported
+/// before any row description and under the statement's guard; the rest
+/// encoded as the client reads.
 async fn respond(
     fields: Arc<Vec<FieldInfo>>,
     stream: SendableRecordBatchStream,

@@ -50,6 +50,11 @@ pub fn parse(args: &str) -> Result<ShellCopy, String> {
         }
         "pstdin" if from => Place::Standard,
         "stdout" | "pstdout" if !from => Place::Standard,
+        word @ ("pstdin" | "stdout" | "pstdout") => {
+            return Err(format!(
+                "\\copy: {keyword} {word}: the data cannot go that way"
+            ));
+        }
         _ => Place::File(PathBuf::from(target)),
     };
     let client = if from { "FROM STDIN" } else { "TO STDOUT" };

@@ -478,7 +478,20 @@ impl Shell {
     }
 
     /// Runs a COPY statement whose data is at `place`: the rows it moved.
+    /// A failure fails the session's open block, as any statement's does.
     async fn copy_statement(
+        &mut self,
+        statement: &Statement,
+        place: &copy::Place,
+    ) -> Result<u64, ShellError> {
+        let copied = self.copy_data(statement, place).await;
+        if copied.is_err() {
+            self.session.statement_failed();
+        }
+        copied
+    }
+
+    async fn copy_data(
         &mut self,
         statement: &Statement,
         place: &copy::Place,
@@ -489,7 +502,7 @@ impl Shell {
         };
         match crate::load::copy::plan(&self.session, statement).await? {
             crate::load::copy::Copy::Out { query, format } => {
-                let stream = self.session.query(query).await?;
+                let stream = self.session.query_whole(query).await?;
                 let mut stdout = std::io::stdout();
                 let mut file;
                 let out: &mut dyn Write = match (place, &mut self.output) {

@@ -233,6 +233,7 @@ const SCRIPT: &[&str] = &[
     "SET server_version = '1'",
     "SHOW no_such_parameter",
     "SHOW TRANSACTION ISOLATION LEVEL",
+    "SHOW datafusion.execution.batch_size",
     // EXPLAIN shows the access path.
     "EXPLAIN SELECT qty FROM acct WHERE shop = 'a' AND id = 1",
     // The demo's table, and expressions.
