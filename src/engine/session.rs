@@ -106,6 +106,8 @@ pub struct Session {
     /// Its transaction block, held here: the wire server asks for its
     /// status after every message.
     tx: Option<Arc<Transaction>>,
+    /// Its PostgreSQL parameters (shared with its context's extension).
+    parameters: crate::planner::parameters::SessionParameters,
     /// Its state for planning, taken when first needed (`engine::start`).
     pub(super) snapshot: Arc<std::sync::RwLock<Option<super::direct::Snapshot>>>,
 }
@@ -127,9 +129,11 @@ impl Engine {
 impl Session {
     fn of(engine: Engine) -> Self {
         let tx = session_transaction(engine.context());
+        let parameters = engine.parameters();
         Session {
             engine,
             tx,
+            parameters,
             snapshot: Arc::default(),
         }
     }
@@ -189,24 +193,24 @@ impl Session {
     /// A session parameter's value (`application_name`, `DateStyle`,
     /// `search_path`: what `SHOW` and `current_setting` read).
     pub fn parameter(&self, name: &str) -> Result<String, EngineError> {
-        Ok(self.engine.parameters().get(name)?)
+        Ok(self.parameters.get(name)?)
     }
 
     /// Sets a session parameter as `SET` does (a wire client's startup
     /// parameters, say).
     pub fn set_parameter(&self, name: &str, value: &str) -> Result<(), EngineError> {
-        Ok(self.engine.parameters().set(name, value)?)
+        Ok(self.parameters.set(name, value)?)
     }
 
     /// The parameters a client is told about that changed since the last
     /// call (the wire's ParameterStatus), as (name, value).
     pub fn take_reported(&self) -> Vec<(String, String)> {
-        self.engine.parameters().take_reported()
+        self.parameters.take_reported()
     }
 
     /// The session's `statement_timeout`, when one is set.
     pub fn statement_timeout(&self) -> Option<std::time::Duration> {
-        self.engine.parameters().statement_timeout()
+        self.parameters.statement_timeout()
     }
 
     /// The parameters every session has, in name order (`pg_settings`).
@@ -225,7 +229,7 @@ impl Session {
     /// values it holds (`currval`) and its parameters go back to their
     /// defaults.
     pub fn discard(&self) {
-        self.engine.parameters().reset();
+        self.parameters.reset();
         let state = self.engine.context().state();
         let extensions = &state.config().options().extensions;
         if let Some(sequences) =

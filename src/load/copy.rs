@@ -146,6 +146,8 @@ pub async fn plan(session: &Session, statement: &Statement) -> Result<Copy, Copy
     if !*to && session.status() != BlockStatus::Idle {
         return Err(CopyError::InTransactionBlock);
     }
+    // Tables made or dropped elsewhere since.
+    session.engine().follow_catalog().await;
     let table = table_of(session, table_name).await?;
     let listed: Vec<String> = columns
         .iter()

@@ -81,12 +81,6 @@ impl Runner {
         Self { session }
     }
 
-    /// Catches up with catalog changes made by other servers and
-    /// processes (`Engine::follow_catalog`): called as each statement starts.
-    pub async fn follow_catalog(&self) {
-        self.session.engine().follow_catalog().await;
-    }
-
     /// Splits and parses a query string.
     pub fn parse(&self, sql: &str) -> PgWireResult<Vec<Statement>> {
         self.session.parse(sql).map_err(|e| parser_error(&e))

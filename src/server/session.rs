@@ -401,7 +401,6 @@ impl SimpleQueryHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.start(client);
-        self.runner.follow_catalog().await;
         let statements = self.runner.parse(query)?;
         let mut responses = Vec::with_capacity(statements.len());
         // The client sends COPY FROM's data after the whole string's
@@ -527,7 +526,6 @@ impl ExtendedQueryHandler for Session {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         self.start(client);
-        self.runner.follow_catalog().await;
         match &portal.statement.statement.kind {
             Kind::Query { write, .. } => {
                 if write.is_some() {
