@@ -121,11 +121,15 @@ pub enum EngineError {
     /// that cannot be set or read.
     #[error(transparent)]
     Parameter(#[from] ParameterError),
-    /// A statement (its command tag) that cannot run in a transaction block.
-    #[error(
-        "{0} cannot run inside a transaction block: the store cannot roll catalog changes back"
-    )]
-    InTransactionBlock(&'static str),
+    /// A statement that cannot run in a transaction block: its command
+    /// tag, and why (after a colon, or empty).
+    #[error("{tag} cannot run inside a transaction block{why}")]
+    InTransactionBlock {
+        /// The statement's command tag.
+        tag: &'static str,
+        /// Why, as `: ...`.
+        why: &'static str,
+    },
 }
 
 impl EngineError {
@@ -141,7 +145,7 @@ impl EngineError {
             | EngineError::NoSavepoint(_)
             | EngineError::UnknownSetting(_)
             | EngineError::Parameter(_)
-            | EngineError::InTransactionBlock(_) => None,
+            | EngineError::InTransactionBlock { .. } => None,
         }
     }
 }
@@ -848,7 +852,10 @@ impl Engine {
         );
         if ddl && session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
             let tag = StatementKind::of(statement).tag().unwrap_or("catalog DDL");
-            return Err(EngineError::InTransactionBlock(tag));
+            return Err(EngineError::InTransactionBlock {
+                tag,
+                why: ": the store cannot roll catalog changes back",
+            });
         }
         match statement {
             Statement::CreateTable(create) if ddl::is_mapping(create) => {

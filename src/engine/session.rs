@@ -227,8 +227,15 @@ impl Session {
 
     /// `DISCARD ALL`'s part in the engine: the session forgets the sequence
     /// values it holds (`currval`) and its parameters go back to their
-    /// defaults.
-    pub fn discard(&self) {
+    /// defaults. Outside a transaction block only, as in PostgreSQL (a
+    /// pooler discards between clients).
+    pub fn discard(&self) -> Result<(), EngineError> {
+        if self.status() != BlockStatus::Idle {
+            return Err(EngineError::InTransactionBlock {
+                tag: "DISCARD ALL",
+                why: "",
+            });
+        }
         self.parameters.reset();
         let state = self.engine.context().state();
         let extensions = &state.config().options().extensions;
@@ -237,6 +244,7 @@ impl Session {
         {
             sequences.clear();
         }
+        Ok(())
     }
 
     /// The notices the session's statements left since the last call.

@@ -31,8 +31,7 @@ use super::cancel::{Guard, Probe, Registration, Registry};
 use super::command;
 use super::plan::{Kind, Runner, Stmt, is_query, write_kind, writes};
 use super::sqlstate::{
-    ACTIVE_TRANSACTION, FEATURE_NOT_SUPPORTED, NO_ACTIVE_TRANSACTION, engine_error, error,
-    notice_code,
+    FEATURE_NOT_SUPPORTED, NO_ACTIVE_TRANSACTION, engine_error, error, notice_code,
 };
 use crate::engine::{BlockChange, BlockStatus, Notice, Outcome};
 
@@ -251,13 +250,10 @@ impl Session {
             }
             // Poolers hand the connection to the next client after this.
             Statement::Discard { .. } => {
-                if status != BlockStatus::Idle {
-                    return Err(error(
-                        ACTIVE_TRANSACTION,
-                        "DISCARD ALL cannot run inside a transaction block",
-                    ));
-                }
-                self.runner.session.discard();
+                self.runner
+                    .session
+                    .discard()
+                    .map_err(|e| engine_error(&e))?;
                 if let Ok(mut names) = self.tx_cursors.lock() {
                     names.clear();
                 }

@@ -171,7 +171,7 @@ pub fn engine_code(e: &EngineError) -> &'static str {
         EngineError::InFailedTransaction => IN_FAILED_TRANSACTION,
         EngineError::NoTransactionBlock(_) => NO_ACTIVE_TRANSACTION,
         EngineError::NoSavepoint(_) => INVALID_SAVEPOINT,
-        EngineError::InTransactionBlock(_) => ACTIVE_TRANSACTION,
+        EngineError::InTransactionBlock { .. } => ACTIVE_TRANSACTION,
         EngineError::UnknownSetting(_) => UNDEFINED_OBJECT,
         EngineError::Parameter(p) => match p {
             ParameterError::Unknown(_) => UNDEFINED_OBJECT,
