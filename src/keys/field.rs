@@ -275,18 +275,31 @@ pub fn escape_text(s: &str, also: &str) -> String {
 
 /// `escape_text`, appended to `out`.
 pub fn escape_text_into(s: &str, also: &str, out: &mut String) {
-    use std::fmt::Write;
-    for c in s.chars() {
-        if always_escaped(c) || also.contains(c) {
-            let mut buf = [0u8; 4];
-            for b in c.encode_utf8(&mut buf).bytes() {
-                // Writing into a String cannot fail.
-                let _ = write!(out, "%{b:02X}");
-            }
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    // Runs of characters kept as they are are copied whole: most text has
+    // nothing to escape, and a key is composed for every point read.
+    let mut kept = 0;
+    for (at, c) in s.char_indices() {
+        let escaped = if c.is_ascii() {
+            always_escaped(c)
+                || also.as_bytes().contains(&(c as u8))
+                || (!also.is_ascii() && also.contains(c))
         } else {
-            out.push(c);
+            always_escaped(c) || also.contains(c)
+        };
+        if !escaped {
+            continue;
         }
+        out.push_str(&s[kept..at]);
+        let mut buf = [0u8; 4];
+        for b in c.encode_utf8(&mut buf).bytes() {
+            out.push('%');
+            out.push(char::from(HEX[usize::from(b >> 4)]));
+            out.push(char::from(HEX[usize::from(b & 0xf)]));
+        }
+        kept = at + c.len_utf8();
     }
+    out.push_str(&s[kept..]);
 }
 
 /// Undoes `escape_text`; `None` for a malformed escape.
@@ -313,6 +326,19 @@ pub fn unescape_text(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn escapes_are_upper_case_hex_of_each_utf8_byte() {
+        assert_eq!(
+            escape_text("a/b%c_é\u{1}\u{85}ü_", "_ü"),
+            "a%2Fb%25c%5Fé%01%C2%85%C3%BC%5F"
+        );
+        assert_eq!(escape_text("plain", "_"), "plain");
+        assert_eq!(escape_text("", "_"), "");
+        let mut out = String::from("K:");
+        escape_text_into("x_y", "_", &mut out);
+        assert_eq!(out, "K:x%5Fy");
+    }
 
     #[test]
     fn fixed_width_encodings() {
