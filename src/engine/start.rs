@@ -367,8 +367,10 @@ impl Session {
         done
     }
 
-    /// Nothing runs in a failed transaction block but its end.
-    fn refuse_in_failed_block(&self) -> Result<(), EngineError> {
+    /// Nothing runs in a failed transaction block but its end: the error a
+    /// prepared statement's run gets there, for a front end that checks
+    /// before it decodes the run's values (as PostgreSQL refuses a Bind).
+    pub fn refuse_in_failed_block(&self) -> Result<(), EngineError> {
         if self.transaction().is_some_and(|t| t.is_aborted()) {
             return Err(EngineError::InFailedTransaction);
         }

@@ -185,6 +185,11 @@ impl Runner {
 
     /// The values a portal binds to its statement's placeholders.
     fn values(&self, portal: &Portal<Stmt>) -> PgWireResult<ParamValues> {
+        // In a failed block the run is refused before its values are read
+        // (a bad value there is not the error to report).
+        self.session
+            .refuse_in_failed_block()
+            .map_err(|e| engine_error(&e))?;
         let prepared = &portal.statement.statement;
         Ok(match &prepared.kind {
             Kind::Query {
