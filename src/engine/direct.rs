@@ -21,9 +21,10 @@ use futures::StreamExt;
 
 use crate::planner::simple_scan::simple_scan;
 
-/// A session's state and task context, taken once: each is a copy of the
-/// session's function registries, and copying them per statement cost more
-/// than the point read (`perf`: `HashMap::clone` and malloc on top).
+/// A session's state and task context, taken once per configuration
+/// ([`ConfigGeneration`]): each is a copy of the session's function
+/// registries, and copying them per statement cost more than the point
+/// read (`perf`: `HashMap::clone` and malloc on top).
 #[derive(Clone)]
 pub struct Snapshot {
     pub state: Arc<SessionState>,

@@ -1,9 +1,8 @@
-//! What a front end needs to run a statement it plans itself (the wire
-//! server plans at Parse and binds at Execute): the optimized plan and its
-//! placeholders' types, a point read by primary key, a plan started without
-//! the physical planner, and the run recorded in the workload statistics.
-//! Each is the one the engine's own `collect` and `PreparedStatement` use,
-//! so a statement behaves and counts alike through every door.
+//! The pieces a session's run is made of (`engine::start` puts them
+//! together): a statement's optimized plan and its placeholders' types, the
+//! prepared point read by primary key, and the run recorded in the
+//! workload statistics, so that a statement behaves and counts alike
+//! through every door.
 
 use std::collections::HashMap;
 use std::sync::Arc;
