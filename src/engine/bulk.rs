@@ -6,6 +6,8 @@
 
 use std::sync::Arc;
 
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::UInt64Type;
 use datafusion::catalog::TableProvider;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SessionState;
@@ -36,6 +38,21 @@ pub fn written_before_failure(e: &DataFusionError) -> Option<u64> {
         },
         _ => None,
     }
+}
+
+/// The count a write's plan answers with (one `UInt64` row per batch),
+/// summed: the rows it wrote.
+pub fn rows_counted(batches: &[RecordBatch]) -> Result<u64, DataFusionError> {
+    let mut rows = 0;
+    for batch in batches {
+        let counts = batch
+            .columns()
+            .first()
+            .and_then(|c| c.as_primitive_opt::<UInt64Type>())
+            .ok_or_else(|| DataFusionError::Internal("a write answered without a count".into()))?;
+        rows += counts.iter().flatten().sum::<u64>();
+    }
+    Ok(rows)
 }
 
 /// The INSERT `plan` as an upsert doing what `on_conflict` says, on the

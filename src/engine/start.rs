@@ -19,9 +19,6 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use datafusion::arrow::array::AsArray;
-use datafusion::arrow::datatypes::UInt64Type;
-use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::ParamValues;
 use datafusion::error::DataFusionError;
 use datafusion::execution::{SendableRecordBatchStream, TaskContext};
@@ -74,7 +71,7 @@ impl Write {
                 self.engine.record_failure(&self.label, &e);
                 EngineError::from(e)
             })
-            .and_then(|batches| written(&batches));
+            .and_then(|batches| Ok(super::bulk::rows_counted(&batches)?));
         match done {
             Ok(rows) => {
                 self.engine
@@ -388,18 +385,4 @@ async fn physical_plan(
         .query_planner()
         .create_physical_plan(plan, state.as_ref())
         .await
-}
-
-/// The count a write's plan answers with, summed over its batches.
-fn written(batches: &[RecordBatch]) -> Result<u64, EngineError> {
-    let mut rows = 0;
-    for batch in batches {
-        let counts = batch
-            .columns()
-            .first()
-            .and_then(|c| c.as_primitive_opt::<UInt64Type>())
-            .ok_or_else(|| DataFusionError::Internal("a write answered without a count".into()))?;
-        rows += counts.iter().flatten().sum::<u64>();
-    }
-    Ok(rows)
 }

@@ -14,10 +14,10 @@ use std::sync::Arc;
 
 use crate::engine::Session;
 use datafusion::arrow::array::{
-    Array, ArrayRef, AsArray, BinaryArray, RecordBatch, StringArray, new_null_array,
+    Array, ArrayRef, BinaryArray, RecordBatch, StringArray, new_null_array,
 };
 use datafusion::arrow::compute::{CastOptions, cast, cast_with_options};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, UInt64Type};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::TableProvider;
 use datafusion::common::Column;
 use datafusion::common::TableReference;
@@ -264,11 +264,7 @@ impl Loader {
             }
         };
         // The statement's one row: how many it wrote.
-        let n: u64 = counts
-            .iter()
-            .filter_map(|b| b.columns().first()?.as_primitive_opt::<UInt64Type>())
-            .flat_map(|a| a.iter().flatten())
-            .sum();
+        let n = crate::engine::bulk::rows_counted(&counts)?;
         self.rows.clear();
         self.written += n;
         Ok(n)
