@@ -850,11 +850,14 @@ impl Engine {
                 | Statement::CreateSequence { .. }
                 | Statement::Drop { .. }
         );
-        if ddl && session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
+        // A block that has written nothing may run DDL (ORMs and migration
+        // tools open one around `CREATE TABLE`); the change is not part of
+        // the block, and ROLLBACK does not undo it.
+        if ddl && session_transaction(&self.ctx).is_some_and(|tx| tx.has_buffered_writes()) {
             let tag = StatementKind::of(statement).tag().unwrap_or("catalog DDL");
             return Err(EngineError::InTransactionBlock {
                 tag,
-                why: ": the store cannot roll catalog changes back",
+                why: " after the block's writes: the store cannot commit catalog changes and rows together",
             });
         }
         match statement {

@@ -207,10 +207,17 @@ const SCRIPT: &[&str] = &[
     "RELEASE SAVEPOINT nowhere",
     "ROLLBACK TO nowhere",
     "COMMIT",
-    // Catalog DDL inside a block.
+    // Catalog DDL inside a block: after its writes, refused.
     "BEGIN",
+    "INSERT INTO acct (shop, id, qty) VALUES ('a', 8, 80)",
     "DROP TABLE acct",
     "ROLLBACK",
+    // Before them, it runs (and ROLLBACK does not undo it).
+    "BEGIN",
+    "CREATE SEQUENCE in_block",
+    "ROLLBACK",
+    "SELECT nextval('in_block') AS n",
+    "DROP SEQUENCE in_block",
     // Sequences.
     "CREATE SEQUENCE tickets",
     "SELECT nextval('tickets') AS n",

@@ -210,6 +210,16 @@ impl Transaction {
         (state.open.is_some(), state.open.is_some() && state.aborted)
     }
 
+    /// Whether the open block holds a write COMMIT would make: catalog DDL
+    /// runs in a block only before its first (the store cannot put a
+    /// catalog change and a partition's rows in one atomic write).
+    pub fn has_buffered_writes(&self) -> bool {
+        self.lock()
+            .open
+            .as_ref()
+            .is_some_and(|b| b.touched.values().any(|t| t.op().is_some()))
+    }
+
     /// A statement of the open block failed: nothing but its end runs
     /// until `ROLLBACK` (or `ROLLBACK TO` a savepoint), and its `COMMIT`
     /// rolls back, as in PostgreSQL. Outside a block, nothing.

@@ -84,8 +84,9 @@ fn psql_command_tags_and_transactions() -> TestResult {
         "{shown}"
     );
 
-    // A catalog change cannot be rolled back, so it is refused inside a
-    // transaction, and nothing is written.
+    // A catalog change cannot be committed with rows, so it is refused
+    // after a block's writes, and nothing is written.
+    let write = "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES ('Block', '5K', 1, 'N', 'F', 30)";
     let out = server.psql(
         "",
         &[
@@ -93,6 +94,8 @@ fn psql_command_tags_and_transactions() -> TestResult {
             "ON_ERROR_STOP=0",
             "-c",
             "BEGIN",
+            "-c",
+            write,
             "-c",
             &ddl.replace("runners", "walkers"),
             "-c",
@@ -103,7 +106,7 @@ fn psql_command_tags_and_transactions() -> TestResult {
     )?;
     let shown = text(&out);
     assert!(
-        shown.contains("cannot run inside a transaction block"),
+        shown.contains("cannot run inside a transaction block after the block's writes"),
         "{shown}"
     );
     assert!(shown.contains("ROLLBACK"), "{shown}");
@@ -117,7 +120,10 @@ fn psql_command_tags_and_transactions() -> TestResult {
             "-v",
             "ON_ERROR_STOP=0",
             "-c",
-            &format!("BEGIN; {}; COMMIT", ddl.replace("runners", "walkers")),
+            &format!(
+                "BEGIN; {write}; {}; COMMIT",
+                ddl.replace("runners", "walkers")
+            ),
             "-c",
             "\\dt",
         ],
@@ -128,6 +134,21 @@ fn psql_command_tags_and_transactions() -> TestResult {
         "{shown}"
     );
     assert!(!shown.contains("walkers"), "{shown}");
+
+    // Before any write, a block runs DDL as ORMs and migration tools send
+    // it (SQLAlchemy's create_all): the table stays after COMMIT.
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            &format!("BEGIN; {}; COMMIT", ddl.replace("runners", "joggers")),
+            "-c",
+            "\\dt",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("joggers"), "{shown}");
 
     // Writes answer with PostgreSQL's tags, not with a result set.
     let row = |bib: u32| format!("('Tags Test', '5K', {bib}, 'N{bib}', 'F', 30)");
