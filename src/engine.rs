@@ -555,6 +555,19 @@ impl Engine {
         if !replace && self.name_taken(&def.name).await? {
             return Err(CatalogError::TableExists(def.name.clone()).into());
         }
+        let mut def = def;
+        if def.owned {
+            // Replacing a table that owns its storage keeps it (and its rows).
+            let kept = persist::load(self.store.as_ref())
+                .await?
+                .into_iter()
+                .find(|d| d.name == def.name && d.owned)
+                .map(|d| d.storage_table);
+            def.storage_table = match kept {
+                Some(t) => t,
+                None => self.fresh_storage_table(&def.storage_table).await?,
+            };
+        }
         match self.store.create_table(&def.storage_table).await {
             Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
             Err(e) => return Err(e.into()),
@@ -573,6 +586,34 @@ impl Engine {
         persist::save(self.store.as_ref(), &def, replace).await?;
         self.register_mapped(def)?;
         Ok(())
+    }
+
+    /// A storage table for a table that owns its rows: `wanted`, or where
+    /// that name is taken (rows of a table dropped without its storage, an
+    /// application's table), `wanted` and the first free number, so that a
+    /// new table never shows rows it did not write. Storage names compare
+    /// without case.
+    async fn fresh_storage_table(&self, wanted: &TableName) -> Result<TableName, EngineError> {
+        let taken: std::collections::HashSet<String> = self
+            .store
+            .list_tables()
+            .await?
+            .iter()
+            .map(|t| t.as_str().to_lowercase())
+            .collect();
+        if !taken.contains(&wanted.as_str().to_lowercase()) {
+            return Ok(wanted.clone());
+        }
+        for n in 2u32..10_000 {
+            let name = format!("{}{n}", wanted.as_str());
+            if !taken.contains(&name.to_lowercase()) {
+                return Ok(TableName::new(name).map_err(StorageError::from)?);
+            }
+        }
+        Err(CatalogError::Definition(format!(
+            "no free storage table name like {wanted}: set storage_table"
+        ))
+        .into())
     }
 
     /// Removes a mapped table's definition; its entities stay in the store.
@@ -655,6 +696,9 @@ impl Engine {
         if let Some(shown) = self.show_setting(statement)? {
             return Ok(Some(session::Control::Shown(shown)));
         }
+        if let Some(shown) = self.show_create_table(statement).await? {
+            return Ok(Some(session::Control::Shown(shown)));
+        }
         if let Some(target) = parameters::set_target(statement) {
             let (name, value) = target?;
             self.parameters().set(&name, &value)?;
@@ -678,6 +722,59 @@ impl Engine {
             }
         }
         Ok(Some(session::Control::Ddl(StatementKind::of(statement))))
+    }
+
+    /// `SHOW CREATE TABLE t` of a mapped table, as CockroachDB answers it
+    /// (`table_name`, `create_statement`): the canonical DDL, with the
+    /// mapping a plain `CREATE TABLE` chose. `None` for other statements
+    /// and other tables (DataFusion's answer).
+    async fn show_create_table(
+        &self,
+        statement: &Statement,
+    ) -> Result<Option<RecordBatch>, EngineError> {
+        let Statement::ShowCreate {
+            obj_type: datafusion::sql::sqlparser::ast::ShowCreateObject::Table,
+            obj_name,
+        } = statement
+        else {
+            return Ok(None);
+        };
+        let Ok(name) = ddl::object_name(obj_name) else {
+            return Ok(None);
+        };
+        let Some(def) = self
+            .public_schema()
+            .table(&name)
+            .await?
+            .and_then(|t| bulk::mapping(t.as_ref()))
+        else {
+            return Ok(None);
+        };
+        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
+            datafusion::arrow::datatypes::Field::new(
+                "table_name",
+                datafusion::arrow::datatypes::DataType::Utf8,
+                false,
+            ),
+            datafusion::arrow::datatypes::Field::new(
+                "create_statement",
+                datafusion::arrow::datatypes::DataType::Utf8,
+                false,
+            ),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(datafusion::arrow::array::StringArray::from(vec![
+                    def.name.clone(),
+                ])),
+                Arc::new(datafusion::arrow::array::StringArray::from(vec![
+                    def.to_ddl(),
+                ])),
+            ],
+        )
+        .map_err(DataFusionError::from)?;
+        Ok(Some(batch))
     }
 
     /// `SHOW tablesql.name` as PostgreSQL shows a setting: one column named
@@ -1067,6 +1164,13 @@ impl Engine {
         if !mapped.is_empty() {
             for name in &mapped {
                 persist::remove(self.store.as_ref(), name).await?;
+                // A table that owns its storage takes its rows with it.
+                if let Some(def) = defs.iter().find(|d| d.name == *name && d.owned) {
+                    match self.store.delete_table(&def.storage_table).await {
+                        Ok(()) | Err(StorageError::TableNotFound(_)) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                }
                 // An identity column's sequence goes with its table, as in
                 // PostgreSQL (it was created with it).
                 let Some(def) = defs.iter().find(|d| d.name == *name) else {

@@ -66,7 +66,7 @@ pub fn definitions(text: &str) -> Result<Vec<TableDef>, CatalogError> {
                 ddl::from_create_table(create)
             }
             other => Err(CatalogError::Definition(format!(
-                "a catalog file holds CREATE TABLE ... WITH (partition_key = ...) mappings only, not: {}",
+                "a catalog file holds CREATE TABLE statements only, not: {}",
                 first_words(&other.to_string())
             ))),
         })
@@ -93,8 +93,16 @@ mod tests {
         let files = read_dir(&dir).expect("catalog/");
         let names: Vec<&str> = files.iter().map(|f| f.def.name.as_str()).collect();
         assert_eq!(names, ["events", "registrations"]);
-        let err = definitions("CREATE TABLE a (x INT); ").expect_err("not a mapping");
-        assert!(err.to_string().contains("mappings only"), "{err}");
+        let err = definitions("CREATE VIEW v AS SELECT 1").expect_err("not a table");
+        assert!(
+            err.to_string().contains("CREATE TABLE statements only"),
+            "{err}"
+        );
+        // A plain table takes the default mapping; it needs its key.
+        let err = definitions("CREATE TABLE a (x INT); ").expect_err("no key");
+        assert!(err.to_string().contains("needs a PRIMARY KEY"), "{err}");
+        let plain = definitions("CREATE TABLE a (x INT PRIMARY KEY)").expect("plain");
+        assert_eq!(plain[0].partition_key.to_string(), "{#16}");
         let err = definitions("SELECT 1").expect_err("not DDL");
         assert!(err.to_string().contains("SELECT 1"), "{err}");
     }

@@ -33,7 +33,7 @@ pub enum CatalogError {
     Template(#[from] KeyError),
     /// A column type tablesql cannot store.
     #[error(
-        "column {column}: type {sql_type} is not supported (use INT, BIGINT, DOUBLE, TEXT, BOOLEAN, TIMESTAMP, BYTEA or UUID)"
+        "column {column}: type {sql_type} is not supported: a column is stored as one of the storage's eight types (use INT, BIGINT, SERIAL, DOUBLE, TEXT, BOOLEAN, TIMESTAMP, BYTEA or UUID; NUMERIC as DOUBLE or BIGINT where that is exact, DATE as TIMESTAMP)"
     )]
     UnsupportedType {
         /// The column's name.
@@ -138,6 +138,11 @@ pub struct TableDef {
     pub primary_key: Vec<String>,
     /// The index rows written beside each base row.
     pub indexes: Vec<IndexDef>,
+    /// The storage table was created for this table (plain `CREATE TABLE`,
+    /// or `WITH (owned = true)`): `DROP TABLE` deletes it and its rows, as
+    /// PostgreSQL's does. A mapping of a table that applications wrote
+    /// leaves it in the store.
+    pub owned: bool,
 }
 
 /// The system columns every mapped table exposes beside its own.
@@ -177,6 +182,16 @@ impl TableDef {
                 .any(|s| s.eq_ignore_ascii_case(&c.name))
             {
                 return Err(bad(format!("column {} is a system column", c.name)));
+            }
+        }
+        // A bucket is of the base row's RowKey: a PartitionKey of its own.
+        let rows = std::iter::once(("row_key", &self.row_key))
+            .chain(self.indexes.iter().map(|i| (i.name.as_str(), &i.row_key)));
+        for (what, template) in rows {
+            if template.row_buckets().is_some() {
+                return Err(bad(format!(
+                    "{what}: {{#N}} is a PartitionKey template (the bucket of the RowKey)"
+                )));
             }
         }
         let templates = std::iter::once(("partition_key", &self.partition_key))

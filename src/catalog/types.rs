@@ -39,16 +39,30 @@ impl ColumnType {
     /// The type a SQL DDL type names, if tablesql can store it.
     pub fn from_sql(t: &SqlType) -> Option<Self> {
         Some(match t {
-            SqlType::Int(_) | SqlType::Int4(_) | SqlType::Int32 | SqlType::Integer(_) => Self::Int,
+            // SMALLINT's values fit INT's: stored as Int32, as EDM has no smaller.
+            SqlType::Int(_)
+            | SqlType::Int4(_)
+            | SqlType::Int32
+            | SqlType::Integer(_)
+            | SqlType::SmallInt(_)
+            | SqlType::Int2(_)
+            | SqlType::TinyInt(_) => Self::Int,
             SqlType::BigInt(_) | SqlType::Int8(_) | SqlType::Int64 => Self::BigInt,
-            SqlType::Double(_) | SqlType::Float8 | SqlType::Float64 | SqlType::Float(_) => {
-                Self::Double
-            }
+            // REAL's values are exact in a DOUBLE.
+            SqlType::Double(_)
+            | SqlType::Float8
+            | SqlType::Float64
+            | SqlType::Float(_)
+            | SqlType::Real
+            | SqlType::Float4 => Self::Double,
             SqlType::Text
             | SqlType::Varchar(_)
             | SqlType::CharacterVarying(_)
             | SqlType::String(_)
-            | SqlType::Char(_) => Self::Text,
+            | SqlType::Char(_)
+            // JSON is kept as its text, as PostgreSQL's json type keeps it.
+            | SqlType::JSON
+            | SqlType::JSONB => Self::Text,
             SqlType::Boolean | SqlType::Bool => Self::Boolean,
             SqlType::Timestamp(..) => Self::Timestamp,
             SqlType::Bytea => Self::Bytea,

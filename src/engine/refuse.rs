@@ -1,6 +1,6 @@
 //! Statements that would create something only this process remembers.
 //!
-//! DataFusion answers `CREATE TABLE t (x INT)`, `CREATE VIEW`, `CREATE
+//! DataFusion answers `CREATE TABLE t AS SELECT`, `CREATE VIEW`, `CREATE
 //! SCHEMA` and `CREATE EXTERNAL TABLE` by registering an object in the
 //! session's memory. In tablesql everything a user creates lives in the store,
 //! where every process and every later start finds it; an object in memory
@@ -19,7 +19,7 @@ use crate::catalog::ddl;
 pub fn in_memory_only(statement: &Statement) -> Option<String> {
     let why = match statement {
         Statement::CreateTable(create) if !ddl::is_mapping(create) => {
-            "CREATE TABLE needs WITH (partition_key = '...', row_key = '...'): tablesql tables live in the store"
+            "CREATE TABLE ... AS SELECT is not supported yet: create the table, then INSERT INTO it SELECT ..."
         }
         Statement::CreateView { .. } => {
             "CREATE VIEW is not supported: a view would live only in this process's memory, and the store has no home for views yet"
@@ -62,7 +62,7 @@ mod tests {
 
     #[test]
     fn only_what_would_live_in_memory_is_refused() {
-        assert!(refused("CREATE TABLE t (x INT)"));
+        assert!(!refused("CREATE TABLE t (x INT PRIMARY KEY)"));
         assert!(refused("CREATE TABLE t AS SELECT 1 AS x"));
         assert!(refused("CREATE VIEW v AS SELECT 1"));
         assert!(refused("CREATE OR REPLACE VIEW v AS SELECT 1"));

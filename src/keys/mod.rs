@@ -11,12 +11,17 @@
 //! prefix. A free-text value escapes `%`, the characters keys may not hold and
 //! those of the separator after it as `%XX`, so any text fits and decomposition
 //! is unambiguous.
+//!
+//! A PartitionKey template may instead be `{#N}`: the row's RowKey hashed
+//! into one of `N` buckets (`bucket_of`). It spreads keys that grow (a
+//! SERIAL id) over `N` partitions while a whole RowKey still names its
+//! partition, so a point query stays one request.
 
 mod field;
 mod template;
 
 pub use field::{FieldFormat, KeyRef, KeyValue, escape_text, unescape_text};
-pub use template::{KeyBounds, KeyTemplate, Segment, successor};
+pub use template::{KeyBounds, KeyTemplate, MAX_BUCKETS, Segment, bucket_of, successor};
 
 /// A template that does not parse, or a value or key that does not fit one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

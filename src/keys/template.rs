@@ -28,6 +28,25 @@ pub enum Segment {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct KeyTemplate {
     segments: Vec<Segment>,
+    /// `{#N}`: a PartitionKey that is the bucket of the row's RowKey among
+    /// `N` (see [`bucket_of`]), and nothing else.
+    row_buckets: Option<u8>,
+}
+
+/// Most buckets a `{#N}` PartitionKey spreads rows over (two digits).
+pub const MAX_BUCKETS: u8 = 100;
+
+/// The bucket of `row_key` among `buckets`, as a `{#N}` PartitionKey
+/// writes it: FNV-1a (64 bits) of the RowKey's UTF-8 bytes, modulo
+/// `buckets`, in two decimal digits. Any Azure SDK client computes the same
+/// from a RowKey, so the rows stay reachable by a point query from outside.
+pub fn bucket_of(row_key: &str, buckets: u8) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in row_key.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("{:02}", h % u64::from(buckets.max(1)))
 }
 
 impl FromStr for KeyTemplate {
@@ -38,6 +57,17 @@ impl FromStr for KeyTemplate {
             template: s.to_owned(),
             reason: why.to_owned(),
         };
+        if let Some(n) = s.strip_prefix("{#").and_then(|r| r.strip_suffix('}')) {
+            return match n.parse::<u8>() {
+                Ok(b) if (2..=MAX_BUCKETS).contains(&b) => Ok(KeyTemplate {
+                    segments: Vec::new(),
+                    row_buckets: Some(b),
+                }),
+                _ => Err(bad(&format!(
+                    "{{#N}} spreads rows over 2 to {MAX_BUCKETS} buckets, not {n:?}"
+                ))),
+            };
+        }
         let mut segments = Vec::new();
         let mut rest = s;
         while !rest.is_empty() {
@@ -58,7 +88,10 @@ impl FromStr for KeyTemplate {
                 }
             }
         }
-        let template = KeyTemplate { segments };
+        let template = KeyTemplate {
+            segments,
+            row_buckets: None,
+        };
         template.check().map_err(|why| bad(&why))?;
         Ok(template)
     }
@@ -127,6 +160,31 @@ impl KeyTemplate {
         Ok(())
     }
 
+    /// `Some(N)` for `{#N}`: the PartitionKey is the RowKey's bucket.
+    pub fn row_buckets(&self) -> Option<u8> {
+        self.row_buckets
+    }
+
+    /// Every key a `{#N}` template writes, in key order; empty for others.
+    pub fn buckets(&self) -> Vec<String> {
+        (0..self.row_buckets.unwrap_or(0))
+            .map(|b| format!("{b:02}"))
+            .collect()
+    }
+
+    /// The PartitionKey of a row: composed from `values` (as [`Self::compose`]),
+    /// or for `{#N}` the bucket of the row's `row_key`.
+    pub fn compose_partition(
+        &self,
+        values: &[KeyValue],
+        row_key: &str,
+    ) -> Result<String, KeyError> {
+        match self.row_buckets {
+            Some(n) => Ok(bucket_of(row_key, n)),
+            None => self.compose(values),
+        }
+    }
+
     /// The segments in order.
     pub fn segments(&self) -> &[Segment] {
         &self.segments
@@ -164,6 +222,12 @@ impl KeyTemplate {
     /// after the last given free-text field (so that a prefix scan cannot
     /// catch a longer value). Returns the text and the values used.
     pub fn compose_prefix(&self, values: &[KeyValue]) -> Result<(String, usize), KeyError> {
+        if self.row_buckets.is_some() {
+            // Loudly: a bucket read as an empty key would find nothing.
+            return Err(KeyError::MissingValue {
+                column: "RowKey (a {#N} PartitionKey is the bucket of the RowKey)".into(),
+            });
+        }
         let mut key = String::new();
         let mut used = 0;
         for (i, seg) in self.segments.iter().enumerate() {
@@ -185,6 +249,16 @@ impl KeyTemplate {
     /// whose text does not fit (a key this template did not write, or did not
     /// write in that spelling).
     pub fn decompose(&self, key: &str) -> Result<Vec<KeyValue>, KeyError> {
+        if let Some(n) = self.row_buckets {
+            // No column values; only a bucket's spelling fits.
+            return match key.parse::<u8>() {
+                Ok(b) if b < n && key.len() == 2 => Ok(Vec::new()),
+                _ => Err(KeyError::Mismatch {
+                    column: format!("{{#{n}}}"),
+                    text: key.to_owned(),
+                }),
+            };
+        }
         let mut spans = Vec::new();
         self.split(key, &mut spans)?;
         spans
@@ -340,6 +414,9 @@ impl KeyTemplate {
         leading: &[KeyValue],
         text_prefix: Option<&str>,
     ) -> Result<KeyBounds, KeyError> {
+        if self.row_buckets.is_some() && leading.is_empty() && text_prefix.is_none() {
+            return Ok(KeyBounds::All);
+        }
         let (mut prefix, _) = self.compose_prefix(leading)?;
         if let Some(p) = text_prefix {
             let i = self
@@ -427,6 +504,9 @@ pub fn successor(s: &str) -> Option<String> {
 
 impl fmt::Display for KeyTemplate {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Some(n) = self.row_buckets {
+            return write!(f, "{{#{n}}}");
+        }
         for seg in &self.segments {
             match seg {
                 Segment::Literal(l) => f.write_str(l)?,

@@ -246,3 +246,47 @@ proptest! {
         prop_assert_eq!(unescape_text(&e).unwrap(), value);
     }
 }
+
+#[test]
+fn a_bucket_template_is_the_rowkeys_bucket_in_two_digits() {
+    let t: KeyTemplate = "{#16}".parse().unwrap();
+    assert_eq!(
+        (t.row_buckets(), t.to_string()),
+        (Some(16), "{#16}".to_owned())
+    );
+    assert_eq!(t.columns().count(), 0);
+    assert_eq!(t.buckets().len(), 16);
+    // FNV-1a 64 of the RowKey's bytes, modulo 16 (pinned: Azure SDK
+    // clients compute the same).
+    assert_eq!(
+        crate::keys::bucket_of("", 16),
+        format!("{:02}", 0xcbf2_9ce4_8422_2325u64 % 16)
+    );
+    assert_eq!(
+        t.compose_partition(&[], "r:0000000000000000007")
+            .unwrap()
+            .len(),
+        2
+    );
+    // Its keys read back with no values; nothing else fits.
+    assert_eq!(t.decompose("07").unwrap(), Vec::<KeyValue>::new());
+    assert!(t.decompose("16").is_err() && t.decompose("7").is_err());
+    // Without the RowKey it writes nothing, loudly.
+    assert!(t.compose(&[]).is_err());
+    for bad in ["{#1}", "{#101}", "{#x}"] {
+        assert!(bad.parse::<KeyTemplate>().is_err(), "{bad}");
+    }
+}
+
+proptest! {
+    #[test]
+    fn sequential_ids_spread_over_every_bucket(start in 0i64..1_000_000) {
+        let t: KeyTemplate = "r:{id:+18}".parse().unwrap();
+        let mut seen = std::collections::BTreeSet::new();
+        for id in start..start + 200 {
+            let rk = t.compose(&[KeyValue::Int(id)]).unwrap();
+            seen.insert(crate::keys::bucket_of(&rk, 16));
+        }
+        prop_assert_eq!(seen.len(), 16);
+    }
+}

@@ -103,6 +103,10 @@ impl PointRead {
         if row.iter().skip(leading.len()).any(Option::is_some) {
             return None;
         }
+        // A `{#N}` PartitionKey is known from a whole RowKey only.
+        if def.partition_key.row_buckets().is_some() && leading.len() < row.len() {
+            return None;
+        }
         let fixed: Vec<&str> = def
             .partition_key
             .columns()
@@ -172,22 +176,28 @@ impl PointRead {
         let mut sink = BatchSink::new(self.decode.clone(), 1);
         let (mut requests, mut retries) = (0, 0);
         if !self.empty {
-            let Ok(pk) = def.partition_key.compose(&partition) else {
+            let rk = if self.whole_row_key {
+                match def
+                    .row_key
+                    .compose(&row)
+                    .ok()
+                    .and_then(|k| RowKey::new(k).ok())
+                {
+                    Some(rk) => Some(rk),
+                    None => return Ok(None),
+                }
+            } else {
+                None
+            };
+            let row_key = rk.as_ref().map_or("", |k| k.as_str());
+            let Ok(pk) = def.partition_key.compose_partition(&partition, row_key) else {
                 return Ok(None);
             };
             let Ok(pk) = PartitionKey::new(pk) else {
                 return Ok(None);
             };
             let store = self.table.store_in(tx);
-            let read = if self.whole_row_key {
-                let Some(rk) = def
-                    .row_key
-                    .compose(&row)
-                    .ok()
-                    .and_then(|k| RowKey::new(k).ok())
-                else {
-                    return Ok(None);
-                };
+            let read = if let Some(rk) = rk {
                 get(store.as_ref(), &layout.table, &pk, &rk, sink).await
             } else {
                 let Ok(KeyBounds::Range { start, end }) = def.row_key.prefix_range(&row, None)

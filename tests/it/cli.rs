@@ -692,10 +692,10 @@ fn apply_a_catalog_directory() -> TestResult {
     ]))?;
     assert!(columns.starts_with("sponsor"), "{columns}");
 
-    // A file that is not a mapping: an error naming it, and nothing stored.
+    // A file that is not a table: an error naming it, and nothing stored.
     std::fs::write(
         changed.path().join("zz_bad.sql"),
-        "CREATE TABLE plain (x INT);",
+        "CREATE VIEW plain AS SELECT 1;",
     )?;
     std::fs::write(
         changed.path().join("aa_new.sql"),
@@ -708,7 +708,7 @@ fn apply_a_catalog_directory() -> TestResult {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
-        err.contains("zz_bad.sql") && err.contains("mappings only"),
+        err.contains("zz_bad.sql") && err.contains("CREATE TABLE statements only"),
         "{err}"
     );
     let tables = stdout_of(tablesql(store.path()).args([

@@ -151,6 +151,7 @@ slt_files!(
     indexes,
     paging,
     pg_spellings,
+    plain_tables,
     points,
     postgres_semantics,
     ranges,

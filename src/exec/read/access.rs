@@ -337,6 +337,15 @@ pub struct WholeTable {
 
 impl fmt::Display for WholeTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        // A bucketed table's (`{#N}`) partition follows from its whole key.
+        if self.partition_columns.is_empty() {
+            return write!(
+                f,
+                "the statement reads every partition of table {}: a condition on {} reads one row",
+                self.table,
+                self.row_columns.join(", ")
+            );
+        }
         match self.partitions {
             Some((n, threshold)) => write!(
                 f,

@@ -24,6 +24,10 @@ pub fn key_ordering(
         return Vec::new();
     };
     let mut fields: Vec<(Source, crate::keys::FieldFormat)> = Vec::new();
+    // Buckets (`{#N}`) come in bucket order, not in the RowKey's.
+    if !path.single_partition() && def.partition_key.row_buckets().is_some() {
+        return Vec::new();
+    }
     if !path.single_partition() {
         let pk_fields = def.partition_key.columns().count();
         fields.extend(

@@ -255,8 +255,10 @@ pub fn entities(def: &TableDef, values: &[Option<EdmValue>]) -> Result<RowEntiti
         }
     }
     let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
-    let pk = PartitionKey::new(compose(def, &def.partition_key, values)?).map_err(invalid)?;
     let rk = RowKey::new(compose(def, &def.row_key, values)?).map_err(invalid)?;
+    let fields = key_values(def, &def.partition_key, values, usize::MAX)?;
+    let pk = def.partition_key.compose_partition(&fields, rk.as_str())?;
+    let pk = PartitionKey::new(pk).map_err(invalid)?;
     let mut base = Entity::new(pk, rk);
     for (c, v) in def.columns.iter().zip(values) {
         if let Some(v) = v {

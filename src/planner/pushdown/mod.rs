@@ -418,6 +418,37 @@ mod tests {
     }
 
     #[test]
+    fn a_bucketed_table_reads_a_key_in_its_bucket_and_a_range_in_every_bucket() {
+        let def = ddl::parse(
+            "CREATE TABLE members (id BIGINT NOT NULL, name TEXT, PRIMARY KEY (id)) \
+             WITH (partition_key = '{#16}', row_key = 'r:{id:+18}')",
+        )
+        .unwrap();
+        let requests = |filters: &[Expr]| push_down(Some(&def), filters).path;
+        // One id: one Get, in the bucket of its RowKey.
+        let p = requests(&[col("id").eq(lit(7i64))]);
+        let rk = def.row_key.compose(&[KeyValue::Int(7)]).unwrap();
+        assert_eq!(p.access, Access::Points);
+        assert_eq!(
+            p.requests,
+            [KeyRequest::Get(
+                PartitionKey::from_stored(crate::keys::bucket_of(&rk, 16)),
+                RowKey::from_stored(rk)
+            )]
+        );
+        // Three ids: three Gets.
+        let p = requests(&[col("id").in_list(vec![lit(1i64), lit(2i64), lit(3i64)], false)]);
+        assert_eq!((p.access.clone(), p.requests.len()), (Access::Points, 3));
+        // A range: that range in each of the 16 buckets.
+        let p = requests(&[col("id").gt(lit(100i64))]);
+        assert_eq!((p.access.clone(), p.requests.len()), (Access::RowRange, 16));
+        // Nothing on the key: the whole table, as one scan the policy sees.
+        let p = requests(&[col("name").eq(lit("x"))]);
+        assert_eq!(p.access, Access::FullScan);
+        assert!(p.reads_every_partition());
+    }
+
+    #[test]
     fn what_stays_inexact() {
         // A range on a free-text field; a prefix with no plain successor; NOT.
         let (_, e) = kinds(&[col("name").gt(lit("M"))]);

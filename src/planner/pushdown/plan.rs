@@ -153,8 +153,11 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
         consumed: BTreeSet::new(),
         fit: Fit::default(),
     };
-    // Partitions.
+    // Partitions. A `{#N}` PartitionKey is the bucket of the base row's
+    // RowKey: every bucket, paired below with the RowKeys that fall in it.
+    let buckets = def.and_then(|d| d.partition_key.row_buckets());
     let (pk_spec, _) = match def {
+        Some(d) if buckets.is_some() => (KeySpec::Exact(d.partition_key.buckets()), 0),
         Some(d) => match template_spec(&d.partition_key, atoms, &mut consumed) {
             Some(s) => s,
             None => return contradiction(),
@@ -193,6 +196,19 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
             rk_fixed + pk_fields >= d.primary_key.len()
         });
     let all_rows = || rows_of(row_template, |s| s);
+    // Every bucket of a `{#N}` table with no RowKey narrowing is the whole
+    // table: read as one, as a full scan of any other table is.
+    let pk_spec = match (&pk_spec, buckets, &rk_spec) {
+        (KeySpec::Exact(pks), Some(n), KeySpec::Ranges(rs))
+            if index.is_none() && pks.len() == usize::from(n) && rs.len() == 1 && {
+                let all = all_rows();
+                rs[0] == (Bound::Unbounded, Bound::Unbounded) || rs[0] == (all.start, all.end)
+            } =>
+        {
+            everything()
+        }
+        _ => pk_spec,
+    };
     let pk = |s: String| PartitionKey::from_stored(s);
     let rk = |s: String| RowKey::from_stored(s);
     let mut requests = Vec::new();
@@ -203,11 +219,14 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
             pks.retain(|k| validate_key(KeyKind::PartitionKey, k).is_ok());
             pks.sort_by(|a, b| cmp_utf16(a, b));
             pks.dedup();
-            let per_partition = match &rk_spec {
-                KeySpec::Exact(rks) => rks.len(),
-                KeySpec::Ranges(rs) => rs.len(),
+            // Base rows' RowKeys name their bucket: one request each.
+            let paired = buckets.filter(|_| index.is_none());
+            let request_count = match &rk_spec {
+                KeySpec::Exact(rks) if paired.is_some() => rks.len(),
+                KeySpec::Exact(rks) => pks.len().saturating_mul(rks.len()),
+                KeySpec::Ranges(rs) => pks.len().saturating_mul(rs.len()),
             };
-            if pks.len().saturating_mul(per_partition) > MAX_REQUESTS {
+            if request_count > MAX_REQUESTS {
                 // Too many requests: one scan of the partitions' span instead.
                 let (first, last) = (pks.first().cloned(), pks.last().cloned());
                 consumed.clear();
@@ -239,6 +258,9 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
                     kind = Access::Points;
                     for p in &pks {
                         for r in &rks {
+                            if paired.is_some_and(|n| crate::keys::bucket_of(r, n) != *p) {
+                                continue;
+                            }
                             requests.push(KeyRequest::Get(pk(p.clone()), rk(r.clone())));
                         }
                     }
