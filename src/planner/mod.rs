@@ -25,6 +25,7 @@ pub mod sql;
 pub mod subquery;
 pub mod subquery_rules;
 pub mod upsert;
+pub mod wildcard;
 pub mod workload_views;
 
 pub use physical::TablesqlQueryPlanner;

@@ -309,6 +309,7 @@ pub async fn statement_to_plan(
             .explain(verbose, analyze)?
             .build();
     }
+    super::wildcard::hide_system_columns(state, &mut statement).await?;
     super::insert_defaults::fill(state, &mut statement).await?;
     let on_conflict = match &mut statement {
         Statement::Insert(Insert { on, .. }) if matches!(on, Some(OnInsert::OnConflict(_))) => {

@@ -27,7 +27,9 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::Expr;
 use datafusion::physical_plan::{ExecutionPlan, collect};
 use datafusion::prelude::SessionContext;
+use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
 use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
 
 use crate::engine::TableInfo;
 
@@ -48,9 +50,12 @@ pub async fn install(ctx: &SessionContext) -> Result<()> {
     let Some(catalog) = ctx.catalog(CATALOG) else {
         return Err(DataFusionError::Internal(format!("no catalog {CATALOG}")));
     };
-    let Some(inner) = catalog.schema("pg_catalog") else {
-        return Err(DataFusionError::Internal("pg_catalog not installed".into()));
-    };
+    // Its tables again, over the tables' own columns (`OwnColumns`).
+    let inner: Arc<dyn SchemaProvider> = Arc::new(PgCatalogSchemaProvider::try_new(
+        OwnColumns(ctx.state().catalog_list().clone()),
+        Arc::new(PgCatalogStaticTables::try_new()?),
+        EmptyContextProvider,
+    )?);
     let class = match inner.table("pg_class").await? {
         Some(t) => relations::pg_class_schema(&t.schema()),
         None => return Err(DataFusionError::Internal("no pg_class".into())),
@@ -73,6 +78,67 @@ pub async fn install(ctx: &SessionContext) -> Result<()> {
     }
     catalog.register_schema("pg_catalog", Arc::new(PgCatalog { shared }))?;
     Ok(())
+}
+
+/// The catalog as `pg_attribute` lists it: a mapped table's own columns,
+/// without its system columns (`PartitionKey`, `RowKey`, `Timestamp`,
+/// `_etag`), as PostgreSQL lists no `ctid` or `xmin` (they are last, so the
+/// others keep their numbers). psql's `\d`, JDBC's `getColumns` and
+/// SQLAlchemy's reflection then see the columns a table was created with;
+/// a query still names the system columns.
+#[derive(Debug, Clone)]
+struct OwnColumns(Arc<dyn CatalogProviderList>);
+
+#[async_trait]
+impl CatalogInfo for OwnColumns {
+    async fn catalog_names(&self) -> Result<Vec<String>> {
+        self.0.catalog_names().await
+    }
+
+    async fn schema_names(&self, catalog: &str) -> Result<Option<Vec<String>>> {
+        CatalogInfo::schema_names(&self.0, catalog).await
+    }
+
+    async fn table_names(&self, catalog: &str, schema: &str) -> Result<Option<Vec<String>>> {
+        CatalogInfo::table_names(&self.0, catalog, schema).await
+    }
+
+    async fn table_schema(
+        &self,
+        catalog: &str,
+        schema: &str,
+        table: &str,
+    ) -> Result<Option<SchemaRef>> {
+        let provider = match self.0.catalog(catalog).and_then(|c| c.schema(schema)) {
+            Some(s) => s.table(table).await?,
+            None => None,
+        };
+        Ok(provider.map(|t| {
+            let full = t.schema();
+            if crate::engine::bulk::mapping(t.as_ref()).is_none() {
+                return full;
+            }
+            let own: Vec<_> = full
+                .fields()
+                .iter()
+                .filter(|f| !crate::catalog::SYSTEM_COLUMNS.contains(&f.name().as_str()))
+                .cloned()
+                .collect();
+            Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
+                own,
+                full.metadata().clone(),
+            ))
+        }))
+    }
+
+    async fn table_type(
+        &self,
+        catalog: &str,
+        schema: &str,
+        table: &str,
+    ) -> Result<Option<TableType>> {
+        CatalogInfo::table_type(&self.0, catalog, schema, table).await
+    }
 }
 
 /// `pg_type`'s names to oids (static), for `to_regtype`.

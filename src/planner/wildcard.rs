@@ -1,0 +1,327 @@
+//! `SELECT *` as PostgreSQL expands it.
+//!
+//! A mapped table exposes its system columns (`PartitionKey`, `RowKey`,
+//! `Timestamp`, `_etag`) beside its own, so that a query can name them. But
+//! if `*` expanded to them, `INSERT INTO copy SELECT * FROM t` would not fit
+//! `copy`, and every tool that reads `SELECT *` would see four columns it
+//! did not create. PostgreSQL keeps its own system columns (`ctid`, `xmin`)
+//! out of `*` the same way. DataFusion 55 has no hidden columns, so before
+//! it plans a statement, each wildcard over a mapped table is rewritten:
+//! `t.*` becomes `t.* EXCLUDE (<system columns>)`, and a bare `*` becomes
+//! the same per relation of its FROM (`a.* EXCLUDE (...), b.*`), in FROM
+//! order, which is the order DataFusion expands `*` in. Where a bare `*`
+//! cannot be split (a join with USING or NATURAL, which merges columns, or
+//! a relation without a name), it excludes the system columns itself when
+//! one mapped table is in scope, and is left alone otherwise.
+
+use std::collections::{HashMap, HashSet};
+use std::ops::ControlFlow;
+
+use datafusion::common::TableReference;
+use datafusion::error::Result;
+use datafusion::execution::session_state::SessionState;
+use datafusion::sql::sqlparser::ast::{
+    ExcludeSelectItem, Ident, JoinConstraint, JoinOperator, ObjectName, Select, SelectItem,
+    SelectItemQualifiedWildcardKind, Statement, TableFactor, TableWithJoins, Visit, VisitMut,
+    Visitor, VisitorMut, WildcardAdditionalOptions,
+};
+
+use super::StoreTable;
+use crate::catalog::{SYSTEM_COLUMNS, normalize_ident};
+
+/// Rewrites every wildcard of `statement` over a mapped table (see the
+/// module doc). Statements without a wildcard are left alone unread.
+pub async fn hide_system_columns(state: &SessionState, statement: &mut Statement) -> Result<()> {
+    let mut names = Names::default();
+    let _ = Visit::visit(&*statement, &mut names);
+    if !names.wildcard {
+        return Ok(());
+    }
+    let mut mapped = HashSet::new();
+    for name in names.relations {
+        if names.ctes.contains(&name) {
+            continue;
+        }
+        if is_mapped(state, &name).await {
+            mapped.insert(name);
+        }
+    }
+    if mapped.is_empty() {
+        return Ok(());
+    }
+    let _ = VisitMut::visit(statement, &mut Rewrite { mapped: &mapped });
+    Ok(())
+}
+
+/// Whether `name` is a mapped table (raw storage tables keep their keys
+/// in `*`: they are the only way to tell their rows apart).
+async fn is_mapped(state: &SessionState, name: &str) -> bool {
+    let reference = TableReference::from(name);
+    let Ok(schema) = state.schema_for_ref(reference.clone()) else {
+        return false;
+    };
+    let Ok(Some(provider)) = schema.table(reference.table()).await else {
+        return false;
+    };
+    (provider.as_ref() as &dyn std::any::Any)
+        .downcast_ref::<StoreTable>()
+        .is_some_and(|t| t.layout().def.is_some())
+}
+
+/// The relations a statement names, its CTEs' names, and whether it holds
+/// a wildcard at all.
+#[derive(Default)]
+struct Names {
+    relations: HashSet<String>,
+    ctes: HashSet<String>,
+    wildcard: bool,
+}
+
+impl Visitor for Names {
+    type Break = ();
+
+    fn pre_visit_query(
+        &mut self,
+        query: &datafusion::sql::sqlparser::ast::Query,
+    ) -> ControlFlow<()> {
+        if let Some(with) = &query.with {
+            for cte in &with.cte_tables {
+                self.ctes.insert(normalize_ident(&cte.alias.name));
+            }
+        }
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_select(&mut self, select: &Select) -> ControlFlow<()> {
+        self.wildcard |= select.projection.iter().any(|i| {
+            matches!(
+                i,
+                SelectItem::Wildcard(_) | SelectItem::QualifiedWildcard(..)
+            )
+        });
+        ControlFlow::Continue(())
+    }
+
+    fn pre_visit_relation(&mut self, relation: &ObjectName) -> ControlFlow<()> {
+        self.relations.insert(key(relation));
+        ControlFlow::Continue(())
+    }
+}
+
+/// A relation's name as the lookup reads it: each part normalized.
+fn key(name: &ObjectName) -> String {
+    name.0
+        .iter()
+        .map(|p| {
+            p.as_ident()
+                .map(normalize_ident)
+                .unwrap_or_else(|| p.to_string())
+        })
+        .collect::<Vec<_>>()
+        .join(".")
+}
+
+/// One relation of a FROM: the name `*` qualifies its columns by, and
+/// whether it is a mapped table.
+struct Relation {
+    qualifier: Option<ObjectName>,
+    mapped: bool,
+}
+
+struct Rewrite<'a> {
+    mapped: &'a HashSet<String>,
+}
+
+impl Rewrite<'_> {
+    fn relation(&self, factor: &TableFactor) -> Relation {
+        match factor {
+            TableFactor::Table { name, alias, .. } => Relation {
+                qualifier: Some(match alias {
+                    Some(a) => ObjectName::from(vec![a.name.clone()]),
+                    None => name.clone(),
+                }),
+                mapped: self.mapped.contains(&key(name)),
+            },
+            TableFactor::Derived { alias, .. } | TableFactor::Function { alias, .. } => Relation {
+                qualifier: alias
+                    .as_ref()
+                    .map(|a| ObjectName::from(vec![a.name.clone()])),
+                mapped: false,
+            },
+            // A nested join or anything else: no one name covers it.
+            _ => Relation {
+                qualifier: None,
+                mapped: false,
+            },
+        }
+    }
+
+    fn relations(&self, from: &[TableWithJoins]) -> (Vec<Relation>, bool) {
+        let mut out = Vec::new();
+        let mut merges = false;
+        for t in from {
+            out.push(self.relation(&t.relation));
+            for j in &t.joins {
+                out.push(self.relation(&j.relation));
+                merges |= matches!(
+                    constraint(&j.join_operator),
+                    Some(JoinConstraint::Using(_) | JoinConstraint::Natural)
+                );
+            }
+        }
+        (out, merges)
+    }
+}
+
+fn constraint(op: &JoinOperator) -> Option<&JoinConstraint> {
+    match op {
+        JoinOperator::Join(c)
+        | JoinOperator::Inner(c)
+        | JoinOperator::Left(c)
+        | JoinOperator::LeftOuter(c)
+        | JoinOperator::Right(c)
+        | JoinOperator::RightOuter(c)
+        | JoinOperator::FullOuter(c)
+        | JoinOperator::Semi(c)
+        | JoinOperator::LeftSemi(c)
+        | JoinOperator::RightSemi(c)
+        | JoinOperator::Anti(c)
+        | JoinOperator::LeftAnti(c)
+        | JoinOperator::RightAnti(c) => Some(c),
+        _ => None,
+    }
+}
+
+/// The wildcard options that leave the system columns out.
+fn excluding(mut options: WildcardAdditionalOptions) -> WildcardAdditionalOptions {
+    options.opt_exclude = Some(ExcludeSelectItem::Multiple(
+        SYSTEM_COLUMNS
+            .iter()
+            .map(|c| ObjectName::from(vec![Ident::with_quote('"', *c)]))
+            .collect(),
+    ));
+    options
+}
+
+/// The last part of a name, normalized: what a qualifier is matched by.
+fn last(name: &ObjectName) -> Option<String> {
+    name.0
+        .last()
+        .and_then(|p| p.as_ident())
+        .map(normalize_ident)
+}
+
+impl VisitorMut for Rewrite<'_> {
+    type Break = ();
+
+    fn post_visit_select(&mut self, select: &mut Select) -> ControlFlow<()> {
+        let (relations, merges) = self.relations(&select.from);
+        if !relations.iter().any(|r| r.mapped) {
+            return ControlFlow::Continue(());
+        }
+        let by_name: HashMap<String, bool> = relations
+            .iter()
+            .filter_map(|r| Some((last(r.qualifier.as_ref()?)?, r.mapped)))
+            .collect();
+        let splittable = !merges && relations.iter().all(|r| r.qualifier.is_some());
+        let lone_mapped = relations.iter().filter(|r| r.mapped).count() == 1;
+        let items = std::mem::take(&mut select.projection);
+        for item in items {
+            match item {
+                SelectItem::QualifiedWildcard(
+                    SelectItemQualifiedWildcardKind::ObjectName(q),
+                    options,
+                ) if options.opt_exclude.is_none()
+                    && last(&q).and_then(|n| by_name.get(&n).copied()) == Some(true) =>
+                {
+                    select.projection.push(SelectItem::QualifiedWildcard(
+                        SelectItemQualifiedWildcardKind::ObjectName(q),
+                        excluding(options),
+                    ));
+                }
+                SelectItem::Wildcard(options) if options.opt_exclude.is_none() && splittable => {
+                    for r in &relations {
+                        let Some(q) = r.qualifier.clone() else {
+                            continue;
+                        };
+                        let options = if r.mapped {
+                            excluding(options.clone())
+                        } else {
+                            options.clone()
+                        };
+                        select.projection.push(SelectItem::QualifiedWildcard(
+                            SelectItemQualifiedWildcardKind::ObjectName(q),
+                            options,
+                        ));
+                    }
+                }
+                SelectItem::Wildcard(options) if options.opt_exclude.is_none() && lone_mapped => {
+                    select
+                        .projection
+                        .push(SelectItem::Wildcard(excluding(options)));
+                }
+                other => select.projection.push(other),
+            }
+        }
+        ControlFlow::Continue(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::planner::SqlParser;
+
+    fn rewritten(sql: &str) -> String {
+        let mut statement = SqlParser::new().parse(sql).expect("parses").remove(0);
+        let mapped: HashSet<String> = ["members", "orders"].map(str::to_owned).into();
+        let _ = VisitMut::visit(&mut statement, &mut Rewrite { mapped: &mapped });
+        statement.to_string()
+    }
+
+    const EX: &str = r#"EXCLUDE ("PartitionKey", "RowKey", "Timestamp", "_etag")"#;
+
+    #[test]
+    fn wildcards_over_mapped_tables_leave_the_system_columns_out() {
+        assert_eq!(
+            rewritten("SELECT * FROM members"),
+            format!("SELECT members.* {EX} FROM members")
+        );
+        assert_eq!(
+            rewritten("SELECT m.*, 1 FROM members AS m"),
+            format!("SELECT m.* {EX}, 1 FROM members AS m")
+        );
+        // Per relation, in FROM order; other relations as they are.
+        assert_eq!(
+            rewritten("SELECT * FROM members m JOIN other o ON m.id = o.id"),
+            format!("SELECT m.* {EX}, o.* FROM members m JOIN other o ON m.id = o.id")
+        );
+        // USING merges columns: one exclusion over the whole, with one mapped table.
+        assert_eq!(
+            rewritten("SELECT * FROM members JOIN other USING (id)"),
+            format!("SELECT * {EX} FROM members JOIN other USING(id)")
+        );
+        // Inner queries too (an INSERT's source, a derived table).
+        assert_eq!(
+            rewritten("INSERT INTO orders SELECT * FROM (SELECT * FROM members) AS s"),
+            format!("INSERT INTO orders SELECT * FROM (SELECT members.* {EX} FROM members) AS s")
+        );
+    }
+
+    #[test]
+    fn other_wildcards_are_left_alone() {
+        // Two mapped tables merged by USING: no one exclusion fits.
+        for sql in [
+            "SELECT * FROM other",
+            "SELECT count(*) FROM members",
+            "SELECT * FROM members m JOIN orders o USING (id)",
+        ] {
+            let out = rewritten(sql);
+            assert!(!out.contains("EXCLUDE"), "{sql} became {out}");
+        }
+        assert_eq!(
+            rewritten("SELECT o.* FROM members JOIN other o ON true"),
+            "SELECT o.* FROM members JOIN other o ON true"
+        );
+    }
+}
