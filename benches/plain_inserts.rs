@@ -43,7 +43,9 @@ const MAPPINGS: [(&str, &str); 2] = [
 
 async fn pass(engine: &Engine, ddl: &str, round: usize, bulk: bool) -> Result<Duration> {
     let table = format!("bench{}{round}", if bulk { "b" } else { "s" });
-    engine.collect(&format!("DROP TABLE IF EXISTS {table}")).await?;
+    engine
+        .collect(&format!("DROP TABLE IF EXISTS {table}"))
+        .await?;
     engine.collect(&ddl.replace("{t}", &table)).await?;
     let started = Instant::now();
     if bulk {
@@ -68,7 +70,10 @@ async fn pass(engine: &Engine, ddl: &str, round: usize, bulk: bool) -> Result<Du
 async fn run(name: &str, location: StoreLocation) -> Result {
     let engine = Engine::with_store(location.open()?, EngineOptions::default()).await?;
     engine.collect("SET tablesql.scan_policy = 'allow'").await?;
-    for (bulk, rows, what) in [(false, SINGLE, "one row per INSERT"), (true, BULK, "100 rows per INSERT")] {
+    for (bulk, rows, what) in [
+        (false, SINGLE, "one row per INSERT"),
+        (true, BULK, "100 rows per INSERT"),
+    ] {
         let mut best = [Duration::MAX; 2];
         for round in 0..ROUNDS {
             for (m, (_, ddl)) in MAPPINGS.iter().enumerate() {
@@ -95,7 +100,10 @@ fn main() -> Result {
         .enable_all()
         .build()?;
     let dir = tempfile::tempdir()?;
-    rt.block_on(run("embedded", StoreLocation::Embedded(dir.path().to_owned())))?;
+    rt.block_on(run(
+        "embedded",
+        StoreLocation::Embedded(dir.path().to_owned()),
+    ))?;
     if std::env::var_os("TABLESQL_BENCH_AZURITE").is_some() {
         let location = "azure:UseDevelopmentStorage=true".parse()?;
         rt.block_on(run("azurite", location))?;

@@ -332,6 +332,13 @@ impl Engine {
             .with_default_features()
             .with_query_planner(Arc::new(TablesqlQueryPlanner))
             .with_physical_optimizer_rule(Arc::new(YieldingJoins))
+            // Before DataFusion's own: literals typed as PostgreSQL types
+            // them, then coerced as it coerces them.
+            .with_analyzer_rules(vec![
+                Arc::new(crate::planner::literals::IntegerLiterals),
+                Arc::new(datafusion::optimizer::analyzer::resolve_grouping_function::ResolveGroupingFunction::new()),
+                Arc::new(datafusion::optimizer::analyzer::type_coercion::TypeCoercion::new()),
+            ])
             .with_analyzer_rule(Arc::new(DmlShape))
             .with_analyzer_rule(Arc::new(AsyncValues))
             .with_analyzer_rule(Arc::new(CheckedIntegers::default()))
