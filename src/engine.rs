@@ -720,6 +720,10 @@ impl Engine {
         if let Some(why) = refuse::unsupported_write(statement) {
             return Err(EngineError::NotSupported(why));
         }
+        if let Statement::Truncate(truncate) = statement {
+            Box::pin(self.truncate(truncate)).await?;
+            return Ok(Some(session::Control::Ddl(StatementKind::Truncate)));
+        }
         let Some(outcome) = self.catalog_ddl(statement).await? else {
             return Ok(None);
         };
@@ -729,6 +733,42 @@ impl Engine {
             }
         }
         Ok(Some(session::Control::Ddl(StatementKind::of(statement))))
+    }
+
+    /// `TRUNCATE t [, u ...]`: every row of each table deleted, as a
+    /// `DELETE FROM t` deletes them (partition by partition in entity group
+    /// transactions, index rows with their base rows). Outside a
+    /// transaction block only: it writes every partition, and a block is
+    /// one partition's transaction. `RESTART IDENTITY`, `CASCADE` and
+    /// `PARTITION` have nothing here to act on and are refused.
+    async fn truncate(
+        &self,
+        truncate: &datafusion::sql::sqlparser::ast::Truncate,
+    ) -> Result<(), EngineError> {
+        if session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
+            return Err(EngineError::InTransactionBlock {
+                tag: "TRUNCATE TABLE",
+                why: ": it writes every partition, and a block is one partition's transaction",
+            });
+        }
+        if truncate.identity.is_some()
+            || truncate.cascade.is_some()
+            || truncate.partitions.is_some()
+        {
+            return Err(EngineError::NotSupported(
+                "TRUNCATE with RESTART IDENTITY, CASCADE or PARTITION is not supported".into(),
+            ));
+        }
+        for target in &truncate.table_names {
+            let delete = format!("DELETE FROM {}", target.name);
+            let Some(statement) = self.parse(&delete).ok().and_then(|s| s.into_iter().next())
+            else {
+                return Err(CatalogError::UnknownTable(target.name.to_string()).into());
+            };
+            let frame = self.frame(statement).await?;
+            frame.collect().await?;
+        }
+        Ok(())
     }
 
     /// `SHOW CREATE TABLE t` of a mapped table, as CockroachDB answers it

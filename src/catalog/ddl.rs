@@ -185,6 +185,12 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
             }
         }
     }
+    // A primary key's columns are NOT NULL, as in PostgreSQL.
+    for c in columns.iter_mut() {
+        if primary_key.contains(&c.name) {
+            c.not_null = true;
+        }
+    }
     let mut storage_table = None;
     let (mut partition_key, mut row_key) = (None, None);
     let mut owned = false;

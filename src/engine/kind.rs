@@ -22,6 +22,8 @@ pub enum StatementKind {
     Update,
     /// `DELETE`.
     Delete,
+    /// `TRUNCATE`: every row of its tables deleted.
+    Truncate,
     /// `CREATE TABLE` (a mapping, or an embedder's table).
     CreateTable,
     /// `DROP TABLE`.
@@ -53,6 +55,7 @@ impl StatementKind {
             Statement::Insert(_) => Self::Insert,
             Statement::Update { .. } => Self::Update,
             Statement::Delete(_) => Self::Delete,
+            Statement::Truncate(_) => Self::Truncate,
             Statement::CreateTable(_) => Self::CreateTable,
             Statement::CreateIndex(_) => Self::CreateIndex,
             Statement::CreateSequence { .. } => Self::CreateSequence,
@@ -77,6 +80,7 @@ impl StatementKind {
             Self::Insert => "INSERT",
             Self::Update => "UPDATE",
             Self::Delete => "DELETE",
+            Self::Truncate => "TRUNCATE TABLE",
             Self::CreateTable => "CREATE TABLE",
             Self::DropTable => "DROP TABLE",
             Self::CreateIndex => "CREATE INDEX",
@@ -120,5 +124,6 @@ mod tests {
         assert_eq!(kind("SELECT 1").tag(), None);
         assert!(kind("UPDATE t SET a = 1").writes_rows());
         assert!(!kind("DROP TABLE t").writes_rows());
+        assert_eq!(kind("TRUNCATE t").tag(), Some("TRUNCATE TABLE"));
     }
 }

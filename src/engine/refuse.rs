@@ -33,11 +33,11 @@ pub fn in_memory_only(statement: &Statement) -> Option<String> {
 }
 
 /// Why the engine refuses a statement that writes rows in a way a table
-/// cannot (`MERGE`, `TRUNCATE`); `None` for the rest.
+/// cannot (`MERGE`); `None` for the rest.
 pub fn unsupported_write(statement: &Statement) -> Option<String> {
     match statement {
-        Statement::Merge { .. } | Statement::Truncate { .. } => Some(
-            "tablesql writes rows with INSERT, UPDATE, DELETE and COPY; MERGE and TRUNCATE are not supported".to_owned(),
+        Statement::Merge { .. } => Some(
+            "tablesql writes rows with INSERT, UPDATE, DELETE, TRUNCATE and COPY; MERGE is not supported".to_owned(),
         ),
         _ => None,
     }

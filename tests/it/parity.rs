@@ -254,6 +254,8 @@ const SCRIPT: &[&str] = &[
     "SELECT * FROM people_copy ORDER BY id",
     "SELECT * FROM people a JOIN people_copy b ON a.id = b.id ORDER BY a.id",
     "SHOW CREATE TABLE people",
+    "TRUNCATE people_copy",
+    "SELECT count(*) AS n FROM people_copy",
     "DROP TABLE people_copy",
     "CREATE TABLE plain (x INT)",
     // Refused: objects that would live in one process's memory.
