@@ -263,9 +263,15 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
     let plain = partition_key.is_none() && row_key.is_none() && storage_table.is_none();
     if plain {
         if primary_key.is_empty() {
-            return Err(CatalogError::Definition(format!(
-                "table {name} needs a PRIMARY KEY: its rows are stored under it (or map it WITH (partition_key = '...', row_key = '...'))"
-            )));
+            // A generated key, hidden: a random UUID per row.
+            columns.push(ColumnDef {
+                name: super::HIDDEN_ROWID.to_owned(),
+                column_type: ColumnType::Text,
+                not_null: true,
+                default: Some("uuid()".to_owned()),
+                identity: None,
+            });
+            primary_key.push(super::HIDDEN_ROWID.to_owned());
         }
         let (p, r) = default_mapping(&columns, &primary_key)?;
         partition_key = Some(p);

@@ -98,9 +98,11 @@ mod tests {
             err.to_string().contains("CREATE TABLE statements only"),
             "{err}"
         );
-        // A plain table takes the default mapping; it needs its key.
-        let err = definitions("CREATE TABLE a (x INT); ").expect_err("no key");
-        assert!(err.to_string().contains("needs a PRIMARY KEY"), "{err}");
+        // A plain table takes the default mapping; without a key, a
+        // hidden generated one.
+        let loose = definitions("CREATE TABLE a (x INT); ").expect("no key");
+        assert_eq!(loose[0].row_key.to_string(), "r:{_rowid}");
+        assert_eq!(loose[0].hidden_columns().last(), Some(&"_rowid"));
         let plain = definitions("CREATE TABLE a (x INT PRIMARY KEY)").expect("plain");
         assert_eq!(plain[0].partition_key.to_string(), "{#16}");
         let err = definitions("SELECT 1").expect_err("not DDL");

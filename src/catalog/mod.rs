@@ -148,6 +148,11 @@ pub struct TableDef {
 /// The system columns every mapped table exposes beside its own.
 pub const SYSTEM_COLUMNS: [&str; 4] = ["PartitionKey", "RowKey", "Timestamp", "_etag"];
 
+/// The generated row key of a plain table created without a primary key:
+/// its last column, a random UUID by default, hidden as the system
+/// columns are (not in `*`, nor in the columns tools list).
+pub const HIDDEN_ROWID: &str = "_rowid";
+
 impl TableDef {
     /// Checks that the parts agree: templates name declared columns of key
     /// types, the primary key is a leading run of key fields, no name twice.
@@ -312,6 +317,29 @@ impl TableDef {
     /// The column of that name.
     pub fn column(&self, name: &str) -> Option<&ColumnDef> {
         self.columns.iter().find(|c| c.name == name)
+    }
+
+    /// The columns `*` and the tools' column lists leave out: the system
+    /// columns, and the generated row key of a table created without a
+    /// primary key ([`HIDDEN_ROWID`]).
+    pub fn hidden_columns(&self) -> Vec<&str> {
+        let mut hidden: Vec<&str> = SYSTEM_COLUMNS.to_vec();
+        if self.primary_key.len() == 1
+            && self.primary_key[0] == HIDDEN_ROWID
+            && self.column(HIDDEN_ROWID).is_some()
+        {
+            hidden.push(HIDDEN_ROWID);
+        }
+        hidden
+    }
+
+    /// The columns a user created, in order: what `*` is, and what an
+    /// `INSERT` without a column list fills.
+    pub fn visible_columns(&self) -> impl Iterator<Item = &ColumnDef> {
+        let hidden = self.hidden_columns();
+        self.columns
+            .iter()
+            .filter(move |c| !hidden.contains(&c.name.as_str()))
     }
 
     /// The key columns in key order: PartitionKey fields, then RowKey fields.

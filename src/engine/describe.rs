@@ -81,8 +81,18 @@ impl TableInfo {
                 let any: &dyn Any = table.as_ref();
                 let (primary_key, indexes, insertable) = match any.downcast_ref::<StoreTable>() {
                     Some(store) => match &store.layout().def {
+                        // A hidden generated row key is no key a tool
+                        // can name: the table shows none, as it was created.
                         Some(def) => (
-                            def.primary_key.clone(),
+                            if def
+                                .primary_key
+                                .iter()
+                                .any(|c| def.hidden_columns().contains(&c.as_str()))
+                            {
+                                Vec::new()
+                            } else {
+                                def.primary_key.clone()
+                            },
                             indexes_of(def),
                             def.columns.iter().map(|c| c.name.clone()).collect(),
                         ),

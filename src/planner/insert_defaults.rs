@@ -79,10 +79,12 @@ pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()>
     };
     if columns.is_empty() {
         // A wider row gets every column, and DataFusion's count mismatch.
+        // A hidden row key (`HIDDEN_ROWID`) is generated, never given.
+        let visible: Vec<&crate::catalog::ColumnDef> = def.visible_columns().collect();
         let width = source_width(source)
-            .unwrap_or(def.columns.len())
-            .min(def.columns.len());
-        *columns = def.columns[..width]
+            .unwrap_or(visible.len())
+            .min(visible.len());
+        *columns = visible[..width]
             .iter()
             .map(|c| ObjectName::from(vec![Ident::with_quote('"', c.name.clone())]))
             .collect();

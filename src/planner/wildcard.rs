@@ -27,7 +27,7 @@ use datafusion::sql::sqlparser::ast::{
 };
 
 use super::StoreTable;
-use crate::catalog::{SYSTEM_COLUMNS, normalize_ident};
+use crate::catalog::normalize_ident;
 
 /// Rewrites every wildcard of `statement` over a mapped table (see the
 /// module doc). Statements without a wildcard are left alone unread.
@@ -37,13 +37,13 @@ pub async fn hide_system_columns(state: &SessionState, statement: &mut Statement
     if !names.wildcard {
         return Ok(());
     }
-    let mut mapped = HashSet::new();
+    let mut mapped = HashMap::new();
     for name in names.relations {
         if names.ctes.contains(&name) {
             continue;
         }
-        if is_mapped(state, &name).await {
-            mapped.insert(name);
+        if let Some(hidden) = hidden_of(state, &name).await {
+            mapped.insert(name, hidden);
         }
     }
     if mapped.is_empty() {
@@ -53,19 +53,21 @@ pub async fn hide_system_columns(state: &SessionState, statement: &mut Statement
     Ok(())
 }
 
-/// Whether `name` is a mapped table (raw storage tables keep their keys
-/// in `*`: they are the only way to tell their rows apart).
-async fn is_mapped(state: &SessionState, name: &str) -> bool {
+/// The columns `*` leaves out of `name`, if it is a mapped table (raw
+/// storage tables keep their keys in `*`: they are the only way to tell
+/// their rows apart).
+async fn hidden_of(state: &SessionState, name: &str) -> Option<Vec<String>> {
     let reference = TableReference::from(name);
-    let Ok(schema) = state.schema_for_ref(reference.clone()) else {
-        return false;
-    };
-    let Ok(Some(provider)) = schema.table(reference.table()).await else {
-        return false;
-    };
-    (provider.as_ref() as &dyn std::any::Any)
-        .downcast_ref::<StoreTable>()
-        .is_some_and(|t| t.layout().def.is_some())
+    let schema = state.schema_for_ref(reference.clone()).ok()?;
+    let provider = schema.table(reference.table()).await.ok()??;
+    let table = (provider.as_ref() as &dyn std::any::Any).downcast_ref::<StoreTable>()?;
+    let def = table.layout().def.clone()?;
+    Some(
+        def.hidden_columns()
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+    )
 }
 
 /// The relations a statement names, its CTEs' names, and whether it holds
@@ -122,14 +124,14 @@ fn key(name: &ObjectName) -> String {
 }
 
 /// One relation of a FROM: the name `*` qualifies its columns by, and
-/// whether it is a mapped table.
+/// for a mapped table the columns `*` leaves out.
 struct Relation {
     qualifier: Option<ObjectName>,
-    mapped: bool,
+    hidden: Option<Vec<String>>,
 }
 
 struct Rewrite<'a> {
-    mapped: &'a HashSet<String>,
+    mapped: &'a HashMap<String, Vec<String>>,
 }
 
 impl Rewrite<'_> {
@@ -140,18 +142,18 @@ impl Rewrite<'_> {
                     Some(a) => ObjectName::from(vec![a.name.clone()]),
                     None => name.clone(),
                 }),
-                mapped: self.mapped.contains(&key(name)),
+                hidden: self.mapped.get(&key(name)).cloned(),
             },
             TableFactor::Derived { alias, .. } | TableFactor::Function { alias, .. } => Relation {
                 qualifier: alias
                     .as_ref()
                     .map(|a| ObjectName::from(vec![a.name.clone()])),
-                mapped: false,
+                hidden: None,
             },
             // A nested join or anything else: no one name covers it.
             _ => Relation {
                 qualifier: None,
-                mapped: false,
+                hidden: None,
             },
         }
     }
@@ -192,12 +194,15 @@ fn constraint(op: &JoinOperator) -> Option<&JoinConstraint> {
     }
 }
 
-/// The wildcard options that leave the system columns out.
-fn excluding(mut options: WildcardAdditionalOptions) -> WildcardAdditionalOptions {
+/// The wildcard options that leave `hidden` out.
+fn excluding(
+    mut options: WildcardAdditionalOptions,
+    hidden: &[String],
+) -> WildcardAdditionalOptions {
     options.opt_exclude = Some(ExcludeSelectItem::Multiple(
-        SYSTEM_COLUMNS
+        hidden
             .iter()
-            .map(|c| ObjectName::from(vec![Ident::with_quote('"', *c)]))
+            .map(|c| ObjectName::from(vec![Ident::with_quote('"', c.as_str())]))
             .collect(),
     ));
     options
@@ -216,27 +221,31 @@ impl VisitorMut for Rewrite<'_> {
 
     fn post_visit_select(&mut self, select: &mut Select) -> ControlFlow<()> {
         let (relations, merges) = self.relations(&select.from);
-        if !relations.iter().any(|r| r.mapped) {
-            return ControlFlow::Continue(());
-        }
-        let by_name: HashMap<String, bool> = relations
+        let mut mapped = relations.iter().filter_map(|r| r.hidden.as_ref());
+        let lone = match (mapped.next(), mapped.next()) {
+            (None, _) => return ControlFlow::Continue(()),
+            (Some(hidden), None) => Some(hidden.clone()),
+            (Some(_), Some(_)) => None,
+        };
+        let by_name: HashMap<String, &Vec<String>> = relations
             .iter()
-            .filter_map(|r| Some((last(r.qualifier.as_ref()?)?, r.mapped)))
+            .filter_map(|r| Some((last(r.qualifier.as_ref()?)?, r.hidden.as_ref()?)))
             .collect();
         let splittable = !merges && relations.iter().all(|r| r.qualifier.is_some());
-        let lone_mapped = relations.iter().filter(|r| r.mapped).count() == 1;
         let items = std::mem::take(&mut select.projection);
         for item in items {
             match item {
                 SelectItem::QualifiedWildcard(
                     SelectItemQualifiedWildcardKind::ObjectName(q),
                     options,
-                ) if options.opt_exclude.is_none()
-                    && last(&q).and_then(|n| by_name.get(&n).copied()) == Some(true) =>
-                {
+                ) if options.opt_exclude.is_none() => {
+                    let options = match last(&q).and_then(|n| by_name.get(&n).copied()) {
+                        Some(hidden) => excluding(options, hidden),
+                        None => options,
+                    };
                     select.projection.push(SelectItem::QualifiedWildcard(
                         SelectItemQualifiedWildcardKind::ObjectName(q),
-                        excluding(options),
+                        options,
                     ));
                 }
                 SelectItem::Wildcard(options) if options.opt_exclude.is_none() && splittable => {
@@ -244,10 +253,9 @@ impl VisitorMut for Rewrite<'_> {
                         let Some(q) = r.qualifier.clone() else {
                             continue;
                         };
-                        let options = if r.mapped {
-                            excluding(options.clone())
-                        } else {
-                            options.clone()
+                        let options = match &r.hidden {
+                            Some(hidden) => excluding(options.clone(), hidden),
+                            None => options.clone(),
                         };
                         select.projection.push(SelectItem::QualifiedWildcard(
                             SelectItemQualifiedWildcardKind::ObjectName(q),
@@ -255,10 +263,12 @@ impl VisitorMut for Rewrite<'_> {
                         ));
                     }
                 }
-                SelectItem::Wildcard(options) if options.opt_exclude.is_none() && lone_mapped => {
-                    select
-                        .projection
-                        .push(SelectItem::Wildcard(excluding(options)));
+                SelectItem::Wildcard(options) if options.opt_exclude.is_none() => {
+                    let options = match &lone {
+                        Some(hidden) => excluding(options, hidden),
+                        None => options,
+                    };
+                    select.projection.push(SelectItem::Wildcard(options));
                 }
                 other => select.projection.push(other),
             }
@@ -270,11 +280,15 @@ impl VisitorMut for Rewrite<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::catalog::SYSTEM_COLUMNS;
     use crate::planner::SqlParser;
 
     fn rewritten(sql: &str) -> String {
         let mut statement = SqlParser::new().parse(sql).expect("parses").remove(0);
-        let mapped: HashSet<String> = ["members", "orders"].map(str::to_owned).into();
+        let system: Vec<String> = SYSTEM_COLUMNS.map(str::to_owned).into();
+        let mapped: HashMap<String, Vec<String>> = ["members", "orders"]
+            .map(|t| (t.to_owned(), system.clone()))
+            .into();
         let _ = VisitMut::visit(&mut statement, &mut Rewrite { mapped: &mapped });
         statement.to_string()
     }

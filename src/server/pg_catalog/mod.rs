@@ -115,13 +115,14 @@ impl CatalogInfo for OwnColumns {
         };
         Ok(provider.map(|t| {
             let full = t.schema();
-            if crate::engine::bulk::mapping(t.as_ref()).is_none() {
+            let Some(def) = crate::engine::bulk::mapping(t.as_ref()) else {
                 return full;
-            }
+            };
+            let hidden = def.hidden_columns();
             let own: Vec<_> = full
                 .fields()
                 .iter()
-                .filter(|f| !crate::catalog::SYSTEM_COLUMNS.contains(&f.name().as_str()))
+                .filter(|f| !hidden.contains(&f.name().as_str()))
                 .cloned()
                 .collect();
             Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
