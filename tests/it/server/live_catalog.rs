@@ -95,3 +95,81 @@ async fn a_table_created_through_one_server_is_queryable_through_another() -> Te
     assert_eq!(stored.get::<_, String>(0), "R:00000009");
     Ok(())
 }
+
+/// Plain tables (PostgreSQL's DDL, the default mapping) live in the store
+/// as mapped ones do: created through one server, a second server over the
+/// same account plans with them; after both have stopped, a new process
+/// (`tablesql query`) finds them with their rows, the shell's and the
+/// library's creations too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_tables_outlive_every_process_and_reach_every_server() -> TestResult {
+    let account = crate::azurite::fresh_account()?;
+    let store = crate::azurite::store_argument(&account);
+    {
+        let one = serve_store(tempfile::tempdir()?, store.as_ref(), &[])?;
+        let other = serve_store(tempfile::tempdir()?, store.as_ref(), &[])?;
+        let (a, b) = (one.connect().await?, other.connect().await?);
+        a.batch_execute(
+            "CREATE TABLE members (id SERIAL PRIMARY KEY, name TEXT NOT NULL); \
+             INSERT INTO members (name) VALUES ('ann'), ('bob'); \
+             CREATE TABLE notes (body TEXT)",
+        )
+        .await?;
+        let took = until(&b, "SELECT count(*) FROM members WHERE id = 2", |o| {
+            count_of(o).as_deref() == Some("1")
+        })
+        .await?;
+        eprintln!("the other server planned with the plain table after {took:?}");
+        b.batch_execute("INSERT INTO notes VALUES ('from the other server')")
+            .await?;
+    }
+    // The shell, then the library, each in a process of its own.
+    let script = tempfile::tempdir()?;
+    let file = script.path().join("tags.sql");
+    std::fs::write(
+        &file,
+        "CREATE TABLE tags (tag TEXT PRIMARY KEY);\nINSERT INTO tags VALUES ('x');\n",
+    )?;
+    let shell = tablesql()
+        .arg("--store")
+        .arg(&store)
+        .args(["shell", "-f"])
+        .arg(&file)
+        .output()?;
+    assert!(
+        shell.status.success(),
+        "{}",
+        String::from_utf8_lossy(&shell.stderr)
+    );
+    {
+        let location: tablesql::storage::StoreLocation = format!("{store}").parse()?;
+        let engine = tablesql::Engine::open(&location).await?;
+        engine
+            .collect("CREATE TABLE marks (who TEXT, score INT, PRIMARY KEY (who, score))")
+            .await?;
+        engine
+            .collect("INSERT INTO marks VALUES ('ann', 3)")
+            .await?;
+    }
+    // Everything, after every process that made it has stopped.
+    let out = tablesql()
+        .arg("--store")
+        .arg(&store)
+        .args([
+            "query",
+            "--format",
+            "csv",
+            "SELECT (SELECT string_agg(name, ',' ORDER BY id) FROM members) AS members, \
+             (SELECT count(*) FROM notes) AS notes, (SELECT count(*) FROM tags) AS tags, \
+             (SELECT sum(score) FROM marks) AS marks",
+        ])
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(text, "members,notes,tags,marks\n\"ann,bob\",1,1,3\n");
+    Ok(())
+}
