@@ -595,6 +595,43 @@ impl Engine {
         Ok(())
     }
 
+    /// `ALTER TABLE` of a mapped table (`catalog::ddl::alter` says what it
+    /// changes): the definition replaced in one catalog write, the tables
+    /// registered again. `None` for a table that is not mapped here (an
+    /// embedder's, DataFusion's to answer).
+    async fn alter_table(
+        &self,
+        alter: &datafusion::sql::sqlparser::ast::AlterTable,
+    ) -> Result<Option<DdlOutcome>, EngineError> {
+        let name = ddl::object_name(&alter.name)?;
+        let defs = persist::load(self.store.as_ref()).await?;
+        let Some(def) = defs.iter().find(|d| d.name == name) else {
+            return match self.public_schema().table(&name).await? {
+                Some(t) if (t.as_ref() as &dyn std::any::Any).is::<StoreTable>() => {
+                    Err(CatalogError::NotDroppable(name).into())
+                }
+                Some(_) => Ok(None),
+                None if alter.if_exists => Ok(Some(DdlOutcome {
+                    notices: vec![Notice::new(
+                        NoticeKind::DoesNotExist,
+                        format!("relation \"{name}\" does not exist, skipping"),
+                    )],
+                })),
+                None => Err(CatalogError::UnknownTable(name).into()),
+            };
+        };
+        let altered = ddl::alter(def, alter)?;
+        if altered.name != def.name && self.name_taken(&altered.name).await? {
+            return Err(CatalogError::TableExists(altered.name).into());
+        }
+        {
+            let _reloading = self.watch.lock().await;
+            persist::replace(self.store.as_ref(), &def.name, &altered).await?;
+        }
+        self.refresh().await?;
+        Ok(Some(DdlOutcome::default()))
+    }
+
     /// A storage table for a table that owns its rows: `wanted`, or where
     /// that name is taken (rows of a table dropped without its storage, an
     /// application's table), `wanted` and the first free number, so that a
@@ -990,6 +1027,7 @@ impl Engine {
         let ddl = matches!(
             statement,
             Statement::CreateTable(_)
+                | Statement::AlterTable(_)
                 | Statement::CreateIndex(_)
                 | Statement::CreateSequence { .. }
                 | Statement::Drop { .. }
@@ -1020,6 +1058,7 @@ impl Engine {
                 ..
             } => self.drop_tables(names, *if_exists).await,
             Statement::CreateIndex(create) => self.create_index(create, |_| {}).await.map(Some),
+            Statement::AlterTable(alter) => self.alter_table(alter).await,
             Statement::Drop {
                 object_type: ObjectType::Index,
                 if_exists,

@@ -312,6 +312,106 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
     Ok(def)
 }
 
+/// `def` as `ALTER TABLE` leaves it. Changes of the catalog only, never of
+/// stored rows: `ADD COLUMN` of a nullable column without a default (rows
+/// stored before read NULL, as PostgreSQL's do), `DROP COLUMN` of a column
+/// outside the keys (its stored properties stay, unread), `RENAME TO`.
+/// What would need every stored row rewritten is refused, naming why: a
+/// column added with a default or NOT NULL, a key column dropped, a column
+/// renamed (the storage names a property by its column).
+pub fn alter(
+    def: &TableDef,
+    alter: &datafusion::sql::sqlparser::ast::AlterTable,
+) -> Result<TableDef, CatalogError> {
+    use datafusion::sql::sqlparser::ast::{AlterTableOperation, RenameTableNameKind};
+    let refuse = |why: String| CatalogError::Definition(format!("ALTER TABLE {}: {why}", def.name));
+    let mut out = def.clone();
+    for op in &alter.operations {
+        match op {
+            AlterTableOperation::AddColumn {
+                if_not_exists,
+                column_def: c,
+                ..
+            } => {
+                let column = normalize_ident(&c.name);
+                if out.column(&column).is_some() {
+                    if *if_not_exists {
+                        continue;
+                    }
+                    return Err(refuse(format!("column {column} already exists")));
+                }
+                let column_type = ColumnType::from_sql(&c.data_type).ok_or_else(|| {
+                    CatalogError::UnsupportedType {
+                        column: column.clone(),
+                        sql_type: c.data_type.to_string(),
+                    }
+                })?;
+                for o in &c.options {
+                    match &o.option {
+                        ColumnOption::Null => {}
+                        ColumnOption::Default(e) if e.to_string().eq_ignore_ascii_case("NULL") => {}
+                        other => {
+                            return Err(refuse(format!(
+                                "column {column} {other}: the rows stored before would not hold it without being rewritten; add the column plain, then UPDATE"
+                            )));
+                        }
+                    }
+                }
+                // Before a hidden row key, which stays last.
+                let at = out
+                    .columns
+                    .iter()
+                    .position(|c| c.name == super::HIDDEN_ROWID)
+                    .unwrap_or(out.columns.len());
+                out.columns.insert(
+                    at,
+                    ColumnDef {
+                        name: column,
+                        column_type,
+                        not_null: false,
+                        default: None,
+                        identity: None,
+                    },
+                );
+            }
+            AlterTableOperation::DropColumn {
+                column_names,
+                if_exists,
+                ..
+            } => {
+                for ident in column_names {
+                    let column = normalize_ident(ident);
+                    if out.column(&column).is_none() {
+                        if *if_exists {
+                            continue;
+                        }
+                        return Err(refuse(format!("column {column} does not exist")));
+                    }
+                    if out.is_key_column(&column) || out.primary_key.contains(&column) {
+                        return Err(refuse(format!(
+                            "column {column} is in the keys of stored rows (PartitionKey, RowKey or an index's): dropping it would change them"
+                        )));
+                    }
+                    out.columns.retain(|c| c.name != column);
+                }
+            }
+            AlterTableOperation::RenameTable {
+                table_name: RenameTableNameKind::To(name) | RenameTableNameKind::As(name),
+            } => out.name = object_name(name)?,
+            AlterTableOperation::RenameColumn {
+                old_column_name, ..
+            } => {
+                return Err(refuse(format!(
+                    "RENAME COLUMN {old_column_name} is not supported: stored rows name their properties by column, and every one would be rewritten"
+                )));
+            }
+            other => return Err(refuse(format!("{other} is not supported"))),
+        }
+    }
+    out.validate()?;
+    Ok(out)
+}
+
 /// How many buckets a plain table's rows spread over (`{#16}`): sixteen
 /// partitions take about 16 × 2,000 entities/s of inserts, and a scan of
 /// the table or a range of its key costs sixteen requests more than one.

@@ -188,6 +188,43 @@ pub async fn save(
     }
 }
 
+/// Stores `def` in place of the definition named `old` (an `ALTER TABLE`,
+/// which may rename it): one entity group transaction with the version, so
+/// that no reader sees both names or neither.
+pub async fn replace(
+    store: &dyn TableStore,
+    old: &str,
+    def: &TableDef,
+) -> Result<(), CatalogError> {
+    let table = table()?;
+    let pk = PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?;
+    let entity = Entity::new(pk.clone(), row_key(&def.name)?)
+        .with("format_version", EdmValue::Int32(FORMAT_VERSION))
+        .with("definition", EdmValue::String(def.to_ddl()));
+    let mut ops = Vec::new();
+    if old == def.name {
+        ops.push(WriteOp::InsertOrReplace(entity));
+    } else {
+        ops.push(WriteOp::Insert(entity));
+        ops.push(WriteOp::Delete {
+            partition_key: pk,
+            row_key: row_key(old)?,
+            if_match: crate::storage::IfMatch::Any,
+        });
+    }
+    ops.push(WriteOp::InsertOrReplace(version_entity()?));
+    match store.execute_batch(&table, ops).await {
+        Ok(_) => Ok(()),
+        Err(StorageError::Batch { source, .. }) => match *source {
+            StorageError::EntityAlreadyExists { .. } => {
+                Err(CatalogError::TableExists(def.name.clone()))
+            }
+            e => Err(e.into()),
+        },
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Removes a definition (the entities of its storage table stay).
 pub async fn remove(store: &dyn TableStore, name: &str) -> Result<(), CatalogError> {
     let op = WriteOp::Delete {

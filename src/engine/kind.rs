@@ -28,6 +28,8 @@ pub enum StatementKind {
     CreateTable,
     /// `DROP TABLE`.
     DropTable,
+    /// `ALTER TABLE`.
+    AlterTable,
     /// `CREATE INDEX`.
     CreateIndex,
     /// `DROP INDEX`.
@@ -57,6 +59,7 @@ impl StatementKind {
             Statement::Delete(_) => Self::Delete,
             Statement::Truncate(_) => Self::Truncate,
             Statement::CreateTable(_) => Self::CreateTable,
+            Statement::AlterTable(_) => Self::AlterTable,
             Statement::CreateIndex(_) => Self::CreateIndex,
             Statement::CreateSequence { .. } => Self::CreateSequence,
             Statement::CreateView { .. } => Self::CreateView,
@@ -83,6 +86,7 @@ impl StatementKind {
             Self::Truncate => "TRUNCATE TABLE",
             Self::CreateTable => "CREATE TABLE",
             Self::DropTable => "DROP TABLE",
+            Self::AlterTable => "ALTER TABLE",
             Self::CreateIndex => "CREATE INDEX",
             Self::DropIndex => "DROP INDEX",
             Self::CreateSequence => "CREATE SEQUENCE",

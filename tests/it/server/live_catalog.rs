@@ -112,7 +112,9 @@ async fn plain_tables_outlive_every_process_and_reach_every_server() -> TestResu
         a.batch_execute(
             "CREATE TABLE members (id SERIAL PRIMARY KEY, name TEXT NOT NULL); \
              INSERT INTO members (name) VALUES ('ann'), ('bob'); \
-             CREATE TABLE notes (body TEXT)",
+             CREATE TABLE notes (body TEXT); \
+             ALTER TABLE members ADD COLUMN email TEXT; \
+             UPDATE members SET email = 'bob@example.com' WHERE id = 2",
         )
         .await?;
         let took = until(&b, "SELECT count(*) FROM members WHERE id = 2", |o| {
@@ -161,7 +163,8 @@ async fn plain_tables_outlive_every_process_and_reach_every_server() -> TestResu
             "csv",
             "SELECT (SELECT string_agg(name, ',' ORDER BY id) FROM members) AS members, \
              (SELECT count(*) FROM notes) AS notes, (SELECT count(*) FROM tags) AS tags, \
-             (SELECT sum(score) FROM marks) AS marks",
+             (SELECT sum(score) FROM marks) AS marks, \
+             (SELECT email FROM members WHERE id = 2) AS email",
         ])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -170,6 +173,9 @@ async fn plain_tables_outlive_every_process_and_reach_every_server() -> TestResu
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    assert_eq!(text, "members,notes,tags,marks\n\"ann,bob\",1,1,3\n");
+    assert_eq!(
+        text,
+        "members,notes,tags,marks,email\n\"ann,bob\",1,1,3,bob@example.com\n"
+    );
     Ok(())
 }

@@ -45,7 +45,7 @@ async fn sqlstates_name_the_problem() -> TestResult {
             "SELECT name FROM registrations WHERE event = 'x' AND distance = 'Full' AND bib = 'seven'",
             "22P02",
         ),
-        ("TRUNCATE registrations", "0A000"),
+        ("TRUNCATE registrations RESTART IDENTITY", "0A000"),
         (
             "DELETE FROM registrations WHERE bib IN (SELECT bib FROM registrations WHERE age > 80)",
             "0A000",
