@@ -461,7 +461,30 @@ impl Engine {
         if let Some(catalog) = self.ctx.catalog("datafusion") {
             catalog.register_schema(RAW_SCHEMA, raw)?;
         }
-        self.public.replace_store_tables(tables)?;
+        self.public.replace_store_tables(tables.clone())?;
+        // Views are planned over the tables just registered (and over one
+        // another: a view whose relation is not there yet waits a round).
+        let mut pending = persist::load_views(self.store.as_ref()).await?;
+        while !pending.is_empty() {
+            let before = pending.len();
+            let mut waiting = Vec::new();
+            for (name, sql) in pending {
+                match self.view_provider(&sql).await {
+                    Ok(view) => {
+                        tables.insert(name, view);
+                        self.public.replace_store_tables(tables.clone())?;
+                    }
+                    Err(e) => waiting.push((name, sql, e)),
+                }
+            }
+            if waiting.len() == before {
+                // What is left names relations that are gone (a view is not
+                // dropped with its table): not registered, so a query of it
+                // finds no such relation, and DROP VIEW still removes it.
+                break;
+            }
+            pending = waiting.into_iter().map(|(n, s, _)| (n, s)).collect();
+        }
         // Raised once the tables are in place: a statement planned while
         // they changed carries the old version and is planned again.
         self.catalog_changed();
@@ -630,6 +653,78 @@ impl Engine {
         }
         self.refresh().await?;
         Ok(Some(DdlOutcome::default()))
+    }
+
+    /// The provider of a stored view: its `CREATE VIEW` text planned as
+    /// every statement is (so `*` in it is PostgreSQL's), over the tables
+    /// registered now.
+    async fn view_provider(&self, sql: &str) -> Result<Arc<dyn TableProvider>, EngineError> {
+        let statement = self
+            .parse(sql)
+            .map_err(|e| CatalogError::Definition(format!("stored view: {e}")))?
+            .into_iter()
+            .next()
+            .ok_or_else(|| CatalogError::Definition("stored view: no statement".into()))?;
+        let state = self.ctx.state();
+        match crate::planner::upsert::statement_to_plan(&state, statement).await? {
+            LogicalPlan::Ddl(datafusion::logical_expr::DdlStatement::CreateView(view)) => {
+                Ok(Arc::new(datafusion::datasource::ViewTable::new(
+                    view.input.as_ref().clone(),
+                    view.definition.clone(),
+                )))
+            }
+            _ => Err(CatalogError::Definition("stored view: not CREATE VIEW".into()).into()),
+        }
+    }
+
+    /// `CREATE [OR REPLACE] VIEW`: planned first (a view that does not plan
+    /// is refused before anything is stored), then stored in the catalog,
+    /// where every engine over the store finds it.
+    async fn create_view(&self, statement: &Statement) -> Result<Option<DdlOutcome>, EngineError> {
+        let Statement::CreateView(view) = statement else {
+            return Ok(None);
+        };
+        if view.materialized || view.temporary {
+            return Err(EngineError::NotSupported(
+                "CREATE MATERIALIZED or TEMPORARY VIEW is not supported: a view is stored as its query".into(),
+            ));
+        }
+        let name = ddl::object_name(&view.name)?;
+        if view.if_not_exists && self.name_taken(&name).await? {
+            return Ok(Some(DdlOutcome::default()));
+        }
+        let defs = persist::load(self.store.as_ref()).await?;
+        if defs.iter().any(|d| d.name == name) {
+            return Err(CatalogError::TableExists(name).into());
+        }
+        let sql = statement.to_string();
+        self.view_provider(&sql).await?;
+        persist::save_view(self.store.as_ref(), &name, &sql, view.or_replace).await?;
+        self.refresh().await?;
+        Ok(Some(DdlOutcome::default()))
+    }
+
+    /// `DROP VIEW [IF EXISTS] v, ...`.
+    async fn drop_views(
+        &self,
+        names: &[ObjectName],
+        if_exists: bool,
+    ) -> Result<Option<DdlOutcome>, EngineError> {
+        let mut outcome = DdlOutcome::default();
+        for n in names {
+            let name = ddl::object_name(n)?;
+            if !persist::remove_view(self.store.as_ref(), &name).await? {
+                if !if_exists {
+                    return Err(CatalogError::UnknownTable(name).into());
+                }
+                outcome.notices.push(Notice::new(
+                    NoticeKind::DoesNotExist,
+                    format!("view \"{name}\" does not exist, skipping"),
+                ));
+            }
+        }
+        self.refresh().await?;
+        Ok(Some(outcome))
     }
 
     /// A storage table for a table that owns its rows: `wanted`, or where
@@ -1027,6 +1122,7 @@ impl Engine {
         let ddl = matches!(
             statement,
             Statement::CreateTable(_)
+                | Statement::CreateView(_)
                 | Statement::AlterTable(_)
                 | Statement::CreateIndex(_)
                 | Statement::CreateSequence { .. }
@@ -1059,6 +1155,13 @@ impl Engine {
             } => self.drop_tables(names, *if_exists).await,
             Statement::CreateIndex(create) => self.create_index(create, |_| {}).await.map(Some),
             Statement::AlterTable(alter) => self.alter_table(alter).await,
+            Statement::CreateView(_) => self.create_view(statement).await,
+            Statement::Drop {
+                object_type: ObjectType::View,
+                if_exists,
+                names,
+                ..
+            } => self.drop_views(names, *if_exists).await,
             Statement::Drop {
                 object_type: ObjectType::Index,
                 if_exists,

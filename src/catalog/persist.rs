@@ -41,9 +41,87 @@ pub async fn load(store: &dyn TableStore) -> Result<Vec<TableDef>, CatalogError>
     };
     entities
         .iter()
-        .filter(|e| e.row_key().as_str() != VERSION_ROW)
+        .filter(|e| e.row_key().as_str() != VERSION_ROW && e.get(VIEW_PROPERTY).is_none())
         .map(parse)
         .collect()
+}
+
+/// The property that holds a view's `CREATE VIEW` text. Views share the
+/// tables' partition (PostgreSQL's relations share one namespace), so that
+/// a view changes in one entity group transaction with the version.
+const VIEW_PROPERTY: &str = "view";
+
+/// Every stored view: its name and its `CREATE VIEW` statement's text.
+pub async fn load_views(store: &dyn TableStore) -> Result<Vec<(String, String)>, CatalogError> {
+    let query = Query::partition(PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?);
+    let entities = match store.query_all(&table()?, &query).await {
+        Ok(e) => e,
+        Err(StorageError::TableNotFound(_)) => return Ok(Vec::new()),
+        Err(e) => return Err(e.into()),
+    };
+    Ok(entities
+        .iter()
+        .filter_map(|e| match e.get(VIEW_PROPERTY) {
+            Some(EdmValue::String(sql)) => Some((e.row_key().as_str().to_owned(), sql.clone())),
+            _ => None,
+        })
+        .collect())
+}
+
+/// Stores view `name` as `sql` (its `CREATE VIEW` text); with `replace`
+/// over a view of that name. A table of that name, or a view without
+/// `replace`, is `TableExists`.
+pub async fn save_view(
+    store: &dyn TableStore,
+    name: &str,
+    sql: &str,
+    replace: bool,
+) -> Result<(), CatalogError> {
+    let table = table()?;
+    match store.create_table(&table).await {
+        Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
+        Err(e) => return Err(e.into()),
+    }
+    let pk = PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?;
+    let existing = store.get(&table, &pk, &row_key(name)?).await?;
+    let entity = Entity::new(pk, row_key(name)?)
+        .with("format_version", EdmValue::Int32(FORMAT_VERSION))
+        .with(VIEW_PROPERTY, EdmValue::String(sql.to_owned()));
+    let op = match existing {
+        Some(e) if replace && e.get(VIEW_PROPERTY).is_some() => {
+            WriteOp::Update(entity, crate::storage::IfMatch::ETag(e.etag))
+        }
+        Some(_) => return Err(CatalogError::TableExists(name.to_owned())),
+        None => WriteOp::Insert(entity),
+    };
+    match write_versioned(store, &table, op, version_entity()?).await {
+        Ok(()) => Ok(()),
+        Err(StorageError::EntityAlreadyExists { .. } | StorageError::PreconditionFailed { .. }) => {
+            Err(CatalogError::TableExists(name.to_owned()))
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Removes view `name`; whether there was one.
+pub async fn remove_view(store: &dyn TableStore, name: &str) -> Result<bool, CatalogError> {
+    let table = table()?;
+    let pk = PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?;
+    let existing = match store.get(&table, &pk, &row_key(name)?).await {
+        Ok(e) => e,
+        Err(StorageError::TableNotFound(_)) => None,
+        Err(e) => return Err(e.into()),
+    };
+    let Some(e) = existing.filter(|e| e.get(VIEW_PROPERTY).is_some()) else {
+        return Ok(false);
+    };
+    let op = WriteOp::Delete {
+        partition_key: pk,
+        row_key: row_key(name)?,
+        if_match: crate::storage::IfMatch::ETag(e.etag),
+    };
+    write_versioned(store, &table, op, version_entity()?).await?;
+    Ok(true)
 }
 
 /// The catalog's version: the ETag of its version entity, which every

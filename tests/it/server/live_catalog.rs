@@ -114,6 +114,7 @@ async fn plain_tables_outlive_every_process_and_reach_every_server() -> TestResu
              INSERT INTO members (name) VALUES ('ann'), ('bob'); \
              CREATE TABLE notes (body TEXT); \
              ALTER TABLE members ADD COLUMN email TEXT; \
+             CREATE VIEW named AS SELECT name FROM members WHERE id = 2; \
              UPDATE members SET email = 'bob@example.com' WHERE id = 2",
         )
         .await?;
@@ -164,7 +165,8 @@ async fn plain_tables_outlive_every_process_and_reach_every_server() -> TestResu
             "SELECT (SELECT string_agg(name, ',' ORDER BY id) FROM members) AS members, \
              (SELECT count(*) FROM notes) AS notes, (SELECT count(*) FROM tags) AS tags, \
              (SELECT sum(score) FROM marks) AS marks, \
-             (SELECT email FROM members WHERE id = 2) AS email",
+             (SELECT email FROM members WHERE id = 2) AS email, \
+             (SELECT name FROM named) AS named",
         ])
         .output()?;
     let text = String::from_utf8_lossy(&out.stdout);
@@ -175,7 +177,7 @@ async fn plain_tables_outlive_every_process_and_reach_every_server() -> TestResu
     );
     assert_eq!(
         text,
-        "members,notes,tags,marks,email\n\"ann,bob\",1,1,3,bob@example.com\n"
+        "members,notes,tags,marks,email,named\n\"ann,bob\",1,1,3,bob@example.com,bob\n"
     );
     Ok(())
 }
