@@ -593,10 +593,25 @@ impl Engine {
                 .into_iter()
                 .find(|d| d.name == def.name && d.owned)
                 .map(|d| d.storage_table);
-            def.storage_table = match kept {
-                Some(t) => t,
-                None => self.fresh_storage_table(&def.storage_table).await?,
-            };
+            match kept {
+                Some(t) => def.storage_table = t,
+                None => {
+                    // The store says last whether a name is free: another
+                    // engine may have taken the one listed free meanwhile.
+                    let wanted = def.storage_table.clone();
+                    let mut lost = std::collections::HashSet::new();
+                    loop {
+                        def.storage_table = self.fresh_storage_table(&wanted, &lost).await?;
+                        match self.store.create_table(&def.storage_table).await {
+                            Ok(()) => break,
+                            Err(StorageError::TableAlreadyExists(_)) if lost.len() < 10 => {
+                                lost.insert(def.storage_table.as_str().to_lowercase());
+                            }
+                            Err(e) => return Err(e.into()),
+                        }
+                    }
+                }
+            }
         }
         match self.store.create_table(&def.storage_table).await {
             Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
@@ -643,13 +658,15 @@ impl Engine {
                 None => Err(CatalogError::UnknownTable(name).into()),
             };
         };
-        let altered = ddl::alter(def, alter)?;
-        if altered.name != def.name && self.name_taken(&altered.name).await? {
-            return Err(CatalogError::TableExists(altered.name).into());
+        // Checked before the write: a view or an embedder's table of the
+        // new name is not in the catalog's partition to collide with.
+        let renamed = ddl::alter(def, alter)?.name;
+        if renamed != def.name && self.name_taken(&renamed).await? {
+            return Err(CatalogError::TableExists(renamed).into());
         }
         {
             let _reloading = self.watch.lock().await;
-            persist::replace(self.store.as_ref(), &def.name, &altered).await?;
+            persist::alter(self.store.as_ref(), &def.name, |d| ddl::alter(d, alter)).await?;
         }
         self.refresh().await?;
         Ok(Some(DdlOutcome::default()))
@@ -732,14 +749,19 @@ impl Engine {
     /// application's table), `wanted` and the first free number, so that a
     /// new table never shows rows it did not write. Storage names compare
     /// without case.
-    async fn fresh_storage_table(&self, wanted: &TableName) -> Result<TableName, EngineError> {
-        let taken: std::collections::HashSet<String> = self
+    async fn fresh_storage_table(
+        &self,
+        wanted: &TableName,
+        also_taken: &std::collections::HashSet<String>,
+    ) -> Result<TableName, EngineError> {
+        let mut taken: std::collections::HashSet<String> = self
             .store
             .list_tables()
             .await?
             .iter()
             .map(|t| t.as_str().to_lowercase())
             .collect();
+        taken.extend(also_taken.iter().cloned());
         if !taken.contains(&wanted.as_str().to_lowercase()) {
             return Ok(wanted.clone());
         }

@@ -810,6 +810,7 @@ mod tests {
             ("CREATE TABLE tee (a TEXT) WITH (row_key = '{a}')".into(), "partition_key"),
             ("CREATE TABLE tee (a TEXT, b NUMERIC) WITH (partition_key = '{a}', row_key = 'x')".into(), "not supported"),
             ("CREATE TABLE tee (a TEXT, b INT) WITH (partition_key = '{a}', row_key = '{#4}')".into(), "is a PartitionKey template"),
+            ("CREATE TABLE tee (a INT, b TEXT, PRIMARY KEY (a)) WITH (partition_key = '{#16}', row_key = 'r:{a:05}__{b}')".into(), "every RowKey field"),
             (format!("{base}, colour = 'red')"), "unknown option colour"),
             (format!("{base}, index_x = 'X:{{c:02}}__{{b}}')"), "cannot be written"),
             ("CREATE TABLE tee (a TEXT, b INT NOT NULL, c INT) WITH (partition_key = '{a}', row_key = 'R:{b:05}', index_x = 'X:{c:02}__{b}')".into(), "must be NOT NULL"),

@@ -224,6 +224,16 @@ impl TableDef {
                 }
             }
         }
+        // The bucket is the whole RowKey's: with fields past the primary
+        // key, one SQL row could land in two buckets.
+        if self.partition_key.row_buckets().is_some()
+            && self.primary_key.len() != self.row_key.columns().count()
+        {
+            return Err(bad(format!(
+                "a {} PartitionKey needs the primary key to be every RowKey field",
+                self.partition_key
+            )));
+        }
         let key_fields: Vec<&str> = self.key_columns().collect();
         for (i, c) in key_fields.iter().enumerate() {
             if key_fields[..i].contains(c) {

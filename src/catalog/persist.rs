@@ -266,41 +266,64 @@ pub async fn save(
     }
 }
 
-/// Stores `def` in place of the definition named `old` (an `ALTER TABLE`,
-/// which may rename it): one entity group transaction with the version, so
-/// that no reader sees both names or neither.
-pub async fn replace(
+/// Changes the definition named `old` by `change`, which may rename it
+/// (an `ALTER TABLE`): read, changed, and written If-Match what was read,
+/// with the version, in one entity group transaction (so that no reader
+/// sees both names or neither, and a concurrent change of the definition is
+/// never lost: on a conflict it is read and changed anew, as [`update`]
+/// does). Returns the definition stored.
+pub async fn alter(
     store: &dyn TableStore,
     old: &str,
-    def: &TableDef,
-) -> Result<(), CatalogError> {
+    mut change: impl FnMut(&TableDef) -> Result<TableDef, CatalogError>,
+) -> Result<TableDef, CatalogError> {
     let table = table()?;
     let pk = PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?;
-    let entity = Entity::new(pk.clone(), row_key(&def.name)?)
-        .with("format_version", EdmValue::Int32(FORMAT_VERSION))
-        .with("definition", EdmValue::String(def.to_ddl()));
-    let mut ops = Vec::new();
-    if old == def.name {
-        ops.push(WriteOp::InsertOrReplace(entity));
-    } else {
-        ops.push(WriteOp::Insert(entity));
-        ops.push(WriteOp::Delete {
-            partition_key: pk,
-            row_key: row_key(old)?,
-            if_match: crate::storage::IfMatch::Any,
-        });
-    }
-    ops.push(WriteOp::InsertOrReplace(version_entity()?));
-    match store.execute_batch(&table, ops).await {
-        Ok(_) => Ok(()),
-        Err(StorageError::Batch { source, .. }) => match *source {
-            StorageError::EntityAlreadyExists { .. } => {
-                Err(CatalogError::TableExists(def.name.clone()))
+    for _ in 0..ATTEMPTS {
+        let stored = match store.get(&table, &pk, &row_key(old)?).await {
+            Ok(Some(e)) => e,
+            Ok(None) | Err(StorageError::TableNotFound(_)) => {
+                return Err(CatalogError::UnknownTable(old.to_owned()));
             }
-            e => Err(e.into()),
-        },
-        Err(e) => Err(e.into()),
+            Err(e) => return Err(e.into()),
+        };
+        let def = change(&parse(&stored)?)?;
+        let entity = Entity::new(pk.clone(), row_key(&def.name)?)
+            .with("format_version", EdmValue::Int32(FORMAT_VERSION))
+            .with("definition", EdmValue::String(def.to_ddl()));
+        let read = crate::storage::IfMatch::ETag(stored.etag.clone());
+        let mut ops = Vec::new();
+        if old == def.name {
+            ops.push(WriteOp::Update(entity, read));
+        } else {
+            ops.push(WriteOp::Insert(entity));
+            ops.push(WriteOp::Delete {
+                partition_key: pk.clone(),
+                row_key: row_key(old)?,
+                if_match: read,
+            });
+        }
+        ops.push(WriteOp::InsertOrReplace(version_entity()?));
+        let failed = match store.execute_batch(&table, ops).await {
+            Ok(_) => return Ok(def),
+            Err(StorageError::Batch { source, .. }) => *source,
+            Err(e) => e,
+        };
+        match failed {
+            StorageError::PreconditionFailed { .. } => continue,
+            StorageError::EntityAlreadyExists { .. } => {
+                return Err(CatalogError::TableExists(def.name.clone()));
+            }
+            StorageError::EntityNotFound { .. } => {
+                return Err(CatalogError::UnknownTable(old.to_owned()));
+            }
+            e => return Err(e.into()),
+        }
     }
+    Err(CatalogError::Inconsistent {
+        table: old.to_owned(),
+        reason: format!("its definition changed under {ATTEMPTS} attempts to change it; try again"),
+    })
 }
 
 /// Removes a definition (the entities of its storage table stay).

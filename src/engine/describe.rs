@@ -94,7 +94,7 @@ impl TableInfo {
                                 def.primary_key.clone()
                             },
                             indexes_of(def),
-                            def.columns.iter().map(|c| c.name.clone()).collect(),
+                            def.visible_columns().map(|c| c.name.clone()).collect(),
                         ),
                         None => (
                             vec!["PartitionKey".into(), "RowKey".into()],

@@ -121,7 +121,7 @@ pub enum ExecError {
     /// An UPDATE that changes a PartitionKey column: a move across partitions,
     /// which no entity group transaction can make atomic.
     #[error(
-        "table {table}: UPDATE cannot change PartitionKey columns ({columns}); a row cannot move to another partition atomically (DELETE it and INSERT it instead)"
+        "table {table}: UPDATE cannot change the columns that place a row in its partition ({columns}); a row cannot move to another partition atomically (DELETE it and INSERT it instead)"
     )]
     PartitionMove {
         /// The table's name.

@@ -65,8 +65,14 @@ impl AnalyzerRule for IntegerLiterals {
         // planned with: retyping one term would not retype it. Left as
         // DataFusion types it.
         let mut recursive = false;
+        // So does a correlated subquery: its outer references keep the
+        // type they were planned with.
         plan.apply_with_subqueries(|n| {
-            recursive |= matches!(n, LogicalPlan::RecursiveQuery(_));
+            recursive |= matches!(n, LogicalPlan::RecursiveQuery(_))
+                || n.expressions().iter().any(|e| {
+                    e.exists(|e| Ok(matches!(e, Expr::OuterReferenceColumn(..))))
+                        .unwrap_or(true)
+                });
             Ok(if recursive {
                 TreeNodeRecursion::Stop
             } else {

@@ -57,7 +57,15 @@ pub async fn hide_system_columns(state: &SessionState, statement: &mut Statement
 /// storage tables keep their keys in `*`: they are the only way to tell
 /// their rows apart).
 async fn hidden_of(state: &SessionState, name: &str) -> Option<Vec<String>> {
-    let reference = TableReference::from(name);
+    // The parts as `key` normalized them: parsing the text again would
+    // fold a quoted name's case.
+    let parts: Vec<&str> = name.split('.').collect();
+    let reference = match parts.as_slice() {
+        [t] => TableReference::bare(*t),
+        [s, t] => TableReference::partial(*s, *t),
+        [c, s, t] => TableReference::full(*c, *s, *t),
+        _ => return None,
+    };
     let schema = state.schema_for_ref(reference.clone()).ok()?;
     let provider = schema.table(reference.table()).await.ok()??;
     let table = (provider.as_ref() as &dyn std::any::Any).downcast_ref::<StoreTable>()?;

@@ -534,14 +534,14 @@ impl Writer {
         let new_values = new.values(&self.layout, row)?;
         let mut next = entities(&self.def, &new_values)?;
         if next.base.partition_key != pk {
+            // A `{#N}` PartitionKey moves with the RowKey's columns.
+            let moved = match self.def.partition_key.row_buckets() {
+                Some(_) => self.def.row_key.columns().collect::<Vec<_>>(),
+                None => self.def.partition_key.columns().collect(),
+            };
             return Err(ExecError::PartitionMove {
                 table: self.def.name.clone(),
-                columns: self
-                    .def
-                    .partition_key
-                    .columns()
-                    .collect::<Vec<_>>()
-                    .join(", "),
+                columns: moved.join(", "),
             }
             .into());
         }
