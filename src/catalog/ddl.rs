@@ -194,6 +194,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
     let mut storage_table = None;
     let (mut partition_key, mut row_key) = (None, None);
     let mut owned = false;
+    let mut dropped = Vec::new();
     let mut indexes = Vec::new();
     let mut keys_only = Vec::new();
     let mut building = Vec::new();
@@ -215,6 +216,14 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
             "partition_key" => partition_key = Some(text.parse()?),
             "row_key" => row_key = Some(text.parse()?),
             "owned" => owned = flag(&key, &text)?,
+            "dropped" => {
+                dropped = text
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|c| !c.is_empty())
+                    .map(str::to_owned)
+                    .collect()
+            }
             _ => match key.strip_prefix("index_") {
                 Some(index) if !index.is_empty() => indexes.push(IndexDef {
                     name: index.to_owned(),
@@ -235,7 +244,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                     }
                     _ => {
                         return Err(CatalogError::Definition(format!(
-                            "unknown option {key} (expected storage_table, partition_key, row_key, index_<name> or covering_<name>)"
+                            "unknown option {key} (expected storage_table, partition_key, row_key, owned, dropped, index_<name> or covering_<name>)"
                         )));
                     }
                 },
@@ -307,6 +316,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
         primary_key,
         indexes,
         owned,
+        dropped,
     };
     def.validate()?;
     Ok(def)
@@ -339,6 +349,11 @@ pub fn alter(
                         continue;
                     }
                     return Err(refuse(format!("column {column} already exists")));
+                }
+                if out.dropped.contains(&column) {
+                    return Err(refuse(format!(
+                        "column {column} was dropped, and its values are still in the stored rows: a new column of that name would show them (choose another name)"
+                    )));
                 }
                 let column_type = ColumnType::from_sql(&c.data_type).ok_or_else(|| {
                     CatalogError::UnsupportedType {
@@ -393,11 +408,25 @@ pub fn alter(
                         )));
                     }
                     out.columns.retain(|c| c.name != column);
+                    out.dropped.push(column);
                 }
             }
             AlterTableOperation::RenameTable {
                 table_name: RenameTableNameKind::To(name) | RenameTableNameKind::As(name),
-            } => out.name = object_name(name)?,
+            } => {
+                // An identity column's sequence is named after the table
+                // (`t_id_seq`), and DROP TABLE finds it by that name.
+                if let Some(c) = out.columns.iter().find(|c| {
+                    c.default.as_deref()
+                        == Some(identity_default(&identity_sequence(&def.name, &c.name)).as_str())
+                }) {
+                    return Err(refuse(format!(
+                        "RENAME TO is not supported for a table with an identity column ({}): its sequence is named after the table",
+                        c.name
+                    )));
+                }
+                out.name = object_name(name)?
+            }
             AlterTableOperation::RenameColumn {
                 old_column_name, ..
             } => {
@@ -720,6 +749,9 @@ impl TableDef {
         ];
         if self.owned {
             options.push("owned = true".into());
+        }
+        if !self.dropped.is_empty() {
+            options.push(format!("dropped = {}", quote(&self.dropped.join(","))));
         }
         for i in &self.indexes {
             options.push(format!(

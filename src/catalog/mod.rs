@@ -143,6 +143,10 @@ pub struct TableDef {
     /// PostgreSQL's does. A mapping of a table that applications wrote
     /// leaves it in the store.
     pub owned: bool,
+    /// Columns `ALTER TABLE ... DROP COLUMN` removed: their values stay in
+    /// the stored rows, so a column of that name is not added again (it
+    /// would show them, in whatever type they were written).
+    pub dropped: Vec<String>,
 }
 
 /// The system columns every mapped table exposes beside its own.

@@ -22,6 +22,15 @@ const FORMAT_VERSION: i32 = 1;
 /// partition: empty, which no table name is (`TableDef::validate`).
 const VERSION_ROW: &str = "";
 
+/// The catalog's storage table, created if it is not there yet.
+async fn created(store: &dyn TableStore) -> Result<TableName, CatalogError> {
+    let table = table()?;
+    match store.create_table(&table).await {
+        Ok(()) | Err(StorageError::TableAlreadyExists(_)) => Ok(table),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// The catalog's storage table.
 pub(super) fn table() -> Result<TableName, CatalogError> {
     Ok(TableName::new(CATALOG_TABLE).map_err(StorageError::from)?)
@@ -77,11 +86,7 @@ pub async fn save_view(
     sql: &str,
     replace: bool,
 ) -> Result<(), CatalogError> {
-    let table = table()?;
-    match store.create_table(&table).await {
-        Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
-        Err(e) => return Err(e.into()),
-    }
+    let table = created(store).await?;
     let pk = PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?;
     let existing = store.get(&table, &pk, &row_key(name)?).await?;
     let entity = Entity::new(pk, row_key(name)?)
@@ -241,11 +246,7 @@ pub async fn save(
     def: &TableDef,
     replace: bool,
 ) -> Result<(), CatalogError> {
-    let table = table()?;
-    match store.create_table(&table).await {
-        Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
-        Err(e) => return Err(e.into()),
-    }
+    let table = created(store).await?;
     let entity = Entity::new(
         PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?,
         row_key(&def.name)?,
