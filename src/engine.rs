@@ -438,7 +438,10 @@ impl Engine {
     /// statement planning meanwhile sees the old tables or the new, and the
     /// tables an embedder or a `CREATE VIEW` registered stay.
     async fn reload(&self) -> Result<(), EngineError> {
-        let defs = persist::load(self.store.as_ref()).await?;
+        let persist::Relations {
+            tables: defs,
+            views,
+        } = persist::load_all(self.store.as_ref()).await?;
         self.stats
             .replace_all(stats::load_all(self.store.as_ref()).await?);
         let raw = Arc::new(MemorySchemaProvider::new());
@@ -464,7 +467,7 @@ impl Engine {
         self.public.replace_store_tables(tables.clone())?;
         // Views are planned over the tables just registered (and over one
         // another: a view whose relation is not there yet waits a round).
-        let mut pending = persist::load_views(self.store.as_ref()).await?;
+        let mut pending = views;
         while !pending.is_empty() {
             let before = pending.len();
             let mut waiting = Vec::new();
@@ -586,6 +589,7 @@ impl Engine {
             return Err(CatalogError::TableExists(def.name.clone()).into());
         }
         let mut def = def;
+        let mut created = false;
         if def.owned {
             // Replacing a table that owns its storage keeps it (and its rows).
             let kept = persist::load(self.store.as_ref())
@@ -610,12 +614,15 @@ impl Engine {
                             Err(e) => return Err(e.into()),
                         }
                     }
+                    created = true;
                 }
             }
         }
-        match self.store.create_table(&def.storage_table).await {
-            Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
-            Err(e) => return Err(e.into()),
+        if !created {
+            match self.store.create_table(&def.storage_table).await {
+                Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
         }
         // Defaults that do not plan are refused before anything is stored
         // (a stored one would fail every later start).
@@ -1387,12 +1394,13 @@ impl Engine {
                 let Some(def) = defs.iter().find(|d| d.name == *name) else {
                     continue;
                 };
-                for c in &def.columns {
-                    let seq = ddl::identity_sequence(name, &c.name);
-                    if c.default.as_deref() == Some(ddl::identity_default(&seq).as_str()) {
-                        sequence::drop(self.store.as_ref(), &seq, true).await?;
-                        self.sequences.forget(&seq);
-                    }
+                for seq in def
+                    .columns
+                    .iter()
+                    .filter_map(|c| ddl::owned_sequence(name, c))
+                {
+                    sequence::drop(self.store.as_ref(), &seq, true).await?;
+                    self.sequences.forget(&seq);
                 }
             }
             self.refresh().await?;

@@ -78,6 +78,13 @@ pub fn identity_sequence(table: &str, column: &str) -> String {
     format!("{table}_{column}_seq")
 }
 
+/// The sequence column `c` of table `table` owns: its identity sequence,
+/// where its default draws from it (DROP TABLE drops it with the table).
+pub fn owned_sequence(table: &str, c: &ColumnDef) -> Option<String> {
+    let seq = identity_sequence(table, &c.name);
+    (c.default.as_deref() == Some(identity_default(&seq).as_str())).then_some(seq)
+}
+
 /// The `DEFAULT` an identity column stores: `nextval` of its sequence,
 /// quoted where `nextval` would otherwise fold its case.
 pub fn identity_default(sequence: &str) -> String {
@@ -416,10 +423,11 @@ pub fn alter(
             } => {
                 // An identity column's sequence is named after the table
                 // (`t_id_seq`), and DROP TABLE finds it by that name.
-                if let Some(c) = out.columns.iter().find(|c| {
-                    c.default.as_deref()
-                        == Some(identity_default(&identity_sequence(&def.name, &c.name)).as_str())
-                }) {
+                if let Some(c) = out
+                    .columns
+                    .iter()
+                    .find(|c| owned_sequence(&def.name, c).is_some())
+                {
                     return Err(refuse(format!(
                         "RENAME TO is not supported for a table with an identity column ({}): its sequence is named after the table",
                         c.name

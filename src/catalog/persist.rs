@@ -42,17 +42,7 @@ fn row_key(name: &str) -> Result<RowKey, CatalogError> {
 
 /// Every stored definition, by name; none when the catalog table is absent.
 pub async fn load(store: &dyn TableStore) -> Result<Vec<TableDef>, CatalogError> {
-    let query = Query::partition(PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?);
-    let entities = match store.query_all(&table()?, &query).await {
-        Ok(e) => e,
-        Err(StorageError::TableNotFound(_)) => return Ok(Vec::new()),
-        Err(e) => return Err(e.into()),
-    };
-    entities
-        .iter()
-        .filter(|e| e.row_key().as_str() != VERSION_ROW && e.get(VIEW_PROPERTY).is_none())
-        .map(parse)
-        .collect()
+    Ok(load_all(store).await?.tables)
 }
 
 /// The property that holds a view's `CREATE VIEW` text. Views share the
@@ -60,21 +50,37 @@ pub async fn load(store: &dyn TableStore) -> Result<Vec<TableDef>, CatalogError>
 /// a view changes in one entity group transaction with the version.
 const VIEW_PROPERTY: &str = "view";
 
-/// Every stored view: its name and its `CREATE VIEW` statement's text.
-pub async fn load_views(store: &dyn TableStore) -> Result<Vec<(String, String)>, CatalogError> {
+/// The catalog's relations, read in one query of their partition.
+#[derive(Debug, Default)]
+pub struct Relations {
+    /// The table definitions.
+    pub tables: Vec<TableDef>,
+    /// The views: each name with its `CREATE VIEW` statement's text.
+    pub views: Vec<(String, String)>,
+}
+
+/// Every stored table and view; none when the catalog table is absent.
+pub async fn load_all(store: &dyn TableStore) -> Result<Relations, CatalogError> {
     let query = Query::partition(PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?);
     let entities = match store.query_all(&table()?, &query).await {
         Ok(e) => e,
-        Err(StorageError::TableNotFound(_)) => return Ok(Vec::new()),
+        Err(StorageError::TableNotFound(_)) => return Ok(Relations::default()),
         Err(e) => return Err(e.into()),
     };
-    Ok(entities
+    let mut out = Relations::default();
+    for e in entities
         .iter()
-        .filter_map(|e| match e.get(VIEW_PROPERTY) {
-            Some(EdmValue::String(sql)) => Some((e.row_key().as_str().to_owned(), sql.clone())),
-            _ => None,
-        })
-        .collect())
+        .filter(|e| e.row_key().as_str() != VERSION_ROW)
+    {
+        match e.get(VIEW_PROPERTY) {
+            Some(EdmValue::String(sql)) => out
+                .views
+                .push((e.row_key().as_str().to_owned(), sql.clone())),
+            Some(_) => {}
+            None => out.tables.push(parse(e)?),
+        }
+    }
+    Ok(out)
 }
 
 /// Stores view `name` as `sql` (its `CREATE VIEW` text); with `replace`

@@ -28,13 +28,30 @@ fn narrow(e: &Expr) -> bool {
 
 /// Whether `e` holds a literal to retype, outside `count(...)`.
 fn holds(e: &Expr) -> bool {
-    e.exists(|e| {
-        Ok(match e {
-            Expr::AggregateFunction(a) if a.func.name() == "count" => false,
-            e => narrow(e),
+    e.exists(|e| Ok(narrow_outside_count(e))).unwrap_or(false)
+}
+
+fn narrow_outside_count(e: &Expr) -> bool {
+    match e {
+        Expr::AggregateFunction(a) if a.func.name() == "count" => false,
+        e => narrow(e),
+    }
+}
+
+/// Whether some expression of `node` (at any depth) is one `f` accepts,
+/// without cloning the node's expressions (`LogicalPlan::expressions` does,
+/// on every node of every plan).
+fn any_expression(node: &LogicalPlan, f: impl Fn(&Expr) -> bool) -> bool {
+    let mut found = false;
+    let _ = node.apply_expressions(|e| {
+        found = e.exists(|e| Ok(f(e))).unwrap_or(true);
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
         })
-    })
-    .unwrap_or(false)
+    });
+    found
 }
 
 fn retype(e: Expr) -> Result<Transformed<Expr>> {
@@ -62,24 +79,20 @@ fn retype(e: Expr) -> Result<Transformed<Expr>> {
 impl AnalyzerRule for IntegerLiterals {
     fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
         // A recursive CTE's work table has the types its terms were
-        // planned with: retyping one term would not retype it. Left as
-        // DataFusion types it.
-        let mut recursive = false;
-        // So does a correlated subquery: its outer references keep the
-        // type they were planned with.
+        // planned with: retyping one term would not retype it. So do a
+        // correlated subquery's outer references. Such plans are left as
+        // DataFusion types them.
+        let mut keep = false;
         plan.apply_with_subqueries(|n| {
-            recursive |= matches!(n, LogicalPlan::RecursiveQuery(_))
-                || n.expressions().iter().any(|e| {
-                    e.exists(|e| Ok(matches!(e, Expr::OuterReferenceColumn(..))))
-                        .unwrap_or(true)
-                });
-            Ok(if recursive {
+            keep = matches!(n, LogicalPlan::RecursiveQuery(_))
+                || any_expression(n, |e| matches!(e, Expr::OuterReferenceColumn(..)));
+            Ok(if keep {
                 TreeNodeRecursion::Stop
             } else {
                 TreeNodeRecursion::Continue
             })
         })?;
-        if recursive {
+        if keep {
             return Ok(plan);
         }
         // Once a type changed, every node after it in the walk (its
@@ -90,7 +103,7 @@ impl AnalyzerRule for IntegerLiterals {
             // A VALUES list keeps its declared schema; a LIMIT's bounds are
             // read as BIGINTs.
             let skip = matches!(node, LogicalPlan::Limit(_) | LogicalPlan::Values(_));
-            if skip || !node.expressions().iter().any(holds) {
+            if skip || !any_expression(&node, narrow_outside_count) {
                 return if changed {
                     node.recompute_schema().map(Transformed::yes)
                 } else {

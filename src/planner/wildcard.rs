@@ -39,7 +39,9 @@ pub async fn hide_system_columns(state: &SessionState, statement: &mut Statement
     }
     let mut mapped = HashMap::new();
     for name in names.relations {
-        if names.ctes.contains(&name) {
+        if let [one] = name.as_slice()
+            && names.ctes.contains(one)
+        {
             continue;
         }
         if let Some(hidden) = hidden_of(state, &name).await {
@@ -56,14 +58,13 @@ pub async fn hide_system_columns(state: &SessionState, statement: &mut Statement
 /// The columns `*` leaves out of `name`, if it is a mapped table (raw
 /// storage tables keep their keys in `*`: they are the only way to tell
 /// their rows apart).
-async fn hidden_of(state: &SessionState, name: &str) -> Option<Vec<String>> {
-    // The parts as `key` normalized them: parsing the text again would
+async fn hidden_of(state: &SessionState, name: &[String]) -> Option<Vec<String>> {
+    // The parts as `key` normalized them: parsing their text again would
     // fold a quoted name's case.
-    let parts: Vec<&str> = name.split('.').collect();
-    let reference = match parts.as_slice() {
-        [t] => TableReference::bare(*t),
-        [s, t] => TableReference::partial(*s, *t),
-        [c, s, t] => TableReference::full(*c, *s, *t),
+    let reference = match name {
+        [t] => TableReference::bare(t.as_str()),
+        [s, t] => TableReference::partial(s.as_str(), t.as_str()),
+        [c, s, t] => TableReference::full(c.as_str(), s.as_str(), t.as_str()),
         _ => return None,
     };
     let schema = state.schema_for_ref(reference.clone()).ok()?;
@@ -82,7 +83,7 @@ async fn hidden_of(state: &SessionState, name: &str) -> Option<Vec<String>> {
 /// a wildcard at all.
 #[derive(Default)]
 struct Names {
-    relations: HashSet<String>,
+    relations: HashSet<Vec<String>>,
     ctes: HashSet<String>,
     wildcard: bool,
 }
@@ -119,7 +120,7 @@ impl Visitor for Names {
 }
 
 /// A relation's name as the lookup reads it: each part normalized.
-fn key(name: &ObjectName) -> String {
+fn key(name: &ObjectName) -> Vec<String> {
     name.0
         .iter()
         .map(|p| {
@@ -127,8 +128,7 @@ fn key(name: &ObjectName) -> String {
                 .map(normalize_ident)
                 .unwrap_or_else(|| p.to_string())
         })
-        .collect::<Vec<_>>()
-        .join(".")
+        .collect()
 }
 
 /// One relation of a FROM: the name `*` qualifies its columns by, and
@@ -139,7 +139,7 @@ struct Relation {
 }
 
 struct Rewrite<'a> {
-    mapped: &'a HashMap<String, Vec<String>>,
+    mapped: &'a HashMap<Vec<String>, Vec<String>>,
 }
 
 impl Rewrite<'_> {
@@ -294,8 +294,8 @@ mod tests {
     fn rewritten(sql: &str) -> String {
         let mut statement = SqlParser::new().parse(sql).expect("parses").remove(0);
         let system: Vec<String> = SYSTEM_COLUMNS.map(str::to_owned).into();
-        let mapped: HashMap<String, Vec<String>> = ["members", "orders"]
-            .map(|t| (t.to_owned(), system.clone()))
+        let mapped: HashMap<Vec<String>, Vec<String>> = ["members", "orders"]
+            .map(|t| (vec![t.to_owned()], system.clone()))
             .into();
         let _ = VisitMut::visit(&mut statement, &mut Rewrite { mapped: &mapped });
         statement.to_string()
