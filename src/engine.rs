@@ -75,7 +75,7 @@ pub use describe::{
     ColumnInfo, IndexInfo, IndexTemplate, MappingInfo, StoredAs, TableDescription, TableInfo,
 };
 pub use follow::DEFAULT_CATALOG_CHECK;
-pub use kind::{StatementKind, reads_system_catalog};
+pub use kind::{StatementKind, reads_system_catalog, returns_rows};
 pub use paging::ResultPage;
 pub use prepared::PreparedStatement;
 pub(crate) use run::Transaction;

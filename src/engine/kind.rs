@@ -12,6 +12,12 @@ pub fn reads_system_catalog(statement: &Statement) -> bool {
     crate::planner::sql::reads_system_catalog(statement)
 }
 
+/// Whether a statement is a write with RETURNING: it answers with rows, as
+/// a query does, under its write's command tag (`INSERT 0 1`).
+pub fn returns_rows(statement: &Statement) -> bool {
+    crate::planner::returning::returns_rows(statement)
+}
+
 /// The kind of a parsed statement (see the module doc).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -129,5 +135,22 @@ mod tests {
         assert!(kind("UPDATE t SET a = 1").writes_rows());
         assert!(!kind("DROP TABLE t").writes_rows());
         assert_eq!(kind("TRUNCATE t").tag(), Some("TRUNCATE TABLE"));
+    }
+
+    #[test]
+    fn a_write_with_returning_answers_with_rows_under_its_tag() {
+        let parse = |sql: &str| SqlParser::new().parse(sql).expect("parses").remove(0);
+        for sql in [
+            "INSERT INTO t (a) VALUES (1) RETURNING a",
+            "INSERT INTO t VALUES (1) ON CONFLICT DO NOTHING RETURNING *",
+            "UPDATE t SET a = 2 RETURNING a + 1",
+            "DELETE FROM t WHERE a = 1 RETURNING *",
+        ] {
+            let s = parse(sql);
+            assert!(returns_rows(&s), "{sql}");
+            assert!(StatementKind::of(&s).writes_rows(), "{sql}");
+        }
+        assert!(!returns_rows(&parse("INSERT INTO t VALUES (1)")));
+        assert!(!returns_rows(&parse("SELECT 1")));
     }
 }

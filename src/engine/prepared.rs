@@ -262,6 +262,11 @@ impl PreparedStatement {
         self.kind
     }
 
+    /// Whether it is a write with RETURNING (its rows are its answer).
+    pub fn returns_rows(&self) -> bool {
+        super::returns_rows(&self.statement)
+    }
+
     /// The statement as parsed and printed again.
     pub fn text(&self) -> &str {
         &self.text

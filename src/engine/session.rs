@@ -313,12 +313,13 @@ impl Session {
             None => {}
         }
         let kind = StatementKind::of(&statement);
-        if kind.writes_rows() {
+        let returning = super::returns_rows(&statement);
+        if kind.writes_rows() && !returning {
             let write = self.write(statement).await?;
             let rows = write.run().await?;
             return Ok(Outcome::Written { kind, rows });
         }
-        if matches!(statement, Statement::Query(_) | Statement::Explain { .. }) {
+        if returning || matches!(statement, Statement::Query(_) | Statement::Explain { .. }) {
             return Ok(Outcome::Rows(self.query(statement).await?));
         }
         // The rest is DataFusion's: SET, and its DDL of an embedder's tables.

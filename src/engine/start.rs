@@ -156,15 +156,17 @@ impl Session {
         paged: bool,
     ) -> Result<SendableRecordBatchStream, EngineError> {
         self.refuse_in_failed_block()?;
-        if StatementKind::of(&statement).writes_rows() {
+        let returning = super::returns_rows(&statement);
+        if StatementKind::of(&statement).writes_rows() && !returning {
             return Err(EngineError::NotSupported(format!(
                 "not a query: {statement} (a write runs through Session::write)"
             )));
         }
         self.engine().follow_catalog().await;
         let label = run::statement_label(&statement);
-        // What a page token names (only paging needs it).
-        let text = (paged && self.pages()).then(|| statement.to_string());
+        // What a page token names (only paging needs it); a write's rows
+        // are never a page: a token could not run it again.
+        let text = (paged && !returning && self.pages()).then(|| statement.to_string());
         let snapshot = self.snapshot();
         let plan = self
             .engine()
@@ -232,7 +234,7 @@ impl Session {
         self.refuse_in_failed_block()?;
         self.engine().follow_catalog().await;
         let planned = prepared.planned().await?;
-        let paged = paged && self.pages();
+        let paged = paged && !prepared.returns_rows() && self.pages();
         if let Some(point) = &planned.point
             && !paged
             && let Some(batch) = point

@@ -18,6 +18,7 @@ pub mod point;
 pub mod policy;
 pub mod provider;
 pub mod pushdown;
+pub mod returning;
 pub mod rewrite;
 pub mod sequence_functions;
 pub mod settings;

@@ -20,10 +20,11 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
 use super::StoreTable;
+use super::returning::ReturningNode;
 use super::subquery::{ApplyNode, needs_apply, plan_subqueries};
 use super::upsert::{self, UpsertNode};
 use crate::exec::ops::apply::{Correlated, SubqueryApplyExec};
-use crate::exec::write::dml::OnExisting;
+use crate::exec::write::dml::{DmlExec, OnExisting};
 
 /// DataFusion's planner, with correlated subqueries evaluated per outer row.
 #[derive(Debug, Default)]
@@ -39,6 +40,7 @@ impl QueryPlanner for TablesqlQueryPlanner {
         let planner = DefaultPhysicalPlanner::with_extension_planners(vec![
             Arc::new(ApplyPlanner),
             Arc::new(UpsertPlanner),
+            Arc::new(ReturningPlanner),
         ]);
         if needs_apply(plan) {
             let plan = plan_subqueries(plan.clone())?;
@@ -162,5 +164,35 @@ impl ExtensionPlanner for UpsertPlanner {
             input.clone(),
             on_existing,
         )?))
+    }
+}
+
+/// Plans [`ReturningNode`]s: the write below, made to yield its rows.
+#[derive(Debug)]
+struct ReturningPlanner;
+
+#[async_trait]
+impl ExtensionPlanner for ReturningPlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        _session: &dyn Session,
+        _planning_ctx: &PhysicalPlanningContext,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        if node.as_any().downcast_ref::<ReturningNode>().is_none() {
+            return Ok(None);
+        }
+        let write = physical_inputs
+            .first()
+            .and_then(|p| p.downcast_ref::<DmlExec>())
+            .ok_or_else(|| {
+                DataFusionError::NotImplemented(
+                    "RETURNING is supported on writes of mapped tables".into(),
+                )
+            })?;
+        Ok(Some(Arc::new(write.returning()?)))
     }
 }

@@ -288,14 +288,14 @@ pub async fn statement_to_plan(
     state: &SessionState,
     mut statement: Statement,
 ) -> Result<LogicalPlan> {
-    // EXPLAIN [ANALYZE] of an upsert: the upsert, explained.
+    // EXPLAIN [ANALYZE] of an upsert or a RETURNING: as planned here.
     if let Statement::Explain {
         statement: inner,
         analyze,
         verbose,
         ..
     } = &statement
-        && is_upsert(inner)
+        && (is_upsert(inner) || super::returning::returns_rows(inner))
     {
         let (analyze, verbose) = (*analyze, *verbose);
         let Statement::Explain {
@@ -311,6 +311,7 @@ pub async fn statement_to_plan(
     }
     super::wildcard::hide_system_columns(state, &mut statement).await?;
     super::insert_defaults::fill(state, &mut statement).await?;
+    let returning = super::returning::take(&mut statement);
     let on_conflict = match &mut statement {
         Statement::Insert(Insert { on, .. }) if matches!(on, Some(OnInsert::OnConflict(_))) => {
             match on.take() {
@@ -323,8 +324,12 @@ pub async fn statement_to_plan(
     let plan = state
         .statement_to_plan(DfStatement::Statement(Box::new(statement)))
         .await?;
-    match on_conflict {
-        Some(on_conflict) => upsert_plan(state, plan, on_conflict),
+    let plan = match on_conflict {
+        Some(on_conflict) => upsert_plan(state, plan, on_conflict)?,
+        None => plan,
+    };
+    match returning {
+        Some(returning) => super::returning::plan(state, plan, returning),
         None => Ok(plan),
     }
 }

@@ -34,6 +34,7 @@ use super::sqlstate::{
 use super::vectors;
 use crate::engine::{
     EngineError, PreparedStatement, Session, StatementKind, Write, reads_system_catalog,
+    returns_rows,
 };
 
 /// A statement as Parse left it.
@@ -150,11 +151,16 @@ impl Runner {
         mut guard: Guard,
     ) -> PgWireResult<QueryResponse> {
         let catalog = reads_system_catalog(&statement);
+        let tag = returning_tag(&statement);
         let stream = guard.run(engine(self.session.query(statement))).await?;
         let schema = stream.schema();
         let fields = Arc::new(result_fields(&schema, &Format::UnifiedText, catalog)?);
         let vectors = vectors::vector_columns(&schema);
-        respond(fields, stream, vectors, guard).await
+        let mut response = respond(fields, stream, vectors, guard).await?;
+        if let Some(tag) = tag {
+            response.set_command_tag(tag);
+        }
+        Ok(response)
     }
 
     /// Plans a write from its text and runs it (the simple protocol).
@@ -277,7 +283,13 @@ impl Runner {
         let schema = statement.schema();
         let fields = Arc::new(result_fields(&schema, format, prepared.catalog)?);
         let vectors = vectors::vector_columns(&schema);
-        respond(fields, started, vectors, guard).await
+        let mut response = respond(fields, started, vectors, guard).await?;
+        if statement.returns_rows()
+            && let Some(tag) = tag_of_rows(statement.kind())
+        {
+            response.set_command_tag(tag);
+        }
+        Ok(response)
     }
 }
 
@@ -364,21 +376,42 @@ pub fn write_tag(kind: StatementKind, rows: usize) -> PgWireResult<Tag> {
     })
 }
 
-/// Whether a statement writes when it runs: a write, or EXPLAIN ANALYZE of one.
+/// Whether a statement writes when it runs: a write (RETURNING or not), or
+/// EXPLAIN ANALYZE of one.
 pub fn writes(statement: &Statement) -> bool {
     match statement {
         Statement::Explain {
             analyze: true,
             statement,
             ..
-        } => write_kind(statement).is_some(),
-        other => write_kind(other).is_some(),
+        } => StatementKind::of(statement).writes_rows(),
+        other => StatementKind::of(other).writes_rows(),
     }
 }
 
-/// The kind of a statement that writes rows, `None` for the rest.
+/// The kind of a statement that writes rows and answers with their count,
+/// `None` for the rest (a write with RETURNING answers as a query).
 pub fn write_kind(statement: &Statement) -> Option<StatementKind> {
-    Some(StatementKind::of(statement)).filter(|k| k.writes_rows())
+    Some(StatementKind::of(statement)).filter(|k| k.writes_rows() && !returns_rows(statement))
+}
+
+/// The command tag of a write with RETURNING, whose rows are counted after
+/// it as a SELECT's are (`INSERT 0 3`); `None` for any other statement.
+fn returning_tag(statement: &Statement) -> Option<&'static str> {
+    returns_rows(statement)
+        .then(|| tag_of_rows(StatementKind::of(statement)))
+        .flatten()
+}
+
+/// The tag a write's rows are counted under: pgwire appends the count.
+fn tag_of_rows(kind: StatementKind) -> Option<&'static str> {
+    match kind {
+        // PostgreSQL's INSERT tag carries an OID, always 0 now.
+        StatementKind::Insert => Some("INSERT 0"),
+        StatementKind::Update => Some("UPDATE"),
+        StatementKind::Delete => Some("DELETE"),
+        _ => None,
+    }
 }
 
 /// The row description of a result (its vector columns as text; in a
@@ -409,9 +442,10 @@ pub fn result_fields(
         .collect())
 }
 
-/// Statements planned as queries; the rest are commands.
+/// Statements planned as queries (a write with RETURNING among them); the
+/// rest are commands.
 pub fn is_query(statement: &Statement) -> bool {
-    matches!(statement, Statement::Query(_) | Statement::Explain { .. })
+    matches!(statement, Statement::Query(_) | Statement::Explain { .. }) || returns_rows(statement)
 }
 
 #[async_trait]

@@ -170,6 +170,19 @@ impl ETag {
     pub fn from_wire(s: impl Into<String>) -> Self {
         ETag(Repr::Wire(s.into()))
     }
+
+    /// The time of the write it versions, where it says (the service's
+    /// ETags are `W/"datetime'<the entity's Timestamp>'"`): what a write
+    /// that returns its row shows as the row's Timestamp.
+    pub fn timestamp(&self) -> Option<DateTime<Utc>> {
+        match &self.0 {
+            Repr::Stamp(ticks) => Some(from_ticks(*ticks)),
+            Repr::Wire(s) => {
+                let inner = s.strip_prefix("W/\"datetime'")?.strip_suffix("'\"")?;
+                crate::storage::odata::parse_datetime(&inner.replace("%3A", ":")).ok()
+            }
+        }
+    }
 }
 
 impl PartialEq for ETag {
@@ -236,6 +249,18 @@ impl StoredEntity {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_etag_tells_the_time_of_its_write_in_either_form() {
+        let at = DateTime::parse_from_rfc3339("2026-11-26T21:23:39.1234567Z")
+            .map(|t| t.with_timezone(&Utc))
+            .expect("a time");
+        let stamped = ETag::for_timestamp(&at);
+        assert_eq!(stamped.timestamp(), Some(at));
+        let wire = ETag::from_wire(stamped.to_string());
+        assert_eq!(wire.timestamp(), Some(at));
+        assert_eq!(ETag::from_wire("\"0x8DC\"").timestamp(), None);
+    }
 
     #[test]
     fn property_names() {

@@ -155,6 +155,7 @@ slt_files!(
     points,
     postgres_semantics,
     ranges,
+    returning,
     scan_policy,
     scans,
     sequences,

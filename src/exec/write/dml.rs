@@ -20,6 +20,12 @@
 //! from itself, an UPDATE that moves rows to new keys) reads its input to the
 //! end before the first write, so it never meets its own rows.
 //!
+//! With RETURNING (`returning`), it yields the rows it wrote instead of
+//! their count, in the table's columns: each as the store now has it
+//! (decoded from the entity written, its ETag the write's and its
+//! Timestamp the one that ETag names), and for a DELETE as it was read.
+//! They come when the statement has written them all.
+//!
 //! UPDATE and DELETE are conditional writes. Each row is written `If-Match` the
 //! ETag the scan read (or the one the statement names with `_etag = '...'`), so
 //! a row changed by someone else in between fails the statement with a
@@ -54,7 +60,7 @@ pub use upsert::OnExisting;
 use super::encode::{Columns, compose, entities, mapped, primary_prefix};
 use crate::catalog::TableDef;
 use crate::exec::ExecError;
-use crate::exec::read::decode::{Layout, Source};
+use crate::exec::read::decode::{Layout, Source, decode};
 use crate::exec::read::metrics::ExactCount;
 use crate::exec::read::scan::PartitionScanExec;
 use crate::storage::key::cmp_utf16;
@@ -125,6 +131,8 @@ pub struct DmlExec {
     /// Retries the store made for the writes and their reads (the input's
     /// scans count their own).
     retries: ExactCount,
+    /// Whether it yields the rows it wrote (RETURNING), not their count.
+    returning: bool,
 }
 
 /// The first and last PartitionKey a statement wrote, and its entities.
@@ -197,7 +205,28 @@ impl DmlExec {
             rows_written: ExactCount::register(&metrics, ROWS_WRITTEN),
             retries: ExactCount::register(&metrics, "retries"),
             metrics,
+            returning: false,
         })
+    }
+
+    /// The same write yielding the rows it writes, in the table's columns
+    /// (`layout.schema`), instead of their count: a RETURNING's input.
+    pub fn returning(&self) -> Result<Self> {
+        let mut plan = Self::new(
+            self.op.clone(),
+            self.input.clone(),
+            self.store.clone(),
+            self.layout.clone(),
+            self.if_match.clone(),
+        )?;
+        plan.returning = true;
+        plan.properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(self.layout.schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        ));
+        Ok(plan)
     }
 
     /// The PartitionKeys its last run wrote.
@@ -322,13 +351,18 @@ impl ExecutionPlan for DmlExec {
                 return Err(DataFusionError::Internal("DmlExec has one child".into()));
             }
         };
-        Ok(Arc::new(DmlExec::new(
+        let plan = DmlExec::new(
             self.op.clone(),
             input,
             self.store.clone(),
             self.layout.clone(),
             self.if_match.clone(),
-        )?))
+        )?;
+        Ok(Arc::new(if self.returning {
+            plan.returning()?
+        } else {
+            plan
+        }))
     }
 
     fn execute(
@@ -356,13 +390,16 @@ impl ExecutionPlan for DmlExec {
             span: self.span.clone(),
             keys: HashSet::new(),
             claims: BTreeMap::new(),
+            returned: self.returning.then(Vec::new),
+            seq: 0,
         };
         if let Ok(mut span) = self.span.lock() {
             *span = WrittenSpan::default();
         }
-        let schema = count_schema();
+        let schema = self.schema();
         let out = schema.clone();
         let retries = self.retries.clone();
+        let layout = self.layout.clone();
         let run = async move {
             let store = writer.store.clone();
             let (result, n) =
@@ -379,6 +416,13 @@ impl ExecutionPlan for DmlExec {
                 }
                 Err(e) => return Err(e),
             };
+            if let Some(mut returned) = writer.returned.take() {
+                returned.sort_by_key(|(seq, _)| *seq);
+                let rows: Vec<StoredEntity> = returned.into_iter().map(|(_, e)| e).collect();
+                let all: Vec<usize> = (0..layout.columns.len()).collect();
+                let (batch, _) = decode(&layout, &all, &out, &rows)?;
+                return Ok(batch);
+            }
             let count: ArrayRef = Arc::new(UInt64Array::from(vec![rows]));
             Ok(RecordBatch::try_new(out, vec![count])?)
         };
@@ -393,6 +437,20 @@ impl ExecutionPlan for DmlExec {
 struct Group {
     ops: Vec<WriteOp>,
     bytes: usize,
+    /// A DELETE's row as it was read, for RETURNING.
+    removed: Option<StoredEntity>,
+    /// Its row's place in the statement's input: RETURNING answers in
+    /// that order, as PostgreSQL does (an ORM matches new keys to its
+    /// objects by it), though transactions go partition by partition.
+    seq: usize,
+}
+
+/// The row a group returns (RETURNING): its base entity as written, whose
+/// ETag the transaction gives, or a removed row as it was; with its place
+/// in the input.
+enum Returned {
+    Written(usize, crate::storage::Entity),
+    Removed(usize, StoredEntity),
 }
 
 struct Writer {
@@ -413,6 +471,11 @@ struct Writer {
     /// The new keys of pending INSERT rows, checked against the store per
     /// partition before they are sent: (prefix, the key's values as shown).
     claims: BTreeMap<PartitionKey, Vec<(String, String)>>,
+    /// The rows written so far with their place in the input, when the
+    /// statement returns them.
+    returned: Option<Vec<(usize, StoredEntity)>>,
+    /// Input rows taken so far.
+    seq: usize,
 }
 
 impl Writer {
@@ -462,6 +525,9 @@ impl Writer {
                     }
                 }
             };
+            let mut group = group;
+            group.seq = self.seq;
+            self.seq += 1;
             self.pending.entry(partition).or_default().push(group);
             self.pending_rows += 1;
             if self.pending_rows >= FLUSH_ROWS {
@@ -508,6 +574,10 @@ impl Writer {
     fn delete(&self, old: &Columns, row: usize) -> Result<(PartitionKey, Group)> {
         let (pk, rk, if_match) = self.keys(old, row)?;
         let values = old.values(&self.layout, row)?;
+        let removed = match (&self.returned, &if_match) {
+            (Some(_), IfMatch::ETag(etag)) => Some(self.as_read(old, row, &values, etag)?),
+            _ => None,
+        };
         let mut ops = vec![WriteOp::Delete {
             partition_key: pk.clone(),
             row_key: rk,
@@ -520,7 +590,37 @@ impl Writer {
                 if_match: IfMatch::Any,
             });
         }
-        Ok((pk, Group::of(ops)))
+        let mut group = Group::of(ops);
+        group.removed = removed;
+        Ok((pk, group))
+    }
+
+    /// A scanned row as the entity it was read from (its mapped properties,
+    /// its keys, Timestamp and ETag): what a DELETE returns.
+    fn as_read(
+        &self,
+        old: &Columns,
+        row: usize,
+        values: &[Option<EdmValue>],
+        etag: &ETag,
+    ) -> Result<StoredEntity> {
+        let (pk, rk, _) = self.keys(old, row)?;
+        let mut entity = entities(&self.def, values)?.base;
+        entity.partition_key = pk;
+        entity.row_key = rk;
+        let timestamp = self
+            .layout
+            .columns
+            .iter()
+            .position(|(s, _)| *s == Source::Timestamp)
+            .and_then(|i| old.timestamp(i, row))
+            .or_else(|| etag.timestamp())
+            .unwrap_or_else(chrono::Utc::now);
+        Ok(StoredEntity {
+            entity,
+            timestamp,
+            etag: etag.clone(),
+        })
     }
 
     async fn update(
@@ -817,22 +917,28 @@ impl Writer {
         self.check_claims().await?;
         let pending = std::mem::take(&mut self.pending);
         self.pending_rows = 0;
+        let returning = self.returned.is_some();
         for (_, groups) in pending {
             let mut ops: Vec<WriteOp> = Vec::new();
-            let (mut rows, mut bytes) = (0u64, 0usize);
+            let mut rows: Vec<Returned> = Vec::new();
+            let (mut count, mut bytes) = (0u64, 0usize);
             for g in groups {
                 let full =
                     ops.len() + g.ops.len() > MAX_BATCH_OPERATIONS || bytes + g.bytes > BATCH_BYTES;
                 if full && !ops.is_empty() {
-                    self.send(std::mem::take(&mut ops), rows).await?;
-                    (rows, bytes) = (0, 0);
+                    self.send(std::mem::take(&mut ops), count, std::mem::take(&mut rows))
+                        .await?;
+                    (count, bytes) = (0, 0);
+                }
+                if returning && let Some(r) = g.returned() {
+                    rows.push(r);
                 }
                 ops.extend(g.ops);
-                rows += 1;
+                count += 1;
                 bytes += g.bytes;
             }
             if !ops.is_empty() {
-                self.send(ops, rows).await?;
+                self.send(ops, count, rows).await?;
             }
         }
         Ok(())
@@ -844,14 +950,19 @@ impl Writer {
     /// that delete, so a missing index row never blocks its base row. Only
     /// index rows are deleted with `IfMatch::Any`; base rows carry the ETag
     /// their statement read.
-    async fn send(&mut self, mut ops: Vec<WriteOp>, rows: u64) -> Result<()> {
-        loop {
+    async fn send(
+        &mut self,
+        mut ops: Vec<WriteOp>,
+        rows: u64,
+        returned: Vec<Returned>,
+    ) -> Result<()> {
+        let outcomes = loop {
             match self
                 .store
                 .execute_batch(&self.layout.table, ops.clone())
                 .await
             {
-                Ok(_) => break,
+                Ok(outcomes) => break outcomes,
                 Err(StorageError::Batch { index, source })
                     if matches!(*source, StorageError::EntityNotFound { .. })
                         && matches!(
@@ -864,10 +975,39 @@ impl Writer {
                 {
                     ops.remove(index);
                     if ops.is_empty() {
-                        break;
+                        break Vec::new();
                     }
                 }
                 Err(e) => return Err(DataFusionError::from(ExecError::from(e))),
+            }
+        };
+        if let Some(out) = &mut self.returned {
+            // One operation per entity in a transaction: a RowKey names its
+            // outcome.
+            let etags: std::collections::HashMap<&RowKey, &ETag> = ops
+                .iter()
+                .zip(&outcomes)
+                .filter_map(|(op, o)| Some((op.keys().1, o.etag.as_ref()?)))
+                .collect();
+            for r in returned {
+                out.push(match r {
+                    Returned::Removed(seq, stored) => (seq, stored),
+                    Returned::Written(seq, entity) => {
+                        let etag = etags
+                            .get(&entity.row_key)
+                            .map(|e| (*e).clone())
+                            .ok_or_else(|| {
+                                DataFusionError::Internal("a written row without its ETag".into())
+                            })?;
+                        let timestamp = etag.timestamp().unwrap_or_else(chrono::Utc::now);
+                        let stored = StoredEntity {
+                            entity,
+                            timestamp,
+                            etag,
+                        };
+                        (seq, stored)
+                    }
+                });
             }
         }
         self.written += rows;
@@ -882,6 +1022,28 @@ impl Writer {
 impl Group {
     fn of(ops: Vec<WriteOp>) -> Self {
         let bytes = ops.iter().map(WriteOp::stored_size).sum();
-        Self { ops, bytes }
+        Self {
+            ops,
+            bytes,
+            removed: None,
+            seq: 0,
+        }
+    }
+
+    /// The row it returns: the removed one, or the first entity it puts
+    /// (the base row comes before its index rows; a moved row's delete
+    /// before its insert).
+    fn returned(&self) -> Option<Returned> {
+        if let Some(removed) = &self.removed {
+            return Some(Returned::Removed(self.seq, removed.clone()));
+        }
+        self.ops.iter().find_map(|op| match op {
+            WriteOp::Insert(e)
+            | WriteOp::Update(e, _)
+            | WriteOp::InsertOrMerge(e)
+            | WriteOp::InsertOrReplace(e)
+            | WriteOp::Merge(e, _) => Some(Returned::Written(self.seq, e.clone())),
+            WriteOp::Delete { .. } => None,
+        })
     }
 }

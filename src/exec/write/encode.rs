@@ -75,6 +75,15 @@ impl Columns {
         self.arrays.iter().map(|a| a.slice(row, 1)).collect()
     }
 
+    /// The time in column `i` at `row` (the Timestamp).
+    pub fn timestamp(&self, i: usize, row: usize) -> Option<chrono::DateTime<chrono::Utc>> {
+        let a = self
+            .arrays
+            .get(i)?
+            .as_primitive_opt::<datafusion::arrow::datatypes::TimestampMicrosecondType>()?;
+        (!a.is_null(row)).then(|| chrono::DateTime::from_timestamp_micros(a.value(row)))?
+    }
+
     pub fn text(&self, i: usize, row: usize) -> Option<&str> {
         let a = self.arrays.get(i)?.as_string_opt::<i32>()?;
         (!a.is_null(row)).then(|| a.value(row))

@@ -496,3 +496,71 @@ async fn correlated_subqueries_answer_over_the_wire() -> TestResult {
     assert_eq!(text(&out), "10|2\n20|2\n30|1\n|0\n", "{}", text(&out));
     Ok(())
 }
+
+/// RETURNING as drivers use it: rows and the write's tag by the simple
+/// protocol, a prepared INSERT's new key by the extended one (described
+/// before it runs), and the ETag a write returns taken by the next
+/// conditional write.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn returning_answers_rows_under_the_writes_tag() -> TestResult {
+    use tokio_postgres::SimpleQueryMessage;
+    let server = serve(0, &[])?;
+    let client = server.connect().await?;
+    client
+        .batch_execute("CREATE TABLE notes (id SERIAL PRIMARY KEY, body TEXT)")
+        .await?;
+    let answered = client
+        .simple_query("INSERT INTO notes (body) VALUES ('a'), ('b') RETURNING id")
+        .await?;
+    let mut ids = Vec::new();
+    let mut tag = None;
+    for m in answered {
+        match m {
+            SimpleQueryMessage::Row(r) => ids.push(r.get(0).map(str::to_owned)),
+            SimpleQueryMessage::CommandComplete(n) => tag = Some(n),
+            _ => {}
+        }
+    }
+    assert_eq!(ids, [Some("1".to_owned()), Some("2".to_owned())]);
+    assert_eq!(tag, Some(2));
+
+    let insert = client
+        .prepare("INSERT INTO notes (body) VALUES ($1) RETURNING id, body, _etag")
+        .await?;
+    assert_eq!(
+        insert
+            .columns()
+            .iter()
+            .map(|c| c.name())
+            .collect::<Vec<_>>(),
+        ["id", "body", "_etag"]
+    );
+    let row = client.query_one(&insert, &[&"c"]).await?;
+    assert_eq!(row.get::<_, i32>(0), 3);
+    let etag: String = row.get(2);
+    // The ETag returned is the stored row's: a write conditional on it lands.
+    let updated = client
+        .execute(
+            "UPDATE notes SET body = 'c2' WHERE id = 3 AND _etag = $1",
+            &[&etag],
+        )
+        .await?;
+    assert_eq!(updated, 1);
+    let stale = client
+        .execute(
+            "UPDATE notes SET body = 'c3' WHERE id = 3 AND _etag = $1",
+            &[&etag],
+        )
+        .await;
+    assert!(stale.is_err(), "a stale ETag must not write");
+
+    let deleted = client
+        .query("DELETE FROM notes WHERE id <= $1 RETURNING body", &[&2i32])
+        .await?;
+    let mut bodies: Vec<String> = deleted.iter().map(|r| r.get(0)).collect();
+    bodies.sort();
+    assert_eq!(bodies, ["a", "b"]);
+    let left = client.query_one("SELECT count(*) FROM notes", &[]).await?;
+    assert_eq!(left.get::<_, i64>(0), 1);
+    Ok(())
+}
