@@ -406,6 +406,14 @@ impl Engine {
             workload,
         };
         engine.refresh().await?;
+        // A transaction block a stopped process was committing across
+        // partitions is finished (`exec::write::commit`). Best effort: a
+        // store that cannot be written still opens for reading.
+        let _ = crate::exec::write::commit::recover(
+            engine.store.as_ref(),
+            crate::exec::write::commit::RECOVER_AFTER,
+        )
+        .await;
         Ok(engine)
     }
 
@@ -899,8 +907,8 @@ impl Engine {
     /// `TRUNCATE t [, u ...]`: every row of each table deleted, as a
     /// `DELETE FROM t` deletes them (partition by partition in entity group
     /// transactions, index rows with their base rows). Outside a
-    /// transaction block only: it writes every partition, and a block is
-    /// one partition's transaction. `RESTART IDENTITY`, `CASCADE` and
+    /// transaction block only: a block holds its writes until COMMIT, and a
+    /// TRUNCATE's are the whole table. `RESTART IDENTITY`, `CASCADE` and
     /// `PARTITION` have nothing here to act on and are refused.
     async fn truncate(
         &self,
@@ -909,7 +917,7 @@ impl Engine {
         if session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
             return Err(EngineError::InTransactionBlock {
                 tag: "TRUNCATE TABLE",
-                why: ": it writes every partition, and a block is one partition's transaction",
+                why: ": a block holds its writes until COMMIT, and a TRUNCATE's are the whole table's rows",
             });
         }
         if truncate.identity.is_some()

@@ -49,7 +49,7 @@ pub enum CopyError {
     DuplicateColumn(String),
     /// A COPY FROM in a transaction block.
     #[error(
-        "COPY FROM cannot run inside a transaction block: a transaction is one entity group transaction (100 entities in one partition), and COPY writes as it reads (use autocommit)"
+        "COPY FROM cannot run inside a transaction block: a block holds its writes until COMMIT, and COPY writes as it reads, in transactions of its own (use autocommit)"
     )]
     InTransactionBlock,
     /// Finding the table or planning the query failed.

@@ -233,13 +233,10 @@ pub fn storage_code(e: &StorageError) -> &'static str {
         }
         StorageError::Batch { source, .. } => storage_code(source),
         StorageError::Transaction(scope) => match scope {
-            TransactionScope::SecondTable { .. } | TransactionScope::SecondPartition { .. } => {
-                FEATURE_NOT_SUPPORTED
-            }
-            TransactionScope::Operations { .. } | TransactionScope::Bytes { .. } => {
-                PROGRAM_LIMIT_EXCEEDED
-            }
             TransactionScope::Aborted => IN_FAILED_TRANSACTION,
+            TransactionScope::Undone { .. } => SERIALIZATION_FAILURE,
+            // statement_completion_unknown: some of it may be written.
+            TransactionScope::PartlyCommitted { .. } => "40003",
         },
         // The store's failures are the server's, not the client's login or
         // connection (class 28 or 08 would make pools drop the connection).

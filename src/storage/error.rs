@@ -124,43 +124,37 @@ pub enum InvalidInput {
     },
 }
 
-/// What an open transaction cannot take: it commits as one entity group
-/// transaction, so its writes stay in one table and one partition, within
-/// 100 entities and 4 MiB.
+/// Why a transaction block's COMMIT wrote nothing, or not all of it
+/// (`exec::write::commit`).
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum TransactionScope {
-    /// A write to a second table.
-    #[error("it writes table {second} after table {first}")]
-    SecondTable {
-        /// The table the block wrote first.
-        first: String,
-        /// The other table.
-        second: String,
-    },
-    /// A write to a second partition.
-    #[error("it writes partition {second:?} after partition {first:?}")]
-    SecondPartition {
-        /// The PartitionKey the block wrote first.
-        first: String,
-        /// The other PartitionKey.
-        second: String,
-    },
-    /// More entities than one entity group transaction holds.
-    #[error("it would write {count} entities, more than the 100 of one entity group transaction")]
-    Operations {
-        /// The entities the block would write.
-        count: usize,
-    },
-    /// More bytes than one entity group transaction holds.
-    #[error("it would write {bytes} bytes, more than the 4 MiB of one entity group transaction")]
-    Bytes {
-        /// The bytes the block would write.
-        bytes: usize,
-    },
     /// A write of the block failed, so COMMIT rolled it back.
-    #[error("a write of it failed, so it was rolled back and nothing of it was written")]
+    #[error(
+        "a write of the transaction block failed, so it was rolled back and nothing of it was written"
+    )]
     Aborted,
+    /// COMMIT over several partitions met a row another client changed
+    /// since the block read it; what it had written was put back.
+    #[error(
+        "COMMIT met a change by another client ({reason}); the partitions it had written were put back, and nothing of the block was written"
+    )]
+    Undone {
+        /// The write that failed.
+        reason: String,
+    },
+    /// As `Undone`, but putting back failed too (yet another write came).
+    #[error(
+        "COMMIT met a change by another client ({reason}), and putting back what it had written failed ({undo}): these partitions may hold the block's writes: {partitions}"
+    )]
+    PartlyCommitted {
+        /// The write that failed.
+        reason: String,
+        /// Why putting back failed.
+        undo: String,
+        /// The partitions written, as `table/"PartitionKey"`.
+        partitions: String,
+    },
 }
 
 /// Any failure of a `TableStore` operation.
@@ -170,11 +164,8 @@ pub enum StorageError {
     /// The input breaks a rule of the model (a limit, a name, a key).
     #[error(transparent)]
     Invalid(#[from] InvalidInput),
-    /// A write inside a transaction block that the block's one entity
-    /// group transaction cannot take; nothing of the block is written.
-    #[error(
-        "a transaction block commits as one entity group transaction (one table, one partition, at most 100 entities and 4 MiB), and {0}"
-    )]
+    /// A transaction block's COMMIT that did not write it whole.
+    #[error(transparent)]
     Transaction(TransactionScope),
     /// The table does not exist.
     #[error("table {0:?} does not exist")]

@@ -98,6 +98,30 @@ pub fn entity_from_json(
         _ => return Err(DecodeError("the entity has no ETag".into())),
     };
     let mut entity = Entity::new(partition_key, row_key);
+    read_properties(obj, &mut entity)?;
+    Ok(StoredEntity {
+        entity,
+        timestamp,
+        etag,
+    })
+}
+
+/// An entity from the body of a write ([`entity_body`]'s form).
+pub fn entity_from_body(obj: &Map<String, Value>) -> Result<Entity, DecodeError> {
+    let text = |name: &str| match obj.get(name) {
+        Some(Value::String(s)) => Ok(s.as_str()),
+        _ => Err(DecodeError(format!("{name} is missing or not a string"))),
+    };
+    let partition_key =
+        PartitionKey::new(text("PartitionKey")?).map_err(|e| DecodeError(e.to_string()))?;
+    let row_key = RowKey::new(text("RowKey")?).map_err(|e| DecodeError(e.to_string()))?;
+    let mut entity = Entity::new(partition_key, row_key);
+    read_properties(obj, &mut entity)?;
+    Ok(entity)
+}
+
+/// The custom properties of an entity's JSON, annotations read.
+fn read_properties(obj: &Map<String, Value>, entity: &mut Entity) -> Result<(), DecodeError> {
     for (name, json) in obj {
         // A null is a property the entity lacks (a `$select`ed name, on Azure).
         if json.is_null()
@@ -116,11 +140,7 @@ pub fn entity_from_json(
             .map_err(|why| DecodeError(format!("property {name:?}: {why}")))?;
         entity.properties.insert(name.clone(), value);
     }
-    Ok(StoredEntity {
-        entity,
-        timestamp,
-        etag,
-    })
+    Ok(())
 }
 
 /// One property value from its JSON form and `@odata.type` annotation. Without

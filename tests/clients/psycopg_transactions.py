@@ -36,14 +36,20 @@ with psycopg.connect(host="127.0.0.1", port=port, user=user, dbname=dbname) as c
         cur.execute(INSERT, ("Py Tx", "5K", 4, "P4", "M", 44))
         cur.execute("DELETE FROM registrations WHERE event = 'Py Tx' AND distance = '5K' AND bib = 1")
     conn.rollback()
-    # A second partition fails at its statement; nothing of the transaction lands.
+    # A transaction over two partitions commits both.
     with conn.cursor() as cur:
         cur.execute(INSERT, ("Py Tx", "5K", 5, "P5", "M", 55))
+        cur.execute(INSERT, ("Py Tx", "10K", 6, "P6", "M", 66))
+    conn.commit()
+    # A failed one leaves nothing in either: the duplicate fails its
+    # statement, and the transaction is rolled back.
+    with conn.cursor() as cur:
+        cur.execute(INSERT, ("Py Tx", "10K", 7, "P7", "M", 77))
         try:
-            cur.execute(INSERT, ("Py Tx", "10K", 6, "P6", "M", 66))
-            out["cross_partition"] = "accepted"
+            cur.execute(INSERT, ("Py Tx", "5K", 5, "P5", "M", 55))
+            out["duplicate"] = "accepted"
         except psycopg.Error as e:
-            out["cross_partition"] = e.sqlstate
+            out["duplicate"] = e.sqlstate
     conn.rollback()
     with conn.cursor() as cur:
         cur.execute(

@@ -4,7 +4,8 @@
 //! its base entity and its index rows, in the row's partition, and send
 //! them in entity group transactions of at most 100 operations, so that a
 //! row and its index rows land together or not at all. A transaction block
-//! buffers those writes and commits them as one such transaction. Kept
+//! buffers those writes and commits them as one such transaction where they
+//! fit one, else through a durable record of them (`commit`). Kept
 //! apart from the read side because a write's guarantees (what is atomic,
 //! what is conditional on an ETag, what a failure leaves written) are
 //! its own; it reads through `read` (the rows an UPDATE or DELETE
@@ -12,10 +13,12 @@
 //!
 //! - `dml`: `DmlExec`, INSERT, UPDATE and DELETE; `dml::upsert`, `ON CONFLICT`.
 //! - `encode`: a row into its base entity and index rows; pure.
-//! - `transaction`: `BEGIN ... COMMIT` as one entity group transaction.
+//! - `transaction`: `BEGIN ... COMMIT`, a session's buffered writes.
+//! - `commit`: COMMIT of a block wider than one entity group transaction.
 //! - `upkeep`: index CHECK and REPAIR (and `CREATE INDEX`'s backfill).
 //! - `sequences`: the blocks of sequence values this process has reserved.
 
+pub mod commit;
 pub mod dml;
 pub mod encode;
 pub mod sequences;

@@ -1,26 +1,31 @@
-//! `BEGIN ... COMMIT` as one entity group transaction.
+//! `BEGIN ... COMMIT`: a session's writes buffered until COMMIT.
 //!
 //! A session's [`Transaction`] buffers the writes of its statements while
 //! a transaction block is open; [`TxStore`] is the store those statements
 //! see (`StoreTable` hands it to their plans): writes go to the buffer,
-//! reads see the buffer over the store. COMMIT sends the buffer as one
-//! entity group transaction, so it lands whole or not at all. That is
-//! all the store can make atomic, so a transaction's writes must fall in
-//! one table and one partition, within 100 entities and 4 MiB: a write
-//! past that fails at its statement (and the session then aborts the
-//! transaction, as PostgreSQL does after any error).
+//! reads see the buffer over the store. COMMIT of a block whose writes fall
+//! in one table and one partition, within 100 entities and 4 MiB, sends
+//! them as one entity group transaction, so it lands whole or not at all.
+//! A wider block commits through a durable record of its writes
+//! (`commit.rs`): whole, or put back, or finished by the next engine if
+//! the process stops midway; not isolated from readers while it runs.
 //!
 //! Each buffered entity remembers the version it had in the store when the
 //! transaction first touched it; COMMIT writes If-Match that version (or
 //! Insert where there was none), so a row another client changed in the
 //! meantime fails the commit (40001) instead of being overwritten.
+//!
+//! A block may write many rows (pandas writes 10,000 in one): a statement
+//! changes the buffer in place, keeping what it replaced, and puts that
+//! back if it fails, so no statement copies the whole buffer.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
+use super::commit::{self, Change};
 use crate::storage::write::{Effect, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS, apply, validate_batch};
 use crate::storage::{
     ContinuationToken, IfMatch, KeyRange, Page, PartitionKey, PartitionPage, Query, Result, RowKey,
@@ -59,29 +64,163 @@ impl Touched {
             }),
         }
     }
+
+    /// Whether COMMIT writes it (`op` without building the write).
+    fn writes(&self) -> bool {
+        !(self.base.is_none() && self.now.is_none())
+    }
 }
+
+/// The entities one table's writes touched, by partition and RowKey.
+type Partitions = BTreeMap<PartitionKey, BTreeMap<RowKey, Touched>>;
 
 /// The buffer of one open transaction.
 #[derive(Debug, Clone, Default)]
 struct Buffer {
-    /// The table and partition of its first write.
-    scope: Option<(TableName, PartitionKey)>,
-    touched: BTreeMap<RowKey, Touched>,
+    tables: HashMap<TableName, Partitions>,
+    /// How many writes COMMIT would make, kept as entities change.
+    writes: usize,
     /// The newest timestamp given to a buffered write (each write gets a
     /// later one, so that its ETag differs from the one before).
     clock: Option<DateTime<Utc>>,
 }
 
-impl Buffer {
-    fn ops(&self) -> Vec<WriteOp> {
-        self.touched.values().filter_map(Touched::op).collect()
-    }
+/// What a statement's writes replaced in the buffer, to put back if it
+/// fails: each entity's former state (`None`: it was not touched).
+struct Journal {
+    table: TableName,
+    partition: PartitionKey,
+    replaced: Vec<(RowKey, Option<Touched>)>,
+    writes: usize,
+}
 
+impl Buffer {
     /// The buffered version of an entity, if the transaction touched it.
     fn entity(&self, table: &TableName, pk: &PartitionKey, rk: &RowKey) -> Option<&Touched> {
-        match &self.scope {
-            Some((t, p)) if t == table && p == pk => self.touched.get(rk),
-            _ => None,
+        self.tables.get(table)?.get(pk)?.get(rk)
+    }
+
+    /// Every write COMMIT makes, with the entity as the block read it, by
+    /// table and partition.
+    fn changes(&self) -> Vec<Change> {
+        let mut tables: Vec<(&TableName, &Partitions)> = self.tables.iter().collect();
+        tables.sort_by_key(|(t, _)| t.as_str().to_ascii_lowercase());
+        let mut out = Vec::with_capacity(self.writes);
+        for (table, partitions) in tables {
+            for touched in partitions.values().flat_map(BTreeMap::values) {
+                if let Some(op) = touched.op() {
+                    out.push(Change {
+                        table: table.clone(),
+                        op,
+                        before: touched.base.clone(),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// Applies validated `ops` (of one partition) to the buffer, `bases`
+    /// holding the stored version of each entity it had not touched yet.
+    /// On failure the buffer is as it was.
+    fn take(
+        &mut self,
+        table: &TableName,
+        pk: &PartitionKey,
+        ops: Vec<WriteOp>,
+        bases: Vec<(RowKey, Option<StoredEntity>)>,
+    ) -> Result<Vec<WriteOutcome>> {
+        let timestamp = self.stamp();
+        let mut journal = Journal {
+            table: table.clone(),
+            partition: pk.clone(),
+            replaced: Vec::with_capacity(ops.len()),
+            writes: self.writes,
+        };
+        let done = self.apply_all(&mut journal, ops, bases, timestamp);
+        if done.is_err() {
+            self.undo(journal);
+        }
+        done
+    }
+
+    fn apply_all(
+        &mut self,
+        journal: &mut Journal,
+        ops: Vec<WriteOp>,
+        bases: Vec<(RowKey, Option<StoredEntity>)>,
+        timestamp: DateTime<Utc>,
+    ) -> Result<Vec<WriteOutcome>> {
+        let partition = self
+            .tables
+            .entry(journal.table.clone())
+            .or_default()
+            .entry(journal.partition.clone())
+            .or_default();
+        let mut bases: HashMap<RowKey, Option<StoredEntity>> = bases.into_iter().collect();
+        let mut outcomes = Vec::with_capacity(ops.len());
+        for (index, op) in ops.into_iter().enumerate() {
+            let rk = op.keys().1.clone();
+            let entry = match partition.get_mut(&rk) {
+                Some(entry) => {
+                    journal.replaced.push((rk, Some(entry.clone())));
+                    entry
+                }
+                None => {
+                    let base = bases.remove(&rk).ok_or_else(|| {
+                        StorageError::Task("an entity's stored version was not read".into())
+                    })?;
+                    journal.replaced.push((rk.clone(), None));
+                    partition.entry(rk).or_insert(Touched {
+                        now: base.clone(),
+                        base,
+                        upserts_only: true,
+                    })
+                }
+            };
+            let wrote = entry.writes();
+            entry.upserts_only &=
+                matches!(op, WriteOp::InsertOrMerge(_) | WriteOp::InsertOrReplace(_));
+            let effect =
+                apply(entry.now.as_ref(), op, timestamp).map_err(|e| StorageError::Batch {
+                    index,
+                    source: Box::new(e),
+                })?;
+            entry.now = match effect {
+                Effect::Put(stored) => Some(stored),
+                Effect::Delete => None,
+            };
+            match (wrote, entry.writes()) {
+                (false, true) => self.writes += 1,
+                (true, false) => self.writes -= 1,
+                _ => {}
+            }
+            outcomes.push(WriteOutcome {
+                etag: entry.now.as_ref().map(|e| e.etag.clone()),
+            });
+        }
+        Ok(outcomes)
+    }
+
+    /// Puts back what a failed statement replaced, newest first.
+    fn undo(&mut self, journal: Journal) {
+        self.writes = journal.writes;
+        let Some(partition) = self
+            .tables
+            .get_mut(&journal.table)
+            .and_then(|t| t.get_mut(&journal.partition))
+        else {
+            return;
+        };
+        for (rk, was) in journal.replaced.into_iter().rev() {
+            match was {
+                Some(t) => {
+                    partition.insert(rk, t);
+                }
+                None => {
+                    partition.remove(&rk);
+                }
+            }
         }
     }
 
@@ -95,12 +234,9 @@ impl Buffer {
         continuation: Option<&ContinuationToken>,
         page: &mut Page,
     ) -> Result<()> {
-        let Some((t, pk)) = &self.scope else {
+        let Some(partitions) = self.tables.get(table) else {
             return Ok(());
         };
-        if t != table || !query.partitions.contains(pk) {
-            return Ok(());
-        }
         let position =
             |c: &ContinuationToken| (c.next_partition_key.clone(), c.next_row_key.clone());
         let start = continuation.map(position);
@@ -109,15 +245,25 @@ impl Buffer {
             start.as_ref().is_none_or(|(p, r)| key >= (p, r))
                 && end.as_ref().is_none_or(|(p, r)| key < (p, r))
         };
-        page.entities
-            .retain(|e| !(e.partition_key() == pk && self.touched.contains_key(e.row_key())));
-        for (rk, touched) in &self.touched {
-            let Some(now) = &touched.now else { continue };
-            if covers((pk, rk)) && query.rows.contains(rk) && query.passes(now) {
-                let mut e = now.clone();
-                query.project(&mut e.entity.properties);
-                page.entities.push(e);
+        let mut changed = false;
+        for (pk, touched) in partitions {
+            if !query.partitions.contains(pk) || touched.is_empty() {
+                continue;
             }
+            changed = true;
+            page.entities
+                .retain(|e| !(e.partition_key() == pk && touched.contains_key(e.row_key())));
+            for (rk, t) in touched {
+                let Some(now) = &t.now else { continue };
+                if covers((pk, rk)) && query.rows.contains(rk) && query.passes(now) {
+                    let mut e = now.clone();
+                    query.project(&mut e.entity.properties);
+                    page.entities.push(e);
+                }
+            }
+        }
+        if !changed {
+            return Ok(());
         }
         page.entities.sort_by(|a, b| {
             (a.partition_key(), a.row_key()).cmp(&(b.partition_key(), b.row_key()))
@@ -135,25 +281,28 @@ impl Buffer {
         Ok(())
     }
 
-    /// Lists the buffer's partition in a page of the store's listing where
-    /// the transaction gives it its first entity.
-    fn add_partition(
+    /// Lists the buffer's partitions in a page of the store's listing where
+    /// the transaction gives them their first entity.
+    fn add_partitions(
         &self,
         table: &TableName,
         range: &KeyRange<PartitionKey>,
         after: Option<&PartitionKey>,
         page: &mut PartitionPage,
     ) {
-        if let Some((t, pk)) = &self.scope
-            && t == table
-            && range.contains(pk)
-            && after.is_none_or(|a| pk > a)
-            && page.after.as_ref().is_none_or(|last| pk <= last)
-            && self.touched.values().any(|t| t.now.is_some())
-            && !page.partitions.contains(pk)
-        {
-            let at = page.partitions.partition_point(|p| p < pk);
-            page.partitions.insert(at, pk.clone());
+        let Some(partitions) = self.tables.get(table) else {
+            return;
+        };
+        for (pk, touched) in partitions {
+            if range.contains(pk)
+                && after.is_none_or(|a| pk > a)
+                && page.after.as_ref().is_none_or(|last| pk <= last)
+                && touched.values().any(|t| t.now.is_some())
+                && !page.partitions.contains(pk)
+            {
+                let at = page.partitions.partition_point(|p| p < pk);
+                page.partitions.insert(at, pk.clone());
+            }
         }
     }
 
@@ -214,10 +363,7 @@ impl Transaction {
     /// runs in a block only before its first (the store cannot put a
     /// catalog change and a partition's rows in one atomic write).
     pub fn has_buffered_writes(&self) -> bool {
-        self.lock()
-            .open
-            .as_ref()
-            .is_some_and(|b| b.touched.values().any(|t| t.op().is_some()))
+        self.lock().open.as_ref().is_some_and(|b| b.writes > 0)
     }
 
     /// A statement of the open block failed: nothing but its end runs
@@ -249,10 +395,11 @@ impl Transaction {
         state.aborted = false;
     }
 
-    /// `COMMIT`: applies the buffer to `store` as one entity group
-    /// transaction and closes the block, whether it lands or not. Returns
-    /// how many entities it wrote; an aborted block is rolled back instead
-    /// (as PostgreSQL ends a failed transaction), which is
+    /// `COMMIT`: applies the buffer to `store` (one entity group
+    /// transaction where it fits one, else `commit.rs`) and closes the
+    /// block, whether it lands or not. Returns how many entities it wrote;
+    /// an aborted block is rolled back instead (as PostgreSQL ends a failed
+    /// transaction), which is
     /// `StorageError::Transaction(TransactionScope::Aborted)`.
     pub async fn commit(&self, store: &dyn TableStore) -> Result<usize> {
         let (buffer, aborted) = {
@@ -266,15 +413,22 @@ impl Transaction {
         if aborted {
             return Err(StorageError::Transaction(TransactionScope::Aborted));
         }
-        let ops = buffer.ops();
-        match (&buffer.scope, ops.is_empty()) {
-            (Some((table, _)), false) => {
-                let n = ops.len();
-                store.execute_batch(table, ops).await?;
-                Ok(n)
-            }
-            _ => Ok(0),
+        let changes = buffer.changes();
+        let Some(first) = changes.first() else {
+            return Ok(0);
+        };
+        let one_partition = changes
+            .iter()
+            .all(|c| c.table == first.table && c.op.keys().0 == first.op.keys().0);
+        let bytes: usize = changes.iter().map(|c| c.op.stored_size()).sum();
+        if one_partition && changes.len() <= MAX_BATCH_OPERATIONS && bytes <= MAX_BATCH_BYTES {
+            let table = first.table.clone();
+            let n = changes.len();
+            let ops = changes.into_iter().map(|c| c.op).collect();
+            store.execute_batch(&table, ops).await?;
+            return Ok(n);
         }
+        commit::commit(store, changes).await
     }
 
     /// `SAVEPOINT name`: remembers the buffer as it is; `false` outside a
@@ -342,82 +496,29 @@ impl TxStore {
         self.tx.lock().open.as_ref().map(f)
     }
 
-    /// Applies validated `ops` to a copy of the buffer, reading each
-    /// entity's stored version the first time the transaction touches it.
-    async fn buffered(
+    /// The stored version of each entity of `ops` the transaction has not
+    /// touched yet, read outside the buffer's lock.
+    async fn bases(
         &self,
         table: &TableName,
+        pk: &PartitionKey,
         ops: &[WriteOp],
-        mut buffer: Buffer,
-    ) -> Result<(Buffer, Vec<WriteOutcome>)> {
-        let Some(first) = ops.first() else {
-            return Ok((buffer, Vec::new()));
-        };
-        let pk = first.keys().0.clone();
-        match &buffer.scope {
-            Some((t, _)) if t != table => {
-                return Err(StorageError::Transaction(TransactionScope::SecondTable {
-                    first: t.as_str().to_owned(),
-                    second: table.as_str().to_owned(),
-                }));
-            }
-            Some((_, p)) if *p != pk => {
-                return Err(StorageError::Transaction(
-                    TransactionScope::SecondPartition {
-                        first: p.as_str().to_owned(),
-                        second: pk.as_str().to_owned(),
-                    },
-                ));
-            }
-            Some(_) => {}
-            None => buffer.scope = Some((table.clone(), pk.clone())),
+    ) -> Result<Vec<(RowKey, Option<StoredEntity>)>> {
+        let missing: Vec<RowKey> = self
+            .read(|b| {
+                ops.iter()
+                    .map(|op| op.keys().1)
+                    .filter(|rk| b.entity(table, pk, rk).is_none())
+                    .cloned()
+                    .collect()
+            })
+            .unwrap_or_default();
+        let mut bases = Vec::with_capacity(missing.len());
+        for rk in missing {
+            let base = self.inner.get(table, pk, &rk).await?;
+            bases.push((rk, base));
         }
-        let timestamp = buffer.stamp();
-        let mut outcomes = Vec::with_capacity(ops.len());
-        for (index, op) in ops.iter().enumerate() {
-            let rk = op.keys().1.clone();
-            if !buffer.touched.contains_key(&rk) {
-                let base = self.inner.get(table, &pk, &rk).await?;
-                buffer.touched.insert(
-                    rk.clone(),
-                    Touched {
-                        now: base.clone(),
-                        base,
-                        upserts_only: true,
-                    },
-                );
-            }
-            let entry = buffer
-                .touched
-                .get_mut(&rk)
-                .ok_or_else(|| StorageError::Task("buffered entity vanished".into()))?;
-            entry.upserts_only &=
-                matches!(op, WriteOp::InsertOrMerge(_) | WriteOp::InsertOrReplace(_));
-            let effect = apply(entry.now.as_ref(), op.clone(), timestamp).map_err(|e| {
-                StorageError::Batch {
-                    index,
-                    source: Box::new(e),
-                }
-            })?;
-            entry.now = match effect {
-                Effect::Put(stored) => Some(stored),
-                Effect::Delete => None,
-            };
-            outcomes.push(WriteOutcome {
-                etag: entry.now.as_ref().map(|e| e.etag.clone()),
-            });
-        }
-        let ops = buffer.ops();
-        if ops.len() > MAX_BATCH_OPERATIONS {
-            return Err(StorageError::Transaction(TransactionScope::Operations {
-                count: ops.len(),
-            }));
-        }
-        let bytes: usize = ops.iter().map(WriteOp::stored_size).sum();
-        if bytes > MAX_BATCH_BYTES {
-            return Err(StorageError::Transaction(TransactionScope::Bytes { bytes }));
-        }
-        Ok((buffer, outcomes))
+        Ok(bases)
     }
 }
 
@@ -479,27 +580,31 @@ impl TableStore for TxStore {
         mut ops: Vec<WriteOp>,
     ) -> Result<Vec<WriteOutcome>> {
         // Statements outside a block (or after it ended) write through.
-        // A copy: the buffer changes only if the whole batch applies.
-        let Some(buffer) = self.read(Buffer::clone) else {
+        if self.read(|_| ()).is_none() {
             return self.inner.execute_batch(table, ops).await;
-        };
-        let done = match validate_batch(&mut ops) {
-            Ok(()) => self.buffered(table, &ops, buffer).await,
+        }
+        let read = match validate_batch(&mut ops) {
+            Ok(()) => {
+                let pk = ops
+                    .first()
+                    .map(|op| op.keys().0.clone())
+                    .ok_or_else(|| StorageError::Task("an empty batch".into()))?;
+                self.bases(table, &pk, &ops).await.map(|bases| (pk, bases))
+            }
             Err(e) => Err(e),
         };
         let mut state = self.tx.lock();
-        match done {
-            Ok((buffer, outcomes)) => {
-                if state.open.is_some() {
-                    state.open = Some(buffer);
-                }
-                Ok(outcomes)
-            }
-            Err(e) => {
-                state.aborted = true;
-                Err(e)
-            }
+        let done = match (read, state.open.as_mut()) {
+            (Ok((pk, bases)), Some(buffer)) => buffer.take(table, &pk, ops, bases),
+            (Ok(_), None) => Err(StorageError::Task(
+                "the transaction block ended during its statement".into(),
+            )),
+            (Err(e), _) => Err(e),
+        };
+        if done.is_err() {
+            state.aborted = true;
         }
+        done
     }
 
     /// The store's partitions, with the transaction's own where it puts the
@@ -511,7 +616,7 @@ impl TableStore for TxStore {
         after: Option<&PartitionKey>,
     ) -> Result<PartitionPage> {
         let mut page = self.inner.partitions(table, range, after).await?;
-        self.read(|b| b.add_partition(table, range, after, &mut page));
+        self.read(|b| b.add_partitions(table, range, after, &mut page));
         Ok(page)
     }
 }

@@ -1,0 +1,713 @@
+//! COMMIT of a transaction block whose writes span several partitions or
+//! tables, or more than one entity group transaction holds.
+//!
+//! The store makes one partition's writes atomic (an entity group
+//! transaction, at most 100 entities) and nothing wider. But an ORM commits
+//! a new order and its lines together, a migration copies a table, pandas
+//! writes 10,000 rows in one transaction: refused, none of them can use the
+//! database. The storage guidance's answer for writes that cannot share one
+//! transaction is to make them eventually consistent through a durable
+//! record of the intent (`../shared/DOMAIN.md`, "Secondary lookups"). So:
+//!
+//! 1. The block's writes are recorded first, as JSON, in tablesql's own
+//!    storage table (`TablesqlCatalog`) under a partition of their own
+//!    (`commit:<time>-<random>`), and the record's header entity is written
+//!    last. The header is the commit point: before
+//!    it nothing of the block is visible; after it the block will be whole.
+//! 2. The writes go partition by partition, in entity group transactions,
+//!    each conditional on the version the block read (`If-Match`, or an
+//!    insert where there was none).
+//! 3. If one meets a row another client changed since the block read it,
+//!    the header is marked undone and the partitions already written are
+//!    put back (each conditional on the version this commit gave it), and
+//!    COMMIT fails with 40001. Only if putting back meets yet another write
+//!    does something stay, and the error names the partitions (40003).
+//! 4. The record is deleted. A process that stops between 1 and 4 leaves
+//!    it; the next engine to open the store, or to commit across
+//!    partitions, finishes it ([`recover`]) once it is older than
+//!    [`RECOVER_AFTER`]: a write is redone where the row still has the
+//!    version the block read, left where it already holds the block's
+//!    values, and skipped where a later write has changed it.
+//!
+//! What this is not: isolated. A reader between 2 and 4 can see some of the
+//! block's partitions written and others not, as it can see any
+//! multi-partition statement halfway. A block that stays in one partition
+//! and within one entity group transaction commits as that transaction,
+//! atomic and isolated, with one request.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::{Map, Value, json};
+
+use crate::storage::odata::{entity_body, entity_from_body};
+use crate::storage::write::{MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS};
+use crate::storage::{
+    EdmValue, Entity, IfMatch, KeyRange, PartitionKey, Query, Result, RowKey, StorageError,
+    StoredEntity, TableName, TableStore, TransactionScope, WriteOp,
+};
+
+/// The PartitionKey prefix of commit records in the catalog's table.
+const RECORD_PREFIX: &str = "commit:";
+/// The RowKey of a record's header (its commit point); its chunks follow.
+const HEADER: &str = "";
+/// The header property that marks a commit being put back.
+const UNDONE: &str = "undone";
+/// The property of a chunk holding its part of the JSON.
+const PART: &str = "part";
+/// Characters of JSON per chunk: within a property's 64 KiB in UTF-16.
+const CHUNK_CHARS: usize = 30_000;
+/// How old a record must be before another process finishes it: far longer
+/// than a commit takes, so that a live commit is never finished twice.
+pub const RECOVER_AFTER: Duration = Duration::from_secs(120);
+
+/// One write of a block: the operation COMMIT sends, and the entity as the
+/// block read it (`None`: absent), to put back.
+#[derive(Debug, Clone)]
+pub struct Change {
+    pub table: TableName,
+    pub op: WriteOp,
+    pub before: Option<StoredEntity>,
+}
+
+/// Commits `changes` as the module doc says; returns how many it wrote.
+pub async fn commit(store: &dyn TableStore, changes: Vec<Change>) -> Result<usize> {
+    // Best effort: a record left by a stopped process is finished first,
+    // so its rows are not met half-written; its failure is not this one's.
+    let _ = recover(store, RECOVER_AFTER).await;
+    let log = commits_table()?;
+    match store.create_table(&log).await {
+        Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
+        Err(e) => return Err(e),
+    }
+    let id = record_id()?;
+    write_record(store, &log, &id, &changes).await?;
+    let mut written: Vec<(Change, Option<crate::storage::ETag>)> = Vec::new();
+    for (table, ops) in batches(&changes) {
+        let sent: Vec<WriteOp> = ops.iter().map(|c| c.op.clone()).collect();
+        match store.execute_batch(&table, sent).await {
+            Ok(outcomes) => {
+                for (change, outcome) in ops.into_iter().zip(outcomes) {
+                    written.push((change.clone(), outcome.etag));
+                }
+            }
+            Err(e) => {
+                let reason = e.to_string();
+                let _ = mark_undone(store, &log, &id).await;
+                let undone = put_back(store, &written).await;
+                let _ = forget(store, &log, &id).await;
+                return Err(StorageError::Transaction(match undone {
+                    Ok(()) => TransactionScope::Undone { reason },
+                    Err(undo) => TransactionScope::PartlyCommitted {
+                        reason,
+                        undo: undo.to_string(),
+                        partitions: partitions_of(&written),
+                    },
+                }));
+            }
+        }
+    }
+    // Left behind, the record is finished by the next recovery: every write
+    // of it already holds.
+    let _ = forget(store, &log, &id).await;
+    Ok(changes.len())
+}
+
+/// Finishes the records older than `older_than` that stopped processes left
+/// (see the module doc); returns how many it finished.
+pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usize> {
+    let log = commits_table()?;
+    let mut headers = Vec::new();
+    let mut orphans = Vec::new();
+    let mut token = None;
+    let mut query = Query::all().select(vec![UNDONE.to_owned()]);
+    query.partitions = KeyRange {
+        start: std::ops::Bound::Included(PartitionKey::new(RECORD_PREFIX)?),
+        // The prefix's successor: ':' + 1.
+        end: std::ops::Bound::Excluded(PartitionKey::new("commit;")?),
+    };
+    let mut seen: BTreeMap<PartitionKey, bool> = BTreeMap::new();
+    loop {
+        let page = match store.query(&log, &query, token.as_ref()).await {
+            Ok(p) => p,
+            Err(StorageError::TableNotFound(_)) => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        for e in &page.entities {
+            let old = Utc::now() - e.timestamp
+                > chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::MAX);
+            if e.row_key().as_str() == HEADER {
+                seen.insert(e.partition_key().clone(), true);
+                if old {
+                    let undone = matches!(
+                        e.entity.properties.get(UNDONE),
+                        Some(EdmValue::Boolean(true))
+                    );
+                    headers.push((e.partition_key().clone(), undone));
+                }
+            } else if old && !seen.contains_key(e.partition_key()) {
+                // Chunks sort after their header: none seen, none written.
+                seen.insert(e.partition_key().clone(), false);
+                orphans.push(e.partition_key().clone());
+            }
+        }
+        match page.continuation {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    let mut finished = 0;
+    for (id, undone) in headers {
+        if !undone {
+            for change in read_record(store, &log, &id).await? {
+                redo(store, change).await?;
+            }
+        }
+        forget(store, &log, &id).await?;
+        finished += 1;
+    }
+    for id in orphans {
+        forget(store, &log, &id).await?;
+    }
+    Ok(finished)
+}
+
+fn commits_table() -> Result<TableName> {
+    Ok(TableName::new(crate::catalog::persist::CATALOG_TABLE)?)
+}
+
+/// A new record's PartitionKey: its time first, so records list oldest
+/// first, then a random part, so two processes never share one.
+fn record_id() -> Result<PartitionKey> {
+    let now = Utc::now().timestamp_micros();
+    Ok(PartitionKey::new(format!(
+        "{RECORD_PREFIX}{now:020}-{}",
+        uuid::Uuid::new_v4().simple()
+    ))?)
+}
+
+/// The changes grouped per table and partition, in key order, cut into
+/// entity group transactions.
+fn batches(changes: &[Change]) -> Vec<(TableName, Vec<&Change>)> {
+    let mut groups: BTreeMap<(String, PartitionKey), (TableName, Vec<&Change>)> = BTreeMap::new();
+    for c in changes {
+        let key = (c.table.as_str().to_ascii_lowercase(), c.op.keys().0.clone());
+        groups
+            .entry(key)
+            .or_insert_with(|| (c.table.clone(), Vec::new()))
+            .1
+            .push(c);
+    }
+    let mut out = Vec::new();
+    for (_, (table, group)) in groups {
+        let mut batch: Vec<&Change> = Vec::new();
+        let mut bytes = 0;
+        for c in group {
+            let size = c.op.stored_size();
+            if !batch.is_empty()
+                && (batch.len() == MAX_BATCH_OPERATIONS || bytes + size > MAX_BATCH_BYTES)
+            {
+                out.push((table.clone(), std::mem::take(&mut batch)));
+                bytes = 0;
+            }
+            bytes += size;
+            batch.push(c);
+        }
+        if !batch.is_empty() {
+            out.push((table.clone(), batch));
+        }
+    }
+    out
+}
+
+/// Writes the record: its chunks, then its header (the commit point).
+async fn write_record(
+    store: &dyn TableStore,
+    log: &TableName,
+    id: &PartitionKey,
+    changes: &[Change],
+) -> Result<()> {
+    let text = Value::Array(changes.iter().map(to_json).collect()).to_string();
+    let chars: Vec<char> = text.chars().collect();
+    let mut chunks = Vec::new();
+    for (i, part) in chars.chunks(CHUNK_CHARS).enumerate() {
+        let mut e = Entity::new(id.clone(), RowKey::new(format!("{i:08}"))?);
+        e.properties
+            .insert(PART.into(), EdmValue::String(part.iter().collect()));
+        chunks.push(WriteOp::Insert(e));
+    }
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    for op in chunks {
+        let size = op.stored_size();
+        if !batch.is_empty()
+            && (batch.len() == MAX_BATCH_OPERATIONS || bytes + size > MAX_BATCH_BYTES)
+        {
+            store.execute_batch(log, std::mem::take(&mut batch)).await?;
+            bytes = 0;
+        }
+        bytes += size;
+        batch.push(op);
+    }
+    if !batch.is_empty() {
+        store.execute_batch(log, batch).await?;
+    }
+    let header = Entity::new(id.clone(), RowKey::new(HEADER)?);
+    store
+        .execute_batch(log, vec![WriteOp::Insert(header)])
+        .await?;
+    Ok(())
+}
+
+/// The changes a record holds, read back.
+async fn read_record(
+    store: &dyn TableStore,
+    log: &TableName,
+    id: &PartitionKey,
+) -> Result<Vec<Change>> {
+    let mut text = String::new();
+    let mut token = None;
+    let query = Query::partition(id.clone());
+    loop {
+        let page = store.query(log, &query, token.as_ref()).await?;
+        for e in &page.entities {
+            if let Some(EdmValue::String(part)) = e.entity.properties.get(PART) {
+                text.push_str(part);
+            }
+        }
+        match page.continuation {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    let corrupt = |why: String| StorageError::Corrupt(format!("commit record {id:?}: {why}"));
+    let json: Value = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
+    let Value::Array(items) = json else {
+        return Err(corrupt("not a list of writes".into()));
+    };
+    items
+        .iter()
+        .map(|item| from_json(item).map_err(|why| corrupt(why)))
+        .collect()
+}
+
+/// Marks the record's header: its writes are being put back, so a recovery
+/// must not redo them.
+async fn mark_undone(store: &dyn TableStore, log: &TableName, id: &PartitionKey) -> Result<()> {
+    let mut header = Entity::new(id.clone(), RowKey::new(HEADER)?);
+    header
+        .properties
+        .insert(UNDONE.into(), EdmValue::Boolean(true));
+    store
+        .execute_batch(log, vec![WriteOp::InsertOrReplace(header)])
+        .await?;
+    Ok(())
+}
+
+/// Deletes a record, header and chunks.
+async fn forget(store: &dyn TableStore, log: &TableName, id: &PartitionKey) -> Result<()> {
+    let query = Query::partition(id.clone()).select(Vec::<String>::new());
+    let mut keys = Vec::new();
+    let mut token = None;
+    loop {
+        let page = store.query(log, &query, token.as_ref()).await?;
+        keys.extend(page.entities.into_iter().map(|e| e.entity.row_key));
+        match page.continuation {
+            Some(next) => token = Some(next),
+            None => break,
+        }
+    }
+    for chunk in keys.chunks(MAX_BATCH_OPERATIONS) {
+        let ops = chunk
+            .iter()
+            .map(|rk| WriteOp::Delete {
+                partition_key: id.clone(),
+                row_key: rk.clone(),
+                if_match: IfMatch::Any,
+            })
+            .collect();
+        store.execute_batch(log, ops).await?;
+    }
+    Ok(())
+}
+
+/// Puts back what a failed commit had written, newest first, each write
+/// conditional on the version the commit gave it.
+async fn put_back(
+    store: &dyn TableStore,
+    written: &[(Change, Option<crate::storage::ETag>)],
+) -> Result<()> {
+    let mut undo: Vec<Change> = Vec::new();
+    for (change, etag) in written.iter().rev() {
+        let (pk, rk) = change.op.keys();
+        let given = || match etag {
+            Some(e) => IfMatch::ETag(e.clone()),
+            None => IfMatch::Any,
+        };
+        let op = match (&change.before, &change.op) {
+            (Some(before), WriteOp::Delete { .. }) => WriteOp::Insert(before.entity.clone()),
+            (Some(before), _) => WriteOp::Update(before.entity.clone(), given()),
+            (None, WriteOp::Delete { .. }) => continue,
+            (None, _) => WriteOp::Delete {
+                partition_key: pk.clone(),
+                row_key: rk.clone(),
+                if_match: given(),
+            },
+        };
+        undo.push(Change {
+            table: change.table.clone(),
+            op,
+            before: None,
+        });
+    }
+    for (table, ops) in batches(&undo) {
+        let ops = ops.into_iter().map(|c| c.op.clone()).collect();
+        store.execute_batch(&table, ops).await?;
+    }
+    Ok(())
+}
+
+/// Redoes one write of a record a stopped process left (module doc, 4).
+async fn redo(store: &dyn TableStore, change: Change) -> Result<()> {
+    let (pk, rk) = change.op.keys();
+    let now = store.get(&change.table, pk, rk).await?;
+    let base = change.before.as_ref().map(|b| b.etag.to_string());
+    let wanted = match &change.op {
+        WriteOp::Delete { .. } => None,
+        WriteOp::Insert(e)
+        | WriteOp::Update(e, _)
+        | WriteOp::Merge(e, _)
+        | WriteOp::InsertOrReplace(e)
+        | WriteOp::InsertOrMerge(e) => Some(&e.properties),
+    };
+    let done = now.as_ref().map(|n| &n.entity.properties) == wanted;
+    let untouched = now.as_ref().map(|n| n.etag.to_string()) == base;
+    if done || !untouched {
+        return Ok(());
+    }
+    match store.execute_batch(&change.table, vec![change.op]).await {
+        // A write that came between the look and the redo wins.
+        Ok(_)
+        | Err(StorageError::PreconditionFailed { .. })
+        | Err(StorageError::EntityAlreadyExists { .. })
+        | Err(StorageError::EntityNotFound { .. }) => Ok(()),
+        Err(StorageError::Batch { source, .. })
+            if matches!(
+                *source,
+                StorageError::PreconditionFailed { .. }
+                    | StorageError::EntityAlreadyExists { .. }
+                    | StorageError::EntityNotFound { .. }
+            ) =>
+        {
+            Ok(())
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// The partitions a failed commit may have left written, as an error
+/// names them.
+fn partitions_of(written: &[(Change, Option<crate::storage::ETag>)]) -> String {
+    let mut names: Vec<String> = written
+        .iter()
+        .map(|(c, _)| format!("{}/{:?}", c.table, c.op.keys().0.as_str()))
+        .collect();
+    names.dedup();
+    names.join(", ")
+}
+
+/// One change as the record keeps it: its table, the operation's kind, the
+/// entity it writes (or the keys it deletes), and the version it requires
+/// (`base`: the ETag the block read; absent for a row that was not there).
+fn to_json(c: &Change) -> Value {
+    let (kind, entity) = match &c.op {
+        WriteOp::Insert(e) => ("insert", Some(e)),
+        WriteOp::Update(e, _) => ("update", Some(e)),
+        WriteOp::Merge(e, _) => ("merge", Some(e)),
+        WriteOp::InsertOrReplace(e) => ("insert_or_replace", Some(e)),
+        WriteOp::InsertOrMerge(e) => ("insert_or_merge", Some(e)),
+        WriteOp::Delete { .. } => ("delete", None),
+    };
+    let (pk, rk) = c.op.keys();
+    json!({
+        "table": c.table.as_str(),
+        "op": kind,
+        "pk": pk.as_str(),
+        "rk": rk.as_str(),
+        "base": c.before.as_ref().map(|b| b.etag.to_string()),
+        "entity": entity.map(entity_body),
+    })
+}
+
+fn from_json(v: &Value) -> std::result::Result<Change, String> {
+    let text = |name: &str| {
+        v.get(name)
+            .and_then(Value::as_str)
+            .ok_or(format!("no {name}"))
+    };
+    let table = TableName::new(text("table")?).map_err(|e| e.to_string())?;
+    let base = v
+        .get("base")
+        .and_then(Value::as_str)
+        .map(crate::storage::ETag::from_wire);
+    let if_match = || match &base {
+        Some(e) => IfMatch::ETag(e.clone()),
+        None => IfMatch::Any,
+    };
+    let entity = || -> std::result::Result<Entity, String> {
+        let obj: &Map<String, Value> = v
+            .get("entity")
+            .and_then(Value::as_object)
+            .ok_or("no entity")?;
+        entity_from_body(obj).map_err(|e| e.to_string())
+    };
+    let op = match text("op")? {
+        "insert" => WriteOp::Insert(entity()?),
+        "update" => WriteOp::Update(entity()?, if_match()),
+        "merge" => WriteOp::Merge(entity()?, if_match()),
+        "insert_or_replace" => WriteOp::InsertOrReplace(entity()?),
+        "insert_or_merge" => WriteOp::InsertOrMerge(entity()?),
+        "delete" => WriteOp::Delete {
+            partition_key: PartitionKey::new(text("pk")?).map_err(|e| e.to_string())?,
+            row_key: RowKey::new(text("rk")?).map_err(|e| e.to_string())?,
+            if_match: if_match(),
+        },
+        other => return Err(format!("unknown operation {other:?}")),
+    };
+    // Only the version matters to a redo: the record keeps no more of it.
+    let before = base.map(|etag| StoredEntity {
+        entity: Entity::new(op.keys().0.clone(), op.keys().1.clone()),
+        timestamp: Utc::now(),
+        etag,
+    });
+    Ok(Change { table, op, before })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+
+    use super::*;
+    use crate::exec::write::transaction::Transaction;
+    use crate::storage::memory::MemoryStore;
+    use crate::storage::{ContinuationToken, Page, WriteOutcome};
+
+    /// A store whose writes fail from the `n`th on, as a process that stops
+    /// midway leaves the store.
+    #[derive(Debug)]
+    struct Stops {
+        inner: Arc<dyn TableStore>,
+        writes_left: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl TableStore for Stops {
+        async fn create_table(&self, table: &TableName) -> Result<()> {
+            self.inner.create_table(table).await
+        }
+        async fn delete_table(&self, table: &TableName) -> Result<()> {
+            self.inner.delete_table(table).await
+        }
+        async fn list_tables(&self) -> Result<Vec<TableName>> {
+            self.inner.list_tables().await
+        }
+        async fn get(
+            &self,
+            table: &TableName,
+            pk: &PartitionKey,
+            rk: &RowKey,
+        ) -> Result<Option<StoredEntity>> {
+            self.inner.get(table, pk, rk).await
+        }
+        async fn query(
+            &self,
+            table: &TableName,
+            query: &Query,
+            token: Option<&ContinuationToken>,
+        ) -> Result<Page> {
+            self.inner.query(table, query, token).await
+        }
+        async fn execute_batch(
+            &self,
+            table: &TableName,
+            ops: Vec<WriteOp>,
+        ) -> Result<Vec<WriteOutcome>> {
+            let left = self.writes_left.load(Ordering::SeqCst);
+            if left == 0 {
+                return Err(StorageError::Task("the process stopped".into()));
+            }
+            self.writes_left.store(left - 1, Ordering::SeqCst);
+            self.inner.execute_batch(table, ops).await
+        }
+    }
+
+    fn table(name: &str) -> TableName {
+        TableName::new(name).expect("a table name")
+    }
+
+    fn row(pk: &str, rk: &str, n: i32) -> Entity {
+        let mut e = Entity::new(
+            PartitionKey::new(pk).expect("a key"),
+            RowKey::new(rk).expect("a key"),
+        );
+        e.properties.insert("n".into(), EdmValue::Int32(n));
+        e
+    }
+
+    async fn n_of(store: &dyn TableStore, t: &str, pk: &str, rk: &str) -> Option<i32> {
+        let got = store
+            .get(
+                &table(t),
+                &PartitionKey::new(pk).expect("a key"),
+                &RowKey::new(rk).expect("a key"),
+            )
+            .await
+            .expect("a read");
+        match got?.entity.properties.get("n") {
+            Some(EdmValue::Int32(n)) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// A block writing rows of two tables and 3 partitions, 150 rows in one
+    /// of them: more than one entity group transaction holds.
+    async fn wide_block(tx: &Arc<Transaction>, store: Arc<dyn TableStore>) {
+        tx.begin();
+        let seen = tx.store_for(store);
+        for (t, pk, count) in [("orders", "a", 150), ("orders", "b", 1), ("lines", "a", 2)] {
+            for i in 0..count {
+                seen.execute_batch(
+                    &table(t),
+                    vec![WriteOp::Insert(row(pk, &format!("{i:04}"), i))],
+                )
+                .await
+                .expect("buffered");
+            }
+        }
+    }
+
+    async fn tables(store: &dyn TableStore) {
+        for t in ["orders", "lines"] {
+            store.create_table(&table(t)).await.expect("created");
+        }
+    }
+
+    #[tokio::test]
+    async fn a_block_over_partitions_and_tables_commits_whole() {
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        tables(store.as_ref()).await;
+        let tx = Arc::new(Transaction::default());
+        wide_block(&tx, store.clone()).await;
+        assert_eq!(tx.commit(store.as_ref()).await.expect("committed"), 153);
+        assert_eq!(n_of(store.as_ref(), "orders", "a", "0149").await, Some(149));
+        assert_eq!(n_of(store.as_ref(), "orders", "b", "0000").await, Some(0));
+        assert_eq!(n_of(store.as_ref(), "lines", "a", "0001").await, Some(1));
+        // The record is gone.
+        assert_eq!(
+            recover(store.as_ref(), Duration::ZERO).await.expect("read"),
+            0
+        );
+    }
+
+    #[tokio::test]
+    async fn a_change_by_another_client_puts_back_what_was_written() {
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        tables(store.as_ref()).await;
+        let orders = table("orders");
+        for pk in ["a", "b"] {
+            store
+                .execute_batch(&orders, vec![WriteOp::Insert(row(pk, "x", 1))])
+                .await
+                .expect("seeded");
+        }
+        let tx = Arc::new(Transaction::default());
+        tx.begin();
+        let seen = tx.store_for(store.clone());
+        for pk in ["a", "b"] {
+            let read = seen
+                .get(
+                    &orders,
+                    &PartitionKey::new(pk).expect("k"),
+                    &RowKey::new("x").expect("k"),
+                )
+                .await
+                .expect("read")
+                .expect("there");
+            seen.execute_batch(
+                &orders,
+                vec![WriteOp::Update(row(pk, "x", 2), IfMatch::ETag(read.etag))],
+            )
+            .await
+            .expect("buffered");
+        }
+        // Another client changes b's row after the block read it.
+        store
+            .execute_batch(
+                &orders,
+                vec![WriteOp::Update(row("b", "x", 9), IfMatch::Any)],
+            )
+            .await
+            .expect("written");
+        let e = tx.commit(store.as_ref()).await.expect_err("a conflict");
+        assert!(
+            matches!(
+                e,
+                StorageError::Transaction(TransactionScope::Undone { .. })
+            ),
+            "{e}"
+        );
+        // a was written first and put back; b keeps the other client's value.
+        assert_eq!(n_of(store.as_ref(), "orders", "a", "x").await, Some(1));
+        assert_eq!(n_of(store.as_ref(), "orders", "b", "x").await, Some(9));
+        assert_eq!(
+            recover(store.as_ref(), Duration::ZERO).await.expect("read"),
+            0
+        );
+    }
+
+    #[tokio::test]
+    async fn a_commit_stopped_midway_is_finished_by_the_next_recovery() {
+        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        tables(inner.as_ref()).await;
+        // The record (2 transactions: its chunk, its header) and one
+        // partition's first transaction land; then the process stops.
+        let stops: Arc<dyn TableStore> = Arc::new(Stops {
+            inner: inner.clone(),
+            writes_left: AtomicUsize::new(3),
+        });
+        let tx = Arc::new(Transaction::default());
+        wide_block(&tx, stops.clone()).await;
+        let e = tx.commit(stops.as_ref()).await.expect_err("stopped");
+        assert!(
+            matches!(
+                e,
+                StorageError::Transaction(TransactionScope::PartlyCommitted { .. })
+            ),
+            "{e}"
+        );
+        assert_eq!(n_of(inner.as_ref(), "lines", "a", "0001").await, Some(1));
+        assert_eq!(n_of(inner.as_ref(), "orders", "b", "0000").await, None);
+        // Too young to finish: a live commit's record is left alone.
+        assert_eq!(
+            recover(inner.as_ref(), RECOVER_AFTER).await.expect("read"),
+            0
+        );
+        assert_eq!(
+            recover(inner.as_ref(), Duration::ZERO)
+                .await
+                .expect("finished"),
+            1
+        );
+        assert_eq!(n_of(inner.as_ref(), "orders", "a", "0149").await, Some(149));
+        assert_eq!(n_of(inner.as_ref(), "orders", "b", "0000").await, Some(0));
+        assert_eq!(n_of(inner.as_ref(), "lines", "a", "0000").await, Some(0));
+        assert_eq!(
+            recover(inner.as_ref(), Duration::ZERO).await.expect("read"),
+            0
+        );
+    }
+}
