@@ -1181,8 +1181,26 @@ impl Engine {
                 if create.if_not_exists && self.name_taken(&def.name).await? {
                     return Ok(Some(DdlOutcome::default()));
                 }
+                let mut outcome = DdlOutcome::default();
+                for fk in ddl::foreign_keys(create) {
+                    let target = ddl::object_name(&fk.foreign_table)?;
+                    if target != def.name && !self.name_taken(&target).await? {
+                        return Err(CatalogError::UnknownTable(target).into());
+                    }
+                    outcome.notices.push(Notice::new(
+                        NoticeKind::NotEnforced,
+                        format!(
+                            "FOREIGN KEY ({}) REFERENCES {target} is accepted but not enforced",
+                            fk.columns
+                                .iter()
+                                .map(|c| c.value.as_str())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ),
+                    ));
+                }
                 self.create_table(def, create.or_replace).await?;
-                Ok(Some(DdlOutcome::default()))
+                Ok(Some(outcome))
             }
             Statement::Drop {
                 object_type: ObjectType::Table,

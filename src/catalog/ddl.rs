@@ -20,8 +20,8 @@
 //! carry only their keys.
 
 use datafusion::sql::sqlparser::ast::{
-    ColumnOption, CreateTable, CreateTableOptions, Expr, GeneratedAs, ObjectName, SqlOption,
-    Statement, TableConstraint, Value,
+    ColumnOption, CreateTable, CreateTableOptions, Expr, ForeignKeyConstraint, GeneratedAs,
+    ObjectName, SqlOption, Statement, TableConstraint, Value,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
@@ -96,6 +96,26 @@ pub fn identity_default(sequence: &str) -> String {
     format!("nextval('{}')", name.replace('\'', "''"))
 }
 
+/// The FOREIGN KEY clauses of a `CREATE TABLE`, of the table and of its
+/// columns. They are accepted, so that an ORM's related tables can be
+/// created, and not enforced: checking a reference on every write is a
+/// read of the other table per row, and on every delete a search of the
+/// referring table, which has no index to find its rows by (README,
+/// "Plain tables"). The definition does not keep them.
+pub fn foreign_keys(create: &CreateTable) -> Vec<&ForeignKeyConstraint> {
+    let of_columns = create.columns.iter().flat_map(|c| {
+        c.options.iter().filter_map(|o| match &o.option {
+            ColumnOption::ForeignKey(fk) => Some(fk),
+            _ => None,
+        })
+    });
+    let of_table = create.constraints.iter().filter_map(|c| match c {
+        TableConstraint::ForeignKey(fk) => Some(fk),
+        _ => None,
+    });
+    of_columns.chain(of_table).collect()
+}
+
 /// Builds a definition from a parsed `CREATE TABLE`.
 pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError> {
     let name = object_name(&create.name)?;
@@ -156,6 +176,8 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                     not_null = true;
                     primary_key.push(column.clone());
                 }
+                // Accepted, not enforced (`foreign_keys`).
+                ColumnOption::ForeignKey(_) => {}
                 other => {
                     return Err(CatalogError::Definition(format!(
                         "column {column}: option {other} is not supported"
@@ -185,6 +207,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                     }
                 }
             }
+            TableConstraint::ForeignKey(_) => {}
             other => {
                 return Err(CatalogError::Definition(format!(
                     "constraint {other} is not supported"

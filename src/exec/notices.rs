@@ -23,6 +23,8 @@ pub enum NoticeKind {
     DoesNotExist,
     /// What a statement did (ANALYZE's summary, an index built or dropped).
     Done,
+    /// A clause accepted without its effect (a FOREIGN KEY, not enforced).
+    NotEnforced,
     /// The scan policy lets a scan of every partition run (`warn`).
     WideScan,
     /// The catalog changed under the session, which now plans with it.

@@ -8,6 +8,7 @@ pub mod dml_shape;
 pub mod identity;
 pub mod index_functions;
 pub mod insert_defaults;
+pub mod insert_source;
 pub mod literals;
 pub mod page;
 pub mod parameters;

@@ -311,6 +311,7 @@ pub async fn statement_to_plan(
     }
     super::wildcard::hide_system_columns(state, &mut statement).await?;
     super::insert_defaults::fill(state, &mut statement).await?;
+    super::insert_source::flatten_nested_values(&mut statement)?;
     let returning = super::returning::take(&mut statement);
     let on_conflict = match &mut statement {
         Statement::Insert(Insert { on, .. }) if matches!(on, Some(OnInsert::OnConflict(_))) => {

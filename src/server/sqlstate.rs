@@ -143,6 +143,7 @@ pub fn notice_code(kind: NoticeKind) -> &'static str {
         NoticeKind::AlreadyExists => DUPLICATE_TABLE,
         NoticeKind::DoesNotExist
         | NoticeKind::Done
+        | NoticeKind::NotEnforced
         | NoticeKind::WideScan
         | NoticeKind::CatalogChanged
         | NoticeKind::Page => SUCCESSFUL_COMPLETION,

@@ -1,4 +1,5 @@
-// node-postgres against `tablesql serve`: a parameterised query and a cursor.
+// node-postgres against `tablesql serve`: a parameterised query, a cursor,
+// and an INSERT ... RETURNING into a table it creates.
 // Run as `node node_client.js PORT USER DATABASE` with NODE_PATH naming the
 // node_modules that scripts/node-clients installed; prints one JSON document
 // for tests/it/clients.rs.
@@ -38,6 +39,15 @@ async function main() {
   await new Promise((resolve) => cursor.close(resolve));
   out.cursor = first.concat(second).map((r) => r.bib);
   out.count = (await client.query("SELECT count(*) AS n FROM registrations")).rows[0].n;
+  // A table of its own, and the new keys an INSERT returns.
+  await client.query("CREATE TABLE todos (id SERIAL PRIMARY KEY, title TEXT NOT NULL, done BOOLEAN)");
+  const inserted = await client.query(
+    "INSERT INTO todos (title, done) VALUES ($1, $2), ($3, $4) RETURNING id, title",
+    ["write", false, "test", true],
+  );
+  out.returning = { command: inserted.command, rowCount: inserted.rowCount, rows: inserted.rows };
+  const updated = await client.query("UPDATE todos SET done = true WHERE id = $1 RETURNING *", [1]);
+  out.updated = updated.rows;
   await client.end();
   console.log(JSON.stringify(out));
 }

@@ -8,8 +8,10 @@
 //!   (pandas 3.1.1);
 //! - asyncpg 0.32.0: prepared statements, a cursor in a transaction, its
 //!   type introspection (an array result);
-//! - node-postgres 8.23.1 with pg-cursor 2.22.0: a parameterised query and a
-//!   cursor;
+//! - node-postgres 8.23.1 with pg-cursor 2.22.0: a parameterised query, a
+//!   cursor, INSERT and UPDATE with RETURNING;
+//! - an application's own tables: SQLAlchemy's ORM, Alembic 1.20.0, pandas'
+//!   `to_sql`, psycopg's `executemany` (`sqlalchemy_orm.py`);
 //! - pgJDBC 42.5.5 (Debian's): DatabaseMetaData as BI tools sync it, a
 //!   prepared query read with a fetch size, timestamps.
 //!
@@ -263,6 +265,71 @@ fn node_postgres_binds_parameters_and_reads_a_cursor() -> TestResult {
     assert_eq!(out["cursor"], json!(cursor), "{out}");
     // node-postgres reads int8 as a string.
     assert_eq!(out["count"], "1000", "{out}");
+    assert_eq!(
+        out["returning"],
+        json!({"command": "INSERT", "rowCount": 2,
+               "rows": [{"id": 1, "title": "write"}, {"id": 2, "title": "test"}]}),
+        "{out}"
+    );
+    assert_eq!(
+        out["updated"],
+        json!([{"id": 1, "title": "write", "done": true}]),
+        "{out}"
+    );
+    Ok(())
+}
+
+/// An application's first hour, as a new user would write it
+/// (`tests/clients/sqlalchemy_orm.py`): SQLAlchemy 2's ORM creates two
+/// related tables, adds objects and commits (RETURNING their new ids,
+/// across partitions in one transaction), queries, joins through a
+/// relationship, updates and deletes; Alembic adds a column and an index;
+/// pandas writes 10,000 rows with `to_sql(if_exists='replace')`, twice, and
+/// reads them back equal; psycopg's `executemany` inserts, with RETURNING.
+#[test]
+fn an_orm_application_creates_and_uses_its_own_tables() -> TestResult {
+    let server = serve(0, &[])?;
+    let mut command = Command::new(env("TABLESQL_TEST_PYTHON")?);
+    command.args([
+        &client_file("sqlalchemy_orm.py"),
+        &server.addr.port().to_string(),
+        "tablesql",
+        "tablesql",
+    ]);
+    let out: Value = serde_json::from_str(&run(command)?)?;
+    assert_eq!(out.get("failed"), None, "{out}");
+    // The demo fixture's two tables, and the application's.
+    assert_eq!(
+        out["create_all"],
+        json!(["authors", "books", "events", "registrations"]),
+        "{out}"
+    );
+    assert_eq!(
+        out["add_all"],
+        json!({"authors": [1, 2], "books": [1, 2, 3]}),
+        "{out}"
+    );
+    assert_eq!(out["query"], json!([["Third", 2001], ["Second", 1990]]), "{out}");
+    assert_eq!(
+        out["join"],
+        json!({"pairs": [["Ann", "First"], ["Ann", "Second"], ["Bo", "Third"]],
+               "lazy": ["First", "Second"]}),
+        "{out}"
+    );
+    assert_eq!(out["update"], json!(2002), "{out}");
+    assert_eq!(out["delete"], json!(["Second", "Third"]), "{out}");
+    assert_eq!(
+        out["alembic"],
+        json!({"columns": ["id", "name", "born", "rating"], "indexes": ["ix_books_title"],
+               "rated": [["Ann", 5], ["Bo", null]], "by_title": [2002]}),
+        "{out}"
+    );
+    assert_eq!(out["pandas"], json!({"rows": 10000, "equal": true}), "{out}");
+    assert_eq!(
+        out["executemany"],
+        json!({"count": 252, "returned": [251, 252]}),
+        "{out}"
+    );
     Ok(())
 }
 
