@@ -1,9 +1,11 @@
 //! Rules that keep DELETE and UPDATE to what a table provider can answer.
 //! DataFusion hands `delete_from` and `update` only the filters that sit on
 //! the target table's scan, so a choice of rows made any other way would be
-//! lost and the statement would touch every row:
+//! lost and the statement would touch every row. A statement whose text
+//! shows such a choice (a subquery, `UPDATE ... FROM`) is planned as the
+//! query it implies instead (`dml_query.rs`); these rules guard the rest:
 //! - `DmlShape` (analyzer) refuses rows chosen by a subquery or a join
-//!   (`WHERE bib IN (SELECT ...)`, `> ALL (...)`, `UPDATE ... FROM`);
+//!   that still reach the provider's path;
 //! - `EmptyDml` (optimizer, last) answers `count = 0` for a statement whose
 //!   WHERE the optimizer found always false or NULL (`WHERE club = NULL`,
 //!   `WHERE 1 = 0`): it replaces the scan with an empty relation, and no

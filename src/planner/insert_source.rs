@@ -69,7 +69,11 @@ impl VisitorMut for Rewrite {
                     .iter()
                     .map(|r| r.content[i].to_string())
                     .collect();
-                format!("unnest(make_array({})) AS column{}", cells.join(", "), i + 1)
+                format!(
+                    "unnest(make_array({})) AS column{}",
+                    cells.join(", "),
+                    i + 1
+                )
             })
             .collect();
         let sql = format!("SELECT {}", columns.join(", "));

@@ -20,6 +20,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_planner::{DefaultPhysicalPlanner, ExtensionPlanner, PhysicalPlanner};
 
 use super::StoreTable;
+use super::dml_query::DmlQueryNode;
 use super::returning::ReturningNode;
 use super::subquery::{ApplyNode, needs_apply, plan_subqueries};
 use super::upsert::{self, UpsertNode};
@@ -41,6 +42,7 @@ impl QueryPlanner for TablesqlQueryPlanner {
             Arc::new(ApplyPlanner),
             Arc::new(UpsertPlanner),
             Arc::new(ReturningPlanner),
+            Arc::new(DmlQueryPlanner),
         ]);
         if needs_apply(plan) {
             let plan = plan_subqueries(plan.clone())?;
@@ -194,5 +196,42 @@ impl ExtensionPlanner for ReturningPlanner {
                 )
             })?;
         Ok(Some(Arc::new(write.returning()?)))
+    }
+}
+
+/// Plans [`DmlQueryNode`]s: a `DmlExec` over the query that chooses the rows.
+#[derive(Debug)]
+struct DmlQueryPlanner;
+
+#[async_trait]
+impl ExtensionPlanner for DmlQueryPlanner {
+    async fn plan_extension(
+        &self,
+        _planner: &dyn PhysicalPlanner,
+        node: &dyn UserDefinedLogicalNode,
+        _logical_inputs: &[&LogicalPlan],
+        physical_inputs: &[Arc<dyn ExecutionPlan>],
+        session: &dyn Session,
+        _planning_ctx: &PhysicalPlanningContext,
+    ) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+        let Some(node) = node.as_any().downcast_ref::<DmlQueryNode>() else {
+            return Ok(None);
+        };
+        let Some(input) = physical_inputs.first() else {
+            return Err(DataFusionError::Internal("DmlQuery without input".into()));
+        };
+        let table = datafusion::datasource::source_as_provider(&node.target)?;
+        let any: &dyn std::any::Any = table.as_ref();
+        let Some(store_table) = any.downcast_ref::<StoreTable>() else {
+            return Err(DataFusionError::Plan(format!(
+                "{} is not a mapped table",
+                node.table_name
+            )));
+        };
+        Ok(Some(store_table.query_write_exec(
+            session,
+            &node.op,
+            input.clone(),
+        )?))
     }
 }

@@ -114,6 +114,55 @@ impl StoreTable {
         )?))
     }
 
+    /// The write of a DELETE or UPDATE whose rows `input` chooses
+    /// (`dml_query.rs`): the table's columns, then an UPDATE's new values.
+    pub fn query_write_exec(
+        &self,
+        session: &dyn Session,
+        op: &super::dml_query::QueryWrite,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let width = self.layout.schema.fields().len();
+        let op = match op {
+            super::dml_query::QueryWrite::Delete => DmlOp::Delete,
+            super::dml_query::QueryWrite::Update { columns } => {
+                let schema = input.schema();
+                let mut assignments = Vec::with_capacity(columns.len());
+                for (i, name) in columns.iter().enumerate() {
+                    let at = self.layout.schema.index_of(name)?;
+                    if !self
+                        .layout
+                        .columns
+                        .get(at)
+                        .is_some_and(|(s, _)| s.is_column())
+                    {
+                        return Err(ExecError::SystemColumn {
+                            column: name.clone(),
+                        }
+                        .into());
+                    }
+                    let from = width + i;
+                    let field = schema.field(from);
+                    let value: Arc<dyn PhysicalExpr> = Arc::new(
+                        datafusion::physical_expr::expressions::Column::new(field.name(), from),
+                    );
+                    assignments.push((at, value));
+                }
+                DmlOp::Update { assignments }
+            }
+        };
+        Ok(Arc::new(
+            DmlExec::new(
+                op,
+                input,
+                self.store_for(session),
+                self.layout.clone(),
+                None,
+            )?
+            .chosen_by_query(),
+        ))
+    }
+
     /// The scan of `filters` when the pushdown answers every one of them
     /// exactly, `None` otherwise: one pushdown, where DataFusion's protocol
     /// (`supports_filters_pushdown`, then `scan`) runs two. A session's direct

@@ -209,7 +209,12 @@ fn target(
     let dml = match write {
         LogicalPlan::Dml(dml) => dml,
         LogicalPlan::Extension(e) => {
-            match e.node.as_any().downcast_ref::<super::upsert::UpsertNode>() {
+            let node = e.node.as_any();
+            if let Some(chosen) = node.downcast_ref::<super::dml_query::DmlQueryNode>() {
+                let provider = datafusion::datasource::source_as_provider(&chosen.target)?;
+                return Ok((chosen.table_name.clone(), provider));
+            }
+            match node.downcast_ref::<super::upsert::UpsertNode>() {
                 Some(upsert) => &upsert.insert,
                 None => {
                     return Err(DataFusionError::Internal(

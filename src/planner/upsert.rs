@@ -295,7 +295,9 @@ pub async fn statement_to_plan(
         verbose,
         ..
     } = &statement
-        && (is_upsert(inner) || super::returning::returns_rows(inner))
+        && (is_upsert(inner)
+            || super::returning::returns_rows(inner)
+            || super::dml_query::chosen_by_query(inner))
     {
         let (analyze, verbose) = (*analyze, *verbose);
         let Statement::Explain {
@@ -322,9 +324,14 @@ pub async fn statement_to_plan(
         }
         _ => None,
     };
-    let plan = state
-        .statement_to_plan(DfStatement::Statement(Box::new(statement)))
-        .await?;
+    let plan = match super::dml_query::plan(state, &statement).await? {
+        Some(plan) => plan,
+        None => {
+            state
+                .statement_to_plan(DfStatement::Statement(Box::new(statement)))
+                .await?
+        }
+    };
     let plan = match on_conflict {
         Some(on_conflict) => upsert_plan(state, plan, on_conflict)?,
         None => plan,
@@ -479,7 +486,7 @@ fn logical_expr(
 }
 
 /// The column an assignment sets.
-fn assignment_column(target: &AssignmentTarget) -> Result<String> {
+pub(super) fn assignment_column(target: &AssignmentTarget) -> Result<String> {
     match target {
         AssignmentTarget::ColumnName(name) => name
             .0

@@ -288,7 +288,7 @@ fn node_postgres_binds_parameters_and_reads_a_cursor() -> TestResult {
 /// reads them back equal; psycopg's `executemany` inserts, with RETURNING.
 #[test]
 fn an_orm_application_creates_and_uses_its_own_tables() -> TestResult {
-    let server = serve(0, &[])?;
+    let server = serve(1000, &[])?;
     let mut command = Command::new(env("TABLESQL_TEST_PYTHON")?);
     command.args([
         &client_file("sqlalchemy_orm.py"),
@@ -309,7 +309,11 @@ fn an_orm_application_creates_and_uses_its_own_tables() -> TestResult {
         json!({"authors": [1, 2], "books": [1, 2, 3]}),
         "{out}"
     );
-    assert_eq!(out["query"], json!([["Third", 2001], ["Second", 1990]]), "{out}");
+    assert_eq!(
+        out["query"],
+        json!([["Third", 2001], ["Second", 1990]]),
+        "{out}"
+    );
     assert_eq!(
         out["join"],
         json!({"pairs": [["Ann", "First"], ["Ann", "Second"], ["Bo", "Third"]],
@@ -324,7 +328,11 @@ fn an_orm_application_creates_and_uses_its_own_tables() -> TestResult {
                "rated": [["Ann", 5], ["Bo", null]], "by_title": [2002]}),
         "{out}"
     );
-    assert_eq!(out["pandas"], json!({"rows": 10000, "equal": true}), "{out}");
+    assert_eq!(
+        out["pandas"],
+        json!({"rows": 10000, "equal": true}),
+        "{out}"
+    );
     assert_eq!(
         out["executemany"],
         json!({"count": 252, "returned": [251, 252]}),

@@ -148,6 +148,7 @@ macro_rules! slt_files {
 
 slt_files!(
     ddl,
+    dml_queries,
     indexes,
     paging,
     pg_spellings,

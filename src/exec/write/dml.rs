@@ -133,6 +133,9 @@ pub struct DmlExec {
     retries: ExactCount,
     /// Whether it yields the rows it wrote (RETURNING), not their count.
     returning: bool,
+    /// Whether a query chose its rows (`planner::dml_query`): read to the
+    /// end before the first write, and each row written once.
+    chosen: bool,
 }
 
 /// The first and last PartitionKey a statement wrote, and its entities.
@@ -206,7 +209,16 @@ impl DmlExec {
             retries: ExactCount::register(&metrics, "retries"),
             metrics,
             returning: false,
+            chosen: false,
         })
+    }
+
+    /// The same write of rows a query chose (`planner::dml_query`): the
+    /// query is read to the end first (it may read the table written), and
+    /// a row it yields twice is written once, with its first values.
+    pub fn chosen_by_query(mut self) -> Self {
+        self.chosen = true;
+        self
     }
 
     /// The same write yielding the rows it writes, in the table's columns
@@ -220,6 +232,7 @@ impl DmlExec {
             self.if_match.clone(),
         )?;
         plan.returning = true;
+        plan.chosen = self.chosen;
         plan.properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(self.layout.schema.clone()),
             Partitioning::UnknownPartitioning(1),
@@ -254,6 +267,9 @@ impl DmlExec {
     /// the end before the first write, or rows moved ahead of the scan would
     /// be met (and updated) twice.
     fn moves_rows(&self) -> bool {
+        if self.chosen {
+            return true;
+        }
         let assignments = match &self.op {
             DmlOp::Insert | DmlOp::Upsert(_) => return self.reads_itself(),
             DmlOp::Update { assignments } => assignments,
@@ -351,13 +367,14 @@ impl ExecutionPlan for DmlExec {
                 return Err(DataFusionError::Internal("DmlExec has one child".into()));
             }
         };
-        let plan = DmlExec::new(
+        let mut plan = DmlExec::new(
             self.op.clone(),
             input,
             self.store.clone(),
             self.layout.clone(),
             self.if_match.clone(),
         )?;
+        plan.chosen = self.chosen;
         Ok(Arc::new(if self.returning {
             plan.returning()?
         } else {
@@ -392,6 +409,7 @@ impl ExecutionPlan for DmlExec {
             claims: BTreeMap::new(),
             returned: self.returning.then(Vec::new),
             seq: 0,
+            seen: self.chosen.then(HashSet::new),
         };
         if let Ok(mut span) = self.span.lock() {
             *span = WrittenSpan::default();
@@ -476,6 +494,9 @@ struct Writer {
     returned: Option<Vec<(usize, StoredEntity)>>,
     /// Input rows taken so far.
     seq: usize,
+    /// The keys of the rows written, where a query chose them and may
+    /// yield one twice.
+    seen: Option<HashSet<(PartitionKey, RowKey)>>,
 }
 
 impl Writer {
@@ -510,6 +531,11 @@ impl Writer {
             }
         }
         for row in 0..batch.num_rows() {
+            if matches!(self.op, DmlOp::Delete | DmlOp::Update { .. })
+                && !self.first_time(&old, row)?
+            {
+                continue;
+            }
             let (partition, group) = match &self.op {
                 DmlOp::Insert => {
                     new.refuse_system(&self.layout, row)?;
@@ -547,6 +573,16 @@ impl Writer {
             .chain(row.index.into_iter().map(WriteOp::InsertOrReplace))
             .collect();
         Ok((partition, Group::of(ops)))
+    }
+
+    /// Whether the row is met for the first time (always, unless a query
+    /// chose the rows: `seen`).
+    fn first_time(&mut self, old: &Columns, row: usize) -> Result<bool> {
+        if self.seen.is_none() {
+            return Ok(true);
+        }
+        let (pk, rk, _) = self.keys(old, row)?;
+        Ok(self.seen.as_mut().is_none_or(|seen| seen.insert((pk, rk))))
     }
 
     /// The scanned row's keys and the ETag its writes must match.

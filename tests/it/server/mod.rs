@@ -114,7 +114,12 @@ fn tablesql() -> Command {
 pub fn fixture(rows: u64) -> Result<&'static Path, String> {
     static SMALL: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     static LARGE: OnceLock<Result<PathBuf, String>> = OnceLock::new();
-    let cell = if rows == 100_000 { &LARGE } else { &SMALL };
+    // One cell per size: a third size would take the small one's fixture.
+    let cell = match rows {
+        1000 => &SMALL,
+        100_000 => &LARGE,
+        _ => return Err(format!("fixtures have 1000 or 100000 rows, not {rows}")),
+    };
     cell.get_or_init(|| {
         // One per row count, rebuilt by every run.
         let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join(format!("server-fixture-{rows}"));
