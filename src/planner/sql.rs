@@ -59,6 +59,19 @@ impl<R: SqlStatementRewriteRule> Respell for Pg<R> {
     }
 }
 
+/// How deep an expression may nest: sqlparser's default (50) refused a
+/// WHERE clause that PostgreSQL answers. Deeper input is parsed and planned
+/// on a stack that grows as it needs (DataFusion's `recursive_protection`).
+const RECURSION_LIMIT: usize = 1000;
+
+/// Statements in PostgreSQL's dialect, nested up to `RECURSION_LIMIT`.
+fn parse_postgres(sql: &str) -> Result<Vec<Statement>, ParserError> {
+    Parser::new(&PostgreSqlDialect {})
+        .with_recursion_limit(RECURSION_LIMIT)
+        .try_with_sql(sql)?
+        .parse_statements()
+}
+
 /// The parser of every front end.
 #[derive(Debug)]
 pub struct SqlParser {
@@ -118,7 +131,7 @@ impl SqlParser {
     /// The statements of `sql`, in order.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
         // The common case: plain SQL over user tables, parsed once.
-        if let Ok(statements) = Parser::parse_sql(&PostgreSqlDialect {}, sql) {
+        if let Ok(statements) = parse_postgres(sql) {
             if !statements.iter().any(reads_system_catalog) {
                 return Ok(statements.into_iter().map(|s| self.respell(s)).collect());
             }
@@ -132,7 +145,7 @@ impl SqlParser {
     }
 
     fn parse_one(&self, text: &str) -> Result<Vec<Statement>, ParserError> {
-        match Parser::parse_sql(&PostgreSqlDialect {}, text) {
+        match parse_postgres(text) {
             Ok(statements) if !statements.iter().any(reads_system_catalog) => {
                 Ok(statements.into_iter().map(|s| self.respell(s)).collect())
             }
@@ -153,7 +166,7 @@ impl SqlParser {
         #[cfg(feature = "server")]
         let statements = self.catalog.parse(text)?;
         #[cfg(not(feature = "server"))]
-        let statements = Parser::parse_sql(&PostgreSqlDialect {}, text)?;
+        let statements = parse_postgres(text)?;
         Ok(statements
             .into_iter()
             .map(|mut s| {

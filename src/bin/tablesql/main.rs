@@ -223,8 +223,22 @@ fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
         .map_err(|e: tablesql::datafusion::error::DataFusionError| e.to_string())
 }
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// Each runtime thread's stack. A statement's syntax tree is cloned,
+/// printed and dropped by recursion that nothing guards (sqlparser's
+/// derives), so an expression nested as deep as PostgreSQL takes it
+/// (hundreds of parentheses or ANDs) needs more than tokio's 2 MiB. Only
+/// the pages a thread touches are ever committed.
+const THREAD_STACK: usize = 32 * 1024 * 1024;
+
+fn main() -> anyhow::Result<()> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(THREAD_STACK)
+        .build()?
+        .block_on(run())
+}
+
+async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
     let options = tablesql::EngineOptions::default().with_scan_policy(cli.scan_policy);
     let location: StoreLocation = cli
