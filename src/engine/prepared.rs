@@ -254,7 +254,7 @@ impl PreparedStatement {
 
     /// The statement's result columns (a write's: its count).
     pub fn schema(&self) -> SchemaRef {
-        self.current().plan.schema().inner().clone()
+        crate::planner::output_names::shown(self.current().plan.schema().inner())
     }
 
     /// What the statement is (`Select`, `Insert`, ...).

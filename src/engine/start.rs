@@ -245,7 +245,7 @@ impl Session {
             // As a scan streams: no batch for no rows.
             let rows = (batch.num_rows() > 0).then_some(Ok(batch));
             let once = futures::stream::iter(rows);
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(schema, once)));
+            return Ok(shown(Box::pin(RecordBatchStreamAdapter::new(schema, once))));
         }
         // Boxed: planning's futures are large, and a point read's future
         // should not carry them.
@@ -319,10 +319,10 @@ impl Session {
                 .await?
         {
             let batches = futures::stream::iter(page.batches.into_iter().map(Ok));
-            return Ok(Box::pin(RecordBatchStreamAdapter::new(
+            return Ok(shown(Box::pin(RecordBatchStreamAdapter::new(
                 page.schema,
                 batches,
-            )));
+            ))));
         }
         let (stream, physical) = match direct::start(snapshot, plan).await? {
             Some(started) => started,
@@ -336,7 +336,7 @@ impl Session {
             }
         };
         let stream = self.engine().recorded(label, Some(physical), stream);
-        Ok(Box::pin(FailsBlock::new(stream, self.transaction())))
+        Ok(shown(Box::pin(FailsBlock::new(stream, self.transaction()))))
     }
 
     async fn write_plan(
@@ -387,4 +387,29 @@ async fn physical_plan(
         .query_planner()
         .create_physical_plan(plan, state.as_ref())
         .await
+}
+
+/// `stream` with its columns named as clients see them
+/// (`planner::output_names`: a repeated name's mark taken off).
+fn shown(stream: SendableRecordBatchStream) -> SendableRecordBatchStream {
+    let schema = stream.schema();
+    let named = crate::planner::output_names::shown(&schema);
+    if Arc::ptr_eq(&named, &schema) {
+        return stream;
+    }
+    let out = named.clone();
+    let renamed = futures::StreamExt::map(stream, move |batch| {
+        batch.and_then(|b| {
+            let options = datafusion::arrow::record_batch::RecordBatchOptions::new()
+                .with_row_count(Some(b.num_rows()));
+            Ok(
+                datafusion::arrow::record_batch::RecordBatch::try_new_with_options(
+                    named.clone(),
+                    b.columns().to_vec(),
+                    &options,
+                )?,
+            )
+        })
+    });
+    Box::pin(RecordBatchStreamAdapter::new(out, renamed))
 }

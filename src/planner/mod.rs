@@ -11,6 +11,7 @@ pub mod index_functions;
 pub mod insert_defaults;
 pub mod insert_source;
 pub mod literals;
+pub mod output_names;
 pub mod page;
 pub mod parameters;
 pub mod pg_functions;

@@ -312,6 +312,7 @@ pub async fn statement_to_plan(
             .build();
     }
     super::wildcard::hide_system_columns(state, &mut statement).await?;
+    super::output_names::alias_repeats(&mut statement);
     super::insert_defaults::fill(state, &mut statement).await?;
     super::insert_source::flatten_nested_values(&mut statement)?;
     let returning = super::returning::take(&mut statement);

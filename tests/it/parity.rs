@@ -236,6 +236,7 @@ const SCRIPT: &[&str] = &[
     // The demo's table, and expressions.
     "SELECT count(*) AS n FROM registrations",
     "SELECT 'a' || 'b' AS s, 2 + 3 AS n",
+    "SELECT 1 AS a, 2 AS a",
     "VALUES (1, 'x'), (2, 'y')",
     // Plain tables: PostgreSQL's DDL, the default mapping, `*` without
     // the system columns (which stay selectable by name).
@@ -554,6 +555,13 @@ async fn one_script_answers_alike_in_every_front_end() -> TestResult {
             .expect("in the script");
         expected[at].clone()
     };
+    assert_eq!(
+        answer("SELECT 1 AS a, 2 AS a"),
+        Answer::Rows(vec![
+            vec!["a".to_owned(), "a".into()],
+            vec!["1".into(), "2".into()]
+        ])
+    );
     let people = vec![
         vec!["id".to_owned(), "name".into(), "age".into()],
         vec!["1".into(), "ann".into(), "30".into()],
