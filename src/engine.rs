@@ -940,6 +940,81 @@ impl Engine {
         Ok(())
     }
 
+    /// `CREATE TABLE t [(names)] AS <query>`: a plain table (the default
+    /// mapping, a hidden row key: the query gives no primary key) with the
+    /// query's columns and types, then its rows, written as `INSERT INTO t
+    /// <query>` writes them. A type the store has no EDM type for is
+    /// refused before anything is created.
+    async fn create_table_as(
+        &self,
+        create: &datafusion::sql::sqlparser::ast::CreateTable,
+    ) -> Result<DdlOutcome, EngineError> {
+        let Some(query) = &create.query else {
+            return Err(CatalogError::Definition("CREATE TABLE AS needs a query".into()).into());
+        };
+        let name = ddl::object_name(&create.name)?;
+        if self.name_taken(&name).await? {
+            if create.if_not_exists {
+                let mut outcome = DdlOutcome::default();
+                outcome.notices.push(Notice::new(
+                    NoticeKind::AlreadyExists,
+                    format!("relation \"{name}\" already exists, skipping"),
+                ));
+                return Ok(outcome);
+            }
+            if !create.or_replace {
+                return Err(CatalogError::TableExists(name).into());
+            }
+        }
+        let state = self.ctx.state();
+        let plan =
+            crate::planner::upsert::statement_to_plan(&state, Statement::Query(query.clone()))
+                .await?;
+        let fields = crate::planner::output_names::shown(plan.schema().inner());
+        let quote = |n: &str| format!("\"{}\"", n.replace('"', "\"\""));
+        let mut columns = Vec::new();
+        for (i, field) in fields.fields().iter().enumerate() {
+            let column = match create.columns.get(i) {
+                Some(c) => crate::catalog::normalize_ident(&c.name),
+                None => field.name().clone(),
+            };
+            let t = crate::catalog::ColumnType::from_arrow(field.data_type()).ok_or_else(|| {
+                CatalogError::UnsupportedType {
+                    column: column.clone(),
+                    sql_type: field.data_type().to_string(),
+                }
+            })?;
+            columns.push((column, t));
+        }
+        let ddl = format!(
+            "CREATE TABLE {} ({})",
+            quote(&name),
+            columns
+                .iter()
+                .map(|(c, t)| format!("{} {t}", quote(c)))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let def = ddl::parse(&ddl)?;
+        self.create_table(def, create.or_replace).await?;
+        let insert = format!(
+            "INSERT INTO {} ({}) {query}",
+            quote(&name),
+            columns
+                .iter()
+                .map(|(c, _)| quote(c))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+        let statement = self
+            .parse(&insert)
+            .ok()
+            .and_then(|s| s.into_iter().next())
+            .ok_or_else(|| CatalogError::Definition(format!("could not write {name}'s rows")))?;
+        self.frame(statement).await?.collect().await?;
+        Ok(DdlOutcome::default())
+    }
+
     /// `SHOW CREATE TABLE t` of a mapped table, as CockroachDB answers it
     /// (`table_name`, `create_statement`): the canonical DDL, with the
     /// mapping a plain `CREATE TABLE` chose. `None` for other statements
@@ -1202,6 +1277,7 @@ impl Engine {
                 self.create_table(def, create.or_replace).await?;
                 Ok(Some(outcome))
             }
+            Statement::CreateTable(create) => self.create_table_as(create).await.map(Some),
             Statement::Drop {
                 object_type: ObjectType::Table,
                 if_exists,

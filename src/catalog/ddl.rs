@@ -42,8 +42,8 @@ pub fn parse(sql: &str) -> Result<TableDef, CatalogError> {
     }
 }
 
-/// Whether a parsed `CREATE TABLE` defines a table of the store: every one
-/// does but `CREATE TABLE ... AS SELECT`, which is not supported yet.
+/// Whether a parsed `CREATE TABLE` defines a table by its columns (not
+/// `CREATE TABLE ... AS SELECT`, whose columns its query gives).
 pub fn is_mapping(create: &CreateTable) -> bool {
     create.query.is_none()
 }

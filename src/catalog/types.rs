@@ -71,6 +71,28 @@ impl ColumnType {
         })
     }
 
+    /// The type a column of query results with Arrow type `t` is stored
+    /// as (`CREATE TABLE ... AS SELECT`), if tablesql can store it; an
+    /// untyped NULL is text, as PostgreSQL makes an `unknown` column.
+    pub fn from_arrow(t: &DataType) -> Option<Self> {
+        Some(match t {
+            DataType::Int8
+            | DataType::Int16
+            | DataType::Int32
+            | DataType::UInt8
+            | DataType::UInt16 => Self::Int,
+            DataType::Int64 | DataType::UInt32 => Self::BigInt,
+            DataType::Float16 | DataType::Float32 | DataType::Float64 => Self::Double,
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View | DataType::Null => {
+                Self::Text
+            }
+            DataType::Boolean => Self::Boolean,
+            DataType::Timestamp(_, _) => Self::Timestamp,
+            DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Self::Bytea,
+            _ => return None,
+        })
+    }
+
     /// The Arrow type of the column.
     pub fn arrow_type(self) -> DataType {
         match self {
