@@ -4,6 +4,7 @@
 
 pub mod apply_node;
 pub mod checked;
+pub mod column_listing;
 pub mod dml_query;
 pub mod dml_shape;
 pub mod identity;

@@ -313,6 +313,7 @@ pub async fn statement_to_plan(
     }
     super::wildcard::hide_system_columns(state, &mut statement).await?;
     super::output_names::alias_repeats(&mut statement);
+    super::column_listing::hide_system_columns(state, &mut statement).await?;
     super::insert_defaults::fill(state, &mut statement).await?;
     super::insert_source::flatten_nested_values(&mut statement)?;
     let returning = super::returning::take(&mut statement);

@@ -359,12 +359,9 @@ async fn bi_tool_metadata_queries() -> TestResult {
             "age",
             "finish",
             "registered",
-            "club",
-            // The storage columns every mapped table carries.
-            "PartitionKey",
-            "RowKey",
-            "Timestamp",
-            "_etag"
+            // Not the storage columns every mapped table carries: as
+            // PostgreSQL's system columns, they are not listed.
+            "club"
         ]
     );
     Ok(())
