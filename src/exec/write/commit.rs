@@ -288,7 +288,7 @@ async fn read_record(
     };
     items
         .iter()
-        .map(|item| from_json(item).map_err(|why| corrupt(why)))
+        .map(|item| from_json(item).map_err(&corrupt))
         .collect()
 }
 
