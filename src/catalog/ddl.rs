@@ -391,15 +391,49 @@ pub fn alter(
                         sql_type: c.data_type.to_string(),
                     }
                 })?;
+                let (mut not_null, mut default) = (false, None);
                 for o in &c.options {
                     match &o.option {
-                        ColumnOption::Null => {}
-                        ColumnOption::Default(e) if e.to_string().eq_ignore_ascii_case("NULL") => {}
+                        ColumnOption::Null => not_null = false,
+                        ColumnOption::NotNull => not_null = true,
+                        ColumnOption::Default(e) if e.to_string().eq_ignore_ascii_case("NULL") => {
+                            default = None
+                        }
+                        ColumnOption::Default(e) => default = Some(e.to_string()),
                         other => {
                             return Err(refuse(format!(
                                 "column {column} {other}: the rows stored before would not hold it without being rewritten; add the column plain, then UPDATE"
                             )));
                         }
+                    }
+                }
+                let added = ColumnDef {
+                    name: column.clone(),
+                    column_type,
+                    not_null,
+                    default,
+                    identity: None,
+                };
+                // No row is rewritten: a row stored before reads the
+                // column's fill (`ColumnDef::fill`). Only a NOT NULL
+                // column with a constant default has one: a nullable
+                // column's absent property is also how a NULL is stored.
+                match (&added.default, added.not_null, added.fill()) {
+                    (None, false, _) | (Some(_), true, Some(_)) => {}
+                    (Some(d), false, _) => {
+                        return Err(refuse(format!(
+                            "column {column} DEFAULT {d}: the rows stored before would read NULL where PostgreSQL gives them the default (a NULL is stored as an absent property); add it NOT NULL DEFAULT {d}, or plain and then UPDATE"
+                        )));
+                    }
+                    (None, true, _) => {
+                        return Err(refuse(format!(
+                            "column {column} NOT NULL needs a DEFAULT for the rows stored before"
+                        )));
+                    }
+                    (Some(d), true, None) => {
+                        return Err(refuse(format!(
+                            "column {column} NOT NULL DEFAULT {d}: the rows stored before read the default, so it must be a constant of the column's type"
+                        )));
                     }
                 }
                 // Before a hidden row key, which stays last.
@@ -408,16 +442,7 @@ pub fn alter(
                     .iter()
                     .position(|c| c.name == super::HIDDEN_ROWID)
                     .unwrap_or(out.columns.len());
-                out.columns.insert(
-                    at,
-                    ColumnDef {
-                        name: column,
-                        column_type,
-                        not_null: false,
-                        default: None,
-                        identity: None,
-                    },
-                );
+                out.columns.insert(at, added);
             }
             AlterTableOperation::DropColumn {
                 column_names,

@@ -90,6 +90,58 @@ pub struct ColumnDef {
     pub identity: Option<sequence::SequenceDef>,
 }
 
+impl ColumnDef {
+    /// What a stored row without this column's property reads as: for a
+    /// NOT NULL column with a constant DEFAULT, that default (a row stored
+    /// before `ALTER TABLE ... ADD COLUMN c ... NOT NULL DEFAULT v`, which
+    /// rewrites no row; a NOT NULL column is never written absent, so an
+    /// absent property is such a row); `None` for the rest, which read
+    /// NULL.
+    pub fn fill(&self) -> Option<crate::storage::EdmValue> {
+        use crate::storage::EdmValue;
+        use datafusion::sql::sqlparser::ast::{Expr, UnaryOperator, Value};
+        if !self.not_null {
+            return None;
+        }
+        let text = self.default.as_deref()?;
+        let expr = datafusion::sql::sqlparser::parser::Parser::new(
+            &datafusion::sql::sqlparser::dialect::PostgreSqlDialect {},
+        )
+        .try_with_sql(text)
+        .and_then(|mut p| p.parse_expr())
+        .ok()?;
+        let (negative, expr) = match expr {
+            Expr::UnaryOp {
+                op: UnaryOperator::Minus,
+                expr,
+            } => (true, *expr),
+            e => (false, e),
+        };
+        let Expr::Value(v) = expr else {
+            return None;
+        };
+        match (&v.value, self.column_type) {
+            (Value::Number(n, _), ColumnType::Int) => {
+                let n: i32 = n.parse().ok()?;
+                Some(EdmValue::Int32(if negative { n.checked_neg()? } else { n }))
+            }
+            (Value::Number(n, _), ColumnType::BigInt) => {
+                let n: i64 = n.parse().ok()?;
+                Some(EdmValue::Int64(if negative { n.checked_neg()? } else { n }))
+            }
+            (Value::Number(n, _), ColumnType::Double) => {
+                let n: f64 = n.parse().ok()?;
+                Some(EdmValue::Double(if negative { -n } else { n }))
+            }
+            (Value::SingleQuotedString(s), ColumnType::Text) if !negative => {
+                Some(EdmValue::String(s.clone()))
+            }
+            (Value::Boolean(b), ColumnType::Boolean) if !negative => Some(EdmValue::Boolean(*b)),
+            _ => None,
+        }
+    }
+}
+
 /// A denormalized index row: a RowKey template that shares its partition with
 /// the base row. Scans of the table skip index rows; the planner reads them
 /// where their leading fields fix more than the base RowKey's do.

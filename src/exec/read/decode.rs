@@ -394,6 +394,9 @@ pub struct DecodePlan {
     /// fills, whether it converts leniently, and its column's type.
     properties: Vec<String>,
     property_columns: Vec<(usize, bool, ColumnType)>,
+    /// Per property, what a row without it reads as (`ColumnDef::fill`;
+    /// `None`: NULL).
+    fills: Vec<Option<crate::storage::EdmValue>>,
     needs_pk: bool,
 }
 
@@ -407,10 +410,18 @@ impl DecodePlan {
     pub fn new(layout: Arc<Layout>, projection: &[usize], schema: &SchemaRef) -> Self {
         let mut properties = Vec::new();
         let mut property_columns = Vec::new();
+        let mut fills = Vec::new();
         for (b, &i) in projection.iter().enumerate() {
             if let Some((Source::Property { name, lenient }, t)) = layout.columns.get(i) {
                 properties.push(name.clone());
                 property_columns.push((b, *lenient, *t));
+                fills.push(
+                    layout
+                        .def
+                        .as_ref()
+                        .and_then(|d| d.column(name))
+                        .and_then(crate::catalog::ColumnDef::fill),
+                );
             }
         }
         let needs_pk = projection
@@ -421,6 +432,7 @@ impl DecodePlan {
             schema: schema.clone(),
             properties,
             property_columns,
+            fills,
             needs_pk,
             layout,
         }
@@ -579,7 +591,7 @@ impl Decoding {
     }
 
     /// Fills the property columns from one walk of the entity's properties;
-    /// a property it lacks is NULL.
+    /// a property it lacks is its column's fill, or NULL.
     fn properties(&mut self, plan: &DecodePlan, e: &dyn EntityView) -> Result<(), ExecError> {
         self.filled.fill(false);
         let mut wrong: Option<(usize, crate::storage::EdmType)> = None;
@@ -606,7 +618,13 @@ impl Decoding {
         }
         for (p, done) in self.filled.iter().enumerate() {
             if !done {
-                self.builders[plan.property_columns[p].0].null();
+                let builder = &mut self.builders[plan.property_columns[p].0];
+                match plan.fills.get(p).and_then(Option::as_ref) {
+                    Some(fill) => {
+                        builder.value(fill.as_ref(), false);
+                    }
+                    None => builder.null(),
+                }
             }
         }
         Ok(())

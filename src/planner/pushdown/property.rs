@@ -65,9 +65,15 @@ pub(super) fn property_filter(def: &TableDef, e: &Expr) -> Option<Filter> {
     }
 }
 
+/// A column whose comparisons the store can evaluate: a property, and not
+/// one an absent property reads as a value of (`ColumnDef::fill`: the
+/// store would take such a row as lacking it).
 pub(super) fn property_column<'a>(def: &TableDef, e: &'a Expr) -> Option<&'a str> {
     match e {
-        Expr::Column(c) if def.column(&c.name).is_some() && !def.is_key_column(&c.name) => {
+        Expr::Column(c)
+            if def.column(&c.name).is_some_and(|d| d.fill().is_none())
+                && !def.is_key_column(&c.name) =>
+        {
             Some(&c.name)
         }
         _ => None,

@@ -3,8 +3,9 @@
 //! it (nullable columns, with or without a primary key, a SERIAL key),
 //! then writes (INSERT with and without RETURNING, INSERT ... SELECT *,
 //! UPDATE and DELETE by their own columns or by a subquery, with and
-//! without RETURNING, ALTER TABLE ADD COLUMN then writes of it, a view,
-//! TRUNCATE). Pure functions of a seeded RNG.
+//! without RETURNING, ALTER TABLE ADD COLUMN (nullable, or NOT NULL with a
+//! default) then writes of it, a view, TRUNCATE). Pure functions of a
+//! seeded RNG.
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -244,21 +245,26 @@ pub fn scenario(rng: &mut ChaCha8Rng, table: &str) -> Scenario {
             6 if s.columns.len() < 5 => {
                 let name = format!("c{}", s.columns.len());
                 let sql_type = types[rng.random_range(0..types.len())];
+                let not_null = rng.random_bool(0.4);
                 let column = Column {
                     name: name.clone(),
                     sql_type,
-                    not_null: false,
+                    not_null,
                 };
-                let set = value(
-                    rng,
-                    &Column {
-                        not_null: true,
-                        ..column.clone()
-                    },
-                );
+                let some = Column {
+                    not_null: true,
+                    ..column.clone()
+                };
+                let set = value(rng, &some);
+                // NOT NULL needs a default for the rows already there.
+                let default = if not_null {
+                    format!(" NOT NULL DEFAULT {}", value(rng, &some))
+                } else {
+                    String::new()
+                };
                 s.columns.push(column);
                 format!(
-                    "ALTER TABLE {table} ADD COLUMN {name} {sql_type}; UPDATE {table} SET {name} = {set} WHERE {}",
+                    "ALTER TABLE {table} ADD COLUMN {name} {sql_type}{default}; UPDATE {table} SET {name} = {set} WHERE {}",
                     condition(rng, &s)
                 )
             }
