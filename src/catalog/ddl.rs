@@ -191,6 +191,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
             not_null,
             default,
             identity,
+            property: None,
         });
     }
     for constraint in &create.constraints {
@@ -246,6 +247,22 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
             "partition_key" => partition_key = Some(text.parse()?),
             "row_key" => row_key = Some(text.parse()?),
             "owned" => owned = flag(&key, &text)?,
+            "renamed" => {
+                for pair in text.split(';').filter(|p| !p.is_empty()) {
+                    let (column, property) = pair.split_once('=').ok_or_else(|| {
+                        CatalogError::Definition(format!(
+                            "renamed: {pair:?} is not column=property"
+                        ))
+                    })?;
+                    let c = columns
+                        .iter_mut()
+                        .find(|c: &&mut ColumnDef| c.name == column)
+                        .ok_or_else(|| {
+                            CatalogError::Definition(format!("renamed: no column {column}"))
+                        })?;
+                    c.property = Some(property.to_owned());
+                }
+            }
             "dropped" => {
                 dropped = text
                     .split(',')
@@ -274,7 +291,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                     }
                     _ => {
                         return Err(CatalogError::Definition(format!(
-                            "unknown option {key} (expected storage_table, partition_key, row_key, owned, dropped, index_<name> or covering_<name>)"
+                            "unknown option {key} (expected storage_table, partition_key, row_key, owned, dropped, renamed, index_<name> or covering_<name>)"
                         )));
                     }
                 },
@@ -309,6 +326,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                 not_null: true,
                 default: Some("uuid()".to_owned()),
                 identity: None,
+                property: None,
             });
             primary_key.push(super::HIDDEN_ROWID.to_owned());
         }
@@ -380,9 +398,9 @@ pub fn alter(
                     }
                     return Err(refuse(format!("column {column} already exists")));
                 }
-                if out.dropped.contains(&column) {
+                if out.dropped.contains(&column) || out.declares_property(&column) {
                     return Err(refuse(format!(
-                        "column {column} was dropped, and its values are still in the stored rows: a new column of that name would show them (choose another name)"
+                        "column {column} was dropped or renamed, and its values are still in the stored rows under that name: a new column of that name would show them (choose another name)"
                     )));
                 }
                 let column_type = ColumnType::from_sql(&c.data_type).ok_or_else(|| {
@@ -413,6 +431,7 @@ pub fn alter(
                     not_null,
                     default,
                     identity: None,
+                    property: None,
                 };
                 // No row is rewritten: a row stored before reads the
                 // column's fill (`ColumnDef::fill`). Only a NOT NULL
@@ -462,8 +481,11 @@ pub fn alter(
                             "column {column} is in the keys of stored rows (PartitionKey, RowKey or an index's): dropping it would change them"
                         )));
                     }
+                    // Its stored values are under its property's name.
+                    if let Some(c) = out.column(&column) {
+                        out.dropped.push(c.property_name().to_owned());
+                    }
                     out.columns.retain(|c| c.name != column);
-                    out.dropped.push(column);
                 }
             }
             AlterTableOperation::RenameTable {
@@ -484,11 +506,46 @@ pub fn alter(
                 out.name = object_name(name)?
             }
             AlterTableOperation::RenameColumn {
-                old_column_name, ..
+                old_column_name,
+                new_column_name,
             } => {
-                return Err(refuse(format!(
-                    "RENAME COLUMN {old_column_name} is not supported: stored rows name their properties by column, and every one would be rewritten"
-                )));
+                let (old, new) = (
+                    normalize_ident(old_column_name),
+                    normalize_ident(new_column_name),
+                );
+                let Some(c) = out.column(&old) else {
+                    return Err(refuse(format!("column {old} does not exist")));
+                };
+                if out.is_template_column(&old) || out.primary_key.contains(&old) {
+                    return Err(refuse(format!(
+                        "RENAME COLUMN {old}: it is a field of the keys' templates; renaming a key column is not supported yet"
+                    )));
+                }
+                if owned_sequence(&out.name, c).is_some() {
+                    return Err(refuse(format!(
+                        "RENAME COLUMN {old}: it is an identity column, whose sequence is named after it"
+                    )));
+                }
+                if out.column(&new).is_some() {
+                    return Err(refuse(format!("column {new} already exists")));
+                }
+                // The stored rows keep the property's name: the column
+                // reads and writes it under its new one (`renamed`).
+                let property = c.property_name().to_owned();
+                if new != property && (out.dropped.contains(&new) || out.declares_property(&new)) {
+                    return Err(refuse(format!(
+                        "column {new} was dropped or renamed, and its values are still in the stored rows under that name (choose another name)"
+                    )));
+                }
+                if [&new, &property].iter().any(|n| n.contains(['=', ';'])) {
+                    return Err(refuse(format!(
+                        "RENAME COLUMN {old} TO {new}: a renamed column's name may not hold '=' or ';'"
+                    )));
+                }
+                if let Some(c) = out.columns.iter_mut().find(|c| c.name == old) {
+                    c.name = new.clone();
+                    c.property = (new != property).then_some(property);
+                }
             }
             other => return Err(refuse(format!("{other} is not supported"))),
         }
@@ -808,6 +865,14 @@ impl TableDef {
         }
         if !self.dropped.is_empty() {
             options.push(format!("dropped = {}", quote(&self.dropped.join(","))));
+        }
+        let renamed: Vec<String> = self
+            .columns
+            .iter()
+            .filter_map(|c| Some(format!("{}={}", c.name, c.property.as_deref()?)))
+            .collect();
+        if !renamed.is_empty() {
+            options.push(format!("renamed = {}", quote(&renamed.join(";"))));
         }
         for i in &self.indexes {
             options.push(format!(

@@ -88,9 +88,18 @@ pub struct ColumnDef {
     /// with the table; the stored definition keeps only the `DEFAULT
     /// nextval(...)` it gives.
     pub identity: Option<sequence::SequenceDef>,
+    /// The name of the property its values are stored under, where that
+    /// is not its own: a column renamed (`ALTER TABLE ... RENAME COLUMN`)
+    /// keeps reading and writing the property its rows hold.
+    pub property: Option<String>,
 }
 
 impl ColumnDef {
+    /// The property its values are stored under.
+    pub fn property_name(&self) -> &str {
+        self.property.as_deref().unwrap_or(&self.name)
+    }
+
     /// What a stored row without this column's property reads as: for a
     /// NOT NULL column with a constant DEFAULT, that default (a row stored
     /// before `ALTER TABLE ... ADD COLUMN c ... NOT NULL DEFAULT v`, which
@@ -406,6 +415,12 @@ impl TableDef {
         self.columns
             .iter()
             .filter(move |c| !hidden.contains(&c.name.as_str()))
+    }
+
+    /// Whether a property of that name holds a column's values (a renamed
+    /// column's under its former name).
+    pub fn declares_property(&self, name: &str) -> bool {
+        self.columns.iter().any(|c| c.property_name() == name)
     }
 
     /// The key columns in key order: PartitionKey fields, then RowKey fields.

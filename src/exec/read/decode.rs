@@ -167,7 +167,7 @@ impl Layout {
                     (None, Some(n)) => (Source::RowField(n), true),
                     (None, None) => (
                         Source::Property {
-                            name: c.name.clone(),
+                            name: c.property_name().to_owned(),
                             lenient: false,
                         },
                         false,
@@ -415,11 +415,12 @@ impl DecodePlan {
             if let Some((Source::Property { name, lenient }, t)) = layout.columns.get(i) {
                 properties.push(name.clone());
                 property_columns.push((b, *lenient, *t));
+                let column = layout.schema.field(i).name();
                 fills.push(
                     layout
                         .def
                         .as_ref()
-                        .and_then(|d| d.column(name))
+                        .and_then(|d| d.column(column))
                         .and_then(crate::catalog::ColumnDef::fill),
                 );
             }

@@ -709,7 +709,7 @@ impl Writer {
             .zip(carries)
         {
             for (name, value) in &stored.entity.properties {
-                if carries && self.def.column(name).is_none() {
+                if carries && !self.def.declares_property(name) {
                     e.properties
                         .entry(name.clone())
                         .or_insert_with(|| value.clone());

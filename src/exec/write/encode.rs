@@ -271,7 +271,8 @@ pub fn entities(def: &TableDef, values: &[Option<EdmValue>]) -> Result<RowEntiti
     let mut base = Entity::new(pk, rk);
     for (c, v) in def.columns.iter().zip(values) {
         if let Some(v) = v {
-            base.properties.insert(c.name.clone(), v.clone());
+            base.properties
+                .insert(c.property_name().to_owned(), v.clone());
         }
     }
     base.validate().map_err(invalid)?;

@@ -411,8 +411,8 @@ fn index_entity(
         e.properties = base.entity.properties.clone();
         for (c, v) in def.columns.iter().zip(values) {
             match v {
-                Some(v) => e.properties.insert(c.name.clone(), v.clone()),
-                None => e.properties.remove(&c.name),
+                Some(v) => e.properties.insert(c.property_name().to_owned(), v.clone()),
+                None => e.properties.remove(c.property_name()),
             };
         }
     }
@@ -424,9 +424,9 @@ fn index_entity(
 /// columns than it should (properties the mapping does not declare are
 /// the application's, and not compared).
 fn differs(def: &TableDef, wanted: &Entity, found: &StoredEntity) -> bool {
-    def.columns
-        .iter()
-        .any(|c| wanted.properties.get(&c.name) != found.entity.properties.get(&c.name))
+    def.columns.iter().any(|c| {
+        wanted.properties.get(c.property_name()) != found.entity.properties.get(c.property_name())
+    })
 }
 
 /// A base row's column values in the definition's order: key columns from
@@ -445,7 +445,9 @@ pub fn row_values(def: &TableDef, e: &StoredEntity) -> Result<Vec<Option<EdmValu
                     column: c.name.clone(),
                     reason: format!("key field value {v} does not fit {}", c.column_type),
                 }),
-            None => Ok(e.get(&c.name).cloned()),
+            // A NOT NULL column added with a default reads it where the
+            // row, stored before, lacks the property.
+            None => Ok(e.get(c.property_name()).cloned().or_else(|| c.fill())),
         })
         .collect()
 }

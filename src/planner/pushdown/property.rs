@@ -101,7 +101,10 @@ pub(super) fn compare(
         _ => return None,
     };
     let int = || key_value(Some(def), &Target::Field(String::new()), lit);
-    match def.column(column)?.column_type {
+    let declared = def.column(column)?;
+    // The store compares the property the column's values are stored under.
+    let column = declared.property_name();
+    match declared.column_type {
         ColumnType::Int => match int()? {
             KeyValue::Int(i) => Some(Filter::property(
                 column,

@@ -134,7 +134,7 @@ async fn ddl_and_dml_answer_as_postgresql_does() -> TestResult {
     for n in 0..scenarios {
         let s = scenario::scenario(&mut rng, &format!("ddl{n}"));
         let first = scenario::Scenario {
-            columns: s.columns.iter().take(s.first_columns).cloned().collect(),
+            columns: s.initial.clone(),
             ..s.clone()
         };
         let mut run = vec![(s.create(), first.read_all())];

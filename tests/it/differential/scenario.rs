@@ -4,8 +4,8 @@
 //! then writes (INSERT with and without RETURNING, INSERT ... SELECT *,
 //! UPDATE and DELETE by their own columns or by a subquery, with and
 //! without RETURNING, ALTER TABLE ADD COLUMN (nullable, or NOT NULL with a
-//! default) then writes of it, a view, TRUNCATE). Pure functions of a
-//! seeded RNG.
+//! default) and RENAME COLUMN then writes of it, a view, TRUNCATE). Pure
+//! functions of a seeded RNG.
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
@@ -40,8 +40,8 @@ pub struct Scenario {
     pub table: String,
     pub key: Key,
     pub columns: Vec<Column>,
-    /// How many of `columns` the table is created with (ALTER adds the rest).
-    pub first_columns: usize,
+    /// The columns it is created with (ALTER adds and renames).
+    pub initial: Vec<Column>,
     pub steps: Vec<(String, String)>,
 }
 
@@ -51,7 +51,7 @@ impl Scenario {
     /// Its `CREATE TABLE`, in PostgreSQL's words.
     pub fn create(&self) -> String {
         let mut parts = Vec::new();
-        let columns = &self.columns[..self.first_columns];
+        let columns = &self.initial;
         match self.key {
             Key::None => {}
             Key::Serial => parts.push("id SERIAL PRIMARY KEY".to_owned()),
@@ -163,14 +163,14 @@ pub fn scenario(rng: &mut ChaCha8Rng, table: &str) -> Scenario {
     let mut s = Scenario {
         table: table.to_owned(),
         key,
-        first_columns: columns.len(),
+        initial: columns.clone(),
         columns,
         steps: Vec::new(),
     };
     let mut next_id = 1;
     let copy = format!("{table}_copy");
     for _ in 0..rng.random_range(6..12) {
-        let step = match rng.random_range(0..10) {
+        let step = match rng.random_range(0..11) {
             0..=2 => {
                 // New rows; their keys never repeat, so every insert lands.
                 let n = rng.random_range(1..=4);
@@ -290,6 +290,24 @@ pub fn scenario(rng: &mut ChaCha8Rng, table: &str) -> Scenario {
                 let view = format!("{table}_view");
                 format!(
                     "CREATE VIEW {view} AS SELECT * FROM {table} WHERE {}",
+                    condition(rng, &s)
+                )
+            }
+            9 => {
+                // A column renamed, and a write of it by its new name.
+                let at = rng.random_range(0..s.columns.len());
+                let old = s.columns[at].name.clone();
+                let new = format!("r{}_{old}", s.steps.len());
+                s.columns[at].name = new.clone();
+                let set = value(
+                    rng,
+                    &Column {
+                        not_null: true,
+                        ..s.columns[at].clone()
+                    },
+                );
+                format!(
+                    "ALTER TABLE {table} RENAME COLUMN {old} TO {new}; UPDATE {table} SET {new} = {set} WHERE {}",
                     condition(rng, &s)
                 )
             }
