@@ -1277,7 +1277,11 @@ impl Engine {
                 self.create_table(def, create.or_replace).await?;
                 Ok(Some(outcome))
             }
-            Statement::CreateTable(create) => self.create_table_as(create).await.map(Some),
+            // Boxed: its planning and writing futures are large, and every
+            // DDL statement's future would carry them.
+            Statement::CreateTable(create) => {
+                Box::pin(self.create_table_as(create)).await.map(Some)
+            }
             Statement::Drop {
                 object_type: ObjectType::Table,
                 if_exists,

@@ -326,7 +326,9 @@ pub async fn statement_to_plan(
         }
         _ => None,
     };
-    let plan = match super::dml_query::plan(state, &statement).await? {
+    // Boxed: it holds DataFusion's planning future, which this one holds
+    // too; inline, every statement's planning would carry both.
+    let plan = match Box::pin(super::dml_query::plan(state, &statement)).await? {
         Some(plan) => plan,
         None => {
             state
