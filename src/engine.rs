@@ -327,6 +327,10 @@ impl Engine {
         // DataFusion's own parser (a fallback, and embedders' `ctx.sql`)
         // reads the dialect every front end uses.
         config.options_mut().sql_parser.dialect = datafusion::config::Dialect::PostgreSQL;
+        // As deep as the engine's own parser reads (`planner::sql`): an
+        // expression DataFusion parses again (RETURNING's) is as deep.
+        config.options_mut().sql_parser.recursion_limit =
+            datafusion::config::ConfigNonZeroUsize::try_new(crate::planner::sql::RECURSION_LIMIT)?;
         let state = SessionStateBuilder::new()
             .with_config(config)
             .with_default_features()
@@ -952,6 +956,22 @@ impl Engine {
         let Some(query) = &create.query else {
             return Err(CatalogError::Definition("CREATE TABLE AS needs a query".into()).into());
         };
+        // Its rows would go in the block's buffer and its table in the
+        // catalog at once: a ROLLBACK would leave an empty table.
+        if session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
+            return Err(EngineError::InTransactionBlock {
+                tag: "CREATE TABLE AS",
+                why: ": the table would be created at once, its rows only at COMMIT",
+            });
+        }
+        // PostgreSQL has no CREATE OR REPLACE TABLE; over an existing table
+        // it would keep the old rows beside the query's.
+        if create.or_replace {
+            return Err(CatalogError::Definition(
+                "CREATE OR REPLACE TABLE ... AS is not supported: DROP TABLE, then CREATE TABLE ... AS".into(),
+            )
+            .into());
+        }
         let name = ddl::object_name(&create.name)?;
         if self.name_taken(&name).await? {
             if create.if_not_exists {
@@ -962,15 +982,21 @@ impl Engine {
                 ));
                 return Ok(outcome);
             }
-            if !create.or_replace {
-                return Err(CatalogError::TableExists(name).into());
-            }
+            return Err(CatalogError::TableExists(name).into());
         }
         let state = self.ctx.state();
         let plan =
             crate::planner::upsert::statement_to_plan(&state, Statement::Query(query.clone()))
                 .await?;
         let fields = crate::planner::output_names::shown(plan.schema().inner());
+        if create.columns.len() > fields.fields().len() {
+            return Err(CatalogError::Definition(format!(
+                "CREATE TABLE AS specifies {} column names, but the query has only {} columns",
+                create.columns.len(),
+                fields.fields().len()
+            ))
+            .into());
+        }
         let quote = |n: &str| format!("\"{}\"", n.replace('"', "\"\""));
         let mut columns = Vec::new();
         for (i, field) in fields.fields().iter().enumerate() {
@@ -996,7 +1022,7 @@ impl Engine {
                 .join(", ")
         );
         let def = ddl::parse(&ddl)?;
-        self.create_table(def, create.or_replace).await?;
+        self.create_table(def, false).await?;
         let insert = format!(
             "INSERT INTO {} ({}) {query}",
             quote(&name),
@@ -1006,12 +1032,25 @@ impl Engine {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
-        let statement = self
-            .parse(&insert)
-            .ok()
-            .and_then(|s| s.into_iter().next())
-            .ok_or_else(|| CatalogError::Definition(format!("could not write {name}'s rows")))?;
-        self.frame(statement).await?.collect().await?;
+        // The table and its rows together: a failed write drops the table
+        // (with what it wrote of them; an owned table's storage goes too).
+        let written = async {
+            let statement = self
+                .parse(&insert)
+                .map_err(|e| EngineError::DataFusion(DataFusionError::SQL(Box::new(e), None)))?
+                .into_iter()
+                .next()
+                .ok_or_else(|| {
+                    CatalogError::Definition(format!("could not write {name}'s rows"))
+                })?;
+            self.frame(statement).await?.collect().await?;
+            Ok::<(), EngineError>(())
+        }
+        .await;
+        if let Err(e) = written {
+            let _ = Box::pin(self.drop_table(&name)).await;
+            return Err(e);
+        }
         Ok(DdlOutcome::default())
     }
 
@@ -1257,7 +1296,7 @@ impl Engine {
                     return Ok(Some(DdlOutcome::default()));
                 }
                 let mut outcome = DdlOutcome::default();
-                for fk in ddl::foreign_keys(create) {
+                for (columns, fk) in ddl::foreign_keys(create)? {
                     let target = ddl::object_name(&fk.foreign_table)?;
                     if target != def.name && !self.name_taken(&target).await? {
                         return Err(CatalogError::UnknownTable(target).into());
@@ -1266,11 +1305,7 @@ impl Engine {
                         NoticeKind::NotEnforced,
                         format!(
                             "FOREIGN KEY ({}) REFERENCES {target} is accepted but not enforced",
-                            fk.columns
-                                .iter()
-                                .map(|c| c.value.as_str())
-                                .collect::<Vec<_>>()
-                                .join(", ")
+                            columns.join(", ")
                         ),
                     ));
                 }

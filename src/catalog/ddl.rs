@@ -97,23 +97,44 @@ pub fn identity_default(sequence: &str) -> String {
 }
 
 /// The FOREIGN KEY clauses of a `CREATE TABLE`, of the table and of its
-/// columns. They are accepted, so that an ORM's related tables can be
-/// created, and not enforced: checking a reference on every write is a
-/// read of the other table per row, and on every delete a search of the
-/// referring table, which has no index to find its rows by (README,
-/// "Plain tables"). The definition does not keep them.
-pub fn foreign_keys(create: &CreateTable) -> Vec<&ForeignKeyConstraint> {
+/// columns, each with the columns it is on. They are accepted, so that an
+/// ORM's related tables can be created, and not enforced: checking a
+/// reference on every write is a read of the other table per row, and on
+/// every delete a search of the referring table, which has no index to
+/// find its rows by (README, "Plain tables"). The definition does not keep
+/// them. An `ON DELETE` or `ON UPDATE` action other than the default would
+/// change rows, not check them, and is refused.
+pub fn foreign_keys(
+    create: &CreateTable,
+) -> Result<Vec<(Vec<String>, &ForeignKeyConstraint)>, CatalogError> {
+    use datafusion::sql::sqlparser::ast::ReferentialAction;
     let of_columns = create.columns.iter().flat_map(|c| {
-        c.options.iter().filter_map(|o| match &o.option {
-            ColumnOption::ForeignKey(fk) => Some(fk),
+        c.options.iter().filter_map(move |o| match &o.option {
+            ColumnOption::ForeignKey(fk) => Some((vec![normalize_ident(&c.name)], fk)),
             _ => None,
         })
     });
     let of_table = create.constraints.iter().filter_map(|c| match c {
-        TableConstraint::ForeignKey(fk) => Some(fk),
+        TableConstraint::ForeignKey(fk) => {
+            Some((fk.columns.iter().map(normalize_ident).collect(), fk))
+        }
         _ => None,
     });
-    of_columns.chain(of_table).collect()
+    let found: Vec<_> = of_columns.chain(of_table).collect();
+    for (_, fk) in &found {
+        for action in [fk.on_delete, fk.on_update].into_iter().flatten() {
+            if !matches!(
+                action,
+                ReferentialAction::NoAction | ReferentialAction::Restrict
+            ) {
+                return Err(CatalogError::Definition(format!(
+                    "FOREIGN KEY ... REFERENCES {} ON ... {action} is not supported: foreign keys are accepted but not enforced, and {action} would change rows",
+                    fk.foreign_table
+                )));
+            }
+        }
+    }
+    Ok(found)
 }
 
 /// Builds a definition from a parsed `CREATE TABLE`.

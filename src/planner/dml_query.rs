@@ -37,8 +37,6 @@ use datafusion::sql::sqlparser::ast::{
     Delete, Expr as SqlExpr, FromTable, ObjectName, Query, Statement, TableFactor, TableWithJoins,
     Update, UpdateTableFromKind, Visit, Visitor,
 };
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 
 use super::StoreTable;
 
@@ -292,12 +290,12 @@ pub async fn plan(state: &SessionState, statement: &Statement) -> Result<Option<
     if let Some(s) = selection {
         sql.push_str(&format!(" WHERE {s}"));
     }
-    let query = Parser::new(&PostgreSqlDialect {})
-        .try_with_sql(&sql)
-        .and_then(|mut p| p.parse_query())
+    let query = super::sql::parse_query(&sql)
         .map_err(|e| DataFusionError::Plan(format!("the rows of the statement: {e}")))?;
     let input = state
-        .statement_to_plan(DfStatement::Statement(Box::new(Statement::Query(query))))
+        .statement_to_plan(DfStatement::Statement(Box::new(Statement::Query(
+            Box::new(query),
+        ))))
         .await?;
     let count = Schema::new(vec![Field::new("count", DataType::UInt64, false)]);
     Ok(Some(LogicalPlan::Extension(Extension {

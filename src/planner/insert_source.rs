@@ -18,8 +18,6 @@ use std::ops::ControlFlow;
 
 use datafusion::error::{DataFusionError, Result};
 use datafusion::sql::sqlparser::ast::{Insert, Query, SetExpr, Statement, VisitMut, VisitorMut};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
 
 /// Rewrites the VALUES nested in an INSERT's source (see the module doc);
 /// any other statement is left alone.
@@ -77,10 +75,7 @@ impl VisitorMut for Rewrite {
             })
             .collect();
         let sql = format!("SELECT {}", columns.join(", "));
-        match Parser::new(&PostgreSqlDialect {})
-            .try_with_sql(&sql)
-            .and_then(|mut p| p.parse_query())
-        {
+        match crate::planner::sql::parse_query(&sql) {
             Ok(select) => query.body = select.body,
             Err(e) => {
                 self.failed = Some(DataFusionError::Plan(format!(
@@ -96,6 +91,8 @@ impl VisitorMut for Rewrite {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
 
     fn rewritten(sql: &str) -> String {
         let mut s = Parser::parse_sql(&PostgreSqlDialect {}, sql)

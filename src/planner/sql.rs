@@ -62,7 +62,7 @@ impl<R: SqlStatementRewriteRule> Respell for Pg<R> {
 /// How deep an expression may nest: sqlparser's default (50) refused a
 /// WHERE clause that PostgreSQL answers. Deeper input is parsed and planned
 /// on a stack that grows as it needs (DataFusion's `recursive_protection`).
-const RECURSION_LIMIT: usize = 1000;
+pub const RECURSION_LIMIT: usize = 1000;
 
 /// Statements in PostgreSQL's dialect, nested up to `RECURSION_LIMIT`.
 fn parse_postgres(sql: &str) -> Result<Vec<Statement>, ParserError> {
@@ -70,6 +70,16 @@ fn parse_postgres(sql: &str) -> Result<Vec<Statement>, ParserError> {
         .with_recursion_limit(RECURSION_LIMIT)
         .try_with_sql(sql)?
         .parse_statements()
+}
+
+/// One query in PostgreSQL's dialect, nested up to `RECURSION_LIMIT`: for
+/// the planner's rewrites, which parse text they built from a statement
+/// as deep as the statement.
+pub fn parse_query(sql: &str) -> Result<datafusion::sql::sqlparser::ast::Query, ParserError> {
+    Ok(*Parser::new(&PostgreSqlDialect {})
+        .with_recursion_limit(RECURSION_LIMIT)
+        .try_with_sql(sql)?
+        .parse_query()?)
 }
 
 /// The parser of every front end.

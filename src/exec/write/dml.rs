@@ -136,6 +136,10 @@ pub struct DmlExec {
     /// Whether a query chose its rows (`planner::dml_query`): read to the
     /// end before the first write, and each row written once.
     chosen: bool,
+    /// With RETURNING, the order its input came in (`INSERT ... SELECT ...
+    /// ORDER BY`), which the rows returned keep: required of the input, or
+    /// the optimizer would drop the sort as no use to a write.
+    ordering: Option<datafusion::physical_expr::LexOrdering>,
 }
 
 /// The first and last PartitionKey a statement wrote, and its entities.
@@ -210,6 +214,7 @@ impl DmlExec {
             metrics,
             returning: false,
             chosen: false,
+            ordering: None,
         })
     }
 
@@ -233,6 +238,10 @@ impl DmlExec {
         )?;
         plan.returning = true;
         plan.chosen = self.chosen;
+        plan.ordering = self
+            .ordering
+            .clone()
+            .or_else(|| self.input.properties().output_ordering().cloned());
         plan.properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(self.layout.schema.clone()),
             Partitioning::UnknownPartitioning(1),
@@ -332,6 +341,18 @@ impl ExecutionPlan for DmlExec {
         vec![false]
     }
 
+    // With RETURNING its rows come in its input's order (`Returned`'s
+    // place), so an ORDER BY below it must stay.
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![self.returning]
+    }
+
+    fn required_input_ordering(
+        &self,
+    ) -> Vec<Option<datafusion::physical_expr::OrderingRequirements>> {
+        vec![self.ordering.clone().map(Into::into)]
+    }
+
     fn apply_expressions(
         &self,
         f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
@@ -375,6 +396,7 @@ impl ExecutionPlan for DmlExec {
             self.if_match.clone(),
         )?;
         plan.chosen = self.chosen;
+        plan.ordering = self.ordering.clone();
         Ok(Arc::new(if self.returning {
             plan.returning()?
         } else {
