@@ -237,7 +237,7 @@ pub fn storage_code(e: &StorageError) -> &'static str {
             TransactionScope::Aborted => IN_FAILED_TRANSACTION,
             TransactionScope::Undone { .. } => SERIALIZATION_FAILURE,
             // statement_completion_unknown: some of it may be written.
-            TransactionScope::PartlyCommitted { .. } => "40003",
+            TransactionScope::PartlyCommitted { .. } | TransactionScope::Unknown { .. } => "40003",
         },
         // The store's failures are the server's, not the client's login or
         // connection (class 28 or 08 would make pools drop the connection).

@@ -143,6 +143,15 @@ pub enum TransactionScope {
         /// The write that failed.
         reason: String,
     },
+    /// A batch's answer was lost: it may have landed. The block's record
+    /// stays in the store, and a recovery finishes the block.
+    #[error(
+        "COMMIT's outcome is unknown ({reason}): the block's record stays in the store, and the next engine to open it or to commit across partitions finishes the block"
+    )]
+    Unknown {
+        /// The failure that left it unknown.
+        reason: String,
+    },
     /// As `Undone`, but putting back failed too (yet another write came).
     #[error(
         "COMMIT met a change by another client ({reason}), and putting back what it had written failed ({undo}): these partitions may hold the block's writes: {partitions}"

@@ -12,22 +12,34 @@
 //! 1. The block's writes are recorded first, as JSON, in tablesql's own
 //!    storage table (`TablesqlCatalog`) under a partition of their own
 //!    (`commit:<time>-<random>`), and the record's header entity is written
-//!    last. The header is the commit point: before
-//!    it nothing of the block is visible; after it the block will be whole.
+//!    last. The header is the commit point: before it nothing of the block
+//!    is written; after it the block is finished whole by this process or
+//!    a recovery, unless a conflict puts it back (3).
 //! 2. The writes go partition by partition, in entity group transactions,
 //!    each conditional on the version the block read (`If-Match`, or an
 //!    insert where there was none).
-//! 3. If one meets a row another client changed since the block read it,
-//!    the header is marked undone and the partitions already written are
-//!    put back (each conditional on the version this commit gave it), and
-//!    COMMIT fails with 40001. Only if putting back meets yet another write
-//!    does something stay, and the error names the partitions (40003).
-//! 4. The record is deleted. A process that stops between 1 and 4 leaves
-//!    it; the next engine to open the store, or to commit across
-//!    partitions, finishes it ([`recover`]) once it is older than
-//!    [`RECOVER_AFTER`]: a write is redone where the row still has the
-//!    version the block read, left where it already holds the block's
-//!    values, and skipped where a later write has changed it.
+//! 3. If one meets a row another client changed since the block read it
+//!    (or one the store refuses whatever the data), the header is marked
+//!    undone and the partitions already written are put back (each
+//!    conditional on the version this commit gave it), and COMMIT fails
+//!    with 40001 (or the refusal's own error). Only if putting back meets
+//!    yet another write does something stay, and the error names the
+//!    partitions (40003). If the answer was lost (the batch may have
+//!    landed), nothing is put back: COMMIT fails with 40003, and the
+//!    record is left for recovery to finish.
+//! 4. The header is marked done and the record deleted. A process that
+//!    stops between 1 and 4 leaves it; the next engine to open the store,
+//!    or to commit across partitions, finishes it ([`recover`]) once it is
+//!    older than [`RECOVER_AFTER`]: a write is redone where the row still
+//!    has the version the block read, left where it already holds the
+//!    block's values, and skipped where a later write has changed it.
+//!
+//! Known gaps: a process that stops while putting back (3) leaves the
+//! partitions it had not put back written (the record keeps no earlier
+//! versions to restore); a row the block inserted that another client
+//! deleted before a recovery is inserted again; and nothing renews a
+//! record while its commit runs, so a commit slower than
+//! [`RECOVER_AFTER`] can meet a recovery of itself.
 //!
 //! What this is not: isolated. A reader between 2 and 4 can see some of the
 //! block's partitions written and others not, as it can see any
@@ -54,10 +66,12 @@ const RECORD_PREFIX: &str = "commit:";
 const HEADER: &str = "";
 /// The header property that marks a commit being put back.
 const UNDONE: &str = "undone";
+/// The header property that marks a commit whose writes all landed.
+const DONE: &str = "done";
 /// The property of a chunk holding its part of the JSON.
 const PART: &str = "part";
-/// Characters of JSON per chunk: within a property's 64 KiB in UTF-16.
-const CHUNK_CHARS: usize = 30_000;
+/// UTF-16 units of JSON per chunk: within a property's 64 KiB.
+const CHUNK_UNITS: usize = 30_000;
 /// How old a record must be before another process finishes it: far longer
 /// than a commit takes, so that a live commit is never finished twice.
 pub const RECOVER_AFTER: Duration = Duration::from_secs(120);
@@ -93,25 +107,72 @@ pub async fn commit(store: &dyn TableStore, changes: Vec<Change>) -> Result<usiz
                 }
             }
             Err(e) => {
+                let failure = Failure::of(&e);
                 let reason = e.to_string();
-                let _ = mark_undone(store, &log, &id).await;
+                if failure == Failure::Unknown {
+                    // The batch may have landed: the record stays, unmarked,
+                    // and recovery finishes the block.
+                    return Err(StorageError::Transaction(TransactionScope::Unknown {
+                        reason,
+                    }));
+                }
+                let _ = mark(store, &log, &id, UNDONE).await;
                 let undone = put_back(store, &written).await;
                 let _ = forget(store, &log, &id).await;
-                return Err(StorageError::Transaction(match undone {
-                    Ok(()) => TransactionScope::Undone { reason },
-                    Err(undo) => TransactionScope::PartlyCommitted {
-                        reason,
-                        undo: undo.to_string(),
-                        partitions: partitions_of(&written),
-                    },
-                }));
+                return Err(match (undone, failure) {
+                    (Ok(()), Failure::Conflict) => {
+                        StorageError::Transaction(TransactionScope::Undone { reason })
+                    }
+                    // A write the store refuses every time: its own error,
+                    // with nothing of the block left.
+                    (Ok(()), _) => e,
+                    (Err(undo), _) => {
+                        StorageError::Transaction(TransactionScope::PartlyCommitted {
+                            reason,
+                            undo: undo.to_string(),
+                            partitions: partitions_of(&written),
+                        })
+                    }
+                });
             }
         }
     }
-    // Left behind, the record is finished by the next recovery: every write
-    // of it already holds.
-    let _ = forget(store, &log, &id).await;
+    // Every write holds: the record is marked done, so that a recovery
+    // meeting it (if deleting it fails) redoes nothing.
+    if mark(store, &log, &id, DONE).await.is_ok() {
+        let _ = forget(store, &log, &id).await;
+    }
     Ok(changes.len())
+}
+
+/// What a failed batch of a commit means for the block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Failure {
+    /// A row changed since the block read it (or a key it takes exists):
+    /// the block cannot land, and what it wrote is put back.
+    Conflict,
+    /// A write the store refuses whatever the data (a limit, a table gone):
+    /// put back too, and reported as itself.
+    Refused,
+    /// The answer was lost or the store was unavailable: the batch may
+    /// have landed, so only recovery can finish the block.
+    Unknown,
+}
+
+impl Failure {
+    fn of(e: &StorageError) -> Self {
+        match e {
+            StorageError::Batch { source, .. } => Self::of(source),
+            StorageError::PreconditionFailed { .. }
+            | StorageError::EntityAlreadyExists { .. }
+            | StorageError::EntityNotFound { .. } => Self::Conflict,
+            StorageError::Invalid(_)
+            | StorageError::TableNotFound(_)
+            | StorageError::TableBeingDeleted(_)
+            | StorageError::Unauthorized { .. } => Self::Refused,
+            _ => Self::Unknown,
+        }
+    }
 }
 
 /// Finishes the records older than `older_than` that stopped processes left
@@ -121,7 +182,7 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
     let mut headers = Vec::new();
     let mut orphans = Vec::new();
     let mut token = None;
-    let mut query = Query::all().select(vec![UNDONE.to_owned()]);
+    let mut query = Query::all().select(vec![UNDONE.to_owned(), DONE.to_owned()]);
     query.partitions = KeyRange {
         start: std::ops::Bound::Included(PartitionKey::new(RECORD_PREFIX)?),
         // The prefix's successor: ':' + 1.
@@ -140,11 +201,10 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
             if e.row_key().as_str() == HEADER {
                 seen.insert(e.partition_key().clone(), true);
                 if old {
-                    let undone = matches!(
-                        e.entity.properties.get(UNDONE),
-                        Some(EdmValue::Boolean(true))
-                    );
-                    headers.push((e.partition_key().clone(), undone));
+                    let marked = |name| {
+                        matches!(e.entity.properties.get(name), Some(EdmValue::Boolean(true)))
+                    };
+                    headers.push((e.partition_key().clone(), marked(UNDONE) || marked(DONE)));
                 }
             } else if old && !seen.contains_key(e.partition_key()) {
                 // Chunks sort after their header: none seen, none written.
@@ -157,18 +217,23 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
             None => break,
         }
     }
+    // Record by record: one that cannot be finished now (a store error, a
+    // corrupt record) stays for a later recovery and stops no other.
     let mut finished = 0;
-    for (id, undone) in headers {
-        if !undone {
-            for change in read_record(store, &log, &id).await? {
-                redo(store, change).await?;
+    for (id, marked) in headers {
+        let done = async {
+            if !marked {
+                for change in read_record(store, &log, &id).await? {
+                    redo(store, change).await?;
+                }
             }
+            forget(store, &log, &id).await
         }
-        forget(store, &log, &id).await?;
-        finished += 1;
+        .await;
+        finished += usize::from(done.is_ok());
     }
     for id in orphans {
-        forget(store, &log, &id).await?;
+        let _ = forget(store, &log, &id).await;
     }
     Ok(finished)
 }
@@ -229,12 +294,23 @@ async fn write_record(
     changes: &[Change],
 ) -> Result<()> {
     let text = Value::Array(changes.iter().map(to_json).collect()).to_string();
-    let chars: Vec<char> = text.chars().collect();
+    // Cut by UTF-16 units, which the property's limit counts.
+    let mut parts = vec![String::new()];
+    let mut units = 0;
+    for c in text.chars() {
+        if units + c.len_utf16() > CHUNK_UNITS {
+            parts.push(String::new());
+            units = 0;
+        }
+        units += c.len_utf16();
+        if let Some(last) = parts.last_mut() {
+            last.push(c);
+        }
+    }
     let mut chunks = Vec::new();
-    for (i, part) in chars.chunks(CHUNK_CHARS).enumerate() {
+    for (i, part) in parts.into_iter().enumerate() {
         let mut e = Entity::new(id.clone(), RowKey::new(format!("{i:08}"))?);
-        e.properties
-            .insert(PART.into(), EdmValue::String(part.iter().collect()));
+        e.properties.insert(PART.into(), EdmValue::String(part));
         chunks.push(WriteOp::Insert(e));
     }
     let mut batch = Vec::new();
@@ -292,13 +368,18 @@ async fn read_record(
         .collect()
 }
 
-/// Marks the record's header: its writes are being put back, so a recovery
-/// must not redo them.
-async fn mark_undone(store: &dyn TableStore, log: &TableName, id: &PartitionKey) -> Result<()> {
+/// Marks the record's header `UNDONE` (its writes are being put back) or
+/// `DONE` (they all landed): either way a recovery must not redo them.
+async fn mark(
+    store: &dyn TableStore,
+    log: &TableName,
+    id: &PartitionKey,
+    what: &str,
+) -> Result<()> {
     let mut header = Entity::new(id.clone(), RowKey::new(HEADER)?);
     header
         .properties
-        .insert(UNDONE.into(), EdmValue::Boolean(true));
+        .insert(what.into(), EdmValue::Boolean(true));
     store
         .execute_batch(log, vec![WriteOp::InsertOrReplace(header)])
         .await?;
@@ -371,7 +452,12 @@ async fn put_back(
 /// Redoes one write of a record a stopped process left (module doc, 4).
 async fn redo(store: &dyn TableStore, change: Change) -> Result<()> {
     let (pk, rk) = change.op.keys();
-    let now = store.get(&change.table, pk, rk).await?;
+    let now = match store.get(&change.table, pk, rk).await {
+        Ok(now) => now,
+        // A table dropped since: nothing of it to finish.
+        Err(StorageError::TableNotFound(_)) => return Ok(()),
+        Err(e) => return Err(e),
+    };
     let base = change.before.as_ref().map(|b| b.etag.to_string());
     let wanted = match &change.op {
         WriteOp::Delete { .. } => None,

@@ -15,9 +15,10 @@
 //! Insert where there was none), so a row another client changed in the
 //! meantime fails the commit (40001) instead of being overwritten.
 //!
-//! A block may write many rows (pandas writes 10,000 in one): a statement
-//! changes the buffer in place, keeping what it replaced, and puts that
-//! back if it fails, so no statement copies the whole buffer.
+//! A block may write many rows (pandas writes 10,000 in one): each batch
+//! of a statement's writes changes the buffer in place, keeping what it
+//! replaced, and puts that back if it fails, so a write never copies the
+//! whole buffer (a SAVEPOINT does: it is a copy).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
