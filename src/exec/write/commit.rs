@@ -767,11 +767,13 @@ mod tests {
         });
         let tx = Arc::new(Transaction::default());
         wide_block(&tx, stops.clone()).await;
+        // The store stopped answering: whether the batch landed is not
+        // known, so nothing is put back and the record stays.
         let e = tx.commit(stops.as_ref()).await.expect_err("stopped");
         assert!(
             matches!(
                 e,
-                StorageError::Transaction(TransactionScope::PartlyCommitted { .. })
+                StorageError::Transaction(TransactionScope::Unknown { .. })
             ),
             "{e}"
         );
