@@ -38,8 +38,14 @@
 //! meets a record marked undone (its process stopped while putting back)
 //! puts back what is still the block's. Known gaps: a row the block
 //! inserted that another client deleted before a recovery is inserted
-//! again; and nothing renews a record while its commit runs, so a commit
-//! slower than [`RECOVER_AFTER`] can meet a recovery of itself.
+//! again.
+//!
+//! A running commit renews its header (If-Match its last version) every
+//! [`RENEW_EVERY`], so its record never looks stale; a recovery claims a
+//! stale header (If-Match the version it read) before touching the record.
+//! Of a commit that stalled past [`RECOVER_AFTER`] and a recovery, or of
+//! two recoveries, one write wins and the other stands back (the commit
+//! with 40003: its block is the recovery's to finish).
 //!
 //! What this is not: isolated. A reader between 2 and 4 can see some of the
 //! block's partitions written and others not, as it can see any
@@ -96,9 +102,15 @@ pub async fn commit(store: &dyn TableStore, changes: Vec<Change>) -> Result<usiz
         Err(e) => return Err(e),
     }
     let id = record_id()?;
-    write_record(store, &log, &id, &changes).await?;
+    let mut lease = write_record(store, &log, &id, &changes).await?;
     let mut written: Vec<(Change, Option<crate::storage::ETag>)> = Vec::new();
     for (table, ops) in batches(&changes) {
+        // A record a recovery has claimed is the recovery's to finish.
+        if !lease.renewed(store, &log, &id).await {
+            return Err(StorageError::Transaction(TransactionScope::Unknown {
+                reason: "a recovery took over the block's record".into(),
+            }));
+        }
         let sent: Vec<WriteOp> = ops.iter().map(|c| c.op.clone()).collect();
         match store.execute_batch(&table, sent).await {
             Ok(outcomes) => {
@@ -211,7 +223,7 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
                     } else {
                         Stale::Committed
                     };
-                    headers.push((e.partition_key().clone(), state));
+                    headers.push((e.clone(), state));
                 }
             } else if old && !seen.contains_key(e.partition_key()) {
                 // Chunks sort after their header: none seen, none written.
@@ -227,8 +239,12 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
     // Record by record: one that cannot be finished now (a store error, a
     // corrupt record) stays for a later recovery and stops no other.
     let mut finished = 0;
-    for (id, state) in headers {
+    for (header, state) in headers {
+        let id = header.partition_key().clone();
         let done = async {
+            if !claim(store, &log, &header).await? {
+                return Ok(false);
+            }
             match state {
                 Stale::Done => {}
                 Stale::Committed => {
@@ -242,10 +258,10 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
                     }
                 }
             }
-            forget(store, &log, &id).await
+            forget(store, &log, &id).await.map(|()| true)
         }
         .await;
-        finished += usize::from(done.is_ok());
+        finished += usize::from(matches!(done, Ok(true)));
     }
     for id in orphans {
         let _ = forget(store, &log, &id).await;
@@ -301,13 +317,70 @@ fn batches(changes: &[Change]) -> Vec<(TableName, Vec<&Change>)> {
     out
 }
 
-/// Writes the record: its chunks, then its header (the commit point).
+/// A commit's hold on its record: the header's version, renewed (each
+/// renewal is a new Timestamp, so the record never looks stale to a
+/// recovery while its commit runs) at most every [`RENEW_EVERY`].
+struct Lease {
+    etag: Option<crate::storage::ETag>,
+    since: std::time::Instant,
+}
+
+/// How often a running commit renews its record's header: far inside
+/// [`RECOVER_AFTER`].
+const RENEW_EVERY: Duration = Duration::from_secs(20);
+
+impl Lease {
+    /// Renews the header If-Match the version it last wrote, when due;
+    /// `false` when a recovery has claimed it meanwhile.
+    async fn renewed(
+        &mut self,
+        store: &dyn TableStore,
+        log: &TableName,
+        id: &PartitionKey,
+    ) -> bool {
+        if self.since.elapsed() < RENEW_EVERY {
+            return true;
+        }
+        let Some(etag) = self.etag.clone() else {
+            return true;
+        };
+        let Ok(header) = RowKey::new(HEADER).map(|rk| Entity::new(id.clone(), rk)) else {
+            return true;
+        };
+        match store
+            .execute_batch(log, vec![WriteOp::Update(header, IfMatch::ETag(etag))])
+            .await
+        {
+            Ok(outcomes) => {
+                self.etag = outcomes.into_iter().next().and_then(|o| o.etag);
+                self.since = std::time::Instant::now();
+                true
+            }
+            Err(e) => Failure::of(&e) != Failure::Conflict,
+        }
+    }
+}
+
+/// Claims a stale record for this recovery: its header rewritten If-Match
+/// the version read, so that its commit (renewing) or another recovery
+/// (claiming) fails theirs. `false` when someone else got there first.
+async fn claim(store: &dyn TableStore, log: &TableName, header: &StoredEntity) -> Result<bool> {
+    let op = WriteOp::Update(header.entity.clone(), IfMatch::ETag(header.etag.clone()));
+    match store.execute_batch(log, vec![op]).await {
+        Ok(_) => Ok(true),
+        Err(e) if Failure::of(&e) == Failure::Conflict => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// Writes the record: its chunks, then its header (the commit point);
+/// the lease on it.
 async fn write_record(
     store: &dyn TableStore,
     log: &TableName,
     id: &PartitionKey,
     changes: &[Change],
-) -> Result<()> {
+) -> Result<Lease> {
     let text = Value::Array(changes.iter().map(to_json).collect()).to_string();
     // Cut by UTF-16 units, which the property's limit counts.
     let mut parts = vec![String::new()];
@@ -345,10 +418,13 @@ async fn write_record(
         store.execute_batch(log, batch).await?;
     }
     let header = Entity::new(id.clone(), RowKey::new(HEADER)?);
-    store
+    let outcomes = store
         .execute_batch(log, vec![WriteOp::Insert(header)])
         .await?;
-    Ok(())
+    Ok(Lease {
+        etag: outcomes.into_iter().next().and_then(|o| o.etag),
+        since: std::time::Instant::now(),
+    })
 }
 
 /// The changes a record holds, read back.
