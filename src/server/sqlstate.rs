@@ -236,6 +236,7 @@ pub fn storage_code(e: &StorageError) -> &'static str {
         StorageError::Transaction(scope) => match scope {
             TransactionScope::Aborted => IN_FAILED_TRANSACTION,
             TransactionScope::Undone { .. } => SERIALIZATION_FAILURE,
+            TransactionScope::TooLarge { .. } => PROGRAM_LIMIT_EXCEEDED,
             // statement_completion_unknown: some of it may be written.
             TransactionScope::PartlyCommitted { .. } | TransactionScope::Unknown { .. } => "40003",
         },

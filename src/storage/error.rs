@@ -152,6 +152,14 @@ pub enum TransactionScope {
         /// The failure that left it unknown.
         reason: String,
     },
+    /// More writes than a block holds (`MAX_BLOCK_WRITES`).
+    #[error(
+        "the transaction block would write more than {limit} entities, which it holds in memory until COMMIT: write so much in autocommit or with COPY"
+    )]
+    TooLarge {
+        /// The most a block writes.
+        limit: usize,
+    },
     /// As `Undone`, but putting back failed too (yet another write came).
     #[error(
         "COMMIT met a change by another client ({reason}), and putting back what it had written failed ({undo}): these partitions may hold the block's writes: {partitions}"

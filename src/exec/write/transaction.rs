@@ -72,6 +72,11 @@ impl Touched {
     }
 }
 
+/// Entities one block may write: its buffer is held in memory until COMMIT,
+/// and its record written before it (`commit.rs`). A load larger than
+/// this goes through autocommit or COPY, partition by partition.
+pub const MAX_BLOCK_WRITES: usize = 100_000;
+
 /// The entities one table's writes touched, by partition and RowKey.
 type Partitions = BTreeMap<PartitionKey, BTreeMap<RowKey, Touched>>;
 
@@ -138,7 +143,12 @@ impl Buffer {
             replaced: Vec::with_capacity(ops.len()),
             writes: self.writes,
         };
-        let done = self.apply_all(&mut journal, ops, bases, timestamp);
+        let mut done = self.apply_all(&mut journal, ops, bases, timestamp);
+        if done.is_ok() && self.writes > MAX_BLOCK_WRITES {
+            done = Err(StorageError::Transaction(TransactionScope::TooLarge {
+                limit: MAX_BLOCK_WRITES,
+            }));
+        }
         if done.is_err() {
             self.undo(journal);
         }
