@@ -894,7 +894,7 @@ impl Engine {
             return Err(EngineError::NotSupported(why));
         }
         if let Statement::Truncate(truncate) = statement {
-            Box::pin(self.truncate(truncate)).await?;
+            Box::pin(self.truncate(truncate, |_| {})).await?;
             return Ok(Some(session::Control::Ddl(StatementKind::Truncate)));
         }
         let Some(outcome) = self.catalog_ddl(statement).await? else {
@@ -913,11 +913,14 @@ impl Engine {
     /// transactions, index rows with their base rows). Outside a
     /// transaction block only: a block holds its writes until COMMIT, and a
     /// TRUNCATE's are the whole table. `RESTART IDENTITY`, `CASCADE` and
-    /// `PARTITION` have nothing here to act on and are refused.
-    async fn truncate(
+    /// `PARTITION` have nothing here to act on and are refused. `progress`
+    /// hears the rows deleted so far, about every 200 ms (a front end's
+    /// progress bar on long work).
+    pub async fn truncate(
         &self,
         truncate: &datafusion::sql::sqlparser::ast::Truncate,
-    ) -> Result<(), EngineError> {
+        progress: impl Fn(u64),
+    ) -> Result<u64, EngineError> {
         if session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
             return Err(EngineError::InTransactionBlock {
                 tag: "TRUNCATE TABLE",
@@ -932,16 +935,27 @@ impl Engine {
                 "TRUNCATE with RESTART IDENTITY, CASCADE or PARTITION is not supported".into(),
             ));
         }
+        let mut deleted = 0;
         for target in &truncate.table_names {
             let delete = format!("DELETE FROM {}", target.name);
             let Some(statement) = self.parse(&delete).ok().and_then(|s| s.into_iter().next())
             else {
                 return Err(CatalogError::UnknownTable(target.name.to_string()).into());
             };
-            let frame = self.frame(statement).await?;
-            frame.collect().await?;
+            let write = self.as_session().write(statement).await?;
+            let run = write.run();
+            tokio::pin!(run);
+            let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
+            let rows = loop {
+                tokio::select! {
+                    done = &mut run => break done?,
+                    _ = tick.tick() => progress(deleted + write.committed()),
+                }
+            };
+            deleted += rows;
+            progress(deleted);
         }
-        Ok(())
+        Ok(deleted)
     }
 
     /// `CREATE TABLE t [(names)] AS <query>`: a plain table (the default

@@ -196,6 +196,35 @@ fn sigkill_during_demo_load_leaves_only_whole_transactions() -> TestResult {
     })
 }
 
+/// `TRUNCATE` in `tablesql query` reports its progress as it deletes (a
+/// bar on a terminal, `progress N` lines here), and leaves no row.
+#[test]
+fn truncate_reports_its_progress_and_empties_the_table() -> TestResult {
+    const ROWS: u64 = 5_000;
+    let dir = tempfile::tempdir()?;
+    stdout_of(tablesql(dir.path()).args(["demo", "--rows", &ROWS.to_string()]))?;
+    let out = stdout_of(tablesql(dir.path()).args([
+        "query",
+        "--print-progress",
+        "TRUNCATE registrations",
+    ]))?;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.last(), Some(&"TRUNCATE TABLE"), "{out}");
+    assert_eq!(
+        lines.iter().rev().nth(1),
+        Some(&format!("progress {ROWS}").as_str()),
+        "{out}"
+    );
+    let count = stdout_of(tablesql(dir.path()).args([
+        "query",
+        "--format",
+        "csv",
+        "SELECT count(*) FROM registrations",
+    ]))?;
+    assert_eq!(count.lines().nth(1).map(str::trim), Some("0"), "{count}");
+    Ok(())
+}
+
 /// `CREATE INDEX` killed with SIGKILL while it writes the index rows of
 /// the existing base rows leaves the index declared but unused (building);
 /// the same statement run again finishes the job, and CHECK then finds the

@@ -61,7 +61,8 @@ enum Command {
         /// SQLSTATE, `ON_ERROR_STOP=off` runs on after an error.
         #[arg(short = 'v', long = "set", value_name = "NAME=VALUE")]
         set: Vec<String>,
-        /// Print `progress N` as CREATE INDEX reads base rows (for crash tests).
+        /// Print `progress N` as CREATE INDEX reads base rows or TRUNCATE
+        /// deletes rows (for tests).
         #[arg(long, hide = true)]
         print_progress: bool,
     },
@@ -261,8 +262,14 @@ async fn run() -> anyhow::Result<()> {
             print_progress,
         } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
-            if let Ok([Statement::CreateIndex(create)]) = engine.parse(&sql).as_deref() {
-                return create_index(&engine, create, print_progress).await;
+            match engine.parse(&sql).as_deref() {
+                Ok([Statement::CreateIndex(create)]) => {
+                    return create_index(&engine, create, print_progress).await;
+                }
+                Ok([Statement::Truncate(t)]) => {
+                    return truncate_table(&engine, t, print_progress).await;
+                }
+                _ => {}
             }
             // The shell's statement path, so that a statement prints here as it
             // does there: its tag or its rows with psql's footer, notices and
@@ -609,6 +616,33 @@ async fn create_index(
     for notice in outcome.notices {
         println!("{notice}");
     }
+    Ok(())
+}
+
+/// `TRUNCATE` with a progress bar on a terminal (rows deleted, partition
+/// by partition), then its tag.
+async fn truncate_table(
+    engine: &tablesql::Engine,
+    truncate: &tablesql::datafusion::sql::sqlparser::ast::Truncate,
+    print_progress: bool,
+) -> anyhow::Result<()> {
+    let bar = ProgressBar::new_spinner();
+    if !std::io::stderr().is_terminal() || print_progress {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(ProgressStyle::with_template(
+        "{spinner} {pos} rows deleted ({per_sec}) {elapsed}",
+    )?);
+    engine
+        .truncate(truncate, |rows| {
+            bar.set_position(rows);
+            if print_progress {
+                println!("progress {rows}");
+            }
+        })
+        .await?;
+    bar.finish_and_clear();
+    println!("TRUNCATE TABLE");
     Ok(())
 }
 
