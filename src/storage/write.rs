@@ -57,6 +57,18 @@ impl WriteOp {
     }
 
     /// The entity the operation carries, if any.
+    pub fn entity(&self) -> Option<&Entity> {
+        match self {
+            WriteOp::Insert(e)
+            | WriteOp::Update(e, _)
+            | WriteOp::Merge(e, _)
+            | WriteOp::InsertOrReplace(e)
+            | WriteOp::InsertOrMerge(e) => Some(e),
+            WriteOp::Delete { .. } => None,
+        }
+    }
+
+    /// As [`Self::entity`], to change it.
     pub fn entity_mut(&mut self) -> Option<&mut Entity> {
         match self {
             WriteOp::Insert(e)

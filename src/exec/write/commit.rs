@@ -561,14 +561,7 @@ async fn undo(store: &dyn TableStore, change: Change) -> Result<()> {
         Err(StorageError::TableNotFound(_)) => return Ok(()),
         Err(e) => return Err(e),
     };
-    let written = match &change.op {
-        WriteOp::Delete { .. } => None,
-        WriteOp::Insert(e)
-        | WriteOp::Update(e, _)
-        | WriteOp::Merge(e, _)
-        | WriteOp::InsertOrReplace(e)
-        | WriteOp::InsertOrMerge(e) => Some(&e.properties),
-    };
+    let written = change.op.entity().map(|e| &e.properties);
     if now.as_ref().map(|n| &n.entity.properties) != written {
         return Ok(());
     }
@@ -599,14 +592,7 @@ async fn redo(store: &dyn TableStore, change: Change) -> Result<()> {
         Err(e) => return Err(e),
     };
     let base = change.before.as_ref().map(|b| b.etag.to_string());
-    let wanted = match &change.op {
-        WriteOp::Delete { .. } => None,
-        WriteOp::Insert(e)
-        | WriteOp::Update(e, _)
-        | WriteOp::Merge(e, _)
-        | WriteOp::InsertOrReplace(e)
-        | WriteOp::InsertOrMerge(e) => Some(&e.properties),
-    };
+    let wanted = change.op.entity().map(|e| &e.properties);
     let done = now.as_ref().map(|n| &n.entity.properties) == wanted;
     let untouched = now.as_ref().map(|n| n.etag.to_string()) == base;
     if done || !untouched {
@@ -850,9 +836,13 @@ mod tests {
         );
     }
 
-    #[tokio::test]
-    async fn a_change_by_another_client_puts_back_what_was_written() {
-        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+    /// A block that updates row `x` of partitions `a` and `b` of `orders`
+    /// (1 to 2), read through `seen`, after which another client changes
+    /// b's row in `store` (to 9).
+    async fn conflicting_block(
+        store: &Arc<dyn TableStore>,
+        seen: Arc<dyn TableStore>,
+    ) -> Arc<Transaction> {
         tables(store.as_ref()).await;
         let orders = table("orders");
         for pk in ["a", "b"] {
@@ -863,25 +853,25 @@ mod tests {
         }
         let tx = Arc::new(Transaction::default());
         tx.begin();
-        let seen = tx.store_for(store.clone());
+        let through = tx.store_for(seen);
         for pk in ["a", "b"] {
-            let read = seen
-                .get(
-                    &orders,
-                    &PartitionKey::new(pk).expect("k"),
-                    &RowKey::new("x").expect("k"),
-                )
+            let key = (
+                PartitionKey::new(pk).expect("k"),
+                RowKey::new("x").expect("k"),
+            );
+            let read = through
+                .get(&orders, &key.0, &key.1)
                 .await
                 .expect("read")
                 .expect("there");
-            seen.execute_batch(
-                &orders,
-                vec![WriteOp::Update(row(pk, "x", 2), IfMatch::ETag(read.etag))],
-            )
-            .await
-            .expect("buffered");
+            through
+                .execute_batch(
+                    &orders,
+                    vec![WriteOp::Update(row(pk, "x", 2), IfMatch::ETag(read.etag))],
+                )
+                .await
+                .expect("buffered");
         }
-        // Another client changes b's row after the block read it.
         store
             .execute_batch(
                 &orders,
@@ -889,6 +879,13 @@ mod tests {
             )
             .await
             .expect("written");
+        tx
+    }
+
+    #[tokio::test]
+    async fn a_change_by_another_client_puts_back_what_was_written() {
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        let tx = conflicting_block(&store, store.clone()).await;
         let e = tx.commit(store.as_ref()).await.expect_err("a conflict");
         assert!(
             matches!(
@@ -909,47 +906,13 @@ mod tests {
     #[tokio::test]
     async fn a_commit_stopped_while_putting_back_is_put_back_by_the_next_recovery() {
         let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
-        tables(inner.as_ref()).await;
-        let orders = table("orders");
-        for pk in ["a", "b"] {
-            inner
-                .execute_batch(&orders, vec![WriteOp::Insert(row(pk, "x", 1))])
-                .await
-                .expect("seeded");
-        }
         // The record (2), a's batch (3), b's conflicting batch (4) and the
         // mark undone (5) reach the store; putting back a does not.
         let stops: Arc<dyn TableStore> = Arc::new(Stops {
             inner: inner.clone(),
             writes_left: AtomicUsize::new(5),
         });
-        let tx = Arc::new(Transaction::default());
-        tx.begin();
-        let seen = tx.store_for(stops.clone());
-        for pk in ["a", "b"] {
-            let read = seen
-                .get(
-                    &orders,
-                    &PartitionKey::new(pk).expect("k"),
-                    &RowKey::new("x").expect("k"),
-                )
-                .await
-                .expect("read")
-                .expect("there");
-            seen.execute_batch(
-                &orders,
-                vec![WriteOp::Update(row(pk, "x", 2), IfMatch::ETag(read.etag))],
-            )
-            .await
-            .expect("buffered");
-        }
-        inner
-            .execute_batch(
-                &orders,
-                vec![WriteOp::Update(row("b", "x", 9), IfMatch::Any)],
-            )
-            .await
-            .expect("written");
+        let tx = conflicting_block(&inner, stops.clone()).await;
         let e = tx.commit(stops.as_ref()).await.expect_err("a conflict");
         assert!(
             matches!(

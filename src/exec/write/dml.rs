@@ -1095,13 +1095,8 @@ impl Group {
         if let Some(removed) = &self.removed {
             return Some(Returned::Removed(self.seq, removed.clone()));
         }
-        self.ops.iter().find_map(|op| match op {
-            WriteOp::Insert(e)
-            | WriteOp::Update(e, _)
-            | WriteOp::InsertOrMerge(e)
-            | WriteOp::InsertOrReplace(e)
-            | WriteOp::Merge(e, _) => Some(Returned::Written(self.seq, e.clone())),
-            WriteOp::Delete { .. } => None,
-        })
+        self.ops
+            .iter()
+            .find_map(|op| Some(Returned::Written(self.seq, op.entity()?.clone())))
     }
 }
