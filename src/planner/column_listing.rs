@@ -89,11 +89,7 @@ async fn hidden_condition(state: &SessionState) -> Result<Option<String>> {
         let Some(table) = SchemaProvider::table(public.as_ref(), &name).await? else {
             continue;
         };
-        let any: &dyn std::any::Any = table.as_ref();
-        let Some(def) = any
-            .downcast_ref::<StoreTable>()
-            .and_then(|t| t.layout().def.clone())
-        else {
+        let Some(def) = StoreTable::of(table.as_ref()).and_then(|t| t.layout().def.clone()) else {
             continue;
         };
         let hidden: Vec<String> = def.hidden_columns().into_iter().map(quote).collect();

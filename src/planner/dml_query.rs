@@ -245,8 +245,7 @@ pub async fn plan(state: &SessionState, statement: &Statement) -> Result<Option<
         .table(table_name.table())
         .await?
         .ok_or_else(|| DataFusionError::Plan(format!("table {name} does not exist")))?;
-    let any: &dyn std::any::Any = provider.as_ref();
-    let Some(store_table) = any.downcast_ref::<StoreTable>() else {
+    let Some(store_table) = StoreTable::of(provider.as_ref()) else {
         return Err(DataFusionError::Plan(format!(
             "{name} is not a mapped table: only mapped tables are written"
         )));

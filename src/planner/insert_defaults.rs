@@ -68,10 +68,7 @@ pub async fn fill(state: &SessionState, statement: &mut Statement) -> Result<()>
         .schema_for_ref(reference.clone())?
         .table(reference.table())
         .await?;
-    let Some(table) = provider
-        .as_ref()
-        .and_then(|p| (p.as_ref() as &dyn std::any::Any).downcast_ref::<StoreTable>())
-    else {
+    let Some(table) = provider.as_ref().and_then(|p| StoreTable::of(p.as_ref())) else {
         return Ok(());
     };
     let Some(def) = table.layout().def.as_deref() else {

@@ -132,8 +132,7 @@ impl ExtensionPlanner for UpsertPlanner {
             return Err(DataFusionError::Internal("Upsert without input".into()));
         };
         let table = datafusion::datasource::source_as_provider(&node.insert.target)?;
-        let any: &dyn std::any::Any = table.as_ref();
-        let Some(store_table) = any.downcast_ref::<StoreTable>() else {
+        let Some(store_table) = StoreTable::of(table.as_ref()) else {
             return Err(DataFusionError::Plan(format!(
                 "ON CONFLICT needs a mapped table; {} is not one",
                 node.insert.table_name
@@ -221,8 +220,7 @@ impl ExtensionPlanner for DmlQueryPlanner {
             return Err(DataFusionError::Internal("DmlQuery without input".into()));
         };
         let table = datafusion::datasource::source_as_provider(&node.target)?;
-        let any: &dyn std::any::Any = table.as_ref();
-        let Some(store_table) = any.downcast_ref::<StoreTable>() else {
+        let Some(store_table) = StoreTable::of(table.as_ref()) else {
             return Err(DataFusionError::Plan(format!(
                 "{} is not a mapped table",
                 node.table_name

@@ -77,6 +77,13 @@ impl StoreTable {
         self.pushdown
     }
 
+    /// The store table behind a provider, if it is one (a mapped or raw
+    /// storage table, not an embedder's or a view).
+    pub fn of(provider: &dyn TableProvider) -> Option<&StoreTable> {
+        let any: &dyn std::any::Any = provider;
+        any.downcast_ref::<StoreTable>()
+    }
+
     /// Where the columns come from.
     pub fn layout(&self) -> &Layout {
         &self.layout

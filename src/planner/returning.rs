@@ -135,8 +135,7 @@ fn alias_of(table: &TableWithJoins) -> Option<Ident> {
 /// answering with the RETURNING list over the rows it writes.
 pub fn plan(state: &SessionState, write: LogicalPlan, returning: Returning) -> Result<LogicalPlan> {
     let (name, provider) = target(&write)?;
-    let any: &dyn std::any::Any = provider.as_ref();
-    let Some(store_table) = any.downcast_ref::<StoreTable>() else {
+    let Some(store_table) = StoreTable::of(provider.as_ref()) else {
         return Err(DataFusionError::Plan(format!(
             "RETURNING needs a mapped table; {name} is not one"
         )));

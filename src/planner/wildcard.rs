@@ -69,7 +69,7 @@ async fn hidden_of(state: &SessionState, name: &[String]) -> Option<Vec<String>>
     };
     let schema = state.schema_for_ref(reference.clone()).ok()?;
     let provider = schema.table(reference.table()).await.ok()??;
-    let table = (provider.as_ref() as &dyn std::any::Any).downcast_ref::<StoreTable>()?;
+    let table = StoreTable::of(provider.as_ref())?;
     let def = table.layout().def.clone()?;
     Some(
         def.hidden_columns()

@@ -551,6 +551,19 @@ async fn tables(store: &dyn TableStore) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A spinner counting `what` on stderr when it is a terminal; hidden when
+/// the progress is printed as lines instead (`--print-progress`).
+fn spinner(what: &str, print_progress: bool) -> anyhow::Result<ProgressBar> {
+    let bar = ProgressBar::new_spinner();
+    if !std::io::stderr().is_terminal() || print_progress {
+        bar.set_draw_target(ProgressDrawTarget::hidden());
+    }
+    bar.set_style(ProgressStyle::with_template(&format!(
+        "{{spinner}} {{pos}} {what} ({{per_sec}}) {{elapsed}}"
+    ))?);
+    Ok(bar)
+}
+
 /// Index upkeep with a progress bar on a terminal, then the counts.
 async fn check_index(
     engine: &tablesql::Engine,
@@ -558,13 +571,7 @@ async fn check_index(
     index: Option<&str>,
     repair: bool,
 ) -> anyhow::Result<()> {
-    let bar = ProgressBar::new_spinner();
-    if !std::io::stderr().is_terminal() {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar.set_style(ProgressStyle::with_template(
-        "{spinner} {pos} base rows checked ({per_sec}) {elapsed}",
-    )?);
+    let bar = spinner("base rows checked", false)?;
     let health = engine
         .index_upkeep(table, index, repair, |rows| bar.set_position(rows))
         .await?;
@@ -597,13 +604,7 @@ async fn create_index(
     create: &tablesql::datafusion::sql::sqlparser::ast::CreateIndex,
     print_progress: bool,
 ) -> anyhow::Result<()> {
-    let bar = ProgressBar::new_spinner();
-    if !std::io::stderr().is_terminal() || print_progress {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar.set_style(ProgressStyle::with_template(
-        "{spinner} {pos} base rows indexed ({per_sec}) {elapsed}",
-    )?);
+    let bar = spinner("base rows indexed", print_progress)?;
     let outcome = engine
         .create_index(create, |rows| {
             bar.set_position(rows);
@@ -626,13 +627,7 @@ async fn truncate_table(
     truncate: &tablesql::datafusion::sql::sqlparser::ast::Truncate,
     print_progress: bool,
 ) -> anyhow::Result<()> {
-    let bar = ProgressBar::new_spinner();
-    if !std::io::stderr().is_terminal() || print_progress {
-        bar.set_draw_target(ProgressDrawTarget::hidden());
-    }
-    bar.set_style(ProgressStyle::with_template(
-        "{spinner} {pos} rows deleted ({per_sec}) {elapsed}",
-    )?);
+    let bar = spinner("rows deleted", print_progress)?;
     engine
         .truncate(truncate, |rows| {
             bar.set_position(rows);

@@ -62,13 +62,9 @@ struct Systems {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn subqueries_answer_as_postgresql_does() -> TestResult {
-    let postgres = std::env::var("TABLESQL_TEST_POSTGRES").map_err(|_| {
-        "TABLESQL_TEST_POSTGRES is not set, so there is no PostgreSQL to compare with: \
-         run the tests with ./scripts/test (scripts/postgres starts one)"
-    })?;
     let seed: u64 = env_number("TABLESQL_DIFF_SEED", 13);
     let total: usize = env_number("TABLESQL_DIFF_QUERIES", 5_000);
-    let systems = Systems::start(&postgres).await?;
+    let systems = Systems::start(&postgres()?).await?;
     systems.create_tables().await?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     // Per kind of outcome: how many, and the first query of that kind.
@@ -121,13 +117,9 @@ async fn subqueries_answer_as_postgresql_does() -> TestResult {
 /// PostgreSQL's. No statement of these shapes may be refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ddl_and_dml_answer_as_postgresql_does() -> TestResult {
-    let postgres = std::env::var("TABLESQL_TEST_POSTGRES").map_err(|_| {
-        "TABLESQL_TEST_POSTGRES is not set, so there is no PostgreSQL to compare with: \
-         run the tests with ./scripts/test (scripts/postgres starts one)"
-    })?;
     let seed: u64 = env_number("TABLESQL_DIFF_SEED", 13);
     let scenarios: usize = env_number("TABLESQL_DIFF_SCENARIOS", 60);
-    let systems = Systems::start(&postgres).await?;
+    let systems = Systems::start(&postgres()?).await?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut statements = 0;
     let mut both_failed = Vec::new();
@@ -220,6 +212,14 @@ async fn ddl_and_dml_answer_as_postgresql_does() -> TestResult {
         both_failed.len()
     );
     Ok(())
+}
+
+/// The PostgreSQL the answers are compared with (`scripts/test` starts it).
+fn postgres() -> Result<String, &'static str> {
+    std::env::var("TABLESQL_TEST_POSTGRES").map_err(|_| {
+        "TABLESQL_TEST_POSTGRES is not set, so there is no PostgreSQL to compare with: \
+         run the tests with ./scripts/test (scripts/postgres starts one)"
+    })
 }
 
 fn env_number<T: std::str::FromStr>(name: &str, default: T) -> T {
