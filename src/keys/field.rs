@@ -4,6 +4,7 @@
 use std::fmt;
 
 use super::KeyError;
+use super::typed::{KeyFloat, Typed};
 
 /// A value of one key field.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -12,6 +13,45 @@ pub enum KeyValue {
     Int(i64),
     /// Text.
     Text(String),
+    /// A double (typed fields).
+    Double(KeyFloat),
+    /// Microseconds since 1970, UTC (typed fields).
+    Timestamp(i64),
+    /// A UUID (typed fields).
+    Uuid(u128),
+    /// A boolean (typed fields).
+    Bool(bool),
+    /// NULL (typed fields): above every value in `Ord`, as PostgreSQL
+    /// sorts it ascending.
+    Null,
+}
+
+impl KeyValue {
+    /// The value as a [`KeyRef`] that owns its text.
+    pub fn into_ref(self) -> KeyRef<'static> {
+        match self {
+            KeyValue::Text(t) => KeyRef::Text(t.into()),
+            KeyValue::Int(i) => KeyRef::Int(i),
+            KeyValue::Double(d) => KeyRef::Double(d),
+            KeyValue::Timestamp(t) => KeyRef::Timestamp(t),
+            KeyValue::Uuid(u) => KeyRef::Uuid(u),
+            KeyValue::Bool(b) => KeyRef::Bool(b),
+            KeyValue::Null => KeyRef::Null,
+        }
+    }
+
+    /// The value borrowed.
+    pub fn as_ref(&self) -> KeyRef<'_> {
+        match self {
+            KeyValue::Int(i) => KeyRef::Int(*i),
+            KeyValue::Text(t) => KeyRef::Text(t.as_str().into()),
+            KeyValue::Double(d) => KeyRef::Double(*d),
+            KeyValue::Timestamp(t) => KeyRef::Timestamp(*t),
+            KeyValue::Uuid(u) => KeyRef::Uuid(*u),
+            KeyValue::Bool(b) => KeyRef::Bool(*b),
+            KeyValue::Null => KeyRef::Null,
+        }
+    }
 }
 
 impl fmt::Display for KeyValue {
@@ -19,18 +59,36 @@ impl fmt::Display for KeyValue {
         match self {
             KeyValue::Int(i) => write!(f, "{i}"),
             KeyValue::Text(s) => f.write_str(s),
+            KeyValue::Double(d) => write!(f, "{}", d.get()),
+            KeyValue::Timestamp(t) => match chrono::DateTime::from_timestamp_micros(*t) {
+                Some(t) => write!(f, "{}", t.format("%Y-%m-%d %H:%M:%S%.6f+00")),
+                None => write!(f, "{t}µs"),
+            },
+            KeyValue::Uuid(u) => write!(f, "{}", uuid::Uuid::from_u128(*u).hyphenated()),
+            KeyValue::Bool(b) => write!(f, "{b}"),
+            KeyValue::Null => f.write_str("NULL"),
         }
     }
 }
 
 /// A value of one key field as read from a key, borrowing its text where
 /// the key spells it unescaped.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum KeyRef<'a> {
     /// An integer.
     Int(i64),
     /// Text.
     Text(std::borrow::Cow<'a, str>),
+    /// A double.
+    Double(KeyFloat),
+    /// Microseconds since 1970, UTC.
+    Timestamp(i64),
+    /// A UUID.
+    Uuid(u128),
+    /// A boolean.
+    Bool(bool),
+    /// NULL.
+    Null,
 }
 
 impl KeyRef<'_> {
@@ -39,6 +97,11 @@ impl KeyRef<'_> {
         match self {
             KeyRef::Int(i) => KeyValue::Int(i),
             KeyRef::Text(t) => KeyValue::Text(t.into_owned()),
+            KeyRef::Double(d) => KeyValue::Double(d),
+            KeyRef::Timestamp(t) => KeyValue::Timestamp(t),
+            KeyRef::Uuid(u) => KeyValue::Uuid(u),
+            KeyRef::Bool(b) => KeyValue::Bool(b),
+            KeyRef::Null => KeyValue::Null,
         }
     }
 }
@@ -66,6 +129,9 @@ pub enum FieldFormat {
         /// Digits written.
         width: u8,
     },
+    /// A typed field (`{c:f}`, `{c:~s,nulls_last}`, ...): any SQL type and
+    /// NULL, in either order (see `keys::typed`).
+    Typed(Typed),
 }
 
 /// Widest fixed-width field: 10^18 − 1 still fits an i64.
@@ -75,7 +141,7 @@ impl FieldFormat {
     /// Characters every encoding of the format takes; `None` for free text.
     pub fn fixed_len(self) -> Option<usize> {
         match self {
-            FieldFormat::Text => None,
+            FieldFormat::Text | FieldFormat::Typed(_) => None,
             FieldFormat::Padded { width } | FieldFormat::Inverted { width } => Some(width as usize),
             FieldFormat::Signed { width } => Some(width as usize + 1),
         }
@@ -88,6 +154,7 @@ impl FieldFormat {
             FieldFormat::Text => None,
             FieldFormat::Padded { .. } | FieldFormat::Signed { .. } => Some(true),
             FieldFormat::Inverted { .. } => Some(false),
+            FieldFormat::Typed(t) => Some(!t.descending),
         }
     }
 
@@ -95,7 +162,7 @@ impl FieldFormat {
     pub fn int_range(self) -> Option<(i64, i64)> {
         let max = |w: u8| 10i64.pow(u32::from(w)) - 1;
         match self {
-            FieldFormat::Text => None,
+            FieldFormat::Text | FieldFormat::Typed(_) => None,
             FieldFormat::Padded { width } | FieldFormat::Inverted { width } => {
                 Some((0, max(width)))
             }
@@ -107,8 +174,13 @@ impl FieldFormat {
     /// free-text value must escape besides `%` and those keys may not hold.
     pub fn encode(self, column: &str, value: &KeyValue, escape: &str) -> Result<String, KeyError> {
         let mut out = String::new();
-        self.encode_into(column, value, escape, &mut out)?;
+        self.encode_into(column, value, escape, false, &mut out)?;
         Ok(out)
+    }
+
+    /// Whether the format can write NULL (typed fields only).
+    pub fn holds_null(self) -> bool {
+        matches!(self, FieldFormat::Typed(_))
     }
 
     /// `encode`, appended to `out` (keys are composed into one buffer).
@@ -118,12 +190,16 @@ impl FieldFormat {
         column: &str,
         value: &KeyValue,
         escape: &str,
+        last: bool,
         out: &mut String,
     ) -> Result<(), KeyError> {
         use std::fmt::Write;
+        if let FieldFormat::Typed(t) = self {
+            return t.encode_into(column, &value.as_ref(), last, out);
+        }
         let int = |v: &KeyValue| match v {
             KeyValue::Int(i) => Ok(*i),
-            KeyValue::Text(_) => Err(KeyError::NotAnInteger {
+            _ => Err(KeyError::NotAnInteger {
                 column: column.to_owned(),
             }),
         };
@@ -144,9 +220,21 @@ impl FieldFormat {
                 match value {
                     KeyValue::Text(s) => escape_text_into(s, escape, out),
                     KeyValue::Int(i) => escape_text_into(&i.to_string(), escape, out),
+                    other => {
+                        return Err(KeyError::WrongType {
+                            column: column.to_owned(),
+                            expected: if matches!(other, KeyValue::Null) {
+                                "non-NULL text (a free-text field has no NULL)"
+                            } else {
+                                "text or integer"
+                            },
+                        });
+                    }
                 }
                 Ok(())
             }
+            // Returned above.
+            FieldFormat::Typed(_) => Ok(()),
             FieldFormat::Padded { width } => write!(out, "{:0w$}", int(value)?, w = width as usize),
             FieldFormat::Inverted { width } => {
                 let max = 10i64.pow(u32::from(width)) - 1;
@@ -182,6 +270,7 @@ impl FieldFormat {
             return Err(bad());
         }
         Ok(match self {
+            FieldFormat::Typed(t) => t.decode(column, text, false)?.into_owned(),
             FieldFormat::Text => KeyValue::Text(unescape_text(text).ok_or_else(bad)?),
             FieldFormat::Padded { .. } => KeyValue::Int(digits(text)?),
             FieldFormat::Inverted { width } => {
@@ -213,8 +302,10 @@ impl FieldFormat {
         column: &str,
         text: &'a str,
         escape: &str,
+        last: bool,
     ) -> Result<KeyRef<'a>, KeyError> {
         match self {
+            FieldFormat::Typed(t) => return t.decode(column, text, last),
             FieldFormat::Text => {
                 let plain = if text.is_ascii() && escape.is_ascii() {
                     // Byte checks: the common case, and a scan's hot path.
@@ -237,10 +328,7 @@ impl FieldFormat {
             }
             FieldFormat::Padded { .. } | FieldFormat::Inverted { .. } => {
                 // Fixed width, digits only: the one spelling of its value.
-                return self.decode(column, text).map(|v| match v {
-                    KeyValue::Int(i) => KeyRef::Int(i),
-                    KeyValue::Text(t) => KeyRef::Text(t.into()),
-                });
+                return self.decode(column, text).map(KeyValue::into_ref);
             }
             FieldFormat::Signed { .. } => {}
         }
@@ -251,10 +339,7 @@ impl FieldFormat {
                 text: text.to_owned(),
             });
         }
-        Ok(match value {
-            KeyValue::Int(i) => KeyRef::Int(i),
-            KeyValue::Text(t) => KeyRef::Text(t.into()),
-        })
+        Ok(value.into_ref())
     }
 }
 

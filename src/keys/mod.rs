@@ -19,9 +19,11 @@
 
 mod field;
 mod template;
+mod typed;
 
 pub use field::{FieldFormat, KeyRef, KeyValue, escape_text, unescape_text};
 pub use template::{KeyBounds, KeyTemplate, MAX_BUCKETS, Segment, bucket_of, successor};
+pub use typed::{KeyFloat, Typed, TypedKind};
 
 /// A template that does not parse, or a value or key that does not fit one.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -53,6 +55,14 @@ pub enum KeyError {
         /// The greatest value the format holds.
         max: i64,
     },
+    /// A value of another type than the field holds.
+    #[error("column {column}: its key field holds {expected}")]
+    WrongType {
+        /// The column's name.
+        column: String,
+        /// What the field holds.
+        expected: &'static str,
+    },
     /// Too few values to compose a whole key.
     #[error("no value for key column {column}")]
     MissingValue {
@@ -71,3 +81,5 @@ pub enum KeyError {
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod typed_tests;

@@ -9,6 +9,7 @@ use std::str::FromStr;
 
 use super::KeyError;
 use super::field::{FieldFormat, KeyRef, KeyValue, MAX_WIDTH, escape_text_into};
+use super::typed::{Typed, TypedKind};
 
 /// A part of a template.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,6 +112,12 @@ fn parse_field(inner: &str) -> Result<Segment, String> {
             )),
         }
     };
+    if let Some(typed) = Typed::parse(spec) {
+        return Ok(Segment::Field {
+            column: column.to_owned(),
+            format: FieldFormat::Typed(typed.map_err(|why| format!("{column}: {why}"))?),
+        });
+    }
     let format = match spec.as_bytes().first() {
         None => FieldFormat::Text,
         Some(b'+') => FieldFormat::Signed {
@@ -198,6 +205,11 @@ impl KeyTemplate {
         })
     }
 
+    /// Whether segment `i` ends the key.
+    fn is_last(&self, i: usize) -> bool {
+        i + 1 == self.segments.len()
+    }
+
     /// The literal text after segment `i` (what a free-text field there escapes).
     fn separator_after(&self, i: usize) -> &str {
         match self.segments.get(i + 1) {
@@ -237,7 +249,13 @@ impl KeyTemplate {
                     let Some(value) = values.get(used) else {
                         break;
                     };
-                    format.encode_into(column, value, self.separator_after(i), &mut key)?;
+                    format.encode_into(
+                        column,
+                        value,
+                        self.separator_after(i),
+                        self.is_last(i),
+                        &mut key,
+                    )?;
                     used += 1;
                 }
             }
@@ -290,6 +308,16 @@ impl KeyTemplate {
                     }
                     at += l.len();
                 }
+                Segment::Field {
+                    column,
+                    format: FieldFormat::Typed(t),
+                } => {
+                    let len = t
+                        .span(rest, self.is_last(i))
+                        .ok_or_else(|| mismatch(column))?;
+                    spans.push(at..at + len);
+                    at += len;
+                }
                 Segment::Field { column, format } => {
                     let len = match format.fixed_len() {
                         Some(n) => n,
@@ -329,7 +357,7 @@ impl KeyTemplate {
                 column: column.clone(),
                 text: key.to_owned(),
             })?;
-            format.read(column, text, self.separator_after(i))?;
+            format.read(column, text, self.separator_after(i), self.is_last(i))?;
         }
         Ok(())
     }
@@ -362,7 +390,7 @@ impl KeyTemplate {
             column: column.clone(),
             text: key.to_owned(),
         })?;
-        format.read(column, text, self.separator_after(i))
+        format.read(column, text, self.separator_after(i), self.is_last(i))
     }
 
     /// The keys whose field after `leading` lies between `lo` and `hi` (an
@@ -406,6 +434,97 @@ impl KeyTemplate {
         }))
     }
 
+    /// The keys whose field after `leading` (a typed field) lies between
+    /// `lo` and `hi`, never NULL, the leading fields fixed; `None` if that
+    /// field is not typed. The bounds are values of the field's type.
+    pub fn typed_range(
+        &self,
+        leading: &[KeyValue],
+        lo: Bound<&KeyValue>,
+        hi: Bound<&KeyValue>,
+    ) -> Result<Option<KeyBounds>, KeyError> {
+        let Some(i) = self.field_index(leading.len()) else {
+            return Ok(None);
+        };
+        let Some(Segment::Field {
+            column,
+            format: FieldFormat::Typed(t),
+        }) = self.segments.get(i)
+        else {
+            return Ok(None);
+        };
+        let last = self.is_last(i);
+        let (prefix, _) = self.compose_prefix(leading)?;
+        let text = t.kind == TypedKind::Text && !t.descending;
+        let unterminated = text && last && !t.nulls_first;
+        // Where the keys of one value `v` lie: from `at(v)` up to (not
+        // including) `past(v)`.
+        let at = |v: &KeyValue| -> Result<String, KeyError> {
+            let mut k = prefix.clone();
+            t.encode_into(column, &v.as_ref(), last, &mut k)?;
+            Ok(k)
+        };
+        let past = |v: &KeyValue| -> Result<Bound<String>, KeyError> {
+            let k = at(v)?;
+            Ok(if unterminated {
+                // The value ends the key: only the key itself.
+                Bound::Excluded(k)
+            } else if text {
+                // Just above the terminator: the first key of `v` + U+0000.
+                Bound::Included(format!("{}\"", k.strip_suffix('!').unwrap_or(&k)))
+            } else {
+                successor(&k).map_or(Bound::Unbounded, Bound::Included)
+            })
+        };
+        // Key bounds of the values' first and last keys, in key order.
+        let (first, last_value) = if t.descending { (hi, lo) } else { (lo, hi) };
+        let start = match first {
+            Bound::Unbounded => {
+                // Every value from the lowest key, NULL excluded.
+                if t.nulls_first {
+                    // Just above the NULL token (`  `): ` !`, below any value.
+                    Bound::Included(format!("{prefix} !"))
+                } else {
+                    Bound::Included(prefix.clone())
+                }
+            }
+            // Ascending, `first` is the lower value bound; descending the
+            // upper one: either way its keys start the range when it is
+            // included and are skipped when it is not.
+            Bound::Included(v) => Bound::Included(at(v)?),
+            Bound::Excluded(v) => match past(v)? {
+                Bound::Included(k) => Bound::Included(k),
+                Bound::Excluded(k) => Bound::Excluded(k),
+                Bound::Unbounded => return Ok(Some(KeyBounds::Empty)),
+            },
+        };
+        let end = match last_value {
+            Bound::Unbounded => {
+                if t.nulls_first {
+                    successor(&prefix).map_or(Bound::Unbounded, Bound::Excluded)
+                } else {
+                    Bound::Excluded(format!("{prefix}{}", super::typed::NULL_HIGH))
+                }
+            }
+            Bound::Included(v) => match past(v)? {
+                Bound::Included(k) => Bound::Excluded(k),
+                Bound::Excluded(k) => Bound::Included(k),
+                Bound::Unbounded => successor(&prefix).map_or(Bound::Unbounded, Bound::Excluded),
+            },
+            Bound::Excluded(v) => Bound::Excluded(at(v)?),
+        };
+        if let (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) =
+            (&start, &end)
+        {
+            let ord = crate::storage::key::cmp_utf16(s, e);
+            let both = matches!(start, Bound::Included(_)) && matches!(end, Bound::Included(_));
+            if ord.is_gt() || (ord.is_eq() && !both) {
+                return Ok(Some(KeyBounds::Empty));
+            }
+        }
+        Ok(Some(KeyBounds::Range { start, end }))
+    }
+
     /// The keys whose leading fields equal `leading` (all of them given fixes a
     /// prefix; a free-text field's value must be whole, so its separator is in
     /// the prefix) or whose next free-text field starts with `text_prefix`.
@@ -424,6 +543,17 @@ impl KeyTemplate {
                 .ok_or(KeyError::MissingValue {
                     column: "a field after the given ones".into(),
                 })?;
+            if let Some(Segment::Field {
+                format: FieldFormat::Typed(t),
+                ..
+            }) = self.segments.get(i)
+            {
+                let (start, end) = t.text_prefix(p, self.is_last(i));
+                return Ok(KeyBounds::Range {
+                    start: Bound::Included(format!("{prefix}{start}")),
+                    end: Bound::Excluded(format!("{prefix}{end}")),
+                });
+            }
             escape_text_into(p, self.separator_after(i), &mut prefix);
         }
         Ok(match successor(&prefix) {
@@ -515,6 +645,23 @@ impl fmt::Display for KeyTemplate {
                     FieldFormat::Padded { width } => write!(f, "{{{column}:{width:02}}}")?,
                     FieldFormat::Signed { width } => write!(f, "{{{column}:+{width:02}}}")?,
                     FieldFormat::Inverted { width } => write!(f, "{{{column}:~{width:02}}}")?,
+                    FieldFormat::Typed(t) => {
+                        let kind = match t.kind {
+                            TypedKind::Int { width } => format!("i{width}"),
+                            TypedKind::Double => "f".into(),
+                            TypedKind::Timestamp => "t".into(),
+                            TypedKind::Uuid => "u".into(),
+                            TypedKind::Bool => "b".into(),
+                            TypedKind::Text => "s".into(),
+                        };
+                        let dir = if t.descending { "~" } else { "" };
+                        let nulls = match (t.descending, t.nulls_first) {
+                            (false, true) => ",nulls_first",
+                            (true, false) => ",nulls_last",
+                            _ => "",
+                        };
+                        write!(f, "{{{column}:{dir}{kind}{nulls}}}")?
+                    }
                 },
             }
         }

@@ -214,7 +214,7 @@ proptest! {
             FieldFormat::Padded { width } => format!("K:{{k:{width:02}}}__{{n}}"),
             FieldFormat::Signed { width } => format!("K:{{k:+{width:02}}}__{{n}}"),
             FieldFormat::Inverted { width } => format!("K:{{k:~{width:02}}}__{{n}}"),
-            FieldFormat::Text => unreachable!(),
+            _ => unreachable!(),
         }.parse().unwrap();
         let key = t.compose(&[KeyValue::Int(v), KeyValue::Text(name)]).unwrap();
         let bounds = t.int_range(&[], Bound::Included(lo), Bound::Included(hi)).unwrap().unwrap();

@@ -322,27 +322,5 @@ fn key_values(fields: &[(Value, ColumnType)], params: &ParamValues) -> Option<Ve
 }
 
 fn key_value(v: &ScalarValue, t: ColumnType) -> Option<KeyValue> {
-    use ScalarValue as S;
-    let int = match v {
-        S::Int8(Some(i)) => Some(i64::from(*i)),
-        S::Int16(Some(i)) => Some(i64::from(*i)),
-        S::Int32(Some(i)) => Some(i64::from(*i)),
-        S::Int64(Some(i)) => Some(*i),
-        S::UInt8(Some(i)) => Some(i64::from(*i)),
-        S::UInt16(Some(i)) => Some(i64::from(*i)),
-        S::UInt32(Some(i)) => Some(i64::from(*i)),
-        S::UInt64(Some(i)) => i64::try_from(*i).ok(),
-        _ => None,
-    };
-    match t {
-        ColumnType::Int => int.filter(|i| i32::try_from(*i).is_ok()).map(KeyValue::Int),
-        ColumnType::BigInt => int.map(KeyValue::Int),
-        ColumnType::Text => match v {
-            S::Utf8(Some(s)) | S::LargeUtf8(Some(s)) | S::Utf8View(Some(s)) => {
-                Some(KeyValue::Text(s.clone()))
-            }
-            _ => None,
-        },
-        _ => None,
-    }
+    super::pushdown::key_of_scalar(t, v)
 }

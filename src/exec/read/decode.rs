@@ -302,16 +302,20 @@ impl Builder {
                 _ => return false,
             },
             (Self::Text(b), KeyRef::Text(s)) => b.append_value(s.as_ref()),
+            (Self::Text(b), KeyRef::Uuid(u)) => {
+                b.append_value(uuid::Uuid::from_u128(*u).hyphenated().to_string())
+            }
+            (Self::Double(b), KeyRef::Double(d)) => b.append_value(d.get()),
+            (Self::Boolean(b), KeyRef::Bool(x)) => b.append_value(*x),
+            (Self::Timestamp(b), KeyRef::Timestamp(t)) => b.append_value(*t),
+            (builder, KeyRef::Null) => builder.null(),
             _ => return false,
         }
         true
     }
 
     fn key_value(&mut self, v: &KeyValue) -> bool {
-        match v {
-            KeyValue::Int(i) => self.key(&KeyRef::Int(*i)),
-            KeyValue::Text(t) => self.key(&KeyRef::Text(t.as_str().into())),
-        }
+        self.key(&v.as_ref())
     }
 }
 

@@ -67,9 +67,12 @@ fn index_values(
 /// free-text field (`{bib}`) reads back as text, and another template may
 /// write it as a fixed-width integer (`{bib:05}`).
 fn typed(def: &TableDef, column: &str, v: KeyValue) -> Result<KeyValue, crate::keys::KeyError> {
-    let integer = def
-        .column(column)
-        .is_some_and(|c| c.column_type != crate::catalog::ColumnType::Text);
+    let integer = def.column(column).is_some_and(|c| {
+        matches!(
+            c.column_type,
+            crate::catalog::ColumnType::Int | crate::catalog::ColumnType::BigInt
+        )
+    });
     match v {
         KeyValue::Text(s) if integer => match s.parse::<i64>() {
             Ok(i) if i.to_string() == s => Ok(KeyValue::Int(i)),

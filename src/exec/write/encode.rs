@@ -188,13 +188,42 @@ fn cell<'a>(
     }))
 }
 
-/// A key field's value from a property value (integer or text columns only;
-/// `TableDef::validate` refuses other types in templates).
-fn key_value(v: &EdmValue) -> Option<KeyValue> {
-    match v {
-        EdmValue::Int32(i) => Some(KeyValue::Int(i64::from(*i))),
-        EdmValue::Int64(i) => Some(KeyValue::Int(*i)),
-        EdmValue::String(s) => Some(KeyValue::Text(s.clone())),
+/// A key field's value from a property value. A Guid is its UUID, a
+/// DateTime its microseconds (the precision columns hold).
+pub(crate) fn key_value(v: &EdmValue) -> Option<KeyValue> {
+    Some(match v {
+        EdmValue::Int32(i) => KeyValue::Int(i64::from(*i)),
+        EdmValue::Int64(i) => KeyValue::Int(*i),
+        EdmValue::String(s) => KeyValue::Text(s.clone()),
+        EdmValue::Double(d) => KeyValue::Double(crate::keys::KeyFloat::new(*d)),
+        EdmValue::Boolean(b) => KeyValue::Bool(*b),
+        EdmValue::DateTime(t) => KeyValue::Timestamp(t.timestamp_micros()),
+        EdmValue::Guid(g) => KeyValue::Uuid(g.as_u128()),
+        EdmValue::Binary(_) => return None,
+    })
+}
+
+/// A key field's value as a property of its column's type: the inverse of
+/// [`key_value`] (an integer column in a free-text field is its canonical
+/// decimal text); `None` for a value the column cannot hold, and for NULL.
+pub(crate) fn key_cell(t: ColumnType, v: &KeyValue) -> Option<EdmValue> {
+    let int = || match v {
+        KeyValue::Int(i) => Some(*i),
+        KeyValue::Text(s) => s.parse::<i64>().ok().filter(|i| i.to_string() == *s),
+        _ => None,
+    };
+    match (t, v) {
+        (ColumnType::Int, _) => int()
+            .and_then(|i| i32::try_from(i).ok())
+            .map(EdmValue::Int32),
+        (ColumnType::BigInt, _) => int().map(EdmValue::Int64),
+        (ColumnType::Text, KeyValue::Text(s)) => Some(EdmValue::String(s.clone())),
+        (ColumnType::Double, KeyValue::Double(d)) => Some(EdmValue::Double(d.get())),
+        (ColumnType::Boolean, KeyValue::Bool(b)) => Some(EdmValue::Boolean(*b)),
+        (ColumnType::Timestamp, KeyValue::Timestamp(t)) => {
+            chrono::DateTime::from_timestamp_micros(*t).map(EdmValue::DateTime)
+        }
+        (ColumnType::Uuid, KeyValue::Uuid(u)) => Some(EdmValue::Guid(uuid::Uuid::from_u128(*u))),
         _ => None,
     }
 }
@@ -235,19 +264,27 @@ fn key_values(
     values: &[Option<EdmValue>],
     n: usize,
 ) -> Result<Vec<KeyValue>, ExecError> {
-    template
-        .columns()
-        .take(n)
-        .map(|name| {
+    (0..template.columns().count().min(n))
+        .filter_map(|f| template.field(f))
+        .map(|(name, format)| {
             let v = def
                 .columns
                 .iter()
                 .position(|c| c.name == name)
                 .and_then(|i| values.get(i)?.as_ref());
-            v.and_then(key_value).ok_or_else(|| ExecError::NullValue {
-                table: def.name.clone(),
-                column: name.to_owned(),
-            })
+            match v {
+                Some(v) => key_value(v).ok_or_else(|| ExecError::BadValue {
+                    column: name.to_owned(),
+                    reason: "a BYTEA value cannot be written in a key".into(),
+                }),
+                // A typed field writes NULL as its token (index rows of
+                // nullable columns); base keys never reach here with NULL.
+                None if format.holds_null() => Ok(KeyValue::Null),
+                None => Err(ExecError::NullValue {
+                    table: def.name.clone(),
+                    column: name.to_owned(),
+                }),
+            }
         })
         .collect()
 }

@@ -19,7 +19,7 @@
 use std::collections::HashMap;
 
 use super::encode;
-use crate::catalog::{ColumnType, IndexDef, TableDef};
+use crate::catalog::{IndexDef, TableDef};
 use crate::exec::ExecError;
 use crate::exec::read::access::KeyRequest;
 use crate::keys::{KeyBounds, KeyTemplate, KeyValue};
@@ -439,7 +439,7 @@ pub fn row_values(def: &TableDef, e: &StoredEntity) -> Result<Vec<Option<EdmValu
     def.columns
         .iter()
         .map(|c| match keys.get(c.name.as_str()) {
-            Some(v) => key_cell(c.column_type, v)
+            Some(v) => super::encode::key_cell(c.column_type, v)
                 .map(Some)
                 .ok_or_else(|| ExecError::BadValue {
                     column: c.name.clone(),
@@ -450,23 +450,4 @@ pub fn row_values(def: &TableDef, e: &StoredEntity) -> Result<Vec<Option<EdmValu
             None => Ok(e.get(c.property_name()).cloned().or_else(|| c.fill())),
         })
         .collect()
-}
-
-/// A key field's value as its column's property.
-fn key_cell(t: ColumnType, v: &KeyValue) -> Option<EdmValue> {
-    let int = || match v {
-        KeyValue::Int(i) => Some(*i),
-        KeyValue::Text(s) => s.parse::<i64>().ok().filter(|i| i.to_string() == *s),
-    };
-    match t {
-        ColumnType::Int => int()
-            .and_then(|i| i32::try_from(i).ok())
-            .map(EdmValue::Int32),
-        ColumnType::BigInt => int().map(EdmValue::Int64),
-        ColumnType::Text => match v {
-            KeyValue::Text(s) => Some(EdmValue::String(s.clone())),
-            KeyValue::Int(_) => None,
-        },
-        _ => None,
-    }
 }

@@ -175,12 +175,21 @@ pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
                 one(t, Domain::Prefix(body.to_owned()))
             }
         }
-        // Base rows' keys are never NULL (an index's fields may be, on
-        // rows an application wrote).
+        // Base rows' keys are never NULL.
         Expr::IsNull(e) if base_key(def, e) => never(true),
         Expr::IsNotNull(e) if base_key(def, e) => Analysis {
             complete: true,
             ..Analysis::default()
+        },
+        // An index's typed field writes NULL as a value of its own, placed
+        // as PostgreSQL sorts it; IS NOT NULL is every other value.
+        Expr::IsNull(e) => match target(def, e) {
+            Some(t @ Target::Field(_)) => one(t, Domain::Values(BTreeSet::from([KeyValue::Null]))),
+            _ => Analysis::default(),
+        },
+        Expr::IsNotNull(e) => match target(def, e) {
+            Some(t @ Target::Field(_)) => one(t, Domain::Range(Bound::Unbounded, Bound::Unbounded)),
+            _ => Analysis::default(),
         },
         Expr::Literal(ScalarValue::Boolean(Some(true)), _) => Analysis {
             complete: true,
@@ -197,8 +206,9 @@ pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
 /// in the store (UTF-16 code units): any text below U+D800 does.
 pub(super) fn order_safe(v: &KeyValue) -> bool {
     match v {
-        KeyValue::Int(_) => true,
         KeyValue::Text(s) => s.chars().all(|c| (c as u32) < 0xD800),
+        KeyValue::Null => false,
+        _ => true,
     }
 }
 
@@ -231,9 +241,9 @@ pub(super) fn target(def: Option<&TableDef>, e: &Expr) -> Option<Target> {
         },
         Expr::Cast(c) if c.field.data_type().is_integer() => match target(def, &c.expr)? {
             Target::Field(f)
-                if def
-                    .and_then(|d| d.column(&f))
-                    .is_some_and(|c| c.column_type != ColumnType::Text) =>
+                if def.and_then(|d| d.column(&f)).is_some_and(|c| {
+                    matches!(c.column_type, ColumnType::Int | ColumnType::BigInt)
+                }) =>
             {
                 Some(Target::Field(f))
             }
@@ -274,25 +284,9 @@ pub(super) fn literal(e: &Expr) -> Option<ScalarValue> {
 /// A literal as a key value of the target's type; `None` where it is not one
 /// (a float against an integer field, a number against text).
 pub(super) fn key_value(def: Option<&TableDef>, t: &Target, v: &ScalarValue) -> Option<KeyValue> {
-    let text = |v: &ScalarValue| match v {
-        ScalarValue::Utf8(Some(s))
-        | ScalarValue::Utf8View(Some(s))
-        | ScalarValue::LargeUtf8(Some(s)) => Some(s.clone()),
-        _ => None,
+    let column_type = match t {
+        Target::Field(f) => def.and_then(|d| d.column(f))?.column_type,
+        Target::PartitionKey | Target::RowKey => ColumnType::Text,
     };
-    if text_target(def, t) {
-        return text(v).map(KeyValue::Text);
-    }
-    let i = match v {
-        ScalarValue::Int8(Some(i)) => i64::from(*i),
-        ScalarValue::Int16(Some(i)) => i64::from(*i),
-        ScalarValue::Int32(Some(i)) => i64::from(*i),
-        ScalarValue::Int64(Some(i)) => *i,
-        ScalarValue::UInt8(Some(i)) => i64::from(*i),
-        ScalarValue::UInt16(Some(i)) => i64::from(*i),
-        ScalarValue::UInt32(Some(i)) => i64::from(*i),
-        ScalarValue::UInt64(Some(i)) => i64::try_from(*i).ok()?,
-        _ => return None,
-    };
-    Some(KeyValue::Int(i))
+    key_of_scalar(column_type, v)
 }

@@ -107,6 +107,10 @@ pub(super) fn combine(atoms: &[&Atom], target: &Target) -> Combined {
         }
     }
     if let Some(values) = &mut c.values {
+        // A range or a prefix (`<`, `LIKE`, `IS NOT NULL`) is never true of NULL.
+        if c.lo.is_some() || c.hi.is_some() || c.prefix.is_some() {
+            values.remove(&KeyValue::Null);
+        }
         let (lo, hi) = (
             c.lo.clone().unwrap_or(Bound::Unbounded),
             c.hi.clone().unwrap_or(Bound::Unbounded),
@@ -169,7 +173,7 @@ pub(super) fn narrow_by_key_column(
                     .iter()
                     .filter_map(|v| match v {
                         KeyValue::Text(s) => Some(s.clone()),
-                        KeyValue::Int(_) => None,
+                        _ => None,
                     })
                     .filter(|k| in_c(k) && ranges.iter().any(|r| in_range(k, r)))
                     .collect(),

@@ -123,7 +123,8 @@ pub(super) fn bound(def: &TableDef, rv: &RowValue, request: &KeyRequest) -> Opti
                 _ => Some(rows.clone()),
             }
         }
-        Some(KeyValue::Text(_)) => Some(rows.clone()),
+        // Other fields narrow nothing here: the bound is on the partitions.
+        Some(_) => Some(rows.clone()),
     };
     let columns: Vec<String> = rv
         .targets
@@ -139,7 +140,8 @@ pub(super) fn bound(def: &TableDef, rv: &RowValue, request: &KeyRequest) -> Opti
         .iter()
         .map(|v| match v {
             KeyValue::Int(i) => i.to_string(),
-            KeyValue::Text(s) => format!("'{}'", s.replace('\'', "''")),
+            KeyValue::Null => "NULL".into(),
+            other => format!("'{}'", other.to_string().replace('\'', "''")),
         })
         .collect();
     Some(PartitionBound {

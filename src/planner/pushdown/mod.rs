@@ -20,6 +20,9 @@ mod domain;
 mod keyset;
 mod plan;
 mod property;
+mod scalar;
+
+pub use scalar::key_of_scalar;
 
 use analyze::*;
 use domain::*;

@@ -24,7 +24,13 @@ pub(super) fn template_spec(
             // The next field: a range on an ordered integer field, or a text prefix.
             let mut ranges = Vec::new();
             for leading in &combos {
-                let bounds = if format.order().is_some() && (c.lo.is_some() || c.hi.is_some()) {
+                let ranged = c.lo.is_some() || c.hi.is_some();
+                let bounds = if ranged && matches!(format, FieldFormat::Typed(_)) {
+                    template
+                        .typed_range(leading, bound_ref(&c.lo), bound_ref(&c.hi))
+                        .ok()
+                        .flatten()
+                } else if format.order().is_some() && ranged {
                     let int = |b: Option<Bound<KeyValue>>| match b {
                         Some(Bound::Included(KeyValue::Int(i))) => Bound::Included(i),
                         Some(Bound::Excluded(KeyValue::Int(i))) => Bound::Excluded(i),
@@ -34,7 +40,7 @@ pub(super) fn template_spec(
                         .int_range(leading, int(c.lo.clone()), int(c.hi.clone()))
                         .ok()
                         .flatten()
-                } else if format == FieldFormat::Text && c.prefix.is_some() {
+                } else if is_text(format) && c.prefix.is_some() {
                     template.prefix_range(leading, c.prefix.as_deref()).ok()
                 } else {
                     None
@@ -325,6 +331,23 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
         }
     }
     finish(kind, requests, consumed, index, fit)
+}
+
+fn bound_ref(b: &Option<Bound<KeyValue>>) -> Bound<&KeyValue> {
+    match b {
+        Some(Bound::Included(v)) => Bound::Included(v),
+        Some(Bound::Excluded(v)) => Bound::Excluded(v),
+        _ => Bound::Unbounded,
+    }
+}
+
+/// Whether a field holds text a `LIKE 'p%'` prefix narrows.
+fn is_text(format: FieldFormat) -> bool {
+    match format {
+        FieldFormat::Text => true,
+        FieldFormat::Typed(t) => t.kind == crate::keys::TypedKind::Text,
+        _ => false,
+    }
 }
 
 pub(super) fn is_partition_target(def: Option<&TableDef>, t: &Target) -> bool {

@@ -100,7 +100,7 @@ pub(super) fn compare(
         Operator::GtEq => CmpOp::Ge,
         _ => return None,
     };
-    let int = || key_value(Some(def), &Target::Field(String::new()), lit);
+    let int = || key_of_scalar(ColumnType::BigInt, lit);
     let declared = def.column(column)?;
     // The store compares the property the column's values are stored under.
     let column = declared.property_name();
@@ -111,7 +111,7 @@ pub(super) fn compare(
                 op,
                 EdmValue::Int32(i32::try_from(i).ok()?),
             )),
-            KeyValue::Text(_) => None,
+            _ => None,
         },
         ColumnType::BigInt => match int()? {
             KeyValue::Int(i) => {
@@ -124,7 +124,7 @@ pub(super) fn compare(
                     )),
                 )
             }
-            KeyValue::Text(_) => None,
+            _ => None,
         },
         ColumnType::Boolean => match (lit, op) {
             (ScalarValue::Boolean(Some(b)), CmpOp::Eq | CmpOp::Ne) => {
