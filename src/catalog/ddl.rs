@@ -595,8 +595,9 @@ pub const DEFAULT_BUCKETS: u8 = 16;
 ///
 /// The RowKey starts with the literal `r:` so that `CREATE INDEX` can put
 /// index rows beside the base rows. Integers are written signed and
-/// zero-padded (`{id:+10}`, `{id:+18}`), so that the RowKey's order is the
-/// key's.
+/// zero-padded (`{id:+10}`, `{id:+18}`), the other types as typed fields
+/// (`{name:s}`, `{at:t}`, see `keys::typed`), so that the RowKey's order
+/// is the key's and ranges of any key column read key ranges.
 fn default_mapping(
     columns: &[ColumnDef],
     primary_key: &[String],
@@ -608,12 +609,14 @@ fn default_mapping(
         Ok(match column.column_type {
             ColumnType::Int => format!("{{{c}:+10}}"),
             ColumnType::BigInt => format!("{{{c}:+18}}"),
-            ColumnType::Text => format!("{{{c}}}"),
-            other => {
-                return Err(CatalogError::Definition(format!(
-                    "primary key column {c} is {other}: a key column is TEXT, INT or BIGINT (or map the table WITH (...))"
-                )));
-            }
+            other => match super::typed_spec(other) {
+                Some(spec) => format!("{{{c}:{spec}}}"),
+                None => {
+                    return Err(CatalogError::Definition(format!(
+                        "primary key column {c} is {other}: a key cannot hold it (or map the table WITH (...))"
+                    )));
+                }
+            },
         })
     };
     let generated = |c: &str| columns.iter().any(|d| d.name == c && d.identity.is_some());
@@ -702,18 +705,74 @@ fn flag(key: &str, text: &str) -> Result<bool, CatalogError> {
     }
 }
 
-/// The index a `CREATE INDEX name ON table (columns) [WITH (...)]` declares
-/// on `def`. `WITH (row_key = '<template>')` gives its RowKey template,
-/// whose leading fields must be the listed columns; without it the
-/// template is the name in capitals and a colon, then the columns (an INT
-/// as `{c:+10}`, a BIGINT as `{c:+18}`, text as `{c}`), then the primary-key columns the
-/// PartitionKey and the listed columns lack, joined by `__`.
+/// One column of an index as `CREATE INDEX` lists it.
+struct IndexColumn {
+    name: String,
+    descending: bool,
+    /// `NULLS FIRST` / `NULLS LAST` as written.
+    nulls_first: Option<bool>,
+}
+
+/// The index a `CREATE INDEX [name] ON table [USING btree] (columns)
+/// [INCLUDE (...)] [WITH (...)]` declares on `def`, as PostgreSQL reads
+/// it: columns ascending or `DESC`, NULLs where `NULLS FIRST/LAST` puts
+/// them (PostgreSQL's defaults otherwise), a name made up as PostgreSQL
+/// makes one (`table_col_idx`) when none is given. `WITH (row_key =
+/// '<template>')` gives its RowKey template, whose leading fields must be
+/// the listed columns in their directions; without it the template is the
+/// name in capitals and a colon, then a typed field per listed column
+/// (`{c:s}`, `{c:~i10,nulls_last}`, see `keys::typed`), then the
+/// primary-key columns the PartitionKey and the list lack, joined by `__`.
 /// `WITH (covering = false)` declares rows that carry only their keys.
+///
+/// Refused, with the reason: `UNIQUE` (uniqueness over every partition
+/// needs a global index), a partial index (`WHERE`), an expression, an
+/// access method other than btree, and `INCLUDE` on rows that are not
+/// covering (a covering row already carries every column).
 pub fn index_from_create(
     create: &datafusion::sql::sqlparser::ast::CreateIndex,
     def: &TableDef,
 ) -> Result<IndexDef, CatalogError> {
     let bad = |m: String| CatalogError::Definition(m);
+    if create.unique {
+        return Err(bad(
+            "CREATE UNIQUE INDEX is not supported yet: index rows live in their base row's partition, so they cannot see a duplicate in another partition (a global index is needed; use a PRIMARY KEY for uniqueness meanwhile)".into(),
+        ));
+    }
+    if create.predicate.is_some() {
+        return Err(bad(
+            "partial indexes (CREATE INDEX ... WHERE) are not supported: every row has its index row".into(),
+        ));
+    }
+    if let Some(using) = &create.using {
+        if !using.to_string().eq_ignore_ascii_case("btree") {
+            return Err(bad(format!(
+                "index access method {using} is not supported (index rows are ordered keys: btree)"
+            )));
+        }
+    }
+    let mut columns = Vec::new();
+    for c in &create.columns {
+        let Expr::Identifier(ident) = &c.column.expr else {
+            return Err(bad(format!(
+                "index column {} is an expression: only columns can be indexed",
+                c.column.expr
+            )));
+        };
+        if c.operator_class.is_some() {
+            return Err(bad(format!(
+                "operator class on index column {ident} is not supported"
+            )));
+        }
+        columns.push(IndexColumn {
+            name: normalize_ident(ident),
+            descending: c.column.options.asc == Some(false),
+            nulls_first: c.column.options.nulls_first,
+        });
+    }
+    if columns.is_empty() {
+        return Err(bad("an index needs at least one column".into()));
+    }
     let name = match &create.name {
         Some(n) => match n.0.as_slice() {
             [part] => part
@@ -722,29 +781,8 @@ pub fn index_from_create(
                 .ok_or_else(|| bad(format!("invalid index name {n}")))?,
             _ => return Err(bad(format!("an index is named within its table, not {n}"))),
         },
-        None => return Err(bad("CREATE INDEX needs a name".into())),
+        None => default_index_name(&def.name, &columns),
     };
-    if create.unique || create.predicate.is_some() || !create.include.is_empty() {
-        return Err(bad(
-            "UNIQUE, WHERE and INCLUDE are not supported on index rows".into(),
-        ));
-    }
-    let mut columns = Vec::new();
-    for c in &create.columns {
-        let Expr::Identifier(ident) = &c.column.expr else {
-            return Err(bad(format!(
-                "index column {} is not a column",
-                c.column.expr
-            )));
-        };
-        if c.column.options.asc == Some(false) {
-            return Err(bad(format!(
-                "a descending column needs WITH (row_key = '...{{{}:~NN}}...'), an inverted field",
-                ident.value
-            )));
-        }
-        columns.push(normalize_ident(ident));
-    }
     let (mut row_key, mut covering) = (None, true);
     for option in &create.with {
         let Expr::BinaryOp {
@@ -770,14 +808,33 @@ pub fn index_from_create(
             }
         }
     }
+    if !create.include.is_empty() && !covering {
+        return Err(bad(
+            "INCLUDE needs covering index rows (covering = true, the default, carries every column)".into(),
+        ));
+    }
     let row_key = match row_key {
         Some(t) => {
-            let leading: Vec<&str> = t.columns().take(columns.len()).collect();
-            if leading != columns.iter().map(String::as_str).collect::<Vec<_>>() {
-                return Err(bad(format!(
-                    "row_key {t} must lead with the listed columns ({})",
-                    columns.join(", ")
-                )));
+            for (n, c) in columns.iter().enumerate() {
+                let field = t.field(n);
+                if field.is_none_or(|(name, _)| name != c.name) {
+                    return Err(bad(format!(
+                        "row_key {t} must lead with the listed columns ({})",
+                        columns
+                            .iter()
+                            .map(|c| c.name.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )));
+                }
+                // The template's direction rules; a column listed DESC
+                // must have a descending field.
+                if c.descending && field.and_then(|(_, f)| f.order()) != Some(false) {
+                    return Err(bad(format!(
+                        "row_key {t}: field {} must be descending (~) as the column is listed DESC",
+                        c.name
+                    )));
+                }
             }
             t
         }
@@ -791,32 +848,61 @@ pub fn index_from_create(
     })
 }
 
+/// PostgreSQL's name for an unnamed index: `table_col1_col2_idx`, cut to
+/// 63 characters.
+fn default_index_name(table: &str, columns: &[IndexColumn]) -> String {
+    let mut name = table.to_owned();
+    for c in columns {
+        name.push('_');
+        name.push_str(&c.name);
+    }
+    name.push_str("_idx");
+    name.chars().take(63).collect()
+}
+
 /// The default template of an index on `columns` (see `index_from_create`).
 fn derived_template(
     def: &TableDef,
     name: &str,
-    columns: &[String],
+    columns: &[IndexColumn],
 ) -> Result<crate::keys::KeyTemplate, CatalogError> {
-    let mut fields: Vec<&str> = columns.iter().map(String::as_str).collect();
+    let mut fields: Vec<(&str, bool, Option<bool>)> = columns
+        .iter()
+        .map(|c| (c.name.as_str(), c.descending, c.nulls_first))
+        .collect();
     for c in &def.primary_key {
-        if !def.partition_key.columns().any(|p| p == c) && !fields.contains(&c.as_str()) {
-            fields.push(c);
+        if !def.partition_key.columns().any(|p| p == c) && !fields.iter().any(|f| f.0 == c) {
+            fields.push((c, false, None));
         }
     }
-    let mut text = format!("{}:", name.to_uppercase());
-    for (i, c) in fields.iter().enumerate() {
+    // The index rows' own prefix: the name's letters, digits and `_`.
+    let lead: String = name
+        .chars()
+        .filter(|c| c.is_ascii_alphanumeric() || *c == '_')
+        .collect::<String>()
+        .to_uppercase();
+    let mut text = format!("{}:", if lead.is_empty() { "IX" } else { &lead });
+    for (i, (c, descending, nulls_first)) in fields.iter().enumerate() {
         let column = def.column(c).ok_or_else(|| CatalogError::Inconsistent {
             table: def.name.clone(),
             reason: format!("index column {c} is not a column"),
         })?;
+        let spec = super::typed_spec(column.column_type).ok_or_else(|| {
+            CatalogError::Definition(format!(
+                "index column {c} is {}: a key cannot hold it",
+                column.column_type
+            ))
+        })?;
         if i > 0 {
             text.push_str("__");
         }
-        match column.column_type {
-            ColumnType::Int => text.push_str(&format!("{{{c}:+010}}")),
-            ColumnType::BigInt => text.push_str(&format!("{{{c}:+018}}")),
-            _ => text.push_str(&format!("{{{c}}}")),
-        }
+        let nulls = match nulls_first {
+            Some(true) if !descending => ",nulls_first",
+            Some(false) if *descending => ",nulls_last",
+            _ => "",
+        };
+        let dir = if *descending { "~" } else { "" };
+        text.push_str(&format!("{{{c}:{dir}{spec}{nulls}}}"));
     }
     Ok(text.parse()?)
 }
@@ -941,8 +1027,20 @@ mod tests {
         };
         // By default: the listed columns, then the primary key's rest.
         let ix = index("CREATE INDEX by_name ON registrations (name)").unwrap();
-        assert_eq!(ix.row_key.to_string(), "BY_NAME:{name}__{bib:+10}");
+        assert_eq!(ix.row_key.to_string(), "BY_NAME:{name:s}__{bib:i10}");
         assert!(ix.covering && !ix.building);
+        // As PostgreSQL writes them: a made-up name, DESC, NULLS FIRST/LAST.
+        let ix = index("CREATE INDEX ON registrations (age DESC NULLS LAST, name)").unwrap();
+        assert_eq!(ix.name, "registrations_age_name_idx");
+        assert_eq!(
+            ix.row_key.to_string(),
+            "REGISTRATIONS_AGE_NAME_IDX:{age:~i10,nulls_last}__{name:s}__{bib:i10}"
+        );
+        let ix = index(
+            "CREATE INDEX IF NOT EXISTS a ON registrations USING btree (age NULLS FIRST) INCLUDE (club)",
+        )
+        .unwrap();
+        assert_eq!(ix.row_key.to_string(), "A:{age:i10,nulls_first}__{bib:i10}");
         let ix = index(
             "CREATE INDEX old ON registrations (age) WITH (row_key = 'OLD:{age:~03}__{bib}', covering = false)",
         )
@@ -950,10 +1048,21 @@ mod tests {
         assert_eq!(ix.row_key.to_string(), "OLD:{age:~03}__{bib}");
         assert!(!ix.covering);
         for (sql, needle) in [
-            ("CREATE INDEX ON registrations (age)", "needs a name"),
             (
-                "CREATE INDEX x ON registrations (age DESC)",
-                "inverted field",
+                "CREATE INDEX x ON registrations (age DESC) WITH (row_key = 'X:{age:03}__{bib}')",
+                "must be descending",
+            ),
+            (
+                "CREATE INDEX x ON registrations (lower(name))",
+                "expression",
+            ),
+            (
+                "CREATE INDEX x ON registrations USING hash (age)",
+                "access method",
+            ),
+            (
+                "CREATE INDEX x ON registrations (age) WHERE age > 5",
+                "partial",
             ),
             (
                 "CREATE INDEX x ON registrations (age) WITH (row_key = 'X:{bib}__{age}')",
@@ -965,7 +1074,7 @@ mod tests {
             ),
             (
                 "CREATE UNIQUE INDEX x ON registrations (age)",
-                "not supported",
+                "global index",
             ),
         ] {
             let e = index(sql).unwrap_err().to_string();
@@ -987,7 +1096,7 @@ mod tests {
             ("CREATE TABLE tee (a INT, b TEXT, PRIMARY KEY (a)) WITH (partition_key = '{#16}', row_key = 'r:{a:05}__{b}')".into(), "every RowKey field"),
             (format!("{base}, colour = 'red')"), "unknown option colour"),
             (format!("{base}, index_x = 'X:{{c:02}}__{{b}}')"), "cannot be written"),
-            ("CREATE TABLE tee (a TEXT, b INT NOT NULL, c INT) WITH (partition_key = '{a}', row_key = 'R:{b:05}', index_x = 'X:{c:02}__{b}')".into(), "must be NOT NULL"),
+            ("CREATE TABLE tee (a TEXT, b INT NOT NULL, c INT) WITH (partition_key = '{a}', row_key = 'R:{b:05}', index_x = 'X:{c:02}__{b}')".into(), "typed field that holds NULL"),
             (format!("{base}, covering_y = false)"), "names no index"),
             ("CREATE TABLE tee (a TEXT, b INT) WITH (partition_key = '{a}{b}', row_key = 'x')".into(), "separator"),
         ] {

@@ -101,7 +101,7 @@ mod tests {
         // A plain table takes the default mapping; without a key, a
         // hidden generated one.
         let loose = definitions("CREATE TABLE a (x INT); ").expect("no key");
-        assert_eq!(loose[0].row_key.to_string(), "r:{_rowid}");
+        assert_eq!(loose[0].row_key.to_string(), "r:{_rowid:s}");
         assert_eq!(loose[0].hidden_columns().last(), Some(&"_rowid"));
         let plain = definitions("CREATE TABLE a (x INT PRIMARY KEY)").expect("plain");
         assert_eq!(plain[0].partition_key.to_string(), "{#16}");

@@ -275,11 +275,7 @@ impl TableDef {
                 let col = self.column(column).ok_or_else(|| {
                     bad(format!("{what} template names undeclared column {column}"))
                 })?;
-                let fits = match (col.column_type, format) {
-                    (ColumnType::Text, FieldFormat::Text) => true,
-                    (ColumnType::Int | ColumnType::BigInt, _) => true,
-                    _ => false,
-                };
+                let fits = fits(col.column_type, *format);
                 if !fits {
                     return Err(bad(format!(
                         "column {column} of type {} cannot be written in key field {seg_text}",
@@ -357,15 +353,15 @@ impl TableDef {
             if !names.insert(i.name.clone()) {
                 return Err(bad(format!("index {} is defined twice", i.name)));
             }
-            // A key cannot hold NULL: a row with NULL there would have no
-            // index row, and the index would miss it.
-            if let Some(c) = i
-                .row_key
-                .columns()
-                .find(|c| self.column(c).is_some_and(|c| !c.not_null))
-            {
+            // Every base row has its index row: a nullable column's field
+            // must write NULL (a typed field), or a row with NULL there
+            // would have none, and the index would miss it.
+            let nullable = (0..i.row_key.columns().count())
+                .filter_map(|n| i.row_key.field(n))
+                .find(|(c, f)| !f.holds_null() && self.column(c).is_some_and(|c| !c.not_null));
+            if let Some((c, _)) = nullable {
                 return Err(bad(format!(
-                    "index {} field {c} must be NOT NULL (an index row's key cannot hold NULL)",
+                    "index {} field {c} of a nullable column must be a typed field that holds NULL (like {{{c}:s}} or {{{c}:i10}}), or the column NOT NULL",
                     i.name
                 )));
             }
@@ -442,6 +438,43 @@ impl TableDef {
     pub fn is_key_column(&self, name: &str) -> bool {
         self.key_columns().any(|c| c == name)
     }
+}
+
+/// Whether values of a `t` column can be written in a field of `format`.
+fn fits(t: ColumnType, format: FieldFormat) -> bool {
+    use crate::keys::TypedKind as K;
+    match (t, format) {
+        (ColumnType::Text, FieldFormat::Text) => true,
+        (ColumnType::Int | ColumnType::BigInt, FieldFormat::Typed(f)) => {
+            matches!(f.kind, K::Int { .. })
+        }
+        (ColumnType::Int | ColumnType::BigInt, _) => true,
+        (_, FieldFormat::Typed(f)) => matches!(
+            (t, f.kind),
+            (ColumnType::Text, K::Text)
+                | (ColumnType::Double, K::Double)
+                | (ColumnType::Timestamp, K::Timestamp)
+                | (ColumnType::Uuid, K::Uuid)
+                | (ColumnType::Boolean, K::Bool)
+        ),
+        _ => false,
+    }
+}
+
+/// The typed field spec (after `:`) that holds a `t` column's values in
+/// key order, if the type can be in a key: what plain tables and `CREATE
+/// INDEX` write.
+pub fn typed_spec(t: ColumnType) -> Option<&'static str> {
+    Some(match t {
+        ColumnType::Int => "i10",
+        ColumnType::BigInt => "i19",
+        ColumnType::Double => "f",
+        ColumnType::Text => "s",
+        ColumnType::Timestamp => "t",
+        ColumnType::Uuid => "u",
+        ColumnType::Boolean => "b",
+        ColumnType::Bytea => return None,
+    })
 }
 
 /// Lower-cases an identifier the way SQL does unless it was quoted.

@@ -162,6 +162,7 @@ slt_files!(
     sequences,
     subqueries,
     transactions,
+    typed_indexes,
     upserts,
     writes,
 );

@@ -52,7 +52,12 @@ pub fn key_ordering(
             Arc::new(Column::new(name, pos)),
             SortOptions {
                 descending: !ascending,
-                nulls_first: false,
+                // A typed field places NULL as declared; the others hold
+                // none, and claim PostgreSQL's default for their direction.
+                nulls_first: match format {
+                    crate::keys::FieldFormat::Typed(t) => t.nulls_first,
+                    _ => !ascending,
+                },
             },
         ));
     }
@@ -60,8 +65,8 @@ pub fn key_ordering(
 }
 
 /// Whether rows in order `have` are in order `want` too: `want` is a
-/// prefix of `have`, column by column and direction by direction (key
-/// columns are never NULL, so where NULLs sort does not matter).
+/// prefix of `have`, column by column, direction by direction and place
+/// of NULL by place of NULL (an index's typed fields hold NULL).
 pub fn satisfies(have: &[PhysicalSortExpr], want: &[PhysicalSortExpr]) -> bool {
     let column = |e: &PhysicalSortExpr| {
         e.expr
@@ -69,9 +74,8 @@ pub fn satisfies(have: &[PhysicalSortExpr], want: &[PhysicalSortExpr]) -> bool {
             .map(|c| (c.name().to_owned(), c.index()))
     };
     want.len() <= have.len()
-        && want.iter().zip(have).all(|(w, h)| {
-            column(w).is_some()
-                && column(w) == column(h)
-                && w.options.descending == h.options.descending
-        })
+        && want
+            .iter()
+            .zip(have)
+            .all(|(w, h)| column(w).is_some() && column(w) == column(h) && w.options == h.options)
 }
