@@ -50,6 +50,7 @@ impl ColumnType {
             SqlType::BigInt(_) | SqlType::Int8(_) | SqlType::Int64 => Self::BigInt,
             // REAL's values are exact in a DOUBLE.
             SqlType::Double(_)
+            | SqlType::DoublePrecision
             | SqlType::Float8
             | SqlType::Float64
             | SqlType::Float(_)

@@ -23,6 +23,7 @@
 //! `TABLESQL_DIFF_SCENARIOS` the number of scenarios (default 60).
 
 mod generate;
+mod indexed;
 mod scenario;
 
 use std::collections::BTreeMap;
@@ -481,7 +482,8 @@ fn same_value(e: &str, a: &str) -> bool {
         return x == y;
     }
     match (e.parse::<f64>(), a.parse::<f64>()) {
-        (Ok(x), Ok(y)) => (x - y).abs() <= 1e-9 * x.abs().max(1.0),
+        // `Infinity` and `inf` are one value; NaN is not, and is compared as text.
+        (Ok(x), Ok(y)) => x == y || (x - y).abs() <= 1e-9 * x.abs().max(1.0),
         _ => false,
     }
 }
