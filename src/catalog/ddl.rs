@@ -753,16 +753,42 @@ pub fn index_from_create(
     }
     let mut columns = Vec::new();
     for c in &create.columns {
-        let Expr::Identifier(ident) = &c.column.expr else {
+        // Text keys order by code point: C's collation, and what the
+        // pattern operator classes give `LIKE 'p%'`; naming them changes
+        // nothing.
+        let expr = match &c.column.expr {
+            Expr::Collate { expr, collation }
+                if ["c", "posix"].contains(
+                    &collation
+                        .to_string()
+                        .trim_matches('"')
+                        .to_lowercase()
+                        .as_str(),
+                ) =>
+            {
+                expr.as_ref()
+            }
+            other => other,
+        };
+        let Expr::Identifier(ident) = expr else {
             return Err(bad(format!(
-                "index column {} is an expression: only columns can be indexed",
+                "index column {} is an expression: only columns can be indexed (text orders as COLLATE \"C\")",
                 c.column.expr
             )));
         };
-        if c.operator_class.is_some() {
-            return Err(bad(format!(
-                "operator class on index column {ident} is not supported"
-            )));
+        if let Some(class) = &c.operator_class {
+            let class = class.to_string().to_lowercase();
+            if ![
+                "text_pattern_ops",
+                "varchar_pattern_ops",
+                "bpchar_pattern_ops",
+            ]
+            .contains(&class.as_str())
+            {
+                return Err(bad(format!(
+                    "operator class {class} on index column {ident} is not supported (only the pattern classes, which text keys already are)"
+                )));
+            }
         }
         columns.push(IndexColumn {
             name: normalize_ident(ident),
@@ -801,6 +827,8 @@ pub fn index_from_create(
         match key.as_str() {
             "row_key" => row_key = Some(text()?.parse::<crate::keys::KeyTemplate>()?),
             "covering" => covering = flag(&key, &text()?)?,
+            // PostgreSQL's B-tree storage parameters: nothing to tune here.
+            "fillfactor" | "deduplicate_items" => {}
             _ => {
                 return Err(bad(format!(
                     "unknown index option {key} (expected row_key or covering)"

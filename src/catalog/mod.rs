@@ -316,17 +316,21 @@ impl TableDef {
                 key_fields.join(", ")
             )));
         }
-        // Base rows and index rows share partitions; each kind must own a
-        // RowKey prefix so a scan reads base rows by range, never by guess.
+        // Base rows and index rows share partitions; each index must own a
+        // RowKey prefix, and so do base rows where their template starts
+        // with one, so a scan reads each kind by range, never by guess. Base
+        // rows without one (a GUID or a plain id RowKey) are every row
+        // whose RowKey starts with no index's prefix: a base row written
+        // with such a RowKey is refused (`index_prefix_of`).
         if !self.indexes.is_empty() {
             let lead = |t: &crate::keys::KeyTemplate| match t.segments().first() {
                 Some(Segment::Literal(l)) => Some(l.clone()),
                 _ => None,
             };
-            let base = lead(&self.row_key).ok_or_else(|| {
-                bad("with index rows, the row_key template must start with literal text (like BIB:)".into())
-            })?;
-            let mut taken: Vec<(String, &str)> = vec![(base, "the base rows")];
+            let mut taken: Vec<(String, &str)> = Vec::new();
+            if let Some(base) = lead(&self.row_key) {
+                taken.push((base, "the base rows"));
+            }
             for i in &self.indexes {
                 let own = lead(&i.row_key).ok_or_else(|| {
                     bad(format!(
@@ -383,6 +387,20 @@ impl TableDef {
             }
         }
         Ok(())
+    }
+
+    /// The index whose rows RowKey `rk` starts like, where the base rows'
+    /// template has no literal prefix of its own (with one, a base row's
+    /// RowKey never starts like an index's: `validate` keeps the prefixes
+    /// apart). Scans skip such rows as index rows, and writes refuse a
+    /// base row whose RowKey would read as one.
+    pub fn index_prefix_of(&self, rk: &str) -> Option<&IndexDef> {
+        if matches!(self.row_key.segments().first(), Some(Segment::Literal(_))) {
+            return None;
+        }
+        self.indexes.iter().find(|i| {
+            matches!(i.row_key.segments().first(), Some(Segment::Literal(l)) if rk.starts_with(l.as_str()))
+        })
     }
 
     /// The column of that name.

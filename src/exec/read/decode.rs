@@ -522,6 +522,12 @@ impl Decoding {
         let rk = e.row_key();
         if let Some(def) = &layout.def {
             let template = layout.row_template().unwrap_or(&def.row_key);
+            // Base rows without a literal prefix: an index's prefix tells
+            // its rows apart.
+            if layout.index.is_none() && def.index_prefix_of(rk).is_some() {
+                self.skipped.index_rows += 1;
+                return Ok(false);
+            }
             if let Err(err) = template.split(rk, &mut self.spans) {
                 // Base rows and index rows share partitions.
                 let is_index_row = |t: &crate::keys::KeyTemplate| {

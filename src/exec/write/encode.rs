@@ -302,6 +302,16 @@ pub fn entities(def: &TableDef, values: &[Option<EdmValue>]) -> Result<RowEntiti
     }
     let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
     let rk = RowKey::new(compose(def, &def.row_key, values)?).map_err(invalid)?;
+    if let Some(ix) = def.index_prefix_of(rk.as_str()) {
+        return Err(ExecError::BadValue {
+            column: def.row_key.columns().next().unwrap_or_default().to_owned(),
+            reason: format!(
+                "RowKey {:?} starts like the rows of index {} (a base row may not: scans would read it as an index row)",
+                rk.as_str(),
+                ix.name
+            ),
+        });
+    }
     let fields = key_values(def, &def.partition_key, values, usize::MAX)?;
     let pk = def.partition_key.compose_partition(&fields, rk.as_str())?;
     let pk = PartitionKey::new(pk).map_err(invalid)?;

@@ -123,7 +123,8 @@ pub async fn run(
                     None => Vec::new(),
                 });
             }
-            let base = read(store, def, pk, &def.row_key).await?;
+            let mut base = read(store, def, pk, &def.row_key).await?;
+            base.retain(|b| def.index_prefix_of(b.row_key().as_str()).is_none());
             base_rows += base.len() as u64;
             let rows = Rows::new(def, &base);
             let mut fixes = Vec::new();

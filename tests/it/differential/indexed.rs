@@ -364,3 +364,120 @@ async fn indexes_answer_as_with_index_use_off_and_as_postgresql() -> TestResult 
     }
     Ok(())
 }
+
+/// The `CREATE INDEX` forms PostgreSQL accepts on a table of nullable
+/// INTEGER, DOUBLE, TEXT and TIMESTAMP columns, each with what tablesql
+/// does: `None` accepts it; `Some(reason)` refuses it with an error saying
+/// so (each reason is one the README's *Index upkeep* lists).
+const FORMS: &[(&str, Option<&str>)] = &[
+    ("CREATE INDEX f_i ON forms (i)", None),
+    ("CREATE INDEX f_d ON forms (d)", None),
+    ("CREATE INDEX f_t ON forms (t)", None),
+    ("CREATE INDEX f_ts ON forms (ts)", None),
+    ("CREATE INDEX f_id ON forms (i DESC)", None),
+    ("CREATE INDEX f_dn ON forms (d ASC NULLS FIRST)", None),
+    ("CREATE INDEX f_tn ON forms (t DESC NULLS LAST)", None),
+    ("CREATE INDEX f_tsi ON forms (ts, i)", None),
+    (
+        "CREATE INDEX f_all ON forms (i, d DESC, t NULLS FIRST, ts)",
+        None,
+    ),
+    ("CREATE INDEX ON forms (t)", None),
+    ("CREATE INDEX ON forms (t, ts)", None),
+    ("CREATE INDEX IF NOT EXISTS f_i ON forms (i)", None),
+    ("CREATE INDEX IF NOT EXISTS f_new ON forms (d)", None),
+    ("CREATE INDEX CONCURRENTLY f_c ON forms (ts DESC)", None),
+    ("CREATE INDEX f_b ON forms USING btree (i)", None),
+    ("CREATE INDEX f_inc ON forms (i) INCLUDE (t, d)", None),
+    (
+        "CREATE INDEX f_ff ON forms (t) WITH (fillfactor = 70)",
+        None,
+    ),
+    ("CREATE INDEX f_pat ON forms (t text_pattern_ops)", None),
+    ("CREATE INDEX f_coll ON forms (t COLLATE \"C\")", None),
+    ("CREATE UNIQUE INDEX f_u ON forms (i)", Some("global index")),
+    (
+        "CREATE UNIQUE INDEX f_u2 ON forms (t, ts)",
+        Some("global index"),
+    ),
+    (
+        "CREATE UNIQUE INDEX f_u3 ON forms (d) NULLS NOT DISTINCT",
+        Some("global index"),
+    ),
+    (
+        "CREATE INDEX f_p ON forms (i) WHERE i > 0",
+        Some("partial indexes"),
+    ),
+    (
+        "CREATE INDEX f_e ON forms ((i + 1))",
+        Some("is an expression"),
+    ),
+    (
+        "CREATE INDEX f_l ON forms (lower(t))",
+        Some("is an expression"),
+    ),
+    (
+        "CREATE INDEX f_h ON forms USING hash (i)",
+        Some("access method"),
+    ),
+    (
+        "CREATE INDEX f_g ON forms USING brin (ts)",
+        Some("access method"),
+    ),
+    (
+        "CREATE INDEX f_o ON forms (d float8_ops)",
+        Some("operator class"),
+    ),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_create_index_form_postgresql_accepts_is_accepted_or_refused_as_documented()
+-> TestResult {
+    let (pg, connection) = tokio_postgres::connect(&postgres()?, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default()).await?;
+    let create = "CREATE TABLE forms (id INT PRIMARY KEY, i INTEGER, d DOUBLE PRECISION, t TEXT, ts TIMESTAMP)";
+    let rows = "INSERT INTO forms VALUES (1, 1, 1.5, 'a', '2024-01-01'), (2, NULL, NULL, NULL, NULL), (3, -4, 'NaN', 'b c', '1999-01-01')";
+    simple_query(&pg, "DROP TABLE IF EXISTS forms").await;
+    for sql in [create, rows] {
+        assert!(matches!(simple_query(&pg, sql).await, Answer::Rows(_)));
+        engine.collect(sql).await?;
+    }
+    let readme = include_str!("../../../README.md");
+    for (sql, refused) in FORMS {
+        let pg_answer = simple_query(&pg, sql).await;
+        assert!(
+            matches!(pg_answer, Answer::Rows(_)),
+            "PostgreSQL refuses {sql}: {pg_answer:?}"
+        );
+        match (engine.collect(sql).await, refused) {
+            (Ok(_), None) => {}
+            (Err(e), Some(reason)) => {
+                let e = e.to_string();
+                assert!(e.contains(reason), "{sql}: {e}");
+            }
+            (Ok(_), Some(reason)) => panic!("{sql} was accepted; expected {reason}"),
+            (Err(e), None) => panic!("{sql}: {e}"),
+        }
+        if let Some(reason) = refused {
+            let listed = match *reason {
+                "global index" => "UNIQUE",
+                "is an expression" => "expressions",
+                other => other,
+            };
+            assert!(readme.contains(listed), "the README does not list {listed}");
+        }
+    }
+    // Every accepted index holds every row, NULLs included.
+    let health = engine
+        .collect("SELECT count(*) FROM tablesql_check_index('forms') WHERE base_rows = 3 AND index_rows = 3")
+        .await?;
+    let built = FORMS.iter().filter(|(_, r)| r.is_none()).count() - 1;
+    assert_eq!(
+        batch_rows(&health[0]),
+        [[Some(built.to_string())]],
+        "an index without a row per base row"
+    );
+    simple_query(&pg, "DROP TABLE forms").await;
+    Ok(())
+}
