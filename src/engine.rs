@@ -1538,10 +1538,15 @@ impl Engine {
             for name in &mapped {
                 persist::remove(self.store.as_ref(), name).await?;
                 // A table that owns its storage takes its rows with it.
+                // So do its global indexes' tables (CREATE INDEX made them).
                 if let Some(def) = defs.iter().find(|d| d.name == *name && d.owned) {
-                    match self.store.delete_table(&def.storage_table).await {
-                        Ok(()) | Err(StorageError::TableNotFound(_)) => {}
-                        Err(e) => return Err(e.into()),
+                    let tables = std::iter::once(&def.storage_table)
+                        .chain(def.global_indexes.iter().map(|g| &g.table));
+                    for table in tables {
+                        match self.store.delete_table(table).await {
+                            Ok(()) | Err(StorageError::TableNotFound(_)) => {}
+                            Err(e) => return Err(e.into()),
+                        }
                     }
                 }
                 // An identity column's sequence goes with its table, as in

@@ -27,7 +27,9 @@ use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
 use datafusion::sql::sqlparser::parser::Parser;
 
 use super::sequence::SequenceDef;
-use super::{CatalogError, ColumnDef, ColumnType, IndexDef, TableDef, normalize_ident};
+use super::{
+    CatalogError, ColumnDef, ColumnType, GlobalIndexDef, IndexDef, TableDef, normalize_ident,
+};
 use crate::storage::TableName;
 
 /// Parses one `CREATE TABLE ... WITH (...)` statement.
@@ -250,6 +252,11 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
     let mut indexes = Vec::new();
     let mut keys_only = Vec::new();
     let mut building = Vec::new();
+    // Global indexes by name: (table, PartitionKey, RowKey) options.
+    let mut globals: std::collections::BTreeMap<
+        String,
+        (Option<String>, Option<String>, Option<String>),
+    > = std::collections::BTreeMap::new();
     for option in options(create) {
         let SqlOption::KeyValue { key, value } = option else {
             return Err(CatalogError::Definition(format!(
@@ -292,6 +299,24 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                     .map(str::to_owned)
                     .collect()
             }
+            _ if key.starts_with("global_") => {
+                let slot = |k: &str, p: &str| {
+                    k.strip_prefix(p)
+                        .filter(|n| !n.is_empty())
+                        .map(str::to_owned)
+                };
+                if let Some(n) = slot(&key, "global_table_") {
+                    globals.entry(n).or_default().0 = Some(text);
+                } else if let Some(n) = slot(&key, "global_pk_") {
+                    globals.entry(n).or_default().1 = Some(text);
+                } else if let Some(n) = slot(&key, "global_rk_") {
+                    globals.entry(n).or_default().2 = Some(text);
+                } else {
+                    return Err(CatalogError::Definition(format!(
+                        "unknown option {key} (expected global_table_<name>, global_pk_<name> or global_rk_<name>)"
+                    )));
+                }
+            }
             _ => match key.strip_prefix("index_") {
                 Some(index) if !index.is_empty() => indexes.push(IndexDef {
                     name: index.to_owned(),
@@ -319,6 +344,9 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
             },
         }
     }
+    // A building mark names a global index or an index row template.
+    let (building_globals, building): (Vec<String>, Vec<String>) =
+        building.into_iter().partition(|n| globals.contains_key(n));
     for (names, option) in [(keys_only, "covering"), (building, "building")] {
         for index in names {
             let ix = indexes
@@ -376,6 +404,27 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
             .map(str::to_owned)
             .collect();
     }
+    let global_indexes = globals
+        .into_iter()
+        .map(|(name, parts)| {
+            let part = |what: &str, v: Option<String>| {
+                v.ok_or_else(|| {
+                    CatalogError::Definition(format!(
+                        "global index {name} needs global_table_{name}, global_pk_{name} and global_rk_{name} ({what} is missing)"
+                    ))
+                })
+            };
+            Ok(GlobalIndexDef {
+                table: TableName::new(part("the table", parts.0)?).map_err(|e| {
+                    CatalogError::Definition(format!("global_table_{name}: {e}"))
+                })?,
+                partition_key: part("the PartitionKey", parts.1)?.parse()?,
+                row_key: part("the RowKey", parts.2)?.parse()?,
+                building: building_globals.contains(&name),
+                name,
+            })
+        })
+        .collect::<Result<Vec<_>, CatalogError>>()?;
     let def = TableDef {
         name,
         storage_table,
@@ -384,6 +433,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
         row_key,
         primary_key,
         indexes,
+        global_indexes,
         owned,
         dropped,
     };
@@ -497,7 +547,7 @@ pub fn alter(
                         }
                         return Err(refuse(format!("column {column} does not exist")));
                     }
-                    if out.is_key_column(&column) || out.primary_key.contains(&column) {
+                    if out.is_template_column(&column) || out.primary_key.contains(&column) {
                         return Err(refuse(format!(
                             "column {column} is in the keys of stored rows (PartitionKey, RowKey or an index's): dropping it would change them"
                         )));
@@ -705,6 +755,15 @@ fn flag(key: &str, text: &str) -> Result<bool, CatalogError> {
     }
 }
 
+/// What a `CREATE INDEX` declares.
+#[derive(Debug, Clone, PartialEq)]
+pub enum NewIndex {
+    /// Index rows beside the base rows, in their partitions.
+    Local(IndexDef),
+    /// Entities in a storage table of their own (`WITH (global = true)`).
+    Global(GlobalIndexDef),
+}
+
 /// One column of an index as `CREATE INDEX` lists it.
 struct IndexColumn {
     name: String,
@@ -732,7 +791,7 @@ struct IndexColumn {
 pub fn index_from_create(
     create: &datafusion::sql::sqlparser::ast::CreateIndex,
     def: &TableDef,
-) -> Result<IndexDef, CatalogError> {
+) -> Result<NewIndex, CatalogError> {
     let bad = |m: String| CatalogError::Definition(m);
     if create.unique {
         return Err(bad(
@@ -809,7 +868,7 @@ pub fn index_from_create(
         },
         None => default_index_name(&def.name, &columns),
     };
-    let (mut row_key, mut covering) = (None, true);
+    let (mut row_key, mut covering, mut global) = (None, true, false);
     for option in &create.with {
         let Expr::BinaryOp {
             left,
@@ -827,14 +886,23 @@ pub fn index_from_create(
         match key.as_str() {
             "row_key" => row_key = Some(text()?.parse::<crate::keys::KeyTemplate>()?),
             "covering" => covering = flag(&key, &text()?)?,
+            "global" => global = flag(&key, &text()?)?,
             // PostgreSQL's B-tree storage parameters: nothing to tune here.
             "fillfactor" | "deduplicate_items" => {}
             _ => {
                 return Err(bad(format!(
-                    "unknown index option {key} (expected row_key or covering)"
+                    "unknown index option {key} (expected row_key, covering or global)"
                 )));
             }
         }
+    }
+    if global {
+        if row_key.is_some() || !covering {
+            return Err(bad(
+                "a global index's keys are derived from its columns: row_key and covering do not apply".into(),
+            ));
+        }
+        return global_index(def, name, &columns).map(NewIndex::Global);
     }
     if !create.include.is_empty() && !covering {
         return Err(bad(
@@ -868,11 +936,82 @@ pub fn index_from_create(
         }
         None => derived_template(def, &name, &columns)?,
     };
-    Ok(IndexDef {
+    Ok(NewIndex::Local(IndexDef {
         name,
         row_key,
         covering,
         building: false,
+    }))
+}
+
+/// A typed field of column `c` in a direction and place of NULL.
+fn typed_field(
+    def: &TableDef,
+    c: &str,
+    descending: bool,
+    nulls_first: Option<bool>,
+) -> Result<String, CatalogError> {
+    let column = def.column(c).ok_or_else(|| CatalogError::Inconsistent {
+        table: def.name.clone(),
+        reason: format!("index column {c} is not a column"),
+    })?;
+    let spec = super::typed_spec(column.column_type).ok_or_else(|| {
+        CatalogError::Definition(format!(
+            "index column {c} is {}: a key cannot hold it",
+            column.column_type
+        ))
+    })?;
+    let nulls = match nulls_first {
+        Some(true) if !descending => ",nulls_first",
+        Some(false) if descending => ",nulls_last",
+        _ => "",
+    };
+    let dir = if descending { "~" } else { "" };
+    Ok(format!("{{{c}:{dir}{spec}{nulls}}}"))
+}
+
+/// A global index on `columns`: the first column's value is the
+/// PartitionKey, so an equality on it reads one partition; the other
+/// columns, then every primary-key column not listed, the RowKey. Its
+/// storage table is the base table's name, `x` and the index's name (the
+/// engine adds a number where that is taken).
+fn global_index(
+    def: &TableDef,
+    name: String,
+    columns: &[IndexColumn],
+) -> Result<GlobalIndexDef, CatalogError> {
+    let (first, rest) = columns
+        .split_first()
+        .ok_or_else(|| CatalogError::Definition("an index needs at least one column".into()))?;
+    let partition = typed_field(def, &first.name, first.descending, first.nulls_first)?;
+    let mut fields = rest
+        .iter()
+        .map(|c| typed_field(def, &c.name, c.descending, c.nulls_first))
+        .collect::<Result<Vec<_>, _>>()?;
+    for c in &def.primary_key {
+        if !columns.iter().any(|l| l.name == *c) {
+            fields.push(typed_field(def, c, false, None)?);
+        }
+    }
+    let row = if fields.is_empty() {
+        // The listed columns hold the whole primary key: one entity per
+        // value, under a constant RowKey.
+        "k".to_owned()
+    } else {
+        fields.join("__")
+    };
+    let suffix: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
+    let table: String = format!("{}x{suffix}", def.storage_table.as_str())
+        .chars()
+        .take(63)
+        .collect();
+    Ok(GlobalIndexDef {
+        table: TableName::new(table)
+            .map_err(|e| CatalogError::Definition(format!("global index {name}: {e}")))?,
+        partition_key: partition.parse()?,
+        row_key: row.parse()?,
+        building: false,
+        name,
     })
 }
 
@@ -1009,6 +1148,26 @@ impl TableDef {
         if !renamed.is_empty() {
             options.push(format!("renamed = {}", quote(&renamed.join(";"))));
         }
+        for g in &self.global_indexes {
+            options.push(format!(
+                "global_table_{} = {}",
+                g.name,
+                quote(g.table.as_str())
+            ));
+            options.push(format!(
+                "global_pk_{} = {}",
+                g.name,
+                quote(&g.partition_key.to_string())
+            ));
+            options.push(format!(
+                "global_rk_{} = {}",
+                g.name,
+                quote(&g.row_key.to_string())
+            ));
+            if g.building {
+                options.push(format!("building_{} = true", g.name));
+            }
+        }
         for i in &self.indexes {
             options.push(format!(
                 "index_{} = {}",
@@ -1046,13 +1205,32 @@ mod tests {
     #[test]
     fn create_index_declares_a_template() {
         let def = parse(REGISTRATIONS).unwrap();
-        let index = |sql: &str| {
+        let declared = |sql: &str| {
             let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql).unwrap();
             match statements.as_slice() {
                 [Statement::CreateIndex(c)] => index_from_create(c, &def),
                 _ => panic!("not CREATE INDEX: {sql}"),
             }
         };
+        let index = |sql: &str| {
+            declared(sql).map(|n| match n {
+                NewIndex::Local(ix) => ix,
+                NewIndex::Global(g) => panic!("a global index: {g:?}"),
+            })
+        };
+        // A global index: the first column's value is the PartitionKey,
+        // then the rest, then the whole primary key.
+        match declared("CREATE INDEX by_club ON registrations (club DESC, age) WITH (global = true)") {
+            Ok(NewIndex::Global(g)) => {
+                assert_eq!(g.partition_key.to_string(), "{club:~s}");
+                assert_eq!(
+                    g.row_key.to_string(),
+                    "{age:i10}__{event:s}__{distance:s}__{bib:i10}"
+                );
+                assert_eq!(g.table.as_str(), "Registrationsxbyclub");
+            }
+            other => panic!("{other:?}"),
+        }
         // By default: the listed columns, then the primary key's rest.
         let ix = index("CREATE INDEX by_name ON registrations (name)").unwrap();
         assert_eq!(ix.row_key.to_string(), "BY_NAME:{name:s}__{bib:i10}");

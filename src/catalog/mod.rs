@@ -181,6 +181,43 @@ impl IndexDef {
     }
 }
 
+/// A global index: the Index Table pattern (`DOMAIN.md`, "Secondary
+/// lookups"). Its entities live in a storage table of their own, keyed by
+/// the indexed values (the first column's in the PartitionKey), so a lookup
+/// by them reads one partition whatever the number of base partitions.
+/// Each entity carries the indexed columns and the base row's key columns
+/// as properties, so it names its base row.
+///
+/// Its writes cannot share an entity group transaction with the base row,
+/// so they are ordered instead: the new index entity first, then the base
+/// row, then the old index entity's delete. A reader checks every entity it
+/// meets against the base row it names, and keeps it only where that row
+/// exists and writes this very entity: a write killed at any step leaves
+/// an entity with no base row, or a stale one, and neither is ever returned
+/// (`tablesql_repair_index` deletes them); it never leaves a base row
+/// without its entity.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GlobalIndexDef {
+    /// The index's name.
+    pub name: String,
+    /// The storage table holding its entities (`global_table_<name>`).
+    pub table: TableName,
+    /// The PartitionKey template of its entities (`global_pk_<name>`).
+    pub partition_key: KeyTemplate,
+    /// The RowKey template of its entities (`global_rk_<name>`).
+    pub row_key: KeyTemplate,
+    /// Whether `CREATE INDEX` is still writing its entities
+    /// (`building_<name> = true`): writes keep them, reads do not use it.
+    pub building: bool,
+}
+
+impl GlobalIndexDef {
+    /// The columns of its keys, in key order.
+    pub fn key_columns(&self) -> impl Iterator<Item = &str> {
+        self.partition_key.columns().chain(self.row_key.columns())
+    }
+}
+
 /// How one SQL table maps onto a storage table.
 #[derive(Debug, Clone, PartialEq)]
 pub struct TableDef {
@@ -199,6 +236,8 @@ pub struct TableDef {
     pub primary_key: Vec<String>,
     /// The index rows written beside each base row.
     pub indexes: Vec<IndexDef>,
+    /// The indexes in storage tables of their own.
+    pub global_indexes: Vec<GlobalIndexDef>,
     /// The storage table was created for this table (plain `CREATE TABLE`,
     /// or `WITH (owned = true)`): `DROP TABLE` deletes it and its rows, as
     /// PostgreSQL's does. A mapping of a table that applications wrote
@@ -353,6 +392,63 @@ impl TableDef {
             }
         }
         let mut names = std::collections::HashSet::new();
+        for g in &self.global_indexes {
+            if !names.insert(g.name.clone()) {
+                return Err(bad(format!("index {} is defined twice", g.name)));
+            }
+            if g.table == self.storage_table {
+                return Err(bad(format!(
+                    "global index {} needs a storage table of its own, not the table's",
+                    g.name
+                )));
+            }
+            for t in [&g.partition_key, &g.row_key] {
+                if t.row_buckets().is_some() {
+                    return Err(bad(format!(
+                        "global index {}: {{#N}} is not an index key",
+                        g.name
+                    )));
+                }
+                for n in 0..t.columns().count() {
+                    let Some((column, format)) = t.field(n) else {
+                        continue;
+                    };
+                    let col = self.column(column).ok_or_else(|| {
+                        bad(format!(
+                            "global index {} names undeclared column {column}",
+                            g.name
+                        ))
+                    })?;
+                    if !fits(col.column_type, format) {
+                        return Err(bad(format!(
+                            "column {column} of type {} cannot be written in key field {t}",
+                            col.column_type
+                        )));
+                    }
+                    if !col.not_null && !format.holds_null() {
+                        return Err(bad(format!(
+                            "global index {} field {column} of a nullable column must be a typed field that holds NULL",
+                            g.name
+                        )));
+                    }
+                }
+            }
+            // Each base row has one entity: its key holds the whole
+            // primary key, so two rows never share one.
+            let missing: Vec<&str> = self
+                .primary_key
+                .iter()
+                .map(String::as_str)
+                .filter(|c| !g.key_columns().any(|k| k == *c))
+                .collect();
+            if !missing.is_empty() {
+                return Err(bad(format!(
+                    "global index {} lacks primary key column {}, so two rows could share an entity",
+                    g.name,
+                    missing.join(", ")
+                )));
+            }
+        }
         for i in &self.indexes {
             if !names.insert(i.name.clone()) {
                 return Err(bad(format!("index {} is defined twice", i.name)));
@@ -450,6 +546,10 @@ impl TableDef {
                 .indexes
                 .iter()
                 .any(|i| i.row_key.columns().any(|c| c == name))
+            || self
+                .global_indexes
+                .iter()
+                .any(|g| g.key_columns().any(|c| c == name))
     }
 
     /// Whether a column is read from the keys rather than from properties.

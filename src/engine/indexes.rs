@@ -21,7 +21,7 @@
 use datafusion::sql::sqlparser::ast::{CreateIndex, ObjectName};
 
 use super::{DdlOutcome, Engine, EngineError, Notice, NoticeKind};
-use crate::catalog::{CatalogError, IndexDef, TableDef, ddl, persist};
+use crate::catalog::{CatalogError, GlobalIndexDef, IndexDef, TableDef, ddl, persist};
 use crate::exec::write::upkeep::{self, IndexHealth, Upkeep};
 use crate::keys::{KeyBounds, KeyTemplate};
 use crate::storage::{
@@ -41,12 +41,34 @@ impl Engine {
     ) -> Result<DdlOutcome, EngineError> {
         let table = ddl::object_name(&create.table_name)?;
         let def = self.mapped_def(&table).await?;
-        let index = ddl::index_from_create(create, &def)?;
+        let index = match ddl::index_from_create(create, &def)? {
+            ddl::NewIndex::Local(ix) => ix,
+            ddl::NewIndex::Global(g) => {
+                return Box::pin(self.create_global_index(
+                    &table,
+                    &def,
+                    g,
+                    create.if_not_exists,
+                    progress,
+                ))
+                .await;
+            }
+        };
         let mut outcome = DdlOutcome::default();
         let exists = |reason: String| CatalogError::Inconsistent {
             table: table.clone(),
             reason,
         };
+        if def.global_indexes.iter().any(|g| g.name == index.name) {
+            if create.if_not_exists {
+                outcome.notices.push(Notice::new(
+                    NoticeKind::AlreadyExists,
+                    format!("relation \"{}\" already exists, skipping", index.name),
+                ));
+                return Ok(outcome);
+            }
+            return Err(exists(format!("index {} already exists", index.name)).into());
+        }
         match def.indexes.iter().find(|i| i.name == index.name) {
             // Killed while building: the same declaration resumes.
             Some(old) if old.building && same(old, &index) => {}
@@ -111,6 +133,114 @@ impl Engine {
             format!(
                 "index {} on {}: {} base rows in {} partitions, {} index rows written",
                 health.index, table, health.base_rows, health.partitions, health.repaired
+            ),
+        ));
+        Ok(outcome)
+    }
+
+    /// `CREATE INDEX ... WITH (global = true)`: a storage table of its own
+    /// (a fresh name), the declaration stored as building, every base
+    /// row's entity written (see `exec::write::global`), then the mark
+    /// cleared. Killed halfway, the same statement run again resumes.
+    async fn create_global_index(
+        &self,
+        table: &str,
+        def: &TableDef,
+        mut g: GlobalIndexDef,
+        if_not_exists: bool,
+        mut progress: impl FnMut(u64),
+    ) -> Result<DdlOutcome, EngineError> {
+        let mut outcome = DdlOutcome::default();
+        let exists = |reason: String| CatalogError::Inconsistent {
+            table: table.to_owned(),
+            reason,
+        };
+        let taken = def.indexes.iter().any(|i| i.name == g.name);
+        match def.global_indexes.iter().find(|x| x.name == g.name) {
+            Some(old)
+                if old.building
+                    && old.partition_key == g.partition_key
+                    && old.row_key == g.row_key =>
+            {
+                g.table = old.table.clone();
+            }
+            Some(_) | None
+                if (taken || def.global_indexes.iter().any(|x| x.name == g.name))
+                    && if_not_exists =>
+            {
+                outcome.notices.push(Notice::new(
+                    NoticeKind::AlreadyExists,
+                    format!("relation \"{}\" already exists, skipping", g.name),
+                ));
+                return Ok(outcome);
+            }
+            Some(_) => return Err(exists(format!("index {} already exists", g.name)).into()),
+            None if taken => return Err(exists(format!("index {} already exists", g.name)).into()),
+            None => {
+                let wanted = g.table.clone();
+                let mut lost = std::collections::HashSet::new();
+                loop {
+                    g.table = self.fresh_storage_table(&wanted, &lost).await?;
+                    match self.store.create_table(&g.table).await {
+                        Ok(()) => break,
+                        Err(StorageError::TableAlreadyExists(_)) if lost.len() < 10 => {
+                            lost.insert(g.table.as_str().to_lowercase());
+                        }
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                let building = GlobalIndexDef {
+                    building: true,
+                    ..g.clone()
+                };
+                persist::update(self.store.as_ref(), table, |d| {
+                    if d.global_indexes.iter().any(|x| x.name == building.name)
+                        || d.indexes.iter().any(|x| x.name == building.name)
+                    {
+                        return Err(CatalogError::Inconsistent {
+                            table: d.name.clone(),
+                            reason: format!("index {} was created meanwhile", building.name),
+                        });
+                    }
+                    d.global_indexes.push(building.clone());
+                    Ok(())
+                })
+                .await?;
+                self.refresh().await?;
+            }
+        }
+        let def = self.mapped_def(table).await?;
+        let now = def
+            .global_indexes
+            .iter()
+            .find(|x| x.name == g.name)
+            .ok_or_else(|| exists(format!("index {} was dropped while it was built", g.name)))?;
+        let health =
+            crate::exec::write::global::upkeep(self.store.as_ref(), &def, now, true, &mut progress)
+                .await
+                .map_err(datafusion::error::DataFusionError::from)?;
+        if health.unindexable > 0 {
+            return Err(exists(unfinished(&health)).into());
+        }
+        persist::update(self.store.as_ref(), table, |d| {
+            match d.global_indexes.iter_mut().find(|x| x.name == g.name) {
+                Some(x) => {
+                    x.building = false;
+                    Ok(())
+                }
+                None => Err(CatalogError::Inconsistent {
+                    table: d.name.clone(),
+                    reason: format!("index {} was dropped while it was built", g.name),
+                }),
+            }
+        })
+        .await?;
+        self.refresh().await?;
+        outcome.notices.push(Notice::new(
+            NoticeKind::Done,
+            format!(
+                "global index {} on {} in storage table {}: {} base rows, {} entities written",
+                g.name, table, g.table, health.base_rows, health.repaired
             ),
         ));
         Ok(outcome)
@@ -184,7 +314,10 @@ impl Engine {
             let owners: Vec<&TableDef> = defs
                 .iter()
                 .filter(|d| table.as_ref().is_none_or(|t| *t == d.name))
-                .filter(|d| d.indexes.iter().any(|i| i.name == index))
+                .filter(|d| {
+                    d.indexes.iter().any(|i| i.name == index)
+                        || d.global_indexes.iter().any(|g| g.name == index)
+                })
                 .collect();
             let def = match owners.as_slice() {
                 [one] => (*one).clone(),
@@ -210,6 +343,26 @@ impl Engine {
                     .into());
                 }
             };
+            if let Some(g) = def.global_indexes.iter().find(|g| g.name == index) {
+                // Its declaration first: no write keeps the entities after.
+                persist::update(self.store.as_ref(), &def.name, |d| {
+                    d.global_indexes.retain(|g| g.name != index);
+                    Ok(())
+                })
+                .await?;
+                self.refresh().await?;
+                if cascade {
+                    match self.store.delete_table(&g.table).await {
+                        Ok(()) | Err(StorageError::TableNotFound(_)) => {}
+                        Err(e) => return Err(e.into()),
+                    }
+                    outcome.notices.push(Notice::new(
+                        NoticeKind::Done,
+                        format!("deleted storage table {} of index {index}", g.table),
+                    ));
+                }
+                continue;
+            }
             let Some(dropped) = def.indexes.iter().find(|i| i.name == index).cloned() else {
                 continue;
             };
@@ -250,17 +403,19 @@ impl Engine {
         progress: impl FnMut(u64),
     ) -> Result<Vec<IndexHealth>, EngineError> {
         let def = self.mapped_def(table).await?;
-        let positions = crate::planner::index_functions::positions(&def, index)?;
         let upkeep = if repair {
             Upkeep::Repair
         } else {
             Upkeep::Check
         };
-        Ok(
-            upkeep::run(self.store.as_ref(), &def, &positions, upkeep, progress)
-                .await
-                .map_err(datafusion::error::DataFusionError::from)?,
+        Ok(crate::planner::index_functions::health(
+            self.store.as_ref(),
+            &def,
+            index,
+            upkeep,
+            progress,
         )
+        .await?)
     }
 
     async fn mapped_def(&self, name: &str) -> Result<TableDef, EngineError> {

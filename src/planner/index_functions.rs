@@ -137,8 +137,7 @@ impl PartitionStream for Run {
         );
         let report = async move {
             let def = find(store.as_ref(), &table).await?;
-            let positions = positions(&def, index.as_deref())?;
-            let health = upkeep::run(store.as_ref(), &def, &positions, upkeep, |_| {}).await?;
+            let health = health(store.as_ref(), &def, index.as_deref(), upkeep, |_| {}).await?;
             batch(&schema, &health)
         };
         Box::pin(RecordBatchStreamAdapter::new(
@@ -159,15 +158,54 @@ pub async fn find(store: &dyn TableStore, name: &str) -> Result<TableDef> {
         .ok_or_else(|| DataFusionError::Plan(format!("table {name} is not a mapped table")))
 }
 
-/// The positions of the indexes named (all of them for `None`).
+/// Checks (or repairs) the indexes named (all of them for `None`), the
+/// index rows' then the global indexes'; `progress` hears of base rows read.
+pub async fn health(
+    store: &dyn TableStore,
+    def: &TableDef,
+    index: Option<&str>,
+    upkeep: Upkeep,
+    mut progress: impl FnMut(u64),
+) -> Result<Vec<IndexHealth>> {
+    let positions = positions(def, index)?;
+    let mut health = if positions.is_empty() {
+        Vec::new()
+    } else {
+        upkeep::run(store, def, &positions, upkeep, &mut progress).await?
+    };
+    for g in def
+        .global_indexes
+        .iter()
+        .filter(|g| index.is_none_or(|n| n == g.name))
+    {
+        let repair = upkeep == Upkeep::Repair;
+        health.push(
+            crate::exec::write::global::upkeep(store, def, g, repair, &mut progress)
+                .await
+                .map_err(DataFusionError::from)?,
+        );
+    }
+    Ok(health)
+}
+
+/// The positions of the index row templates named (all of them for
+/// `None`; none for a global index's name).
 pub fn positions(def: &TableDef, index: Option<&str>) -> Result<Vec<usize>> {
     match index {
-        None if def.indexes.is_empty() => plan_err!("table {} declares no index", def.name),
+        None if def.indexes.is_empty() && def.global_indexes.is_empty() => {
+            plan_err!("table {} declares no index", def.name)
+        }
         None => Ok((0..def.indexes.len()).collect()),
+        Some(name) if def.global_indexes.iter().any(|g| g.name == name) => Ok(Vec::new()),
         Some(name) => match def.indexes.iter().position(|i| i.name == name) {
             Some(i) => Ok(vec![i]),
             None => {
-                let known: Vec<&str> = def.indexes.iter().map(|i| i.name.as_str()).collect();
+                let known: Vec<&str> = def
+                    .indexes
+                    .iter()
+                    .map(|i| i.name.as_str())
+                    .chain(def.global_indexes.iter().map(|g| g.name.as_str()))
+                    .collect();
                 plan_err!(
                     "table {} has no index {name} (its indexes: {})",
                     def.name,

@@ -250,6 +250,15 @@ impl StoreTable {
             Some(p) => p.clone(),
             None => (0..self.layout.schema.fields().len()).collect(),
         };
+        if path.index().is_some_and(|r| r.global) {
+            return Ok(Arc::new(crate::exec::read::global::GlobalIndexExec::new(
+                self.store_for(session),
+                self.layout.clone(),
+                path,
+                projection,
+                limit,
+            )?));
+        }
         let planned = path.clone();
         let scan = PartitionScanExec::new(
             self.store_for(session),

@@ -57,10 +57,19 @@ impl Access {
 /// The index rows a path reads instead of base rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexRead {
-    /// The index's position among the definition's indexes.
+    /// The index's position among the definition's indexes (its global
+    /// indexes' where `global`).
     pub position: usize,
     /// Its name, for EXPLAIN.
     pub name: String,
+    /// A global index: the requests are of its own storage table, and each
+    /// entity read is checked against the base row it names.
+    pub global: bool,
+}
+
+/// EXPLAIN's mark of a global index's path.
+fn global(i: &IndexRead) -> &'static str {
+    if i.global { "global_" } else { "" }
 }
 
 /// One request to the store.
@@ -299,9 +308,13 @@ impl fmt::Display for AccessPath {
             Access::RowRange => f.write_str("access=row_range")?,
             Access::PartitionRange => f.write_str("access=partition_range")?,
             Access::FullScan => f.write_str("access=full_scan")?,
-            Access::IndexPoints(i) if n == 1 => write!(f, "access=index_point({})", i.name)?,
-            Access::IndexPoints(i) => write!(f, "access=index_points({}, {n})", i.name)?,
-            Access::IndexRange(i) => write!(f, "access=index_range({})", i.name)?,
+            Access::IndexPoints(i) if n == 1 => {
+                write!(f, "access={}index_point({})", global(i), i.name)?
+            }
+            Access::IndexPoints(i) => {
+                write!(f, "access={}index_points({}, {n})", global(i), i.name)?
+            }
+            Access::IndexRange(i) => write!(f, "access={}index_range({})", global(i), i.name)?,
         }
         for (i, r) in self.requests.iter().take(SHOWN).enumerate() {
             write!(f, "{}{r}", if i == 0 { " " } else { "; " })?;

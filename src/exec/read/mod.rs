@@ -15,6 +15,8 @@
 //! - `fanout`: one request per listed or analyzed partition (or chunk).
 //! - `decode`: a table's layout, and a page of entities into one batch.
 //! - `lookup`: from an index row to its base row.
+//! - `global`: `GlobalIndexExec`, a read through a global index, checked
+//!   against the base rows.
 //! - `order`: the key order a path's rows arrive in.
 //! - `metrics`: the exact EXPLAIN ANALYZE counters.
 //! - `token`: signed page tokens, where a page of rows ended.
@@ -22,6 +24,7 @@
 pub mod access;
 pub mod decode;
 pub mod fanout;
+pub mod global;
 pub mod lookup;
 pub mod metrics;
 pub mod order;

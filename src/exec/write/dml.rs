@@ -476,6 +476,10 @@ impl ExecutionPlan for DmlExec {
 /// One SQL row's operations: they go in one transaction.
 struct Group {
     ops: Vec<WriteOp>,
+    /// Global indexes' puts, sent before the base row's transaction, and
+    /// their deletes, sent after it (`catalog::GlobalIndexDef`).
+    before: Vec<(crate::storage::TableName, WriteOp)>,
+    after: Vec<(crate::storage::TableName, WriteOp)>,
     bytes: usize,
     /// A DELETE's row as it was read, for RETURNING.
     removed: Option<StoredEntity>,
@@ -594,7 +598,25 @@ impl Writer {
         let ops = std::iter::once(WriteOp::Insert(row.base))
             .chain(row.index.into_iter().map(WriteOp::InsertOrReplace))
             .collect();
-        Ok((partition, Group::of(ops)))
+        let mut group = Group::of(ops);
+        self.global_sides(&mut group, None, Some(values))?;
+        Ok((partition, group))
+    }
+
+    /// Adds the global indexes' writes for a row going from `old` to `new`
+    /// values (`None`: no row) to its group.
+    pub(super) fn global_sides(
+        &self,
+        group: &mut Group,
+        old: Option<&[Option<EdmValue>]>,
+        new: Option<&[Option<EdmValue>]>,
+    ) -> Result<()> {
+        for g in &self.def.global_indexes {
+            let (put, delete) = super::global::sides(&self.def, g, old, new)?;
+            group.before.extend(put.map(|p| (g.table.clone(), p)));
+            group.after.extend(delete.map(|d| (g.table.clone(), d)));
+        }
+        Ok(())
     }
 
     /// Whether the row is met for the first time (always, unless a query
@@ -650,6 +672,7 @@ impl Writer {
         }
         let mut group = Group::of(ops);
         group.removed = removed;
+        self.global_sides(&mut group, Some(&values), None)?;
         Ok((pk, group))
     }
 
@@ -763,7 +786,9 @@ impl Writer {
                 ops.push(WriteOp::InsertOrReplace(entity));
             }
         }
-        Ok((pk, Group::of(ops)))
+        let mut group = Group::of(ops);
+        self.global_sides(&mut group, Some(&old_values), Some(&new_values))?;
+        Ok((pk, group))
     }
 
     /// Takes a new primary key for this statement: refused if an earlier
@@ -973,9 +998,25 @@ impl Writer {
     /// transactions; `written` counts the rows of each one that commits.
     async fn flush(&mut self) -> Result<()> {
         self.check_claims().await?;
-        let pending = std::mem::take(&mut self.pending);
+        let mut pending = std::mem::take(&mut self.pending);
         self.pending_rows = 0;
         let returning = self.returned.is_some();
+        // Global indexes: the new entities before any base row, so a base
+        // row is never without its entity; the old ones' deletes after.
+        let mut after = Vec::new();
+        let mut before: std::collections::HashMap<crate::storage::TableName, Vec<WriteOp>> =
+            std::collections::HashMap::new();
+        for g in pending.values_mut().flatten() {
+            for (t, op) in g.before.drain(..) {
+                before.entry(t).or_default().push(op);
+            }
+            after.append(&mut g.after);
+        }
+        for (table, ops) in before {
+            super::global::send(self.store.as_ref(), &table, ops)
+                .await
+                .map_err(DataFusionError::from)?;
+        }
         for (_, groups) in pending {
             let mut ops: Vec<WriteOp> = Vec::new();
             let mut rows: Vec<Returned> = Vec::new();
@@ -998,6 +1039,16 @@ impl Writer {
             if !ops.is_empty() {
                 self.send(ops, count, rows).await?;
             }
+        }
+        let mut deletes: std::collections::HashMap<crate::storage::TableName, Vec<WriteOp>> =
+            std::collections::HashMap::new();
+        for (t, op) in after {
+            deletes.entry(t).or_default().push(op);
+        }
+        for (table, ops) in deletes {
+            super::global::send(self.store.as_ref(), &table, ops)
+                .await
+                .map_err(DataFusionError::from)?;
         }
         Ok(())
     }
@@ -1082,6 +1133,8 @@ impl Group {
         let bytes = ops.iter().map(WriteOp::stored_size).sum();
         Self {
             ops,
+            before: Vec::new(),
+            after: Vec::new(),
             bytes,
             removed: None,
             seq: 0,

@@ -289,6 +289,19 @@ fn key_values(
         .collect()
 }
 
+/// The base row's PartitionKey and RowKey for a row's values (`values` in
+/// `def.columns` order; only the key columns are read).
+pub fn keys(
+    def: &TableDef,
+    values: &[Option<EdmValue>],
+) -> Result<(PartitionKey, RowKey), ExecError> {
+    let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
+    let rk = RowKey::new(compose(def, &def.row_key, values)?).map_err(invalid)?;
+    let fields = key_values(def, &def.partition_key, values, usize::MAX)?;
+    let pk = def.partition_key.compose_partition(&fields, rk.as_str())?;
+    Ok((PartitionKey::new(pk).map_err(invalid)?, rk))
+}
+
 /// The entities of one row (`values` in `def.columns` order): NOT NULL and key
 /// columns checked, keys composed, every entity within the store's limits.
 pub fn entities(def: &TableDef, values: &[Option<EdmValue>]) -> Result<RowEntities, ExecError> {
@@ -301,7 +314,7 @@ pub fn entities(def: &TableDef, values: &[Option<EdmValue>]) -> Result<RowEntiti
         }
     }
     let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
-    let rk = RowKey::new(compose(def, &def.row_key, values)?).map_err(invalid)?;
+    let (pk, rk) = keys(def, values)?;
     if let Some(ix) = def.index_prefix_of(rk.as_str()) {
         return Err(ExecError::BadValue {
             column: def.row_key.columns().next().unwrap_or_default().to_owned(),
@@ -312,9 +325,6 @@ pub fn entities(def: &TableDef, values: &[Option<EdmValue>]) -> Result<RowEntiti
             ),
         });
     }
-    let fields = key_values(def, &def.partition_key, values, usize::MAX)?;
-    let pk = def.partition_key.compose_partition(&fields, rk.as_str())?;
-    let pk = PartitionKey::new(pk).map_err(invalid)?;
     let mut base = Entity::new(pk, rk);
     for (c, v) in def.columns.iter().zip(values) {
         if let Some(v) = v {

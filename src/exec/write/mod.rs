@@ -16,11 +16,13 @@
 //! - `transaction`: `BEGIN ... COMMIT`, a session's buffered writes.
 //! - `commit`: COMMIT of a block wider than one entity group transaction.
 //! - `upkeep`: index CHECK and REPAIR (and `CREATE INDEX`'s backfill).
+//! - `global`: global indexes' entities, written around the base row's write.
 //! - `sequences`: the blocks of sequence values this process has reserved.
 
 pub mod commit;
 pub mod dml;
 pub mod encode;
+pub mod global;
 pub mod sequences;
 pub mod transaction;
 pub mod upkeep;

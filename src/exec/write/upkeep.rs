@@ -119,11 +119,11 @@ pub async fn run(
             for &position in positions {
                 let template = def.indexes.get(position).map(|ix| &ix.row_key);
                 existing.push(match template {
-                    Some(t) => read(store, def, pk, t).await?,
+                    Some(t) => read_rows(store, def, pk, t).await?,
                     None => Vec::new(),
                 });
             }
-            let mut base = read(store, def, pk, &def.row_key).await?;
+            let mut base = read_rows(store, def, pk, &def.row_key).await?;
             base.retain(|b| def.index_prefix_of(b.row_key().as_str()).is_none());
             base_rows += base.len() as u64;
             let rows = Rows::new(def, &base);
@@ -147,7 +147,7 @@ pub async fn run(
 }
 
 /// The entities of partition `pk` whose RowKeys `template` writes.
-async fn read(
+pub(super) async fn read_rows(
     store: &dyn TableStore,
     def: &TableDef,
     pk: &PartitionKey,

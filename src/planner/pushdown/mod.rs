@@ -183,11 +183,38 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
                 candidates.push(p);
             }
         }
+        if let Some(d) = def {
+            for (gi, _) in d
+                .global_indexes
+                .iter()
+                .enumerate()
+                .filter(|(_, g)| !g.building)
+            {
+                let Some(p) = plan_global(d, gi, &atoms) else {
+                    continue;
+                };
+                if !p.contradiction && p.fit > base_fit && answered.iter().all(|a| answers(&p, a)) {
+                    candidates.push(p);
+                }
+            }
+        }
     }
-    // The first index that fits strictly best; else the base rows.
+    // Where the base rows' path spans partitions, a local index's does
+    // too (a range in every partition: a request per partition), while a
+    // global index's reads the partitions its values name: it goes first.
+    // Otherwise the first index that fits strictly best; else the base rows.
+    let spans = candidates[0]
+        .path
+        .requests
+        .iter()
+        .any(crate::exec::read::fanout::spans_partitions);
+    let global = |c: &Planned| c.path.index().is_some_and(|r| r.global);
     let chosen = (1..candidates.len())
         .filter(|&i| candidates[i].fit > candidates[0].fit)
-        .max_by_key(|&i| (candidates[i].fit, std::cmp::Reverse(i)))
+        .max_by_key(|&i| {
+            let c = &candidates[i];
+            (spans && global(c), c.fit, std::cmp::Reverse(i))
+        })
         .unwrap_or(0);
     let contradiction = candidates[0].contradiction;
     let exact = analyses
@@ -203,6 +230,9 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
         })
         .collect();
     let path = paths.remove(chosen);
+    // The other paths are for a base-row scan to switch to (an index's
+    // order): a global index's entities are not read by one.
+    paths.retain(|p| p.index().is_none_or(|r| !r.global));
     Pushdown {
         path,
         alternatives: paths,

@@ -142,6 +142,7 @@ pub(super) fn plan(def: Option<&TableDef>, index: Option<usize>, atoms: &[&Atom]
             IndexRead {
                 position: i,
                 name: ix.name.clone(),
+                global: false,
             },
             &ix.row_key,
         ))
@@ -348,6 +349,84 @@ fn is_text(format: FieldFormat) -> bool {
         FieldFormat::Typed(t) => t.kind == crate::keys::TypedKind::Text,
         _ => false,
     }
+}
+
+/// Turns the atoms into requests over global index `gi`'s entities:
+/// values of the PartitionKey's fields fix partitions (one request each),
+/// and within a fixed partition the RowKey's leading fields narrow as a
+/// local index's do; a range or prefix on the PartitionKey's field reads a
+/// range of partitions. `None` where the atoms fix nothing of it.
+pub(super) fn plan_global(def: &TableDef, gi: usize, atoms: &[&Atom]) -> Option<Planned> {
+    let g = def.global_indexes.get(gi)?;
+    let read = IndexRead {
+        position: gi,
+        name: g.name.clone(),
+        global: true,
+    };
+    let mut consumed = Vec::new();
+    let (pk_spec, pk_fixed) = template_spec(&g.partition_key, atoms, &mut consumed)?;
+    let pk = |s: String| PartitionKey::from_stored(s);
+    let rk = |s: String| RowKey::from_stored(s);
+    let mut requests = Vec::new();
+    let mut fit = Fit::default();
+    match pk_spec {
+        KeySpec::Exact(mut pks) if pk_fixed > 0 => {
+            pks.retain(|k| validate_key(KeyKind::PartitionKey, k).is_ok());
+            pks.sort_by(|a, b| cmp_utf16(a, b));
+            pks.dedup();
+            let (rk_spec, rk_fixed) = template_spec(&g.row_key, atoms, &mut consumed)?;
+            let bounded = g.row_key.field(rk_fixed).is_some_and(|(column, _)| {
+                consumed.iter().any(|(t, k)| {
+                    *t == Target::Field(column.to_owned())
+                        && matches!(k, Kind::Range | Kind::Prefix)
+                })
+            });
+            fit = Fit {
+                fixed: pk_fixed + rk_fixed,
+                bounded,
+            };
+            for p in &pks {
+                match &rk_spec {
+                    KeySpec::Exact(rks) => {
+                        for r in rks
+                            .iter()
+                            .filter(|k| validate_key(KeyKind::RowKey, k).is_ok())
+                        {
+                            requests.push(KeyRequest::Get(pk(p.clone()), rk(r.clone())));
+                        }
+                    }
+                    KeySpec::Ranges(rs) => {
+                        for r in rs {
+                            requests.push(KeyRequest::Scan {
+                                partitions: KeyRange::exactly(pk(p.clone())),
+                                rows: key_range(r.clone(), rk),
+                                at_most_one: false,
+                            });
+                        }
+                    }
+                }
+            }
+        }
+        KeySpec::Ranges(ranges) => {
+            // Only the PartitionKey's field bounds the read.
+            fit.bounded = !consumed.is_empty();
+            if !fit.bounded {
+                return None;
+            }
+            for r in ranges {
+                requests.push(KeyRequest::Scan {
+                    partitions: key_range(r, pk),
+                    rows: KeyRange::all(),
+                    at_most_one: false,
+                });
+            }
+        }
+        KeySpec::Exact(_) => return None,
+    }
+    if requests.len() > MAX_REQUESTS {
+        return None;
+    }
+    Some(finish(Access::Points, requests, consumed, Some(read), fit))
 }
 
 pub(super) fn is_partition_target(def: Option<&TableDef>, t: &Target) -> bool {

@@ -72,6 +72,7 @@ impl Writer {
         }
         if let OnExisting::Update { blind: true, .. } = on_existing
             && proposed.index.is_empty()
+            && self.def.global_indexes.is_empty()
             && values.iter().all(Option::is_some)
         {
             self.keys.insert(seen);
@@ -91,9 +92,32 @@ impl Writer {
                 let ops = std::iter::once(WriteOp::Insert(proposed.base))
                     .chain(proposed.index.into_iter().map(WriteOp::InsertOrReplace))
                     .collect();
-                Some((partition, Group::of(ops)))
+                let mut group = Group::of(ops);
+                self.global_sides(&mut group, None, Some(&values))?;
+                Some((partition, group))
             }
-            Some(stored) => self.update_stored(on_existing, stored, new, row).await?,
+            Some(stored) => {
+                let old = if self.def.global_indexes.is_empty() {
+                    None
+                } else {
+                    Some(super::super::upkeep::row_values(&self.def, &stored)?)
+                };
+                let mut written = self.update_stored(on_existing, stored, new, row).await?;
+                if let (Some(old), Some((_, group))) = (old, written.as_mut()) {
+                    // The row as the group writes it: its base entity's values.
+                    let new_values = group.ops.iter().find_map(WriteOp::entity).map(|e| {
+                        self.def
+                            .columns
+                            .iter()
+                            .map(|c| e.properties.get(c.property_name()).cloned())
+                            .collect::<Vec<_>>()
+                    });
+                    if let Some(new_values) = new_values {
+                        self.global_sides(group, Some(&old), Some(&new_values))?;
+                    }
+                }
+                written
+            }
         };
         if written.is_some() {
             self.keys.insert(seen);

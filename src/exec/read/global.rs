@@ -1,0 +1,282 @@
+//! `GlobalIndexExec`: a read through a global index. Its requests read the
+//! index's own storage table (one partition per looked-up value); every
+//! entity found names a base row, which is read by a point get, several at
+//! once; an entity is kept only where that base row exists and writes this
+//! very entity (`exec::write::global::agrees`), so an entity left by a
+//! write that died halfway, or by one still running, stands for no row.
+//! The base rows found are decoded as a scan of the table decodes them.
+//! EXPLAIN ANALYZE counts the index requests, the entities, the base
+//! lookups and the entities that stood for no row.
+
+use std::fmt;
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{
+    Boundedness, EmissionType, ReplaceChildrenOptions,
+};
+use datafusion::physical_plan::metrics::{
+    Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    SendableRecordBatchStream,
+};
+use futures::{StreamExt, TryStreamExt};
+
+use super::access::{AccessPath, KeyRequest};
+use super::decode::{Layout, decode};
+use crate::exec::ExecError;
+use crate::exec::write::global;
+use crate::storage::{ContinuationToken, Query, StoredEntity, TableStore};
+
+/// Base rows looked up at once.
+const LOOKUPS_IN_FLIGHT: usize = 16;
+
+/// A read of base rows through global index `position` of the layout's
+/// definition.
+#[derive(Debug)]
+pub struct GlobalIndexExec {
+    store: Arc<dyn TableStore>,
+    layout: Arc<Layout>,
+    position: usize,
+    path: AccessPath,
+    projection: Vec<usize>,
+    schema: SchemaRef,
+    limit: Option<usize>,
+    properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl GlobalIndexExec {
+    /// The read of `path` (a global index's) producing the `projection`
+    /// columns of `layout`'s base rows.
+    pub fn new(
+        store: Arc<dyn TableStore>,
+        layout: Arc<Layout>,
+        path: AccessPath,
+        projection: Vec<usize>,
+        limit: Option<usize>,
+    ) -> Result<Self> {
+        let position = path
+            .index()
+            .filter(|r| r.global)
+            .map(|r| r.position)
+            .ok_or_else(|| DataFusionError::Internal("not a global index's path".into()))?;
+        let schema = Arc::new(layout.schema.project(&projection)?);
+        let properties = PlanProperties::new(
+            EquivalenceProperties::new(schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Final,
+            Boundedness::Bounded,
+        );
+        Ok(Self {
+            store,
+            layout,
+            position,
+            path,
+            projection,
+            schema,
+            limit,
+            properties: Arc::new(properties),
+            metrics: ExecutionPlanMetricsSet::new(),
+        })
+    }
+
+    fn counter(&self, name: &'static str) -> Count {
+        MetricBuilder::new(&self.metrics).counter(name, 0)
+    }
+}
+
+/// The index entities `request` reads from `table`, every page of them.
+async fn entities(
+    store: &dyn TableStore,
+    table: &crate::storage::TableName,
+    request: &KeyRequest,
+    requests: &Count,
+) -> Result<Vec<StoredEntity>, ExecError> {
+    match request {
+        KeyRequest::Get(pk, rk) => {
+            requests.add(1);
+            Ok(store.get(table, pk, rk).await?.into_iter().collect())
+        }
+        KeyRequest::Scan {
+            partitions, rows, ..
+        } => {
+            let query = Query {
+                partitions: partitions.clone(),
+                rows: rows.clone(),
+                ..Query::all()
+            };
+            let mut found = Vec::new();
+            let mut token: Option<ContinuationToken> = None;
+            loop {
+                requests.add(1);
+                let page = store.query(table, &query, token.as_ref()).await?;
+                found.extend(page.entities);
+                match page.continuation {
+                    Some(next) => token = Some(next),
+                    None => return Ok(found),
+                }
+            }
+        }
+    }
+}
+
+fn leaf(
+    plan: Arc<GlobalIndexExec>,
+    children: Vec<Arc<dyn ExecutionPlan>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    if children.is_empty() {
+        Ok(plan)
+    } else {
+        Err(DataFusionError::Internal(
+            "GlobalIndexExec has no children".into(),
+        ))
+    }
+}
+
+impl DisplayAs for GlobalIndexExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let table = self
+            .layout
+            .def
+            .as_ref()
+            .and_then(|d| d.global_indexes.get(self.position))
+            .map_or_else(String::new, |g| g.table.to_string());
+        write!(
+            f,
+            "GlobalIndexExec: table={} index_table={table} {} lookup=base_rows",
+            self.layout.table, self.path
+        )?;
+        let names: Vec<&str> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| f.name().as_str())
+            .collect();
+        write!(f, " projection=[{}]", names.join(", "))?;
+        if let Some(l) = self.limit {
+            write!(f, " limit={l}")?;
+        }
+        Ok(())
+    }
+}
+
+impl ExecutionPlan for GlobalIndexExec {
+    fn name(&self) -> &str {
+        "GlobalIndexExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        Vec::new()
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+    ) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        leaf(self, children)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        leaf(self, children)
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        if partition != 0 {
+            return Err(DataFusionError::Internal(format!(
+                "GlobalIndexExec has one partition, not {partition}"
+            )));
+        }
+        let def = self
+            .layout
+            .def
+            .clone()
+            .ok_or_else(|| DataFusionError::Internal("a global index of a raw table".into()))?;
+        let g = def
+            .global_indexes
+            .get(self.position)
+            .cloned()
+            .ok_or_else(|| DataFusionError::Internal("no such global index".into()))?;
+        let (store, layout, path) = (self.store.clone(), self.layout.clone(), self.path.clone());
+        let (projection, schema, limit) =
+            (self.projection.clone(), self.schema.clone(), self.limit);
+        let (requests, found, lookups, stale) = (
+            self.counter("index_requests"),
+            self.counter("index_entities"),
+            self.counter("base_lookups"),
+            self.counter("stood_for_no_row"),
+        );
+        let run = async move {
+            let mut index = Vec::new();
+            for request in &path.requests {
+                index.extend(entities(store.as_ref(), &g.table, request, &requests).await?);
+            }
+            found.add(index.len());
+            let base = &layout.table;
+            let checked: Vec<Option<StoredEntity>> = futures::stream::iter(index)
+                .map(|e| {
+                    let (store, def, g, lookups) = (&store, &def, &g, &lookups);
+                    async move {
+                        let Ok((pk, rk)) = global::base_keys(def, &e.entity) else {
+                            return Ok::<_, ExecError>(None);
+                        };
+                        lookups.add(1);
+                        let Some(row) = store.get(base, &pk, &rk).await? else {
+                            return Ok(None);
+                        };
+                        let values = crate::exec::write::upkeep::row_values(def, &row)?;
+                        Ok(global::agrees(def, g, &e.entity, &values).then_some(row))
+                    }
+                })
+                .buffered(LOOKUPS_IN_FLIGHT)
+                .try_collect()
+                .await?;
+            let mut rows: Vec<StoredEntity> = Vec::with_capacity(checked.len());
+            for row in checked {
+                match row {
+                    Some(r) => rows.push(r),
+                    None => stale.add(1),
+                }
+            }
+            if let Some(l) = limit {
+                rows.truncate(l);
+            }
+            let (batch, _) = decode(&layout, &projection, &schema, &rows)?;
+            Ok::<_, DataFusionError>(batch)
+        };
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            futures::stream::once(run),
+        )))
+    }
+}
