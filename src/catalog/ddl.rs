@@ -1220,7 +1220,9 @@ mod tests {
         };
         // A global index: the first column's value is the PartitionKey,
         // then the rest, then the whole primary key.
-        match declared("CREATE INDEX by_club ON registrations (club DESC, age) WITH (global = true)") {
+        match declared(
+            "CREATE INDEX by_club ON registrations (club DESC, age) WITH (global = true)",
+        ) {
             Ok(NewIndex::Global(g)) => {
                 assert_eq!(g.partition_key.to_string(), "{club:~s}");
                 assert_eq!(

@@ -2,7 +2,7 @@
 //! every type a key holds (INT, BIGINT, DOUBLE with NaN and ±Infinity,
 //! TEXT with spaces, escapes and accents, TIMESTAMP, BOOLEAN, UUID), one to
 //! three indexes (one or two columns, ascending or DESC, NULLS FIRST or
-//! LAST, created before or after rows exist), random rows, updates that move
+//! LAST, local or global, created before or after rows exist), random rows, updates that move
 //! index keys and deletes; after every step, random predicates (`=`, `<`,
 //! `>=`, BETWEEN, IN, IS [NOT] NULL, LIKE 'p%', ANDs and ORs of them) and
 //! orders over the indexed columns. Each query answers on tablesql with
@@ -152,8 +152,15 @@ impl Table {
             let nulls = pick(rng, &["", "", " NULLS FIRST", " NULLS LAST"]);
             cols.push(format!("{c}{dir}{nulls}"));
         }
+        // A global index half the time: PostgreSQL reads the statement
+        // without its WITH.
+        let global = if rng.random_bool(0.5) {
+            " WITH (global = true)"
+        } else {
+            ""
+        };
         format!(
-            "CREATE INDEX {}_ix{n} ON {} ({})",
+            "CREATE INDEX {}_ix{n} ON {} ({}){global}",
             self.name,
             self.name,
             cols.join(", ")
@@ -233,21 +240,21 @@ fn table(rng: &mut ChaCha8Rng, name: &str) -> Table {
     }
 }
 
-/// Runs `scenarios` scenarios on `store`; returns the queries run and how
-/// many of them read an index.
+/// Runs `scenarios` scenarios on `store`; returns the queries run, how
+/// many of them read an index, and how many a global one.
 async fn run(
     label: &str,
     store: Arc<dyn TableStore>,
     scenarios: usize,
     seed: u64,
-) -> Result<(usize, usize), Box<dyn std::error::Error>> {
+) -> Result<(usize, usize, usize), Box<dyn std::error::Error>> {
     let (pg, connection) = tokio_postgres::connect(&postgres()?, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
     let on = Engine::with_store(store.clone(), EngineOptions::default()).await?;
     let off = Engine::with_store(store, EngineOptions::default()).await?;
     off.collect("SET tablesql.use_indexes = off").await?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let (mut queries, mut indexed) = (0, 0);
+    let (mut queries, mut indexed, mut global) = (0, 0, 0);
     for n in 0..scenarios {
         let t = table(&mut rng, &format!("ix_{label}_{n}"));
         let mut next_id = 1;
@@ -273,7 +280,7 @@ async fn run(
             .into()
         };
         for (i, step) in steps.iter().enumerate() {
-            let expected = simple_query(&pg, step).await;
+            let expected = simple_query(&pg, step.trim_end_matches(" WITH (global = true)")).await;
             let answer = match on.collect(step).await {
                 Ok(_) => Answer::Rows(Vec::new()),
                 Err(e) => Answer::Error {
@@ -324,8 +331,14 @@ async fn run(
                     .flatten()
                     .flatten()
                     .collect();
-                if shown.iter().any(|l| l.contains("access=index_")) {
+                if shown
+                    .iter()
+                    .any(|l| l.contains("access=index_") || l.contains("access=global_index_"))
+                {
                     indexed += 1;
+                }
+                if shown.iter().any(|l| l.contains("access=global_index_")) {
+                    global += 1;
                 }
             }
         }
@@ -333,7 +346,7 @@ async fn run(
         simple_query(&pg, &drop).await;
         on.collect(&drop).await?;
     }
-    Ok((queries, indexed))
+    Ok((queries, indexed, global))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -351,10 +364,11 @@ async fn indexes_answer_as_with_index_use_off_and_as_postgresql() -> TestResult 
         stores.push(("azurite", Arc::new(store), scenarios.div_ceil(3)));
     }
     for (label, store, n) in stores {
-        let (queries, indexed) = run(label, store, n, seed).await?;
+        let (queries, indexed, global) = run(label, store, n, seed).await?;
         eprintln!(
-            "index differential on {label}, seed {seed}: {n} scenarios, {queries} queries, {indexed} read an index"
+            "index differential on {label}, seed {seed}: {n} scenarios, {queries} queries, {indexed} read an index, {global} of them a global one"
         );
+        assert!(global > 0, "{label}: no query read a global index");
         // Queries run before the first index too, and on columns no index
         // leads; still, a good share must read one (about a quarter do).
         assert!(
