@@ -1,0 +1,183 @@
+//! An equality lookup on a column that does not fix the partition, through
+//! a global index against a local one, on a table of 1,000 partitions (two
+//! rows each) over a store that adds 10 ms to every request (a stand-in for
+//! a remote service's round trip). Both tables hold the same rows; one has
+//! `CREATE INDEX ... (email)`, the other the same `WITH (global = true)`.
+//! Each lookup is run `RUNS` times; the requests the store served and the
+//! wall time per lookup are printed side by side, with their ratio.
+//!
+//! Run with `cargo bench --bench global_index` (BENCHMARKS.md).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use tablesql::storage::*;
+use tablesql::{Engine, EngineOptions};
+
+const PARTITIONS: usize = 1000;
+const ROWS_PER_PARTITION: usize = 2;
+const DELAY: Duration = Duration::from_millis(10);
+const RUNS: u32 = 5;
+
+/// A store that answers every request 10 ms late, and counts them.
+#[derive(Debug)]
+struct Delayed {
+    inner: Arc<EmbeddedStore>,
+    requests: AtomicU64,
+}
+
+impl Delayed {
+    async fn wait(&self) {
+        self.requests.fetch_add(1, Ordering::Relaxed);
+        tokio::time::sleep(DELAY).await;
+    }
+}
+
+#[async_trait]
+impl TableStore for Delayed {
+    async fn create_table(&self, table: &TableName) -> Result<()> {
+        self.wait().await;
+        self.inner.create_table(table).await
+    }
+    async fn delete_table(&self, table: &TableName) -> Result<()> {
+        self.wait().await;
+        self.inner.delete_table(table).await
+    }
+    async fn list_tables(&self) -> Result<Vec<TableName>> {
+        self.wait().await;
+        self.inner.list_tables().await
+    }
+    async fn get(
+        &self,
+        table: &TableName,
+        pk: &PartitionKey,
+        rk: &RowKey,
+    ) -> Result<Option<StoredEntity>> {
+        self.wait().await;
+        self.inner.get(table, pk, rk).await
+    }
+    async fn query(
+        &self,
+        table: &TableName,
+        query: &Query,
+        token: Option<&ContinuationToken>,
+    ) -> Result<Page> {
+        self.wait().await;
+        self.inner.query(table, query, token).await
+    }
+    async fn partitions(
+        &self,
+        table: &TableName,
+        range: &KeyRange<PartitionKey>,
+        after: Option<&PartitionKey>,
+    ) -> Result<PartitionPage> {
+        self.wait().await;
+        self.inner.partitions(table, range, after).await
+    }
+    async fn execute_batch(
+        &self,
+        table: &TableName,
+        ops: Vec<WriteOp>,
+    ) -> Result<Vec<WriteOutcome>> {
+        self.wait().await;
+        self.inner.execute_batch(table, ops).await
+    }
+}
+
+fn main() {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(run());
+}
+
+async fn run() {
+    let inner = Arc::new(EmbeddedStore::in_memory().expect("store"));
+    // Loaded without the delay.
+    let loader = Engine::with_store(inner.clone(), EngineOptions::default())
+        .await
+        .expect("engine");
+    for (table, with) in [("people_l", ""), ("people_g", " WITH (global = true)")] {
+        loader
+            .collect(&format!(
+                "CREATE TABLE {table} (tenant INT NOT NULL, id INT NOT NULL, email TEXT, PRIMARY KEY (tenant, id))"
+            ))
+            .await
+            .expect("create");
+        let mut values = Vec::new();
+        for p in 0..PARTITIONS {
+            for r in 0..ROWS_PER_PARTITION {
+                values.push(format!("({p}, {r}, 'u{p}.{r}@example.org')"));
+            }
+        }
+        for chunk in values.chunks(500) {
+            loader
+                .collect(&format!("INSERT INTO {table} VALUES {}", chunk.join(", ")))
+                .await
+                .expect("insert");
+        }
+        loader
+            .collect(&format!(
+                "CREATE INDEX {table}_email ON {table} (email){with}"
+            ))
+            .await
+            .expect("index");
+    }
+    let delayed = Arc::new(Delayed {
+        inner,
+        requests: AtomicU64::new(0),
+    });
+    let engine = Engine::with_store(delayed.clone(), EngineOptions::default())
+        .await
+        .expect("engine");
+    println!(
+        "equality lookup on email, {PARTITIONS} partitions x {ROWS_PER_PARTITION} rows, {} ms per request, {RUNS} runs",
+        DELAY.as_millis()
+    );
+    let mut results = Vec::new();
+    for table in ["people_g", "people_l"] {
+        let sql = format!("SELECT id, tenant FROM {table} WHERE email = 'u500.1@example.org'");
+        let plan = engine
+            .collect(&format!("EXPLAIN {sql}"))
+            .await
+            .expect("explain");
+        let shown = tablesql::datafusion::arrow::util::pretty::pretty_format_batches(&plan)
+            .expect("plan")
+            .to_string();
+        let access = shown
+            .split_whitespace()
+            .find(|w| w.starts_with("access="))
+            .unwrap_or("?")
+            .to_owned();
+        let before = delayed.requests.load(Ordering::Relaxed);
+        let started = Instant::now();
+        for _ in 0..RUNS {
+            let rows = engine.collect(&sql).await.expect("lookup");
+            let n: usize = rows.iter().map(|b| b.num_rows()).sum();
+            assert_eq!(n, 1, "one row has that email");
+        }
+        let wall = started.elapsed() / RUNS;
+        let requests = (delayed.requests.load(Ordering::Relaxed) - before) / u64::from(RUNS);
+        println!(
+            "{table:>6} index: {access:<40} {requests:>5} requests, {:>8.1} ms per lookup",
+            wall.as_secs_f64() * 1000.0
+        );
+        results.push((requests, wall));
+    }
+    let (g, l) = (results[0], results[1]);
+    println!(
+        "global/local: {:.4} of the requests, {:.4} of the wall time",
+        g.0 as f64 / l.0 as f64,
+        g.1.as_secs_f64() / l.1.as_secs_f64()
+    );
+    assert!(g.0 <= 3, "a global lookup took {} requests", g.0);
+    assert!(
+        l.0 >= PARTITIONS as u64,
+        "a local lookup took {} requests",
+        l.0
+    );
+}
