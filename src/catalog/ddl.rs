@@ -253,10 +253,9 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
     let mut keys_only = Vec::new();
     let mut building = Vec::new();
     // Global indexes by name: (table, PartitionKey, RowKey) options.
-    let mut globals: std::collections::BTreeMap<
-        String,
-        (Option<String>, Option<String>, Option<String>),
-    > = std::collections::BTreeMap::new();
+    let mut globals: std::collections::BTreeMap<String, GlobalOptions> =
+        std::collections::BTreeMap::new();
+    let mut uniques: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
     for option in options(create) {
         let SqlOption::KeyValue { key, value } = option else {
             return Err(CatalogError::Definition(format!(
@@ -311,6 +310,13 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                     globals.entry(n).or_default().1 = Some(text);
                 } else if let Some(n) = slot(&key, "global_rk_") {
                     globals.entry(n).or_default().2 = Some(text);
+                } else if let Some(n) = slot(&key, "global_unique_") {
+                    let fields = text.parse::<usize>().ok().filter(|f| *f > 0).ok_or_else(|| {
+                        CatalogError::Definition(format!(
+                            "option {key}: expected the number of unique key fields, found {text:?}"
+                        ))
+                    })?;
+                    uniques.insert(n, fields);
                 } else {
                     return Err(CatalogError::Definition(format!(
                         "unknown option {key} (expected global_table_<name>, global_pk_<name> or global_rk_<name>)"
@@ -421,6 +427,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                 partition_key: part("the PartitionKey", parts.1)?.parse()?,
                 row_key: part("the RowKey", parts.2)?.parse()?,
                 building: building_globals.contains(&name),
+                unique: uniques.get(&name).copied(),
                 name,
             })
         })
@@ -755,6 +762,9 @@ fn flag(key: &str, text: &str) -> Result<bool, CatalogError> {
     }
 }
 
+/// A global index's options as read: its table, PartitionKey and RowKey.
+type GlobalOptions = (Option<String>, Option<String>, Option<String>);
+
 /// What a `CREATE INDEX` declares.
 #[derive(Debug, Clone, PartialEq)]
 pub enum NewIndex {
@@ -793,9 +803,10 @@ pub fn index_from_create(
     def: &TableDef,
 ) -> Result<NewIndex, CatalogError> {
     let bad = |m: String| CatalogError::Definition(m);
-    if create.unique {
+    if create.unique && create.nulls_distinct == Some(false) {
         return Err(bad(
-            "CREATE UNIQUE INDEX is not supported yet: index rows live in their base row's partition, so they cannot see a duplicate in another partition (a global index is needed; use a PRIMARY KEY for uniqueness meanwhile)".into(),
+            "UNIQUE ... NULLS NOT DISTINCT is not supported: NULLs are distinct in a unique index"
+                .into(),
         ));
     }
     if create.predicate.is_some() {
@@ -803,12 +814,12 @@ pub fn index_from_create(
             "partial indexes (CREATE INDEX ... WHERE) are not supported: every row has its index row".into(),
         ));
     }
-    if let Some(using) = &create.using {
-        if !using.to_string().eq_ignore_ascii_case("btree") {
-            return Err(bad(format!(
-                "index access method {using} is not supported (index rows are ordered keys: btree)"
-            )));
-        }
+    if let Some(using) = &create.using
+        && !using.to_string().eq_ignore_ascii_case("btree")
+    {
+        return Err(bad(format!(
+            "index access method {using} is not supported (index rows are ordered keys: btree)"
+        )));
     }
     let mut columns = Vec::new();
     for c in &create.columns {
@@ -896,13 +907,19 @@ pub fn index_from_create(
             }
         }
     }
-    if global {
+    // Uniqueness over every partition needs one place per value: a
+    // unique index is global.
+    if global || create.unique {
         if row_key.is_some() || !covering {
             return Err(bad(
                 "a global index's keys are derived from its columns: row_key and covering do not apply".into(),
             ));
         }
-        return global_index(def, name, &columns).map(NewIndex::Global);
+        let mut g = global_index(def, name, &columns)?;
+        if create.unique {
+            g.unique = Some(columns.len());
+        }
+        return Ok(NewIndex::Global(g));
     }
     if !create.include.is_empty() && !covering {
         return Err(bad(
@@ -993,13 +1010,9 @@ fn global_index(
             fields.push(typed_field(def, c, false, None)?);
         }
     }
-    let row = if fields.is_empty() {
-        // The listed columns hold the whole primary key: one entity per
-        // value, under a constant RowKey.
-        "k".to_owned()
-    } else {
-        fields.join("__")
-    };
+    // `k:` leads, so that a unique entity's RowKey (the fields of its
+    // unique columns only) is never empty.
+    let row = format!("k:{}", fields.join("__"));
     let suffix: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
     let table: String = format!("{}x{suffix}", def.storage_table.as_str())
         .chars()
@@ -1011,6 +1024,7 @@ fn global_index(
         partition_key: partition.parse()?,
         row_key: row.parse()?,
         building: false,
+        unique: None,
         name,
     })
 }
@@ -1164,6 +1178,9 @@ impl TableDef {
                 g.name,
                 quote(&g.row_key.to_string())
             ));
+            if let Some(n) = g.unique {
+                options.push(format!("global_unique_{} = '{n}'", g.name));
+            }
             if g.building {
                 options.push(format!("building_{} = true", g.name));
             }

@@ -209,6 +209,13 @@ pub struct GlobalIndexDef {
     /// Whether `CREATE INDEX` is still writing its entities
     /// (`building_<name> = true`): writes keep them, reads do not use it.
     pub building: bool,
+    /// `CREATE UNIQUE INDEX`: the number of leading key fields that are
+    /// the unique columns (`global_unique_<name> = 'n'`). A row whose
+    /// unique columns are all non-NULL writes its entity under the key
+    /// those fields fix, without the primary key, by an Insert: a second
+    /// row with the same values finds it taken (23505). A row with a NULL
+    /// among them writes the whole key, as NULLs are distinct.
+    pub unique: Option<usize>,
 }
 
 impl GlobalIndexDef {

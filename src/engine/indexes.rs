@@ -219,6 +219,27 @@ impl Engine {
             crate::exec::write::global::upkeep(self.store.as_ref(), &def, now, true, &mut progress)
                 .await
                 .map_err(datafusion::error::DataFusionError::from)?;
+        if health.unindexable > 0 && g.unique.is_some() {
+            // As PostgreSQL: a unique index over repeated values is not
+            // created (declared, its writes would refuse the repeats).
+            persist::update(self.store.as_ref(), table, |d| {
+                d.global_indexes.retain(|x| x.name != g.name);
+                Ok(())
+            })
+            .await?;
+            self.refresh().await?;
+            match self.store.delete_table(&g.table).await {
+                Ok(()) | Err(StorageError::TableNotFound(_)) => {}
+                Err(e) => return Err(e.into()),
+            }
+            return Err(exists(format!(
+                "could not create unique index {}: {} rows repeat a value ({})",
+                g.name,
+                health.unindexable,
+                health.examples.join("; ")
+            ))
+            .into());
+        }
         if health.unindexable > 0 {
             return Err(exists(unfinished(&health)).into());
         }

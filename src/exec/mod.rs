@@ -129,6 +129,18 @@ pub enum ExecError {
         /// The table's PartitionKey columns, comma-separated.
         columns: String,
     },
+    /// A row whose values of a unique index's columns another row has.
+    #[error(
+        "duplicate key value violates unique constraint \"{index}\": table {table} already has a row with ({values})"
+    )]
+    UniqueViolation {
+        /// The table's name.
+        table: String,
+        /// The unique index.
+        index: String,
+        /// The values, comma-separated.
+        values: String,
+    },
     /// A row whose primary key another row has (the RowKey holds more than
     /// the key, so the store alone would take both).
     #[error(

@@ -565,7 +565,7 @@ fn unescape_ordered(s: &str) -> Option<std::borrow::Cow<'_, str>> {
 }
 
 fn hex_bytes(hex: &str) -> Option<Vec<u8>> {
-    if hex.len() % 2 != 0 {
+    if !hex.len().is_multiple_of(2) {
         return None;
     }
     (0..hex.len())

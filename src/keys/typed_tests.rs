@@ -222,7 +222,7 @@ proptest! {
         if want != Ordering::Equal {
             prop_assert_eq!(cmp_utf16(&ka, &kb), want, "{:?} {:?}", ka, kb);
         } else {
-            prop_assert_eq!(tpl.compose_prefix(&[a.clone()]).unwrap(), tpl.compose_prefix(&[b.clone()]).unwrap());
+            prop_assert_eq!(tpl.compose_prefix(std::slice::from_ref(&a)).unwrap(), tpl.compose_prefix(std::slice::from_ref(&b)).unwrap());
         }
     }
 

@@ -262,7 +262,7 @@ fn exec_code(e: &ExecError) -> &'static str {
             _ => INVALID_PARAMETER_VALUE,
         },
         ExecError::NullValue { .. } => NOT_NULL_VIOLATION,
-        ExecError::DuplicateKey { .. } => UNIQUE_VIOLATION,
+        ExecError::DuplicateKey { .. } | ExecError::UniqueViolation { .. } => UNIQUE_VIOLATION,
         ExecError::BadValue { .. } => INVALID_TEXT_REPRESENTATION,
         ExecError::SystemColumn { .. } => GENERATED_ALWAYS,
         ExecError::RawTable { .. } | ExecError::PartitionMove { .. } => FEATURE_NOT_SUPPORTED,

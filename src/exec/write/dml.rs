@@ -477,9 +477,10 @@ impl ExecutionPlan for DmlExec {
 struct Group {
     ops: Vec<WriteOp>,
     /// Global indexes' puts, sent before the base row's transaction, and
-    /// their deletes, sent after it (`catalog::GlobalIndexDef`).
-    before: Vec<(crate::storage::TableName, WriteOp)>,
-    after: Vec<(crate::storage::TableName, WriteOp)>,
+    /// their deletes, sent after it (`catalog::GlobalIndexDef`), by the
+    /// index's position; a delete with the base row's keys it was of.
+    before: Vec<(usize, WriteOp)>,
+    after: Vec<(usize, WriteOp, (PartitionKey, RowKey))>,
     bytes: usize,
     /// A DELETE's row as it was read, for RETURNING.
     removed: Option<StoredEntity>,
@@ -611,10 +612,13 @@ impl Writer {
         old: Option<&[Option<EdmValue>]>,
         new: Option<&[Option<EdmValue>]>,
     ) -> Result<()> {
-        for g in &self.def.global_indexes {
+        let base = old.map(|v| super::encode::keys(&self.def, v)).transpose()?;
+        for (i, g) in self.def.global_indexes.iter().enumerate() {
             let (put, delete) = super::global::sides(&self.def, g, old, new)?;
-            group.before.extend(put.map(|p| (g.table.clone(), p)));
-            group.after.extend(delete.map(|d| (g.table.clone(), d)));
+            group.before.extend(put.map(|p| (i, p)));
+            if let (Some(d), Some(base)) = (delete, &base) {
+                group.after.push((i, d, base.clone()));
+            }
         }
         Ok(())
     }
@@ -1004,18 +1008,16 @@ impl Writer {
         // Global indexes: the new entities before any base row, so a base
         // row is never without its entity; the old ones' deletes after.
         let mut after = Vec::new();
-        let mut before: std::collections::HashMap<crate::storage::TableName, Vec<WriteOp>> =
-            std::collections::HashMap::new();
+        let mut before: std::collections::BTreeMap<usize, Vec<WriteOp>> =
+            std::collections::BTreeMap::new();
         for g in pending.values_mut().flatten() {
-            for (t, op) in g.before.drain(..) {
-                before.entry(t).or_default().push(op);
+            for (i, op) in g.before.drain(..) {
+                before.entry(i).or_default().push(op);
             }
             after.append(&mut g.after);
         }
-        for (table, ops) in before {
-            super::global::send(self.store.as_ref(), &table, ops)
-                .await
-                .map_err(DataFusionError::from)?;
+        for (i, ops) in before {
+            self.put_global(i, ops).await?;
         }
         for (_, groups) in pending {
             let mut ops: Vec<WriteOp> = Vec::new();
@@ -1040,15 +1042,89 @@ impl Writer {
                 self.send(ops, count, rows).await?;
             }
         }
-        let mut deletes: std::collections::HashMap<crate::storage::TableName, Vec<WriteOp>> =
-            std::collections::HashMap::new();
-        for (t, op) in after {
-            deletes.entry(t).or_default().push(op);
-        }
-        for (table, ops) in deletes {
-            super::global::send(self.store.as_ref(), &table, ops)
+        self.delete_global(after).await?;
+        Ok(())
+    }
+
+    /// Puts global index `i`'s entities: a unique index's one by one, each
+    /// checked for a taken value (two in this batch with one value are a
+    /// violation too: neither base row is written yet).
+    async fn put_global(&self, i: usize, ops: Vec<WriteOp>) -> Result<()> {
+        let Some(g) = self.def.global_indexes.get(i) else {
+            return Ok(());
+        };
+        if g.unique.is_none() {
+            super::global::send(self.store.as_ref(), &g.table, ops)
                 .await
                 .map_err(DataFusionError::from)?;
+            return Ok(());
+        }
+        let entities: Vec<&crate::storage::Entity> =
+            ops.iter().filter_map(WriteOp::entity).collect();
+        // A value twice in this batch, before anything is put.
+        let mut seen = HashSet::new();
+        for e in &entities {
+            if !seen.insert((&e.partition_key, &e.row_key)) {
+                return Err(ExecError::UniqueViolation {
+                    table: self.def.name.clone(),
+                    index: g.name.clone(),
+                    values: super::global::shown_values(&self.def, g, e),
+                }
+                .into());
+            }
+        }
+        for (n, e) in entities.iter().enumerate() {
+            if let Err(err) = super::global::put_unique(self.store.as_ref(), &self.def, g, e).await
+            {
+                // The statement fails: the values this batch took are
+                // given back, so that they are not held for an in-flight
+                // write that will never come.
+                for put in &entities[..n] {
+                    let Ok(base) = super::global::base_keys(&self.def, put) else {
+                        continue;
+                    };
+                    let op = WriteOp::Delete {
+                        partition_key: put.partition_key.clone(),
+                        row_key: put.row_key.clone(),
+                        if_match: IfMatch::Any,
+                    };
+                    let _ =
+                        super::global::delete_unique(self.store.as_ref(), &self.def, g, &op, &base)
+                            .await;
+                }
+                return Err(err.into());
+            }
+        }
+        Ok(())
+    }
+
+    /// Deletes global index entities the rows no longer write: a unique
+    /// index's only where the entity still names the row (another row may
+    /// have taken the value meanwhile).
+    async fn delete_global(
+        &self,
+        after: Vec<(usize, WriteOp, (PartitionKey, RowKey))>,
+    ) -> Result<()> {
+        let mut plain: std::collections::BTreeMap<usize, Vec<WriteOp>> =
+            std::collections::BTreeMap::new();
+        for (i, op, base) in after {
+            let Some(g) = self.def.global_indexes.get(i) else {
+                continue;
+            };
+            if g.unique.is_some() {
+                super::global::delete_unique(self.store.as_ref(), &self.def, g, &op, &base)
+                    .await
+                    .map_err(DataFusionError::from)?;
+            } else {
+                plain.entry(i).or_default().push(op);
+            }
+        }
+        for (i, ops) in plain {
+            if let Some(g) = self.def.global_indexes.get(i) {
+                super::global::send(self.store.as_ref(), &g.table, ops)
+                    .await
+                    .map_err(DataFusionError::from)?;
+            }
         }
         Ok(())
     }

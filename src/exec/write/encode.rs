@@ -238,6 +238,18 @@ pub fn compose(
     Ok(template.compose(&fields)?)
 }
 
+/// The key text a template's first `n` fields fix (with the literal after
+/// the last of them), from a row's values.
+pub fn compose_first(
+    def: &TableDef,
+    template: &KeyTemplate,
+    values: &[Option<EdmValue>],
+    n: usize,
+) -> Result<String, ExecError> {
+    let fields = key_values(def, template, values, n)?;
+    Ok(template.compose_prefix(&fields)?.0)
+}
+
 /// The RowKey prefix a row's primary key fixes, when the primary key is
 /// shorter than the RowKey (`BIB:00042__` of `BIB:{bib:05}__{name}__...`):
 /// two entities under one prefix are the same SQL row. `None` when the

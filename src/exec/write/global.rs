@@ -32,7 +32,12 @@ pub fn entity(
 ) -> Result<Entity, ExecError> {
     let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
     let pk = PartitionKey::new(encode::compose(def, &g.partition_key, values)?).map_err(invalid)?;
-    let rk = RowKey::new(encode::compose(def, &g.row_key, values)?).map_err(invalid)?;
+    let rk = match unique_fields(def, g, values) {
+        // The unique columns' fields only: one entity per value.
+        Some(n) => encode::compose_first(def, &g.row_key, values, n)?,
+        None => encode::compose(def, &g.row_key, values)?,
+    };
+    let rk = RowKey::new(rk).map_err(invalid)?;
     let mut e = Entity::new(pk, rk);
     for (c, v) in def.columns.iter().zip(values) {
         let kept = g.key_columns().any(|k| k == c.name) || def.primary_key.contains(&c.name);
@@ -42,6 +47,128 @@ pub fn entity(
     }
     e.validate().map_err(invalid)?;
     Ok(e)
+}
+
+/// For a unique index and a row whose unique columns are all non-NULL,
+/// how many RowKey fields those columns are (the PartitionKey holds the
+/// first); `None` otherwise (the entity's key then holds the primary key).
+fn unique_fields(def: &TableDef, g: &GlobalIndexDef, values: &[Option<EdmValue>]) -> Option<usize> {
+    let n = g.unique?;
+    let all_set = g.key_columns().take(n).all(|c| {
+        def.columns
+            .iter()
+            .position(|d| d.name == c)
+            .and_then(|i| values.get(i)?.as_ref())
+            .is_some()
+    });
+    all_set.then(|| n.saturating_sub(g.partition_key.columns().count()))
+}
+
+/// Whether an entity may stand for a row being written now: its base row
+/// is missing, but it is younger than this (a write that puts the entity
+/// first and the base row next may be in flight). A unique value it holds
+/// stays taken until then.
+const IN_FLIGHT: chrono::TimeDelta = chrono::TimeDelta::seconds(120);
+
+/// Puts `e`, an entity of unique index `g`, by an Insert. Where one is
+/// there already, it is the row's own (an UPDATE that keeps the value), or
+/// it stands for no row (a stale or orphan entity, older than
+/// [`IN_FLIGHT`]): it is replaced, If-Match the version read. Else the
+/// value is taken: a unique violation.
+pub async fn put_unique(
+    store: &dyn TableStore,
+    def: &TableDef,
+    g: &GlobalIndexDef,
+    e: &Entity,
+) -> Result<(), ExecError> {
+    let ours = base_keys(def, e)?;
+    for _ in 0..5 {
+        match store.execute(&g.table, WriteOp::Insert(e.clone())).await {
+            Ok(_) => return Ok(()),
+            Err(StorageError::EntityAlreadyExists { .. }) => {}
+            Err(err) => return Err(err.into()),
+        }
+        let Some(found) = store.get(&g.table, &e.partition_key, &e.row_key).await? else {
+            continue;
+        };
+        let theirs = base_keys(def, &found.entity).ok();
+        if theirs.as_ref() != Some(&ours) {
+            let live = match &theirs {
+                Some((pk, rk)) => match store.get(&def.storage_table, pk, rk).await? {
+                    Some(b) => agrees(def, g, &found.entity, &super::upkeep::row_values(def, &b)?),
+                    None => chrono::Utc::now() - found.timestamp < IN_FLIGHT,
+                },
+                None => false,
+            };
+            if live {
+                return Err(ExecError::UniqueViolation {
+                    table: def.name.clone(),
+                    index: g.name.clone(),
+                    values: shown_values(def, g, e),
+                });
+            }
+        }
+        match store
+            .execute(
+                &g.table,
+                WriteOp::Update(e.clone(), IfMatch::ETag(found.etag)),
+            )
+            .await
+        {
+            Ok(_) => return Ok(()),
+            Err(StorageError::PreconditionFailed { .. } | StorageError::EntityNotFound { .. }) => {}
+            Err(err) => return Err(err.into()),
+        }
+    }
+    Err(ExecError::Storage(StorageError::PreconditionFailed {
+        partition_key: e.partition_key.as_str().to_owned(),
+        row_key: e.row_key.as_str().to_owned(),
+    }))
+}
+
+/// Deletes the entity at `pk`/`rk` of unique index `g` only where it still
+/// names the base row `base`: another row may have taken the value over
+/// since that row let it go.
+pub async fn delete_unique(
+    store: &dyn TableStore,
+    def: &TableDef,
+    g: &GlobalIndexDef,
+    op: &WriteOp,
+    base: &(PartitionKey, RowKey),
+) -> Result<(), ExecError> {
+    let (pk, rk) = op.keys();
+    let Some(found) = store.get(&g.table, pk, rk).await? else {
+        return Ok(());
+    };
+    if base_keys(def, &found.entity).ok().as_ref() != Some(base) {
+        return Ok(());
+    }
+    let delete = WriteOp::Delete {
+        partition_key: pk.clone(),
+        row_key: rk.clone(),
+        if_match: IfMatch::ETag(found.etag),
+    };
+    match store.execute(&g.table, delete).await {
+        Ok(_)
+        | Err(StorageError::EntityNotFound { .. } | StorageError::PreconditionFailed { .. }) => {
+            Ok(())
+        }
+        Err(err) => Err(err.into()),
+    }
+}
+
+/// The unique columns' values of an entity, for the error.
+pub fn shown_values(def: &TableDef, g: &GlobalIndexDef, e: &Entity) -> String {
+    g.key_columns()
+        .take(g.unique.unwrap_or(0))
+        .map(|c| {
+            let p = def.column(c).map_or(c, |d| d.property_name());
+            e.properties
+                .get(p)
+                .map_or_else(|| "NULL".to_owned(), ToString::to_string)
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// The keys of the base row an index entity names, from the primary-key
@@ -187,13 +314,17 @@ pub async fn upkeep(
         let values = super::upkeep::row_values(def, b)?;
         match entity(def, g, &values) {
             Ok(e) => {
-                wanted.insert(
-                    (
-                        e.partition_key.as_str().to_owned(),
-                        e.row_key.as_str().to_owned(),
-                    ),
-                    e,
+                let key = (
+                    e.partition_key.as_str().to_owned(),
+                    e.row_key.as_str().to_owned(),
                 );
+                // Two rows with one unique value: neither can have it.
+                if wanted.insert(key.clone(), e).is_some() {
+                    health.unindexable += 2;
+                    health.missing += 2;
+                    note(&mut health, "unindexable: a duplicated unique value", &key);
+                    wanted.remove(&key);
+                }
             }
             Err(_) => {
                 health.unindexable += 1;
