@@ -1244,10 +1244,15 @@ mod tests {
                 assert_eq!(g.partition_key.to_string(), "{club:~s}");
                 assert_eq!(
                     g.row_key.to_string(),
-                    "{age:i10}__{event:s}__{distance:s}__{bib:i10}"
+                    "k:{age:i10}__{event:s}__{distance:s}__{bib:i10}"
                 );
                 assert_eq!(g.table.as_str(), "Registrationsxbyclub");
             }
+            other => panic!("{other:?}"),
+        }
+        // UNIQUE is global: its unique columns are the leading key fields.
+        match declared("CREATE UNIQUE INDEX u ON registrations (club, age)") {
+            Ok(NewIndex::Global(g)) => assert_eq!(g.unique, Some(2)),
             other => panic!("{other:?}"),
         }
         // By default: the listed columns, then the primary key's rest.
@@ -1298,8 +1303,8 @@ mod tests {
                 "unknown index option",
             ),
             (
-                "CREATE UNIQUE INDEX x ON registrations (age)",
-                "global index",
+                "CREATE UNIQUE INDEX x ON registrations (age) NULLS NOT DISTINCT",
+                "NULLS NOT DISTINCT",
             ),
         ] {
             let e = index(sql).unwrap_err().to_string();
