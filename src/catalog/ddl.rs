@@ -319,7 +319,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                     uniques.insert(n, fields);
                 } else {
                     return Err(CatalogError::Definition(format!(
-                        "unknown option {key} (expected global_table_<name>, global_pk_<name> or global_rk_<name>)"
+                        "unknown option {key} (expected global_table_<name>, global_pk_<name>, global_rk_<name> or global_unique_<name>)"
                     )));
                 }
             }
@@ -794,10 +794,12 @@ struct IndexColumn {
 /// primary-key columns the PartitionKey and the list lack, joined by `__`.
 /// `WITH (covering = false)` declares rows that carry only their keys.
 ///
-/// Refused, with the reason: `UNIQUE` (uniqueness over every partition
-/// needs a global index), a partial index (`WHERE`), an expression, an
-/// access method other than btree, and `INCLUDE` on rows that are not
-/// covering (a covering row already carries every column).
+/// `WITH (global = true)`, and `UNIQUE` (uniqueness over every partition
+/// needs one place per value), declare a global index (`global_index`).
+/// Refused, with the reason: `NULLS NOT DISTINCT`, a partial index
+/// (`WHERE`), an expression, an access method other than btree, an
+/// operator class other than the pattern ones, and `INCLUDE` on rows that
+/// are not covering (a covering row already carries every column).
 pub fn index_from_create(
     create: &datafusion::sql::sqlparser::ast::CreateIndex,
     def: &TableDef,
@@ -990,8 +992,9 @@ fn typed_field(
 /// A global index on `columns`: the first column's value is the
 /// PartitionKey, so an equality on it reads one partition; the other
 /// columns, then every primary-key column not listed, the RowKey. Its
-/// storage table is the base table's name, `x` and the index's name (the
-/// engine adds a number where that is taken).
+/// storage table is the base table's storage table's name, `x` and the
+/// index's name, cut to 56 characters (the engine adds a number where that
+/// is taken).
 fn global_index(
     def: &TableDef,
     name: String,
@@ -1016,7 +1019,7 @@ fn global_index(
     let suffix: String = name.chars().filter(char::is_ascii_alphanumeric).collect();
     let table: String = format!("{}x{suffix}", def.storage_table.as_str())
         .chars()
-        .take(63)
+        .take(56)
         .collect();
     Ok(GlobalIndexDef {
         table: TableName::new(table)

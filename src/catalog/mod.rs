@@ -440,6 +440,15 @@ impl TableDef {
                     }
                 }
             }
+            if let Some(n) = g.unique
+                && !(1..=g.key_columns().count()).contains(&n)
+            {
+                return Err(bad(format!(
+                    "global index {}: {n} unique fields, of {} key fields",
+                    g.name,
+                    g.key_columns().count()
+                )));
+            }
             // Each base row has one entity: its key holds the whole
             // primary key, so two rows never share one.
             let missing: Vec<&str> = self

@@ -155,27 +155,40 @@ impl Engine {
             table: table.to_owned(),
             reason,
         };
-        let taken = def.indexes.iter().any(|i| i.name == g.name);
+        let local = def.indexes.iter().any(|i| i.name == g.name);
+        let name = g.name.clone();
+        let already = |mut outcome: DdlOutcome| {
+            if if_not_exists {
+                outcome.notices.push(Notice::new(
+                    NoticeKind::AlreadyExists,
+                    format!("relation \"{name}\" already exists, skipping"),
+                ));
+                Ok(outcome)
+            } else {
+                Err(EngineError::from(exists(format!(
+                    "index {name} already exists"
+                ))))
+            }
+        };
         match def.global_indexes.iter().find(|x| x.name == g.name) {
+            // Killed while building: the same declaration resumes.
             Some(old)
                 if old.building
                     && old.partition_key == g.partition_key
-                    && old.row_key == g.row_key =>
+                    && old.row_key == g.row_key
+                    && old.unique == g.unique =>
             {
                 g.table = old.table.clone();
             }
-            Some(_) | None
-                if (taken || def.global_indexes.iter().any(|x| x.name == g.name))
-                    && if_not_exists =>
-            {
-                outcome.notices.push(Notice::new(
-                    NoticeKind::AlreadyExists,
-                    format!("relation \"{}\" already exists, skipping", g.name),
-                ));
-                return Ok(outcome);
+            Some(old) if old.building && !if_not_exists => {
+                return Err(exists(format!(
+                    "index {} is being built with another definition; run CREATE INDEX as it was, or DROP INDEX {} first",
+                    g.name, g.name
+                ))
+                .into());
             }
-            Some(_) => return Err(exists(format!("index {} already exists", g.name)).into()),
-            None if taken => return Err(exists(format!("index {} already exists", g.name)).into()),
+            Some(_) => return already(outcome),
+            None if local => return already(outcome),
             None => {
                 let wanted = g.table.clone();
                 let mut lost = std::collections::HashSet::new();

@@ -138,7 +138,8 @@ pub enum FieldFormat {
 pub const MAX_WIDTH: u8 = 18;
 
 impl FieldFormat {
-    /// Characters every encoding of the format takes; `None` for free text.
+    /// Characters every encoding of the format takes; `None` for free text
+    /// and typed fields (their NULL token has its own length).
     pub fn fixed_len(self) -> Option<usize> {
         match self {
             FieldFormat::Text | FieldFormat::Typed(_) => None,
@@ -172,6 +173,8 @@ impl FieldFormat {
 
     /// Writes `value` for column `column`; `escape` lists the characters a
     /// free-text value must escape besides `%` and those keys may not hold.
+    /// A typed field is written as one followed by more of the key (text
+    /// with its terminator); templates pass where it stands.
     pub fn encode(self, column: &str, value: &KeyValue, escape: &str) -> Result<String, KeyError> {
         let mut out = String::new();
         self.encode_into(column, value, escape, false, &mut out)?;

@@ -12,6 +12,12 @@
 //! those of the separator after it as `%XX`, so any text fits and decomposition
 //! is unambiguous.
 //!
+//! Typed fields (`keys::typed`) hold every column type but BYTEA, and
+//! NULL, in PostgreSQL's order, ascending or descending:
+//! `{c:[~]K[,nulls_first|,nulls_last]}` with `K` one of `iNN`, `f`, `t`,
+//! `u`, `b`, `s`. Ranges over them are `KeyTemplate::typed_range`; a text
+//! field that ends the key has no terminator (unless NULLs sort first).
+//!
 //! A PartitionKey template may instead be `{#N}`: the row's RowKey hashed
 //! into one of `N` buckets (`bucket_of`). It spreads keys that grow (a
 //! SERIAL id) over `N` partitions while a whole RowKey still names its

@@ -209,7 +209,10 @@ impl UpsertNode {
             .primary_key
             .len()
             .saturating_sub(def.partition_key.columns().count());
-        if !def.indexes.is_empty() || in_row_key < def.row_key.columns().count() {
+        if !def.indexes.is_empty()
+            || !def.global_indexes.is_empty()
+            || in_row_key < def.row_key.columns().count()
+        {
             return false;
         }
         let from_excluded = |column: &str| {

@@ -44,6 +44,15 @@ pub fn key_ordering(
         let Some(ascending) = format.order() else {
             break;
         };
+        // Ascending typed text is in UTF-16 order, which puts characters
+        // past U+FFFF below U+E000..U+FFFC where SQL's code point order
+        // does not: no order claimed (descending text is bytes, exact).
+        if let crate::keys::FieldFormat::Typed(t) = format
+            && t.kind == crate::keys::TypedKind::Text
+            && !t.descending
+        {
+            break;
+        }
         let Some(pos) = projection.iter().position(|&i| rows.columns[i].0 == source) else {
             break;
         };

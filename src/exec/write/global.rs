@@ -40,7 +40,9 @@ pub fn entity(
     let rk = RowKey::new(rk).map_err(invalid)?;
     let mut e = Entity::new(pk, rk);
     for (c, v) in def.columns.iter().zip(values) {
-        let kept = g.key_columns().any(|k| k == c.name) || def.primary_key.contains(&c.name);
+        // The base row's every key column (its RowKey may hold more than
+        // the primary key): the entity names its base row by them.
+        let kept = g.key_columns().any(|k| k == c.name) || def.is_key_column(&c.name);
         if let (true, Some(v)) = (kept, v) {
             e.properties.insert(c.property_name().to_owned(), v.clone());
         }
@@ -171,15 +173,14 @@ pub fn shown_values(def: &TableDef, g: &GlobalIndexDef, e: &Entity) -> String {
         .join(", ")
 }
 
-/// The keys of the base row an index entity names, from the primary-key
-/// properties it carries.
+/// The keys of the base row an index entity names, from the base key
+/// columns' properties it carries.
 pub fn base_keys(def: &TableDef, e: &Entity) -> Result<(PartitionKey, RowKey), ExecError> {
     let values: Vec<Option<EdmValue>> = def
         .columns
         .iter()
         .map(|c| {
-            def.primary_key
-                .contains(&c.name)
+            def.is_key_column(&c.name)
                 .then(|| e.properties.get(c.property_name()).cloned())
                 .flatten()
         })
@@ -254,7 +255,13 @@ pub async fn send(
                     for op in chunk {
                         match store.execute(table, op.clone()).await {
                             Ok(_) => done += 1,
-                            Err(StorageError::EntityNotFound { .. }) => {}
+                            // Gone, changed or written meanwhile: that
+                            // writer's version stands.
+                            Err(
+                                StorageError::EntityNotFound { .. }
+                                | StorageError::PreconditionFailed { .. }
+                                | StorageError::EntityAlreadyExists { .. },
+                            ) => {}
                             Err(e) => return Err(e.into()),
                         }
                     }
@@ -308,6 +315,8 @@ pub async fn upkeep(
     // What the base rows write.
     let mut wanted: BTreeMap<(String, String), Entity> = BTreeMap::new();
     let mut partitions = HashSet::new();
+    // Unique values more than one row holds.
+    let mut repeated: HashSet<(String, String)> = HashSet::new();
     each_base_row(store, def, |b| {
         health.base_rows += 1;
         partitions.insert(b.partition_key().as_str().to_owned());
@@ -319,11 +328,15 @@ pub async fn upkeep(
                     e.row_key.as_str().to_owned(),
                 );
                 // Two rows with one unique value: neither can have it.
-                if wanted.insert(key.clone(), e).is_some() {
+                if repeated.contains(&key) {
+                    health.unindexable += 1;
+                    health.missing += 1;
+                } else if wanted.insert(key.clone(), e).is_some() {
                     health.unindexable += 2;
                     health.missing += 2;
                     note(&mut health, "unindexable: a duplicated unique value", &key);
                     wanted.remove(&key);
+                    repeated.insert(key);
                 }
             }
             Err(_) => {
@@ -352,11 +365,16 @@ pub async fn upkeep(
         );
         match wanted.get(&key) {
             Some(w) if w.properties == f.entity.properties => {}
+            // Fixed If-Match the version read: a writer that changed it
+            // since knows better than this pass's snapshot.
             Some(w) => {
                 health.stale += 1;
                 note(&mut health, "stale", &key);
-                fixes.push(WriteOp::InsertOrReplace(w.clone()));
+                fixes.push(WriteOp::Update(w.clone(), IfMatch::ETag(f.etag.clone())));
             }
+            // An entity younger than a write's flight may be a write's
+            // whose base row this pass read before it landed: left alone.
+            None if chrono::Utc::now() - f.timestamp < IN_FLIGHT => {}
             None => {
                 health.orphaned += 1;
                 note(&mut health, "orphaned", &key);
@@ -373,7 +391,8 @@ pub async fn upkeep(
         if !present.contains(key) {
             health.missing += 1;
             note(&mut health, "missing", key);
-            fixes.push(WriteOp::InsertOrReplace(w.clone()));
+            // An Insert: one written meanwhile is the writer's.
+            fixes.push(WriteOp::Insert(w.clone()));
         }
     }
     if repair && !fixes.is_empty() {

@@ -183,8 +183,13 @@ pub(super) fn analyze(def: Option<&TableDef>, expr: &Expr) -> Analysis {
         },
         // An index's typed field writes NULL as a value of its own, placed
         // as PostgreSQL sorts it; IS NOT NULL is every other value.
+        // Only where a field writes NULL: a legacy field has none (an
+        // application's row may still hold NULL there).
         Expr::IsNull(e) => match target(def, e) {
-            Some(t @ Target::Field(_)) => one(t, Domain::Values(BTreeSet::from([KeyValue::Null]))),
+            Some(Target::Field(f)) if def.is_some_and(|d| holds_null(d, &f)) => one(
+                Target::Field(f),
+                Domain::Values(BTreeSet::from([KeyValue::Null])),
+            ),
             _ => Analysis::default(),
         },
         Expr::IsNotNull(e) => match target(def, e) {
@@ -251,6 +256,19 @@ pub(super) fn target(def: Option<&TableDef>, e: &Expr) -> Option<Target> {
         },
         _ => None,
     }
+}
+
+/// Whether every template field of `column` writes NULL (typed fields).
+fn holds_null(def: &TableDef, column: &str) -> bool {
+    let templates = def.indexes.iter().map(|i| &i.row_key).chain(
+        def.global_indexes
+            .iter()
+            .flat_map(|g| [&g.partition_key, &g.row_key]),
+    );
+    templates
+        .flat_map(|t| (0..t.columns().count()).filter_map(move |n| t.field(n)))
+        .filter(|(c, _)| *c == column)
+        .all(|(_, f)| f.holds_null())
 }
 
 /// Whether an expression reads a key of the base rows.

@@ -358,6 +358,28 @@ fn is_text(format: FieldFormat) -> bool {
 /// range of partitions. `None` where the atoms fix nothing of it.
 pub(super) fn plan_global(def: &TableDef, gi: usize, atoms: &[&Atom]) -> Option<Planned> {
     let g = def.global_indexes.get(gi)?;
+    // A unique index's entity is keyed by its unique columns alone where
+    // they are all set: the fields after them (the primary key's) narrow
+    // nothing, and a condition on them stays DataFusion's.
+    let unique: Vec<&str> = match g.unique {
+        Some(n) => g.key_columns().take(n).collect(),
+        None => g.key_columns().collect(),
+    };
+    let atoms: Vec<&Atom> = atoms
+        .iter()
+        .copied()
+        .filter(|a| matches!(&a.target, Target::Field(f) if unique.contains(&f.as_str())))
+        .collect();
+    let atoms = atoms.as_slice();
+    // IS NOT NULL alone bounds nothing worth a lookup per row.
+    let first = g.partition_key.columns().next()?;
+    let bounded = atoms.iter().any(|a| {
+        a.target == Target::Field(first.to_owned())
+            && !matches!(&a.domain, Domain::Range(Bound::Unbounded, Bound::Unbounded))
+    });
+    if !bounded {
+        return None;
+    }
     let read = IndexRead {
         position: gi,
         name: g.name.clone(),
