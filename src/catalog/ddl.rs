@@ -1066,28 +1066,11 @@ fn derived_template(
         .collect::<String>()
         .to_uppercase();
     let mut text = format!("{}:", if lead.is_empty() { "IX" } else { &lead });
-    for (i, (c, descending, nulls_first)) in fields.iter().enumerate() {
-        let column = def.column(c).ok_or_else(|| CatalogError::Inconsistent {
-            table: def.name.clone(),
-            reason: format!("index column {c} is not a column"),
-        })?;
-        let spec = super::typed_spec(column.column_type).ok_or_else(|| {
-            CatalogError::Definition(format!(
-                "index column {c} is {}: a key cannot hold it",
-                column.column_type
-            ))
-        })?;
-        if i > 0 {
-            text.push_str("__");
-        }
-        let nulls = match nulls_first {
-            Some(true) if !descending => ",nulls_first",
-            Some(false) if *descending => ",nulls_last",
-            _ => "",
-        };
-        let dir = if *descending { "~" } else { "" };
-        text.push_str(&format!("{{{c}:{dir}{spec}{nulls}}}"));
-    }
+    let fields = fields
+        .iter()
+        .map(|(c, descending, nulls_first)| typed_field(def, c, *descending, *nulls_first))
+        .collect::<Result<Vec<_>, _>>()?;
+    text.push_str(&fields.join("__"));
     Ok(text.parse()?)
 }
 
