@@ -332,24 +332,8 @@ impl Typed {
         if text == self.null_token() {
             return Ok(KeyRef::Null);
         }
+        // A fixed-width encoding in its ascending spelling.
         let plain: std::borrow::Cow<'a, str> = match self.kind {
-            TypedKind::Text => {
-                let value = if self.descending {
-                    let hex = text.strip_suffix(DESC_END).ok_or_else(bad)?;
-                    let bytes = hex_bytes(hex).ok_or_else(bad)?;
-                    let bytes: Vec<u8> = bytes.into_iter().map(|b| 255 - b).collect();
-                    std::borrow::Cow::Owned(String::from_utf8(bytes).map_err(|_| bad())?)
-                } else {
-                    let body = if self.terminated(last) {
-                        text.strip_suffix(TERMINATOR).ok_or_else(bad)?
-                    } else {
-                        text
-                    };
-                    unescape_ordered(body).ok_or_else(bad)?
-                };
-                let v = KeyRef::Text(value);
-                return self.check(column, text, v, last);
-            }
             TypedKind::Timestamp | TypedKind::Uuid if self.descending => text
                 .chars()
                 .map(|c| complement(self.kind, c))
@@ -392,7 +376,23 @@ impl Typed {
                 "1" => KeyRef::Bool(!self.descending),
                 _ => return Err(bad()),
             },
-            TypedKind::Text => unreachable_text(),
+            TypedKind::Text if self.descending => {
+                let hex = text.strip_suffix(DESC_END).ok_or_else(bad)?;
+                let bytes: Vec<u8> = hex_bytes(hex)
+                    .ok_or_else(bad)?
+                    .into_iter()
+                    .map(|b| 255 - b)
+                    .collect();
+                KeyRef::Text(String::from_utf8(bytes).map_err(|_| bad())?.into())
+            }
+            TypedKind::Text => {
+                let body = if self.terminated(last) {
+                    text.strip_suffix(TERMINATOR).ok_or_else(bad)?
+                } else {
+                    text
+                };
+                KeyRef::Text(unescape_ordered(body).ok_or_else(bad)?)
+            }
         };
         self.check(column, text, v, last)
     }
@@ -457,11 +457,6 @@ impl Typed {
             (start, end)
         }
     }
-}
-
-/// Never reached: text returns before the fixed kinds are parsed.
-fn unreachable_text() -> KeyRef<'static> {
-    KeyRef::Null
 }
 
 /// The descending form of a character of a timestamp (decimal digits) or

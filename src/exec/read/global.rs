@@ -31,6 +31,7 @@ use futures::{StreamExt, TryStreamExt};
 
 use super::access::{AccessPath, KeyRequest};
 use super::decode::{Layout, decode};
+use super::scan::leaf;
 use crate::exec::ExecError;
 use crate::exec::write::global;
 use crate::storage::{ContinuationToken, Query, StoredEntity, TableStore};
@@ -125,19 +126,6 @@ async fn entities(
                 }
             }
         }
-    }
-}
-
-fn leaf(
-    plan: Arc<GlobalIndexExec>,
-    children: Vec<Arc<dyn ExecutionPlan>>,
-) -> Result<Arc<dyn ExecutionPlan>> {
-    if children.is_empty() {
-        Ok(plan)
-    } else {
-        Err(DataFusionError::Internal(
-            "GlobalIndexExec has no children".into(),
-        ))
     }
 }
 

@@ -838,16 +838,18 @@ impl futures::Stream for Limited {
     }
 }
 
-fn leaf(
-    plan: Arc<PartitionScanExec>,
+/// A leaf plan given children: itself, where there are none.
+pub(super) fn leaf<T: ExecutionPlan + 'static>(
+    plan: Arc<T>,
     children: Vec<Arc<dyn ExecutionPlan>>,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     if children.is_empty() {
         Ok(plan)
     } else {
-        Err(DataFusionError::Internal(
-            "PartitionScanExec has no children".into(),
-        ))
+        Err(DataFusionError::Internal(format!(
+            "{} has no children",
+            plan.name()
+        )))
     }
 }
 
