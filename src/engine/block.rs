@@ -14,7 +14,23 @@ use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{EngineError, Transaction};
 use crate::catalog::normalize_ident;
+use crate::exec::write::commit::Order;
 use crate::storage::TableStore;
+
+/// The order a wide COMMIT writes in: global index entities around the
+/// base rows (`commit::Order`). Read from the stored catalog only for a
+/// block that writes more than one table, since only such a block can hold
+/// index entities.
+async fn commit_order(tx: &Transaction, store: &dyn TableStore) -> Result<Order, EngineError> {
+    if !tx.spans_tables() {
+        return Ok(Order::default());
+    }
+    let defs = crate::catalog::persist::load(store).await?;
+    Ok(Order::new(
+        defs.iter()
+            .flat_map(|d| d.global_indexes.iter().map(|g| &g.table)),
+    ))
+}
 
 /// How a block ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -124,9 +140,15 @@ pub async fn control(
                 tx.rollback();
                 Ok(BlockChange::Ended(BlockEnd::RolledBack))
             } else {
-                match tx.commit(store).await {
-                    Ok(_) => Ok(BlockChange::Ended(BlockEnd::Committed)),
-                    Err(e) => Err(e.into()),
+                match commit_order(tx, store).await {
+                    Ok(order) => match tx.commit(store, &order).await {
+                        Ok(_) => Ok(BlockChange::Ended(BlockEnd::Committed)),
+                        Err(e) => Err(e.into()),
+                    },
+                    Err(e) => {
+                        tx.rollback();
+                        Err(e)
+                    }
                 }
             }
         }

@@ -17,7 +17,9 @@
 //!    a recovery, unless a conflict puts it back (3).
 //! 2. The writes go partition by partition, in entity group transactions,
 //!    each conditional on the version the block read (`If-Match`, or an
-//!    insert where there was none).
+//!    insert where there was none);
+//!    a global index's entity puts before every other write and its deletes
+//!    after them ([`Order`]), as outside a block.
 //! 3. If one meets a row another client changed since the block read it
 //!    (or one the store refuses whatever the data), the header is marked
 //!    undone and the partitions already written are put back (each
@@ -82,6 +84,43 @@ const CHUNK_UNITS: usize = 30_000;
 /// than a commit takes, so that a live commit is never finished twice.
 pub const RECOVER_AFTER: Duration = Duration::from_secs(120);
 
+/// Which tables hold global index entities (`exec/write/global.rs`), whose
+/// writes a commit orders around the rest: their puts first, their
+/// deletes last, as a statement outside a block sends them. A commit that
+/// stops midway then leaves no base row without its entity, and a unique
+/// value is taken before the row that holds it lands.
+#[derive(Debug, Clone, Default)]
+pub struct Order {
+    index_tables: std::collections::HashSet<String>,
+}
+
+impl Order {
+    /// The order for a store whose global index entities live in `tables`.
+    pub fn new<'a>(tables: impl IntoIterator<Item = &'a TableName>) -> Self {
+        Self {
+            index_tables: tables
+                .into_iter()
+                .map(|t| t.as_str().to_ascii_lowercase())
+                .collect(),
+        }
+    }
+
+    /// 0: an index entity's put; 1: any other table's write; 2: an index
+    /// entity's delete.
+    fn phase(&self, c: &Change) -> u8 {
+        if !self
+            .index_tables
+            .contains(&c.table.as_str().to_ascii_lowercase())
+        {
+            1
+        } else if matches!(c.op, WriteOp::Delete { .. }) {
+            2
+        } else {
+            0
+        }
+    }
+}
+
 /// One write of a block: the operation COMMIT sends, and the entity as the
 /// block read it (`None`: absent), to put back.
 #[derive(Debug, Clone)]
@@ -91,8 +130,16 @@ pub struct Change {
     pub before: Option<StoredEntity>,
 }
 
-/// Commits `changes` as the module doc says; returns how many it wrote.
-pub async fn commit(store: &dyn TableStore, changes: Vec<Change>) -> Result<usize> {
+/// Commits `changes` as the module doc says, in `order`; returns how many
+/// it wrote.
+pub async fn commit(
+    store: &dyn TableStore,
+    mut changes: Vec<Change>,
+    order: &Order,
+) -> Result<usize> {
+    // The record keeps the order too, so that a recovery redoes in it (and
+    // puts back in reverse).
+    changes.sort_by_key(|c| order.phase(c));
     // Best effort: a record left by a stopped process is finished first,
     // so its rows are not met half-written; its failure is not this one's.
     let _ = recover(store, RECOVER_AFTER).await;
@@ -104,7 +151,7 @@ pub async fn commit(store: &dyn TableStore, changes: Vec<Change>) -> Result<usiz
     let id = record_id()?;
     let mut lease = write_record(store, &log, &id, &changes).await?;
     let mut written: Vec<(Change, Option<crate::storage::ETag>)> = Vec::new();
-    for (table, ops) in batches(&changes) {
+    for (table, ops) in batches(&changes, order) {
         // A record a recovery has claimed is the recovery's to finish.
         if !lease.renewed(store, &log, &id).await {
             return Err(StorageError::Transaction(TransactionScope::Unknown {
@@ -129,7 +176,7 @@ pub async fn commit(store: &dyn TableStore, changes: Vec<Change>) -> Result<usiz
                     }));
                 }
                 let _ = mark(store, &log, &id, UNDONE).await;
-                let undone = put_back(store, &written).await;
+                let undone = put_back(store, &written, order).await;
                 let _ = forget(store, &log, &id).await;
                 return Err(match (undone, failure) {
                     (Ok(()), Failure::Conflict) => {
@@ -253,7 +300,8 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
                     }
                 }
                 Stale::Undone => {
-                    for change in read_record(store, &log, &id).await? {
+                    // Newest first, as the commit itself puts back.
+                    for change in read_record(store, &log, &id).await?.into_iter().rev() {
                         undo(store, change).await?;
                     }
                 }
@@ -283,12 +331,17 @@ fn record_id() -> Result<PartitionKey> {
     ))?)
 }
 
-/// The changes grouped per table and partition, in key order, cut into
-/// entity group transactions.
-fn batches(changes: &[Change]) -> Vec<(TableName, Vec<&Change>)> {
-    let mut groups: BTreeMap<(String, PartitionKey), (TableName, Vec<&Change>)> = BTreeMap::new();
+/// The changes grouped per phase of `order`, table and partition, in key
+/// order, cut into entity group transactions.
+fn batches<'a>(changes: &'a [Change], order: &Order) -> Vec<(TableName, Vec<&'a Change>)> {
+    type Group<'a> = (TableName, Vec<&'a Change>);
+    let mut groups: BTreeMap<(u8, String, PartitionKey), Group<'a>> = BTreeMap::new();
     for c in changes {
-        let key = (c.table.as_str().to_ascii_lowercase(), c.op.keys().0.clone());
+        let key = (
+            order.phase(c),
+            c.table.as_str().to_ascii_lowercase(),
+            c.op.keys().0.clone(),
+        );
         groups
             .entry(key)
             .or_insert_with(|| (c.table.clone(), Vec::new()))
@@ -505,10 +558,13 @@ async fn forget(store: &dyn TableStore, log: &TableName, id: &PartitionKey) -> R
 }
 
 /// Puts back what a failed commit had written, newest first, each write
-/// conditional on the version the commit gave it.
+/// conditional on the version the commit gave it. In `order`: an index
+/// entity the commit deleted is put back before the base rows, and one it
+/// put is deleted after them.
 async fn put_back(
     store: &dyn TableStore,
     written: &[(Change, Option<crate::storage::ETag>)],
+    order: &Order,
 ) -> Result<()> {
     let mut undo: Vec<Change> = Vec::new();
     for (change, etag) in written.iter().rev() {
@@ -533,7 +589,7 @@ async fn put_back(
             before: None,
         });
     }
-    for (table, ops) in batches(&undo) {
+    for (table, ops) in batches(&undo, order) {
         let ops = ops.into_iter().map(|c| c.op.clone()).collect();
         store.execute_batch(&table, ops).await?;
     }
@@ -825,7 +881,12 @@ mod tests {
         tables(store.as_ref()).await;
         let tx = Arc::new(Transaction::default());
         wide_block(&tx, store.clone()).await;
-        assert_eq!(tx.commit(store.as_ref()).await.expect("committed"), 153);
+        assert_eq!(
+            tx.commit(store.as_ref(), &Order::default())
+                .await
+                .expect("committed"),
+            153
+        );
         assert_eq!(n_of(store.as_ref(), "orders", "a", "0149").await, Some(149));
         assert_eq!(n_of(store.as_ref(), "orders", "b", "0000").await, Some(0));
         assert_eq!(n_of(store.as_ref(), "lines", "a", "0001").await, Some(1));
@@ -886,7 +947,10 @@ mod tests {
     async fn a_change_by_another_client_puts_back_what_was_written() {
         let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
         let tx = conflicting_block(&store, store.clone()).await;
-        let e = tx.commit(store.as_ref()).await.expect_err("a conflict");
+        let e = tx
+            .commit(store.as_ref(), &Order::default())
+            .await
+            .expect_err("a conflict");
         assert!(
             matches!(
                 e,
@@ -913,7 +977,10 @@ mod tests {
             writes_left: AtomicUsize::new(5),
         });
         let tx = conflicting_block(&inner, stops.clone()).await;
-        let e = tx.commit(stops.as_ref()).await.expect_err("a conflict");
+        let e = tx
+            .commit(stops.as_ref(), &Order::default())
+            .await
+            .expect_err("a conflict");
         assert!(
             matches!(
                 e,
@@ -933,6 +1000,61 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn index_entities_are_put_before_the_base_rows_and_deleted_after_them() {
+        // The base table sorts before the index table by name, so only the
+        // order puts the entity first.
+        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        for t in ["abase", "zindex"] {
+            inner.create_table(&table(t)).await.expect("created");
+        }
+        for (t, pk, rk) in [("abase", "p", "r"), ("zindex", "v1", "p_r")] {
+            inner
+                .execute_batch(&table(t), vec![WriteOp::Insert(row(pk, rk, 1))])
+                .await
+                .expect("written");
+        }
+        // The record (its chunk, its header) and one batch land.
+        let stops: Arc<dyn TableStore> = Arc::new(Stops {
+            inner: inner.clone(),
+            writes_left: AtomicUsize::new(3),
+        });
+        let tx = Arc::new(Transaction::default());
+        tx.begin();
+        let seen = tx.store_for(stops.clone());
+        for (t, op) in [
+            ("zindex", WriteOp::Insert(row("v2", "p_r", 2))),
+            ("abase", WriteOp::InsertOrReplace(row("p", "r", 2))),
+            (
+                "zindex",
+                WriteOp::Delete {
+                    partition_key: PartitionKey::new("v1").expect("a key"),
+                    row_key: RowKey::new("p_r").expect("a key"),
+                    if_match: IfMatch::Any,
+                },
+            ),
+        ] {
+            seen.execute_batch(&table(t), vec![op])
+                .await
+                .expect("buffered");
+        }
+        let order = Order::new([&table("zindex")]);
+        tx.commit(stops.as_ref(), &order)
+            .await
+            .expect_err("stopped");
+        // Stopped after the first batch: the new entity, not the base row.
+        assert_eq!(n_of(inner.as_ref(), "zindex", "v2", "p_r").await, Some(2));
+        assert_eq!(n_of(inner.as_ref(), "abase", "p", "r").await, Some(1));
+        assert_eq!(n_of(inner.as_ref(), "zindex", "v1", "p_r").await, Some(1));
+        // Recovery redoes the rest in the record's order.
+        assert_eq!(
+            recover(inner.as_ref(), Duration::ZERO).await.expect("read"),
+            1
+        );
+        assert_eq!(n_of(inner.as_ref(), "abase", "p", "r").await, Some(2));
+        assert_eq!(n_of(inner.as_ref(), "zindex", "v1", "p_r").await, None);
+    }
+
+    #[tokio::test]
     async fn a_commit_stopped_midway_is_finished_by_the_next_recovery() {
         let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
         tables(inner.as_ref()).await;
@@ -946,7 +1068,10 @@ mod tests {
         wide_block(&tx, stops.clone()).await;
         // The store stopped answering: whether the batch landed is not
         // known, so nothing is put back and the record stays.
-        let e = tx.commit(stops.as_ref()).await.expect_err("stopped");
+        let e = tx
+            .commit(stops.as_ref(), &Order::default())
+            .await
+            .expect_err("stopped");
         assert!(
             matches!(
                 e,

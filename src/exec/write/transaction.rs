@@ -377,6 +377,23 @@ impl Transaction {
         self.lock().open.as_ref().is_some_and(|b| b.writes > 0)
     }
 
+    /// Whether the open block writes to more than one table.
+    pub fn spans_tables(&self) -> bool {
+        self.lock().open.as_ref().is_some_and(|b| {
+            b.tables
+                .values()
+                .filter(|parts| {
+                    parts
+                        .values()
+                        .flat_map(BTreeMap::values)
+                        .any(Touched::writes)
+                })
+                .take(2)
+                .count()
+                > 1
+        })
+    }
+
     /// A statement of the open block failed: nothing but its end runs
     /// until `ROLLBACK` (or `ROLLBACK TO` a savepoint), and its `COMMIT`
     /// rolls back, as in PostgreSQL. Outside a block, nothing.
@@ -412,7 +429,7 @@ impl Transaction {
     /// an aborted block is rolled back instead (as PostgreSQL ends a failed
     /// transaction), which is
     /// `StorageError::Transaction(TransactionScope::Aborted)`.
-    pub async fn commit(&self, store: &dyn TableStore) -> Result<usize> {
+    pub async fn commit(&self, store: &dyn TableStore, order: &commit::Order) -> Result<usize> {
         let (buffer, aborted) = {
             let mut state = self.lock();
             state.marks.clear();
@@ -439,7 +456,7 @@ impl Transaction {
             store.execute_batch(&table, ops).await?;
             return Ok(n);
         }
-        commit::commit(store, changes).await
+        commit::commit(store, changes, order).await
     }
 
     /// `SAVEPOINT name`: remembers the buffer as it is; `false` outside a
