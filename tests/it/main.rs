@@ -10,6 +10,7 @@ mod differential;
 mod embedded;
 mod fanout;
 mod faults;
+mod global;
 mod hostile;
 mod indexes;
 mod interop;

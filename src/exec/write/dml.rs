@@ -1019,6 +1019,7 @@ impl Writer {
         for (i, ops) in before {
             self.put_global(i, ops).await?;
         }
+        let after = self.pin_global(after).await?;
         for (_, groups) in pending {
             let mut ops: Vec<WriteOp> = Vec::new();
             let mut rows: Vec<Returned> = Vec::new();
@@ -1098,28 +1099,34 @@ impl Writer {
         Ok(())
     }
 
-    /// Deletes global index entities the rows no longer write: a unique
-    /// index's only where the entity still names the row (another row may
-    /// have taken the value meanwhile).
-    async fn delete_global(
+    /// The deletes of the global index entities the rows no longer write,
+    /// pinned to the version each has before the base rows are written
+    /// (`global::pin_deletes`), by index.
+    async fn pin_global(
         &self,
         after: Vec<(usize, WriteOp, (PartitionKey, RowKey))>,
-    ) -> Result<()> {
-        let mut plain: std::collections::BTreeMap<usize, Vec<WriteOp>> =
-            std::collections::BTreeMap::new();
+    ) -> Result<BTreeMap<usize, Vec<WriteOp>>> {
+        let mut by_index: BTreeMap<usize, Vec<(WriteOp, (PartitionKey, RowKey))>> = BTreeMap::new();
         for (i, op, base) in after {
+            by_index.entry(i).or_default().push((op, base));
+        }
+        let mut pinned = BTreeMap::new();
+        for (i, deletes) in by_index {
             let Some(g) = self.def.global_indexes.get(i) else {
                 continue;
             };
-            if g.unique.is_some() {
-                super::global::delete_unique(self.store.as_ref(), &self.def, g, &op, &base)
-                    .await
-                    .map_err(DataFusionError::from)?;
-            } else {
-                plain.entry(i).or_default().push(op);
-            }
+            let ops = super::global::pin_deletes(self.store.as_ref(), &self.def, g, deletes)
+                .await
+                .map_err(DataFusionError::from)?;
+            pinned.insert(i, ops);
         }
-        for (i, ops) in plain {
+        Ok(pinned)
+    }
+
+    /// Deletes the pinned entities: one that changed since it was pinned
+    /// (another statement put it again) stays.
+    async fn delete_global(&self, pinned: BTreeMap<usize, Vec<WriteOp>>) -> Result<()> {
+        for (i, ops) in pinned {
             if let Some(g) = self.def.global_indexes.get(i) {
                 super::global::send(self.store.as_ref(), &g.table, ops)
                     .await

@@ -128,6 +128,42 @@ pub async fn put_unique(
     }))
 }
 
+/// Old entities read at once by [`pin_deletes`].
+const PINS_IN_FLIGHT: usize = 16;
+
+/// The deletes of the entities rows are leaving (`deletes`, each with the
+/// base row it named), made conditional on the version each entity has
+/// now. Called before the base rows are written: a delete If-Match `*`
+/// after them would race a statement that moves the row back to this value
+/// meanwhile, deleting that statement's put and leaving the row without its
+/// entity. Pinned first, that put gives the entity a new version and the
+/// delete fails harmlessly. An entity already gone, or naming another row
+/// (a unique value another row took), is not deleted.
+pub async fn pin_deletes(
+    store: &dyn TableStore,
+    def: &TableDef,
+    g: &GlobalIndexDef,
+    deletes: Vec<(WriteOp, (PartitionKey, RowKey))>,
+) -> Result<Vec<WriteOp>, ExecError> {
+    use futures::StreamExt;
+    let pinned: Vec<Result<Option<WriteOp>, ExecError>> = futures::stream::iter(deletes)
+        .map(|(op, base)| async move {
+            let (pk, rk) = op.keys();
+            let found = store.get(&g.table, pk, rk).await?;
+            Ok(found
+                .filter(|f| base_keys(def, &f.entity).ok().as_ref() == Some(&base))
+                .map(|f| WriteOp::Delete {
+                    partition_key: pk.clone(),
+                    row_key: rk.clone(),
+                    if_match: IfMatch::ETag(f.etag),
+                }))
+        })
+        .buffered(PINS_IN_FLIGHT)
+        .collect()
+        .await;
+    pinned.into_iter().filter_map(Result::transpose).collect()
+}
+
 /// Deletes the entity at `pk`/`rk` of unique index `g` only where it still
 /// names the base row `base`: another row may have taken the value over
 /// since that row let it go.
@@ -251,7 +287,11 @@ pub async fn send(
         for chunk in ops.chunks(BATCH) {
             match store.execute_batch(table, chunk.to_vec()).await {
                 Ok(_) => done += chunk.len() as u64,
-                Err(StorageError::Batch { .. } | StorageError::EntityNotFound { .. }) => {
+                Err(
+                    StorageError::Batch { .. }
+                    | StorageError::EntityNotFound { .. }
+                    | StorageError::PreconditionFailed { .. },
+                ) => {
                     for op in chunk {
                         match store.execute(table, op.clone()).await {
                             Ok(_) => done += 1,
