@@ -1438,6 +1438,21 @@ impl Engine {
                 NoticeKind::Done,
                 format!("analyzed {name}: {stats}"),
             ));
+            // A global index's table too: the planner costs a path through
+            // it by the entities its partitions (the indexed values) hold.
+            let globals = persist::load(self.store.as_ref())
+                .await?
+                .into_iter()
+                .find(|d| d.name == name)
+                .map(|d| d.global_indexes)
+                .unwrap_or_default();
+            for g in globals.iter().filter(|g| !g.building) {
+                let stats = self.analyze(g.table.as_str(), every).await?;
+                outcome.notices.push(Notice::new(
+                    NoticeKind::Done,
+                    format!("analyzed index {}: {stats}", g.name),
+                ));
+            }
         }
         Ok(outcome)
     }

@@ -300,7 +300,16 @@ impl StoreTable {
     fn plan(&self, filters: &[Expr]) -> super::pushdown::Pushdown {
         let def = self.layout.def.as_deref();
         if self.pushdown {
-            push_down(def, filters)
+            let stats = super::pushdown::cost::Statistics {
+                base: self.stats.get(&self.layout.table),
+                globals: def.map_or_else(Vec::new, |d| {
+                    d.global_indexes
+                        .iter()
+                        .map(|g| self.stats.get(&g.table))
+                        .collect()
+                }),
+            };
+            super::pushdown::push_down_with(def, filters, &stats)
         } else {
             let mut p = push_down(def, &[]);
             p.exact = vec![false; filters.len()];

@@ -100,6 +100,18 @@ pub struct AccessPath {
     pub filter: Option<Filter>,
     /// Which listed partitions a fanned-out request reads (keyset paging).
     pub partition_bound: Option<PartitionBound>,
+    /// What the planner estimated the path costs, where statistics let it
+    /// (`planner::pushdown::cost`): shown by EXPLAIN.
+    pub estimate: Option<Estimate>,
+}
+
+/// A path's estimated cost, from `ANALYZE`'s statistics.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Estimate {
+    /// Requests to the store.
+    pub requests: u64,
+    /// Entities read (at most).
+    pub rows: u64,
 }
 
 /// A row-value bound on the primary key, `(pk fields, row fields) > (..)`:
@@ -163,6 +175,7 @@ impl AccessPath {
             requests,
             filter: None,
             partition_bound: None,
+            estimate: None,
         }
     }
 
@@ -241,6 +254,7 @@ impl AccessPath {
             requests,
             filter: self.filter.clone(),
             partition_bound: self.partition_bound.clone(),
+            estimate: self.estimate,
         }
     }
 
@@ -325,8 +339,11 @@ impl fmt::Display for AccessPath {
         if let Some(bound) = &self.partition_bound {
             write!(f, " keyset=[{}]", bound.shown)?;
         }
-        match &self.filter {
-            Some(filter) => write!(f, " filter=[{filter}]"),
+        if let Some(filter) = &self.filter {
+            write!(f, " filter=[{filter}]")?;
+        }
+        match &self.estimate {
+            Some(e) => write!(f, " cost=[requests={} rows={}]", e.requests, e.rows),
             None => Ok(()),
         }
     }

@@ -16,6 +16,7 @@ use std::ops::Bound;
 use datafusion::logical_expr::Expr;
 
 mod analyze;
+pub mod cost;
 mod domain;
 mod keyset;
 mod plan;
@@ -132,6 +133,17 @@ struct Analysis {
 /// is passed over where it does not answer a condition the base rows
 /// answer (a range on the base RowKey's leading field, say).
 pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
+    push_down_with(def, filters, &cost::Statistics::default())
+}
+
+/// [`push_down`], choosing between the paths by their estimated requests
+/// where `stats` cover every one of them (`cost`), and marking each path
+/// with its estimate.
+pub fn push_down_with(
+    def: Option<&TableDef>,
+    filters: &[Expr],
+    stats: &cost::Statistics,
+) -> Pushdown {
     let analyses: Vec<Analysis> = filters.iter().map(|f| analyze(def, f)).collect();
     let property_filter = def.and_then(|d| {
         filters
@@ -209,13 +221,28 @@ pub fn push_down(def: Option<&TableDef>, filters: &[Expr]) -> Pushdown {
         .iter()
         .any(crate::exec::read::fanout::spans_partitions);
     let global = |c: &Planned| c.path.index().is_some_and(|r| r.global);
-    let chosen = (1..candidates.len())
+    let ruled = (1..candidates.len())
         .filter(|&i| candidates[i].fit > candidates[0].fit)
         .max_by_key(|&i| {
             let c = &candidates[i];
             (spans && global(c), c.fit, std::cmp::Reverse(i))
         })
         .unwrap_or(0);
+    // With statistics for every path, the fewest requests win; a tie goes
+    // to the rule's choice.
+    for c in &mut candidates {
+        c.path.estimate = def.and_then(|d| cost::estimate(d, &c.path, stats));
+    }
+    let costs: Option<Vec<u64>> = candidates
+        .iter()
+        .map(|c| c.path.estimate.map(|e| e.requests))
+        .collect();
+    let chosen = match costs {
+        Some(costs) => (0..candidates.len())
+            .min_by_key(|&i| (costs[i], i != ruled, i))
+            .unwrap_or(ruled),
+        None => ruled,
+    };
     let contradiction = candidates[0].contradiction;
     let exact = analyses
         .iter()

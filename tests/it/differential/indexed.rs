@@ -247,14 +247,14 @@ async fn run(
     store: Arc<dyn TableStore>,
     scenarios: usize,
     seed: u64,
-) -> Result<(usize, usize, usize), Box<dyn std::error::Error>> {
+) -> Result<Counts, Box<dyn std::error::Error>> {
     let (pg, connection) = tokio_postgres::connect(&postgres()?, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
     let on = Engine::with_store(store.clone(), EngineOptions::default()).await?;
     let off = Engine::with_store(store, EngineOptions::default()).await?;
     off.collect("SET tablesql.use_indexes = off").await?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let (mut queries, mut indexed, mut global) = (0, 0, 0);
+    let mut counts = Counts::default();
     for n in 0..scenarios {
         let t = table(&mut rng, &format!("ix_{label}_{n}"));
         let mut next_id = 1;
@@ -264,6 +264,9 @@ async fn run(
             let step = if made < 3 && rng.random_bool(0.35) {
                 made += 1;
                 t.index(&mut rng, made)
+            } else if rng.random_bool(0.15) {
+                // Statistics, so that paths are chosen by their cost too.
+                format!("ANALYZE {}", t.name)
             } else {
                 t.write(&mut rng, &mut next_id)
             };
@@ -304,7 +307,7 @@ async fn run(
                 } else {
                     t.query(&mut rng)
                 };
-                queries += 1;
+                counts.queries += 1;
                 let expected = simple_query(&pg, &sql).await;
                 let Answer::Rows(expected) = expected else {
                     return Err(fail(format!("PostgreSQL refused `{sql}`: {expected:?}"), i));
@@ -335,10 +338,13 @@ async fn run(
                     .iter()
                     .any(|l| l.contains("access=index_") || l.contains("access=global_index_"))
                 {
-                    indexed += 1;
+                    counts.indexed += 1;
                 }
                 if shown.iter().any(|l| l.contains("access=global_index_")) {
-                    global += 1;
+                    counts.global += 1;
+                }
+                if shown.iter().any(|l| l.contains("cost=[")) {
+                    counts.costed += 1;
                 }
             }
         }
@@ -346,7 +352,19 @@ async fn run(
         simple_query(&pg, &drop).await;
         on.collect(&drop).await?;
     }
-    Ok((queries, indexed, global))
+    Ok(counts)
+}
+
+/// What a run's queries did.
+#[derive(Debug, Default)]
+struct Counts {
+    queries: usize,
+    /// Read an index.
+    indexed: usize,
+    /// Read a global index.
+    global: usize,
+    /// Planned by cost, from statistics.
+    costed: usize,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -364,11 +382,17 @@ async fn indexes_answer_as_with_index_use_off_and_as_postgresql() -> TestResult 
         stores.push(("azurite", Arc::new(store), scenarios.div_ceil(3)));
     }
     for (label, store, n) in stores {
-        let (queries, indexed, global) = run(label, store, n, seed).await?;
+        let Counts {
+            queries,
+            indexed,
+            global,
+            costed,
+        } = run(label, store, n, seed).await?;
         eprintln!(
-            "index differential on {label}, seed {seed}: {n} scenarios, {queries} queries, {indexed} read an index, {global} of them a global one"
+            "index differential on {label}, seed {seed}: {n} scenarios, {queries} queries, {indexed} read an index, {global} of them a global one, {costed} planned by cost"
         );
         assert!(global > 0, "{label}: no query read a global index");
+        assert!(costed > 0, "{label}: no query was planned by cost");
         // Queries run before the first index too, and on columns no index
         // leads; still, a good share must read one (about a quarter do).
         assert!(
