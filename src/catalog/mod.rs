@@ -223,6 +223,25 @@ impl GlobalIndexDef {
     pub fn key_columns(&self) -> impl Iterator<Item = &str> {
         self.partition_key.columns().chain(self.row_key.columns())
     }
+
+    /// The indexed columns, as `CREATE INDEX` listed them: a unique index's
+    /// unique fields; else the key columns without the primary key's that
+    /// close them (`CREATE INDEX` adds those, so that each entity names one
+    /// row; an index that listed them itself has the same entities).
+    pub fn indexed_columns(&self, primary_key: &[String]) -> Vec<String> {
+        let keys: Vec<String> = self.key_columns().map(str::to_owned).collect();
+        let n = match self.unique {
+            Some(n) => n.min(keys.len()),
+            None => {
+                let mut n = keys.len();
+                while n > 1 && primary_key.contains(&keys[n - 1]) {
+                    n -= 1;
+                }
+                n
+            }
+        };
+        keys[..n].to_vec()
+    }
 }
 
 /// How one SQL table maps onto a storage table.

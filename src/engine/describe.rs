@@ -44,6 +44,10 @@ pub struct IndexInfo {
     /// Whether `CREATE INDEX` is still writing its rows (queries do not
     /// read it yet).
     pub building: bool,
+    /// A global index: its entities are in a storage table of their own.
+    pub global: bool,
+    /// `CREATE UNIQUE INDEX`.
+    pub unique: bool,
 }
 
 impl Engine {
@@ -119,14 +123,21 @@ impl TableInfo {
 }
 
 fn indexes_of(def: &TableDef) -> Vec<IndexInfo> {
-    def.indexes
-        .iter()
-        .map(|ix| IndexInfo {
-            name: ix.name.clone(),
-            columns: ix.row_key.columns().map(str::to_owned).collect(),
-            building: ix.building,
-        })
-        .collect()
+    let local = def.indexes.iter().map(|ix| IndexInfo {
+        name: ix.name.clone(),
+        columns: ix.row_key.columns().map(str::to_owned).collect(),
+        building: ix.building,
+        global: false,
+        unique: false,
+    });
+    let global = def.global_indexes.iter().map(|g| IndexInfo {
+        name: g.name.clone(),
+        columns: g.indexed_columns(&def.primary_key),
+        building: g.building,
+        global: true,
+        unique: g.unique.is_some(),
+    });
+    local.chain(global).collect()
 }
 
 /// A table as the shell's `\d` shows it: where each column is stored, and
@@ -196,6 +207,11 @@ pub struct IndexTemplate {
     pub row_key: String,
     /// Whether its rows carry every column (or only their keys).
     pub covering: bool,
+    /// A global index's storage table and PartitionKey template; `None`
+    /// for index rows in the base rows' partitions.
+    pub global: Option<(String, String)>,
+    /// `CREATE UNIQUE INDEX`.
+    pub unique: bool,
 }
 
 impl Engine {
@@ -273,7 +289,16 @@ fn description(name: &str, layout: &crate::exec::Layout) -> TableDescription {
                 name: ix.name.clone(),
                 row_key: ix.row_key.to_string(),
                 covering: ix.covering,
+                global: None,
+                unique: false,
             })
+            .chain(def.global_indexes.iter().map(|g| IndexTemplate {
+                name: g.name.clone(),
+                row_key: g.row_key.to_string(),
+                covering: false,
+                global: Some((g.table.to_string(), g.partition_key.to_string())),
+                unique: g.unique.is_some(),
+            }))
             .collect(),
     });
     TableDescription {

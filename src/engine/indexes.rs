@@ -1,6 +1,7 @@
 //! Index DDL: `CREATE INDEX` declares an index on a mapped table and writes
 //! the index rows of its existing base rows; `DROP INDEX` removes the
-//! declaration, and with `CASCADE` the rows too. Every change of the
+//! declaration, and with `CASCADE` the rows too (a global index's table,
+//! which is its own, always). Every change of the
 //! definition is made If-Match the version read (`persist::update`), so
 //! concurrent DDL on one table never loses a change.
 //!
@@ -321,7 +322,8 @@ impl Engine {
     }
 
     /// `DROP INDEX [IF EXISTS] name` (or `table.name`); with `cascade` its
-    /// rows are deleted too, partition by partition.
+    /// rows are deleted too, partition by partition; a global index's table
+    /// is deleted whatever `cascade` says.
     pub async fn drop_index(
         &self,
         names: &[ObjectName],
@@ -385,16 +387,17 @@ impl Engine {
                 })
                 .await?;
                 self.refresh().await?;
-                if cascade {
-                    match self.store.delete_table(&g.table).await {
-                        Ok(()) | Err(StorageError::TableNotFound(_)) => {}
-                        Err(e) => return Err(e.into()),
-                    }
-                    outcome.notices.push(Notice::new(
-                        NoticeKind::Done,
-                        format!("deleted storage table {} of index {index}", g.table),
-                    ));
+                // The table is the index's own (CREATE INDEX made it, under
+                // a name no other table had), so it goes with the index,
+                // CASCADE or not, as a PostgreSQL index's storage does.
+                match self.store.delete_table(&g.table).await {
+                    Ok(()) | Err(StorageError::TableNotFound(_)) => {}
+                    Err(e) => return Err(e.into()),
                 }
+                outcome.notices.push(Notice::new(
+                    NoticeKind::Done,
+                    format!("deleted storage table {} of index {index}", g.table),
+                ));
                 continue;
             }
             let Some(dropped) = def.indexes.iter().find(|i| i.name == index).cloned() else {

@@ -208,15 +208,24 @@ pub async fn describe(engine: &Engine, name: &str, width: Option<u16>) -> Result
     } else {
         out.push_str("Index rows:\n");
         for ix in &mapping.indexes {
-            let carries = if ix.covering {
-                "every column"
-            } else {
-                "its keys"
-            };
-            out.push_str(&format!(
-                "    {}: {} (carries {carries})\n",
-                ix.name, ix.row_key
-            ));
+            let unique = if ix.unique { "unique, " } else { "" };
+            match &ix.global {
+                Some((table, partition_key)) => out.push_str(&format!(
+                    "    {}: global, {unique}table {table}, PartitionKey {partition_key}, RowKey {}\n",
+                    ix.name, ix.row_key
+                )),
+                None => {
+                    let carries = if ix.covering {
+                        "every column"
+                    } else {
+                        "its keys"
+                    };
+                    out.push_str(&format!(
+                        "    {}: {} (carries {carries})\n",
+                        ix.name, ix.row_key
+                    ));
+                }
+            }
         }
     }
     Ok(out)

@@ -270,12 +270,17 @@ fn index_def(ix: &IndexRelation, column: i32) -> Option<String> {
         return ix.columns.get(at).map(|c| quote_ident(c));
     }
     Some(format!(
-        "CREATE {}INDEX {} ON {}.{} USING btree ({})",
-        if ix.primary { "UNIQUE " } else { "" },
+        "CREATE {}INDEX {} ON {}.{} USING btree ({}){}",
+        if ix.unique { "UNIQUE " } else { "" },
         quote_ident(&ix.name),
         quote_ident(&ix.schema),
         quote_ident(&ix.table_name),
-        quoted_list(&ix.columns)
+        quoted_list(&ix.columns),
+        if ix.global {
+            " WITH (global='true')"
+        } else {
+            ""
+        }
     ))
 }
 
@@ -326,6 +331,8 @@ mod tests {
             columns: vec!["PartitionKey".into(), "RowKey".into()],
             attnums: vec![1, 2],
             primary: true,
+            unique: true,
+            global: false,
             valid: true,
         };
         assert_eq!(
@@ -334,5 +341,21 @@ mod tests {
         );
         assert_eq!(index_def(&ix, 2).as_deref(), Some("\"RowKey\""));
         assert_eq!(index_def(&ix, 3), None);
+        let email = IndexRelation {
+            constraint: None,
+            name: "members_email".into(),
+            schema: "public".into(),
+            table_name: "members".into(),
+            columns: vec!["email".into()],
+            primary: false,
+            global: true,
+            ..ix
+        };
+        assert_eq!(
+            index_def(&email, 0).as_deref(),
+            Some(
+                "CREATE UNIQUE INDEX members_email ON public.members USING btree (email) WITH (global='true')"
+            )
+        );
     }
 }

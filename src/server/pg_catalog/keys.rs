@@ -74,7 +74,7 @@ pub fn pg_index(relations: &Relations) -> Result<RecordBatch> {
                 ("indrelid", ScalarValue::Int32(Some(ix.table))),
                 ("indnatts", ScalarValue::Int16(Some(n))),
                 ("indnkeyatts", ScalarValue::Int16(Some(n))),
-                ("indisunique", ScalarValue::Boolean(Some(ix.primary))),
+                ("indisunique", ScalarValue::Boolean(Some(ix.unique))),
                 ("indisprimary", ScalarValue::Boolean(Some(ix.primary))),
                 ("indimmediate", ScalarValue::Boolean(Some(true))),
                 ("indisvalid", ScalarValue::Boolean(Some(ix.valid))),

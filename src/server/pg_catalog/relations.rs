@@ -16,7 +16,7 @@ use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef
 use datafusion::common::{DataFusionError, ScalarValue};
 use datafusion::error::Result;
 
-use crate::engine::TableInfo;
+use crate::engine::{IndexInfo, TableInfo};
 
 /// The first oid of an index or constraint: far above the oids
 /// datafusion-pg-catalog counts up from 16384, one per schema and table.
@@ -49,6 +49,10 @@ pub struct IndexRelation {
     /// 1-based column numbers in the table, as `pg_attribute` counts them.
     pub attnums: Vec<i16>,
     pub primary: bool,
+    /// `CREATE UNIQUE INDEX` (the primary key is unique too).
+    pub unique: bool,
+    /// A global index (`WITH (global = true)`).
+    pub global: bool,
     /// False while `CREATE INDEX` is writing its rows.
     pub valid: bool,
 }
@@ -162,7 +166,9 @@ impl Known {
                 })
                 .collect()
         };
-        let index = |name: String, columns: &[String], primary: bool, valid: bool| {
+        // The primary key is unique; a declared index is where its
+        // definition says so.
+        let index = |name: String, columns: &[String], primary: bool, info: Option<&IndexInfo>| {
             let kind = if primary {
                 Kind::PrimaryKey
             } else {
@@ -178,7 +184,9 @@ impl Known {
                 columns: columns.to_vec(),
                 attnums: attnums(columns),
                 primary,
-                valid,
+                unique: primary || info.is_some_and(|i| i.unique),
+                global: info.is_some_and(|i| i.global),
+                valid: info.is_none_or(|i| !i.building),
                 name,
             }
         };
@@ -188,11 +196,11 @@ impl Known {
                 format!("{}_pkey", t.name),
                 &t.primary_key,
                 true,
-                true,
+                None,
             ));
         }
         for ix in &t.indexes {
-            out.push(index(ix.name.clone(), &ix.columns, false, !ix.building));
+            out.push(index(ix.name.clone(), &ix.columns, false, Some(ix)));
         }
         out
     }

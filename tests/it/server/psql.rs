@@ -643,6 +643,70 @@ fn index_ddl_in_psql() -> TestResult {
     Ok(())
 }
 
+/// Global and unique indexes over the wire: created, described by `\d`
+/// (from `pg_index` and `pg_get_indexdef`), read by a lookup, enforced with
+/// SQLSTATE 23505, dropped with their table.
+#[test]
+fn global_indexes_in_psql() -> TestResult {
+    let server = serve(1000, &[])?;
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "CREATE TABLE members (id INT PRIMARY KEY, email TEXT, city TEXT)",
+            "-c",
+            "INSERT INTO members VALUES (1, 'a@x.org', 'Oslo'), (2, 'b@x.org', 'Rome'), (3, NULL, 'Oslo')",
+            "-c",
+            "CREATE UNIQUE INDEX members_email ON members (email)",
+            "-c",
+            "CREATE INDEX members_city ON members (city) WITH (global = true)",
+            "-c",
+            "\\d members",
+            "-c",
+            "EXPLAIN SELECT id FROM members WHERE email = 'b@x.org'",
+            "-c",
+            "SELECT id FROM members WHERE city = 'Oslo' ORDER BY id",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(
+        shown.contains("\"members_email\" UNIQUE, btree (email) WITH (global='true')"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("\"members_city\" btree (city) WITH (global='true')"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("access=global_index_point(members_email)"),
+        "{shown}"
+    );
+    assert!(shown.contains("  1\n  3\n(2 rows)"), "{shown}");
+    let out = server.psql(
+        "",
+        &[
+            "-v",
+            "VERBOSITY=verbose",
+            "-c",
+            "INSERT INTO members VALUES (4, 'a@x.org', NULL)",
+        ],
+    )?;
+    assert!(!out.status.success());
+    assert!(
+        text(&out)
+            .contains("23505: duplicate key value violates unique constraint \"members_email\""),
+        "{}",
+        text(&out)
+    );
+    let out = server.psql("", &["-c", "DROP INDEX members_city", "-c", "\\d members"])?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("deleted storage table"), "{shown}");
+    assert!(!shown.contains("\"members_city\""), "{shown}");
+    Ok(())
+}
+
 /// One PostgreSQL version everywhere a client reads it: the startup
 /// parameter (psql's `SERVER_VERSION_NAME`), `SHOW server_version`,
 /// `server_version_num` and `version()`, which reads as PostgreSQL's for
