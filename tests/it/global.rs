@@ -137,3 +137,72 @@ async fn a_row_moved_back_between_an_update_s_steps_keeps_its_entity() -> TestRe
     );
     Ok(())
 }
+
+/// A LIMIT met early stops a global index read: of 200 entities for one
+/// value, the lookups made are those of the first batch, plus the few read
+/// ahead, not all 200. (One partition: a repartition above the read would
+/// pull ahead as far as its buffers let it.)
+#[tokio::test]
+async fn a_limit_stops_the_lookups_early() -> TestResult {
+    let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default()).await?;
+    engine
+        .collect("SET datafusion.execution.target_partitions = 1")
+        .await?;
+    engine
+        .collect("CREATE TABLE tags (id INT PRIMARY KEY, tag TEXT)")
+        .await?;
+    let values: Vec<String> = (0..200).map(|i| format!("({i}, 'x')")).collect();
+    engine
+        .collect(&format!("INSERT INTO tags VALUES {}", values.join(", ")))
+        .await?;
+    engine
+        .collect("CREATE INDEX tags_tag ON tags (tag) WITH (global = true)")
+        .await?;
+    let analyzed = shown(
+        &engine,
+        "EXPLAIN ANALYZE SELECT id FROM tags WHERE tag = 'x' LIMIT 3",
+    )
+    .await?;
+    let lookups: u64 = analyzed
+        .split("base_lookups=")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse().ok())
+        .ok_or_else(|| format!("no base_lookups in {analyzed}"))?;
+    assert!(
+        analyzed.contains("GlobalIndexExec") && (3..=100).contains(&lookups),
+        "{lookups} lookups: {analyzed}"
+    );
+    let rows = engine
+        .collect("SELECT count(*) FROM (SELECT id FROM tags WHERE tag = 'x' LIMIT 3) AS t")
+        .await?;
+    assert_eq!(rows[0].num_rows(), 1);
+    Ok(())
+}
+
+/// `DROP INDEX` without CASCADE deletes a global index's table: it is the
+/// index's own.
+#[tokio::test]
+async fn drop_index_deletes_a_global_index_s_table() -> TestResult {
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    for sql in [
+        "CREATE TABLE tags (id INT PRIMARY KEY, tag TEXT)",
+        "CREATE INDEX tags_tag ON tags (tag) WITH (global = true)",
+    ] {
+        engine.collect(sql).await?;
+    }
+    let index_tables = || async {
+        let tables = store.list_tables().await?;
+        Ok::<_, StorageError>(
+            tables
+                .into_iter()
+                .filter(|t| t.as_str().starts_with("tagsx"))
+                .count(),
+        )
+    };
+    assert_eq!(index_tables().await?, 1);
+    engine.collect("DROP INDEX tags_tag").await?;
+    assert_eq!(index_tables().await?, 0);
+    Ok(())
+}

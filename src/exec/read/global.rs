@@ -4,7 +4,9 @@
 //! once; an entity is kept only where that base row exists and writes this
 //! very entity (`exec::write::global::agrees`), so an entity left by a
 //! write that died halfway, or by one still running, stands for no row.
-//! The base rows found are decoded as a scan of the table decodes them.
+//! The base rows found are decoded as a scan of the table decodes them, a
+//! batch at a time as they come: pages and lookups are made as the
+//! consumer asks for rows, so a LIMIT met early stops the reading.
 //! EXPLAIN ANALYZE counts the index requests, the entities, the base
 //! lookups and the entities that stood for no row.
 
@@ -27,6 +29,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     SendableRecordBatchStream,
 };
+use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
 
 use super::access::{AccessPath, KeyRequest};
@@ -34,7 +37,7 @@ use super::decode::{Layout, decode};
 use super::scan::leaf;
 use crate::exec::ExecError;
 use crate::exec::write::global;
-use crate::storage::{ContinuationToken, Query, StoredEntity, TableStore};
+use crate::storage::{ContinuationToken, Query, StoredEntity, TableName, TableStore};
 
 /// Base rows looked up at once.
 const LOOKUPS_IN_FLIGHT: usize = 16;
@@ -94,40 +97,56 @@ impl GlobalIndexExec {
     }
 }
 
-/// The index entities `request` reads from `table`, every page of them.
-async fn entities(
-    store: &dyn TableStore,
-    table: &crate::storage::TableName,
-    request: &KeyRequest,
-    requests: &Count,
-) -> Result<Vec<StoredEntity>, ExecError> {
+/// The pages of index entities `request` reads from `table`, one request
+/// each, read as the consumer asks for them (so a LIMIT met early stops
+/// the reading).
+fn pages(
+    store: Arc<dyn TableStore>,
+    table: TableName,
+    request: KeyRequest,
+    requests: Count,
+) -> BoxStream<'static, Result<Vec<StoredEntity>, ExecError>> {
     match request {
-        KeyRequest::Get(pk, rk) => {
+        KeyRequest::Get(pk, rk) => futures::stream::once(async move {
             requests.add(1);
-            Ok(store.get(table, pk, rk).await?.into_iter().collect())
-        }
+            Ok(store.get(&table, &pk, &rk).await?.into_iter().collect())
+        })
+        .boxed(),
         KeyRequest::Scan {
             partitions, rows, ..
         } => {
-            let query = Query {
-                partitions: partitions.clone(),
-                rows: rows.clone(),
+            let query = Arc::new(Query {
+                partitions,
+                rows,
                 ..Query::all()
-            };
-            let mut found = Vec::new();
-            let mut token: Option<ContinuationToken> = None;
-            loop {
-                requests.add(1);
-                let page = store.query(table, &query, token.as_ref()).await?;
-                found.extend(page.entities);
-                match page.continuation {
-                    Some(next) => token = Some(next),
-                    None => return Ok(found),
+            });
+            // `Some(token)`: a page to read (the first has none); `None`: done.
+            let first: Option<Option<ContinuationToken>> = Some(None);
+            futures::stream::try_unfold(first, move |state| {
+                let (store, table, query, requests) = (
+                    store.clone(),
+                    table.clone(),
+                    query.clone(),
+                    requests.clone(),
+                );
+                async move {
+                    let Some(token) = state else {
+                        return Ok(None);
+                    };
+                    requests.add(1);
+                    let page = store.query(&table, &query, token.as_ref()).await?;
+                    Ok(Some((page.entities, page.continuation.map(Some))))
                 }
-            }
+            })
+            .boxed()
         }
     }
 }
+
+/// Rows decoded into one batch at most: few, so that a consumer that stops
+/// early (a LIMIT above a filter) stops the lookups early too; each row
+/// costs a request, which dwarfs a batch's overhead.
+const BATCH_ROWS: usize = 64;
 
 impl DisplayAs for GlobalIndexExec {
     fn fmt_as(&self, _t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
@@ -224,47 +243,59 @@ impl ExecutionPlan for GlobalIndexExec {
             self.counter("base_lookups"),
             self.counter("stood_for_no_row"),
         );
-        let run = async move {
-            let mut index = Vec::new();
-            for request in &path.requests {
-                index.extend(entities(store.as_ref(), &g.table, request, &requests).await?);
-            }
-            found.add(index.len());
-            let base = &layout.table;
-            let checked: Vec<Option<StoredEntity>> = futures::stream::iter(index)
-                .map(|e| {
-                    let (store, def, g, lookups) = (&store, &def, &g, &lookups);
-                    async move {
-                        let Ok((pk, rk)) = global::base_keys(def, &e.entity) else {
-                            return Ok::<_, ExecError>(None);
-                        };
-                        lookups.add(1);
-                        let Some(row) = store.get(base, &pk, &rk).await? else {
-                            return Ok(None);
-                        };
-                        let values = crate::exec::write::upkeep::row_values(def, &row)?;
-                        Ok(global::agrees(def, g, &e.entity, &values).then_some(row))
-                    }
-                })
-                .buffered(LOOKUPS_IN_FLIGHT)
-                .try_collect()
-                .await?;
-            let mut rows: Vec<StoredEntity> = Vec::with_capacity(checked.len());
-            for row in checked {
-                match row {
-                    Some(r) => rows.push(r),
-                    None => stale.add(1),
+        let g = Arc::new(g);
+        let index_table = g.table.clone();
+        let entities = futures::stream::iter(path.requests.clone())
+            .flat_map(move |request| {
+                pages(
+                    store.clone(),
+                    index_table.clone(),
+                    request,
+                    requests.clone(),
+                )
+            })
+            .map_ok(|page| futures::stream::iter(page.into_iter().map(Ok::<_, ExecError>)))
+            .try_flatten();
+        let base_store = self.store.clone();
+        let checked = entities
+            .map(move |e| {
+                let (store, def, g, layout) =
+                    (base_store.clone(), def.clone(), g.clone(), layout.clone());
+                let (found, lookups) = (found.clone(), lookups.clone());
+                async move {
+                    let e = e?;
+                    found.add(1);
+                    let Ok((pk, rk)) = global::base_keys(&def, &e.entity) else {
+                        return Ok::<_, ExecError>(None);
+                    };
+                    lookups.add(1);
+                    let Some(row) = store.get(&layout.table, &pk, &rk).await? else {
+                        return Ok(None);
+                    };
+                    let values = crate::exec::write::upkeep::row_values(&def, &row)?;
+                    Ok(global::agrees(&def, &g, &e.entity, &values).then_some(row))
                 }
-            }
-            if let Some(l) = limit {
-                rows.truncate(l);
-            }
-            let (batch, _) = decode(&layout, &projection, &schema, &rows)?;
-            Ok::<_, DataFusionError>(batch)
+            })
+            .buffered(LOOKUPS_IN_FLIGHT)
+            .try_filter_map(move |row| {
+                if row.is_none() {
+                    stale.add(1);
+                }
+                futures::future::ready(Ok(row))
+            });
+        let limited: BoxStream<'static, Result<StoredEntity, ExecError>> = match limit {
+            Some(l) => checked.take(l).boxed(),
+            None => checked.boxed(),
         };
+        let decode_layout = self.layout.clone();
+        let batches = limited.try_ready_chunks(BATCH_ROWS).map(move |rows| {
+            let rows = rows.map_err(|e| DataFusionError::from(e.1))?;
+            let (batch, _) = decode(&decode_layout, &projection, &schema, &rows)?;
+            Ok(batch)
+        });
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             self.schema.clone(),
-            futures::stream::once(run),
+            batches,
         )))
     }
 }
