@@ -22,6 +22,21 @@ struct Between {
     base: TableName,
     armed: AtomicBool,
     then: std::sync::Mutex<Vec<(TableName, WriteOp)>>,
+    /// The next write to `base` fails instead, without landing, as the
+    /// process had stopped before it.
+    stop: AtomicBool,
+}
+
+impl Between {
+    fn over(base: &TableName) -> Arc<Self> {
+        Arc::new(Self {
+            inner: MemoryStore::new(),
+            base: base.clone(),
+            armed: AtomicBool::new(false),
+            then: Default::default(),
+            stop: AtomicBool::new(false),
+        })
+    }
 }
 
 #[async_trait::async_trait]
@@ -47,6 +62,9 @@ impl TableStore for Between {
         self.inner.query(t, q, c).await
     }
     async fn execute_batch(&self, t: &TableName, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
+        if t == &self.base && self.stop.swap(false, Ordering::SeqCst) {
+            return Err(StorageError::Task("the process stopped".into()));
+        }
         let out = self.inner.execute_batch(t, ops).await?;
         if t == &self.base && self.armed.swap(false, Ordering::SeqCst) {
             let then = std::mem::take(&mut *self.then.lock().expect("not poisoned"));
@@ -73,12 +91,7 @@ async fn all(store: &dyn TableStore, table: &TableName) -> Result<Vec<StoredEnti
 #[tokio::test]
 async fn a_row_moved_back_between_an_update_s_steps_keeps_its_entity() -> TestResult {
     let base = TableName::new("members")?;
-    let store = Arc::new(Between {
-        inner: MemoryStore::new(),
-        base: base.clone(),
-        armed: AtomicBool::new(false),
-        then: Default::default(),
-    });
+    let store = Between::over(&base);
     let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
     for sql in [
         "CREATE TABLE members (id INT PRIMARY KEY, email TEXT)",
@@ -204,5 +217,61 @@ async fn drop_index_deletes_a_global_index_s_table() -> TestResult {
     assert_eq!(index_tables().await?, 1);
     engine.collect("DROP INDEX tags_tag").await?;
     assert_eq!(index_tables().await?, 0);
+    Ok(())
+}
+
+/// A row whose primary key changes while its unique value stays hands the
+/// value's one entity over to its new keys. Stopped after the entity is
+/// put and before the base row's transaction, the row keeps its old keys,
+/// and the entity, naming both, still finds it; a repair makes it plain.
+#[tokio::test]
+async fn a_unique_value_handed_over_and_stopped_midway_still_finds_its_row() -> TestResult {
+    let base = TableName::new("accounts")?;
+    let store = Between::over(&base);
+    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    for sql in [
+        "CREATE TABLE accounts (shard TEXT NOT NULL, id TEXT NOT NULL, email TEXT, PRIMARY KEY (shard, id)) \
+         WITH (storage_table = 'accounts', partition_key = '{shard}', row_key = '{id}')",
+        "INSERT INTO accounts VALUES ('s', '1', 'a@x.org')",
+        "CREATE UNIQUE INDEX accounts_email ON accounts (email)",
+    ] {
+        engine.collect(sql).await?;
+    }
+    store.stop.store(true, Ordering::SeqCst);
+    let stopped = engine
+        .collect("UPDATE accounts SET id = '9' WHERE id = '1'")
+        .await;
+    assert!(stopped.is_err(), "the base write failed");
+    let lookup = "SELECT id, email FROM accounts WHERE email = 'a@x.org'";
+    let found = shown(&engine, lookup).await?;
+    assert!(found.contains("| 1  | a@x.org |"), "{found}");
+    // Another row cannot take the value the row still holds.
+    assert!(
+        engine
+            .collect("INSERT INTO accounts VALUES ('t', '2', 'a@x.org')")
+            .await
+            .is_err()
+    );
+    // The entity names the row's new keys: stale to the check, made plain
+    // by the repair, and the move then goes through.
+    let health = "SELECT index, stale, orphaned, missing FROM tablesql_check_index('accounts')";
+    assert!(
+        shown(&engine, health)
+            .await?
+            .contains("| accounts_email | 1     | 0        | 0       |")
+    );
+    engine
+        .collect("SELECT * FROM tablesql_repair_index('accounts')")
+        .await?;
+    assert!(
+        shown(&engine, health)
+            .await?
+            .contains("| accounts_email | 0     | 0        | 0       |")
+    );
+    engine
+        .collect("UPDATE accounts SET id = '9' WHERE id = '1'")
+        .await?;
+    let found = shown(&engine, lookup).await?;
+    assert!(found.contains("| 9  | a@x.org |"), "{found}");
     Ok(())
 }

@@ -265,15 +265,20 @@ impl ExecutionPlan for GlobalIndexExec {
                 async move {
                     let e = e?;
                     found.add(1);
-                    let Ok((pk, rk)) = global::base_keys(&def, &e.entity) else {
-                        return Ok::<_, ExecError>(None);
-                    };
-                    lookups.add(1);
-                    let Some(row) = store.get(&layout.table, &pk, &rk).await? else {
-                        return Ok(None);
-                    };
-                    let values = crate::exec::write::upkeep::row_values(&def, &row)?;
-                    Ok(global::agrees(&def, &g, &e.entity, &values).then_some(row))
+                    // The row it names, or the one it was handed over
+                    // from (`global::named_bases`): the first that exists
+                    // and writes this entity.
+                    for (pk, rk) in global::named_bases(&def, &e.entity) {
+                        lookups.add(1);
+                        let Some(row) = store.get(&layout.table, &pk, &rk).await? else {
+                            continue;
+                        };
+                        let values = crate::exec::write::upkeep::row_values(&def, &row)?;
+                        if global::agrees(&def, &g, &e.entity, &values) {
+                            return Ok::<_, ExecError>(Some(row));
+                        }
+                    }
+                    Ok(None)
                 }
             })
             .buffered(LOOKUPS_IN_FLIGHT)

@@ -1081,9 +1081,13 @@ impl Writer {
                 // given back, so that they are not held for an in-flight
                 // write that will never come.
                 for put in &entities[..n] {
-                    let Ok(base) = super::global::base_keys(&self.def, put) else {
+                    // A handed-over entity stands for the row's old keys
+                    // too, which the failed statement leaves: it stays.
+                    let named = super::global::named_bases(&self.def, put);
+                    let [base] = named.as_slice() else {
                         continue;
                     };
+                    let base = base.clone();
                     let op = WriteOp::Delete {
                         partition_key: put.partition_key.clone(),
                         row_key: put.row_key.clone(),

@@ -75,15 +75,17 @@ const IN_FLIGHT: chrono::TimeDelta = chrono::TimeDelta::seconds(120);
 /// Puts `e`, an entity of unique index `g`, by an Insert. Where one is
 /// there already, it is the row's own (an UPDATE that keeps the value), or
 /// it stands for no row (a stale or orphan entity, older than
-/// [`IN_FLIGHT`]): it is replaced, If-Match the version read. Else the
-/// value is taken: a unique violation.
+/// [`IN_FLIGHT`]): it is replaced, If-Match the version read. The row's
+/// own includes the entity of its old keys where `e` is handed over from
+/// them (`named_bases`). Else the value is taken: a unique violation.
 pub async fn put_unique(
     store: &dyn TableStore,
     def: &TableDef,
     g: &GlobalIndexDef,
     e: &Entity,
 ) -> Result<(), ExecError> {
-    let ours = base_keys(def, e)?;
+    // The row's own entity names it, or (handed over) its old keys.
+    let ours = named_bases(def, e);
     for _ in 0..5 {
         match store.execute(&g.table, WriteOp::Insert(e.clone())).await {
             Ok(_) => return Ok(()),
@@ -93,22 +95,15 @@ pub async fn put_unique(
         let Some(found) = store.get(&g.table, &e.partition_key, &e.row_key).await? else {
             continue;
         };
-        let theirs = base_keys(def, &found.entity).ok();
-        if theirs.as_ref() != Some(&ours) {
-            let live = match &theirs {
-                Some((pk, rk)) => match store.get(&def.storage_table, pk, rk).await? {
-                    Some(b) => agrees(def, g, &found.entity, &super::upkeep::row_values(def, &b)?),
-                    None => chrono::Utc::now() - found.timestamp < IN_FLIGHT,
-                },
-                None => false,
-            };
-            if live {
-                return Err(ExecError::UniqueViolation {
-                    table: def.name.clone(),
-                    index: g.name.clone(),
-                    values: shown_values(def, g, e),
-                });
-            }
+        let theirs = named_bases(def, &found.entity);
+        if !theirs.first().is_some_and(|t| ours.contains(t))
+            && live(store, def, g, &found, &theirs).await?
+        {
+            return Err(ExecError::UniqueViolation {
+                table: def.name.clone(),
+                index: g.name.clone(),
+                values: shown_values(def, g, e),
+            });
         }
         match store
             .execute(
@@ -126,6 +121,73 @@ pub async fn put_unique(
         partition_key: e.partition_key.as_str().to_owned(),
         row_key: e.row_key.as_str().to_owned(),
     }))
+}
+
+/// The properties of an entity handed over from one base row to another:
+/// the keys of the row it named before. A unique index's entity is keyed
+/// by the unique values alone, so an UPDATE that changes a row's primary
+/// key and keeps those values moves the one entity from the old row to the
+/// new. Written before the base row's transaction, it must stand for the
+/// old row until that lands, and for the new one after: it names both,
+/// and a reader takes whichever exists and agrees (`named_bases`). Left on
+/// the entity afterwards; `tablesql_check_index` does not count them.
+const WAS_PARTITION_KEY: &str = "tablesql_was_pk";
+const WAS_ROW_KEY: &str = "tablesql_was_rk";
+
+/// The base rows `e` may stand for, in the order to try them: the one its
+/// key columns name, then the one it was handed over from. Empty for an
+/// entity that names no row.
+pub fn named_bases(def: &TableDef, e: &Entity) -> Vec<(PartitionKey, RowKey)> {
+    let mut out: Vec<(PartitionKey, RowKey)> = base_keys(def, e).ok().into_iter().collect();
+    let text = |name| match e.properties.get(name) {
+        Some(EdmValue::String(s)) => Some(s.clone()),
+        _ => None,
+    };
+    if let (Some(pk), Some(rk)) = (text(WAS_PARTITION_KEY), text(WAS_ROW_KEY))
+        && let (Ok(pk), Ok(rk)) = (PartitionKey::new(pk), RowKey::new(rk))
+        && !out.contains(&(pk.clone(), rk.clone()))
+    {
+        out.push((pk, rk));
+    }
+    out
+}
+
+/// Whether two entities' properties are the same, a hand-over's marks
+/// aside.
+pub fn same_properties(a: &Entity, b: &Entity) -> bool {
+    let kept = |e: &Entity| {
+        e.properties
+            .iter()
+            .filter(|(k, _)| k.as_str() != WAS_PARTITION_KEY && k.as_str() != WAS_ROW_KEY)
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<String, EdmValue>>()
+    };
+    kept(a) == kept(b)
+}
+
+/// Whether `found`, a unique index's entity naming the base rows `named`,
+/// holds its value for a row: one of them exists and writes it, or none
+/// exists yet and the entity is young enough to be a write in flight.
+async fn live(
+    store: &dyn TableStore,
+    def: &TableDef,
+    g: &GlobalIndexDef,
+    found: &StoredEntity,
+    named: &[(PartitionKey, RowKey)],
+) -> Result<bool, ExecError> {
+    if named.is_empty() {
+        return Ok(false);
+    }
+    let mut any_row = false;
+    for (pk, rk) in named {
+        if let Some(b) = store.get(&def.storage_table, pk, rk).await? {
+            if agrees(def, g, &found.entity, &super::upkeep::row_values(def, &b)?) {
+                return Ok(true);
+            }
+            any_row = true;
+        }
+    }
+    Ok(!any_row && chrono::Utc::now() - found.timestamp < IN_FLIGHT)
 }
 
 /// Old entities read at once by [`pin_deletes`].
@@ -245,8 +307,26 @@ pub fn sides(
     old: Option<&[Option<EdmValue>]>,
     new: Option<&[Option<EdmValue>]>,
 ) -> Result<(Option<WriteOp>, Option<WriteOp>), ExecError> {
-    let put = new.map(|v| entity(def, g, v)).transpose()?;
+    let mut put = new.map(|v| entity(def, g, v)).transpose()?;
     let was = old.map(|v| entity(def, g, v)).transpose()?;
+    // One entity for two base rows (a unique value kept by a row whose
+    // primary key changes): handed over, naming both.
+    if let (Some(p), Some(w), Some(old), Some(new)) = (&mut put, &was, old, new)
+        && p.partition_key == w.partition_key
+        && p.row_key == w.row_key
+    {
+        let (from, to) = (encode::keys(def, old)?, encode::keys(def, new)?);
+        if from != to {
+            p.properties.insert(
+                WAS_PARTITION_KEY.to_owned(),
+                EdmValue::String(from.0.as_str().to_owned()),
+            );
+            p.properties.insert(
+                WAS_ROW_KEY.to_owned(),
+                EdmValue::String(from.1.as_str().to_owned()),
+            );
+        }
+    }
     let delete = match (&was, &put) {
         (Some(w), Some(p)) if w.partition_key == p.partition_key && w.row_key == p.row_key => None,
         (Some(w), _) => Some(WriteOp::Delete {
@@ -404,7 +484,7 @@ pub async fn upkeep(
             f.row_key().as_str().to_owned(),
         );
         match wanted.get(&key) {
-            Some(w) if w.properties == f.entity.properties => {}
+            Some(w) if same_properties(w, &f.entity) => {}
             // Fixed If-Match the version read: a writer that changed it
             // since knows better than this pass's snapshot.
             Some(w) => {
