@@ -141,6 +141,20 @@ pub enum ExecError {
         /// The values, comma-separated.
         values: String,
     },
+    /// A statement's unique entities took too long to put, so that the
+    /// first could be taken over before their rows land
+    /// (`write::global::PUTS_WITHIN`): given back, the statement fails.
+    #[error(
+        "putting {rows} values of unique index \"{index}\" took over {seconds} s (the store is slow or throttling); write fewer rows per statement"
+    )]
+    UniquePutsTooSlow {
+        /// The unique index.
+        index: String,
+        /// The values the statement put.
+        rows: usize,
+        /// The bound.
+        seconds: u64,
+    },
     /// A row whose primary key another row has (the RowKey holds more than
     /// the key, so the store alone would take both).
     #[error(

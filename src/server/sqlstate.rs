@@ -268,7 +268,9 @@ fn exec_code(e: &ExecError) -> &'static str {
         ExecError::RawTable { .. } | ExecError::PartitionMove { .. } => FEATURE_NOT_SUPPORTED,
         ExecError::PartlyWritten { source, .. } => datafusion_code(source),
         ExecError::SubqueryRows | ExecError::UpsertTwice { .. } => CARDINALITY_VIOLATION,
-        ExecError::SubqueryBound { .. } | ExecError::ScanDenied(_) => PROGRAM_LIMIT_EXCEEDED,
+        ExecError::SubqueryBound { .. }
+        | ExecError::ScanDenied(_)
+        | ExecError::UniquePutsTooSlow { .. } => PROGRAM_LIMIT_EXCEEDED,
         ExecError::Token(TokenError::Malformed(_)) => INVALID_TEXT_REPRESENTATION,
         ExecError::Token(_) => INVALID_PARAMETER_VALUE,
         ExecError::NotPageable(_) => FEATURE_NOT_SUPPORTED,

@@ -72,6 +72,11 @@ use crate::storage::{
 
 /// Rows encoded and checked before the first transaction is sent.
 pub const FLUSH_ROWS: usize = 10_000;
+/// Unique entities put at once: a unique entity whose base row has not
+/// landed within `global::IN_FLIGHT` may be taken over by another row, so
+/// a flush's puts must be quick (10,000 at 16 at once on Azure take about
+/// 15 s), and `global::PUTS_WITHIN` bounds them.
+const UNIQUE_PUTS_IN_FLIGHT: usize = 16;
 /// Up to this many new keys in a partition are checked one query each;
 /// more, by walking their range (`Writer::check_partition`).
 const FEW_CLAIMS: usize = 4;
@@ -1074,33 +1079,52 @@ impl Writer {
                 .into());
             }
         }
-        for (n, e) in entities.iter().enumerate() {
-            if let Err(err) = super::global::put_unique(self.store.as_ref(), &self.def, g, e).await
-            {
-                // The statement fails: the values this batch took are
-                // given back, so that they are not held for an in-flight
-                // write that will never come.
-                for put in &entities[..n] {
-                    // A handed-over entity stands for the row's old keys
-                    // too, which the failed statement leaves: it stays.
-                    let named = super::global::named_bases(&self.def, put);
-                    let [base] = named.as_slice() else {
-                        continue;
-                    };
-                    let base = base.clone();
-                    let op = WriteOp::Delete {
-                        partition_key: put.partition_key.clone(),
-                        row_key: put.row_key.clone(),
-                        if_match: IfMatch::Any,
-                    };
-                    let _ =
-                        super::global::delete_unique(self.store.as_ref(), &self.def, g, &op, &base)
-                            .await;
-                }
-                return Err(err.into());
-            }
+        // Distinct keys: put at once; if any is taken, the statement fails
+        // and gives back the values this batch took, so that they are not
+        // held for an in-flight write that will never come.
+        let store = self.store.as_ref();
+        let started = std::time::Instant::now();
+        // By position: a closure over references is not Send-general here.
+        let puts: Vec<Result<bool, ExecError>> = futures::stream::iter(0..entities.len())
+            .map(|k| super::global::put_unique(store, &self.def, g, entities[k]))
+            .buffered(UNIQUE_PUTS_IN_FLIGHT)
+            .collect()
+            .await;
+        // Too slow (a throttled store): the first values put could be taken
+        // over before their rows land. Given back, the statement fails.
+        let slow = started.elapsed() > super::global::PUTS_WITHIN;
+        let failed = puts.iter().position(Result::is_err);
+        if failed.is_none() && !slow {
+            return Ok(());
         }
-        Ok(())
+        // Only new entities: one replaced may be the row's own. A
+        // handed-over one stands for the row's old keys too, which the
+        // failed statement leaves: it stays as well.
+        for (put, _) in entities
+            .iter()
+            .zip(&puts)
+            .filter(|(_, r)| matches!(r, Ok(true)))
+        {
+            let named = super::global::named_bases(&self.def, put);
+            let [base] = named.as_slice() else {
+                continue;
+            };
+            let op = WriteOp::Delete {
+                partition_key: put.partition_key.clone(),
+                row_key: put.row_key.clone(),
+                if_match: IfMatch::Any,
+            };
+            let _ = super::global::delete_unique(store, &self.def, g, &op, base).await;
+        }
+        match failed.and_then(|i| puts.into_iter().nth(i)) {
+            Some(Err(err)) => Err(err.into()),
+            _ => Err(ExecError::UniquePutsTooSlow {
+                index: g.name.clone(),
+                rows: entities.len(),
+                seconds: super::global::PUTS_WITHIN.as_secs(),
+            }
+            .into()),
+        }
     }
 
     /// The deletes of the global index entities the rows no longer write,

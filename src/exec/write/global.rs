@@ -72,23 +72,30 @@ fn unique_fields(def: &TableDef, g: &GlobalIndexDef, values: &[Option<EdmValue>]
 /// stays taken until then.
 const IN_FLIGHT: chrono::TimeDelta = chrono::TimeDelta::seconds(120);
 
+/// How long a statement may take to put its unique entities before it
+/// gives them back and fails: a quarter of [`IN_FLIGHT`], leaving the rest
+/// for its base rows to land.
+pub const PUTS_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Puts `e`, an entity of unique index `g`, by an Insert. Where one is
 /// there already, it is the row's own (an UPDATE that keeps the value), or
 /// it stands for no row (a stale or orphan entity, older than
 /// [`IN_FLIGHT`]): it is replaced, If-Match the version read. The row's
 /// own includes the entity of its old keys where `e` is handed over from
 /// them (`named_bases`). Else the value is taken: a unique violation.
+/// `true` where the entity is new (a statement that fails gives back only
+/// those: one it replaced may be its row's own, which stays).
 pub async fn put_unique(
     store: &dyn TableStore,
     def: &TableDef,
     g: &GlobalIndexDef,
     e: &Entity,
-) -> Result<(), ExecError> {
+) -> Result<bool, ExecError> {
     // The row's own entity names it, or (handed over) its old keys.
     let ours = named_bases(def, e);
     for _ in 0..5 {
         match store.execute(&g.table, WriteOp::Insert(e.clone())).await {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(true),
             Err(StorageError::EntityAlreadyExists { .. }) => {}
             Err(err) => return Err(err.into()),
         }
@@ -112,7 +119,7 @@ pub async fn put_unique(
             )
             .await
         {
-            Ok(_) => return Ok(()),
+            Ok(_) => return Ok(false),
             Err(StorageError::PreconditionFailed { .. } | StorageError::EntityNotFound { .. }) => {}
             Err(err) => return Err(err.into()),
         }
