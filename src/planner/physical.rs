@@ -140,7 +140,7 @@ impl ExtensionPlanner for UpsertPlanner {
         };
         let row_schema = &node.row_schema;
         let on_existing = match &node.on_existing {
-            upsert::OnExisting::Nothing => OnExisting::Nothing,
+            upsert::OnExisting::Nothing(a) => OnExisting::Nothing(a.clone()),
             upsert::OnExisting::Update {
                 assignments,
                 filter,

@@ -31,6 +31,8 @@ use datafusion::sql::sqlparser::ast::{
 use std::ops::ControlFlow;
 
 use super::StoreTable;
+use crate::catalog::TableDef;
+pub use crate::exec::write::dml::Arbiter;
 
 /// The qualifier of the proposed row in `DO UPDATE SET`.
 pub const EXCLUDED: &str = "excluded";
@@ -38,8 +40,9 @@ pub const EXCLUDED: &str = "excluded";
 /// What an upsert does with a row whose key exists.
 #[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
 pub enum OnExisting {
-    /// Leaves it (the proposed row is not written, nor counted).
-    Nothing,
+    /// Leaves it (the proposed row is not written, nor counted); the
+    /// arbiter says which conflicts are skipped.
+    Nothing(Arbiter),
     /// Sets these columns of it, where `filter` holds; the expressions
     /// read the stored row's columns and `excluded.*`, over
     /// [`UpsertNode::row_schema`].
@@ -87,10 +90,15 @@ impl UserDefinedLogicalNodeCore for UpsertNode {
 
     fn fmt_for_explain(&self, f: &mut fmt::Formatter) -> fmt::Result {
         match &self.on_existing {
-            OnExisting::Nothing => write!(
+            OnExisting::Nothing(a) => write!(
                 f,
-                "Upsert: {} on_conflict=do_nothing",
-                self.insert.table_name
+                "Upsert: {} on_conflict=do_nothing arbiter={}",
+                self.insert.table_name,
+                match a {
+                    Arbiter::Any => "any".to_owned(),
+                    Arbiter::PrimaryKey => "primary_key".to_owned(),
+                    Arbiter::Unique(name) => name.clone(),
+                }
             ),
             OnExisting::Update { assignments, .. } => {
                 let names: Vec<&str> = assignments.iter().map(|(n, _)| n.as_str()).collect();
@@ -170,7 +178,7 @@ impl UpsertNode {
                 .data)
         };
         let on_existing = match &self.on_existing {
-            OnExisting::Nothing => OnExisting::Nothing,
+            OnExisting::Nothing(a) => OnExisting::Nothing(a.clone()),
             OnExisting::Update {
                 assignments,
                 filter,
@@ -376,10 +384,17 @@ pub fn upsert_plan(
             insert.table_name
         )));
     };
-    check_target(&on_conflict, &def.name, &def.primary_key)?;
+    let arbiter = check_target(&on_conflict, &def)?;
     let row_schema = Arc::new(row_schema(&insert)?);
     let on_existing = match on_conflict.action {
-        OnConflictAction::DoNothing => OnExisting::Nothing,
+        OnConflictAction::DoNothing => OnExisting::Nothing(arbiter),
+        OnConflictAction::DoUpdate(_) if arbiter != Arbiter::PrimaryKey => {
+            return Err(DataFusionError::NotImplemented(format!(
+                "ON CONFLICT ... DO UPDATE over a unique index's columns: name {}'s primary key ({}) as the conflict target",
+                def.name,
+                def.primary_key.join(", ")
+            )));
+        }
         OnConflictAction::DoUpdate(update) => {
             let mut assignments = Vec::new();
             for a in update.assignments {
@@ -426,33 +441,47 @@ fn is_upsert(statement: &Statement) -> bool {
     )
 }
 
-/// The conflict target must name the primary key.
-fn check_target(on_conflict: &OnConflict, table: &str, key: &[String]) -> Result<()> {
-    let ok = match &on_conflict.conflict_target {
-        None => matches!(on_conflict.action, OnConflictAction::DoNothing),
+/// The arbiter the conflict target names: the primary key (its columns,
+/// or `<table>_pkey`), a unique index (its columns, in any order, as
+/// PostgreSQL infers it), or with no target (`DO NOTHING` only) any.
+fn check_target(on_conflict: &OnConflict, def: &TableDef) -> Result<Arbiter> {
+    let sorted = |mut v: Vec<String>| {
+        v.sort();
+        v
+    };
+    let found = match &on_conflict.conflict_target {
+        None => matches!(on_conflict.action, OnConflictAction::DoNothing).then_some(Arbiter::Any),
         Some(ConflictTarget::Columns(columns)) => {
-            let mut named: Vec<String> = columns
-                .iter()
-                .map(crate::catalog::normalize_ident)
-                .collect();
-            let mut key = key.to_vec();
-            named.sort();
-            key.sort();
-            named == key
+            let named = sorted(
+                columns
+                    .iter()
+                    .map(crate::catalog::normalize_ident)
+                    .collect(),
+            );
+            if named == sorted(def.primary_key.clone()) {
+                Some(Arbiter::PrimaryKey)
+            } else {
+                def.global_indexes
+                    .iter()
+                    .filter(|g| g.unique.is_some() && !g.building)
+                    .find(|g| sorted(g.indexed_columns(&def.primary_key)) == named)
+                    .map(|g| Arbiter::Unique(g.name.clone()))
+            }
         }
         Some(ConflictTarget::OnConstraint(name)) => name
             .0
             .last()
             .and_then(|p| p.as_ident())
-            .is_some_and(|i| crate::catalog::normalize_ident(i) == format!("{table}_pkey")),
+            .filter(|i| crate::catalog::normalize_ident(i) == format!("{}_pkey", def.name))
+            .map(|_| Arbiter::PrimaryKey),
     };
-    if ok {
-        return Ok(());
-    }
-    Err(DataFusionError::Plan(format!(
-        "there is no unique or exclusion constraint matching the ON CONFLICT specification: {table}'s one unique key is its primary key ({})",
-        key.join(", ")
-    )))
+    found.ok_or_else(|| {
+        DataFusionError::Plan(format!(
+            "there is no unique or exclusion constraint matching the ON CONFLICT specification: {}'s unique keys are its primary key ({}) and its unique indexes",
+            def.name,
+            def.primary_key.join(", ")
+        ))
+    })
 }
 
 /// The table's columns under its name, then the same as `excluded`, every

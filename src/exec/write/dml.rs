@@ -53,9 +53,10 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 
+mod globals;
 mod upsert;
 
-pub use upsert::OnExisting;
+pub use upsert::{Arbiter, OnExisting};
 
 use super::encode::{Columns, compose, entities, mapped, primary_prefix};
 use crate::catalog::TableDef;
@@ -72,11 +73,6 @@ use crate::storage::{
 
 /// Rows encoded and checked before the first transaction is sent.
 pub const FLUSH_ROWS: usize = 10_000;
-/// Unique entities put at once: a unique entity whose base row has not
-/// landed within `global::IN_FLIGHT` may be taken over by another row, so
-/// a flush's puts must be quick (10,000 at 16 at once on Azure take about
-/// 15 s), and `global::PUTS_WITHIN` bounds them.
-const UNIQUE_PUTS_IN_FLIGHT: usize = 16;
 /// Up to this many new keys in a partition are checked one query each;
 /// more, by walking their range (`Writer::check_partition`).
 const FEW_CLAIMS: usize = 4;
@@ -109,7 +105,7 @@ impl DmlOp {
             DmlOp::Insert => "insert",
             DmlOp::Update { .. } => "update",
             DmlOp::Delete => "delete",
-            DmlOp::Upsert(OnExisting::Nothing) => "upsert(do_nothing)",
+            DmlOp::Upsert(OnExisting::Nothing(_)) => "upsert(do_nothing)",
             DmlOp::Upsert(OnExisting::Update { blind: false, .. }) => "upsert(do_update)",
             DmlOp::Upsert(OnExisting::Update { blind: true, .. }) => "upsert(blind)",
         }
@@ -1010,157 +1006,55 @@ impl Writer {
         let mut pending = std::mem::take(&mut self.pending);
         self.pending_rows = 0;
         let returning = self.returned.is_some();
-        // Global indexes: the new entities before any base row, so a base
-        // row is never without its entity; the old ones' deletes after.
+        // Global indexes (`dml/globals.rs`): the new entities first, the
+        // old ones' deletes last.
+        let made = self.put_globals(&mut pending).await?;
         let mut after = Vec::new();
-        let mut before: std::collections::BTreeMap<usize, Vec<WriteOp>> =
-            std::collections::BTreeMap::new();
         for g in pending.values_mut().flatten() {
-            for (i, op) in g.before.drain(..) {
-                before.entry(i).or_default().push(op);
-            }
             after.append(&mut g.after);
         }
-        for (i, ops) in before {
-            self.put_global(i, ops).await?;
-        }
-        let after = self.pin_global(after).await?;
+        let after = match self.pin_global(after).await {
+            Ok(after) => after,
+            Err(e) => {
+                self.give_back(made.iter().collect()).await;
+                return Err(e);
+            }
+        };
+        // The rows sent (or being sent): a unique value one took stays
+        // its, whatever the answer; the others' are given back on failure.
+        let mut sent: HashSet<usize> = HashSet::new();
         for (_, groups) in pending {
             let mut ops: Vec<WriteOp> = Vec::new();
             let mut rows: Vec<Returned> = Vec::new();
+            let mut seqs: Vec<usize> = Vec::new();
             let (mut count, mut bytes) = (0u64, 0usize);
             for g in groups {
                 let full =
                     ops.len() + g.ops.len() > MAX_BATCH_OPERATIONS || bytes + g.bytes > BATCH_BYTES;
                 if full && !ops.is_empty() {
-                    self.send(std::mem::take(&mut ops), count, std::mem::take(&mut rows))
-                        .await?;
+                    sent.extend(seqs.drain(..));
+                    let batch = std::mem::take(&mut ops);
+                    if let Err(e) = self.send(batch, count, std::mem::take(&mut rows)).await {
+                        return Err(self.unsent(&made, &sent, e).await);
+                    }
                     (count, bytes) = (0, 0);
                 }
                 if returning && let Some(r) = g.returned() {
                     rows.push(r);
                 }
+                seqs.push(g.seq);
                 ops.extend(g.ops);
                 count += 1;
                 bytes += g.bytes;
             }
             if !ops.is_empty() {
-                self.send(ops, count, rows).await?;
+                sent.extend(seqs.drain(..));
+                if let Err(e) = self.send(ops, count, rows).await {
+                    return Err(self.unsent(&made, &sent, e).await);
+                }
             }
         }
         self.delete_global(after).await?;
-        Ok(())
-    }
-
-    /// Puts global index `i`'s entities: a unique index's one by one, each
-    /// checked for a taken value (two in this batch with one value are a
-    /// violation too: neither base row is written yet).
-    async fn put_global(&self, i: usize, ops: Vec<WriteOp>) -> Result<()> {
-        let Some(g) = self.def.global_indexes.get(i) else {
-            return Ok(());
-        };
-        if g.unique.is_none() {
-            super::global::send(self.store.as_ref(), &g.table, ops)
-                .await
-                .map_err(DataFusionError::from)?;
-            return Ok(());
-        }
-        let entities: Vec<&crate::storage::Entity> =
-            ops.iter().filter_map(WriteOp::entity).collect();
-        // A value twice in this batch, before anything is put.
-        let mut seen = HashSet::new();
-        for e in &entities {
-            if !seen.insert((&e.partition_key, &e.row_key)) {
-                return Err(ExecError::UniqueViolation {
-                    table: self.def.name.clone(),
-                    index: g.name.clone(),
-                    values: super::global::shown_values(&self.def, g, e),
-                }
-                .into());
-            }
-        }
-        // Distinct keys: put at once; if any is taken, the statement fails
-        // and gives back the values this batch took, so that they are not
-        // held for an in-flight write that will never come.
-        let store = self.store.as_ref();
-        let started = std::time::Instant::now();
-        // By position: a closure over references is not Send-general here.
-        let puts: Vec<Result<bool, ExecError>> = futures::stream::iter(0..entities.len())
-            .map(|k| super::global::put_unique(store, &self.def, g, entities[k]))
-            .buffered(UNIQUE_PUTS_IN_FLIGHT)
-            .collect()
-            .await;
-        // Too slow (a throttled store): the first values put could be taken
-        // over before their rows land. Given back, the statement fails.
-        let slow = started.elapsed() > super::global::PUTS_WITHIN;
-        let failed = puts.iter().position(Result::is_err);
-        if failed.is_none() && !slow {
-            return Ok(());
-        }
-        // Only new entities: one replaced may be the row's own. A
-        // handed-over one stands for the row's old keys too, which the
-        // failed statement leaves: it stays as well.
-        for (put, _) in entities
-            .iter()
-            .zip(&puts)
-            .filter(|(_, r)| matches!(r, Ok(true)))
-        {
-            let named = super::global::named_bases(&self.def, put);
-            let [base] = named.as_slice() else {
-                continue;
-            };
-            let op = WriteOp::Delete {
-                partition_key: put.partition_key.clone(),
-                row_key: put.row_key.clone(),
-                if_match: IfMatch::Any,
-            };
-            let _ = super::global::delete_unique(store, &self.def, g, &op, base).await;
-        }
-        match failed.and_then(|i| puts.into_iter().nth(i)) {
-            Some(Err(err)) => Err(err.into()),
-            _ => Err(ExecError::UniquePutsTooSlow {
-                index: g.name.clone(),
-                rows: entities.len(),
-                seconds: super::global::PUTS_WITHIN.as_secs(),
-            }
-            .into()),
-        }
-    }
-
-    /// The deletes of the global index entities the rows no longer write,
-    /// pinned to the version each has before the base rows are written
-    /// (`global::pin_deletes`), by index.
-    async fn pin_global(
-        &self,
-        after: Vec<(usize, WriteOp, (PartitionKey, RowKey))>,
-    ) -> Result<BTreeMap<usize, Vec<WriteOp>>> {
-        let mut by_index: BTreeMap<usize, Vec<(WriteOp, (PartitionKey, RowKey))>> = BTreeMap::new();
-        for (i, op, base) in after {
-            by_index.entry(i).or_default().push((op, base));
-        }
-        let mut pinned = BTreeMap::new();
-        for (i, deletes) in by_index {
-            let Some(g) = self.def.global_indexes.get(i) else {
-                continue;
-            };
-            let ops = super::global::pin_deletes(self.store.as_ref(), &self.def, g, deletes)
-                .await
-                .map_err(DataFusionError::from)?;
-            pinned.insert(i, ops);
-        }
-        Ok(pinned)
-    }
-
-    /// Deletes the pinned entities: one that changed since it was pinned
-    /// (another statement put it again) stays.
-    async fn delete_global(&self, pinned: BTreeMap<usize, Vec<WriteOp>>) -> Result<()> {
-        for (i, ops) in pinned {
-            if let Some(g) = self.def.global_indexes.get(i) {
-                super::global::send(self.store.as_ref(), &g.table, ops)
-                    .await
-                    .map_err(DataFusionError::from)?;
-            }
-        }
         Ok(())
     }
 

@@ -26,10 +26,39 @@ use crate::exec::read::decode::decode;
 use crate::exec::write::encode::{Columns, entities, primary_prefix};
 use crate::storage::{PartitionKey, StoredEntity, WriteOp};
 
+/// Which conflicts `DO NOTHING` skips: PostgreSQL's arbiter. A conflict
+/// on anything else fails the statement (23505), as there.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, PartialOrd)]
+pub enum Arbiter {
+    /// No conflict target: a taken primary key or unique value, any.
+    Any,
+    /// The primary key's columns (or `<table>_pkey`).
+    PrimaryKey,
+    /// A unique index's columns, by the index's name.
+    Unique(String),
+}
+
+impl Arbiter {
+    /// Whether a taken primary key is skipped.
+    pub fn skips_key(&self) -> bool {
+        matches!(self, Arbiter::Any | Arbiter::PrimaryKey)
+    }
+
+    /// Whether a value taken in unique index `name` is skipped.
+    pub fn skips_unique(&self, name: &str) -> bool {
+        match self {
+            Arbiter::Any => true,
+            Arbiter::PrimaryKey => false,
+            Arbiter::Unique(n) => n == name,
+        }
+    }
+}
+
 /// What an upsert does with a row whose key exists.
 #[derive(Debug, Clone)]
 pub enum OnExisting {
-    Nothing,
+    /// Leaves it, and skips the conflicts its arbiter names.
+    Nothing(Arbiter),
     /// Sets the columns at these layout positions, where `filter` holds;
     /// evaluated over `row_schema`: the stored row, then `excluded`.
     Update {
@@ -63,7 +92,8 @@ impl Writer {
         let seen = (partition.clone(), key);
         if self.keys.contains(&seen) {
             return match on_existing {
-                OnExisting::Nothing => Ok(None),
+                OnExisting::Nothing(a) if a.skips_key() => Ok(None),
+                OnExisting::Nothing(_) => Err(self.duplicate(&self.shown_key(&values))),
                 OnExisting::Update { .. } => Err(ExecError::UpsertTwice {
                     table: self.def.name.clone(),
                 }
@@ -134,14 +164,19 @@ impl Writer {
         new: &Columns,
         row: usize,
     ) -> Result<Option<(PartitionKey, Group)>> {
-        let OnExisting::Update {
-            assignments,
-            filter,
-            row_schema,
-            ..
-        } = on_existing
-        else {
-            return Ok(None);
+        let (assignments, filter, row_schema) = match on_existing {
+            OnExisting::Update {
+                assignments,
+                filter,
+                row_schema,
+                ..
+            } => (assignments, filter, row_schema),
+            OnExisting::Nothing(a) if a.skips_key() => return Ok(None),
+            // A unique index is the arbiter: a taken key is an error.
+            OnExisting::Nothing(_) => {
+                let values = super::super::upkeep::row_values(&self.def, &stored)?;
+                return Err(self.duplicate(&self.shown_key(&values)));
+            }
         };
         let all: Vec<usize> = (0..self.layout.columns.len()).collect();
         let (old_batch, _) = decode(&self.layout, &all, &self.layout.schema, &[stored])
