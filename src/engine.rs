@@ -1553,10 +1553,15 @@ impl Engine {
             for name in &mapped {
                 persist::remove(self.store.as_ref(), name).await?;
                 // A table that owns its storage takes its rows with it.
-                // So do its global indexes' tables (CREATE INDEX made them).
-                if let Some(def) = defs.iter().find(|d| d.name == *name && d.owned) {
-                    let tables = std::iter::once(&def.storage_table)
-                        .chain(def.global_indexes.iter().map(|g| &g.table));
+                // Its derived global indexes' tables go in any case (CREATE
+                // INDEX made them); declared ones are the application's.
+                if let Some(def) = defs.iter().find(|d| d.name == *name) {
+                    let tables = def.owned.then_some(&def.storage_table).into_iter().chain(
+                        def.global_indexes
+                            .iter()
+                            .filter(|g| !g.declared)
+                            .map(|g| &g.table),
+                    );
                     for table in tables {
                         match self.store.delete_table(table).await {
                             Ok(()) | Err(StorageError::TableNotFound(_)) => {}

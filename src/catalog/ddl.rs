@@ -256,6 +256,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
     let mut globals: std::collections::BTreeMap<String, GlobalOptions> =
         std::collections::BTreeMap::new();
     let mut uniques: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    let mut declared_globals: Vec<String> = Vec::new();
     for option in options(create) {
         let SqlOption::KeyValue { key, value } = option else {
             return Err(CatalogError::Definition(format!(
@@ -317,9 +318,13 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                         ))
                     })?;
                     uniques.insert(n, fields);
+                } else if let Some(n) = slot(&key, "global_declared_") {
+                    if flag(&key, &text)? {
+                        declared_globals.push(n);
+                    }
                 } else {
                     return Err(CatalogError::Definition(format!(
-                        "unknown option {key} (expected global_table_<name>, global_pk_<name>, global_rk_<name> or global_unique_<name>)"
+                        "unknown option {key} (expected global_table_<name>, global_pk_<name>, global_rk_<name>, global_unique_<name> or global_declared_<name>)"
                     )));
                 }
             }
@@ -428,6 +433,7 @@ pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError>
                 row_key: part("the RowKey", parts.2)?.parse()?,
                 building: building_globals.contains(&name),
                 unique: uniques.get(&name).copied(),
+                declared: declared_globals.contains(&name),
                 name,
             })
         })
@@ -882,6 +888,8 @@ pub fn index_from_create(
         None => default_index_name(&def.name, &columns),
     };
     let (mut row_key, mut covering, mut global) = (None, true, false);
+    // An application's layout: its table and PartitionKey template.
+    let (mut table, mut partition_key) = (None, None);
     for option in &create.with {
         let Expr::BinaryOp {
             left,
@@ -900,14 +908,37 @@ pub fn index_from_create(
             "row_key" => row_key = Some(text()?.parse::<crate::keys::KeyTemplate>()?),
             "covering" => covering = flag(&key, &text()?)?,
             "global" => global = flag(&key, &text()?)?,
+            "table" => table = Some(text()?),
+            "partition_key" => partition_key = Some(text()?.parse::<crate::keys::KeyTemplate>()?),
             // PostgreSQL's B-tree storage parameters: nothing to tune here.
             "fillfactor" | "deduplicate_items" => {}
             _ => {
                 return Err(bad(format!(
-                    "unknown index option {key} (expected row_key, covering or global)"
+                    "unknown index option {key} (expected row_key, covering, global, table or partition_key)"
                 )));
             }
         }
+    }
+    if table.is_some() || partition_key.is_some() {
+        if !global || create.unique || !covering {
+            return Err(bad(
+                "table and partition_key declare a global index's layout: they need global = true, and neither UNIQUE nor covering".into(),
+            ));
+        }
+        let (Some(table), Some(partition_key), Some(row_key)) = (table, partition_key, row_key)
+        else {
+            return Err(bad(
+                "a declared global index needs table, partition_key and row_key".into(),
+            ));
+        };
+        return Ok(NewIndex::Global(declared_global(
+            def,
+            name,
+            &columns,
+            &table,
+            partition_key,
+            row_key,
+        )?));
     }
     // Uniqueness over every partition needs one place per value: a
     // unique index is global.
@@ -1028,6 +1059,65 @@ fn global_index(
         row_key: row.parse()?,
         building: false,
         unique: None,
+        declared: false,
+        name,
+    })
+}
+
+/// A global index over entities an application writes: in its table
+/// `table`, keyed by its templates. The PartitionKey may hold only listed
+/// columns (an equality on them then reads one partition), and the two
+/// keys together every listed column and every column of the base row's
+/// keys, so that each entity names one base row by its keys alone.
+fn declared_global(
+    def: &TableDef,
+    name: String,
+    columns: &[IndexColumn],
+    table: &str,
+    partition_key: crate::keys::KeyTemplate,
+    row_key: crate::keys::KeyTemplate,
+) -> Result<GlobalIndexDef, CatalogError> {
+    let bad = |m: String| CatalogError::Definition(format!("index {name}: {m}"));
+    let listed = |c: &str| columns.iter().any(|l| l.name == c);
+    if let Some(c) = partition_key.columns().find(|c| !listed(c)) {
+        return Err(bad(format!(
+            "partition_key {partition_key} holds {c}, which the index does not list"
+        )));
+    }
+    let keyed: Vec<&str> = partition_key.columns().chain(row_key.columns()).collect();
+    let needed = columns.iter().map(|c| c.name.as_str()).chain(
+        def.columns
+            .iter()
+            .map(|c| c.name.as_str())
+            .filter(|c| def.is_key_column(c)),
+    );
+    for c in needed {
+        if !keyed.contains(&c) {
+            return Err(bad(format!(
+                "the keys ({partition_key}, {row_key}) must hold {c}: every listed column and every column of the base row's keys"
+            )));
+        }
+    }
+    for c in &keyed {
+        if def.column(c).is_none() {
+            return Err(bad(format!("{c} is not a column of {}", def.name)));
+        }
+    }
+    if columns
+        .iter()
+        .any(|c| c.descending || c.nulls_first.is_some())
+    {
+        return Err(bad(
+            "a declared layout's order is its templates': write ~ in the template, not DESC".into(),
+        ));
+    }
+    Ok(GlobalIndexDef {
+        table: TableName::new(table).map_err(|e| bad(format!("table {table}: {e}")))?,
+        partition_key,
+        row_key,
+        building: false,
+        unique: None,
+        declared: true,
         name,
     })
 }
@@ -1166,6 +1256,9 @@ impl TableDef {
             ));
             if let Some(n) = g.unique {
                 options.push(format!("global_unique_{} = '{n}'", g.name));
+            }
+            if g.declared {
+                options.push(format!("global_declared_{} = true", g.name));
             }
             if g.building {
                 options.push(format!("building_{} = true", g.name));

@@ -216,6 +216,12 @@ pub struct GlobalIndexDef {
     /// row with the same values finds it taken (23505). A row with a NULL
     /// among them writes the whole key, as NULLs are distinct.
     pub unique: Option<usize>,
+    /// The application's layout (`global_declared_<name> = true`): the
+    /// table and key templates were declared, not derived, and the
+    /// entities are the application's too. Writes merge into them (their
+    /// other properties stay), a check compares only the properties the
+    /// index writes, and `DROP INDEX` keeps the table unless CASCADE.
+    pub declared: bool,
 }
 
 impl GlobalIndexDef {

@@ -190,6 +190,14 @@ impl Engine {
             }
             Some(_) => return already(outcome),
             None if local => return already(outcome),
+            // An application's table: used as it is, made if missing.
+            None if g.declared => {
+                match self.store.create_table(&g.table).await {
+                    Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
+                    Err(e) => return Err(e.into()),
+                }
+                self.declare_building(table, &g).await?;
+            }
             None => {
                 let wanted = g.table.clone();
                 let mut lost = std::collections::HashSet::new();
@@ -203,24 +211,7 @@ impl Engine {
                         Err(e) => return Err(e.into()),
                     }
                 }
-                let building = GlobalIndexDef {
-                    building: true,
-                    ..g.clone()
-                };
-                persist::update(self.store.as_ref(), table, |d| {
-                    if d.global_indexes.iter().any(|x| x.name == building.name)
-                        || d.indexes.iter().any(|x| x.name == building.name)
-                    {
-                        return Err(CatalogError::Inconsistent {
-                            table: d.name.clone(),
-                            reason: format!("index {} was created meanwhile", building.name),
-                        });
-                    }
-                    d.global_indexes.push(building.clone());
-                    Ok(())
-                })
-                .await?;
-                self.refresh().await?;
+                self.declare_building(table, &g).await?;
             }
         }
         let def = self.mapped_def(table).await?;
@@ -279,6 +270,28 @@ impl Engine {
             ),
         ));
         Ok(outcome)
+    }
+
+    /// Stores global index `g` of `table`, marked building.
+    async fn declare_building(&self, table: &str, g: &GlobalIndexDef) -> Result<(), EngineError> {
+        let building = GlobalIndexDef {
+            building: true,
+            ..g.clone()
+        };
+        persist::update(self.store.as_ref(), table, |d| {
+            if d.global_indexes.iter().any(|x| x.name == building.name)
+                || d.indexes.iter().any(|x| x.name == building.name)
+            {
+                return Err(CatalogError::Inconsistent {
+                    table: d.name.clone(),
+                    reason: format!("index {} was created meanwhile", building.name),
+                });
+            }
+            d.global_indexes.push(building.clone());
+            Ok(())
+        })
+        .await?;
+        self.refresh().await
     }
 
     /// Repairs index `name` of `table` until a round meets no concurrent
@@ -387,9 +400,14 @@ impl Engine {
                 })
                 .await?;
                 self.refresh().await?;
-                // The table is the index's own (CREATE INDEX made it, under
-                // a name no other table had), so it goes with the index,
-                // CASCADE or not, as a PostgreSQL index's storage does.
+                // A derived index's table is its own (CREATE INDEX made it,
+                // under a name no other table had), so it goes with the
+                // index, CASCADE or not, as a PostgreSQL index's storage
+                // does; a declared one's is the application's, deleted only
+                // with CASCADE, as local index rows are.
+                if g.declared && !cascade {
+                    continue;
+                }
                 match self.store.delete_table(&g.table).await {
                     Ok(()) | Err(StorageError::TableNotFound(_)) => {}
                     Err(e) => return Err(e.into()),

@@ -275,3 +275,69 @@ async fn a_unique_value_handed_over_and_stopped_midway_still_finds_its_row() -> 
     assert!(found.contains("| 9  | a@x.org |"), "{found}");
     Ok(())
 }
+
+/// A declared global index reads the entities an application writes its
+/// own way: here with no property but its own, the base row's key held in
+/// the entity's RowKey alone.
+#[tokio::test]
+async fn a_declared_index_reads_an_application_s_entities_by_their_keys() -> TestResult {
+    let store = Arc::new(MemoryStore::new());
+    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    for sql in [
+        "CREATE TABLE users (id INT PRIMARY KEY, email TEXT NOT NULL, name TEXT)",
+        "INSERT INTO users VALUES (1, 'a@x.org', 'Ann'), (2, 'b@x.org', 'Bob')",
+        "CREATE INDEX users_email ON users (email) WITH (global = true, table = 'EmailIndex', \
+         partition_key = '{email}', row_key = 'U:{id:06}')",
+    ] {
+        engine.collect(sql).await?;
+    }
+    // The application replaces Bob's entity with one of its own.
+    let index = TableName::new("EmailIndex")?;
+    let mut own = Entity::new(PartitionKey::new("b@x.org")?, RowKey::new("U:000002")?);
+    own.properties
+        .insert("Source".into(), EdmValue::String("the app".into()));
+    store
+        .execute_batch(&index, vec![WriteOp::InsertOrReplace(own)])
+        .await?;
+    let found = shown(
+        &engine,
+        "SELECT id, name FROM users WHERE email = 'b@x.org'",
+    )
+    .await?;
+    assert!(found.contains("| 2  | Bob  |"), "{found}");
+    let plan = shown(
+        &engine,
+        "EXPLAIN SELECT id, name FROM users WHERE email = 'b@x.org'",
+    )
+    .await?;
+    assert!(plan.contains("global_index_point(users_email)"), "{plan}");
+    // An entity the application wrote before the row: the row's insert
+    // merges the index's columns in and keeps the application's.
+    let mut early = Entity::new(PartitionKey::new("c@x.org")?, RowKey::new("U:000003")?);
+    early
+        .properties
+        .insert("Source".into(), EdmValue::String("the app".into()));
+    store
+        .execute_batch(&index, vec![WriteOp::InsertOrReplace(early)])
+        .await?;
+    engine
+        .collect("INSERT INTO users VALUES (3, 'c@x.org', 'Cy')")
+        .await?;
+    let kept = store
+        .get(
+            &index,
+            &PartitionKey::new("c@x.org")?,
+            &RowKey::new("U:000003")?,
+        )
+        .await?
+        .ok_or("the entity")?;
+    assert_eq!(
+        kept.entity.properties.get("Source"),
+        Some(&EdmValue::String("the app".into()))
+    );
+    assert_eq!(
+        kept.entity.properties.get("email"),
+        Some(&EdmValue::String("c@x.org".into()))
+    );
+    Ok(())
+}

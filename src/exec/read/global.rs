@@ -268,7 +268,7 @@ impl ExecutionPlan for GlobalIndexExec {
                     // The row it names, or the one it was handed over
                     // from (`global::named_bases`): the first that exists
                     // and writes this entity.
-                    for (pk, rk) in global::named_bases(&def, &e.entity) {
+                    for (pk, rk) in global::named_bases(&def, &g, &e.entity) {
                         lookups.add(1);
                         let Some(row) = store.get(&layout.table, &pk, &rk).await? else {
                             continue;

@@ -92,7 +92,7 @@ pub async fn put_unique(
     e: &Entity,
 ) -> Result<bool, ExecError> {
     // The row's own entity names it, or (handed over) its old keys.
-    let ours = named_bases(def, e);
+    let ours = named_bases(def, g, e);
     for _ in 0..5 {
         match store.execute(&g.table, WriteOp::Insert(e.clone())).await {
             Ok(_) => return Ok(true),
@@ -102,7 +102,7 @@ pub async fn put_unique(
         let Some(found) = store.get(&g.table, &e.partition_key, &e.row_key).await? else {
             continue;
         };
-        let theirs = named_bases(def, &found.entity);
+        let theirs = named_bases(def, g, &found.entity);
         if !theirs.first().is_some_and(|t| ours.contains(t))
             && live(store, def, g, &found, &theirs).await?
         {
@@ -144,8 +144,8 @@ const WAS_ROW_KEY: &str = "tablesql_was_rk";
 /// The base rows `e` may stand for, in the order to try them: the one its
 /// key columns name, then the one it was handed over from. Empty for an
 /// entity that names no row.
-pub fn named_bases(def: &TableDef, e: &Entity) -> Vec<(PartitionKey, RowKey)> {
-    let mut out: Vec<(PartitionKey, RowKey)> = base_keys(def, e).ok().into_iter().collect();
+pub fn named_bases(def: &TableDef, g: &GlobalIndexDef, e: &Entity) -> Vec<(PartitionKey, RowKey)> {
+    let mut out: Vec<(PartitionKey, RowKey)> = base_keys(def, g, e).ok().into_iter().collect();
     let text = |name| match e.properties.get(name) {
         Some(EdmValue::String(s)) => Some(s.clone()),
         _ => None,
@@ -159,9 +159,10 @@ pub fn named_bases(def: &TableDef, e: &Entity) -> Vec<(PartitionKey, RowKey)> {
     out
 }
 
-/// Whether two entities' properties are the same, a hand-over's marks
-/// aside.
-pub fn same_properties(a: &Entity, b: &Entity) -> bool {
+/// Whether `found` holds what `wanted`, the entity index `g` writes, holds:
+/// the same properties, a hand-over's marks aside; for an application's
+/// layout, at least those (its other properties are its own).
+pub fn holds(g: &GlobalIndexDef, wanted: &Entity, found: &Entity) -> bool {
     let kept = |e: &Entity| {
         e.properties
             .iter()
@@ -169,7 +170,12 @@ pub fn same_properties(a: &Entity, b: &Entity) -> bool {
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect::<BTreeMap<String, EdmValue>>()
     };
-    kept(a) == kept(b)
+    if g.declared {
+        let have = kept(found);
+        kept(wanted).iter().all(|(k, v)| have.get(k) == Some(v))
+    } else {
+        kept(wanted) == kept(found)
+    }
 }
 
 /// Whether `found`, a unique index's entity naming the base rows `named`,
@@ -220,7 +226,7 @@ pub async fn pin_deletes(
             let (pk, rk) = op.keys();
             let found = store.get(&g.table, pk, rk).await?;
             Ok(found
-                .filter(|f| base_keys(def, &f.entity).ok().as_ref() == Some(&base))
+                .filter(|f| base_keys(def, g, &f.entity).ok().as_ref() == Some(&base))
                 .map(|f| WriteOp::Delete {
                     partition_key: pk.clone(),
                     row_key: rk.clone(),
@@ -247,7 +253,7 @@ pub async fn delete_unique(
     let Some(found) = store.get(&g.table, pk, rk).await? else {
         return Ok(());
     };
-    if base_keys(def, &found.entity).ok().as_ref() != Some(base) {
+    if base_keys(def, g, &found.entity).ok().as_ref() != Some(base) {
         return Ok(());
     }
     let delete = WriteOp::Delete {
@@ -280,8 +286,12 @@ pub fn shown_values(def: &TableDef, g: &GlobalIndexDef, e: &Entity) -> String {
 
 /// The keys of the base row an index entity names, from the base key
 /// columns' properties it carries.
-pub fn base_keys(def: &TableDef, e: &Entity) -> Result<(PartitionKey, RowKey), ExecError> {
-    let values: Vec<Option<EdmValue>> = def
+pub fn base_keys(
+    def: &TableDef,
+    g: &GlobalIndexDef,
+    e: &Entity,
+) -> Result<(PartitionKey, RowKey), ExecError> {
+    let mut values: Vec<Option<EdmValue>> = def
         .columns
         .iter()
         .map(|c| {
@@ -290,6 +300,30 @@ pub fn base_keys(def: &TableDef, e: &Entity) -> Result<(PartitionKey, RowKey), E
                 .flatten()
         })
         .collect();
+    // Where the entity lacks them as properties (an application's entity
+    // holds them in its keys), the values its keys hold.
+    if values
+        .iter()
+        .zip(&def.columns)
+        .any(|(v, c)| v.is_none() && def.is_key_column(&c.name))
+    {
+        let fields = [
+            (&g.partition_key, e.partition_key.as_str()),
+            (&g.row_key, e.row_key.as_str()),
+        ];
+        for (template, key) in fields {
+            let Ok(parts) = template.decompose(key) else {
+                continue;
+            };
+            for (column, v) in template.columns().zip(parts) {
+                if let Some(i) = def.columns.iter().position(|c| c.name == column)
+                    && values[i].is_none()
+                {
+                    values[i] = encode::key_cell(def.columns[i].column_type, &v);
+                }
+            }
+        }
+    }
     encode::keys(def, &values)
 }
 
@@ -343,7 +377,18 @@ pub fn sides(
         }),
         (None, _) => None,
     };
-    Ok((put.map(WriteOp::InsertOrReplace), delete))
+    // Unchanged (an UPDATE of other columns): nothing to write.
+    if let (Some(p), Some(w)) = (&put, &was)
+        && p == w
+    {
+        return Ok((None, None));
+    }
+    // An application's entity keeps its other properties.
+    let put = match g.declared {
+        true => put.map(WriteOp::InsertOrMerge),
+        false => put.map(WriteOp::InsertOrReplace),
+    };
+    Ok((put, delete))
 }
 
 /// Sends `ops` on `table`, partition by partition, in transactions of at
@@ -491,13 +536,18 @@ pub async fn upkeep(
             f.row_key().as_str().to_owned(),
         );
         match wanted.get(&key) {
-            Some(w) if same_properties(w, &f.entity) => {}
+            Some(w) if holds(g, w, &f.entity) => {}
             // Fixed If-Match the version read: a writer that changed it
-            // since knows better than this pass's snapshot.
+            // since knows better than this pass's snapshot. An
+            // application's entity is merged into, keeping its own.
             Some(w) => {
                 health.stale += 1;
                 note(&mut health, "stale", &key);
-                fixes.push(WriteOp::Update(w.clone(), IfMatch::ETag(f.etag.clone())));
+                let at = IfMatch::ETag(f.etag.clone());
+                fixes.push(match g.declared {
+                    true => WriteOp::Merge(w.clone(), at),
+                    false => WriteOp::Update(w.clone(), at),
+                });
             }
             // An entity younger than a write's flight may be a write's
             // whose base row this pass read before it landed: left alone.

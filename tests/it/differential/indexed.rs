@@ -152,12 +152,49 @@ impl Table {
             let nulls = pick(rng, &["", "", " NULLS FIRST", " NULLS LAST"]);
             cols.push(format!("{c}{dir}{nulls}"));
         }
-        // A global index half the time: PostgreSQL reads the statement
-        // without its WITH.
-        let global = if rng.random_bool(0.5) {
-            " WITH (global = true)"
+        // A global index half the time, and a third of those with a
+        // declared layout (an application's table and templates):
+        // PostgreSQL reads the statement without its WITH.
+        let global = if !rng.random_bool(0.5) {
+            String::new()
+        } else if rng.random_bool(0.35) {
+            // A declared layout's order is its templates': bare columns.
+            for c in &mut cols {
+                c.truncate(c.find(' ').unwrap_or(c.len()));
+            }
+            let spec = |c: &str| {
+                let t = self
+                    .columns
+                    .iter()
+                    .find(|(n, _)| n == c)
+                    .map(|(_, t)| t.sql);
+                match t {
+                    Some("INT") => "i10",
+                    Some("BIGINT") => "i19",
+                    Some("DOUBLE PRECISION") => "f",
+                    Some("TIMESTAMP") => "t",
+                    Some("BOOLEAN") => "b",
+                    Some("UUID") => "u",
+                    _ => "s",
+                }
+            };
+            let mut fields: Vec<String> = cols[1..]
+                .iter()
+                .map(|c| format!("{{{c}:{}}}", spec(c)))
+                .collect();
+            if self.grouped {
+                fields.push("{grp:i10}".into());
+            }
+            fields.push("{id:i10}".into());
+            format!(
+                " WITH (global = true, table = '{}app{n}', partition_key = '{{{}:{}}}', row_key = 'A:{}')",
+                self.name.replace('_', ""),
+                cols[0],
+                spec(&cols[0]),
+                fields.join("__")
+            )
         } else {
-            ""
+            " WITH (global = true)".to_owned()
         };
         format!(
             "CREATE INDEX {}_ix{n} ON {} ({}){global}",
@@ -283,7 +320,8 @@ async fn run(
             .into()
         };
         for (i, step) in steps.iter().enumerate() {
-            let expected = simple_query(&pg, step.trim_end_matches(" WITH (global = true)")).await;
+            let for_pg = step.split(" WITH (global").next().unwrap_or(step);
+            let expected = simple_query(&pg, for_pg).await;
             let answer = match on.collect(step).await {
                 Ok(_) => Answer::Rows(Vec::new()),
                 Err(e) => Answer::Error {
@@ -346,6 +384,12 @@ async fn run(
                 if shown.iter().any(|l| l.contains("cost=[")) {
                     counts.costed += 1;
                 }
+                if shown
+                    .iter()
+                    .any(|l| l.contains("access=global_index_") && l.contains("app"))
+                {
+                    counts.declared += 1;
+                }
             }
         }
         let drop = format!("DROP TABLE {}", t.name);
@@ -365,6 +409,8 @@ struct Counts {
     global: usize,
     /// Planned by cost, from statistics.
     costed: usize,
+    /// Read a global index of a declared layout.
+    declared: usize,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -387,11 +433,16 @@ async fn indexes_answer_as_with_index_use_off_and_as_postgresql() -> TestResult 
             indexed,
             global,
             costed,
+            declared,
         } = run(label, store, n, seed).await?;
         eprintln!(
-            "index differential on {label}, seed {seed}: {n} scenarios, {queries} queries, {indexed} read an index, {global} of them a global one, {costed} planned by cost"
+            "index differential on {label}, seed {seed}: {n} scenarios, {queries} queries, {indexed} read an index, {global} of them a global one ({declared} declared), {costed} planned by cost"
         );
         assert!(global > 0, "{label}: no query read a global index");
+        assert!(
+            declared > 0,
+            "{label}: no query read a declared global index"
+        );
         assert!(costed > 0, "{label}: no query was planned by cost");
         // Queries run before the first index too, and on columns no index
         // leads; still, a good share must read one (about a quarter do).

@@ -189,7 +189,7 @@ impl Writer {
             let Some(g) = self.def.global_indexes.get(m.index) else {
                 continue;
             };
-            let named = global::named_bases(&self.def, &m.entity);
+            let named = global::named_bases(&self.def, g, &m.entity);
             let [base] = named.as_slice() else {
                 continue;
             };
