@@ -33,7 +33,7 @@ pub enum CatalogError {
     Template(#[from] KeyError),
     /// A column type tablesql cannot store.
     #[error(
-        "column {column}: type {sql_type} is not supported: a column is stored as one of the storage's eight types (use INT, BIGINT, SERIAL, DOUBLE, TEXT, BOOLEAN, TIMESTAMP, BYTEA or UUID; NUMERIC as DOUBLE or BIGINT where that is exact, DATE as TIMESTAMP)"
+        "column {column}: type {sql_type} is not supported: a column is stored as one of the storage's eight types (use INT, BIGINT, SERIAL, DOUBLE, TEXT, BOOLEAN, TIMESTAMP, DATE, BYTEA or UUID; NUMERIC as DOUBLE or BIGINT where that is exact)"
     )]
     UnsupportedType {
         /// The column's name.
@@ -613,6 +613,7 @@ fn fits(t: ColumnType, format: FieldFormat) -> bool {
             (ColumnType::Text, K::Text)
                 | (ColumnType::Double, K::Double)
                 | (ColumnType::Timestamp, K::Timestamp)
+                | (ColumnType::Date, K::Date)
                 | (ColumnType::Uuid, K::Uuid)
                 | (ColumnType::Boolean, K::Bool)
         ),
@@ -630,6 +631,7 @@ pub fn typed_spec(t: ColumnType) -> Option<&'static str> {
         ColumnType::Double => "f",
         ColumnType::Text => "s",
         ColumnType::Timestamp => "t",
+        ColumnType::Date => "d",
         ColumnType::Uuid => "u",
         ColumnType::Boolean => "b",
         ColumnType::Bytea => return None,

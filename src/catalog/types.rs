@@ -23,6 +23,9 @@ pub enum ColumnType {
     Boolean,
     /// `TIMESTAMP`: Edm.DateTime, read as microseconds in UTC.
     Timestamp,
+    /// `DATE`: Edm.DateTime at midnight UTC (EDM has no date type), read
+    /// as days.
+    Date,
     /// `BYTEA`: Edm.Binary.
     Bytea,
     /// `UUID`: Edm.Guid, read as its text form.
@@ -66,6 +69,7 @@ impl ColumnType {
             | SqlType::JSONB => Self::Text,
             SqlType::Boolean | SqlType::Bool => Self::Boolean,
             SqlType::Timestamp(..) => Self::Timestamp,
+            SqlType::Date => Self::Date,
             SqlType::Bytea => Self::Bytea,
             SqlType::Uuid => Self::Uuid,
             _ => return None,
@@ -89,6 +93,7 @@ impl ColumnType {
             }
             DataType::Boolean => Self::Boolean,
             DataType::Timestamp(_, _) => Self::Timestamp,
+            DataType::Date32 | DataType::Date64 => Self::Date,
             DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Self::Bytea,
             _ => return None,
         })
@@ -103,6 +108,7 @@ impl ColumnType {
             Self::Text | Self::Uuid => DataType::Utf8,
             Self::Boolean => DataType::Boolean,
             Self::Timestamp => timestamp_type(),
+            Self::Date => DataType::Date32,
             Self::Bytea => DataType::Binary,
         }
     }
@@ -115,7 +121,7 @@ impl ColumnType {
             Self::Double => EdmType::Double,
             Self::Text => EdmType::String,
             Self::Boolean => EdmType::Boolean,
-            Self::Timestamp => EdmType::DateTime,
+            Self::Timestamp | Self::Date => EdmType::DateTime,
             Self::Bytea => EdmType::Binary,
             Self::Uuid => EdmType::Guid,
         }
@@ -139,6 +145,7 @@ impl fmt::Display for ColumnType {
             Self::Text => "TEXT",
             Self::Boolean => "BOOLEAN",
             Self::Timestamp => "TIMESTAMP",
+            Self::Date => "DATE",
             Self::Bytea => "BYTEA",
             Self::Uuid => "UUID",
         })

@@ -650,6 +650,7 @@ impl fmt::Display for KeyTemplate {
                             TypedKind::Int { width } => format!("i{width}"),
                             TypedKind::Double => "f".into(),
                             TypedKind::Timestamp => "t".into(),
+                            TypedKind::Date => "d".into(),
                             TypedKind::Uuid => "u".into(),
                             TypedKind::Bool => "b".into(),
                             TypedKind::Text => "s".into(),

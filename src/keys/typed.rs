@@ -66,6 +66,8 @@ pub enum TypedKind {
     Double,
     /// A timestamp in microseconds, UTC.
     Timestamp,
+    /// A date, held as the microseconds of its midnight UTC.
+    Date,
     /// A UUID.
     Uuid,
     /// A boolean.
@@ -168,6 +170,7 @@ impl Typed {
             },
             b'f' if letters.len() == 1 => TypedKind::Double,
             b't' if letters.len() == 1 => TypedKind::Timestamp,
+            b'd' if letters.len() == 1 => TypedKind::Date,
             b'u' if letters.len() == 1 => TypedKind::Uuid,
             b'b' if letters.len() == 1 => TypedKind::Bool,
             b's' if letters.len() == 1 => TypedKind::Text,
@@ -257,6 +260,17 @@ impl Typed {
                     })?;
                 let _ = write!(out, "{}", t.format("%Y-%m-%dT%H:%M:%S%.6fZ"));
             }
+            (TypedKind::Date, KeyRef::Timestamp(micros)) => {
+                // A date is its midnight; any other instant is no date.
+                let t = chrono::DateTime::from_timestamp_micros(*micros)
+                    .filter(|t| (0..=9999).contains(&chrono::Datelike::year(t)))
+                    .filter(|t| t.timestamp_micros().rem_euclid(86_400_000_000) == 0)
+                    .ok_or_else(|| KeyError::Mismatch {
+                        column: column.to_owned(),
+                        text: format!("{micros} µs is not a midnight in the years 0 to 9999"),
+                    })?;
+                let _ = write!(out, "{}", t.format("%Y-%m-%d"));
+            }
             (TypedKind::Uuid, KeyRef::Uuid(u)) => {
                 let _ = write!(out, "{}", uuid::Uuid::from_u128(*u).hyphenated());
             }
@@ -307,6 +321,7 @@ impl Typed {
             TypedKind::Int { width } => usize::from(width) + 1,
             TypedKind::Double => 16,
             TypedKind::Timestamp => 27,
+            TypedKind::Date => 10,
             TypedKind::Uuid => 36,
             TypedKind::Bool => 1,
             TypedKind::Text if self.descending => {
@@ -334,7 +349,7 @@ impl Typed {
         }
         // A fixed-width encoding in its ascending spelling.
         let plain: std::borrow::Cow<'a, str> = match self.kind {
-            TypedKind::Timestamp | TypedKind::Uuid if self.descending => text
+            TypedKind::Timestamp | TypedKind::Date | TypedKind::Uuid if self.descending => text
                 .chars()
                 .map(|c| complement(self.kind, c))
                 .collect::<String>()
@@ -367,6 +382,17 @@ impl Typed {
                 let t = chrono::NaiveDateTime::parse_from_str(&plain, "%Y-%m-%dT%H:%M:%S%.6fZ")
                     .map_err(|_| bad())?;
                 KeyRef::Timestamp(t.and_utc().timestamp_micros())
+            }
+            TypedKind::Date => {
+                let d = chrono::NaiveDate::parse_from_str(&plain, "%Y-%m-%d").map_err(|_| bad())?;
+                if plain.len() != 10 {
+                    return Err(bad());
+                }
+                KeyRef::Timestamp(
+                    d.and_time(chrono::NaiveTime::MIN)
+                        .and_utc()
+                        .timestamp_micros(),
+                )
             }
             TypedKind::Uuid => {
                 KeyRef::Uuid(uuid::Uuid::try_parse(&plain).map_err(|_| bad())?.as_u128())
@@ -423,6 +449,7 @@ impl Typed {
             TypedKind::Int { .. } => "integer",
             TypedKind::Double => "double",
             TypedKind::Timestamp => "timestamp",
+            TypedKind::Date => "date",
             TypedKind::Uuid => "uuid",
             TypedKind::Bool => "boolean",
             TypedKind::Text => "text",
@@ -469,7 +496,7 @@ fn complement(kind: TypedKind, c: char) -> char {
         c.to_digit(if kind == TypedKind::Uuid { 16 } else { 10 }),
     ) {
         (TypedKind::Uuid, Some(d)) if !c.is_ascii_uppercase() => char::from(HEX[15 - d as usize]),
-        (TypedKind::Timestamp, Some(d)) => char::from(b'9' - d as u8),
+        (TypedKind::Timestamp | TypedKind::Date, Some(d)) => char::from(b'9' - d as u8),
         _ => c,
     }
 }

@@ -18,6 +18,7 @@ fn kinds() -> impl Strategy<Value = TypedKind> {
         (1u8..=19).prop_map(|width| TypedKind::Int { width }),
         Just(TypedKind::Double),
         Just(TypedKind::Timestamp),
+        Just(TypedKind::Date),
         Just(TypedKind::Uuid),
         Just(TypedKind::Bool),
         Just(TypedKind::Text),
@@ -29,6 +30,7 @@ fn spec(t: Typed) -> String {
         TypedKind::Int { width } => format!("i{width}"),
         TypedKind::Double => "f".into(),
         TypedKind::Timestamp => "t".into(),
+        TypedKind::Date => "d".into(),
         TypedKind::Uuid => "u".into(),
         TypedKind::Bool => "b".into(),
         TypedKind::Text => "s".into(),
@@ -110,6 +112,10 @@ fn value(kind: TypedKind) -> BoxedStrategy<KeyValue> {
         // Years 0 to 9999.
         TypedKind::Timestamp => (-62_167_219_200_000_000i64..253_402_300_799_999_999)
             .prop_map(KeyValue::Timestamp)
+            .boxed(),
+        // Midnights of the years 0 to 9999.
+        TypedKind::Date => (-719_528i64..2_932_897)
+            .prop_map(|days| KeyValue::Timestamp(days * 86_400_000_000))
             .boxed(),
         TypedKind::Uuid => any::<u128>().prop_map(KeyValue::Uuid).boxed(),
         TypedKind::Bool => any::<bool>().prop_map(KeyValue::Bool).boxed(),

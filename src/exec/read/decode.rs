@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use datafusion::arrow::array::{
-    ArrayRef, BinaryBuilder, BooleanBuilder, Float64Builder, Int32Builder, Int64Builder,
-    StringBuilder, TimestampMicrosecondBuilder,
+    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Float64Builder, Int32Builder,
+    Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -222,7 +222,16 @@ enum Builder {
     Text(StringBuilder),
     Boolean(BooleanBuilder),
     Timestamp(TimestampMicrosecondBuilder),
+    Date(Date32Builder),
     Bytea(BinaryBuilder),
+}
+
+/// Microseconds in a day: a DATE's key and stored DateTime are its midnight.
+const DAY_MICROS: i64 = 86_400_000_000;
+
+/// The days since 1970-01-01 of the date `micros` falls on.
+fn days(micros: i64) -> Option<i32> {
+    i32::try_from(micros.div_euclid(DAY_MICROS)).ok()
 }
 
 impl Builder {
@@ -236,6 +245,7 @@ impl Builder {
             }
             ColumnType::Boolean => Self::Boolean(BooleanBuilder::with_capacity(n)),
             ColumnType::Timestamp => Self::Timestamp(TimestampMicrosecondBuilder::with_capacity(n)),
+            ColumnType::Date => Self::Date(Date32Builder::with_capacity(n)),
             ColumnType::Bytea => Self::Bytea(BinaryBuilder::with_capacity(n, n * 16)),
         }
     }
@@ -248,6 +258,7 @@ impl Builder {
             Self::Text(mut b) => Arc::new(b.finish()),
             Self::Boolean(mut b) => Arc::new(b.finish()),
             Self::Timestamp(mut b) => Arc::new(b.finish().with_timezone("+00:00")),
+            Self::Date(mut b) => Arc::new(b.finish()),
             Self::Bytea(mut b) => Arc::new(b.finish()),
         }
     }
@@ -260,6 +271,7 @@ impl Builder {
             Self::Text(b) => b.append_null(),
             Self::Boolean(b) => b.append_null(),
             Self::Timestamp(b) => b.append_null(),
+            Self::Date(b) => b.append_null(),
             Self::Bytea(b) => b.append_null(),
         }
     }
@@ -278,6 +290,11 @@ impl Builder {
             (Self::Text(b), other) if lenient => b.append_value(text_form(other)),
             (Self::Boolean(b), ValueRef::Boolean(x)) => b.append_value(x),
             (Self::Timestamp(b), ValueRef::DateTime(t)) => b.append_value(t.timestamp_micros()),
+            // The date it falls on (a DATE is stored as its midnight).
+            (Self::Date(b), ValueRef::DateTime(t)) => match days(t.timestamp_micros()) {
+                Some(d) => b.append_value(d),
+                None => return false,
+            },
             (Self::Bytea(b), ValueRef::Binary(x)) => b.append_value(x),
             _ => return false,
         }
@@ -308,6 +325,10 @@ impl Builder {
             (Self::Double(b), KeyRef::Double(d)) => b.append_value(d.get()),
             (Self::Boolean(b), KeyRef::Bool(x)) => b.append_value(*x),
             (Self::Timestamp(b), KeyRef::Timestamp(t)) => b.append_value(*t),
+            (Self::Date(b), KeyRef::Timestamp(t)) => match days(*t) {
+                Some(d) => b.append_value(d),
+                None => return false,
+            },
             (builder, KeyRef::Null) => builder.null(),
             _ => return false,
         }

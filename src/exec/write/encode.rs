@@ -179,6 +179,16 @@ fn cell<'a>(
                 },
             )?)
         }
+        ColumnType::Date => {
+            let days = array
+                .as_primitive_opt::<datafusion::arrow::datatypes::Date32Type>()
+                .ok_or_else(wrong)?
+                .value(row);
+            EdmValue::DateTime(midnight(days).ok_or_else(|| ExecError::BadValue {
+                column: column().clone(),
+                reason: format!("{days} days is outside the dates a key holds"),
+            })?)
+        }
         ColumnType::Bytea => EdmValue::Binary(
             any.downcast_ref::<BinaryArray>()
                 .ok_or_else(wrong)?
@@ -186,6 +196,12 @@ fn cell<'a>(
                 .to_vec(),
         ),
     }))
+}
+
+/// Midnight UTC of the date `days` after 1970-01-01: how a DATE is stored
+/// (Edm.DateTime) and keyed (its microseconds).
+pub(crate) fn midnight(days: i32) -> Option<chrono::DateTime<chrono::Utc>> {
+    chrono::DateTime::from_timestamp(i64::from(days).checked_mul(86_400)?, 0)
 }
 
 /// A key field's value from a property value. A Guid is its UUID, a
@@ -220,7 +236,7 @@ pub(crate) fn key_cell(t: ColumnType, v: &KeyValue) -> Option<EdmValue> {
         (ColumnType::Text, KeyValue::Text(s)) => Some(EdmValue::String(s.clone())),
         (ColumnType::Double, KeyValue::Double(d)) => Some(EdmValue::Double(d.get())),
         (ColumnType::Boolean, KeyValue::Bool(b)) => Some(EdmValue::Boolean(*b)),
-        (ColumnType::Timestamp, KeyValue::Timestamp(t)) => {
+        (ColumnType::Timestamp | ColumnType::Date, KeyValue::Timestamp(t)) => {
             chrono::DateTime::from_timestamp_micros(*t).map(EdmValue::DateTime)
         }
         (ColumnType::Uuid, KeyValue::Uuid(u)) => Some(EdmValue::Guid(uuid::Uuid::from_u128(*u))),

@@ -51,6 +51,11 @@ pub fn key_of_scalar(t: ColumnType, v: &ScalarValue) -> Option<KeyValue> {
             };
             micros.map(KeyValue::Timestamp)
         }
+        ColumnType::Date => match v {
+            S::Date32(Some(days)) => crate::exec::write::encode::midnight(*days)
+                .map(|t| KeyValue::Timestamp(t.timestamp_micros())),
+            _ => None,
+        },
         ColumnType::Uuid => {
             let u = uuid::Uuid::try_parse(text?).ok()?;
             (u.hyphenated().to_string() == text?).then(|| KeyValue::Uuid(u.as_u128()))

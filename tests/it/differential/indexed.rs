@@ -26,7 +26,7 @@ struct Type {
     values: &'static [&'static str],
 }
 
-const TYPES: [Type; 7] = [
+const TYPES: [Type; 8] = [
     Type {
         sql: "INT",
         values: &["-3", "0", "1", "2", "5", "-1"],
@@ -58,6 +58,15 @@ const TYPES: [Type; 7] = [
             "'1999-12-31 23:59:59'",
             "'2024-01-01 00:00:00.5'",
             "'1970-01-01 00:00:00'",
+        ],
+    },
+    Type {
+        sql: "DATE",
+        values: &[
+            "'2024-01-01'",
+            "'1999-12-31'",
+            "'2024-02-29'",
+            "'1970-01-01'",
         ],
     },
     Type {
@@ -173,6 +182,7 @@ impl Table {
                     Some("BIGINT") => "i19",
                     Some("DOUBLE PRECISION") => "f",
                     Some("TIMESTAMP") => "t",
+                    Some("DATE") => "d",
                     Some("BOOLEAN") => "b",
                     Some("UUID") => "u",
                     _ => "s",

@@ -699,6 +699,25 @@ fn global_indexes_in_psql() -> TestResult {
         "{}",
         text(&out)
     );
+    // DATE over the wire: described as date, read and compared as one.
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "CREATE TABLE trips (day DATE PRIMARY KEY, km INT)",
+            "-c",
+            "INSERT INTO trips VALUES ('2024-02-29', 3), ('2024-03-01', 5)",
+            "-c",
+            "\\d trips",
+            "-A",
+            "-c",
+            "SELECT day, km FROM trips WHERE day > DATE '2024-02-29'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert!(shown.contains("day|date||not null|"), "{shown}");
+    assert!(shown.contains("2024-03-01|5"), "{shown}");
     let out = server.psql("", &["-c", "DROP INDEX members_city", "-c", "\\d members"])?;
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
