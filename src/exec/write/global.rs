@@ -5,9 +5,12 @@
 //! `tablesql_check_index` and `tablesql_repair_index` make.
 //!
 //! An entity's properties are the index's key columns and the base row's
-//! primary key, as the base row stores them: an application reads it as a
+//! key columns, as the base row stores them: an application reads it as a
 //! plain entity, and a reader finds the base row from it without parsing
-//! its keys.
+//! its keys. An application's own entities (a declared layout,
+//! `GlobalIndexDef::declared`) may carry other properties, which writes
+//! keep (they merge), or none of these: the base row's keys are then read
+//! from the entity's keys by the index's templates.
 
 use std::collections::{BTreeMap, HashSet};
 

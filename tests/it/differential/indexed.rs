@@ -206,8 +206,16 @@ impl Table {
         } else {
             " WITH (global = true)".to_owned()
         };
+        // UNIQUE a fifth of the time (on PostgreSQL too, so both refuse
+        // the same repeated values, and the same writes that would repeat
+        // one); not with a declared layout.
+        let unique = if !global.contains("table =") && rng.random_bool(0.2) {
+            "UNIQUE "
+        } else {
+            ""
+        };
         format!(
-            "CREATE INDEX {}_ix{n} ON {} ({}){global}",
+            "CREATE {unique}INDEX {}_ix{n} ON {} ({}){global}",
             self.name,
             self.name,
             cols.join(", ")
@@ -339,7 +347,16 @@ async fn run(
                     message: e.to_string(),
                 },
             };
-            if matches!(answer, Answer::Error { .. }) != matches!(expected, Answer::Error { .. }) {
+            // Both answer, or both refuse; a unique violation as one
+            // (except a CREATE UNIQUE INDEX over repeats, a failed build).
+            let same = match (&answer, &expected) {
+                (Answer::Error { code, .. }, Answer::Error { code: pg, .. }) => {
+                    pg != "23505" || code == "23505" || step.starts_with("CREATE")
+                }
+                (Answer::Rows(_), Answer::Rows(_)) => true,
+                _ => false,
+            };
+            if !same {
                 return Err(fail(
                     format!("`{step}`: tablesql {answer:?}, PostgreSQL {expected:?}"),
                     i,
@@ -348,6 +365,9 @@ async fn run(
             // Off reads the catalog the other engine changed.
             if step.starts_with("CREATE") {
                 off.refresh().await?;
+            }
+            if step.starts_with("CREATE UNIQUE") && matches!(answer, Answer::Rows(_)) {
+                counts.unique += 1;
             }
             for q in 0..4 {
                 let sql = if q == 3 {
@@ -421,6 +441,8 @@ struct Counts {
     costed: usize,
     /// Read a global index of a declared layout.
     declared: usize,
+    /// Unique indexes created.
+    unique: usize,
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -444,10 +466,12 @@ async fn indexes_answer_as_with_index_use_off_and_as_postgresql() -> TestResult 
             global,
             costed,
             declared,
+            unique,
         } = run(label, store, n, seed).await?;
         eprintln!(
-            "index differential on {label}, seed {seed}: {n} scenarios, {queries} queries, {indexed} read an index, {global} of them a global one ({declared} declared), {costed} planned by cost"
+            "index differential on {label}, seed {seed}: {n} scenarios, {queries} queries, {indexed} read an index, {global} of them a global one ({declared} declared), {costed} planned by cost, {unique} unique indexes made"
         );
+        assert!(unique > 0, "{label}: no unique index was made");
         assert!(global > 0, "{label}: no query read a global index");
         assert!(
             declared > 0,
