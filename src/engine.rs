@@ -1432,6 +1432,7 @@ impl Engine {
                 .collect(),
         };
         let mut outcome = DdlOutcome::default();
+        let defs = persist::load(self.store.as_ref()).await?;
         for name in names {
             let stats = self.analyze(&name, every).await?;
             outcome.notices.push(Notice::new(
@@ -1440,14 +1441,13 @@ impl Engine {
             ));
             // A global index's table too: the planner costs a path through
             // it by the entities its partitions (the indexed values) hold.
-            let globals = persist::load(self.store.as_ref())
-                .await?
-                .into_iter()
+            let globals = defs
+                .iter()
                 .find(|d| d.name == name)
-                .map(|d| d.global_indexes)
+                .map(|d| d.global_indexes.clone())
                 .unwrap_or_default();
             for g in globals.iter().filter(|g| !g.building) {
-                let stats = self.analyze(g.table.as_str(), every).await?;
+                let stats = self.analyze_storage(g.table.clone(), every).await?;
                 outcome.notices.push(Notice::new(
                     NoticeKind::Done,
                     format!("analyzed index {}: {stats}", g.name),
@@ -1461,6 +1461,15 @@ impl Engine {
     /// name, or a storage table): from now on its scans fan out by them.
     pub async fn analyze(&self, name: &str, every: u64) -> Result<TableStats, EngineError> {
         let table = self.storage_table(name).await?;
+        self.analyze_storage(table, every).await
+    }
+
+    /// Takes and stores the statistics of storage table `table`.
+    async fn analyze_storage(
+        &self,
+        table: crate::storage::TableName,
+        every: u64,
+    ) -> Result<TableStats, EngineError> {
         let width = self.options.scan.max_in_flight;
         let taken = crate::exec::stats::analyze::analyze(&self.store, &table, every, width).await?;
         stats::save(self.store.as_ref(), &table, &taken).await?;

@@ -20,7 +20,8 @@ use crate::storage::TableStore;
 /// The order a wide COMMIT writes in: global index entities around the
 /// base rows (`commit::Order`). Read from the stored catalog only for a
 /// block that writes more than one table, since only such a block can hold
-/// index entities.
+/// index entities; if that read fails, so does the COMMIT (nothing of the
+/// block is written).
 async fn commit_order(tx: &Transaction, store: &dyn TableStore) -> Result<Order, EngineError> {
     if !tx.spans_tables() {
         return Ok(Order::default());

@@ -252,14 +252,10 @@ async fn a_unique_value_handed_over_and_stopped_midway_still_finds_its_row() -> 
             .await
             .is_err()
     );
-    // The entity names the row's new keys: stale to the check, made plain
-    // by the repair, and the move then goes through.
+    // The entity names the row's new keys too: young, it may be a write
+    // in flight, which the check and repair leave alone; the move, run
+    // again, goes through.
     let health = "SELECT index, stale, orphaned, missing FROM tablesql_check_index('accounts')";
-    assert!(
-        shown(&engine, health)
-            .await?
-            .contains("| accounts_email | 1     | 0        | 0       |")
-    );
     engine
         .collect("SELECT * FROM tablesql_repair_index('accounts')")
         .await?;

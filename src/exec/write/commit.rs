@@ -557,10 +557,12 @@ async fn forget(store: &dyn TableStore, log: &TableName, id: &PartitionKey) -> R
     Ok(())
 }
 
-/// Puts back what a failed commit had written, newest first, each write
-/// conditional on the version the commit gave it. In `order`: an index
-/// entity the commit deleted is put back before the base rows, and one it
-/// put is deleted after them.
+/// Puts back what a failed commit had written, each write conditional on
+/// the version the commit gave it, in `order`: an undo that writes an
+/// index entity (one the commit deleted or replaced) goes before the base
+/// rows, one that deletes it (one the commit inserted) after them. (A
+/// recovery puts back in reverse record order instead: a replaced entity
+/// last.)
 async fn put_back(
     store: &dyn TableStore,
     written: &[(Change, Option<crate::storage::ETag>)],

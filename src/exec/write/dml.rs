@@ -485,6 +485,8 @@ struct Group {
     bytes: usize,
     /// A DELETE's row as it was read, for RETURNING.
     removed: Option<StoredEntity>,
+    /// The primary key an upsert's new row took in this statement.
+    claimed: Option<(PartitionKey, String)>,
     /// Its row's place in the statement's input: RETURNING answers in
     /// that order, as PostgreSQL does (an ORM matches new keys to its
     /// objects by it), though transactions go partition by partition.
@@ -1008,7 +1010,11 @@ impl Writer {
         let returning = self.returned.is_some();
         // Global indexes (`dml/globals.rs`): the new entities first, the
         // old ones' deletes last.
-        let made = self.put_globals(&mut pending).await?;
+        let globals = self.put_globals(&mut pending).await?;
+        for key in &globals.released {
+            self.keys.remove(key);
+        }
+        let made = &globals.made;
         let mut after = Vec::new();
         for g in pending.values_mut().flatten() {
             after.append(&mut g.after);
@@ -1032,10 +1038,11 @@ impl Writer {
                 let full =
                     ops.len() + g.ops.len() > MAX_BATCH_OPERATIONS || bytes + g.bytes > BATCH_BYTES;
                 if full && !ops.is_empty() {
+                    self.late(&globals, &sent).await?;
                     sent.extend(seqs.drain(..));
                     let batch = std::mem::take(&mut ops);
                     if let Err(e) = self.send(batch, count, std::mem::take(&mut rows)).await {
-                        return Err(self.unsent(&made, &sent, e).await);
+                        return Err(self.unsent(made, &sent, e).await);
                     }
                     (count, bytes) = (0, 0);
                 }
@@ -1048,9 +1055,10 @@ impl Writer {
                 bytes += g.bytes;
             }
             if !ops.is_empty() {
+                self.late(&globals, &sent).await?;
                 sent.extend(seqs.drain(..));
                 if let Err(e) = self.send(ops, count, rows).await {
-                    return Err(self.unsent(&made, &sent, e).await);
+                    return Err(self.unsent(made, &sent, e).await);
                 }
             }
         }
@@ -1142,6 +1150,7 @@ impl Group {
             after: Vec::new(),
             bytes,
             removed: None,
+            claimed: None,
             seq: 0,
         }
     }

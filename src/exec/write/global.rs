@@ -75,10 +75,28 @@ fn unique_fields(def: &TableDef, g: &GlobalIndexDef, values: &[Option<EdmValue>]
 /// stays taken until then.
 const IN_FLIGHT: chrono::TimeDelta = chrono::TimeDelta::seconds(120);
 
-/// How long a statement may take to put its unique entities before it
-/// gives them back and fails: a quarter of [`IN_FLIGHT`], leaving the rest
-/// for its base rows to land.
+/// How long a statement may take to put one unique index's entities
+/// before it gives them back and fails: a quarter of [`IN_FLIGHT`]; the
+/// whole flush is bounded by [`LAND_WITHIN`].
 pub const PUTS_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// How long after a statement's first unique entity is put its base rows
+/// may still be sent: [`IN_FLIGHT`] less a margin for the send itself.
+pub const LAND_WITHIN: std::time::Duration = std::time::Duration::from_secs(90);
+
+/// What [`put_unique`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Put {
+    /// Inserted: the value was free.
+    New,
+    /// Replaced the row's own entity (an UPDATE that keeps the value, or
+    /// a hand-over): a statement that fails leaves it, as it stands for
+    /// the row.
+    Own,
+    /// Replaced one that stood for no row: a statement that fails gives
+    /// it back, as a new one.
+    TakenOver,
+}
 
 /// Puts `e`, an entity of unique index `g`, by an Insert. Where one is
 /// there already, it is the row's own (an UPDATE that keeps the value), or
@@ -86,19 +104,18 @@ pub const PUTS_WITHIN: std::time::Duration = std::time::Duration::from_secs(30);
 /// [`IN_FLIGHT`]): it is replaced, If-Match the version read. The row's
 /// own includes the entity of its old keys where `e` is handed over from
 /// them (`named_bases`). Else the value is taken: a unique violation.
-/// `true` where the entity is new (a statement that fails gives back only
-/// those: one it replaced may be its row's own, which stays).
+/// What it did decides what a statement that then fails gives back.
 pub async fn put_unique(
     store: &dyn TableStore,
     def: &TableDef,
     g: &GlobalIndexDef,
     e: &Entity,
-) -> Result<bool, ExecError> {
+) -> Result<Put, ExecError> {
     // The row's own entity names it, or (handed over) its old keys.
     let ours = named_bases(def, g, e);
     for _ in 0..5 {
         match store.execute(&g.table, WriteOp::Insert(e.clone())).await {
-            Ok(_) => return Ok(true),
+            Ok(_) => return Ok(Put::New),
             Err(StorageError::EntityAlreadyExists { .. }) => {}
             Err(err) => return Err(err.into()),
         }
@@ -106,9 +123,8 @@ pub async fn put_unique(
             continue;
         };
         let theirs = named_bases(def, g, &found.entity);
-        if !theirs.first().is_some_and(|t| ours.contains(t))
-            && live(store, def, g, &found, &theirs).await?
-        {
+        let own = theirs.first().is_some_and(|t| ours.contains(t));
+        if !own && live(store, def, g, &found, &theirs).await? {
             return Err(ExecError::UniqueViolation {
                 table: def.name.clone(),
                 index: g.name.clone(),
@@ -122,7 +138,8 @@ pub async fn put_unique(
             )
             .await
         {
-            Ok(_) => return Ok(false),
+            Ok(_) if own => return Ok(Put::Own),
+            Ok(_) => return Ok(Put::TakenOver),
             Err(StorageError::PreconditionFailed { .. } | StorageError::EntityNotFound { .. }) => {}
             Err(err) => return Err(err.into()),
         }
@@ -540,6 +557,10 @@ pub async fn upkeep(
         );
         match wanted.get(&key) {
             Some(w) if holds(g, w, &f.entity) => {}
+            // A young entity that differs may be a write's in flight (a
+            // hand-over names the row's new keys before its base row
+            // lands): left alone, as a young orphan is.
+            Some(_) if chrono::Utc::now() - f.timestamp < IN_FLIGHT => {}
             // Fixed If-Match the version read: a writer that changed it
             // since knows better than this pass's snapshot. An
             // application's entity is merged into, keeping its own.

@@ -38,6 +38,17 @@ pub(super) struct Made {
 /// An old entity's delete, with the base row it named.
 type Leaving = (WriteOp, (PartitionKey, RowKey));
 
+/// What a flush's global index puts did.
+pub(super) struct Globals {
+    /// New unique entities, to give back if their rows are not written.
+    pub(super) made: Vec<Made>,
+    /// The primary keys rows `DO NOTHING` skipped had taken.
+    pub(super) released: Vec<(PartitionKey, String)>,
+    /// When the first unique entity was put: its base row must land
+    /// within `global::LAND_WITHIN` of it.
+    pub(super) since: Option<std::time::Instant>,
+}
+
 /// What putting one index's entities did.
 struct Puts {
     /// Rows skipped for a taken value (`ON CONFLICT DO NOTHING`).
@@ -49,11 +60,12 @@ struct Puts {
 impl Writer {
     /// Puts the global index entities of the `pending` groups, unique
     /// indexes first, and drops the groups `DO NOTHING` skips; returns the
-    /// unique entities made, to give back if the rows then fail.
+    /// unique entities made, to give back if the rows then fail, and the
+    /// primary keys the skipped rows had taken in the statement.
     pub(super) async fn put_globals(
         &self,
         pending: &mut BTreeMap<PartitionKey, Vec<Group>>,
-    ) -> Result<Vec<Made>> {
+    ) -> Result<Globals> {
         let unique = |i: usize| {
             self.def
                 .global_indexes
@@ -66,8 +78,17 @@ impl Writer {
                 before.entry((!unique(i), i)).or_default().push((g.seq, op));
             }
         }
+        // In the statement's order, so that of two rows with one value
+        // the first is kept, as PostgreSQL keeps it.
+        for ops in before.values_mut() {
+            ops.sort_by_key(|(seq, _)| *seq);
+        }
         let mut skipped: HashSet<usize> = HashSet::new();
         let mut made: Vec<Made> = Vec::new();
+        let since = before
+            .keys()
+            .any(|(later, _)| !later)
+            .then(std::time::Instant::now);
         for ((_, i), ops) in before {
             let ops = ops
                 .into_iter()
@@ -84,17 +105,25 @@ impl Writer {
                 }
             }
         }
+        let mut released = Vec::new();
         if !skipped.is_empty() {
             let (gone, kept): (Vec<Made>, Vec<Made>) =
                 made.into_iter().partition(|m| skipped.contains(&m.seq));
             self.give_back(gone.iter().collect()).await;
             made = kept;
             for groups in pending.values_mut() {
+                for g in groups.iter_mut().filter(|g| skipped.contains(&g.seq)) {
+                    released.extend(g.claimed.take());
+                }
                 groups.retain(|g| !skipped.contains(&g.seq));
             }
             pending.retain(|_, groups| !groups.is_empty());
         }
-        Ok(made)
+        Ok(Globals {
+            made,
+            released,
+            since,
+        })
     }
 
     /// Whether a value taken in unique index `name` skips the row.
@@ -142,7 +171,7 @@ impl Writer {
         let store = self.store.as_ref();
         let started = std::time::Instant::now();
         // By position: a closure over references is not Send-general here.
-        let puts: Vec<std::result::Result<bool, ExecError>> =
+        let puts: Vec<std::result::Result<global::Put, ExecError>> =
             futures::stream::iter(0..entities.len())
                 .map(|k| global::put_unique(store, &self.def, g, entities[k].1))
                 .buffered(UNIQUE_PUTS_IN_FLIGHT)
@@ -151,12 +180,12 @@ impl Writer {
         let mut failed = None;
         for ((seq, e), put) in entities.iter().zip(puts) {
             match put {
-                Ok(true) => out.made.push(Made {
+                Ok(global::Put::New | global::Put::TakenOver) => out.made.push(Made {
                     index: i,
                     seq: *seq,
                     entity: (*e).clone(),
                 }),
-                Ok(false) => {}
+                Ok(global::Put::Own) => {}
                 Err(ExecError::UniqueViolation { .. }) if skip => out.skipped.push(*seq),
                 Err(err) => {
                     failed.get_or_insert(err);
@@ -200,6 +229,29 @@ impl Writer {
             };
             let _ = global::delete_unique(self.store.as_ref(), &self.def, g, &op, base).await;
         }
+    }
+
+    /// Fails the flush (after giving back the values of rows not `sent`)
+    /// when its base rows are late: a unique entity put before them could
+    /// be taken over once `global::IN_FLIGHT` old.
+    pub(super) async fn late(&self, globals: &Globals, sent: &HashSet<usize>) -> Result<()> {
+        if globals
+            .since
+            .is_none_or(|t| t.elapsed() <= global::LAND_WITHIN)
+        {
+            return Ok(());
+        }
+        let e = ExecError::UniquePutsTooSlow {
+            index: self
+                .def
+                .global_indexes
+                .iter()
+                .find(|g| g.unique.is_some())
+                .map_or_else(String::new, |g| g.name.clone()),
+            rows: globals.made.len(),
+            seconds: global::LAND_WITHIN.as_secs(),
+        };
+        Err(self.unsent(&globals.made, sent, e.into()).await)
     }
 
     /// `e`, a failure to send the base rows, after giving back the values

@@ -149,8 +149,12 @@ impl Writer {
                 written
             }
         };
-        if written.is_some() {
-            self.keys.insert(seen);
+        let mut written = written;
+        if let Some((_, group)) = written.as_mut() {
+            self.keys.insert(seen.clone());
+            // A row `DO NOTHING` skips for a taken unique value gives its
+            // key back (`dml/globals.rs`).
+            group.claimed = Some(seen);
         }
         Ok(written)
     }
