@@ -19,7 +19,7 @@ use crate::keys::{FieldFormat, KeyError, KeyTemplate, Segment};
 use crate::storage::{StorageError, TableName};
 
 pub use sequence::{SequenceDef, SequenceError};
-pub use types::ColumnType;
+pub use types::{ColumnType, decimal_text, parse_decimal};
 
 /// A catalog definition that does not hold together, or a catalog that cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -33,7 +33,7 @@ pub enum CatalogError {
     Template(#[from] KeyError),
     /// A column type tablesql cannot store.
     #[error(
-        "column {column}: type {sql_type} is not supported: a column is stored as one of the storage's eight types (use INT, BIGINT, SERIAL, DOUBLE, TEXT, BOOLEAN, TIMESTAMP, DATE, BYTEA or UUID; NUMERIC as DOUBLE or BIGINT where that is exact)"
+        "column {column}: type {sql_type} is not supported: a column is stored as one of the storage's eight types (use INT, BIGINT, SERIAL, DOUBLE, TEXT, BOOLEAN, TIMESTAMP, DATE, NUMERIC(p, s) with p up to 38, BYTEA or UUID)"
     )]
     UnsupportedType {
         /// The column's name.
@@ -608,6 +608,10 @@ fn fits(t: ColumnType, format: FieldFormat) -> bool {
             matches!(f.kind, K::Int { .. })
         }
         (ColumnType::Int | ColumnType::BigInt, _) => true,
+        // A NUMERIC keys as its value in units of 10^-scale.
+        (ColumnType::Numeric { precision, .. }, FieldFormat::Typed(f)) => {
+            matches!(f.kind, K::Int { width } if width >= precision && width <= 18)
+        }
         (_, FieldFormat::Typed(f)) => matches!(
             (t, f.kind),
             (ColumnType::Text, K::Text)
@@ -624,18 +628,25 @@ fn fits(t: ColumnType, format: FieldFormat) -> bool {
 /// The typed field spec (after `:`) that holds a `t` column's values in
 /// key order, if the type can be in a key: what plain tables and `CREATE
 /// INDEX` write.
-pub fn typed_spec(t: ColumnType) -> Option<&'static str> {
-    Some(match t {
-        ColumnType::Int => "i10",
-        ColumnType::BigInt => "i19",
-        ColumnType::Double => "f",
-        ColumnType::Text => "s",
-        ColumnType::Timestamp => "t",
-        ColumnType::Date => "d",
-        ColumnType::Uuid => "u",
-        ColumnType::Boolean => "b",
-        ColumnType::Bytea => return None,
-    })
+pub fn typed_spec(t: ColumnType) -> Option<String> {
+    Some(
+        match t {
+            ColumnType::Int => "i10",
+            ColumnType::BigInt => "i19",
+            ColumnType::Double => "f",
+            ColumnType::Text => "s",
+            ColumnType::Timestamp => "t",
+            ColumnType::Date => "d",
+            ColumnType::Uuid => "u",
+            ColumnType::Boolean => "b",
+            // In units of 10^-scale, where that fits a key's integer.
+            ColumnType::Numeric { precision, .. } if precision <= 18 => {
+                return Some(format!("i{precision}"));
+            }
+            ColumnType::Numeric { .. } | ColumnType::Bytea => return None,
+        }
+        .to_owned(),
+    )
 }
 
 /// Lower-cases an identifier the way SQL does unless it was quoted.

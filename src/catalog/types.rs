@@ -26,6 +26,15 @@ pub enum ColumnType {
     /// `DATE`: Edm.DateTime at midnight UTC (EDM has no date type), read
     /// as days.
     Date,
+    /// `NUMERIC(precision, scale)`: Edm.String of its exact decimal text
+    /// (EDM has no decimal, and a double would round it), read as Arrow's
+    /// Decimal128.
+    Numeric {
+        /// Digits in all, 1 to 38.
+        precision: u8,
+        /// Digits after the point, at most `precision`.
+        scale: u8,
+    },
     /// `BYTEA`: Edm.Binary.
     Bytea,
     /// `UUID`: Edm.Guid, read as its text form.
@@ -39,6 +48,13 @@ pub fn timestamp_type() -> DataType {
 }
 
 impl ColumnType {
+    /// `NUMERIC(p, s)`, if Decimal128 holds it (p ≤ 38, s ≤ p).
+    pub fn numeric(p: u64, s: u64) -> Option<Self> {
+        let precision = u8::try_from(p).ok().filter(|p| (1..=38).contains(p))?;
+        let scale = u8::try_from(s).ok().filter(|s| *s <= precision)?;
+        Some(Self::Numeric { precision, scale })
+    }
+
     /// The type a SQL DDL type names, if tablesql can store it.
     pub fn from_sql(t: &SqlType) -> Option<Self> {
         Some(match t {
@@ -70,6 +86,16 @@ impl ColumnType {
             SqlType::Boolean | SqlType::Bool => Self::Boolean,
             SqlType::Timestamp(..) => Self::Timestamp,
             SqlType::Date => Self::Date,
+            SqlType::Numeric(info) | SqlType::Decimal(info) | SqlType::Dec(info) => {
+                use datafusion::sql::sqlparser::ast::ExactNumberInfo as N;
+                let (p, s) = match info {
+                    N::Precision(p) => (*p, 0),
+                    N::PrecisionAndScale(p, s) => (*p, u64::try_from(*s).ok()?),
+                    // Unbounded: no exact Arrow type holds it.
+                    N::None => return None,
+                };
+                Self::numeric(p, s)?
+            }
             SqlType::Bytea => Self::Bytea,
             SqlType::Uuid => Self::Uuid,
             _ => return None,
@@ -94,6 +120,7 @@ impl ColumnType {
             DataType::Boolean => Self::Boolean,
             DataType::Timestamp(_, _) => Self::Timestamp,
             DataType::Date32 | DataType::Date64 => Self::Date,
+            DataType::Decimal128(p, s) => Self::numeric(u64::from(*p), u64::try_from(*s).ok()?)?,
             DataType::Binary | DataType::LargeBinary | DataType::BinaryView => Self::Bytea,
             _ => return None,
         })
@@ -109,6 +136,9 @@ impl ColumnType {
             Self::Boolean => DataType::Boolean,
             Self::Timestamp => timestamp_type(),
             Self::Date => DataType::Date32,
+            Self::Numeric { precision, scale } => {
+                DataType::Decimal128(precision, i8::try_from(scale).unwrap_or(i8::MAX))
+            }
             Self::Bytea => DataType::Binary,
         }
     }
@@ -119,7 +149,7 @@ impl ColumnType {
             Self::Int => EdmType::Int32,
             Self::BigInt => EdmType::Int64,
             Self::Double => EdmType::Double,
-            Self::Text => EdmType::String,
+            Self::Text | Self::Numeric { .. } => EdmType::String,
             Self::Boolean => EdmType::Boolean,
             Self::Timestamp | Self::Date => EdmType::DateTime,
             Self::Bytea => EdmType::Binary,
@@ -138,6 +168,9 @@ impl ColumnType {
 
 impl fmt::Display for ColumnType {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if let Self::Numeric { precision, scale } = self {
+            return write!(f, "NUMERIC({precision}, {scale})");
+        }
         f.write_str(match self {
             Self::Int => "INT",
             Self::BigInt => "BIGINT",
@@ -146,8 +179,72 @@ impl fmt::Display for ColumnType {
             Self::Boolean => "BOOLEAN",
             Self::Timestamp => "TIMESTAMP",
             Self::Date => "DATE",
+            Self::Numeric { .. } => "NUMERIC",
             Self::Bytea => "BYTEA",
             Self::Uuid => "UUID",
         })
+    }
+}
+
+/// A NUMERIC's exact text with `scale` digits after the point, from its
+/// value in units of 10^-scale (`1250`, 2 → `12.50`), as PostgreSQL shows it.
+pub fn decimal_text(v: i128, scale: u8) -> String {
+    let digits = v.unsigned_abs().to_string();
+    let scale = usize::from(scale);
+    let sign = if v < 0 { "-" } else { "" };
+    if scale == 0 {
+        return format!("{sign}{digits}");
+    }
+    let digits = format!("{digits:0>width$}", width = scale + 1);
+    let (whole, fraction) = digits.split_at(digits.len() - scale);
+    format!("{sign}{whole}.{fraction}")
+}
+
+/// The value of decimal text in units of 10^-scale, if it is exact at that
+/// scale (`12.5`, 2 → 1250; `12.345`, 2 → none).
+pub fn parse_decimal(text: &str, scale: u8) -> Option<i128> {
+    let text = text.trim();
+    let (negative, unsigned) = match text.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, text.strip_prefix('+').unwrap_or(text)),
+    };
+    let (whole, fraction) = unsigned.split_once('.').unwrap_or((unsigned, ""));
+    let scale = usize::from(scale);
+    let all_digits = |s: &str| s.bytes().all(|b| b.is_ascii_digit());
+    if (whole.is_empty() && fraction.is_empty()) || !all_digits(whole) || !all_digits(fraction) {
+        return None;
+    }
+    // Digits past the scale must be zeros.
+    let (kept, dropped) = fraction.split_at(fraction.len().min(scale));
+    if !dropped.bytes().all(|b| b == b'0') {
+        return None;
+    }
+    let mut v: i128 = 0;
+    for b in whole.bytes().chain(kept.bytes()) {
+        v = v.checked_mul(10)?.checked_add(i128::from(b - b'0'))?;
+    }
+    v = v.checked_mul(10i128.checked_pow(u32::try_from(scale - kept.len()).ok()?)?)?;
+    Some(if negative { -v } else { v })
+}
+
+#[cfg(test)]
+mod decimal_tests {
+    use super::*;
+
+    #[test]
+    fn decimal_text_round_trips_at_its_scale() {
+        for (text, scale, v, shown) in [
+            ("12.5", 2, 1250, "12.50"),
+            ("-0.05", 2, -5, "-0.05"),
+            ("7", 0, 7, "7"),
+            ("+3.100", 1, 31, "3.1"),
+            ("0", 3, 0, "0.000"),
+        ] {
+            assert_eq!(parse_decimal(text, scale), Some(v), "{text}");
+            assert_eq!(decimal_text(v, scale), shown);
+        }
+        for bad in ["12.345", "", ".", "1e3", "1.2.3", "--1"] {
+            assert_eq!(parse_decimal(bad, 2), None, "{bad}");
+        }
     }
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use datafusion::arrow::array::{
-    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Float64Builder, Int32Builder,
-    Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
+    ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder,
+    Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
 };
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
@@ -223,6 +223,8 @@ enum Builder {
     Boolean(BooleanBuilder),
     Timestamp(TimestampMicrosecondBuilder),
     Date(Date32Builder),
+    /// A NUMERIC's values in units of 10^-scale, with its scale.
+    Decimal(Decimal128Builder, u8),
     Bytea(BinaryBuilder),
 }
 
@@ -246,6 +248,10 @@ impl Builder {
             ColumnType::Boolean => Self::Boolean(BooleanBuilder::with_capacity(n)),
             ColumnType::Timestamp => Self::Timestamp(TimestampMicrosecondBuilder::with_capacity(n)),
             ColumnType::Date => Self::Date(Date32Builder::with_capacity(n)),
+            ColumnType::Numeric { scale, .. } => Self::Decimal(
+                Decimal128Builder::with_capacity(n).with_data_type(t.arrow_type()),
+                scale,
+            ),
             ColumnType::Bytea => Self::Bytea(BinaryBuilder::with_capacity(n, n * 16)),
         }
     }
@@ -259,6 +265,7 @@ impl Builder {
             Self::Boolean(mut b) => Arc::new(b.finish()),
             Self::Timestamp(mut b) => Arc::new(b.finish().with_timezone("+00:00")),
             Self::Date(mut b) => Arc::new(b.finish()),
+            Self::Decimal(mut b, ..) => Arc::new(b.finish()),
             Self::Bytea(mut b) => Arc::new(b.finish()),
         }
     }
@@ -272,6 +279,7 @@ impl Builder {
             Self::Boolean(b) => b.append_null(),
             Self::Timestamp(b) => b.append_null(),
             Self::Date(b) => b.append_null(),
+            Self::Decimal(b, ..) => b.append_null(),
             Self::Bytea(b) => b.append_null(),
         }
     }
@@ -291,6 +299,18 @@ impl Builder {
             (Self::Boolean(b), ValueRef::Boolean(x)) => b.append_value(x),
             (Self::Timestamp(b), ValueRef::DateTime(t)) => b.append_value(t.timestamp_micros()),
             // The date it falls on (a DATE is stored as its midnight).
+            (Self::Decimal(b, scale), ValueRef::String(s)) => {
+                match crate::catalog::parse_decimal(s, *scale) {
+                    Some(v) => b.append_value(v),
+                    None => return false,
+                }
+            }
+            (Self::Decimal(b, scale), ValueRef::Int32(i)) => {
+                match i128::from(i).checked_mul(10i128.pow(u32::from(*scale))) {
+                    Some(v) => b.append_value(v),
+                    None => return false,
+                }
+            }
             (Self::Date(b), ValueRef::DateTime(t)) => match days(t.timestamp_micros()) {
                 Some(d) => b.append_value(d),
                 None => return false,
@@ -325,6 +345,7 @@ impl Builder {
             (Self::Double(b), KeyRef::Double(d)) => b.append_value(d.get()),
             (Self::Boolean(b), KeyRef::Bool(x)) => b.append_value(*x),
             (Self::Timestamp(b), KeyRef::Timestamp(t)) => b.append_value(*t),
+            (Self::Decimal(b, ..), KeyRef::Int(i)) => b.append_value(i128::from(*i)),
             (Self::Date(b), KeyRef::Timestamp(t)) => match days(*t) {
                 Some(d) => b.append_value(d),
                 None => return false,

@@ -179,6 +179,13 @@ fn cell<'a>(
                 },
             )?)
         }
+        ColumnType::Numeric { scale, .. } => {
+            let v = array
+                .as_primitive_opt::<datafusion::arrow::datatypes::Decimal128Type>()
+                .ok_or_else(wrong)?
+                .value(row);
+            EdmValue::String(crate::catalog::decimal_text(v, scale))
+        }
         ColumnType::Date => {
             let days = array
                 .as_primitive_opt::<datafusion::arrow::datatypes::Date32Type>()
@@ -240,6 +247,9 @@ pub(crate) fn key_cell(t: ColumnType, v: &KeyValue) -> Option<EdmValue> {
             chrono::DateTime::from_timestamp_micros(*t).map(EdmValue::DateTime)
         }
         (ColumnType::Uuid, KeyValue::Uuid(u)) => Some(EdmValue::Guid(uuid::Uuid::from_u128(*u))),
+        (ColumnType::Numeric { scale, .. }, KeyValue::Int(v)) => Some(EdmValue::String(
+            crate::catalog::decimal_text(i128::from(*v), scale),
+        )),
         _ => None,
     }
 }
@@ -295,11 +305,20 @@ fn key_values(
     (0..template.columns().count().min(n))
         .filter_map(|f| template.field(f))
         .map(|(name, format)| {
-            let v = def
-                .columns
-                .iter()
-                .position(|c| c.name == name)
-                .and_then(|i| values.get(i)?.as_ref());
+            let column = def.columns.iter().position(|c| c.name == name);
+            let v = column.and_then(|i| values.get(i)?.as_ref());
+            // A NUMERIC keys as its value in units of 10^-scale.
+            if let (Some(ColumnType::Numeric { scale, .. }), Some(EdmValue::String(text))) =
+                (column.map(|i| def.columns[i].column_type), v)
+            {
+                return crate::catalog::parse_decimal(text, scale)
+                    .and_then(|v| i64::try_from(v).ok())
+                    .map(KeyValue::Int)
+                    .ok_or_else(|| ExecError::BadValue {
+                        column: name.to_owned(),
+                        reason: format!("{text} does not fit the key's integer"),
+                    });
+            }
             match v {
                 Some(v) => key_value(v).ok_or_else(|| ExecError::BadValue {
                     column: name.to_owned(),

@@ -51,6 +51,23 @@ pub fn key_of_scalar(t: ColumnType, v: &ScalarValue) -> Option<KeyValue> {
             };
             micros.map(KeyValue::Timestamp)
         }
+        ColumnType::Numeric { scale, .. } => {
+            // Exactly at the column's scale, or not a key value.
+            let (units, at) = match v {
+                S::Decimal128(Some(u), _, s) => (*u, i32::from(*s)),
+                S::Int64(Some(i)) => (i128::from(*i), 0),
+                S::Int32(Some(i)) => (i128::from(*i), 0),
+                _ => return None,
+            };
+            let shift = i32::from(scale) - at;
+            let scaled = if shift >= 0 {
+                units.checked_mul(10i128.checked_pow(shift.unsigned_abs())?)?
+            } else {
+                let d = 10i128.checked_pow(shift.unsigned_abs())?;
+                (units % d == 0).then(|| units / d)?
+            };
+            i64::try_from(scaled).ok().map(KeyValue::Int)
+        }
         ColumnType::Date => match v {
             S::Date32(Some(days)) => crate::exec::write::encode::midnight(*days)
                 .map(|t| KeyValue::Timestamp(t.timestamp_micros())),

@@ -26,7 +26,7 @@ struct Type {
     values: &'static [&'static str],
 }
 
-const TYPES: [Type; 8] = [
+const TYPES: [Type; 9] = [
     Type {
         sql: "INT",
         values: &["-3", "0", "1", "2", "5", "-1"],
@@ -58,6 +58,17 @@ const TYPES: [Type; 8] = [
             "'1999-12-31 23:59:59'",
             "'2024-01-01 00:00:00.5'",
             "'1970-01-01 00:00:00'",
+        ],
+    },
+    Type {
+        sql: "NUMERIC(10, 2)",
+        values: &[
+            "'1.50'",
+            "'-3.25'",
+            "'0'",
+            "'12345678.99'",
+            "'0.01'",
+            "'-0.01'",
         ],
     },
     Type {
@@ -183,6 +194,7 @@ impl Table {
                     Some("DOUBLE PRECISION") => "f",
                     Some("TIMESTAMP") => "t",
                     Some("DATE") => "d",
+                    Some("NUMERIC(10, 2)") => "i10",
                     Some("BOOLEAN") => "b",
                     Some("UUID") => "u",
                     _ => "s",
