@@ -19,7 +19,11 @@
 //!    each conditional on the version the block read (`If-Match`, or an
 //!    insert where there was none);
 //!    a global index's entity puts before every other write and its deletes
-//!    after them ([`Order`]), as outside a block.
+//!    after them ([`Order`]), as outside a block. The base rows must follow
+//!    the entities within `global::LAND_WITHIN`, else the block is put back
+//!    (a unique value its entity holds could otherwise be taken over once
+//!    the entity looks abandoned); a recovery that finds such an entity
+//!    taken by another writer puts the block back instead of finishing it.
 //! 3. If one meets a row another client changed since the block read it
 //!    (or one the store refuses whatever the data), the header is marked
 //!    undone and the partitions already written are put back (each
@@ -128,6 +132,10 @@ pub struct Change {
     pub table: TableName,
     pub op: WriteOp,
     pub before: Option<StoredEntity>,
+    /// A global index entity's put, written before every other write
+    /// ([`Order`]); set by `commit` and kept in the record, so that a
+    /// recovery can tell whether another writer took it meanwhile.
+    pub first: bool,
 }
 
 /// Commits `changes` as the module doc says, in `order`; returns how many
@@ -140,6 +148,9 @@ pub async fn commit(
     // The record keeps the order too, so that a recovery redoes in it (and
     // puts back in reverse).
     changes.sort_by_key(|c| order.phase(c));
+    for c in &mut changes {
+        c.first = order.phase(c) == 0;
+    }
     // Best effort: a record left by a stopped process is finished first,
     // so its rows are not met half-written; its failure is not this one's.
     let _ = recover(store, RECOVER_AFTER).await;
@@ -151,7 +162,29 @@ pub async fn commit(
     let id = record_id()?;
     let mut lease = write_record(store, &log, &id, &changes).await?;
     let mut written: Vec<(Change, Option<crate::storage::ETag>)> = Vec::new();
+    // When the first index entity was put: the base rows must land soon
+    // after, or another row could take a unique value it holds.
+    let mut since: Option<std::time::Instant> = None;
     for (table, ops) in batches(&changes, order) {
+        if ops.first().is_some_and(|c| c.first) {
+            since.get_or_insert_with(std::time::Instant::now);
+        } else if since.is_some_and(|t| t.elapsed() > super::global::LAND_WITHIN) {
+            let _ = mark(store, &log, &id, UNDONE).await;
+            let undone = put_back(store, &written, order).await;
+            let _ = forget(store, &log, &id).await;
+            let reason = format!(
+                "the block's index entities took over {} s to write; its rows were not written",
+                super::global::LAND_WITHIN.as_secs()
+            );
+            return Err(match undone {
+                Ok(()) => StorageError::Transaction(TransactionScope::Undone { reason }),
+                Err(undo) => StorageError::Transaction(TransactionScope::PartlyCommitted {
+                    reason,
+                    undo: undo.to_string(),
+                    partitions: partitions_of(&written),
+                }),
+            });
+        }
         // A record a recovery has claimed is the recovery's to finish.
         if !lease.renewed(store, &log, &id).await {
             return Err(StorageError::Transaction(TransactionScope::Unknown {
@@ -295,8 +328,17 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
             match state {
                 Stale::Done => {}
                 Stale::Committed => {
-                    for change in read_record(store, &log, &id).await? {
-                        redo(store, change).await?;
+                    let changes = read_record(store, &log, &id).await?;
+                    if taken_over(store, &changes).await? {
+                        // Finished now, its rows would hold values another
+                        // row took: the block is put back instead.
+                        for change in changes.into_iter().rev() {
+                            undo(store, change).await?;
+                        }
+                    } else {
+                        for change in changes {
+                            redo(store, change).await?;
+                        }
                     }
                 }
                 Stale::Undone => {
@@ -589,6 +631,7 @@ async fn put_back(
             table: change.table.clone(),
             op,
             before: None,
+            first: false,
         });
     }
     for (table, ops) in batches(&undo, order) {
@@ -607,6 +650,28 @@ enum Stale {
     Undone,
     /// Every write landed: only the record is left to delete.
     Done,
+}
+
+/// Whether another writer changed an index entity the record puts first
+/// since the block read it: a unique value taken over once the entity,
+/// its base row not yet written, looked abandoned (`global::IN_FLIGHT`).
+async fn taken_over(store: &dyn TableStore, changes: &[Change]) -> Result<bool> {
+    for c in changes.iter().filter(|c| c.first) {
+        let (pk, rk) = c.op.keys();
+        let now = match store.get(&c.table, pk, rk).await {
+            Ok(now) => now,
+            Err(StorageError::TableNotFound(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        let done =
+            now.as_ref().map(|n| &n.entity.properties) == c.op.entity().map(|e| &e.properties);
+        let untouched = now.as_ref().map(|n| n.etag.to_string())
+            == c.before.as_ref().map(|b| b.etag.to_string());
+        if !done && !untouched {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Puts back one write of a record its process stopped putting back: where
@@ -708,6 +773,7 @@ fn to_json(c: &Change) -> Value {
         "base": c.before.as_ref().map(|b| b.etag.to_string()),
         "entity": entity.map(entity_body),
         "before": c.before.as_ref().map(|b| entity_body(&b.entity)),
+        "first": c.first,
     })
 }
 
@@ -762,7 +828,13 @@ fn from_json(v: &Value) -> std::result::Result<Change, String> {
         }
         None => None,
     };
-    Ok(Change { table, op, before })
+    let first = v.get("first").and_then(Value::as_bool).unwrap_or(false);
+    Ok(Change {
+        table,
+        op,
+        before,
+        first,
+    })
 }
 
 #[cfg(test)]
@@ -1054,6 +1126,55 @@ mod tests {
         );
         assert_eq!(n_of(inner.as_ref(), "abase", "p", "r").await, Some(2));
         assert_eq!(n_of(inner.as_ref(), "zindex", "v1", "p_r").await, None);
+    }
+
+    #[tokio::test]
+    async fn a_recovery_puts_back_a_block_whose_index_entity_another_writer_took() {
+        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        for t in ["abase", "zindex"] {
+            inner.create_table(&table(t)).await.expect("created");
+        }
+        inner
+            .execute_batch(&table("abase"), vec![WriteOp::Insert(row("p", "r", 1))])
+            .await
+            .expect("written");
+        // The record and the entity's put land; then the process stops.
+        let stops: Arc<dyn TableStore> = Arc::new(Stops {
+            inner: inner.clone(),
+            writes_left: AtomicUsize::new(3),
+        });
+        let tx = Arc::new(Transaction::default());
+        tx.begin();
+        let seen = tx.store_for(stops.clone());
+        for (t, op) in [
+            ("zindex", WriteOp::Insert(row("v", "", 2))),
+            ("abase", WriteOp::InsertOrReplace(row("p", "r", 2))),
+        ] {
+            seen.execute_batch(&table(t), vec![op])
+                .await
+                .expect("buffered");
+        }
+        let order = Order::new([&table("zindex")]);
+        tx.commit(stops.as_ref(), &order)
+            .await
+            .expect_err("stopped");
+        assert_eq!(n_of(inner.as_ref(), "zindex", "v", "").await, Some(2));
+        // Another row takes the value, the entity looking abandoned.
+        inner
+            .execute_batch(
+                &table("zindex"),
+                vec![WriteOp::InsertOrReplace(row("v", "", 7))],
+            )
+            .await
+            .expect("taken over");
+        // Finishing the block would give its row a value another row
+        // holds: the recovery puts it back instead.
+        assert_eq!(
+            recover(inner.as_ref(), Duration::ZERO).await.expect("read"),
+            1
+        );
+        assert_eq!(n_of(inner.as_ref(), "abase", "p", "r").await, Some(1));
+        assert_eq!(n_of(inner.as_ref(), "zindex", "v", "").await, Some(7));
     }
 
     #[tokio::test]

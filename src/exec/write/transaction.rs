@@ -119,6 +119,7 @@ impl Buffer {
                         table: table.clone(),
                         op,
                         before: touched.base.clone(),
+                        first: false,
                     });
                 }
             }
