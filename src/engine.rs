@@ -1434,18 +1434,19 @@ impl Engine {
         let mut outcome = DdlOutcome::default();
         let defs = persist::load(self.store.as_ref()).await?;
         for name in names {
-            let stats = self.analyze(&name, every).await?;
+            let def = defs.iter().find(|d| d.name == name);
+            let stats = match def {
+                Some(d) => self.analyze_storage(d.storage_table.clone(), every).await?,
+                // A storage table by its name (or `raw.<name>`).
+                None => self.analyze(&name, every).await?,
+            };
             outcome.notices.push(Notice::new(
                 NoticeKind::Done,
                 format!("analyzed {name}: {stats}"),
             ));
             // A global index's table too: the planner costs a path through
             // it by the entities its partitions (the indexed values) hold.
-            let globals = defs
-                .iter()
-                .find(|d| d.name == name)
-                .map(|d| d.global_indexes.clone())
-                .unwrap_or_default();
+            let globals = def.map(|d| d.global_indexes.as_slice()).unwrap_or_default();
             for g in globals.iter().filter(|g| !g.building) {
                 let stats = self.analyze_storage(g.table.clone(), every).await?;
                 outcome.notices.push(Notice::new(

@@ -169,9 +169,7 @@ pub async fn commit(
         if ops.first().is_some_and(|c| c.first) {
             since.get_or_insert_with(std::time::Instant::now);
         } else if since.is_some_and(|t| t.elapsed() > super::global::LAND_WITHIN) {
-            let _ = mark(store, &log, &id, UNDONE).await;
-            let undone = put_back(store, &written, order).await;
-            let _ = forget(store, &log, &id).await;
+            let undone = abandon(store, &log, &id, &written, order).await;
             let reason = format!(
                 "the block's index entities took over {} s to write; its rows were not written",
                 super::global::LAND_WITHIN.as_secs()
@@ -208,9 +206,7 @@ pub async fn commit(
                         reason,
                     }));
                 }
-                let _ = mark(store, &log, &id, UNDONE).await;
-                let undone = put_back(store, &written, order).await;
-                let _ = forget(store, &log, &id).await;
+                let undone = abandon(store, &log, &id, &written, order).await;
                 return Err(match (undone, failure) {
                     (Ok(()), Failure::Conflict) => {
                         StorageError::Transaction(TransactionScope::Undone { reason })
@@ -235,6 +231,21 @@ pub async fn commit(
         let _ = forget(store, &log, &id).await;
     }
     Ok(changes.len())
+}
+
+/// Gives a commit up: its record marked undone, what it wrote put back,
+/// the record deleted; the put-back's outcome.
+async fn abandon(
+    store: &dyn TableStore,
+    log: &TableName,
+    id: &PartitionKey,
+    written: &[(Change, Option<crate::storage::ETag>)],
+    order: &Order,
+) -> Result<()> {
+    let _ = mark(store, log, id, UNDONE).await;
+    let undone = put_back(store, written, order).await;
+    let _ = forget(store, log, id).await;
+    undone
 }
 
 /// What a failed batch of a commit means for the block.
@@ -1073,21 +1084,20 @@ mod tests {
         assert_eq!(n_of(inner.as_ref(), "orders", "b", "x").await, Some(9));
     }
 
-    #[tokio::test]
-    async fn index_entities_are_put_before_the_base_rows_and_deleted_after_them() {
-        // The base table sorts before the index table by name, so only the
-        // order puts the entity first.
+    /// A store with a base table and a global index's table, the base
+    /// sorting first by name (so only `Order` puts the index first).
+    async fn base_and_index() -> Arc<dyn TableStore> {
         let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
         for t in ["abase", "zindex"] {
             inner.create_table(&table(t)).await.expect("created");
         }
-        for (t, pk, rk) in [("abase", "p", "r"), ("zindex", "v1", "p_r")] {
-            inner
-                .execute_batch(&table(t), vec![WriteOp::Insert(row(pk, rk, 1))])
-                .await
-                .expect("written");
-        }
-        // The record (its chunk, its header) and one batch land.
+        inner
+    }
+
+    /// Commits `writes` in one block, `zindex` holding index entities, over
+    /// a store that stops after three writes: the record's two and the
+    /// block's first batch.
+    async fn stopped_block(inner: &Arc<dyn TableStore>, writes: Vec<(&str, WriteOp)>) {
         let stops: Arc<dyn TableStore> = Arc::new(Stops {
             inner: inner.clone(),
             writes_left: AtomicUsize::new(3),
@@ -1095,18 +1105,7 @@ mod tests {
         let tx = Arc::new(Transaction::default());
         tx.begin();
         let seen = tx.store_for(stops.clone());
-        for (t, op) in [
-            ("zindex", WriteOp::Insert(row("v2", "p_r", 2))),
-            ("abase", WriteOp::InsertOrReplace(row("p", "r", 2))),
-            (
-                "zindex",
-                WriteOp::Delete {
-                    partition_key: PartitionKey::new("v1").expect("a key"),
-                    row_key: RowKey::new("p_r").expect("a key"),
-                    if_match: IfMatch::Any,
-                },
-            ),
-        ] {
+        for (t, op) in writes {
             seen.execute_batch(&table(t), vec![op])
                 .await
                 .expect("buffered");
@@ -1115,6 +1114,36 @@ mod tests {
         tx.commit(stops.as_ref(), &order)
             .await
             .expect_err("stopped");
+    }
+
+    #[tokio::test]
+    async fn index_entities_are_put_before_the_base_rows_and_deleted_after_them() {
+        // The base table sorts before the index table by name, so only the
+        // order puts the entity first.
+        let inner = base_and_index().await;
+        for (t, pk, rk) in [("abase", "p", "r"), ("zindex", "v1", "p_r")] {
+            inner
+                .execute_batch(&table(t), vec![WriteOp::Insert(row(pk, rk, 1))])
+                .await
+                .expect("written");
+        }
+        // The record (its chunk, its header) and one batch land.
+        stopped_block(
+            &inner,
+            vec![
+                ("zindex", WriteOp::Insert(row("v2", "p_r", 2))),
+                ("abase", WriteOp::InsertOrReplace(row("p", "r", 2))),
+                (
+                    "zindex",
+                    WriteOp::Delete {
+                        partition_key: PartitionKey::new("v1").expect("a key"),
+                        row_key: RowKey::new("p_r").expect("a key"),
+                        if_match: IfMatch::Any,
+                    },
+                ),
+            ],
+        )
+        .await;
         // Stopped after the first batch: the new entity, not the base row.
         assert_eq!(n_of(inner.as_ref(), "zindex", "v2", "p_r").await, Some(2));
         assert_eq!(n_of(inner.as_ref(), "abase", "p", "r").await, Some(1));
@@ -1130,34 +1159,20 @@ mod tests {
 
     #[tokio::test]
     async fn a_recovery_puts_back_a_block_whose_index_entity_another_writer_took() {
-        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
-        for t in ["abase", "zindex"] {
-            inner.create_table(&table(t)).await.expect("created");
-        }
+        let inner = base_and_index().await;
         inner
             .execute_batch(&table("abase"), vec![WriteOp::Insert(row("p", "r", 1))])
             .await
             .expect("written");
         // The record and the entity's put land; then the process stops.
-        let stops: Arc<dyn TableStore> = Arc::new(Stops {
-            inner: inner.clone(),
-            writes_left: AtomicUsize::new(3),
-        });
-        let tx = Arc::new(Transaction::default());
-        tx.begin();
-        let seen = tx.store_for(stops.clone());
-        for (t, op) in [
-            ("zindex", WriteOp::Insert(row("v", "", 2))),
-            ("abase", WriteOp::InsertOrReplace(row("p", "r", 2))),
-        ] {
-            seen.execute_batch(&table(t), vec![op])
-                .await
-                .expect("buffered");
-        }
-        let order = Order::new([&table("zindex")]);
-        tx.commit(stops.as_ref(), &order)
-            .await
-            .expect_err("stopped");
+        stopped_block(
+            &inner,
+            vec![
+                ("zindex", WriteOp::Insert(row("v", "", 2))),
+                ("abase", WriteOp::InsertOrReplace(row("p", "r", 2))),
+            ],
+        )
+        .await;
         assert_eq!(n_of(inner.as_ref(), "zindex", "v", "").await, Some(2));
         // Another row takes the value, the entity looking abandoned.
         inner
