@@ -16,7 +16,7 @@
 //! An embedder who wants the engine alone over the embedded store writes
 //! `tablesql = { version = "0.1", default-features = false }`, which leaves
 //! out pgwire, rustyline, reqwest, clap and DataFusion's parquet and
-//! compression codecs (README, "Embedding", gives both builds' times).
+//! compression codecs (docs/embedding.md, "The engine alone", gives both builds' times).
 //!
 //! | Feature | What it adds |
 //! |---|---|

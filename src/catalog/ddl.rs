@@ -103,7 +103,7 @@ pub fn identity_default(sequence: &str) -> String {
 /// ORM's related tables can be created, and not enforced: checking a
 /// reference on every write is a read of the other table per row, and on
 /// every delete a search of the referring table, which has no index to
-/// find its rows by (README, "Plain tables"). The definition does not keep
+/// find its rows by (docs/mapping.md, "Plain tables"). The definition does not keep
 /// them. An `ON DELETE` or `ON UPDATE` action other than the default would
 /// change rows, not check them, and is refused.
 pub fn foreign_keys(

@@ -503,7 +503,7 @@ async fn indexes_answer_as_with_index_use_off_and_as_postgresql() -> TestResult 
 /// The `CREATE INDEX` forms PostgreSQL accepts on a table of nullable
 /// INTEGER, DOUBLE, TEXT and TIMESTAMP columns, each with what tablesql
 /// does: `None` accepts it; `Some(reason)` refuses it with an error saying
-/// so (each reason is one the README's *Index upkeep* lists).
+/// so (each reason is one docs/indexes.md, "Index upkeep", lists).
 const FORMS: &[(&str, Option<&str>)] = &[
     ("CREATE INDEX f_i ON forms (i)", None),
     ("CREATE INDEX f_d ON forms (d)", None),
@@ -576,7 +576,7 @@ async fn every_create_index_form_postgresql_accepts_is_accepted_or_refused_as_do
         assert!(matches!(simple_query(&pg, sql).await, Answer::Rows(_)));
         engine.collect(sql).await?;
     }
-    let readme = include_str!("../../../README.md");
+    let readme = include_str!("../../../docs/indexes.md");
     for (sql, refused) in FORMS {
         let pg_answer = simple_query(&pg, sql).await;
         assert!(
@@ -597,7 +597,7 @@ async fn every_create_index_form_postgresql_accepts_is_accepted_or_refused_as_do
                 "is an expression" => "expressions",
                 other => other,
             };
-            assert!(readme.contains(listed), "the README does not list {listed}");
+            assert!(readme.contains(listed), "docs/indexes.md does not list {listed}");
         }
     }
     // Every accepted index holds every row, NULLs included.
