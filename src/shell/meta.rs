@@ -412,7 +412,7 @@ pub async fn list_views(
 ) -> Result<String, EngineError> {
     let rows: Vec<Vec<String>> = catalog_rows(
         engine,
-        "SELECT table_schema, table_name, view_definition FROM information_schema.views \
+        "SELECT table_schema, table_name, definition FROM information_schema.views \
          WHERE table_schema NOT IN ('information_schema', 'pg_catalog') ORDER BY 1, 2",
     )
     .await?
