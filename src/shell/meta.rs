@@ -386,7 +386,16 @@ pub async fn list_sequences(
     }
     Ok(listing(
         "List of sequences",
-        &["sequence", "start", "increment", "min", "max", "cache", "cycles", "last value"],
+        &[
+            "sequence",
+            "start",
+            "increment",
+            "min",
+            "max",
+            "cache",
+            "cycles",
+            "last value",
+        ],
         &rows,
         width,
     ))

@@ -31,8 +31,8 @@ use crate::engine::{Engine, EngineError, Outcome, Session, StatementKind};
 use complete::{Names, ShellHelper};
 use datafusion::sql::sqlparser::ast::Statement;
 use meta::Meta;
+use pager::{Paged, PagerMode};
 use render::{Format, Printer, RenderError};
-use pager::{PagerMode, Paged};
 use split::{Piece, split};
 
 /// Rows per table when results are not paged (files, pipes): tables are
@@ -515,8 +515,8 @@ impl Shell {
         let (path, temporary) = match file {
             Some(path) => (path, false),
             None => {
-                let path = std::env::temp_dir()
-                    .join(format!("tablesql.edit.{}.sql", std::process::id()));
+                let path =
+                    std::env::temp_dir().join(format!("tablesql.edit.{}.sql", std::process::id()));
                 let mut text = self.last_query.clone().unwrap_or_default();
                 if !text.is_empty() && !text.trim_end().ends_with(';') {
                     text.push(';');
@@ -530,9 +530,15 @@ impl Shell {
             }
         };
         // As psql: the editor's command line, then the file's name, by a shell.
-        let command = format!("{editor} '{}'", path.display().to_string().replace('\'', "'\\''"));
+        let command = format!(
+            "{editor} '{}'",
+            path.display().to_string().replace('\'', "'\\''")
+        );
         let status = tokio::task::spawn_blocking(move || {
-            std::process::Command::new("sh").arg("-c").arg(command).status()
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(command)
+                .status()
         })
         .await
         .map_err(std::io::Error::other)??;
@@ -541,7 +547,9 @@ impl Shell {
             let _ = std::fs::remove_file(&path);
         }
         if !status.success() {
-            return Err(ShellError::Meta(format!("\\e: the editor {editor} failed: {status}")));
+            return Err(ShellError::Meta(format!(
+                "\\e: the editor {editor} failed: {status}"
+            )));
         }
         let text = text?;
         let s = split(&text);

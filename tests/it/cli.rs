@@ -871,7 +871,14 @@ fn query_runs_c_and_f_as_psql_does() -> TestResult {
     // Several statements in one -c, then a file, then -c: in that order.
     let (code, out, err) = query_run(
         &store,
-        &["-c", "SELECT 1 AS a; SELECT 2 AS b", "-f", script, "-c", "SELECT 3 AS c"],
+        &[
+            "-c",
+            "SELECT 1 AS a; SELECT 2 AS b",
+            "-f",
+            script,
+            "-c",
+            "SELECT 3 AS c",
+        ],
         None,
     )?;
     assert_eq!(code, Some(0), "{out}\n{err}");
@@ -882,32 +889,60 @@ fn query_runs_c_and_f_as_psql_does() -> TestResult {
     assert!(at("│ f1 │")? < at("│ f2 │")?);
     assert!(at("│ f2 │")? < at("│ c │")?);
     assert_eq!(out.matches("(1 row)").count(), 5, "{out}");
-    assert!(err.contains("ERROR:  Schema error: No field named nope_f"), "{err}");
+    assert!(
+        err.contains("ERROR:  Schema error: No field named nope_f"),
+        "{err}"
+    );
 
     // A failed -c: its later statements do not run; exit code 1; the next
     // -c runs (ON_ERROR_STOP is off), and the last action's code counts.
     let (code, out, err) = query_run(
         &store,
-        &["-c", "SELECT 1 AS one; SELECT nope_c; SELECT 2 AS never", "-c", "SELECT 4 AS four"],
+        &[
+            "-c",
+            "SELECT 1 AS one; SELECT nope_c; SELECT 2 AS never",
+            "-c",
+            "SELECT 4 AS four",
+        ],
         None,
     )?;
     assert_eq!(code, Some(0), "{out}\n{err}");
     assert!(out.contains("│ one │") && out.contains("│ four │"), "{out}");
     assert!(!out.contains("never"), "{out}");
-    let (code, out, _) = query_run(&store, &["-c", "SELECT 4 AS four", "-c", "SELECT nope_c"], None)?;
+    let (code, out, _) = query_run(
+        &store,
+        &["-c", "SELECT 4 AS four", "-c", "SELECT nope_c"],
+        None,
+    )?;
     assert_eq!(code, Some(1), "{out}");
 
     // ON_ERROR_STOP: a file ends at its error with exit code 3, and
     // nothing after it runs; the SQLSTATE with VERBOSITY verbose.
     let (code, out, err) = query_run(
         &store,
-        &["-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose", "-f", script, "-c", "SELECT 5 AS five"],
+        &[
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-v",
+            "VERBOSITY=verbose",
+            "-f",
+            script,
+            "-c",
+            "SELECT 5 AS five",
+        ],
         None,
     )?;
     assert_eq!(code, Some(3), "{out}\n{err}");
-    assert!(out.contains("│ f1 │") && !out.contains("f2") && !out.contains("five"), "{out}");
+    assert!(
+        out.contains("│ f1 │") && !out.contains("f2") && !out.contains("five"),
+        "{out}"
+    );
     assert!(err.contains("ERROR:  42703: "), "{err}");
-    let (code, _, _) = query_run(&store, &["-v", "ON_ERROR_STOP=1", "-c", "SELECT nope"], None)?;
+    let (code, _, _) = query_run(
+        &store,
+        &["-v", "ON_ERROR_STOP=1", "-c", "SELECT nope"],
+        None,
+    )?;
     assert_eq!(code, Some(1));
 
     // `-f -` and no action at all read stdin.
@@ -955,13 +990,19 @@ fn a_store_held_by_serve_exits_with_2_and_a_hint() -> TestResult {
         .spawn()?;
     let mut first = String::new();
     BufReader::new(serve.stdout.take().ok_or("no stdout")?).read_line(&mut first)?;
-    let addr = first.trim().strip_prefix("listening on ").ok_or(first.clone())?.to_owned();
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .ok_or(first.clone())?
+        .to_owned();
     let held = query_run(&store, &["-c", "SELECT 1"], None);
     let shell = tablesql(&store).arg("shell").stdin(Stdio::null()).output();
     let psql = std::env::var("TABLESQL_TEST_PSQL").ok().map(|psql| {
         let (host, port) = addr.rsplit_once(':').unwrap_or_default();
         Command::new(psql)
-            .args(["-X", "-h", host, "-p", port, "-U", "tablesql", "-d", "tablesql"])
+            .args([
+                "-X", "-h", host, "-p", port, "-U", "tablesql", "-d", "tablesql",
+            ])
             .args(["-At", "-c", "SELECT 40 + 2"])
             .output()
     });
@@ -969,9 +1010,15 @@ fn a_store_held_by_serve_exits_with_2_and_a_hint() -> TestResult {
     let _ = serve.wait();
     let (code, _, err) = held?;
     assert_eq!(code, Some(2), "{err}");
-    assert!(err.starts_with("tablesql: error: cannot open the store at"), "{err}");
+    assert!(
+        err.starts_with("tablesql: error: cannot open the store at"),
+        "{err}"
+    );
     assert!(err.contains("in use by another process"), "{err}");
-    assert!(err.contains("HINT:  ") && err.contains("tablesql serve"), "{err}");
+    assert!(
+        err.contains("HINT:  ") && err.contains("tablesql serve"),
+        "{err}"
+    );
     assert_eq!(shell?.status.code(), Some(2));
     if let Some(psql) = psql {
         let psql = psql?;
@@ -983,7 +1030,10 @@ fn a_store_held_by_serve_exits_with_2_and_a_hint() -> TestResult {
 
 /// The peak resident memory of `tablesql query ARGS` (stdout drained), in
 /// KiB: from `/usr/bin/time` when there is one, else VmHWM sampled.
-fn peak_kib(store: &std::path::Path, args: &[&str]) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+fn peak_kib(
+    store: &std::path::Path,
+    args: &[&str],
+) -> Result<(u64, u64), Box<dyn std::error::Error>> {
     use std::io::Read;
     let time = std::path::Path::new("/usr/bin/time");
     let report = store.with_extension("time");
@@ -995,8 +1045,15 @@ fn peak_kib(store: &std::path::Path, args: &[&str]) -> Result<(u64, u64), Box<dy
     } else {
         Command::new(env!("CARGO_BIN_EXE_tablesql"))
     };
-    cmd.arg("--store").arg(store).env_remove("TABLESQL_STORE").arg("query").args(args);
-    let mut child = cmd.stdout(Stdio::piped()).stderr(Stdio::inherit()).spawn()?;
+    cmd.arg("--store")
+        .arg(store)
+        .env_remove("TABLESQL_STORE")
+        .arg("query")
+        .args(args);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
     let pid = child.id();
     let mut stdout = child.stdout.take().ok_or("no stdout")?;
     let reader = std::thread::spawn(move || {
@@ -1086,16 +1143,37 @@ fn csv_from_query_round_trips_through_load() -> TestResult {
         "-c",
         "SELECT k, v FROM rtsrc ORDER BY k",
     ]))?;
-    assert!(csv.starts_with("k,v\n1,\n2,\"\"\n3,\"a,b\"\n4,\"say \"\"hi\"\"\"\n"), "{csv}");
+    assert!(
+        csv.starts_with("k,v\n1,\n2,\"\"\n3,\"a,b\"\n4,\"say \"\"hi\"\"\"\n"),
+        "{csv}"
+    );
     let file = dir.path().join("rows.csv");
     std::fs::write(&file, &csv)?;
     stdout_of(tablesql(&store).arg("load").arg("rtdst").arg(&file))?;
     let compare = "SELECT k, v IS NULL AS is_null, v FROM {} ORDER BY k";
-    let src = stdout_of(tablesql(&store).args(["query", "--format", "ndjson", "-c", &compare.replace("{}", "rtsrc")]))?;
-    let dst = stdout_of(tablesql(&store).args(["query", "--format", "ndjson", "-c", &compare.replace("{}", "rtdst")]))?;
+    let src = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "ndjson",
+        "-c",
+        &compare.replace("{}", "rtsrc"),
+    ]))?;
+    let dst = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "ndjson",
+        "-c",
+        &compare.replace("{}", "rtdst"),
+    ]))?;
     assert_eq!(src, dst);
-    assert!(src.contains("{\"k\":1,\"is_null\":true,\"v\":null}"), "{src}");
-    assert!(src.contains("{\"k\":2,\"is_null\":false,\"v\":\"\"}"), "{src}");
+    assert!(
+        src.contains("{\"k\":1,\"is_null\":true,\"v\":null}"),
+        "{src}"
+    );
+    assert!(
+        src.contains("{\"k\":2,\"is_null\":false,\"v\":\"\"}"),
+        "{src}"
+    );
     assert!(src.contains("\"v\":\"two\\nlines\""), "{src}");
     assert_eq!(src.lines().count(), 7, "{src}");
     Ok(())
@@ -1126,10 +1204,19 @@ fn json_ndjson_and_tsv_formats() -> TestResult {
     assert_eq!(rows[0]["l"], serde_json::json!([1, 2]), "{json}");
     assert_eq!(rows[0]["s"]["b"], "x", "{json}");
     assert_eq!(rows[0]["n"], serde_json::Value::Null, "{json}");
-    let empty = stdout_of(tablesql(&store).args(["query", "--format", "json", "-c", "SELECT 1 AS i WHERE false"]))?;
+    let empty = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "json",
+        "-c",
+        "SELECT 1 AS i WHERE false",
+    ]))?;
     assert_eq!(empty, "[\n]\n");
     let tsv = stdout_of(tablesql(&store).args(["query", "--format", "tsv", "-c", sql]))?;
-    assert_eq!(tsv, "i\tl\ts\tn\te\tt\n1\t[1, 2]\t{a: 1, b: x}\t\\N\t\ta\\tb\n");
+    assert_eq!(
+        tsv,
+        "i\tl\ts\tn\te\tt\n1\t[1, 2]\t{a: 1, b: x}\t\\N\t\ta\\tb\n"
+    );
     Ok(())
 }
 
@@ -1144,14 +1231,22 @@ fn scan_streams_every_format() -> TestResult {
     let csv = stdout_of(tablesql(&store).args(["scan", storage, "--format", "csv"]))?;
     assert_eq!(csv.lines().count(), 3001, "{}", &csv[..200.min(csv.len())]);
     let header = csv.lines().next().unwrap_or_default();
-    assert!(header.starts_with("PartitionKey,RowKey,Timestamp,"), "{header}");
+    assert!(
+        header.starts_with("PartitionKey,RowKey,Timestamp,"),
+        "{header}"
+    );
     let ndjson = stdout_of(tablesql(&store).args(["scan", storage, "--format", "ndjson"]))?;
     assert_eq!(ndjson.lines().count(), 3000);
-    let json = stdout_of(tablesql(&store).args(["scan", storage, "--format", "json", "--limit", "1200"]))?;
+    let json =
+        stdout_of(tablesql(&store).args(["scan", storage, "--format", "json", "--limit", "1200"]))?;
     let rows: serde_json::Value = serde_json::from_str(&json)?;
     assert_eq!(rows.as_array().map(Vec::len), Some(1200));
     let table = stdout_of(tablesql(&store).args(["scan", storage, "--limit", "2500"]))?;
-    assert!(table.ends_with("(2500 entities)\n"), "{}", &table[table.len().saturating_sub(200)..]);
+    assert!(
+        table.ends_with("(2500 entities)\n"),
+        "{}",
+        &table[table.len().saturating_sub(200)..]
+    );
     Ok(())
 }
 
@@ -1162,26 +1257,53 @@ fn completions_man_page_and_cli_doc() -> TestResult {
     let dir = tempfile::tempdir()?;
     let store = dir.path().join("store");
     let bash = stdout_of(tablesql(&store).args(["completions", "bash"]))?;
-    assert!(bash.contains("tablesql") && bash.contains("--format"), "{bash}");
+    assert!(
+        bash.contains("tablesql") && bash.contains("--format"),
+        "{bash}"
+    );
     let file = dir.path().join("tablesql.bash");
     std::fs::write(&file, &bash)?;
     let checked = Command::new("bash").arg("-n").arg(&file).output()?;
-    assert!(checked.status.success(), "{}", String::from_utf8_lossy(&checked.stderr));
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
     for shell in ["zsh", "fish", "elvish", "powershell"] {
         assert!(!stdout_of(tablesql(&store).args(["completions", shell]))?.is_empty());
     }
     let man = stdout_of(tablesql(&store).arg("man"))?;
-    assert!(man.contains(".TH tablesql 1") && man.contains(".SH NAME"), "{man}");
-    if Command::new("man").arg("--version").output().is_ok_and(|o| o.status.success()) {
+    assert!(
+        man.contains(".TH tablesql 1") && man.contains(".SH NAME"),
+        "{man}"
+    );
+    if Command::new("man")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
         let page = dir.path().join("tablesql.1");
         std::fs::write(&page, &man)?;
-        let rendered = Command::new("man").arg("-l").arg(&page).env("MANPAGER", "cat").env("PAGER", "cat").env("MANWIDTH", "100").output()?;
+        let rendered = Command::new("man")
+            .arg("-l")
+            .arg(&page)
+            .env("MANPAGER", "cat")
+            .env("PAGER", "cat")
+            .env("MANWIDTH", "100")
+            .output()?;
         let text = String::from_utf8_lossy(&rendered.stdout);
-        assert!(rendered.status.success(), "{}", String::from_utf8_lossy(&rendered.stderr));
+        assert!(
+            rendered.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rendered.stderr)
+        );
         assert!(text.contains("NAME") && text.contains("tablesql"), "{text}");
     }
     let generated = stdout_of(tablesql(&store).arg("cli-doc"))?;
-    assert!(generated.contains("## tablesql query") && generated.contains("`-c, --command <SQL>`"), "{generated}");
+    assert!(
+        generated.contains("## tablesql query") && generated.contains("`-c, --command <SQL>`"),
+        "{generated}"
+    );
     let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md");
     if std::env::var_os("UPDATE_CLI_DOC").is_some() {
         std::fs::write(&path, &generated)?;

@@ -627,7 +627,10 @@ fn psql_meta_commands_and_the_pager_in_a_terminal() -> TestResult {
     term.type_text("\\e")?;
     term.keys(&["Enter"])?;
     let screen = term.wait_for("│ 42     │", wait)?;
-    assert!(screen.contains("tablesql=> SELECT 7 AS left_over"), "{screen}");
+    assert!(
+        screen.contains("tablesql=> SELECT 7 AS left_over"),
+        "{screen}"
+    );
     assert_eq!(
         std::fs::read_to_string(&seen)?.trim(),
         "SELECT 'tick' AS t;"
@@ -640,7 +643,10 @@ fn psql_meta_commands_and_the_pager_in_a_terminal() -> TestResult {
     term.keys(&["Enter"])?;
     term.wait_for("Time: ", wait)?;
     let start = Instant::now();
-    while !std::fs::read_to_string(&paged).unwrap_or_default().contains("(200 rows)") {
+    while !std::fs::read_to_string(&paged)
+        .unwrap_or_default()
+        .contains("(200 rows)")
+    {
         if start.elapsed() > wait {
             return Err("the pager never got the result".into());
         }

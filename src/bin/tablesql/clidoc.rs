@@ -18,7 +18,7 @@ pub fn markdown(cli: &Command) -> String {
          `UPDATE_CLI_DOC=1 cargo test --all-features --test it cli_doc` rewrites it. -->\n"
     );
     if let Some(about) = cli.get_about() {
-        let _ = writeln!(out, "{about}\n");
+        let _ = writeln!(out, "{}\n", sentence(&about.to_string()));
     }
     let _ = writeln!(out, "```text\n{}\n```\n", usage(&mut cli));
     let global: Vec<&Arg> = cli.get_arguments().filter(|a| shown(a)).collect();
@@ -30,7 +30,7 @@ pub fn markdown(cli: &Command) -> String {
         out.push('\n');
     }
     let _ = writeln!(out, "## Subcommands\n");
-    for sub in cli.get_subcommands().filter(|s| !s.is_hide_set()) {
+    for sub in cli.get_subcommands().filter(|s| shown_command(s)) {
         let _ = writeln!(
             out,
             "- [`{}`](#tablesql-{}): {}",
@@ -42,13 +42,13 @@ pub fn markdown(cli: &Command) -> String {
     out.push('\n');
     let subs: Vec<Command> = cli
         .get_subcommands()
-        .filter(|s| !s.is_hide_set())
+        .filter(|s| shown_command(s))
         .cloned()
         .collect();
     for mut sub in subs {
         let _ = writeln!(out, "## tablesql {}\n", sub.get_name());
         if let Some(about) = sub.get_long_about().or(sub.get_about()) {
-            let _ = writeln!(out, "{about}\n");
+            let _ = writeln!(out, "{}\n", sentence(&about.to_string()));
         }
         let _ = writeln!(out, "```text\n{}\n```\n", usage(&mut sub));
         let args: Vec<&Arg> = sub
@@ -65,9 +65,25 @@ pub fn markdown(cli: &Command) -> String {
     out.trim_end().to_owned() + "\n"
 }
 
+/// The first sentence of a subcommand's about (a `...` inside it is not
+/// its end).
 fn first_line(cmd: &Command) -> String {
     let about = cmd.get_about().map(ToString::to_string).unwrap_or_default();
-    about.split(". ").next().unwrap_or_default().trim_end_matches('.').to_owned()
+    let end = about
+        .match_indices(". ")
+        .find(|(i, _)| !about[..*i].ends_with(".."))
+        .map_or(about.len(), |(i, _)| i);
+    about[..end].trim_end_matches('.').to_owned()
+}
+
+/// clap drops a help's final period; the reference puts it back.
+fn sentence(text: &str) -> String {
+    let text = text.trim_end();
+    if text.is_empty() || text.ends_with('.') {
+        text.to_owned()
+    } else {
+        format!("{text}.")
+    }
 }
 
 fn usage(cmd: &mut Command) -> String {
@@ -75,6 +91,10 @@ fn usage(cmd: &mut Command) -> String {
         .to_string()
         .trim_start_matches("Usage: ")
         .to_owned()
+}
+
+fn shown_command(cmd: &Command) -> bool {
+    !cmd.is_hide_set() && cmd.get_name() != "help"
 }
 
 fn shown(arg: &Arg) -> bool {
@@ -101,13 +121,17 @@ fn argument(out: &mut String, arg: &Arg) {
                 s.push(format!("--{l}"));
             }
             let s = s.join(", ");
-            if takes_value { format!("{s} <{name}>") } else { s }
+            if takes_value {
+                format!("{s} <{name}>")
+            } else {
+                s
+            }
         }
     };
     let help = arg
         .get_long_help()
         .or(arg.get_help())
-        .map(|h| h.to_string().replace('\n', " "))
+        .map(|h| sentence(&h.to_string().replace('\n', " ")))
         .unwrap_or_default();
     let _ = write!(out, "- `{spelling}`: {help}");
     let values: Vec<String> = arg

@@ -296,7 +296,12 @@ async fn run() -> anyhow::Result<()> {
     });
     match &cli.command {
         Command::Completions { shell } => {
-            clap_complete::generate(*shell, &mut Cli::command(), "tablesql", &mut std::io::stdout());
+            clap_complete::generate(
+                *shell,
+                &mut Cli::command(),
+                "tablesql",
+                &mut std::io::stdout(),
+            );
             return Ok(());
         }
         Command::Man => {

@@ -31,13 +31,22 @@ pub fn actions(
     let Some(("query", m)) = matches.subcommand() else {
         return Vec::new();
     };
-    let at = |id: &str| -> Vec<usize> { m.indices_of(id).map(Iterator::collect).unwrap_or_default() };
+    let at =
+        |id: &str| -> Vec<usize> { m.indices_of(id).map(Iterator::collect).unwrap_or_default() };
     let mut all: Vec<(usize, Action)> = Vec::new();
     if let Some(sql) = sql {
         all.push((at("sql").first().copied().unwrap_or(0), Action::Sql(sql)));
     }
-    all.extend(at("commands").into_iter().zip(commands.into_iter().map(Action::Command)));
-    all.extend(at("files").into_iter().zip(files.into_iter().map(Action::File)));
+    all.extend(
+        at("commands")
+            .into_iter()
+            .zip(commands.into_iter().map(Action::Command)),
+    );
+    all.extend(
+        at("files")
+            .into_iter()
+            .zip(files.into_iter().map(Action::File)),
+    );
     all.sort_by_key(|(i, _)| *i);
     all.into_iter().map(|(_, a)| a).collect()
 }
@@ -138,8 +147,9 @@ pub async fn engine(
 /// The hint under an error that says another process holds the store.
 pub fn in_use_hint(e: &StorageError) -> Option<&'static str> {
     matches!(e, StorageError::InUse(_)).then_some(
-        "HINT:  The embedded store is open in one process at a time. If `tablesql serve` runs on it, \
-         connect through that server instead: psql -h HOST -p PORT (or stop it first).",
+        "HINT:  An embedded store is open in one process at a time. If `tablesql serve` runs on it, \
+         connect through that server instead (`psql -h 127.0.0.1 -p 5433` for its default \
+         --listen), or stop it first.",
     )
 }
 

@@ -107,7 +107,11 @@ pub async fn scan(
                     let mut t = Table::new();
                     t.load_preset(UTF8_FULL_CONDENSED).set_header(&columns);
                     for e in entities {
-                        t.add_row(cells(e, &columns).into_iter().map(Option::unwrap_or_default));
+                        t.add_row(
+                            cells(e, &columns)
+                                .into_iter()
+                                .map(Option::unwrap_or_default),
+                        );
                     }
                     writeln!(out, "{t}")?;
                 }
