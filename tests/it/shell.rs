@@ -670,3 +670,38 @@ fn psql_meta_commands_and_the_pager_in_a_terminal() -> TestResult {
     assert!(!paged.exists());
     Ok(())
 }
+
+/// `tablesql query` in a terminal pages a long result through `$PAGER`
+/// (psql's rule), and `-P pager=off` prints it all.
+#[test]
+fn query_pages_through_the_environments_pager_in_a_terminal() -> TestResult {
+    let store = store_copy()?;
+    let dir = store.path();
+    let binary = env!("CARGO_BIN_EXE_tablesql");
+    let paged = dir.join("paged.txt");
+    let done = dir.join("done");
+    let sql = "SELECT value FROM generate_series(1, 300)";
+    let command = format!(
+        "unset PSQL_PAGER; export PAGER=\"cat > '{paged}'\" RUST_BACKTRACE=0; \
+         '{binary}' --store '{store}' query -c '{sql}'; \
+         '{binary}' --store '{store}' query -P pager=off -c 'SELECT 1 AS unpaged UNION ALL {sql}'; \
+         touch '{done}'; sleep 60",
+        paged = paged.display(),
+        store = dir.display(),
+        done = done.display(),
+    );
+    let term = Terminal::start(&["sh", "-c", &command], 100, 30)?;
+    let start = Instant::now();
+    while !done.exists() {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(format!("the queries did not end:\n{}", term.screen()?).into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let through = std::fs::read_to_string(&paged)?;
+    assert!(through.contains("(300 rows)"), "{through}");
+    assert!(!through.contains("unpaged"), "{through}");
+    let screen = term.screen()?;
+    assert!(screen.contains("(301 rows)"), "{screen}");
+    Ok(())
+}
