@@ -77,6 +77,7 @@ Input/Output
 Variables
   \\set ON_ERROR_STOP on|off   a script stops at its first error (on, the default)
   \\set VERBOSITY verbose       errors show their SQLSTATE
+  \\set FETCH_COUNT N            rows per printed table (1000); results stream
 Catalog
   \\dt             list tables
   \\d TABLE        describe a table: columns, types, key templates, index rows

@@ -130,6 +130,8 @@ pub struct Shell {
     conninfo: String,
     /// `\q` was run: whoever runs scripts stops.
     quit: bool,
+    /// Rows per table when not paging (`\set FETCH_COUNT`).
+    chunk: usize,
     /// `\watch` is running its query: never paged, as psql.
     watching: bool,
 }
@@ -157,6 +159,7 @@ impl Shell {
             pending: String::new(),
             conninfo: "You are connected to an engine embedded in this process.".to_owned(),
             quit: false,
+            chunk: CHUNK_ROWS,
             watching: false,
         }
     }
@@ -232,6 +235,15 @@ impl Shell {
         match name {
             "ON_ERROR_STOP" => self.stop_on_error = on,
             "VERBOSITY" => self.verbose = value.eq_ignore_ascii_case("verbose"),
+            // psql's FETCH_COUNT: rows per printed table. 0 (psql: the
+            // whole result at once) keeps the default: never held whole.
+            "FETCH_COUNT" => {
+                self.chunk = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .unwrap_or(CHUNK_ROWS);
+            }
             _ => {}
         }
     }
@@ -463,7 +475,16 @@ impl Shell {
             (None, Some(paged)) => paged,
             (None, None) => &mut stdout,
         };
-        let printed = print_rows(out, stream, self.format, self.expanded, width, page).await;
+        let printed = print_rows(
+            out,
+            stream,
+            self.format,
+            self.expanded,
+            width,
+            page,
+            self.chunk,
+        )
+        .await;
         let quit = paged.as_ref().is_some_and(|p| p.quit);
         if let Some(paged) = paged {
             paged.finish()?;
@@ -857,6 +878,7 @@ async fn print_rows(
     expanded: bool,
     width: Option<u16>,
     page: Option<usize>,
+    chunk: usize,
 ) -> Result<(), ShellError> {
     if stream.schema().fields().is_empty() {
         // A statement of DataFusion's without rows or a tag of its own.
@@ -869,7 +891,7 @@ async fn print_rows(
             expanded,
             width,
             page,
-            chunk: CHUNK_ROWS,
+            chunk,
         };
         let printed = printer.print(stream).await?;
         if format == Format::Table {

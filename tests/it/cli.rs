@@ -973,6 +973,21 @@ fn query_runs_c_and_f_as_psql_does() -> TestResult {
     let (code, out, _) = query_run(&store, &["SELECT 1 AS many UNION ALL SELECT 2"], None)?;
     assert_eq!(code, Some(0));
     assert!(out.ends_with("(2 rows)\n"), "{out}");
+
+    // FETCH_COUNT: a table per that many rows, as psql prints with it.
+    let (code, out, _) = query_run(
+        &store,
+        &[
+            "-v",
+            "FETCH_COUNT=2",
+            "-c",
+            "SELECT value FROM generate_series(1, 5)",
+        ],
+        None,
+    )?;
+    assert_eq!(code, Some(0));
+    assert_eq!(out.matches("│ value │").count(), 3, "{out}");
+    assert!(out.ends_with("(5 rows)\n"), "{out}");
     Ok(())
 }
 
