@@ -1043,8 +1043,9 @@ fn a_store_held_by_serve_exits_with_2_and_a_hint() -> TestResult {
     Ok(())
 }
 
-/// The peak resident memory of `tablesql query ARGS` (stdout drained), in
-/// KiB: from `/usr/bin/time` when there is one, else VmHWM sampled.
+/// The peak resident memory of `tablesql ARGS` (stdout drained), in KiB,
+/// and the lines it wrote: from `/usr/bin/time` when there is one, else
+/// VmHWM sampled.
 fn peak_kib(
     store: &std::path::Path,
     args: &[&str],
@@ -1063,7 +1064,6 @@ fn peak_kib(
     cmd.arg("--store")
         .arg(store)
         .env_remove("TABLESQL_STORE")
-        .arg("query")
         .args(args);
     let mut child = cmd
         .stdout(Stdio::piped())
@@ -1120,13 +1120,36 @@ fn a_million_rows_stream_in_flat_memory() -> TestResult {
         format!("SELECT value, repeat('x', 100) AS pad FROM generate_series(1, {n}) ORDER BY value")
     };
     for format in ["table", "csv", "ndjson", "json", "tsv"] {
-        let (small, lines) = peak_kib(&store, &["--format", format, "-c", &sql(10_000)])?;
+        let (small, lines) = peak_kib(&store, &["query", "--format", format, "-c", &sql(10_000)])?;
         assert!(lines >= 10_000, "{format}: {lines} lines");
-        let (big, lines) = peak_kib(&store, &["--format", format, "-c", &sql(1_000_000)])?;
+        let (big, lines) = peak_kib(
+            &store,
+            &["query", "--format", format, "-c", &sql(1_000_000)],
+        )?;
         assert!(lines >= 1_000_000, "{format}: {lines} lines");
         assert!(
             big <= small + 48 * 1024,
             "{format}: 1,000,000 rows peaked at {big} KiB, 10,000 at {small} KiB"
+        );
+    }
+    Ok(())
+}
+
+/// `tablesql scan` of 100,000 entities in about the memory of 1,000: a
+/// page at a time (held whole, they took over 100 MB more).
+#[test]
+fn scan_streams_in_flat_memory() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    stdout_of(tablesql(&store).args(["demo", "--rows", "50000"]))?;
+    for format in ["csv", "ndjson", "table"] {
+        let scan = ["scan", "Registrations", "--format", format];
+        let (small, _) = peak_kib(&store, &[&scan[..], &["--limit", "1000"]].concat())?;
+        let (big, lines) = peak_kib(&store, &scan)?;
+        assert!(lines >= 100_000, "{format}: {lines} lines");
+        assert!(
+            big <= small + 32 * 1024,
+            "{format}: 100,000 entities peaked at {big} KiB, 1,000 at {small} KiB"
         );
     }
     Ok(())
