@@ -272,12 +272,19 @@ fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
 /// the pages a thread touches are ever committed.
 const THREAD_STACK: usize = 32 * 1024 * 1024;
 
-fn main() -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
+fn main() {
+    let ran = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(THREAD_STACK)
-        .build()?
-        .block_on(run())
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(run()));
+    // psql's form and exit code for an error of the tool's own: one line
+    // with its causes, code 1 (not Rust's debug print with a backtrace).
+    if let Err(e) = ran {
+        eprintln!("tablesql: error: {e:#}");
+        std::process::exit(1);
+    }
 }
 
 async fn run() -> anyhow::Result<()> {
