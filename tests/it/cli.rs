@@ -1214,6 +1214,28 @@ fn csv_from_query_round_trips_through_load() -> TestResult {
     );
     assert!(src.contains("\"v\":\"two\\nlines\""), "{src}");
     assert_eq!(src.lines().count(), 7, "{src}");
+
+    // The same through TSV (COPY's text format).
+    stdout_of(tablesql(&store).args(["query", "-c", &table("rttsv")]))?;
+    let tsv = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "tsv",
+        "-c",
+        "SELECT k, v FROM rtsrc ORDER BY k",
+    ]))?;
+    assert!(tsv.starts_with("k\tv\n1\t\\N\n2\t\n"), "{tsv}");
+    let file = dir.path().join("rows.tsv");
+    std::fs::write(&file, &tsv)?;
+    stdout_of(tablesql(&store).arg("load").arg("rttsv").arg(&file))?;
+    let back = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "ndjson",
+        "-c",
+        &compare.replace("{}", "rttsv"),
+    ]))?;
+    assert_eq!(src, back);
     Ok(())
 }
 

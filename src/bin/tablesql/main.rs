@@ -159,7 +159,7 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         guidepost_every: u64,
     },
-    /// Load a CSV file (its first line names the columns) or JSON lines
+    /// Load a CSV or TSV file (its first line names the columns) or JSON lines
     /// (an object per line) into a mapped table, in entity group
     /// transactions per partition; a bad row stops it with its line number,
     /// or with --reject goes to that file.
@@ -168,7 +168,7 @@ enum Command {
         table: String,
         /// The file.
         file: std::path::PathBuf,
-        /// csv or jsonl (default: from the file's extension).
+        /// csv, tsv or jsonl (default: from the file's extension: .csv, .tsv, .jsonl).
         #[arg(long, value_enum)]
         format: Option<load::FileFormat>,
         /// A row whose primary key exists: insert (refuse it and stop),
