@@ -368,6 +368,31 @@ fn parse(e: &StoredEntity) -> Result<Counter, SequenceError> {
     })
 }
 
+/// Every stored sequence, in name order, with its `last_value` (the
+/// shell's `\ds`). A counter that cannot be read fails the listing.
+pub async fn list(store: &dyn TableStore) -> Result<Vec<(SequenceDef, i64)>, CatalogError> {
+    let table = table()?;
+    let query = crate::storage::Query::partition(partition()?);
+    let mut out = Vec::new();
+    let mut token = None;
+    loop {
+        let page = match store.query(&table, &query, token.as_ref()).await {
+            Ok(page) => page,
+            // No catalog table yet: no sequence either.
+            Err(StorageError::TableNotFound(_)) => return Ok(out),
+            Err(e) => return Err(e.into()),
+        };
+        for e in &page.entities {
+            let counter = parse(e)?;
+            out.push((counter.def, counter.last_value));
+        }
+        match page.continuation {
+            Some(t) => token = Some(t),
+            None => return Ok(out),
+        }
+    }
+}
+
 /// Stores a new sequence. `Ok(false)`: it existed and `if_not_exists` said
 /// to let it be.
 pub async fn create(

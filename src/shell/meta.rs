@@ -7,7 +7,7 @@ use super::render::table;
 use crate::engine::{ColumnInfo, Engine, EngineError, StoredAs};
 
 /// One meta-command.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum Meta {
     /// `\dt` (or `\d` alone): the tables.
     ListTables,
@@ -28,6 +28,27 @@ pub enum Meta {
     Echo(String),
     /// `\copy ...`: a COPY whose data is a file on this side (`shell::copy`).
     Copy(String),
+    /// `\di [PATTERN]`: index rows.
+    ListIndexes(Option<String>),
+    /// `\ds [PATTERN]`: sequences.
+    ListSequences(Option<String>),
+    /// `\dv [PATTERN]`: views.
+    ListViews(Option<String>),
+    /// `\df [PATTERN]`: functions (tablesql's own without a pattern).
+    ListFunctions(Option<String>),
+    /// `\conninfo`: what the shell is connected to.
+    ConnInfo,
+    /// `\e [FILE]`: edit the last query (or FILE) in `$EDITOR`, then run it.
+    Edit(Option<PathBuf>),
+    /// `\watch [i=SEC] [c=COUNT] [SEC]`: run the last query again and again.
+    Watch {
+        /// Seconds between runs (psql's default, 2).
+        interval: f64,
+        /// Runs before it stops; `None` until Ctrl-C or an error.
+        count: Option<u64>,
+    },
+    /// `\pset NAME [VALUE]`: an output option (`pager`, `format`, `expanded`).
+    Pset(String, Option<String>),
     /// `\q`.
     Quit,
     /// `\?`.
@@ -45,15 +66,24 @@ Query buffer and output
   \\timing [on|off] show how long each statement took
   \\x [on|off]     expanded output: one block per record
   \\echo TEXT      print TEXT
+  \\e [FILE]       edit the last query (or FILE) in $PSQL_EDITOR, $EDITOR or
+                  $VISUAL, then run what ends with ';'
+  \\watch [i=SEC] [c=N] [SEC]  run the last query every SEC seconds (2), N times
+  \\pset pager on|off|always   page long results through $PSQL_PAGER or $PAGER
+  \\pset format table|csv|tsv|json|ndjson   the output format
 Input/Output
   \\copy TABLE [(COLS)] from FILE [with (...)]   load a file's rows (text or csv)
   \\copy TABLE | (QUERY) to FILE [with (...)]    write rows to a file (or stdout)
 Variables
   \\set ON_ERROR_STOP on|off   a script stops at its first error (on, the default)
   \\set VERBOSITY verbose       errors show their SQLSTATE
+  \\set FETCH_COUNT N            rows per printed table (1000); results stream
 Catalog
   \\dt             list tables
   \\d TABLE        describe a table: columns, types, key templates, index rows
+  \\di [PATTERN]   list index rows        \\dv [PATTERN]   list views
+  \\ds [PATTERN]   list sequences         \\df [PATTERN]   list functions
+  \\conninfo       the store this shell runs on
 Keys
   Enter sends a statement once it ends with ';'. Tab completes keywords,
   tables and columns. Ctrl-C cancels the running statement, or clears the line.
@@ -104,6 +134,17 @@ pub fn parse(line: &str) -> Result<Meta, String> {
                 .to_owned(),
         ),
         "copy" => Meta::Copy(line.trim_start()[command.len()..].trim().to_owned()),
+        "di" | "di+" => Meta::ListIndexes(arg.map(str::to_owned)),
+        "ds" | "ds+" => Meta::ListSequences(arg.map(str::to_owned)),
+        "dv" | "dv+" => Meta::ListViews(arg.map(str::to_owned)),
+        "df" | "df+" => Meta::ListFunctions(arg.map(str::to_owned)),
+        "conninfo" => Meta::ConnInfo,
+        "e" | "edit" => Meta::Edit(arg.map(PathBuf::from)),
+        "watch" => watch(std::iter::once(arg).flatten().chain(words))?,
+        "pset" => match arg {
+            Some(name) => Meta::Pset(name.to_owned(), words.next().map(str::to_owned)),
+            None => return Err("\\pset: an option name is missing".to_owned()),
+        },
         "q" | "quit" => Meta::Quit,
         "?" | "h" | "help" => Meta::Help,
         other => {
@@ -111,6 +152,48 @@ pub fn parse(line: &str) -> Result<Meta, String> {
         }
     };
     Ok(meta)
+}
+
+/// psql 16's `\watch` arguments: `i[nterval]=SEC`, `c[ount]=N`, or a bare
+/// number of seconds.
+fn watch<'a>(args: impl Iterator<Item = &'a str>) -> Result<Meta, String> {
+    let (mut interval, mut count) = (2.0, None);
+    for a in args {
+        let seconds = |v: &str| match v.parse::<f64>() {
+            Ok(s) if s >= 0.0 && s.is_finite() => Ok(s),
+            _ => Err(format!("\\watch: incorrect interval value \"{v}\"")),
+        };
+        match a.split_once('=') {
+            Some(("i" | "interval", v)) => interval = seconds(v)?,
+            Some(("c" | "count", v)) => match v.parse::<u64>() {
+                Ok(n) if n > 0 => count = Some(n),
+                _ => return Err(format!("\\watch: incorrect repetition count \"{v}\"")),
+            },
+            Some((other, _)) => return Err(format!("\\watch: unrecognized parameter \"{other}\"")),
+            None => interval = seconds(a)?,
+        }
+    }
+    Ok(Meta::Watch { interval, count })
+}
+
+/// Whether `name` matches a psql pattern: `*` any text, `?` one character,
+/// letters folded to lower case unless the pattern is double-quoted.
+pub fn matches(pattern: &str, name: &str) -> bool {
+    let (pattern, name) = match pattern.strip_prefix('"').and_then(|p| p.strip_suffix('"')) {
+        Some(quoted) => (quoted.to_owned(), name.to_owned()),
+        None => (pattern.to_lowercase(), name.to_lowercase()),
+    };
+    fn at(p: &[char], n: &[char]) -> bool {
+        match p.split_first() {
+            None => n.is_empty(),
+            Some(('*', rest)) => (0..=n.len()).any(|i| at(rest, &n[i..])),
+            Some(('?', rest)) => !n.is_empty() && at(rest, &n[1..]),
+            Some((c, rest)) => n.first() == Some(c) && at(rest, &n[1..]),
+        }
+    }
+    let p: Vec<char> = pattern.chars().collect();
+    let n: Vec<char> = name.chars().collect();
+    at(&p, &n)
 }
 
 fn header(names: &[&str]) -> Vec<String> {
@@ -231,6 +314,158 @@ pub async fn describe(engine: &Engine, name: &str, width: Option<u16>) -> Result
     Ok(out)
 }
 
+fn listing(title: &str, names: &[&str], rows: &[Vec<String>], width: Option<u16>) -> String {
+    let n = rows.len();
+    let s = if n == 1 { "" } else { "s" };
+    format!(
+        "{title}\n{}\n({n} row{s})\n",
+        table(&header(names), rows, width)
+    )
+}
+
+/// `\di`: every declared index, with its table, key fields and kind.
+pub async fn list_indexes(
+    engine: &Engine,
+    pattern: Option<&str>,
+    width: Option<u16>,
+) -> Result<String, EngineError> {
+    let mut rows = Vec::new();
+    for t in engine.describe_tables().await? {
+        for ix in &t.indexes {
+            if pattern.is_some_and(|p| !matches(p, &ix.name)) {
+                continue;
+            }
+            let mut kind = vec![if ix.global { "global" } else { "local" }];
+            if ix.unique {
+                kind.push("unique");
+            }
+            if ix.building {
+                kind.push("building");
+            }
+            rows.push(vec![
+                t.schema.clone(),
+                ix.name.clone(),
+                t.name.clone(),
+                ix.columns.join(", "),
+                kind.join(", "),
+            ]);
+        }
+    }
+    rows.sort();
+    Ok(listing(
+        "List of index rows",
+        &["schema", "index", "table", "key fields", "kind"],
+        &rows,
+        width,
+    ))
+}
+
+/// `\ds`: the sequences with their options and last value.
+pub async fn list_sequences(
+    engine: &Engine,
+    pattern: Option<&str>,
+    width: Option<u16>,
+) -> Result<String, EngineError> {
+    let mut rows = Vec::new();
+    let listed = crate::catalog::sequence::list(engine.store().as_ref())
+        .await
+        .map_err(EngineError::from)?;
+    for (def, last) in listed {
+        if pattern.is_some_and(|p| !matches(p, &def.name)) {
+            continue;
+        }
+        rows.push(vec![
+            def.name,
+            def.start.to_string(),
+            def.increment.to_string(),
+            def.min.to_string(),
+            def.max.to_string(),
+            def.cache.to_string(),
+            if def.cycle { "yes" } else { "no" }.to_owned(),
+            last.to_string(),
+        ]);
+    }
+    Ok(listing(
+        "List of sequences",
+        &[
+            "sequence",
+            "start",
+            "increment",
+            "min",
+            "max",
+            "cache",
+            "cycles",
+            "last value",
+        ],
+        &rows,
+        width,
+    ))
+}
+
+/// Rows of a catalog query, as text.
+async fn catalog_rows(engine: &Engine, sql: &str) -> Result<Vec<Vec<String>>, EngineError> {
+    let mut rows = Vec::new();
+    for batch in engine.collect(sql).await? {
+        rows.extend(
+            super::render::rows_text(&batch, "")
+                .map_err(|e| EngineError::from(datafusion::error::DataFusionError::from(e)))?,
+        );
+    }
+    Ok(rows)
+}
+
+/// `\dv`: the views, with their definitions.
+pub async fn list_views(
+    engine: &Engine,
+    pattern: Option<&str>,
+    width: Option<u16>,
+) -> Result<String, EngineError> {
+    let rows: Vec<Vec<String>> = catalog_rows(
+        engine,
+        "SELECT table_schema, table_name, definition FROM information_schema.views \
+         WHERE table_schema NOT IN ('information_schema', 'pg_catalog') ORDER BY 1, 2",
+    )
+    .await?
+    .into_iter()
+    .filter(|r| pattern.is_none_or(|p| matches(p, &r[1])))
+    .collect();
+    Ok(listing(
+        "List of views",
+        &["schema", "view", "definition"],
+        &rows,
+        width,
+    ))
+}
+
+/// `\df`: functions, with their return type and kind: tablesql's own
+/// without a pattern (as psql lists the user's, not the system's), every
+/// one whose name matches with one.
+pub async fn list_functions(
+    engine: &Engine,
+    pattern: Option<&str>,
+    width: Option<u16>,
+) -> Result<String, EngineError> {
+    let mut rows: Vec<Vec<String>> = catalog_rows(
+        engine,
+        "SELECT DISTINCT routine_name, data_type, function_type \
+         FROM information_schema.routines ORDER BY 1, 2, 3",
+    )
+    .await?
+    .into_iter()
+    .filter(|r| match pattern {
+        Some(p) => matches(p, &r[0]),
+        None => r[0].starts_with("tablesql_"),
+    })
+    .collect();
+    rows.dedup();
+    Ok(listing(
+        "List of functions",
+        &["function", "result type", "kind"],
+        &rows,
+        width,
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,5 +490,26 @@ mod tests {
         assert!(parse("i").is_err());
         assert!(parse("zz").unwrap_err().contains("invalid command \\zz"));
         assert!(parse("x maybe").is_err());
+        assert_eq!(
+            parse("watch c=3 i=0.5"),
+            Ok(Meta::Watch {
+                interval: 0.5,
+                count: Some(3)
+            })
+        );
+        assert_eq!(
+            parse("watch 5"),
+            Ok(Meta::Watch {
+                interval: 5.0,
+                count: None
+            })
+        );
+        assert!(parse("watch c=0").is_err());
+        assert!(parse("watch x=1").is_err());
+        assert_eq!(parse("di ix*"), Ok(Meta::ListIndexes(Some("ix*".into()))));
+        assert_eq!(parse("e"), Ok(Meta::Edit(None)));
+        assert!(matches("reg*", "Registrations"));
+        assert!(matches("t?", "t1"));
+        assert!(!matches("\"T1\"", "t1"));
     }
 }

@@ -10,6 +10,7 @@
 pub(crate) mod complete;
 mod copy;
 pub(crate) mod meta;
+pub mod pager;
 pub mod render;
 pub(crate) mod split;
 mod term;
@@ -30,6 +31,7 @@ use crate::engine::{Engine, EngineError, Outcome, Session, StatementKind};
 use complete::{Names, ShellHelper};
 use datafusion::sql::sqlparser::ast::Statement;
 use meta::Meta;
+use pager::{Paged, PagerMode};
 use render::{Format, Printer, RenderError};
 use split::{Piece, split};
 
@@ -83,6 +85,17 @@ enum Flow {
     Quit,
 }
 
+/// How a script ended ([`Shell::run_file`]), for psql's exit codes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScriptEnd {
+    /// Every statement ran.
+    Done,
+    /// Statements failed and the script ran on (`ON_ERROR_STOP` off).
+    RanOn,
+    /// A statement failed and `ON_ERROR_STOP` ended the script.
+    Stopped,
+}
+
 /// One shell session over an engine.
 pub struct Shell {
     engine: Engine,
@@ -105,6 +118,22 @@ pub struct Shell {
     completing: bool,
     /// Files `\i` is running, innermost last.
     including: usize,
+    /// Whether stdout is a terminal a long result may be paged on.
+    paging: bool,
+    /// `\pset pager`.
+    pager: PagerMode,
+    /// The last statement sent: what `\e` edits and `\watch` runs again.
+    last_query: Option<String>,
+    /// Text `\e` left without its `;`: the next prompt starts with it.
+    pending: String,
+    /// What `\conninfo` says.
+    conninfo: String,
+    /// `\q` was run: whoever runs scripts stops.
+    quit: bool,
+    /// Rows per table when not paging (`\set FETCH_COUNT`).
+    chunk: usize,
+    /// `\watch` is running its query: never paged, as psql.
+    watching: bool,
 }
 
 impl Shell {
@@ -124,6 +153,77 @@ impl Shell {
             terminal,
             completing: false,
             including: 0,
+            paging: terminal,
+            pager: PagerMode::default(),
+            last_query: None,
+            pending: String::new(),
+            conninfo: "You are connected to an engine embedded in this process.".to_owned(),
+            quit: false,
+            chunk: CHUNK_ROWS,
+            watching: false,
+        }
+    }
+
+    /// Whether a long result may be paged (stdout is a terminal), apart
+    /// from `terminal` (for `tablesql query`, which fits no width and
+    /// times nothing).
+    pub fn set_paging(&mut self, on: bool) {
+        self.paging = on;
+    }
+
+    /// What `\conninfo` says: the store, as `--store` names it.
+    pub fn set_conninfo(&mut self, store: &str) {
+        self.conninfo = format!("You are connected to the store \"{store}\".");
+    }
+
+    /// Whether `ON_ERROR_STOP` is on now.
+    pub fn on_error_stop(&self) -> bool {
+        self.stop_on_error
+    }
+
+    /// Whether `\q` ended a script.
+    pub fn quitting(&self) -> bool {
+        self.quit
+    }
+
+    /// `\pset NAME [VALUE]` (or `-P NAME=VALUE`): `pager`, `format`,
+    /// `expanded`; the answer psql prints.
+    pub fn pset(&mut self, name: &str, value: Option<&str>) -> Result<String, ShellError> {
+        match name {
+            "pager" => {
+                self.pager = PagerMode::parse(value, self.pager).map_err(ShellError::Meta)?;
+                Ok(self.pager.describe().to_owned())
+            }
+            "format" => {
+                if let Some(v) = value {
+                    self.format = match v.to_lowercase().as_str() {
+                        "table" | "aligned" => Format::Table,
+                        "csv" => Format::Csv,
+                        "tsv" => Format::Tsv,
+                        "json" => Format::Json,
+                        "ndjson" => Format::Ndjson,
+                        other => {
+                            return Err(ShellError::Meta(format!(
+                                "\\pset: allowed formats are table, csv, tsv, json, ndjson (not \"{other}\")"
+                            )));
+                        }
+                    };
+                }
+                Ok(format!("Output format is {:?}.", self.format).to_lowercase())
+            }
+            "expanded" | "x" => {
+                self.expanded = match value {
+                    None => !self.expanded,
+                    Some(v) => !matches!(v.to_lowercase().as_str(), "off" | "0" | "false"),
+                };
+                Ok(format!(
+                    "Expanded display is {}.",
+                    if self.expanded { "on" } else { "off" }
+                ))
+            }
+            other => Err(ShellError::Meta(format!(
+                "\\pset: unknown option: {other} (pager, format, expanded)"
+            ))),
         }
     }
 
@@ -135,6 +235,15 @@ impl Shell {
         match name {
             "ON_ERROR_STOP" => self.stop_on_error = on,
             "VERBOSITY" => self.verbose = value.eq_ignore_ascii_case("verbose"),
+            // psql's FETCH_COUNT: rows per printed table. 0 (psql: the
+            // whole result at once) keeps the default: never held whole.
+            "FETCH_COUNT" => {
+                self.chunk = value
+                    .parse::<usize>()
+                    .ok()
+                    .filter(|n| *n > 0)
+                    .unwrap_or(CHUNK_ROWS);
+            }
             _ => {}
         }
     }
@@ -144,6 +253,30 @@ impl Shell {
     /// at the first error and returns it, unless `\set ON_ERROR_STOP off`
     /// said to go on; then the run fails at its end if a statement failed.
     pub async fn run_script(&mut self, text: &str) -> Result<(), ShellError> {
+        match self.run_pieces(text, false).await {
+            Ok(ScriptEnd::Done) => Ok(()),
+            Ok(_) => Err(ShellError::Reported),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Runs a script as psql runs `-f FILE`: each error reported, the run
+    /// ended by the first one only when `ON_ERROR_STOP` is on.
+    pub async fn run_file(&mut self, text: &str) -> ScriptEnd {
+        match self.run_pieces(text, false).await {
+            Ok(end) => end,
+            Err(_) => ScriptEnd::Stopped,
+        }
+    }
+
+    /// Runs a command string as psql runs `-c`: its statements in order,
+    /// the first error (reported) ends it whatever `ON_ERROR_STOP` says, as
+    /// a server ends a multi-statement query. `false` if one failed.
+    pub async fn run_command(&mut self, text: &str) -> bool {
+        self.run_pieces(text, true).await.is_ok()
+    }
+
+    async fn run_pieces(&mut self, text: &str, always_stop: bool) -> Result<ScriptEnd, ShellError> {
         let mut s = split(text);
         if !s.rest.trim().is_empty() {
             s.pieces.push(Piece::Sql(s.rest.trim().to_owned()));
@@ -152,20 +285,27 @@ impl Shell {
         for piece in &s.pieces {
             match self.piece(piece).await {
                 Ok(Flow::Continue) => {}
-                Ok(Flow::Quit) => break,
+                Ok(Flow::Quit) => {
+                    self.quit = true;
+                    break;
+                }
                 Err(e) => {
                     report(piece, &e, self.verbose);
-                    if self.stop_on_error {
+                    if always_stop || self.stop_on_error {
                         return Err(e);
                     }
                     failed = true;
                 }
             }
+            if self.quit {
+                break;
+            }
         }
-        if failed {
-            return Err(ShellError::Reported);
-        }
-        Ok(())
+        Ok(if failed {
+            ScriptEnd::RanOn
+        } else {
+            ScriptEnd::Done
+        })
     }
 
     /// The interactive loop, until `\q` or Ctrl-D. `history` is the file the
@@ -191,8 +331,11 @@ impl Shell {
             env!("CARGO_PKG_VERSION")
         );
         loop {
+            // What `\e` left without its `;` is on the next line, as psql
+            // shows its query buffer.
+            let pending = std::mem::take(&mut self.pending);
             let (back, line) = tokio::task::spawn_blocking(move || {
-                let line = editor.readline("tablesql=> ");
+                let line = editor.readline_with_initial("tablesql=> ", (&pending, ""));
                 (editor, line)
             })
             .await
@@ -216,7 +359,12 @@ impl Shell {
                 match self.interruptible(&piece, &mut interrupt).await {
                     Ok(Flow::Continue) => {}
                     Ok(Flow::Quit) => return Ok(()),
+                    // Ctrl-C is how a `\watch` without a count ends.
+                    Err(ShellError::Cancelled) if is_watch(&piece) => {}
                     Err(e) => report(&piece, &e, self.verbose),
+                }
+                if self.quit {
+                    return Ok(());
                 }
             }
         }
@@ -254,6 +402,7 @@ impl Shell {
     }
 
     async fn statement(&mut self, sql: &str) -> Result<(), ShellError> {
+        self.last_query = Some(sql.to_owned());
         let started = Instant::now();
         if let Some(statement) = self.copy_to_stdout(sql)? {
             let rows = self
@@ -291,8 +440,20 @@ impl Shell {
             }
         };
         let schema = stream.schema();
-        let paging = self.terminal && self.output.is_none() && self.format == Format::Table;
-        let page = match (paging, term::size()) {
+        let paging = self.paging && self.output.is_none() && !self.watching;
+        let paging = paging && self.pager != PagerMode::Off;
+        // psql's pager: `$PSQL_PAGER` or `$PAGER` when set; the shell's own
+        // "more" prompt otherwise (it reads keys, so needs a terminal on
+        // stdin, and pages tables only).
+        let external = match pager::from_env() {
+            Some(command) if paging => command,
+            _ => None,
+        };
+        let builtin = paging
+            && pager::from_env().is_none()
+            && self.format == Format::Table
+            && std::io::IsTerminal::is_terminal(&std::io::stdin());
+        let page = match (builtin, term::size()) {
             // Room for the table's borders and header, the footer and the prompt.
             (true, Some((_, rows))) if self.expanded => {
                 Some((usize::from(rows).saturating_sub(2) / (schema.fields().len() + 1)).max(1))
@@ -302,35 +463,133 @@ impl Shell {
         };
         let width = self.width();
         let mut stdout = std::io::stdout();
-        let out: &mut dyn Write = match &mut self.output {
-            Some((_, file)) => file,
-            None => &mut stdout,
-        };
-        if schema.fields().is_empty() {
-            // A statement of DataFusion's without rows or a tag of its own.
-            drain(stream).await?;
-            writeln!(out, "OK")?;
-        } else {
-            let mut printer = Printer {
-                out,
-                format: self.format,
-                expanded: self.expanded,
-                width,
-                page,
-                chunk: CHUNK_ROWS,
+        let mut paged = external.map(|command| {
+            let lines = match self.pager {
+                PagerMode::Always => 0,
+                _ => term::size().map_or(24, |(_, rows)| usize::from(rows).saturating_sub(1)),
             };
-            let printed = printer.print(stream).await?;
-            if self.format == Format::Table {
-                let s = if printed.rows == 1 { "" } else { "s" };
-                if printed.stopped {
-                    writeln!(out, "({} row{s} shown; stopped)", printed.rows)?;
-                } else {
-                    writeln!(out, "({} row{s})", printed.rows)?;
+            Paged::new(command, lines)
+        });
+        let out: &mut dyn Write = match (&mut self.output, &mut paged) {
+            (Some((_, file)), _) => file,
+            (None, Some(paged)) => paged,
+            (None, None) => &mut stdout,
+        };
+        let printed = print_rows(
+            out,
+            stream,
+            self.format,
+            self.expanded,
+            width,
+            page,
+            self.chunk,
+        )
+        .await;
+        let quit = paged.as_ref().is_some_and(|p| p.quit);
+        if let Some(paged) = paged {
+            paged.finish()?;
+        }
+        match printed {
+            // The reader quit the pager: the statement stops, no error.
+            Err(_) if quit => {}
+            other => other?,
+        }
+        self.after(kind, started).await
+    }
+
+    /// `\watch`: the last query again every `interval` seconds, under a
+    /// title line with the time, `count` times or until Ctrl-C.
+    async fn watch(&mut self, interval: f64, count: Option<u64>) -> Result<(), ShellError> {
+        let Some(sql) = self.last_query.clone() else {
+            return Err(ShellError::Meta(
+                "\\watch cannot be used with an empty query".into(),
+            ));
+        };
+        let mut runs = 0;
+        loop {
+            let title = chrono::Local::now().format("%c");
+            let mut stdout = std::io::stdout();
+            let out: &mut dyn Write = match &mut self.output {
+                Some((_, file)) => file,
+                None => &mut stdout,
+            };
+            writeln!(out, "{title} (every {interval}s)\n")?;
+            self.watching = true;
+            let ran = self.statement(&sql).await;
+            self.watching = false;
+            ran?;
+            runs += 1;
+            if count.is_some_and(|c| runs >= c) {
+                return Ok(());
+            }
+            tokio::time::sleep(std::time::Duration::from_secs_f64(interval)).await;
+        }
+    }
+
+    /// `\e`: the last query (or `file`) in the user's editor; then what
+    /// ends with `;` runs, and the rest waits at the next prompt.
+    async fn edit(&mut self, file: Option<PathBuf>) -> Result<(), ShellError> {
+        let editor = ["PSQL_EDITOR", "EDITOR", "VISUAL"]
+            .iter()
+            .find_map(|v| std::env::var(v).ok().filter(|e| !e.trim().is_empty()))
+            .unwrap_or_else(|| "vi".to_owned());
+        let (path, temporary) = match file {
+            Some(path) => (path, false),
+            None => {
+                let path =
+                    std::env::temp_dir().join(format!("tablesql.edit.{}.sql", std::process::id()));
+                let mut text = self.last_query.clone().unwrap_or_default();
+                if !text.is_empty() && !text.trim_end().ends_with(';') {
+                    text.push(';');
+                }
+                text.push('\n');
+                std::fs::write(&path, text).map_err(|source| ShellError::File {
+                    path: path.clone(),
+                    source,
+                })?;
+                (path, true)
+            }
+        };
+        // As psql: the editor's command line, then the file's name, by a shell.
+        let command = format!(
+            "{editor} '{}'",
+            path.display().to_string().replace('\'', "'\\''")
+        );
+        let status = tokio::task::spawn_blocking(move || {
+            std::process::Command::new("sh")
+                .arg("-c")
+                .arg(command)
+                .status()
+        })
+        .await
+        .map_err(std::io::Error::other)??;
+        let text = read(&path);
+        if temporary {
+            let _ = std::fs::remove_file(&path);
+        }
+        if !status.success() {
+            return Err(ShellError::Meta(format!(
+                "\\e: the editor {editor} failed: {status}"
+            )));
+        }
+        let text = text?;
+        let s = split(&text);
+        self.pending = s.rest.trim().to_owned();
+        for piece in &s.pieces {
+            let ran = Box::pin(self.piece(piece)).await;
+            match ran {
+                Ok(Flow::Continue) => {}
+                Ok(Flow::Quit) => {
+                    self.quit = true;
+                    break;
+                }
+                Err(e) => {
+                    report(piece, &e, self.verbose);
+                    return Err(ShellError::Reported);
                 }
             }
         }
-        out.flush()?;
-        self.after(kind, started).await
+        Ok(())
     }
 
     /// `COPY ... TO STDOUT` typed as SQL, which the shell answers as psql
@@ -414,6 +673,24 @@ impl Shell {
                 String::new()
             }
             Meta::Help => meta::HELP.to_owned(),
+            Meta::ListIndexes(p) => meta::list_indexes(&self.engine, p.as_deref(), width).await?,
+            Meta::ListSequences(p) => {
+                meta::list_sequences(&self.engine, p.as_deref(), width).await?
+            }
+            Meta::ListViews(p) => meta::list_views(&self.engine, p.as_deref(), width).await?,
+            Meta::ListFunctions(p) => {
+                meta::list_functions(&self.engine, p.as_deref(), width).await?
+            }
+            Meta::ConnInfo => format!("{}\n", self.conninfo),
+            Meta::Pset(name, value) => self.pset(&name, value.as_deref())? + "\n",
+            Meta::Watch { interval, count } => {
+                Box::pin(self.watch(interval, count)).await?;
+                String::new()
+            }
+            Meta::Edit(file) => {
+                Box::pin(self.edit(file)).await?;
+                String::new()
+            }
             Meta::ListTables => meta::list_tables(&self.engine, width).await? + "\n",
             Meta::Describe(name) => meta::describe(&self.engine, &name, width)
                 .await
@@ -590,6 +867,49 @@ async fn copy_out(
     }
     out.flush()?;
     Ok(rows)
+}
+
+/// A statement's rows in `format`, with psql's `(N rows)` footer under a
+/// table.
+async fn print_rows(
+    out: &mut dyn Write,
+    stream: datafusion::execution::SendableRecordBatchStream,
+    format: Format,
+    expanded: bool,
+    width: Option<u16>,
+    page: Option<usize>,
+    chunk: usize,
+) -> Result<(), ShellError> {
+    if stream.schema().fields().is_empty() {
+        // A statement of DataFusion's without rows or a tag of its own.
+        drain(stream).await?;
+        writeln!(out, "OK")?;
+    } else {
+        let mut printer = Printer {
+            out: &mut *out,
+            format,
+            expanded,
+            width,
+            page,
+            chunk,
+        };
+        let printed = printer.print(stream).await?;
+        if format == Format::Table {
+            let s = if printed.rows == 1 { "" } else { "s" };
+            if printed.stopped {
+                writeln!(out, "({} row{s} shown; stopped)", printed.rows)?;
+            } else {
+                writeln!(out, "({} row{s})", printed.rows)?;
+            }
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Whether a piece is a `\watch`.
+fn is_watch(piece: &Piece) -> bool {
+    matches!(piece, Piece::Meta(line) if line.trim_start().starts_with("watch"))
 }
 
 async fn drain(

@@ -1,5 +1,5 @@
 //! How results are printed: aligned tables sized to the terminal, psql's
-//! expanded records (`\x`), CSV and JSON for scripts. Rows are printed as they
+//! expanded records (`\x`), CSV, TSV, JSON and JSON lines for scripts. Rows are printed as they
 //! arrive, a page or a chunk at a time, so a result is never held whole; on a
 //! terminal the pager waits for a key between pages, and stopping there drops
 //! the statement's stream (its scans stop).
@@ -7,8 +7,8 @@
 use std::io::Write;
 
 use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
-use datafusion::arrow::datatypes::DataType;
 use datafusion::arrow::error::ArrowError;
+use datafusion::arrow::json::writer::{LineDelimited, WriterBuilder};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::error::DataFusionError;
@@ -16,6 +16,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
 
 use super::term::{self, More};
+use crate::load::format::CopyFormat;
 
 /// An output format.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -24,10 +25,19 @@ pub enum Format {
     /// Aligned tables for people.
     #[default]
     Table,
-    /// CSV with a header row.
+    /// CSV with a header row, written as PostgreSQL's `COPY ... CSV`
+    /// (and psql's `--csv`): NULL is an unquoted empty field, the empty
+    /// string `""`, so that `tablesql load` reads both back.
     Csv,
-    /// A JSON array of objects, numbers and booleans typed, NULL as null.
+    /// PostgreSQL's COPY text format with a header row: tab-separated,
+    /// NULL as `\N`, tabs, newlines and backslashes escaped.
+    Tsv,
+    /// A JSON array of objects, one per line, written by arrow's JSON
+    /// writer: numbers and booleans typed, lists and structs as JSON
+    /// arrays and objects, NULL as null.
     Json,
+    /// JSON lines: one object per row, as `Json`'s.
+    Ndjson,
 }
 
 /// A failure while printing rows.
@@ -94,21 +104,6 @@ pub fn rows_text(batch: &RecordBatch, null_text: &str) -> Result<Vec<Vec<String>
         .collect())
 }
 
-/// A JSON value for one cell: numbers and booleans typed, NULL as null.
-fn json_cell(data_type: &DataType, text: Option<String>) -> serde_json::Value {
-    let Some(text) = text else {
-        return serde_json::Value::Null;
-    };
-    let typed = match data_type {
-        t if t.is_numeric() => serde_json::from_str::<serde_json::Number>(&text)
-            .ok()
-            .map(serde_json::Value::Number),
-        DataType::Boolean => text.parse().ok().map(serde_json::Value::Bool),
-        _ => None,
-    };
-    typed.unwrap_or(serde_json::Value::String(text))
-}
-
 /// An aligned table of `rows`, fitted into `width` columns if given.
 pub fn table(header: &[String], rows: &[Vec<String>], width: Option<u16>) -> String {
     let mut t = Table::new();
@@ -148,56 +143,67 @@ impl Printer<'_> {
         let header: Vec<String> = schema.fields().iter().map(|f| f.name().clone()).collect();
         match self.format {
             Format::Table => self.tables(&header, &mut stream).await,
-            Format::Csv => {
-                let mut w = csv::Writer::from_writer(&mut *self.out);
-                w.write_record(&header).map_err(csv_error)?;
+            Format::Csv | Format::Tsv => {
+                let copy = if self.format == Format::Csv {
+                    CopyFormat::csv()
+                } else {
+                    CopyFormat::text()
+                };
+                // The header is written as a row of the format, so a name
+                // with a comma or tab reads back as one field.
+                let names: Vec<Option<&str>> = header.iter().map(|h| Some(h.as_str())).collect();
+                let mut line = String::new();
+                copy.write_row(&names, &mut line);
+                self.out.write_all(line.as_bytes())?;
                 let mut rows = 0;
                 while let Some(batch) = stream.next().await {
-                    for row in rows_text(&batch?, "")? {
-                        w.write_record(row).map_err(csv_error)?;
-                        rows += 1;
-                    }
+                    let batch = batch?;
+                    // A batch at a time: written as it arrives, never held.
+                    let text: String = crate::load::copy::encode(&batch, &copy)?.concat();
+                    self.out.write_all(text.as_bytes())?;
+                    rows += batch.num_rows();
                 }
-                w.flush()?;
+                self.out.flush()?;
                 Ok(Printed {
                     rows,
                     stopped: false,
                 })
             }
-            Format::Json => {
-                writeln!(self.out, "[")?;
+            Format::Json | Format::Ndjson => {
+                let array = self.format == Format::Json;
+                if array {
+                    writeln!(self.out, "[")?;
+                }
                 let mut rows = 0;
+                let mut buffer = Vec::new();
                 while let Some(batch) = stream.next().await {
                     let batch = batch?;
-                    let texts = (0..batch.num_columns())
-                        .map(|c| {
-                            let nulls = batch.column(c).logical_nulls();
-                            Ok(column_text(&batch, c, "")?
-                                .into_iter()
-                                .enumerate()
-                                .map(|(r, s)| {
-                                    (!nulls.as_ref().is_some_and(|n| n.is_null(r))).then_some(s)
-                                })
-                                .collect::<Vec<_>>())
-                        })
-                        .collect::<Result<Vec<_>, ArrowError>>()?;
-                    for r in 0..batch.num_rows() {
-                        // Written by hand to keep the columns' order.
-                        let fields: Vec<String> = schema
-                            .fields()
-                            .iter()
-                            .zip(&texts)
-                            .map(|(f, col)| {
-                                let name = serde_json::Value::String(f.name().clone());
-                                format!("{name}:{}", json_cell(f.data_type(), col[r].clone()))
-                            })
-                            .collect();
-                        let sep = if rows == 0 { "" } else { ",\n" };
-                        write!(self.out, "{sep}  {{{}}}", fields.join(","))?;
+                    buffer.clear();
+                    {
+                        let mut w = WriterBuilder::new()
+                            .with_explicit_nulls(true)
+                            .build::<_, LineDelimited>(&mut buffer);
+                        w.write(&batch)?;
+                        w.finish()?;
+                    }
+                    // One object per line (JSON escapes a newline inside a
+                    // string), framed here as an array when asked.
+                    for object in buffer.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                        if array {
+                            let sep: &[u8] = if rows == 0 { b"  " } else { b",\n  " };
+                            self.out.write_all(sep)?;
+                            self.out.write_all(object)?;
+                        } else {
+                            self.out.write_all(object)?;
+                            self.out.write_all(b"\n")?;
+                        }
                         rows += 1;
                     }
+                    self.out.flush()?;
                 }
-                writeln!(self.out, "{}]", if rows == 0 { "" } else { "\n" })?;
+                if array {
+                    writeln!(self.out, "{}]", if rows == 0 { "" } else { "\n" })?;
+                }
                 Ok(Printed {
                     rows,
                     stopped: false,
@@ -269,10 +275,6 @@ impl Printer<'_> {
         self.out.flush()?;
         Ok(answer)
     }
-}
-
-fn csv_error(e: csv::Error) -> RenderError {
-    RenderError::Io(std::io::Error::other(e))
 }
 
 #[cfg(test)]

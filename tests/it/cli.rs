@@ -828,3 +828,551 @@ fn sigkill_during_writes_through_a_global_index_leaves_no_wrong_answer() -> Test
     assert_eq!(check.lines().nth(1), Some("0,0,0"), "{check}");
     Ok(())
 }
+
+/// A `tablesql query` run: exit code, stdout, stderr.
+fn query_run(
+    dir: &std::path::Path,
+    args: &[&str],
+    stdin: Option<&str>,
+) -> Result<(Option<i32>, String, String), Box<dyn std::error::Error>> {
+    use std::io::Write;
+    let mut child = tablesql(dir)
+        .arg("query")
+        .args(args)
+        .env("RUST_BACKTRACE", "0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(mut input) = child.stdin.take() {
+        input.write_all(stdin.unwrap_or_default().as_bytes())?;
+    }
+    let out = child.wait_with_output()?;
+    Ok((
+        out.status.code(),
+        String::from_utf8(out.stdout)?,
+        String::from_utf8(out.stderr)?,
+    ))
+}
+
+/// psql's -c and -f: several statements in each, run in the order given,
+/// with psql's exit codes and error lines.
+#[test]
+fn query_runs_c_and_f_as_psql_does() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    let script = dir.path().join("script.sql");
+    std::fs::write(
+        &script,
+        "SELECT 'f1' AS f1;\nSELECT nope_f;\nSELECT 'f2' AS f2;\n",
+    )?;
+    let script = script.to_str().ok_or("path")?;
+
+    // Several statements in one -c, then a file, then -c: in that order.
+    let (code, out, err) = query_run(
+        &store,
+        &[
+            "-c",
+            "SELECT 1 AS a; SELECT 2 AS b",
+            "-f",
+            script,
+            "-c",
+            "SELECT 3 AS c",
+        ],
+        None,
+    )?;
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let at = |s: &str| out.find(s).ok_or_else(|| format!("{s} not in {out}"));
+    assert!(at("│ a │")? < at("│ b │")?);
+    assert!(at("│ b │")? < at("│ f1 │")?);
+    // Without ON_ERROR_STOP a file runs on after an error (psql's default).
+    assert!(at("│ f1 │")? < at("│ f2 │")?);
+    assert!(at("│ f2 │")? < at("│ c │")?);
+    assert_eq!(out.matches("(1 row)").count(), 5, "{out}");
+    assert!(
+        err.contains("ERROR:  Schema error: No field named nope_f"),
+        "{err}"
+    );
+
+    // A failed -c: its later statements do not run; exit code 1; the next
+    // -c runs (ON_ERROR_STOP is off), and the last action's code counts.
+    let (code, out, err) = query_run(
+        &store,
+        &[
+            "-c",
+            "SELECT 1 AS one; SELECT nope_c; SELECT 2 AS never",
+            "-c",
+            "SELECT 4 AS four",
+        ],
+        None,
+    )?;
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    assert!(out.contains("│ one │") && out.contains("│ four │"), "{out}");
+    assert!(!out.contains("never"), "{out}");
+    let (code, out, _) = query_run(
+        &store,
+        &["-c", "SELECT 4 AS four", "-c", "SELECT nope_c"],
+        None,
+    )?;
+    assert_eq!(code, Some(1), "{out}");
+
+    // ON_ERROR_STOP: a file ends at its error with exit code 3, and
+    // nothing after it runs; the SQLSTATE with VERBOSITY verbose.
+    let (code, out, err) = query_run(
+        &store,
+        &[
+            "-v",
+            "ON_ERROR_STOP=1",
+            "-v",
+            "VERBOSITY=verbose",
+            "-f",
+            script,
+            "-c",
+            "SELECT 5 AS five",
+        ],
+        None,
+    )?;
+    assert_eq!(code, Some(3), "{out}\n{err}");
+    assert!(
+        out.contains("│ f1 │") && !out.contains("f2") && !out.contains("five"),
+        "{out}"
+    );
+    assert!(err.contains("ERROR:  42703: "), "{err}");
+    let (code, _, _) = query_run(
+        &store,
+        &["-v", "ON_ERROR_STOP=1", "-c", "SELECT nope"],
+        None,
+    )?;
+    assert_eq!(code, Some(1));
+
+    // `-f -` and no action at all read stdin.
+    let (code, out, _) = query_run(&store, &["-f", "-"], Some("SELECT 'in' AS stdin_f;"))?;
+    assert_eq!(code, Some(0));
+    assert!(out.contains("stdin_f"), "{out}");
+    let (code, out, _) = query_run(&store, &[], Some("SELECT 1 AS x; SELECT 2 AS y;"))?;
+    assert_eq!(code, Some(0));
+    assert!(out.contains("│ x │") && out.contains("│ y │"), "{out}");
+
+    // Errors of the tool's own: 1, as psql's.
+    let (code, _, err) = query_run(&store, &["-f", "/nonexistent/x.sql"], None)?;
+    assert_eq!(code, Some(1));
+    assert_eq!(
+        err.trim(),
+        "tablesql: error: /nonexistent/x.sql: No such file or directory"
+    );
+    let (code, _, err) = query_run(&store, &["--no-such-option"], None)?;
+    assert_eq!(code, Some(1), "{err}");
+    let (code, out, _) = query_run(&store, &["--help"], None)?;
+    assert_eq!(code, Some(0));
+    assert!(out.contains("-c, --command <SQL>"), "{out}");
+
+    // The SQL argument still runs as before: a script ended by its error.
+    let (code, out, _) = query_run(&store, &["SELECT 1 AS p; SELECT nope; SELECT 2 AS q"], None)?;
+    assert_eq!(code, Some(1));
+    assert!(out.contains("│ p │") && !out.contains("│ q │"), "{out}");
+    let (code, out, _) = query_run(&store, &["SELECT 1 AS many UNION ALL SELECT 2"], None)?;
+    assert_eq!(code, Some(0));
+    assert!(out.ends_with("(2 rows)\n"), "{out}");
+
+    // FETCH_COUNT: a table per that many rows, as psql prints with it.
+    let (code, out, _) = query_run(
+        &store,
+        &[
+            "-v",
+            "FETCH_COUNT=2",
+            "-c",
+            "SELECT value FROM generate_series(1, 5)",
+        ],
+        None,
+    )?;
+    assert_eq!(code, Some(0));
+    assert_eq!(out.matches("│ value │").count(), 3, "{out}");
+    assert!(out.ends_with("(5 rows)\n"), "{out}");
+    Ok(())
+}
+
+/// A store `tablesql serve` holds: exit code 2 and the way in, through
+/// the server; psql (when the tests have it) gets there.
+#[test]
+fn a_store_held_by_serve_exits_with_2_and_a_hint() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    stdout_of(tablesql(&store).args(["query", "-c", "SELECT 1"]))?;
+    let mut serve = tablesql(&store)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()?;
+    let mut first = String::new();
+    BufReader::new(serve.stdout.take().ok_or("no stdout")?).read_line(&mut first)?;
+    let addr = first
+        .trim()
+        .strip_prefix("listening on ")
+        .ok_or(first.clone())?
+        .to_owned();
+    let held = query_run(&store, &["-c", "SELECT 1"], None);
+    let shell = tablesql(&store).arg("shell").stdin(Stdio::null()).output();
+    let psql = std::env::var("TABLESQL_TEST_PSQL").ok().map(|psql| {
+        let (host, port) = addr.rsplit_once(':').unwrap_or_default();
+        Command::new(psql)
+            .args([
+                "-X", "-h", host, "-p", port, "-U", "tablesql", "-d", "tablesql",
+            ])
+            .args(["-At", "-c", "SELECT 40 + 2"])
+            .output()
+    });
+    let _ = serve.kill();
+    let _ = serve.wait();
+    let (code, _, err) = held?;
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.starts_with("tablesql: error: cannot open the store at"),
+        "{err}"
+    );
+    assert!(err.contains("in use by another process"), "{err}");
+    assert!(
+        err.contains("HINT:  ") && err.contains("tablesql serve"),
+        "{err}"
+    );
+    assert_eq!(shell?.status.code(), Some(2));
+    if let Some(psql) = psql {
+        let psql = psql?;
+        let answer = String::from_utf8_lossy(&psql.stdout).trim().to_owned();
+        assert_eq!(answer, "42", "{psql:?}");
+    }
+    Ok(())
+}
+
+/// The peak resident memory of `tablesql ARGS` (stdout drained), in KiB,
+/// and the lines it wrote: from `/usr/bin/time` when there is one, else
+/// VmHWM sampled.
+fn peak_kib(
+    store: &std::path::Path,
+    args: &[&str],
+) -> Result<(u64, u64), Box<dyn std::error::Error>> {
+    use std::io::Read;
+    let time = std::path::Path::new("/usr/bin/time");
+    let report = store.with_extension("time");
+    let mut cmd = if time.exists() {
+        let mut c = Command::new(time);
+        c.arg("-o").arg(&report).args(["-f", "%M"]);
+        c.arg(env!("CARGO_BIN_EXE_tablesql"));
+        c
+    } else {
+        Command::new(env!("CARGO_BIN_EXE_tablesql"))
+    };
+    cmd.arg("--store")
+        .arg(store)
+        .env_remove("TABLESQL_STORE")
+        .args(args);
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()?;
+    let pid = child.id();
+    let mut stdout = child.stdout.take().ok_or("no stdout")?;
+    let reader = std::thread::spawn(move || {
+        let (mut lines, mut buf) = (0u64, vec![0u8; 1 << 16]);
+        while let Ok(n) = stdout.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            lines += buf[..n].iter().filter(|b| **b == b'\n').count() as u64;
+        }
+        lines
+    });
+    let mut sampled = 0;
+    let started = std::time::Instant::now();
+    while child.try_wait()?.is_none() {
+        if started.elapsed() > std::time::Duration::from_secs(300) {
+            let _ = child.kill();
+            return Err("the query did not end within 300 s".into());
+        }
+        // VmHWM: the high-water mark, so a late sample is still the peak.
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
+            if let Some(kib) = status
+                .lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+            {
+                sampled = sampled.max(kib);
+            }
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let lines = reader.join().map_err(|_| "reader panicked")?;
+    let peak = match std::fs::read_to_string(&report) {
+        Ok(text) => text.trim().lines().last().unwrap_or_default().parse()?,
+        Err(_) => sampled,
+    };
+    Ok((peak, lines))
+}
+
+/// A million rows go through `query` in every format in about the memory
+/// of ten thousand: they are written as they come, never held whole.
+#[test]
+fn a_million_rows_stream_in_flat_memory() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    stdout_of(tablesql(&store).args(["query", "-c", "SELECT 1"]))?;
+    // 100 bytes a row: a million held whole would be 100 MB and more.
+    let sql = |n: u64| {
+        format!("SELECT value, repeat('x', 100) AS pad FROM generate_series(1, {n}) ORDER BY value")
+    };
+    for format in ["table", "csv", "ndjson", "json", "tsv"] {
+        let (small, lines) = peak_kib(&store, &["query", "--format", format, "-c", &sql(10_000)])?;
+        assert!(lines >= 10_000, "{format}: {lines} lines");
+        let (big, lines) = peak_kib(
+            &store,
+            &["query", "--format", format, "-c", &sql(1_000_000)],
+        )?;
+        assert!(lines >= 1_000_000, "{format}: {lines} lines");
+        assert!(
+            big <= small + 48 * 1024,
+            "{format}: 1,000,000 rows peaked at {big} KiB, 10,000 at {small} KiB"
+        );
+    }
+    Ok(())
+}
+
+/// `tablesql scan` of 100,000 entities in about the memory of 1,000: a
+/// page at a time (held whole, they took over 100 MB more).
+#[test]
+fn scan_streams_in_flat_memory() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    stdout_of(tablesql(&store).args(["demo", "--rows", "50000"]))?;
+    for format in ["csv", "ndjson", "table"] {
+        let scan = ["scan", "Registrations", "--format", format];
+        let (small, _) = peak_kib(&store, &[&scan[..], &["--limit", "1000"]].concat())?;
+        let (big, lines) = peak_kib(&store, &scan)?;
+        assert!(lines >= 100_000, "{format}: {lines} lines");
+        assert!(
+            big <= small + 32 * 1024,
+            "{format}: 100,000 entities peaked at {big} KiB, 1,000 at {small} KiB"
+        );
+    }
+    Ok(())
+}
+
+/// `query --format csv` writes COPY's CSV, which `load` reads back: NULL
+/// and '' stay apart, commas, quotes and line breaks survive.
+#[test]
+fn csv_from_query_round_trips_through_load() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    let table = |name: &str| {
+        format!(
+            "CREATE TABLE {name} (k INT NOT NULL, v TEXT, PRIMARY KEY (k)) \
+             WITH (partition_key = 'P', row_key = '{{k:04}}')"
+        )
+    };
+    stdout_of(tablesql(&store).args(["query", "-c", &table("rtsrc"), "-c", &table("rtdst")]))?;
+    stdout_of(tablesql(&store).args([
+        "query",
+        "-c",
+        "INSERT INTO rtsrc (k, v) VALUES (1, NULL), (2, ''), (3, 'a,b'), (4, 'say \"hi\"'), \
+         (5, 'two\nlines'), (6, '\\N'), (7, ' spaced ')",
+    ]))?;
+    let csv = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "csv",
+        "-c",
+        "SELECT k, v FROM rtsrc ORDER BY k",
+    ]))?;
+    assert!(
+        csv.starts_with("k,v\n1,\n2,\"\"\n3,\"a,b\"\n4,\"say \"\"hi\"\"\"\n"),
+        "{csv}"
+    );
+    let file = dir.path().join("rows.csv");
+    std::fs::write(&file, &csv)?;
+    stdout_of(tablesql(&store).arg("load").arg("rtdst").arg(&file))?;
+    let compare = "SELECT k, v IS NULL AS is_null, v FROM {} ORDER BY k";
+    let src = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "ndjson",
+        "-c",
+        &compare.replace("{}", "rtsrc"),
+    ]))?;
+    let dst = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "ndjson",
+        "-c",
+        &compare.replace("{}", "rtdst"),
+    ]))?;
+    assert_eq!(src, dst);
+    assert!(
+        src.contains("{\"k\":1,\"is_null\":true,\"v\":null}"),
+        "{src}"
+    );
+    assert!(
+        src.contains("{\"k\":2,\"is_null\":false,\"v\":\"\"}"),
+        "{src}"
+    );
+    assert!(src.contains("\"v\":\"two\\nlines\""), "{src}");
+    assert_eq!(src.lines().count(), 7, "{src}");
+
+    // The same through TSV (COPY's text format).
+    stdout_of(tablesql(&store).args(["query", "-c", &table("rttsv")]))?;
+    let tsv = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "tsv",
+        "-c",
+        "SELECT k, v FROM rtsrc ORDER BY k",
+    ]))?;
+    assert!(tsv.starts_with("k\tv\n1\t\\N\n2\t\n"), "{tsv}");
+    let file = dir.path().join("rows.tsv");
+    std::fs::write(&file, &tsv)?;
+    stdout_of(tablesql(&store).arg("load").arg("rttsv").arg(&file))?;
+    let back = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "ndjson",
+        "-c",
+        &compare.replace("{}", "rttsv"),
+    ]))?;
+    assert_eq!(src, back);
+    Ok(())
+}
+
+/// JSON, JSON lines and TSV: nested values (lists, structs) as JSON, not
+/// as display strings; NULL and '' apart in each.
+#[test]
+fn json_ndjson_and_tsv_formats() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    let sql = "SELECT 1 AS i, make_array(1, 2) AS l, named_struct('a', 1, 'b', 'x') AS s, \
+               CAST(NULL AS TEXT) AS n, '' AS e, 'a\tb' AS t";
+    let ndjson = stdout_of(tablesql(&store).args(["query", "--format", "ndjson", "-c", sql]))?;
+    assert_eq!(
+        ndjson,
+        "{\"i\":1,\"l\":[1,2],\"s\":{\"a\":1,\"b\":\"x\"},\"n\":null,\"e\":\"\",\"t\":\"a\\tb\"}\n"
+    );
+    let json = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "json",
+        "-c",
+        &format!("{sql} UNION ALL {}", sql.replace("1 AS i", "2 AS i")),
+    ]))?;
+    let rows: serde_json::Value = serde_json::from_str(&json)?;
+    assert_eq!(rows.as_array().map(Vec::len), Some(2), "{json}");
+    assert_eq!(rows[0]["l"], serde_json::json!([1, 2]), "{json}");
+    assert_eq!(rows[0]["s"]["b"], "x", "{json}");
+    assert_eq!(rows[0]["n"], serde_json::Value::Null, "{json}");
+    let empty = stdout_of(tablesql(&store).args([
+        "query",
+        "--format",
+        "json",
+        "-c",
+        "SELECT 1 AS i WHERE false",
+    ]))?;
+    assert_eq!(empty, "[\n]\n");
+    let tsv = stdout_of(tablesql(&store).args(["query", "--format", "tsv", "-c", sql]))?;
+    assert_eq!(
+        tsv,
+        "i\tl\ts\tn\te\tt\n1\t[1, 2]\t{a: 1, b: x}\t\\N\t\ta\\tb\n"
+    );
+    Ok(())
+}
+
+/// `tablesql scan` pages through a table: CSV's header has every
+/// property (read in a first pass), every format counts every entity.
+#[test]
+fn scan_streams_every_format() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    stdout_of(tablesql(&store).args(["demo", "--rows", "1500"]))?;
+    let storage = "Registrations";
+    let csv = stdout_of(tablesql(&store).args(["scan", storage, "--format", "csv"]))?;
+    assert_eq!(csv.lines().count(), 3001, "{}", &csv[..200.min(csv.len())]);
+    let header = csv.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("PartitionKey,RowKey,Timestamp,"),
+        "{header}"
+    );
+    let ndjson = stdout_of(tablesql(&store).args(["scan", storage, "--format", "ndjson"]))?;
+    assert_eq!(ndjson.lines().count(), 3000);
+    let json =
+        stdout_of(tablesql(&store).args(["scan", storage, "--format", "json", "--limit", "1200"]))?;
+    let rows: serde_json::Value = serde_json::from_str(&json)?;
+    assert_eq!(rows.as_array().map(Vec::len), Some(1200));
+    let table = stdout_of(tablesql(&store).args(["scan", storage, "--limit", "2500"]))?;
+    assert!(
+        table.ends_with("(2500 entities)\n"),
+        "{}",
+        &table[table.len().saturating_sub(200)..]
+    );
+    Ok(())
+}
+
+/// Completions for bash parse; the man page renders; docs/cli.md is what
+/// the code generates (`UPDATE_CLI_DOC=1` rewrites it).
+#[test]
+fn completions_man_page_and_cli_doc() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    let bash = stdout_of(tablesql(&store).args(["completions", "bash"]))?;
+    assert!(
+        bash.contains("tablesql") && bash.contains("--format"),
+        "{bash}"
+    );
+    let file = dir.path().join("tablesql.bash");
+    std::fs::write(&file, &bash)?;
+    let checked = Command::new("bash").arg("-n").arg(&file).output()?;
+    assert!(
+        checked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    for shell in ["zsh", "fish", "elvish", "powershell"] {
+        assert!(!stdout_of(tablesql(&store).args(["completions", shell]))?.is_empty());
+    }
+    let man = stdout_of(tablesql(&store).arg("man"))?;
+    assert!(
+        man.contains(".TH tablesql 1") && man.contains(".SH NAME"),
+        "{man}"
+    );
+    if Command::new("man")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+    {
+        let page = dir.path().join("tablesql.1");
+        std::fs::write(&page, &man)?;
+        let rendered = Command::new("man")
+            .arg("-l")
+            .arg(&page)
+            .env("MANPAGER", "cat")
+            .env("PAGER", "cat")
+            .env("MANWIDTH", "100")
+            .output()?;
+        let text = String::from_utf8_lossy(&rendered.stdout);
+        assert!(
+            rendered.status.success(),
+            "{}",
+            String::from_utf8_lossy(&rendered.stderr)
+        );
+        assert!(text.contains("NAME") && text.contains("tablesql"), "{text}");
+    }
+    let generated = stdout_of(tablesql(&store).arg("cli-doc"))?;
+    assert!(
+        generated.contains("## tablesql query") && generated.contains("`-c, --command <SQL>`"),
+        "{generated}"
+    );
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/cli.md");
+    if std::env::var_os("UPDATE_CLI_DOC").is_some() {
+        std::fs::write(&path, &generated)?;
+    }
+    let stored = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        stored == generated,
+        "docs/cli.md differs from what `tablesql cli-doc` generates: run \
+         UPDATE_CLI_DOC=1 cargo test --all-features --test it completions_man_page_and_cli_doc"
+    );
+    Ok(())
+}

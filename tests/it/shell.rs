@@ -60,7 +60,8 @@ fn stdin_runs_statements_and_formats() -> TestResult {
         tablesql(store.path()).args(["shell", "--format", "csv"]),
         sql,
     )?;
-    assert_eq!(String::from_utf8(out.stdout)?, "n,e,two\n,,2\n");
+    // COPY's CSV (and psql's --csv): NULL unquoted, '' quoted.
+    assert_eq!(String::from_utf8(out.stdout)?, "n,e,two\n,\"\",2\n");
     let out = run_with_stdin(
         tablesql(store.path()).args(["shell", "--format", "json"]),
         sql,
@@ -121,7 +122,8 @@ fn a_script_stops_at_its_first_error() -> TestResult {
         String::from_utf8(out.stdout)?,
         String::from_utf8(out.stderr)?,
     );
-    assert_eq!(out.status.code(), Some(1), "{stdout}\n{stderr}");
+    // psql's exit code for a script ON_ERROR_STOP ended.
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
     assert!(stdout.contains("INSERT 0 1"), "{stdout}");
     assert!(stdout.contains("│ Ana  │"), "{stdout}");
     // The error says what and where: the line of the statement, a caret
@@ -188,7 +190,7 @@ fn meta_commands_in_a_script() -> TestResult {
 
     // A meta-command that does not exist is an error, like a bad statement.
     let out = run_with_stdin(tablesql(store.path()).arg("shell"), "\\nope\nSELECT 1;\n")?;
-    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(out.status.code(), Some(3));
     assert!(String::from_utf8(out.stderr)?.contains("invalid command \\nope"));
     Ok(())
 }
@@ -279,7 +281,10 @@ impl Terminal {
             "TABLESQL_TEST_TMUX is not set: run the tests with ./scripts/test, which installs tmux if \
              it is missing (scripts/tmux), or set it to the path of tmux"
         })?;
-        let socket = format!("tablesql-test-{}", std::process::id());
+        // A socket per terminal: tests run at once in one process.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let socket = format!("tablesql-test-{}-{n}", std::process::id());
         let t = Self { tmux, socket };
         let status = t
             .cmd()
@@ -394,7 +399,8 @@ fn the_shell_in_a_terminal() -> TestResult {
     let history = store.path().join("history");
     let binary = env!("CARGO_BIN_EXE_tablesql");
     let command = format!(
-        "RUST_BACKTRACE=0 TABLESQL_HISTORY='{}' '{binary}' --store '{}' shell",
+        // The shell's own pager, not one the environment names.
+        "unset PAGER PSQL_PAGER; RUST_BACKTRACE=0 TABLESQL_HISTORY='{}' '{binary}' --store '{}' shell",
         history.display(),
         store.path().display()
     );
@@ -524,5 +530,178 @@ fn the_shell_in_a_terminal() -> TestResult {
     }
     let saved = std::fs::read_to_string(&history)?;
     assert!(saved.contains("GROUP BY event ORDER BY event;"), "{saved}");
+    Ok(())
+}
+
+/// The catalog listings, `\conninfo`, `\e`, `\watch` and the pager the
+/// environment names, in a real terminal.
+#[test]
+fn psql_meta_commands_and_the_pager_in_a_terminal() -> TestResult {
+    let store = store_copy()?;
+    let dir = store.path();
+    let binary = env!("CARGO_BIN_EXE_tablesql");
+    // An "editor" that keeps what it was given and writes a new query.
+    let editor = dir.join("editor.sh");
+    let seen = dir.join("seen.sql");
+    std::fs::write(
+        &editor,
+        format!(
+            "#!/bin/sh\ncp \"$1\" '{}'\nprintf 'SELECT 40 + 2 AS edited;\\nSELECT 7 AS left_over' > \"$1\"\n",
+            seen.display()
+        ),
+    )?;
+    std::fs::set_permissions(&editor, std::os::unix::fs::PermissionsExt::from_mode(0o755))?;
+    // A "pager" that keeps what it is given.
+    let paged = dir.join("paged.txt");
+    let command = format!(
+        "unset PSQL_PAGER; PAGER=\"cat > '{}'\" EDITOR='{}' RUST_BACKTRACE=0 TABLESQL_HISTORY='{}' '{binary}' --store '{}' shell",
+        paged.display(),
+        editor.display(),
+        dir.join("history").display(),
+        dir.display()
+    );
+    let term = Terminal::start(&["sh", "-c", &command], 120, 30)?;
+    let wait = Duration::from_secs(20);
+    term.wait_for("tablesql=>", wait)?;
+
+    term.type_text("\\conninfo")?;
+    term.keys(&["Enter"])?;
+    let screen = term.wait_for("You are connected to the store", wait)?;
+    assert!(screen.contains(&dir.display().to_string()), "{screen}");
+
+    term.clear()?;
+    term.type_text("CREATE SEQUENCE tmux_seq START WITH 5;")?;
+    term.keys(&["Enter"])?;
+    term.wait_for("CREATE SEQUENCE", wait)?;
+    term.type_text("CREATE VIEW tmux_view AS SELECT 1 AS one;")?;
+    term.keys(&["Enter"])?;
+    term.wait_for("CREATE VIEW", wait)?;
+    term.clear()?;
+    term.type_text("\\ds tmux*")?;
+    term.keys(&["Enter"])?;
+    let screen = term.wait_for("List of sequences", wait)?;
+    assert!(screen.contains("│ tmux_seq ┆ 5"), "{screen}");
+    term.clear()?;
+    term.type_text("\\dv")?;
+    term.keys(&["Enter"])?;
+    let screen = term.wait_for("List of views", wait)?;
+    assert!(screen.contains("tmux_view"), "{screen}");
+    term.clear()?;
+    term.type_text("\\di")?;
+    term.keys(&["Enter"])?;
+    let screen = term.wait_for("List of index rows", wait)?;
+    assert!(
+        screen.contains("│ public ┆ age   ┆ registrations ┆ age, bib, name, gender ┆ local"),
+        "{screen}"
+    );
+    term.clear()?;
+    term.type_text("\\df tablesql_check*")?;
+    term.keys(&["Enter"])?;
+    let screen = term.wait_for("List of functions", wait)?;
+    assert!(screen.contains("tablesql_check_index"), "{screen}");
+    assert!(!screen.contains("tablesql_advise"), "{screen}");
+
+    // \watch runs the last query again, c= times.
+    term.clear()?;
+    term.type_text("SELECT 'tick' AS t;")?;
+    term.keys(&["Enter"])?;
+    term.wait_for("(1 row)", wait)?;
+    term.clear()?;
+    term.type_text("\\watch i=0.2 c=3")?;
+    term.keys(&["Enter"])?;
+    let start = Instant::now();
+    loop {
+        let screen = term.screen()?;
+        if screen.matches("(every 0.2s)").count() == 3 && screen.matches("(1 row)").count() == 3 {
+            break;
+        }
+        if start.elapsed() > wait {
+            return Err(format!("\\watch did not run three times:\n{screen}").into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+
+    // \e: the last query in the editor; what ends with ';' runs, the rest
+    // waits on the next line.
+    term.clear()?;
+    term.type_text("\\e")?;
+    term.keys(&["Enter"])?;
+    let screen = term.wait_for("│ 42     │", wait)?;
+    assert!(
+        screen.contains("tablesql=> SELECT 7 AS left_over"),
+        "{screen}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&seen)?.trim(),
+        "SELECT 'tick' AS t;"
+    );
+    term.keys(&["C-u"])?;
+
+    // A result longer than the screen goes to $PAGER; a short one does not.
+    term.clear()?;
+    term.type_text("SELECT value FROM generate_series(1, 200) ORDER BY value;")?;
+    term.keys(&["Enter"])?;
+    term.wait_for("Time: ", wait)?;
+    let start = Instant::now();
+    while !std::fs::read_to_string(&paged)
+        .unwrap_or_default()
+        .contains("(200 rows)")
+    {
+        if start.elapsed() > wait {
+            return Err("the pager never got the result".into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(!term.screen()?.contains("(200 rows)"));
+    term.clear()?;
+    term.type_text("SELECT 'short' AS small;")?;
+    term.keys(&["Enter"])?;
+    term.wait_for("│ short │", wait)?;
+    assert!(!std::fs::read_to_string(&paged)?.contains("short"));
+    // \pset pager off: everything on the screen.
+    term.clear()?;
+    term.type_text("\\pset pager off")?;
+    term.keys(&["Enter"])?;
+    term.wait_for("Pager usage is off.", wait)?;
+    std::fs::remove_file(&paged)?;
+    term.type_text("SELECT value FROM generate_series(1, 200);")?;
+    term.keys(&["Enter"])?;
+    term.wait_for("(200 rows)", wait)?;
+    assert!(!paged.exists());
+    Ok(())
+}
+
+/// `tablesql query` in a terminal pages a long result through `$PAGER`
+/// (psql's rule), and `-P pager=off` prints it all.
+#[test]
+fn query_pages_through_the_environments_pager_in_a_terminal() -> TestResult {
+    let store = store_copy()?;
+    let dir = store.path();
+    let binary = env!("CARGO_BIN_EXE_tablesql");
+    let paged = dir.join("paged.txt");
+    let done = dir.join("done");
+    let sql = "SELECT value FROM generate_series(1, 300)";
+    let command = format!(
+        "unset PSQL_PAGER; export PAGER=\"cat > '{paged}'\" RUST_BACKTRACE=0; \
+         '{binary}' --store '{store}' query -c '{sql}'; \
+         '{binary}' --store '{store}' query -P pager=off -c 'SELECT 1 AS unpaged UNION ALL {sql}'; \
+         touch '{done}'; sleep 60",
+        paged = paged.display(),
+        store = dir.display(),
+        done = done.display(),
+    );
+    let term = Terminal::start(&["sh", "-c", &command], 100, 30)?;
+    let start = Instant::now();
+    while !done.exists() {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(format!("the queries did not end:\n{}", term.screen()?).into());
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let through = std::fs::read_to_string(&paged)?;
+    assert!(through.contains("(300 rows)"), "{through}");
+    assert!(!through.contains("unpaged"), "{through}");
+    let screen = term.screen()?;
+    assert!(screen.contains("(301 rows)"), "{screen}");
     Ok(())
 }

@@ -18,8 +18,14 @@ use tablesql::load::{CHUNK_ROWS, LoadError, LoadMode, Loader};
 /// The file's format.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 pub enum FileFormat {
-    /// Comma-separated, with a header line of column names.
+    /// Comma-separated, with a header line of column names: PostgreSQL's
+    /// COPY CSV (an unquoted empty field is NULL, `""` the empty string),
+    /// as `tablesql query --format csv` writes it.
     Csv,
+    /// Tab-separated with a header line: PostgreSQL's COPY text format
+    /// (`\N` is NULL, backslash escapes), as `tablesql query --format tsv`
+    /// writes it.
+    Tsv,
     /// One JSON object per line, keyed by column name.
     Jsonl,
 }
@@ -69,7 +75,7 @@ pub async fn load(engine: &tablesql::Engine, request: Request) -> anyhow::Result
         .with_context(|| format!("cannot open {}", request.file.display()))?;
     let mut records = Records::new(BufReader::with_capacity(READ_SIZE, file), format);
     let columns = match format {
-        FileFormat::Csv => records.header()?,
+        FileFormat::Csv | FileFormat::Tsv => records.header()?,
         FileFormat::Jsonl => table.insertable.clone(),
     };
     for c in &columns {
@@ -145,9 +151,10 @@ fn format_of(path: &Path) -> anyhow::Result<FileFormat> {
         .as_deref()
     {
         Some("csv") => Ok(FileFormat::Csv),
+        Some("tsv" | "tab") => Ok(FileFormat::Tsv),
         Some("jsonl" | "ndjson" | "json") => Ok(FileFormat::Jsonl),
         _ => bail!(
-            "cannot tell the format of {} from its extension: give --format csv or jsonl",
+            "cannot tell the format of {} from its extension: give --format csv, tsv or jsonl",
             path.display()
         ),
     }
@@ -303,7 +310,10 @@ impl Records {
         Self {
             reader,
             format,
-            csv: CopyFormat::csv(),
+            csv: match format {
+                FileFormat::Tsv => CopyFormat::text(),
+                _ => CopyFormat::csv(),
+            },
             buffer: Vec::new(),
             start: 0,
             scan: Scan::default(),
@@ -347,7 +357,7 @@ impl Records {
         loop {
             let rest = &self.buffer[self.start..];
             let end = match self.format {
-                FileFormat::Csv => self.csv.record_end(rest, &mut self.scan),
+                FileFormat::Csv | FileFormat::Tsv => self.csv.record_end(rest, &mut self.scan),
                 FileFormat::Jsonl => rest.iter().position(|b| *b == b'\n').map(|i| i + 1),
             };
             let end = match end {
@@ -402,7 +412,7 @@ impl Records {
     /// A record's fields, in `columns`' order.
     fn fields(&self, text: &str, columns: &[String]) -> Result<Vec<Option<String>>, String> {
         match self.format {
-            FileFormat::Csv => self.csv.read_row(text),
+            FileFormat::Csv | FileFormat::Tsv => self.csv.read_row(text),
             FileFormat::Jsonl => json_fields(text, columns),
         }
     }

@@ -1,13 +1,16 @@
 //! The `tablesql` command line.
 
+mod clidoc;
 mod load;
 mod output;
+mod run;
+mod scan;
 
 use std::io::{IsTerminal, Write};
 use std::ops::Bound;
 
 use anyhow::Context;
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use tablesql::ScanPolicy;
 use tablesql::datafusion::arrow::array::{Array, AsArray};
@@ -50,17 +53,40 @@ enum Command {
         #[arg(long, hide = true)]
         print_commits: bool,
     },
-    /// Run one SQL statement (SELECT, INSERT, UPDATE, DELETE, EXPLAIN [ANALYZE], CREATE TABLE ... WITH, DROP TABLE, CREATE/DROP SEQUENCE).
+    /// Run SQL as psql does with -c and -f: each -c's statements, each
+    /// file's, in the order given; rows streamed as they come. Exit codes
+    /// are psql's: 0 done, 1 a failed -c (or SQL) or an error of tablesql's
+    /// own (a missing file, a bad option), 2 a store that cannot be opened
+    /// (or is held by `tablesql serve`: connect through it), 3 a file
+    /// stopped by ON_ERROR_STOP. Without SQL, -c or -f, reads statements
+    /// from stdin as -f -.
     Query {
-        /// The statements (and the shell's meta-commands, one per line).
-        sql: String,
-        /// Output format.
+        /// Statements to run (and the shell's meta-commands, one per line),
+        /// as a script: the first error ends it unless `-v ON_ERROR_STOP=off`.
+        sql: Option<String>,
+        /// Statements to run, separated by `;` (repeatable): the first
+        /// error ends them, with exit code 1, as psql's -c.
+        #[arg(short = 'c', long = "command", value_name = "SQL")]
+        commands: Vec<String>,
+        /// A file of statements and meta-commands to run (repeatable; `-`
+        /// is stdin), as psql's -f: an error ends it only with
+        /// `-v ON_ERROR_STOP=on`, and then with exit code 3.
+        #[arg(short = 'f', long = "file", value_name = "FILE")]
+        files: Vec<std::path::PathBuf>,
+        /// Output format: table (psql's aligned, with `(N rows)`), csv
+        /// (PostgreSQL's COPY CSV: NULL unquoted empty, '' as ""), tsv
+        /// (COPY's text format with a header: NULL as \N), json (an array,
+        /// a row per line) or ndjson (a row per line).
         #[arg(long, value_enum, default_value_t = output::Format::Table)]
         format: output::Format,
         /// A psql variable, NAME=VALUE: `VERBOSITY=verbose` shows errors'
-        /// SQLSTATE, `ON_ERROR_STOP=off` runs on after an error.
+        /// SQLSTATE, `ON_ERROR_STOP=on` ends a file at its first error.
         #[arg(short = 'v', long = "set", value_name = "NAME=VALUE")]
         set: Vec<String>,
+        /// An output option, NAME=VALUE, as psql's -P: `pager=off|on|always`,
+        /// `format=...`, `expanded=on`.
+        #[arg(short = 'P', long = "pset", value_name = "NAME=VALUE")]
+        pset: Vec<String>,
         /// Print `progress N` as CREATE INDEX reads base rows or TRUNCATE
         /// deletes rows (for tests).
         #[arg(long, hide = true)]
@@ -72,14 +98,29 @@ enum Command {
         /// Run the statements of FILE instead of reading from the terminal.
         #[arg(short = 'f', long)]
         file: Option<std::path::PathBuf>,
-        /// Output format (csv and json are for scripts).
+        /// Output format (csv, tsv, json and ndjson are for scripts).
         #[arg(long, value_enum, default_value_t = output::Format::Table)]
         format: output::Format,
         /// A psql variable, NAME=VALUE (as `\set`): `VERBOSITY=verbose`,
         /// `ON_ERROR_STOP=off`.
         #[arg(short = 'v', long = "set", value_name = "NAME=VALUE")]
         set: Vec<String>,
+        /// An output option, NAME=VALUE (as `\pset`): `pager=off|on|always`,
+        /// `format=...`, `expanded=on`.
+        #[arg(short = 'P', long = "pset", value_name = "NAME=VALUE")]
+        pset: Vec<String>,
     },
+    /// Print a completion script for a shell: `tablesql completions bash >
+    /// ~/.local/share/bash-completion/completions/tablesql`.
+    Completions {
+        /// bash, zsh, fish, elvish or powershell.
+        shell: clap_complete::Shell,
+    },
+    /// Print the manual page (roff): `tablesql man | man -l -`.
+    Man,
+    /// Print the command line's reference in Markdown (docs/cli.md).
+    #[command(hide = true)]
+    CliDoc,
     /// Serve SQL over the Postgres wire protocol (psql, drivers, BI tools).
     Serve {
         /// Address to listen on (port 0 picks a free port; the bound address is printed).
@@ -118,7 +159,7 @@ enum Command {
         #[arg(long, default_value_t = 1000)]
         guidepost_every: u64,
     },
-    /// Load a CSV file (its first line names the columns) or JSON lines
+    /// Load a CSV or TSV file (its first line names the columns) or JSON lines
     /// (an object per line) into a mapped table, in entity group
     /// transactions per partition; a bad row stops it with its line number,
     /// or with --reject goes to that file.
@@ -127,7 +168,7 @@ enum Command {
         table: String,
         /// The file.
         file: std::path::PathBuf,
-        /// csv or jsonl (default: from the file's extension).
+        /// csv, tsv or jsonl (default: from the file's extension: .csv, .tsv, .jsonl).
         #[arg(long, value_enum)]
         format: Option<load::FileFormat>,
         /// A row whose primary key exists: insert (refuse it and stop),
@@ -231,24 +272,64 @@ fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
 /// the pages a thread touches are ever committed.
 const THREAD_STACK: usize = 32 * 1024 * 1024;
 
-fn main() -> anyhow::Result<()> {
-    tokio::runtime::Builder::new_multi_thread()
+fn main() {
+    let ran = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(THREAD_STACK)
-        .build()?
-        .block_on(run())
+        .build()
+        .map_err(anyhow::Error::from)
+        .and_then(|runtime| runtime.block_on(run()));
+    // psql's form and exit code for an error of the tool's own: one line
+    // with its causes, code 1 (not Rust's debug print with a backtrace).
+    if let Err(e) = ran {
+        eprintln!("tablesql: error: {e:#}");
+        std::process::exit(1);
+    }
 }
 
 async fn run() -> anyhow::Result<()> {
-    let cli = Cli::parse();
+    // psql's exit codes: a bad command line is 1 (clap's own is 2, which
+    // psql keeps for a connection that failed); --help and --version 0.
+    let matches = match Cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => {
+            let _ = e.print();
+            std::process::exit(if e.use_stderr() { 1 } else { 0 });
+        }
+    };
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| {
+        let _ = e.print();
+        std::process::exit(1)
+    });
+    match &cli.command {
+        Command::Completions { shell } => {
+            clap_complete::generate(
+                *shell,
+                &mut Cli::command(),
+                "tablesql",
+                &mut std::io::stdout(),
+            );
+            return Ok(());
+        }
+        Command::Man => {
+            clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
+            return Ok(());
+        }
+        Command::CliDoc => {
+            print!("{}", clidoc::markdown(&Cli::command()));
+            return Ok(());
+        }
+        _ => {}
+    }
     let options = tablesql::EngineOptions::default().with_scan_policy(cli.scan_policy);
     let location: StoreLocation = cli
         .store
         .parse()
         .map_err(|e| anyhow::anyhow!("invalid --store: {e}"))?;
-    let store = location
-        .open()
-        .with_context(|| format!("opening the store at {location}"))?;
+    let store = match location.open() {
+        Ok(store) => store,
+        Err(e) => run::store_failed(&location, &e),
+    };
     match cli.command {
         Command::Tables => tables(store.as_ref()).await,
         Command::Demo {
@@ -257,32 +338,48 @@ async fn run() -> anyhow::Result<()> {
         } => run_demo(store.as_ref(), rows, print_commits).await,
         Command::Query {
             sql,
+            commands,
+            files,
             format,
             set,
+            pset,
             print_progress,
         } => {
-            let engine = tablesql::Engine::with_store(store.into(), options).await?;
-            match engine.parse(&sql).as_deref() {
-                Ok([Statement::CreateIndex(create)]) => {
-                    return create_index(&engine, create, print_progress).await;
+            let engine = run::engine(store, options, &location).await;
+            let actions = run::actions(&matches, sql, commands, files);
+            // One CREATE INDEX or TRUNCATE, with its progress.
+            if let [run::Action::Sql(text) | run::Action::Command(text)] = actions.as_slice() {
+                match engine.parse(text).as_deref() {
+                    Ok([Statement::CreateIndex(create)]) => {
+                        return create_index(&engine, create, print_progress).await;
+                    }
+                    Ok([Statement::Truncate(t)]) => {
+                        return truncate_table(&engine, t, print_progress).await;
+                    }
+                    _ => {}
                 }
-                Ok([Statement::Truncate(t)]) => {
-                    return truncate_table(&engine, t, print_progress).await;
-                }
-                _ => {}
             }
             // The shell's statement path, so that a statement prints here as it
             // does there: its tag or its rows with psql's footer, notices and
             // errors as psql prints them (`ERROR:  ...`).
             let mut shell = tablesql::shell::Shell::new(engine, format, false).await;
+            shell.set_paging(std::io::stdout().is_terminal());
+            shell.set_conninfo(&location.to_string());
             set_variables(&mut shell, &set)?;
-            // The error is already reported, psql's way, by the shell.
-            if shell.run_script(&sql).await.is_err() {
-                std::process::exit(1);
-            }
-            Ok(())
+            set_psets(&mut shell, &pset)?;
+            let code = run::query(&mut shell, actions, &set).await;
+            std::process::exit(code)
         }
-        Command::Shell { file, format, set } => shell(store, options, file, format, &set).await,
+        Command::Completions { .. } | Command::Man | Command::CliDoc => Ok(()),
+        Command::Shell {
+            file,
+            format,
+            set,
+            pset,
+        } => {
+            let engine = run::engine(store, options, &location).await;
+            shell(engine, &location, file, format, &set, &pset).await
+        }
         Command::Load {
             table,
             file,
@@ -387,7 +484,7 @@ async fn run() -> anyhow::Result<()> {
                     .transpose()?
                     .map_or(Bound::Unbounded, Bound::Excluded),
             };
-            scan(store.as_ref(), &table, &query, limit, format).await
+            scan::scan(store.as_ref(), &table, &query, limit, format).await
         }
     }
 }
@@ -444,18 +541,20 @@ async fn serve(
 }
 
 async fn shell(
-    store: std::sync::Arc<dyn TableStore>,
-    options: tablesql::EngineOptions,
+    engine: tablesql::Engine,
+    location: &StoreLocation,
     file: Option<std::path::PathBuf>,
     format: output::Format,
     set: &[String],
+    pset: &[String],
 ) -> anyhow::Result<()> {
-    use tablesql::shell::Shell;
-    let engine = tablesql::Engine::with_store(store, options).await?;
+    use tablesql::shell::{ScriptEnd, Shell};
     let interactive = file.is_none() && std::io::stdin().is_terminal();
     let terminal = interactive && std::io::stdout().is_terminal();
     let mut shell = Shell::new(engine, format, terminal).await;
+    shell.set_conninfo(&location.to_string());
     set_variables(&mut shell, set)?;
+    set_psets(&mut shell, pset)?;
     if interactive {
         let history = std::env::var_os("TABLESQL_HISTORY")
             .map(std::path::PathBuf::from)
@@ -463,12 +562,31 @@ async fn shell(
         return Ok(shell.interactive(history).await?);
     }
     let text = match &file {
-        Some(path) => tablesql::shell::read(path)?,
+        Some(path) => match std::fs::read_to_string(path) {
+            Ok(text) => text,
+            Err(e) => {
+                eprintln!("tablesql: error: {}: {}", path.display(), run::io_text(&e));
+                std::process::exit(1);
+            }
+        },
         None => std::io::read_to_string(std::io::stdin())?,
     };
-    // The error is already reported, psql's way, by the shell.
-    if shell.run_script(&text).await.is_err() {
-        std::process::exit(1);
+    // Errors are already reported, psql's way, by the shell; the exit
+    // code is psql's: 3 when ON_ERROR_STOP ended the script.
+    if shell.run_file(&text).await == ScriptEnd::Stopped {
+        std::process::exit(3);
+    }
+    Ok(())
+}
+
+/// `-P NAME=VALUE` options, as psql's `\pset`.
+fn set_psets(shell: &mut tablesql::shell::Shell, pset: &[String]) -> anyhow::Result<()> {
+    for assignment in pset {
+        let (name, value) = match assignment.split_once('=') {
+            Some((name, value)) => (name, Some(value)),
+            None => (assignment.as_str(), None),
+        };
+        shell.pset(name, value)?;
     }
     Ok(())
 }
@@ -667,30 +785,4 @@ async fn run_demo(store: &dyn TableStore, rows: u64, print_commits: bool) -> any
         loaded as f64 / secs.max(1e-9)
     );
     Ok(())
-}
-
-async fn scan(
-    store: &dyn TableStore,
-    table: &TableName,
-    query: &Query,
-    limit: Option<usize>,
-    format: output::Format,
-) -> anyhow::Result<()> {
-    let mut entities = Vec::new();
-    let mut token = None;
-    loop {
-        let page = store.query(table, query, token.as_ref()).await?;
-        entities.extend(page.entities);
-        if let Some(limit) = limit
-            && entities.len() >= limit
-        {
-            entities.truncate(limit);
-            break;
-        }
-        match page.continuation {
-            Some(t) => token = Some(t),
-            None => break,
-        }
-    }
-    output::print_entities(&entities, format)
 }
