@@ -2,14 +2,15 @@
 through pgJDBC, in parallel: one JDBC predicate per partition range, so each
 Spark partition is one query with its own WHERE.
 
-Run as `python spark_client.py JDBC_JAR PORT READS_JSON`, READS_JSON a list of
+Run as `python spark_client.py JDBC_JAR JDBC_URL READS_JSON`, READS_JSON a list of
 `{"table": ..., "column": ..., "predicates": [...]}` (one query per predicate)
 or `{"table": ..., "column": ..., "stride": [COLUMN, LOWER, UPPER, N]}` (Spark's
 own split of an integer column into N ranges). Prints one JSON document:
 Spark's version and, for each read, the DataFrame's columns and partition
 count, the rows each Spark partition read, the count and the sum of `column`
 over the table; the Rust test (tests/it/server/spark.rs) checks them against
-tablesql's own answers. A plain pgJDBC URL, no option, no workaround; one
+tablesql's own answers. A plain pgJDBC URL (one server, or several with
+pgJDBC's `loadBalanceHosts`), no other option, no workaround; one
 Spark session for all the reads, since its JVM's start is the cost.
 """
 import json
@@ -20,7 +21,7 @@ from pyspark.sql import functions as F
 
 
 def main():
-    jar, port, reads = sys.argv[1], int(sys.argv[2]), json.loads(sys.argv[3])
+    jar, url, reads = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
     spark = (
         SparkSession.builder.master("local[2]")
         .appName("tablesql-spark-test")
@@ -35,15 +36,14 @@ def main():
         .getOrCreate()
     )
     try:
-        out = {"spark": spark.version, "reads": [read(spark, port, r) for r in reads]}
+        out = {"spark": spark.version, "reads": [read(spark, url, r) for r in reads]}
     finally:
         spark.stop()
     print(json.dumps(out))
 
 
-def read(spark, port, r):
+def read(spark, url, r):
     """One table read in parallel, one Spark partition (one query) per predicate."""
-    url = f"jdbc:postgresql://127.0.0.1:{port}/tablesql"
     properties = {
         "user": "tablesql",
         "driver": "org.postgresql.Driver",
