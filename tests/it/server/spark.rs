@@ -60,6 +60,8 @@ fn run_spark(url: &str, reads: &Value) -> Result<String, Box<dyn std::error::Err
         .args([&env("TABLESQL_TEST_JDBC")?, url, &reads.to_string()])
         // Spark binds its driver to this address rather than the host's name.
         .env("SPARK_LOCAL_IP", "127.0.0.1")
+        // Whatever Spark writes beside it (a warehouse directory) goes too.
+        .current_dir(dir.path())
         .env_remove("SPARK_HOME")
         .env_remove("PYSPARK_SUBMIT_ARGS")
         .stdin(Stdio::null())
@@ -378,7 +380,17 @@ async fn spark_reads_through_several_servers_over_one_azure_account() -> TestRes
         servers[1].addr.port()
     );
     let reads = json!([{"table": "spark_buckets", "column": "reading", "predicates": ranges}]);
-    let out = spark(url, reads).await?;
+    let out = match spark(url, reads).await {
+        Ok(out) => out,
+        Err(e) => {
+            // Whether the table was there for the servers at the end.
+            let after = [
+                count_sum(&one, "spark_buckets", "reading", "true").await,
+                count_sum(&other, "spark_buckets", "reading", "true").await,
+            ];
+            return Err(format!("{e}\nspark_buckets afterwards: {after:?}").into());
+        }
+    };
     let read = &out["reads"][0];
     check_read(&one, read, "spark_buckets", "reading", Some(&ranges)).await?;
     assert_eq!(read["count"], json!(rows), "{out}");
