@@ -20,6 +20,7 @@ mod load;
 mod protocol;
 mod psql;
 mod security;
+mod spark;
 mod transactions;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
