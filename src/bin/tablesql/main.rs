@@ -33,6 +33,12 @@ struct Cli {
     /// columns). A session changes it with `SET tablesql.scan_policy`.
     #[arg(long, global = true, default_value = "warn", value_parser = scan_policy)]
     scan_policy: ScanPolicy,
+    /// Seconds between stores of the workload statistics (tablesql_stat_statements,
+    /// tablesql_stat_partitions, the advisor's) in the store, where every process
+    /// over it reads them merged; they are also stored when the process ends.
+    /// 0 keeps them in this process's memory only.
+    #[arg(long, global = true, env = "TABLESQL_STATS_FLUSH_INTERVAL", default_value = "10", value_parser = flush_interval)]
+    stats_flush_interval: FlushEvery,
     #[command(subcommand)]
     command: Command,
 }
@@ -152,10 +158,10 @@ enum Command {
         repair: bool,
     },
     /// The partition advisor: ANALYZE a mapped table (or every one) and
-    /// report what `tablesql_advise` finds in its partition sizes, each
-    /// finding with its evidence and remedy. Workload findings need the
-    /// statistics of a running engine: ask `tablesql serve` with
-    /// `SELECT * FROM tablesql_advise()`.
+    /// report what `tablesql_advise` finds, each finding with its evidence
+    /// and remedy: from the partitions' sizes and their newest writes (an
+    /// append-only key), and from the workload statistics every process
+    /// over the store (`serve`, `query`, ...) stored there.
     Advise {
         /// The table (its SQL name); every mapped table when left out.
         table: Option<String>,
@@ -219,6 +225,22 @@ enum Command {
     },
 }
 
+/// `--stats-flush-interval`: `None` for 0.
+#[derive(Clone, Copy)]
+struct FlushEvery(Option<std::time::Duration>);
+
+fn flush_interval(s: &str) -> Result<FlushEvery, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if secs == 0.0 {
+        return Ok(FlushEvery(None));
+    }
+    std::time::Duration::try_from_secs_f64(secs)
+        .map(|d| FlushEvery(Some(d)))
+        .map_err(|_| format!("{s:?} is not a number of seconds"))
+}
+
 fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
     s.parse()
         .map_err(|e: tablesql::datafusion::error::DataFusionError| e.to_string())
@@ -241,7 +263,9 @@ fn main() -> anyhow::Result<()> {
 
 async fn run() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let options = tablesql::EngineOptions::default().with_scan_policy(cli.scan_policy);
+    let options = tablesql::EngineOptions::default()
+        .with_scan_policy(cli.scan_policy)
+        .with_workload_flush(cli.stats_flush_interval.0);
     let location: StoreLocation = cli
         .store
         .parse()
@@ -274,10 +298,14 @@ async fn run() -> anyhow::Result<()> {
             // The shell's statement path, so that a statement prints here as it
             // does there: its tag or its rows with psql's footer, notices and
             // errors as psql prints them (`ERROR:  ...`).
+            let closing = engine.clone();
             let mut shell = tablesql::shell::Shell::new(engine, format, false).await;
             set_variables(&mut shell, &set)?;
+            let failed = shell.run_script(&sql).await.is_err();
+            // The statements' workload statistics, for every process over the store.
+            closing.close().await?;
             // The error is already reported, psql's way, by the shell.
-            if shell.run_script(&sql).await.is_err() {
+            if failed {
                 std::process::exit(1);
             }
             Ok(())
@@ -313,6 +341,9 @@ async fn run() -> anyhow::Result<()> {
             format,
             html,
         } => {
+            // Its own reading (ANALYZE's) is not the users' workload: it
+            // counts none, and advises from what other processes stored.
+            let options = options.with_statistics(false);
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
             advise(&engine, table, format, html.as_deref()).await
         }
@@ -363,7 +394,11 @@ async fn run() -> anyhow::Result<()> {
             tls_key,
         } => {
             let engine = tablesql::Engine::with_store(store, options).await?;
-            serve(engine, listen, users_file, users, tls_cert.zip(tls_key)).await
+            let closing = engine.clone();
+            let served = serve(engine, listen, users_file, users, tls_cert.zip(tls_key)).await;
+            // The workload statistics stored a last time, whatever ended it.
+            closing.close().await?;
+            served
         }
         Command::Scan {
             table,
@@ -519,8 +554,6 @@ async fn advise(
     for notice in engine.take_notices() {
         eprintln!("NOTICE:  {notice}");
     }
-    // This process's workload is ANALYZE's own reading: not the users'.
-    engine.collect("SELECT tablesql_stat_reset()").await?;
     if let Some(path) = html {
         let report = advise.replacen("tablesql_advise", "tablesql_advise_report", 1);
         let page = engine
