@@ -287,6 +287,9 @@ pub struct Engine {
     workload: Arc<Workload>,
     /// The workload statistics in the store, when they are kept there.
     persisted: Option<Arc<PersistedWorkload>>,
+    /// The store, its requests not counted in the workload statistics: for
+    /// the engine's own reading (a raw table's sample at each reload).
+    unobserved: Arc<dyn TableStore>,
 }
 
 /// A query string's one statement (`Engine::one_statement`).
@@ -432,8 +435,13 @@ impl Engine {
             watch: Arc::default(),
             public,
             persisted: options.workload_flush.map(|every| {
-                Arc::new(PersistedWorkload::new(unobserved, workload.clone(), every))
+                Arc::new(PersistedWorkload::new(
+                    unobserved.clone(),
+                    workload.clone(),
+                    every,
+                ))
             }),
+            unobserved,
             workload,
         };
         engine.refresh().await?;
@@ -641,8 +649,10 @@ impl Engine {
     }
 
     async fn raw_table(&self, table: &TableName) -> Result<StoreTable, EngineError> {
+        // Not the users' workload: every process over the store samples
+        // every raw table when it opens.
         let sample = self
-            .store
+            .unobserved
             .query(table, &Query::all().top(SAMPLE_SIZE), None)
             .await?;
         Ok(self.provider(Layout::raw(table.clone(), &infer(&sample.entities))))

@@ -314,11 +314,8 @@ async fn servers_over_one_account_see_their_workloads_merged() -> TestResult {
     append_readings(&n, "merged_readings", "MergedReadings").await?;
     // South learns of the new table from the stored catalog.
     let until = Instant::now() + Duration::from_secs(30);
-    while s
-        .simple_query("SELECT count(*) FROM merged_readings WHERE at = 'x'")
-        .await
-        .is_err()
-    {
+    let known = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'merged_readings'";
+    while rows(&s, known).await? != [["1"]] {
         assert!(Instant::now() < until, "south never saw the table");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
