@@ -549,7 +549,76 @@ async fn create(store: &dyn TableStore, table: &TableName) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::workload::Run;
     use super::*;
+    use crate::storage::MemoryStore;
+
+    fn process(store: &Arc<dyn TableStore>) -> (Arc<Workload>, PersistedWorkload) {
+        let w = Arc::new(Workload::default());
+        let p = PersistedWorkload::new(store.clone(), w.clone(), Duration::from_secs(10));
+        (w, p)
+    }
+
+    fn calls(w: &Workload) -> u64 {
+        w.statements().iter().map(|(_, s)| s.calls).sum()
+    }
+
+    /// Statements long enough that the snapshot takes several chunks and
+    /// transactions; a second process reads them merged, takes the first
+    /// over once it closed (counted once), and a reset clears them.
+    #[tokio::test]
+    async fn snapshots_are_stored_merged_taken_over_and_reset() -> Result<()> {
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        let (a, pa) = process(&store);
+        let long = "x".repeat(20_000);
+        for i in 0..150 {
+            a.ran(&format!("SELECT '{long}', {i}"), Run::default());
+        }
+        a.wrote("T", "p", 3, false);
+        pa.flush(false).await?;
+        let state = pa.state.lock().await;
+        assert!(state.chunks > CHUNKS_PER_BATCH, "{} chunks", state.chunks);
+        drop(state);
+
+        let (b, pb) = process(&store);
+        pb.refresh().await?;
+        assert_eq!(calls(&b), 150);
+        b.ran("SELECT 1", Run::default());
+        pb.flush(false).await?;
+        assert_eq!(calls(&b), 151);
+        // Nothing changed: nothing written.
+        let before = store.query_all(&table()?, &Query::partition(partition()?)).await?;
+        pb.flush(false).await?;
+        let after = store.query_all(&table()?, &Query::partition(partition()?)).await?;
+        assert_eq!(before, after);
+
+        pa.flush(true).await?;
+        pb.flush(false).await?;
+        let heads = store
+            .query_all(&table()?, &Query::partition(partition()?).rows(starting_with(HEAD)?))
+            .await?;
+        assert_eq!(heads.len(), 1, "a's head taken over by b");
+        assert_eq!(calls(&b), 151);
+        let partition_rows = b.partitions();
+        assert_eq!(partition_rows[0].traffic.written, 3);
+        let (c, pc) = process(&store);
+        pc.refresh().await?;
+        assert_eq!(calls(&c), 151, "counted once");
+
+        b.reset();
+        pb.flush(false).await?;
+        let (d, pd) = process(&store);
+        pd.refresh().await?;
+        assert_eq!(calls(&d), 0);
+        // Chunks of generations no head names are gone.
+        let left = store.query_all(&table()?, &Query::partition(partition()?)).await?;
+        let chunks = left
+            .iter()
+            .filter(|e| e.row_key().as_str().starts_with(CHUNK))
+            .count();
+        assert!(chunks <= 1, "{chunks} chunks left");
+        Ok(())
+    }
 
     #[test]
     fn text_is_cut_at_character_boundaries_within_the_limit() {
