@@ -187,8 +187,9 @@ pub struct EngineOptions {
     pub statistics: bool,
     /// Whether, and how often, the workload statistics are stored in the
     /// store (`exec::stats::persist`): read from it when the engine opens,
-    /// merged with every other process's, written every this often when
-    /// they changed, and by [`Engine::close`]. `None` (the default): they
+    /// merged with every other process's, written every this often (taken
+    /// between 50 ms and an hour) when they changed, and by
+    /// [`Engine::close`]. `None` (the default): they
     /// live in this process's memory only. The `tablesql` binary stores
     /// them every 10 s.
     pub workload_flush: Option<std::time::Duration>,

@@ -10,6 +10,8 @@ use crate::exec::stats::persist::PersistedWorkload;
 
 /// The shortest interval taken: a shorter one would only load the store.
 const SHORTEST: Duration = Duration::from_millis(50);
+/// The longest: statistics an hour old are stale for an advisor.
+const LONGEST: Duration = Duration::from_secs(3600);
 
 /// Starts the timer of `p`, if a tokio runtime runs this (an engine opened
 /// under another executor stores its statistics at `Engine::close` only).
@@ -18,7 +20,7 @@ pub(super) fn start(p: &Arc<PersistedWorkload>) {
         return;
     };
     let weak = Arc::downgrade(p);
-    let every = p.every().max(SHORTEST);
+    let every = p.every().clamp(SHORTEST, LONGEST);
     runtime.spawn(async move {
         let mut tick = tokio::time::interval(every);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);

@@ -36,7 +36,7 @@ struct Cli {
     /// Seconds between stores of the workload statistics (tablesql_stat_statements,
     /// tablesql_stat_partitions, the advisor's) in the store, where every process
     /// over it reads them merged; they are also stored when the process ends.
-    /// 0 keeps them in this process's memory only.
+    /// 0 keeps them in this process's memory only; otherwise from 0.05 to 3600.
     #[arg(long, global = true, env = "TABLESQL_STATS_FLUSH_INTERVAL", default_value = "10", value_parser = flush_interval)]
     stats_flush_interval: FlushEvery,
     #[command(subcommand)]
@@ -235,6 +235,9 @@ fn flush_interval(s: &str) -> Result<FlushEvery, String> {
         .map_err(|_| format!("{s:?} is not a number of seconds"))?;
     if secs == 0.0 {
         return Ok(FlushEvery(None));
+    }
+    if !(0.05..=3600.0).contains(&secs) {
+        return Err(format!("{s} is not from 0.05 to 3600 seconds (or 0)"));
     }
     std::time::Duration::try_from_secs_f64(secs)
         .map(|d| FlushEvery(Some(d)))

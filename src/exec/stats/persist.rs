@@ -224,7 +224,7 @@ impl PersistedWorkload {
             }
         }
         let reset = self.read_others(&mut state).await?;
-        let own_since = self.workload.own().since;
+        let own_since = self.workload.own_since();
         if reset.is_some_and(|at| at > own_since) {
             self.workload.reset_to(reset.unwrap_or(own_since));
         }
@@ -407,11 +407,16 @@ impl PersistedWorkload {
                 state.stored = Some(own.changes);
                 state.stored_at = Some(Instant::now());
                 state.closed = closing;
-                for (instance, o) in &taken {
+                // Out of the others' first: a reader in between counts
+                // them once too few, never twice.
+                for (instance, _) in &taken {
+                    state.others.remove(instance);
+                }
+                self.workload.set_others(merged(state.others.values()));
+                for (_, o) in &taken {
                     if let Some(k) = &o.kept {
                         self.workload.absorb(k);
                     }
-                    state.others.remove(instance);
                 }
                 if old > 0 {
                     self.delete_chunks(&self.instance, old, old_chunks).await;

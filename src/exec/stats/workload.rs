@@ -591,6 +591,11 @@ impl Workload {
         self.enabled
     }
 
+    /// When this process's own counts start.
+    pub fn own_since(&self) -> DateTime<Utc> {
+        self.lock().since
+    }
+
     /// This process's own counts, to store.
     pub fn own(&self) -> Kept {
         self.lock().clone()
