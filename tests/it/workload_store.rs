@@ -162,7 +162,10 @@ async fn point_reads(client: &Client, table: &str, n: i32) -> TestResult {
 }
 
 /// `(calls, access_path)` of the statements that start with `start`.
-async fn calls(client: &Client, start: &str) -> Result<Vec<(i64, String)>, Box<dyn std::error::Error>> {
+async fn calls(
+    client: &Client,
+    start: &str,
+) -> Result<Vec<(i64, String)>, Box<dyn std::error::Error>> {
     let found = rows(
         client,
         &format!(
@@ -240,7 +243,11 @@ async fn workload_statistics_survive_a_restart_of_serve() -> TestResult {
     let out = tablesql(store)
         .args(["advise", "restart_readings", "--format", "json"])
         .output()?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let findings: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
     let append = findings
         .iter()
@@ -314,7 +321,8 @@ async fn servers_over_one_account_see_their_workloads_merged() -> TestResult {
     append_readings(&n, "merged_readings", "MergedReadings").await?;
     // South learns of the new table from the stored catalog.
     let until = Instant::now() + Duration::from_secs(30);
-    let known = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'merged_readings'";
+    let known =
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'merged_readings'";
     while rows(&s, known).await? != [["1"]] {
         assert!(Instant::now() < until, "south never saw the table");
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -352,7 +360,11 @@ async fn servers_over_one_account_see_their_workloads_merged() -> TestResult {
     let out = tablesql(store)
         .args(["advise", "merged_readings", "--format", "json"])
         .output()?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let findings: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
     assert!(
         findings.iter().any(|f| f["finding"] == "append_only"),
@@ -373,8 +385,11 @@ async fn write_partitions(store: &dyn TableStore, table: &str, keys: &[String]) 
         let ops = (0..5)
             .map(|i| {
                 Ok(WriteOp::Insert(
-                    Entity::new(PartitionKey::new(key.as_str())?, RowKey::new(format!("{i:04}"))?)
-                        .with("v", EdmValue::Int32(i)),
+                    Entity::new(
+                        PartitionKey::new(key.as_str())?,
+                        RowKey::new(format!("{i:04}"))?,
+                    )
+                    .with("v", EdmValue::Int32(i)),
                 ))
             })
             .collect::<Result<Vec<_>, Box<dyn std::error::Error>>>()?;
@@ -397,13 +412,19 @@ async fn timed_tables(store: &dyn TableStore) -> TestResult {
 }
 
 /// `tablesql advise` of both tables: the findings as JSON.
-fn advise_tables(store: &std::ffi::OsStr) -> Result<Vec<serde_json::Value>, Box<dyn std::error::Error>> {
+fn advise_tables(
+    store: &std::ffi::OsStr,
+) -> Result<Vec<serde_json::Value>, Box<dyn std::error::Error>> {
     let mut all = Vec::new();
     for table in ["Ticks", "Scattered"] {
         let out = tablesql(store)
             .args(["advise", table, "--format", "json"])
             .output()?;
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         let found: Vec<serde_json::Value> = serde_json::from_slice(&out.stdout)?;
         all.extend(found);
     }

@@ -640,7 +640,9 @@ mod tests {
         let kinds: Vec<_> = found.iter().map(|f| (f.table.as_str(), f.kind)).collect();
         assert_eq!(kinds, [("Up", "append_only"), ("Down", "prepend_only")]);
         assert!(
-            found[0].evidence.contains("rank correlation 1.00 over 11.0 s")
+            found[0]
+                .evidence
+                .contains("rank correlation 1.00 over 11.0 s")
                 && found[0].evidence.contains("the last, \"p11\""),
             "{found:?}"
         );

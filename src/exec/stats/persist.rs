@@ -112,8 +112,7 @@ impl Other {
     fn stopped(&self, now: DateTime<Utc>) -> bool {
         let quiet = self.every.max(HEARTBEAT) * STALE_INTERVALS;
         self.closed
-            || chrono::Duration::from_std(quiet)
-                .is_ok_and(|quiet| self.flushed + quiet < now)
+            || chrono::Duration::from_std(quiet).is_ok_and(|quiet| self.flushed + quiet < now)
     }
 }
 
@@ -247,8 +246,8 @@ impl PersistedWorkload {
     async fn store_reset(&self, at: DateTime<Utc>) -> Result<()> {
         let table = table()?;
         create(self.store.as_ref(), &table).await?;
-        let marker = Entity::new(partition()?, RowKey::new(RESET_ROW)?)
-            .with("at", EdmValue::DateTime(at));
+        let marker =
+            Entity::new(partition()?, RowKey::new(RESET_ROW)?).with("at", EdmValue::DateTime(at));
         self.store
             .execute(&table, WriteOp::InsertOrReplace(marker))
             .await?;
@@ -342,7 +341,8 @@ impl PersistedWorkload {
             .collect();
         let heartbeat = state.stored_at.is_some_and(|at| at.elapsed() >= HEARTBEAT);
         let nothing_yet = state.stored.is_none() && own.is_empty();
-        if taken.is_empty() && (nothing_yet || (!changed && closing == state.closed && !heartbeat)) {
+        if taken.is_empty() && (nothing_yet || (!changed && closing == state.closed && !heartbeat))
+        {
             return Ok(Stored::Done);
         }
         // The stopped processes' counts first, this process's over them: its
@@ -492,7 +492,12 @@ impl PersistedWorkload {
             }
         }
         for batch in ops.chunks(crate::storage::write::MAX_BATCH_OPERATIONS) {
-            if self.store.execute_batch(&table, batch.to_vec()).await.is_err() {
+            if self
+                .store
+                .execute_batch(&table, batch.to_vec())
+                .await
+                .is_err()
+            {
                 // One missing refuses the transaction: each alone.
                 for op in batch {
                     let _ = self.store.execute(&table, op.clone()).await;
@@ -592,15 +597,22 @@ mod tests {
         pb.flush(false).await?;
         assert_eq!(calls(&b), 151);
         // Nothing changed: nothing written.
-        let before = store.query_all(&table()?, &Query::partition(partition()?)).await?;
+        let before = store
+            .query_all(&table()?, &Query::partition(partition()?))
+            .await?;
         pb.flush(false).await?;
-        let after = store.query_all(&table()?, &Query::partition(partition()?)).await?;
+        let after = store
+            .query_all(&table()?, &Query::partition(partition()?))
+            .await?;
         assert_eq!(before, after);
 
         pa.flush(true).await?;
         pb.flush(false).await?;
         let heads = store
-            .query_all(&table()?, &Query::partition(partition()?).rows(starting_with(HEAD)?))
+            .query_all(
+                &table()?,
+                &Query::partition(partition()?).rows(starting_with(HEAD)?),
+            )
             .await?;
         assert_eq!(heads.len(), 1, "a's head taken over by b");
         assert_eq!(calls(&b), 151);
@@ -616,7 +628,9 @@ mod tests {
         pd.refresh().await?;
         assert_eq!(calls(&d), 0);
         // Chunks of generations no head names are gone.
-        let left = store.query_all(&table()?, &Query::partition(partition()?)).await?;
+        let left = store
+            .query_all(&table()?, &Query::partition(partition()?))
+            .await?;
         let chunks = left
             .iter()
             .filter(|e| e.row_key().as_str().starts_with(CHUNK))
@@ -627,7 +641,11 @@ mod tests {
 
     #[test]
     fn text_is_cut_at_character_boundaries_within_the_limit() {
-        let text = format!("{}é{}", "a".repeat(PROPERTY_UNITS - 1), "\u{1F600}".repeat(3));
+        let text = format!(
+            "{}é{}",
+            "a".repeat(PROPERTY_UNITS - 1),
+            "\u{1F600}".repeat(3)
+        );
         let parts = cut(&text);
         assert_eq!(parts.concat(), text);
         assert!(

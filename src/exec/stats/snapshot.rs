@@ -113,7 +113,10 @@ pub fn decode(text: &str) -> Option<Kept> {
         let key = |i: usize| o.get(i).and_then(Value::as_str).map(str::to_owned);
         let count = |i: usize| o.get(i).and_then(Value::as_u64);
         let range = key(0).zip(key(1));
-        let order = KeyOrder::restored(range, [count(2)?, count(3)?, count(4)?, count(5)?, count(6)?]);
+        let order = KeyOrder::restored(
+            range,
+            [count(2)?, count(3)?, count(4)?, count(5)?, count(6)?],
+        );
         let mut table = TableTraffic {
             totals: restore(t.get(1)?)?,
             order,

@@ -522,32 +522,32 @@ impl Workload {
     /// Every statement's runs, by normalized text.
     pub fn statements(&self) -> Vec<(String, StatementStats)> {
         self.merged(|kept| {
-        let mut rows: Vec<_> = kept
-            .statements
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        rows.sort_by(|a, b| a.0.cmp(&b.0));
-        rows
+            let mut rows: Vec<_> = kept
+                .statements
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            rows.sort_by(|a, b| a.0.cmp(&b.0));
+            rows
         })
     }
 
     /// Every partition's traffic, by table and PartitionKey.
     pub fn partitions(&self) -> Vec<PartitionRow> {
         self.merged(|kept| {
-        let mut rows: Vec<PartitionRow> = kept
-            .tables
-            .iter()
-            .flat_map(|(table, parts)| {
-                parts.partitions.iter().map(|(pk, t)| PartitionRow {
-                    table: table.clone(),
-                    partition: pk.clone(),
-                    traffic: t.clone(),
+            let mut rows: Vec<PartitionRow> = kept
+                .tables
+                .iter()
+                .flat_map(|(table, parts)| {
+                    parts.partitions.iter().map(|(pk, t)| PartitionRow {
+                        table: table.clone(),
+                        partition: pk.clone(),
+                        traffic: t.clone(),
+                    })
                 })
-            })
-            .collect();
-        rows.sort_by(|a, b| (&a.table, &a.partition).cmp(&(&b.table, &b.partition)));
-        rows
+                .collect();
+            rows.sort_by(|a, b| (&a.table, &a.partition).cmp(&(&b.table, &b.partition)));
+            rows
         })
     }
 
@@ -641,18 +641,18 @@ impl Workload {
     /// Each storage table's traffic, by name.
     pub fn tables(&self) -> Vec<TableRow> {
         self.merged(|kept| {
-        let mut rows: Vec<_> = kept
-            .tables
-            .iter()
-            .map(|(t, traffic)| TableRow {
-                table: t.clone(),
-                totals: traffic.totals.clone(),
-                partitions: traffic.partitions.len(),
-                order: traffic.order.clone(),
-            })
-            .collect();
-        rows.sort_by(|a, b| a.table.cmp(&b.table));
-        rows
+            let mut rows: Vec<_> = kept
+                .tables
+                .iter()
+                .map(|(t, traffic)| TableRow {
+                    table: t.clone(),
+                    totals: traffic.totals.clone(),
+                    partitions: traffic.partitions.len(),
+                    order: traffic.order.clone(),
+                })
+                .collect();
+            rows.sort_by(|a, b| a.table.cmp(&b.table));
+            rows
         })
     }
 
