@@ -490,3 +490,52 @@ async fn advise_finds_an_append_only_key_from_the_data_azurite() -> TestResult {
     let found = advise_tables(std::ffi::OsStr::new(&argument))?;
     check_advice(&found)
 }
+
+/// `tablesql query` stores its statements' statistics when it ends: the
+/// advisor in the next process sees the append-only inserts it ran, and
+/// `tablesql_stat_statements` in a third counts them.
+#[test]
+fn query_processes_store_their_workload() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().as_os_str();
+    let mut script = String::from(
+        "CREATE TABLE cli_readings (at TEXT NOT NULL, seq INT NOT NULL, PRIMARY KEY (at, seq)) \
+         WITH (storage_table = 'CliReadings', partition_key = '{at}', row_key = '{seq:08}');\n",
+    );
+    for i in 0..60 {
+        script.push_str(&format!(
+            "INSERT INTO cli_readings (at, seq) VALUES ('2026-11-23T11:{i:02}', {i});\n"
+        ));
+    }
+    let out = tablesql(store)
+        .env("TABLESQL_STATS_FLUSH_INTERVAL", "3600")
+        .args(["query", &script])
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = tablesql(store)
+        .args(["advise", "cli_readings", "--format", "csv"])
+        .output()?;
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.contains("CliReadings,append_only,\"59 of 59 entities written"),
+        "{said}"
+    );
+    let out = tablesql(store)
+        .args([
+            "query",
+            "SELECT calls FROM tablesql_stat_statements WHERE query LIKE 'INSERT INTO cli_readings%'",
+            "--format",
+            "csv",
+        ])
+        .output()?;
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "calls\n60\n",
+        "{out:?}"
+    );
+    Ok(())
+}

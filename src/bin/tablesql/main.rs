@@ -329,7 +329,10 @@ async fn run() -> anyhow::Result<()> {
                 mode,
                 reject,
             };
-            load::load(&engine, request).await
+            let loaded = load::load(&engine, request).await;
+            // Its writes' statistics, for the advisor in any process.
+            engine.close().await?;
+            loaded
         }
         Command::CheckIndex {
             table,
@@ -490,6 +493,8 @@ async fn shell(
 ) -> anyhow::Result<()> {
     use tablesql::shell::Shell;
     let engine = tablesql::Engine::with_store(store, options).await?;
+    // The session's workload statistics, stored for every process at the end.
+    let closing = engine.clone();
     let interactive = file.is_none() && std::io::stdin().is_terminal();
     let terminal = interactive && std::io::stdout().is_terminal();
     let mut shell = Shell::new(engine, format, terminal).await;
@@ -498,14 +503,18 @@ async fn shell(
         let history = std::env::var_os("TABLESQL_HISTORY")
             .map(std::path::PathBuf::from)
             .or_else(|| std::env::home_dir().map(|h| h.join(".tablesql_history")));
-        return Ok(shell.interactive(history).await?);
+        let ended = shell.interactive(history).await;
+        closing.close().await?;
+        return Ok(ended?);
     }
     let text = match &file {
         Some(path) => tablesql::shell::read(path)?,
         None => std::io::read_to_string(std::io::stdin())?,
     };
+    let failed = shell.run_script(&text).await.is_err();
+    closing.close().await?;
     // The error is already reported, psql's way, by the shell.
-    if shell.run_script(&text).await.is_err() {
+    if failed {
         std::process::exit(1);
     }
     Ok(())
