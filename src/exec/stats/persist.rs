@@ -241,8 +241,8 @@ impl PersistedWorkload {
         Ok(())
     }
 
-    /// Writes the reset marker, and deletes the heads a reset makes old
-    /// (best effort: readers skip them in any case).
+    /// Writes the reset marker (the heads it makes old are deleted by
+    /// whoever reads them next: `read_others`).
     async fn store_reset(&self, at: DateTime<Utc>) -> Result<()> {
         let table = table()?;
         create(self.store.as_ref(), &table).await?;
@@ -290,13 +290,24 @@ impl PersistedWorkload {
                 old.push((instance.to_owned(), other));
                 continue;
             }
-            match state.others.get(instance) {
+            let known = state.others.get(instance);
+            match known {
                 Some(o) if o.generation == other.generation && o.kept.is_some() => {
                     other.kept = o.kept.clone();
                 }
                 _ => other.kept = self.read_snapshot(instance, &other).await?,
             }
-            seen.insert(instance.to_owned(), other);
+            match known {
+                // Replaced while it was read: the snapshot read before (its
+                // own generation and ETag, so that it is read again next
+                // time, and never taken over under the new head) until then.
+                Some(o) if other.kept.is_none() && o.kept.is_some() => {
+                    seen.insert(instance.to_owned(), o.clone());
+                }
+                _ => {
+                    seen.insert(instance.to_owned(), other);
+                }
+            }
         }
         for (instance, o) in old {
             // Best effort: another process may be deleting it too.
