@@ -16,6 +16,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 
 use crate::exec::stats::observed::ObservedStore;
+use crate::exec::stats::persist::PersistedWorkload;
 use crate::exec::stats::workload::Workload;
 use crate::exec::write::upkeep::Upkeep;
 use crate::planner::index_functions::{self, IndexFunction};
@@ -59,6 +60,7 @@ mod follow;
 mod indexes;
 mod kind;
 mod paging;
+mod persist_timer;
 mod prepared;
 pub(crate) mod refuse;
 mod run;
@@ -179,8 +181,18 @@ pub struct EngineOptions {
     pub catalog_check: std::time::Duration,
     /// Whether the engine keeps workload statistics
     /// (`tablesql_stat_statements`, `tablesql_stat_partitions`, the
-    /// advisor); on by default. Off, the views are empty.
+    /// advisor); on by default. Off, the engine counts nothing of its
+    /// own: the views are empty, or show what other processes stored
+    /// (with `workload_flush`).
     pub statistics: bool,
+    /// Whether, and how often, the workload statistics are stored in the
+    /// store (`exec::stats::persist`): read from it when the engine opens,
+    /// merged with every other process's, written every this often (taken
+    /// between 50 ms and an hour) when they changed, and by
+    /// [`Engine::close`]. `None` (the default): they
+    /// live in this process's memory only. The `tablesql` binary stores
+    /// them every 10 s.
+    pub workload_flush: Option<std::time::Duration>,
 }
 
 impl Default for EngineOptions {
@@ -191,6 +203,7 @@ impl Default for EngineOptions {
             scan_policy: ScanPolicy::default(),
             catalog_check: DEFAULT_CATALOG_CHECK,
             statistics: true,
+            workload_flush: None,
         }
     }
 }
@@ -223,6 +236,13 @@ impl EngineOptions {
     /// With or without workload statistics.
     pub fn with_statistics(mut self, on: bool) -> Self {
         self.statistics = on;
+        self
+    }
+
+    /// With the workload statistics stored every `every` (`None`: kept in
+    /// memory only). See [`EngineOptions::workload_flush`].
+    pub fn with_workload_flush(mut self, every: Option<std::time::Duration>) -> Self {
+        self.workload_flush = every;
         self
     }
 }
@@ -266,6 +286,11 @@ pub struct Engine {
     public: Arc<schema::PublicSchema>,
     /// What statements asked of each partition (`tablesql_stat_partitions`).
     workload: Arc<Workload>,
+    /// The workload statistics in the store, when they are kept there.
+    persisted: Option<Arc<PersistedWorkload>>,
+    /// The store, its requests not counted in the workload statistics: for
+    /// the engine's own reading (a raw table's sample at each reload).
+    unobserved: Arc<dyn TableStore>,
 }
 
 /// A query string's one statement (`Engine::one_statement`).
@@ -304,6 +329,9 @@ impl Engine {
         store: Arc<dyn TableStore>,
         options: EngineOptions,
     ) -> Result<Self, EngineError> {
+        // Stored through the store as given: storing the statistics is not
+        // the users' workload.
+        let unobserved = store.clone();
         // Every request of every statement is seen by the statistics.
         let (workload, store): (Arc<Workload>, Arc<dyn TableStore>) = if options.statistics {
             let workload = Arc::new(Workload::default());
@@ -407,9 +435,23 @@ impl Engine {
             catalog_version: Arc::default(),
             watch: Arc::default(),
             public,
+            persisted: options.workload_flush.map(|every| {
+                Arc::new(PersistedWorkload::new(
+                    unobserved.clone(),
+                    workload.clone(),
+                    every,
+                ))
+            }),
+            unobserved,
             workload,
         };
         engine.refresh().await?;
+        if let Some(p) = &engine.persisted {
+            // Statistics only: a store whose copy cannot be read opens
+            // without the history.
+            let _ = p.refresh().await;
+            persist_timer::start(p);
+        }
         // A transaction block a stopped process was committing across
         // partitions is finished (`exec::write::commit`). Best effort: a
         // store that cannot be written still opens for reading.
@@ -424,6 +466,28 @@ impl Engine {
     /// The workload statistics kept since the engine started or was reset.
     pub(crate) fn workload(&self) -> &Arc<Workload> {
         &self.workload
+    }
+
+    /// Stores the workload statistics now, when they are kept in the store
+    /// (`EngineOptions::workload_flush`), and reads the other processes'.
+    pub async fn flush_workload(&self) -> Result<(), EngineError> {
+        if let Some(p) = &self.persisted {
+            p.flush(false).await?;
+        }
+        Ok(())
+    }
+
+    /// Ends the engine's work for a shutdown: stores the workload
+    /// statistics a last time, marked as this process's last (the next
+    /// process to flush takes them over as its own), and stops the timer
+    /// that stores them. Statements may still run after it; what they
+    /// count is stored only by another `flush_workload` or `close`.
+    pub async fn close(&self) -> Result<(), EngineError> {
+        if let Some(p) = &self.persisted {
+            persist_timer::stop(p);
+            p.flush(true).await?;
+        }
+        Ok(())
     }
 
     /// The DataFusion session, for users who want it whole.
@@ -586,8 +650,10 @@ impl Engine {
     }
 
     async fn raw_table(&self, table: &TableName) -> Result<StoreTable, EngineError> {
+        // Not the users' workload: every process over the store samples
+        // every raw table when it opens.
         let sample = self
-            .store
+            .unobserved
             .query(table, &Query::all().top(SAMPLE_SIZE), None)
             .await?;
         Ok(self.provider(Layout::raw(table.clone(), &infer(&sample.entities))))

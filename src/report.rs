@@ -312,6 +312,8 @@ mod tests {
                     largest: 100,
                     widest: 3,
                     guideposts: Vec::new(),
+                    oldest: None,
+                    newest: None,
                 })
                 .collect(),
         };

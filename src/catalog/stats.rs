@@ -63,6 +63,13 @@ pub struct PartitionStats {
     pub widest: u64,
     /// RowKeys that split the partition into chunks of about equal size, ascending.
     pub guideposts: Vec<RowKey>,
+    /// The oldest and the newest Timestamp of its entities (the store's
+    /// time of their last write): where writes land over time, for the
+    /// advisor's append-only finding. `None` in statistics taken before
+    /// they were kept.
+    pub oldest: Option<DateTime<Utc>>,
+    /// See `oldest`.
+    pub newest: Option<DateTime<Utc>>,
 }
 
 /// The statistics an engine plans with, by storage table, shared by its
@@ -166,6 +173,12 @@ pub async fn save(
             .with("largest", EdmValue::Int64(p.largest as i64))
             .with("widest", EdmValue::Int64(p.widest as i64))
             .with("guideposts", EdmValue::String(guideposts.join("\n")));
+        let entity = [("oldest", p.oldest), ("newest", p.newest)]
+            .into_iter()
+            .fold(entity, |e, (name, at)| match at {
+                Some(at) => e.with(name, EdmValue::DateTime(at)),
+                None => e,
+            });
         ops.push(WriteOp::InsertOrReplace(entity));
     }
     for e in old {
@@ -258,6 +271,10 @@ async fn load_one(
             Some(EdmValue::Int64(n)) => *n as u64,
             _ => 0,
         };
+        let time = |name: &str| match r.get(name) {
+            Some(EdmValue::DateTime(at)) => Some(*at),
+            _ => None,
+        };
         partitions.push(PartitionStats {
             partition: PartitionKey::from_stored(r.row_key().as_str().to_owned()),
             entities: *entities as u64,
@@ -265,6 +282,8 @@ async fn load_one(
             largest: count("largest"),
             widest: count("widest"),
             guideposts,
+            oldest: time("oldest"),
+            newest: time("newest"),
         });
     }
     partitions.sort_by(|a, b| a.partition.cmp(&b.partition));

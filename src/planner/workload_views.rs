@@ -2,7 +2,10 @@
 //! (one row per normalized statement run since the last reset) and
 //! `tablesql_stat_partitions` (one row per partition the statements read or
 //! wrote), and `tablesql_stat_reset()`, which forgets them, as
-//! `pg_stat_statements_reset()` does.
+//! `pg_stat_statements_reset()` does. Where the engine stores them
+//! (`EngineOptions::workload_flush`), the views show this process's counts
+//! merged with every other process's stored ones (`exec::stats::persist`),
+//! and a reset forgets the stored ones too, at the next flush.
 
 use std::sync::Arc;
 
@@ -203,8 +206,8 @@ pub const ADVISE: &str = "tablesql_advise";
 /// The advisor's report function's name.
 pub const ADVISE_REPORT: &str = "tablesql_advise_report";
 
-/// What the advisor reads: the workload statistics and the `ANALYZE`
-/// statistics of one engine.
+/// What the advisor reads: the workload statistics (this engine's, merged
+/// with the stored ones) and the `ANALYZE` statistics.
 #[derive(Debug, Clone)]
 pub struct Advisor {
     workload: Arc<Workload>,

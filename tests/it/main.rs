@@ -25,6 +25,7 @@ mod shell;
 mod slt;
 mod sql;
 mod workload;
+mod workload_store;
 mod writes;
 
 /// Held by the tests that count timing-sensitive events (the fault injection

@@ -36,6 +36,12 @@ struct Cli {
     /// columns). A session changes it with `SET tablesql.scan_policy`.
     #[arg(long, global = true, default_value = "warn", value_parser = scan_policy)]
     scan_policy: ScanPolicy,
+    /// Seconds between stores of the workload statistics (tablesql_stat_statements,
+    /// tablesql_stat_partitions, the advisor's) in the store, where every process
+    /// over it reads them merged; they are also stored when the process ends.
+    /// 0 keeps them in this process's memory only; otherwise from 0.05 to 3600.
+    #[arg(long, global = true, env = "TABLESQL_STATS_FLUSH_INTERVAL", default_value = "10", value_parser = flush_interval)]
+    stats_flush_interval: FlushEvery,
     #[command(subcommand)]
     command: Command,
 }
@@ -193,10 +199,10 @@ enum Command {
         repair: bool,
     },
     /// The partition advisor: ANALYZE a mapped table (or every one) and
-    /// report what `tablesql_advise` finds in its partition sizes, each
-    /// finding with its evidence and remedy. Workload findings need the
-    /// statistics of a running engine: ask `tablesql serve` with
-    /// `SELECT * FROM tablesql_advise()`.
+    /// report what `tablesql_advise` finds, each finding with its evidence
+    /// and remedy: from the partitions' sizes and their newest writes (an
+    /// append-only key), and from the workload statistics every process
+    /// over the store (`serve`, `query`, ...) stored there.
     Advise {
         /// The table (its SQL name); every mapped table when left out.
         table: Option<String>,
@@ -260,6 +266,25 @@ enum Command {
     },
 }
 
+/// `--stats-flush-interval`: `None` for 0.
+#[derive(Clone, Copy)]
+struct FlushEvery(Option<std::time::Duration>);
+
+fn flush_interval(s: &str) -> Result<FlushEvery, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if secs == 0.0 {
+        return Ok(FlushEvery(None));
+    }
+    if !(0.05..=3600.0).contains(&secs) {
+        return Err(format!("{s} is not from 0.05 to 3600 seconds (or 0)"));
+    }
+    std::time::Duration::try_from_secs_f64(secs)
+        .map(|d| FlushEvery(Some(d)))
+        .map_err(|_| format!("{s:?} is not a number of seconds"))
+}
+
 fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
     s.parse()
         .map_err(|e: tablesql::datafusion::error::DataFusionError| e.to_string())
@@ -321,7 +346,9 @@ async fn run() -> anyhow::Result<()> {
         }
         _ => {}
     }
-    let options = tablesql::EngineOptions::default().with_scan_policy(cli.scan_policy);
+    let options = tablesql::EngineOptions::default()
+        .with_scan_policy(cli.scan_policy)
+        .with_workload_flush(cli.stats_flush_interval.0);
     let location: StoreLocation = cli
         .store
         .parse()
@@ -362,12 +389,15 @@ async fn run() -> anyhow::Result<()> {
             // The shell's statement path, so that a statement prints here as it
             // does there: its tag or its rows with psql's footer, notices and
             // errors as psql prints them (`ERROR:  ...`).
+            let closing = engine.clone();
             let mut shell = tablesql::shell::Shell::new(engine, format, false).await;
             shell.set_paging(std::io::stdout().is_terminal());
             shell.set_conninfo(&location.to_string());
             set_variables(&mut shell, &set)?;
             set_psets(&mut shell, &pset)?;
             let code = run::query(&mut shell, actions, &set).await;
+            // The statements' workload statistics, for every process over the store.
+            closing.close().await?;
             std::process::exit(code)
         }
         Command::Completions { .. } | Command::Man | Command::CliDoc => Ok(()),
@@ -395,7 +425,10 @@ async fn run() -> anyhow::Result<()> {
                 mode,
                 reject,
             };
-            load::load(&engine, request).await
+            let loaded = load::load(&engine, request).await;
+            // Its writes' statistics, for the advisor in any process.
+            engine.close().await?;
+            loaded
         }
         Command::CheckIndex {
             table,
@@ -410,6 +443,9 @@ async fn run() -> anyhow::Result<()> {
             format,
             html,
         } => {
+            // Its own reading (ANALYZE's) is not the users' workload: it
+            // counts none, and advises from what other processes stored.
+            let options = options.with_statistics(false);
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
             advise(&engine, table, format, html.as_deref()).await
         }
@@ -460,7 +496,11 @@ async fn run() -> anyhow::Result<()> {
             tls_key,
         } => {
             let engine = tablesql::Engine::with_store(store, options).await?;
-            serve(engine, listen, users_file, users, tls_cert.zip(tls_key)).await
+            let closing = engine.clone();
+            let served = serve(engine, listen, users_file, users, tls_cert.zip(tls_key)).await;
+            // The workload statistics stored a last time, whatever ended it.
+            closing.close().await?;
+            served
         }
         Command::Scan {
             table,
@@ -549,6 +589,8 @@ async fn shell(
     pset: &[String],
 ) -> anyhow::Result<()> {
     use tablesql::shell::{ScriptEnd, Shell};
+    // The session's workload statistics, stored for every process at the end.
+    let closing = engine.clone();
     let interactive = file.is_none() && std::io::stdin().is_terminal();
     let terminal = interactive && std::io::stdout().is_terminal();
     let mut shell = Shell::new(engine, format, terminal).await;
@@ -559,7 +601,9 @@ async fn shell(
         let history = std::env::var_os("TABLESQL_HISTORY")
             .map(std::path::PathBuf::from)
             .or_else(|| std::env::home_dir().map(|h| h.join(".tablesql_history")));
-        return Ok(shell.interactive(history).await?);
+        let ended = shell.interactive(history).await;
+        closing.close().await?;
+        return Ok(ended?);
     }
     let text = match &file {
         Some(path) => match std::fs::read_to_string(path) {
@@ -573,7 +617,9 @@ async fn shell(
     };
     // Errors are already reported, psql's way, by the shell; the exit
     // code is psql's: 3 when ON_ERROR_STOP ended the script.
-    if shell.run_file(&text).await == ScriptEnd::Stopped {
+    let end = shell.run_file(&text).await;
+    closing.close().await?;
+    if end == ScriptEnd::Stopped {
         std::process::exit(3);
     }
     Ok(())
@@ -637,8 +683,6 @@ async fn advise(
     for notice in engine.take_notices() {
         eprintln!("NOTICE:  {notice}");
     }
-    // This process's workload is ANALYZE's own reading: not the users'.
-    engine.collect("SELECT tablesql_stat_reset()").await?;
     if let Some(path) = html {
         let report = advise.replacen("tablesql_advise", "tablesql_advise_report", 1);
         let page = engine

@@ -522,6 +522,8 @@ mod tests {
             largest: 10,
             widest: 1,
             guideposts: guideposts.iter().map(|g| rk(g)).collect(),
+            oldest: None,
+            newest: None,
         };
         let stats = TableStats {
             taken: chrono::Utc::now(),

@@ -61,6 +61,7 @@ pub fn advise(evidence: &Evidence<'_>) -> Vec<Finding> {
     for (table, s) in &evidence.analyzed {
         concentrated(table, s, &mut out);
         near_limits(table, s, &mut out);
+        written_in_key_order(table, s, &mut out);
     }
     for t in &evidence.tables {
         at_the_end(&t.table, &t.order, &mut out);
@@ -188,23 +189,147 @@ fn at_the_end(table: &str, o: &KeyOrder, out: &mut Vec<Finding>) {
         if new < ENOUGH_NEW_ENDS || (at as f64) < AT_THE_END * o.compared as f64 {
             continue;
         }
+        let evidence = format!(
+            "{at} of {} entities written went to the {end} PartitionKey written before \
+             or past it; {new} statements made a new {end} partition (now {:?})",
+            o.compared,
+            key.unwrap_or_default()
+        );
+        // The same finding from the data (`written_in_key_order`): one
+        // finding, both evidences, the workload's first.
+        if let Some(f) = out.iter_mut().find(|f| f.table == table && f.kind == kind) {
+            f.evidence = format!("{evidence}; {}", f.evidence);
+            continue;
+        }
         out.push(Finding {
             table: table.to_owned(),
             kind,
-            evidence: format!(
-                "{at} of {} entities written went to the {end} PartitionKey written before \
-                 or past it; {new} statements made a new {end} partition (now {:?})",
-                o.compared,
-                key.unwrap_or_default()
-            ),
-            remedy: format!(
-                "a date or a counter as PartitionKey sends every insert to the {end} range \
-                 partition, one server at about {PARTITION_TARGET_PER_S} entities/s: put a hash \
-                 or a bucket number before it (\"07_2026-11-23\"), or key by what is written \
-                 concurrently, and keep the time in the RowKey"
-            ),
+            evidence,
+            remedy: at_the_end_remedy(end),
         });
     }
+}
+
+fn at_the_end_remedy(end: &str) -> String {
+    format!(
+        "a date or a counter as PartitionKey sends every insert to the {end} range \
+         partition, one server at about {PARTITION_TARGET_PER_S} entities/s: put a hash \
+         or a bucket number before it (\"07_2026-11-23\"), or key by what is written \
+         concurrently, and keep the time in the RowKey"
+    )
+}
+
+/// Partitions with a Timestamp below which their order says too little.
+const ENOUGH_PARTITIONS_IN_TIME: usize = 8;
+/// Rank correlation between PartitionKey order and the newest write of each
+/// partition past which writes follow the keys' order.
+const FOLLOWS_KEYS: f64 = 0.9;
+/// Time over which those newest writes must spread: a table loaded once in
+/// key order, within seconds (`tablesql demo`, a sorted `tablesql load`),
+/// is no workload that keeps writing at its end.
+const IN_TIME_SPAN: chrono::TimeDelta = chrono::TimeDelta::seconds(2);
+
+/// From `ANALYZE`'s data alone: each partition's newest Timestamp rises
+/// with its PartitionKey (the newest writes all at the last partitions:
+/// append-only) or falls (prepend-only), by Spearman's rank correlation
+/// over the partitions.
+fn written_in_key_order(table: &str, stats: &TableStats, out: &mut Vec<Finding>) {
+    let timed: Vec<_> = stats
+        .partitions
+        .iter()
+        .filter_map(|p| p.newest.map(|at| (p, at)))
+        .collect();
+    if timed.len() < ENOUGH_PARTITIONS_IN_TIME {
+        return;
+    }
+    let newest: Vec<i64> = timed
+        .iter()
+        .map(|(_, at)| at.timestamp_nanos_opt().unwrap_or(i64::MAX))
+        .collect();
+    let (Some(earliest), Some(latest)) = (
+        timed.iter().map(|(_, at)| *at).min(),
+        timed.iter().map(|(_, at)| *at).max(),
+    ) else {
+        return;
+    };
+    let span = latest - earliest;
+    if span < IN_TIME_SPAN {
+        return;
+    }
+    let Some(rho) = rank_correlation(&newest) else {
+        return;
+    };
+    let (kind, end, rises) = if rho >= FOLLOWS_KEYS {
+        ("append_only", "last", "rises")
+    } else if rho <= -FOLLOWS_KEYS {
+        ("prepend_only", "first", "falls")
+    } else {
+        return;
+    };
+    let at = |i: usize| {
+        let (p, at) = timed[i];
+        format!(
+            "{:?} at {}",
+            p.partition.as_str(),
+            at.format("%Y-%m-%d %H:%M:%S%.3f UTC")
+        )
+    };
+    let (first, last) = (at(0), at(timed.len() - 1));
+    out.push(Finding {
+        table: table.to_owned(),
+        kind,
+        evidence: format!(
+            "the newest write (Timestamp) of each of its {} partitions {rises} with the \
+             PartitionKey (rank correlation {rho:.2} over {}; ANALYZE of {}): the first, \
+             {first}, the last, {last}",
+            timed.len(),
+            duration(span),
+            stats.taken.format("%Y-%m-%d %H:%M UTC")
+        ),
+        remedy: at_the_end_remedy(end),
+    });
+}
+
+/// A time span as a person says it: `2.8 s`, `14 min`, `3.5 h`, `12 days`.
+fn duration(span: chrono::TimeDelta) -> String {
+    let secs = span.as_seconds_f64();
+    match secs {
+        s if s < 120.0 => format!("{s:.1} s"),
+        s if s < 7200.0 => format!("{:.0} min", s / 60.0),
+        s if s < 172_800.0 => format!("{:.1} h", s / 3600.0),
+        s => format!("{:.0} days", s / 86_400.0),
+    }
+}
+
+/// Spearman's rank correlation between the positions `0..n` of `values`
+/// and their ranks (ties share their mean rank); `None` when the values
+/// are all equal.
+fn rank_correlation(values: &[i64]) -> Option<f64> {
+    let n = values.len();
+    let mut order: Vec<usize> = (0..n).collect();
+    order.sort_by_key(|&i| values[i]);
+    let mut ranks = vec![0.0; n];
+    let mut i = 0;
+    while i < n {
+        let mut j = i;
+        while j + 1 < n && values[order[j + 1]] == values[order[i]] {
+            j += 1;
+        }
+        let mean = (i + j) as f64 / 2.0;
+        for &k in &order[i..=j] {
+            ranks[k] = mean;
+        }
+        i = j + 1;
+    }
+    let centre = (n as f64 - 1.0) / 2.0;
+    let (mut cov, mut var_x, mut var_y) = (0.0, 0.0, 0.0);
+    for (x, y) in ranks.iter().enumerate() {
+        let (dx, dy) = (x as f64 - centre, y - centre);
+        cov += dx * dy;
+        var_x += dx * dx;
+        var_y += dy * dy;
+    }
+    (var_y > 0.0).then(|| cov / (var_x * var_y).sqrt())
 }
 
 /// A partition whose peak second came near the target.
@@ -431,6 +556,8 @@ mod tests {
                     largest: 100,
                     widest: 3,
                     guideposts: Vec::new(),
+                    oldest: None,
+                    newest: None,
                 })
                 .collect(),
         }
@@ -479,6 +606,49 @@ mod tests {
             "{found:?}"
         );
         assert!(found[1].evidence.contains("240 properties"), "{found:?}");
+    }
+
+    #[test]
+    fn partitions_written_in_key_order_are_append_only_from_the_data() {
+        let start = chrono::Utc::now();
+        let timed_by = |order: &dyn Fn(i64) -> i64, unit_ms: i64| {
+            let mut s = stats(&[10; 12]);
+            for (i, p) in s.partitions.iter_mut().enumerate() {
+                let at = start + chrono::Duration::milliseconds(order(i as i64) * unit_ms);
+                (p.oldest, p.newest) = (Some(at), Some(at));
+            }
+            s
+        };
+        let timed = |order: &dyn Fn(i64) -> i64| timed_by(order, 1000);
+        // Loaded once, in key order, within a second: not flagged.
+        let quick = timed_by(&|i| i, 50);
+        let up = timed(&|i| i);
+        let down = timed(&|i| 100 - i);
+        let spread = timed(&|i| (i * 5) % 12);
+        let same = timed(&|_| 0);
+        let found = advise(&Evidence {
+            analyzed: vec![
+                ("Up".into(), &up),
+                ("Down".into(), &down),
+                ("Spread".into(), &spread),
+                ("Same".into(), &same),
+                ("Quick".into(), &quick),
+                ("Old".into(), &stats(&[10; 12])),
+            ],
+            ..Evidence::default()
+        });
+        let kinds: Vec<_> = found.iter().map(|f| (f.table.as_str(), f.kind)).collect();
+        assert_eq!(kinds, [("Up", "append_only"), ("Down", "prepend_only")]);
+        assert!(
+            found[0]
+                .evidence
+                .contains("rank correlation 1.00 over 11.0 s")
+                && found[0].evidence.contains("the last, \"p11\""),
+            "{found:?}"
+        );
+        assert!(found[1].evidence.contains("-1.00"), "{found:?}");
+        assert_eq!(rank_correlation(&[1, 1, 2, 2]).map(|r| r > 0.8), Some(true));
+        assert_eq!(rank_correlation(&[3, 3, 3]), None);
     }
 
     #[test]

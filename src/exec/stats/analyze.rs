@@ -1,6 +1,6 @@
 //! `ANALYZE`: reads a storage table once, partition by partition (several at
 //! a time), and counts what `catalog::stats` keeps: entities, bytes and a
-//! guidepost every `every` entities.
+//! guidepost every `every` entities, and the oldest and newest Timestamp.
 
 use std::sync::Arc;
 
@@ -64,6 +64,8 @@ async fn partition(
         largest: 0,
         widest: 0,
         guideposts: Vec::new(),
+        oldest: None,
+        newest: None,
     };
     let mut step = every;
     let mut token: Option<ContinuationToken> = None;
@@ -91,6 +93,9 @@ async fn partition(
             stats.bytes += size;
             stats.largest = stats.largest.max(size);
             stats.widest = stats.widest.max(e.entity.properties.len() as u64);
+            let at = e.timestamp;
+            stats.oldest = Some(stats.oldest.map_or(at, |o| o.min(at)));
+            stats.newest = Some(stats.newest.map_or(at, |n| n.max(at)));
         }
         match page.continuation {
             Some(next) => token = Some(next),

@@ -77,6 +77,39 @@ impl KeyOrder {
     pub fn first(&self) -> Option<&str> {
         self.range.as_ref().map(|(f, _)| f.as_str())
     }
+
+    /// Takes in another process's counts of the same table: the ranges'
+    /// union, the counts summed (each process compared its statements
+    /// against the range it had seen, so the sums are a lower bound of
+    /// what one process seeing every statement would count).
+    pub fn merge(&mut self, other: &KeyOrder) {
+        if let Some((first, last)) = &other.range {
+            widen(&mut self.range, first, last);
+        }
+        self.compared += other.compared;
+        self.at_last += other.at_last;
+        self.at_first += other.at_first;
+        self.new_last += other.new_last;
+        self.new_first += other.new_first;
+    }
+
+    /// The range written, as stored (`exec::stats::snapshot`).
+    pub fn range(&self) -> Option<(&str, &str)> {
+        self.range.as_ref().map(|(f, l)| (f.as_str(), l.as_str()))
+    }
+
+    /// Counts read back from storage.
+    pub fn restored(range: Option<(String, String)>, counts: [u64; 5]) -> Self {
+        let [compared, at_last, at_first, new_last, new_first] = counts;
+        Self {
+            range,
+            compared,
+            at_last,
+            at_first,
+            new_last,
+            new_first,
+        }
+    }
 }
 
 #[cfg(test)]

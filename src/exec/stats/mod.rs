@@ -16,11 +16,16 @@
 //! - `observed`: the store that records each request per partition.
 //! - `recorded`: statements normalized, and their runs recorded as they stream.
 //! - `key_order`: whether writes go where the keys end (append-only keys).
+//! - `snapshot`: one process's workload statistics as text.
+//! - `persist`: the workload statistics kept in the store, merged across
+//!   processes.
 //! - `advise`: the advisor's findings; pure.
 
 pub mod advise;
 pub mod analyze;
 pub mod key_order;
 pub mod observed;
+pub mod persist;
 pub mod recorded;
+pub mod snapshot;
 pub mod workload;

@@ -11,6 +11,12 @@
 //!   a second, not an average, says whether a partition runs hot. Recorded
 //!   by `ObservedStore` once per request (a get, a page, a batch), never
 //!   per entity; read as `tablesql_stat_partitions`.
+//!
+//! What this process counted is its own; what other processes over the
+//! store counted (and this one before a restart) is read from the store
+//! (`persist`) and merged in when the statistics are read: counts are
+//! summed, peaks are the highest any one process saw, a statement's last
+//! access path is the most recently stored one's, key ranges are joined.
 
 use std::borrow::Cow;
 use std::sync::Arc;
@@ -24,7 +30,7 @@ use chrono::{DateTime, Utc};
 use super::key_order::KeyOrder;
 
 /// One partition's traffic since the last reset.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, Eq)]
 pub struct PartitionTraffic {
     /// Entities the store returned from it.
     pub read: u64,
@@ -43,7 +49,7 @@ pub struct PartitionTraffic {
     pub writes: u64,
     /// The most writes within one second.
     pub peak_writes_per_s: u64,
-    /// The second the `_in_window` counts count.
+    /// The second the `_in_window` counts count (this process's own).
     window: u64,
     read_in_window: u64,
     written_in_window: u64,
@@ -77,6 +83,41 @@ impl PartitionTraffic {
         t.writes += 1;
         t.writes_in_window += 1;
         t.peak_writes_per_s = t.peak_writes_per_s.max(t.writes_in_window);
+    }
+}
+
+/// Equal counts and peaks: the current second's window is bookkeeping.
+impl PartialEq for PartitionTraffic {
+    fn eq(&self, o: &Self) -> bool {
+        let counts = |t: &Self| {
+            [
+                t.read,
+                t.written,
+                t.requests,
+                t.conflicts,
+                t.peak_read_per_s,
+                t.peak_written_per_s,
+                t.writes,
+                t.peak_writes_per_s,
+            ]
+        };
+        counts(self) == counts(o)
+    }
+}
+
+impl PartitionTraffic {
+    /// Takes in another process's traffic of the same partition: counts
+    /// summed, peaks the higher (a lower bound of the store's own peak
+    /// second: two processes' busiest seconds need not be the same one).
+    pub fn merge(&mut self, o: &PartitionTraffic) {
+        self.read += o.read;
+        self.written += o.written;
+        self.requests += o.requests;
+        self.conflicts += o.conflicts;
+        self.writes += o.writes;
+        self.peak_read_per_s = self.peak_read_per_s.max(o.peak_read_per_s);
+        self.peak_written_per_s = self.peak_written_per_s.max(o.peak_written_per_s);
+        self.peak_writes_per_s = self.peak_writes_per_s.max(o.peak_writes_per_s);
     }
 }
 
@@ -197,6 +238,33 @@ impl StatementStats {
     }
 }
 
+impl StatementStats {
+    /// Takes in runs of the same statement by `newer`, counted later (or
+    /// by this process, over what is stored): counts and times summed, the
+    /// fastest and slowest run across both, the last access path `newer`'s.
+    pub fn merge(&mut self, newer: &StatementStats) {
+        if newer.calls > 0 {
+            self.min = if self.calls == 0 {
+                newer.min
+            } else {
+                self.min.min(newer.min)
+            };
+            self.max = self.max.max(newer.max);
+            self.path = newer.path.clone();
+            self.whole = newer.whole.clone();
+            self.table = newer.table.clone();
+        }
+        self.calls += newer.calls;
+        self.total += newer.total;
+        self.rows += newer.rows;
+        self.scanned += newer.scanned;
+        self.returned += newer.returned;
+        self.requests += newer.requests;
+        self.retries += newer.retries;
+        self.conflicts += newer.conflicts;
+    }
+}
+
 /// The most statements kept (`pg_stat_statements.max`): a new one past it
 /// takes the place of the least called.
 pub const MAX_STATEMENTS: usize = 5000;
@@ -210,29 +278,105 @@ pub const OTHER_PARTITIONS: &str = "(other partitions)";
 pub struct Workload {
     /// Where the one-second windows count from.
     origin: Instant,
+    /// This process's own (with what it took over from stopped ones).
     inner: Mutex<Kept>,
+    /// Other processes', as last read from the store, merged.
+    others: Mutex<Kept>,
+    /// When `tablesql_stat_reset()` last ran here and was not yet stored.
+    reset_at: Mutex<Option<DateTime<Utc>>>,
     /// `false`: nothing is kept (`EngineOptions::statistics`).
     enabled: bool,
 }
 
-#[derive(Debug)]
-struct Kept {
-    since: DateTime<Utc>,
+/// Statistics of one process, or several merged.
+#[derive(Debug, Clone)]
+pub struct Kept {
+    pub(super) since: DateTime<Utc>,
     /// By storage table.
-    tables: HashMap<String, TableTraffic>,
+    pub(super) tables: HashMap<String, TableTraffic>,
     /// By normalized text.
-    statements: HashMap<String, StatementStats>,
+    pub(super) statements: HashMap<String, StatementStats>,
+    /// Raised by every record: unchanged since a flush, nothing is written.
+    pub(super) changes: u64,
+}
+
+impl Kept {
+    /// None, counted from `since`.
+    pub fn empty(since: DateTime<Utc>) -> Self {
+        Self {
+            since,
+            tables: HashMap::default(),
+            statements: HashMap::default(),
+            changes: 0,
+        }
+    }
+
+    /// Whether nothing is counted.
+    pub fn is_empty(&self) -> bool {
+        self.tables.is_empty() && self.statements.is_empty()
+    }
+
+    /// Takes in `newer`'s counts (see the module doc for what each field's
+    /// merge means); the earlier start is kept. No limit on statements:
+    /// [`Kept::limit`] after.
+    pub fn merge(&mut self, newer: &Kept) {
+        self.since = self.since.min(newer.since);
+        for (name, t) in &newer.tables {
+            let mine = match self.tables.get_mut(name) {
+                Some(m) => m,
+                None => self.tables.entry(name.clone()).or_default(),
+            };
+            mine.merge(t);
+        }
+        for (q, s) in &newer.statements {
+            match self.statements.get_mut(q) {
+                Some(m) => m.merge(s),
+                None => {
+                    self.statements.insert(q.clone(), s.clone());
+                }
+            }
+        }
+    }
+
+    /// Drops the least called statements past [`MAX_STATEMENTS`].
+    pub fn limit(&mut self) {
+        let over = self.statements.len().saturating_sub(MAX_STATEMENTS);
+        if over == 0 {
+            return;
+        }
+        let mut by_calls: Vec<(u64, String)> = self
+            .statements
+            .iter()
+            .map(|(q, s)| (s.calls, q.clone()))
+            .collect();
+        by_calls.sort();
+        for (_, q) in by_calls.into_iter().take(over) {
+            self.statements.remove(&q);
+        }
+    }
 }
 
 /// One storage table's traffic.
-#[derive(Debug, Default)]
-struct TableTraffic {
+#[derive(Debug, Default, Clone)]
+pub(super) struct TableTraffic {
     /// By PartitionKey.
-    partitions: HashMap<String, PartitionTraffic>,
+    pub(super) partitions: HashMap<String, PartitionTraffic>,
     /// All its partitions together: the table's peak seconds.
-    totals: PartitionTraffic,
+    pub(super) totals: PartitionTraffic,
     /// Its writes against the keys written before.
-    order: KeyOrder,
+    pub(super) order: KeyOrder,
+}
+
+impl TableTraffic {
+    fn merge(&mut self, o: &TableTraffic) {
+        for (pk, t) in &o.partitions {
+            if let Some(p) = traffic(&mut self.partitions, pk) {
+                p.merge(t);
+            }
+        }
+        self.totals.merge(&o.totals);
+        self.order.merge(&o.order);
+    }
 }
 
 /// One storage table's traffic, as the advisor reads it.
@@ -260,14 +404,13 @@ impl std::fmt::Debug for Workload {
 
 impl Default for Workload {
     fn default() -> Self {
+        let now = Utc::now();
         Self {
             origin: Instant::now(),
             enabled: true,
-            inner: Mutex::new(Kept {
-                since: Utc::now(),
-                tables: HashMap::default(),
-                statements: HashMap::default(),
-            }),
+            inner: Mutex::new(Kept::empty(now)),
+            others: Mutex::new(Kept::empty(now)),
+            reset_at: Mutex::new(None),
         }
     }
 }
@@ -328,6 +471,7 @@ impl Workload {
             return;
         }
         let mut kept = self.lock();
+        kept.changes += 1;
         if let (Some(table), Some((first, last, n))) = (&run.table, &run.span) {
             let t = match kept.tables.get_mut(table.as_ref()) {
                 Some(t) => t,
@@ -361,6 +505,7 @@ impl Workload {
             return;
         }
         let mut kept = self.lock();
+        kept.changes += 1;
         let room = kept.statements.len() < MAX_STATEMENTS;
         match kept.statements.get_mut(statement) {
             Some(s) => s.conflicts += 1,
@@ -376,45 +521,113 @@ impl Workload {
 
     /// Every statement's runs, by normalized text.
     pub fn statements(&self) -> Vec<(String, StatementStats)> {
-        let kept = self.lock();
-        let mut rows: Vec<_> = kept
-            .statements
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        rows.sort_by(|a, b| a.0.cmp(&b.0));
-        rows
+        self.merged(|kept| {
+            let mut rows: Vec<_> = kept
+                .statements
+                .iter()
+                .map(|(k, v)| (k.clone(), v.clone()))
+                .collect();
+            rows.sort_by(|a, b| a.0.cmp(&b.0));
+            rows
+        })
     }
 
     /// Every partition's traffic, by table and PartitionKey.
     pub fn partitions(&self) -> Vec<PartitionRow> {
-        let kept = self.lock();
-        let mut rows: Vec<PartitionRow> = kept
-            .tables
-            .iter()
-            .flat_map(|(table, parts)| {
-                parts.partitions.iter().map(|(pk, t)| PartitionRow {
-                    table: table.clone(),
-                    partition: pk.clone(),
-                    traffic: t.clone(),
+        self.merged(|kept| {
+            let mut rows: Vec<PartitionRow> = kept
+                .tables
+                .iter()
+                .flat_map(|(table, parts)| {
+                    parts.partitions.iter().map(|(pk, t)| PartitionRow {
+                        table: table.clone(),
+                        partition: pk.clone(),
+                        traffic: t.clone(),
+                    })
                 })
-            })
-            .collect();
-        rows.sort_by(|a, b| (&a.table, &a.partition).cmp(&(&b.table, &b.partition)));
-        rows
+                .collect();
+            rows.sort_by(|a, b| (&a.table, &a.partition).cmp(&(&b.table, &b.partition)));
+            rows
+        })
     }
 
-    /// When the statistics started (the engine's start or the last reset).
+    /// When the statistics started (the earliest start of the processes
+    /// merged, or the last reset).
     pub fn since(&self) -> DateTime<Utc> {
+        self.merged(|k| k.since)
+    }
+
+    /// Forgets everything kept, this process's and the others' read from
+    /// the store; the store's are forgotten at the next flush
+    /// (`persist`), which [`Workload::take_reset`] tells of.
+    pub fn reset(&self) {
+        let now = Utc::now();
+        self.reset_to(now);
+        *lock(&self.others) = Kept::empty(now);
+        *lock(&self.reset_at) = Some(now);
+    }
+
+    /// Forgets this process's own counts, as of `at` (a reset another
+    /// process stored).
+    pub fn reset_to(&self, at: DateTime<Utc>) {
+        let mut kept = self.lock();
+        let changes = kept.changes + 1;
+        *kept = Kept::empty(at);
+        kept.changes = changes;
+    }
+
+    /// The reset not yet stored, if there was one.
+    pub fn take_reset(&self) -> Option<DateTime<Utc>> {
+        lock(&self.reset_at).take()
+    }
+
+    /// Puts back a reset whose storing failed.
+    pub fn put_back_reset(&self, at: DateTime<Utc>) {
+        lock(&self.reset_at).get_or_insert(at);
+    }
+
+    /// Whether this engine counts anything of its own.
+    pub fn enabled(&self) -> bool {
+        self.enabled
+    }
+
+    /// When this process's own counts start.
+    pub fn own_since(&self) -> DateTime<Utc> {
         self.lock().since
     }
 
-    /// Forgets everything kept.
-    pub fn reset(&self) {
+    /// This process's own counts, to store.
+    pub fn own(&self) -> Kept {
+        self.lock().clone()
+    }
+
+    /// Sets what other processes stored, merged.
+    pub fn set_others(&self, others: Kept) {
+        *lock(&self.others) = others;
+    }
+
+    /// Takes a stopped process's counts in as this process's own, to be
+    /// stored as its own from now on.
+    pub fn absorb(&self, stopped: &Kept) {
         let mut kept = self.lock();
-        kept.tables.clear();
-        kept.statements.clear();
-        kept.since = Utc::now();
+        let since = kept.since;
+        kept.merge(stopped);
+        kept.since = since.min(stopped.since);
+        kept.limit();
+        kept.changes += 1;
+    }
+
+    /// `read` over this process's counts merged with the others'.
+    fn merged<T>(&self, read: impl FnOnce(&Kept) -> T) -> T {
+        let others = lock(&self.others);
+        if others.is_empty() {
+            drop(others);
+            return read(&self.lock());
+        }
+        let mut all = others.clone();
+        drop(others);
+        all.merge(&self.lock());
+        read(&all)
     }
 
     fn second(&self) -> u64 {
@@ -422,38 +635,42 @@ impl Workload {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
-        // A panic while recording leaves statistics, not data, suspect:
-        // keep recording.
-        self.inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        lock(&self.inner)
     }
 
     /// Each storage table's traffic, by name.
     pub fn tables(&self) -> Vec<TableRow> {
-        let kept = self.lock();
-        let mut rows: Vec<_> = kept
-            .tables
-            .iter()
-            .map(|(t, traffic)| TableRow {
-                table: t.clone(),
-                totals: traffic.totals.clone(),
-                partitions: traffic.partitions.len(),
-                order: traffic.order.clone(),
-            })
-            .collect();
-        rows.sort_by(|a, b| a.table.cmp(&b.table));
-        rows
+        self.merged(|kept| {
+            let mut rows: Vec<_> = kept
+                .tables
+                .iter()
+                .map(|(t, traffic)| TableRow {
+                    table: t.clone(),
+                    totals: traffic.totals.clone(),
+                    partitions: traffic.partitions.len(),
+                    order: traffic.order.clone(),
+                })
+                .collect();
+            rows.sort_by(|a, b| a.table.cmp(&b.table));
+            rows
+        })
     }
 
     /// Runs `record` on `table`'s traffic.
     fn with(&self, table: &str, record: impl FnOnce(&mut TableTraffic)) {
         let mut kept = self.lock();
+        kept.changes += 1;
         match kept.tables.get_mut(table) {
             Some(t) => record(t),
             None => record(kept.tables.entry(table.to_owned()).or_default()),
         }
     }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    // A panic while recording leaves statistics, not data, suspect:
+    // keep recording.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// The entry of `pk`, made on first use (no allocation when it exists;

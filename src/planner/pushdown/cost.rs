@@ -116,6 +116,8 @@ mod tests {
                     largest: 0,
                     widest: 0,
                     guideposts: Vec::new(),
+                    oldest: None,
+                    newest: None,
                 })
                 .collect(),
         })
