@@ -24,11 +24,11 @@ use tokio_util::codec::{Framed, FramedParts};
 use super::Connection;
 use super::frames::Violation;
 use super::metrics::Metrics;
+use super::plan::Stmt;
 use super::shutdown::{Phase, reached, terminated};
+use super::stream::Guarded;
 use super::tap::Tap;
 use super::timing::Timing;
-use super::plan::Stmt;
-use super::stream::Guarded;
 
 /// How long a client may take to start up and authenticate (PostgreSQL's
 /// `authentication_timeout`).
@@ -276,8 +276,7 @@ async fn answer(
             let took = timed.done(context.id, context.slow, simple.runner());
             context.metrics.statement_took(took);
         }
-        at_rest =
-            !in_exchange && matches!(socket.state(), PgWireConnectionState::ReadyForQuery);
+        at_rest = !in_exchange && matches!(socket.state(), PgWireConnectionState::ReadyForQuery);
         // The extended protocol's Sync, and a COPY's end, report this
         // status (pgwire's own would keep a block failed after `ROLLBACK TO`).
         socket.set_transaction_status(simple.wire_status());

@@ -216,12 +216,21 @@ mod tests {
             .filter(|l| l.starts_with("tablesql_errors_total{"))
             .count();
         assert_eq!(lines, MAX_SQLSTATES + 1, "{text}");
-        assert!(text.contains("tablesql_errors_total{sqlstate=\"other\"} 11"), "{text}");
+        assert!(
+            text.contains("tablesql_errors_total{sqlstate=\"other\"} 11"),
+            "{text}"
+        );
         m.completed("INSERT 0 3");
         m.completed("CREATE TABLE");
         assert!(text.contains("tablesql_storage_busy_total 0"), "{text}");
         let text = m.encode().expect("encode");
-        assert!(text.contains("tablesql_statements_total{kind=\"insert\"} 1"), "{text}");
-        assert!(text.contains("tablesql_statements_total{kind=\"ddl\"} 1"), "{text}");
+        assert!(
+            text.contains("tablesql_statements_total{kind=\"insert\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tablesql_statements_total{kind=\"ddl\"} 1"),
+            "{text}"
+        );
     }
 }

@@ -69,6 +69,9 @@ fn answer(metrics: &Metrics, req: &Request<Incoming>) -> Response<Full<Bytes>> {
             );
             r
         }
-        Err(_) => reply(StatusCode::INTERNAL_SERVER_ERROR, "encoding failed\n".into()),
+        Err(_) => reply(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "encoding failed\n".into(),
+        ),
     }
 }

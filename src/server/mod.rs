@@ -50,12 +50,12 @@ use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use auth::{AuthMode, Users};
+use cancel::Registry;
 pub use metrics::Metrics;
 pub use metrics_http::serve_metrics;
-use shutdown::Phase;
-use cancel::Registry;
 use plan::Runner;
 use session::Session;
+use shutdown::Phase;
 pub use sqlstate::engine_code;
 
 use crate::engine::Engine;

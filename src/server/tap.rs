@@ -122,8 +122,17 @@ mod tests {
             tap.written(std::slice::from_ref(b));
         }
         let text = metrics.encode().expect("encode");
-        assert!(text.contains("tablesql_statements_total{kind=\"select\"} 1"), "{text}");
-        assert!(text.contains("tablesql_statements_total{kind=\"insert\"} 1"), "{text}");
-        assert!(text.contains("tablesql_errors_total{sqlstate=\"42P01\"} 1"), "{text}");
+        assert!(
+            text.contains("tablesql_statements_total{kind=\"select\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tablesql_statements_total{kind=\"insert\"} 1"),
+            "{text}"
+        );
+        assert!(
+            text.contains("tablesql_errors_total{sqlstate=\"42P01\"} 1"),
+            "{text}"
+        );
     }
 }

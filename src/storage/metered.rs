@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use async_trait::async_trait;
 
 use super::{
-    ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result,
-    RowKey, RowSink, ServiceCounters, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
+    ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result, RowKey,
+    RowSink, ServiceCounters, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
 };
 
 /// Requests made of a store since it opened, by operation. Failed calls

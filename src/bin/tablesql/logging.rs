@@ -9,8 +9,9 @@ use tracing_subscriber::util::SubscriberInitExt as _;
 /// by default `warn`, or `info` for `serve` (its address, its stopping).
 pub fn install(level: Option<&str>, serving: bool) -> anyhow::Result<()> {
     let filter = match std::env::var("RUST_LOG") {
-        Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(spec)
-            .map_err(|e| anyhow::anyhow!("RUST_LOG: {e}"))?,
+        Ok(spec) if !spec.trim().is_empty() => {
+            EnvFilter::try_new(spec).map_err(|e| anyhow::anyhow!("RUST_LOG: {e}"))?
+        }
         _ => {
             let level = level.unwrap_or(if serving { "info" } else { "warn" });
             EnvFilter::try_new(level).map_err(|e| anyhow::anyhow!("--log-level: {e}"))?

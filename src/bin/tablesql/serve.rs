@@ -42,7 +42,12 @@ pub struct ServeArgs {
     log_min_duration_statement: Option<u64>,
     /// On SIGTERM or SIGINT, how long running statements get to finish
     /// before they are cancelled (clients are told 57P01).
-    #[arg(long, env = "TABLESQL_SHUTDOWN_TIMEOUT", value_name = "SECS", default_value_t = 30.0)]
+    #[arg(
+        long,
+        env = "TABLESQL_SHUTDOWN_TIMEOUT",
+        value_name = "SECS",
+        default_value_t = 30.0
+    )]
     shutdown_timeout: f64,
 }
 
