@@ -557,7 +557,7 @@ async fn serve_flags_from_the_environment() -> TestResult {
         .env("TABLESQL_LISTEN", "127.0.0.1:0")
         .env("TABLESQL_METRICS_LISTEN", "127.0.0.1:0")
         .env("TABLESQL_LOG_MIN_DURATION_STATEMENT", "0");
-    let server = Proc::start(&mut cmd, dir.path(), true)?;
+    let mut server = Proc::start(&mut cmd, dir.path(), true)?;
     let (client, _conn) = server.connect().await?;
     client
         .simple_query("SELECT name FROM registrations WHERE event = 'secret event' AND distance = 'Full' AND bib = 7")
@@ -585,6 +585,10 @@ async fn serve_flags_from_the_environment() -> TestResult {
     assert!(log.contains("INFO tablesql::serve: listening"), "{log}");
     // The default level keeps DataFusion's debug records out.
     assert!(!log.contains("DEBUG"), "{log}");
+    // SIGINT (Ctrl-C) stops it as SIGTERM does.
+    server.signal("-INT")?;
+    assert_eq!(server.exited_within(Duration::from_secs(10))?, 0, "{}", server.log());
+    assert!(server.log().contains("SIGINT: stopping"), "{}", server.log());
     // A malformed value names its variable.
     let out = tablesql()
         .arg("--store")
