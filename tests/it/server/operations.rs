@@ -187,11 +187,10 @@ fn count_run(store: &Path) -> Result<u64, String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_a_long_query() -> TestResult {
     let (dir, store) = demo_store()?;
-    let mut server = Proc::start(
-        &mut serve_cmd(&store, &["--shutdown-timeout", "2"]),
-        dir.path(),
-        false,
-    )?;
+    // RUST_LOG is the whole filter: this crate's debug events, no others.
+    let mut cmd = serve_cmd(&store, &["--shutdown-timeout", "2"]);
+    cmd.env("RUST_LOG", "tablesql=debug");
+    let mut server = Proc::start(&mut cmd, dir.path(), false)?;
     let (busy, _busy_conn) = server.connect().await?;
     let (_idle, idle_conn) = server.connect().await?;
     let long = tokio::spawn(async move {
@@ -235,6 +234,13 @@ async fn sigterm_during_a_long_query() -> TestResult {
     let log = server.log();
     assert!(log.contains("SIGTERM: stopping"), "{log}");
     assert!(log.contains("server stopped"), "{log}");
+    assert!(
+        log.contains("connection opened connection=1 peer=127.0.0.1:"),
+        "{log}"
+    );
+    assert!(log.contains("user=\"tablesql\""), "{log}");
+    assert!(log.contains("shutdown timeout reached"), "{log}");
+    assert!(!log.contains("datafusion"), "{log}");
     // The store is whole and free for another process.
     assert_eq!(count_run(&store)?, 0);
     index_whole(&store)?;
@@ -587,8 +593,40 @@ async fn serve_flags_from_the_environment() -> TestResult {
     assert!(!log.contains("DEBUG"), "{log}");
     // SIGINT (Ctrl-C) stops it as SIGTERM does.
     server.signal("-INT")?;
-    assert_eq!(server.exited_within(Duration::from_secs(10))?, 0, "{}", server.log());
-    assert!(server.log().contains("SIGINT: stopping"), "{}", server.log());
+    assert_eq!(
+        server.exited_within(Duration::from_secs(10))?,
+        0,
+        "{}",
+        server.log()
+    );
+    assert!(
+        server.log().contains("SIGINT: stopping"),
+        "{}",
+        server.log()
+    );
+    // The `log` records of DataFusion reach the log too, on request.
+    let out = tablesql()
+        .arg("--store")
+        .arg(&store)
+        .args(["--log-level", "debug", "query", "SELECT 1"])
+        .env_remove("RUST_LOG")
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("DEBUG datafusion"), "{err}");
+    // And by default `tablesql query` says nothing on stderr.
+    let out = tablesql()
+        .arg("--store")
+        .arg(&store)
+        .args(["query", "SELECT 1"])
+        .env_remove("RUST_LOG")
+        .env_remove("TABLESQL_LOG_LEVEL")
+        .output()?;
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     // A malformed value names its variable.
     let out = tablesql()
         .arg("--store")
