@@ -643,8 +643,8 @@ async fn serve_flags_from_the_environment() -> TestResult {
 /// `--store azure` takes the connection string from
 /// `AZURE_STORAGE_CONNECTION_STRING` (the Azure SDKs' variable), and says
 /// so when it is unset, never printing a key.
-#[test]
-fn store_azure_from_the_environment() -> TestResult {
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_azure_from_the_environment() -> TestResult {
     let unset = tablesql()
         .args(["--store", "azure", "tables"])
         .env_remove("AZURE_STORAGE_CONNECTION_STRING")
@@ -696,6 +696,45 @@ fn store_azure_from_the_environment() -> TestResult {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(String::from_utf8_lossy(&out.stdout).contains(table));
+    // `serve` too, its store's HTTP requests in its metrics.
+    let dir = tempfile::tempdir()?;
+    let mut cmd = tablesql();
+    cmd.args(["--store", "azure", "serve", "--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .env("AZURE_STORAGE_CONNECTION_STRING", &conn)
+        .env_remove("RUST_LOG")
+        .env_remove("TABLESQL_LOG_LEVEL");
+    let mut server = Proc::start(&mut cmd, dir.path(), true)?;
+    let (client, _conn) = server.connect().await?;
+    let rows = client
+        .simple_query(&format!("SELECT v FROM {table} WHERE k = 'a'"))
+        .await?;
+    assert!(
+        rows.iter().any(
+            |m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("41"))
+        ),
+        "{rows:?}"
+    );
+    let scrape = http_get(&server.metrics.clone().ok_or("no metrics")?)?.1;
+    assert!(
+        sample(&scrape, "tablesql_storage_http_requests_total") >= 1.0,
+        "{scrape}"
+    );
+    drop(client);
+    server.signal("-TERM")?;
+    assert_eq!(
+        server.exited_within(Duration::from_secs(10))?,
+        0,
+        "{}",
+        server.log()
+    );
+    assert!(
+        !server
+            .log()
+            .contains(tablesql::storage::azure::config::DEV_ACCOUNT_KEY),
+        "{}",
+        server.log()
+    );
     // A key that does not sign is refused without being printed.
     let key = tablesql::storage::azure::config::DEV_ACCOUNT_KEY;
     let bad = conn.replace(key, "AAAA");
