@@ -7,6 +7,8 @@
 
 use std::io::{self, Write};
 use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{FutureExt, SinkExt, StreamExt};
 use pgwire::api::{ClientInfo, PgWireConnectionState, PgWireServerHandlers};
@@ -16,12 +18,17 @@ use pgwire::messages::PgWireFrontendMessage;
 use pgwire::tokio::TlsAcceptor;
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
 use tokio::net::TcpStream;
+use tokio::sync::watch;
 use tokio_util::codec::{Framed, FramedParts};
 
 use super::Connection;
 use super::frames::Violation;
+use super::metrics::Metrics;
 use super::plan::Stmt;
+use super::shutdown::{Phase, reached, terminated};
 use super::stream::Guarded;
+use super::tap::Tap;
+use super::timing::Timing;
 
 /// How long a client may take to start up and authenticate (PostgreSQL's
 /// `authentication_timeout`).
@@ -32,15 +39,28 @@ tokio::task_local! {
     static CONNECTION: u64;
 }
 
-/// Serves connection number `id` until the client leaves, breaks the
-/// protocol or the connection fails; a panic ends it like a failure.
+/// What a connection's task knows of the server.
+pub(super) struct Context {
+    /// The connection's number, for the log.
+    pub id: u64,
+    pub peer: std::net::SocketAddr,
+    pub metrics: Arc<Metrics>,
+    /// The server's stopping (`shutdown`).
+    pub stop: watch::Receiver<Phase>,
+    /// `log_min_duration_statement`.
+    pub slow: Option<Duration>,
+}
+
+/// Serves a connection until the client leaves, breaks the protocol, the
+/// connection fails or the server stops; a panic ends it like a failure.
 pub(super) async fn serve(
-    id: u64,
+    context: Context,
     tcp: TcpStream,
     tls: Option<TlsAcceptor>,
     handlers: Connection,
 ) -> io::Result<()> {
-    let run = CONNECTION.scope(id, run(tcp, tls, handlers));
+    let id = context.id;
+    let run = CONNECTION.scope(id, run(context, tcp, tls, handlers));
     match std::panic::AssertUnwindSafe(run).catch_unwind().await {
         Ok(result) => result,
         // The panic hook (`install_panic_log`) has logged it.
@@ -86,11 +106,17 @@ type Socket = Framed<
     pgwire::tokio::server::PgWireMessageServerCodec<Stmt>,
 >;
 
-async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> io::Result<()> {
+async fn run(
+    mut context: Context,
+    tcp: TcpStream,
+    tls: Option<TlsAcceptor>,
+    handlers: Connection,
+) -> io::Result<()> {
     let deadline = tokio::time::sleep(STARTUP);
     tokio::pin!(deadline);
     let negotiated = tokio::select! {
         _ = &mut deadline => return Ok(()),
+        () = reached(&mut context.stop, Phase::Draining) => return Ok(()),
         socket = negotiate_tls::<Stmt>(tcp, tls) => socket?,
     };
     // A client that asked for TLS directly from a server without it.
@@ -105,17 +131,35 @@ async fn run(tcp: TcpStream, tls: Option<TlsAcceptor>, handlers: Connection) -> 
         matches!(parts.io, pgwire::tokio::server::MaybeTls::Tls(_)) && !parts.read_buf.is_empty();
     let violation =
         early.then(|| Violation("received unencrypted data after the TLS request".into()));
-    let guarded = Guarded::new(parts.io, parts.read_buf, violation);
+    let guarded = Guarded::new(parts.io, parts.read_buf, violation)
+        .with_tap(Tap::new(context.metrics.clone()));
     let mut new_parts = FramedParts::new(guarded, parts.codec);
     new_parts.write_buf = parts.write_buf;
     let mut socket: Socket = Framed::from_parts(new_parts);
     socket.set_state(PgWireConnectionState::AwaitingStartup);
-    let served = answer(&mut socket, deadline, handlers).await;
+    // Past the shutdown's bound the statement is dropped where it is: a
+    // write's entity group transaction is one request, sent whole or not
+    // at all, and the embedded store commits on a thread of its own.
+    let mut hard_stop = context.stop.clone();
+    let served = tokio::select! {
+        r = answer(&mut socket, deadline, handlers, &mut context) => r,
+        () = reached(&mut hard_stop, Phase::Terminating) => say_terminated(&mut socket).await,
+    };
     // What the last message answered (a FATAL error) goes out too; the
     // client may be gone, or not reading.
     socket.get_mut().release(true);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), socket.flush()).await;
+    let user = socket.metadata().get("user").cloned().unwrap_or_default();
+    tracing::debug!(connection = context.id, peer = %context.peer, user, "connection closed");
     served
+}
+
+/// Tells the client the server ends its connection (57P01); the caller closes it.
+async fn say_terminated(socket: &mut Socket) -> io::Result<()> {
+    socket.get_mut().release(true);
+    let send = socket.send(PgWireBackendMessage::ErrorResponse(terminated().into()));
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), send).await;
+    Ok(())
 }
 
 /// Reads and answers messages until the connection ends. Answers are held
@@ -124,6 +168,7 @@ async fn answer(
     socket: &mut Socket,
     mut deadline: Pin<&mut tokio::time::Sleep>,
     handlers: Connection,
+    context: &mut Context,
 ) -> io::Result<()> {
     // The handlers' own types: pgwire's trait hides the statement type
     // that its message loop needs to name.
@@ -132,22 +177,28 @@ async fn answer(
     let extended = handlers.session.clone();
     let copy = handlers.copy_handler();
     let cancel = handlers.registry.clone();
+    let mut timing = Timing::default();
+    // Between round trips, with nothing begun: where a stopping server
+    // may end the connection without cutting a statement short.
+    let mut at_rest = true;
+    let mut in_exchange = false;
     loop {
         let starting = matches!(
             socket.state(),
             PgWireConnectionState::AwaitingStartup
                 | PgWireConnectionState::AuthenticationInProgress
         );
-        if !socket.get_ref().has_message() && socket.read_buffer().is_empty() {
+        let nothing_read = !socket.get_ref().has_message() && socket.read_buffer().is_empty();
+        if nothing_read {
             send_held(socket).await?;
         }
-        let next = if starting {
-            tokio::select! {
-                _ = &mut deadline => None,
-                m = socket.next() => m,
+        let idle = nothing_read && (starting || at_rest);
+        let next = tokio::select! {
+            _ = &mut deadline, if starting => None,
+            () = reached(&mut context.stop, Phase::Draining), if idle => {
+                return say_terminated(socket).await;
             }
-        } else {
-            socket.next().await
+            m = socket.next() => m,
         };
         let message = match next {
             Some(Ok(m)) => m,
@@ -177,6 +228,18 @@ async fn answer(
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => message.is_extended_query(),
         };
+        let timed = timing.message(&message);
+        // An extended-protocol exchange lasts until its Sync.
+        match message {
+            PgWireFrontendMessage::Sync(_) => in_exchange = false,
+            PgWireFrontendMessage::Parse(_)
+            | PgWireFrontendMessage::Bind(_)
+            | PgWireFrontendMessage::Describe(_)
+            | PgWireFrontendMessage::Execute(_)
+            | PgWireFrontendMessage::Close(_)
+            | PgWireFrontendMessage::Flush(_) => in_exchange = true,
+            _ => {}
+        }
         if let Err(e) = process_message(
             message,
             socket,
@@ -209,6 +272,11 @@ async fn answer(
         if round_trip {
             send_held(socket).await?;
         }
+        if let Some(timed) = timed {
+            let took = timed.done(context.id, context.slow, simple.runner());
+            context.metrics.statement_took(took);
+        }
+        at_rest = !in_exchange && matches!(socket.state(), PgWireConnectionState::ReadyForQuery);
         // The extended protocol's Sync, and a COPY's end, report this
         // status (pgwire's own would keep a block failed after `ROLLBACK TO`).
         socket.set_transaction_status(simple.wire_status());
@@ -217,8 +285,12 @@ async fn answer(
             return Ok(());
         }
         // Logged in: messages may now be long.
-        if matches!(socket.state(), PgWireConnectionState::ReadyForQuery) {
+        if matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
+            && !socket.get_ref().logged_in
+        {
             socket.get_mut().logged_in = true;
+            let user = socket.metadata().get("user").map(String::as_str);
+            tracing::debug!(connection = context.id, peer = %context.peer, user, "logged in");
         }
     }
 }

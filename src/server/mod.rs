@@ -14,11 +14,16 @@ mod connection;
 mod copy;
 mod copying;
 mod frames;
+pub mod metrics;
+mod metrics_http;
 mod params;
 mod pg_catalog;
 pub(crate) mod plan;
 pub(crate) mod session;
+mod shutdown;
 pub(crate) mod sqlstate;
+mod tap;
+mod timing;
 
 /// The SQLSTATE the server answers an engine error with: what the shell
 /// prints under `VERBOSITY verbose`, and what an embedder that answers
@@ -33,6 +38,7 @@ mod vectors;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::cancel::CancelHandler;
@@ -40,11 +46,16 @@ use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::{PgWireServerHandlers, RandomPidSecretKeyGenerator};
 use pgwire::tokio::TlsAcceptor;
 use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinSet;
 
 pub use auth::{AuthMode, Users};
 use cancel::Registry;
+pub use metrics::Metrics;
+pub use metrics_http::serve_metrics;
 use plan::Runner;
 use session::Session;
+use shutdown::Phase;
 pub use sqlstate::engine_code;
 
 use crate::engine::Engine;
@@ -91,6 +102,12 @@ pub struct ServerConfig {
     /// PEM certificate chain and private key. With TLS configured, plaintext
     /// connections are refused.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Statements that take at least this long are logged with their
+    /// normalized text (PostgreSQL's `log_min_duration_statement`).
+    pub log_min_duration_statement: Option<Duration>,
+    /// The store's request counters, for the metrics (the store the
+    /// engine runs over, wrapped in `storage::metered::MeteredStore`).
+    pub store_counters: Option<Arc<crate::storage::metered::StoreCounters>>,
 }
 
 impl ServerConfig {
@@ -100,7 +117,24 @@ impl ServerConfig {
             listen,
             auth,
             tls: None,
+            log_min_duration_statement: None,
+            store_counters: None,
         }
+    }
+
+    /// Logging statements that take at least `at_least`.
+    pub fn with_log_min_duration_statement(mut self, at_least: Option<Duration>) -> Self {
+        self.log_min_duration_statement = at_least;
+        self
+    }
+
+    /// Counting the store's requests by operation in the metrics.
+    pub fn with_store_counters(
+        mut self,
+        counters: Arc<crate::storage::metered::StoreCounters>,
+    ) -> Self {
+        self.store_counters = Some(counters);
+        self
     }
 
     /// With TLS from a PEM certificate chain and its private key.
@@ -122,6 +156,9 @@ struct Shared {
     tls: Option<TlsAcceptor>,
     registry: Arc<Registry>,
     pids: Arc<RandomPidSecretKeyGenerator>,
+    metrics: Arc<Metrics>,
+    slow: Option<Duration>,
+    phase: watch::Sender<Phase>,
 }
 
 impl Server {
@@ -143,6 +180,7 @@ impl Server {
                     addr: config.listen,
                     source,
                 })?;
+        let metrics = Arc::new(Metrics::new(engine.store().clone(), config.store_counters));
         Ok(Self {
             listener,
             shared: Arc::new(Shared {
@@ -151,8 +189,16 @@ impl Server {
                 tls,
                 registry: Arc::new(Registry::default()),
                 pids: Arc::new(RandomPidSecretKeyGenerator::default()),
+                metrics,
+                slow: config.log_min_duration_statement,
+                phase: watch::channel(Phase::Serving).0,
             }),
         })
+    }
+
+    /// The server's metrics (see `serve_metrics`).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
     }
 
     /// The address actually bound (port 0 picks a free port).
@@ -164,28 +210,101 @@ impl Server {
     /// on its own task with its own session; a client that disconnects
     /// drops its session, and with it any running statement's streams.
     pub async fn run(self) -> std::io::Result<()> {
+        self.run_until(std::future::pending(), Duration::MAX).await
+    }
+
+    /// Accepts connections until `shutdown` resolves, then stops: no new
+    /// connection; a connection at rest (between statements) is told
+    /// 57P01 and closed at once, a running statement gets `grace` to
+    /// finish (its connection then closes the same way) and past it is
+    /// cancelled with 57P01. Returns once every connection has ended and
+    /// the engine is closed (`shutdown::close_engine`).
+    pub async fn run_until(
+        self,
+        shutdown: impl std::future::Future<Output = ()>,
+        grace: Duration,
+    ) -> std::io::Result<()> {
         connection::install_panic_log();
+        let Server { listener, shared } = self;
+        let mut tasks = JoinSet::new();
         let mut next_id: u64 = 0;
+        tokio::pin!(shutdown);
         loop {
-            let (socket, peer) = match self.listener.accept().await {
-                Ok(s) => s,
-                // Out of descriptors and the like: keep serving the others.
-                Err(e) => {
-                    eprintln!("tablesql serve: accept failed: {e}");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                    continue;
-                }
+            let (socket, peer) = tokio::select! {
+                () = &mut shutdown => break,
+                // Reaps the connections that ended.
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
+                accepted = listener.accept() => match accepted {
+                    Ok(s) => s,
+                    // Out of descriptors and the like: keep serving the others.
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
             };
-            let probe = cancel::Probe::of(&socket);
-            let handlers = Connection::new(&self.shared, probe);
-            let tls = self.shared.tls.clone();
             next_id += 1;
             let id = next_id;
-            tokio::spawn(async move {
-                if let Err(e) = connection::serve(id, socket, tls, handlers).await {
-                    eprintln!("tablesql serve: connection {id} from {peer}: {e}");
+            let probe = cancel::Probe::of(&socket);
+            let handlers = Connection::new(&shared, probe);
+            let tls = shared.tls.clone();
+            let metrics = shared.metrics.clone();
+            let stop = shared.phase.subscribe();
+            let slow = shared.slow;
+            tasks.spawn(async move {
+                metrics.connection_opened();
+                tracing::debug!(connection = id, %peer, "connection opened");
+                let context = connection::Context {
+                    id,
+                    peer,
+                    metrics: metrics.clone(),
+                    stop,
+                    slow,
+                };
+                if let Err(e) = connection::serve(context, socket, tls, handlers).await {
+                    tracing::info!(connection = id, %peer, error = %e, "connection failed");
                 }
+                metrics.connection_closed();
             });
+        }
+        drop(listener);
+        let open = tasks.len();
+        tracing::info!(
+            connections = open,
+            grace_s = grace.as_secs_f64(),
+            "shutting down: no new connections"
+        );
+        shared.phase.send_replace(Phase::Draining);
+        if !ended(&mut tasks, grace).await {
+            tracing::warn!(
+                connections = tasks.len(),
+                "shutdown timeout reached: cancelling the statements still running"
+            );
+            shared.phase.send_replace(Phase::Terminating);
+            if !ended(&mut tasks, shutdown::LAST_WORDS).await {
+                tasks.abort_all();
+                while tasks.join_next().await.is_some() {}
+            }
+        }
+        match Arc::try_unwrap(shared) {
+            Ok(shared) => shutdown::close_engine(shared.engine).await,
+            // Nothing else holds it once the connections are gone.
+            Err(_) => tracing::warn!("the engine is still shared at shutdown"),
+        }
+        tracing::info!("server stopped");
+        Ok(())
+    }
+}
+
+/// Waits up to `bound` for every task to end; whether they all did.
+async fn ended(tasks: &mut JoinSet<()>, bound: Duration) -> bool {
+    let all = async { while tasks.join_next().await.is_some() {} };
+    match tokio::time::Instant::now().checked_add(bound) {
+        Some(deadline) => tokio::time::timeout_at(deadline, all).await.is_ok(),
+        None => {
+            all.await;
+            true
         }
     }
 }

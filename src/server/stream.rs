@@ -36,6 +36,8 @@ pub(super) struct Guarded<S> {
     held: BytesMut,
     /// Whether a flush sends `held` (otherwise it waits for `release`).
     released: bool,
+    /// Counts the statements and errors written (the server's metrics).
+    tap: Option<super::tap::Tap>,
 }
 
 impl<S> Guarded<S> {
@@ -50,7 +52,14 @@ impl<S> Guarded<S> {
             violation,
             held: BytesMut::new(),
             released: true,
+            tap: None,
         }
+    }
+
+    /// Counting what is written with `tap`.
+    pub fn with_tap(mut self, tap: super::tap::Tap) -> Self {
+        self.tap = Some(tap);
+        self
     }
 
     /// Whether a whole message is read and not yet handed over.
@@ -130,6 +139,9 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for Guarded<S> {
         let this = self.get_mut();
         if this.held.len() >= HELD_BACK {
             futures::ready!(this.poll_send_held(cx))?;
+        }
+        if let Some(tap) = &mut this.tap {
+            tap.written(buf);
         }
         this.held.extend_from_slice(buf);
         Poll::Ready(Ok(buf.len()))

@@ -20,7 +20,8 @@ pub enum StoreLocation {
     /// The embedded store in this directory: `embedded:DIR`, or just `DIR`.
     Embedded(PathBuf),
     /// The Azure Table service: `azure:<connection string>`, e.g.
-    /// `azure:UseDevelopmentStorage=true` for Azurite on 127.0.0.1:10002.
+    /// `azure:UseDevelopmentStorage=true` for Azurite on 127.0.0.1:10002;
+    /// `azure` alone reads it from `AZURE_STORAGE_CONNECTION_STRING`.
     #[cfg(feature = "azure")]
     Azure(AzureConfig),
 }
@@ -50,12 +51,26 @@ pub enum LocationError {
     #[cfg(feature = "azure")]
     #[error("azure: {0}")]
     Azure(#[from] ConfigError),
+    /// `azure` (or `azure:`) without a connection string, and none in
+    /// the environment.
+    #[error(
+        "--store azure takes the connection string from {AZURE_CONNECTION_ENV}, which is not set (or give azure:<connection string>)"
+    )]
+    AzureEnvUnset,
 }
+
+/// The variable the Azure SDKs read a storage account's connection string
+/// from; `azure` (or `azure:` with nothing after it) reads it too, so that
+/// an account key need not be on a command line (visible in `ps`).
+pub const AZURE_CONNECTION_ENV: &str = "AZURE_STORAGE_CONNECTION_STRING";
 
 impl FromStr for StoreLocation {
     type Err = LocationError;
 
     fn from_str(s: &str) -> Result<Self, LocationError> {
+        if s == "azure" || s == "azure:" {
+            return Self::azure_from_env(std::env::var(AZURE_CONNECTION_ENV).ok());
+        }
         // A scheme is two or more letters before the first colon; one letter
         // would be a drive, and a path separator before the colon a path.
         match s.split_once(':') {
@@ -90,6 +105,24 @@ impl fmt::Display for StoreLocation {
 }
 
 impl StoreLocation {
+    /// The Azure location of a connection string read from the environment
+    /// (`None`, or empty: unset). Its text is never repeated in an error.
+    fn azure_from_env(conn: Option<String>) -> Result<Self, LocationError> {
+        let conn = conn
+            .filter(|c| !c.trim().is_empty())
+            .ok_or(LocationError::AzureEnvUnset)?;
+        #[cfg(feature = "azure")]
+        return Ok(StoreLocation::Azure(AzureConfig::parse(&conn)?));
+        #[cfg(not(feature = "azure"))]
+        {
+            drop(conn);
+            Err(LocationError::NotBuilt {
+                scheme: "azure".to_owned(),
+                feature: "azure",
+            })
+        }
+    }
+
     /// Opens the store.
     pub fn open(&self) -> Result<Arc<dyn TableStore>> {
         match self {
@@ -127,6 +160,19 @@ mod tests {
         assert!(matches!(
             "ftp:bucket".parse::<StoreLocation>(),
             Err(LocationError::UnknownScheme { .. })
+        ));
+        assert!(matches!(
+            StoreLocation::azure_from_env(None),
+            Err(LocationError::AzureEnvUnset)
+        ));
+        assert!(matches!(
+            StoreLocation::azure_from_env(Some(" ".into())),
+            Err(LocationError::AzureEnvUnset)
+        ));
+        #[cfg(feature = "azure")]
+        assert!(matches!(
+            StoreLocation::azure_from_env(Some("UseDevelopmentStorage=true".into())),
+            Ok(StoreLocation::Azure(_))
         ));
         #[cfg(feature = "azure")]
         assert!(matches!(

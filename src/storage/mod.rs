@@ -12,6 +12,7 @@ pub mod filter;
 pub mod key;
 pub mod location;
 pub mod memory;
+pub mod metered;
 pub mod odata;
 pub mod query;
 pub mod retries;

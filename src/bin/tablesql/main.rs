@@ -2,9 +2,11 @@
 
 mod clidoc;
 mod load;
+mod logging;
 mod output;
 mod run;
 mod scan;
+mod serve;
 
 use std::io::{IsTerminal, Write};
 use std::ops::Bound;
@@ -42,6 +44,11 @@ struct Cli {
     /// 0 keeps them in this process's memory only; otherwise from 0.05 to 3600.
     #[arg(long, global = true, env = "TABLESQL_STATS_FLUSH_INTERVAL", default_value = "10", value_parser = flush_interval)]
     stats_flush_interval: FlushEvery,
+    /// The log's level on stderr: error, warn, info, debug or trace (or a
+    /// filter such as `info,tablesql=debug`). Default warn; info for
+    /// serve. RUST_LOG, when set, is the whole filter instead.
+    #[arg(long, global = true, env = "TABLESQL_LOG_LEVEL", value_name = "LEVEL")]
+    log_level: Option<String>,
     #[command(subcommand)]
     command: Command,
 }
@@ -128,25 +135,9 @@ enum Command {
     #[command(hide = true)]
     CliDoc,
     /// Serve SQL over the Postgres wire protocol (psql, drivers, BI tools).
-    Serve {
-        /// Address to listen on (port 0 picks a free port; the bound address is printed).
-        #[arg(long, default_value = "127.0.0.1:5433")]
-        listen: std::net::SocketAddr,
-        /// Users allowed in with SCRAM-SHA-256: a file of `NAME:PASSWORD` lines.
-        /// Without users, only `trust` on a loopback address is allowed.
-        #[arg(long)]
-        users_file: Option<std::path::PathBuf>,
-        /// A user as `NAME:PASSWORD` (repeatable). Prefer --users-file: a command line
-        /// is visible to other local users.
-        #[arg(long = "user", env = "TABLESQL_USER", hide_env_values = true)]
-        users: Vec<String>,
-        /// PEM certificate chain; with --tls-key, only TLS connections are accepted.
-        #[arg(long, requires = "tls_key")]
-        tls_cert: Option<std::path::PathBuf>,
-        /// PEM private key of --tls-cert.
-        #[arg(long, requires = "tls_cert")]
-        tls_key: Option<std::path::PathBuf>,
-    },
+    /// Every flag can also come from the environment (TABLESQL_LISTEN, ...).
+    /// SIGTERM or SIGINT stops it gracefully.
+    Serve(serve::ServeArgs),
     /// Apply a directory of catalog files (`CREATE TABLE ... WITH (...)`
     /// mappings in `.sql` files, like the project's `catalog/`) to the store:
     /// each table created, or replaced where the stored definition differs.
@@ -326,6 +317,10 @@ async fn run() -> anyhow::Result<()> {
         let _ = e.print();
         std::process::exit(1)
     });
+    logging::install(
+        cli.log_level.as_deref(),
+        matches!(cli.command, Command::Serve(_)),
+    )?;
     match &cli.command {
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -488,20 +483,7 @@ async fn run() -> anyhow::Result<()> {
             println!("analyzed {table}: {stats}");
             Ok(())
         }
-        Command::Serve {
-            listen,
-            users_file,
-            users,
-            tls_cert,
-            tls_key,
-        } => {
-            let engine = tablesql::Engine::with_store(store, options).await?;
-            let closing = engine.clone();
-            let served = serve(engine, listen, users_file, users, tls_cert.zip(tls_key)).await;
-            // The workload statistics stored a last time, whatever ended it.
-            closing.close().await?;
-            served
-        }
+        Command::Serve(args) => serve::serve(store, options, args).await,
         Command::Scan {
             table,
             pk,
@@ -527,57 +509,6 @@ async fn run() -> anyhow::Result<()> {
             scan::scan(store.as_ref(), &table, &query, limit, format).await
         }
     }
-}
-
-async fn serve(
-    engine: tablesql::Engine,
-    listen: std::net::SocketAddr,
-    users_file: Option<std::path::PathBuf>,
-    entries: Vec<String>,
-    tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
-) -> anyhow::Result<()> {
-    use tablesql::server::{AuthMode, Server, ServerConfig, Users};
-    let mut users = Users::default();
-    if let Some(path) = &users_file {
-        users.add_file(path)?;
-        anyhow::ensure!(!users.is_empty(), "{} names no user", path.display());
-    }
-    for entry in &entries {
-        users.add_entry(entry)?;
-    }
-    // Only the salted secrets stay in memory.
-    drop(entries);
-    let auth = if users.is_empty() {
-        AuthMode::Trust
-    } else {
-        AuthMode::Scram(std::sync::Arc::new(users))
-    };
-    let tls_on = tls.is_some();
-    let server = Server::bind(
-        engine,
-        match tls {
-            Some((cert, key)) => ServerConfig::new(listen, auth.clone()).with_tls(cert, key),
-            None => ServerConfig::new(listen, auth.clone()),
-        },
-    )
-    .await?;
-    let addr = server.local_addr()?;
-    let how = match auth {
-        AuthMode::Trust => "trust (loopback only)",
-        AuthMode::Scram(_) => "SCRAM-SHA-256",
-    };
-    // Scripts and tests read the bound address from this first line.
-    println!("listening on {addr}");
-    let _ = std::io::stdout().flush();
-    eprintln!(
-        "tablesql serve: auth {how}, {}",
-        if tls_on { "TLS required" } else { "no TLS" }
-    );
-    tokio::select! {
-        r = server.run() => r?,
-        _ = tokio::signal::ctrl_c() => eprintln!("tablesql serve: interrupted, stopping"),
-    }
-    Ok(())
 }
 
 async fn shell(

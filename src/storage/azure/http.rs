@@ -208,6 +208,7 @@ impl Client {
     pub async fn send(&self, req: &Request) -> Result<Response, SendError> {
         let mut attempts = 0u32;
         let mut answer_lost = false;
+        let mut retried = 0u32;
         let result = (|| {
             attempts += 1;
             self.attempt(req)
@@ -226,11 +227,13 @@ impl Client {
             ) => Some(wait.max((*after).min(self.config.retry.max_delay))),
             (_, wait) => wait,
         })
-        .notify(|failure, _| {
+        .notify(|failure, wait| {
             // A read has nothing to apply; a lost answer to it is just lost.
             answer_lost |= req.method != Method::GET && failure.may_have_applied();
             self.retries.fetch_add(1, Ordering::Relaxed);
             super::super::retries::note();
+            retried += 1;
+            log_retry(req, failure, retried, wait);
         })
         .await;
         match result {
@@ -366,6 +369,32 @@ impl Client {
 
 /// A transport error with its causes ("error sending request: … Connection
 /// refused"), without the URL, which may carry a SAS signature.
+/// A retry, in the log: the service's busy answers (503 ServerBusy, 429)
+/// at `warn`, since throttling is the store telling the operator something,
+/// other retries at `info`. The path names the table and keys (a batch's
+/// is `/$batch`); never the account's key, which only signs the request.
+fn log_retry(req: &Request, failure: &Failure, retry: u32, wait: Duration) {
+    let path = req.path.as_str();
+    match failure {
+        Failure::Status {
+            status: status @ (503 | 429),
+            code,
+            ..
+        } => tracing::warn!(
+            method = %req.method, path, status, code, retry, wait_ms = wait.as_millis() as u64,
+            "azure: the service is busy, retrying"
+        ),
+        Failure::Status { status, code, .. } => tracing::info!(
+            method = %req.method, path, status, code, retry, wait_ms = wait.as_millis() as u64,
+            "azure: retrying"
+        ),
+        Failure::Transport(why) | Failure::Local(why) => tracing::info!(
+            method = %req.method, path, error = %why, retry, wait_ms = wait.as_millis() as u64,
+            "azure: no answer, retrying"
+        ),
+    }
+}
+
 fn describe(e: reqwest::Error) -> String {
     let e = e.without_url();
     let mut text = e.to_string();

@@ -1,0 +1,137 @@
+//! `tablesql serve`: its flags (each also from the environment), the
+//! metrics endpoint, and stopping on SIGTERM or SIGINT.
+
+use std::io::Write;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tablesql::server::{AuthMode, Server, ServerConfig, Users};
+use tablesql::storage::TableStore;
+use tablesql::storage::metered::MeteredStore;
+
+/// The flags of `serve`.
+#[derive(clap::Args)]
+pub struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the bound address is printed).
+    #[arg(long, env = "TABLESQL_LISTEN", default_value = "127.0.0.1:5433")]
+    listen: SocketAddr,
+    /// Users allowed in with SCRAM-SHA-256: a file of `NAME:PASSWORD` lines.
+    /// Without users, only `trust` on a loopback address is allowed.
+    #[arg(long, env = "TABLESQL_USERS_FILE")]
+    users_file: Option<PathBuf>,
+    /// A user as `NAME:PASSWORD` (repeatable). Prefer --users-file: a command line
+    /// is visible to other local users.
+    #[arg(long = "user", env = "TABLESQL_USER", hide_env_values = true)]
+    users: Vec<String>,
+    /// PEM certificate chain; with --tls-key, only TLS connections are accepted.
+    #[arg(long, env = "TABLESQL_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "TABLESQL_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// Serve Prometheus metrics at http://ADDR/metrics (port 0 picks a
+    /// free port; the bound address is printed after the listen line).
+    #[arg(long, env = "TABLESQL_METRICS_LISTEN", value_name = "ADDR")]
+    metrics_listen: Option<SocketAddr>,
+    /// Log each statement that takes at least this many milliseconds,
+    /// with its normalized text (PostgreSQL's log_min_duration_statement;
+    /// 0 logs every statement). Off by default.
+    #[arg(long, env = "TABLESQL_LOG_MIN_DURATION_STATEMENT", value_name = "MS")]
+    log_min_duration_statement: Option<u64>,
+    /// On SIGTERM or SIGINT, how long running statements get to finish
+    /// before they are cancelled (clients are told 57P01).
+    #[arg(
+        long,
+        env = "TABLESQL_SHUTDOWN_TIMEOUT",
+        value_name = "SECS",
+        default_value_t = 30.0
+    )]
+    shutdown_timeout: f64,
+}
+
+/// Serves until SIGTERM or SIGINT, then stops gracefully (see
+/// `Server::run_until`); the engine is closed before this returns.
+pub async fn serve(
+    store: Arc<dyn TableStore>,
+    options: tablesql::EngineOptions,
+    args: ServeArgs,
+) -> anyhow::Result<()> {
+    let grace = Duration::try_from_secs_f64(args.shutdown_timeout)
+        .map_err(|_| anyhow::anyhow!("--shutdown-timeout is a number of seconds"))?;
+    let mut users = Users::default();
+    if let Some(path) = &args.users_file {
+        users.add_file(path)?;
+        anyhow::ensure!(!users.is_empty(), "{} names no user", path.display());
+    }
+    for entry in &args.users {
+        users.add_entry(entry)?;
+    }
+    // Only the salted secrets stay in memory.
+    drop(args.users);
+    let auth = if users.is_empty() {
+        AuthMode::Trust
+    } else {
+        AuthMode::Scram(Arc::new(users))
+    };
+    let (store, counters) = MeteredStore::wrap(store);
+    let engine = tablesql::Engine::with_store(store, options).await?;
+    let mut config = ServerConfig::new(args.listen, auth.clone())
+        .with_log_min_duration_statement(args.log_min_duration_statement.map(Duration::from_millis))
+        .with_store_counters(counters);
+    let tls_on = args.tls_cert.is_some();
+    if let Some((cert, key)) = args.tls_cert.zip(args.tls_key) {
+        config = config.with_tls(cert, key);
+    }
+    let server = Server::bind(engine, config).await?;
+    let addr = server.local_addr()?;
+    let metrics = match args.metrics_listen {
+        Some(at) => {
+            let listener = tokio::net::TcpListener::bind(at)
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot listen on {at} for metrics: {e}"))?;
+            Some(listener)
+        }
+        None => None,
+    };
+    let how = match auth {
+        AuthMode::Trust => "trust (loopback only)",
+        AuthMode::Scram(_) => "SCRAM-SHA-256",
+    };
+    // Scripts and tests read the bound address from this first line (and
+    // may close the pipe after it: later lines are written, never printed).
+    let mut stdout = std::io::stdout();
+    let _ = writeln!(stdout, "listening on {addr}").and_then(|_| stdout.flush());
+    if let Some(listener) = metrics {
+        let at = listener.local_addr()?;
+        let _ = writeln!(stdout, "metrics on http://{at}/metrics").and_then(|_| stdout.flush());
+        tracing::info!(%at, "serving metrics at /metrics");
+        tokio::spawn(tablesql::server::serve_metrics(listener, server.metrics()));
+    }
+    tracing::info!(
+        %addr,
+        auth = how,
+        tls = if tls_on { "required" } else { "off" },
+        "listening"
+    );
+    server.run_until(stop_signal(), grace).await?;
+    Ok(())
+}
+
+/// SIGTERM (`docker stop`, `systemctl stop`) or SIGINT (Ctrl-C).
+async fn stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = match signal(SignalKind::terminate()) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops the server");
+            let _ = tokio::signal::ctrl_c().await;
+            return;
+        }
+    };
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
+        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+    }
+}

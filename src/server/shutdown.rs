@@ -1,0 +1,72 @@
+//! Stopping the server: on SIGTERM or SIGINT (the binary's) the server
+//! stops accepting, connections at rest are told 57P01 and closed at once,
+//! running statements get a bound to finish in, and past it they are
+//! cancelled with 57P01 too; then, every connection ended, the engine is
+//! closed ([`close_engine`]).
+
+use std::time::Duration;
+
+use pgwire::error::ErrorInfo;
+use tokio::sync::watch;
+
+use super::sqlstate::ADMIN_SHUTDOWN;
+use crate::engine::Engine;
+
+/// Where the server is in its stopping.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Phase {
+    Serving,
+    /// No new connection; each ends once at rest (between statements).
+    Draining,
+    /// Past the bound: each ends now, its statement cancelled.
+    Terminating,
+}
+
+/// Resolves once the server has reached `phase`; never, if the server is
+/// gone without reaching it.
+pub(super) async fn reached(rx: &mut watch::Receiver<Phase>, phase: Phase) {
+    if rx.wait_for(|p| *p >= phase).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+/// What a connection ended by the server is told (PostgreSQL's own words).
+pub(super) fn terminated() -> ErrorInfo {
+    ErrorInfo::new(
+        "FATAL".to_owned(),
+        ADMIN_SHUTDOWN.to_owned(),
+        "terminating connection due to administrator command".to_owned(),
+    )
+}
+
+/// How long connections cancelled past the bound get to say goodbye
+/// before their tasks are dropped.
+pub(super) const LAST_WORDS: Duration = Duration::from_secs(5);
+
+/// The one place the engine is closed, after every connection has ended
+/// and no statement runs: what must outlive the sessions (the store's last
+/// writes) is settled here. Dropping the last engine drops the store: the
+/// embedded store's redb database closes (every commit was durable when
+/// it was acknowledged), the Azure client's connections close.
+pub(super) async fn close_engine(engine: Engine) {
+    // The workload statistics, stored a last time for every process over
+    // the store; a failure loses only this process's latest counts.
+    if let Err(e) = engine.close().await {
+        tracing::warn!(error = %e, "the workload statistics could not be stored at shutdown");
+    }
+    let store = engine.store().clone();
+    drop(engine);
+    // A scan's tasks may still hold the store for a moment after their
+    // statement's stream was dropped; the database closes with the last.
+    let deadline = tokio::time::Instant::now() + LAST_WORDS;
+    while std::sync::Arc::strong_count(&store) > 1 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let held = std::sync::Arc::strong_count(&store) - 1;
+    drop(store);
+    if held > 0 {
+        tracing::warn!(held, "the store is still held at shutdown");
+    } else {
+        tracing::debug!("store closed");
+    }
+}

@@ -1,0 +1,180 @@
+//! A store that counts the requests made of it, by operation, as plain
+//! counters for an operator's metrics (`serve --metrics-listen`); every
+//! call is otherwise passed through unchanged. Retries and busy answers
+//! are the remote store's own counts ([`TableStore::service_counters`]),
+//! forwarded.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+
+use super::{
+    ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result, RowKey,
+    RowSink, ServiceCounters, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
+};
+
+/// Requests made of a store since it opened, by operation. Failed calls
+/// count too: a request is a request.
+#[derive(Debug, Default)]
+pub struct StoreCounters {
+    get: AtomicU64,
+    query_page: AtomicU64,
+    write: AtomicU64,
+    batch: AtomicU64,
+    partitions: AtomicU64,
+    tables: AtomicU64,
+}
+
+impl StoreCounters {
+    /// Each operation's name (a metric label: a fixed set) and its count.
+    pub fn by_operation(&self) -> [(&'static str, u64); 6] {
+        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        [
+            ("get", n(&self.get)),
+            ("query_page", n(&self.query_page)),
+            ("write", n(&self.write)),
+            ("batch", n(&self.batch)),
+            ("partitions", n(&self.partitions)),
+            ("table", n(&self.tables)),
+        ]
+    }
+
+    fn add(c: &AtomicU64) {
+        c.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+/// `inner`, counted into [`StoreCounters`] (see the module doc).
+#[derive(Debug)]
+pub struct MeteredStore {
+    inner: Arc<dyn TableStore>,
+    counters: Arc<StoreCounters>,
+}
+
+impl MeteredStore {
+    /// Counts the requests made of `inner`; the counters are the second half.
+    pub fn wrap(inner: Arc<dyn TableStore>) -> (Arc<dyn TableStore>, Arc<StoreCounters>) {
+        let counters = Arc::new(StoreCounters::default());
+        let store = Arc::new(Self {
+            inner,
+            counters: counters.clone(),
+        });
+        (store, counters)
+    }
+}
+
+#[async_trait]
+impl TableStore for MeteredStore {
+    async fn create_table(&self, table: &TableName) -> Result<()> {
+        StoreCounters::add(&self.counters.tables);
+        self.inner.create_table(table).await
+    }
+
+    async fn delete_table(&self, table: &TableName) -> Result<()> {
+        StoreCounters::add(&self.counters.tables);
+        self.inner.delete_table(table).await
+    }
+
+    async fn list_tables(&self) -> Result<Vec<TableName>> {
+        StoreCounters::add(&self.counters.tables);
+        self.inner.list_tables().await
+    }
+
+    async fn get(
+        &self,
+        table: &TableName,
+        pk: &PartitionKey,
+        rk: &RowKey,
+    ) -> Result<Option<StoredEntity>> {
+        StoreCounters::add(&self.counters.get);
+        self.inner.get(table, pk, rk).await
+    }
+
+    async fn query(
+        &self,
+        table: &TableName,
+        query: &Query,
+        continuation: Option<&ContinuationToken>,
+    ) -> Result<Page> {
+        StoreCounters::add(&self.counters.query_page);
+        self.inner.query(table, query, continuation).await
+    }
+
+    async fn query_into(
+        &self,
+        table: &TableName,
+        query: &Query,
+        continuation: Option<&ContinuationToken>,
+        sink: Arc<std::sync::Mutex<dyn RowSink>>,
+    ) -> Result<PageEnd> {
+        StoreCounters::add(&self.counters.query_page);
+        self.inner
+            .query_into(table, query, continuation, sink)
+            .await
+    }
+
+    async fn partitions(
+        &self,
+        table: &TableName,
+        range: &KeyRange<PartitionKey>,
+        after: Option<&PartitionKey>,
+    ) -> Result<PartitionPage> {
+        StoreCounters::add(&self.counters.partitions);
+        self.inner.partitions(table, range, after).await
+    }
+
+    async fn execute_batch(
+        &self,
+        table: &TableName,
+        ops: Vec<WriteOp>,
+    ) -> Result<Vec<WriteOutcome>> {
+        StoreCounters::add(&self.counters.batch);
+        self.inner.execute_batch(table, ops).await
+    }
+
+    // Passed on, not left to the default (a batch of one): a store may
+    // send one write otherwise (Azure: a plain PUT, not a `$batch`).
+    async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
+        StoreCounters::add(&self.counters.write);
+        self.inner.execute(table, op).await
+    }
+
+    fn service_counters(&self) -> Option<ServiceCounters> {
+        self.inner.service_counters()
+    }
+
+    fn retries_requests(&self) -> bool {
+        self.inner.retries_requests()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::MemoryStore;
+
+    #[tokio::test]
+    async fn counts_each_operation() -> Result<()> {
+        let (store, counters) = MeteredStore::wrap(Arc::new(MemoryStore::new()));
+        let t = TableName::new("Metered")?;
+        store.create_table(&t).await?;
+        let (pk, rk) = (PartitionKey::new("p")?, RowKey::new("r")?);
+        store.get(&t, &pk, &rk).await?;
+        store.get(&t, &pk, &rk).await?;
+        store.query(&t, &Query::all(), None).await?;
+        let counts = counters.by_operation();
+        assert_eq!(
+            counts,
+            [
+                ("get", 2),
+                ("query_page", 1),
+                ("write", 0),
+                ("batch", 0),
+                ("partitions", 0),
+                ("table", 1)
+            ]
+        );
+        Ok(())
+    }
+}

@@ -1,0 +1,753 @@
+//! `tablesql serve` as an operator runs it: stopped by SIGTERM during a
+//! long query and during a COPY (nothing acknowledged lost, no row without
+//! its index row), its flags from the environment, `--store azure` from
+//! `AZURE_STORAGE_CONNECTION_STRING`, and `/metrics` scraped after a
+//! workload.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures::SinkExt;
+use tokio_postgres::{Client, NoTls};
+
+use super::{LONG, TestResult, code, copy_dir, fixture, tablesql};
+
+/// A server process of these tests: its listen address, its metrics
+/// address when asked for, its log.
+struct Proc {
+    child: Child,
+    addr: SocketAddr,
+    metrics: Option<String>,
+    log: PathBuf,
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Proc {
+    fn start(
+        cmd: &mut Command,
+        dir: &Path,
+        metrics: bool,
+    ) -> Result<Self, Box<dyn std::error::Error>> {
+        let log = dir.join("serve.log");
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log)?)
+            .spawn()?;
+        let mut out = BufReader::new(child.stdout.take().ok_or("no stdout")?);
+        let mut line = String::new();
+        out.read_line(&mut line)?;
+        let Some(addr) = line.trim().strip_prefix("listening on ") else {
+            let _ = child.kill();
+            let _ = child.wait();
+            let log = std::fs::read_to_string(&log).unwrap_or_default();
+            return Err(format!("the server did not start: {line:?} {log}").into());
+        };
+        let addr = addr.parse()?;
+        let metrics = if metrics {
+            line.clear();
+            out.read_line(&mut line)?;
+            let at = line
+                .trim()
+                .strip_prefix("metrics on ")
+                .ok_or("no metrics line")?;
+            Some(at.to_owned())
+        } else {
+            None
+        };
+        Ok(Self {
+            child,
+            addr,
+            metrics,
+            log,
+        })
+    }
+
+    async fn connect(
+        &self,
+    ) -> Result<
+        (
+            Client,
+            tokio::task::JoinHandle<Result<(), tokio_postgres::Error>>,
+        ),
+        tokio_postgres::Error,
+    > {
+        let conninfo = format!(
+            "host={} port={} user=tablesql dbname=tablesql",
+            self.addr.ip(),
+            self.addr.port()
+        );
+        let (client, connection) = tokio_postgres::connect(&conninfo, NoTls).await?;
+        Ok((client, tokio::spawn(connection)))
+    }
+
+    fn signal(&self, sig: &str) -> std::io::Result<()> {
+        let status = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status()?;
+        assert!(status.success(), "kill {sig}");
+        Ok(())
+    }
+
+    /// Waits up to `bound` for the process to exit; its exit code.
+    fn exited_within(&mut self, bound: Duration) -> Result<i32, String> {
+        let start = Instant::now();
+        while start.elapsed() < bound {
+            match self.child.try_wait() {
+                Ok(Some(status)) => return status.code().ok_or_else(|| format!("{status}")),
+                Ok(None) => std::thread::sleep(Duration::from_millis(20)),
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+        Err(format!(
+            "still running after {bound:?}; log: {}",
+            std::fs::read_to_string(&self.log).unwrap_or_default()
+        ))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+}
+
+/// A copy of the 1,000-row demo store in a fresh directory.
+fn demo_store() -> Result<(tempfile::TempDir, PathBuf), Box<dyn std::error::Error>> {
+    let dir = tempfile::tempdir()?;
+    let store = dir.path().join("store");
+    copy_dir(fixture(1000)?, &store)?;
+    Ok((dir, store))
+}
+
+fn serve_cmd(store: &Path, args: &[&str]) -> Command {
+    let mut cmd = tablesql();
+    cmd.arg("--store")
+        .arg(store)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(args)
+        .env_remove("RUST_LOG")
+        .env_remove("TABLESQL_LOG_LEVEL");
+    cmd
+}
+
+/// `tablesql query` over the store, as CSV.
+fn query(store: &Path, sql: &str) -> Result<String, String> {
+    let out = tablesql()
+        .arg("--store")
+        .arg(store)
+        .args(["query", "--format", "csv", sql])
+        .output()
+        .map_err(|e| e.to_string())?;
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+}
+
+/// The store's index rows match its base rows: no row without its index
+/// row, no index row without its row.
+fn index_whole(store: &Path) -> Result<(), String> {
+    let check = query(
+        store,
+        "SELECT missing + orphaned + stale AS damaged FROM tablesql_check_index('registrations')",
+    )?;
+    let damaged: Vec<&str> = check.lines().skip(1).collect();
+    if damaged.is_empty() || damaged.iter().any(|d| d.trim() != "0") {
+        return Err(format!("index check: {check}"));
+    }
+    Ok(())
+}
+
+const RUN: &str = "2026 Shutdown Run";
+
+fn count_run(store: &Path) -> Result<u64, String> {
+    let out = query(
+        store,
+        &format!(
+            "SELECT count(*) AS n FROM registrations WHERE event = '{RUN}' AND distance = 'Full'"
+        ),
+    )?;
+    out.lines()
+        .nth(1)
+        .and_then(|l| l.trim().parse().ok())
+        .ok_or_else(|| format!("count: {out}"))
+}
+
+/// SIGTERM during a long query: a connection at rest is ended at once
+/// with 57P01, the query gets the bound (`--shutdown-timeout`) and is then
+/// cancelled with 57P01, and the process exits 0 within the bound; the
+/// store opens afterwards (its lock released, redb closed cleanly).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_long_query() -> TestResult {
+    let (dir, store) = demo_store()?;
+    // RUST_LOG is the whole filter: this crate's debug events, no others.
+    let mut cmd = serve_cmd(&store, &["--shutdown-timeout", "2"]);
+    cmd.env("RUST_LOG", "tablesql=debug");
+    let mut server = Proc::start(&mut cmd, dir.path(), false)?;
+    let (busy, _busy_conn) = server.connect().await?;
+    let (_idle, idle_conn) = server.connect().await?;
+    let long = tokio::spawn(async move {
+        let started = Instant::now();
+        (busy.simple_query(LONG).await, started.elapsed())
+    });
+    // The query is running (it takes minutes).
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    assert!(!long.is_finished(), "the long query ended early");
+    let signalled = Instant::now();
+    server.signal("-TERM")?;
+    // The idle connection is ended at once, with 57P01.
+    let idle_end = tokio::time::timeout(Duration::from_secs(1), idle_conn).await??;
+    let e = idle_end
+        .err()
+        .ok_or("the idle connection ended without an error")?;
+    assert_eq!(code(&e), "57P01", "{e}");
+    // The running query is cancelled past the bound, with 57P01.
+    let (result, _) = tokio::time::timeout(Duration::from_secs(10), long).await??;
+    let e = result.err().ok_or("the long query completed")?;
+    assert_eq!(code(&e), "57P01", "{e}");
+    let message = e
+        .as_db_error()
+        .map(|d| d.message().to_owned())
+        .unwrap_or_default();
+    assert_eq!(
+        message,
+        "terminating connection due to administrator command"
+    );
+    let cancelled_after = signalled.elapsed();
+    assert!(
+        cancelled_after >= Duration::from_millis(1900) && cancelled_after < Duration::from_secs(6),
+        "cancelled after {cancelled_after:?}"
+    );
+    assert_eq!(
+        server.exited_within(Duration::from_secs(10))?,
+        0,
+        "{}",
+        server.log()
+    );
+    let log = server.log();
+    assert!(log.contains("SIGTERM: stopping"), "{log}");
+    assert!(log.contains("server stopped"), "{log}");
+    assert!(
+        log.contains("connection opened connection=1 peer=127.0.0.1:"),
+        "{log}"
+    );
+    assert!(log.contains("user=\"tablesql\""), "{log}");
+    assert!(log.contains("shutdown timeout reached"), "{log}");
+    assert!(!log.contains("datafusion"), "{log}");
+    // The store is whole and free for another process.
+    assert_eq!(count_run(&store)?, 0);
+    index_whole(&store)?;
+    Ok(())
+}
+
+/// COPY rows of the run, `rows` of them from `first`, sent in chunks of
+/// 50 with `pause` between chunks. Each row is two entities (the row and
+/// its `age` index row) in one entity group transaction.
+async fn copy_run(
+    client: &Client,
+    first: u32,
+    rows: u32,
+    pause: Duration,
+) -> Result<u64, tokio_postgres::Error> {
+    let sink = client
+        .copy_in("COPY registrations (event, distance, bib, name, gender, age) FROM STDIN")
+        .await?;
+    futures::pin_mut!(sink);
+    let mut bib = first;
+    while bib < first + rows {
+        let mut chunk = String::new();
+        for b in bib..(bib + 50).min(first + rows) {
+            chunk.push_str(&format!(
+                "{RUN}\tFull\t{b}\tRunner {b}\tF\t{}\n",
+                20 + b % 50
+            ));
+        }
+        bib = (bib + 50).min(first + rows);
+        sink.send(bytes::Bytes::from(chunk)).await?;
+        tokio::time::sleep(pause).await;
+    }
+    sink.finish().await
+}
+
+/// SIGTERM during COPY FROM STDIN: a COPY that ends within the bound is
+/// acknowledged and all there; one that would run past it is cut with
+/// 57P01; either way the INSERTs acknowledged before are there, and every
+/// row stored has its index row (no torn entity group transaction).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_copy() -> TestResult {
+    // A COPY that finishes within the bound.
+    let (dir, store) = demo_store()?;
+    let mut server = Proc::start(
+        &mut serve_cmd(&store, &["--shutdown-timeout", "20"]),
+        dir.path(),
+        false,
+    )?;
+    let (client, _conn) = server.connect().await?;
+    for bib in 1..=5 {
+        client
+            .simple_query(&format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES ('{RUN}', 'Full', {bib}, 'Early {bib}', 'M', 30)"
+            ))
+            .await?;
+    }
+    let copy =
+        tokio::spawn(async move { copy_run(&client, 100, 2000, Duration::from_millis(25)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!copy.is_finished(), "the COPY ended before the signal");
+    server.signal("-TERM")?;
+    let copied = tokio::time::timeout(Duration::from_secs(20), copy).await??;
+    assert_eq!(copied?, 2000, "the COPY is acknowledged");
+    assert_eq!(
+        server.exited_within(Duration::from_secs(25))?,
+        0,
+        "{}",
+        server.log()
+    );
+    assert_eq!(count_run(&store)?, 5 + 2000);
+    index_whole(&store)?;
+    drop(server);
+
+    // A COPY that would run past the bound.
+    let mut server = Proc::start(
+        &mut serve_cmd(&store, &["--shutdown-timeout", "1"]),
+        dir.path(),
+        false,
+    )?;
+    let (client, _conn) = server.connect().await?;
+    for bib in 6..=8 {
+        client
+            .simple_query(&format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES ('{RUN}', 'Full', {bib}, 'Early {bib}', 'M', 30)"
+            ))
+            .await?;
+    }
+    let copy =
+        tokio::spawn(
+            async move { copy_run(&client, 10_000, 20_000, Duration::from_millis(25)).await },
+        );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let signalled = Instant::now();
+    server.signal("-TERM")?;
+    let cut = tokio::time::timeout(Duration::from_secs(15), copy).await??;
+    let e = cut.err().ok_or("the COPY of 20,000 slow rows completed")?;
+    // The server's FATAL, or the connection it closed after it.
+    assert!(code(&e) == "57P01" || e.is_closed(), "{e}");
+    assert_eq!(
+        server.exited_within(Duration::from_secs(10))?,
+        0,
+        "{}",
+        server.log()
+    );
+    assert!(
+        signalled.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        signalled.elapsed()
+    );
+    let n = count_run(&store)?;
+    // Everything acknowledged, and whatever of the cut COPY was stored.
+    assert!((5 + 2000 + 3..5 + 2000 + 3 + 20_000).contains(&n), "{n}");
+    let early = query(
+        &store,
+        &format!(
+            "SELECT count(*) AS n FROM registrations WHERE event = '{RUN}' AND distance = 'Full' AND bib <= 8"
+        ),
+    )?;
+    assert_eq!(early.lines().nth(1), Some("8"), "{early}");
+    index_whole(&store)?;
+    Ok(())
+}
+
+/// An HTTP GET of `url` (`http://host:port/path`) with a raw socket: the
+/// status line and the body.
+fn http_get(url: &str) -> Result<(String, String), Box<dyn std::error::Error>> {
+    let rest = url.strip_prefix("http://").ok_or("not http")?;
+    let (host, path) = rest.split_once('/').ok_or("no path")?;
+    let mut tcp = TcpStream::connect(host)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        tcp,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer)?;
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or("no body")?;
+    Ok((
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    ))
+}
+
+/// A sample's value in a scrape (`name{labels} value`), 0 when absent.
+fn sample(scrape: &str, series: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
+}
+
+/// `/metrics` after a workload over the wire: the connections, statements
+/// by kind and errors by SQLSTATE it ran, exactly; the storage requests it
+/// caused; and many distinct tables and statements add no label.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_count_the_workload() -> TestResult {
+    let (dir, store) = demo_store()?;
+    let server = Proc::start(
+        &mut serve_cmd(&store, &["--metrics-listen", "127.0.0.1:0"]),
+        dir.path(),
+        true,
+    )?;
+    let url = server.metrics.clone().ok_or("no metrics address")?;
+    let (status, before) = http_get(&url)?;
+    assert!(status.contains("200"), "{status}");
+    assert_eq!(
+        sample(&before, "tablesql_connections_total"),
+        0.0,
+        "{before}"
+    );
+    for c in 0..3u32 {
+        let (client, conn) = server.connect().await?;
+        for i in 0..4u32 {
+            client
+                .simple_query(&format!(
+                    "SELECT name FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full' AND bib = {}",
+                    c * 10 + i
+                ))
+                .await?;
+        }
+        // The extended protocol too.
+        client
+            .query(
+                "SELECT count(*) FROM registrations WHERE event = $1 AND distance = 'Full'",
+                &[&"x"],
+            )
+            .await?;
+        client
+            .simple_query(&format!(
+                "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES ('{RUN}', 'Full', {c}, 'M {c}', 'F', 40)"
+            ))
+            .await?;
+        for _ in 0..2 {
+            let e = client
+                .simple_query("SELECT * FROM no_such_table")
+                .await
+                .err()
+                .ok_or("no error")?;
+            assert_eq!(code(&e), "42P01");
+        }
+        let e = client
+            .simple_query("SELEKT 1")
+            .await
+            .err()
+            .ok_or("no error")?;
+        assert_eq!(code(&e), "42601");
+        drop(client);
+        tokio::time::timeout(Duration::from_secs(5), conn).await???;
+    }
+    // The server sees each close a moment after the client.
+    let mut scrape = String::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        scrape = http_get(&url)?.1;
+        if sample(&scrape, "tablesql_connections_active") == 0.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let expect = [
+        ("tablesql_connections_total", 3.0),
+        ("tablesql_connections_active", 0.0),
+        ("tablesql_statements_total{kind=\"select\"}", 15.0),
+        ("tablesql_statements_total{kind=\"insert\"}", 3.0),
+        ("tablesql_errors_total{sqlstate=\"42P01\"}", 6.0),
+        ("tablesql_errors_total{sqlstate=\"42601\"}", 3.0),
+        ("tablesql_statement_duration_seconds_count", 3.0 * 9.0),
+    ];
+    for (series, n) in expect {
+        assert_eq!(sample(&scrape, series), n, "{series} in:\n{scrape}");
+    }
+    // 12 reads of one partition each (a page at least), and each INSERT
+    // one entity group transaction: its row and its `age` index row.
+    let read = sample(
+        &scrape,
+        "tablesql_storage_requests_total{operation=\"get\"}",
+    ) + sample(
+        &scrape,
+        "tablesql_storage_requests_total{operation=\"query_page\"}",
+    );
+    assert!(read >= 12.0, "{scrape}");
+    assert_eq!(
+        sample(
+            &scrape,
+            "tablesql_storage_requests_total{operation=\"batch\"}"
+        ),
+        3.0,
+        "{scrape}"
+    );
+    assert!(
+        scrape.contains("tablesql_storage_retries_total 0"),
+        "{scrape}"
+    );
+    assert!(scrape.contains("tablesql_storage_busy_total 0"), "{scrape}");
+
+    // Many tables and statements: the same series, the same labels.
+    let series = |s: &str| {
+        s.lines()
+            .filter(|l| !l.starts_with('#'))
+            .filter_map(|l| l.rsplit_once(' ').map(|(name, _)| name.to_owned()))
+            .collect::<std::collections::BTreeSet<_>>()
+    };
+    let (client, _conn) = server.connect().await?;
+    for i in 0..40 {
+        let _ = client
+            .simple_query(&format!("SELECT * FROM missing_{i}"))
+            .await;
+        let _ = client
+            .simple_query(&format!("CREATE TABLE t_{i} (k INT PRIMARY KEY, v TEXT)"))
+            .await?;
+        let _ = client
+            .simple_query(&format!("SELECT v, {i} AS n{i} FROM t_{i}"))
+            .await?;
+    }
+    let after = http_get(&url)?.1;
+    let added: Vec<_> = series(&after)
+        .difference(&series(&scrape))
+        .cloned()
+        .collect();
+    assert_eq!(
+        added,
+        vec!["tablesql_statements_total{kind=\"ddl\"}".to_owned()],
+        "{after}"
+    );
+    assert_eq!(
+        sample(&after, "tablesql_errors_total{sqlstate=\"42P01\"}"),
+        46.0,
+        "{after}"
+    );
+    for line in after.lines().filter(|l| !l.starts_with('#')) {
+        assert!(
+            !line.contains("missing_") && !line.contains("t_1"),
+            "{line}"
+        );
+    }
+    let (status, _) = http_get(&url.replace("/metrics", "/other"))?;
+    assert!(status.contains("404"), "{status}");
+    Ok(())
+}
+
+/// Every serve flag has an environment form: the listen address, the
+/// metrics address and the slow statement threshold from the environment;
+/// with `TABLESQL_LOG_MIN_DURATION_STATEMENT=0` every statement is logged
+/// with its literals as `$n`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_flags_from_the_environment() -> TestResult {
+    let (dir, store) = demo_store()?;
+    let mut cmd = tablesql();
+    cmd.arg("--store")
+        .arg(&store)
+        .arg("serve")
+        .env_remove("RUST_LOG")
+        .env_remove("TABLESQL_LOG_LEVEL")
+        .env("TABLESQL_LISTEN", "127.0.0.1:0")
+        .env("TABLESQL_METRICS_LISTEN", "127.0.0.1:0")
+        .env("TABLESQL_LOG_MIN_DURATION_STATEMENT", "0");
+    let mut server = Proc::start(&mut cmd, dir.path(), true)?;
+    let (client, _conn) = server.connect().await?;
+    client
+        .simple_query("SELECT name FROM registrations WHERE event = 'secret event' AND distance = 'Full' AND bib = 7")
+        .await?;
+    let metrics = http_get(&server.metrics.clone().ok_or("no metrics")?)?.1;
+    assert_eq!(
+        sample(&metrics, "tablesql_connections_total"),
+        1.0,
+        "{metrics}"
+    );
+    drop(client);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let mut log = server.log();
+    while !log.contains("slow statement") && Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        log = server.log();
+    }
+    let line = log
+        .lines()
+        .find(|l| l.contains("slow statement"))
+        .ok_or_else(|| format!("no slow statement in {log}"))?;
+    assert!(line.contains("duration_ms="), "{line}");
+    assert!(line.contains("event = $1"), "{line}");
+    assert!(!line.contains("secret event"), "{line}");
+    assert!(log.contains("INFO tablesql::serve: listening"), "{log}");
+    // The default level keeps DataFusion's debug records out.
+    assert!(!log.contains("DEBUG"), "{log}");
+    // SIGINT (Ctrl-C) stops it as SIGTERM does.
+    server.signal("-INT")?;
+    assert_eq!(
+        server.exited_within(Duration::from_secs(10))?,
+        0,
+        "{}",
+        server.log()
+    );
+    assert!(
+        server.log().contains("SIGINT: stopping"),
+        "{}",
+        server.log()
+    );
+    // The `log` records of DataFusion reach the log too, on request.
+    let out = tablesql()
+        .arg("--store")
+        .arg(&store)
+        .args(["--log-level", "debug", "query", "SELECT 1"])
+        .env_remove("RUST_LOG")
+        .output()?;
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("DEBUG datafusion"), "{err}");
+    // And by default `tablesql query` says nothing on stderr.
+    let out = tablesql()
+        .arg("--store")
+        .arg(&store)
+        .args(["query", "SELECT 1"])
+        .env_remove("RUST_LOG")
+        .env_remove("TABLESQL_LOG_LEVEL")
+        .output()?;
+    assert!(
+        out.status.success() && out.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // A malformed value names its variable.
+    let out = tablesql()
+        .arg("--store")
+        .arg(&store)
+        .arg("serve")
+        .env("TABLESQL_LISTEN", "not an address")
+        .output()?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--listen"), "{err}");
+    Ok(())
+}
+
+/// `--store azure` takes the connection string from
+/// `AZURE_STORAGE_CONNECTION_STRING` (the Azure SDKs' variable), and says
+/// so when it is unset, never printing a key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn store_azure_from_the_environment() -> TestResult {
+    let unset = tablesql()
+        .args(["--store", "azure", "tables"])
+        .env_remove("AZURE_STORAGE_CONNECTION_STRING")
+        .output()?;
+    assert!(!unset.status.success());
+    let err = String::from_utf8_lossy(&unset.stderr);
+    assert!(err.contains("AZURE_STORAGE_CONNECTION_STRING"), "{err}");
+    let account = crate::azurite::fresh_account()?;
+    let conn = crate::azurite::store_argument(&account)
+        .strip_prefix("azure:")
+        .ok_or("not an azure: argument")?
+        .to_owned();
+    let table = "OpsEnv";
+    let run = |sql: &str| {
+        tablesql()
+            .args(["--store", "azure", "query", "--format", "csv", sql])
+            .env("AZURE_STORAGE_CONNECTION_STRING", &conn)
+            .output()
+    };
+    let out = run(&format!(
+        "CREATE TABLE {table} (k TEXT PRIMARY KEY, v INT) WITH (storage_table = '{table}', partition_key = '{{k}}', row_key = 'r')"
+    ))?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&format!("INSERT INTO {table} VALUES ('a', 41)"))?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&format!("SELECT v + 1 AS v FROM {table}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("42"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // `azure:` with nothing after it is the same.
+    let out = tablesql()
+        .args(["--store", "azure:", "tables"])
+        .env("AZURE_STORAGE_CONNECTION_STRING", &conn)
+        .output()?;
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains(table));
+    // `serve` too, its store's HTTP requests in its metrics.
+    let dir = tempfile::tempdir()?;
+    let mut cmd = tablesql();
+    cmd.args(["--store", "azure", "serve", "--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
+        .env("AZURE_STORAGE_CONNECTION_STRING", &conn)
+        .env_remove("RUST_LOG")
+        .env_remove("TABLESQL_LOG_LEVEL");
+    let mut server = Proc::start(&mut cmd, dir.path(), true)?;
+    let (client, _conn) = server.connect().await?;
+    let rows = client
+        .simple_query(&format!("SELECT v FROM {table} WHERE k = 'a'"))
+        .await?;
+    assert!(
+        rows.iter().any(
+            |m| matches!(m, tokio_postgres::SimpleQueryMessage::Row(r) if r.get(0) == Some("41"))
+        ),
+        "{rows:?}"
+    );
+    let scrape = http_get(&server.metrics.clone().ok_or("no metrics")?)?.1;
+    assert!(
+        sample(&scrape, "tablesql_storage_http_requests_total") >= 1.0,
+        "{scrape}"
+    );
+    drop(client);
+    server.signal("-TERM")?;
+    assert_eq!(
+        server.exited_within(Duration::from_secs(10))?,
+        0,
+        "{}",
+        server.log()
+    );
+    assert!(
+        !server
+            .log()
+            .contains(tablesql::storage::azure::config::DEV_ACCOUNT_KEY),
+        "{}",
+        server.log()
+    );
+    // A key that does not sign is refused without being printed.
+    let key = tablesql::storage::azure::config::DEV_ACCOUNT_KEY;
+    let bad = conn.replace(key, "AAAA");
+    let out = tablesql()
+        .args(["--store", "azure", "tables"])
+        .env("AZURE_STORAGE_CONNECTION_STRING", &bad)
+        .output()?;
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!out.status.success(), "{all}");
+    assert!(!all.contains(key) && !all.contains("AccountKey"), "{all}");
+    Ok(())
+}
