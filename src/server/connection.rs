@@ -15,6 +15,7 @@ use pgwire::api::{ClientInfo, PgWireConnectionState, PgWireServerHandlers};
 use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::PgWireFrontendMessage;
+use pgwire::messages::response::TransactionStatus;
 use pgwire::tokio::TlsAcceptor;
 use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
 use tokio::net::TcpStream;
@@ -276,7 +277,11 @@ async fn answer(
             let took = timed.done(context.id, context.slow, simple.runner());
             context.metrics.statement_took(took);
         }
-        at_rest = !in_exchange && matches!(socket.state(), PgWireConnectionState::ReadyForQuery);
+        // A session inside a transaction block is not at rest: its COMMIT
+        // may be on the way, and gets the shutdown's grace like a statement.
+        at_rest = !in_exchange
+            && matches!(socket.state(), PgWireConnectionState::ReadyForQuery)
+            && matches!(simple.wire_status(), TransactionStatus::Idle);
         // The extended protocol's Sync, and a COPY's end, report this
         // status (pgwire's own would keep a block failed after `ROLLBACK TO`).
         socket.set_transaction_status(simple.wire_status());

@@ -75,7 +75,10 @@ impl Metrics {
             "Time from a Query or Execute message to its answer's end",
             duration.clone(),
         );
-        registry.register_collector(Box::new(StorageCollector { store, counters }));
+        registry.register_collector(Box::new(StorageCollector {
+            store: Arc::downgrade(&store),
+            counters,
+        }));
         Self {
             registry,
             connections,
@@ -148,7 +151,9 @@ fn kind_of_tag(tag: &str) -> &'static str {
 /// The store's counts, read at each scrape.
 #[derive(Debug)]
 struct StorageCollector {
-    store: Arc<dyn TableStore>,
+    // Weak: a scrape must not keep the store open past the engine's close
+    // (shutdown waits for the last holder before the database closes).
+    store: std::sync::Weak<dyn TableStore>,
     counters: Option<Arc<StoreCounters>>,
 }
 
@@ -167,7 +172,11 @@ impl Collector for StorageCollector {
             }
         }
         // A store in this process answers no service: its counts are 0.
-        let service = self.store.service_counters().unwrap_or_default();
+        let service = self
+            .store
+            .upgrade()
+            .and_then(|store| store.service_counters())
+            .unwrap_or_default();
         for (name, help, n) in [
             (
                 "tablesql_storage_http_requests",

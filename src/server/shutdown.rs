@@ -50,9 +50,15 @@ pub(super) const LAST_WORDS: Duration = Duration::from_secs(5);
 /// it was acknowledged), the Azure client's connections close.
 pub(super) async fn close_engine(engine: Engine) {
     // The workload statistics, stored a last time for every process over
-    // the store; a failure loses only this process's latest counts.
-    if let Err(e) = engine.close().await {
-        tracing::warn!(error = %e, "the workload statistics could not be stored at shutdown");
+    // the store; bounded, since a throttled or unreachable service would
+    // otherwise hold the process past what a supervisor waits before
+    // SIGKILL. A failure loses only this process's latest counts.
+    match tokio::time::timeout(LAST_WORDS, engine.close()).await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "the workload statistics could not be stored at shutdown");
+        }
+        Err(_) => tracing::warn!("storing the workload statistics at shutdown timed out"),
     }
     let store = engine.store().clone();
     drop(engine);

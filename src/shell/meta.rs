@@ -160,7 +160,9 @@ fn watch<'a>(args: impl Iterator<Item = &'a str>) -> Result<Meta, String> {
     let (mut interval, mut count) = (2.0, None);
     for a in args {
         let seconds = |v: &str| match v.parse::<f64>() {
-            Ok(s) if s >= 0.0 && s.is_finite() => Ok(s),
+            // At most a day: a longer wait is a typo, and sleeping needs a
+            // Duration that fits.
+            Ok(s) if (0.0..=86_400.0).contains(&s) => Ok(s),
             _ => Err(format!("\\watch: incorrect interval value \"{v}\"")),
         };
         match a.split_once('=') {

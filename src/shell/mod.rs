@@ -536,14 +536,29 @@ impl Shell {
         let (path, temporary) = match file {
             Some(path) => (path, false),
             None => {
-                let path =
-                    std::env::temp_dir().join(format!("tablesql.edit.{}.sql", std::process::id()));
+                // A name no other user can guess, created new and readable
+                // by its owner only (as psql): the query may hold secrets,
+                // and a planted symlink must not be followed.
+                let path = std::env::temp_dir().join(format!(
+                    "tablesql.edit.{}.{:016x}.sql",
+                    std::process::id(),
+                    rand::random::<u64>()
+                ));
                 let mut text = self.last_query.clone().unwrap_or_default();
                 if !text.is_empty() && !text.trim_end().ends_with(';') {
                     text.push(';');
                 }
                 text.push('\n');
-                std::fs::write(&path, text).map_err(|source| ShellError::File {
+                let written = {
+                    use std::os::unix::fs::OpenOptionsExt;
+                    std::fs::OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(0o600)
+                        .open(&path)
+                        .and_then(|mut f| f.write_all(text.as_bytes()))
+                };
+                written.map_err(|source| ShellError::File {
                     path: path.clone(),
                     source,
                 })?;

@@ -373,10 +373,14 @@ async fn run() -> anyhow::Result<()> {
             if let [run::Action::Sql(text) | run::Action::Command(text)] = actions.as_slice() {
                 match engine.parse(text).as_deref() {
                     Ok([Statement::CreateIndex(create)]) => {
-                        return create_index(&engine, create, print_progress).await;
+                        let done = create_index(&engine, create, print_progress).await;
+                        close(&engine).await;
+                        return done;
                     }
                     Ok([Statement::Truncate(t)]) => {
-                        return truncate_table(&engine, t, print_progress).await;
+                        let done = truncate_table(&engine, t, print_progress).await;
+                        close(&engine).await;
+                        return done;
                     }
                     _ => {}
                 }
@@ -391,8 +395,7 @@ async fn run() -> anyhow::Result<()> {
             set_variables(&mut shell, &set)?;
             set_psets(&mut shell, &pset)?;
             let code = run::query(&mut shell, actions, &set).await;
-            // The statements' workload statistics, for every process over the store.
-            closing.close().await?;
+            close(&closing).await;
             std::process::exit(code)
         }
         Command::Completions { .. } | Command::Man | Command::CliDoc => Ok(()),
@@ -421,8 +424,7 @@ async fn run() -> anyhow::Result<()> {
                 reject,
             };
             let loaded = load::load(&engine, request).await;
-            // Its writes' statistics, for the advisor in any process.
-            engine.close().await?;
+            close(&engine).await;
             loaded
         }
         Command::CheckIndex {
@@ -431,7 +433,9 @@ async fn run() -> anyhow::Result<()> {
             repair,
         } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
-            check_index(&engine, &table, index.as_deref(), repair).await
+            let checked = check_index(&engine, &table, index.as_deref(), repair).await;
+            close(&engine).await;
+            checked
         }
         Command::Advise {
             table,
@@ -464,7 +468,9 @@ async fn run() -> anyhow::Result<()> {
                 .context("--duration is a number of seconds")?;
             test.target_per_s = target;
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
-            stress(&engine, &test).await
+            let stressed = stress(&engine, &test).await;
+            close(&engine).await;
+            stressed
         }
         Command::Apply { dir } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
@@ -511,6 +517,15 @@ async fn run() -> anyhow::Result<()> {
     }
 }
 
+/// Stores the engine's workload statistics for every process over the
+/// store (the advisor's, `tablesql_stat_statements`'). A failure is the
+/// statistics' loss, not the command's: warned, never its exit code.
+async fn close(engine: &tablesql::Engine) {
+    if let Err(e) = engine.close().await {
+        tracing::warn!(error = %e, "the workload statistics could not be stored");
+    }
+}
+
 async fn shell(
     engine: tablesql::Engine,
     location: &StoreLocation,
@@ -533,7 +548,7 @@ async fn shell(
             .map(std::path::PathBuf::from)
             .or_else(|| std::env::home_dir().map(|h| h.join(".tablesql_history")));
         let ended = shell.interactive(history).await;
-        closing.close().await?;
+        close(&closing).await;
         return Ok(ended?);
     }
     let text = match &file {
@@ -549,7 +564,7 @@ async fn shell(
     // Errors are already reported, psql's way, by the shell; the exit
     // code is psql's: 3 when ON_ERROR_STOP ended the script.
     let end = shell.run_file(&text).await;
-    closing.close().await?;
+    close(&closing).await;
     if end == ScriptEnd::Stopped {
         std::process::exit(3);
     }
