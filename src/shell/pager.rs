@@ -63,7 +63,9 @@ enum State {
     Holding(Vec<u8>),
     /// Streaming into the pager.
     Piped(Child, ChildStdin),
-    /// The pager could not start or has quit.
+    /// The pager could not start: straight to stdout.
+    Direct,
+    /// The pager has quit.
     Closed,
 }
 
@@ -90,20 +92,33 @@ impl Paged {
         }
     }
 
-    fn start(&mut self, held: &[u8]) -> std::io::Result<()> {
-        let mut child = Command::new("sh")
+    /// Starts the pager with what was held. A pager that cannot start
+    /// leaves the output to stdout, the held part first, as psql does; one
+    /// that quits at once is waited for (no zombie) and ends the output.
+    fn start(&mut self, held: Vec<u8>) -> std::io::Result<()> {
+        let spawned = Command::new("sh")
             .arg("-c")
             .arg(&self.command)
             .stdin(Stdio::piped())
-            .spawn()
-            .map_err(|e| std::io::Error::new(e.kind(), format!("pager {}: {e}", self.command)))?;
-        let mut stdin = child
-            .stdin
-            .take()
-            .ok_or_else(|| std::io::Error::other("the pager has no input"))?;
-        stdin.write_all(held)?;
+            .spawn();
+        let mut child = match spawned {
+            Ok(child) => child,
+            Err(_) => {
+                self.state = State::Direct;
+                return std::io::stdout().write_all(&held);
+            }
+        };
+        let Some(stdin) = child.stdin.take() else {
+            let _ = child.wait();
+            return Err(std::io::Error::other("the pager has no input"));
+        };
+        // Piped before the write, so that a pager that quit at once is
+        // waited for by the broken pipe's handling.
         self.state = State::Piped(child, stdin);
-        Ok(())
+        match &mut self.state {
+            State::Piped(_, stdin) => stdin.write_all(&held),
+            _ => Ok(()),
+        }
     }
 
     /// Ends the output: what is held goes to stdout (it fitted the
@@ -119,6 +134,7 @@ impl Paged {
                 drop(stdin);
                 child.wait().map(|_| ())
             }
+            State::Direct => std::io::stdout().flush(),
             State::Closed => Ok(()),
         }
     }
@@ -132,12 +148,13 @@ impl Write for Paged {
                 self.seen += data.iter().filter(|b| **b == b'\n').count();
                 if self.seen > self.lines || self.lines == 0 {
                     let held = std::mem::take(held);
-                    self.start(&held)
+                    self.start(held)
                 } else {
                     Ok(())
                 }
             }
             State::Piped(_, stdin) => stdin.write_all(data),
+            State::Direct => std::io::stdout().write_all(data),
             State::Closed => Err(std::io::ErrorKind::BrokenPipe.into()),
         };
         match written {
@@ -160,6 +177,7 @@ impl Write for Paged {
     fn flush(&mut self) -> std::io::Result<()> {
         match &mut self.state {
             State::Piped(_, stdin) => stdin.flush(),
+            State::Direct => std::io::stdout().flush(),
             _ => Ok(()),
         }
     }
