@@ -31,6 +31,8 @@ pub(super) fn start(p: &Arc<PersistedWorkload>) {
             let Some(p) = weak.upgrade() else {
                 break;
             };
+            // `close` may still run between this and the flush: the flush
+            // checks again under its lock, so the head stays closed.
             if p.stopped() {
                 break;
             }

@@ -83,6 +83,12 @@ struct State {
     /// This process's last generation stored, and its chunks.
     generation: u64,
     chunks: usize,
+    /// The last generation an attempt wrote chunks of: each attempt takes a
+    /// new one, so that chunks a failed one left cannot join a later one's.
+    tried: u64,
+    /// An attempt whose last transaction may have landed (its answer was
+    /// lost): the head, read back, tells.
+    unsure: Option<Attempt>,
     /// Its head's ETag, while it is this process's.
     etag: Option<ETag>,
     /// `Workload::changes` when last stored; `None` before.
@@ -92,6 +98,17 @@ struct State {
     closed: bool,
     /// Other processes' heads and snapshots, by instance.
     others: HashMap<String, Other>,
+}
+
+/// One attempt at storing this process's snapshot, as its head would say.
+struct Attempt {
+    generation: u64,
+    chunks: usize,
+    /// `Workload::changes` it stored.
+    changes: u64,
+    closing: bool,
+    /// The stopped processes whose heads it deletes.
+    taken: Vec<(String, Other)>,
 }
 
 /// Another process's head, and its snapshot when it could be read.
@@ -216,6 +233,10 @@ impl PersistedWorkload {
     /// process to flush takes its counts over.
     pub async fn flush(&self, closing: bool) -> Result<()> {
         let mut state = self.state.lock().await;
+        // Once the engine closed, every head stored says so: a timer tick
+        // that waited on the lock while `close` flushed must not store the
+        // head as open again (a later `flush_workload` still stores counts).
+        let closing = closing || self.stopped();
         if let Some(at) = self.workload.take_reset() {
             if let Err(e) = self.store_reset(at).await {
                 self.workload.put_back_reset(at);
@@ -340,6 +361,9 @@ impl PersistedWorkload {
 
     /// One attempt at storing this process's snapshot (see the module doc).
     async fn store_own(&self, state: &mut State, closing: bool) -> Result<Stored> {
+        if state.unsure.is_some() {
+            self.settle(state).await?;
+        }
         let now = Utc::now();
         let own = self.workload.own();
         let changed = state.stored != Some(own.changes);
@@ -368,7 +392,8 @@ impl PersistedWorkload {
         all.limit();
         let text = snapshot::encode(&all);
         let parts = cut(&text);
-        let generation = state.generation + 1;
+        state.tried = state.tried.max(state.generation) + 1;
+        let generation = state.tried;
         let table = table()?;
         create(self.store.as_ref(), &table).await?;
         let mut chunks = Vec::new();
@@ -409,69 +434,150 @@ impl PersistedWorkload {
                 if_match: IfMatch::ETag(o.etag.clone()),
             });
         }
-        match self.store.execute_batch(&table, ops).await {
+        let attempt = Attempt {
+            generation,
+            chunks: count,
+            changes: own.changes,
+            closing,
+            taken,
+        };
+        let e = match self.store.execute_batch(&table, ops).await {
             Ok(outcomes) => {
-                let (old, old_chunks) = (state.generation, state.chunks);
-                state.generation = generation;
-                state.chunks = count;
-                state.etag = outcomes.get(head_at).and_then(|o| o.etag.clone());
-                state.stored = Some(own.changes);
-                state.stored_at = Some(Instant::now());
-                state.closed = closing;
-                // Out of the others' first: a reader in between counts
-                // them once too few, never twice.
-                for (instance, _) in &taken {
+                let etag = outcomes.get(head_at).and_then(|o| o.etag.clone());
+                self.landed(state, attempt, etag).await;
+                return Ok(Stored::Done);
+            }
+            Err(e) => e,
+        };
+        let refused = match &e {
+            StorageError::Batch { index, source } => Some((*index, source.root())),
+            _ => None,
+        };
+        match refused {
+            Some((i, StorageError::EntityNotFound { .. })) if i == head_at => {
+                self.delete_chunks(&self.instance, generation, count).await;
+                self.taken_over(state);
+                Ok(Stored::Again)
+            }
+            Some((i, StorageError::PreconditionFailed { .. })) if i == head_at => {
+                // Only this process writes its head, so a write of its own
+                // landed unseen (a lost answer): read it back, not a takeover.
+                state.unsure = Some(attempt);
+                self.settle(state).await
+            }
+            Some((
+                i,
+                StorageError::PreconditionFailed { .. } | StorageError::EntityNotFound { .. },
+            )) if i > head_at => {
+                // Another process took that one over first.
+                self.delete_chunks(&self.instance, generation, count).await;
+                if let Some((instance, _)) = attempt.taken.get(i - head_at - 1) {
                     state.others.remove(instance);
                 }
-                self.workload.set_others(merged(state.others.values()));
-                for (_, o) in &taken {
-                    if let Some(k) = &o.kept {
-                        self.workload.absorb(k);
-                    }
-                }
-                if old > 0 {
-                    self.delete_chunks(&self.instance, old, old_chunks).await;
-                }
-                for (instance, o) in &taken {
-                    self.delete_chunks(instance, o.generation, o.chunks).await;
-                }
-                Ok(Stored::Done)
+                Ok(Stored::Again)
             }
-            Err(e) => {
-                self.delete_chunks(&self.instance, generation, count).await;
-                let (index, cause) = match &e {
-                    StorageError::Batch { index, source } => (Some(*index), source.root()),
-                    other => (None, other),
-                };
-                let refused = matches!(
-                    cause,
-                    StorageError::PreconditionFailed { .. } | StorageError::EntityNotFound { .. }
-                );
-                match index {
-                    Some(i) if refused && i == head_at => {
-                        // Another process took this one's head over (it
-                        // looked stopped): what it stored is counted
-                        // there. Start again from nothing, under a head
-                        // of its own.
-                        self.workload.reset_to(Utc::now());
-                        state.etag = None;
-                        state.stored = None;
-                        state.generation = generation;
-                        state.chunks = 0;
-                        Ok(Stored::Again)
-                    }
-                    Some(i) if refused && i > head_at => {
-                        // Another process took that one over first.
-                        if let Some((instance, _)) = taken.get(i - head_at - 1) {
-                            state.others.remove(instance);
-                        }
-                        state.generation = generation;
-                        Ok(Stored::Again)
-                    }
+            _ if may_have_landed(&e) => {
+                // Its chunks stay: the head may name them.
+                state.unsure = Some(attempt);
+                match self.settle(state).await {
+                    Ok(Stored::Done) => Ok(Stored::Done),
                     _ => Err(e),
                 }
             }
+            _ => {
+                self.delete_chunks(&self.instance, generation, count).await;
+                Err(e)
+            }
         }
+    }
+
+    /// Records `attempt` as stored (its head's ETag `etag`), takes the
+    /// processes it deleted the heads of over, and deletes the chunks no
+    /// head names any longer.
+    async fn landed(&self, state: &mut State, attempt: Attempt, etag: Option<ETag>) {
+        let (old, old_chunks) = (state.generation, state.chunks);
+        state.generation = attempt.generation;
+        state.chunks = attempt.chunks;
+        state.etag = etag;
+        state.stored = Some(attempt.changes);
+        state.stored_at = Some(Instant::now());
+        state.closed = attempt.closing;
+        // Out of the others' first: a reader in between counts them once
+        // too few, never twice.
+        for (instance, _) in &attempt.taken {
+            state.others.remove(instance);
+        }
+        self.workload.set_others(merged(state.others.values()));
+        for (_, o) in &attempt.taken {
+            if let Some(k) = &o.kept {
+                self.workload.absorb(k);
+            }
+        }
+        if old > 0 && old != attempt.generation {
+            self.delete_chunks(&self.instance, old, old_chunks).await;
+        }
+        for (instance, o) in &attempt.taken {
+            self.delete_chunks(instance, o.generation, o.chunks).await;
+        }
+    }
+
+    /// Another process took this one's head over (it looked stopped): what
+    /// it stored is counted there. Starts again from nothing, under a head
+    /// of its own.
+    fn taken_over(&self, state: &mut State) {
+        self.workload.reset_to(Utc::now());
+        state.etag = None;
+        state.stored = None;
+        state.chunks = 0;
+    }
+
+    /// Reads this process's head back to learn whether `state.unsure`
+    /// landed: `Done` if it did, `Again` if there is something to store
+    /// (it did not, the head was taken over, or it names a generation this
+    /// process lost track of). A failed read keeps it unsure.
+    async fn settle(&self, state: &mut State) -> Result<Stored> {
+        let (table, pk, rk) = (table()?, partition()?, head_key(&self.instance)?);
+        let Some(attempt) = state.unsure.take() else {
+            return Ok(Stored::Done);
+        };
+        let head = match self.store.get(&table, &pk, &rk).await {
+            Ok(h) => h,
+            Err(StorageError::TableNotFound(_)) => None,
+            Err(e) => {
+                state.unsure = Some(attempt);
+                return Err(e);
+            }
+        };
+        let Some(head) = head else {
+            self.delete_chunks(&self.instance, attempt.generation, attempt.chunks)
+                .await;
+            if state.etag.is_some() {
+                self.taken_over(state);
+            }
+            return Ok(Stored::Again);
+        };
+        let named = parse_head(&head).map(|o| (o.generation, o.chunks));
+        if named.is_some_and(|(g, _)| g == attempt.generation) {
+            self.landed(state, attempt, Some(head.etag)).await;
+            return Ok(Stored::Done);
+        }
+        self.delete_chunks(&self.instance, attempt.generation, attempt.chunks)
+            .await;
+        if named != Some((state.generation, state.chunks)) {
+            // Not the head last stored (an earlier write landed late): its
+            // snapshot is not known whole, so it is written again over it.
+            if state.generation > 0 {
+                self.delete_chunks(&self.instance, state.generation, state.chunks)
+                    .await;
+            }
+            let (generation, chunks) = named.unwrap_or((0, 0));
+            state.generation = generation;
+            state.chunks = chunks;
+            state.tried = state.tried.max(generation);
+            state.stored = None;
+        }
+        state.etag = Some(head.etag);
+        Ok(Stored::Again)
     }
 
     /// Deletes a head older than the last reset, and its chunks.
@@ -515,6 +621,26 @@ impl PersistedWorkload {
                 }
             }
         }
+    }
+}
+
+/// Whether a failed write may have been applied all the same (its answer
+/// was lost, or the store cannot say); a refusal wrote nothing.
+fn may_have_landed(e: &StorageError) -> bool {
+    match e {
+        StorageError::Unavailable {
+            may_have_applied, ..
+        } => *may_have_applied,
+        StorageError::Batch { .. }
+        | StorageError::Invalid(_)
+        | StorageError::CommitFailed(_)
+        | StorageError::TableNotFound(_)
+        | StorageError::TableBeingDeleted(_)
+        | StorageError::Unauthorized { .. }
+        | StorageError::PreconditionFailed { .. }
+        | StorageError::EntityNotFound { .. }
+        | StorageError::EntityAlreadyExists { .. } => false,
+        _ => true,
     }
 }
 
@@ -570,9 +696,13 @@ async fn create(store: &dyn TableStore, table: &TableName) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+
+    use async_trait::async_trait;
+
     use super::super::workload::Run;
     use super::*;
-    use crate::storage::MemoryStore;
+    use crate::storage::{ContinuationToken, MemoryStore, Page, WriteOutcome};
 
     fn process(store: &Arc<dyn TableStore>) -> (Arc<Workload>, PersistedWorkload) {
         let w = Arc::new(Workload::default());
@@ -647,6 +777,148 @@ mod tests {
             .filter(|e| e.row_key().as_str().starts_with(CHUNK))
             .count();
         assert!(chunks <= 1, "{chunks} chunks left");
+        Ok(())
+    }
+
+    /// A store that applies the next `lose` transactions writing a head but
+    /// loses their answers: with `retry`, as Azure's retry meeting its own
+    /// first attempt (`AmbiguousRetry`); else as an outage
+    /// (`Unavailable`, may have applied). Also fails the next `fail_gets`
+    /// point reads.
+    #[derive(Debug)]
+    struct Lossy {
+        inner: MemoryStore,
+        lose: AtomicUsize,
+        retry: AtomicBool,
+        fail_gets: AtomicUsize,
+    }
+
+    fn unavailable(may_have_applied: bool) -> StorageError {
+        StorageError::Unavailable {
+            attempts: 3,
+            detail: "timed out".into(),
+            may_have_applied,
+        }
+    }
+
+    fn take_one(n: &AtomicUsize) -> bool {
+        n.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1))
+            .is_ok()
+    }
+
+    #[async_trait]
+    impl TableStore for Lossy {
+        async fn create_table(&self, table: &TableName) -> Result<()> {
+            self.inner.create_table(table).await
+        }
+        async fn delete_table(&self, table: &TableName) -> Result<()> {
+            self.inner.delete_table(table).await
+        }
+        async fn list_tables(&self) -> Result<Vec<TableName>> {
+            self.inner.list_tables().await
+        }
+        async fn get(
+            &self,
+            table: &TableName,
+            pk: &PartitionKey,
+            rk: &RowKey,
+        ) -> Result<Option<StoredEntity>> {
+            if take_one(&self.fail_gets) {
+                return Err(unavailable(false));
+            }
+            self.inner.get(table, pk, rk).await
+        }
+        async fn query(
+            &self,
+            table: &TableName,
+            query: &Query,
+            token: Option<&ContinuationToken>,
+        ) -> Result<Page> {
+            self.inner.query(table, query, token).await
+        }
+        async fn execute_batch(
+            &self,
+            table: &TableName,
+            ops: Vec<WriteOp>,
+        ) -> Result<Vec<WriteOutcome>> {
+            let head = ops.iter().any(|op| op.keys().1.as_str().starts_with(HEAD));
+            if !head || !take_one(&self.lose) {
+                return self.inner.execute_batch(table, ops).await;
+            }
+            self.inner.execute_batch(table, ops.clone()).await?;
+            if !self.retry.load(Ordering::SeqCst) {
+                return Err(unavailable(true));
+            }
+            self.inner
+                .execute_batch(table, ops)
+                .await
+                .map_err(|e| StorageError::AmbiguousRetry {
+                    attempts: 2,
+                    source: Box::new(e),
+                })
+        }
+    }
+
+    /// A flush whose head transaction landed but whose answer was lost
+    /// (the head read back at once, or only at the next flush) is counted
+    /// as stored: the counts survive, the chunks it wrote stay readable,
+    /// and the next flush is not taken for a takeover.
+    #[tokio::test]
+    async fn a_lost_answer_that_landed_keeps_the_counts() -> Result<()> {
+        for (retry, fail_gets) in [(false, 0), (true, 0), (false, 1), (true, 1)] {
+            let lossy = Arc::new(Lossy {
+                inner: MemoryStore::new(),
+                lose: AtomicUsize::new(0),
+                retry: AtomicBool::new(retry),
+                fail_gets: AtomicUsize::new(0),
+            });
+            let store: Arc<dyn TableStore> = lossy.clone();
+            let (a, pa) = process(&store);
+            a.ran("SELECT 1", Run::default());
+            pa.flush(false).await?;
+            a.ran("SELECT 2", Run::default());
+            lossy.lose.store(1, Ordering::SeqCst);
+            lossy.fail_gets.store(fail_gets, Ordering::SeqCst);
+            let first = pa.flush(false).await;
+            a.ran("SELECT 3", Run::default());
+            pa.flush(false).await?;
+            assert_eq!(calls(&a), 3, "{retry} {fail_gets}: not reset");
+            let (b, pb) = process(&store);
+            pb.refresh().await?;
+            assert_eq!(calls(&b), 3, "{retry} {fail_gets}: readable");
+            // Only the head's generation's chunks are left.
+            let chunks = store
+                .query_all(
+                    &table()?,
+                    &Query::partition(partition()?).rows(starting_with(CHUNK)?),
+                )
+                .await?;
+            assert_eq!(chunks.len(), pa.state.lock().await.chunks);
+            // An error only while the head could not be read back.
+            assert_eq!(first.is_err(), fail_gets > 0, "{retry} {fail_gets}");
+        }
+        Ok(())
+    }
+
+    /// A flush that waited on the lock while `close` stored the closed head
+    /// does not store it as open again.
+    #[tokio::test]
+    async fn a_flush_after_close_keeps_the_head_closed() -> Result<()> {
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        let (a, pa) = process(&store);
+        a.ran("SELECT 1", Run::default());
+        pa.stop();
+        pa.flush(true).await?;
+        a.ran("SELECT 2", Run::default());
+        pa.flush(false).await?;
+        let head = store
+            .get(&table()?, &partition()?, &head_key(&pa.instance)?)
+            .await?;
+        let closed = head.and_then(|h| parse_head(&h)).map(|o| o.closed);
+        assert_eq!(closed, Some(true));
+        let (b, pb) = process(&store);
+        pb.refresh().await?;
+        assert_eq!(calls(&b), 2);
         Ok(())
     }
 
