@@ -209,6 +209,12 @@ impl Default for EngineOptions {
 }
 
 impl EngineOptions {
+    /// The shortest `workload_flush` taken: a shorter one would only load
+    /// the store.
+    pub const WORKLOAD_FLUSH_SHORTEST: std::time::Duration = std::time::Duration::from_millis(50);
+    /// The longest: statistics an hour old are stale for an advisor.
+    pub const WORKLOAD_FLUSH_LONGEST: std::time::Duration = std::time::Duration::from_secs(3600);
+
     /// With these scan settings.
     pub fn with_scan(mut self, scan: ScanOptions) -> Self {
         self.scan = scan;

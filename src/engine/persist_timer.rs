@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use crate::exec::stats::persist::PersistedWorkload;
 
-/// The shortest interval taken: a shorter one would only load the store.
-const SHORTEST: Duration = Duration::from_millis(50);
-/// The longest: statistics an hour old are stale for an advisor.
-const LONGEST: Duration = Duration::from_secs(3600);
+use super::EngineOptions;
+
+const SHORTEST: Duration = EngineOptions::WORKLOAD_FLUSH_SHORTEST;
+const LONGEST: Duration = EngineOptions::WORKLOAD_FLUSH_LONGEST;
 
 /// Starts the timer of `p`, if a tokio runtime runs this (an engine opened
 /// under another executor stores its statistics at `Engine::close` only).

@@ -268,12 +268,18 @@ fn flush_interval(s: &str) -> Result<FlushEvery, String> {
     if secs == 0.0 {
         return Ok(FlushEvery(None));
     }
-    if !(0.05..=3600.0).contains(&secs) {
-        return Err(format!("{s} is not from 0.05 to 3600 seconds (or 0)"));
+    let (shortest, longest) = (
+        tablesql::EngineOptions::WORKLOAD_FLUSH_SHORTEST,
+        tablesql::EngineOptions::WORKLOAD_FLUSH_LONGEST,
+    );
+    match std::time::Duration::try_from_secs_f64(secs) {
+        Ok(d) if (shortest..=longest).contains(&d) => Ok(FlushEvery(Some(d))),
+        _ => Err(format!(
+            "{s} is not from {} to {} seconds (or 0)",
+            shortest.as_secs_f64(),
+            longest.as_secs_f64()
+        )),
     }
-    std::time::Duration::try_from_secs_f64(secs)
-        .map(|d| FlushEvery(Some(d)))
-        .map_err(|_| format!("{s:?} is not a number of seconds"))
 }
 
 fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
