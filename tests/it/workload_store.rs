@@ -5,10 +5,9 @@
 //! `tablesql advise` finds an append-only key from the data's Timestamps
 //! alone, in a process that recorded no workload.
 
-use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use tablesql::storage::{EdmValue, Entity, PartitionKey, RowKey, TableName, TableStore, WriteOp};
@@ -46,24 +45,10 @@ impl Drop for Server {
 impl Server {
     fn start(store: &std::ffi::OsStr, logs: &Path, name: &str) -> Result<Server, String> {
         let log = logs.join(format!("{name}.log"));
-        let file = std::fs::File::create(&log).map_err(|e| e.to_string())?;
-        let mut child = tablesql(store)
-            .args(["serve", "--listen", "127.0.0.1:0"])
-            .stdout(Stdio::piped())
-            .stderr(file)
-            .spawn()
-            .map_err(|e| e.to_string())?;
-        let mut line = String::new();
-        if let Some(out) = child.stdout.take() {
-            let _ = BufReader::new(out).read_line(&mut line);
-        }
-        let addr = line.trim().strip_prefix("listening on ").map(str::parse);
-        let Some(Ok(addr)) = addr else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let said = std::fs::read_to_string(&log).unwrap_or_default();
-            return Err(format!("{name} did not start: {line:?} {said}"));
-        };
+        let mut cmd = tablesql(store);
+        cmd.args(["serve", "--listen", "127.0.0.1:0"]);
+        let (child, addr, _) =
+            crate::server::spawn_serve(&mut cmd, &log).map_err(|e| format!("{name}: {e}"))?;
         Ok(Server { child, addr, log })
     }
 

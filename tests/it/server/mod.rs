@@ -156,6 +156,39 @@ pub fn copy_dir(from: &Path, to: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Spawns `cmd`, a `tablesql ... serve` command, its stderr into `log`,
+/// and reads the bound address from its first line (`listening on ADDR`);
+/// a server that does not start is killed, its log in the error. Its
+/// stdout stays open for the lines after the first.
+pub(crate) fn spawn_serve(
+    cmd: &mut Command,
+    log: &Path,
+) -> Result<(Child, SocketAddr, BufReader<std::process::ChildStdout>), String> {
+    let file = std::fs::File::create(log).map_err(|e| e.to_string())?;
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(file)
+        .spawn()
+        .map_err(|e| e.to_string())?;
+    let Some(out) = child.stdout.take() else {
+        let _ = child.kill();
+        let _ = child.wait();
+        return Err("serve has no stdout".into());
+    };
+    let mut out = BufReader::new(out);
+    let mut line = String::new();
+    let _ = out.read_line(&mut line);
+    match line.trim().strip_prefix("listening on ").map(str::parse) {
+        Some(Ok(addr)) => Ok((child, addr, out)),
+        _ => {
+            let _ = child.kill();
+            let _ = child.wait();
+            let said = std::fs::read_to_string(log).unwrap_or_default();
+            Err(format!("the server did not start: {line:?} {said}"))
+        }
+    }
+}
+
 /// Starts a server over a copy of the demo store with `rows` registrations.
 pub(crate) fn serve(rows: u64, args: &[&str]) -> Result<Served, Box<dyn std::error::Error>> {
     let dir = tempfile::tempdir()?;
@@ -172,25 +205,12 @@ pub(crate) fn serve_store(
     args: &[&str],
 ) -> Result<Served, Box<dyn std::error::Error>> {
     let stderr = dir.path().join("stderr.log");
-    let mut child = tablesql()
-        .arg("--store")
+    let mut cmd = tablesql();
+    cmd.arg("--store")
         .arg(store)
         .args(["serve", "--listen", "127.0.0.1:0"])
-        .args(args)
-        .stdout(Stdio::piped())
-        .stderr(std::fs::File::create(&stderr)?)
-        .spawn()?;
-    let mut line = String::new();
-    if let Some(out) = child.stdout.take() {
-        BufReader::new(out).read_line(&mut line)?;
-    }
-    let Some(addr) = line.trim().strip_prefix("listening on ") else {
-        let _ = child.kill();
-        let _ = child.wait();
-        let log = std::fs::read_to_string(&stderr).unwrap_or_default();
-        return Err(format!("the server did not start: {line:?} {log}").into());
-    };
-    let addr = addr.parse()?;
+        .args(args);
+    let (child, addr, _) = spawn_serve(&mut cmd, &stderr)?;
     Ok(Served {
         child,
         addr,

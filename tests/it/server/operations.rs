@@ -4,10 +4,10 @@
 //! `AZURE_STORAGE_CONNECTION_STRING`, and `/metrics` scraped after a
 //! workload.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::time::{Duration, Instant};
 
 use futures::SinkExt;
@@ -38,22 +38,9 @@ impl Proc {
         metrics: bool,
     ) -> Result<Self, Box<dyn std::error::Error>> {
         let log = dir.join("serve.log");
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log)?)
-            .spawn()?;
-        let mut out = BufReader::new(child.stdout.take().ok_or("no stdout")?);
-        let mut line = String::new();
-        out.read_line(&mut line)?;
-        let Some(addr) = line.trim().strip_prefix("listening on ") else {
-            let _ = child.kill();
-            let _ = child.wait();
-            let log = std::fs::read_to_string(&log).unwrap_or_default();
-            return Err(format!("the server did not start: {line:?} {log}").into());
-        };
-        let addr = addr.parse()?;
+        let (child, addr, mut out) = super::spawn_serve(cmd, &log)?;
         let metrics = if metrics {
-            line.clear();
+            let mut line = String::new();
             out.read_line(&mut line)?;
             let at = line
                 .trim()
