@@ -24,6 +24,7 @@
 
 mod generate;
 mod indexed;
+mod joins;
 mod scenario;
 
 use std::collections::BTreeMap;
