@@ -1,15 +1,17 @@
 //! The inner side of a would-be lookup join: a scan of a store table under
-//! projections and filters only (what one batch of keys may be read
-//! through again), and the scan's columns the join's keys name. Anything
-//! else between the join and the scan (an aggregate, a LIMIT, another join)
-//! makes the rows read by key differ from the rows the join saw, so the
-//! join stays a hash join.
+//! projections, filters and aggregates grouped by the join's keys only
+//! (what one batch of keys may be read through again), and the scan's
+//! columns the join's keys name. Anything else between the join and the
+//! scan (a LIMIT, another join, an aggregate over other groups) makes the
+//! rows read by key differ from the rows the join saw, so the join stays a
+//! hash join.
 
 use std::sync::Arc;
 
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::aggregates::AggregateExec;
 use datafusion::physical_plan::coop::CooperativeExec;
 use datafusion::physical_plan::execution_plan::{ChildrenPropertiesMode, ReplaceChildrenOptions};
 use datafusion::physical_plan::filter::FilterExec;
@@ -57,6 +59,19 @@ pub fn trace(plan: &Arc<dyn ExecutionPlan>, keys: &[Arc<dyn PhysicalExpr>]) -> O
                 }
             }
             node = f.input().clone();
+        } else if let Some(a) = node.downcast_ref::<AggregateExec>() {
+            // Groups keyed by the join columns (a correlated scalar
+            // subquery's): the rows of a batch's keys make exactly the
+            // groups of those keys.
+            let group = a.group_expr();
+            if !group.is_single() {
+                return None;
+            }
+            for i in at.iter_mut() {
+                let (e, _) = group.expr().get(*i)?;
+                *i = e.downcast_ref::<Column>()?.index();
+            }
+            node = a.input().clone();
         } else if node.is::<RepartitionExec>() || node.is::<CooperativeExec>() {
             node = node.children().first().map(|c| (*c).clone())?;
         } else if let Some(scan) = node.downcast_ref::<PartitionScanExec>() {
