@@ -9,81 +9,23 @@
 //! Run with `cargo bench --bench fanout`.
 
 use std::sync::{Arc, LazyLock};
-use std::time::Duration;
 
-use async_trait::async_trait;
 use divan::Bencher;
 use tablesql::ScanOptions;
 use tablesql::storage::*;
 use tablesql::{Engine, EngineOptions};
 use tokio::runtime::Runtime;
 
+#[path = "common/delayed.rs"]
+mod delayed;
+use delayed::Delayed;
+
 const PARTITIONS: usize = 64;
 /// Rows per partition of the two tables.
 const SIZES: [usize; 2] = [1000, 100];
-const DELAY: Duration = Duration::from_millis(10);
 
 fn main() {
     divan::main();
-}
-
-/// A store that answers every request 10 ms late. Behind it, the embedded
-/// store (redb in memory), which seeks to a query's first key as the
-/// service's index does; the memory store, the tests' oracle, walks from the
-/// table's first entity, so its CPU grew with the partition's place and
-/// hid what the engine does (BENCHMARKS.md).
-#[derive(Debug)]
-struct Delayed(EmbeddedStore);
-
-#[async_trait]
-impl TableStore for Delayed {
-    async fn create_table(&self, table: &TableName) -> Result<()> {
-        tokio::time::sleep(DELAY).await;
-        self.0.create_table(table).await
-    }
-    async fn delete_table(&self, table: &TableName) -> Result<()> {
-        tokio::time::sleep(DELAY).await;
-        self.0.delete_table(table).await
-    }
-    async fn list_tables(&self) -> Result<Vec<TableName>> {
-        tokio::time::sleep(DELAY).await;
-        self.0.list_tables().await
-    }
-    async fn get(
-        &self,
-        table: &TableName,
-        pk: &PartitionKey,
-        rk: &RowKey,
-    ) -> Result<Option<StoredEntity>> {
-        tokio::time::sleep(DELAY).await;
-        self.0.get(table, pk, rk).await
-    }
-    async fn query(
-        &self,
-        table: &TableName,
-        query: &Query,
-        token: Option<&ContinuationToken>,
-    ) -> Result<Page> {
-        tokio::time::sleep(DELAY).await;
-        self.0.query(table, query, token).await
-    }
-    async fn partitions(
-        &self,
-        table: &TableName,
-        range: &KeyRange<PartitionKey>,
-        after: Option<&PartitionKey>,
-    ) -> Result<PartitionPage> {
-        tokio::time::sleep(DELAY).await;
-        self.0.partitions(table, range, after).await
-    }
-    async fn execute_batch(
-        &self,
-        table: &TableName,
-        ops: Vec<WriteOp>,
-    ) -> Result<Vec<WriteOutcome>> {
-        tokio::time::sleep(DELAY).await;
-        self.0.execute_batch(table, ops).await
-    }
 }
 
 struct Fixture {
@@ -122,7 +64,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
             }
         }
     });
-    let store: Arc<dyn TableStore> = Arc::new(Delayed(inner));
+    let store: Arc<dyn TableStore> = Arc::new(Delayed::new(Arc::new(inner)));
     rt.block_on(async {
         let engine = Engine::with_store(store.clone(), EngineOptions::default())
             .await

@@ -9,82 +9,18 @@
 //! Run with `cargo bench --bench global_index` (BENCHMARKS.md).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
-use async_trait::async_trait;
 use tablesql::storage::*;
 use tablesql::{Engine, EngineOptions};
 
+#[path = "common/delayed.rs"]
+mod delayed;
+use delayed::{DELAY, Delayed};
+
 const PARTITIONS: usize = 1000;
 const ROWS_PER_PARTITION: usize = 2;
-const DELAY: Duration = Duration::from_millis(10);
 const RUNS: u32 = 5;
-
-/// A store that answers every request 10 ms late, and counts them.
-#[derive(Debug)]
-struct Delayed {
-    inner: Arc<EmbeddedStore>,
-    requests: AtomicU64,
-}
-
-impl Delayed {
-    async fn wait(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        tokio::time::sleep(DELAY).await;
-    }
-}
-
-#[async_trait]
-impl TableStore for Delayed {
-    async fn create_table(&self, table: &TableName) -> Result<()> {
-        self.wait().await;
-        self.inner.create_table(table).await
-    }
-    async fn delete_table(&self, table: &TableName) -> Result<()> {
-        self.wait().await;
-        self.inner.delete_table(table).await
-    }
-    async fn list_tables(&self) -> Result<Vec<TableName>> {
-        self.wait().await;
-        self.inner.list_tables().await
-    }
-    async fn get(
-        &self,
-        table: &TableName,
-        pk: &PartitionKey,
-        rk: &RowKey,
-    ) -> Result<Option<StoredEntity>> {
-        self.wait().await;
-        self.inner.get(table, pk, rk).await
-    }
-    async fn query(
-        &self,
-        table: &TableName,
-        query: &Query,
-        token: Option<&ContinuationToken>,
-    ) -> Result<Page> {
-        self.wait().await;
-        self.inner.query(table, query, token).await
-    }
-    async fn partitions(
-        &self,
-        table: &TableName,
-        range: &KeyRange<PartitionKey>,
-        after: Option<&PartitionKey>,
-    ) -> Result<PartitionPage> {
-        self.wait().await;
-        self.inner.partitions(table, range, after).await
-    }
-    async fn execute_batch(
-        &self,
-        table: &TableName,
-        ops: Vec<WriteOp>,
-    ) -> Result<Vec<WriteOutcome>> {
-        self.wait().await;
-        self.inner.execute_batch(table, ops).await
-    }
-}
 
 fn main() {
     let rt = tokio::runtime::Builder::new_multi_thread()
@@ -127,10 +63,7 @@ async fn run() {
             .await
             .expect("index");
     }
-    let delayed = Arc::new(Delayed {
-        inner,
-        requests: AtomicU64::new(0),
-    });
+    let delayed = Arc::new(Delayed::new(inner));
     let engine = Engine::with_store(delayed.clone(), EngineOptions::default())
         .await
         .expect("engine");
@@ -153,7 +86,7 @@ async fn run() {
             .find(|w| w.starts_with("access="))
             .unwrap_or("?")
             .to_owned();
-        let before = delayed.requests.load(Ordering::Relaxed);
+        let before = delayed.requests();
         let started = Instant::now();
         for _ in 0..RUNS {
             let rows = engine.collect(&sql).await.expect("lookup");
@@ -161,7 +94,7 @@ async fn run() {
             assert_eq!(n, 1, "one row has that email");
         }
         let wall = started.elapsed() / RUNS;
-        let requests = (delayed.requests.load(Ordering::Relaxed) - before) / u64::from(RUNS);
+        let requests = (delayed.requests() - before) / u64::from(RUNS);
         println!(
             "{table:>6} index: {access:<40} {requests:>5} requests, {:>8.1} ms per lookup",
             wall.as_secs_f64() * 1000.0

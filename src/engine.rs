@@ -40,6 +40,7 @@ use crate::exec::write::sequences::Sequences;
 use crate::exec::{Layout, ScanOptions};
 use crate::planner::checked::CheckedIntegers;
 use crate::planner::dml_shape::{DmlShape, EmptyDml};
+use crate::planner::lookup::LookupJoins;
 use crate::planner::parameters::{self as parameters, ParameterError, SessionParameters};
 use crate::planner::policy::{Notices, ScanPolicy};
 use crate::planner::sequence_functions::{self, AsyncValues, SequenceSession};
@@ -50,6 +51,8 @@ use crate::planner::subquery_rules::{
 };
 use crate::planner::{SqlParser, StoreTable, TablesqlQueryPlanner};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 
 mod apply;
 mod block;
@@ -268,6 +271,20 @@ fn optimizer_rules() -> Vec<Arc<dyn OptimizerRule + Send + Sync>> {
     rules
 }
 
+/// DataFusion's physical optimizer rules, with [`LookupJoins`] right after
+/// its join selection (so that the distribution and sorting it enforces
+/// next see the lookup joins), and [`YieldingJoins`] last.
+fn physical_optimizer_rules() -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+    let mut rules = PhysicalOptimizer::new().rules;
+    let after = rules
+        .iter()
+        .position(|r| r.name() == "join_selection")
+        .map_or(0, |i| i + 1);
+    rules.insert(after, Arc::new(LookupJoins));
+    rules.push(Arc::new(YieldingJoins));
+    rules
+}
+
 /// SQL over one store. An engine is one session: its clones share its
 /// settings and its transaction block; [`Engine::session_context`] gives
 /// another session over the same tables.
@@ -369,7 +386,7 @@ impl Engine {
             .with_config(config)
             .with_default_features()
             .with_query_planner(Arc::new(TablesqlQueryPlanner))
-            .with_physical_optimizer_rule(Arc::new(YieldingJoins))
+            .with_physical_optimizer_rules(physical_optimizer_rules())
             // Before DataFusion's own: literals typed as PostgreSQL types
             // them, then coerced as it coerces them.
             .with_analyzer_rules(vec![

@@ -12,6 +12,7 @@ pub mod index_functions;
 pub mod insert_defaults;
 pub mod insert_source;
 pub mod literals;
+pub mod lookup;
 pub mod output_names;
 pub mod page;
 pub mod parameters;

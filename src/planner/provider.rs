@@ -24,6 +24,7 @@ use super::settings::TablesqlConfig;
 use crate::catalog::stats::StatsCache;
 use crate::exec::read::access::AccessPath;
 use crate::exec::read::decode::Source;
+use crate::exec::read::rescan::Rescan;
 use crate::exec::write::transaction::Transaction;
 use crate::exec::{DmlExec, DmlOp, ExecError, Layout, PartitionScanExec, ScanOptions};
 use crate::storage::{ETag, PartitionKey, RowKey, TableStore};
@@ -185,7 +186,8 @@ impl StoreTable {
         if !pushdown.exact.iter().all(|e| *e) {
             return Ok(None);
         }
-        self.exec(session, pushdown, projection, limit).map(Some)
+        self.exec(session, pushdown, projection, limit, None)
+            .map(Some)
     }
 
     /// The scan of one page: `projection` (all columns for `None`) then the
@@ -232,15 +234,42 @@ impl StoreTable {
     }
 
     /// The scan of a pushdown's path, or of its base rows' where the
-    /// session turned index use off (`tablesql.use_indexes`).
+    /// session turned index use off (`tablesql.use_indexes`), judged by the
+    /// scan policy, with `rescan` to read it again by key.
     fn exec(
         &self,
         session: &dyn Session,
         pushdown: super::pushdown::Pushdown,
         projection: Option<&Vec<usize>>,
         limit: Option<usize>,
+        rescan: Option<Arc<dyn Rescan>>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let use_indexes = TablesqlConfig::get(session.config()).is_none_or(|c| c.use_indexes);
+        self.build(
+            self.store_for(session),
+            pushdown,
+            projection,
+            limit,
+            use_indexes,
+            Some(session),
+            rescan,
+        )
+    }
+
+    /// The scan of a pushdown's path on `store`; judged by the scan policy
+    /// of `judge`'s session where given (a lookup join's reads by key are
+    /// not the statement's scans).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn build(
+        &self,
+        store: Arc<dyn TableStore>,
+        pushdown: super::pushdown::Pushdown,
+        projection: Option<&Vec<usize>>,
+        limit: Option<usize>,
+        use_indexes: bool,
+        judge: Option<&dyn Session>,
+        rescan: Option<Arc<dyn Rescan>>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         let (path, alternatives) = if use_indexes {
             (pushdown.path, pushdown.alternatives)
         } else {
@@ -251,17 +280,21 @@ impl StoreTable {
             None => (0..self.layout.schema.fields().len()).collect(),
         };
         if path.index().is_some_and(|r| r.global) {
-            return Ok(Arc::new(crate::exec::read::global::GlobalIndexExec::new(
-                self.store_for(session),
+            let read = crate::exec::read::global::GlobalIndexExec::new(
+                store,
                 self.layout.clone(),
                 path,
                 projection,
                 limit,
-            )?));
+            )?;
+            return Ok(Arc::new(match rescan {
+                Some(r) => read.with_rescan(r),
+                None => read,
+            }));
         }
         let planned = path.clone();
         let scan = PartitionScanExec::new(
-            self.store_for(session),
+            store,
             self.layout.clone(),
             path,
             projection,
@@ -270,7 +303,27 @@ impl StoreTable {
         )?
         .with_stats(self.stats.get(&self.layout.table))
         .with_alternatives(alternatives);
-        Ok(Arc::new(self.judged(session, scan, &planned)))
+        let scan = match judge {
+            Some(session) => self.judged(session, scan, &planned),
+            None => scan,
+        };
+        Ok(Arc::new(match rescan {
+            Some(r) => scan.with_rescan(r),
+            None => scan,
+        }))
+    }
+
+    /// A copy that reads `store` (the statement's: a transaction block's
+    /// buffer, or the store), for a lookup join's reads by key.
+    fn reading(&self, store: Arc<dyn TableStore>) -> StoreTable {
+        StoreTable {
+            store,
+            layout: self.layout.clone(),
+            options: self.options,
+            pushdown: self.pushdown,
+            stats: self.stats.clone(),
+            defaults: Default::default(),
+        }
     }
 
     /// The scan with the scan policy's verdict on `path` (and on the
@@ -297,7 +350,8 @@ impl StoreTable {
         scan.with_verdict(verdict)
     }
 
-    fn plan(&self, filters: &[Expr]) -> super::pushdown::Pushdown {
+    /// The pushdown of `filters`, with the table's statistics.
+    pub(crate) fn plan(&self, filters: &[Expr]) -> super::pushdown::Pushdown {
         let def = self.layout.def.as_deref();
         if self.pushdown {
             let stats = super::pushdown::cost::Statistics {
@@ -359,7 +413,18 @@ impl TableProvider for StoreTable {
         limit: Option<usize>,
     ) -> Result<Arc<dyn ExecutionPlan>> {
         let pushdown = self.plan(filters);
-        self.exec(state, pushdown, projection, limit)
+        let use_indexes = TablesqlConfig::get(state.config()).is_none_or(|c| c.use_indexes);
+        let columns: Vec<usize> = match projection {
+            Some(p) => p.clone(),
+            None => (0..self.layout.schema.fields().len()).collect(),
+        };
+        let rescan = super::lookup::Reread::new(
+            self.reading(self.store_for(state)),
+            filters,
+            columns,
+            use_indexes,
+        );
+        self.exec(state, pushdown, projection, limit, Some(Arc::new(rescan)))
     }
 
     async fn insert_into(
@@ -464,7 +529,7 @@ impl StoreTable {
         let mut pushdown = self.plan(filters);
         pushdown.path = pushdown.base().clone();
         pushdown.alternatives.clear();
-        let scan = self.exec(state, pushdown.clone(), None, None)?;
+        let scan = self.exec(state, pushdown.clone(), None, None, None)?;
         let residual: Vec<Expr> = filters
             .iter()
             .zip(&pushdown.exact)

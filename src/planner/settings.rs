@@ -13,7 +13,12 @@
 //!   more analyzed partitions than this (100 by default; 0 turns it off);
 //! - `use_indexes`: on (the default) lets the planner read declared index
 //!   rows; off reads base rows only (for comparisons, and for users who
-//!   distrust their application-written index rows).
+//!   distrust their application-written index rows);
+//! - `enable_lookup_join`: on (the default) reads the inner side of a join
+//!   by key where the estimates favour it (`planner::lookup`), off never,
+//!   always wherever the join's keys allow it (tests and comparisons);
+//! - `lookup_join_batch`: outer rows whose keys one lookup batch reads
+//!   (1000 by default, the most keys one access path enumerates).
 
 use datafusion::common::config::{
     ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit,
@@ -39,6 +44,47 @@ pub struct TablesqlConfig {
     pub partition_threshold: usize,
     /// `tablesql.use_indexes`.
     pub use_indexes: bool,
+    /// `tablesql.enable_lookup_join`.
+    pub lookup_join: LookupJoin,
+    /// `tablesql.lookup_join_batch`.
+    pub lookup_join_batch: usize,
+}
+
+/// When the planner reads a join's inner side by key (`tablesql.enable_lookup_join`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LookupJoin {
+    /// Where the estimated requests favour it.
+    #[default]
+    On,
+    /// Never: every equi-join is a hash join.
+    Off,
+    /// Wherever the join's keys allow it, whatever the estimates.
+    Always,
+}
+
+impl std::fmt::Display for LookupJoin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            LookupJoin::On => "on",
+            LookupJoin::Off => "off",
+            LookupJoin::Always => "always",
+        })
+    }
+}
+
+impl std::str::FromStr for LookupJoin {
+    type Err = DataFusionError;
+
+    fn from_str(value: &str) -> Result<Self> {
+        match value.trim().to_lowercase().as_str() {
+            "on" | "true" | "1" => Ok(LookupJoin::On),
+            "off" | "false" | "0" => Ok(LookupJoin::Off),
+            "always" => Ok(LookupJoin::Always),
+            _ => Err(DataFusionError::Configuration(format!(
+                "tablesql.enable_lookup_join is on, off or always, not {value:?}"
+            ))),
+        }
+    }
 }
 
 impl Default for TablesqlConfig {
@@ -51,6 +97,8 @@ impl Default for TablesqlConfig {
             guidepost_every: 1000,
             partition_threshold: 100,
             use_indexes: true,
+            lookup_join: LookupJoin::default(),
+            lookup_join_batch: 1000,
         }
     }
 }
@@ -74,8 +122,10 @@ const NEXT_PAGE_TOKEN: &str = "next_page_token";
 const GUIDEPOST_EVERY: &str = "guidepost_every";
 const PARTITION_THRESHOLD: &str = "partition_threshold";
 const USE_INDEXES: &str = "use_indexes";
+const ENABLE_LOOKUP_JOIN: &str = "enable_lookup_join";
+const LOOKUP_JOIN_BATCH: &str = "lookup_join_batch";
 
-const DOCS: [(&str, &str); 7] = [
+const DOCS: [(&str, &str); 9] = [
     (
         SCAN_POLICY,
         "What a statement reading every partition of a table gets: allow, warn or deny",
@@ -101,6 +151,14 @@ const DOCS: [(&str, &str); 7] = [
         USE_INDEXES,
         "Whether the planner reads declared index rows (on) or base rows only (off)",
     ),
+    (
+        ENABLE_LOOKUP_JOIN,
+        "Whether a join reads its inner table by key: on (where the estimates favour it), off, or always",
+    ),
+    (
+        LOOKUP_JOIN_BATCH,
+        "Outer rows whose keys one batch of a lookup join reads (1 to 1000)",
+    ),
 ];
 
 impl TablesqlConfig {
@@ -113,6 +171,8 @@ impl TablesqlConfig {
             PARTITION_THRESHOLD => self.partition_threshold.to_string(),
             NEXT_PAGE_TOKEN => self.next_page_token.clone(),
             USE_INDEXES => if self.use_indexes { "on" } else { "off" }.into(),
+            ENABLE_LOOKUP_JOIN => self.lookup_join.to_string(),
+            LOOKUP_JOIN_BATCH => self.lookup_join_batch.to_string(),
             _ => String::new(),
         }
     }
@@ -175,6 +235,20 @@ impl ExtensionOptions for TablesqlConfig {
                         )));
                     }
                 };
+            }
+            ENABLE_LOOKUP_JOIN => self.lookup_join = value.parse()?,
+            LOOKUP_JOIN_BATCH => {
+                self.lookup_join_batch = value
+                    .trim()
+                    .parse()
+                    .ok()
+                    .filter(|n| (1..=crate::planner::pushdown::MAX_REQUESTS).contains(n))
+                    .ok_or_else(|| {
+                        DataFusionError::Configuration(format!(
+                            "tablesql.lookup_join_batch is a number of rows from 1 to {}, not {value:?}",
+                            crate::planner::pushdown::MAX_REQUESTS
+                        ))
+                    })?;
             }
             NEXT_PAGE_TOKEN => {
                 return Err(DataFusionError::Configuration(

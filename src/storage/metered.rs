@@ -91,6 +91,25 @@ impl TableStore for MeteredStore {
         self.inner.get(table, pk, rk).await
     }
 
+    async fn get_many(
+        &self,
+        table: &TableName,
+        pk: &PartitionKey,
+        row_keys: &[RowKey],
+    ) -> Result<Vec<StoredEntity>> {
+        // One request of the service's, or one get per key where the store
+        // reads them one by one.
+        let requests = row_keys.len().div_ceil(self.inner.get_many_limit().max(1));
+        for _ in 0..requests {
+            StoreCounters::add(&self.counters.get);
+        }
+        self.inner.get_many(table, pk, row_keys).await
+    }
+
+    fn get_many_limit(&self) -> usize {
+        self.inner.get_many_limit()
+    }
+
     async fn query(
         &self,
         table: &TableName,

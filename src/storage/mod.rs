@@ -98,6 +98,35 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
         row_key: &RowKey,
     ) -> Result<Option<StoredEntity>>;
 
+    /// The entities of partition `partition_key` whose RowKeys are among
+    /// `row_keys` (sorted and distinct), in RowKey order: several point
+    /// queries answered together. A lookup join reads a batch of keys so
+    /// (`exec::read::scan`). This default asks [`TableStore::get`] for each
+    /// key; a store that reads several keys in one request overrides it and
+    /// says how many in [`TableStore::get_many_limit`] (the Azure store:
+    /// one `$filter` of RowKeys), and a store that wraps another forwards both.
+    async fn get_many(
+        &self,
+        table: &TableName,
+        partition_key: &PartitionKey,
+        row_keys: &[RowKey],
+    ) -> Result<Vec<StoredEntity>> {
+        let mut found = Vec::with_capacity(row_keys.len());
+        for rk in row_keys {
+            if let Some(e) = self.get(table, partition_key, rk).await? {
+                found.push(e);
+            }
+        }
+        Ok(found)
+    }
+
+    /// Most RowKeys one [`TableStore::get_many`] call reads in one request:
+    /// 1 where it asks `get` for each (the default), so that callers keep
+    /// point reads apart and run them side by side.
+    fn get_many_limit(&self) -> usize {
+        1
+    }
+
     /// One page of a query, resuming at `continuation` if given.
     async fn query(
         &self,

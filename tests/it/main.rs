@@ -14,6 +14,7 @@ mod global;
 mod hostile;
 mod indexes;
 mod interop;
+mod lookup_join;
 mod model;
 mod paging;
 mod parity;

@@ -172,6 +172,7 @@ slt_files!(
     ddl,
     dml_queries,
     indexes,
+    lookup_joins,
     paging,
     pg_spellings,
     plain_tables,

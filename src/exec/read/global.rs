@@ -55,6 +55,8 @@ pub struct GlobalIndexExec {
     limit: Option<usize>,
     properties: Arc<PlanProperties>,
     metrics: ExecutionPlanMetricsSet,
+    /// The planner's handle to read the table again by key.
+    rescan: Option<Arc<dyn super::rescan::Rescan>>,
 }
 
 impl GlobalIndexExec {
@@ -89,7 +91,35 @@ impl GlobalIndexExec {
             limit,
             properties: Arc::new(properties),
             metrics: ExecutionPlanMetricsSet::new(),
+            rescan: None,
         })
+    }
+
+    /// With the planner's handle to read the same table again under more
+    /// conditions (a lookup join's reads by key).
+    pub fn with_rescan(mut self, rescan: Arc<dyn super::rescan::Rescan>) -> Self {
+        self.rescan = Some(rescan);
+        self
+    }
+
+    /// The handle to read the table again, if the planner gave one.
+    pub fn rescan(&self) -> Option<&Arc<dyn super::rescan::Rescan>> {
+        self.rescan.as_ref()
+    }
+
+    /// The most rows it reads.
+    pub fn limit(&self) -> Option<usize> {
+        self.limit
+    }
+
+    /// The storage table of the base rows it reads.
+    pub fn table(&self) -> &TableName {
+        &self.layout.table
+    }
+
+    /// The access path it runs.
+    pub fn path(&self) -> &AccessPath {
+        &self.path
     }
 
     fn counter(&self, name: &'static str) -> Count {

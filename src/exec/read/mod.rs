@@ -15,18 +15,27 @@
 //! - `fanout`: one request per listed or analyzed partition (or chunk).
 //! - `decode`: a table's layout, and a page of entities into one batch.
 //! - `lookup`: from an index row to its base row.
+//! - `lookup_join`: `LookupJoinExec`, a join that reads its inner table by
+//!   the outer rows' keys.
 //! - `global`: `GlobalIndexExec`, a read through a global index, checked
 //!   against the base rows.
 //! - `order`: the key order a path's rows arrive in.
+//! - `rescan`: a scan's table read again under more conditions (lookup
+//!   joins).
 //! - `metrics`: the exact EXPLAIN ANALYZE counters.
 //! - `token`: signed page tokens, where a page of rows ended.
+//! - `units`: point reads batched by partition where the store reads
+//!   several keys in one request.
 
 pub mod access;
 pub mod decode;
 pub mod fanout;
 pub mod global;
 pub mod lookup;
+pub mod lookup_join;
 pub mod metrics;
 pub mod order;
+pub mod rescan;
 pub mod scan;
 pub mod token;
+mod units;

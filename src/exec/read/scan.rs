@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::Statistics;
+use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
@@ -28,6 +30,7 @@ use datafusion::physical_plan::execution_plan::{
     Boundedness, EmissionType, ReplaceChildrenOptions,
 };
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -40,6 +43,8 @@ use super::access::{AccessPath, KeyRequest};
 use super::decode::{BatchSink, DecodePlan, Layout, Skipped, Source, decode_with};
 use super::fanout::{Fanout, ListingCounters, expand};
 use super::metrics::ExactCount;
+use super::rescan::Rescan;
+use super::units::{Unit, batched};
 use crate::catalog::stats::TableStats;
 use crate::exec::ExecError;
 use crate::exec::notices::ScanVerdict;
@@ -113,6 +118,8 @@ pub struct PartitionScanExec {
     counters: Counters,
     /// The scan policy's verdict, acted on when the scan runs.
     verdict: Option<ScanVerdict>,
+    /// The planner's handle to read the table again by key.
+    rescan: Option<Arc<dyn Rescan>>,
 }
 
 #[derive(Debug, Clone)]
@@ -203,7 +210,25 @@ impl PartitionScanExec {
             metrics,
             counters,
             verdict: None,
+            rescan: None,
         })
+    }
+
+    /// With the planner's handle to read the same table again under more
+    /// conditions (a lookup join's reads by key).
+    pub fn with_rescan(mut self, rescan: Arc<dyn Rescan>) -> Self {
+        self.rescan = Some(rescan);
+        self
+    }
+
+    /// The handle to read the table again, if the planner gave one.
+    pub fn rescan(&self) -> Option<&Arc<dyn Rescan>> {
+        self.rescan.as_ref()
+    }
+
+    /// The most rows it reads.
+    pub fn limit(&self) -> Option<usize> {
+        self.limit
     }
 
     /// The scan policy's verdict, to act on when the scan runs (a notice,
@@ -263,6 +288,10 @@ impl PartitionScanExec {
             .with_stats(self.stats.clone())
             .with_alternatives(alternatives)
             .with_verdict(self.verdict.clone());
+            let scan = match &self.rescan {
+                Some(r) => scan.with_rescan(r.clone()),
+                None => scan,
+            };
             return Ok(Some(scan));
         }
         Ok(None)
@@ -386,7 +415,7 @@ struct Lookup {
 }
 
 impl RequestRun {
-    async fn run(self, request: KeyRequest, tx: mpsc::Sender<Result<RecordBatch>>) {
+    async fn run(self, request: Unit, tx: mpsc::Sender<Result<RecordBatch>>) {
         let result = tokio::select! {
             r = self.pump(request, &tx) => r,
             () = tx.closed() => Ok(()),
@@ -416,12 +445,21 @@ impl RequestRun {
         Ok(answer.map_err(ExecError::from)?)
     }
 
-    async fn pump(
-        &self,
-        request: KeyRequest,
-        tx: &mpsc::Sender<Result<RecordBatch>>,
-    ) -> Result<()> {
+    async fn pump(&self, request: Unit, tx: &mpsc::Sender<Result<RecordBatch>>) -> Result<()> {
         let table = &self.layout.table;
+        let request = match request {
+            Unit::One(request) => request,
+            Unit::Keys(pk, rks) => {
+                let entities = self.request(self.store.get_many(table, &pk, &rks)).await?;
+                self.counters.scanned.add(entities.len());
+                let kept: Vec<_> = entities
+                    .into_iter()
+                    .filter(|e| self.query.passes(e))
+                    .collect();
+                self.emit(&kept, tx).await?;
+                return Ok(());
+            }
+        };
         match request {
             KeyRequest::Get(pk, rk) => {
                 let found = self.request(self.store.get(table, &pk, &rk)).await?;
@@ -677,6 +715,34 @@ impl ExecutionPlan for PartitionScanExec {
         Some(self.metrics.clone_inner())
     }
 
+    /// The rows it reads at most, where something bounds them: a path of
+    /// points reads one row per key, a LIMIT its count, and `ANALYZE`'s
+    /// statistics estimate the rest. Join selection and lookup joins
+    /// (`planner::lookup`) read it; without a bound it is unknown.
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let points =
+            (self.path.access == super::access::Access::Points).then_some(self.path.requests.len());
+        let rows = [
+            self.path
+                .estimate
+                .map(|e| usize::try_from(e.rows).unwrap_or(usize::MAX)),
+            points,
+            self.limit,
+        ]
+        .into_iter()
+        .flatten()
+        .min();
+        let mut stats = Statistics::new_unknown(&self.schema);
+        if let Some(rows) = rows {
+            stats.num_rows = Precision::Inexact(rows);
+        }
+        Ok(Arc::new(stats))
+    }
+
     /// An ORDER BY that another path's key order answers (an index's,
     /// within a partition) takes that path, and no sort is planned.
     fn try_pushdown_sort(
@@ -745,17 +811,22 @@ impl ExecutionPlan for PartitionScanExec {
         };
         let pages_ahead = self.options.pages_ahead.max(1);
         let width = self.options.max_in_flight.max(1);
-        let requests = expand(
-            self.store.clone(),
-            self.layout.table.clone(),
-            self.path.requests.clone(),
-            self.fanout.clone(),
-            self.path.partition_bound.clone(),
-            ListingCounters {
-                requests: counters.listing_requests.clone(),
-                retries: counters.retries.clone(),
-            },
-        );
+        let requests = match batched(&self.path.requests, self.store.get_many_limit()) {
+            Some(units) => futures::stream::iter(units.into_iter().map(Ok)).boxed(),
+            None => expand(
+                self.store.clone(),
+                self.layout.table.clone(),
+                self.path.requests.clone(),
+                self.fanout.clone(),
+                self.path.partition_bound.clone(),
+                ListingCounters {
+                    requests: counters.listing_requests.clone(),
+                    retries: counters.retries.clone(),
+                },
+            )
+            .map(|r| r.map(Unit::One))
+            .boxed(),
+        };
         // Each request runs as a task, started at most `width` ahead of the
         // one being read; the permits bound the store requests in flight to
         // `max_in_flight`.

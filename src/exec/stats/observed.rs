@@ -85,6 +85,22 @@ impl TableStore for ObservedStore {
         Ok(found)
     }
 
+    async fn get_many(
+        &self,
+        table: &TableName,
+        pk: &PartitionKey,
+        row_keys: &[RowKey],
+    ) -> Result<Vec<StoredEntity>> {
+        let found = self.inner.get_many(table, pk, row_keys).await?;
+        self.workload
+            .read(table.as_str(), [(pk.as_str(), found.len() as u64)]);
+        Ok(found)
+    }
+
+    fn get_many_limit(&self) -> usize {
+        self.inner.get_many_limit()
+    }
+
     async fn query(
         &self,
         table: &TableName,

@@ -384,6 +384,7 @@ macro_rules! conformance_suite {
             }
             queries {
                 point_get_and_missing_get,
+                many_gets_of_one_partition,
                 partition_range_bounds,
                 row_range_within_one_partition,
                 row_range_across_partitions,

@@ -597,7 +597,10 @@ async fn every_create_index_form_postgresql_accepts_is_accepted_or_refused_as_do
                 "is an expression" => "expressions",
                 other => other,
             };
-            assert!(readme.contains(listed), "docs/indexes.md does not list {listed}");
+            assert!(
+                readme.contains(listed),
+                "docs/indexes.md does not list {listed}"
+            );
         }
     }
     // Every accepted index holds every row, NULLs included.

@@ -199,11 +199,7 @@ async fn sigterm_lets_an_open_block_commit_and_a_second_signal_exits_at_once() -
     server.signal("-TERM")?;
     assert_eq!(server.exited_within(Duration::from_secs(10))?, 1);
     assert!(second.elapsed() < Duration::from_secs(10));
-    assert!(
-        server.log().contains("a second signal"),
-        "{}",
-        server.log()
-    );
+    assert!(server.log().contains("a second signal"), "{}", server.log());
     // What was acknowledged is there, whole.
     assert_eq!(count_run(&store)?, 1);
     index_whole(&store)?;
@@ -438,7 +434,12 @@ async fn metrics_count_the_workload() -> TestResult {
         &mut serve_cmd(
             &store,
             // No statistics flushed meanwhile: its requests would count too.
-            &["--metrics-listen", "127.0.0.1:0", "--stats-flush-interval", "0"],
+            &[
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--stats-flush-interval",
+                "0",
+            ],
         ),
         dir.path(),
         true,

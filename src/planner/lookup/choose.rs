@@ -1,0 +1,85 @@
+//! Whether a join reads its inner side by key, from the estimates.
+//!
+//! The rule (`tablesql.enable_lookup_join = on`): the outer side must have
+//! an estimate of its rows (a path of points counts its keys; a LIMIT
+//! bounds them; `ANALYZE` estimates the rest) of at most
+//! [`MAX_OUTER_ROWS`]; without one, the join stays a hash join, as before
+//! lookup joins existed. Then the two are compared in request-equivalents:
+//! a request costs [`REQUEST_ROWS`] rows read. A lookup costs a row per
+//! outer row (a key read per row at worst; fewer where keys repeat), and a
+//! request per row, or per as many rows as the store reads keys in one
+//! request where the keys are whole (points); a hash join costs the inner
+//! scan's estimated requests and rows, which only `ANALYZE` gives: an
+//! inner table never analyzed is taken to be bigger than the outer side,
+//! since a hash join reads it whole whatever its size.
+
+use std::sync::Arc;
+
+use datafusion::error::Result;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+
+use super::inner::InnerScan;
+use crate::exec::read::access::{Access, AccessPath};
+use crate::planner::settings::LookupJoin;
+
+/// Most estimated outer rows a lookup join is chosen for.
+pub const MAX_OUTER_ROWS: usize = 10_000;
+
+/// What one store request weighs against one row read.
+pub const REQUEST_ROWS: u64 = 100;
+
+/// The choice for one orientation of a join.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Choice {
+    /// The outer side's estimated rows, if known (the smaller side is the
+    /// better outer side).
+    pub outer_rows: Option<usize>,
+    /// Why, for EXPLAIN.
+    pub note: String,
+}
+
+/// Whether the join should read `inner` by the keys of `outer`'s rows.
+pub fn choose(
+    setting: LookupJoin,
+    outer: &Arc<dyn ExecutionPlan>,
+    inner: &InnerScan,
+    probe: &AccessPath,
+) -> Result<Option<Choice>> {
+    let outer_rows = StatisticsContext::new()
+        .compute(outer.as_ref(), &StatisticsArgs::new())?
+        .num_rows
+        .get_value()
+        .copied();
+    match setting {
+        LookupJoin::Off => Ok(None),
+        LookupJoin::Always => Ok(Some(Choice {
+            outer_rows,
+            note: "chosen=always".into(),
+        })),
+        LookupJoin::On => {
+            let Some(rows) = outer_rows.filter(|n| *n <= MAX_OUTER_ROWS) else {
+                return Ok(None);
+            };
+            let per_request = match probe.access {
+                Access::Points => inner.rescan.keys_per_request(),
+                _ => 1,
+            };
+            let requests = rows.div_ceil(per_request) as u64;
+            let lookup = requests * REQUEST_ROWS + rows as u64;
+            let (hash, shown) = match inner.path.estimate {
+                Some(e) => (
+                    e.requests
+                        .saturating_mul(REQUEST_ROWS)
+                        .saturating_add(e.rows),
+                    format!("hash~{}req/{}rows", e.requests, e.rows),
+                ),
+                None => (u64::MAX, "hash=unanalyzed".to_owned()),
+            };
+            Ok((lookup < hash).then(|| Choice {
+                outer_rows,
+                note: format!("estimate: outer~{rows}rows lookup~{requests}req {shown}"),
+            }))
+        }
+    }
+}
