@@ -1,12 +1,15 @@
 //! The join differential's queries: random equi-joins between the
 //! scenario's tables (inner, left both ways round, right, semi joins as `IN`
-//! and `EXISTS`, anti joins as `NOT EXISTS` and `NOT IN`, three-table
-//! chains) on the inner table's whole key, a leading part of it, or an
-//! index's leading columns (and now and then on any column), with filters
-//! on either side, an outer side made small (a key fixed or listed, a
-//! `LIMIT`ed derived table) in many of them, and `ORDER BY` over every
-//! output column, with or without `LIMIT`, or no order at all (compared as
-//! multisets). Pure functions of a seeded RNG.
+//! and `EXISTS` both from the outer table and from a small subquery into
+//! the outer table's key, anti joins as `NOT EXISTS` and `NOT IN`,
+//! three-table chains) on the inner table's whole key, a leading part of
+//! it, or an index's leading columns (mostly along a table's references,
+//! so that rows meet; now and then on any column, or with the leading
+//! column fixed by a value instead), with filters on either side, an outer
+//! side made small (a key fixed or listed, a `LIMIT`ed derived table) in
+//! many of them, and `ORDER BY` over every output column, with or without
+//! `LIMIT` and `OFFSET`, or no order at all (compared as multisets). Pure
+//! functions of a seeded RNG.
 
 use rand::Rng;
 use rand_chacha::ChaCha8Rng;
