@@ -28,7 +28,13 @@ use tablesql::{Engine, EngineOptions};
 mod delayed;
 use delayed::{DELAY, Delayed};
 
-const PEOPLE: u64 = 1_000_000;
+/// People in the table (`TABLESQL_BENCH_PEOPLE` for a quicker run).
+fn people() -> u64 {
+    std::env::var("TABLESQL_BENCH_PEOPLE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1_000_000)
+}
 const COUNTRIES: u64 = 8;
 const REGISTRATIONS: u64 = 1000;
 const RUNS: usize = 5;
@@ -50,6 +56,7 @@ fn country(id: u64) -> String {
 }
 
 async fn people_join() {
+    let people = people();
     let inner: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory().expect("store"));
     // Loaded without the delay.
     let loader = Engine::with_store(inner.clone(), EngineOptions::default())
@@ -64,8 +71,8 @@ async fn people_join() {
     ] {
         loader.collect(ddl).await.expect("create");
     }
-    let step = 100_000;
-    for from in (0..PEOPLE).step_by(step as usize) {
+    let step = 100_000.min(people);
+    for from in (0..people).step_by(step as usize) {
         loader
             .collect(&format!(
                 "INSERT INTO people SELECT 'C' || (value % {COUNTRIES}), value, 'person ' || value, \
@@ -80,7 +87,7 @@ async fn people_join() {
     let mut values = Vec::new();
     for event in ["E1", "E2"] {
         for bib in 0..REGISTRATIONS {
-            let person = (bib * 7919 + u64::from(event == "E2") * 104_729) % PEOPLE;
+            let person = (bib * 7919 + u64::from(event == "E2") * 104_729) % people;
             values.push(format!(
                 "('{event}', {bib}, '{}', {person})",
                 country(person)
@@ -100,7 +107,7 @@ async fn people_join() {
         .await
         .expect("analyze");
     println!(
-        "loaded {PEOPLE} people and {} registrations in {:.1} s",
+        "loaded {people} people and {} registrations in {:.1} s",
         2 * REGISTRATIONS,
         started.elapsed().as_secs_f64()
     );
@@ -111,7 +118,7 @@ async fn people_join() {
     let sql = "SELECT count(*) AS n, sum(p.born) AS born FROM registrations r \
                JOIN people p ON p.country = r.country AND p.id = r.person WHERE r.event = 'E1'";
     println!(
-        "{REGISTRATIONS} registrations of one event joined to {PEOPLE} people by primary key, \
+        "{REGISTRATIONS} registrations of one event joined to {people} people by primary key, \
          {} ms per request, median of {RUNS} runs",
         DELAY.as_millis()
     );
