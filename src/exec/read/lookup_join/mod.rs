@@ -255,8 +255,13 @@ impl ExecutionPlan for LookupJoinExec {
         vec![Distribution::SinglePartition]
     }
 
+    // The order it keeps is stated in `properties`, not here: DataFusion's
+    // sort pushdown hands an operator that maintains its input's order the
+    // parent's requirement unchanged, column indexes and all, which is only
+    // right where the output's columns are the input's (a join's are not:
+    // `ORDER BY b.k1` became a sort of the outer input's third column).
     fn maintains_input_order(&self) -> Vec<bool> {
-        vec![self.spec.keeps_outer_order()]
+        vec![false]
     }
 
     fn apply_expressions(
