@@ -15,6 +15,7 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 
+use crate::exec::stats::analyze::KeyPath;
 use crate::exec::stats::observed::ObservedStore;
 use crate::exec::stats::persist::PersistedWorkload;
 use crate::exec::stats::workload::Workload;
@@ -32,7 +33,7 @@ use datafusion::sql::sqlparser::parser::ParserError;
 use crate::catalog::persist::CATALOG_TABLE;
 use crate::catalog::raw::{SAMPLE_SIZE, infer};
 use crate::catalog::sequence::{self, SequenceDef};
-use crate::catalog::stats::{StatsCache, TableStats};
+use crate::catalog::stats::{PRIMARY_PATH, StatsCache, TableStats};
 use crate::catalog::{CatalogError, TableDef, ddl, persist, stats};
 use crate::exec::ops::coop::YieldingJoins;
 use crate::exec::read::token::Signer;
@@ -1525,7 +1526,10 @@ impl Engine {
         for name in names {
             let def = defs.iter().find(|d| d.name == name);
             let stats = match def {
-                Some(d) => self.analyze_storage(d.storage_table.clone(), every).await?,
+                Some(d) => {
+                    self.analyze_storage(d.storage_table.clone(), every, &key_paths(d))
+                        .await?
+                }
                 // A storage table by its name (or `raw.<name>`).
                 None => self.analyze(&name, every).await?,
             };
@@ -1537,7 +1541,11 @@ impl Engine {
             // it by the entities its partitions (the indexed values) hold.
             let globals = def.map(|d| d.global_indexes.as_slice()).unwrap_or_default();
             for g in globals.iter().filter(|g| !g.building) {
-                let stats = self.analyze_storage(g.table.clone(), every).await?;
+                let path = KeyPath {
+                    name: PRIMARY_PATH.to_owned(),
+                    row_key: g.row_key.clone(),
+                };
+                let stats = self.analyze_storage(g.table.clone(), every, &[path]).await?;
                 outcome.notices.push(Notice::new(
                     NoticeKind::Done,
                     format!("analyzed index {}: {stats}", g.name),
@@ -1550,18 +1558,27 @@ impl Engine {
     /// Takes and stores the statistics of a table (a mapped table by its SQL
     /// name, or a storage table): from now on its scans fan out by them.
     pub async fn analyze(&self, name: &str, every: u64) -> Result<TableStats, EngineError> {
+        let defs = persist::load(self.store.as_ref()).await?;
+        let paths = defs
+            .iter()
+            .find(|d| d.name == name)
+            .map(key_paths)
+            .unwrap_or_default();
         let table = self.storage_table(name).await?;
-        self.analyze_storage(table, every).await
+        self.analyze_storage(table, every, &paths).await
     }
 
-    /// Takes and stores the statistics of storage table `table`.
+    /// Takes and stores the statistics of storage table `table`, counting
+    /// the distinct key prefixes of `paths`.
     async fn analyze_storage(
         &self,
         table: crate::storage::TableName,
         every: u64,
+        paths: &[KeyPath],
     ) -> Result<TableStats, EngineError> {
         let width = self.options.scan.max_in_flight;
-        let taken = crate::exec::stats::analyze::analyze(&self.store, &table, every, width).await?;
+        let taken =
+            crate::exec::stats::analyze::analyze(&self.store, &table, every, width, paths).await?;
         stats::save(self.store.as_ref(), &table, &taken).await?;
         self.stats.set(table, taken.clone());
         Ok(taken)
@@ -1757,4 +1774,18 @@ pub(crate) fn session_setting(
         .map(datafusion::config::ExtensionOptions::entries)
         .unwrap_or_default();
     entries.into_iter().find(|e| e.key == name).map(|e| e.value)
+}
+
+/// The key paths of a mapped table whose distinct prefixes `ANALYZE`
+/// counts: the primary key's RowKey and each local index's that is built.
+fn key_paths(def: &TableDef) -> Vec<KeyPath> {
+    let primary = KeyPath {
+        name: PRIMARY_PATH.to_owned(),
+        row_key: def.row_key.clone(),
+    };
+    let indexes = def.indexes.iter().filter(|i| !i.building).map(|i| KeyPath {
+        name: i.name.clone(),
+        row_key: i.row_key.clone(),
+    });
+    std::iter::once(primary).chain(indexes).collect()
 }

@@ -314,6 +314,7 @@ mod tests {
                     guideposts: Vec::new(),
                     oldest: None,
                     newest: None,
+                    prefixes: Default::default(),
                 })
                 .collect(),
         };

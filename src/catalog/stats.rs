@@ -11,13 +11,19 @@
 //! `stats`, RowKey the table's name) and one entity per partition
 //! (partition `stats:<table>`, RowKey the PartitionKey, which keys may hold
 //! as RowKeys), guideposts joined by a newline (which no key holds).
+//!
+//! Per partition `ANALYZE` also counts the distinct leading RowKey fields
+//! of each key path (the primary key's RowKey template, each local
+//! index's): how many rows one value of a key prefix holds, which a lookup
+//! join by that prefix reads per key, and DataFusion's distinct counts of
+//! the key columns, which its join estimates divide by.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
 
 use chrono::{DateTime, Utc};
 
-use super::CatalogError;
+use super::{CatalogError, TableDef};
 use super::persist::table;
 use crate::storage::{
     EdmValue, Entity, IfMatch, PartitionKey, Query, RowKey, StorageError, TableName, TableStore,
@@ -70,6 +76,47 @@ pub struct PartitionStats {
     pub oldest: Option<DateTime<Utc>>,
     /// See `oldest`.
     pub newest: Option<DateTime<Utc>>,
+    /// Distinct leading RowKey fields per key path (empty in statistics
+    /// taken before they were counted).
+    pub prefixes: KeyPrefixes,
+}
+
+/// The name of the primary key's path in [`KeyPrefixes`]; an index's path
+/// is its name.
+pub const PRIMARY_PATH: &str = "";
+
+/// Per key path (by [`PRIMARY_PATH`] or an index's name), in one
+/// partition: the path's entities (keys that read as its RowKey template;
+/// another path's rows do not), then the number of distinct values of the
+/// template's first field, first two fields, ... to the whole key.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct KeyPrefixes(pub BTreeMap<String, Vec<u64>>);
+
+impl KeyPrefixes {
+    /// Distinct values of `path`'s first `fields` RowKey fields (0: one
+    /// where the partition holds any of its rows), if counted.
+    pub fn distinct(&self, path: &str, fields: usize) -> Option<u64> {
+        let counts = self.0.get(path)?;
+        match fields {
+            0 => counts.first().map(|n| u64::from(*n > 0)),
+            n => counts.get(n).copied(),
+        }
+    }
+
+    /// The path's entities in the partition, if counted.
+    pub fn entities(&self, path: &str) -> Option<u64> {
+        self.0.get(path)?.first().copied()
+    }
+
+    /// As stored: JSON, `{"path": [n1, n2, ...]}`.
+    fn to_json(&self) -> String {
+        serde_json::to_string(&self.0).unwrap_or_default()
+    }
+
+    /// From the stored JSON; empty where it does not read.
+    fn from_json(text: &str) -> Self {
+        Self(serde_json::from_str(text).unwrap_or_default())
+    }
 }
 
 /// The statistics an engine plans with, by storage table, shared by its
@@ -110,6 +157,53 @@ impl TableStats {
     /// Entities in all partitions.
     pub fn entities(&self) -> u64 {
         self.partitions.iter().map(|p| p.entities).sum()
+    }
+
+    /// Distinct values of `path`'s partition and first `fields` RowKey
+    /// fields over the partitions `within` accepts, summed partition by
+    /// partition (a value in two partitions is two: the partition is part
+    /// of the prefix); `None` where a partition was analyzed without them.
+    pub fn distinct(
+        &self,
+        path: &str,
+        fields: usize,
+        within: impl Fn(&PartitionKey) -> bool,
+    ) -> Option<u64> {
+        let mut total = 0;
+        for p in self.partitions.iter().filter(|p| within(&p.partition)) {
+            total += p.prefixes.distinct(path, fields)?;
+        }
+        Some(total)
+    }
+
+    /// The distinct values of `column` of `def`'s rows (this being its
+    /// table's statistics), where they tell it: a primary key of that
+    /// column alone (one per row), the PartitionKey's only field (one per
+    /// partition), or the RowKey's first field (its distinct values per
+    /// partition, summed: exact where the PartitionKey has no field, at
+    /// most that otherwise). DataFusion's join estimates divide by them.
+    pub fn column_distinct(&self, def: &TableDef, column: &str) -> Option<u64> {
+        let all = |_: &PartitionKey| true;
+        if def.primary_key.len() == 1 && def.primary_key[0] == column {
+            return self.path_entities(PRIMARY_PATH, all);
+        }
+        if def.partition_key.columns().eq([column]) {
+            return self.distinct(PRIMARY_PATH, 0, all);
+        }
+        if def.row_key.columns().next() == Some(column) {
+            return self.distinct(PRIMARY_PATH, 1, all);
+        }
+        None
+    }
+
+    /// `path`'s entities over the partitions `within` accepts; `None`
+    /// where a partition was analyzed without counting them.
+    pub fn path_entities(&self, path: &str, within: impl Fn(&PartitionKey) -> bool) -> Option<u64> {
+        let mut total = 0;
+        for p in self.partitions.iter().filter(|p| within(&p.partition)) {
+            total += p.prefixes.entities(path)?;
+        }
+        Some(total)
     }
 }
 
@@ -172,7 +266,8 @@ pub async fn save(
             .with("bytes", EdmValue::Int64(p.bytes as i64))
             .with("largest", EdmValue::Int64(p.largest as i64))
             .with("widest", EdmValue::Int64(p.widest as i64))
-            .with("guideposts", EdmValue::String(guideposts.join("\n")));
+            .with("guideposts", EdmValue::String(guideposts.join("\n")))
+            .with("prefixes", EdmValue::String(p.prefixes.to_json()));
         let entity = [("oldest", p.oldest), ("newest", p.newest)]
             .into_iter()
             .fold(entity, |e, (name, at)| match at {
@@ -284,6 +379,10 @@ async fn load_one(
             guideposts,
             oldest: time("oldest"),
             newest: time("newest"),
+            prefixes: match r.get("prefixes") {
+                Some(EdmValue::String(text)) => KeyPrefixes::from_json(text),
+                _ => KeyPrefixes::default(),
+            },
         });
     }
     partitions.sort_by(|a, b| a.partition.cmp(&b.partition));

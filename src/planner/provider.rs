@@ -354,20 +354,28 @@ impl StoreTable {
     pub(crate) fn plan(&self, filters: &[Expr]) -> super::pushdown::Pushdown {
         let def = self.layout.def.as_deref();
         if self.pushdown {
-            let stats = super::pushdown::cost::Statistics {
-                base: self.stats.get(&self.layout.table),
-                globals: def.map_or_else(Vec::new, |d| {
-                    d.global_indexes
-                        .iter()
-                        .map(|g| self.stats.get(&g.table))
-                        .collect()
-                }),
-            };
-            super::pushdown::push_down_with(def, filters, &stats)
+            super::pushdown::push_down_with(def, filters, &self.cost_statistics())
         } else {
             let mut p = push_down(def, &[]);
             p.exact = vec![false; filters.len()];
             p
+        }
+    }
+}
+
+impl StoreTable {
+    /// The statistics its paths are costed from: its table's and its
+    /// global indexes' tables', as `ANALYZE` last took them.
+    pub(crate) fn cost_statistics(&self) -> super::pushdown::cost::Statistics {
+        let def = self.layout.def.as_deref();
+        super::pushdown::cost::Statistics {
+            base: self.stats.get(&self.layout.table),
+            globals: def.map_or_else(Vec::new, |d| {
+                d.global_indexes
+                    .iter()
+                    .map(|g| self.stats.get(&g.table))
+                    .collect()
+            }),
         }
     }
 }

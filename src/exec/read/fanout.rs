@@ -524,6 +524,7 @@ mod tests {
             guideposts: guideposts.iter().map(|g| rk(g)).collect(),
             oldest: None,
             newest: None,
+            prefixes: Default::default(),
         };
         let stats = TableStats {
             taken: chrono::Utc::now(),

@@ -28,4 +28,8 @@ pub trait Rescan: Debug + Send + Sync {
     /// Point reads of one partition the store answers in one request
     /// (`TableStore::get_many_limit`).
     fn keys_per_request(&self) -> usize;
+
+    /// The rows one value of `columns` holds on `path` (a path this handle
+    /// gave), by the statistics; `None` where there are none.
+    fn rows_per_key(&self, path: &AccessPath, columns: &[String]) -> Option<f64>;
 }

@@ -718,7 +718,10 @@ impl ExecutionPlan for PartitionScanExec {
     /// The rows it reads at most, where something bounds them: a path of
     /// points reads one row per key, a LIMIT its count, and `ANALYZE`'s
     /// statistics estimate the rest. Join selection and lookup joins
-    /// (`planner::lookup`) read it; without a bound it is unknown.
+    /// (`planner::lookup`) read it; without a bound it is unknown. The key
+    /// columns' distinct counts come from the statistics too (over the
+    /// whole table, so at most the rows read), for DataFusion's join
+    /// estimates.
     fn statistics_from_inputs(
         &self,
         _input_stats: &[Arc<Statistics>],
@@ -739,6 +742,16 @@ impl ExecutionPlan for PartitionScanExec {
         let mut stats = Statistics::new_unknown(&self.schema);
         if let Some(rows) = rows {
             stats.num_rows = Precision::Inexact(rows);
+        }
+        if let (Some(table), Some(def)) = (&self.stats, self.layout.def.as_deref()) {
+            for (i, field) in self.schema.fields().iter().enumerate() {
+                let Some(n) = table.column_distinct(def, field.name()) else {
+                    continue;
+                };
+                let n = usize::try_from(n).unwrap_or(usize::MAX);
+                stats.column_statistics[i].distinct_count =
+                    Precision::Inexact(rows.map_or(n, |r| n.min(r)));
+            }
         }
         Ok(Arc::new(stats))
     }

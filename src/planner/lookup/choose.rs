@@ -5,10 +5,13 @@
 //! bounds them; `ANALYZE` estimates the rest) of at most
 //! [`MAX_OUTER_ROWS`]; without one, the join stays a hash join, as before
 //! lookup joins existed. Then the two are compared in request-equivalents:
-//! a request costs [`REQUEST_ROWS`] rows read. A lookup costs a row per
-//! outer row (a key read per row at worst; fewer where keys repeat), and a
-//! request per row, or per as many rows as the store reads keys in one
-//! request where the keys are whole (points); a hash join costs the inner
+//! a request costs [`REQUEST_ROWS`] rows read. A lookup reads per outer
+//! row (a key read per row at worst; fewer where keys repeat) the rows one
+//! key holds: one for a whole key, and for a key prefix the path's rows
+//! over the distinct prefixes `ANALYZE` counted (one where it did not);
+//! and it makes a request per row's key (a page per 1,000 of its rows),
+//! or per as many keys as the store reads in one request where the keys
+//! are whole (points). A hash join costs the inner
 //! scan's estimated requests and rows, which only `ANALYZE` gives: an
 //! inner table never analyzed is taken to be bigger than the outer side,
 //! since a hash join reads it whole whatever its size.
@@ -28,6 +31,9 @@ pub const MAX_OUTER_ROWS: usize = 10_000;
 
 /// What one store request weighs against one row read.
 pub const REQUEST_ROWS: u64 = 100;
+
+/// Entities in one page of a query's answer.
+const PAGE_ROWS: f64 = 1_000.0;
 
 /// The choice for one orientation of a join.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,12 +67,24 @@ pub fn choose(
             let Some(rows) = outer_rows.filter(|n| *n <= MAX_OUTER_ROWS) else {
                 return Ok(None);
             };
-            let per_request = match probe.access {
-                Access::Points => inner.rescan.keys_per_request(),
-                _ => 1,
+            let (requests, read) = match probe.access {
+                Access::Points => (
+                    rows.div_ceil(inner.rescan.keys_per_request()) as u64,
+                    rows as u64,
+                ),
+                _ => {
+                    let per_key = inner
+                        .rescan
+                        .rows_per_key(probe, &inner.columns)
+                        .unwrap_or(1.0)
+                        .max(1.0);
+                    let pages = (per_key / PAGE_ROWS).ceil() as u64;
+                    (rows as u64 * pages, (rows as f64 * per_key).ceil() as u64)
+                }
             };
-            let requests = rows.div_ceil(per_request) as u64;
-            let lookup = requests * REQUEST_ROWS + rows as u64;
+            let lookup = requests
+                .saturating_mul(REQUEST_ROWS)
+                .saturating_add(read);
             let (hash, shown) = match inner.path.estimate {
                 Some(e) => (
                     e.requests
@@ -78,7 +96,9 @@ pub fn choose(
             };
             Ok((lookup < hash).then(|| Choice {
                 outer_rows,
-                note: format!("estimate: outer~{rows}rows lookup~{requests}req {shown}"),
+                note: format!(
+                    "estimate: outer~{rows}rows lookup~{requests}req/{read}rows {shown}"
+                ),
             }))
         }
     }

@@ -23,6 +23,7 @@ use datafusion::physical_plan::projection::{ProjectionExec, ProjectionExpr};
 use crate::exec::read::access::AccessPath;
 use crate::exec::read::rescan::Rescan;
 use crate::planner::StoreTable;
+use crate::planner::pushdown::cost;
 
 /// A scan of a store table, to plan again under more conditions.
 #[derive(Debug)]
@@ -120,6 +121,11 @@ impl Rescan for Reread {
 
     fn keys_per_request(&self) -> usize {
         self.table.store_in(None).get_many_limit().max(1)
+    }
+
+    fn rows_per_key(&self, path: &AccessPath, columns: &[String]) -> Option<f64> {
+        let def = self.table.layout().def.as_deref()?;
+        cost::rows_per_key(def, path, columns, &self.table.cost_statistics())
     }
 
     fn path(&self, extra: &[Expr]) -> AccessPath {

@@ -20,7 +20,7 @@
 use std::sync::Arc;
 
 use crate::catalog::TableDef;
-use crate::catalog::stats::{PartitionStats, TableStats};
+use crate::catalog::stats::{PRIMARY_PATH, PartitionStats, TableStats};
 use crate::exec::read::access::{AccessPath, Estimate, KeyRequest};
 use crate::exec::read::fanout::{analyzed, spans_partitions};
 use crate::storage::{KeyRange, RowKey};
@@ -87,6 +87,39 @@ pub fn estimate(def: &TableDef, path: &AccessPath, stats: &Statistics) -> Option
     Some(out)
 }
 
+/// The rows one value of `columns` holds on `path`'s key path (the primary
+/// key's, or the index's the path reads), by the distinct key prefixes
+/// `ANALYZE` counted: the path's entities over the distinct values of the
+/// partition and the leading RowKey fields `columns` fix. `None` where the
+/// statistics lack them, or `columns` leave the partition open.
+pub fn rows_per_key(
+    def: &TableDef,
+    path: &AccessPath,
+    columns: &[String],
+    stats: &Statistics,
+) -> Option<f64> {
+    let (name, partition_key, row_key, table) = match path.index() {
+        Some(i) if i.global => {
+            let g = def.global_indexes.get(i.position)?;
+            let table = stats.globals.get(i.position)?.as_deref()?;
+            (PRIMARY_PATH, &g.partition_key, &g.row_key, table)
+        }
+        Some(i) => {
+            let ix = def.indexes.get(i.position)?;
+            (ix.name.as_str(), &def.partition_key, &ix.row_key, stats.base.as_deref()?)
+        }
+        None => (PRIMARY_PATH, &def.partition_key, &def.row_key, stats.base.as_deref()?),
+    };
+    let fixed = |c: &str| columns.iter().any(|x| x == c);
+    if !partition_key.columns().all(fixed) {
+        return None;
+    }
+    let fields = row_key.columns().take_while(|c| fixed(c)).count();
+    let entities = table.path_entities(name, |_| true)?;
+    let distinct = table.distinct(name, fields, |_| true)?;
+    Some(entities as f64 / distinct.max(1) as f64)
+}
+
 /// The entities of partition `p` in `rows`: all of them for the whole
 /// partition, else a chunk per guidepost the range spans, plus one.
 fn rows_in(p: &PartitionStats, rows: &KeyRange<RowKey>, every: u64) -> u64 {
@@ -118,6 +151,7 @@ mod tests {
                     guideposts: Vec::new(),
                     oldest: None,
                     newest: None,
+                    prefixes: Default::default(),
                 })
                 .collect(),
         })
