@@ -15,7 +15,7 @@ use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 
-use crate::exec::stats::analyze::KeyPath;
+use crate::exec::stats::analyze::{Analysis, KeyPath};
 use crate::exec::stats::observed::ObservedStore;
 use crate::exec::stats::persist::PersistedWorkload;
 use crate::exec::stats::workload::Workload;
@@ -1527,7 +1527,7 @@ impl Engine {
             let def = defs.iter().find(|d| d.name == name);
             let stats = match def {
                 Some(d) => {
-                    self.analyze_storage(d.storage_table.clone(), every, &key_paths(d))
+                    self.analyze_storage(d.storage_table.clone(), every, &key_paths(d), true)
                         .await?
                 }
                 // A storage table by its name (or `raw.<name>`).
@@ -1545,7 +1545,9 @@ impl Engine {
                     name: PRIMARY_PATH.to_owned(),
                     row_key: g.row_key.clone(),
                 };
-                let stats = self.analyze_storage(g.table.clone(), every, &[path]).await?;
+                let stats = self
+                    .analyze_storage(g.table.clone(), every, &[path], false)
+                    .await?;
                 outcome.notices.push(Notice::new(
                     NoticeKind::Done,
                     format!("analyzed index {}: {stats}", g.name),
@@ -1565,20 +1567,28 @@ impl Engine {
             .map(key_paths)
             .unwrap_or_default();
         let table = self.storage_table(name).await?;
-        self.analyze_storage(table, every, &paths).await
+        self.analyze_storage(table, every, &paths, true).await
     }
 
     /// Takes and stores the statistics of storage table `table`, counting
-    /// the distinct key prefixes of `paths`.
+    /// the distinct key prefixes of `paths`, and the entities' sizes where
+    /// `sizes` (the advisor and the report read them; the planner not).
     async fn analyze_storage(
         &self,
         table: crate::storage::TableName,
         every: u64,
         paths: &[KeyPath],
+        sizes: bool,
     ) -> Result<TableStats, EngineError> {
-        let width = self.options.scan.max_in_flight;
-        let taken =
-            crate::exec::stats::analyze::analyze(&self.store, &table, every, width, paths).await?;
+        let previous = self.stats.get(&table);
+        let how = Analysis {
+            every,
+            width: self.options.scan.max_in_flight,
+            paths,
+            sizes,
+            previous: previous.as_deref(),
+        };
+        let taken = crate::exec::stats::analyze::analyze(&self.store, &table, &how).await?;
         stats::save(self.store.as_ref(), &table, &taken).await?;
         self.stats.set(table, taken.clone());
         Ok(taken)

@@ -1,5 +1,6 @@
 //! Integration tests: one binary, one module per scenario.
 
+mod analyze;
 mod azure;
 mod azurite;
 mod cli;

@@ -1,10 +1,24 @@
-//! `ANALYZE`: reads a storage table once, partition by partition (several at
-//! a time), and counts what `catalog::stats` keeps: entities, bytes and a
-//! guidepost every `every` entities, the oldest and newest Timestamp, and
-//! the distinct leading RowKey fields of each key path it is given.
+//! `ANALYZE`: reads a storage table once and counts what `catalog::stats`
+//! keeps: per partition entities, bytes and a guidepost every `every`
+//! entities, the oldest and newest Timestamp, and the distinct leading
+//! RowKey fields of each key path it is given.
+//!
+//! Requests are the cost on Azure, and a partition is not a unit of them:
+//! a query over a range of partitions returns pages of up to 1,000
+//! entities whatever partitions they belong to, while reading partition by
+//! partition pays a request per partition to list it (Table Storage has no
+//! listing) and at least one to read it. A table of a million small
+//! partitions is a thousand requests read as one range, two million read
+//! partition by partition. So the table is read as ranges of partitions,
+//! `width` at a time, each one chain of pages: split where the last
+//! statistics balance the entities, or where a store that lists
+//! partitions cheaply (one request for many) puts as many partitions in
+//! each, and otherwise one range, the whole table. Where sizes are not
+//! needed (a global index's table, which only the planner reads) the
+//! pages carry keys only.
 
 use std::collections::BTreeMap;
-use std::ops::Range;
+use std::ops::{Bound, Range};
 use std::sync::Arc;
 
 use chrono::Utc;
@@ -16,7 +30,8 @@ use crate::catalog::stats::{
 use crate::keys::KeyTemplate;
 use crate::storage::value::utf16_bytes;
 use crate::storage::{
-    ContinuationToken, KeyRange, PartitionKey, Query, Result, RowKey, TableName, TableStore,
+    ContinuationToken, KeyRange, PartitionKey, Query, Result, RowKey, StoredEntity, TableName,
+    TableStore,
 };
 
 /// A key path whose distinct RowKey prefixes `ANALYZE` counts: its name
@@ -29,110 +44,230 @@ pub struct KeyPath {
     pub row_key: KeyTemplate,
 }
 
-/// The statistics of `table` now, reading `width` partitions at a time,
-/// with the distinct prefixes of `paths`.
+/// What one `ANALYZE` of a storage table counts, and how it reads.
+#[derive(Debug, Clone)]
+pub struct Analysis<'a> {
+    /// A guidepost every this many entities (doubled in a partition whose
+    /// guideposts pass the most kept).
+    pub every: u64,
+    /// Ranges of partitions read at once.
+    pub width: usize,
+    /// The key paths whose distinct prefixes are counted.
+    pub paths: &'a [KeyPath],
+    /// Whether entities' sizes are measured (bytes, the largest, the
+    /// widest): else the pages carry keys only and the sizes are 0.
+    pub sizes: bool,
+    /// The table's statistics before, to split the reading by.
+    pub previous: Option<&'a TableStats>,
+}
+
+/// The statistics of `table` now.
 pub async fn analyze(
     store: &Arc<dyn TableStore>,
     table: &TableName,
-    every: u64,
-    width: usize,
-    paths: &[KeyPath],
+    how: &Analysis<'_>,
 ) -> Result<TableStats> {
-    let every = every.max(1);
     let taken = Utc::now();
+    let width = how.width.max(1);
+    let ranges = match how.previous {
+        Some(before) if !before.partitions.is_empty() => {
+            let weights: Vec<(PartitionKey, u64)> = before
+                .partitions
+                .iter()
+                .map(|p| (p.partition.clone(), p.entities))
+                .collect();
+            split(&weights, width)
+        }
+        _ => match listed(store, table).await? {
+            Some(keys) => {
+                let weights: Vec<(PartitionKey, u64)> = keys.into_iter().map(|k| (k, 1)).collect();
+                split(&weights, width)
+            }
+            None => vec![KeyRange::all()],
+        },
+    };
+    let parts: Vec<Vec<PartitionStats>> = stream::iter(ranges)
+        .map(|range| read_range(store, table, range, how))
+        .buffered(width)
+        .try_collect()
+        .await?;
+    Ok(TableStats {
+        taken,
+        guidepost_every: how.every.max(1),
+        partitions: parts.into_iter().flatten().collect(),
+    })
+}
+
+/// Every partition of `table`, where the store lists them cheaply (more
+/// partitions than requests on the first page, or all of them in it);
+/// `None` where it lists one partition per request, as Azure does.
+async fn listed(store: &Arc<dyn TableStore>, table: &TableName) -> Result<Option<Vec<PartitionKey>>> {
     let mut keys = Vec::new();
     let mut after: Option<PartitionKey> = None;
     loop {
         let page = store
             .partitions(table, &KeyRange::all(), after.as_ref())
             .await?;
+        let cheap = page.partitions.len() > page.requests || page.after.is_none();
+        if after.is_none() && !cheap {
+            return Ok(None);
+        }
         keys.extend(page.partitions);
         match page.after {
             Some(a) => after = Some(a),
-            None => break,
+            None => return Ok(Some(keys)),
         }
     }
-    let partitions = stream::iter(keys)
-        .map(|pk| partition(store, table, pk, every, paths))
-        .buffered(width.max(1))
-        .try_filter(|p| futures::future::ready(p.entities > 0))
-        .try_collect()
-        .await?;
-    Ok(TableStats {
-        taken,
-        guidepost_every: every,
-        partitions,
-    })
 }
 
-/// One partition's statistics: a guidepost at every `every`th entity, the
-/// step doubled (every other guidepost dropped) whenever they pass the most
-/// a partition keeps, in number or in bytes.
-async fn partition(
+/// Ranges of partitions, at most `n`, of about equal weight: `weights`
+/// (partitions in key order with their weights) cut before the partition
+/// that passes each next share. The first range is open below and the
+/// last above, so partitions made since the weights were taken are read.
+pub fn split(weights: &[(PartitionKey, u64)], n: usize) -> Vec<KeyRange<PartitionKey>> {
+    let total: u64 = weights.iter().map(|(_, w)| *w).sum();
+    let share = total.div_ceil(n.max(1) as u64).max(1);
+    let mut cuts: Vec<PartitionKey> = Vec::new();
+    let mut acc = 0;
+    for (key, weight) in weights {
+        if acc >= share && cuts.len() + 1 < n {
+            cuts.push(key.clone());
+            acc = 0;
+        }
+        acc += weight;
+    }
+    let mut ranges = Vec::with_capacity(cuts.len() + 1);
+    let mut start = Bound::Unbounded;
+    for cut in cuts {
+        ranges.push(KeyRange {
+            start,
+            end: Bound::Excluded(cut.clone()),
+        });
+        start = Bound::Included(cut);
+    }
+    ranges.push(KeyRange {
+        start,
+        end: Bound::Unbounded,
+    });
+    ranges
+}
+
+/// The statistics of the partitions in `range`, read as one chain of pages.
+async fn read_range(
     store: &Arc<dyn TableStore>,
     table: &TableName,
-    pk: PartitionKey,
-    every: u64,
-    paths: &[KeyPath],
-) -> Result<PartitionStats> {
-    let query = Query::partition(pk.clone());
-    let mut stats = PartitionStats {
-        partition: pk,
-        entities: 0,
-        bytes: 0,
-        largest: 0,
-        widest: 0,
-        guideposts: Vec::new(),
-        oldest: None,
-        newest: None,
-        prefixes: KeyPrefixes::default(),
-    };
-    let mut counters: Vec<PrefixCounter> = paths.iter().map(PrefixCounter::new).collect();
-    let mut step = every;
+    range: KeyRange<PartitionKey>,
+    how: &Analysis<'_>,
+) -> Result<Vec<PartitionStats>> {
+    let mut query = Query::all();
+    query.partitions = range;
+    if !how.sizes {
+        query = query.select(Vec::<String>::new());
+    }
+    let mut out = Vec::new();
+    let mut current: Option<Partition<'_>> = None;
     let mut token: Option<ContinuationToken> = None;
     loop {
         let page = store.query(table, &query, token.as_ref()).await?;
         for e in &page.entities {
-            if stats.entities > 0 && stats.entities.is_multiple_of(step) {
-                stats.guideposts.push(e.row_key().clone());
-                while stats.guideposts.len() > MAX_GUIDEPOSTS
-                    || guidepost_bytes(&stats.guideposts) > MAX_GUIDEPOST_BYTES
-                {
-                    step *= 2;
-                    let kept = stats
-                        .guideposts
-                        .iter()
-                        .skip(1)
-                        .step_by(2)
-                        .cloned()
-                        .collect();
-                    stats.guideposts = kept;
-                }
+            if current
+                .as_ref()
+                .is_none_or(|p| p.stats.partition != *e.partition_key())
+            {
+                out.extend(current.take().map(Partition::finish));
+                current = Some(Partition::new(e.partition_key().clone(), how));
             }
-            stats.entities += 1;
-            for c in &mut counters {
-                c.add(e.row_key().as_str());
+            if let Some(p) = current.as_mut() {
+                p.add(e, how.sizes);
             }
-            let size = e.entity.stored_size() as u64;
-            stats.bytes += size;
-            stats.largest = stats.largest.max(size);
-            stats.widest = stats.widest.max(e.entity.properties.len() as u64);
-            let at = e.timestamp;
-            stats.oldest = Some(stats.oldest.map_or(at, |o| o.min(at)));
-            stats.newest = Some(stats.newest.map_or(at, |n| n.max(at)));
         }
         match page.continuation {
             Some(next) => token = Some(next),
             None => break,
         }
     }
-    stats.prefixes = KeyPrefixes(
-        counters
-            .into_iter()
-            .map(|c| (c.path.name.clone(), c.distinct))
-            .collect::<BTreeMap<_, _>>(),
-    );
-    Ok(stats)
+    out.extend(current.map(Partition::finish));
+    Ok(out)
+}
+
+/// One partition's statistics as its entities come, in key order: a
+/// guidepost at every `step`th entity, the step doubled (every other
+/// guidepost dropped) whenever they pass the most a partition keeps, in
+/// number or in bytes.
+struct Partition<'a> {
+    stats: PartitionStats,
+    step: u64,
+    counters: Vec<PrefixCounter<'a>>,
+}
+
+impl<'a> Partition<'a> {
+    fn new(partition: PartitionKey, how: &Analysis<'a>) -> Self {
+        Self {
+            stats: PartitionStats {
+                partition,
+                entities: 0,
+                bytes: 0,
+                largest: 0,
+                widest: 0,
+                guideposts: Vec::new(),
+                oldest: None,
+                newest: None,
+                prefixes: KeyPrefixes::default(),
+            },
+            step: how.every.max(1),
+            counters: how.paths.iter().map(PrefixCounter::new).collect(),
+        }
+    }
+
+    fn add(&mut self, e: &StoredEntity, sizes: bool) {
+        let stats = &mut self.stats;
+        if stats.entities > 0 && stats.entities.is_multiple_of(self.step) {
+            stats.guideposts.push(e.row_key().clone());
+            while stats.guideposts.len() > MAX_GUIDEPOSTS
+                || guidepost_bytes(&stats.guideposts) > MAX_GUIDEPOST_BYTES
+            {
+                self.step *= 2;
+                let kept = stats
+                    .guideposts
+                    .iter()
+                    .skip(1)
+                    .step_by(2)
+                    .cloned()
+                    .collect();
+                stats.guideposts = kept;
+            }
+        }
+        stats.entities += 1;
+        for c in &mut self.counters {
+            c.add(e.row_key().as_str());
+        }
+        if sizes {
+            let size = e.entity.stored_size() as u64;
+            stats.bytes += size;
+            stats.largest = stats.largest.max(size);
+            stats.widest = stats.widest.max(e.entity.properties.len() as u64);
+        }
+        let at = e.timestamp;
+        stats.oldest = Some(stats.oldest.map_or(at, |o| o.min(at)));
+        stats.newest = Some(stats.newest.map_or(at, |n| n.max(at)));
+    }
+
+    fn finish(self) -> PartitionStats {
+        let mut stats = self.stats;
+        stats.prefixes = KeyPrefixes(
+            self.counters
+                .into_iter()
+                .map(|c| (c.path.name.clone(), c.distinct))
+                .collect::<BTreeMap<_, _>>(),
+        );
+        stats
+    }
+}
+
+/// The size of guideposts as the one string that stores them (UTF-16, a
+/// newline between). Counted only when one is added: at most 400 keys.
+fn guidepost_bytes(guideposts: &[RowKey]) -> usize {
+    guideposts.iter().map(|k| utf16_bytes(k.as_str()) + 2).sum()
 }
 
 /// Counts one path's distinct RowKey prefixes in one partition. Keys come
@@ -183,12 +318,6 @@ impl<'a> PrefixCounter<'a> {
     }
 }
 
-/// The size of guideposts as the one string that stores them (UTF-16, a
-/// newline between). Counted only when one is added: at most 400 keys.
-fn guidepost_bytes(guideposts: &[RowKey]) -> usize {
-    guideposts.iter().map(|k| utf16_bytes(k.as_str()) + 2).sum()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,7 +355,14 @@ mod tests {
             store.execute(&table, WriteOp::Insert(e)).await?;
         }
         let paths = [path(PRIMARY_PATH, "r:{id}__{name}"), path("age", "AGE:{age}__{id}")];
-        let stats = analyze(&store, &table, 1_000, 2, &paths).await?;
+        let how = Analysis {
+            every: 1_000,
+            width: 2,
+            paths: &paths,
+            sizes: true,
+            previous: None,
+        };
+        let stats = analyze(&store, &table, &how).await?;
         let boston = &stats.partitions[1].prefixes;
         assert_eq!(stats.partitions[1].partition.as_str(), "Boston");
         // Entities, then distinct first field, first two fields.
@@ -238,5 +374,32 @@ mod tests {
         assert_eq!(stats.distinct(PRIMARY_PATH, 1, |_| true), Some(3));
         assert_eq!(stats.path_entities("age", |_| true), Some(4));
         Ok(())
+    }
+
+    #[test]
+    fn split_cuts_ranges_of_about_equal_weight_open_at_both_ends() {
+        let key = |s: &str| PartitionKey::new(s).expect("a key");
+        let weights: Vec<(PartitionKey, u64)> =
+            [("a", 5), ("b", 1), ("c", 4), ("d", 1), ("e", 1), ("f", 4)]
+                .iter()
+                .map(|(k, w)| (key(k), *w))
+                .collect();
+        let ranges = split(&weights, 3);
+        // Shares of 6 (16 over 3): a range is cut where it reaches one:
+        // a and b (6), c to e (6), f and on (4).
+        assert_eq!(ranges.len(), 3);
+        assert_eq!(ranges[0].start, Bound::Unbounded);
+        assert_eq!(ranges[0].end, Bound::Excluded(key("c")));
+        assert_eq!(ranges[1].start, Bound::Included(key("c")));
+        assert_eq!(ranges[1].end, Bound::Excluded(key("f")));
+        assert_eq!(ranges[2].end, Bound::Unbounded);
+        // Every partition, and any made since, is in exactly one range.
+        for k in ["a", "b", "c", "d", "e", "f", "g", "bb", "0"] {
+            let k = key(k);
+            assert_eq!(ranges.iter().filter(|r| r.contains(&k)).count(), 1, "{k:?}");
+        }
+        // One range where one is asked for, or nothing weighs.
+        assert_eq!(split(&weights, 1), vec![KeyRange::all()]);
+        assert_eq!(split(&[], 4), vec![KeyRange::all()]);
     }
 }
