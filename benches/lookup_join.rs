@@ -14,7 +14,8 @@
 //!    planner must keep it a hash join (the outer side is big), so the
 //!    times match.
 //!
-//! Run with `cargo bench --bench lookup_join` (BENCHMARKS.md). Loading the
+//! Run with `cargo bench --bench lookup_join` (BENCHMARKS.md);
+//! `TABLESQL_BENCH_IN_FLIGHT=n` sets the requests in flight. Loading the
 //! million people takes most of the run.
 
 use std::sync::Arc;
@@ -34,6 +35,23 @@ fn people() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1_000_000)
+}
+
+/// The joining engine's options: the scan's requests in flight from
+/// `TABLESQL_BENCH_IN_FLIGHT` (the engine's default, 8, without it), the
+/// bound a lookup join's reads run under too.
+fn options() -> EngineOptions {
+    let default = EngineOptions::default();
+    match std::env::var("TABLESQL_BENCH_IN_FLIGHT")
+        .ok()
+        .and_then(|v| v.parse().ok())
+    {
+        Some(n) => {
+            let scan = default.scan.with_max_in_flight(n);
+            default.with_scan(scan)
+        }
+        None => default,
+    }
 }
 const COUNTRIES: u64 = 8;
 const REGISTRATIONS: u64 = 1000;
@@ -112,14 +130,16 @@ async fn people_join() {
         started.elapsed().as_secs_f64()
     );
     let delayed = Arc::new(Delayed::new(inner));
-    let engine = Engine::with_store(delayed.clone(), EngineOptions::default())
+    let options = options();
+    let in_flight = options.scan.max_in_flight;
+    let engine = Engine::with_store(delayed.clone(), options)
         .await
         .expect("engine");
     let sql = "SELECT count(*) AS n, sum(p.born) AS born FROM registrations r \
                JOIN people p ON p.country = r.country AND p.id = r.person WHERE r.event = 'E1'";
     println!(
         "{REGISTRATIONS} registrations of one event joined to {people} people by primary key, \
-         {} ms per request, median of {RUNS} runs",
+         {} ms per request, {in_flight} requests in flight, median of {RUNS} runs",
         DELAY.as_millis()
     );
     let mut results = Vec::new();

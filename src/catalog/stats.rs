@@ -160,20 +160,14 @@ impl TableStats {
     }
 
     /// Distinct values of `path`'s partition and first `fields` RowKey
-    /// fields over the partitions `within` accepts, summed partition by
-    /// partition (a value in two partitions is two: the partition is part
-    /// of the prefix); `None` where a partition was analyzed without them.
-    pub fn distinct(
-        &self,
-        path: &str,
-        fields: usize,
-        within: impl Fn(&PartitionKey) -> bool,
-    ) -> Option<u64> {
-        let mut total = 0;
-        for p in self.partitions.iter().filter(|p| within(&p.partition)) {
-            total += p.prefixes.distinct(path, fields)?;
-        }
-        Some(total)
+    /// fields, summed partition by partition (a value in two partitions is
+    /// two: the partition is part of the prefix); `None` where a partition
+    /// was analyzed without them.
+    pub fn distinct(&self, path: &str, fields: usize) -> Option<u64> {
+        self.partitions
+            .iter()
+            .map(|p| p.prefixes.distinct(path, fields))
+            .sum()
     }
 
     /// The distinct values of `column` of `def`'s rows (this being its
@@ -183,27 +177,25 @@ impl TableStats {
     /// partition, summed: exact where the PartitionKey has no field, at
     /// most that otherwise). DataFusion's join estimates divide by them.
     pub fn column_distinct(&self, def: &TableDef, column: &str) -> Option<u64> {
-        let all = |_: &PartitionKey| true;
         if def.primary_key.len() == 1 && def.primary_key[0] == column {
-            return self.path_entities(PRIMARY_PATH, all);
+            return self.path_entities(PRIMARY_PATH);
         }
         if def.partition_key.columns().eq([column]) {
-            return self.distinct(PRIMARY_PATH, 0, all);
+            return self.distinct(PRIMARY_PATH, 0);
         }
         if def.row_key.columns().next() == Some(column) {
-            return self.distinct(PRIMARY_PATH, 1, all);
+            return self.distinct(PRIMARY_PATH, 1);
         }
         None
     }
 
-    /// `path`'s entities over the partitions `within` accepts; `None`
-    /// where a partition was analyzed without counting them.
-    pub fn path_entities(&self, path: &str, within: impl Fn(&PartitionKey) -> bool) -> Option<u64> {
-        let mut total = 0;
-        for p in self.partitions.iter().filter(|p| within(&p.partition)) {
-            total += p.prefixes.entities(path)?;
-        }
-        Some(total)
+    /// `path`'s entities; `None` where a partition was analyzed without
+    /// counting them.
+    pub fn path_entities(&self, path: &str) -> Option<u64> {
+        self.partitions
+            .iter()
+            .map(|p| p.prefixes.entities(path))
+            .sum()
     }
 }
 

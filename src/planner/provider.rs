@@ -350,20 +350,6 @@ impl StoreTable {
         scan.with_verdict(verdict)
     }
 
-    /// The pushdown of `filters`, with the table's statistics.
-    pub(crate) fn plan(&self, filters: &[Expr]) -> super::pushdown::Pushdown {
-        let def = self.layout.def.as_deref();
-        if self.pushdown {
-            super::pushdown::push_down_with(def, filters, &self.cost_statistics())
-        } else {
-            let mut p = push_down(def, &[]);
-            p.exact = vec![false; filters.len()];
-            p
-        }
-    }
-}
-
-impl StoreTable {
     /// The statistics its paths are costed from: its table's and its
     /// global indexes' tables', as `ANALYZE` last took them.
     pub(crate) fn cost_statistics(&self) -> super::pushdown::cost::Statistics {
@@ -376,6 +362,18 @@ impl StoreTable {
                     .map(|g| self.stats.get(&g.table))
                     .collect()
             }),
+        }
+    }
+
+    /// The pushdown of `filters`, with the table's statistics.
+    pub(crate) fn plan(&self, filters: &[Expr]) -> super::pushdown::Pushdown {
+        let def = self.layout.def.as_deref();
+        if self.pushdown {
+            super::pushdown::push_down_with(def, filters, &self.cost_statistics())
+        } else {
+            let mut p = push_down(def, &[]);
+            p.exact = vec![false; filters.len()];
+            p
         }
     }
 }

@@ -115,8 +115,8 @@ pub fn rows_per_key(
         return None;
     }
     let fields = row_key.columns().take_while(|c| fixed(c)).count();
-    let entities = table.path_entities(name, |_| true)?;
-    let distinct = table.distinct(name, fields, |_| true)?;
+    let entities = table.path_entities(name)?;
+    let distinct = table.distinct(name, fields)?;
     Some(entities as f64 / distinct.max(1) as f64)
 }
 
