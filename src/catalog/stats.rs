@@ -23,8 +23,8 @@ use std::sync::{Arc, RwLock};
 
 use chrono::{DateTime, Utc};
 
-use super::{CatalogError, TableDef};
 use super::persist::table;
+use super::{CatalogError, TableDef};
 use crate::storage::{
     EdmValue, Entity, IfMatch, PartitionKey, Query, RowKey, StorageError, TableName, TableStore,
     WriteOp,

@@ -112,7 +112,10 @@ async fn analyze_reads_small_partitions_as_ranges_of_pages() -> TestResult {
     let requests = store.queries(&table) - before;
     assert_eq!(first.partitions.len(), PARTITIONS as usize);
     assert_eq!(first.entities(), PARTITIONS);
-    assert!(requests <= 1 + PARTITIONS.div_ceil(1_000), "{requests} requests");
+    assert!(
+        requests <= 1 + PARTITIONS.div_ceil(1_000),
+        "{requests} requests"
+    );
 
     // Again: the last statistics split the table into ranges read side by
     // side, a chain each, about as many requests in all.
@@ -121,7 +124,10 @@ async fn analyze_reads_small_partitions_as_ranges_of_pages() -> TestResult {
     let requests = store.queries(&table) - before;
     assert_eq!(counts(&second), counts(&first));
     let ranges = EngineOptions::default().scan.max_in_flight as u64;
-    assert!(requests <= ranges + PARTITIONS.div_ceil(1_000), "{requests} requests");
+    assert!(
+        requests <= ranges + PARTITIONS.div_ceil(1_000),
+        "{requests} requests"
+    );
 
     // The memory store lists partitions cheaply, so its first ANALYZE
     // splits by their number: the same statistics.
@@ -153,7 +159,12 @@ async fn a_global_index_table_is_analyzed_by_its_keys_alone() -> TestResult {
     let index = of(&def.global_indexes[0].table)?;
     assert_eq!(index.partitions.len(), 90);
     assert_eq!(index.entities(), PARTITIONS);
-    assert!(index.partitions.iter().all(|p| p.bytes == 0 && p.widest == 0));
+    assert!(
+        index
+            .partitions
+            .iter()
+            .all(|p| p.bytes == 0 && p.widest == 0)
+    );
     let base = of(&def.storage_table)?;
     assert!(base.partitions.iter().all(|p| p.bytes > 0));
     Ok(())

@@ -101,7 +101,10 @@ pub async fn analyze(
 /// Every partition of `table`, where the store lists them cheaply (more
 /// partitions than requests on the first page, or all of them in it);
 /// `None` where it lists one partition per request, as Azure does.
-async fn listed(store: &Arc<dyn TableStore>, table: &TableName) -> Result<Option<Vec<PartitionKey>>> {
+async fn listed(
+    store: &Arc<dyn TableStore>,
+    table: &TableName,
+) -> Result<Option<Vec<PartitionKey>>> {
     let mut keys = Vec::new();
     let mut after: Option<PartitionKey> = None;
     loop {
@@ -354,7 +357,10 @@ mod tests {
             let e = Entity::new(PartitionKey::new(pk)?, RowKey::new(rk)?);
             store.execute(&table, WriteOp::Insert(e)).await?;
         }
-        let paths = [path(PRIMARY_PATH, "r:{id}__{name}"), path("age", "AGE:{age}__{id}")];
+        let paths = [
+            path(PRIMARY_PATH, "r:{id}__{name}"),
+            path("age", "AGE:{age}__{id}"),
+        ];
         let how = Analysis {
             every: 1_000,
             width: 2,

@@ -82,9 +82,7 @@ pub fn choose(
                     (rows as u64 * pages, (rows as f64 * per_key).ceil() as u64)
                 }
             };
-            let lookup = requests
-                .saturating_mul(REQUEST_ROWS)
-                .saturating_add(read);
+            let lookup = requests.saturating_mul(REQUEST_ROWS).saturating_add(read);
             let (hash, shown) = match inner.path.estimate {
                 Some(e) => (
                     e.requests
@@ -96,9 +94,7 @@ pub fn choose(
             };
             Ok((lookup < hash).then(|| Choice {
                 outer_rows,
-                note: format!(
-                    "estimate: outer~{rows}rows lookup~{requests}req/{read}rows {shown}"
-                ),
+                note: format!("estimate: outer~{rows}rows lookup~{requests}req/{read}rows {shown}"),
             }))
         }
     }

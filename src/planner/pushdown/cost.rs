@@ -106,9 +106,19 @@ pub fn rows_per_key(
         }
         Some(i) => {
             let ix = def.indexes.get(i.position)?;
-            (ix.name.as_str(), &def.partition_key, &ix.row_key, stats.base.as_deref()?)
+            (
+                ix.name.as_str(),
+                &def.partition_key,
+                &ix.row_key,
+                stats.base.as_deref()?,
+            )
         }
-        None => (PRIMARY_PATH, &def.partition_key, &def.row_key, stats.base.as_deref()?),
+        None => (
+            PRIMARY_PATH,
+            &def.partition_key,
+            &def.row_key,
+            stats.base.as_deref()?,
+        ),
     };
     let fixed = |c: &str| columns.iter().any(|x| x == c);
     if !partition_key.columns().all(fixed) {
