@@ -14,6 +14,8 @@ use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::Statistics;
+use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
@@ -24,6 +26,7 @@ use datafusion::physical_plan::execution_plan::{
 use datafusion::physical_plan::metrics::{
     Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
 };
+use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -242,6 +245,25 @@ impl ExecutionPlan for GlobalIndexExec {
 
     fn metrics(&self) -> Option<MetricsSet> {
         Some(self.metrics.clone_inner())
+    }
+
+    /// The rows it returns at most: the index entities `ANALYZE`'s
+    /// statistics of the index table estimate (one base row each), or a
+    /// LIMIT; unknown otherwise. Join selection and lookup joins read it.
+    fn statistics_from_inputs(
+        &self,
+        _input_stats: &[Arc<Statistics>],
+        _args: &StatisticsArgs,
+    ) -> Result<Arc<Statistics>> {
+        let estimate = self
+            .path
+            .estimate
+            .map(|e| usize::try_from(e.rows).unwrap_or(usize::MAX));
+        let mut stats = Statistics::new_unknown(&self.schema);
+        if let Some(rows) = [estimate, self.limit].into_iter().flatten().min() {
+            stats.num_rows = Precision::Inexact(rows);
+        }
+        Ok(Arc::new(stats))
     }
 
     fn execute(
