@@ -17,6 +17,7 @@
 //! path that reads keys-only index rows, or a global index's entities,
 //! adds a point read per entity.
 
+use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::catalog::TableDef;
@@ -131,12 +132,17 @@ pub fn rows_per_key(
 }
 
 /// The entities of partition `p` in `rows`: all of them for the whole
-/// partition, else a chunk per guidepost the range spans, plus one.
+/// partition, else a chunk per guidepost inside the range, plus one. A
+/// guidepost the range starts at begins its first chunk rather than
+/// splitting it: the fan-out's chunks start at guideposts, and counting
+/// theirs made every chunk two.
 fn rows_in(p: &PartitionStats, rows: &KeyRange<RowKey>, every: u64) -> u64 {
-    if rows.start == std::ops::Bound::Unbounded && rows.end == std::ops::Bound::Unbounded {
+    if rows.start == Bound::Unbounded && rows.end == Bound::Unbounded {
         return p.entities;
     }
-    let spanned = p.guideposts.iter().filter(|g| rows.contains(g)).count() as u64;
+    let inside =
+        |g: &&RowKey| rows.contains(g) && !matches!(&rows.start, Bound::Included(s) if s == *g);
+    let spanned = p.guideposts.iter().filter(inside).count() as u64;
     ((spanned + 1) * every.max(1)).min(p.entities)
 }
 
@@ -208,6 +214,31 @@ mod tests {
                 rows: 10
             }
         );
+    }
+
+    #[test]
+    fn a_chunk_between_two_guideposts_holds_one_chunk_of_entities() {
+        let rk = |s: &str| RowKey::new(s).expect("a key");
+        let mut p = stats(&[("a", 3_500)]).partitions[0].clone();
+        p.guideposts = vec![rk("r:1000"), rk("r:2000"), rk("r:3000")];
+        // The fan-out's chunk from a guidepost to the next.
+        let chunk = KeyRange {
+            start: Bound::Included(rk("r:1000")),
+            end: Bound::Excluded(rk("r:2000")),
+        };
+        assert_eq!(rows_in(&p, &chunk, 1_000), 1_000);
+        // The base rows' range spans all three guideposts: four chunks,
+        // at most the partition's entities.
+        let all = KeyRange {
+            start: Bound::Included(rk("r:")),
+            end: Bound::Excluded(rk("r;")),
+        };
+        assert_eq!(rows_in(&p, &all, 1_000), 3_500);
+        let first = KeyRange {
+            start: Bound::Unbounded,
+            end: Bound::Excluded(rk("r:1000")),
+        };
+        assert_eq!(rows_in(&p, &first, 1_000), 1_000);
     }
 
     #[test]
