@@ -1544,6 +1544,7 @@ impl Engine {
                 let path = KeyPath {
                     name: PRIMARY_PATH.to_owned(),
                     row_key: g.row_key.clone(),
+                    others: Vec::new(),
                 };
                 let stats = self
                     .analyze_storage(g.table.clone(), every, &[path], false)
@@ -1789,13 +1790,28 @@ pub(crate) fn session_setting(
 /// The key paths of a mapped table whose distinct prefixes `ANALYZE`
 /// counts: the primary key's RowKey and each local index's that is built.
 fn key_paths(def: &TableDef) -> Vec<KeyPath> {
+    let literal = |t: &crate::keys::KeyTemplate| match t.segments().first() {
+        Some(crate::keys::Segment::Literal(l)) => Some(l.clone()),
+        _ => None,
+    };
+    // A base RowKey that starts with a field reads index rows as its own.
+    let others = match literal(&def.row_key) {
+        Some(_) => Vec::new(),
+        None => def
+            .indexes
+            .iter()
+            .filter_map(|i| literal(&i.row_key))
+            .collect(),
+    };
     let primary = KeyPath {
         name: PRIMARY_PATH.to_owned(),
         row_key: def.row_key.clone(),
+        others,
     };
     let indexes = def.indexes.iter().filter(|i| !i.building).map(|i| KeyPath {
         name: i.name.clone(),
         row_key: i.row_key.clone(),
+        others: Vec::new(),
     });
     std::iter::once(primary).chain(indexes).collect()
 }

@@ -173,9 +173,11 @@ impl TableStats {
     /// The distinct values of `column` of `def`'s rows (this being its
     /// table's statistics), where they tell it: a primary key of that
     /// column alone (one per row), the PartitionKey's only field (one per
-    /// partition), or the RowKey's first field (its distinct values per
-    /// partition, summed: exact where the PartitionKey has no field, at
-    /// most that otherwise). DataFusion's join estimates divide by them.
+    /// partition), or the RowKey's first field where one partition holds
+    /// each of its values (a PartitionKey without fields that is no
+    /// bucket of the RowKey: then its distinct values per partition,
+    /// summed, are exact; otherwise they overcount, and DataFusion, which
+    /// divides join sizes by them, would undercount joins).
     pub fn column_distinct(&self, def: &TableDef, column: &str) -> Option<u64> {
         if def.primary_key.len() == 1 && def.primary_key[0] == column {
             return self.path_entities(PRIMARY_PATH);
@@ -183,7 +185,9 @@ impl TableStats {
         if def.partition_key.columns().eq([column]) {
             return self.distinct(PRIMARY_PATH, 0);
         }
-        if def.row_key.columns().next() == Some(column) {
+        let one_partition_each = def.partition_key.columns().next().is_none()
+            && def.partition_key.row_buckets().is_none();
+        if one_partition_each && def.row_key.columns().next() == Some(column) {
             return self.distinct(PRIMARY_PATH, 1);
         }
         None

@@ -42,6 +42,9 @@ pub struct KeyPath {
     pub name: String,
     /// The template its rows' RowKeys are written by.
     pub row_key: KeyTemplate,
+    /// RowKey prefixes of other paths' rows, which a template that starts
+    /// with a field (`{id}`) would read as its own.
+    pub others: Vec<String>,
 }
 
 /// What one `ANALYZE` of a storage table counts, and how it reads.
@@ -124,8 +127,8 @@ async fn listed(
 }
 
 /// Ranges of partitions, at most `n`, of about equal weight: `weights`
-/// (partitions in key order with their weights) cut before the partition
-/// that passes each next share. The first range is open below and the
+/// (partitions in key order with their weights) cut after the partition
+/// that reaches each next share. The first range is open below and the
 /// last above, so partitions made since the weights were taken are read.
 pub fn split(weights: &[(PartitionKey, u64)], n: usize) -> Vec<KeyRange<PartitionKey>> {
     let total: u64 = weights.iter().map(|(_, w)| *w).sum();
@@ -300,7 +303,9 @@ impl<'a> PrefixCounter<'a> {
     }
 
     fn add(&mut self, key: &str) {
-        if self.path.row_key.split(key, &mut self.spans).is_err() {
+        if self.path.others.iter().any(|p| key.starts_with(p.as_str()))
+            || self.path.row_key.split(key, &mut self.spans).is_err()
+        {
             return;
         }
         let first_new = (0..self.spans.len())
@@ -331,6 +336,7 @@ mod tests {
         KeyPath {
             name: name.to_owned(),
             row_key: template.parse().expect("a template"),
+            others: Vec::new(),
         }
     }
 

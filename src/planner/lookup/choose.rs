@@ -4,21 +4,24 @@
 //! an estimate of its rows (a path of points counts its keys; a LIMIT
 //! bounds them; `ANALYZE` estimates the rest) of at most
 //! [`MAX_OUTER_ROWS`]; without one, the join stays a hash join, as before
-//! lookup joins existed. An estimate through another join below (not
-//! under a LIMIT) does not count: DataFusion takes a join column without
-//! statistics to be unique, so a join to the many side of a foreign key
-//! is estimated at the one side's rows (TPC-H Q7: 1,000 estimated, 182,762
-//! read, 49,813 key reads where the hash join takes 338 requests). Then the two are compared in request-equivalents:
-//! a request costs [`REQUEST_ROWS`] rows read. A lookup reads per outer
-//! row (a key read per row at worst; fewer where keys repeat) the rows one
-//! key holds: one for a whole key, and for a key prefix the path's rows
-//! over the distinct prefixes `ANALYZE` counted (one where it did not);
-//! and it makes a request per row's key (a page per 1,000 of its rows),
-//! or per as many keys as the store reads in one request where the keys
-//! are whole (points). A hash join costs the inner
-//! scan's estimated requests and rows, which only `ANALYZE` gives: an
-//! inner table never analyzed is taken to be bigger than the outer side,
-//! since a hash join reads it whole whatever its size.
+//! lookup joins existed. An estimate through another join below does not
+//! count (a LIMIT above that join does): DataFusion takes a join column
+//! without statistics to be unique, so a join to the many side of a
+//! foreign key is estimated at the one side's rows (TPC-H Q7: 1,000
+//! estimated, 182,762 read, by 49,813 key reads where the hash join takes
+//! 338 requests).
+//!
+//! Then the two are compared in request-equivalents: a request costs
+//! [`REQUEST_ROWS`] rows read. A lookup reads per outer row (a key read
+//! per row at worst; fewer where keys repeat) the rows one key holds: one
+//! for a whole key, and for a key prefix the path's rows over the distinct
+//! prefixes `ANALYZE` counted (one where it did not); it makes a request
+//! per row's key (a page per 1,000 of its rows), or per as many keys as
+//! the store reads in one request where the keys are whole (points), and
+//! through a global index a point read per row. A hash join costs the
+//! inner scan's estimated requests and rows, which only `ANALYZE` gives:
+//! an inner table never analyzed is taken to be bigger than the outer
+//! side, since a hash join reads it whole whatever its size.
 
 use std::sync::Arc;
 
@@ -61,7 +64,11 @@ pub fn choose(
         .num_rows
         .get_value()
         .copied();
-    let grounded = outer_rows.filter(|_| grounded(outer));
+    let trusted = if grounded(outer) {
+        outer_rows
+    } else {
+        limit_above_joins(outer)
+    };
     match setting {
         LookupJoin::Off => Ok(None),
         LookupJoin::Always => Ok(Some(Choice {
@@ -69,7 +76,7 @@ pub fn choose(
             note: "chosen=always".into(),
         })),
         LookupJoin::On => {
-            let Some(rows) = grounded.filter(|n| *n <= MAX_OUTER_ROWS) else {
+            let Some(rows) = trusted.filter(|n| *n <= MAX_OUTER_ROWS) else {
                 return Ok(None);
             };
             let (requests, read) = match probe.access {
@@ -84,7 +91,18 @@ pub fn choose(
                         .unwrap_or(1.0)
                         .max(1.0);
                     let pages = (per_key / PAGE_ROWS).ceil() as u64;
-                    (rows as u64 * pages, (rows as f64 * per_key).ceil() as u64)
+                    let read = (rows as f64 * per_key).ceil() as u64;
+                    // A global index's entities each name a base row,
+                    // read by point as the hash join's path would.
+                    let lookups = if probe.index().is_some_and(|i| i.global) {
+                        read
+                    } else {
+                        0
+                    };
+                    (
+                        (rows as u64).saturating_mul(pages).saturating_add(lookups),
+                        read,
+                    )
                 }
             };
             let lookup = requests.saturating_mul(REQUEST_ROWS).saturating_add(read);
@@ -106,11 +124,20 @@ pub fn choose(
 }
 
 /// Whether `plan`'s row estimate comes from the store's counts (and
-/// DataFusion's filters over them): no join below, unless a LIMIT above
-/// it bounds the rows.
+/// DataFusion's filters over them): no join below.
 fn grounded(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    if plan.fetch().is_some() {
-        return true;
-    }
     !plan.name().ends_with("JoinExec") && plan.children().into_iter().all(grounded)
+}
+
+/// The LIMIT that bounds `plan`'s rows above any join in it, going down
+/// its single-input operators (not the estimate under the LIMIT, which
+/// may be a join's undercount).
+fn limit_above_joins(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
+    if let Some(n) = plan.fetch() {
+        return Some(n);
+    }
+    match plan.children().as_slice() {
+        [child] if !plan.name().ends_with("JoinExec") => limit_above_joins(child),
+        _ => None,
+    }
 }

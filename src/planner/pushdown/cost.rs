@@ -126,6 +126,11 @@ pub fn rows_per_key(
         return None;
     }
     let fields = row_key.columns().take_while(|c| fixed(c)).count();
+    // A bucket of the RowKey is fixed only by the whole RowKey: a prefix's
+    // rows spread over the buckets.
+    if partition_key.row_buckets().is_some() && fields < row_key.columns().count() {
+        return None;
+    }
     let entities = table.path_entities(name)?;
     let distinct = table.distinct(name, fields)?;
     Some(entities as f64 / distinct.max(1) as f64)
