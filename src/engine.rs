@@ -1561,13 +1561,13 @@ impl Engine {
     /// Takes and stores the statistics of a table (a mapped table by its SQL
     /// name, or a storage table): from now on its scans fan out by them.
     pub async fn analyze(&self, name: &str, every: u64) -> Result<TableStats, EngineError> {
+        // A mapped table's definition gives its storage table and key
+        // paths; `storage_table` (another catalog read) only for the rest.
         let defs = persist::load(self.store.as_ref()).await?;
-        let paths = defs
-            .iter()
-            .find(|d| d.name == name)
-            .map(key_paths)
-            .unwrap_or_default();
-        let table = self.storage_table(name).await?;
+        let (table, paths) = match defs.iter().find(|d| d.name == name) {
+            Some(d) => (d.storage_table.clone(), key_paths(d)),
+            None => (self.storage_table(name).await?, Vec::new()),
+        };
         self.analyze_storage(table, every, &paths, true).await
     }
 
