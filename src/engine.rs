@@ -16,6 +16,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 
 use crate::exec::stats::analyze::{Analysis, KeyPath};
+use crate::exec::stats::sample::{SampleReport, analyze_sampled};
 use crate::exec::stats::observed::ObservedStore;
 use crate::exec::stats::persist::PersistedWorkload;
 use crate::exec::stats::workload::Workload;
@@ -1444,8 +1445,12 @@ impl Engine {
                 ..
             } => self.drop_index(names, *if_exists, *cascade).await.map(Some),
             Statement::Analyze(analyze) => {
-                let every = TablesqlConfig::of(self.ctx.state().config()).guidepost_every;
-                self.analyze_statement(analyze, every).await.map(Some)
+                let settings = TablesqlConfig::of(self.ctx.state().config());
+                let how = Reading {
+                    every: settings.guidepost_every,
+                    sample: settings.analyze_sample,
+                };
+                self.analyze_statement(analyze, how).await.map(Some)
             }
             Statement::CreateSequence {
                 temporary,
@@ -1506,36 +1511,49 @@ impl Engine {
         }
     }
 
-    /// `ANALYZE table`, guideposts every `every` entities; its outcome
-    /// says what it found. A bare `ANALYZE` analyzes every mapped table.
+    /// `ANALYZE table`, read as `how` says; its outcome says what it
+    /// found. A bare `ANALYZE` analyzes every mapped table.
     pub async fn analyze_statement(
         &self,
         analyze: &datafusion::sql::sqlparser::ast::Analyze,
-        every: u64,
+        how: Reading,
     ) -> Result<DdlOutcome, EngineError> {
-        let names = match &analyze.table_name {
-            Some(name) => vec![ddl::object_name(name)?],
-            None => persist::load(self.store.as_ref())
-                .await?
-                .into_iter()
-                .map(|d| d.name)
-                .collect(),
+        let name = analyze
+            .table_name
+            .as_ref()
+            .map(ddl::object_name)
+            .transpose()?;
+        Ok(DdlOutcome {
+            notices: self.analyze_tables(name.as_deref(), how).await?,
+        })
+    }
+
+    /// Analyzes one table (a mapped table by its SQL name, with its global
+    /// indexes' tables; or a storage table), or every mapped table: a
+    /// notice per storage table read says what it found. SQL's `ANALYZE`
+    /// and `tablesql analyze` both come here.
+    pub async fn analyze_tables(
+        &self,
+        name: Option<&str>,
+        how: Reading,
+    ) -> Result<Vec<Notice>, EngineError> {
+        let defs = persist::load(self.store.as_ref()).await?;
+        let names: Vec<String> = match name {
+            Some(name) => vec![name.to_owned()],
+            None => defs.iter().map(|d| d.name.clone()).collect(),
         };
         let mut outcome = DdlOutcome::default();
-        let defs = persist::load(self.store.as_ref()).await?;
         for name in names {
             let def = defs.iter().find(|d| d.name == name);
-            let stats = match def {
-                Some(d) => {
-                    self.analyze_storage(d.storage_table.clone(), every, &key_paths(d), true)
-                        .await?
-                }
+            let (table, paths) = match def {
+                Some(d) => (d.storage_table.clone(), key_paths(d)),
                 // A storage table by its name (or `raw.<name>`).
-                None => self.analyze(&name, every).await?,
+                None => (self.storage_table(&name).await?, Vec::new()),
             };
+            let (stats, sampled) = self.analyze_storage(table, how, &paths, true).await?;
             outcome.notices.push(Notice::new(
                 NoticeKind::Done,
-                format!("analyzed {name}: {stats}"),
+                format!("analyzed {name}: {stats}{}", sampled_note(sampled)),
             ));
             // A global index's table too: the planner costs a path through
             // it by the entities its partitions (the indexed values) hold.
@@ -1546,16 +1564,16 @@ impl Engine {
                     row_key: g.row_key.clone(),
                     others: Vec::new(),
                 };
-                let stats = self
-                    .analyze_storage(g.table.clone(), every, &[path], false)
+                let (stats, sampled) = self
+                    .analyze_storage(g.table.clone(), how, &[path], false)
                     .await?;
                 outcome.notices.push(Notice::new(
                     NoticeKind::Done,
-                    format!("analyzed index {}: {stats}", g.name),
+                    format!("analyzed index {}: {stats}{}", g.name, sampled_note(sampled)),
                 ));
             }
         }
-        Ok(outcome)
+        Ok(outcome.notices)
     }
 
     /// Takes and stores the statistics of a table (a mapped table by its SQL
@@ -1568,31 +1586,51 @@ impl Engine {
             Some(d) => (d.storage_table.clone(), key_paths(d)),
             None => (self.storage_table(name).await?, Vec::new()),
         };
-        self.analyze_storage(table, every, &paths, true).await
+        let how = Reading { every, sample: 0 };
+        Ok(self.analyze_storage(table, how, &paths, true).await?.0)
     }
 
     /// Takes and stores the statistics of storage table `table`, counting
     /// the distinct key prefixes of `paths`, and the entities' sizes where
     /// `sizes` (the advisor and the report read them; the planner not).
+    /// Sampled where `how` asks and the last statistics hold more entities
+    /// than the sample (they place it); then also what the sample did.
     async fn analyze_storage(
         &self,
         table: crate::storage::TableName,
-        every: u64,
+        how: Reading,
         paths: &[KeyPath],
         sizes: bool,
-    ) -> Result<TableStats, EngineError> {
+    ) -> Result<(TableStats, Option<SampleReport>), EngineError> {
         let previous = self.stats.get(&table);
-        let how = Analysis {
-            every,
+        let analysis = Analysis {
+            every: how.every,
             width: self.options.scan.max_in_flight,
             paths,
             sizes,
             previous: previous.as_deref(),
+            sample: how.sample,
         };
-        let taken = crate::exec::stats::analyze::analyze(&self.store, &table, &how).await?;
+        if let Some(before) = previous.as_deref()
+            && how.sample > 0
+            && before.entities() > how.sample
+        {
+            let sampled = analyze_sampled(&self.store, &table, &analysis, before).await?;
+            stats::save_changes(
+                self.store.as_ref(),
+                &table,
+                &sampled.stats,
+                &sampled.changed,
+                &sampled.gone,
+            )
+            .await?;
+            self.stats.set(table, sampled.stats.clone());
+            return Ok((sampled.stats, Some(sampled.report)));
+        }
+        let taken = crate::exec::stats::analyze::analyze(&self.store, &table, &analysis).await?;
         stats::save(self.store.as_ref(), &table, &taken).await?;
         self.stats.set(table, taken.clone());
-        Ok(taken)
+        Ok((taken, None))
     }
 
     /// A mapped table's definition, as stored.
@@ -1785,6 +1823,20 @@ pub(crate) fn session_setting(
         .map(datafusion::config::ExtensionOptions::entries)
         .unwrap_or_default();
     entries.into_iter().find(|e| e.key == name).map(|e| e.value)
+}
+
+/// How `ANALYZE` reads a table, from the session's settings.
+#[derive(Debug, Clone, Copy)]
+pub struct Reading {
+    /// A guidepost every this many entities (`tablesql.guidepost_every`).
+    pub every: u64,
+    /// Entities to sample, 0 to read them all (`tablesql.analyze_sample`).
+    pub sample: u64,
+}
+
+/// What a sampled `ANALYZE` adds to its notice.
+fn sampled_note(report: Option<SampleReport>) -> String {
+    report.map(|r| format!(" ({r})")).unwrap_or_default()
 }
 
 /// The key paths of a mapped table whose distinct prefixes `ANALYZE`

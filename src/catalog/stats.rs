@@ -242,11 +242,7 @@ pub async fn save(
     storage_table: &TableName,
     stats: &TableStats,
 ) -> Result<(), CatalogError> {
-    let catalog = table()?;
-    match store.create_table(&catalog).await {
-        Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
-        Err(e) => return Err(e.into()),
-    }
+    let catalog = catalog_table(store).await?;
     let partition = partition_of(storage_table)?;
     let old = store
         .query_all(
@@ -254,8 +250,68 @@ pub async fn save(
             &Query::partition(partition.clone()).select(Vec::<String>::new()),
         )
         .await?;
-    let mut ops = Vec::with_capacity(stats.partitions.len());
-    for p in &stats.partitions {
+    let gone: Vec<PartitionKey> = old
+        .iter()
+        .filter(|e| {
+            !stats
+                .partitions
+                .iter()
+                .any(|p| p.partition.as_str() == e.row_key().as_str())
+        })
+        .map(|e| PartitionKey::from_stored(e.row_key().as_str().to_owned()))
+        .collect();
+    write(store, &catalog, storage_table, stats, &stats.partitions, &gone).await
+}
+
+/// Stores a table's statistics where only `changed` partitions differ
+/// from the stored ones and `gone` are no more (a sampled `ANALYZE`'s,
+/// whose writes then follow the sample, not the table).
+pub async fn save_changes(
+    store: &dyn TableStore,
+    storage_table: &TableName,
+    stats: &TableStats,
+    changed: &[PartitionStats],
+    gone: &[PartitionKey],
+) -> Result<(), CatalogError> {
+    let catalog = catalog_table(store).await?;
+    // One by one: a partition the sample found gone may never have been
+    // stored (made and dropped since), and a batch fails whole.
+    let partition = partition_of(storage_table)?;
+    for key in gone {
+        let delete = WriteOp::Delete {
+            partition_key: partition.clone(),
+            row_key: rk(key.as_str())?,
+            if_match: IfMatch::Any,
+        };
+        match store.execute(&catalog, delete).await {
+            Ok(_) | Err(StorageError::EntityNotFound { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
+    }
+    write(store, &catalog, storage_table, stats, changed, &[]).await
+}
+
+/// The catalog table, made if missing.
+async fn catalog_table(store: &dyn TableStore) -> Result<TableName, CatalogError> {
+    let catalog = table()?;
+    match store.create_table(&catalog).await {
+        Ok(()) | Err(StorageError::TableAlreadyExists(_)) => Ok(catalog),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Writes `partitions`' entities, deletes `gone`'s, then the summary.
+async fn write(
+    store: &dyn TableStore,
+    catalog: &TableName,
+    storage_table: &TableName,
+    stats: &TableStats,
+    partitions: &[PartitionStats],
+    gone: &[PartitionKey],
+) -> Result<(), CatalogError> {
+    let partition = partition_of(storage_table)?;
+    let mut ops = Vec::with_capacity(partitions.len() + gone.len());
+    for p in partitions {
         let guideposts: Vec<&str> = p.guideposts.iter().map(RowKey::as_str).collect();
         let entity = Entity::new(partition.clone(), rk(p.partition.as_str())?)
             .with("entities", EdmValue::Int64(p.entities as i64))
@@ -272,21 +328,15 @@ pub async fn save(
             });
         ops.push(WriteOp::InsertOrReplace(entity));
     }
-    for e in old {
-        if !stats
-            .partitions
-            .iter()
-            .any(|p| p.partition.as_str() == e.row_key().as_str())
-        {
-            ops.push(WriteOp::Delete {
-                partition_key: partition.clone(),
-                row_key: e.row_key().clone(),
-                if_match: IfMatch::Any,
-            });
-        }
+    for key in gone {
+        ops.push(WriteOp::Delete {
+            partition_key: partition.clone(),
+            row_key: rk(key.as_str())?,
+            if_match: IfMatch::Any,
+        });
     }
     for batch in batches(ops) {
-        store.execute_batch(&catalog, batch).await?;
+        store.execute_batch(catalog, batch).await?;
     }
     let summary = Entity::new(pk(SUMMARIES)?, rk(storage_table.as_str())?)
         .with("format_version", EdmValue::Int32(FORMAT_VERSION))
@@ -297,7 +347,7 @@ pub async fn save(
         )
         .with("partitions", EdmValue::Int64(stats.partitions.len() as i64));
     store
-        .execute(&catalog, WriteOp::InsertOrReplace(summary))
+        .execute(catalog, WriteOp::InsertOrReplace(summary))
         .await?;
     super::persist::touch(store).await
 }

@@ -18,7 +18,9 @@
 //!   by key where the estimates favour it (`planner::lookup`), off never,
 //!   always wherever the join's keys allow it (tests and comparisons);
 //! - `lookup_join_batch`: outer rows whose keys one lookup batch reads
-//!   (1000 by default, the most keys one access path enumerates).
+//!   (1000 by default, the most keys one access path enumerates);
+//! - `analyze_sample`: entities a re-`ANALYZE` samples instead of reading
+//!   the table whole (0, the default: whole; see `exec::stats::sample`).
 
 use datafusion::common::config::{
     ConfigEntry, ConfigExtension, ConfigField, ExtensionOptions, Visit,
@@ -48,6 +50,8 @@ pub struct TablesqlConfig {
     pub lookup_join: LookupJoin,
     /// `tablesql.lookup_join_batch`.
     pub lookup_join_batch: usize,
+    /// `tablesql.analyze_sample`; 0 reads every entity.
+    pub analyze_sample: u64,
 }
 
 /// When the planner reads a join's inner side by key (`tablesql.enable_lookup_join`).
@@ -99,6 +103,7 @@ impl Default for TablesqlConfig {
             use_indexes: true,
             lookup_join: LookupJoin::default(),
             lookup_join_batch: 1000,
+            analyze_sample: 0,
         }
     }
 }
@@ -124,8 +129,9 @@ const PARTITION_THRESHOLD: &str = "partition_threshold";
 const USE_INDEXES: &str = "use_indexes";
 const ENABLE_LOOKUP_JOIN: &str = "enable_lookup_join";
 const LOOKUP_JOIN_BATCH: &str = "lookup_join_batch";
+const ANALYZE_SAMPLE: &str = "analyze_sample";
 
-const DOCS: [(&str, &str); 9] = [
+const DOCS: [(&str, &str); 10] = [
     (
         SCAN_POLICY,
         "What a statement reading every partition of a table gets: allow, warn or deny",
@@ -159,6 +165,10 @@ const DOCS: [(&str, &str); 9] = [
         LOOKUP_JOIN_BATCH,
         "Outer rows whose keys one batch of a lookup join reads (1 to 1000)",
     ),
+    (
+        ANALYZE_SAMPLE,
+        "Entities ANALYZE samples where a table has last statistics to place them by (0: read every entity)",
+    ),
 ];
 
 impl TablesqlConfig {
@@ -173,6 +183,7 @@ impl TablesqlConfig {
             USE_INDEXES => if self.use_indexes { "on" } else { "off" }.into(),
             ENABLE_LOOKUP_JOIN => self.lookup_join.to_string(),
             LOOKUP_JOIN_BATCH => self.lookup_join_batch.to_string(),
+            ANALYZE_SAMPLE => self.analyze_sample.to_string(),
             _ => String::new(),
         }
     }
@@ -249,6 +260,13 @@ impl ExtensionOptions for TablesqlConfig {
                             crate::planner::pushdown::MAX_REQUESTS
                         ))
                     })?;
+            }
+            ANALYZE_SAMPLE => {
+                self.analyze_sample = value.trim().parse().map_err(|_| {
+                    DataFusionError::Configuration(format!(
+                        "tablesql.analyze_sample is a number of entities (0 to read them all), not {value:?}"
+                    ))
+                })?;
             }
             NEXT_PAGE_TOKEN => {
                 return Err(DataFusionError::Configuration(

@@ -155,6 +155,10 @@ enum Command {
         /// Entities between guideposts.
         #[arg(long, default_value_t = 1000)]
         guidepost_every: u64,
+        /// Entities to sample where the table has statistics to place the
+        /// sample by (as `tablesql.analyze_sample`); 0 reads every entity.
+        #[arg(long, default_value_t = 0)]
+        sample: u64,
     },
     /// Load a CSV or TSV file (its first line names the columns) or JSON lines
     /// (an object per line) into a mapped table, in entity group
@@ -489,10 +493,16 @@ async fn run() -> anyhow::Result<()> {
         Command::Analyze {
             table,
             guidepost_every,
+            sample,
         } => {
             let engine = tablesql::Engine::with_store(store.into(), options).await?;
-            let stats = engine.analyze(&table, guidepost_every).await?;
-            println!("analyzed {table}: {stats}");
+            let how = tablesql::Reading {
+                every: guidepost_every,
+                sample,
+            };
+            for notice in engine.analyze_tables(Some(&table), how).await? {
+                println!("{}", notice.text);
+            }
             Ok(())
         }
         Command::Serve(args) => serve::serve(store, options, args).await,

@@ -62,9 +62,12 @@ pub struct Analysis<'a> {
     pub sizes: bool,
     /// The table's statistics before, to split the reading by.
     pub previous: Option<&'a TableStats>,
+    /// Entities to sample (`tablesql.analyze_sample`), 0 to read them all:
+    /// see `sample`, which needs `previous` to place its reads.
+    pub sample: u64,
 }
 
-/// The statistics of `table` now.
+/// The statistics of `table` now, every entity read.
 pub async fn analyze(
     store: &Arc<dyn TableStore>,
     table: &TableName,
@@ -200,14 +203,14 @@ async fn read_range(
 /// guidepost at every `step`th entity, the step doubled (every other
 /// guidepost dropped) whenever they pass the most a partition keeps, in
 /// number or in bytes.
-struct Partition<'a> {
-    stats: PartitionStats,
+pub(super) struct Partition<'a> {
+    pub(super) stats: PartitionStats,
     step: u64,
     counters: Vec<PrefixCounter<'a>>,
 }
 
 impl<'a> Partition<'a> {
-    fn new(partition: PartitionKey, how: &Analysis<'a>) -> Self {
+    pub(super) fn new(partition: PartitionKey, how: &Analysis<'a>) -> Self {
         Self {
             stats: PartitionStats {
                 partition,
@@ -225,7 +228,7 @@ impl<'a> Partition<'a> {
         }
     }
 
-    fn add(&mut self, e: &StoredEntity, sizes: bool) {
+    pub(super) fn add(&mut self, e: &StoredEntity, sizes: bool) {
         let stats = &mut self.stats;
         if stats.entities > 0 && stats.entities.is_multiple_of(self.step) {
             stats.guideposts.push(e.row_key().clone());
@@ -258,7 +261,7 @@ impl<'a> Partition<'a> {
         stats.newest = Some(stats.newest.map_or(at, |n| n.max(at)));
     }
 
-    fn finish(self) -> PartitionStats {
+    pub(super) fn finish(self) -> PartitionStats {
         let mut stats = self.stats;
         stats.prefixes = KeyPrefixes(
             self.counters
@@ -373,6 +376,7 @@ mod tests {
             paths: &paths,
             sizes: true,
             previous: None,
+            sample: 0,
         };
         let stats = analyze(&store, &table, &how).await?;
         let boston = &stats.partitions[1].prefixes;

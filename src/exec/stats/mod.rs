@@ -11,7 +11,8 @@
 //! requests. Rendering the findings as a page is presentation, outside
 //! the execution layer (`crate::report`).
 //!
-//! - `analyze`: `ANALYZE`, a storage table read once, partition by partition.
+//! - `analyze`: `ANALYZE`, a storage table read once, as ranges of pages.
+//! - `sample`: a sampled `ANALYZE`, runs of pages placed by the last statistics.
 //! - `workload`: the statement and partition statistics.
 //! - `observed`: the store that records each request per partition.
 //! - `recorded`: statements normalized, and their runs recorded as they stream.
@@ -27,5 +28,6 @@ pub mod key_order;
 pub mod observed;
 pub mod persist;
 pub mod recorded;
+pub mod sample;
 pub mod snapshot;
 pub mod workload;
