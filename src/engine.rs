@@ -16,9 +16,9 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::execution::session_state::SessionStateBuilder;
 
 use crate::exec::stats::analyze::{Analysis, KeyPath};
-use crate::exec::stats::sample::{SampleReport, analyze_sampled};
 use crate::exec::stats::observed::ObservedStore;
 use crate::exec::stats::persist::PersistedWorkload;
+use crate::exec::stats::sample::{SampleReport, analyze_sampled};
 use crate::exec::stats::workload::Workload;
 use crate::exec::write::upkeep::Upkeep;
 use crate::planner::index_functions::{self, IndexFunction};
@@ -1569,7 +1569,11 @@ impl Engine {
                     .await?;
                 outcome.notices.push(Notice::new(
                     NoticeKind::Done,
-                    format!("analyzed index {}: {stats}{}", g.name, sampled_note(sampled)),
+                    format!(
+                        "analyzed index {}: {stats}{}",
+                        g.name,
+                        sampled_note(sampled)
+                    ),
                 ));
             }
         }

@@ -260,7 +260,15 @@ pub async fn save(
         })
         .map(|e| PartitionKey::from_stored(e.row_key().as_str().to_owned()))
         .collect();
-    write(store, &catalog, storage_table, stats, &stats.partitions, &gone).await
+    write(
+        store,
+        &catalog,
+        storage_table,
+        stats,
+        &stats.partitions,
+        &gone,
+    )
+    .await
 }
 
 /// Stores a table's statistics where only `changed` partitions differ

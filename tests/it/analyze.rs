@@ -215,7 +215,9 @@ async fn a_sampled_analyze_reads_in_proportion_to_its_sample() -> TestResult {
     assert!(requests <= 4, "{requests} requests");
     let notices: Vec<String> = engine.take_notices().into_iter().map(|n| n.text).collect();
     assert!(
-        notices.iter().any(|n| n.contains("sampled 4000 entities in 4 requests")),
+        notices
+            .iter()
+            .any(|n| n.contains("sampled 4000 entities in 4 requests")),
         "{notices:?}"
     );
     let stats = tablesql::catalog::stats::load_all(store.as_ref())
@@ -227,7 +229,12 @@ async fn a_sampled_analyze_reads_in_proportion_to_its_sample() -> TestResult {
     // Each event estimated within a tenth of its 3,750 runners.
     for p in &stats.partitions {
         let off = p.entities.abs_diff(PER_EVENT * 3 / 2) as f64 / (PER_EVENT * 3 / 2) as f64;
-        assert!(off < 0.1, "{} estimated at {}", p.partition.as_str(), p.entities);
+        assert!(
+            off < 0.1,
+            "{} estimated at {}",
+            p.partition.as_str(),
+            p.entities
+        );
     }
     let total = stats.entities();
     assert!(total.abs_diff(truth) * 10 < truth, "{total} of {truth}");
@@ -236,7 +243,9 @@ async fn a_sampled_analyze_reads_in_proportion_to_its_sample() -> TestResult {
     assert!(ids.abs_diff(truth) * 10 < truth, "{ids} ids of {truth}");
 
     // A sample as big as the table reads it whole.
-    engine.collect("SET tablesql.analyze_sample = 50000").await?;
+    engine
+        .collect("SET tablesql.analyze_sample = 50000")
+        .await?;
     engine.collect("ANALYZE runners").await?;
     let whole = engine.take_notices();
     assert!(
@@ -261,7 +270,9 @@ async fn a_sampled_run_over_small_partitions_measures_them_and_drops_the_gone() 
     // Every tenth person leaves; each of the others gains a second row
     // (by key, beside the counting store).
     let writer = Engine::with_store(store.inner.clone(), EngineOptions::default()).await?;
-    let leaving: Vec<String> = (1..=PARTITIONS / 10).map(|i| (i * 10).to_string()).collect();
+    let leaving: Vec<String> = (1..=PARTITIONS / 10)
+        .map(|i| (i * 10).to_string())
+        .collect();
     writer
         .collect(&format!(
             "DELETE FROM people WHERE n = 0 AND id IN ({})",

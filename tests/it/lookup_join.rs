@@ -185,6 +185,53 @@ async fn a_join_by_primary_key_reads_batches_of_keys() -> TestResult {
     Ok(())
 }
 
+/// A hash join hands its probe side's scan a dynamic filter once it has
+/// read its build side: the scan reads the keys it lists (or the range
+/// its bounds give) instead of the whole table. Same answers as without
+/// the filter, which reads every page of the people.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hash_join_reads_its_probe_side_by_the_dynamic_filter() -> TestResult {
+    let store = Arc::new(Counted::default());
+    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    load(&engine, 2000).await?;
+    engine
+        .collect("SET tablesql.enable_lookup_join = off")
+        .await?;
+    let requests = |sql: &'static str| {
+        let engine = engine.clone();
+        let store = store.clone();
+        async move {
+            let before = store.requests.load(Ordering::Relaxed);
+            let rows = text(&engine, sql).await?;
+            Ok::<_, Box<dyn std::error::Error>>((
+                rows,
+                store.requests.load(Ordering::Relaxed) - before,
+            ))
+        }
+    };
+    let (filtered, filtered_requests) = requests(JOIN).await?;
+    let analyzed = text(&engine, &format!("EXPLAIN ANALYZE {JOIN}")).await?;
+    assert!(analyzed.contains("HashJoinExec"), "{analyzed}");
+    // 39 people named (one NULL) in 3 countries: the filter lists each
+    // column's values, whose combinations are read (117 keys), 12 a request.
+    assert!(
+        analyzed.contains("dynamic_filter=read(points(117))"),
+        "{analyzed}"
+    );
+    engine
+        .collect("SET datafusion.optimizer.enable_join_dynamic_filter_pushdown = false")
+        .await?;
+    let (whole, whole_requests) = requests(JOIN).await?;
+    assert_eq!(filtered, whole);
+    // 1 for the registrations, 3 partitions of ceil(39 / 12) requests.
+    assert!(
+        filtered_requests <= 1 + 3 * 4,
+        "{filtered_requests} requests"
+    );
+    assert!(whole_requests >= 1 + 6, "{whole_requests} requests");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_batches_and_every_join_type_answer_as_the_hash_join() -> TestResult {
     let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default()).await?;

@@ -81,3 +81,18 @@ pub fn count(plan: &dyn datafusion::physical_plan::ExecutionPlan, name: &str) ->
         _ => None,
     })
 }
+
+/// The sum of metric `name` over `plan` and its inputs.
+pub fn sum(plan: &dyn datafusion::physical_plan::ExecutionPlan, name: &str) -> usize {
+    let own = plan.metrics().map_or(0, |m| {
+        m.iter()
+            .filter(|m| m.value().name() == name)
+            .map(|m| m.value().as_usize())
+            .sum()
+    });
+    own + plan
+        .children()
+        .iter()
+        .map(|c| sum(c.as_ref(), name))
+        .sum::<usize>()
+}

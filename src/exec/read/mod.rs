@@ -21,7 +21,8 @@
 //!   against the base rows.
 //! - `order`: the key order a path's rows arrive in.
 //! - `rescan`: a scan's table read again under more conditions (lookup
-//!   joins).
+//!   joins, dynamic filters).
+//! - `dynamic`: a hash join's dynamic filter as key conditions.
 //! - `metrics`: the exact EXPLAIN ANALYZE counters.
 //! - `token`: signed page tokens, where a page of rows ended.
 //! - `units`: point reads batched by partition where the store reads
@@ -29,6 +30,7 @@
 
 pub mod access;
 pub mod decode;
+pub mod dynamic;
 pub mod fanout;
 pub mod global;
 pub mod lookup;

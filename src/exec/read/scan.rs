@@ -19,15 +19,21 @@ use std::sync::{Arc, Mutex};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::common::Statistics;
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::DynamicFilterTracking;
+use datafusion::physical_expr::utils::conjunction_opt;
 use datafusion::physical_expr::{
     EquivalenceProperties, LexOrdering, PhysicalExpr, PhysicalSortExpr,
 };
 use datafusion::physical_plan::execution_plan::{
     Boundedness, EmissionType, ReplaceChildrenOptions,
+};
+use datafusion::physical_plan::filter_pushdown::{
+    ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation,
 };
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
@@ -36,7 +42,7 @@ use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     SendableRecordBatchStream, SortOrderPushdownResult,
 };
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use tokio::sync::mpsc;
 
 use super::access::{AccessPath, KeyRequest};
@@ -93,7 +99,7 @@ impl ScanOptions {
 }
 
 /// The scan of a mapped or raw table along an access path.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct PartitionScanExec {
     store: Arc<dyn TableStore>,
     layout: Arc<Layout>,
@@ -120,6 +126,11 @@ pub struct PartitionScanExec {
     verdict: Option<ScanVerdict>,
     /// The planner's handle to read the table again by key.
     rescan: Option<Arc<dyn Rescan>>,
+    /// A hash join's dynamic filter on its rows (`dynamic`), and what it
+    /// read as when the scan took a narrower path by it (for EXPLAIN
+    /// ANALYZE).
+    dynamic: Option<Arc<dyn PhysicalExpr>>,
+    dynamic_used: Arc<Mutex<Option<String>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -211,6 +222,8 @@ impl PartitionScanExec {
             counters,
             verdict: None,
             rescan: None,
+            dynamic: None,
+            dynamic_used: Arc::default(),
         })
     }
 
@@ -288,10 +301,11 @@ impl PartitionScanExec {
             .with_stats(self.stats.clone())
             .with_alternatives(alternatives)
             .with_verdict(self.verdict.clone());
-            let scan = match &self.rescan {
+            let mut scan = match &self.rescan {
                 Some(r) => scan.with_rescan(r.clone()),
                 None => scan,
             };
+            scan.dynamic = self.dynamic.clone();
             return Ok(Some(scan));
         }
         Ok(None)
@@ -378,6 +392,9 @@ impl DisplayAs for PartitionScanExec {
         write!(f, " projection=[{}]", names.join(", "))?;
         if let Some(l) = self.limit {
             write!(f, " limit={l}")?;
+        }
+        if let Some(used) = self.dynamic_used.lock().ok().and_then(|u| u.clone()) {
+            write!(f, " dynamic_filter=read({used})")?;
         }
         Ok(())
     }
@@ -689,11 +706,47 @@ impl ExecutionPlan for PartitionScanExec {
         Vec::new()
     }
 
+    /// Its dynamic filter: the hash join that fills it looks for it here
+    /// to know that someone reads it.
     fn apply_expressions(
         &self,
-        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>,
     ) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
+        match &self.dynamic {
+            Some(d) => f(d),
+            None => Ok(TreeNodeRecursion::Continue),
+        }
+    }
+
+    /// Takes a hash join's dynamic filters where the scan can read the
+    /// table again under more conditions (`dynamic`); none is applied
+    /// exactly, so DataFusion keeps whatever else it does with them.
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child_pushdown_result: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let dynamic: Vec<Arc<dyn PhysicalExpr>> = child_pushdown_result
+            .parent_filters
+            .iter()
+            .map(|f| Arc::clone(&f.filter))
+            .filter(|f| DynamicFilterTracking::classify(f).contains_dynamic_filter())
+            .collect();
+        let mut result = FilterPushdownPropagation::all_unsupported(child_pushdown_result);
+        let takes = phase == FilterPushdownPhase::Post
+            && self.rescan.is_some()
+            && self.limit.is_none()
+            && self.dynamic.is_none();
+        if takes && let Some(filter) = conjunction_opt(dynamic) {
+            let mut scan = self.clone();
+            scan.metrics = ExecutionPlanMetricsSet::new();
+            scan.counters = Counters::register(&scan.metrics);
+            scan.dynamic = Some(filter);
+            scan.dynamic_used = Arc::default();
+            result = result.with_updated_node(Arc::new(scan) as Arc<dyn ExecutionPlan>);
+        }
+        Ok(result)
     }
 
     fn replace_children(
@@ -783,6 +836,102 @@ impl ExecutionPlan for PartitionScanExec {
         if let Some(verdict) = &self.verdict {
             verdict.apply(context.session_config())?;
         }
+        let planned = self.read()?;
+        let (Some(dynamic), Some(rescan)) = (&self.dynamic, &self.rescan) else {
+            return Ok(planned);
+        };
+        // Decided when the rows are first asked for: the join has read its
+        // build side and filled the filter by then. The planned stream
+        // starts no request until polled.
+        let choice = DynamicChoice {
+            filter: Arc::clone(dynamic),
+            rescan: Arc::clone(rescan),
+            schema: self.schema.clone(),
+            path: self.path.clone(),
+            ordering: self.properties.output_ordering().cloned(),
+            used: self.dynamic_used.clone(),
+            counters: self.counters.clone(),
+        };
+        let stream =
+            futures::stream::once(async move { choice.decide(planned, context) }).try_flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            stream,
+        )))
+    }
+}
+
+/// What a scan with a dynamic filter needs to choose its path at its
+/// first poll.
+struct DynamicChoice {
+    filter: Arc<dyn PhysicalExpr>,
+    rescan: Arc<dyn Rescan>,
+    schema: SchemaRef,
+    path: AccessPath,
+    ordering: Option<LexOrdering>,
+    used: Arc<Mutex<Option<String>>>,
+    counters: Counters,
+}
+
+impl DynamicChoice {
+    /// The read along the narrower path the filter's key conditions give,
+    /// where there is one that keeps the scan's order; else `planned`.
+    fn decide(
+        self,
+        planned: SendableRecordBatchStream,
+        context: Arc<TaskContext>,
+    ) -> Result<SendableRecordBatchStream> {
+        let extra = super::dynamic::key_conditions(&self.filter, &self.schema)?;
+        if extra.is_empty() {
+            return Ok(planned);
+        }
+        let path = self.rescan.path(&extra);
+        if !super::dynamic::narrower(&path, &self.path) {
+            return Ok(planned);
+        }
+        let plan = self.rescan.with(&extra)?;
+        let keeps_order = match &self.ordering {
+            Some(o) => plan
+                .properties()
+                .equivalence_properties()
+                .ordering_satisfy(o.clone())?,
+            None => true,
+        };
+        if !keeps_order || plan.properties().output_partitioning().partition_count() != 1 {
+            return Ok(planned);
+        }
+        if let Ok(mut used) = self.used.lock() {
+            // Its access alone: the keys can be many.
+            let shown = path.to_string();
+            let access = shown.split_whitespace().next().unwrap_or_default();
+            *used = Some(access.trim_start_matches("access=").to_owned());
+        }
+        let rows = plan.execute(0, context)?;
+        // The read's counts are the scan's, for EXPLAIN ANALYZE, once it
+        // is done.
+        let counters = self.counters;
+        let done = futures::stream::once(async move {
+            for (name, counter) in [
+                ("requests", &counters.requests),
+                ("entities_scanned", &counters.scanned),
+                ("entities_returned", &counters.returned),
+                ("partitions", &counters.partitions),
+                ("retries", &counters.retries),
+            ] {
+                counter.add(super::metrics::sum(plan.as_ref(), name));
+            }
+        })
+        .filter_map(|()| futures::future::ready(None));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema,
+            rows.chain(done),
+        )))
+    }
+}
+
+impl PartitionScanExec {
+    /// The stream of the planned path's rows.
+    fn read(&self) -> Result<SendableRecordBatchStream> {
         let counters = self.counters.clone();
         let select = self.rows.properties(&self.projection);
         let mut query = Query::all().select(select);

@@ -278,14 +278,12 @@ fn confidence(seen: &Seen) -> u8 {
 }
 
 /// The last statistics with the runs' findings merged in (the module's rules).
-fn merge(
-    before: &TableStats,
-    runs: Vec<Run>,
-    every: u64,
-    taken: chrono::DateTime<Utc>,
-) -> Sampled {
-    let old: BTreeMap<&PartitionKey, &PartitionStats> =
-        before.partitions.iter().map(|p| (&p.partition, p)).collect();
+fn merge(before: &TableStats, runs: Vec<Run>, every: u64, taken: chrono::DateTime<Utc>) -> Sampled {
+    let old: BTreeMap<&PartitionKey, &PartitionStats> = before
+        .partitions
+        .iter()
+        .map(|p| (&p.partition, p))
+        .collect();
     let mut report = SampleReport::default();
     let mut best: BTreeMap<PartitionKey, (u8, u64, PartitionStats)> = BTreeMap::new();
     let mut gone: Vec<PartitionKey> = Vec::new();
@@ -483,7 +481,13 @@ mod tests {
         // in "b" at offsets 1,000 (its first guidepost), 3,000, 5,000, 7,000.
         assert_eq!(
             at,
-            vec![(0, None), (100, Some(0)), (100, Some(2)), (100, Some(4)), (100, Some(6))]
+            vec![
+                (0, None),
+                (100, Some(0)),
+                (100, Some(2)),
+                (100, Some(4)),
+                (100, Some(6))
+            ]
         );
         assert!(probes.iter().all(|p| p.entities == 1_000));
         // A sample as big as the table is every page of it, placed.
@@ -533,7 +537,10 @@ mod tests {
     #[test]
     fn scaled_distinct_counts_keep_a_constant_field_at_one() {
         // 1,000 entities; 1 value of the first field, 1,000 of both.
-        assert_eq!(scale(&[1_000, 1, 1_000], 1_500, 1_000), vec![1_500, 1, 1_500]);
+        assert_eq!(
+            scale(&[1_000, 1, 1_000], 1_500, 1_000),
+            vec![1_500, 1, 1_500]
+        );
         assert_eq!(scale(&[10, 0, 0], 20, 10), vec![20, 0, 0]);
         assert_eq!(scale(&[10, 2, 5], 0, 0), vec![10, 2, 5]);
     }
@@ -573,13 +580,21 @@ mod tests {
         assert_eq!(names, vec![("a", 12), ("bb", 3), ("c", 10), ("d", 5_000)]);
         assert_eq!(merged.gone, vec![key("b")]);
         assert_eq!(
-            (merged.report.measured, merged.report.estimated, merged.report.gone),
+            (
+                merged.report.measured,
+                merged.report.estimated,
+                merged.report.gone
+            ),
             (3, 1, 1)
         );
         // "c" read as it was, and "d" estimated as it was (it passed no
         // guidepost; the run's average size is the old one), are not
         // written again.
-        let changed: Vec<&str> = merged.changed.iter().map(|p| p.partition.as_str()).collect();
+        let changed: Vec<&str> = merged
+            .changed
+            .iter()
+            .map(|p| p.partition.as_str())
+            .collect();
         assert_eq!(changed, vec!["a", "bb"]);
     }
 }

@@ -16,12 +16,12 @@ use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::metrics::ExecutionPlanMetricsSet;
-use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, collect};
+use datafusion::physical_plan::{SendableRecordBatchStream, collect};
 use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{JoinSpec, KeyReads};
-use crate::exec::read::metrics::ExactCount;
+use crate::exec::read::metrics::{ExactCount, sum as sum_metric};
 
 /// Batches whose keys are read ahead of the one being joined.
 const READS_AHEAD: usize = 2;
@@ -254,19 +254,4 @@ struct State {
     held: Vec<RecordBatch>,
     rows: usize,
     done: bool,
-}
-
-/// The sum of metric `name` over `plan` and its inputs.
-fn sum_metric(plan: &dyn ExecutionPlan, name: &str) -> usize {
-    let own = plan.metrics().map_or(0, |m| {
-        m.iter()
-            .filter(|m| m.value().name() == name)
-            .map(|m| m.value().as_usize())
-            .sum()
-    });
-    own + plan
-        .children()
-        .iter()
-        .map(|c| sum_metric(c.as_ref(), name))
-        .sum::<usize>()
 }
