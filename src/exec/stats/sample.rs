@@ -182,6 +182,9 @@ struct Seen {
     stats: PartitionStats,
     /// The last RowKey read.
     last: RowKey,
+    /// Every RowKey read, in order: where the old guideposts fall among
+    /// them measures the density.
+    keys: Vec<RowKey>,
     /// The guidepost of its last statistics the reading began at; `None`:
     /// its first entity.
     from: Option<usize>,
@@ -222,7 +225,7 @@ async fn read_probe(
     let most = 2 * probe.entities.div_ceil(PAGE) + 1;
     let mut left = probe.entities;
     let mut token: Option<ContinuationToken> = None;
-    let mut parts: Vec<(Partition<'_>, RowKey)> = Vec::new();
+    let mut parts: Vec<(Partition<'_>, Vec<RowKey>)> = Vec::new();
     let mut requests = 0;
     let exhausted = loop {
         query.top = Some(left.min(PAGE) as u32);
@@ -230,14 +233,14 @@ async fn read_probe(
         requests += 1;
         for e in &page.entities {
             match parts.last_mut() {
-                Some((p, last)) if p.stats.partition == *e.partition_key() => {
+                Some((p, keys)) if p.stats.partition == *e.partition_key() => {
                     p.add(e, how.sizes);
-                    *last = e.row_key().clone();
+                    keys.push(e.row_key().clone());
                 }
                 _ => {
                     let mut p = Partition::new(e.partition_key().clone(), how);
                     p.add(e, how.sizes);
-                    parts.push((p, e.row_key().clone()));
+                    parts.push((p, vec![e.row_key().clone()]));
                 }
             }
         }
@@ -252,11 +255,14 @@ async fn read_probe(
     let seen = parts
         .into_iter()
         .enumerate()
-        .map(|(i, (p, last))| Seen {
-            stats: p.finish(),
-            last,
-            from: if i == 0 { probe.from } else { None },
-            to_end: i + 1 < n || exhausted,
+        .filter_map(|(i, (p, keys))| {
+            Some(Seen {
+                stats: p.finish(),
+                last: keys.last()?.clone(),
+                keys,
+                from: if i == 0 { probe.from } else { None },
+                to_end: i + 1 < n || exhausted,
+            })
         })
         .collect();
     Ok(Run {
@@ -362,24 +368,29 @@ fn estimate(old: Option<&PartitionStats>, seen: &Seen) -> PartitionStats {
     let step = step(old);
     // Old entities before the run's start.
     let head = seen.from.map_or(0, |g| (g as u64 + 1) * step);
-    // Old entities in the span it read: the rest of the partition where
-    // it read to the end, else to the last old guidepost it passed and
-    // half a step on (it stopped short of the next).
-    let span = if seen.to_end {
-        old.entities.saturating_sub(head)
+    // The run's entities against the old ones over the same keys: the
+    // rest of the partition where it read to the end, else up to the last
+    // old guidepost it passed (counting the run's keys before it).
+    let spans = if seen.to_end {
+        Some((read.entities, old.entities.saturating_sub(head)))
     } else {
-        let passed = old.guideposts.partition_point(|k| *k <= seen.last) as u64;
-        (passed * step + step / 2).saturating_sub(head)
+        let first = seen.from.map_or(0, |g| g + 1);
+        let passed = old.guideposts.partition_point(|k| *k <= seen.last);
+        (passed > first).then(|| {
+            let at = &old.guideposts[passed - 1];
+            let new = seen.keys.partition_point(|k| k < at) as u64;
+            (new, (passed as u64 * step).saturating_sub(head))
+        })
     };
     // The span's density, where it is long enough to measure one, scales
     // the whole partition (growth even along it); a short tail read to
     // the end adds to the head (growth at the end, appends).
-    let entities = if span >= 2 * step {
-        (old.entities as f64 * read.entities as f64 / span as f64).round() as u64
-    } else if seen.to_end {
-        head + read.entities
-    } else {
-        old.entities
+    let entities = match spans {
+        Some((new, span)) if span >= 2 * step => {
+            (old.entities as f64 * new as f64 / span as f64).round() as u64
+        }
+        _ if seen.to_end => head + read.entities,
+        _ => old.entities,
     }
     .max(head + read.entities);
     let per_entity = |total: u64| {
@@ -500,9 +511,24 @@ mod tests {
     }
 
     fn seen(name: &str, entities: u64, last: &str, from: Option<usize>, to_end: bool) -> Seen {
+        seen_keys(name, entities, vec![last.to_owned()], from, to_end)
+    }
+
+    fn seen_keys(
+        name: &str,
+        entities: u64,
+        keys: Vec<String>,
+        from: Option<usize>,
+        to_end: bool,
+    ) -> Seen {
+        let keys: Vec<RowKey> = keys
+            .iter()
+            .map(|k| RowKey::new(k.as_str()).expect("a key"))
+            .collect();
         Seen {
             stats: partition(name, entities, &[]),
-            last: RowKey::new(last).expect("a key"),
+            last: keys.last().cloned().expect("a key read"),
+            keys,
             from,
             to_end,
         }
@@ -514,14 +540,28 @@ mod tests {
         let gps: Vec<String> = (1..10).map(|i| format!("k{i:02}")).collect();
         let gps: Vec<&str> = gps.iter().map(String::as_str).collect();
         let old = partition("p", 10_000, &gps);
-        // From "k02" (2,000 in), 3,750 entities read up to "k04x": past
-        // "k03" and "k04", about 2,500 old entities: half again as dense.
-        let e = estimate(Some(&old), &seen("p", 3_750, "k04x", Some(1), false));
+        // From "k02" (2,000 in), 3,750 entities: 1,500 before "k03", 1,500
+        // more before "k04", 750 after it. The 2,000 old entities from
+        // "k02" to "k04" are 3,000 now: half again as dense.
+        let keys: Vec<String> = ["k02", "k03", "k04"]
+            .iter()
+            .zip([1_500, 1_500, 750])
+            .flat_map(|(g, n)| (0..n).map(move |i| format!("{g}_{i:04}")))
+            .collect();
+        let e = estimate(Some(&old), &seen_keys("p", 3_750, keys, Some(1), false));
         assert_eq!(e.entities, 15_000);
         assert_eq!(e.bytes, 1_500_000);
+        // Unchanged, a run that ends just short of a guidepost measures
+        // the same density it read: 3,000 entities from "k02" to "k05x".
+        let keys: Vec<String> = ["k02", "k03", "k04"]
+            .iter()
+            .flat_map(|g| (0..1_000).map(move |i| format!("{g}_{i:04}")))
+            .collect();
+        let e = estimate(Some(&old), &seen_keys("p", 3_000, keys, Some(1), false));
+        assert_eq!(e.entities, 10_000);
         assert_eq!(e.guideposts, old.guideposts);
         // Passing fewer than two guideposts measures nothing: the old count.
-        let e = estimate(Some(&old), &seen("p", 1_000, "k02x", Some(1), false));
+        let e = estimate(Some(&old), &seen("p", 1_000, "k03x", Some(1), false));
         assert_eq!(e.entities, 10_000);
         // Read to its end from "k08": the old tail of 2,000 is now 2,500.
         let e = estimate(Some(&old), &seen("p", 2_500, "k99", Some(7), true));
