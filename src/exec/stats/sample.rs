@@ -84,7 +84,7 @@ pub fn probes(before: &TableStats, sample: u64, phase: f64) -> Vec<Probe> {
         if p.entities > per_probe {
             offset = offset.min(p.entities - per_probe);
         }
-        let from = guidepost_before(p, offset);
+        let from = guidepost_before(p, before.guidepost_every, offset);
         if out.last().is_none_or(|l| (l.at, l.from) != (at, from)) {
             out.push(Probe {
                 at,
@@ -96,15 +96,27 @@ pub fn probes(before: &TableStats, sample: u64, phase: f64) -> Vec<Probe> {
     out
 }
 
-/// Entities between a partition's guideposts in its statistics (the step
-/// may have been doubled where they passed the most kept).
-fn step(p: &PartitionStats) -> u64 {
-    (p.entities / (p.guideposts.len() as u64 + 1)).max(1)
+/// Entities between a partition's guideposts, taken one every `every`:
+/// `ANALYZE` put one at entity `step`, `2 * step`, ... with the step
+/// `every` doubled as often as they passed the most kept, so the step is
+/// the one that many guideposts fit. Where none does (an estimated
+/// partition, whose count moved and guideposts not), the average.
+fn step(p: &PartitionStats, every: u64) -> u64 {
+    let (last, n) = (p.entities.saturating_sub(1), p.guideposts.len() as u64);
+    let mut step = every.max(1);
+    while last / step > n {
+        step *= 2;
+    }
+    if last / step == n {
+        step
+    } else {
+        (p.entities / (n + 1)).max(1)
+    }
 }
 
 /// The last guidepost at or before entity `offset` of partition `p`.
-fn guidepost_before(p: &PartitionStats, offset: u64) -> Option<usize> {
-    let passed = (offset / step(p)).min(p.guideposts.len() as u64) as usize;
+fn guidepost_before(p: &PartitionStats, every: u64, offset: u64) -> Option<usize> {
+    let passed = (offset / step(p, every)).min(p.guideposts.len() as u64) as usize;
     passed.checked_sub(1)
 }
 
@@ -251,6 +263,28 @@ async fn read_probe(
             Some(next) => token = Some(next),
         }
     };
+    // Read to the end from a guidepost and found nothing: the partition
+    // ends before it now.
+    if parts.is_empty()
+        && exhausted
+        && let Some(p) = before.partitions.get(probe.at)
+        && let Some(guidepost) = probe.from.and_then(|g| p.guideposts.get(g))
+    {
+        let mut empty = Partition::new(p.partition.clone(), how).finish();
+        empty.entities = 0;
+        return Ok(Run {
+            seen: vec![Seen {
+                stats: empty,
+                last: guidepost.clone(),
+                keys: Vec::new(),
+                from: probe.from,
+                to_end: true,
+            }],
+            probe,
+            exhausted,
+            requests,
+        });
+    }
     let n = parts.len();
     let seen = parts
         .into_iter()
@@ -318,7 +352,11 @@ fn merge(before: &TableStats, runs: Vec<Run>, every: u64, taken: chrono::DateTim
             let rank = (confidence(&seen), seen.stats.entities);
             let stats = match confidence(&seen) {
                 2 => seen.stats.clone(),
-                _ => estimate(old.get(&seen.stats.partition).copied(), &seen),
+                _ => estimate(
+                    old.get(&seen.stats.partition).copied(),
+                    &seen,
+                    before.guidepost_every,
+                ),
             };
             let key = stats.partition.clone();
             if best.get(&key).is_none_or(|(c, n, _)| (*c, *n) < rank) {
@@ -358,14 +396,15 @@ fn merge(before: &TableStats, runs: Vec<Run>, every: u64, taken: chrono::DateTim
     }
 }
 
-/// A partition's statistics from its last ones and a run that read part
-/// of it (a new partition read in part: what was read, a lower bound).
-fn estimate(old: Option<&PartitionStats>, seen: &Seen) -> PartitionStats {
+/// A partition's statistics from its last ones (guideposts one every
+/// `every`) and a run that read part of it (a new partition read in part:
+/// what was read, a lower bound).
+fn estimate(old: Option<&PartitionStats>, seen: &Seen, every: u64) -> PartitionStats {
     let read = &seen.stats;
     let Some(old) = old else {
         return read.clone();
     };
-    let step = step(old);
+    let step = step(old, every);
     // Old entities before the run's start.
     let head = seen.from.map_or(0, |g| (g as u64 + 1) * step);
     // The run's entities against the old ones over the same keys: the
@@ -393,12 +432,14 @@ fn estimate(old: Option<&PartitionStats>, seen: &Seen) -> PartitionStats {
         _ => old.entities,
     }
     .max(head + read.entities);
-    let per_entity = |total: u64| {
-        if read.entities == 0 {
-            0
-        } else {
-            (total as f64 * entities as f64 / read.entities as f64).round() as u64
-        }
+    // Sizes by the run's average, or the old one where it read nothing.
+    let (sample_bytes, sample_entities) = match read.entities {
+        0 => (old.bytes, old.entities),
+        n => (read.bytes, n),
+    };
+    let bytes = match sample_entities {
+        0 => 0,
+        n => (sample_bytes as f64 * entities as f64 / n as f64).round() as u64,
     };
     let mut prefixes = BTreeMap::new();
     for (path, counts) in &old.prefixes.0 {
@@ -412,7 +453,7 @@ fn estimate(old: Option<&PartitionStats>, seen: &Seen) -> PartitionStats {
     PartitionStats {
         partition: old.partition.clone(),
         entities,
-        bytes: per_entity(read.bytes),
+        bytes,
         largest: old.largest.max(read.largest),
         widest: old.widest.max(read.widest),
         guideposts: old.guideposts.clone(),
@@ -548,7 +589,11 @@ mod tests {
             .zip([1_500, 1_500, 750])
             .flat_map(|(g, n)| (0..n).map(move |i| format!("{g}_{i:04}")))
             .collect();
-        let e = estimate(Some(&old), &seen_keys("p", 3_750, keys, Some(1), false));
+        let e = estimate(
+            Some(&old),
+            &seen_keys("p", 3_750, keys, Some(1), false),
+            1_000,
+        );
         assert_eq!(e.entities, 15_000);
         assert_eq!(e.bytes, 1_500_000);
         // Unchanged, a run that ends just short of a guidepost measures
@@ -557,21 +602,45 @@ mod tests {
             .iter()
             .flat_map(|g| (0..1_000).map(move |i| format!("{g}_{i:04}")))
             .collect();
-        let e = estimate(Some(&old), &seen_keys("p", 3_000, keys, Some(1), false));
+        let e = estimate(
+            Some(&old),
+            &seen_keys("p", 3_000, keys, Some(1), false),
+            1_000,
+        );
         assert_eq!(e.entities, 10_000);
         assert_eq!(e.guideposts, old.guideposts);
         // Passing fewer than two guideposts measures nothing: the old count.
-        let e = estimate(Some(&old), &seen("p", 1_000, "k03x", Some(1), false));
+        let e = estimate(Some(&old), &seen("p", 1_000, "k03x", Some(1), false), 1_000);
         assert_eq!(e.entities, 10_000);
         // Read to its end from "k08": the old tail of 2,000 is now 2,500.
-        let e = estimate(Some(&old), &seen("p", 2_500, "k99", Some(7), true));
+        let e = estimate(Some(&old), &seen("p", 2_500, "k99", Some(7), true), 1_000);
         assert_eq!(e.entities, 12_500);
         // A tail too short to measure (from "k09", 1,000): added to the head.
-        let e = estimate(Some(&old), &seen("p", 1_500, "k99", Some(8), true));
+        let e = estimate(Some(&old), &seen("p", 1_500, "k99", Some(8), true), 1_000);
         assert_eq!(e.entities, 9_000 + 1_500);
+        // Nothing from "k05" on: the old head alone.
+        let mut nothing = seen("p", 0, "k05", Some(4), true);
+        nothing.keys.clear();
+        let e = estimate(Some(&old), &nothing, 1_000);
+        assert_eq!((e.entities, e.bytes), (5_000, 500_000));
         // A new partition read in part: what was read.
-        let e = estimate(None, &seen("q", 700, "x", None, false));
+        let e = estimate(None, &seen("q", 700, "x", None, false), 1_000);
         assert_eq!(e.entities, 700);
+    }
+
+    #[test]
+    fn the_step_is_the_one_the_guideposts_were_taken_at() {
+        // 33,333 entities, one every 1,000: 33 guideposts, the last 333
+        // entities after them.
+        let gps: Vec<String> = (1..=33).map(|i| format!("g{i:02}")).collect();
+        let gps: Vec<&str> = gps.iter().map(String::as_str).collect();
+        assert_eq!(step(&partition("p", 33_333, &gps), 1_000), 1_000);
+        // Doubled: 40,000 entities with 19 guideposts of a 1,000 asked.
+        let gps: Vec<&str> = gps[..19].to_vec();
+        assert_eq!(step(&partition("p", 40_000, &gps), 1_000), 2_000);
+        // A count that no longer fits its guideposts: the average.
+        let gps: Vec<&str> = vec!["a", "b", "c"];
+        assert_eq!(step(&partition("p", 10_000, &gps), 1_000), 2_500);
     }
 
     #[test]
