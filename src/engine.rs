@@ -1626,6 +1626,7 @@ impl Engine {
                 &sampled.stats,
                 &sampled.changed,
                 &sampled.gone,
+                before.taken,
             )
             .await?;
             self.stats.set(table, sampled.stats.clone());

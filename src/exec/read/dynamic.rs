@@ -18,9 +18,10 @@
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::Schema;
+use datafusion::common::Column as ColumnRef;
 use datafusion::common::ScalarValue;
 use datafusion::error::Result;
-use datafusion::logical_expr::{Expr, Operator, col, lit};
+use datafusion::logical_expr::{Expr, Operator, lit};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::ScalarFunctionExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, InListExpr, Literal};
@@ -60,6 +61,12 @@ fn equalities(conditions: Vec<Expr>) -> Vec<Expr> {
         out.push(c.clone());
     }
     out
+}
+
+/// The scan's column `name` as it is spelled: `col` would fold its case
+/// and split it at dots.
+fn col(name: String) -> Expr {
+    Expr::Column(ColumnRef::new_unqualified(name))
 }
 
 fn conjuncts(e: &Arc<dyn PhysicalExpr>, schema: &Schema, out: &mut Vec<Expr>) {
@@ -104,16 +111,23 @@ fn conjuncts(e: &Arc<dyn PhysicalExpr>, schema: &Schema, out: &mut Vec<Expr>) {
         {
             return;
         }
-        let tuples: Vec<Vec<ScalarValue>> = list
+        // Every element read, or no list: one left out would narrow it.
+        let decoded: Option<Vec<Vec<ScalarValue>>> = list
             .list()
             .iter()
-            .filter_map(|v| {
+            .map(|v| {
                 let value = literal_or_null(v)?;
                 match columns.len() {
                     1 => Some(vec![value]),
                     n => (0..n).map(|i| field_of(&value, i)).collect(),
                 }
             })
+            .collect();
+        let Some(decoded) = decoded else {
+            return;
+        };
+        let tuples: Vec<Vec<ScalarValue>> = decoded
+            .into_iter()
             .filter(|t| t.iter().all(|v| !v.is_null()))
             .collect();
         // Each column in its values, whose combinations hold every tuple
@@ -245,6 +259,32 @@ mod tests {
             plit(3),
         )) as Arc<dyn PhysicalExpr>;
         assert!(key_conditions(&other, &schema())?.is_empty());
+        Ok(())
+    }
+
+    #[test]
+    fn a_column_keeps_its_spelling_and_a_list_with_an_unreadable_element_is_none() -> Result<()> {
+        let schema = Schema::new(vec![Field::new("PartitionKey", DataType::Utf8, false)]);
+        let pk: Arc<dyn PhysicalExpr> = Arc::new(Column::new("PartitionKey", 0));
+        let list: Arc<dyn PhysicalExpr> = Arc::new(InListExpr::try_new(
+            Arc::clone(&pk),
+            vec![plit("a"), plit("b")],
+            false,
+            &schema,
+        )?);
+        let got: Vec<String> = key_conditions(&list, &schema)?
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        assert_eq!(got, vec![r#"PartitionKey IN ([Utf8("a"), Utf8("b")])"#]);
+        // An element that is not a value: no list at all, not a shorter one.
+        let odd: Arc<dyn PhysicalExpr> = Arc::new(InListExpr::try_new(
+            Arc::clone(&pk),
+            vec![plit("a"), Arc::clone(&pk)],
+            false,
+            &schema,
+        )?);
+        assert!(key_conditions(&odd, &schema)?.is_empty());
         Ok(())
     }
 }

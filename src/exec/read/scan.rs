@@ -889,7 +889,11 @@ impl DynamicChoice {
         if !super::dynamic::narrower(&path, &self.path) {
             return Ok(planned);
         }
-        let plan = self.rescan.with(&extra)?;
+        // The filter only saves reading: a path that does not plan leaves
+        // the planned one.
+        let Ok(plan) = self.rescan.with(&extra) else {
+            return Ok(planned);
+        };
         let keeps_order = match &self.ordering {
             Some(o) => plan
                 .properties()

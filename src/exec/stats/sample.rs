@@ -84,7 +84,11 @@ pub fn probes(before: &TableStats, sample: u64, phase: f64) -> Vec<Probe> {
         if p.entities > per_probe {
             offset = offset.min(p.entities - per_probe);
         }
-        let from = guidepost_before(p, before.guidepost_every, offset);
+        // A partition a run holds is read whole, from its start.
+        let from = match p.entities <= per_probe {
+            true => None,
+            false => guidepost_before(p, before.guidepost_every, offset),
+        };
         if out.last().is_none_or(|l| (l.at, l.from) != (at, from)) {
             out.push(Probe {
                 at,
@@ -167,13 +171,19 @@ pub async fn analyze_sampled(
     before: &TableStats,
 ) -> Result<Sampled> {
     let taken = Utc::now();
+    // Guideposts as the kept partitions have them, so that every
+    // partition's are spaced alike.
+    let how = Analysis {
+        every: before.guidepost_every.max(1),
+        ..how.clone()
+    };
     let plan = probes(before, how.sample, rand::random::<f64>());
     let runs: Vec<Run> = stream::iter(plan)
-        .map(|probe| read_probe(store, table, before, probe, how))
+        .map(|probe| read_probe(store, table, before, probe, &how))
         .buffered(how.width.max(1))
         .try_collect()
         .await?;
-    Ok(merge(before, runs, how.every.max(1), taken))
+    Ok(merge(before, runs, how.every, taken))
 }
 
 /// What one probe read.
