@@ -1545,11 +1545,7 @@ impl Engine {
         let mut outcome = DdlOutcome::default();
         for name in names {
             let def = defs.iter().find(|d| d.name == name);
-            let (table, paths) = match def {
-                Some(d) => (d.storage_table.clone(), key_paths(d)),
-                // A storage table by its name (or `raw.<name>`).
-                None => (self.storage_table(&name).await?, Vec::new()),
-            };
+            let (table, paths) = self.analyzed_as(&name, def).await?;
             let (stats, sampled) = self.analyze_storage(table, how, &paths, true).await?;
             outcome.notices.push(Notice::new(
                 NoticeKind::Done,
@@ -1583,15 +1579,26 @@ impl Engine {
     /// Takes and stores the statistics of a table (a mapped table by its SQL
     /// name, or a storage table): from now on its scans fan out by them.
     pub async fn analyze(&self, name: &str, every: u64) -> Result<TableStats, EngineError> {
-        // A mapped table's definition gives its storage table and key
-        // paths; `storage_table` (another catalog read) only for the rest.
         let defs = persist::load(self.store.as_ref()).await?;
-        let (table, paths) = match defs.iter().find(|d| d.name == name) {
-            Some(d) => (d.storage_table.clone(), key_paths(d)),
-            None => (self.storage_table(name).await?, Vec::new()),
-        };
+        let def = defs.iter().find(|d| d.name == name);
+        let (table, paths) = self.analyzed_as(name, def).await?;
         let how = Reading { every, sample: 0 };
         Ok(self.analyze_storage(table, how, &paths, true).await?.0)
+    }
+
+    /// The storage table `ANALYZE name` reads and the key paths it counts:
+    /// a mapped table's (`def`, already read) give both; otherwise a
+    /// storage table by its name or as `raw.<name>` (another catalog read),
+    /// with none.
+    async fn analyzed_as(
+        &self,
+        name: &str,
+        def: Option<&TableDef>,
+    ) -> Result<(crate::storage::TableName, Vec<KeyPath>), EngineError> {
+        Ok(match def {
+            Some(d) => (d.storage_table.clone(), key_paths(d)),
+            None => (self.storage_table(name).await?, Vec::new()),
+        })
     }
 
     /// Takes and stores the statistics of storage table `table`, counting

@@ -81,6 +81,19 @@ async fn load(engine: &Engine) -> TestResult {
     Ok(())
 }
 
+/// `table`'s statistics as stored.
+async fn stored(
+    store: &dyn TableStore,
+    table: &TableName,
+) -> Result<TableStats, Box<dyn std::error::Error>> {
+    Ok(tablesql::catalog::stats::load_all(store)
+        .await?
+        .into_iter()
+        .find(|(t, _)| t == table)
+        .map(|(_, s)| s)
+        .ok_or("analyzed")?)
+}
+
 /// The statistics without their times, which each store stamps its own.
 fn counts(stats: &TableStats) -> Vec<(String, u64, usize, Vec<u64>)> {
     stats
@@ -220,12 +233,7 @@ async fn a_sampled_analyze_reads_in_proportion_to_its_sample() -> TestResult {
             .any(|n| n.contains("sampled 4000 entities in 4 requests")),
         "{notices:?}"
     );
-    let stats = tablesql::catalog::stats::load_all(store.as_ref())
-        .await?
-        .into_iter()
-        .find(|(t, _)| *t == table)
-        .map(|(_, s)| s)
-        .ok_or("analyzed")?;
+    let stats = stored(store.as_ref(), &table).await?;
     // Each event estimated within a tenth of its 3,750 runners.
     for p in &stats.partitions {
         let off = p.entities.abs_diff(PER_EVENT * 3 / 2) as f64 / (PER_EVENT * 3 / 2) as f64;
@@ -296,12 +304,7 @@ async fn a_sampled_run_over_small_partitions_measures_them_and_drops_the_gone() 
         .ok_or("a notice")?
         .text;
     // The statistics the sample left, as stored.
-    let stats = tablesql::catalog::stats::load_all(store.as_ref())
-        .await?
-        .into_iter()
-        .find(|(t, _)| *t == table)
-        .map(|(_, s)| s)
-        .ok_or("analyzed")?;
+    let stats = stored(store.as_ref(), &table).await?;
     let truth = Engine::with_store(store.clone(), EngineOptions::default())
         .await?
         .analyze("people", 100)
