@@ -8,8 +8,12 @@
 //!   partition by partition (the ranges the SQL scan reads), counting them
 //!   and summing their value lengths, one thread.
 //!
+//! Beside them, a point get and a 1,000-row range of one partition, the
+//! reads a new store format must not slow.
+//!
 //! Run with `cargo bench --bench scan` (release; the load takes about half a
-//! minute).
+//! minute). The file builds against format 1's code too (the raw iteration
+//! picks its key encoding by `embedded::FORMAT_VERSION`), for a base run.
 
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -41,6 +45,7 @@ fn main() {
 
 struct Fixture {
     rt: Runtime,
+    store: Arc<dyn TableStore>,
     engine: Engine,
     sqlite: Mutex<rusqlite::Connection>,
     /// The copy of the store's file, and the base rows' key range of each
@@ -78,20 +83,33 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     let file = copy.path().join("copy.redb");
     std::fs::copy(dir.path().join(embedded::FILE_NAME), &file).expect("copy");
     let raw = redb::Database::open(&file).expect("redb");
+    // Format 2 keys: the PartitionKey, a zero byte, the RowKey (these are
+    // ASCII, whose CESU-8 is their own bytes).
+    // Format 1 keys (this file also builds against the code before format
+    // 2, for a base run): UTF-16BE, two zero bytes.
     let utf16 = |s: &str| -> Vec<u8> { s.encode_utf16().flat_map(u16::to_be_bytes).collect() };
     let ranges = partitions
         .iter()
         .map(|pk| {
-            let mut start = utf16(pk.as_str());
-            start.extend_from_slice(&[0, 0]);
+            if embedded::FORMAT_VERSION == 1 {
+                let mut start = utf16(pk.as_str());
+                start.extend_from_slice(&[0, 0]);
+                let mut end = start.clone();
+                start.extend(utf16("BIB:"));
+                end.extend(utf16("BIB;"));
+                return (start, end);
+            }
+            let mut start = pk.as_str().as_bytes().to_vec();
+            start.push(0);
             let mut end = start.clone();
-            start.extend(utf16("BIB:"));
-            end.extend(utf16("BIB;"));
+            start.extend_from_slice(b"BIB:");
+            end.extend_from_slice(b"BIB;");
             (start, end)
         })
         .collect();
     Fixture {
         rt,
+        store,
         engine,
         sqlite: Mutex::new(sqlite::copy(ROWS)),
         raw,
@@ -102,7 +120,10 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
 
 const COUNT: &str = "SELECT count(*) FROM registrations";
 const AVG_AGE: &str = "SELECT avg(age) FROM registrations";
-const BY_GENDER: &str = "SELECT gender, count(*) FROM registrations GROUP BY gender";
+const BY_GENDER: &str = "SELECT gender, count(*), avg(age) FROM registrations GROUP BY gender";
+/// 1,000 registrations of one partition (bibs there run from 1 up).
+const RANGE: &str = "SELECT name, age FROM registrations WHERE event = '2012 Boston Marathon' \
+                     AND distance = 'Full' AND bib BETWEEN 1000 AND 1999";
 
 fn sql(query: &str) -> Vec<RecordBatch> {
     let f = &*FIXTURE;
@@ -193,5 +214,54 @@ fn raw_redb_iteration(bencher: Bencher) {
         }
         assert_eq!(n, ROWS);
         black_box(bytes)
+    });
+}
+
+#[divan::bench(sample_count = 10)]
+fn by_gender_rows_sql(bencher: Bencher) {
+    // (`by_gender_sql` above is the issue's query, with avg(age).)
+    bencher
+        .counter(ItemsCount::new(ROWS))
+        .bench_local(|| black_box(sql("SELECT gender, count(*) FROM registrations GROUP BY gender")));
+}
+
+/// One registration by its keys, from the store (registration 500,000).
+#[divan::bench]
+fn point_get_store(bencher: Bencher) {
+    let f = &*FIXTURE;
+    let r = demo::registration(500_000);
+    let table = TableName::new(demo::TABLE).expect("name");
+    let pk = PartitionKey::new(format!("{}__{}", r.event, r.distance)).expect("key");
+    let rk = RowKey::new(format!("BIB:{:05}__{}__{}__{}", r.bib, r.name, r.gender, r.age))
+        .expect("key");
+    bencher.bench_local(|| {
+        let e = f.rt.block_on(f.store.get(&table, &pk, &rk)).expect("get");
+        assert!(e.is_some());
+        black_box(e)
+    });
+}
+
+/// 1,000 registrations of one partition by a bib range (a row range).
+#[divan::bench(sample_count = 50)]
+fn partition_range_sql(bencher: Bencher) {
+    bencher.counter(ItemsCount::new(1000u64)).bench_local(|| {
+        let rows = sql(RANGE);
+        assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 1000);
+        black_box(rows)
+    });
+}
+
+#[divan::bench(sample_count = 50)]
+fn partition_range_sqlite(bencher: Bencher) {
+    let db = FIXTURE.sqlite.lock().expect("sqlite");
+    bencher.counter(ItemsCount::new(1000u64)).bench_local(|| {
+        let mut stmt = db.prepare_cached(RANGE).expect("prepare");
+        let rows: Vec<(String, i64)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .expect("query")
+            .collect::<Result<_, _>>()
+            .expect("rows");
+        assert_eq!(rows.len(), 1000);
+        black_box(rows)
     });
 }

@@ -220,7 +220,8 @@ pub fn storage_code(e: &StorageError) -> &'static str {
             | InvalidInput::ValueTooLarge { .. }
             | InvalidInput::EntityTooLarge { .. }
             | InvalidInput::TooManyOperations { .. }
-            | InvalidInput::BatchTooLarge { .. } => PROGRAM_LIMIT_EXCEEDED,
+            | InvalidInput::BatchTooLarge { .. }
+            | InvalidInput::TooManyPropertyNames { .. } => PROGRAM_LIMIT_EXCEEDED,
             InvalidInput::DuplicateRow { .. } => UNIQUE_VIOLATION,
             InvalidInput::DateTimeOutOfRange { .. } => "22008",
             _ => INVALID_PARAMETER_VALUE,

@@ -78,6 +78,13 @@ pub enum InvalidInput {
     /// A batch with no operations.
     #[error("an entity group transaction needs at least one operation")]
     EmptyBatch,
+    /// A new property name in a table of the embedded store that has
+    /// numbered as many names as its values can refer to.
+    #[error("a table of the embedded store holds at most {limit} distinct property names")]
+    TooManyPropertyNames {
+        /// The most names a table holds.
+        limit: usize,
+    },
     /// A batch with more than 100 operations.
     #[error("entity group transaction has {count} operations; the limit is 100")]
     TooManyOperations {
@@ -229,7 +236,10 @@ pub enum StorageError {
     #[error("the store at {0} is in use by another process")]
     InUse(String),
     /// The store was written by an incompatible version.
-    #[error("the store has format version {found}; this build reads version {expected}")]
+    #[error(
+        "the store has format version {found}; this build reads version {expected}{}",
+        if found < expected { ": `tablesql migrate --store DIR` converts it (the old file is kept beside it)" } else { ": it was written by a newer tablesql" }
+    )]
     FormatVersion {
         /// The store's format version.
         found: u32,

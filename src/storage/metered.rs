@@ -166,6 +166,17 @@ impl TableStore for MeteredStore {
     fn retries_requests(&self) -> bool {
         self.inner.retries_requests()
     }
+
+    // Counting reads no entity: nothing to record, and no entities of
+    // its own to add.
+    fn counted(
+        &self,
+        table: &TableName,
+        partitions: &crate::storage::KeyRange<crate::storage::PartitionKey>,
+        rows: &crate::storage::KeyRange<crate::storage::RowKey>,
+    ) -> Result<Option<u64>> {
+        self.inner.counted(table, partitions, rows)
+    }
 }
 
 #[cfg(test)]

@@ -247,6 +247,26 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
         false
     }
 
+    /// How many entities the RowKeys `rows` of the partitions in
+    /// `partitions` hold, where the store keeps counts that say so without
+    /// reading them; `None` where it would have to read them (every
+    /// backend but the embedded one, and there a RowKey range that is not
+    /// all keys or all of one kind, `embedded::counts`). The planner asks
+    /// it for a `count(*)` with no condition but the keys' (DataFusion
+    /// then answers from the number); it is synchronous because planning
+    /// is, so only a store that answers from its own file or memory
+    /// overrides it, and a store that wraps another forwards it only where
+    /// the wrapper adds no entities of its own (a transaction's overlay does).
+    fn counted(
+        &self,
+        table: &TableName,
+        partitions: &KeyRange<PartitionKey>,
+        rows: &KeyRange<RowKey>,
+    ) -> Result<Option<u64>> {
+        let _ = (table, partitions, rows);
+        Ok(None)
+    }
+
     /// How many entities a table holds (a full scan that projects nothing).
     async fn count(&self, table: &TableName) -> Result<u64> {
         let query = Query::all().select(Vec::<String>::new());

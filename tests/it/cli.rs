@@ -1376,3 +1376,24 @@ fn completions_man_page_and_cli_doc() -> TestResult {
     );
     Ok(())
 }
+
+/// A store of format 1 as a user meets it: `tablesql query` refuses it
+/// (exit code 2) naming the command that converts it, `tablesql migrate`
+/// converts it, and the same query then answers.
+#[test]
+fn a_format_1_store_is_refused_then_migrated_by_the_command() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    crate::embedded::format1_fixture(dir.path())?;
+    let count = "SELECT count(*) FROM registrations";
+    let refused = tablesql(dir.path()).args(["query", count]).output()?;
+    assert_eq!(refused.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("format version 1") && stderr.contains("tablesql migrate"), "{stderr}");
+    let migrated = stdout_of(tablesql(dir.path()).arg("migrate"))?;
+    assert!(migrated.contains("migrated 5 tables from format 1"), "{migrated}");
+    let answer = stdout_of(tablesql(dir.path()).args(["query", "--format", "csv", count]))?;
+    assert!(answer.contains("108"), "{answer}");
+    let again = stdout_of(tablesql(dir.path()).arg("migrate"))?;
+    assert!(again.contains("in format 2 already"), "{again}");
+    Ok(())
+}

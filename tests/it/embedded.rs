@@ -1,5 +1,6 @@
 //! The embedded store as a file: what survives closing and reopening, the format
-//! marker, and exclusive use by one process.
+//! marker, exclusive use by one process, the counts kept beside the entities,
+//! and the migration of a format 1 store.
 
 use tablesql::storage::embedded::FILE_NAME;
 use tablesql::storage::*;
@@ -112,7 +113,7 @@ async fn a_store_of_another_format_version_is_refused() -> TestResult {
     match EmbeddedStore::open(dir.path()) {
         Err(StorageError::FormatVersion {
             found: 99,
-            expected: 1,
+            expected: 2,
         }) => Ok(()),
         other => panic!("expected FormatVersion, got {other:?}"),
     }
@@ -196,5 +197,249 @@ async fn concurrent_transactions_sharing_commits_stay_all_or_nothing() -> TestRe
             assert_eq!(present.len(), 10);
         }
     }
+    Ok(())
+}
+
+/// The format 1 fixture: a store made by the format 1 code (the demo's 120
+/// registrations with some deleted and updated, the events, a plain table
+/// with an index and every EDM type, a table keyed by supplementary and
+/// private-use characters, the catalog), and a dump of every entity that
+/// code read back from it (`format1.jsonl.gz`: keys, Timestamp ticks, ETag,
+/// properties with their types).
+pub fn format1_fixture(dir: &std::path::Path) -> TestResult {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    flate2::read::GzDecoder::new(&include_bytes!("../fixtures/format1.redb.gz")[..])
+        .read_to_end(&mut bytes)?;
+    std::fs::write(dir.join(FILE_NAME), bytes)?;
+    Ok(())
+}
+
+fn format1_dump() -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    use std::io::Read;
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&include_bytes!("../fixtures/format1.jsonl.gz")[..])
+        .read_to_string(&mut text)?;
+    Ok(text.lines().map(str::to_owned).collect())
+}
+
+/// Every entity of a store, one line each as the fixture's dump has it.
+async fn dump(store: &EmbeddedStore) -> Result<Vec<String>, Box<dyn std::error::Error>> {
+    use tablesql::storage::value::to_ticks;
+    let mut lines = Vec::new();
+    for t in store.list_tables().await? {
+        for e in store.query_all(&t, &Query::all()).await? {
+            let props: serde_json::Map<String, serde_json::Value> = e
+                .entity
+                .properties
+                .iter()
+                .map(|(k, v)| {
+                    let (ty, text) = match v {
+                        EdmValue::String(s) => ("String", s.clone()),
+                        EdmValue::Binary(b) => {
+                            ("Binary", b.iter().map(|x| format!("{x:02x}")).collect())
+                        }
+                        EdmValue::Boolean(b) => ("Boolean", b.to_string()),
+                        EdmValue::DateTime(d) => ("DateTime", to_ticks(d).to_string()),
+                        EdmValue::Double(d) => ("Double", format!("{:016x}", d.to_bits())),
+                        EdmValue::Guid(g) => ("Guid", g.to_string()),
+                        EdmValue::Int32(i) => ("Int32", i.to_string()),
+                        EdmValue::Int64(i) => ("Int64", i.to_string()),
+                    };
+                    (k.clone(), serde_json::json!([ty, text]))
+                })
+                .collect();
+            lines.push(
+                serde_json::json!({
+                    "table": t.as_str(), "pk": e.partition_key().as_str(), "rk": e.row_key().as_str(),
+                    "ticks": to_ticks(&e.timestamp).to_string(), "etag": e.etag.to_string(),
+                    "properties": props,
+                })
+                .to_string(),
+            );
+        }
+    }
+    Ok(lines)
+}
+
+#[tokio::test]
+async fn a_format_1_store_is_refused_with_the_command_that_migrates_it() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    format1_fixture(dir.path())?;
+    let err = EmbeddedStore::open(dir.path()).expect_err("format 1 is refused");
+    assert!(
+        matches!(
+            err,
+            StorageError::FormatVersion {
+                found: 1,
+                expected: 2
+            }
+        ),
+        "{err:?}"
+    );
+    assert!(err.to_string().contains("tablesql migrate"), "{err}");
+    Ok(())
+}
+
+#[tokio::test]
+async fn migrating_a_format_1_store_keeps_every_entity_its_timestamp_and_etag() -> TestResult {
+    use tablesql::storage::embedded::migrate;
+    let dir = tempfile::tempdir()?;
+    format1_fixture(dir.path())?;
+    let done = migrate::migrate(dir.path(), &migrate::Options::default(), &mut |_, _| {})?;
+    assert!(done.finished && done.from == 1, "{done:?}");
+    assert_eq!(done.entities, format1_dump()?.len() as u64);
+    assert!(dir.path().join(migrate::KEPT).exists());
+    assert!(!dir.path().join(migrate::MIGRATING).exists());
+    let store = EmbeddedStore::open(dir.path())?;
+    assert_eq!(dump(&store).await?, format1_dump()?);
+    // The counts were written with the entities.
+    let registrations = TableName::new("Registrations")?;
+    assert_eq!(store.count(&registrations).await?, 216);
+    // The write clock carried over: a new write's Timestamp is later than
+    // every migrated one.
+    let e = Entity::new(PartitionKey::new("new")?, RowKey::new("r")?);
+    store.execute(&registrations, WriteOp::Insert(e)).await?;
+    let written = store
+        .get(&registrations, &PartitionKey::new("new")?, &RowKey::new("r")?)
+        .await?
+        .ok_or("missing")?;
+    let newest = dump(&store).await?.len();
+    assert_eq!(newest, format1_dump()?.len() + 1);
+    assert!(written.timestamp > chrono::DateTime::parse_from_rfc3339("2026-11-27T18:34:00Z")?);
+    drop(store);
+    // Run again: nothing to do.
+    let again = migrate::migrate(dir.path(), &migrate::Options::default(), &mut |_, _| {})?;
+    assert_eq!((again.from, again.finished, again.entities), (2, true, 0));
+    Ok(())
+}
+
+/// A migration stopped part way (here every 97 entities, in chunks of 40)
+/// continues where it stopped, and the store it ends with is the same.
+#[tokio::test]
+async fn an_interrupted_migration_resumes_where_it_stopped() -> TestResult {
+    use tablesql::storage::embedded::migrate;
+    let dir = tempfile::tempdir()?;
+    format1_fixture(dir.path())?;
+    let total = format1_dump()?.len() as u64;
+    let mut copied = 0;
+    let mut runs = 0;
+    loop {
+        runs += 1;
+        assert!(runs < 100, "the migration does not end");
+        let options = migrate::Options {
+            chunk: 40,
+            stop_after: Some(97),
+        };
+        let done = migrate::migrate(dir.path(), &options, &mut |_, _| {})?;
+        copied += done.entities;
+        if done.finished {
+            break;
+        }
+        // Stopped: the store is still format 1, and refused as such.
+        assert!(matches!(
+            EmbeddedStore::open(dir.path()),
+            Err(StorageError::FormatVersion { found: 1, .. })
+        ));
+    }
+    assert_eq!(copied, total, "each entity copied once");
+    assert!(runs > 8);
+    let store = EmbeddedStore::open(dir.path())?;
+    assert_eq!(dump(&store).await?, format1_dump()?);
+    Ok(())
+}
+
+/// The counts kept beside the entities against a scan, after inserts,
+/// upserts (new and existing), replaces, merges and deletes, including a
+/// refused transaction and a deleted and remade table.
+#[tokio::test]
+async fn kept_counts_match_a_scan_per_partition_and_kind() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    let store = EmbeddedStore::open(dir.path())?;
+    let table = TableName::new("Counted")?;
+    store.create_table(&table).await?;
+    let key = |p: &str, r: &str| -> Result<(PartitionKey, RowKey), InvalidInput> {
+        Ok((PartitionKey::new(p)?, RowKey::new(r)?))
+    };
+    for p in ["a", "b", "c"] {
+        let ops = (0..30)
+            .map(|i| {
+                let (pk, rk) = key(p, &format!("{}:{i:03}", ["BIB", "AGE", "x y"][i % 3]))?;
+                Ok(WriteOp::Insert(Entity::new(pk, rk).with("i", EdmValue::Int32(i as i32))))
+            })
+            .collect::<Result<Vec<_>, InvalidInput>>()?;
+        store.execute_batch(&table, ops).await?;
+    }
+    let (pk, rk) = key("a", "BIB:000")?;
+    let (pk2, rk2) = key("a", "BIB:999")?;
+    store
+        .execute_batch(
+            &table,
+            vec![
+                WriteOp::InsertOrReplace(Entity::new(pk.clone(), rk.clone())),
+                WriteOp::InsertOrMerge(Entity::new(pk2.clone(), rk2.clone())),
+                WriteOp::Delete {
+                    partition_key: pk.clone(),
+                    row_key: RowKey::new("AGE:001")?,
+                    if_match: IfMatch::Any,
+                },
+            ],
+        )
+        .await?;
+    // Refused whole: its delete must not count.
+    let refused = store
+        .execute_batch(
+            &table,
+            vec![
+                WriteOp::Delete {
+                    partition_key: pk.clone(),
+                    row_key: RowKey::new("BIB:003")?,
+                    if_match: IfMatch::Any,
+                },
+                WriteOp::Insert(Entity::new(pk.clone(), RowKey::new("BIB:999")?)),
+            ],
+        )
+        .await;
+    assert!(refused.is_err());
+    let scanned = |q: Query| {
+        let store = store.clone();
+        let table = table.clone();
+        async move { Ok::<_, StorageError>(store.query_all(&table, &q).await?.len() as u64) }
+    };
+    let kind = |k: &str| KeyRange {
+        start: std::ops::Bound::Included(RowKey::new(k).expect("key")),
+        end: std::ops::Bound::Excluded(
+            RowKey::new(format!("{};", k.trim_end_matches(':'))).expect("key"),
+        ),
+    };
+    for p in [KeyRange::all(), KeyRange::exactly(PartitionKey::new("a")?)] {
+        for rows in [KeyRange::all(), kind("BIB:"), kind("AGE:")] {
+            let mut q = Query::all().rows(rows.clone());
+            q.partitions = p.clone();
+            assert_eq!(
+                store.counted(&table, &p, &rows)?,
+                Some(scanned(q).await?),
+                "{p:?} {rows:?}"
+            );
+        }
+    }
+    assert_eq!(store.count(&table).await?, 90);
+    // Not a kind: the store does not say.
+    let part = KeyRange {
+        start: std::ops::Bound::Included(RowKey::new("BIB:0")?),
+        end: std::ops::Bound::Excluded(RowKey::new("BIB:1")?),
+    };
+    assert_eq!(store.counted(&table, &KeyRange::all(), &part)?, None);
+    // A table deleted and made again counts from nothing.
+    store.delete_table(&table).await?;
+    store.create_table(&table).await?;
+    assert_eq!(store.count(&table).await?, 0);
+    // ... and survives reopening.
+    store
+        .execute(&table, WriteOp::Insert(Entity::new(pk, rk)))
+        .await?;
+    drop(store);
+    let store = EmbeddedStore::open(dir.path())?;
+    assert_eq!(store.count(&table).await?, 1);
     Ok(())
 }

@@ -146,6 +146,11 @@ enum Command {
         /// The directory.
         dir: std::path::PathBuf,
     },
+    /// Rewrite an embedded store of an older format (1) in this build's
+    /// format (2), keeping every entity's Timestamp and ETag. Resumable: a
+    /// run stopped part way continues where it stopped. The old file is
+    /// kept beside the new one as tablesql.redb.format1.
+    Migrate,
     /// Record a table's per-partition statistics (entities, bytes, guideposts)
     /// in the store, as SQL's `ANALYZE`: scans then fan out by them, one
     /// request per partition or per chunk of a big one.
@@ -358,6 +363,9 @@ async fn run() -> anyhow::Result<()> {
         .store
         .parse()
         .map_err(|e| anyhow::anyhow!("invalid --store: {e}"))?;
+    if let Command::Migrate = cli.command {
+        return migrate(&location);
+    }
     let store = match location.open() {
         Ok(store) => store,
         Err(e) => run::store_failed(&location, &e),
@@ -408,7 +416,7 @@ async fn run() -> anyhow::Result<()> {
             close(&closing).await;
             std::process::exit(code)
         }
-        Command::Completions { .. } | Command::Man | Command::CliDoc => Ok(()),
+        Command::Completions { .. } | Command::Man | Command::CliDoc | Command::Migrate => Ok(()),
         Command::Shell {
             file,
             format,
@@ -790,5 +798,28 @@ async fn run_demo(store: &dyn TableStore, rows: u64, print_commits: bool) -> any
         demo::TABLE,
         loaded as f64 / secs.max(1e-9)
     );
+    Ok(())
+}
+
+/// `tablesql migrate`: the embedded store rewritten in this build's format.
+fn migrate(location: &StoreLocation) -> anyhow::Result<()> {
+    use tablesql::storage::embedded::migrate;
+    let StoreLocation::Embedded(dir) = location else {
+        anyhow::bail!("only the embedded store has a file format to migrate ({location})");
+    };
+    let done = migrate::migrate(dir, &migrate::Options::default(), &mut |table, n| {
+        eprintln!("{table}: {n} entities copied");
+    })?;
+    match done.kept {
+        None if done.finished => println!("the store is in format {} already", done.from),
+        None => println!("stopped after {} entities; run again to continue", done.entities),
+        Some(kept) => println!(
+            "migrated {} tables from format {} ({} entities copied in this run); the old file is kept as {}",
+            done.tables,
+            done.from,
+            done.entities,
+            kept.display()
+        ),
+    }
     Ok(())
 }

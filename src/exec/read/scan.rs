@@ -54,7 +54,7 @@ use super::units::{Unit, batched};
 use crate::catalog::stats::TableStats;
 use crate::exec::ExecError;
 use crate::exec::notices::ScanVerdict;
-use crate::storage::{ContinuationToken, PageEnd, Query, StoredEntity, TableStore};
+use crate::storage::{ContinuationToken, KeyRange, PageEnd, Query, StoredEntity, TableStore};
 
 /// Tuning of scans: [`ScanOptions::default`], then the `with_` methods.
 #[derive(Debug, Clone, Copy)]
@@ -150,6 +150,45 @@ struct Counters {
 }
 
 impl PartitionScanExec {
+    /// The rows the path reads, where the store counts them without
+    /// reading: each request a range of whole partitions over RowKeys that
+    /// are all (where no index rows share them) or exactly one kind of row
+    /// (the base rows' literal, `BIB:`), with no condition for the store
+    /// or the scan to apply and every entity one row. A store that fails
+    /// to say is asked no further: the scan will meet the failure itself.
+    fn counted_rows(&self) -> Option<u64> {
+        let shares_rows = self
+            .layout
+            .def
+            .as_deref()
+            .is_some_and(|d| !d.indexes.is_empty());
+        if self.lookup
+            || self.path.index().is_some()
+            || self.path.filter.is_some()
+            || self.path.partition_bound.is_some()
+            || self.dynamic.is_some()
+            || self.path.requests.is_empty()
+        {
+            return None;
+        }
+        let mut n = 0;
+        for request in &self.path.requests {
+            let KeyRequest::Scan {
+                partitions,
+                rows,
+                at_most_one: false,
+            } = request
+            else {
+                return None;
+            };
+            if shares_rows && *rows == KeyRange::all() {
+                return None;
+            }
+            n += self.store.counted(self.table(), partitions, rows).ok()??;
+        }
+        Some(n)
+    }
+
     /// A scan of `layout`'s table along `path`, producing the `projection`
     /// columns, and declaring the key order they arrive in.
     pub fn new(
@@ -775,11 +814,22 @@ impl ExecutionPlan for PartitionScanExec {
     /// columns' distinct counts come from the statistics too (over the
     /// whole table, so at most the rows read), for DataFusion's join
     /// estimates.
+    ///
+    /// Where the store keeps counts that answer the path exactly (the
+    /// embedded store's, `TableStore::counted`), the number of rows is
+    /// exact: DataFusion then answers a `count(*)` from it without running
+    /// the scan.
     fn statistics_from_inputs(
         &self,
         _input_stats: &[Arc<Statistics>],
-        _args: &StatisticsArgs,
+        args: &StatisticsArgs,
     ) -> Result<Arc<Statistics>> {
+        let counted = args
+            .partition()
+            .is_none()
+            .then(|| self.counted_rows())
+            .flatten()
+            .map(|n| usize::try_from(n).unwrap_or(usize::MAX));
         let points =
             (self.path.access == super::access::Access::Points).then_some(self.path.requests.len());
         let rows = [
@@ -795,6 +845,9 @@ impl ExecutionPlan for PartitionScanExec {
         let mut stats = Statistics::new_unknown(&self.schema);
         if let Some(rows) = rows {
             stats.num_rows = Precision::Inexact(rows);
+        }
+        if let Some(n) = counted {
+            stats.num_rows = Precision::Exact(self.limit.map_or(n, |l| l.min(n)));
         }
         if let (Some(table), Some(def)) = (&self.stats, self.layout.def.as_deref()) {
             for (i, field) in self.schema.fields().iter().enumerate() {

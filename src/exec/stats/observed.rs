@@ -163,6 +163,17 @@ impl TableStore for ObservedStore {
         self.inner.retries_requests()
     }
 
+    // Counting reads no entity: nothing to record, and no entities of
+    // its own to add.
+    fn counted(
+        &self,
+        table: &TableName,
+        partitions: &crate::storage::KeyRange<crate::storage::PartitionKey>,
+        rows: &crate::storage::KeyRange<crate::storage::RowKey>,
+    ) -> crate::storage::Result<Option<u64>> {
+        self.inner.counted(table, partitions, rows)
+    }
+
     // Passed on, not left to the default (a batch of one): a store may
     // send one write otherwise (Azure: a plain PUT, not a `$batch`).
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {

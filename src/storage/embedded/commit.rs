@@ -5,11 +5,13 @@
 //! the shared transaction untouched. Every caller is answered only after the
 //! commit that holds its writes is durable.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use redb::{ReadableTable, WriteTransaction};
 
-use super::{CLOCK_KEY, EmbeddedStore, META, TABLES, codec, entities, entity_table_name};
+use super::dict::{self, Dict};
+use super::{CLOCK_KEY, EmbeddedStore, META, TABLES, counts, entities, entity_table_name, key, value};
 use crate::storage::value::to_ticks;
 use crate::storage::write::{Effect, apply};
 use crate::storage::{Result, StorageError, TableName, WriteOp, WriteOutcome};
@@ -88,15 +90,28 @@ impl GroupCommit {
 /// Writes every transaction of the group that can succeed into one redb
 /// transaction and commits it; the outer error fails the whole group.
 fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Vec<WriteOutcome>>>> {
+    let epoch = store.dicts.epoch();
     let txn = store.db.begin_write()?;
     let mut answers = Vec::with_capacity(group.len());
     let mut last = None;
+    // Each table's names as this transaction extends them, published once
+    // it is durable.
+    let mut dicts: HashMap<String, Dict> = HashMap::new();
     for p in group {
         let timestamp = store.clock.next();
         let ops = std::mem::take(&mut *lock(&p.ops));
-        match stage(&txn, &p.table, ops, timestamp) {
+        let folded = p.table.folded();
+        if !dicts.contains_key(&folded) {
+            let names = txn.open_table(dict::definition(&dict::table_name(&folded)))?;
+            let kept = store.dict(&folded, &names, epoch)?;
+            dicts.insert(folded.clone(), Dict::clone(&kept));
+        }
+        let Some(dict) = dicts.get_mut(&folded) else {
+            return Err(StorageError::Task("no dictionary".into()));
+        };
+        match stage(&txn, &p.table, dict, ops, timestamp) {
             Ok(Ok(effects)) => {
-                answers.push(Ok(write(&txn, &p.table, effects)?));
+                answers.push(Ok(write(&txn, &p.table, dict, effects)?));
                 last = Some(timestamp);
             }
             Ok(Err(refused)) => answers.push(Err(refused)),
@@ -108,10 +123,14 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
             .insert(CLOCK_KEY, to_ticks(&t).to_le_bytes().as_slice())?;
     }
     txn.commit()?;
+    for (folded, dict) in dicts {
+        store.dicts.offer(&folded, Arc::new(dict), epoch);
+    }
     Ok(answers)
 }
 
-type Staged = Vec<(Vec<u8>, Effect)>;
+/// Entities' stored keys and what becomes of them.
+pub(super) type Staged = Vec<(Vec<u8>, Effect)>;
 
 /// Works out a transaction's effects without writing: the inner error is the
 /// transaction's own refusal (naming the operation), the outer one a failure
@@ -119,6 +138,7 @@ type Staged = Vec<(Vec<u8>, Effect)>;
 fn stage(
     txn: &WriteTransaction,
     table: &TableName,
+    dict: &Dict,
     ops: Vec<WriteOp>,
     timestamp: chrono::DateTime<chrono::Utc>,
 ) -> Result<Result<Staged>> {
@@ -134,12 +154,13 @@ fn stage(
     let mut staged = Vec::with_capacity(ops.len());
     for (index, op) in ops.into_iter().enumerate() {
         let (pk, rk) = op.keys();
-        let key = codec::encode_key(pk, rk);
+        let key = key::encode(pk, rk);
         let existing = match rows.get(key.as_slice())? {
-            Some(v) => Some(codec::decode_value(
+            Some(v) => Some(value::decode(
                 pk.clone(),
                 rk.clone(),
                 v.value(),
+                dict,
                 None,
             )?),
             None => None,
@@ -157,22 +178,39 @@ fn stage(
     Ok(Ok(staged))
 }
 
-fn write(txn: &WriteTransaction, table: &TableName, staged: Staged) -> Result<Vec<WriteOutcome>> {
+/// Writes staged effects, with the names they bring and the counts they
+/// change, into the caller's transaction.
+pub(super) fn write(
+    txn: &WriteTransaction,
+    table: &TableName,
+    dict: &mut Dict,
+    staged: Staged,
+) -> Result<Vec<WriteOutcome>> {
+    let folded = table.folded();
     let name = entity_table_name(table);
     let mut rows = txn.open_table(entities(&name))?;
+    let mut names = txn.open_table(dict::definition(&dict::table_name(&folded)))?;
+    let mut deltas = counts::Deltas::default();
     let mut outcomes = Vec::with_capacity(staged.len());
     for (key, effect) in staged {
         match effect {
             Effect::Put(e) => {
-                let value = codec::encode_value(&e.timestamp, &e.entity.properties);
-                rows.insert(key.as_slice(), value.as_slice())?;
+                let value = value::encode(&e.timestamp, &e.entity.properties, &mut |n| {
+                    dict.id_or_add(n, &mut names)
+                })?;
+                if rows.insert(key.as_slice(), value.as_slice())?.is_none() {
+                    deltas.add(&key, 1)?;
+                }
                 outcomes.push(WriteOutcome { etag: Some(e.etag) });
             }
             Effect::Delete => {
-                rows.remove(key.as_slice())?;
+                if rows.remove(key.as_slice())?.is_some() {
+                    deltas.add(&key, -1)?;
+                }
                 outcomes.push(WriteOutcome { etag: None });
             }
         }
     }
+    deltas.apply(&mut txn.open_table(counts::definition(&counts::table_name(&folded)))?)?;
     Ok(outcomes)
 }

@@ -2,15 +2,22 @@
 //! on commit (a write acknowledged to the caller survives `kill -9`), readers
 //! running beside the writer on their own snapshots.
 
-mod codec;
 mod commit;
+mod counts;
+mod dict;
+mod format1;
+mod key;
+pub mod migrate;
 mod scan;
+mod value;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
+
+use dict::{Dict, Dicts};
 
 use super::write::validate_batch;
 use super::{
@@ -19,8 +26,11 @@ use super::{
     TableStore, WriteOp, WriteOutcome,
 };
 
-/// The on-disk format this build reads and writes.
-pub const FORMAT_VERSION: u32 = 1;
+/// The on-disk format this build reads and writes: 2, keys in CESU-8 and
+/// values naming properties by id (`key`, `value`, `dict`), with counts
+/// kept beside (`counts`). Format 1 (UTF-16 keys, names in every value) is
+/// read only by `migrate`.
+pub const FORMAT_VERSION: u32 = 2;
 /// The file inside the store's directory.
 pub const FILE_NAME: &str = "tablesql.redb";
 
@@ -46,6 +56,7 @@ pub struct EmbeddedStore {
     db: Arc<Database>,
     clock: Arc<Clock>,
     commits: Arc<commit::GroupCommit>,
+    dicts: Arc<Dicts>,
     scan_budget: usize,
 }
 
@@ -54,8 +65,12 @@ impl EmbeddedStore {
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
         let dir = dir.as_ref();
         std::fs::create_dir_all(dir)?;
-        let path: PathBuf = dir.join(FILE_NAME);
-        let db = Database::create(&path).map_err(|e| match e {
+        Self::open_file(&dir.join(FILE_NAME))
+    }
+
+    /// Opens the store in a file, creating it if needed.
+    fn open_file(path: &Path) -> Result<Self> {
+        let db = Database::create(path).map_err(|e| match e {
             redb::DatabaseError::DatabaseAlreadyOpen => {
                 StorageError::InUse(path.display().to_string())
             }
@@ -108,6 +123,7 @@ impl EmbeddedStore {
             db: Arc::new(db),
             clock: Arc::new(Clock::starting_after(last_ticks)),
             commits: Arc::default(),
+            dicts: Arc::default(),
             scan_budget: DEFAULT_SCAN_BUDGET,
         })
     }
@@ -124,14 +140,16 @@ impl EmbeddedStore {
             .map_err(|e| StorageError::Task(e.to_string()))?
     }
 
-    /// `work` over a table's entities, in a read transaction of its own.
-    /// The entities' redb table stands for the table: `create_table` and
-    /// `delete_table` make and drop it with the table's name, in one commit.
+    /// `work` over a table's entities and the names their values use, in
+    /// a read transaction of its own. The entities' redb table stands for
+    /// the table: `create_table` and `delete_table` make and drop it with
+    /// the table's name (and its names and counts), in one commit.
     fn with_rows<T>(
         &self,
         table: &TableName,
-        work: impl FnOnce(&redb::ReadOnlyTable<&'static [u8], &'static [u8]>) -> Result<T>,
+        work: impl FnOnce(&redb::ReadOnlyTable<&'static [u8], &'static [u8]>, &Dict) -> Result<T>,
     ) -> Result<T> {
+        let epoch = self.dicts.epoch();
         let txn = self.db.begin_read()?;
         let name = entity_table_name(table);
         let rows = match txn.open_table(entities(&name)) {
@@ -140,7 +158,28 @@ impl EmbeddedStore {
             }
             other => other?,
         };
-        work(&rows)
+        let names = txn.open_table(dict::definition(&dict::table_name(&table.folded())))?;
+        let dict = self.dict(&table.folded(), &names, epoch)?;
+        work(&rows, &dict)
+    }
+
+    /// The table's dictionary as of the transaction that opened `names`:
+    /// the kept one where it is as long, else loaded from `names` (and kept,
+    /// unless a table was deleted since `epoch`).
+    fn dict(
+        &self,
+        folded: &str,
+        names: &(impl ReadableTable<u16, &'static str> + redb::ReadableTableMetadata),
+        epoch: u64,
+    ) -> Result<Arc<Dict>> {
+        if let Some(kept) = self.dicts.get(folded)
+            && kept.matches(names)?
+        {
+            return Ok(kept);
+        }
+        let loaded = Arc::new(Dict::load(names)?);
+        self.dicts.offer(folded, loaded.clone(), epoch);
+        Ok(loaded)
     }
 
     /// One page of `query` into `sink`, on the calling thread.
@@ -154,8 +193,8 @@ impl EmbeddedStore {
         let mut sink = sink
             .lock()
             .map_err(|_| StorageError::Task("a row sink panicked".into()))?;
-        self.with_rows(table, |rows| {
-            scan::page_into(rows, query, token, self.scan_budget, &mut *sink)
+        self.with_rows(table, |rows, dict| {
+            scan::page_into(rows, dict, query, token, self.scan_budget, &mut *sink)
         })
     }
 }
@@ -196,6 +235,8 @@ impl TableStore for EmbeddedStore {
                 }
                 tables.insert(table.folded().as_str(), table.as_str())?;
                 txn.open_table(entities(&entity_table_name(&table)))?;
+                txn.open_table(dict::definition(&dict::table_name(&table.folded())))?;
+                txn.open_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
             txn.commit()?;
             Ok(())
@@ -216,8 +257,11 @@ impl TableStore for EmbeddedStore {
                     return Err(StorageError::TableNotFound(table.as_str().to_owned()));
                 }
                 txn.delete_table(entities(&entity_table_name(&table)))?;
+                txn.delete_table(dict::definition(&dict::table_name(&table.folded())))?;
+                txn.delete_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
             txn.commit()?;
+            s.dicts.forget(&table.folded());
             Ok(())
         })
         .await
@@ -242,10 +286,10 @@ impl TableStore for EmbeddedStore {
         pk: &PartitionKey,
         rk: &RowKey,
     ) -> Result<Option<StoredEntity>> {
-        self.with_rows(table, |rows| {
-            let found = rows.get(codec::encode_key(pk, rk).as_slice())?;
+        self.with_rows(table, |rows, dict| {
+            let found = rows.get(key::encode(pk, rk).as_slice())?;
             found
-                .map(|v| codec::decode_value(pk.clone(), rk.clone(), v.value(), None))
+                .map(|v| value::decode(pk.clone(), rk.clone(), v.value(), dict, None))
                 .transpose()
         })
     }
@@ -260,14 +304,14 @@ impl TableStore for EmbeddedStore {
         // One entity is a seek or two, cheaper here than a hand-over to
         // the blocking pool.
         if one_entity(query) {
-            return self.with_rows(table, |rows| {
-                scan::page(rows, query, continuation, self.scan_budget)
+            return self.with_rows(table, |rows, dict| {
+                scan::page(rows, dict, query, continuation, self.scan_budget)
             });
         }
         let (table, query, token) = (table.clone(), query.clone(), continuation.cloned());
         self.blocking(move |s| {
-            s.with_rows(&table, |rows| {
-                scan::page(rows, &query, token.as_ref(), s.scan_budget)
+            s.with_rows(&table, |rows, dict| {
+                scan::page(rows, dict, &query, token.as_ref(), s.scan_budget)
             })
         })
         .await
@@ -297,7 +341,7 @@ impl TableStore for EmbeddedStore {
     ) -> Result<PartitionPage> {
         let (table, range, after) = (table.clone(), range.clone(), after.cloned());
         self.blocking(move |s| {
-            s.with_rows(&table, |rows| {
+            s.with_rows(&table, |rows, _| {
                 scan::partitions(rows, &range, after.as_ref())
             })
         })
@@ -313,5 +357,42 @@ impl TableStore for EmbeddedStore {
         let table = table.clone();
         self.blocking(move |s| s.commits.submit(s, table, ops))
             .await
+    }
+
+    fn counted(
+        &self,
+        table: &TableName,
+        partitions: &KeyRange<PartitionKey>,
+        rows: &KeyRange<RowKey>,
+    ) -> Result<Option<u64>> {
+        match counts::of_range(rows) {
+            Some(kind) => self.count_kind(table, partitions, kind).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn count(&self, table: &TableName) -> Result<u64> {
+        self.count_kind(table, &KeyRange::all(), "")
+    }
+}
+
+impl EmbeddedStore {
+    /// The entities of one kind (all, for "") in a range of partitions,
+    /// from the counts.
+    fn count_kind(
+        &self,
+        table: &TableName,
+        partitions: &KeyRange<PartitionKey>,
+        kind: &str,
+    ) -> Result<u64> {
+        let txn = self.db.begin_read()?;
+        let name = counts::table_name(&table.folded());
+        let counters = match txn.open_table(counts::definition(&name)) {
+            Err(redb::TableError::TableDoesNotExist(_)) => {
+                return Err(StorageError::TableNotFound(table.as_str().to_owned()));
+            }
+            other => other?,
+        };
+        counts::sum(&counters, partitions, kind)
     }
 }

@@ -6,10 +6,9 @@ use redb::ReadableTable;
 use std::cell::RefCell;
 use std::ops::{Bound, ControlFlow};
 
-use super::codec::{
-    RawEntity, after_partition, decode_key, decode_value, encode_key, partition_prefix, separator,
-    utf16_bytes, utf16_into, utf16_str,
-};
+use super::dict::Dict;
+use super::key::{self, after_partition, partition_prefix};
+use super::value::{self, RawEntity, Slots};
 use crate::storage::query::MAX_PARTITION_PAGE;
 use crate::storage::view::{PageEnd, RowSink};
 use crate::storage::{
@@ -21,16 +20,17 @@ use crate::storage::{
 /// early the token names the next stored entity of the partition range.
 pub fn page(
     rows: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    dict: &Dict,
     query: &Query,
     token: Option<&ContinuationToken>,
     budget: usize,
 ) -> Result<Page> {
     let wanted = query.needed_properties();
     let mut entities = Vec::with_capacity(query.page_size()?);
-    let end = walk(rows, query, token, budget, true, &mut |e| {
+    let end = walk(rows, dict, query, token, budget, true, &mut |e| {
         let pk = PartitionKey::from_stored(e.partition_key.to_owned());
         let rk = RowKey::from_stored(e.row_key.to_owned());
-        let mut e = decode_value(pk, rk, e.value, wanted.as_deref())?;
+        let mut e = value::decode(pk, rk, e.value, dict, wanted.as_deref())?;
         query.project(&mut e.entity.properties);
         entities.push(e);
         Ok(ControlFlow::Continue(()))
@@ -46,15 +46,18 @@ pub fn page(
 /// place.
 pub fn page_into(
     rows: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    dict: &Dict,
     query: &Query,
     token: Option<&ContinuationToken>,
     budget: usize,
     sink: &mut dyn RowSink,
 ) -> Result<PageEnd> {
-    walk(rows, query, token, budget, false, &mut |e| Ok(sink.push(e)))
+    walk(rows, dict, query, token, budget, false, &mut |e| {
+        Ok(sink.push(e))
+    })
 }
 
-/// A key range as UTF-16BE bytes, compared without decoding keys.
+/// A key range as stored bytes, compared without decoding keys.
 struct ByteRange {
     start: Bound<Vec<u8>>,
     end: Bound<Vec<u8>>,
@@ -63,8 +66,8 @@ struct ByteRange {
 impl ByteRange {
     fn of<K: AsRef<str>>(range: &KeyRange<K>) -> Self {
         let bytes = |b: &Bound<K>| match b {
-            Bound::Included(k) => Bound::Included(utf16_bytes(k.as_ref())),
-            Bound::Excluded(k) => Bound::Excluded(utf16_bytes(k.as_ref())),
+            Bound::Included(k) => Bound::Included(key::bytes(k.as_ref())),
+            Bound::Excluded(k) => Bound::Excluded(key::bytes(k.as_ref())),
             Bound::Unbounded => Bound::Unbounded,
         };
         Self {
@@ -92,7 +95,7 @@ impl ByteRange {
 
 fn joined(pk: &[u8], tail: &[&[u8]]) -> Vec<u8> {
     let mut out = pk.to_vec();
-    out.extend_from_slice(&[0, 0]);
+    out.push(0);
     for t in tail {
         out.extend_from_slice(t);
     }
@@ -100,13 +103,14 @@ fn joined(pk: &[u8], tail: &[&[u8]]) -> Vec<u8> {
 }
 
 /// The page loop: seeks past rows outside the RowKey range, compares keys as
-/// bytes, decodes a PartitionKey only when it changes, and lends each entity
+/// bytes, reads a PartitionKey only when it changes, and lends each entity
 /// in range that passes the filter to `take`. `Break` ends the page without
 /// a token. `whole` reads every value before the filter, so that a fault
 /// anywhere in an entity fails the page as decoding it whole would; a sink
 /// meets the faults of what it reads.
 fn walk(
     rows: &impl ReadableTable<&'static [u8], &'static [u8]>,
+    dict: &Dict,
     query: &Query,
     token: Option<&ContinuationToken>,
     budget: usize,
@@ -115,7 +119,7 @@ fn walk(
 ) -> Result<PageEnd> {
     let limit = query.page_size()?;
     let mut lower = match (token, &query.partitions.start) {
-        (Some(t), _) => encode_key(&t.next_partition_key, &t.next_row_key),
+        (Some(t), _) => key::encode(&t.next_partition_key, &t.next_row_key),
         (None, Bound::Unbounded) => Vec::new(),
         (None, Bound::Included(pk)) => partition_prefix(pk),
         (None, Bound::Excluded(pk)) => after_partition(pk),
@@ -123,8 +127,9 @@ fn walk(
     let partitions = ByteRange::of(&query.partitions);
     let row_range = ByteRange::of(&query.rows);
     let mut end = PageEnd::default();
-    let (mut pk_bytes, mut pk) = (Vec::new(), String::new());
-    let (mut rk_ascii, mut rk_wide) = (Vec::new(), String::new());
+    let (mut pk_bytes, mut pk, mut pk_wide) = (Vec::new(), String::new(), String::new());
+    let mut rk_wide = String::new();
+    let slots = RefCell::new(Slots::default());
     let mut full = false;
     // A partition's first entity in this page is still to be counted.
     let mut met_partition = false;
@@ -133,14 +138,12 @@ fn walk(
             let (key, value) = item?;
             let key = key.value();
             // Rows of one partition follow each other: its key bytes and
-            // separator come first again (a PartitionKey holds no 00 00).
-            let sep = match key.get(pk_bytes.len()..pk_bytes.len() + 2) {
-                Some([0, 0]) if !pk_bytes.is_empty() && key.starts_with(&pk_bytes) => {
-                    pk_bytes.len()
-                }
-                _ => separator(key)?,
+            // separator come first again (a PartitionKey holds no 00).
+            let sep = match key.get(pk_bytes.len()) {
+                Some(0) if !pk_bytes.is_empty() && key.starts_with(&pk_bytes) => pk_bytes.len(),
+                _ => key::separator(key)?,
             };
-            let (this_pk, this_rk) = (&key[..sep], &key[sep + 2..]);
+            let (this_pk, this_rk) = (&key[..sep], &key[sep + 1..]);
             if partitions.is_before(this_pk) {
                 continue;
             }
@@ -148,14 +151,14 @@ fn walk(
                 break 'seek;
             }
             if full {
-                let (pk, rk) = decode_key(key)?;
+                let (pk, rk) = key::decode(key)?;
                 end.continuation = Some(ContinuationToken::at(pk, rk));
                 break 'seek;
             }
             if row_range.is_before(this_rk) {
                 lower = match &row_range.start {
                     Bound::Included(start) => joined(this_pk, &[start]),
-                    Bound::Excluded(start) => joined(this_pk, &[start, &[0, 0]]),
+                    Bound::Excluded(start) => joined(this_pk, &[start, &[0]]),
                     Bound::Unbounded => joined(this_pk, &[]),
                 };
                 continue 'seek;
@@ -169,16 +172,19 @@ fn walk(
             }
             end.scanned += 1;
             if this_pk != pk_bytes.as_slice() {
-                utf16_into(this_pk, &mut pk)?;
+                pk.clear();
+                pk.push_str(key::read(this_pk, &mut pk_wide)?);
                 met_partition = true;
                 pk_bytes.clear();
                 pk_bytes.extend_from_slice(this_pk);
             }
-            let rk = utf16_str(this_rk, &mut rk_ascii, &mut rk_wide)?;
+            let rk = key::read(this_rk, &mut rk_wide)?;
             let e = RawEntity {
                 partition_key: &pk,
                 row_key: rk,
                 value: value.value(),
+                dict,
+                slots: &slots,
                 fault: RefCell::new(None),
             };
             if whole {
@@ -233,7 +239,7 @@ pub fn partitions(
     };
     while let Some(item) = rows.range::<&[u8]>(lower.as_slice()..)?.next() {
         let (key, _) = item?;
-        let (pk, _) = decode_key(key.value())?;
+        let (pk, _) = key::decode(key.value())?;
         if range.is_after(&pk) {
             return Ok(page);
         }

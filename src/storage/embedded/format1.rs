@@ -1,4 +1,5 @@
-//! The embedded store's byte formats.
+//! Format 1, read only: what `tablesql migrate` reads from a store written
+//! before format 2.
 //!
 //! Keys: UTF-16BE of the PartitionKey, two zero bytes, UTF-16BE of the RowKey.
 //! Comparing these bytes is comparing (PartitionKey, RowKey) by UTF-16 code unit,
@@ -10,60 +11,33 @@
 //! u32 LE length and bytes for String and Binary). The ETag follows from the
 //! Timestamp, so it is not stored.
 
+#[cfg(test)]
 use chrono::{DateTime, Utc};
 use uuid::Uuid;
 
 use crate::storage::entity::{ETag, Entity, Properties, StoredEntity};
-use std::ops::ControlFlow;
 
-use crate::storage::value::{EdmValue, from_ticks, to_ticks};
-use crate::storage::view::{EntityView, ValueRef};
+use crate::storage::value::from_ticks;
+#[cfg(test)]
+use crate::storage::value::{EdmValue, to_ticks};
+use crate::storage::view::ValueRef;
 use crate::storage::{PartitionKey, RowKey, StorageError};
 
-/// Appends a string as UTF-16BE. Every key read or written passes through
-/// here; ASCII (most keys) is one zero byte and the byte itself per character.
+/// Appends a string as UTF-16BE.
+#[cfg(test)]
 fn push_utf16(out: &mut Vec<u8>, s: &str) {
-    if s.is_ascii() {
-        out.reserve(2 * s.len());
-        for &b in s.as_bytes() {
-            out.extend_from_slice(&[0, b]);
-        }
-        return;
-    }
     for unit in s.encode_utf16() {
         out.extend_from_slice(&unit.to_be_bytes());
     }
 }
 
-/// The bytes that every key of a partition starts with.
-pub fn partition_prefix(pk: &PartitionKey) -> Vec<u8> {
-    let mut out = Vec::with_capacity(pk.as_str().len() * 2 + 2);
+/// The key of an entity.
+#[cfg(test)]
+pub fn encode_key(pk: &PartitionKey, rk: &RowKey) -> Vec<u8> {
+    let mut out = Vec::new();
     push_utf16(&mut out, pk.as_str());
     out.extend_from_slice(&[0, 0]);
-    out
-}
-
-/// The smallest key above every key of a partition.
-pub fn after_partition(pk: &PartitionKey) -> Vec<u8> {
-    let mut out = partition_prefix(pk);
-    if let Some(last) = out.last_mut() {
-        *last = 1;
-    }
-    out
-}
-
-/// The key of an entity.
-pub fn encode_key(pk: &PartitionKey, rk: &RowKey) -> Vec<u8> {
-    let mut out = partition_prefix(pk);
     push_utf16(&mut out, rk.as_str());
-    out
-}
-
-#[cfg(test)]
-/// The smallest key above an entity's key and below every key that extends it.
-pub fn after_key(pk: &PartitionKey, rk: &RowKey) -> Vec<u8> {
-    let mut out = encode_key(pk, rk);
-    out.extend_from_slice(&[0, 0]);
     out
 }
 
@@ -91,25 +65,6 @@ pub fn utf16_into(bytes: &[u8], out: &mut String) -> Result<(), StorageError> {
     Ok(())
 }
 
-/// Decodes UTF-16BE key bytes into one of two reused buffers: ASCII (most
-/// keys) is copied byte by byte into `ascii`, anything else decoded into
-/// `wide`.
-pub fn utf16_str<'b>(
-    bytes: &[u8],
-    ascii: &'b mut Vec<u8>,
-    wide: &'b mut String,
-) -> Result<&'b str, StorageError> {
-    ascii.clear();
-    for c in bytes.chunks_exact(2) {
-        if c[0] != 0 || c[1] >= 0x80 {
-            utf16_into(bytes, wide)?;
-            return Ok(wide.as_str());
-        }
-        ascii.push(c[1]);
-    }
-    std::str::from_utf8(ascii).map_err(|_| corrupt("key is not UTF-16"))
-}
-
 /// Where the separator of a key's PartitionKey and RowKey starts.
 pub fn separator(key: &[u8]) -> Result<usize, StorageError> {
     if !key.len().is_multiple_of(2) {
@@ -119,13 +74,6 @@ pub fn separator(key: &[u8]) -> Result<usize, StorageError> {
         .position(|c| c == [0, 0])
         .map(|units| units * 2)
         .ok_or_else(|| corrupt("key has no separator"))
-}
-
-/// A key's UTF-16BE bytes, as compared in the store's order.
-pub fn utf16_bytes(s: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(s.len() * 2);
-    push_utf16(&mut out, s);
-    out
 }
 
 /// Splits a key back into its PartitionKey and RowKey.
@@ -147,6 +95,7 @@ const INT32: u8 = 7;
 const INT64: u8 = 8;
 
 /// Encodes an entity's Timestamp and properties.
+#[cfg(test)]
 pub fn encode_value(timestamp: &DateTime<Utc>, properties: &Properties) -> Vec<u8> {
     let mut out = Vec::with_capacity(64);
     out.extend_from_slice(&to_ticks(timestamp).to_le_bytes());
@@ -212,16 +161,6 @@ impl<'a> Reader<'a> {
     }
 }
 
-/// A stored entity lent in place: its keys (decoded into the scan's
-/// buffers) and its value bytes, read as a sink asks. The first fault
-/// found in the value while lent is kept, and the scan fails with it.
-pub struct RawEntity<'a> {
-    pub partition_key: &'a str,
-    pub row_key: &'a str,
-    pub value: &'a [u8],
-    pub fault: std::cell::RefCell<Option<StorageError>>,
-}
-
 /// Skips one property's value of type `tag`.
 fn skip_value(r: &mut Reader<'_>, tag: u8) -> Result<(), StorageError> {
     let n = match tag {
@@ -255,103 +194,6 @@ fn read_ref<'a>(r: &mut Reader<'a>, tag: u8) -> Result<ValueRef<'a>, StorageErro
         INT64 => ValueRef::Int64(i64::from_le_bytes(r.array()?)),
         _ => return Err(corrupt("unknown type tag")),
     })
-}
-
-impl<'a> RawEntity<'a> {
-    /// Walks the properties: `wanted` names the position of a property the
-    /// caller wants (by its name's bytes), and `f` takes those values; the
-    /// others are skipped unread.
-    fn walk(
-        &self,
-        wanted: &mut dyn FnMut(&[u8]) -> Option<usize>,
-        f: &mut dyn FnMut(usize, ValueRef<'a>) -> ControlFlow<()>,
-    ) {
-        let result = (|| {
-            let mut r = Reader(self.value);
-            r.take(8)?;
-            let count = u16::from_le_bytes(r.array()?);
-            for _ in 0..count {
-                let name_len = usize::from(u16::from_le_bytes(r.array()?));
-                let name = r.take(name_len)?;
-                let [tag] = r.array()?;
-                match wanted(name) {
-                    None => skip_value(&mut r, tag)?,
-                    Some(i) => {
-                        if f(i, read_ref(&mut r, tag)?).is_break() {
-                            break;
-                        }
-                    }
-                }
-            }
-            Ok::<_, StorageError>(())
-        })();
-        if let Err(e) = result {
-            self.keep(e);
-        }
-    }
-
-    fn keep(&self, e: StorageError) {
-        if let Ok(mut fault) = self.fault.try_borrow_mut() {
-            fault.get_or_insert(e);
-        }
-    }
-
-    /// Reads every property's value once, to find a fault a reader that
-    /// wants only some of them would not meet.
-    pub fn check(&self) {
-        self.walk(&mut |_| Some(0), &mut |_, _| ControlFlow::Continue(()));
-    }
-
-    /// The fault met while lent, if any.
-    pub fn take_fault(&self) -> Option<StorageError> {
-        self.fault.try_borrow_mut().ok().and_then(|mut f| f.take())
-    }
-}
-
-impl EntityView for RawEntity<'_> {
-    fn partition_key(&self) -> &str {
-        self.partition_key
-    }
-
-    fn row_key(&self) -> &str {
-        self.row_key
-    }
-
-    fn timestamp(&self) -> DateTime<Utc> {
-        match self.value.first_chunk::<8>() {
-            Some(ticks) => from_ticks(i64::from_le_bytes(*ticks)),
-            None => {
-                self.keep(corrupt("value truncated"));
-                from_ticks(0)
-            }
-        }
-    }
-
-    fn etag(&self) -> ETag {
-        ETag::for_timestamp(&self.timestamp())
-    }
-
-    fn property(&self, name: &str) -> Option<ValueRef<'_>> {
-        let mut found = None;
-        self.walk(&mut |n| (n == name.as_bytes()).then_some(0), &mut |_, v| {
-            found = Some(v);
-            ControlFlow::Break(())
-        });
-        found
-    }
-
-    fn select(&self, names: &[String], f: &mut dyn FnMut(usize, ValueRef<'_>)) {
-        if names.is_empty() {
-            return;
-        }
-        self.walk(
-            &mut |n| names.iter().position(|m| m.as_bytes() == n),
-            &mut |i, v| {
-                f(i, v);
-                ControlFlow::Continue(())
-            },
-        );
-    }
 }
 
 /// Decodes a stored value back into an entity with the given keys, keeping only
@@ -402,20 +244,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn key_bytes_order_is_utf16_order() {
-        let k =
-            |p: &str, r: &str| encode_key(&PartitionKey::new(p).unwrap(), &RowKey::new(r).unwrap());
-        assert!(k("a", "z") < k("ab", ""));
-        assert!(k("\u{10000}", "") < k("\u{E000}", ""));
-        assert!(
-            k("a", "b") < after_key(&PartitionKey::new("a").unwrap(), &RowKey::new("b").unwrap())
+    fn keys_decode() {
+        let k = encode_key(
+            &PartitionKey::new("p\u{10000}").unwrap(),
+            &RowKey::new("r\u{0fff}").unwrap(),
         );
-        assert!(
-            after_key(&PartitionKey::new("a").unwrap(), &RowKey::new("b").unwrap()) < k("a", "b ")
-        );
-        assert!(k("a", "\u{FFFF}") < after_partition(&PartitionKey::new("a").unwrap()));
-        assert!(after_partition(&PartitionKey::new("a").unwrap()) < k("a ", ""));
-        let (p, r) = decode_key(&k("p\u{10000}", "r\u{0fff}")).unwrap();
+        let (p, r) = decode_key(&k).unwrap();
         assert_eq!((p.as_str(), r.as_str()), ("p\u{10000}", "r\u{0fff}"));
     }
 
