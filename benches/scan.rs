@@ -65,9 +65,16 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::open(dir.path()).expect("store"));
     let table = TableName::new(demo::TABLE).expect("name");
     let (engine, partitions) = rt.block_on(async {
+        // The demo load's time, for a comparison of store formats (printed,
+        // not a divan figure: it runs once).
+        let started = std::time::Instant::now();
         demo::load(store.as_ref(), ROWS, |_, _| {})
             .await
             .expect("demo");
+        eprintln!(
+            "demo load of {ROWS} registrations: {:.2} s",
+            started.elapsed().as_secs_f64()
+        );
         let engine = Engine::with_store(store.clone(), EngineOptions::default())
             .await
             .expect("engine");

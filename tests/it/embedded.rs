@@ -443,3 +443,62 @@ async fn kept_counts_match_a_scan_per_partition_and_kind() -> TestResult {
     assert_eq!(store.count(&table).await?, 1);
     Ok(())
 }
+
+/// A table deleted and made again numbers its property names afresh: its
+/// values are read with its own names, never the old table's, also where
+/// the two number as many names.
+#[tokio::test]
+async fn a_table_made_again_reads_with_its_own_property_names() -> TestResult {
+    let store = EmbeddedStore::in_memory()?;
+    let table = TableName::new("Again")?;
+    let (pk, rk) = (PartitionKey::new("p")?, RowKey::new("r")?);
+    for name in ["first", "second"] {
+        store.create_table(&table).await?;
+        let e = Entity::new(pk.clone(), rk.clone()).with(name, EdmValue::Int32(1));
+        store.execute(&table, WriteOp::Insert(e)).await?;
+        let got = store.get(&table, &pk, &rk).await?.ok_or("missing")?;
+        assert_eq!(
+            got.entity.properties.keys().collect::<Vec<_>>(),
+            [name],
+            "{name}"
+        );
+        store.delete_table(&table).await?;
+    }
+    Ok(())
+}
+
+/// Past the most property names a table numbers, the transaction that
+/// brings a new one is refused alone, with a limit error; one of the same
+/// commit that uses known names is written.
+#[tokio::test]
+async fn property_names_past_the_limit_refuse_only_their_transaction() -> TestResult {
+    let store = EmbeddedStore::in_memory()?;
+    let table = TableName::new("Names")?;
+    store.create_table(&table).await?;
+    let pk = PartitionKey::new("p")?;
+    let mut n = 0usize;
+    let mut row = 0;
+    while n < 65_535 {
+        let mut e = Entity::new(pk.clone(), RowKey::new(format!("{row:04}"))?);
+        for _ in 0..252.min(65_535 - n) {
+            e = e.with(format!("p{n}"), EdmValue::Boolean(true));
+            n += 1;
+        }
+        store.execute(&table, WriteOp::Insert(e)).await?;
+        row += 1;
+    }
+    let known = Entity::new(pk.clone(), RowKey::new("known")?).with("p7", EdmValue::Int32(7));
+    let new = Entity::new(pk.clone(), RowKey::new("new")?).with("fresh", EdmValue::Int32(1));
+    let (a, b) = tokio::join!(
+        store.execute(&table, WriteOp::Insert(new)),
+        store.execute(&table, WriteOp::Insert(known)),
+    );
+    assert!(
+        matches!(a, Err(StorageError::Invalid(InvalidInput::TooManyPropertyNames { limit: 65_535 }))),
+        "{a:?}"
+    );
+    b?;
+    assert!(store.get(&table, &pk, &RowKey::new("new")?).await?.is_none());
+    assert_eq!(store.count(&table).await?, row + 1);
+    Ok(())
+}

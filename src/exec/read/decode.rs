@@ -584,7 +584,9 @@ impl Decoding {
             }
             // Every field's spelling is checked (without building a value),
             // so that a stray key is an error even where no field is read:
-            // a count must not count what a lookup would never find.
+            // a count must not count what a lookup would never find. (A
+            // `count(*)` the embedded store answers from its counts reads
+            // no key, and counts it: `PartitionScanExec::counted_rows`.)
             template
                 .check_fields(rk, &self.spans)
                 .map_err(|err| key_mismatch(def, KeyKind::RowKey, e, &err))?;

@@ -150,19 +150,29 @@ struct Counters {
 }
 
 impl PartitionScanExec {
-    /// The rows the path reads, where the store counts them without
-    /// reading: each request a range of whole partitions over RowKeys that
-    /// are all (where no index rows share them) or exactly one kind of row
-    /// (the base rows' literal, `BIB:`), with no condition for the store
-    /// or the scan to apply and every entity one row. A store that fails
-    /// to say is asked no further: the scan will meet the failure itself.
+    /// The rows a scan that reads no column (a `count(*)`) returns, where
+    /// the store counts them without reading: each request a range of
+    /// whole partitions over RowKeys that are all (where no index rows
+    /// share them) or exactly one kind of row (the base rows' literal,
+    /// `BIB:`), with no condition for the store or the scan to apply and
+    /// every entity one row. Where index rows share the partitions and the
+    /// base rows' RowKey starts with a field, a range can look like a kind
+    /// and hold index rows, so nothing is counted. A RowKey that does not
+    /// fit the template, which the scan refuses, is counted as a row. A
+    /// store that fails to say is asked no further: the scan will meet the
+    /// failure itself. Only a scan of no column asks, since the store may
+    /// read a counter per partition for it.
     fn counted_rows(&self) -> Option<u64> {
-        let shares_rows = self
-            .layout
-            .def
-            .as_deref()
-            .is_some_and(|d| !d.indexes.is_empty());
-        if self.lookup
+        let (shares_rows, base_kind) = self.layout.def.as_deref().map_or((false, true), |d| {
+            let led = matches!(
+                d.row_key.segments().first(),
+                Some(crate::keys::Segment::Literal(_))
+            );
+            (!d.indexes.is_empty(), led)
+        });
+        if !self.projection.is_empty()
+            || (shares_rows && !base_kind)
+            || self.lookup
             || self.path.index().is_some()
             || self.path.filter.is_some()
             || self.path.partition_bound.is_some()

@@ -14,7 +14,7 @@ use super::dict::{self, Dict};
 use super::{CLOCK_KEY, EmbeddedStore, META, TABLES, counts, entities, entity_table_name, key, value};
 use crate::storage::value::to_ticks;
 use crate::storage::write::{Effect, apply};
-use crate::storage::{Result, StorageError, TableName, WriteOp, WriteOutcome};
+use crate::storage::{InvalidInput, Result, StorageError, TableName, WriteOp, WriteOutcome};
 
 /// One submitted transaction and, once a commit has run, its answer. The
 /// commit takes the operations out, so their entities are stored without a
@@ -97,13 +97,19 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
     // Each table's names as this transaction extends them, published once
     // it is durable.
     let mut dicts: HashMap<String, Dict> = HashMap::new();
+    let mut known = 0;
     for p in group {
         let timestamp = store.clock.next();
         let ops = std::mem::take(&mut *lock(&p.ops));
         let folded = p.table.folded();
+        if txn.open_table(TABLES)?.get(folded.as_str())?.is_none() {
+            answers.push(Err(StorageError::TableNotFound(p.table.as_str().to_owned())));
+            continue;
+        }
         if !dicts.contains_key(&folded) {
             let names = txn.open_table(dict::definition(&dict::table_name(&folded)))?;
             let kept = store.dict(&folded, &names, epoch)?;
+            known += kept.len();
             dicts.insert(folded.clone(), Dict::clone(&kept));
         }
         let Some(dict) = dicts.get_mut(&folded) else {
@@ -122,6 +128,9 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
         txn.open_table(META)?
             .insert(CLOCK_KEY, to_ticks(&t).to_le_bytes().as_slice())?;
     }
+    // New names are committed before they are kept: readers check their
+    // dictionaries against their snapshots meanwhile.
+    let _changing = (dicts.values().map(Dict::len).sum::<u64>() > known).then(|| store.dicts.changing());
     txn.commit()?;
     for (folded, dict) in dicts {
         store.dicts.offer(&folded, Arc::new(dict), epoch);
@@ -142,13 +151,6 @@ fn stage(
     ops: Vec<WriteOp>,
     timestamp: chrono::DateTime<chrono::Utc>,
 ) -> Result<Result<Staged>> {
-    if txn
-        .open_table(TABLES)?
-        .get(table.folded().as_str())?
-        .is_none()
-    {
-        return Ok(Err(StorageError::TableNotFound(table.as_str().to_owned())));
-    }
     let name = entity_table_name(table);
     let rows = txn.open_table(entities(&name))?;
     let mut staged = Vec::with_capacity(ops.len());
@@ -174,6 +176,18 @@ fn stage(
                 }));
             }
         }
+    }
+    // A transaction that would number more names than the table may hold
+    // is refused alone, before any of it is written.
+    let names = staged.iter().flat_map(|(_, effect)| match effect {
+        Effect::Put(e) => Some(e.entity.properties.keys().map(String::as_str)),
+        Effect::Delete => None,
+    });
+    if dict.len() as usize + dict.missing(names.flatten()) > dict::MAX_NAMES {
+        return Ok(Err(InvalidInput::TooManyPropertyNames {
+            limit: dict::MAX_NAMES,
+        }
+        .into()));
     }
     Ok(Ok(staged))
 }

@@ -5,12 +5,15 @@
 //! Ids are given in order and never reused or renumbered, and a name is
 //! committed in the same transaction as the first value that uses it. So
 //! a read transaction's snapshot holds the name of every id its values
-//! carry, and a dictionary that is as long as the snapshot's is complete
-//! for it: `EmbeddedStore::dict` compares the lengths (a redb table keeps
-//! its length) and reloads only when the table has grown. The process
-//! keeps the last loaded dictionary of each table; a writer extends a
-//! copy and publishes it only once its commit is durable, so a failed
-//! commit leaves no id that the file does not hold.
+//! carry, and a dictionary of the same making of the table (the stamp
+//! that `create_table` writes under id `STAMP`) that is as long as the
+//! snapshot's is complete for it: `EmbeddedStore::dict` compares the
+//! stamp and the length (a redb table keeps its length) and reloads only
+//! when they differ. The stamp is what keeps a table deleted and made
+//! again, with as many names, from being read with the old names. The
+//! process keeps the last loaded dictionary of each table; a writer
+//! extends a copy and publishes it only once its commit is durable, so a
+//! failed commit leaves no id that the file does not hold.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -28,9 +31,24 @@ pub fn definition(name: &str) -> TableDefinition<'_, u16, &'static str> {
     TableDefinition::new(name)
 }
 
-/// A table's property names by id, and ids by name.
+/// The id under which a names table holds the stamp of the table's
+/// making, not a name.
+pub const STAMP: u16 = u16::MAX;
+
+/// The most names a table numbers (every id below `STAMP`).
+pub const MAX_NAMES: usize = STAMP as usize;
+
+/// Writes the stamp of a table's making into its new names table.
+pub fn stamp(table: &mut redb::Table<'_, u16, &'static str>, stamp: &str) -> Result<()> {
+    table.insert(STAMP, stamp)?;
+    Ok(())
+}
+
+/// A table's property names by id, and ids by name, of one making of the
+/// table.
 #[derive(Debug, Default, Clone)]
 pub struct Dict {
+    stamp: String,
     names: Vec<Arc<str>>,
     ids: HashMap<Arc<str>, u16>,
 }
@@ -41,6 +59,10 @@ impl Dict {
         let mut dict = Dict::default();
         for item in table.iter()? {
             let (id, name) = item?;
+            if id.value() == STAMP {
+                dict.stamp = name.value().to_owned();
+                continue;
+            }
             if usize::from(id.value()) != dict.names.len() {
                 return Err(StorageError::Corrupt("property ids out of sequence".into()));
             }
@@ -50,7 +72,7 @@ impl Dict {
     }
 
     fn add(&mut self, name: &str) -> u16 {
-        // Ids stay below u16::MAX: `id_or_add` refuses past it.
+        // Ids stay below STAMP: `id_or_add` refuses past it.
         let id = self.names.len() as u16;
         let name: Arc<str> = Arc::from(name);
         self.names.push(name.clone());
@@ -63,10 +85,26 @@ impl Dict {
         self.names.len() as u64
     }
 
-    /// Whether it is as long as a names table in some snapshot (and so
-    /// knows every id of that snapshot's values).
-    pub fn matches(&self, table: &impl ReadableTableMetadata) -> Result<bool> {
-        Ok(table.len()? == self.len())
+    /// Whether it is of the same making of the table as a names table in
+    /// some snapshot, and as long (and so knows every id of that
+    /// snapshot's values).
+    pub fn matches(
+        &self,
+        table: &(impl ReadableTable<u16, &'static str> + ReadableTableMetadata),
+    ) -> Result<bool> {
+        let stamped = u64::from(!self.stamp.is_empty());
+        if table.len()? != self.len() + stamped {
+            return Ok(false);
+        }
+        Ok(table.get(STAMP)?.map(|s| s.value() == self.stamp) == Some(true) || stamped == 0)
+    }
+
+    /// How many of `names` it does not hold yet.
+    pub fn missing<'n>(&self, names: impl IntoIterator<Item = &'n str>) -> usize {
+        let mut new: Vec<&str> = names.into_iter().filter(|n| self.id(n).is_none()).collect();
+        new.sort_unstable();
+        new.dedup();
+        new.len()
     }
 
     /// The id of a name, if it has one.
@@ -89,11 +127,8 @@ impl Dict {
         if let Some(id) = self.id(name) {
             return Ok(id);
         }
-        if self.names.len() >= usize::from(u16::MAX) {
-            return Err(crate::storage::InvalidInput::TooManyPropertyNames {
-                limit: usize::from(u16::MAX),
-            }
-            .into());
+        if self.names.len() >= MAX_NAMES {
+            return Err(crate::storage::InvalidInput::TooManyPropertyNames { limit: MAX_NAMES }.into());
         }
         let id = self.add(name);
         table.insert(id, name)?;
@@ -105,10 +140,49 @@ impl Dict {
 /// and an epoch that deleting a table moves on: a dictionary read before
 /// a table was deleted (and perhaps made again, its ids starting over) is
 /// not kept.
+///
+/// `changing` counts the commits under way that add names or delete a
+/// table, from before they commit until their dictionaries are kept (or
+/// forgotten). While it is 0, every committed name is in the kept
+/// dictionaries and none of them is of a deleted table, so a reader may
+/// take a kept one without checking it against its snapshot: a point read
+/// then costs no names table (`EmbeddedStore::kept_dict`).
 #[derive(Debug, Default)]
-pub struct Dicts(std::sync::Mutex<(u64, HashMap<String, Arc<Dict>>)>);
+pub struct Dicts {
+    kept: std::sync::Mutex<(u64, HashMap<String, Arc<Dict>>)>,
+    changing: std::sync::atomic::AtomicUsize,
+}
+
+/// A change of names under way, from before its commit until it is
+/// dropped, after the dictionaries are kept or forgotten.
+pub struct Changing<'a>(&'a Dicts);
+
+impl Drop for Changing<'_> {
+    fn drop(&mut self) {
+        self.0
+            .changing
+            .fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
 
 impl Dicts {
+    /// Marks a change of names under way until the guard is dropped.
+    pub fn changing(&self) -> Changing<'_> {
+        self.changing
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Changing(self)
+    }
+
+    /// The kept dictionary of a table where no change of names is under
+    /// way: then it holds every name of any snapshot begun before this
+    /// call. `None` where the caller must check against its snapshot.
+    pub fn settled(&self, folded: &str) -> Option<Arc<Dict>> {
+        if self.changing.load(std::sync::atomic::Ordering::SeqCst) != 0 {
+            return None;
+        }
+        self.get(folded)
+    }
+
     /// The kept dictionary of a table, if any.
     pub fn get(&self, folded: &str) -> Option<Arc<Dict>> {
         self.lock().1.get(folded).cloned()
@@ -146,7 +220,7 @@ impl Dicts {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, (u64, HashMap<String, Arc<Dict>>)> {
         // Every change is one assignment: a panicked holder left it whole.
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.kept.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 

@@ -106,6 +106,10 @@ pub fn migrate(
             expected: FORMAT_VERSION,
         });
     }
+    let kept = dir.join(KEPT);
+    if kept.exists() && !same_file(&kept, &path)? {
+        return Err(left_over(&kept));
+    }
     let target = EmbeddedStore::open_file(&target_path)?;
     let mut done = Migrated {
         from,
@@ -120,14 +124,42 @@ pub fn migrate(
     }
     finish(&source, &target)?;
     drop((source, target));
-    let kept = dir.join(KEPT);
     if !kept.exists() {
         std::fs::hard_link(&path, &kept)?;
+    } else if !same_file(&kept, &path)? {
+        return Err(left_over(&kept));
     }
     std::fs::rename(&target_path, &path)?;
     done.finished = true;
     done.kept = Some(kept);
     Ok(done)
+}
+
+/// A kept file of an earlier migration, which keeping this store's old
+/// file would replace.
+fn left_over(kept: &Path) -> StorageError {
+    StorageError::Io(std::io::Error::new(
+        std::io::ErrorKind::AlreadyExists,
+        format!(
+            "{} is there from an earlier migration; move it away and run again",
+            kept.display()
+        ),
+    ))
+}
+
+/// Whether two paths name one file (the link an interrupted run made).
+fn same_file(a: &Path, b: &Path) -> Result<bool> {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        let (a, b) = (std::fs::metadata(a)?, std::fs::metadata(b)?);
+        Ok((a.dev(), a.ino()) == (b.dev(), b.ino()))
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = (a, b);
+        Ok(false)
+    }
 }
 
 fn version(db: &Database) -> Result<u32> {
@@ -181,8 +213,8 @@ fn copy_table(
     loop {
         let budget = match options.stop_after {
             Some(limit) if done.entities >= limit => return Ok(false),
-            Some(limit) => options.chunk.min((limit - done.entities) as usize),
-            None => options.chunk,
+            Some(limit) => options.chunk.max(1).min((limit - done.entities) as usize),
+            None => options.chunk.max(1),
         };
         let range = match &after {
             Some(k) => rows.range::<&[u8]>((
@@ -204,7 +236,7 @@ fn copy_table(
         let epoch = target.dicts.epoch();
         let txn = target.db.begin_write()?;
         {
-            ensure_table(&txn, table)?;
+            ensure_table(target, &txn, table)?;
             let names = txn.open_table(dict::definition(&dict::table_name(&folded)))?;
             let mut names_now = dict::Dict::clone(&*target.dict(&folded, &names, epoch)?);
             drop(names);
@@ -234,14 +266,22 @@ fn copy_table(
 
 /// Makes a table in the new store, as `create_table` does, unless a
 /// earlier chunk made it.
-fn ensure_table(txn: &redb::WriteTransaction, table: &TableName) -> Result<()> {
+fn ensure_table(
+    target: &EmbeddedStore,
+    txn: &redb::WriteTransaction,
+    table: &TableName,
+) -> Result<()> {
     let folded = table.folded();
     let mut tables = txn.open_table(TABLES)?;
-    if tables.get(folded.as_str())?.is_none() {
-        tables.insert(folded.as_str(), table.as_str())?;
+    if tables.get(folded.as_str())?.is_some() {
+        return Ok(());
     }
+    tables.insert(folded.as_str(), table.as_str())?;
     txn.open_table(entities(&entity_table_name(table)))?;
-    txn.open_table(dict::definition(&dict::table_name(&folded)))?;
+    dict::stamp(
+        &mut txn.open_table(dict::definition(&dict::table_name(&folded)))?,
+        &target.making(),
+    )?;
     txn.open_table(counts::definition(&counts::table_name(&folded)))?;
     Ok(())
 }

@@ -158,9 +158,20 @@ impl EmbeddedStore {
             }
             other => other?,
         };
-        let names = txn.open_table(dict::definition(&dict::table_name(&table.folded())))?;
-        let dict = self.dict(&table.folded(), &names, epoch)?;
+        let folded = table.folded();
+        // Begun after the snapshot: a settled dictionary holds its names.
+        if let Some(dict) = self.dicts.settled(&folded) {
+            return work(&rows, &dict);
+        }
+        let names = txn.open_table(dict::definition(&dict::table_name(&folded)))?;
+        let dict = self.dict(&folded, &names, epoch)?;
         work(&rows, &dict)
+    }
+
+    /// A stamp for a table made now, unique in the store: the write
+    /// clock's next tick (it never repeats, also across restarts).
+    fn making(&self) -> String {
+        crate::storage::value::to_ticks(&self.clock.next()).to_string()
     }
 
     /// The table's dictionary as of the transaction that opened `names`:
@@ -235,7 +246,10 @@ impl TableStore for EmbeddedStore {
                 }
                 tables.insert(table.folded().as_str(), table.as_str())?;
                 txn.open_table(entities(&entity_table_name(&table)))?;
-                txn.open_table(dict::definition(&dict::table_name(&table.folded())))?;
+                dict::stamp(
+                    &mut txn.open_table(dict::definition(&dict::table_name(&table.folded())))?,
+                    &s.making(),
+                )?;
                 txn.open_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
             txn.commit()?;
@@ -247,6 +261,7 @@ impl TableStore for EmbeddedStore {
     async fn delete_table(&self, table: &TableName) -> Result<()> {
         let table = table.clone();
         self.blocking(move |s| {
+            let _changing = s.dicts.changing();
             let txn = s.db.begin_write()?;
             {
                 let removed = txn

@@ -138,16 +138,20 @@ fn walk(
             let (key, value) = item?;
             let key = key.value();
             // Rows of one partition follow each other: its key bytes and
-            // separator come first again (a PartitionKey holds no 00).
-            let sep = match key.get(pk_bytes.len()) {
-                Some(0) if !pk_bytes.is_empty() && key.starts_with(&pk_bytes) => pk_bytes.len(),
-                _ => key::separator(key)?,
+            // separator come first again (a PartitionKey holds no 00). The
+            // last partition met in range needs no range check again.
+            let same_partition = !pk_bytes.is_empty()
+                && key.get(pk_bytes.len()) == Some(&0)
+                && key.starts_with(&pk_bytes);
+            let sep = match same_partition {
+                true => pk_bytes.len(),
+                false => key::separator(key)?,
             };
             let (this_pk, this_rk) = (&key[..sep], &key[sep + 1..]);
-            if partitions.is_before(this_pk) {
+            if !same_partition && partitions.is_before(this_pk) {
                 continue;
             }
-            if partitions.is_after(this_pk) {
+            if !same_partition && partitions.is_after(this_pk) {
                 break 'seek;
             }
             if full {
@@ -171,7 +175,7 @@ fn walk(
                 continue 'seek;
             }
             end.scanned += 1;
-            if this_pk != pk_bytes.as_slice() {
+            if !same_partition {
                 pk.clear();
                 pk.push_str(key::read(this_pk, &mut pk_wide)?);
                 met_partition = true;
