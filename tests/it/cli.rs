@@ -141,7 +141,8 @@ fn unknown_store_scheme_and_table_are_clear_errors() -> TestResult {
 }
 
 /// A loader killed mid-way leaves each transaction wholly present or wholly
-/// absent, and every transaction it reported as committed is present.
+/// absent, every transaction it reported as committed is present, and the
+/// store's kept counts are what a scan finds.
 #[test]
 fn sigkill_during_demo_load_leaves_only_whole_transactions() -> TestResult {
     const ROWS: u64 = 20_000;
@@ -192,6 +193,28 @@ fn sigkill_during_demo_load_leaves_only_whole_transactions() -> TestResult {
             absent > 0,
             "the load finished before the kill; nothing was tested"
         );
+        // The counts kept beside the entities committed with them: each
+        // partition's, and each kind's, is what a scan finds.
+        let scanned = store.query_all(&table, &Query::all()).await?;
+        assert_eq!(store.count(&table).await?, scanned.len() as u64);
+        let partitions = store.partitions(&table, &KeyRange::all(), None).await?;
+        for pk in partitions.partitions {
+            for kind in ["BIB", "AGE"] {
+                let rows = KeyRange {
+                    start: std::ops::Bound::Included(RowKey::new(format!("{kind}:"))?),
+                    end: std::ops::Bound::Excluded(RowKey::new(format!("{kind};"))?),
+                };
+                let here = scanned
+                    .iter()
+                    .filter(|e| e.partition_key() == &pk && e.row_key().as_str().starts_with(kind))
+                    .count() as u64;
+                assert_eq!(
+                    store.counted(&table, &KeyRange::exactly(pk.clone()), &rows)?,
+                    Some(here),
+                    "{pk:?} {kind}"
+                );
+            }
+        }
         Ok::<_, Box<dyn std::error::Error>>(())
     })
 }
