@@ -11,6 +11,11 @@
 //! Beside them, a point get and a 1,000-row range of one partition, the
 //! reads a new store format must not slow.
 //!
+//! A scan asked again is served from the store's derived cache (decoded
+//! pages kept until a write lands in their partitions); the `_after_write`
+//! benches write into every partition before each run (not timed), so they
+//! measure the scan that reads the store.
+//!
 //! Run with `cargo bench --bench scan` (release; the load takes about half a
 //! minute). The file builds against format 1's code too (the raw iteration
 //! picks its key encoding by `embedded::FORMAT_VERSION`), for a base run.
@@ -166,6 +171,53 @@ fn avg_age_sql(bencher: Bencher) {
         .bench_local(|| black_box(sql(AVG_AGE)));
 }
 
+/// Rewrites registration `i`'s base row as it is, for each of the first
+/// 12 (one per partition): a write in every partition, which the derived
+/// cache must not outlive, changing no answer.
+fn touch_every_partition() {
+    let f = &*FIXTURE;
+    let table = TableName::new(demo::TABLE).expect("name");
+    f.rt.block_on(async {
+        for i in 0..12 {
+            let [base, _] = demo::registration(i).entities().expect("entities");
+            f.store
+                .execute_batch(&table, vec![WriteOp::InsertOrReplace(base)])
+                .await
+                .expect("write");
+        }
+    });
+}
+
+/// `avg_age_sql` as the first read after a write in every partition: what
+/// the scan costs where the derived cache holds nothing (and filling it).
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn avg_age_sql_after_write(bencher: Bencher) {
+    bencher
+        .counter(ItemsCount::new(ROWS))
+        .with_inputs(touch_every_partition)
+        .bench_local_values(|()| black_box(sql(AVG_AGE)));
+}
+
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn by_gender_sql_after_write(bencher: Bencher) {
+    bencher
+        .counter(ItemsCount::new(ROWS))
+        .with_inputs(touch_every_partition)
+        .bench_local_values(|()| black_box(sql(BY_GENDER)));
+}
+
+#[divan::bench(sample_count = 50, sample_size = 1)]
+fn partition_range_sql_after_write(bencher: Bencher) {
+    bencher
+        .counter(ItemsCount::new(1000u64))
+        .with_inputs(touch_every_partition)
+        .bench_local_values(|()| {
+            let rows = sql(RANGE);
+            assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 1000);
+            black_box(rows)
+        });
+}
+
 #[divan::bench(sample_count = 10)]
 fn avg_age_sqlite(bencher: Bencher) {
     let db = FIXTURE.sqlite.lock().expect("sqlite");
@@ -227,9 +279,11 @@ fn raw_redb_iteration(bencher: Bencher) {
 #[divan::bench(sample_count = 10)]
 fn by_gender_rows_sql(bencher: Bencher) {
     // (`by_gender_sql` above is the query, with avg(age).)
-    bencher
-        .counter(ItemsCount::new(ROWS))
-        .bench_local(|| black_box(sql("SELECT gender, count(*) FROM registrations GROUP BY gender")));
+    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
+        black_box(sql(
+            "SELECT gender, count(*) FROM registrations GROUP BY gender",
+        ))
+    });
 }
 
 /// One registration by its keys, from the store (registration 500,000).
@@ -239,8 +293,11 @@ fn point_get_store(bencher: Bencher) {
     let r = demo::registration(500_000);
     let table = TableName::new(demo::TABLE).expect("name");
     let pk = PartitionKey::new(format!("{}__{}", r.event, r.distance)).expect("key");
-    let rk = RowKey::new(format!("BIB:{:05}__{}__{}__{}", r.bib, r.name, r.gender, r.age))
-        .expect("key");
+    let rk = RowKey::new(format!(
+        "BIB:{:05}__{}__{}__{}",
+        r.bib, r.name, r.gender, r.age
+    ))
+    .expect("key");
     bencher.bench_local(|| {
         let e = f.rt.block_on(f.store.get(&table, &pk, &rk)).expect("get");
         assert!(e.is_some());

@@ -177,6 +177,11 @@ impl TableStore for MeteredStore {
     ) -> Result<Option<u64>> {
         self.inner.counted(table, partitions, rows)
     }
+
+    // A read served from the cache is no request: nothing to record.
+    fn derived(&self) -> Option<&crate::storage::DerivedCache> {
+        self.inner.derived()
+    }
 }
 
 #[cfg(test)]

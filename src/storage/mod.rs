@@ -5,6 +5,7 @@
 #[cfg(feature = "azure")]
 pub mod azure;
 mod clock;
+pub mod derived;
 pub mod embedded;
 pub mod entity;
 mod error;
@@ -27,6 +28,7 @@ use async_trait::async_trait;
 #[cfg(feature = "azure")]
 pub use azure::{AzureConfig, AzureStore};
 pub use clock::Clock;
+pub use derived::DerivedCache;
 pub use embedded::EmbeddedStore;
 pub use entity::{ETag, Entity, IfMatch, Properties, StoredEntity};
 pub use error::{InvalidInput, Result, StorageError, TransactionScope};
@@ -265,6 +267,17 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Option<u64>> {
         let _ = (table, partitions, rows);
         Ok(None)
+    }
+
+    /// The store's cache of what scans derive from its partitions, where
+    /// it keeps one: a store that numbers its own writes can tell when a
+    /// range was last written (`DerivedCache`), so a reader may keep what
+    /// it decoded and use it again until then. Only the embedded store
+    /// does: a remote store's writes come also from other processes, which
+    /// this one never hears of. A wrapper forwards it where it adds no
+    /// entities of its own (a transaction's overlay does).
+    fn derived(&self) -> Option<&DerivedCache> {
+        None
     }
 
     /// How many entities a table holds (a full scan that projects nothing).

@@ -17,7 +17,7 @@ use super::key::{PartitionKey, RowKey};
 pub const MAX_PAGE: usize = 1000;
 
 /// A range of keys, each end open, inclusive or exclusive.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KeyRange<K> {
     /// Lower end.
     pub start: Bound<K>,

@@ -1411,9 +1411,15 @@ fn a_format_1_store_is_refused_then_migrated_by_the_command() -> TestResult {
     let refused = tablesql(dir.path()).args(["query", count]).output()?;
     assert_eq!(refused.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(stderr.contains("format version 1") && stderr.contains("tablesql migrate"), "{stderr}");
+    assert!(
+        stderr.contains("format version 1") && stderr.contains("tablesql migrate"),
+        "{stderr}"
+    );
     let migrated = stdout_of(tablesql(dir.path()).arg("migrate"))?;
-    assert!(migrated.contains("migrated 5 tables from format 1"), "{migrated}");
+    assert!(
+        migrated.contains("migrated 5 tables from format 1"),
+        "{migrated}"
+    );
     let answer = stdout_of(tablesql(dir.path()).args(["query", "--format", "csv", count]))?;
     assert!(answer.contains("108"), "{answer}");
     let again = stdout_of(tablesql(dir.path()).arg("migrate"))?;

@@ -301,7 +301,11 @@ async fn migrating_a_format_1_store_keeps_every_entity_its_timestamp_and_etag() 
     let e = Entity::new(PartitionKey::new("new")?, RowKey::new("r")?);
     store.execute(&registrations, WriteOp::Insert(e)).await?;
     let written = store
-        .get(&registrations, &PartitionKey::new("new")?, &RowKey::new("r")?)
+        .get(
+            &registrations,
+            &PartitionKey::new("new")?,
+            &RowKey::new("r")?,
+        )
         .await?
         .ok_or("missing")?;
     let newest = dump(&store).await?.len();
@@ -365,7 +369,9 @@ async fn kept_counts_match_a_scan_per_partition_and_kind() -> TestResult {
         let ops = (0..30)
             .map(|i| {
                 let (pk, rk) = key(p, &format!("{}:{i:03}", ["BIB", "AGE", "x y"][i % 3]))?;
-                Ok(WriteOp::Insert(Entity::new(pk, rk).with("i", EdmValue::Int32(i as i32))))
+                Ok(WriteOp::Insert(
+                    Entity::new(pk, rk).with("i", EdmValue::Int32(i as i32)),
+                ))
             })
             .collect::<Result<Vec<_>, InvalidInput>>()?;
         store.execute_batch(&table, ops).await?;
@@ -494,11 +500,116 @@ async fn property_names_past_the_limit_refuse_only_their_transaction() -> TestRe
         store.execute(&table, WriteOp::Insert(known)),
     );
     assert!(
-        matches!(a, Err(StorageError::Invalid(InvalidInput::TooManyPropertyNames { limit: 65_535 }))),
+        matches!(
+            a,
+            Err(StorageError::Invalid(InvalidInput::TooManyPropertyNames {
+                limit: 65_535
+            }))
+        ),
         "{a:?}"
     );
     b?;
-    assert!(store.get(&table, &pk, &RowKey::new("new")?).await?.is_none());
+    assert!(
+        store
+            .get(&table, &pk, &RowKey::new("new")?)
+            .await?
+            .is_none()
+    );
     assert_eq!(store.count(&table).await?, row + 1);
+    Ok(())
+}
+
+/// The text of a query's answer, and the sum of `name=` over the scans of
+/// its EXPLAIN ANALYZE.
+async fn answer_and_metric(
+    engine: &tablesql::Engine,
+    sql: &str,
+    name: &str,
+) -> Result<(String, u64), Box<dyn std::error::Error>> {
+    use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
+    let answer = pretty_format_batches(&engine.collect(sql).await?)?.to_string();
+    let plan = pretty_format_batches(&engine.collect(&format!("EXPLAIN ANALYZE {sql}")).await?)?
+        .to_string();
+    let needle = format!(" {name}=");
+    let mut total = 0;
+    for line in plan.lines().filter(|l| l.contains("PartitionScanExec")) {
+        let at = line
+            .find(&needle)
+            .ok_or_else(|| format!("no {name}: {line}"))?;
+        let digits: String = line[at + needle.len()..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        total += digits.parse::<u64>()?;
+    }
+    Ok((answer, total))
+}
+
+/// A scan asked again is answered from the store's derived cache, and a
+/// write anywhere in a partition (an update, an insert, a delete, a new
+/// partition, the table dropped and made again) sends that partition's
+/// next scan back to the store, with the answer a scan of the store gives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_asked_again_is_served_from_the_derived_cache_until_a_write() -> TestResult {
+    let store: std::sync::Arc<dyn TableStore> = std::sync::Arc::new(EmbeddedStore::in_memory()?);
+    let uncached: std::sync::Arc<dyn TableStore> =
+        std::sync::Arc::new(EmbeddedStore::in_memory()?.with_derived_cache(0));
+    let mut engines = Vec::new();
+    for s in [&store, &uncached] {
+        tablesql::demo::load(s.as_ref(), 1200, |_, _| {}).await?;
+        engines.push(
+            tablesql::Engine::with_store(s.clone(), tablesql::EngineOptions::default()).await?,
+        );
+    }
+    let (cached, plain) = (&engines[0], &engines[1]);
+    let sql = "SELECT event, distance, count(*), sum(age), max(name) FROM registrations \
+               GROUP BY event, distance ORDER BY event, distance";
+    let both = |statement: &'static str| async move {
+        for engine in [cached, plain] {
+            engine.collect(statement).await?;
+        }
+        Ok::<_, Box<dyn std::error::Error>>(())
+    };
+    cached.collect("SET tablesql.scan_policy = allow").await?;
+    plain.collect("SET tablesql.scan_policy = allow").await?;
+    let (first, _) = answer_and_metric(cached, sql, "requests_cached").await?;
+    // The EXPLAIN ANALYZE after the first read: all 12 partitions kept.
+    let (again, hits) = answer_and_metric(cached, sql, "requests_cached").await?;
+    assert_eq!(first, again);
+    assert_eq!(hits, 12, "every partition's request from the cache");
+
+    let writes = [
+        "UPDATE registrations SET age = age + 1 WHERE event = '2012 Boston Marathon' \
+         AND distance = 'Full' AND bib = 3",
+        "INSERT INTO registrations (event, distance, bib, name, gender, age) \
+         VALUES ('2013 Boston Marathon', 'Half', 9999, 'Zed', 'M', 40)",
+        "DELETE FROM registrations WHERE event = '2012 London Marathon' AND distance = '10K' \
+         AND bib = 7",
+        "INSERT INTO registrations (event, distance, bib, name, gender, age) \
+         VALUES ('2030 Nowhere Marathon', 'Full', 1, 'Ann', 'F', 30)",
+    ];
+    for write in writes {
+        both(write).await?;
+        let (answer, hits) = answer_and_metric(cached, sql, "requests_cached").await?;
+        let (expected, none) = answer_and_metric(plain, sql, "requests_cached").await?;
+        assert_eq!(answer, expected, "after {write}");
+        assert_eq!(none, 0, "a store without the cache keeps nothing");
+        assert!(
+            hits >= 10,
+            "the partitions not written stay kept: {hits} after {write}"
+        );
+    }
+
+    // The table dropped and made again, with other rows.
+    let table = TableName::new(tablesql::demo::TABLE)?;
+    for s in [&store, &uncached] {
+        s.delete_table(&table).await?;
+        s.create_table(&table).await?;
+        tablesql::demo::load(s.as_ref(), 24, |_, _| {}).await?;
+    }
+    let (answer, _) = answer_and_metric(cached, sql, "requests_cached").await?;
+    let (expected, _) = answer_and_metric(plain, sql, "requests_cached").await?;
+    assert_eq!(answer, expected, "the table made again");
+    assert!(answer.contains("| 2 "), "{answer}");
     Ok(())
 }

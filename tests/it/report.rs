@@ -116,7 +116,9 @@ async fn the_report_renders_in_chromium() -> TestResult {
         by_bib.query(args).await?;
     }
     engine.collect("SET tablesql.scan_policy = allow").await?;
-    engine.collect("SELECT count(name) FROM registrations").await?;
+    engine
+        .collect("SELECT count(name) FROM registrations")
+        .await?;
     engine
         .collect(
             "CREATE TABLE readings (at TEXT NOT NULL, seq INT NOT NULL, PRIMARY KEY (at, seq)) \

@@ -812,7 +812,10 @@ fn migrate(location: &StoreLocation) -> anyhow::Result<()> {
     })?;
     match done.kept {
         None if done.finished => println!("the store is in format {} already", done.from),
-        None => println!("stopped after {} entities; run again to continue", done.entities),
+        None => println!(
+            "stopped after {} entities; run again to continue",
+            done.entities
+        ),
         Some(kept) => println!(
             "migrated {} tables from format {} ({} entities copied in this run); the old file is kept as {}",
             done.tables,

@@ -330,13 +330,13 @@ impl Builder {
             (Self::BigInt(b), KeyRef::Int(i)) => b.append_value(*i),
             // An integer column in a free-text field: its decimal text.
             // (Canonical decimal only: `+7` or `007` would never match a lookup.)
-            (Self::Int(b), KeyRef::Text(s)) => match s.parse::<i32>() {
-                Ok(i) if i.to_string() == *s => b.append_value(i),
+            (Self::Int(b), KeyRef::Text(s)) => match canonical_int(s).map(i32::try_from) {
+                Some(Ok(i)) => b.append_value(i),
                 _ => return false,
             },
-            (Self::BigInt(b), KeyRef::Text(s)) => match s.parse::<i64>() {
-                Ok(i) if i.to_string() == *s => b.append_value(i),
-                _ => return false,
+            (Self::BigInt(b), KeyRef::Text(s)) => match canonical_int(s) {
+                Some(i) => b.append_value(i),
+                None => return false,
             },
             (Self::Text(b), KeyRef::Text(s)) => b.append_value(s.as_ref()),
             (Self::Text(b), KeyRef::Uuid(u)) => {
@@ -359,6 +359,32 @@ impl Builder {
     fn key_value(&mut self, v: &KeyValue) -> bool {
         self.key(&v.as_ref())
     }
+}
+
+/// The integer `s` spells as Rust and PostgreSQL print it: an optional
+/// `-`, then digits without a leading zero (`0` alone); no `+`, no `-0`.
+/// Checked byte by byte rather than by printing the value back, since a
+/// scan reads one per row.
+fn canonical_int(s: &str) -> Option<i64> {
+    let (negative, digits) = match s.as_bytes() {
+        [b'-', rest @ ..] => (true, rest),
+        all => (false, all),
+    };
+    match digits {
+        [] => return None,
+        [b'0'] if !negative => return Some(0),
+        [b'0', ..] => return None,
+        _ => {}
+    }
+    // Accumulated negative, so that i64::MIN fits.
+    let mut n: i64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
+    }
+    if negative { Some(n) } else { n.checked_neg() }
 }
 
 /// A value's text form, for raw columns of mixed types.
@@ -750,4 +776,42 @@ fn type_mismatch(
 
 fn schema_name(layout: &Layout, i: usize) -> String {
     layout.schema.field(i).name().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::canonical_int;
+
+    #[test]
+    fn canonical_int_takes_exactly_what_an_integer_prints_as() {
+        for i in [
+            0i64,
+            7,
+            -7,
+            10,
+            -10,
+            55,
+            i64::from(i32::MAX),
+            i64::MAX,
+            i64::MIN,
+            -1,
+        ] {
+            assert_eq!(canonical_int(&i.to_string()), Some(i), "{i}");
+        }
+        for bad in [
+            "",
+            "-",
+            "+7",
+            "007",
+            "-0",
+            "-07",
+            "7 ",
+            " 7",
+            "7a",
+            "1e3",
+            "99999999999999999999",
+        ] {
+            assert_eq!(canonical_int(bad), None, "{bad:?}");
+        }
+    }
 }

@@ -54,7 +54,9 @@ use super::units::{Unit, batched};
 use crate::catalog::stats::TableStats;
 use crate::exec::ExecError;
 use crate::exec::notices::ScanVerdict;
-use crate::storage::{ContinuationToken, KeyRange, PageEnd, Query, StoredEntity, TableStore};
+use crate::storage::{
+    ContinuationToken, DerivedCache, KeyRange, PageEnd, Query, StoredEntity, TableStore,
+};
 
 /// Tuning of scans: [`ScanOptions::default`], then the `with_` methods.
 #[derive(Debug, Clone, Copy)]
@@ -146,6 +148,8 @@ struct Counters {
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     index_rows: ExactCount,
     lookups: ExactCount,
+    /// Requests answered from the store's derived cache.
+    cached: ExactCount,
     seen: Arc<Mutex<HashSet<String>>>,
 }
 
@@ -414,6 +418,7 @@ impl Counters {
             in_flight: Arc::default(),
             index_rows: m("index_rows_skipped"),
             lookups: m("index_lookups"),
+            cached: m("requests_cached"),
             seen: Arc::default(),
         }
     }
@@ -466,6 +471,29 @@ struct RequestRun {
     width: usize,
     /// How the rows' pages decode.
     decode: Arc<DecodePlan>,
+    /// What the scan derives from the rows it reads (its layout,
+    /// projection and properties), naming its pages in the store's derived
+    /// cache; `None` where it keeps nothing.
+    shape: Option<Arc<str>>,
+}
+
+/// A request's decoded pages, as the derived cache keeps them.
+#[derive(Default)]
+struct KeptPages {
+    batches: Vec<RecordBatch>,
+    /// The partitions met, for the scan's count of them.
+    partitions: Vec<String>,
+}
+
+impl KeptPages {
+    fn bytes(&self) -> usize {
+        let batches: usize = self
+            .batches
+            .iter()
+            .map(RecordBatch::get_array_memory_size)
+            .sum();
+        batches + self.partitions.iter().map(String::len).sum::<usize>()
+    }
 }
 
 /// The base rows behind index rows.
@@ -548,31 +576,116 @@ impl RequestRun {
                 if at_most_one {
                     query.top = Some(1);
                 }
-                let mut token: Option<ContinuationToken> = None;
-                loop {
-                    // Rows decoded as the store reads them; index rows that
-                    // lead to base rows are read whole, to look those up.
-                    let (continuation, n) = if self.lookup.is_none() {
-                        let (end, sink) = self.page_into(&query, token.as_ref()).await?;
-                        self.counters.scanned.add(end.scanned);
-                        self.count_partitions(sink.partitions().iter().map(String::as_str));
-                        let (batch, skipped) = sink.finish()?;
-                        (end.continuation, self.send(batch, skipped, tx).await)
-                    } else {
-                        let page = self
-                            .request(self.store.query(table, &query, token.as_ref()))
-                            .await?;
-                        self.counters.scanned.add(page.scanned);
-                        (page.continuation, self.emit(&page.entities, tx).await?)
-                    };
-                    match continuation {
-                        Some(next) if !(at_most_one && n > 0) => token = Some(next),
-                        _ => break,
+                match self.cache_key(&query, at_most_one) {
+                    Some((cache, shape)) => self.scan_cached(cache, shape, &query, tx).await?,
+                    None => {
+                        self.scan(&query, at_most_one, tx, None).await?;
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// The store's derived cache and this request's key in it, where what
+    /// it reads may be kept: every row of its key ranges, decoded as they
+    /// are stored (no filter for the store, no `top`, no base rows looked
+    /// up behind index rows).
+    fn cache_key(&self, query: &Query, at_most_one: bool) -> Option<(&DerivedCache, Arc<str>)> {
+        let cache = self.store.derived()?;
+        let shape = self.shape.as_deref()?;
+        let plain = self.lookup.is_none() && query.filter.is_none() && query.top.is_none();
+        (plain && !at_most_one).then(|| (cache, format!("{shape} rows={:?}", query.rows).into()))
+    }
+
+    /// A request's pages from the derived cache where nothing was written
+    /// in its partitions since they were kept; else read, and kept when
+    /// every page reached the consumer.
+    async fn scan_cached(
+        &self,
+        cache: &DerivedCache,
+        shape: Arc<str>,
+        query: &Query,
+        tx: &mpsc::Sender<Result<RecordBatch>>,
+    ) -> Result<()> {
+        let table = &self.layout.table;
+        if let Some(kept) = cache.get(table, &query.partitions, &shape)
+            && let Ok(pages) = kept.downcast::<KeptPages>()
+        {
+            self.counters.cached.add(1);
+            self.count_partitions(pages.partitions.iter().map(String::as_str));
+            for batch in &pages.batches {
+                if self.send(batch.clone(), Skipped::default(), tx).await == 0 {
+                    break;
+                }
+            }
+            return Ok(());
+        }
+        let version = cache.version(table, &query.partitions);
+        let mut pages = KeptPages::default();
+        if self.scan(query, false, tx, Some(&mut pages)).await? {
+            let bytes = pages.bytes();
+            cache.put(
+                table,
+                &query.partitions,
+                shape,
+                version,
+                Arc::new(pages),
+                bytes,
+            );
+        }
+        Ok(())
+    }
+
+    /// Follows a request's continuation tokens page by page; `Ok(true)` if
+    /// every page reached the consumer. `keep` gathers the pages sent.
+    async fn scan(
+        &self,
+        query: &Query,
+        at_most_one: bool,
+        tx: &mpsc::Sender<Result<RecordBatch>>,
+        mut keep: Option<&mut KeptPages>,
+    ) -> Result<bool> {
+        let table = &self.layout.table;
+        let mut token: Option<ContinuationToken> = None;
+        loop {
+            // Rows decoded as the store reads them; index rows that
+            // lead to base rows are read whole, to look those up.
+            let (continuation, n) = if self.lookup.is_none() {
+                let (end, sink) = self.page_into(query, token.as_ref()).await?;
+                self.counters.scanned.add(end.scanned);
+                self.count_partitions(sink.partitions().iter().map(String::as_str));
+                if let Some(keep) = keep.as_deref_mut() {
+                    for pk in sink.partitions() {
+                        if keep.partitions.last() != Some(pk) {
+                            keep.partitions.push(pk.clone());
+                        }
+                    }
+                }
+                let (batch, skipped) = sink.finish()?;
+                let rows = batch.num_rows();
+                if let Some(keep) = keep.as_deref_mut()
+                    && rows > 0
+                {
+                    keep.batches.push(batch.clone());
+                }
+                let sent = self.send(batch, skipped, tx).await;
+                if sent < rows {
+                    return Ok(false);
+                }
+                (end.continuation, sent)
+            } else {
+                let page = self
+                    .request(self.store.query(table, query, token.as_ref()))
+                    .await?;
+                self.counters.scanned.add(page.scanned);
+                (page.continuation, self.emit(&page.entities, tx).await?)
+            };
+            match continuation {
+                Some(next) if !(at_most_one && n > 0) => token = Some(next),
+                _ => return Ok(true),
+            }
+        }
     }
 
     /// Decodes and sends a page; returns the rows sent (0 if the consumer left).
@@ -1022,7 +1135,30 @@ impl PartitionScanExec {
         if let Some(limit) = self.limit {
             query.top = Some(limit.clamp(1, crate::storage::query::MAX_PAGE) as u32);
         }
+        // Named only where a request could be kept (a point read is not):
+        // the name prints the layout, table definition included.
+        let keeps = self.store.derived().is_some()
+            && lookup.is_none()
+            && query.filter.is_none()
+            && query.top.is_none()
+            && self.path.requests.iter().any(|r| {
+                matches!(
+                    r,
+                    KeyRequest::Scan {
+                        at_most_one: false,
+                        ..
+                    }
+                )
+            });
+        let shape = keeps.then(|| {
+            format!(
+                "{:?} projection={:?} select={:?}",
+                self.rows, self.projection, query.select
+            )
+            .into()
+        });
         let run = RequestRun {
+            shape,
             decode: Arc::new(DecodePlan::new(
                 self.rows.clone(),
                 &self.projection,

@@ -174,6 +174,11 @@ impl TableStore for ObservedStore {
         self.inner.counted(table, partitions, rows)
     }
 
+    // A read served from the cache is no request: nothing to record.
+    fn derived(&self) -> Option<&crate::storage::DerivedCache> {
+        self.inner.derived()
+    }
+
     // Passed on, not left to the default (a batch of one): a store may
     // send one write otherwise (Azure: a plain PUT, not a `$batch`).
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {

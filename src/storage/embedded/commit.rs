@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use redb::{ReadableTable, WriteTransaction};
 
 use super::dict::{self, Dict};
-use super::{CLOCK_KEY, EmbeddedStore, META, TABLES, counts, entities, entity_table_name, key, value};
+use super::{
+    CLOCK_KEY, EmbeddedStore, META, TABLES, counts, entities, entity_table_name, key, value,
+};
 use crate::storage::value::to_ticks;
 use crate::storage::write::{Effect, apply};
 use crate::storage::{InvalidInput, Result, StorageError, TableName, WriteOp, WriteOutcome};
@@ -98,12 +100,23 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
     // it is durable.
     let mut dicts: HashMap<String, Dict> = HashMap::new();
     let mut known = 0;
+    // The partitions each table's writes touch, for the derived cache.
+    let mut touched: HashMap<&TableName, Vec<String>> = HashMap::new();
     for p in group {
         let timestamp = store.clock.next();
         let ops = std::mem::take(&mut *lock(&p.ops));
+        let partitions = touched.entry(&p.table).or_default();
+        for op in &ops {
+            let pk = op.keys().0.as_str();
+            if partitions.last().is_none_or(|last| last != pk) {
+                partitions.push(pk.to_owned());
+            }
+        }
         let folded = p.table.folded();
         if txn.open_table(TABLES)?.get(folded.as_str())?.is_none() {
-            answers.push(Err(StorageError::TableNotFound(p.table.as_str().to_owned())));
+            answers.push(Err(StorageError::TableNotFound(
+                p.table.as_str().to_owned(),
+            )));
             continue;
         }
         if !dicts.contains_key(&folded) {
@@ -130,8 +143,17 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
     }
     // New names are committed before they are kept: readers check their
     // dictionaries against their snapshots meanwhile.
-    let _changing = (dicts.values().map(Dict::len).sum::<u64>() > known).then(|| store.dicts.changing());
-    txn.commit()?;
+    let _changing =
+        (dicts.values().map(Dict::len).sum::<u64>() > known).then(|| store.dicts.changing());
+    // Whatever the outcome: a failed commit may still have landed, and a
+    // needless miss costs only a read.
+    let committed = txn.commit();
+    for (table, partitions) in touched {
+        store
+            .derived
+            .written(table, partitions.iter().map(String::as_str));
+    }
+    committed?;
     for (folded, dict) in dicts {
         store.dicts.offer(&folded, Arc::new(dict), epoch);
     }

@@ -128,7 +128,9 @@ impl Dict {
             return Ok(id);
         }
         if self.names.len() >= MAX_NAMES {
-            return Err(crate::storage::InvalidInput::TooManyPropertyNames { limit: MAX_NAMES }.into());
+            return Err(
+                crate::storage::InvalidInput::TooManyPropertyNames { limit: MAX_NAMES }.into(),
+            );
         }
         let id = self.add(name);
         table.insert(id, name)?;

@@ -188,7 +188,10 @@ mod tests {
         assert!(k("\u{10000}", "") < k("\u{E000}", ""));
         assert!(k("p", "\u{1F600}") < k("p", "\u{FFFF}"));
         let (p, r) = decode(&k("p\u{10000}", "r\u{0fff}\u{1F600}")).expect("decodes");
-        assert_eq!((p.as_str(), r.as_str()), ("p\u{10000}", "r\u{0fff}\u{1F600}"));
+        assert_eq!(
+            (p.as_str(), r.as_str()),
+            ("p\u{10000}", "r\u{0fff}\u{1F600}")
+        );
     }
 
     /// Key characters: anything but the ones Table Storage refuses in keys

@@ -17,8 +17,8 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::dict;
 use super::{
-    CLOCK_KEY, EmbeddedStore, FILE_NAME, FORMAT_KEY, FORMAT_VERSION, META, TABLES, commit,
-    counts, entities, entity_table_name, format1, key,
+    CLOCK_KEY, EmbeddedStore, FILE_NAME, FORMAT_KEY, FORMAT_VERSION, META, TABLES, commit, counts,
+    entities, entity_table_name, format1, key,
 };
 use crate::storage::write::Effect;
 use crate::storage::{Result, StorageError, TableName};
@@ -201,7 +201,9 @@ fn copy_table(
     let (mut after, finished) = {
         let txn = target.db.begin_read()?;
         let meta = txn.open_table(META)?;
-        let after = meta.get(next_key(&folded).as_str())?.map(|v| v.value().to_vec());
+        let after = meta
+            .get(next_key(&folded).as_str())?
+            .map(|v| v.value().to_vec());
         (after, meta.get(done_key(&folded).as_str())?.is_some())
     };
     if finished {

@@ -21,9 +21,9 @@ use dict::{Dict, Dicts};
 
 use super::write::validate_batch;
 use super::{
-    Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, KeyRange, Page, PageEnd, PartitionKey,
-    PartitionPage, Query, Result, RowKey, RowSink, StorageError, StoredEntity, TableName,
-    TableStore, WriteOp, WriteOutcome,
+    Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, DerivedCache, KeyRange, Page, PageEnd,
+    PartitionKey, PartitionPage, Query, Result, RowKey, RowSink, StorageError, StoredEntity,
+    TableName, TableStore, WriteOp, WriteOutcome,
 };
 
 /// The on-disk format this build reads and writes: 2, keys in CESU-8 and
@@ -57,8 +57,13 @@ pub struct EmbeddedStore {
     clock: Arc<Clock>,
     commits: Arc<commit::GroupCommit>,
     dicts: Arc<Dicts>,
+    derived: Arc<DerivedCache>,
     scan_budget: usize,
 }
+
+/// The bytes of decoded pages a store keeps for scans by default
+/// (`EmbeddedStore::with_derived_cache`).
+pub const DEFAULT_DERIVED_CACHE: usize = 256 << 20;
 
 impl EmbeddedStore {
     /// Opens the store in a directory, creating both if needed.
@@ -83,6 +88,12 @@ impl EmbeddedStore {
     pub fn in_memory() -> Result<Self> {
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
         Self::init(db)
+    }
+
+    /// Keeps at most `bytes` of scans' decoded pages (0: none).
+    pub fn with_derived_cache(mut self, bytes: usize) -> Self {
+        self.derived = Arc::new(DerivedCache::new(bytes));
+        self
     }
 
     /// Sets how many entities one page may examine before it stops with a token.
@@ -124,6 +135,7 @@ impl EmbeddedStore {
             clock: Arc::new(Clock::starting_after(last_ticks)),
             commits: Arc::default(),
             dicts: Arc::default(),
+            derived: Arc::new(DerivedCache::new(DEFAULT_DERIVED_CACHE)),
             scan_budget: DEFAULT_SCAN_BUDGET,
         })
     }
@@ -253,6 +265,7 @@ impl TableStore for EmbeddedStore {
                 txn.open_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
             txn.commit()?;
+            s.derived.replaced(&table);
             Ok(())
         })
         .await
@@ -275,7 +288,9 @@ impl TableStore for EmbeddedStore {
                 txn.delete_table(dict::definition(&dict::table_name(&table.folded())))?;
                 txn.delete_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
-            txn.commit()?;
+            let committed = txn.commit();
+            s.derived.replaced(&table);
+            committed?;
             s.dicts.forget(&table.folded());
             Ok(())
         })
@@ -372,6 +387,10 @@ impl TableStore for EmbeddedStore {
         let table = table.clone();
         self.blocking(move |s| s.commits.submit(s, table, ops))
             .await
+    }
+
+    fn derived(&self) -> Option<&DerivedCache> {
+        (self.derived.budget() > 0).then_some(self.derived.as_ref())
     }
 
     fn counted(

@@ -452,10 +452,7 @@ mod tests {
         got.sort_by_key(|g| g.0);
         assert_eq!(
             got,
-            [
-                (0, EdmValue::Int32(-3)),
-                (2, EdmValue::String("x".into()))
-            ]
+            [(0, EdmValue::Int32(-3)), (2, EdmValue::String("x".into()))]
         );
         assert_eq!(e.property("g"), Some(ValueRef::Guid(Uuid::from_u128(7))));
         assert_eq!(e.property("missing"), None);
