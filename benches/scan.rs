@@ -32,7 +32,15 @@ use tablesql::storage::*;
 use tablesql::{Engine, EngineOptions};
 use tokio::runtime::Runtime;
 
-const ROWS: u64 = 1_000_000;
+/// Registrations loaded: 1,000,000, or `TABLESQL_SCAN_ROWS` (a smaller
+/// fixture, for instruction counts under callgrind; at least 24,000, so
+/// that the one-partition range holds its 1,000 rows).
+static ROWS_LOADED: LazyLock<u64> = LazyLock::new(|| {
+    std::env::var("TABLESQL_SCAN_ROWS")
+        .ok()
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(1_000_000)
+});
 
 #[path = "common/sqlite.rs"]
 mod sqlite;
@@ -73,11 +81,12 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         // The demo load's time, for a comparison of store formats (printed,
         // not a divan figure: it runs once).
         let started = std::time::Instant::now();
-        demo::load(store.as_ref(), ROWS, |_, _| {})
+        demo::load(store.as_ref(), *ROWS_LOADED, |_, _| {})
             .await
             .expect("demo");
         eprintln!(
-            "demo load of {ROWS} registrations: {:.2} s",
+            "demo load of {} registrations: {:.2} s",
+            *ROWS_LOADED,
             started.elapsed().as_secs_f64()
         );
         let engine = Engine::with_store(store.clone(), EngineOptions::default())
@@ -123,7 +132,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         rt,
         store,
         engine,
-        sqlite: Mutex::new(sqlite::copy(ROWS)),
+        sqlite: Mutex::new(sqlite::copy(*ROWS_LOADED)),
         raw,
         ranges,
         dirs: [dir, copy],
@@ -144,30 +153,34 @@ fn sql(query: &str) -> Vec<RecordBatch> {
 
 #[divan::bench(sample_count = 10)]
 fn count_sql(bencher: Bencher) {
-    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
-        let rows = sql(COUNT);
-        assert_eq!(
-            rows[0].column(0).as_primitive::<Int64Type>().value(0),
-            ROWS as i64
-        );
-        black_box(rows)
-    });
+    bencher
+        .counter(ItemsCount::new(*ROWS_LOADED))
+        .bench_local(|| {
+            let rows = sql(COUNT);
+            assert_eq!(
+                rows[0].column(0).as_primitive::<Int64Type>().value(0),
+                *ROWS_LOADED as i64
+            );
+            black_box(rows)
+        });
 }
 
 #[divan::bench(sample_count = 10)]
 fn count_sqlite(bencher: Bencher) {
     let db = FIXTURE.sqlite.lock().expect("sqlite");
-    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
-        let n: i64 = db.query_row(COUNT, [], |r| r.get(0)).expect("row");
-        assert_eq!(n, ROWS as i64);
-        black_box(n)
-    });
+    bencher
+        .counter(ItemsCount::new(*ROWS_LOADED))
+        .bench_local(|| {
+            let n: i64 = db.query_row(COUNT, [], |r| r.get(0)).expect("row");
+            assert_eq!(n, *ROWS_LOADED as i64);
+            black_box(n)
+        });
 }
 
 #[divan::bench(sample_count = 10)]
 fn avg_age_sql(bencher: Bencher) {
     bencher
-        .counter(ItemsCount::new(ROWS))
+        .counter(ItemsCount::new(*ROWS_LOADED))
         .bench_local(|| black_box(sql(AVG_AGE)));
 }
 
@@ -188,12 +201,19 @@ fn touch_every_partition() {
     });
 }
 
+/// The writes alone that the `_after_write` benches make before each run:
+/// their cost, to take out of those benches' instruction counts.
+#[divan::bench(sample_count = 10, sample_size = 1)]
+fn touch_only(bencher: Bencher) {
+    bencher.bench_local(touch_every_partition);
+}
+
 /// `avg_age_sql` as the first read after a write in every partition: what
 /// the scan costs where the derived cache holds nothing (and filling it).
 #[divan::bench(sample_count = 10, sample_size = 1)]
 fn avg_age_sql_after_write(bencher: Bencher) {
     bencher
-        .counter(ItemsCount::new(ROWS))
+        .counter(ItemsCount::new(*ROWS_LOADED))
         .with_inputs(touch_every_partition)
         .bench_local_values(|()| black_box(sql(AVG_AGE)));
 }
@@ -201,7 +221,7 @@ fn avg_age_sql_after_write(bencher: Bencher) {
 #[divan::bench(sample_count = 10, sample_size = 1)]
 fn by_gender_sql_after_write(bencher: Bencher) {
     bencher
-        .counter(ItemsCount::new(ROWS))
+        .counter(ItemsCount::new(*ROWS_LOADED))
         .with_inputs(touch_every_partition)
         .bench_local_values(|()| black_box(sql(BY_GENDER)));
 }
@@ -221,34 +241,40 @@ fn partition_range_sql_after_write(bencher: Bencher) {
 #[divan::bench(sample_count = 10)]
 fn avg_age_sqlite(bencher: Bencher) {
     let db = FIXTURE.sqlite.lock().expect("sqlite");
-    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
-        let avg: f64 = db.query_row(AVG_AGE, [], |r| r.get(0)).expect("row");
-        black_box(avg)
-    });
+    bencher
+        .counter(ItemsCount::new(*ROWS_LOADED))
+        .bench_local(|| {
+            let avg: f64 = db.query_row(AVG_AGE, [], |r| r.get(0)).expect("row");
+            black_box(avg)
+        });
 }
 
 #[divan::bench(sample_count = 10)]
 fn by_gender_sql(bencher: Bencher) {
-    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
-        let rows = sql(BY_GENDER);
-        assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 2);
-        black_box(rows)
-    });
+    bencher
+        .counter(ItemsCount::new(*ROWS_LOADED))
+        .bench_local(|| {
+            let rows = sql(BY_GENDER);
+            assert_eq!(rows.iter().map(RecordBatch::num_rows).sum::<usize>(), 2);
+            black_box(rows)
+        });
 }
 
 #[divan::bench(sample_count = 10)]
 fn by_gender_sqlite(bencher: Bencher) {
     let db = FIXTURE.sqlite.lock().expect("sqlite");
-    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
-        let mut stmt = db.prepare_cached(BY_GENDER).expect("prepare");
-        let groups: Vec<(String, i64)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .expect("query")
-            .collect::<Result<_, _>>()
-            .expect("rows");
-        assert_eq!(groups.len(), 2);
-        black_box(groups)
-    });
+    bencher
+        .counter(ItemsCount::new(*ROWS_LOADED))
+        .bench_local(|| {
+            let mut stmt = db.prepare_cached(BY_GENDER).expect("prepare");
+            let groups: Vec<(String, i64)> = stmt
+                .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .expect("query")
+                .collect::<Result<_, _>>()
+                .expect("rows");
+            assert_eq!(groups.len(), 2);
+            black_box(groups)
+        });
 }
 
 #[divan::bench(sample_count = 10)]
@@ -257,40 +283,44 @@ fn raw_redb_iteration(bencher: Bencher) {
     let f = &*FIXTURE;
     let name = format!("entities_{}", demo::TABLE.to_ascii_lowercase());
     let def: TableDefinition<&[u8], &[u8]> = TableDefinition::new(&name);
-    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
-        let txn = f.raw.begin_read().expect("read");
-        let rows = txn.open_table(def).expect("table");
-        let (mut n, mut bytes) = (0u64, 0usize);
-        for (start, end) in &f.ranges {
-            for item in rows
-                .range::<&[u8]>(start.as_slice()..end.as_slice())
-                .expect("range")
-            {
-                let (key, value) = item.expect("entry");
-                n += 1;
-                bytes += key.value().len() + value.value().len();
+    bencher
+        .counter(ItemsCount::new(*ROWS_LOADED))
+        .bench_local(|| {
+            let txn = f.raw.begin_read().expect("read");
+            let rows = txn.open_table(def).expect("table");
+            let (mut n, mut bytes) = (0u64, 0usize);
+            for (start, end) in &f.ranges {
+                for item in rows
+                    .range::<&[u8]>(start.as_slice()..end.as_slice())
+                    .expect("range")
+                {
+                    let (key, value) = item.expect("entry");
+                    n += 1;
+                    bytes += key.value().len() + value.value().len();
+                }
             }
-        }
-        assert_eq!(n, ROWS);
-        black_box(bytes)
-    });
+            assert_eq!(n, *ROWS_LOADED);
+            black_box(bytes)
+        });
 }
 
 #[divan::bench(sample_count = 10)]
 fn by_gender_rows_sql(bencher: Bencher) {
     // (`by_gender_sql` above is the query, with avg(age).)
-    bencher.counter(ItemsCount::new(ROWS)).bench_local(|| {
-        black_box(sql(
-            "SELECT gender, count(*) FROM registrations GROUP BY gender",
-        ))
-    });
+    bencher
+        .counter(ItemsCount::new(*ROWS_LOADED))
+        .bench_local(|| {
+            black_box(sql(
+                "SELECT gender, count(*) FROM registrations GROUP BY gender",
+            ))
+        });
 }
 
-/// One registration by its keys, from the store (registration 500,000).
+/// One registration by its keys, from the store (the middle one loaded).
 #[divan::bench]
 fn point_get_store(bencher: Bencher) {
     let f = &*FIXTURE;
-    let r = demo::registration(500_000);
+    let r = demo::registration(*ROWS_LOADED / 2);
     let table = TableName::new(demo::TABLE).expect("name");
     let pk = PartitionKey::new(format!("{}__{}", r.event, r.distance)).expect("key");
     let rk = RowKey::new(format!(

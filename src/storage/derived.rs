@@ -23,10 +23,9 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{KeyRange, PartitionKey, TableName};
+use super::{KeyRange, PartitionKey, RowKey, TableName};
 
 /// Most partitions of one table whose write numbers are kept; past it a
 /// write moves the whole table's version (so memory does not grow with a
@@ -56,13 +55,17 @@ struct Inner {
 struct Versions {
     /// Moved when the table is made, dropped, or tracks too many partitions.
     table: u64,
-    partitions: BTreeMap<String, u64>,
+    /// In the store's order of PartitionKeys (UTF-16 code units), so that a
+    /// range here holds the partitions the store's range does.
+    partitions: BTreeMap<PartitionKey, u64>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct EntryKey {
     table: String,
     partitions: KeyRange<PartitionKey>,
+    rows: KeyRange<RowKey>,
+    /// What the reader derived (shared by a scan's requests, not copied).
     shape: Arc<str>,
 }
 
@@ -98,6 +101,13 @@ impl DerivedCache {
         self.budget
     }
 
+    /// The most bytes one entry may take: a reader gathering more stops
+    /// gathering (one big scan must not hold its pages, nor push out all
+    /// the others).
+    pub fn max_entry(&self) -> usize {
+        self.budget / 8
+    }
+
     /// The version of a range of a table's partitions, to take before
     /// reading what will be kept.
     pub fn version(&self, table: &TableName, partitions: &KeyRange<PartitionKey>) -> u64 {
@@ -105,7 +115,11 @@ impl DerivedCache {
     }
 
     /// Writes landed (or may have) in these partitions of `table`.
-    pub fn written<'a>(&self, table: &TableName, partitions: impl IntoIterator<Item = &'a str>) {
+    pub fn written<'a>(
+        &self,
+        table: &TableName,
+        partitions: impl IntoIterator<Item = &'a PartitionKey>,
+    ) {
         let mut inner = lock(&self.inner);
         inner.seq += 1;
         let seq = inner.seq;
@@ -114,7 +128,7 @@ impl DerivedCache {
             match versions.partitions.get_mut(pk) {
                 Some(v) => *v = seq,
                 None => {
-                    versions.partitions.insert(pk.to_owned(), seq);
+                    versions.partitions.insert(pk.clone(), seq);
                 }
             }
         }
@@ -139,42 +153,54 @@ impl DerivedCache {
         inner.bytes = inner.entries.values().map(|e| e.bytes).sum();
     }
 
-    /// What was kept for `shape` over these partitions, if nothing was
-    /// written there since.
+    /// What was kept for `shape` over these key ranges, if nothing was
+    /// written there since (an entry written over is dropped).
     pub fn get(
         &self,
         table: &TableName,
         partitions: &KeyRange<PartitionKey>,
+        rows: &KeyRange<RowKey>,
         shape: &Arc<str>,
     ) -> Option<Arc<dyn Any + Send + Sync>> {
         let key = EntryKey {
             table: table.folded(),
             partitions: partitions.clone(),
+            rows: rows.clone(),
             shape: shape.clone(),
         };
-        let inner = lock(&self.inner);
+        let mut inner = lock(&self.inner);
         let entry = inner.entries.get(&key)?;
-        (entry.version == inner.version(&key.table, partitions)).then(|| entry.value.clone())
+        if entry.version == inner.version(&key.table, partitions) {
+            return Some(entry.value.clone());
+        }
+        if let Some(gone) = inner.entries.remove(&key) {
+            inner.bytes -= gone.bytes;
+            inner.order.retain(|k| *k != key);
+        }
+        None
     }
 
     /// Keeps `value` (about `bytes` in memory), derived from reads begun at
     /// `version`, unless a write landed in the range since or it would take
-    /// more than an eighth of the budget. The oldest entries make room.
+    /// more than `max_entry`. The oldest entries make room.
     pub fn put(
         &self,
         table: &TableName,
-        partitions: &KeyRange<PartitionKey>,
+        (partitions, rows): (&KeyRange<PartitionKey>, &KeyRange<RowKey>),
         shape: Arc<str>,
         version: u64,
         value: Arc<dyn Any + Send + Sync>,
         bytes: usize,
     ) {
-        if bytes > self.budget / 8 {
+        // The key's name of the shape is shared, but counted per entry.
+        let bytes = bytes + shape.len();
+        if bytes > self.max_entry() {
             return;
         }
         let key = EntryKey {
             table: table.folded(),
             partitions: partitions.clone(),
+            rows: rows.clone(),
             shape,
         };
         let mut inner = lock(&self.inner);
@@ -207,39 +233,22 @@ impl Inner {
         let Some(versions) = self.tables.get(folded) else {
             return 0;
         };
-        let range = (bound(&partitions.start), bound(&partitions.end));
-        // An empty or inverted range holds no partition (BTreeMap::range
-        // would panic on it).
-        let empty = match range {
-            (Bound::Included(s) | Bound::Excluded(s), Bound::Included(e) | Bound::Excluded(e)) => {
-                s > e || (s == e && !matches!(range, (Bound::Included(_), Bound::Included(_))))
-            }
-            _ => false,
-        };
-        let written = if empty {
+        // An empty range holds no partition (and BTreeMap::range would
+        // panic on an inverted one).
+        let written = if partitions.is_empty() {
             None
         } else {
-            versions
-                .partitions
-                .range::<str, _>(range)
-                .map(|(_, v)| *v)
-                .max()
+            let range = (partitions.start.as_ref(), partitions.end.as_ref());
+            versions.partitions.range(range).map(|(_, v)| *v).max()
         };
         written.map_or(versions.table, |w| w.max(versions.table))
-    }
-}
-
-fn bound(b: &Bound<PartitionKey>) -> Bound<&str> {
-    match b {
-        Bound::Included(pk) => Bound::Included(pk.as_str()),
-        Bound::Excluded(pk) => Bound::Excluded(pk.as_str()),
-        Bound::Unbounded => Bound::Unbounded,
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::ops::Bound;
 
     fn pk(s: &str) -> PartitionKey {
         PartitionKey::new(s).expect("key")
@@ -252,76 +261,123 @@ mod tests {
         }
     }
 
+    fn table() -> TableName {
+        TableName::new("things").expect("name")
+    }
+
+    /// Keeps `value` over `partitions` (every row) as read from now.
+    fn keep(cache: &DerivedCache, partitions: &KeyRange<PartitionKey>, value: u8, bytes: usize) {
+        let v = cache.version(&table(), partitions);
+        let all = KeyRange::all();
+        cache.put(
+            &table(),
+            (partitions, &all),
+            "s".into(),
+            v,
+            Arc::new(value),
+            bytes,
+        );
+    }
+
+    fn kept(cache: &DerivedCache, partitions: &KeyRange<PartitionKey>) -> bool {
+        cache
+            .get(&table(), partitions, &KeyRange::all(), &"s".into())
+            .is_some()
+    }
+
     #[test]
     fn an_entry_is_served_until_a_write_lands_in_its_range_and_only_then() {
         let cache = DerivedCache::new(1 << 20);
-        let t = TableName::new("things").expect("name");
-        let shape: Arc<str> = "avg".into();
-        let v = cache.version(&t, &range("a", "c"));
-        cache.put(&t, &range("a", "c"), shape.clone(), v, Arc::new(7u32), 4);
-        assert!(cache.get(&t, &range("a", "c"), &shape).is_some());
-        cache.written(&t, ["c", "z"]);
-        assert!(cache.get(&t, &range("a", "c"), &shape).is_some(), "outside");
+        keep(&cache, &range("a", "c"), 7, 4);
+        assert!(kept(&cache, &range("a", "c")));
+        assert!(
+            cache
+                .get(
+                    &table(),
+                    &range("a", "c"),
+                    &KeyRange::all(),
+                    &"other".into()
+                )
+                .is_none(),
+            "another shape"
+        );
+        cache.written(&table(), &[pk("c"), pk("z")]);
+        assert!(kept(&cache, &range("a", "c")), "outside");
         // A partition the range did not have before is a write in it.
-        cache.written(&t, ["b"]);
-        assert!(cache.get(&t, &range("a", "c"), &shape).is_none());
+        cache.written(&table(), &[pk("b")]);
+        assert!(!kept(&cache, &range("a", "c")));
+        assert_eq!(lock(&cache.inner).bytes, 0, "dropped when found stale");
+    }
+
+    #[test]
+    fn ranges_hold_partitions_in_the_stores_order_of_keys() {
+        // U+1F600 is a surrogate pair in UTF-16 (D83D DE00), below U+FF21,
+        // though above it in UTF-8: the store's range [a, U+FF21) holds it.
+        let cache = DerivedCache::new(1 << 20);
+        let r = range("a", "\u{FF21}");
+        keep(&cache, &r, 1, 1);
+        cache.written(&table(), &[pk("\u{1F600}")]);
+        assert!(!kept(&cache, &r));
+        let inverted = KeyRange {
+            start: Bound::Included(pk("\u{1F600}")),
+            end: Bound::Included(pk("\u{FF21}")),
+        };
+        keep(&cache, &inverted, 1, 1);
+        cache.written(&table(), &[pk("\u{FF00}")]);
+        assert!(!kept(&cache, &inverted));
     }
 
     #[test]
     fn a_read_overtaken_by_a_write_is_not_kept() {
         let cache = DerivedCache::new(1 << 20);
-        let t = TableName::new("things").expect("name");
-        let shape: Arc<str> = "s".into();
-        let v = cache.version(&t, &KeyRange::all());
-        cache.written(&t, ["a"]);
-        cache.put(&t, &KeyRange::all(), shape.clone(), v, Arc::new(1u8), 1);
-        assert!(cache.get(&t, &KeyRange::all(), &shape).is_none());
+        let all = KeyRange::all();
+        let v = cache.version(&table(), &all);
+        cache.written(&table(), &[pk("a")]);
+        cache.put(
+            &table(),
+            (&all, &KeyRange::all()),
+            "s".into(),
+            v,
+            Arc::new(1u8),
+            1,
+        );
+        assert!(!kept(&cache, &all));
     }
 
     #[test]
     fn a_table_made_again_keeps_nothing_of_the_old_one() {
         let cache = DerivedCache::new(1 << 20);
-        let t = TableName::new("things").expect("name");
-        let shape: Arc<str> = "s".into();
-        let v = cache.version(&t, &KeyRange::all());
-        cache.put(&t, &KeyRange::all(), shape.clone(), v, Arc::new(1u8), 1);
-        cache.replaced(&t);
-        assert!(cache.get(&t, &KeyRange::all(), &shape).is_none());
-        let v = cache.version(&t, &KeyRange::all());
-        cache.put(&t, &KeyRange::all(), shape.clone(), v, Arc::new(2u8), 1);
-        assert!(cache.get(&t, &KeyRange::all(), &shape).is_some());
+        let all = KeyRange::all();
+        keep(&cache, &all, 1, 1);
+        cache.replaced(&table());
+        assert!(!kept(&cache, &all));
+        keep(&cache, &all, 2, 1);
+        assert!(kept(&cache, &all));
     }
 
     #[test]
     fn the_oldest_entries_make_room_and_big_ones_are_not_kept() {
-        let cache = DerivedCache::new(800);
-        let t = TableName::new("things").expect("name");
-        let shape = |s: &str| -> Arc<str> { s.into() };
+        // 100 bytes of value and 1 of the shape's name each: 8 fit.
+        let cache = DerivedCache::new(808);
         for (i, name) in ["a", "b", "c", "d", "e", "f", "g", "h", "i"]
             .iter()
             .enumerate()
         {
-            let r = range(name, "zz");
-            let v = cache.version(&t, &r);
-            cache.put(&t, &r, shape("s"), v, Arc::new(i), 100);
+            keep(&cache, &range(name, "zz"), i as u8, 100);
         }
-        assert!(cache.get(&t, &range("a", "zz"), &shape("s")).is_none());
-        assert!(cache.get(&t, &range("i", "zz"), &shape("s")).is_some());
-        let v = cache.version(&t, &range("j", "zz"));
-        cache.put(&t, &range("j", "zz"), shape("s"), v, Arc::new(0u8), 101);
-        assert!(cache.get(&t, &range("j", "zz"), &shape("s")).is_none());
+        assert!(!kept(&cache, &range("a", "zz")));
+        assert!(kept(&cache, &range("i", "zz")));
+        keep(&cache, &range("j", "zz"), 0, 101);
+        assert!(!kept(&cache, &range("j", "zz")));
     }
 
     #[test]
     fn too_many_partitions_move_the_whole_table() {
         let cache = DerivedCache::new(1 << 20);
-        let t = TableName::new("things").expect("name");
-        let shape: Arc<str> = "s".into();
-        let v = cache.version(&t, &range("a", "b"));
-        cache.put(&t, &range("a", "b"), shape.clone(), v, Arc::new(1u8), 1);
-        let many: Vec<String> = (0..=MAX_TRACKED).map(|i| format!("p{i:06}")).collect();
-        cache.written(&t, many.iter().map(String::as_str));
-        assert!(cache.get(&t, &range("a", "b"), &shape).is_none());
+        keep(&cache, &range("a", "b"), 1, 1);
+        let many: Vec<PartitionKey> = (0..=MAX_TRACKED).map(|i| pk(&format!("p{i:06}"))).collect();
+        cache.written(&table(), &many);
+        assert!(!kept(&cache, &range("a", "b")));
         assert!(lock(&cache.inner).tables["things"].partitions.is_empty());
     }
 }

@@ -54,9 +54,10 @@ use super::units::{Unit, batched};
 use crate::catalog::stats::TableStats;
 use crate::exec::ExecError;
 use crate::exec::notices::ScanVerdict;
-use crate::storage::{
-    ContinuationToken, DerivedCache, KeyRange, PageEnd, Query, StoredEntity, TableStore,
-};
+use crate::storage::{ContinuationToken, KeyRange, PageEnd, Query, StoredEntity, TableStore};
+use cached::KeptPages;
+
+mod cached;
 
 /// Tuning of scans: [`ScanOptions::default`], then the `with_` methods.
 #[derive(Debug, Clone, Copy)]
@@ -477,25 +478,6 @@ struct RequestRun {
     shape: Option<Arc<str>>,
 }
 
-/// A request's decoded pages, as the derived cache keeps them.
-#[derive(Default)]
-struct KeptPages {
-    batches: Vec<RecordBatch>,
-    /// The partitions met, for the scan's count of them.
-    partitions: Vec<String>,
-}
-
-impl KeptPages {
-    fn bytes(&self) -> usize {
-        let batches: usize = self
-            .batches
-            .iter()
-            .map(RecordBatch::get_array_memory_size)
-            .sum();
-        batches + self.partitions.iter().map(String::len).sum::<usize>()
-    }
-}
-
 /// The base rows behind index rows.
 struct Lookup {
     /// The base rows' layout.
@@ -576,8 +558,8 @@ impl RequestRun {
                 if at_most_one {
                     query.top = Some(1);
                 }
-                match self.cache_key(&query, at_most_one) {
-                    Some((cache, shape)) => self.scan_cached(cache, shape, &query, tx).await?,
+                match self.cache(&query, at_most_one) {
+                    Some(cache) => self.scan_cached(cache, &query, tx).await?,
                     None => {
                         self.scan(&query, at_most_one, tx, None).await?;
                     }
@@ -587,58 +569,9 @@ impl RequestRun {
         Ok(())
     }
 
-    /// The store's derived cache and this request's key in it, where what
-    /// it reads may be kept: every row of its key ranges, decoded as they
-    /// are stored (no filter for the store, no `top`, no base rows looked
-    /// up behind index rows).
-    fn cache_key(&self, query: &Query, at_most_one: bool) -> Option<(&DerivedCache, Arc<str>)> {
-        let cache = self.store.derived()?;
-        let shape = self.shape.as_deref()?;
-        let plain = self.lookup.is_none() && query.filter.is_none() && query.top.is_none();
-        (plain && !at_most_one).then(|| (cache, format!("{shape} rows={:?}", query.rows).into()))
-    }
-
-    /// A request's pages from the derived cache where nothing was written
-    /// in its partitions since they were kept; else read, and kept when
-    /// every page reached the consumer.
-    async fn scan_cached(
-        &self,
-        cache: &DerivedCache,
-        shape: Arc<str>,
-        query: &Query,
-        tx: &mpsc::Sender<Result<RecordBatch>>,
-    ) -> Result<()> {
-        let table = &self.layout.table;
-        if let Some(kept) = cache.get(table, &query.partitions, &shape)
-            && let Ok(pages) = kept.downcast::<KeptPages>()
-        {
-            self.counters.cached.add(1);
-            self.count_partitions(pages.partitions.iter().map(String::as_str));
-            for batch in &pages.batches {
-                if self.send(batch.clone(), Skipped::default(), tx).await == 0 {
-                    break;
-                }
-            }
-            return Ok(());
-        }
-        let version = cache.version(table, &query.partitions);
-        let mut pages = KeptPages::default();
-        if self.scan(query, false, tx, Some(&mut pages)).await? {
-            let bytes = pages.bytes();
-            cache.put(
-                table,
-                &query.partitions,
-                shape,
-                version,
-                Arc::new(pages),
-                bytes,
-            );
-        }
-        Ok(())
-    }
-
     /// Follows a request's continuation tokens page by page; `Ok(true)` if
-    /// every page reached the consumer. `keep` gathers the pages sent.
+    /// every page reached the consumer. `keep` gathers the pages sent,
+    /// until they pass what the cache would keep.
     async fn scan(
         &self,
         query: &Query,
@@ -655,19 +588,11 @@ impl RequestRun {
                 let (end, sink) = self.page_into(query, token.as_ref()).await?;
                 self.counters.scanned.add(end.scanned);
                 self.count_partitions(sink.partitions().iter().map(String::as_str));
-                if let Some(keep) = keep.as_deref_mut() {
-                    for pk in sink.partitions() {
-                        if keep.partitions.last() != Some(pk) {
-                            keep.partitions.push(pk.clone());
-                        }
-                    }
-                }
+                let partitions = keep.is_some().then(|| sink.partitions().to_vec());
                 let (batch, skipped) = sink.finish()?;
                 let rows = batch.num_rows();
-                if let Some(keep) = keep.as_deref_mut()
-                    && rows > 0
-                {
-                    keep.batches.push(batch.clone());
+                if let (Some(pages), Some(partitions)) = (keep.as_deref_mut(), partitions) {
+                    pages.take(&batch, skipped, partitions);
                 }
                 let sent = self.send(batch, skipped, tx).await;
                 if sent < rows {

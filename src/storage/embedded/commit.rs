@@ -16,7 +16,9 @@ use super::{
 };
 use crate::storage::value::to_ticks;
 use crate::storage::write::{Effect, apply};
-use crate::storage::{InvalidInput, Result, StorageError, TableName, WriteOp, WriteOutcome};
+use crate::storage::{
+    InvalidInput, PartitionKey, Result, StorageError, TableName, WriteOp, WriteOutcome,
+};
 
 /// One submitted transaction and, once a commit has run, its answer. The
 /// commit takes the operations out, so their entities are stored without a
@@ -101,15 +103,15 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
     let mut dicts: HashMap<String, Dict> = HashMap::new();
     let mut known = 0;
     // The partitions each table's writes touch, for the derived cache.
-    let mut touched: HashMap<&TableName, Vec<String>> = HashMap::new();
+    let mut touched: HashMap<&TableName, Vec<PartitionKey>> = HashMap::new();
     for p in group {
         let timestamp = store.clock.next();
         let ops = std::mem::take(&mut *lock(&p.ops));
         let partitions = touched.entry(&p.table).or_default();
         for op in &ops {
-            let pk = op.keys().0.as_str();
-            if partitions.last().is_none_or(|last| last != pk) {
-                partitions.push(pk.to_owned());
+            let pk = op.keys().0;
+            if partitions.last() != Some(pk) {
+                partitions.push(pk.clone());
             }
         }
         let folded = p.table.folded();
@@ -145,13 +147,16 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
     // dictionaries against their snapshots meanwhile.
     let _changing =
         (dicts.values().map(Dict::len).sum::<u64>() > known).then(|| store.dicts.changing());
-    // Whatever the outcome: a failed commit may still have landed, and a
+    // Before and after, whatever the outcome: pages kept while the commit
+    // lands may hold either state, and readers that began before it may
+    // have kept the old one; a failed commit may still have landed, and a
     // needless miss costs only a read.
+    for (table, partitions) in &touched {
+        store.derived.written(table, partitions);
+    }
     let committed = txn.commit();
-    for (table, partitions) in touched {
-        store
-            .derived
-            .written(table, partitions.iter().map(String::as_str));
+    for (table, partitions) in &touched {
+        store.derived.written(table, partitions);
     }
     committed?;
     for (folded, dict) in dicts {

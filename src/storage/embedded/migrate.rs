@@ -244,6 +244,7 @@ fn copy_table(
             drop(names);
             copied += staged.len() as u64;
             done.entities += staged.len() as u64;
+            // The target store serves no reads yet: no derived cache to tell.
             commit::write(&txn, table, &mut names_now, staged)?;
             let mut meta = txn.open_table(META)?;
             if let Some(last) = &last {

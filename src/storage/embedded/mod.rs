@@ -90,7 +90,9 @@ impl EmbeddedStore {
         Self::init(db)
     }
 
-    /// Keeps at most `bytes` of scans' decoded pages (0: none).
+    /// Keeps at most `bytes` of scans' decoded pages (0: none). Set it on
+    /// the store as opened, before cloning: clones share one cache, and a
+    /// commit tells only its own handle's cache of its writes.
     pub fn with_derived_cache(mut self, bytes: usize) -> Self {
         self.derived = Arc::new(DerivedCache::new(bytes));
         self
@@ -264,8 +266,9 @@ impl TableStore for EmbeddedStore {
                 )?;
                 txn.open_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
-            txn.commit()?;
+            let committed = txn.commit();
             s.derived.replaced(&table);
+            committed?;
             Ok(())
         })
         .await
