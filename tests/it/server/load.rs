@@ -9,8 +9,15 @@ async fn fetch_size_streams_100k_rows_in_flat_memory() -> TestResult {
     let server = serve(100_000, &[])?;
     let mut client = server.connect().await?;
     let tx = client.transaction().await?;
+    // `finish > 0` (every row) is a condition the store applies, so the
+    // scan's pages are not kept in the store's derived cache, which holds
+    // decoded pages on purpose (up to its budget, docs/operations.md): what
+    // must stay flat is what the stream itself holds.
     let statement = tx
-        .prepare("SELECT event, distance, bib, name, gender, age, finish, registered, club FROM registrations")
+        .prepare(
+            "SELECT event, distance, bib, name, gender, age, finish, registered, club \
+             FROM registrations WHERE finish > 0",
+        )
         .await?;
     let portal = tx.bind(&statement, &[]).await?;
     let mut rows = 0usize;
