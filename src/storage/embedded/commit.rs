@@ -233,12 +233,13 @@ pub(super) fn write(
     let mut names = txn.open_table(dict::definition(&dict::table_name(&folded)))?;
     let mut deltas = counts::Deltas::default();
     let mut outcomes = Vec::with_capacity(staged.len());
+    let (mut last, mut ids) = (Vec::new(), Vec::new());
     for (key, effect) in staged {
         match effect {
             Effect::Put(e) => {
-                let value = value::encode(&e.timestamp, &e.entity.properties, &mut |n| {
-                    dict.id_or_add(n, &mut names)
-                })?;
+                let props = &e.entity.properties;
+                dict.ids_of(props.keys().map(String::as_str), &mut names, &mut last, &mut ids)?;
+                let value = value::encode(&e.timestamp, props, &ids)?;
                 if rows.insert(key.as_slice(), value.as_slice())?.is_none() {
                     deltas.add(&key, 1)?;
                 }

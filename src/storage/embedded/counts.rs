@@ -72,10 +72,17 @@ pub struct Deltas(BTreeMap<Vec<u8>, i64>);
 impl Deltas {
     /// One entity of this stored key more (`by` 1) or fewer (-1).
     pub fn add(&mut self, entity_key: &[u8], by: i64) -> Result<()> {
+        // The counter's key, the partition's prefix and the kind, is the
+        // start of the entity's key: looked up borrowed, copied only when
+        // new to this transaction.
         let rk_at = key::separator(entity_key)? + 1;
-        let mut counter = entity_key[..rk_at].to_vec();
-        counter.extend_from_slice(kind_bytes(&entity_key[rk_at..]));
-        *self.0.entry(counter).or_default() += by;
+        let counter = &entity_key[..rk_at + kind_bytes(&entity_key[rk_at..]).len()];
+        match self.0.get_mut(counter) {
+            Some(n) => *n += by,
+            None => {
+                self.0.insert(counter.to_vec(), by);
+            }
+        }
         Ok(())
     }
 

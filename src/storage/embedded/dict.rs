@@ -15,8 +15,12 @@
 //! extends a copy and publishes it only once its commit is durable, so a
 //! failed commit leaves no id that the file does not hold.
 
-use std::collections::HashMap;
 use std::sync::Arc;
+
+// Looked up for every property a write stores: foldhash, not SipHash
+// (names come from the table's own writers, not from an attacker who
+// could aim collisions at one process's map).
+use foldhash::HashMap;
 
 use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 
@@ -115,6 +119,40 @@ impl Dict {
     /// The name of an id.
     pub fn name(&self, id: u16) -> Option<&Arc<str>> {
         self.names.get(usize::from(id))
+    }
+
+    /// The ids of an entity's property names, in order, into `out`;
+    /// names new to the table are given ids as `id_or_add` gives them.
+    /// `last` holds the names of the entity numbered before, by position:
+    /// a batch's entities mostly have the same names in the same order,
+    /// and comparing a name is cheaper than hashing it.
+    pub fn ids_of<'n>(
+        &mut self,
+        names: impl Iterator<Item = &'n str>,
+        table: &mut redb::Table<'_, u16, &'static str>,
+        last: &mut Vec<(Arc<str>, u16)>,
+        out: &mut Vec<u16>,
+    ) -> Result<()> {
+        out.clear();
+        for (i, name) in names.enumerate() {
+            if let Some((seen, id)) = last.get(i)
+                && **seen == *name
+            {
+                out.push(*id);
+                continue;
+            }
+            let id = self.id_or_add(name, table)?;
+            let seen = self
+                .name(id)
+                .cloned()
+                .ok_or_else(|| StorageError::Corrupt("a property id without a name".into()))?;
+            match last.get_mut(i) {
+                Some(slot) => *slot = (seen, id),
+                None => last.push((seen, id)),
+            }
+            out.push(id);
+        }
+        Ok(())
     }
 
     /// The id of a name, giving it the next one (and writing it to the
@@ -235,5 +273,38 @@ impl Dict {
             dict.add(n);
         }
         dict
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_get_the_same_ids_whether_remembered_from_the_entity_before_or_looked_up() {
+        let db = redb::Database::builder()
+            .create_with_backend(redb::backends::InMemoryBackend::new())
+            .expect("db");
+        let txn = db.begin_write().expect("txn");
+        let mut table = txn.open_table(definition("names_t")).expect("table");
+        let mut dict = Dict::default();
+        let (mut last, mut ids) = (Vec::new(), Vec::new());
+        let mut number = |names: &[&str], dict: &mut Dict| {
+            dict.ids_of(names.iter().copied(), &mut table, &mut last, &mut ids)
+                .expect("ids");
+            ids.clone()
+        };
+        assert_eq!(number(&["age", "name"], &mut dict), [0, 1]);
+        assert_eq!(number(&["age", "name"], &mut dict), [0, 1]);
+        // Another order, a new name, fewer names, then more again.
+        assert_eq!(number(&["name", "age", "bib"], &mut dict), [1, 0, 2]);
+        assert_eq!(number(&["bib"], &mut dict), [2]);
+        assert_eq!(number(&["bib", "age", "bib2"], &mut dict), [2, 0, 3]);
+        assert_eq!(number(&["age", "name"], &mut dict), [0, 1]);
+        for (id, name) in ["age", "name", "bib", "bib2"].iter().enumerate() {
+            assert_eq!(dict.id(name), Some(id as u16));
+            let stored = table.get(id as u16).expect("get").map(|v| v.value().to_owned());
+            assert_eq!(stored.as_deref(), Some(*name));
+        }
     }
 }

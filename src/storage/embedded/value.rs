@@ -40,22 +40,21 @@ fn corrupt(what: &str) -> StorageError {
     StorageError::Corrupt(what.to_owned())
 }
 
-/// Encodes an entity's Timestamp and properties, numbering each name with
-/// `id` (which gives new names the table's next id).
-pub fn encode(
-    timestamp: &DateTime<Utc>,
-    properties: &Properties,
-    id: &mut dyn FnMut(&str) -> Result<u16>,
-) -> Result<Vec<u8>> {
+/// Encodes an entity's Timestamp and properties, whose names the table's
+/// dictionary numbers `ids`, in the properties' order.
+pub fn encode(timestamp: &DateTime<Utc>, properties: &Properties, ids: &[u16]) -> Result<Vec<u8>> {
     let n = properties.len();
+    if ids.len() != n {
+        return Err(corrupt("a property without an id"));
+    }
     // At most 252 properties: validated before any write.
     let count = u8::try_from(n).map_err(|_| corrupt("too many properties to encode"))?;
     let data: usize = properties.values().map(data_len).sum();
     let mut out = Vec::with_capacity(HEAD + 7 * n + data);
     out.extend_from_slice(&to_ticks(timestamp).to_le_bytes());
     out.push(count);
-    for name in properties.keys() {
-        out.extend_from_slice(&id(name)?.to_le_bytes());
+    for id in ids {
+        out.extend_from_slice(&id.to_le_bytes());
     }
     out.extend(properties.values().map(tag));
     let mut end = 0u32;
@@ -399,12 +398,9 @@ mod tests {
     /// Encodes with ids given in order of first use, as a table's
     /// dictionary gives them.
     fn encoded(props: &Properties, dict: &mut Dict) -> Vec<u8> {
-        let mut names = Vec::new();
-        let bytes = encode(&from_ticks(123_456_789), props, &mut |n| {
-            names.push(n.to_owned());
-            Ok(names.len() as u16 - 1)
-        })
-        .expect("encodes");
+        let names: Vec<String> = props.keys().cloned().collect();
+        let ids: Vec<u16> = (0..names.len() as u16).collect();
+        let bytes = encode(&from_ticks(123_456_789), props, &ids).expect("encodes");
         *dict = Dict::from_names(&names);
         bytes
     }
