@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "azure")]
 use super::azure::{AzureConfig, AzureStore, ConfigError};
+use super::embedded::DEFAULT_DERIVED_CACHE;
 use super::{EmbeddedStore, Result, TableStore};
 
 /// The directory the embedded store uses when none is given.
@@ -123,10 +124,20 @@ impl StoreLocation {
         }
     }
 
-    /// Opens the store.
+    /// Opens the store, an embedded one with the default derived cache.
     pub fn open(&self) -> Result<Arc<dyn TableStore>> {
+        self.open_with(DEFAULT_DERIVED_CACHE)
+    }
+
+    /// Opens the store; an embedded one keeps at most `derived_cache`
+    /// bytes of scans' decoded pages (`EmbeddedStore::with_derived_cache`,
+    /// 0: none). A remote store keeps none whatever it is given: other
+    /// processes write to it unheard.
+    pub fn open_with(&self, derived_cache: usize) -> Result<Arc<dyn TableStore>> {
         match self {
-            StoreLocation::Embedded(dir) => Ok(Arc::new(EmbeddedStore::open(dir)?)),
+            StoreLocation::Embedded(dir) => Ok(Arc::new(
+                EmbeddedStore::open(dir)?.with_derived_cache(derived_cache),
+            )),
             #[cfg(feature = "azure")]
             StoreLocation::Azure(config) => Ok(Arc::new(AzureStore::new(config.clone())?)),
         }

@@ -365,6 +365,44 @@ fn analyze_in_the_cli() -> TestResult {
     Ok(())
 }
 
+/// `--derived-cache` sizes the embedded store's cache of decoded pages:
+/// by default a scan asked again in the same process is served from it
+/// (every partition's request), with 0 it is read again; a size without
+/// a unit is refused, naming what is missing.
+#[test]
+fn the_derived_cache_is_sized_on_the_command_line() -> TestResult {
+    let dir = tempfile::tempdir()?;
+    stdout_of(tablesql(dir.path()).args(["demo", "--rows", "2000"]))?;
+    let sql = "SELECT avg(age) FROM registrations; \
+               EXPLAIN ANALYZE SELECT avg(age) FROM registrations";
+    let cached = |size: Option<&str>| -> Result<String, Box<dyn std::error::Error>> {
+        let mut cmd = tablesql(dir.path());
+        cmd.env_remove("TABLESQL_DERIVED_CACHE");
+        if let Some(size) = size {
+            cmd.args(["--derived-cache", size]);
+        }
+        let out = stdout_of(cmd.args(["--scan-policy", "allow", "query", sql]))?;
+        let scan = out
+            .lines()
+            .find(|l| l.contains("PartitionScanExec"))
+            .ok_or_else(|| format!("no scan in {out}"))?;
+        let at = scan
+            .find("requests_cached=")
+            .ok_or_else(|| format!("no requests_cached in {scan}"))?;
+        Ok(scan[at..].split([',', ']', ' ']).next().unwrap_or_default().to_owned())
+    };
+    assert_eq!(cached(None)?, "requests_cached=12");
+    assert_eq!(cached(Some("64MB"))?, "requests_cached=12");
+    assert_eq!(cached(Some("0"))?, "requests_cached=0");
+    let out = tablesql(dir.path())
+        .args(["--derived-cache", "256", "tables"])
+        .output()?;
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("needs a unit"), "{err}");
+    Ok(())
+}
+
 /// `tablesql advise`: the demo's registrations (12 equal partitions) are
 /// healthy; a table loaded under one PartitionKey is flagged, with its
 /// evidence, on the terminal and as JSON.

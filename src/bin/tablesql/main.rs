@@ -44,6 +44,12 @@ struct Cli {
     /// 0 keeps them in this process's memory only; otherwise from 0.05 to 3600.
     #[arg(long, global = true, env = "TABLESQL_STATS_FLUSH_INTERVAL", default_value = "10", value_parser = flush_interval)]
     stats_flush_interval: FlushEvery,
+    /// Memory the embedded store keeps scans' decoded pages in, to answer
+    /// the same scan again until a write lands in its partitions: a size
+    /// with its unit, as PostgreSQL spells one (`256MB`, `1GB`, `512kB`),
+    /// or 0 for none. Each process keeps its own.
+    #[arg(long, global = true, env = "TABLESQL_DERIVED_CACHE", default_value = "256MB", value_parser = memory_size)]
+    derived_cache: usize,
     /// The log's level on stderr: error, warn, info, debug or trace (or a
     /// filter such as `info,tablesql=debug`). Default warn; info for
     /// serve. RUST_LOG, when set, is the whole filter instead.
@@ -270,6 +276,30 @@ enum Command {
 #[derive(Clone, Copy)]
 struct FlushEvery(Option<std::time::Duration>);
 
+/// A size as PostgreSQL's settings spell one: a whole number and a unit
+/// (B, kB, MB, GB or TB, each 1024 of the one before; case aside), or 0.
+fn memory_size(s: &str) -> Result<usize, String> {
+    let t = s.trim();
+    let digits = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (number, unit) = t.split_at(digits);
+    let n: u64 = number
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size such as 256MB"))?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" if n == 0 => 0,
+        "b" => 0,
+        "kb" => 10,
+        "mb" => 20,
+        "gb" => 30,
+        "tb" => 40,
+        "" => return Err(format!("{s:?} needs a unit: B, kB, MB, GB or TB")),
+        other => return Err(format!("{other:?} is not a unit: B, kB, MB, GB or TB")),
+    };
+    n.checked_mul(1 << shift)
+        .and_then(|b| usize::try_from(b).ok())
+        .ok_or_else(|| format!("{s:?} is more memory than this machine can address"))
+}
+
 fn flush_interval(s: &str) -> Result<FlushEvery, String> {
     let secs: f64 = s
         .parse()
@@ -366,7 +396,7 @@ async fn run() -> anyhow::Result<()> {
     if let Command::Migrate = cli.command {
         return migrate(&location);
     }
-    let store = match location.open() {
+    let store = match location.open_with(cli.derived_cache) {
         Ok(store) => store,
         Err(e) => run::store_failed(&location, &e),
     };
