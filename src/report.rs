@@ -304,6 +304,7 @@ mod tests {
         let stats = TableStats {
             taken: Utc::now(),
             guidepost_every: 100,
+            counted: false,
             partitions: (0..50)
                 .map(|i| PartitionStats {
                     partition: PartitionKey::new(format!("<p{i}>")).expect("key"),

@@ -21,7 +21,7 @@ use datafusion::physical_plan::filter::FilterExec;
 
 use super::pushdown::push_down;
 use super::settings::TablesqlConfig;
-use crate::catalog::stats::StatsCache;
+use crate::catalog::stats::{StatsCache, TableStats};
 use crate::exec::read::access::AccessPath;
 use crate::exec::read::decode::Source;
 use crate::exec::read::rescan::Rescan;
@@ -227,7 +227,7 @@ impl StoreTable {
             None,
             self.options,
         )?
-        .with_stats(self.stats.get(&self.layout.table))
+        .with_stats(self.table_stats())
         .in_key_order();
         // Judged as the statement's whole scan, wherever the page resumes.
         Ok(self.judged(session, scan, &planned))
@@ -301,7 +301,7 @@ impl StoreTable {
             limit,
             self.options,
         )?
-        .with_stats(self.stats.get(&self.layout.table))
+        .with_stats(self.table_stats())
         .with_alternatives(alternatives);
         let scan = match judge {
             Some(session) => self.judged(session, scan, &planned),
@@ -343,19 +343,25 @@ impl StoreTable {
             {
                 return None;
             }
-            let stats = self.stats.get(&self.layout.table)?;
+            let stats = self.table_stats()?;
             Some(crate::exec::read::fanout::analyzed(&stats, path).partitions)
         };
         let verdict = super::policy::verdict(session, &self.layout, path, partitions);
         scan.with_verdict(verdict)
     }
 
-    /// The statistics its paths are costed from: its table's and its
-    /// global indexes' tables', as `ANALYZE` last took them.
+    /// The statistics its paths are costed from: its table's (`ANALYZE`'s,
+    /// else the store's kept counts') and its global indexes' tables', as
+    /// `ANALYZE` last took them. An index table's counts are left out:
+    /// with them a global index would be costed against the base rows on
+    /// counts alone, and which of the two a query takes stays the rule's
+    /// (`push_down`) until the tables are analyzed. The base table's counts
+    /// change no such choice: they cost only whole kinds, and an index's
+    /// range is narrower.
     pub(crate) fn cost_statistics(&self) -> super::pushdown::cost::Statistics {
         let def = self.layout.def.as_deref();
         super::pushdown::cost::Statistics {
-            base: self.stats.get(&self.layout.table),
+            base: self.table_stats(),
             globals: def.map_or_else(Vec::new, |d| {
                 d.global_indexes
                     .iter()
@@ -363,6 +369,17 @@ impl StoreTable {
                     .collect()
             }),
         }
+    }
+
+    /// Its table's statistics (`StatsCache::get_or_counted`), the counts
+    /// read from the store itself, not a transaction's: they are
+    /// estimates, and a transaction's own writes do not move them.
+    fn table_stats(&self) -> Option<Arc<TableStats>> {
+        let table = &self.layout.table;
+        self.stats
+            .get_or_counted(table, self.layout.def.as_deref(), || {
+                self.store.partition_counts(table).ok().flatten()
+            })
     }
 
     /// The pushdown of `filters`, with the table's statistics.

@@ -23,6 +23,7 @@
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::ops::Bound;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::{KeyRange, PartitionKey, RowKey, TableName};
@@ -55,6 +56,9 @@ struct Inner {
 struct Versions {
     /// Moved when the table is made, dropped, or tracks too many partitions.
     table: u64,
+    /// The last write number given to any of its partitions: the version
+    /// of the whole table without a walk of them all.
+    latest: u64,
     /// In the store's order of PartitionKeys (UTF-16 code units), so that a
     /// range here holds the partitions the store's range does.
     partitions: BTreeMap<PartitionKey, u64>,
@@ -124,6 +128,7 @@ impl DerivedCache {
         inner.seq += 1;
         let seq = inner.seq;
         let versions = inner.tables.entry(table.folded()).or_default();
+        versions.latest = seq;
         for pk in partitions {
             match versions.partitions.get_mut(pk) {
                 Some(v) => *v = seq,
@@ -235,7 +240,9 @@ impl Inner {
         };
         // An empty range holds no partition (and BTreeMap::range would
         // panic on an inverted one).
-        let written = if partitions.is_empty() {
+        let written = if partitions.start == Bound::Unbounded && partitions.end == Bound::Unbounded {
+            Some(versions.latest)
+        } else if partitions.is_empty() {
             None
         } else {
             let range = (partitions.start.as_ref(), partitions.end.as_ref());
@@ -248,7 +255,6 @@ impl Inner {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::ops::Bound;
 
     fn pk(s: &str) -> PartitionKey {
         PartitionKey::new(s).expect("key")
@@ -379,5 +385,22 @@ mod tests {
         cache.written(&table(), &many);
         assert!(!kept(&cache, &range("a", "b")));
         assert!(lock(&cache.inner).tables["things"].partitions.is_empty());
+    }
+
+    #[test]
+    fn the_whole_table_moves_with_a_write_in_any_of_its_partitions() {
+        let cache = DerivedCache::new(1 << 20);
+        let all = KeyRange::all();
+        let before = cache.version(&table(), &all);
+        cache.written(&table(), &[pk("m")]);
+        let after = cache.version(&table(), &all);
+        assert!(after > before);
+        assert_eq!(after, cache.version(&table(), &range("a", "z")));
+        cache.written(&table(), &[pk("n")]);
+        assert_eq!(cache.version(&table(), &range("a", "n")), after);
+        assert!(cache.version(&table(), &all) > after);
+        let last = cache.version(&table(), &all);
+        cache.replaced(&table());
+        assert!(cache.version(&table(), &all) > last);
     }
 }

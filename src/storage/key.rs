@@ -134,6 +134,33 @@ key_newtype!(
 );
 key_newtype!(RowKey, KeyKind::RowKey, "A validated RowKey.");
 
+/// The longest name a RowKey kind has, colon excluded.
+const MAX_KIND: usize = 32;
+
+/// The length of a RowKey's kind, the literal that tells base rows from
+/// index rows: its leading name and colon (`BIB:`, `AGE:`, a plain
+/// table's `r:`, an index's `BY_AGE:`), or 0 for none. Only a name of
+/// ASCII letters, digits and `_` of at most 32 bytes makes a kind, so a
+/// key without that shape has none rather than a kind of its own. Read
+/// on bytes, as the embedded store keeps keys (a kind is ASCII, so the
+/// same in UTF-8 and CESU-8).
+pub fn kind_len(rk: &[u8]) -> usize {
+    let name_len = rk
+        .iter()
+        .take(MAX_KIND + 1)
+        .position(|b| !(b.is_ascii_alphanumeric() || *b == b'_'));
+    match name_len {
+        Some(n) if n > 0 && rk[n] == b':' => n + 1,
+        _ => 0,
+    }
+}
+
+/// A RowKey's kind (see [`kind_len`]), "" for none.
+pub fn row_kind(rk: &str) -> &str {
+    // The kind is ASCII, so it ends on a character boundary.
+    &rk[..kind_len(rk.as_bytes())]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,5 +198,18 @@ mod tests {
             assert!(PartitionKey::new(bad).is_err(), "{bad:?}");
         }
         assert!(PartitionKey::new("\u{a0}").is_ok());
+    }
+
+    #[test]
+    fn a_kind_is_a_leading_name_and_colon() {
+        assert_eq!(row_kind("BIB:01234__John"), "BIB:");
+        assert_eq!(row_kind("r:abc"), "r:");
+        assert_eq!(row_kind("BY_AGE:055"), "BY_AGE:");
+        assert_eq!(row_kind("01234"), "");
+        assert_eq!(row_kind(":x"), "");
+        assert_eq!(row_kind("a b:x"), "");
+        assert_eq!(row_kind(""), "");
+        assert_eq!(row_kind(&format!("{}:", "A".repeat(32))).len(), 33);
+        assert_eq!(row_kind(&format!("{}:", "A".repeat(33))), "");
     }
 }

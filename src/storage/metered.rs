@@ -178,6 +178,13 @@ impl TableStore for MeteredStore {
         self.inner.counted(table, partitions, rows)
     }
 
+    fn partition_counts(
+        &self,
+        table: &TableName,
+    ) -> crate::storage::Result<Option<std::sync::Arc<[crate::storage::PartitionCount]>>> {
+        self.inner.partition_counts(table)
+    }
+
     // A read served from the cache is no request: nothing to record.
     fn derived(&self) -> Option<&crate::storage::DerivedCache> {
         self.inner.derived()

@@ -23,6 +23,8 @@ pub mod value;
 pub mod view;
 pub mod write;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 
 #[cfg(feature = "azure")]
@@ -36,7 +38,9 @@ pub use filter::{CmpOp, Filter, Operand};
 pub use key::{KeyKind, PartitionKey, RowKey};
 pub use location::StoreLocation;
 pub use memory::MemoryStore;
-pub use query::{ContinuationToken, KeyRange, Page, PartitionPage, Query, ServiceToken};
+pub use query::{
+    ContinuationToken, KeyRange, Page, PartitionCount, PartitionPage, Query, ServiceToken,
+};
 pub use table_name::TableName;
 pub use value::{EdmType, EdmValue};
 pub use view::{EntityView, PageEnd, RowSink, ValueRef};
@@ -266,6 +270,21 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
         rows: &KeyRange<RowKey>,
     ) -> Result<Option<u64>> {
         let _ = (table, partitions, rows);
+        Ok(None)
+    }
+
+    /// Every partition of a table with its entities by RowKey kind, in key
+    /// order, where the store keeps counts that say so without reading the
+    /// entities; `None` where it would have to read them (every backend
+    /// but the embedded one, and there a table of more partitions than
+    /// `embedded::MAX_COUNTED_PARTITIONS`, whose statistics `ANALYZE`
+    /// keeps better than a read of its counters at every plan). They are
+    /// the planner's statistics for a table never analyzed: exact when
+    /// read, with no guideposts, sizes or distinct values. Synchronous
+    /// because planning is, like `counted`, and forwarded by the same
+    /// wrappers.
+    fn partition_counts(&self, table: &TableName) -> Result<Option<Arc<[PartitionCount]>>> {
+        let _ = table;
         Ok(None)
     }
 

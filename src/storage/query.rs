@@ -103,6 +103,27 @@ impl<K: Ord> KeyRange<K> {
     }
 }
 
+impl KeyRange<RowKey> {
+    /// The RowKey kind (`super::key::row_kind`) this range reads whole and
+    /// alone: `[kind, kind')`, where `kind'` follows every key of the kind
+    /// (its colon raised to `;`), as a scan of one kind of row asks. `Some("")`
+    /// for every RowKey.
+    pub fn kind(&self) -> Option<&str> {
+        match (&self.start, &self.end) {
+            (Bound::Unbounded, Bound::Unbounded) => Some(""),
+            (Bound::Included(start), Bound::Excluded(end)) => {
+                let k = start.as_str();
+                let stem = k.strip_suffix(':')?;
+                (!stem.is_empty()
+                    && super::key::row_kind(k) == k
+                    && end.as_str().strip_suffix(';') == Some(stem))
+                .then_some(k)
+            }
+            _ => None,
+        }
+    }
+}
+
 impl<K: Ord> Default for KeyRange<K> {
     fn default() -> Self {
         Self::all()
@@ -320,12 +341,43 @@ pub struct PartitionPage {
     pub requests: usize,
 }
 
+/// One partition's entities by RowKey kind, from counts a store keeps
+/// (`TableStore::partition_counts`). A kind is the literal `name:` that
+/// starts a RowKey (`BIB:`, `r:`), "" for a RowKey without one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartitionCount {
+    /// The partition.
+    pub partition: PartitionKey,
+    /// Its entities of each kind it holds, in the kinds' byte order.
+    pub kinds: Vec<(String, u64)>,
+}
+
+impl PartitionCount {
+    /// Its entities of every kind.
+    pub fn entities(&self) -> u64 {
+        self.kinds.iter().map(|(_, n)| n).sum()
+    }
+}
+
 /// Most PartitionKeys one page of a partition listing carries.
 pub const MAX_PARTITION_PAGE: usize = 1000;
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_range_is_one_kind_only_when_it_holds_that_kind_exactly() {
+        let range = |s: &str, e: &str| KeyRange {
+            start: Bound::Included(RowKey::from_stored(s.into())),
+            end: Bound::Excluded(RowKey::from_stored(e.into())),
+        };
+        assert_eq!(KeyRange::<RowKey>::all().kind(), Some(""));
+        assert_eq!(range("BIB:", "BIB;").kind(), Some("BIB:"));
+        assert_eq!(range("BIB:0", "BIB:1").kind(), None);
+        assert_eq!(range("BI", "BJ").kind(), None);
+        assert_eq!(range("BIB:", "BIC").kind(), None);
+    }
 
     #[test]
     fn token_text_round_trips() {

@@ -613,3 +613,81 @@ async fn a_scan_asked_again_is_served_from_the_derived_cache_until_a_write() -> 
     assert!(answer.contains("| 2 "), "{answer}");
     Ok(())
 }
+
+/// The text of a plan's scan line.
+async fn scan_line(engine: &tablesql::Engine, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
+    use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
+    let plan = pretty_format_batches(&engine.collect(&format!("EXPLAIN {sql}")).await?)?.to_string();
+    let line = plan
+        .lines()
+        .find(|l| l.contains("PartitionScanExec"))
+        .ok_or_else(|| format!("no scan in {plan}"))?;
+    Ok(line.to_owned())
+}
+
+/// A table never analyzed is planned from the counts the store keeps: the
+/// fan-out names its partitions (no listing), EXPLAIN shows the estimate
+/// as counted, the scan policy's partition threshold applies, and a write
+/// (here a new partition) is in the next plan. The store hands back the
+/// same counts until a write lands in the table.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_never_analyzed_is_planned_from_its_kept_counts() -> TestResult {
+    let store = std::sync::Arc::new(EmbeddedStore::in_memory()?);
+    tablesql::demo::load(store.as_ref(), 1200, |_, _| {}).await?;
+    let table = TableName::new(tablesql::demo::TABLE)?;
+    let first = store.partition_counts(&table)?.ok_or("no counts")?;
+    let again = store.partition_counts(&table)?.ok_or("no counts")?;
+    assert!(std::sync::Arc::ptr_eq(&first, &again));
+    assert_eq!(first.len(), 12);
+    assert!(
+        first
+            .iter()
+            .all(|p| p.kinds == [("AGE:".to_owned(), 100), ("BIB:".to_owned(), 100)]),
+        "{first:?}"
+    );
+
+    let shared: std::sync::Arc<dyn TableStore> = store.clone();
+    let engine = tablesql::Engine::with_store(shared, tablesql::EngineOptions::default()).await?;
+    engine.collect("SET tablesql.scan_policy = allow").await?;
+    let count = "SELECT count(name) FROM registrations";
+    let scan = scan_line(&engine, count).await?;
+    assert!(
+        scan.contains("cost=[requests=12 rows=1200] fanout=partitions(12) estimate=[partitions=12 entities=2400 counted]"),
+        "{scan}"
+    );
+    // One partition's base rows: its kind's count, exactly.
+    let one = scan_line(
+        &engine,
+        "SELECT name FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Full'",
+    )
+    .await?;
+    assert!(one.contains("cost=[requests=1 rows=100]"), "{one}");
+
+    engine
+        .collect(
+            "INSERT INTO registrations (event, distance, bib, name, gender, age) \
+             VALUES ('2030 Test Run', '1K', 1, 'Ann', 'F', 30)",
+        )
+        .await?;
+    let after = store.partition_counts(&table)?.ok_or("no counts")?;
+    assert!(!std::sync::Arc::ptr_eq(&first, &after));
+    let scan = scan_line(&engine, count).await?;
+    assert!(
+        scan.contains("fanout=partitions(13) estimate=[partitions=13 entities=2402 counted]"),
+        "{scan}"
+    );
+
+    // The threshold counts the partitions a range reads (the four 2013 ones).
+    engine.collect("SET tablesql.scan_policy = deny").await?;
+    engine.collect("SET tablesql.partition_threshold = 2").await?;
+    let refused = engine
+        .collect("SELECT count(name) FROM registrations WHERE event LIKE '2013%'")
+        .await
+        .map(|_| ())
+        .expect_err("refused");
+    assert!(
+        refused.to_string().contains("reads 3 partitions"),
+        "{refused}"
+    );
+    Ok(())
+}

@@ -79,10 +79,14 @@ async fn explain_analyze_counts_what_the_scan_did() -> TestResult {
     assert!(plan.contains("access=full_scan"), "{plan}");
     assert_eq!(metric(&plan, "entities_scanned"), Some(1200), "{plan}");
     assert_eq!(metric(&plan, "partitions"), Some(12), "{plan}");
-    // It fans out: the embedded store lists the 12 partitions in one request,
-    // then each partition is a request of its own, run side by side.
-    assert!(plan.contains("fanout=partitions(listed)"), "{plan}");
-    assert_eq!(metric(&plan, "listing_requests"), Some(1), "{plan}");
+    // It fans out: the embedded store's kept counts name the 12 partitions
+    // when it is planned (no listing request, no ANALYZE), then each
+    // partition is a request of its own, run side by side.
+    assert!(
+        plan.contains("fanout=partitions(12) estimate=[partitions=12 entities=2400 counted]"),
+        "{plan}"
+    );
+    assert_eq!(metric(&plan, "listing_requests"), Some(0), "{plan}");
     assert_eq!(metric(&plan, "requests"), Some(12), "{plan}");
     assert!(
         metric(&plan, "peak_in_flight").is_some_and(|p| (1..=8).contains(&p)),
@@ -426,12 +430,13 @@ async fn analyze_plans_fan_outs_from_statistics() -> TestResult {
     let engine = demo_engine(3000).await;
     engine.collect("SET tablesql.scan_policy = 'allow'").await?;
     let count = "SELECT count(name) FROM registrations";
+    // Before, the store's kept counts plan it: a request per partition.
     let before = analyze(&engine, count).await?;
-    assert!(before.contains("fanout=partitions(listed)"), "{before}");
     assert!(
-        metric(&before, "listing_requests").is_some_and(|n| n > 0),
+        before.contains("fanout=partitions(12) estimate=[partitions=12 entities=6000 counted]"),
         "{before}"
     );
+    assert_eq!(metric(&before, "listing_requests"), Some(0), "{before}");
 
     engine.collect("SET tablesql.guidepost_every = 100").await?;
     engine.collect("ANALYZE registrations").await?;

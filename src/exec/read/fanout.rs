@@ -51,6 +51,9 @@ pub struct Analyzed {
     pub entities: u64,
     /// When the statistics were taken.
     pub taken: chrono::DateTime<chrono::Utc>,
+    /// Whether they are the store's kept counts (read at planning), not
+    /// `ANALYZE`'s.
+    pub counted: bool,
 }
 
 impl fmt::Display for Fanout {
@@ -66,11 +69,14 @@ impl fmt::Display for Fanout {
                 }
                 write!(
                     f,
-                    " estimate=[partitions={} entities={} analyzed={}]",
-                    a.partitions,
-                    a.entities,
-                    a.taken.format("%Y-%m-%dT%H:%M:%SZ")
-                )
+                    " estimate=[partitions={} entities={} ",
+                    a.partitions, a.entities
+                )?;
+                if a.counted {
+                    f.write_str("counted]")
+                } else {
+                    write!(f, "analyzed={}]", a.taken.format("%Y-%m-%dT%H:%M:%SZ"))
+                }
             }
         }
     }
@@ -93,6 +99,7 @@ pub fn analyzed(stats: &TableStats, path: &AccessPath) -> Analyzed {
         partitions: 0,
         entities: 0,
         taken: stats.taken,
+        counted: stats.counted,
     };
     for request in &path.requests {
         match request {
@@ -529,6 +536,7 @@ mod tests {
         let stats = TableStats {
             taken: chrono::Utc::now(),
             guidepost_every: 4,
+            counted: false,
             partitions: vec![
                 part("a", &[]),
                 part("b", &["R:4", "R:8", "S:1"]),

@@ -546,6 +546,7 @@ mod tests {
         TableStats {
             taken: chrono::Utc::now(),
             guidepost_every: 100,
+            counted: false,
             partitions: sizes
                 .iter()
                 .enumerate()

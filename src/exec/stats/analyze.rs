@@ -100,6 +100,7 @@ pub async fn analyze(
     Ok(TableStats {
         taken,
         guidepost_every: how.every.max(1),
+        counted: false,
         partitions: parts.into_iter().flatten().collect(),
     })
 }

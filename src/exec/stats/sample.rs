@@ -398,6 +398,7 @@ fn merge(before: &TableStats, runs: Vec<Run>, every: u64, taken: chrono::DateTim
         stats: TableStats {
             taken,
             guidepost_every: every,
+            counted: false,
             partitions: partitions.into_values().collect(),
         },
         changed,
@@ -520,6 +521,7 @@ mod tests {
         TableStats {
             taken: Utc::now(),
             guidepost_every: 100,
+            counted: false,
             partitions,
         }
     }

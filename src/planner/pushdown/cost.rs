@@ -1,4 +1,5 @@
-//! What a path costs, in requests to the store, by `ANALYZE`'s statistics.
+//! What a path costs, in requests to the store, by `ANALYZE`'s statistics
+//! (or, for a table never analyzed, the store's kept counts: `TableStats::counted`).
 //!
 //! Requests are what a query over Azure Table Storage pays for, in time
 //! (each is a round trip) and in money (each is billed). The paths for one
@@ -21,7 +22,7 @@ use std::ops::Bound;
 use std::sync::Arc;
 
 use crate::catalog::TableDef;
-use crate::catalog::stats::{PRIMARY_PATH, PartitionStats, TableStats};
+use crate::catalog::stats::{PRIMARY_PATH, PartitionStats, TableStats, template_kind};
 use crate::exec::read::access::{AccessPath, Estimate, KeyRequest};
 use crate::exec::read::fanout::{analyzed, spans_partitions};
 use crate::storage::{KeyRange, RowKey};
@@ -52,6 +53,17 @@ pub fn estimate(def: &TableDef, path: &AccessPath, stats: &Statistics) -> Option
         Some(i) => def.indexes.get(i.position).is_some_and(|x| !x.covering),
         None => false,
     };
+    // The key path the requests read, by its name in the statistics and
+    // its RowKey template's kind.
+    let (name, template) = match index {
+        Some(i) if i.global => (PRIMARY_PATH, &def.global_indexes.get(i.position)?.row_key),
+        Some(i) => {
+            let ix = def.indexes.get(i.position)?;
+            (ix.name.as_str(), &ix.row_key)
+        }
+        None => (PRIMARY_PATH, &def.row_key),
+    };
+    let key_path = (name, template_kind(template));
     let mut out = Estimate {
         requests: 0,
         rows: 0,
@@ -68,8 +80,8 @@ pub fn estimate(def: &TableDef, path: &AccessPath, stats: &Statistics) -> Option
                     .partitions
                     .iter()
                     .filter(|p| partitions.contains(&p.partition))
-                    .map(|p| rows_in(p, rows, table.guidepost_every))
-                    .collect();
+                    .map(|p| rows_in(p, rows, table, key_path))
+                    .collect::<Option<_>>()?;
                 let found: u64 = per.iter().sum();
                 let pages: u64 = per.iter().map(|n| n.div_ceil(PAGE)).sum();
                 let found = if *at_most_one { found.min(1) } else { found };
@@ -141,14 +153,27 @@ pub fn rows_per_key(
 /// guidepost the range starts at begins its first chunk rather than
 /// splitting it: the fan-out's chunks start at guideposts, and counting
 /// theirs made every chunk two.
-fn rows_in(p: &PartitionStats, rows: &KeyRange<RowKey>, every: u64) -> u64 {
+fn rows_in(
+    p: &PartitionStats,
+    rows: &KeyRange<RowKey>,
+    table: &TableStats,
+    (name, kind): (&str, &str),
+) -> Option<u64> {
     if rows.start == Bound::Unbounded && rows.end == Bound::Unbounded {
-        return p.entities;
+        return Some(p.entities);
+    }
+    if table.counted {
+        // Kept counts have no guideposts: they know a range only where it
+        // is the key path's whole kind.
+        return match rows.kind() {
+            Some(k) if !k.is_empty() && k == kind => Some(p.prefixes.entities(name).unwrap_or(0)),
+            _ => None,
+        };
     }
     let inside =
         |g: &&RowKey| rows.contains(g) && !matches!(&rows.start, Bound::Included(s) if s == *g);
     let spanned = p.guideposts.iter().filter(inside).count() as u64;
-    ((spanned + 1) * every.max(1)).min(p.entities)
+    Some(((spanned + 1) * table.guidepost_every.max(1)).min(p.entities))
 }
 
 #[cfg(test)]
@@ -161,6 +186,7 @@ mod tests {
         Arc::new(TableStats {
             taken: chrono::Utc::now(),
             guidepost_every: 1_000,
+            counted: false,
             partitions: partitions
                 .iter()
                 .map(|(pk, n)| PartitionStats {
@@ -224,26 +250,28 @@ mod tests {
     #[test]
     fn a_chunk_between_two_guideposts_holds_one_chunk_of_entities() {
         let rk = |s: &str| RowKey::new(s).expect("a key");
-        let mut p = stats(&[("a", 3_500)]).partitions[0].clone();
+        let table = stats(&[("a", 3_500)]);
+        let mut p = table.partitions[0].clone();
+        let base = (PRIMARY_PATH, "BIB:");
         p.guideposts = vec![rk("r:1000"), rk("r:2000"), rk("r:3000")];
         // The fan-out's chunk from a guidepost to the next.
         let chunk = KeyRange {
             start: Bound::Included(rk("r:1000")),
             end: Bound::Excluded(rk("r:2000")),
         };
-        assert_eq!(rows_in(&p, &chunk, 1_000), 1_000);
+        assert_eq!(rows_in(&p, &chunk, &table, base), Some(1_000));
         // The base rows' range spans all three guideposts: four chunks,
         // at most the partition's entities.
         let all = KeyRange {
             start: Bound::Included(rk("r:")),
             end: Bound::Excluded(rk("r;")),
         };
-        assert_eq!(rows_in(&p, &all, 1_000), 3_500);
+        assert_eq!(rows_in(&p, &all, &table, base), Some(3_500));
         let first = KeyRange {
             start: Bound::Unbounded,
             end: Bound::Excluded(rk("r:1000")),
         };
-        assert_eq!(rows_in(&p, &first, 1_000), 1_000);
+        assert_eq!(rows_in(&p, &first, &table, base), Some(1_000));
     }
 
     #[test]
@@ -251,6 +279,52 @@ mod tests {
         let none = Statistics::default();
         assert_eq!(
             estimate(&def(), &scan(KeyRange::all(), KeyRange::all()), &none),
+            None
+        );
+    }
+
+    /// A table never analyzed, costed from the store's kept counts: a
+    /// path's whole kind in each partition is known exactly, a narrower
+    /// range not at all (so the rule, not a guess, picks the path).
+    #[test]
+    fn kept_counts_cost_a_whole_kind_and_nothing_narrower() {
+        let pk = |s: &str| PartitionKey::new(s).expect("a key");
+        let rk = |s: &str| RowKey::new(s).expect("a key");
+        let kinds = |n: u64| vec![("AGE:".to_owned(), n), ("BIB:".to_owned(), n)];
+        let counts = [
+            crate::storage::PartitionCount {
+                partition: pk("a"),
+                kinds: kinds(2_500),
+            },
+            crate::storage::PartitionCount {
+                partition: pk("b"),
+                kinds: kinds(10),
+            },
+        ];
+        let d = def();
+        let s = Statistics {
+            base: Some(Arc::new(TableStats::counted(Some(&d), &counts))),
+            globals: Vec::new(),
+        };
+        let kind = |k: &str, next: &str| KeyRange {
+            start: Bound::Included(rk(k)),
+            end: Bound::Excluded(rk(next)),
+        };
+        let base = estimate(&d, &scan(KeyRange::all(), kind("BIB:", "BIB;")), &s);
+        assert_eq!(
+            base,
+            Some(Estimate {
+                requests: 4,
+                rows: 2_510
+            })
+        );
+        let whole = estimate(&d, &scan(KeyRange::all(), KeyRange::all()), &s);
+        assert_eq!(whole.map(|e| e.rows), Some(5_020));
+        let narrower = estimate(&d, &scan(KeyRange::all(), kind("BIB:00001", "BIB:00002")), &s);
+        assert_eq!(narrower, None);
+        // Another path's kind is not the base rows'.
+        assert_eq!(
+            estimate(&d, &scan(KeyRange::all(), kind("AGE:", "AGE;")), &s),
             None
         );
     }

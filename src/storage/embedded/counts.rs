@@ -15,10 +15,8 @@ use std::ops::Bound;
 use redb::{ReadableTable, TableDefinition};
 
 use super::key;
-use crate::storage::{KeyRange, PartitionKey, Result, RowKey, StorageError};
-
-/// The longest name a kind has, colon excluded.
-const MAX_KIND: usize = 32;
+use crate::storage::key::kind_len;
+use crate::storage::{KeyRange, PartitionCount, PartitionKey, Result, StorageError};
 
 /// The redb table of a store table's counts: partition prefix (key bytes
 /// and separator) and kind -> entities.
@@ -28,41 +26,6 @@ pub fn table_name(folded: &str) -> String {
 
 pub fn definition(name: &str) -> TableDefinition<'_, &'static [u8], u64> {
     TableDefinition::new(name)
-}
-
-/// A RowKey's kind: its leading `name:`, or "" (none).
-pub fn kind(rk: &str) -> &str {
-    // The kind is ASCII, so it ends on a character boundary.
-    &rk[..kind_bytes(rk.as_bytes()).len()]
-}
-
-/// The kind of a RowKey's stored bytes (the kind is ASCII, so the same in
-/// CESU-8 as in UTF-8).
-fn kind_bytes(rk: &[u8]) -> &[u8] {
-    let name_len = rk
-        .iter()
-        .take(MAX_KIND + 1)
-        .position(|b| !(b.is_ascii_alphanumeric() || *b == b'_'));
-    match name_len {
-        Some(n) if n > 0 && rk[n] == b':' => &rk[..=n],
-        _ => &[],
-    }
-}
-
-/// The kind a RowKey range reads whole and alone: `[kind, kind')`, where
-/// `kind'` follows every key of the kind (its colon raised to `;`), as a
-/// scan of one kind of row asks. `Some("")` for every RowKey.
-pub fn of_range(rows: &KeyRange<RowKey>) -> Option<&str> {
-    match (&rows.start, &rows.end) {
-        (Bound::Unbounded, Bound::Unbounded) => Some(""),
-        (Bound::Included(start), Bound::Excluded(end)) => {
-            let k = start.as_str();
-            let stem = k.strip_suffix(':')?;
-            (!stem.is_empty() && kind(k) == k && end.as_str().strip_suffix(';') == Some(stem))
-                .then_some(k)
-        }
-        _ => None,
-    }
 }
 
 /// The changes a transaction makes to the counts, by counter key.
@@ -76,7 +39,7 @@ impl Deltas {
         // start of the entity's key: looked up borrowed, copied only when
         // new to this transaction.
         let rk_at = key::separator(entity_key)? + 1;
-        let counter = &entity_key[..rk_at + kind_bytes(&entity_key[rk_at..]).len()];
+        let counter = &entity_key[..rk_at + kind_len(&entity_key[rk_at..])];
         match self.0.get_mut(counter) {
             Some(n) => *n += by,
             None => {
@@ -138,37 +101,40 @@ pub fn sum(
     Ok(n)
 }
 
-fn counter_kind(counter: &[u8]) -> Result<&[u8]> {
-    Ok(&counter[key::separator(counter)? + 1..])
+/// Every partition's counters by kind, in key order; `None` past `limit`
+/// partitions (the caller's bound on what one read of them may cost).
+pub fn by_partition(
+    table: &impl ReadableTable<&'static [u8], u64>,
+    limit: usize,
+) -> Result<Option<Vec<PartitionCount>>> {
+    let mut out: Vec<PartitionCount> = Vec::new();
+    let mut prefix: Vec<u8> = Vec::new();
+    for item in table.iter()? {
+        let (counter, count) = item?;
+        let counter = counter.value();
+        let rk_at = key::separator(counter)? + 1;
+        let kind = std::str::from_utf8(&counter[rk_at..])
+            .map_err(|_| StorageError::Corrupt("a count's kind is not text".into()))?;
+        if out.is_empty() || counter[..rk_at] != prefix[..] {
+            if out.len() == limit {
+                return Ok(None);
+            }
+            prefix.clear();
+            prefix.extend_from_slice(&counter[..rk_at]);
+            // A counter's key reads as an entity key whose RowKey is the kind.
+            let (partition, _) = key::decode(counter)?;
+            out.push(PartitionCount {
+                partition,
+                kinds: Vec::new(),
+            });
+        }
+        if let Some(p) = out.last_mut() {
+            p.kinds.push((kind.to_owned(), count.value()));
+        }
+    }
+    Ok(Some(out))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_kind_is_a_leading_name_and_colon() {
-        assert_eq!(kind("BIB:01234__John"), "BIB:");
-        assert_eq!(kind("r:abc"), "r:");
-        assert_eq!(kind("BY_AGE:055"), "BY_AGE:");
-        assert_eq!(kind("01234"), "");
-        assert_eq!(kind(":x"), "");
-        assert_eq!(kind("a b:x"), "");
-        assert_eq!(kind(""), "");
-        assert_eq!(kind(&format!("{}:", "A".repeat(32))).len(), 33);
-        assert_eq!(kind(&format!("{}:", "A".repeat(33))), "");
-    }
-
-    #[test]
-    fn a_range_is_one_kind_only_when_it_holds_that_kind_exactly() {
-        let range = |s: &str, e: &str| KeyRange {
-            start: Bound::Included(RowKey::from_stored(s.into())),
-            end: Bound::Excluded(RowKey::from_stored(e.into())),
-        };
-        assert_eq!(of_range(&KeyRange::all()), Some(""));
-        assert_eq!(of_range(&range("BIB:", "BIB;")), Some("BIB:"));
-        assert_eq!(of_range(&range("BIB:0", "BIB:1")), None);
-        assert_eq!(of_range(&range("BI", "BJ")), None);
-        assert_eq!(of_range(&range("BIB:", "BIC")), None);
-    }
+fn counter_kind(counter: &[u8]) -> Result<&[u8]> {
+    Ok(&counter[key::separator(counter)? + 1..])
 }

@@ -11,8 +11,9 @@ pub mod migrate;
 mod scan;
 mod value;
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
@@ -22,7 +23,7 @@ use dict::{Dict, Dicts};
 use super::write::validate_batch;
 use super::{
     Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, DerivedCache, KeyRange, Page, PageEnd,
-    PartitionKey, PartitionPage, Query, Result, RowKey, RowSink, StorageError, StoredEntity,
+    PartitionCount, PartitionKey, PartitionPage, Query, Result, RowKey, RowSink, StorageError, StoredEntity,
     TableName, TableStore, WriteOp, WriteOutcome,
 };
 
@@ -58,8 +59,17 @@ pub struct EmbeddedStore {
     commits: Arc<commit::GroupCommit>,
     dicts: Arc<Dicts>,
     derived: Arc<DerivedCache>,
+    /// Each table's `partition_counts`, under the table's write version
+    /// when read.
+    partition_counts: Arc<Mutex<HashMap<String, (u64, Option<Arc<[PartitionCount]>>)>>>,
     scan_budget: usize,
 }
+
+/// Most partitions whose counts `partition_counts` reads as a table's
+/// statistics: a read of them at each plan after a write costs what a
+/// listing of the partitions does, and past this `ANALYZE`'s statistics,
+/// read once, serve better.
+pub const MAX_COUNTED_PARTITIONS: usize = 10_000;
 
 /// The bytes of decoded pages a store keeps for scans by default
 /// (`EmbeddedStore::with_derived_cache`).
@@ -138,6 +148,7 @@ impl EmbeddedStore {
             commits: Arc::default(),
             dicts: Arc::default(),
             derived: Arc::new(DerivedCache::new(DEFAULT_DERIVED_CACHE)),
+            partition_counts: Arc::default(),
             scan_budget: DEFAULT_SCAN_BUDGET,
         })
     }
@@ -402,10 +413,38 @@ impl TableStore for EmbeddedStore {
         partitions: &KeyRange<PartitionKey>,
         rows: &KeyRange<RowKey>,
     ) -> Result<Option<u64>> {
-        match counts::of_range(rows) {
+        match rows.kind() {
             Some(kind) => self.count_kind(table, partitions, kind).map(Some),
             None => Ok(None),
         }
+    }
+
+    fn partition_counts(&self, table: &TableName) -> Result<Option<Arc<[PartitionCount]>>> {
+        let folded = table.folded();
+        // Taken before reading, as the derived cache's readers do: a write
+        // landing meanwhile moves it, and the next plan reads again.
+        let version = self.derived.version(table, &KeyRange::all());
+        let kept = || {
+            self.partition_counts
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+        };
+        if let Some((v, counts)) = kept().get(&folded)
+            && *v == version
+        {
+            return Ok(counts.clone());
+        }
+        let txn = self.db.begin_read()?;
+        let name = counts::table_name(&folded);
+        let counters = match txn.open_table(counts::definition(&name)) {
+            // Planning a table another process dropped: no statistics.
+            Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
+            other => other?,
+        };
+        let read: Option<Arc<[PartitionCount]>> =
+            counts::by_partition(&counters, MAX_COUNTED_PARTITIONS)?.map(Arc::from);
+        kept().insert(folded, (version, read.clone()));
+        Ok(read)
     }
 
     async fn count(&self, table: &TableName) -> Result<u64> {
