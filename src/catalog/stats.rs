@@ -24,9 +24,11 @@ use std::sync::{Arc, Mutex, RwLock};
 use chrono::{DateTime, Utc};
 
 use super::persist::table;
+mod counted;
+
+pub use counted::{KindPaths, template_kind};
+
 use super::{CatalogError, TableDef};
-use crate::keys::{KeyTemplate, Segment};
-use crate::storage::key::row_kind;
 use crate::storage::{
     EdmValue, Entity, IfMatch, PartitionCount, PartitionKey, Query, RowKey, StorageError,
     TableName, TableStore, WriteOp,
@@ -125,15 +127,6 @@ impl KeyPrefixes {
     }
 }
 
-/// The RowKey kind (`storage::key::row_kind`) every key of a template
-/// starts with, "" where it starts with a field.
-pub fn template_kind(t: &KeyTemplate) -> &str {
-    match t.segments().first() {
-        Some(Segment::Literal(l)) => row_kind(l),
-        _ => "",
-    }
-}
-
 /// The statistics an engine plans with, by storage table, shared by its
 /// tables: loaded when the engine opens, replaced by `ANALYZE`; and for a
 /// table never analyzed, those its store's counts give, kept while the
@@ -141,42 +134,17 @@ pub fn template_kind(t: &KeyTemplate) -> &str {
 #[derive(Debug, Default)]
 pub struct StatsCache(
     RwLock<HashMap<TableName, Arc<TableStats>>>,
-    Mutex<HashMap<TableName, Counted>>,
+    Mutex<Counted>,
 );
 
-/// A table's kept counts and the statistics made of them.
-type Counted = (Arc<[PartitionCount]>, Arc<TableStats>);
+/// A table's kept counts and the statistics made of them, by table and
+/// the key paths its kinds were read as.
+type Counted = HashMap<(TableName, KindPaths), (Arc<[PartitionCount]>, Arc<TableStats>)>;
 
 impl StatsCache {
     /// A table's statistics, if it was analyzed.
     pub fn get(&self, table: &TableName) -> Option<Arc<TableStats>> {
         self.0.read().ok()?.get(table).cloned()
-    }
-
-    /// A table's statistics: `ANALYZE`'s, else those its store's kept
-    /// counts give (`counts`: `TableStore::partition_counts`; `def` the
-    /// table's mapping, `None` for a raw table or an index's table). The
-    /// store hands back the same counts until a write lands, so they are
-    /// made into statistics once per write, not at every plan.
-    pub fn get_or_counted(
-        &self,
-        table: &TableName,
-        def: Option<&TableDef>,
-        counts: impl FnOnce() -> Option<Arc<[PartitionCount]>>,
-    ) -> Option<Arc<TableStats>> {
-        if let Some(analyzed) = self.get(table) {
-            return Some(analyzed);
-        }
-        let counts = counts()?;
-        let mut made = self.1.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some((kept, stats)) = made.get(table)
-            && Arc::ptr_eq(kept, &counts)
-        {
-            return Some(stats.clone());
-        }
-        let stats = Arc::new(TableStats::counted(def, &counts));
-        made.insert(table.clone(), (counts, stats.clone()));
-        Some(stats)
     }
 
     /// Sets a table's statistics.
@@ -203,63 +171,6 @@ impl StatsCache {
 }
 
 impl TableStats {
-    /// The statistics of `def`'s table (`None`: a raw table) that a
-    /// store's kept counts give (`TableStore::partition_counts`), read
-    /// now: each partition's entities, and per key path the entities of
-    /// its RowKey kind. An index's rows are the kind its template starts
-    /// with, the base rows theirs; where the base template starts with
-    /// no kind, every kind no index claims is the base rows'.
-    pub fn counted(def: Option<&TableDef>, counts: &[PartitionCount]) -> Self {
-        let indexes: Vec<(&str, &str)> = def.map_or_else(Vec::new, |d| {
-            d.indexes
-                .iter()
-                .map(|i| (template_kind(&i.row_key), i.name.as_str()))
-                .filter(|(k, _)| !k.is_empty())
-                .collect()
-        });
-        let base = def.map_or("", |d| template_kind(&d.row_key));
-        let path_of = |kind: &str| -> Option<&str> {
-            match indexes.iter().find(|(k, _)| *k == kind) {
-                Some((_, name)) => Some(name),
-                None => (base.is_empty() || base == kind).then_some(PRIMARY_PATH),
-            }
-        };
-        let partitions = counts
-            .iter()
-            .map(|c| {
-                // Every path counted, 0 where the partition has none of
-                // its rows: a sum over partitions then knows it.
-                let mut paths: BTreeMap<String, Vec<u64>> =
-                    std::iter::once(PRIMARY_PATH)
-                        .chain(indexes.iter().map(|(_, name)| *name))
-                        .map(|name| (name.to_owned(), vec![0]))
-                        .collect();
-                for (kind, n) in &c.kinds {
-                    if let Some(path) = path_of(kind) {
-                        paths.entry(path.to_owned()).or_insert_with(|| vec![0])[0] += n;
-                    }
-                }
-                PartitionStats {
-                    partition: c.partition.clone(),
-                    entities: c.entities(),
-                    bytes: 0,
-                    largest: 0,
-                    widest: 0,
-                    guideposts: Vec::new(),
-                    oldest: None,
-                    newest: None,
-                    prefixes: KeyPrefixes(paths),
-                }
-            })
-            .collect();
-        TableStats {
-            taken: Utc::now(),
-            guidepost_every: 0,
-            counted: true,
-            partitions,
-        }
-    }
-
     /// Entities in all partitions.
     pub fn entities(&self) -> u64 {
         self.partitions.iter().map(|p| p.entities).sum()
@@ -580,38 +491,3 @@ fn batches(ops: Vec<WriteOp>) -> Vec<Vec<WriteOp>> {
     out
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn count(pk: &str, kinds: &[(&str, u64)]) -> PartitionCount {
-        PartitionCount {
-            partition: PartitionKey::new(pk).expect("a key"),
-            kinds: kinds.iter().map(|(k, n)| ((*k).to_owned(), *n)).collect(),
-        }
-    }
-
-    #[test]
-    fn kept_counts_give_each_key_path_the_entities_of_its_kind() {
-        let def = crate::catalog::ddl::parse(include_str!("../../catalog/registrations.sql"))
-            .expect("parses");
-        let counts = [
-            count("a", &[("AGE:", 3), ("BIB:", 3), ("X:", 1)]),
-            count("b", &[("BIB:", 2)]),
-        ];
-        let stats = TableStats::counted(Some(&def), &counts);
-        assert!(stats.counted);
-        assert_eq!(stats.entities(), 9);
-        assert_eq!(stats.path_entities(PRIMARY_PATH), Some(5));
-        assert_eq!(stats.partitions[0].prefixes.entities("age"), Some(3));
-        assert_eq!(stats.path_entities("age"), Some(3));
-        // Rows of a kind no path has count in the partition's entities only.
-        assert_eq!(stats.partitions[0].entities, 7);
-        // The partitions holding each path's rows.
-        assert_eq!(stats.distinct(PRIMARY_PATH, 0), Some(2));
-        assert_eq!(stats.distinct("age", 0), Some(1));
-        // A raw table's rows, of every kind, are its one path's.
-        let raw = TableStats::counted(None, &counts);
-        assert_eq!(raw.path_entities(PRIMARY_PATH), Some(9));
-    }
-}

@@ -378,7 +378,13 @@ impl StoreTable {
         let table = &self.layout.table;
         self.stats
             .get_or_counted(table, self.layout.def.as_deref(), || {
-                self.store.partition_counts(table).ok().flatten()
+                // Statistics are estimates: a store that cannot read its
+                // counts plans without them, and the scan meets the error.
+                self.store
+                    .partition_counts(table)
+                    .map_err(|e| tracing::debug!("no kept counts of {table}: {e}"))
+                    .ok()
+                    .flatten()
             })
     }
 

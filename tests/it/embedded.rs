@@ -677,7 +677,7 @@ async fn a_table_never_analyzed_is_planned_from_its_kept_counts() -> TestResult 
         "{scan}"
     );
 
-    // The threshold counts the partitions a range reads (the four 2013 ones).
+    // The threshold counts the partitions a range reads (the three of 2013).
     engine.collect("SET tablesql.scan_policy = deny").await?;
     engine.collect("SET tablesql.partition_threshold = 2").await?;
     let refused = engine

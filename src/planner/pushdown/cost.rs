@@ -25,7 +25,7 @@ use crate::catalog::TableDef;
 use crate::catalog::stats::{PRIMARY_PATH, PartitionStats, TableStats, template_kind};
 use crate::exec::read::access::{AccessPath, Estimate, KeyRequest};
 use crate::exec::read::fanout::{analyzed, spans_partitions};
-use crate::storage::{KeyRange, RowKey};
+use crate::storage::{KeyRange, PartitionKey, RowKey};
 
 /// Entities in one page of a query's answer.
 const PAGE: u64 = 1_000;
@@ -76,10 +76,8 @@ pub fn estimate(def: &TableDef, path: &AccessPath, stats: &Statistics) -> Option
                 rows,
                 at_most_one,
             } => {
-                let per: Vec<u64> = table
-                    .partitions
+                let per: Vec<u64> = in_range(&table.partitions, partitions)
                     .iter()
-                    .filter(|p| partitions.contains(&p.partition))
                     .map(|p| rows_in(p, rows, table, key_path))
                     .collect::<Option<_>>()?;
                 let found: u64 = per.iter().sum();
@@ -98,6 +96,23 @@ pub fn estimate(def: &TableDef, path: &AccessPath, stats: &Statistics) -> Option
         out.requests += out.rows;
     }
     Some(out)
+}
+
+/// The partitions of `all` (in key order) in `range`: found by a binary
+/// search, not a walk of them all, since a fan-out asks once per partition.
+fn in_range<'p>(all: &'p [PartitionStats], range: &KeyRange<PartitionKey>) -> &'p [PartitionStats] {
+    let first = all.partition_point(|p| match &range.start {
+        Bound::Included(s) => p.partition < *s,
+        Bound::Excluded(s) => p.partition <= *s,
+        Bound::Unbounded => false,
+    });
+    let rest = &all[first..];
+    let len = rest.partition_point(|p| match &range.end {
+        Bound::Included(e) => p.partition <= *e,
+        Bound::Excluded(e) => p.partition < *e,
+        Bound::Unbounded => true,
+    });
+    &rest[..len]
 }
 
 /// The rows one value of `columns` holds on `path`'s key path (the primary

@@ -12,7 +12,7 @@
 use std::collections::BTreeMap;
 use std::ops::Bound;
 
-use redb::{ReadableTable, TableDefinition};
+use redb::{ReadableTable, ReadableTableMetadata, TableDefinition};
 
 use super::key;
 use crate::storage::key::kind_len;
@@ -101,12 +101,21 @@ pub fn sum(
     Ok(n)
 }
 
+/// Counters per partition past which `by_partition` does not read.
+const MOST_KINDS: u64 = 8;
+
 /// Every partition's counters by kind, in key order; `None` past `limit`
 /// partitions (the caller's bound on what one read of them may cost).
 pub fn by_partition(
-    table: &impl ReadableTable<&'static [u8], u64>,
+    table: &(impl ReadableTable<&'static [u8], u64> + ReadableTableMetadata),
     limit: usize,
 ) -> Result<Option<Vec<PartitionCount>>> {
+    // A partition has a counter per kind it holds, and rarely more than a
+    // few kinds: far more counters than that are surely too many
+    // partitions, known without reading them.
+    if table.len()? > (limit as u64).saturating_mul(MOST_KINDS) {
+        return Ok(None);
+    }
     let mut out: Vec<PartitionCount> = Vec::new();
     let mut prefix: Vec<u8> = Vec::new();
     for item in table.iter()? {
