@@ -691,3 +691,33 @@ async fn a_table_never_analyzed_is_planned_from_its_kept_counts() -> TestResult 
     );
     Ok(())
 }
+
+/// Past `MAX_COUNTED_PARTITIONS` the store gives no counted statistics
+/// (the read each plan after a write would make is bounded), and a scan
+/// lists the partitions as before; at the cap it gives them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_past_the_counted_partitions_is_listed() -> TestResult {
+    use tablesql::storage::embedded::MAX_COUNTED_PARTITIONS;
+    let store = std::sync::Arc::new(EmbeddedStore::in_memory()?);
+    let table = TableName::new("Wide")?;
+    store.create_table(&table).await?;
+    let one = |i: usize| -> Result<WriteOp, Box<dyn std::error::Error>> {
+        let pk = PartitionKey::new(format!("p{i:05}"))?;
+        Ok(WriteOp::Insert(Entity::new(pk, RowKey::new("r")?)))
+    };
+    for i in 0..MAX_COUNTED_PARTITIONS {
+        store.execute_batch(&table, vec![one(i)?]).await?;
+    }
+    let at_cap = store.partition_counts(&table)?.ok_or("no counts at the cap")?;
+    assert_eq!(at_cap.len(), MAX_COUNTED_PARTITIONS);
+    store
+        .execute_batch(&table, vec![one(MAX_COUNTED_PARTITIONS)?])
+        .await?;
+    assert!(store.partition_counts(&table)?.is_none());
+    let shared: std::sync::Arc<dyn TableStore> = store.clone();
+    let engine = tablesql::Engine::with_store(shared, tablesql::EngineOptions::default()).await?;
+    engine.collect("SET tablesql.scan_policy = allow").await?;
+    let scan = scan_line(&engine, "SELECT count(*) FROM raw.wide WHERE \"RowKey\" = 'r'").await?;
+    assert!(scan.contains("fanout=partitions(listed)"), "{scan}");
+    Ok(())
+}
