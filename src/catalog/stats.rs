@@ -132,10 +132,7 @@ impl KeyPrefixes {
 /// table never analyzed, those its store's counts give, kept while the
 /// store hands back the same counts.
 #[derive(Debug, Default)]
-pub struct StatsCache(
-    RwLock<HashMap<TableName, Arc<TableStats>>>,
-    Mutex<Counted>,
-);
+pub struct StatsCache(RwLock<HashMap<TableName, Arc<TableStats>>>, Mutex<Counted>);
 
 /// A table's kept counts and the statistics made of them, by table and
 /// the key paths its kinds were read as.
@@ -490,4 +487,3 @@ fn batches(ops: Vec<WriteOp>) -> Vec<Vec<WriteOp>> {
     }
     out
 }
-

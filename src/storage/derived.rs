@@ -240,7 +240,8 @@ impl Inner {
         };
         // An empty range holds no partition (and BTreeMap::range would
         // panic on an inverted one).
-        let written = if partitions.start == Bound::Unbounded && partitions.end == Bound::Unbounded {
+        let written = if partitions.start == Bound::Unbounded && partitions.end == Bound::Unbounded
+        {
             Some(versions.latest)
         } else if partitions.is_empty() {
             None

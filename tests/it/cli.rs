@@ -389,7 +389,11 @@ fn the_derived_cache_is_sized_on_the_command_line() -> TestResult {
         let at = scan
             .find("requests_cached=")
             .ok_or_else(|| format!("no requests_cached in {scan}"))?;
-        Ok(scan[at..].split([',', ']', ' ']).next().unwrap_or_default().to_owned())
+        Ok(scan[at..]
+            .split([',', ']', ' '])
+            .next()
+            .unwrap_or_default()
+            .to_owned())
     };
     assert_eq!(cached(None)?, "requests_cached=12");
     assert_eq!(cached(Some("64MB"))?, "requests_cached=12");

@@ -615,9 +615,13 @@ async fn a_scan_asked_again_is_served_from_the_derived_cache_until_a_write() -> 
 }
 
 /// The text of a plan's scan line.
-async fn scan_line(engine: &tablesql::Engine, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
+async fn scan_line(
+    engine: &tablesql::Engine,
+    sql: &str,
+) -> Result<String, Box<dyn std::error::Error>> {
     use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
-    let plan = pretty_format_batches(&engine.collect(&format!("EXPLAIN {sql}")).await?)?.to_string();
+    let plan =
+        pretty_format_batches(&engine.collect(&format!("EXPLAIN {sql}")).await?)?.to_string();
     let line = plan
         .lines()
         .find(|l| l.contains("PartitionScanExec"))
@@ -679,7 +683,9 @@ async fn a_table_never_analyzed_is_planned_from_its_kept_counts() -> TestResult 
 
     // The threshold counts the partitions a range reads (the three of 2013).
     engine.collect("SET tablesql.scan_policy = deny").await?;
-    engine.collect("SET tablesql.partition_threshold = 2").await?;
+    engine
+        .collect("SET tablesql.partition_threshold = 2")
+        .await?;
     let refused = engine
         .collect("SELECT count(name) FROM registrations WHERE event LIKE '2013%'")
         .await
@@ -708,7 +714,9 @@ async fn a_table_past_the_counted_partitions_is_listed() -> TestResult {
     for i in 0..MAX_COUNTED_PARTITIONS {
         store.execute_batch(&table, vec![one(i)?]).await?;
     }
-    let at_cap = store.partition_counts(&table)?.ok_or("no counts at the cap")?;
+    let at_cap = store
+        .partition_counts(&table)?
+        .ok_or("no counts at the cap")?;
     assert_eq!(at_cap.len(), MAX_COUNTED_PARTITIONS);
     store
         .execute_batch(&table, vec![one(MAX_COUNTED_PARTITIONS)?])
@@ -717,7 +725,11 @@ async fn a_table_past_the_counted_partitions_is_listed() -> TestResult {
     let shared: std::sync::Arc<dyn TableStore> = store.clone();
     let engine = tablesql::Engine::with_store(shared, tablesql::EngineOptions::default()).await?;
     engine.collect("SET tablesql.scan_policy = allow").await?;
-    let scan = scan_line(&engine, "SELECT count(*) FROM raw.wide WHERE \"RowKey\" = 'r'").await?;
+    let scan = scan_line(
+        &engine,
+        "SELECT count(*) FROM raw.wide WHERE \"RowKey\" = 'r'",
+    )
+    .await?;
     assert!(scan.contains("fanout=partitions(listed)"), "{scan}");
     Ok(())
 }

@@ -184,7 +184,8 @@ mod tests {
         let def = registrations();
         let cache = StatsCache::default();
         let table = TableName::new("Registrations").expect("a name");
-        let counts: Arc<[PartitionCount]> = Arc::from(vec![count("a", &[("AGE:", 3), ("BIB:", 3)])]);
+        let counts: Arc<[PartitionCount]> =
+            Arc::from(vec![count("a", &[("AGE:", 3), ("BIB:", 3)])]);
         let raw = cache
             .get_or_counted(&table, None, || Some(counts.clone()))
             .expect("raw");

@@ -335,7 +335,11 @@ mod tests {
         );
         let whole = estimate(&d, &scan(KeyRange::all(), KeyRange::all()), &s);
         assert_eq!(whole.map(|e| e.rows), Some(5_020));
-        let narrower = estimate(&d, &scan(KeyRange::all(), kind("BIB:00001", "BIB:00002")), &s);
+        let narrower = estimate(
+            &d,
+            &scan(KeyRange::all(), kind("BIB:00001", "BIB:00002")),
+            &s,
+        );
         assert_eq!(narrower, None);
         // Another path's kind is not the base rows'.
         assert_eq!(

@@ -238,7 +238,12 @@ pub(super) fn write(
         match effect {
             Effect::Put(e) => {
                 let props = &e.entity.properties;
-                dict.ids_of(props.keys().map(String::as_str), &mut names, &mut last, &mut ids)?;
+                dict.ids_of(
+                    props.keys().map(String::as_str),
+                    &mut names,
+                    &mut last,
+                    &mut ids,
+                )?;
                 let value = value::encode(&e.timestamp, props, &ids)?;
                 if rows.insert(key.as_slice(), value.as_slice())?.is_none() {
                     deltas.add(&key, 1)?;

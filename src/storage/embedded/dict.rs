@@ -303,7 +303,10 @@ mod tests {
         assert_eq!(number(&["age", "name"], &mut dict), [0, 1]);
         for (id, name) in ["age", "name", "bib", "bib2"].iter().enumerate() {
             assert_eq!(dict.id(name), Some(id as u16));
-            let stored = table.get(id as u16).expect("get").map(|v| v.value().to_owned());
+            let stored = table
+                .get(id as u16)
+                .expect("get")
+                .map(|v| v.value().to_owned());
             assert_eq!(stored.as_deref(), Some(*name));
         }
     }

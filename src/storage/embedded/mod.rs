@@ -23,8 +23,8 @@ use dict::{Dict, Dicts};
 use super::write::validate_batch;
 use super::{
     Clock, ContinuationToken, DEFAULT_SCAN_BUDGET, DerivedCache, KeyRange, Page, PageEnd,
-    PartitionCount, PartitionKey, PartitionPage, Query, Result, RowKey, RowSink, StorageError, StoredEntity,
-    TableName, TableStore, WriteOp, WriteOutcome,
+    PartitionCount, PartitionKey, PartitionPage, Query, Result, RowKey, RowSink, StorageError,
+    StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
 };
 
 /// The on-disk format this build reads and writes: 2, keys in CESU-8 and
@@ -68,9 +68,9 @@ pub struct EmbeddedStore {
 /// Most partitions whose counts `partition_counts` reads as a table's
 /// statistics. The first plan after each write reads them all again (a
 /// point query's plan too), so this bounds what a workload alternating
-/// writes and reads pays per statement (a thousand partitions' counters,
-/// under a millisecond); past it `ANALYZE`'s statistics, read once, serve
-/// better.
+/// writes and reads pays per statement (a thousand partitions'
+/// counters, not measured apart); past it `ANALYZE`'s statistics, read
+/// once, serve better.
 pub const MAX_COUNTED_PARTITIONS: usize = 1_000;
 
 /// The bytes of decoded pages a store keeps for scans by default
