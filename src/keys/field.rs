@@ -264,10 +264,15 @@ impl FieldFormat {
             text: text.to_owned(),
         };
         let digits = |s: &str| -> Result<i64, KeyError> {
-            if s.is_empty() || !s.bytes().all(|b| b.is_ascii_digit()) {
+            if s.is_empty() {
                 return Err(bad());
             }
-            s.parse().map_err(|_| bad())
+            s.bytes()
+                .try_fold(0i64, |n, b| match b {
+                    b'0'..=b'9' => n.checked_mul(10)?.checked_add(i64::from(b - b'0')),
+                    _ => None,
+                })
+                .ok_or_else(bad)
         };
         if self.fixed_len().is_some_and(|n| n != text.len()) {
             return Err(bad());
@@ -311,15 +316,10 @@ impl FieldFormat {
             FieldFormat::Typed(t) => return t.decode(column, text, last),
             FieldFormat::Text => {
                 let plain = if text.is_ascii() && escape.is_ascii() {
-                    // Byte checks: the common case, and a scan's hot path.
-                    let esc = escape.as_bytes();
-                    !text.bytes().any(|b| {
-                        b == b'%'
-                            || b < 0x20
-                            || b == 0x7f
-                            || b"/\\#?".contains(&b)
-                            || esc.contains(&b)
-                    })
+                    // One bit per ASCII byte: the common case, and a scan's
+                    // hot path (every field of every key it reads).
+                    let mask = escape.bytes().fold(ESCAPED_ASCII, |m, b| m | (1u128 << b));
+                    text.bytes().all(|b| mask & (1u128 << b) == 0)
                 } else {
                     !text
                         .chars()
@@ -345,6 +345,19 @@ impl FieldFormat {
         Ok(value.into_ref())
     }
 }
+
+/// The ASCII bytes free text always escapes, one bit each: `%`, the
+/// control characters and DEL, and `/ \\ # ?` (`always_escaped`).
+pub(super) const ESCAPED_ASCII: u128 = {
+    let mut mask = (1u128 << 0x20) - 1;
+    let mut i = 0;
+    let also = b"%\x7f/\\#?";
+    while i < also.len() {
+        mask |= 1u128 << also[i];
+        i += 1;
+    }
+    mask
+};
 
 /// Whether a character must be escaped in any key: `%` (the escape itself)
 /// and the characters keys may not hold.
@@ -414,6 +427,14 @@ pub fn unescape_text(s: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_ascii_mask_escapes_exactly_what_every_key_escapes() {
+        for b in 0u8..128 {
+            let in_mask = ESCAPED_ASCII & (1u128 << b) != 0;
+            assert_eq!(in_mask, always_escaped(char::from(b)), "byte {b:#04x}");
+        }
+    }
 
     #[test]
     fn escapes_are_upper_case_hex_of_each_utf8_byte() {

@@ -24,10 +24,12 @@
 //! partition, so a point query stays one request.
 
 mod field;
+mod reader;
 mod template;
 mod typed;
 
 pub use field::{FieldFormat, KeyRef, KeyValue, escape_text, unescape_text};
+pub use reader::KeyReader;
 pub use template::{KeyBounds, KeyTemplate, MAX_BUCKETS, Segment, bucket_of, successor};
 pub use typed::{KeyFloat, Typed, TypedKind};
 

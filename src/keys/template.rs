@@ -9,6 +9,7 @@ use std::str::FromStr;
 
 use super::KeyError;
 use super::field::{FieldFormat, KeyRef, KeyValue, MAX_WIDTH, escape_text_into};
+use super::reader::starts_with;
 use super::typed::{Typed, TypedKind};
 
 /// A part of a template.
@@ -303,7 +304,7 @@ impl KeyTemplate {
             let rest = &key[at..];
             match seg {
                 Segment::Literal(l) => {
-                    if !rest.starts_with(l.as_str()) {
+                    if !starts_with(rest.as_bytes(), l.as_bytes()) {
                         return Err(mismatch(l));
                     }
                     at += l.len();
@@ -344,6 +345,18 @@ impl KeyTemplate {
     /// `split`) without keeping their values: an error names the first
     /// field that does not read back as `compose` writes it.
     pub fn check_fields(&self, key: &str, spans: &[Range<usize>]) -> Result<(), KeyError> {
+        self.read_fields(key, spans, &mut |_, _| {})
+    }
+
+    /// `check_fields`, handing each field's value to `take` with its
+    /// number as it is checked: a scan that reads some fields gets them
+    /// from the one check every key needs, not from a second reading.
+    pub fn read_fields<'k>(
+        &self,
+        key: &'k str,
+        spans: &[Range<usize>],
+        take: &mut dyn FnMut(usize, KeyRef<'k>),
+    ) -> Result<(), KeyError> {
         let fields = self
             .segments
             .iter()
@@ -352,12 +365,15 @@ impl KeyTemplate {
                 Segment::Field { column, format } => Some((i, column, *format)),
                 Segment::Literal(_) => None,
             });
-        for ((i, column, format), span) in fields.zip(spans) {
+        for (n, ((i, column, format), span)) in fields.zip(spans).enumerate() {
             let text = key.get(span.clone()).ok_or_else(|| KeyError::Mismatch {
                 column: column.clone(),
                 text: key.to_owned(),
             })?;
-            format.read(column, text, self.separator_after(i), self.is_last(i))?;
+            take(
+                n,
+                format.read(column, text, self.separator_after(i), self.is_last(i))?,
+            );
         }
         Ok(())
     }
@@ -608,7 +624,7 @@ fn find(hay: &str, needle: &str) -> Option<usize> {
     let first = *n.first()?;
     let mut at = 0;
     while let Some(i) = h.get(at..)?.iter().position(|&b| b == first) {
-        if h[at + i..].starts_with(n) {
+        if starts_with(&h[at + i..], n) {
             return Some(at + i);
         }
         at += i + 1;

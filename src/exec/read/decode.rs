@@ -469,6 +469,12 @@ pub struct DecodePlan {
     /// Per property, what a row without it reads as (`ColumnDef::fill`;
     /// `None`: NULL).
     fills: Vec<Option<crate::storage::EdmValue>>,
+    /// The RowKey fields the projection reads, each as (field, builder,
+    /// layout column): filled as the key's check reads them.
+    row_fields: Vec<(usize, usize, usize)>,
+    /// The RowKey template compiled for reading keys (`KeyTemplate::reader`),
+    /// and a bit for each field in `row_fields`.
+    reader: Option<(crate::keys::KeyReader, u64)>,
     needs_pk: bool,
 }
 
@@ -500,12 +506,32 @@ impl DecodePlan {
         let needs_pk = projection
             .iter()
             .any(|&i| matches!(layout.columns.get(i), Some((Source::PartitionField(_), _))));
+        let row_fields = projection
+            .iter()
+            .enumerate()
+            .filter_map(|(b, &i)| match layout.columns.get(i) {
+                Some((Source::RowField(n), _)) => Some((*n, b, i)),
+                _ => None,
+            })
+            .collect::<Vec<_>>();
+        let template = layout
+            .row_template()
+            .or(layout.def.as_deref().map(|d| &d.row_key));
+        let reader = template.and_then(|t| t.reader()).and_then(|r| {
+            let mut wanted = 0u64;
+            for &(n, ..) in &row_fields {
+                wanted |= 1u64.checked_shl(u32::try_from(n).ok()?)?;
+            }
+            Some((r, wanted))
+        });
         Self {
             projection: projection.to_vec(),
             schema: schema.clone(),
             properties,
             property_columns,
             fills,
+            row_fields,
+            reader,
             needs_pk,
             layout,
         }
@@ -588,6 +614,8 @@ impl Decoding {
     fn take(&mut self, plan: &DecodePlan, e: &dyn EntityView) -> Result<bool, ExecError> {
         let layout = &plan.layout;
         let rk = e.row_key();
+        // The layout column of a RowKey field its column's type refused.
+        let mut wrong = None;
         if let Some(def) = &layout.def {
             let template = layout.row_template().unwrap_or(&def.row_key);
             // Base rows without a literal prefix: an index's prefix tells
@@ -596,26 +624,45 @@ impl Decoding {
                 self.skipped.index_rows += 1;
                 return Ok(false);
             }
-            if let Err(err) = template.split(rk, &mut self.spans) {
-                // Base rows and index rows share partitions.
-                let is_index_row = |t: &crate::keys::KeyTemplate| {
-                    let mut spans = Vec::new();
-                    t.split(rk, &mut spans).is_ok() && t.check_fields(rk, &spans).is_ok()
-                };
-                if layout.index.is_none() && def.indexes.iter().any(|i| is_index_row(&i.row_key)) {
-                    self.skipped.index_rows += 1;
-                    return Ok(false);
+            let builders = &mut self.builders;
+            let mut put = |n: usize, value: KeyRef<'_>| {
+                for &(field, b, i) in &plan.row_fields {
+                    if field == n && !builders[b].key(&value) {
+                        wrong.get_or_insert(i);
+                    }
                 }
-                return Err(key_mismatch(def, KeyKind::RowKey, e, &err));
+            };
+            let read = plan
+                .reader
+                .as_ref()
+                .and_then(|(r, wanted)| r.read(rk, *wanted, &mut self.spans, &mut put));
+            // The general reading, where the compiled one does not decide:
+            // it tells index rows apart and names what is wrong.
+            if read.is_none() {
+                if let Err(err) = template.split(rk, &mut self.spans) {
+                    // Base rows and index rows share partitions.
+                    let is_index_row = |t: &crate::keys::KeyTemplate| {
+                        let mut spans = Vec::new();
+                        t.split(rk, &mut spans).is_ok() && t.check_fields(rk, &spans).is_ok()
+                    };
+                    if layout.index.is_none()
+                        && def.indexes.iter().any(|i| is_index_row(&i.row_key))
+                    {
+                        self.skipped.index_rows += 1;
+                        return Ok(false);
+                    }
+                    return Err(key_mismatch(def, KeyKind::RowKey, e, &err));
+                }
+                // Every field's spelling is checked, so that a stray key is
+                // an error even where no field is read: a count must not
+                // count what a lookup would never find. (A `count(*)` the
+                // embedded store answers from its counts reads no key, and
+                // counts it: `PartitionScanExec::counted_rows`.) The fields
+                // projected are taken from that check.
+                template
+                    .read_fields(rk, &self.spans, &mut put)
+                    .map_err(|err| key_mismatch(def, KeyKind::RowKey, e, &err))?;
             }
-            // Every field's spelling is checked (without building a value),
-            // so that a stray key is an error even where no field is read:
-            // a count must not count what a lookup would never find. (A
-            // `count(*)` the embedded store answers from its counts reads
-            // no key, and counts it: `PartitionScanExec::counted_rows`.)
-            template
-                .check_fields(rk, &self.spans)
-                .map_err(|err| key_mismatch(def, KeyKind::RowKey, e, &err))?;
             if plan.needs_pk
                 && self
                     .last_pk
@@ -638,21 +685,10 @@ impl Decoding {
                     .as_ref()
                     .and_then(|(_, v)| v.get(*n))
                     .is_some_and(|v| builder.key_value(v)),
+                // Filled by the key's check above, from the layout's own
+                // template; a field it lacks was never filled.
                 Source::RowField(n) => {
-                    let template = layout.row_template();
-                    match (template, self.spans.get(*n)) {
-                        (Some(t), Some(span)) => {
-                            let value = t.read_field(rk, *n, span.clone()).map_err(|err| {
-                                let def = layout.def.as_deref();
-                                match def {
-                                    Some(def) => key_mismatch(def, KeyKind::RowKey, e, &err),
-                                    None => ExecError::from(err),
-                                }
-                            })?;
-                            builder.key(&value)
-                        }
-                        _ => false,
-                    }
+                    layout.row_template().is_some() && *n < self.spans.len() && wrong != Some(i)
                 }
                 // Filled below, all in one walk of the properties.
                 Source::Property { .. } => true,

@@ -102,8 +102,9 @@ pub fn separator(key: &[u8]) -> Result<usize, StorageError> {
 /// supplementary character), else decoded into `wide`.
 pub fn read<'b>(bytes: &'b [u8], wide: &'b mut String) -> Result<&'b str, StorageError> {
     match std::str::from_utf8(bytes) {
-        // A four-byte sequence is valid UTF-8 but never CESU-8.
-        Ok(s) if !bytes.iter().any(|&b| b >= 0xF0) => Ok(s),
+        // A four-byte sequence is valid UTF-8 but never CESU-8. (ASCII,
+        // nearly every key, is told word by word.)
+        Ok(s) if s.is_ascii() || !bytes.iter().any(|&b| b >= 0xF0) => Ok(s),
         _ => {
             decode_into(bytes, wide)?;
             Ok(wide.as_str())

@@ -159,7 +159,9 @@ fn walk(
                 end.continuation = Some(ContinuationToken::at(pk, rk));
                 break 'seek;
             }
-            if row_range.is_before(this_rk) {
+            // A row of the partition of the row before is past the range's
+            // start already: keys ascend, and that row was in range.
+            if !same_partition && row_range.is_before(this_rk) {
                 lower = match &row_range.start {
                     Bound::Included(start) => joined(this_pk, &[start]),
                     Bound::Excluded(start) => joined(this_pk, &[start, &[0]]),
