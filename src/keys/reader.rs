@@ -33,8 +33,9 @@ enum Step {
         until: Option<Box<[u8]>>,
         stops: Box<[bool; 256]>,
     },
-    /// `width` digits; `inverted` holds `10^width - 1 - v`.
-    Digits { width: usize, inverted: bool },
+    /// `width` digits; where `inverted` is `Some(max)` they hold
+    /// `max - v` (`max` = 10^width - 1).
+    Digits { width: usize, inverted: Option<i64> },
 }
 
 /// `hay.starts_with(prefix)`, byte by byte: a key's literals are a few
@@ -79,11 +80,11 @@ impl KeyTemplate {
                     }
                     FieldFormat::Padded { width } => Step::Digits {
                         width: usize::from(*width),
-                        inverted: false,
+                        inverted: None,
                     },
                     FieldFormat::Inverted { width } => Step::Digits {
                         width: usize::from(*width),
-                        inverted: true,
+                        inverted: Some(10i64.checked_pow(u32::from(*width))? - 1),
                     },
                     FieldFormat::Signed { .. } | FieldFormat::Typed(_) => return None,
                 },
@@ -144,7 +145,9 @@ impl KeyReader {
                 }
             }
         }
-        if at != b.len() {
+        // Every byte read is ASCII (a text's stops hold the rest, and
+        // digits and literals are ASCII): each span is on characters.
+        if at != b.len() || !b.is_ascii() {
             return None;
         }
         let mut fields = self
@@ -163,13 +166,10 @@ impl KeyReader {
             take(
                 n,
                 match step {
-                    Step::Digits { width, inverted } => {
+                    Step::Digits { inverted, .. } => {
+                        // At most 18 digits (`MAX_WIDTH`): no overflow.
                         let v = text.bytes().fold(0i64, |v, d| v * 10 + i64::from(d - b'0'));
-                        if *inverted {
-                            KeyRef::Int(10i64.pow(*width as u32) - 1 - v)
-                        } else {
-                            KeyRef::Int(v)
-                        }
+                        KeyRef::Int(inverted.map_or(v, |max| max - v))
                     }
                     _ => KeyRef::Text(Cow::Borrowed(text)),
                 },
@@ -258,7 +258,7 @@ mod tests {
         #[test]
         fn the_plan_reads_what_the_general_reading_reads(
             which in 0..TEMPLATES.len(),
-            key in "[BIAGE:_x{}~%5F0-9a-zé/-]{0,24}",
+            key in "[BIAGE:_x{}~%5F0-9a-zé/#?\\\\\\x00\\x1f\\x7f-]{0,24}",
         ) {
             let t: KeyTemplate = TEMPLATES[which].parse().expect("template");
             if let Some(read) = fast(&t, &key) {

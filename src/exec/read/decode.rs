@@ -469,9 +469,9 @@ pub struct DecodePlan {
     /// Per property, what a row without it reads as (`ColumnDef::fill`;
     /// `None`: NULL).
     fills: Vec<Option<crate::storage::EdmValue>>,
-    /// The RowKey fields the projection reads, each as (field, builder,
-    /// layout column): filled as the key's check reads them.
-    row_fields: Vec<(usize, usize, usize)>,
+    /// The RowKey fields the projection reads, each as (field, builder):
+    /// filled as the key's check reads them.
+    row_fields: Vec<(usize, usize)>,
     /// The RowKey template compiled for reading keys (`KeyTemplate::reader`),
     /// and a bit for each field in `row_fields`.
     reader: Option<(crate::keys::KeyReader, u64)>,
@@ -510,7 +510,7 @@ impl DecodePlan {
             .iter()
             .enumerate()
             .filter_map(|(b, &i)| match layout.columns.get(i) {
-                Some((Source::RowField(n), _)) => Some((*n, b, i)),
+                Some((Source::RowField(n), _)) => Some((*n, b)),
                 _ => None,
             })
             .collect::<Vec<_>>();
@@ -614,8 +614,9 @@ impl Decoding {
     fn take(&mut self, plan: &DecodePlan, e: &dyn EntityView) -> Result<bool, ExecError> {
         let layout = &plan.layout;
         let rk = e.row_key();
-        // The layout column of a RowKey field its column's type refused.
-        let mut wrong = None;
+        // The first builder (in projection order, as errors are named)
+        // that refused its RowKey field.
+        let mut wrong: Option<usize> = None;
         if let Some(def) = &layout.def {
             let template = layout.row_template().unwrap_or(&def.row_key);
             // Base rows without a literal prefix: an index's prefix tells
@@ -626,9 +627,9 @@ impl Decoding {
             }
             let builders = &mut self.builders;
             let mut put = |n: usize, value: KeyRef<'_>| {
-                for &(field, b, i) in &plan.row_fields {
+                for &(field, b) in &plan.row_fields {
                     if field == n && !builders[b].key(&value) {
-                        wrong.get_or_insert(i);
+                        wrong = Some(wrong.map_or(b, |w| w.min(b)));
                     }
                 }
             };
@@ -688,7 +689,7 @@ impl Decoding {
                 // Filled by the key's check above, from the layout's own
                 // template; a field it lacks was never filled.
                 Source::RowField(n) => {
-                    layout.row_template().is_some() && *n < self.spans.len() && wrong != Some(i)
+                    layout.row_template().is_some() && *n < self.spans.len() && wrong != Some(b)
                 }
                 // Filled below, all in one walk of the properties.
                 Source::Property { .. } => true,
