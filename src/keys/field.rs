@@ -318,7 +318,7 @@ impl FieldFormat {
                 let plain = if text.is_ascii() && escape.is_ascii() {
                     // One bit per ASCII byte: the common case, and a scan's
                     // hot path (every field of every key it reads).
-                    let mask = escape.bytes().fold(ESCAPED_ASCII, |m, b| m | (1u128 << b));
+                    let mask = escaped_ascii(escape.as_bytes());
                     text.bytes().all(|b| mask & (1u128 << b) == 0)
                 } else {
                     !text
@@ -348,7 +348,7 @@ impl FieldFormat {
 
 /// The ASCII bytes free text always escapes, one bit each: `%`, the
 /// control characters and DEL, and `/ \\ # ?` (`always_escaped`).
-pub(super) const ESCAPED_ASCII: u128 = {
+const ESCAPED_ASCII: u128 = {
     let mut mask = (1u128 << 0x20) - 1;
     let mut i = 0;
     let also = b"%\x7f/\\#?";
@@ -358,6 +358,12 @@ pub(super) const ESCAPED_ASCII: u128 = {
     }
     mask
 };
+
+/// The ASCII bytes free text escapes before the separator `also` (ASCII),
+/// one bit each.
+pub(super) fn escaped_ascii(also: &[u8]) -> u128 {
+    also.iter().fold(ESCAPED_ASCII, |m, &b| m | (1u128 << b))
+}
 
 /// Whether a character must be escaped in any key: `%` (the escape itself)
 /// and the characters keys may not hold.

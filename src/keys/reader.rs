@@ -12,7 +12,7 @@
 use std::borrow::Cow;
 use std::ops::Range;
 
-use super::field::{ESCAPED_ASCII, FieldFormat, KeyRef};
+use super::field::{FieldFormat, KeyRef, escaped_ascii};
 use super::template::{KeyTemplate, Segment};
 
 /// A template's reading plan (`KeyTemplate::reader`).
@@ -65,10 +65,7 @@ impl KeyTemplate {
                             Some(Segment::Literal(l)) if l.is_ascii() => Some(l.as_bytes()),
                             Some(_) => return None,
                         };
-                        let escaped = until
-                            .unwrap_or_default()
-                            .iter()
-                            .fold(ESCAPED_ASCII, |m, &b| m | (1u128 << b));
+                        let escaped = escaped_ascii(until.unwrap_or_default());
                         let mut stops = Box::new([true; 256]);
                         for (b, stop) in stops.iter_mut().enumerate().take(0x80) {
                             *stop = escaped & (1u128 << b) != 0;

@@ -292,7 +292,7 @@ impl KeyTemplate {
 
     /// Where each field's text lies in `key`, in field order, checking the
     /// literals and the end of the key but not the fields' spelling (that is
-    /// `read_field`'s, for the fields a reader wants).
+    /// `read_fields`' and `read_field`'s).
     pub fn split(&self, key: &str, spans: &mut Vec<Range<usize>>) -> Result<(), KeyError> {
         let mismatch = |column: &str| KeyError::Mismatch {
             column: column.to_owned(),
