@@ -22,7 +22,7 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use rand::RngCore;
 
 use super::ServerError;
-use super::sqlstate::{INVALID_AUTHORIZATION, fatal};
+use super::sqlstate::{INVALID_AUTHORIZATION, TOO_MANY_CONNECTIONS, fatal};
 
 /// Users and their SCRAM secrets (salt and salted password; never the password).
 pub struct Users {
@@ -178,10 +178,13 @@ pub fn parameters() -> DefaultServerParameterProvider {
     params
 }
 
-/// One connection's startup: TLS policy first, then the auth exchange. A
-/// connection gets its own, since the SCRAM exchange keeps state.
+/// One connection's startup: the connection cap, the TLS policy, then the
+/// auth exchange. A connection gets its own, since the SCRAM exchange
+/// keeps state.
 pub struct Startup {
     require_tls: bool,
+    /// The server has `max_connections` open already: this one is refused.
+    full: bool,
     kind: StartupKind,
 }
 
@@ -192,8 +195,14 @@ enum StartupKind {
 
 impl Startup {
     /// `pids` is the server's one generator: backend pids must be unique
-    /// across connections, since a cancel request names one.
-    pub fn new(mode: &AuthMode, require_tls: bool, pids: Arc<RandomPidSecretKeyGenerator>) -> Self {
+    /// across connections, since a cancel request names one. A `full`
+    /// server refuses the connection at its startup message.
+    pub fn new(
+        mode: &AuthMode,
+        require_tls: bool,
+        pids: Arc<RandomPidSecretKeyGenerator>,
+        full: bool,
+    ) -> Self {
         let kind = match mode {
             AuthMode::Trust => StartupKind::Trust(Trust { pids }),
             AuthMode::Scram(users) => {
@@ -208,7 +217,11 @@ impl Startup {
                 ))
             }
         };
-        Self { require_tls, kind }
+        Self {
+            require_tls,
+            full,
+            kind,
+        }
     }
 }
 
@@ -224,10 +237,15 @@ impl StartupHandler for Startup {
         C::Error: Debug,
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
-        if self.require_tls
-            && matches!(message, PgWireFrontendMessage::Startup(_))
-            && !client.is_secure()
-        {
+        let startup = matches!(message, PgWireFrontendMessage::Startup(_));
+        // PostgreSQL's words, which clients and poolers know.
+        if self.full && startup {
+            return Err(fatal(
+                TOO_MANY_CONNECTIONS,
+                "sorry, too many clients already",
+            ));
+        }
+        if self.require_tls && startup && !client.is_secure() {
             return Err(fatal(
                 INVALID_AUTHORIZATION,
                 "this server accepts TLS connections only (connect with sslmode=require)",

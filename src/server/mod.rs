@@ -38,6 +38,7 @@ mod vectors;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use pgwire::api::auth::StartupHandler;
@@ -108,7 +109,13 @@ pub struct ServerConfig {
     /// The store's request counters, for the metrics (the store the
     /// engine runs over, wrapped in `storage::metered::MeteredStore`).
     pub store_counters: Option<Arc<crate::storage::metered::StoreCounters>>,
+    /// Connections served at once (PostgreSQL's `max_connections`); one
+    /// more is told 53300 at startup and closed.
+    pub max_connections: usize,
 }
+
+/// PostgreSQL's default `max_connections`.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 100;
 
 impl ServerConfig {
     /// Listening on `listen`, letting in whom `auth` says, without TLS.
@@ -119,7 +126,14 @@ impl ServerConfig {
             tls: None,
             log_min_duration_statement: None,
             store_counters: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
         }
+    }
+
+    /// Serving at most `n` connections at once (at least 1).
+    pub fn with_max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
     }
 
     /// Logging statements that take at least `at_least`.
@@ -159,6 +173,31 @@ struct Shared {
     metrics: Arc<Metrics>,
     slow: Option<Duration>,
     phase: watch::Sender<Phase>,
+    max_connections: usize,
+    /// Connections admitted and not yet ended.
+    open: Arc<AtomicUsize>,
+}
+
+/// A connection's place under `max_connections`, given back when its task
+/// ends however it ends.
+struct Admitted(Arc<AtomicUsize>);
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Shared {
+    /// A place for one more connection, unless `max_connections` are open.
+    fn admit(&self) -> Option<Admitted> {
+        self.open
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < self.max_connections).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Admitted(self.open.clone()))
+    }
 }
 
 impl Server {
@@ -192,6 +231,8 @@ impl Server {
                 metrics,
                 slow: config.log_min_duration_statement,
                 phase: watch::channel(Phase::Serving).0,
+                max_connections: config.max_connections,
+                open: Arc::default(),
             }),
         })
     }
@@ -247,12 +288,20 @@ impl Server {
             next_id += 1;
             let id = next_id;
             let probe = cancel::Probe::of(&socket);
-            let handlers = Connection::new(&shared, probe);
+            // Past the cap a connection still gets a task: its startup
+            // message is read (TLS negotiated first, as PostgreSQL does) and
+            // answered with 53300, so the client hears why.
+            let admitted = shared.admit();
+            if admitted.is_none() {
+                shared.metrics.error(sqlstate::TOO_MANY_CONNECTIONS);
+            }
+            let handlers = Connection::new(&shared, probe, admitted.is_none());
             let tls = shared.tls.clone();
             let metrics = shared.metrics.clone();
             let stop = shared.phase.subscribe();
             let slow = shared.slow;
             tasks.spawn(async move {
+                let _admitted = admitted;
                 metrics.connection_opened();
                 tracing::debug!(connection = id, %peer, "connection opened");
                 let context = connection::Context {
@@ -317,7 +366,7 @@ struct Connection {
 }
 
 impl Connection {
-    fn new(shared: &Shared, probe: Option<cancel::Probe>) -> Self {
+    fn new(shared: &Shared, probe: Option<cancel::Probe>, full: bool) -> Self {
         let runner = Runner::new(shared.engine.session());
         Self {
             session: Arc::new(Session::new(runner, shared.registry.clone(), probe)),
@@ -325,6 +374,7 @@ impl Connection {
                 &shared.auth,
                 shared.tls.is_some(),
                 shared.pids.clone(),
+                full,
             )),
             registry: shared.registry.clone(),
         }

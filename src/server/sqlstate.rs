@@ -53,6 +53,7 @@ pub const SUCCESSFUL_COMPLETION: &str = "00000";
 pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
 pub const DUPLICATE_COLUMN: &str = "42701";
 pub const CANT_CHANGE_RUNTIME_PARAM: &str = "55P02";
+pub const TOO_MANY_CONNECTIONS: &str = "53300";
 
 /// An `ERROR`-severity wire error.
 pub fn error(code: &str, message: impl Into<String>) -> PgWireError {

@@ -40,6 +40,17 @@ pub struct ServeArgs {
     /// 0 logs every statement). Off by default.
     #[arg(long, env = "TABLESQL_LOG_MIN_DURATION_STATEMENT", value_name = "MS")]
     log_min_duration_statement: Option<u64>,
+    /// Connections served at once (PostgreSQL's max_connections); past it a
+    /// client is refused at startup with 53300, "sorry, too many clients
+    /// already", and the others keep their connections.
+    #[arg(
+        long,
+        env = "TABLESQL_MAX_CONNECTIONS",
+        value_name = "N",
+        default_value_t = tablesql::server::DEFAULT_MAX_CONNECTIONS as u32,
+        value_parser = clap::value_parser!(u32).range(1..)
+    )]
+    max_connections: u32,
     /// On SIGTERM or SIGINT, how long running statements get to finish
     /// before they are cancelled (clients are told 57P01). The default
     /// ends within `docker stop`'s 10 s; a second signal exits at once.
@@ -80,7 +91,8 @@ pub async fn serve(
     let engine = tablesql::Engine::with_store(store, options).await?;
     let mut config = ServerConfig::new(args.listen, auth.clone())
         .with_log_min_duration_statement(args.log_min_duration_statement.map(Duration::from_millis))
-        .with_store_counters(counters);
+        .with_store_counters(counters)
+        .with_max_connections(args.max_connections as usize);
     let tls_on = args.tls_cert.is_some();
     if let Some((cert, key)) = args.tls_cert.zip(args.tls_key) {
         config = config.with_tls(cert, key);

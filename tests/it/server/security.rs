@@ -112,3 +112,57 @@ fn tls_on_and_off() -> TestResult {
     assert!(e.to_string().contains("TLS"), "{e}");
     Ok(())
 }
+
+/// `--max-connections`: past the cap a client is refused at startup with
+/// PostgreSQL's 53300 and its words (tokio-postgres and the real psql both
+/// hear them), the connections already open keep answering, and the place
+/// of a connection that closes is taken by the next.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_past_the_cap_get_53300_and_the_others_keep_working() -> TestResult {
+    let server = serve(1000, &["--max-connections", "3"])?;
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(server.connect().await?);
+    }
+    let refused = server
+        .connect()
+        .await
+        .err()
+        .ok_or("a fourth connection got in")?;
+    assert_eq!(code(&refused), "53300", "{refused:?}");
+    let out = server.psql("", &["-c", "SELECT 1"])?;
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        text(&out).contains("sorry, too many clients already"),
+        "{}",
+        text(&out)
+    );
+    for client in &open {
+        let one: i32 = client.query_one("SELECT 1::INT", &[]).await?.get(0);
+        assert_eq!(one, 1);
+    }
+    // The server hears of the close a moment after the client is dropped.
+    drop(open.pop());
+    let mut again = None;
+    for _ in 0..100 {
+        match server.connect().await {
+            Ok(client) => {
+                again = Some(client);
+                break;
+            }
+            Err(e) if code(&e) == "53300" => tokio::time::sleep(Duration::from_millis(50)).await,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    let again = again.ok_or("a closed connection's place was not given back")?;
+    let one: i32 = again.query_one("SELECT 1::INT", &[]).await?.get(0);
+    assert_eq!(one, 1);
+    let still = server
+        .connect()
+        .await
+        .err()
+        .ok_or("the cap no longer holds")?;
+    assert_eq!(code(&still), "53300", "{still:?}");
+    assert!(!server.log().contains("panicked"), "{}", server.log());
+    Ok(())
+}
