@@ -64,6 +64,7 @@ mod direct;
 mod follow;
 mod indexes;
 mod kind;
+mod memory;
 mod paging;
 mod persist_timer;
 mod prepared;
@@ -83,6 +84,7 @@ pub use describe::{
 };
 pub use follow::DEFAULT_CATALOG_CHECK;
 pub use kind::{StatementKind, reads_system_catalog, returns_rows};
+pub use memory::MemoryLimits;
 pub use paging::ResultPage;
 pub use prepared::PreparedStatement;
 pub(crate) use run::Transaction;
@@ -198,6 +200,10 @@ pub struct EngineOptions {
     /// live in this process's memory only. The `tablesql` binary stores
     /// them every 10 s.
     pub workload_flush: Option<std::time::Duration>,
+    /// What statements may hold in memory, all together and one
+    /// session's (`engine::memory`); past it sorts and aggregates spill to
+    /// disk, and what cannot spill fails with 53200.
+    pub memory: MemoryLimits,
 }
 
 impl Default for EngineOptions {
@@ -209,6 +215,7 @@ impl Default for EngineOptions {
             catalog_check: DEFAULT_CATALOG_CHECK,
             statistics: true,
             workload_flush: None,
+            memory: MemoryLimits::default(),
         }
     }
 }
@@ -219,6 +226,12 @@ impl EngineOptions {
     pub const WORKLOAD_FLUSH_SHORTEST: std::time::Duration = std::time::Duration::from_millis(50);
     /// The longest: statistics an hour old are stale for an advisor.
     pub const WORKLOAD_FLUSH_LONGEST: std::time::Duration = std::time::Duration::from_secs(3600);
+
+    /// With these memory limits.
+    pub fn with_memory(mut self, memory: MemoryLimits) -> Self {
+        self.memory = memory;
+        self
+    }
 
     /// With these scan settings.
     pub fn with_scan(mut self, scan: ScanOptions) -> Self {
@@ -386,6 +399,7 @@ impl Engine {
             datafusion::config::ConfigNonZeroUsize::try_new(crate::planner::sql::RECURSION_LIMIT)?;
         let state = SessionStateBuilder::new()
             .with_config(config)
+            .with_runtime_env(memory::runtime(options.memory)?)
             .with_default_features()
             .with_query_planner(Arc::new(TablesqlQueryPlanner))
             .with_physical_optimizer_rules(physical_optimizer_rules())
@@ -1362,6 +1376,8 @@ impl Engine {
             .options_mut()
             .extensions
             .insert(SessionParameters::default());
+        // Its own share of the engine's memory.
+        let state = memory::share(state, self.options.memory);
         SessionContext::new_with_state(state)
     }
 

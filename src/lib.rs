@@ -183,8 +183,9 @@ pub use datafusion;
 pub use engine::{
     Applied, BlockChange, BlockEnd, BlockStatus, ColumnInfo, DEFAULT_CATALOG_CHECK, DdlOutcome,
     Engine, EngineError, EngineOptions, IndexHealth, IndexInfo, IndexTemplate, MappingInfo,
-    Outcome, PG_VERSION, PG_VERSION_NUM, PreparedStatement, RAW_SCHEMA, Reading, ResultPage,
-    Session, StatementKind, StoredAs, TableDescription, TableInfo, Write, reads_system_catalog,
+    MemoryLimits, Outcome, PG_VERSION, PG_VERSION_NUM, PreparedStatement, RAW_SCHEMA, Reading,
+    ResultPage, Session, StatementKind, StoredAs, TableDescription, TableInfo, Write,
+    reads_system_catalog,
 };
 pub use exec::read::access::WholeTable;
 pub use exec::read::token::TokenError;

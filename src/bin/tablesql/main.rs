@@ -50,6 +50,17 @@ struct Cli {
     /// or 0 for none. Each process keeps its own.
     #[arg(long, global = true, env = "TABLESQL_DERIVED_CACHE", default_value = "256MB", value_parser = memory_size)]
     derived_cache: usize,
+    /// Memory all statements together may hold (sorts, aggregates, joins),
+    /// a size as --derived-cache takes one: past it sorts and aggregates
+    /// spill to disk, and a statement that cannot fails with 53200. By
+    /// default half the machine's memory; 0 for no limit.
+    #[arg(long, global = true, env = "TABLESQL_MEMORY_LIMIT", value_parser = memory_size)]
+    memory_limit: Option<usize>,
+    /// Memory one session's statement may hold, within --memory-limit. By
+    /// default a quarter of the machine's memory; 0 for up to
+    /// --memory-limit.
+    #[arg(long, global = true, env = "TABLESQL_STATEMENT_MEMORY_LIMIT", value_parser = memory_size)]
+    statement_memory_limit: Option<usize>,
     /// The log's level on stderr: error, warn, info, debug or trace (or a
     /// filter such as `info,tablesql=debug`). Default warn; info for
     /// serve. RUST_LOG, when set, is the whole filter instead.
@@ -386,9 +397,17 @@ async fn run() -> anyhow::Result<()> {
         }
         _ => {}
     }
+    let mut memory = tablesql::MemoryLimits::default();
+    if let Some(total) = cli.memory_limit {
+        memory.total = (total > 0).then_some(total);
+    }
+    if let Some(one) = cli.statement_memory_limit {
+        memory.statement = (one > 0).then_some(one);
+    }
     let options = tablesql::EngineOptions::default()
         .with_scan_policy(cli.scan_policy)
-        .with_workload_flush(cli.stats_flush_interval.0);
+        .with_workload_flush(cli.stats_flush_interval.0)
+        .with_memory(memory);
     let location: StoreLocation = cli
         .store
         .parse()

@@ -187,3 +187,127 @@ fn cpu_ticks(pid: u32) -> Result<u64, String> {
     // utime and stime are fields 14 and 15 of stat, 12 and 13 after ')'.
     Ok(field(11)? + field(12)?)
 }
+
+/// The server's peak resident memory while `work` runs, sampled every
+/// 20 ms, with what `work` gave.
+async fn peak_while<T>(
+    server: &Served,
+    work: impl std::future::Future<Output = T>,
+) -> Result<(T, u64), String> {
+    tokio::pin!(work);
+    let mut peak = server.rss_kib()?;
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    loop {
+        tokio::select! {
+            out = &mut work => return Ok((out, peak.max(server.rss_kib()?))),
+            _ = tick.tick() => peak = peak.max(server.rss_kib()?),
+        }
+    }
+}
+
+/// Under a small memory limit (48 MB in all, 16 MB a statement): a sort and
+/// a GROUP BY of 3,000,000 rows, each bigger than the limit, spill to disk
+/// and answer right; a hash join whose build side cannot fit (a hash join
+/// does not spill) fails with 53200; another connection's point queries
+/// answer all the while; and the server's resident memory stays under its
+/// size before plus the limit plus a margin of 64 MiB (what the operators
+/// hold between them: batches in flight, the allocator's slack).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn statements_past_the_memory_limit_spill_or_fail_with_53200_while_others_answer()
+-> TestResult {
+    let _cpu = crate::exclusive();
+    let server = serve(
+        1000,
+        &["--memory-limit", "48MB", "--statement-memory-limit", "16MB"],
+    )?;
+    let client = server.connect().await?;
+    let before = server.rss_kib()?;
+    // Point queries on a connection of their own until the big ones end.
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let points = {
+        let conninfo = server.conninfo("tablesql");
+        let stop = stop.clone();
+        tokio::spawn(async move {
+            let client = connect(&conninfo).await?;
+            let statement = client.prepare(POINT).await?;
+            let mut answered = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) && answered < 1_000_000 {
+                let r = demo::registration(answered % 1000);
+                let row = client
+                    .query_one(&statement, &[&r.event, &r.distance, &r.bib])
+                    .await?;
+                if row.get::<_, &str>(0) != r.name {
+                    return Err::<u64, Box<dyn std::error::Error + Send + Sync>>(
+                        format!("wrong row for {answered}").into(),
+                    );
+                }
+                answered += 1;
+            }
+            Ok(answered)
+        })
+    };
+    let mut peak = before;
+    let sort = "SELECT count(*), min(r)::BIGINT, max(r)::BIGINT FROM (SELECT x, row_number() OVER (ORDER BY x DESC) AS r \
+                FROM generate_series(1, 3000000) AS t(x)) s";
+    // Keys in no order (an odd multiplier modulo 2^32 is one to one), so
+    // that the aggregate hashes rather than streams.
+    let group = "SELECT count(*), sum(c)::BIGINT FROM (SELECT x * 2654435761 % 4294967296 AS k, \
+                 count(*) AS c FROM generate_series(1, 3000000) AS t(x) GROUP BY 1) s";
+    for (sql, expected) in [
+        (sort, (3_000_000i64, 1i64, 3_000_000i64)),
+        (group, (3_000_000, 3_000_000, 0)),
+    ] {
+        let (row, rss) = peak_while(&server, client.query_one(sql, &[])).await?;
+        let row = row?;
+        let got = match sql == sort {
+            true => (
+                row.get::<_, i64>(0),
+                row.get::<_, i64>(1),
+                row.get::<_, i64>(2),
+            ),
+            false => (row.get::<_, i64>(0), row.get::<_, i64>(1), 0),
+        };
+        assert_eq!(got, expected, "{sql}");
+        peak = peak.max(rss);
+        // It answered because it spilled: EXPLAIN ANALYZE counts the spills.
+        let mut spills = 0u64;
+        for message in client
+            .simple_query(&format!("EXPLAIN ANALYZE {sql}"))
+            .await?
+        {
+            if let SimpleQueryMessage::Row(row) = message {
+                let text = row.get(1).unwrap_or_default();
+                for (_, rest) in text
+                    .match_indices("spill_count=")
+                    .map(|(i, _)| text.split_at(i + 12))
+                {
+                    let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+                    spills += digits.parse::<u64>().unwrap_or(0);
+                }
+            }
+        }
+        assert!(spills > 0, "{sql}: nothing spilled");
+    }
+    let join = "SELECT count(*) FROM generate_series(1, 3000000) AS a(x) \
+                JOIN generate_series(1, 3000000) AS b(y) ON x = y";
+    let (refused, rss) = peak_while(&server, client.query_one(join, &[])).await?;
+    let refused = refused.err().ok_or("the join fit under the limit")?;
+    assert_eq!(code(&refused), "53200", "{refused:?}");
+    peak = peak.max(rss);
+    // The connection that was refused goes on.
+    let one: i32 = client.query_one("SELECT 1::INT", &[]).await?.get(0);
+    assert_eq!(one, 1);
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let answered = tokio::time::timeout(Duration::from_secs(60), points)
+        .await??
+        .map_err(|e| e.to_string())?;
+    assert!(answered > 0, "no point query answered meanwhile");
+    eprintln!("server RSS KiB: before {before}, peak {peak}; {answered} point queries meanwhile");
+    let grown = peak.saturating_sub(before);
+    assert!(
+        grown < (48 + 64) * 1024,
+        "server RSS grew {grown} KiB, past the limit and the margin"
+    );
+    assert!(!server.log().contains("panicked"), "{}", server.log());
+    Ok(())
+}
