@@ -8,12 +8,13 @@
 //! and an operator that cannot spill (a hash join's build side) fails its
 //! statement with `ResourcesExhausted` (SQLSTATE 53200). So the engine's
 //! runtime gets a `FairSpillPool` of the total, and each session a
-//! `SessionPool` over it that refuses past the session's own limit. A
-//! session runs one statement at a time, so its limit is its statement's
-//! (a cursor left open holds its share until it closes).
+//! `SessionPool` over it with a `FairSpillPool` of the session's own limit,
+//! asked first: within a session, as across sessions, each spilling
+//! operator gets its fair part rather than the first one taking it all. A
+//! session runs one statement at a time, but a cursor or portal it keeps
+//! open holds its reservations too, so the limit is the session's.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
 
 use datafusion::common::DataFusionError;
 use datafusion::execution::memory_pool::{
@@ -27,20 +28,19 @@ use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
 pub struct MemoryLimits {
     /// What all statements together may hold (`None`: no limit).
     pub total: Option<usize>,
-    /// What one session's statement may hold (`None`: up to the total).
+    /// What one session may hold: its running statement, and the cursors
+    /// and portals it keeps open (`None`: up to the total). Taken as the
+    /// total where it is more.
     pub statement: Option<usize>,
 }
 
 impl Default for MemoryLimits {
-    /// Half the machine's memory in all, a quarter for one statement: room
-    /// for the process's own data and caches, and for two big statements
-    /// side by side. Unlimited where the machine does not say.
+    /// Half the machine's memory in all (the container's, where a cgroup
+    /// limits it), half of that for one session: room for the process's
+    /// own data and caches, and for two big statements side by side.
+    /// Unlimited where the machine does not say.
     fn default() -> Self {
-        let machine = machine_memory();
-        Self {
-            total: machine.map(|m| m / 2),
-            statement: machine.map(|m| m / 4),
-        }
+        Self::with_total(machine_memory().map(|m| m / 2))
     }
 }
 
@@ -52,9 +52,32 @@ impl MemoryLimits {
             statement: None,
         }
     }
+
+    /// `total` for all statements, and half of it for one session.
+    pub fn with_total(total: Option<usize>) -> Self {
+        Self {
+            total,
+            statement: total.map(|t| t / 2),
+        }
+    }
+
+    /// These limits with `statement` for one session (`None`: up to the
+    /// total).
+    pub fn with_statement(self, statement: Option<usize>) -> Self {
+        Self { statement, ..self }
+    }
+
+    /// A session's limit as it holds: never more than the total.
+    fn session(&self) -> Option<usize> {
+        match (self.statement, self.total) {
+            (Some(one), Some(total)) => Some(one.min(total)),
+            (one, _) => one,
+        }
+    }
 }
 
-/// The machine's memory, from `/proc/meminfo` (Linux); `None` elsewhere.
+/// The machine's memory: the lower of `/proc/meminfo`'s total and the
+/// cgroup's limit, which is what a container may use (`None` off Linux).
 fn machine_memory() -> Option<usize> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let kib: usize = info
@@ -65,7 +88,21 @@ fn machine_memory() -> Option<usize> {
         .trim()
         .parse()
         .ok()?;
-    kib.checked_mul(1024)
+    let total = kib.checked_mul(1024)?;
+    Some(cgroup_limit().map_or(total, |limit| limit.min(total)))
+}
+
+/// The memory limit of the process's cgroup: v2's `memory.max`, or v1's
+/// `memory.limit_in_bytes`; `None` where there is none ("max", or v1's
+/// huge number, which the minimum with the machine's total absorbs).
+fn cgroup_limit() -> Option<usize> {
+    [
+        "/sys/fs/cgroup/memory.max",
+        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+    ]
+    .iter()
+    .find_map(|path| std::fs::read_to_string(path).ok())
+    .and_then(|text| text.trim().parse().ok())
 }
 
 /// The engine's runtime: its memory pool holds `limits.total`, and the
@@ -75,11 +112,11 @@ pub(super) fn runtime(limits: MemoryLimits) -> datafusion::common::Result<Arc<Ru
     let mut builder = RuntimeEnvBuilder::new();
     if let Some(total) = limits.total {
         let pool: Arc<dyn MemoryPool> = Arc::new(FairSpillPool::new(total));
-        builder = builder.with_memory_pool(match limits.statement {
+        builder = builder.with_memory_pool(match limits.session() {
             Some(limit) => Arc::new(SessionPool::over(&pool, limit)),
             None => pool,
         });
-    } else if let Some(limit) = limits.statement {
+    } else if let Some(limit) = limits.session() {
         let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
         builder = builder.with_memory_pool(Arc::new(SessionPool::over(&pool, limit)));
     }
@@ -90,7 +127,7 @@ pub(super) fn runtime(limits: MemoryLimits) -> datafusion::common::Result<Arc<Ru
 /// `limits` gives a session one; as it was where the runtime cannot be
 /// rebuilt (it then shares the engine session's share).
 pub(super) fn share(state: SessionState, limits: MemoryLimits) -> SessionState {
-    let Some(limit) = limits.statement else {
+    let Some(limit) = limits.session() else {
         return state;
     };
     let runtime = state.runtime_env();
@@ -109,14 +146,14 @@ pub(super) fn share(state: SessionState, limits: MemoryLimits) -> SessionState {
     }
 }
 
-/// One session's share of the engine's pool: it counts what the session's
-/// operators hold, refuses past its limit, and passes everything on to the
-/// engine's pool, which keeps the total.
+/// One session's share of the engine's pool: a `FairSpillPool` of the
+/// session's limit, asked first, then the engine's pool, which keeps the
+/// total.
 #[derive(Debug)]
 pub struct SessionPool {
+    own: FairSpillPool,
     inner: Arc<dyn MemoryPool>,
     limit: usize,
-    used: AtomicUsize,
 }
 
 impl SessionPool {
@@ -128,9 +165,9 @@ impl SessionPool {
             None => pool.clone(),
         };
         Self {
+            own: FairSpillPool::new(limit),
             inner,
             limit,
-            used: AtomicUsize::new(0),
         }
     }
 }
@@ -147,20 +184,22 @@ impl MemoryPool for SessionPool {
     }
 
     fn register(&self, consumer: &MemoryConsumer) {
+        self.own.register(consumer);
         self.inner.register(consumer);
     }
 
     fn unregister(&self, consumer: &MemoryConsumer) {
+        self.own.unregister(consumer);
         self.inner.unregister(consumer);
     }
 
     fn grow(&self, reservation: &MemoryReservation, additional: usize) {
-        self.used.fetch_add(additional, Ordering::Relaxed);
+        self.own.grow(reservation, additional);
         self.inner.grow(reservation, additional);
     }
 
     fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
-        self.used.fetch_sub(shrink, Ordering::Relaxed);
+        self.own.shrink(reservation, shrink);
         self.inner.shrink(reservation, shrink);
     }
 
@@ -169,30 +208,23 @@ impl MemoryPool for SessionPool {
         reservation: &MemoryReservation,
         additional: usize,
     ) -> datafusion::common::Result<()> {
-        let within = self
-            .used
-            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
-                used.checked_add(additional).filter(|&n| n <= self.limit)
-            });
-        if within.is_err() {
+        if let Err(e) = self.own.try_grow(reservation, additional) {
             return Err(DataFusionError::ResourcesExhausted(format!(
-                "the statement's memory limit of {} bytes is reached: {} holds {} bytes and asks for {} more \
-                 (raise --statement-memory-limit, or let the statement read less)",
+                "the session's memory limit of {} bytes is reached (raise \
+                 --statement-memory-limit, or let the statement read less): {}",
                 self.limit,
-                reservation.consumer().name(),
-                reservation.size(),
-                additional
+                e.message()
             )));
         }
         if let Err(e) = self.inner.try_grow(reservation, additional) {
-            self.used.fetch_sub(additional, Ordering::Relaxed);
+            self.own.shrink(reservation, additional);
             return Err(e);
         }
         Ok(())
     }
 
     fn reserved(&self) -> usize {
-        self.used.load(Ordering::Relaxed)
+        self.own.reserved()
     }
 
     fn memory_limit(&self) -> MemoryLimit {
@@ -215,8 +247,13 @@ mod tests {
         ra.try_grow(500).expect("within both limits");
         let past_share = ra.try_grow(200).expect_err("past a's share");
         assert!(matches!(past_share, DataFusionError::ResourcesExhausted(_)));
-        assert!(past_share.to_string().contains("sort a"), "{past_share}");
-        // b's share has room, the engine's total has not.
+        let said = past_share.to_string();
+        assert!(
+            said.contains("sort a") && said.contains("--statement-memory-limit"),
+            "{said}"
+        );
+        // b's share has room, the engine's total has not, and b's share
+        // keeps nothing of the refused grow.
         assert!(rb.try_grow(600).is_err());
         assert_eq!(
             (a.reserved(), b.reserved(), engine.reserved()),
@@ -228,11 +265,60 @@ mod tests {
     }
 
     #[test]
+    fn spilling_operators_of_one_session_each_get_a_fair_part_of_its_share() {
+        let engine: Arc<dyn MemoryPool> = Arc::new(FairSpillPool::new(10_000));
+        let session: Arc<dyn MemoryPool> = Arc::new(SessionPool::over(&engine, 1_000));
+        let first = MemoryConsumer::new("sort 1")
+            .with_can_spill(true)
+            .register(&session);
+        let second = MemoryConsumer::new("sort 2")
+            .with_can_spill(true)
+            .register(&session);
+        // Not all of it to the first that asks: the second would then be
+        // refused before holding anything, and fail rather than spill.
+        assert!(first.try_grow(600).is_err());
+        first.try_grow(500).expect("its half");
+        second.try_grow(500).expect("the other half");
+        assert_eq!((session.reserved(), engine.reserved()), (1_000, 1_000));
+    }
+
+    #[test]
     fn a_share_made_over_a_share_takes_the_engine_pool() {
         let engine: Arc<dyn MemoryPool> = Arc::new(FairSpillPool::new(1_000));
         let first: Arc<dyn MemoryPool> = Arc::new(SessionPool::over(&engine, 100));
         let second = SessionPool::over(&first, 400);
         assert!(Arc::ptr_eq(&second.inner, &engine));
+    }
+
+    #[tokio::test]
+    async fn every_session_of_an_engine_gets_its_own_share_of_one_pool() {
+        let store: Arc<dyn crate::storage::TableStore> =
+            Arc::new(crate::storage::MemoryStore::new());
+        let limits = MemoryLimits::with_total(Some(64 << 20));
+        let options = crate::engine::EngineOptions::default().with_memory(limits);
+        let engine = crate::engine::Engine::with_store(store, options)
+            .await
+            .expect("engine");
+        let pool = |e: &crate::engine::Engine| e.context().runtime_env().memory_pool.clone();
+        let (a, b) = (pool(&engine.new_session()), pool(&engine.new_session()));
+        let share = |p: &Arc<dyn MemoryPool>| {
+            let share = p.downcast_ref::<SessionPool>().expect("a session's share");
+            (share.limit, share.inner.clone())
+        };
+        let ((a_limit, a_inner), (b_limit, b_inner)) = (share(&a), share(&b));
+        assert!(!Arc::ptr_eq(&a, &b), "each session its own share");
+        assert!(Arc::ptr_eq(&a_inner, &b_inner), "over one engine pool");
+        assert_eq!((a_limit, b_limit), (32 << 20, 32 << 20));
+        assert!(matches!(a_inner.memory_limit(), MemoryLimit::Finite(n) if n == 64 << 20));
+    }
+
+    #[test]
+    fn a_session_never_gets_more_than_the_total() {
+        let total = MemoryLimits::with_total(Some(1_000));
+        assert_eq!(total.statement, Some(500));
+        assert_eq!(total.with_statement(Some(4_000)).session(), Some(1_000));
+        assert_eq!(total.with_statement(None).session(), None);
+        assert_eq!(MemoryLimits::with_total(None).session(), None);
     }
 
     #[test]

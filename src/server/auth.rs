@@ -22,7 +22,7 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use rand::RngCore;
 
 use super::ServerError;
-use super::sqlstate::{INVALID_AUTHORIZATION, TOO_MANY_CONNECTIONS, fatal};
+use super::sqlstate::{INVALID_AUTHORIZATION, fatal};
 
 /// Users and their SCRAM secrets (salt and salted password; never the password).
 pub struct Users {
@@ -178,13 +178,10 @@ pub fn parameters() -> DefaultServerParameterProvider {
     params
 }
 
-/// One connection's startup: the connection cap, the TLS policy, then the
-/// auth exchange. A connection gets its own, since the SCRAM exchange
+/// One connection's startup: the TLS policy, then the auth exchange. A connection gets its own, since the SCRAM exchange
 /// keeps state.
 pub struct Startup {
     require_tls: bool,
-    /// The server has `max_connections` open already: this one is refused.
-    full: bool,
     kind: StartupKind,
 }
 
@@ -195,14 +192,8 @@ enum StartupKind {
 
 impl Startup {
     /// `pids` is the server's one generator: backend pids must be unique
-    /// across connections, since a cancel request names one. A `full`
-    /// server refuses the connection at its startup message.
-    pub fn new(
-        mode: &AuthMode,
-        require_tls: bool,
-        pids: Arc<RandomPidSecretKeyGenerator>,
-        full: bool,
-    ) -> Self {
+    /// across connections, since a cancel request names one.
+    pub fn new(mode: &AuthMode, require_tls: bool, pids: Arc<RandomPidSecretKeyGenerator>) -> Self {
         let kind = match mode {
             AuthMode::Trust => StartupKind::Trust(Trust { pids }),
             AuthMode::Scram(users) => {
@@ -217,11 +208,7 @@ impl Startup {
                 ))
             }
         };
-        Self {
-            require_tls,
-            full,
-            kind,
-        }
+        Self { require_tls, kind }
     }
 }
 
@@ -238,13 +225,6 @@ impl StartupHandler for Startup {
         PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
     {
         let startup = matches!(message, PgWireFrontendMessage::Startup(_));
-        // PostgreSQL's words, which clients and poolers know.
-        if self.full && startup {
-            return Err(fatal(
-                TOO_MANY_CONNECTIONS,
-                "sorry, too many clients already",
-            ));
-        }
         if self.require_tls && startup && !client.is_secure() {
             return Err(fatal(
                 INVALID_AUTHORIZATION,

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{FutureExt, SinkExt, StreamExt};
+use pgwire::api::cancel::CancelHandler;
 use pgwire::api::{ClientInfo, PgWireConnectionState, PgWireServerHandlers};
 use pgwire::error::{ErrorInfo, PgWireError};
 use pgwire::messages::PgWireBackendMessage;
@@ -22,18 +23,23 @@ use tokio::net::TcpStream;
 use tokio::sync::watch;
 use tokio_util::codec::{Framed, FramedParts};
 
-use super::Connection;
 use super::frames::Violation;
 use super::metrics::Metrics;
 use super::plan::Stmt;
 use super::shutdown::{Phase, reached, terminated};
+use super::sqlstate::TOO_MANY_CONNECTIONS;
 use super::stream::Guarded;
 use super::tap::Tap;
 use super::timing::Timing;
+use super::{Admission, Connection, Registry};
 
 /// How long a client may take to start up and authenticate (PostgreSQL's
 /// `authentication_timeout`).
 const STARTUP: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// How long a connection past `max_connections` may take to send its
+/// startup message: it holds one of a bounded number of places meanwhile.
+const TURN_AWAY: std::time::Duration = std::time::Duration::from_secs(5);
 
 tokio::task_local! {
     /// The number of the connection a task serves, for the panic log.
@@ -58,10 +64,10 @@ pub(super) async fn serve(
     context: Context,
     tcp: TcpStream,
     tls: Option<TlsAcceptor>,
-    handlers: Connection,
+    admission: Admission,
 ) -> io::Result<()> {
     let id = context.id;
-    let run = CONNECTION.scope(id, run(context, tcp, tls, handlers));
+    let run = CONNECTION.scope(id, run(context, tcp, tls, admission));
     match std::panic::AssertUnwindSafe(run).catch_unwind().await {
         Ok(result) => result,
         // The panic hook (`install_panic_log`) has logged it.
@@ -111,9 +117,12 @@ async fn run(
     mut context: Context,
     tcp: TcpStream,
     tls: Option<TlsAcceptor>,
-    handlers: Connection,
+    admission: Admission,
 ) -> io::Result<()> {
-    let deadline = tokio::time::sleep(STARTUP);
+    let deadline = tokio::time::sleep(match admission {
+        Admission::Admitted(_) => STARTUP,
+        Admission::Full(_) => TURN_AWAY,
+    });
     tokio::pin!(deadline);
     let negotiated = tokio::select! {
         _ = &mut deadline => return Ok(()),
@@ -143,7 +152,12 @@ async fn run(
     // at all, and the embedded store commits on a thread of its own.
     let mut hard_stop = context.stop.clone();
     let served = tokio::select! {
-        r = answer(&mut socket, deadline, handlers, &mut context) => r,
+        r = async {
+            match admission {
+                Admission::Admitted(handlers) => answer(&mut socket, deadline, handlers, &mut context).await,
+                Admission::Full(registry) => turn_away(&mut socket, deadline, registry).await,
+            }
+        } => r,
         () = reached(&mut hard_stop, Phase::Terminating) => say_terminated(&mut socket).await,
     };
     // What the last message answered (a FATAL error) goes out too; the
@@ -160,6 +174,37 @@ async fn say_terminated(socket: &mut Socket) -> io::Result<()> {
     socket.get_mut().release(true);
     let send = socket.send(PgWireBackendMessage::ErrorResponse(terminated().into()));
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), send).await;
+    Ok(())
+}
+
+/// A connection past `max_connections`: its startup message is answered
+/// with PostgreSQL's words (53300), which clients and poolers know, and a
+/// cancel request is served; nothing else is read.
+async fn turn_away(
+    socket: &mut Socket,
+    deadline: Pin<&mut tokio::time::Sleep>,
+    registry: Arc<Registry>,
+) -> io::Result<()> {
+    let next = tokio::select! {
+        _ = deadline => return Ok(()),
+        m = socket.next() => m,
+    };
+    match next {
+        Some(Ok(PgWireFrontendMessage::CancelRequest(cancel))) => {
+            registry.on_cancel_request(cancel).await;
+        }
+        Some(Ok(PgWireFrontendMessage::Startup(_))) => {
+            let refusal = ErrorInfo::new(
+                "FATAL".to_owned(),
+                TOO_MANY_CONNECTIONS.to_owned(),
+                "sorry, too many clients already".to_owned(),
+            );
+            socket.get_mut().release(true);
+            let send = socket.send(PgWireBackendMessage::ErrorResponse(refusal.into()));
+            let _ = tokio::time::timeout(Duration::from_secs(5), send).await;
+        }
+        _ => {}
+    }
     Ok(())
 }
 

@@ -176,27 +176,53 @@ struct Shared {
     max_connections: usize,
     /// Connections admitted and not yet ended.
     open: Arc<AtomicUsize>,
+    /// Connections past the cap still being told so (at most
+    /// `max_connections` of them: past that a connection is closed unread).
+    refusing: Arc<AtomicUsize>,
 }
 
-/// A connection's place under `max_connections`, given back when its task
-/// ends however it ends.
-struct Admitted(Arc<AtomicUsize>);
+/// A place counted in one of `Shared`'s counters, given back when its
+/// connection's task ends however it ends.
+struct Place(Arc<AtomicUsize>);
 
-impl Drop for Admitted {
+impl Place {
+    /// One more in `count`, unless it holds `cap` already.
+    fn take(count: &Arc<AtomicUsize>, cap: usize) -> Option<Self> {
+        count
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
+                (n < cap).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Place(count.clone()))
+    }
+}
+
+impl Drop for Place {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
+/// How an accepted connection is served.
+enum Admission {
+    /// Under `max_connections`: with a session of its own.
+    Admitted(Connection),
+    /// Past it: its startup message is answered 53300 (and a cancel
+    /// request served, as PostgreSQL serves them when full); no session is
+    /// made for it.
+    Full(Arc<Registry>),
+}
+
 impl Shared {
-    /// A place for one more connection, unless `max_connections` are open.
-    fn admit(&self) -> Option<Admitted> {
-        self.open
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| {
-                (n < self.max_connections).then_some(n + 1)
-            })
-            .ok()
-            .map(|_| Admitted(self.open.clone()))
+    /// How to serve one more connection, with the place it holds; `None`
+    /// when even the refusals are at their bound, so that a flood of
+    /// connections costs the server no more than twice the cap's tasks.
+    fn admit(&self, probe: Option<cancel::Probe>) -> Option<(Admission, Place)> {
+        if let Some(place) = Place::take(&self.open, self.max_connections) {
+            return Some((Admission::Admitted(Connection::new(self, probe)), place));
+        }
+        let place = Place::take(&self.refusing, self.max_connections.max(1))?;
+        Some((Admission::Full(self.registry.clone()), place))
     }
 }
 
@@ -233,6 +259,7 @@ impl Server {
                 phase: watch::channel(Phase::Serving).0,
                 max_connections: config.max_connections,
                 open: Arc::default(),
+                refusing: Arc::default(),
             }),
         })
     }
@@ -288,20 +315,16 @@ impl Server {
             next_id += 1;
             let id = next_id;
             let probe = cancel::Probe::of(&socket);
-            // Past the cap a connection still gets a task: its startup
-            // message is read (TLS negotiated first, as PostgreSQL does) and
-            // answered with 53300, so the client hears why.
-            let admitted = shared.admit();
-            if admitted.is_none() {
-                shared.metrics.error(sqlstate::TOO_MANY_CONNECTIONS);
-            }
-            let handlers = Connection::new(&shared, probe, admitted.is_none());
+            let Some((admission, place)) = shared.admit(probe) else {
+                tracing::debug!(connection = id, %peer, "closed unread: too many refused already");
+                continue;
+            };
             let tls = shared.tls.clone();
             let metrics = shared.metrics.clone();
             let stop = shared.phase.subscribe();
             let slow = shared.slow;
             tasks.spawn(async move {
-                let _admitted = admitted;
+                let _place = place;
                 metrics.connection_opened();
                 tracing::debug!(connection = id, %peer, "connection opened");
                 let context = connection::Context {
@@ -311,7 +334,7 @@ impl Server {
                     stop,
                     slow,
                 };
-                if let Err(e) = connection::serve(context, socket, tls, handlers).await {
+                if let Err(e) = connection::serve(context, socket, tls, admission).await {
                     tracing::info!(connection = id, %peer, error = %e, "connection failed");
                 }
                 metrics.connection_closed();
@@ -366,7 +389,7 @@ struct Connection {
 }
 
 impl Connection {
-    fn new(shared: &Shared, probe: Option<cancel::Probe>, full: bool) -> Self {
+    fn new(shared: &Shared, probe: Option<cancel::Probe>) -> Self {
         let runner = Runner::new(shared.engine.session());
         Self {
             session: Arc::new(Session::new(runner, shared.registry.clone(), probe)),
@@ -374,7 +397,6 @@ impl Connection {
                 &shared.auth,
                 shared.tls.is_some(),
                 shared.pids.clone(),
-                full,
             )),
             registry: shared.registry.clone(),
         }

@@ -53,12 +53,13 @@ struct Cli {
     /// Memory all statements together may hold (sorts, aggregates, joins),
     /// a size as --derived-cache takes one: past it sorts and aggregates
     /// spill to disk, and a statement that cannot fails with 53200. By
-    /// default half the machine's memory; 0 for no limit.
+    /// default half the machine's memory (its cgroup's, in a container);
+    /// 0 for no limit.
     #[arg(long, global = true, env = "TABLESQL_MEMORY_LIMIT", value_parser = memory_size)]
     memory_limit: Option<usize>,
-    /// Memory one session's statement may hold, within --memory-limit. By
-    /// default a quarter of the machine's memory; 0 for up to
-    /// --memory-limit.
+    /// Memory one session may hold (its statement, and the cursors it keeps
+    /// open), within --memory-limit. By default half of --memory-limit; 0
+    /// for up to --memory-limit.
     #[arg(long, global = true, env = "TABLESQL_STATEMENT_MEMORY_LIMIT", value_parser = memory_size)]
     statement_memory_limit: Option<usize>,
     /// The log's level on stderr: error, warn, info, debug or trace (or a
@@ -397,12 +398,12 @@ async fn run() -> anyhow::Result<()> {
         }
         _ => {}
     }
-    let mut memory = tablesql::MemoryLimits::default();
-    if let Some(total) = cli.memory_limit {
-        memory.total = (total > 0).then_some(total);
-    }
+    let mut memory = match cli.memory_limit {
+        Some(total) => tablesql::MemoryLimits::with_total((total > 0).then_some(total)),
+        None => tablesql::MemoryLimits::default(),
+    };
     if let Some(one) = cli.statement_memory_limit {
-        memory.statement = (one > 0).then_some(one);
+        memory = memory.with_statement((one > 0).then_some(one));
     }
     let options = tablesql::EngineOptions::default()
         .with_scan_policy(cli.scan_policy)

@@ -224,9 +224,12 @@ async fn statements_past_the_memory_limit_spill_or_fail_with_53200_while_others_
     let before = server.rss_kib()?;
     // Point queries on a connection of their own until the big ones end.
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let counted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let so_far = || counted.load(std::sync::atomic::Ordering::SeqCst);
     let points = {
         let conninfo = server.conninfo("tablesql");
         let stop = stop.clone();
+        let counted = counted.clone();
         tokio::spawn(async move {
             let client = connect(&conninfo).await?;
             let statement = client.prepare(POINT).await?;
@@ -242,6 +245,7 @@ async fn statements_past_the_memory_limit_spill_or_fail_with_53200_while_others_
                     );
                 }
                 answered += 1;
+                counted.store(answered, std::sync::atomic::Ordering::SeqCst);
             }
             Ok(answered)
         })
@@ -257,7 +261,9 @@ async fn statements_past_the_memory_limit_spill_or_fail_with_53200_while_others_
         (sort, (3_000_000i64, 1i64, 3_000_000i64)),
         (group, (3_000_000, 3_000_000, 0)),
     ] {
+        let at = so_far();
         let (row, rss) = peak_while(&server, client.query_one(sql, &[])).await?;
+        assert!(so_far() > at, "no point query answered during {sql}");
         let row = row?;
         let got = match sql == sort {
             true => (
@@ -290,9 +296,18 @@ async fn statements_past_the_memory_limit_spill_or_fail_with_53200_while_others_
     }
     let join = "SELECT count(*) FROM generate_series(1, 3000000) AS a(x) \
                 JOIN generate_series(1, 3000000) AS b(y) ON x = y";
+    let at = so_far();
     let (refused, rss) = peak_while(&server, client.query_one(join, &[])).await?;
     let refused = refused.err().ok_or("the join fit under the limit")?;
     assert_eq!(code(&refused), "53200", "{refused:?}");
+    // The session's limit refused it, before the total's.
+    let said = refused.as_db_error().map(|e| e.message().to_owned());
+    assert!(
+        said.as_deref()
+            .is_some_and(|m| m.contains("--statement-memory-limit")),
+        "{refused:?}"
+    );
+    assert!(so_far() > at, "no point query answered during the join");
     peak = peak.max(rss);
     // The connection that was refused goes on.
     let one: i32 = client.query_one("SELECT 1::INT", &[]).await?.get(0);

@@ -116,7 +116,10 @@ fn tls_on_and_off() -> TestResult {
 /// `--max-connections`: past the cap a client is refused at startup with
 /// PostgreSQL's 53300 and its words (tokio-postgres and the real psql both
 /// hear them), the connections already open keep answering, and the place
-/// of a connection that closes is taken by the next.
+/// of a connection that closes is taken by the next. Connections past the
+/// cap that send nothing cost the server little: as many as the cap wait
+/// (each for at most 5 s) for their startup message, and more are closed
+/// unread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn connections_past_the_cap_get_53300_and_the_others_keep_working() -> TestResult {
     let server = serve(1000, &["--max-connections", "3"])?;
@@ -163,6 +166,36 @@ async fn connections_past_the_cap_get_53300_and_the_others_keep_working() -> Tes
         .err()
         .ok_or("the cap no longer holds")?;
     assert_eq!(code(&still), "53300", "{still:?}");
+    // Silent connections past the cap: three wait for a startup message,
+    // the fourth is closed at once, and the three are closed within the
+    // bound.
+    let closed_within = |mut socket: tokio::net::TcpStream, bound: Duration| async move {
+        use tokio::io::AsyncReadExt;
+        let mut byte = [0u8; 1];
+        matches!(
+            tokio::time::timeout(bound, socket.read(&mut byte)).await,
+            Ok(Ok(0) | Err(_))
+        )
+    };
+    let mut silent = Vec::new();
+    for _ in 0..3 {
+        silent.push(tokio::net::TcpStream::connect(server.addr).await?);
+    }
+    // The server takes them in the order they came.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let one_more = tokio::net::TcpStream::connect(server.addr).await?;
+    assert!(
+        closed_within(one_more, Duration::from_secs(2)).await,
+        "a connection past the refusals' bound was kept"
+    );
+    for socket in silent {
+        assert!(
+            closed_within(socket, Duration::from_secs(15)).await,
+            "a silent connection past the cap was kept past its bound"
+        );
+    }
+    let one: i32 = again.query_one("SELECT 1::INT", &[]).await?.get(0);
+    assert_eq!(one, 1);
     assert!(!server.log().contains("panicked"), "{}", server.log());
     Ok(())
 }
