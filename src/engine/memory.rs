@@ -15,6 +15,7 @@
 //! open holds its reservations too, so the limit is the session's.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use datafusion::common::DataFusionError;
 use datafusion::execution::memory_pool::{
@@ -92,17 +93,36 @@ fn machine_memory() -> Option<usize> {
     Some(cgroup_limit().map_or(total, |limit| limit.min(total)))
 }
 
-/// The memory limit of the process's cgroup: v2's `memory.max`, or v1's
+/// The lowest memory limit of the process's cgroup and the cgroups above
+/// it: v2's `memory.max` along the path `/proc/self/cgroup` names (a
+/// systemd unit's `MemoryMax=`, a container's limit), else v1's
 /// `memory.limit_in_bytes`; `None` where there is none ("max", or v1's
 /// huge number, which the minimum with the machine's total absorbs).
 fn cgroup_limit() -> Option<usize> {
-    [
-        "/sys/fs/cgroup/memory.max",
-        "/sys/fs/cgroup/memory/memory.limit_in_bytes",
-    ]
-    .iter()
-    .find_map(|path| std::fs::read_to_string(path).ok())
-    .and_then(|text| text.trim().parse().ok())
+    let read = |path: &std::path::Path| -> Option<usize> {
+        std::fs::read_to_string(path).ok()?.trim().parse().ok()
+    };
+    let root = std::path::Path::new("/sys/fs/cgroup");
+    let own = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|text| {
+            text.lines()
+                .find_map(|l| l.strip_prefix("0::"))
+                .map(|p| p.trim().trim_start_matches('/').to_owned())
+        });
+    let mut lowest: Option<usize> = None;
+    if let Some(own) = own {
+        let mut dir = root.join(own);
+        while dir.starts_with(root) {
+            if let Some(limit) = read(&dir.join("memory.max")) {
+                lowest = Some(lowest.map_or(limit, |l| l.min(limit)));
+            }
+            if !dir.pop() {
+                break;
+            }
+        }
+    }
+    lowest.or_else(|| read(&root.join("memory/memory.limit_in_bytes")))
 }
 
 /// The engine's runtime: its memory pool holds `limits.total`, and the
@@ -146,12 +166,14 @@ pub(super) fn share(state: SessionState, limits: MemoryLimits) -> SessionState {
     }
 }
 
-/// One session's share of the engine's pool: a `FairSpillPool` of the
-/// session's limit, asked first, then the engine's pool, which keeps the
-/// total.
+/// One session's share of the engine's pool: what the session holds is
+/// counted against its limit (a hard cap, open cursors included); a
+/// `FairSpillPool` of the limit, asked next, gives each of its spilling
+/// operators a fair part; then the engine's pool keeps the total.
 #[derive(Debug)]
 pub struct SessionPool {
-    own: FairSpillPool,
+    used: AtomicUsize,
+    fair: FairSpillPool,
     inner: Arc<dyn MemoryPool>,
     limit: usize,
 }
@@ -165,10 +187,27 @@ impl SessionPool {
             None => pool.clone(),
         };
         Self {
-            own: FairSpillPool::new(limit),
+            used: AtomicUsize::new(0),
+            fair: FairSpillPool::new(limit),
             inner,
             limit,
         }
+    }
+
+    fn refused(
+        &self,
+        reservation: &MemoryReservation,
+        additional: usize,
+        why: &str,
+    ) -> DataFusionError {
+        DataFusionError::ResourcesExhausted(format!(
+            "the session's memory limit of {} bytes is reached (raise --statement-memory-limit, \
+             or let the statement read less): {} holds {} bytes and asks for {} more{why}",
+            self.limit,
+            reservation.consumer().name(),
+            reservation.size(),
+            additional,
+        ))
     }
 }
 
@@ -184,22 +223,24 @@ impl MemoryPool for SessionPool {
     }
 
     fn register(&self, consumer: &MemoryConsumer) {
-        self.own.register(consumer);
+        self.fair.register(consumer);
         self.inner.register(consumer);
     }
 
     fn unregister(&self, consumer: &MemoryConsumer) {
-        self.own.unregister(consumer);
+        self.fair.unregister(consumer);
         self.inner.unregister(consumer);
     }
 
     fn grow(&self, reservation: &MemoryReservation, additional: usize) {
-        self.own.grow(reservation, additional);
+        self.used.fetch_add(additional, Ordering::Relaxed);
+        self.fair.grow(reservation, additional);
         self.inner.grow(reservation, additional);
     }
 
     fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
-        self.own.shrink(reservation, shrink);
+        self.used.fetch_sub(shrink, Ordering::Relaxed);
+        self.fair.shrink(reservation, shrink);
         self.inner.shrink(reservation, shrink);
     }
 
@@ -208,23 +249,36 @@ impl MemoryPool for SessionPool {
         reservation: &MemoryReservation,
         additional: usize,
     ) -> datafusion::common::Result<()> {
-        if let Err(e) = self.own.try_grow(reservation, additional) {
-            return Err(DataFusionError::ResourcesExhausted(format!(
-                "the session's memory limit of {} bytes is reached (raise \
-                 --statement-memory-limit, or let the statement read less): {}",
-                self.limit,
-                e.message()
-            )));
+        let within = self
+            .used
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |used| {
+                used.checked_add(additional).filter(|&n| n <= self.limit)
+            });
+        if within.is_err() {
+            return Err(self.refused(reservation, additional, ""));
+        }
+        if self.fair.try_grow(reservation, additional).is_err() {
+            self.used.fetch_sub(additional, Ordering::Relaxed);
+            return Err(self.refused(
+                reservation,
+                additional,
+                ", past its fair part beside the session's other spilling operators",
+            ));
         }
         if let Err(e) = self.inner.try_grow(reservation, additional) {
-            self.own.shrink(reservation, additional);
-            return Err(e);
+            self.used.fetch_sub(additional, Ordering::Relaxed);
+            self.fair.shrink(reservation, additional);
+            return Err(DataFusionError::ResourcesExhausted(format!(
+                "the server's memory limit is reached (raise --memory-limit, or run fewer big \
+                 statements at once): {}",
+                e.message()
+            )));
         }
         Ok(())
     }
 
     fn reserved(&self) -> usize {
-        self.own.reserved()
+        self.used.load(Ordering::Relaxed)
     }
 
     fn memory_limit(&self) -> MemoryLimit {
@@ -280,6 +334,14 @@ mod tests {
         first.try_grow(500).expect("its half");
         second.try_grow(500).expect("the other half");
         assert_eq!((session.reserved(), engine.reserved()), (1_000, 1_000));
+        // A third spiller's fair part is a third, but the session's limit
+        // holds whatever the others keep.
+        let third = MemoryConsumer::new("sort 3")
+            .with_can_spill(true)
+            .register(&session);
+        assert!(third.try_grow(1).is_err());
+        drop(first);
+        third.try_grow(300).expect("room again, within its part");
     }
 
     #[test]

@@ -155,7 +155,7 @@ async fn run(
         r = async {
             match admission {
                 Admission::Admitted(handlers) => answer(&mut socket, deadline, handlers, &mut context).await,
-                Admission::Full(registry) => turn_away(&mut socket, deadline, registry).await,
+                Admission::Full(registry) => turn_away(&mut socket, deadline, registry, &mut context.stop).await,
             }
         } => r,
         () = reached(&mut hard_stop, Phase::Terminating) => say_terminated(&mut socket).await,
@@ -184,9 +184,11 @@ async fn turn_away(
     socket: &mut Socket,
     deadline: Pin<&mut tokio::time::Sleep>,
     registry: Arc<Registry>,
+    stop: &mut watch::Receiver<Phase>,
 ) -> io::Result<()> {
     let next = tokio::select! {
         _ = deadline => return Ok(()),
+        () = reached(stop, Phase::Draining) => return Ok(()),
         m = socket.next() => m,
     };
     match next {

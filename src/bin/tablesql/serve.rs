@@ -42,7 +42,8 @@ pub struct ServeArgs {
     log_min_duration_statement: Option<u64>,
     /// Connections served at once (PostgreSQL's max_connections); past it a
     /// client is refused at startup with 53300, "sorry, too many clients
-    /// already", and the others keep their connections.
+    /// already", and the others keep their connections (past twice it, a
+    /// connection is closed unread).
     #[arg(
         long,
         env = "TABLESQL_MAX_CONNECTIONS",
