@@ -19,6 +19,9 @@ use super::template::{KeyTemplate, Segment};
 #[derive(Debug, Clone)]
 pub struct KeyReader {
     steps: Vec<Step>,
+    /// Per field, in order: `Some(inverted)` for digits (see
+    /// `Step::Digits`), `None` for free text.
+    fields: Vec<Option<Option<i64>>>,
 }
 
 #[derive(Debug, Clone)]
@@ -26,16 +29,15 @@ enum Step {
     /// Text written as is.
     Literal(Box<[u8]>),
     /// Free text without escapes: plain bytes up to `until` (the literal
-    /// after it) or, last, to the key's end. `stops` marks the bytes that
-    /// are not plain (those free text escapes, and all beyond ASCII): one
-    /// load a byte.
+    /// after it, which the step reads too) or, last, to the key's end.
+    /// `stops` marks the ASCII bytes that are not plain (those free text
+    /// escapes): one load a byte.
     Text {
         until: Option<Box<[u8]>>,
-        stops: Box<[bool; 256]>,
+        stops: Box<[bool; 128]>,
     },
-    /// `width` digits; where `inverted` is `Some(max)` they hold
-    /// `max - v` (`max` = 10^width - 1).
-    Digits { width: usize, inverted: Option<i64> },
+    /// `width` digits.
+    Digits { width: usize },
 }
 
 /// `hay.starts_with(prefix)`, byte by byte: a key's literals are a few
@@ -43,6 +45,11 @@ enum Step {
 /// read.
 pub(super) fn starts_with(hay: &[u8], prefix: &[u8]) -> bool {
     hay.len() >= prefix.len() && hay.iter().zip(prefix).all(|(a, b)| a == b)
+}
+
+/// Where `literal` ends if `b` holds it at `at`.
+fn literal(b: &[u8], at: usize, literal: &[u8]) -> Option<usize> {
+    starts_with(b.get(at..)?, literal).then_some(at + literal.len())
 }
 
 impl KeyTemplate {
@@ -54,6 +61,7 @@ impl KeyTemplate {
             return None;
         }
         let mut steps = Vec::new();
+        let mut fields = Vec::new();
         let mut segments = self.segments().iter().peekable();
         while let Some(segment) = segments.next() {
             steps.push(match segment {
@@ -65,29 +73,38 @@ impl KeyTemplate {
                             Some(Segment::Literal(l)) if l.is_ascii() => Some(l.as_bytes()),
                             Some(_) => return None,
                         };
+                        // The literal is read with the text.
+                        if until.is_some() {
+                            segments.next();
+                        }
                         let escaped = escaped_ascii(until.unwrap_or_default());
-                        let mut stops = Box::new([true; 256]);
-                        for (b, stop) in stops.iter_mut().enumerate().take(0x80) {
+                        let mut stops = Box::new([false; 128]);
+                        for (b, stop) in stops.iter_mut().enumerate() {
                             *stop = escaped & (1u128 << b) != 0;
                         }
+                        fields.push(None);
                         Step::Text {
                             until: until.map(Into::into),
                             stops,
                         }
                     }
-                    FieldFormat::Padded { width } => Step::Digits {
-                        width: usize::from(*width),
-                        inverted: None,
-                    },
-                    FieldFormat::Inverted { width } => Step::Digits {
-                        width: usize::from(*width),
-                        inverted: Some(10i64.checked_pow(u32::from(*width))? - 1),
-                    },
+                    FieldFormat::Padded { width } => {
+                        fields.push(Some(None));
+                        Step::Digits {
+                            width: usize::from(*width),
+                        }
+                    }
+                    FieldFormat::Inverted { width } => {
+                        fields.push(Some(Some(10i64.checked_pow(u32::from(*width))? - 1)));
+                        Step::Digits {
+                            width: usize::from(*width),
+                        }
+                    }
                     FieldFormat::Signed { .. } | FieldFormat::Typed(_) => return None,
                 },
             });
         }
-        Some(KeyReader { steps })
+        Some(KeyReader { steps, fields })
     }
 }
 
@@ -104,17 +121,17 @@ impl KeyReader {
         take: &mut dyn FnMut(usize, KeyRef<'k>),
     ) -> Option<()> {
         let b = key.as_bytes();
+        // Beyond ASCII is not decided here; checked first, a word at a
+        // time, so that every byte below is one of 128.
+        if !b.is_ascii() {
+            return None;
+        }
         spans.clear();
         let mut at = 0;
         for step in &self.steps {
             match step {
-                Step::Literal(l) => {
-                    if !starts_with(b.get(at..)?, l) {
-                        return None;
-                    }
-                    at += l.len();
-                }
-                Step::Digits { width, .. } => {
+                Step::Literal(l) => at = literal(b, at, l)?,
+                Step::Digits { width } => {
                     let end = at + width;
                     if !b.get(at..end)?.iter().all(u8::is_ascii_digit) {
                         return None;
@@ -123,52 +140,45 @@ impl KeyReader {
                     at = end;
                 }
                 Step::Text { until, stops } => {
-                    let start = at;
                     // The first byte that is not plain ends the text where
                     // it starts the literal after; anywhere else it is an
-                    // escape, a misspelling or beyond ASCII, not decided
-                    // here.
+                    // escape or a misspelling, not decided here.
                     let rest = b.get(at..)?;
-                    at += rest
+                    let len = rest
                         .iter()
-                        .position(|&c| stops[usize::from(c)])
+                        .position(|&c| stops[usize::from(c & 0x7f)])
                         .unwrap_or(rest.len());
+                    spans.push(at..at + len);
+                    at += len;
                     match until {
-                        Some(u) if starts_with(b.get(at..)?, u) => {}
+                        Some(u) => at = literal(b, at, u)?,
                         None if at == b.len() => {}
-                        _ => return None,
+                        None => return None,
                     }
-                    spans.push(start..at);
                 }
             }
         }
-        // Every byte read is ASCII (a text's stops hold the rest, and
-        // digits and literals are ASCII): each span is on characters.
-        if at != b.len() || !b.is_ascii() {
+        if at != b.len() {
             return None;
         }
-        let mut fields = self
-            .steps
-            .iter()
-            .filter(|s| !matches!(s, Step::Literal(_)))
-            .zip(spans.iter())
-            .enumerate();
-        while wanted != 0
-            && let Some((n, (step, span))) = fields.next()
-        {
-            if n >= 64 || wanted & (1u64 << n) == 0 {
-                continue;
-            }
+        // Every byte is ASCII: each span is on characters.
+        let mut wanted = wanted;
+        while wanted != 0 {
+            let n = wanted.trailing_zeros() as usize;
+            wanted &= wanted - 1;
+            let (Some(span), Some(field)) = (spans.get(n), self.fields.get(n)) else {
+                break;
+            };
             let text = key.get(span.clone())?;
             take(
                 n,
-                match step {
-                    Step::Digits { inverted, .. } => {
+                match field {
+                    Some(inverted) => {
                         // At most 18 digits (`MAX_WIDTH`): no overflow.
                         let v = text.bytes().fold(0i64, |v, d| v * 10 + i64::from(d - b'0'));
                         KeyRef::Int(inverted.map_or(v, |max| max - v))
                     }
-                    _ => KeyRef::Text(Cow::Borrowed(text)),
+                    None => KeyRef::Text(Cow::Borrowed(text)),
                 },
             );
         }
