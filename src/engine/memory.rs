@@ -110,18 +110,13 @@ fn cgroup_limit() -> Option<usize> {
                 .find_map(|l| l.strip_prefix("0::"))
                 .map(|p| p.trim().trim_start_matches('/').to_owned())
         });
-    let mut lowest: Option<usize> = None;
-    if let Some(own) = own {
-        let mut dir = root.join(own);
-        while dir.starts_with(root) {
-            if let Some(limit) = read(&dir.join("memory.max")) {
-                lowest = Some(lowest.map_or(limit, |l| l.min(limit)));
-            }
-            if !dir.pop() {
-                break;
-            }
-        }
-    }
+    let lowest = own.and_then(|own| {
+        root.join(own)
+            .ancestors()
+            .take_while(|dir| dir.starts_with(root))
+            .filter_map(|dir| read(&dir.join("memory.max")))
+            .min()
+    });
     lowest.or_else(|| read(&root.join("memory/memory.limit_in_bytes")))
 }
 
@@ -129,18 +124,15 @@ fn cgroup_limit() -> Option<usize> {
 /// engine's own session (what `Engine::sql` runs) takes a share of it as
 /// every session does.
 pub(super) fn runtime(limits: MemoryLimits) -> datafusion::common::Result<Arc<RuntimeEnv>> {
-    let mut builder = RuntimeEnvBuilder::new();
-    if let Some(total) = limits.total {
-        let pool: Arc<dyn MemoryPool> = Arc::new(FairSpillPool::new(total));
-        builder = builder.with_memory_pool(match limits.session() {
-            Some(limit) => Arc::new(SessionPool::over(&pool, limit)),
-            None => pool,
-        });
-    } else if let Some(limit) = limits.session() {
-        let pool: Arc<dyn MemoryPool> = Arc::new(UnboundedMemoryPool::default());
-        builder = builder.with_memory_pool(Arc::new(SessionPool::over(&pool, limit)));
-    }
-    builder.build_arc()
+    let pool: Arc<dyn MemoryPool> = match limits.total {
+        Some(total) => Arc::new(FairSpillPool::new(total)),
+        None => Arc::new(UnboundedMemoryPool::default()),
+    };
+    let pool: Arc<dyn MemoryPool> = match limits.session() {
+        Some(limit) => Arc::new(SessionPool::over(&pool, limit)),
+        None => pool,
+    };
+    RuntimeEnvBuilder::new().with_memory_pool(pool).build_arc()
 }
 
 /// `state` with a share of its engine's memory of its own, where

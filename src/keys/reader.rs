@@ -47,9 +47,9 @@ pub(super) fn starts_with(hay: &[u8], prefix: &[u8]) -> bool {
     hay.len() >= prefix.len() && hay.iter().zip(prefix).all(|(a, b)| a == b)
 }
 
-/// Where `literal` ends if `b` holds it at `at`.
-fn literal(b: &[u8], at: usize, literal: &[u8]) -> Option<usize> {
-    starts_with(b.get(at..)?, literal).then_some(at + literal.len())
+/// Where `text` ends if `b` holds it at `at`.
+fn literal(b: &[u8], at: usize, text: &[u8]) -> Option<usize> {
+    starts_with(b.get(at..)?, text).then_some(at + text.len())
 }
 
 impl KeyTemplate {

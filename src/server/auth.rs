@@ -178,8 +178,8 @@ pub fn parameters() -> DefaultServerParameterProvider {
     params
 }
 
-/// One connection's startup: the TLS policy, then the auth exchange. A connection gets its own, since the SCRAM exchange
-/// keeps state.
+/// One connection's startup: the TLS policy, then the auth exchange. A
+/// connection gets its own, since the SCRAM exchange keeps state.
 pub struct Startup {
     require_tls: bool,
     kind: StartupKind,
