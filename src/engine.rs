@@ -91,6 +91,13 @@ pub(crate) use run::Transaction;
 pub use session::{Outcome, Session};
 pub use start::Write;
 
+/// The stack each thread that runs statements needs. A statement's
+/// syntax tree is cloned, printed and dropped by recursion that nothing
+/// guards (sqlparser's derives), so an expression nested as deep as
+/// PostgreSQL takes it (hundreds of parentheses or ANDs) needs more than
+/// tokio's 2 MiB. Only the pages a thread touches are ever committed.
+pub const THREAD_STACK: usize = 32 * 1024 * 1024;
+
 /// The schema that holds every storage table read raw.
 pub const RAW_SCHEMA: &str = "raw";
 /// The schema of mapped tables (DataFusion's default).

@@ -184,7 +184,7 @@ pub use engine::{
     Applied, BlockChange, BlockEnd, BlockStatus, ColumnInfo, DEFAULT_CATALOG_CHECK, DdlOutcome,
     Engine, EngineError, EngineOptions, IndexHealth, IndexInfo, IndexTemplate, MappingInfo,
     MemoryLimits, Outcome, PG_VERSION, PG_VERSION_NUM, PreparedStatement, RAW_SCHEMA, Reading,
-    ResultPage, Session, StatementKind, StoredAs, TableDescription, TableInfo, Write,
+    ResultPage, Session, StatementKind, StoredAs, THREAD_STACK, TableDescription, TableInfo, Write,
     reads_system_catalog,
 };
 pub use exec::read::access::WholeTable;

@@ -4,6 +4,7 @@
 //! connection's cancel signal and the statement's deadline.
 
 use std::collections::HashMap;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -17,7 +18,7 @@ use pgwire::error::PgWireError;
 use pgwire::messages::cancel::CancelRequest;
 use pgwire::messages::startup::SecretKey;
 use tokio::sync::watch;
-use tokio::time::Instant;
+use tokio::time::{Instant, Sleep};
 
 use super::sqlstate::{CONNECTION_FAILURE, QUERY_CANCELED, datafusion_error, error};
 
@@ -56,11 +57,13 @@ impl Signal {
         self.current.fetch_add(1, Ordering::SeqCst);
         let mut rx = self.tx.subscribe();
         rx.mark_unchanged();
+        let timer = probe.as_ref().and_then(Probe::take_timer);
         Guard {
             rx,
             current: self.current.clone(),
             deadline: timeout.map(|t| Instant::now() + t),
             probe,
+            timer,
         }
     }
 }
@@ -72,15 +75,34 @@ pub struct Guard {
     current: Arc<AtomicU64>,
     deadline: Option<Instant>,
     probe: Option<Probe>,
+    /// The probe's timer, lent by the connection for this statement.
+    timer: Option<Pin<Box<Sleep>>>,
+}
+
+impl Drop for Guard {
+    fn drop(&mut self) {
+        if let (Some(probe), Some(timer)) = (&self.probe, self.timer.take()) {
+            probe.give_back(timer);
+        }
+    }
 }
 
 /// Watches a connection's socket for the client going away. While a
 /// statement computes, nothing reads the socket (as in PostgreSQL); without
 /// this, a query whose client has gone would run to its end. PostgreSQL's
 /// `client_connection_check_interval` does the same.
+///
+/// One timer serves all of a connection's statements, lent to each in
+/// turn. A timer made per statement cost the connection's thread a
+/// wake-up of its own when it was registered (tokio's time driver wakes
+/// the I/O driver for a deadline earlier than any it holds, and a thread
+/// at rest holds none): an eventfd write and an extra `epoll_wait` per
+/// point query (`strace -c`). A timer kept armed is registered once per
+/// interval instead.
 #[derive(Debug, Clone)]
 pub struct Probe {
     socket: Arc<std::net::TcpStream>,
+    timer: Arc<Mutex<Option<Pin<Box<Sleep>>>>>,
 }
 
 /// How often a running statement checks that its client is still there.
@@ -94,6 +116,7 @@ impl Probe {
         let fd = socket.as_fd().try_clone_to_owned().ok()?;
         Some(Self {
             socket: Arc::new(std::net::TcpStream::from(fd)),
+            timer: Arc::default(),
         })
     }
 
@@ -119,12 +142,31 @@ impl Probe {
         }
     }
 
-    async fn gone(&self) {
+    /// Resolves once the client has gone, checked each `PROBE_INTERVAL`
+    /// on `timer` (made here the first time).
+    async fn gone(&self, timer: &mut Option<Pin<Box<Sleep>>>) {
+        let timer = timer.get_or_insert_with(|| Box::pin(tokio::time::sleep(PROBE_INTERVAL)));
         loop {
-            tokio::time::sleep(PROBE_INTERVAL).await;
+            timer.as_mut().await;
             if self.closed() {
                 return;
             }
+            timer.as_mut().reset(Instant::now() + PROBE_INTERVAL);
+        }
+    }
+
+    /// The connection's timer, unless a statement still holds it (a
+    /// cursor's stream outlives its FETCH): that statement's guard then
+    /// makes its own.
+    fn take_timer(&self) -> Option<Pin<Box<Sleep>>> {
+        self.timer.lock().ok()?.take()
+    }
+
+    fn give_back(&self, timer: Pin<Box<Sleep>>) {
+        if let Ok(mut slot) = self.timer.lock()
+            && slot.is_none()
+        {
+            *slot = Some(timer);
         }
     }
 }
@@ -140,6 +182,7 @@ impl Guard {
             current: Arc::new(AtomicU64::new(0)),
             deadline: None,
             probe: None,
+            timer: None,
         }
     }
 
@@ -152,9 +195,10 @@ impl Guard {
                 None => std::future::pending::<()>().await,
             }
         };
+        let (probe, timer) = (&self.probe, &mut self.timer);
         let gone = async {
-            match &self.probe {
-                Some(p) => p.gone().await,
+            match probe {
+                Some(p) => p.gone(timer).await,
                 None => std::future::pending::<()>().await,
             }
         };

@@ -13,6 +13,7 @@ pub(crate) mod command;
 mod connection;
 mod copy;
 mod copying;
+mod cores;
 mod frames;
 pub mod metrics;
 mod metrics_http;
@@ -46,12 +47,13 @@ use pgwire::api::cancel::CancelHandler;
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::{PgWireServerHandlers, RandomPidSecretKeyGenerator};
 use pgwire::tokio::TlsAcceptor;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use auth::{AuthMode, Users};
 use cancel::Registry;
+use cores::Cores;
 pub use metrics::Metrics;
 pub use metrics_http::serve_metrics;
 use plan::Runner;
@@ -90,6 +92,9 @@ pub enum ServerError {
         /// Why binding it failed.
         source: std::io::Error,
     },
+    /// The connections' runtimes could not be started.
+    #[error("cannot start the connections' threads: {0}")]
+    Runtimes(#[source] std::io::Error),
 }
 
 /// How the server listens and whom it lets in.
@@ -162,6 +167,7 @@ impl ServerConfig {
 pub struct Server {
     listener: TcpListener,
     shared: Arc<Shared>,
+    cores: Cores,
 }
 
 struct Shared {
@@ -246,8 +252,10 @@ impl Server {
                     source,
                 })?;
         let metrics = Arc::new(Metrics::new(engine.store().clone(), config.store_counters));
+        let cores = Cores::start(crate::engine::THREAD_STACK).map_err(ServerError::Runtimes)?;
         Ok(Self {
             listener,
+            cores,
             shared: Arc::new(Shared {
                 engine,
                 auth: config.auth,
@@ -293,7 +301,11 @@ impl Server {
         grace: Duration,
     ) -> std::io::Result<()> {
         connection::install_panic_log();
-        let Server { listener, shared } = self;
+        let Server {
+            listener,
+            shared,
+            cores,
+        } = self;
         let mut tasks = JoinSet::new();
         let mut next_id: u64 = 0;
         tokio::pin!(shutdown);
@@ -323,8 +335,24 @@ impl Server {
             let metrics = shared.metrics.clone();
             let stop = shared.phase.subscribe();
             let slow = shared.slow;
-            tasks.spawn(async move {
+            // Its core's reactor must own the socket.
+            let socket = match socket.into_std() {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(connection = id, %peer, error = %e, "cannot hand the connection over");
+                    continue;
+                }
+            };
+            let core = cores.next();
+            tasks.spawn_on(async move {
                 let _place = place;
+                let socket = match TcpStream::from_std(socket) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(connection = id, %peer, error = %e, "cannot serve the connection");
+                        return;
+                    }
+                };
                 metrics.connection_opened();
                 tracing::debug!(connection = id, %peer, "connection opened");
                 let context = connection::Context {
@@ -338,7 +366,7 @@ impl Server {
                     tracing::info!(connection = id, %peer, error = %e, "connection failed");
                 }
                 metrics.connection_closed();
-            });
+            }, core);
         }
         drop(listener);
         let open = tasks.len();

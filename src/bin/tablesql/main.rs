@@ -338,17 +338,10 @@ fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
         .map_err(|e: tablesql::datafusion::error::DataFusionError| e.to_string())
 }
 
-/// Each runtime thread's stack. A statement's syntax tree is cloned,
-/// printed and dropped by recursion that nothing guards (sqlparser's
-/// derives), so an expression nested as deep as PostgreSQL takes it
-/// (hundreds of parentheses or ANDs) needs more than tokio's 2 MiB. Only
-/// the pages a thread touches are ever committed.
-const THREAD_STACK: usize = 32 * 1024 * 1024;
-
 fn main() {
     let ran = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
-        .thread_stack_size(THREAD_STACK)
+        .thread_stack_size(tablesql::THREAD_STACK)
         .build()
         .map_err(anyhow::Error::from)
         .and_then(|runtime| runtime.block_on(run()));
