@@ -123,12 +123,13 @@ impl TableStore for MemoryStore {
             if query.partitions.is_after(pk) {
                 break;
             }
+            if !query.rows.contains(rk) {
+                continue;
+            }
+            // As the embedded store: the token names the next entity in range.
             if full {
                 page.continuation = Some(ContinuationToken::at(pk.clone(), rk.clone()));
                 break;
-            }
-            if !query.rows.contains(rk) {
-                continue;
             }
             scanned += 1;
             if query.passes(stored) {

@@ -154,11 +154,6 @@ fn walk(
             if !same_partition && partitions.is_after(this_pk) {
                 break 'seek;
             }
-            if full {
-                let (pk, rk) = key::decode(key)?;
-                end.continuation = Some(ContinuationToken::at(pk, rk));
-                break 'seek;
-            }
             // A row of the partition of the row before is past the range's
             // start already: keys ascend, and that row was in range.
             if !same_partition && row_range.is_before(this_rk) {
@@ -175,6 +170,14 @@ fn walk(
                     *last = 1;
                 }
                 continue 'seek;
+            }
+            // A full page ends at the next entity in range, so a page that
+            // ends with its range has no token, and a point read (`top` 1)
+            // decodes no key past its row.
+            if full {
+                let (pk, rk) = key::decode(key)?;
+                end.continuation = Some(ContinuationToken::at(pk, rk));
+                break 'seek;
             }
             end.scanned += 1;
             if !same_partition {

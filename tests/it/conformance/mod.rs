@@ -415,6 +415,7 @@ macro_rules! conformance_suite {
                 pages_across_partitions,
                 empty_pages_with_tokens_under_small_scan_budget,
                 small_scan_budget_with_row_range_and_top,
+                a_page_that_ends_with_its_range_has_no_token,
                 token_survives_deletion_of_named_entity,
                 query_all_and_count,
                 pages_into_a_sink_match_the_pages,

@@ -2,7 +2,7 @@
 //! text form), empty pages under a small scan budget, `query_all` and `count`.
 
 use std::collections::HashSet;
-use std::ops::Bound::Included;
+use std::ops::Bound::{Excluded, Included, Unbounded};
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -255,6 +255,40 @@ pub async fn small_scan_budget_with_row_range_and_top(fx: &Fixture) -> TestResul
         .flat_map(|p| ["3", "4", "5"].map(|r| (*p, r)))
         .collect::<Vec<_>>();
     assert_eq!(keys(&concat(&got)), pairs(&want));
+    Ok(())
+}
+
+/// A page filled by the last entities of its range ends the query: no
+/// token to a page that could only come back empty. A point read by a
+/// RowKey prefix (`top` 1) is such a page.
+pub async fn a_page_that_ends_with_its_range_has_no_token(fx: &Fixture) -> TestResult {
+    let s = fx.store();
+    let t = table(s, "Ending").await?;
+    for p in ["a", "b"] {
+        seed(s, &t, numbered(p, 30)).await?;
+    }
+    let ten = Query::partition(pk("a"))
+        .rows(range(Included("00010"), Included("00019"), rk))
+        .top(10);
+    let page = s.query(&t, &ten, None).await?;
+    assert_eq!(page.entities.len(), 10);
+    assert_eq!(page.continuation, None);
+    let point = Query::partition(pk("a"))
+        .rows(range(Included("00012"), Excluded("00013"), rk))
+        .top(1);
+    let page = s.query(&t, &point, None).await?;
+    assert_eq!(row_keys(&page.entities), ["00012"]);
+    assert_eq!(page.continuation, None);
+    // Over partitions, the token names the next entity in range.
+    let across = Query::all()
+        .rows(range(Included("00028"), Unbounded, rk))
+        .top(2);
+    let first = s.query(&t, &across, None).await?;
+    assert_eq!(keys(&first.entities), pairs(&[("a", "00028"), ("a", "00029")]));
+    let token = first.continuation.ok_or("partition b is still to come")?;
+    let second = s.query(&t, &across, Some(&token)).await?;
+    assert_eq!(keys(&second.entities), pairs(&[("b", "00028"), ("b", "00029")]));
+    assert_eq!(second.continuation, None);
     Ok(())
 }
 
