@@ -76,6 +76,20 @@ impl ByteRange {
         }
     }
 
+    /// Where this range starts in the partition whose key and separator
+    /// are `prefix`.
+    fn start_in(&self, mut prefix: Vec<u8>) -> Vec<u8> {
+        match &self.start {
+            Bound::Included(s) => prefix.extend_from_slice(s),
+            Bound::Excluded(s) => {
+                prefix.extend_from_slice(s);
+                prefix.push(0);
+            }
+            Bound::Unbounded => {}
+        }
+        prefix
+    }
+
     fn is_before(&self, k: &[u8]) -> bool {
         match &self.start {
             Bound::Included(s) => k < s.as_slice(),
@@ -93,11 +107,22 @@ impl ByteRange {
     }
 }
 
-fn joined(pk: &[u8], tail: &[&[u8]]) -> Vec<u8> {
-    let mut out = pk.to_vec();
+/// The start of the partition whose key bytes are `pk`: its key and the
+/// separator.
+fn prefix_of(pk: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pk.len() + 1);
+    out.extend_from_slice(pk);
     out.push(0);
-    for t in tail {
-        out.extend_from_slice(t);
+    out
+}
+
+/// The smallest key past every key of the partition whose key bytes are
+/// `pk` (keys hold no byte below 32: none sorts between its last row and
+/// its key followed by 1).
+fn past(pk: &[u8]) -> Vec<u8> {
+    let mut out = prefix_of(pk);
+    if let Some(last) = out.last_mut() {
+        *last = 1;
     }
     out
 }
@@ -118,14 +143,17 @@ fn walk(
     take: &mut dyn FnMut(&RawEntity<'_>) -> Result<ControlFlow<()>>,
 ) -> Result<PageEnd> {
     let limit = query.page_size()?;
+    let partitions = ByteRange::of(&query.partitions);
+    let row_range = ByteRange::of(&query.rows);
+    // Each seek descends redb's tree from its root: a point read by a
+    // RowKey prefix seeked three times (the partition, its range, the next
+    // partition) where one does.
     let mut lower = match (token, &query.partitions.start) {
         (Some(t), _) => key::encode(&t.next_partition_key, &t.next_row_key),
         (None, Bound::Unbounded) => Vec::new(),
-        (None, Bound::Included(pk)) => partition_prefix(pk),
+        (None, Bound::Included(pk)) => row_range.start_in(partition_prefix(pk)),
         (None, Bound::Excluded(pk)) => after_partition(pk),
     };
-    let partitions = ByteRange::of(&query.partitions);
-    let row_range = ByteRange::of(&query.rows);
     let mut end = PageEnd::default();
     let (mut pk_bytes, mut pk, mut pk_wide) = (Vec::new(), String::new(), String::new());
     let mut rk_wide = String::new();
@@ -157,17 +185,14 @@ fn walk(
             // A row of the partition of the row before is past the range's
             // start already: keys ascend, and that row was in range.
             if !same_partition && row_range.is_before(this_rk) {
-                lower = match &row_range.start {
-                    Bound::Included(start) => joined(this_pk, &[start]),
-                    Bound::Excluded(start) => joined(this_pk, &[start, &[0]]),
-                    Bound::Unbounded => joined(this_pk, &[]),
-                };
+                lower = row_range.start_in(prefix_of(this_pk));
                 continue 'seek;
             }
             if row_range.is_after(this_rk) {
-                lower = joined(this_pk, &[]);
-                if let Some(last) = lower.last_mut() {
-                    *last = 1;
+                // On to the next partition, if the range holds one.
+                lower = past(this_pk);
+                if partitions.is_after(&lower) {
+                    break 'seek;
                 }
                 continue 'seek;
             }
