@@ -17,7 +17,7 @@ use crate::storage::{
 
 /// Reads one page. The page ends when it holds `top` entities, when `budget`
 /// entities in range have been examined, or at the end of the range; when it ends
-/// early the token names the next stored entity of the partition range.
+/// early the token names the next entity in range (none if the range ends there).
 pub fn page(
     rows: &impl ReadableTable<&'static [u8], &'static [u8]>,
     dict: &Dict,
