@@ -158,8 +158,16 @@ impl Probe {
     /// The connection's timer, unless a statement still holds it (a
     /// cursor's stream outlives its FETCH): that statement's guard then
     /// makes its own.
+    /// A timer past its deadline (the connection rested longer than an
+    /// interval) is re-armed, or it would fire at once and cost the
+    /// statement a check it does not need yet.
     fn take_timer(&self) -> Option<Pin<Box<Sleep>>> {
-        self.timer.lock().ok()?.take()
+        let mut timer = self.timer.lock().ok()?.take()?;
+        let now = Instant::now();
+        if timer.deadline() <= now {
+            timer.as_mut().reset(now + PROBE_INTERVAL);
+        }
+        Some(timer)
     }
 
     fn give_back(&self, timer: Pin<Box<Sleep>>) {

@@ -252,7 +252,9 @@ impl Server {
                     source,
                 })?;
         let metrics = Arc::new(Metrics::new(engine.store().clone(), config.store_counters));
-        let cores = Cores::start(crate::engine::THREAD_STACK).map_err(ServerError::Runtimes)?;
+        let cores = Cores::start(crate::engine::THREAD_STACK)
+            .await
+            .map_err(ServerError::Runtimes)?;
         Ok(Self {
             listener,
             cores,
@@ -387,6 +389,7 @@ impl Server {
                 while tasks.join_next().await.is_some() {}
             }
         }
+        cores.stop().await;
         match Arc::try_unwrap(shared) {
             Ok(shared) => shutdown::close_engine(shared.engine).await,
             // Nothing else holds it once the connections are gone.

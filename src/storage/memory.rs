@@ -2,6 +2,7 @@
 //! reference oracle the other backends are compared with.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use async_trait::async_trait;
@@ -123,13 +124,19 @@ impl TableStore for MemoryStore {
             if query.partitions.is_after(pk) {
                 break;
             }
+            // As the embedded store: a full page's token names the next
+            // entity, unless the range cannot hold another (a row past the
+            // RowKey range of the last partition in range); the page looks
+            // no further for one in range.
+            if full {
+                let last = matches!(&query.partitions.end, Bound::Included(end) if end == pk);
+                if !(last && query.rows.is_after(rk)) {
+                    page.continuation = Some(ContinuationToken::at(pk.clone(), rk.clone()));
+                }
+                break;
+            }
             if !query.rows.contains(rk) {
                 continue;
-            }
-            // As the embedded store: the token names the next entity in range.
-            if full {
-                page.continuation = Some(ContinuationToken::at(pk.clone(), rk.clone()));
-                break;
             }
             scanned += 1;
             if query.passes(stored) {

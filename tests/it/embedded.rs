@@ -733,3 +733,44 @@ async fn a_table_past_the_counted_partitions_is_listed() -> TestResult {
     assert!(scan.contains("fanout=partitions(listed)"), "{scan}");
     Ok(())
 }
+
+/// A full page looks for the next entity in range no further than the
+/// next row: a narrow RowKey range over many partitions with `top` 1 stops
+/// at the row after its entity, where it used to seek on through every
+/// partition with none in range.
+#[tokio::test]
+async fn a_full_page_stops_at_the_next_row_not_the_next_entity_in_range() -> TestResult {
+    let store = EmbeddedStore::in_memory()?;
+    let table = TableName::new("Narrow")?;
+    store.create_table(&table).await?;
+    for p in 0..50 {
+        let pk = PartitionKey::new(format!("p{p:02}"))?;
+        let ops = (0..10)
+            .map(|r| {
+                Ok(WriteOp::Insert(Entity::new(
+                    pk.clone(),
+                    RowKey::new(format!("{r}"))?,
+                )))
+            })
+            .collect::<Result<Vec<_>, StorageError>>()?;
+        store.execute_batch(&table, ops).await?;
+    }
+    let q = Query::all()
+        .rows(KeyRange::exactly(RowKey::new("5")?))
+        .top(1);
+    let page = store.query(&table, &q, None).await?;
+    assert_eq!(page.entities.len(), 1);
+    let token = page.continuation.ok_or("49 partitions are still to come")?;
+    assert_eq!(
+        (
+            token.next_partition_key.as_str(),
+            token.next_row_key.as_str()
+        ),
+        ("p00", "6")
+    );
+    assert_eq!(page.scanned, 1);
+    let all = store.query_all(&table, &q).await?;
+    assert_eq!(all.len(), 50);
+    assert!(all.iter().all(|e| e.row_key().as_str() == "5"));
+    Ok(())
+}

@@ -61,14 +61,31 @@ pub fn partition_prefix(pk: &PartitionKey) -> Vec<u8> {
     out
 }
 
+/// `partition_prefix` of a PartitionKey already in CESU-8, as a scan
+/// holds it.
+pub fn partition_prefix_bytes(pk: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(pk.len() + 1);
+    out.extend_from_slice(pk);
+    out.push(0);
+    out
+}
+
 /// The smallest key above every key of a partition: its prefix with the
 /// separator raised to 1, below every character a key may hold.
 pub fn after_partition(pk: &PartitionKey) -> Vec<u8> {
-    let mut out = partition_prefix(pk);
-    if let Some(last) = out.last_mut() {
+    raise_separator(partition_prefix(pk))
+}
+
+/// `after_partition` of a PartitionKey already in CESU-8.
+pub fn after_partition_bytes(pk: &[u8]) -> Vec<u8> {
+    raise_separator(partition_prefix_bytes(pk))
+}
+
+fn raise_separator(mut prefix: Vec<u8>) -> Vec<u8> {
+    if let Some(last) = prefix.last_mut() {
         *last = 1;
     }
-    out
+    prefix
 }
 
 /// The key of an entity.

@@ -107,26 +107,6 @@ impl ByteRange {
     }
 }
 
-/// The start of the partition whose key bytes are `pk`: its key and the
-/// separator.
-fn prefix_of(pk: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(pk.len() + 1);
-    out.extend_from_slice(pk);
-    out.push(0);
-    out
-}
-
-/// The smallest key past every key of the partition whose key bytes are
-/// `pk` (keys hold no byte below 32: none sorts between its last row and
-/// its key followed by 1).
-fn past(pk: &[u8]) -> Vec<u8> {
-    let mut out = prefix_of(pk);
-    if let Some(last) = out.last_mut() {
-        *last = 1;
-    }
-    out
-}
-
 /// The page loop: seeks past rows outside the RowKey range, compares keys as
 /// bytes, reads a PartitionKey only when it changes, and lends each entity
 /// in range that passes the filter to `take`. `Break` ends the page without
@@ -182,27 +162,37 @@ fn walk(
             if !same_partition && partitions.is_after(this_pk) {
                 break 'seek;
             }
-            // A row of the partition of the row before is past the range's
-            // start already: keys ascend, and that row was in range.
-            if !same_partition && row_range.is_before(this_rk) {
-                lower = row_range.start_in(prefix_of(this_pk));
-                continue 'seek;
-            }
-            if row_range.is_after(this_rk) {
-                // On to the next partition, if the range holds one.
-                lower = past(this_pk);
-                if partitions.is_after(&lower) {
-                    break 'seek;
-                }
-                continue 'seek;
-            }
             // A full page ends at the next entity in range, so a page that
             // ends with its range has no token, and a point read (`top` 1)
-            // decodes no key past its row.
+            // decodes no key past its row. It seeks no further than the next
+            // partition's first row to find that entity, so a narrow RowKey
+            // range over many partitions costs a full page one step, not a
+            // seek per partition: the token then names the row it stopped at.
+            let seek_to = match () {
+                // A row of the partition of the row before is past the
+                // range's start already: keys ascend, and that row was in
+                // range.
+                _ if !same_partition && row_range.is_before(this_rk) => {
+                    Some(row_range.start_in(key::partition_prefix_bytes(this_pk)))
+                }
+                _ if row_range.is_after(this_rk) => {
+                    // On to the next partition, if the range holds one.
+                    let next = key::after_partition_bytes(this_pk);
+                    if partitions.is_after(&next) {
+                        break 'seek;
+                    }
+                    Some(next)
+                }
+                _ => None,
+            };
             if full {
                 let (pk, rk) = key::decode(key)?;
                 end.continuation = Some(ContinuationToken::at(pk, rk));
                 break 'seek;
+            }
+            if let Some(next) = seek_to {
+                lower = next;
+                continue 'seek;
             }
             end.scanned += 1;
             if !same_partition {

@@ -284,10 +284,16 @@ pub async fn a_page_that_ends_with_its_range_has_no_token(fx: &Fixture) -> TestR
         .rows(range(Included("00028"), Unbounded, rk))
         .top(2);
     let first = s.query(&t, &across, None).await?;
-    assert_eq!(keys(&first.entities), pairs(&[("a", "00028"), ("a", "00029")]));
+    assert_eq!(
+        keys(&first.entities),
+        pairs(&[("a", "00028"), ("a", "00029")])
+    );
     let token = first.continuation.ok_or("partition b is still to come")?;
     let second = s.query(&t, &across, Some(&token)).await?;
-    assert_eq!(keys(&second.entities), pairs(&[("b", "00028"), ("b", "00029")]));
+    assert_eq!(
+        keys(&second.entities),
+        pairs(&[("b", "00028"), ("b", "00029")])
+    );
     assert_eq!(second.continuation, None);
     Ok(())
 }
