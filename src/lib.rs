@@ -188,6 +188,7 @@ pub use engine::{
     reads_system_catalog,
 };
 pub use exec::read::access::WholeTable;
+pub use exec::read::row::{Cell, Row};
 pub use exec::read::token::TokenError;
 pub use exec::{ExecError, ScanOptions};
 pub use planner::parameters::ParameterError;

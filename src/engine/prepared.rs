@@ -56,6 +56,8 @@ pub(crate) struct Planned {
     pub(crate) params: Vec<Option<DataType>>,
     /// The plan as a point read, when it is one.
     pub(crate) point: Option<PointQuery>,
+    /// The result columns as a client sees them, named once per planning.
+    schema: SchemaRef,
 }
 
 impl Engine {
@@ -130,11 +132,13 @@ impl Engine {
             .map(|n| types.get(&format!("${n}")).cloned().flatten())
             .collect();
         let point = PointQuery::of(&plan);
+        let schema = crate::planner::output_names::shown(plan.schema().inner());
         Ok(Planned {
             version,
             plan,
             params,
             point,
+            schema,
         })
     }
 }
@@ -252,9 +256,10 @@ impl PreparedStatement {
             .await
     }
 
-    /// The statement's result columns (a write's: its count).
+    /// The statement's result columns (a write's: its count): the same
+    /// `Arc` until the statement is planned again.
     pub fn schema(&self) -> SchemaRef {
-        crate::planner::output_names::shown(self.current().plan.schema().inner())
+        self.current().schema.clone()
     }
 
     /// What the statement is (`Select`, `Insert`, ...).

@@ -21,10 +21,11 @@ use datafusion::prelude::SessionContext;
 use datafusion::sql::sqlparser::ast::Statement;
 
 use super::{Engine, session_transaction};
+use crate::exec::read::row::Row;
 use crate::exec::stats::recorded::plan_run;
 use crate::exec::stats::recorded::{normalize, recorded};
 use crate::exec::stats::workload::Run;
-use crate::planner::point::PointRead;
+use crate::planner::point::{PointAnswer, PointRead};
 
 pub(crate) use crate::exec::write::transaction::Transaction;
 
@@ -148,13 +149,43 @@ impl PointQuery {
         let Some(read) = self.0.run(tx.as_ref(), values).await? else {
             return Ok(None);
         };
+        self.record(engine, label, started, read.found.num_rows(), &read);
+        Ok(Some(read.found))
+    }
+
+    /// As `run`, the entity as one [`Row`] (`Some(None)`: no entity has
+    /// the key).
+    pub(crate) async fn run_row(
+        &self,
+        engine: &Engine,
+        ctx: &SessionContext,
+        label: &str,
+        values: &ParamValues,
+    ) -> DfResult<Option<Option<Row>>> {
+        let started = Instant::now();
+        let tx = session_transaction(ctx);
+        let Some(read) = self.0.run_row(tx.as_ref(), values).await? else {
+            return Ok(None);
+        };
+        let rows = usize::from(read.found.is_some());
+        self.record(engine, label, started, rows, &read);
+        Ok(Some(read.found))
+    }
+
+    fn record<T>(
+        &self,
+        engine: &Engine,
+        label: &str,
+        started: Instant,
+        rows: usize,
+        read: &PointAnswer<T>,
+    ) {
         let run = Run::point(
             started.elapsed(),
-            read.batch.num_rows(),
+            rows,
             (read.requests, read.retries),
             self.0.storage_table().clone(),
         );
         engine.workload.ran(label, run);
-        Ok(Some(read.batch))
     }
 }

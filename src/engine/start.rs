@@ -31,6 +31,7 @@ use super::direct::{self, ConfigGeneration, Snapshot};
 use super::prepared::{Planned, bind};
 use super::session::FailsBlock;
 use super::{Engine, EngineError, PreparedStatement, Session, StatementKind, run};
+use crate::exec::read::row::Row;
 use crate::exec::write::transaction::Transaction;
 
 /// A write planned and ready to run ([`Session::write`]).
@@ -223,6 +224,37 @@ impl Session {
     ) -> Result<SendableRecordBatchStream, EngineError> {
         let started = self.start_prepared(prepared, values, false).await;
         self.failed_if(started)
+    }
+
+    /// Runs a prepared point query with `values` into one row, for a front
+    /// end that sends it as it is (the wire's DataRow): no batch is built.
+    /// `Ok(None)` where this run is no point read (the statement is not
+    /// one, a value is no key, or the session pages its results): run it
+    /// with [`Self::query_prepared`], which answers as this would.
+    /// `Ok(Some(None))`: no entity has the key.
+    pub async fn point_row(
+        &self,
+        prepared: &PreparedStatement,
+        values: &ParamValues,
+    ) -> Result<Option<Option<Row>>, EngineError> {
+        let read = async {
+            self.refuse_in_failed_block()?;
+            self.engine().follow_catalog().await;
+            let planned = prepared.planned().await?;
+            // As `start_prepared`: a paged run answers with a page and its
+            // token.
+            if self.pages() && !prepared.returns_rows() {
+                return Ok(None);
+            }
+            let Some(point) = &planned.point else {
+                return Ok(None);
+            };
+            Ok(point
+                .run_row(self.engine(), self.context(), prepared.label(), values)
+                .await?)
+        };
+        let read = read.await;
+        self.failed_if(read)
     }
 
     async fn start_prepared(

@@ -23,6 +23,7 @@ use super::simple_scan::{SimpleScan, simple_scan};
 use crate::catalog::ColumnType;
 use crate::exec::ExecError;
 use crate::exec::read::decode::{BatchSink, DecodePlan, Source, page_into};
+use crate::exec::read::row::{Row, RowDecoder};
 use crate::exec::write::transaction::Transaction;
 use crate::keys::{KeyBounds, KeyValue};
 use crate::storage::{
@@ -56,7 +57,7 @@ pub struct PointRead {
     select: Option<Vec<String>>,
     /// Output columns, as positions in the decoded projection, where they
     /// are not those positions in order.
-    output: Option<Vec<usize>>,
+    output: Option<Arc<[usize]>>,
     /// `LIMIT 0`.
     empty: bool,
 }
@@ -134,7 +135,7 @@ impl PointRead {
             };
             placed.push(at);
         }
-        let output = (placed.iter().enumerate().any(|(i, &at)| i != at)).then_some(placed);
+        let output = (placed.iter().enumerate().any(|(i, &at)| i != at)).then(|| Arc::from(placed));
         let decoded = Arc::new(layout.schema.project(&projection).ok()?);
         let decode = Arc::new(DecodePlan::new(
             Arc::new(layout.clone()),
@@ -162,7 +163,48 @@ impl PointRead {
         &self,
         tx: Option<&Arc<Transaction>>,
         params: &ParamValues,
-    ) -> Result<Option<PointAnswer>> {
+    ) -> Result<Option<PointAnswer<RecordBatch>>> {
+        let sink = BatchSink::new(self.decode.clone(), 1);
+        let Some(read) = self.read(tx, params, sink).await? else {
+            return Ok(None);
+        };
+        let (batch, _) = read.found.finish().map_err(external)?;
+        let batch = match &self.output {
+            Some(output) => batch.project(output)?,
+            None => batch,
+        };
+        Ok(Some(PointAnswer {
+            found: batch,
+            requests: read.requests,
+            retries: read.retries,
+        }))
+    }
+
+    /// As `run`, into one [`Row`] (none if no entity has the key) rather
+    /// than a batch: for a client that takes the row as it is.
+    pub async fn run_row(
+        &self,
+        tx: Option<&Arc<Transaction>>,
+        params: &ParamValues,
+    ) -> Result<Option<PointAnswer<Option<Row>>>> {
+        let sink = RowDecoder::new(self.decode.clone(), self.output.clone());
+        let Some(read) = self.read(tx, params, sink).await? else {
+            return Ok(None);
+        };
+        Ok(Some(PointAnswer {
+            found: read.found.finish().map_err(external)?,
+            requests: read.requests,
+            retries: read.retries,
+        }))
+    }
+
+    /// The keys `params` give, and the entity they name read into `sink`.
+    async fn read<S: RowSink + 'static>(
+        &self,
+        tx: Option<&Arc<Transaction>>,
+        params: &ParamValues,
+        sink: S,
+    ) -> Result<Option<PointAnswer<S>>> {
         let (Some(partition), Some(row)) = (
             key_values(&self.partition, params),
             key_values(&self.row, params),
@@ -173,66 +215,63 @@ impl PointRead {
         let Some(def) = layout.def.as_ref() else {
             return Ok(None);
         };
-        let mut sink = BatchSink::new(self.decode.clone(), 1);
-        let (mut requests, mut retries) = (0, 0);
-        if !self.empty {
-            let rk = if self.whole_row_key {
-                match def
-                    .row_key
-                    .compose(&row)
-                    .ok()
-                    .and_then(|k| RowKey::new(k).ok())
-                {
-                    Some(rk) => Some(rk),
-                    None => return Ok(None),
-                }
-            } else {
-                None
-            };
-            let row_key = rk.as_ref().map_or("", |k| k.as_str());
-            let Ok(pk) = def.partition_key.compose_partition(&partition, row_key) else {
-                return Ok(None);
-            };
-            let Ok(pk) = PartitionKey::new(pk) else {
-                return Ok(None);
-            };
-            let store = self.table.store_in(tx);
-            let read = if let Some(rk) = rk {
-                get(store.as_ref(), &layout.table, &pk, &rk, sink).await
-            } else {
-                let Ok(KeyBounds::Range { start, end }) = def.row_key.prefix_range(&row, None)
-                else {
-                    return Ok(None);
-                };
-                let mut query = Query::partition(pk)
-                    .rows(super::pushdown::row_range(start, end))
-                    .top(1);
-                query.select.clone_from(&self.select);
-                first(store.as_ref(), &layout.table, &query, sink).await
-            };
-            (sink, requests, retries) =
-                read.map_err(|e| DataFusionError::External(Box::new(ExecError::from(e))))?;
+        if self.empty {
+            return Ok(Some(PointAnswer {
+                found: sink,
+                requests: 0,
+                retries: 0,
+            }));
         }
-        let (batch, _) = sink
-            .finish()
-            .map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let batch = match &self.output {
-            Some(output) => batch.project(output)?,
-            None => batch,
+        let rk = if self.whole_row_key {
+            match def
+                .row_key
+                .compose(&row)
+                .ok()
+                .and_then(|k| RowKey::new(k).ok())
+            {
+                Some(rk) => Some(rk),
+                None => return Ok(None),
+            }
+        } else {
+            None
         };
+        let row_key = rk.as_ref().map_or("", |k| k.as_str());
+        let Ok(pk) = def.partition_key.compose_partition(&partition, row_key) else {
+            return Ok(None);
+        };
+        let Ok(pk) = PartitionKey::new(pk) else {
+            return Ok(None);
+        };
+        let store = self.table.store_in(tx);
+        let read = if let Some(rk) = rk {
+            get(store.as_ref(), &layout.table, &pk, &rk, sink).await
+        } else {
+            let Ok(KeyBounds::Range { start, end }) = def.row_key.prefix_range(&row, None) else {
+                return Ok(None);
+            };
+            let mut query = Query::partition(pk)
+                .rows(super::pushdown::row_range(start, end))
+                .top(1);
+            query.select.clone_from(&self.select);
+            first(store.as_ref(), &layout.table, &query, sink).await
+        };
+        let (found, requests, retries) = read.map_err(|e| external(ExecError::from(e)))?;
         Ok(Some(PointAnswer {
-            batch,
+            found,
             requests,
             retries,
         }))
     }
 }
 
-/// What a point read found.
+fn external(e: ExecError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
+}
+
+/// What a point read found: `found` holds no row or one.
 #[derive(Debug)]
-pub struct PointAnswer {
-    /// No row or one.
-    pub batch: RecordBatch,
+pub struct PointAnswer<T> {
+    pub found: T,
     /// Requests it sent (a page past empty ones, or none for a key no
     /// table can hold).
     pub requests: u64,
@@ -242,16 +281,17 @@ pub struct PointAnswer {
 
 /// The entity at `(pk, rk)`, if any, into `sink`; with the requests (one)
 /// and the store's retries.
-async fn get(
+async fn get<S: RowSink>(
     store: &dyn TableStore,
     table: &TableName,
     pk: &PartitionKey,
     rk: &RowKey,
-    mut sink: BatchSink,
-) -> Result<(BatchSink, u64, u64), StorageError> {
+    mut sink: S,
+) -> Result<(S, u64, u64), StorageError> {
     let (found, retries) = retries::counted_by(store, store.get(table, pk, rk)).await;
     if let Some(e) = found? {
-        // A `Break` here means the sink kept an error: `finish` returns it.
+        // A `Break` here means the sink kept an error (or its row): its
+        // `finish` tells.
         let _ = sink.push(&e);
     }
     Ok((sink, 1, retries))
@@ -259,12 +299,12 @@ async fn get(
 
 /// The first entity `query` (of `top` 1) finds, following tokens past
 /// empty pages, into `sink`; with the requests and the store's retries.
-async fn first(
+async fn first<S: RowSink + 'static>(
     store: &dyn TableStore,
     table: &TableName,
     query: &Query,
-    mut sink: BatchSink,
-) -> Result<(BatchSink, u64, u64), StorageError> {
+    mut sink: S,
+) -> Result<(S, u64, u64), StorageError> {
     let mut token: Option<ContinuationToken> = None;
     let (mut requests, mut retries) = (0, 0);
     loop {

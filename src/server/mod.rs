@@ -20,6 +20,7 @@ mod metrics_http;
 mod params;
 mod pg_catalog;
 pub(crate) mod plan;
+mod row;
 pub(crate) mod session;
 mod shutdown;
 pub(crate) mod sqlstate;

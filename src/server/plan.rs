@@ -27,6 +27,7 @@ use pgwire::messages::data::DataRow;
 
 use super::cancel::{Guard, guarded};
 use super::params;
+use super::row::{Descriptions, data_row};
 use super::sqlstate::{
     CONNECTION_FAILURE, QUERY_CANCELED, SYNTAX_ERROR, datafusion_error, engine_error, error,
     parser_error,
@@ -61,6 +62,8 @@ pub enum Kind {
         param_types: Vec<Type>,
         /// The kind of a statement that writes rows.
         write: Option<StatementKind>,
+        /// Its row descriptions, made once per plan and format.
+        descriptions: Descriptions,
     },
     /// Any other statement (SET, SHOW, BEGIN, DECLARE, FETCH, DDL): it runs
     /// at Execute, like a simple query.
@@ -123,6 +126,7 @@ impl Runner {
                 params,
                 param_types,
                 write,
+                descriptions: Descriptions::default(),
             },
         })
     }
@@ -266,11 +270,24 @@ impl Runner {
         let Kind::Query {
             prepared: statement,
             write: None,
+            descriptions,
             ..
         } = &prepared.kind
         else {
             return Err(error(SYNTAX_ERROR, "not a query"));
         };
+        // A point read's row goes straight to the wire (`server::row`).
+        if let Some(found) = guard
+            .run(engine(self.session.point_row(statement, values)))
+            .await?
+        {
+            let fields = descriptions.of(&statement.schema(), format, prepared.catalog)?;
+            let row = found.map(|row| data_row(&row, &fields)).transpose()?;
+            return Ok(QueryResponse::new(
+                fields,
+                futures::stream::iter(row.map(Ok)),
+            ));
+        }
         let started = if paged {
             guard
                 .run(engine(self.session.query_prepared(statement, values)))
@@ -281,7 +298,7 @@ impl Runner {
                 .await?
         };
         let schema = statement.schema();
-        let fields = Arc::new(result_fields(&schema, format, prepared.catalog)?);
+        let fields = descriptions.of(&schema, format, prepared.catalog)?;
         let vectors = vectors::vector_columns(&schema);
         let mut response = respond(fields, started, vectors, guard).await?;
         if statement.returns_rows()
@@ -489,11 +506,17 @@ impl QueryParser for Runner {
         match &stmt.kind {
             // A write answers with its tag alone (NoData).
             Kind::Query { write: Some(_), .. } => Ok(Vec::new()),
-            Kind::Query { prepared, .. } => result_fields(
-                &prepared.schema(),
-                format.unwrap_or(&Format::UnifiedText),
-                stmt.catalog,
-            ),
+            Kind::Query {
+                prepared,
+                descriptions,
+                ..
+            } => descriptions
+                .of(
+                    &prepared.schema(),
+                    format.unwrap_or(&Format::UnifiedText),
+                    stmt.catalog,
+                )
+                .map(|fields| fields.as_ref().clone()),
             Kind::Command(statement) => super::command::result_fields(statement),
         }
     }

@@ -4,7 +4,6 @@
 
 use std::sync::Arc;
 
-use base64::Engine as _;
 use datafusion::arrow::array::{
     ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder,
     Int32Builder, Int64Builder, StringBuilder, TimestampMicrosecondBuilder,
@@ -12,13 +11,13 @@ use datafusion::arrow::array::{
 use datafusion::arrow::datatypes::{Field, Schema, SchemaRef};
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 
+use super::cells::{Columns, Kind, Target, put_key, put_value};
 use crate::catalog::raw::RawColumn;
 use crate::catalog::{ColumnType, TableDef};
 use crate::exec::ExecError;
 use std::ops::ControlFlow;
 
 use crate::keys::{KeyRef, KeyValue};
-use crate::storage::value::format_datetime;
 use crate::storage::{
     ContinuationToken, EntityView, KeyKind, PageEnd, Query, RowSink, StorageError, StoredEntity,
     TableName, TableStore, ValueRef,
@@ -228,14 +227,6 @@ enum Builder {
     Bytea(BinaryBuilder),
 }
 
-/// Microseconds in a day: a DATE's key and stored DateTime are its midnight.
-const DAY_MICROS: i64 = 86_400_000_000;
-
-/// The days since 1970-01-01 of the date `micros` falls on.
-fn days(micros: i64) -> Option<i32> {
-    i32::try_from(micros.div_euclid(DAY_MICROS)).ok()
-}
-
 impl Builder {
     fn new(t: ColumnType, n: usize) -> Self {
         match t {
@@ -270,6 +261,69 @@ impl Builder {
         }
     }
 
+    fn kind(&self) -> Kind {
+        match self {
+            Self::Int(_) => Kind::Int,
+            Self::BigInt(_) => Kind::BigInt,
+            Self::Double(_) => Kind::Double,
+            Self::Text(_) => Kind::Text,
+            Self::Boolean(_) => Kind::Boolean,
+            Self::Timestamp(_) => Kind::Timestamp,
+            Self::Date(_) => Kind::Date,
+            Self::Decimal(_, scale) => Kind::Decimal(*scale),
+            Self::Bytea(_) => Kind::Bytea,
+        }
+    }
+}
+
+/// Each append goes to the builder of its kind (`cells::put_value` and
+/// `put_key` call only that one).
+impl Target for Builder {
+    fn int(&mut self, v: i32) {
+        if let Self::Int(b) = self {
+            b.append_value(v);
+        }
+    }
+    fn bigint(&mut self, v: i64) {
+        if let Self::BigInt(b) = self {
+            b.append_value(v);
+        }
+    }
+    fn double(&mut self, v: f64) {
+        if let Self::Double(b) = self {
+            b.append_value(v);
+        }
+    }
+    fn text(&mut self, v: &str) {
+        if let Self::Text(b) = self {
+            b.append_value(v);
+        }
+    }
+    fn boolean(&mut self, v: bool) {
+        if let Self::Boolean(b) = self {
+            b.append_value(v);
+        }
+    }
+    fn micros(&mut self, v: i64) {
+        if let Self::Timestamp(b) = self {
+            b.append_value(v);
+        }
+    }
+    fn days(&mut self, v: i32) {
+        if let Self::Date(b) = self {
+            b.append_value(v);
+        }
+    }
+    fn decimal(&mut self, v: i128) {
+        if let Self::Decimal(b, _) = self {
+            b.append_value(v);
+        }
+    }
+    fn bytes(&mut self, v: &[u8]) {
+        if let Self::Bytea(b) = self {
+            b.append_value(v);
+        }
+    }
     fn null(&mut self) {
         match self {
             Self::Int(b) => b.append_null(),
@@ -283,121 +337,19 @@ impl Builder {
             Self::Bytea(b) => b.append_null(),
         }
     }
-
-    /// Appends a property value; `false` if the column cannot hold it.
-    fn value(&mut self, v: ValueRef<'_>, lenient: bool) -> bool {
-        match (self, v) {
-            (Self::Int(b), ValueRef::Int32(i)) => b.append_value(i),
-            (Self::BigInt(b), ValueRef::Int64(i)) => b.append_value(i),
-            (Self::BigInt(b), ValueRef::Int32(i)) => b.append_value(i64::from(i)),
-            (Self::Double(b), ValueRef::Double(d)) => b.append_value(d),
-            (Self::Double(b), ValueRef::Int32(i)) => b.append_value(f64::from(i)),
-            (Self::Double(b), ValueRef::Int64(i)) if lenient => b.append_value(i as f64),
-            (Self::Text(b), ValueRef::String(s)) => b.append_value(s),
-            (Self::Text(b), ValueRef::Guid(g)) => b.append_value(g.to_string()),
-            (Self::Text(b), other) if lenient => b.append_value(text_form(other)),
-            (Self::Boolean(b), ValueRef::Boolean(x)) => b.append_value(x),
-            (Self::Timestamp(b), ValueRef::DateTime(t)) => b.append_value(t.timestamp_micros()),
-            // The date it falls on (a DATE is stored as its midnight).
-            (Self::Decimal(b, scale), ValueRef::String(s)) => {
-                match crate::catalog::parse_decimal(s, *scale) {
-                    Some(v) => b.append_value(v),
-                    None => return false,
-                }
-            }
-            (Self::Decimal(b, scale), ValueRef::Int32(i)) => {
-                match i128::from(i).checked_mul(10i128.pow(u32::from(*scale))) {
-                    Some(v) => b.append_value(v),
-                    None => return false,
-                }
-            }
-            (Self::Date(b), ValueRef::DateTime(t)) => match days(t.timestamp_micros()) {
-                Some(d) => b.append_value(d),
-                None => return false,
-            },
-            (Self::Bytea(b), ValueRef::Binary(x)) => b.append_value(x),
-            _ => return false,
-        }
-        true
-    }
-
-    fn key(&mut self, v: &KeyRef<'_>) -> bool {
-        match (self, v) {
-            (Self::Int(b), KeyRef::Int(i)) => match i32::try_from(*i) {
-                Ok(i) => b.append_value(i),
-                Err(_) => return false,
-            },
-            (Self::BigInt(b), KeyRef::Int(i)) => b.append_value(*i),
-            // An integer column in a free-text field: its decimal text.
-            // (Canonical decimal only: `+7` or `007` would never match a lookup.)
-            (Self::Int(b), KeyRef::Text(s)) => match canonical_int(s).map(i32::try_from) {
-                Some(Ok(i)) => b.append_value(i),
-                _ => return false,
-            },
-            (Self::BigInt(b), KeyRef::Text(s)) => match canonical_int(s) {
-                Some(i) => b.append_value(i),
-                None => return false,
-            },
-            (Self::Text(b), KeyRef::Text(s)) => b.append_value(s.as_ref()),
-            (Self::Text(b), KeyRef::Uuid(u)) => {
-                b.append_value(uuid::Uuid::from_u128(*u).hyphenated().to_string())
-            }
-            (Self::Double(b), KeyRef::Double(d)) => b.append_value(d.get()),
-            (Self::Boolean(b), KeyRef::Bool(x)) => b.append_value(*x),
-            (Self::Timestamp(b), KeyRef::Timestamp(t)) => b.append_value(*t),
-            (Self::Decimal(b, ..), KeyRef::Int(i)) => b.append_value(i128::from(*i)),
-            (Self::Date(b), KeyRef::Timestamp(t)) => match days(*t) {
-                Some(d) => b.append_value(d),
-                None => return false,
-            },
-            (builder, KeyRef::Null) => builder.null(),
-            _ => return false,
-        }
-        true
-    }
-
-    fn key_value(&mut self, v: &KeyValue) -> bool {
-        self.key(&v.as_ref())
-    }
 }
 
-/// The integer `s` spells as Rust and PostgreSQL print it: an optional
-/// `-`, then digits without a leading zero (`0` alone); no `+`, no `-0`.
-/// Checked byte by byte rather than by printing the value back, since a
-/// scan reads one per row.
-fn canonical_int(s: &str) -> Option<i64> {
-    let (negative, digits) = match s.as_bytes() {
-        [b'-', rest @ ..] => (true, rest),
-        all => (false, all),
-    };
-    match digits {
-        [] => return None,
-        [b'0'] if !negative => return Some(0),
-        [b'0', ..] => return None,
-        _ => {}
+impl Columns for Vec<Builder> {
+    fn value(&mut self, b: usize, v: ValueRef<'_>, lenient: bool) -> bool {
+        let builder = &mut self[b];
+        put_value(builder.kind(), builder, v, lenient)
     }
-    // Accumulated negative, so that i64::MIN fits.
-    let mut n: i64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_sub(i64::from(d - b'0'))?;
+    fn key(&mut self, b: usize, v: &KeyRef<'_>) -> bool {
+        let builder = &mut self[b];
+        put_key(builder.kind(), builder, v)
     }
-    if negative { Some(n) } else { n.checked_neg() }
-}
-
-/// A value's text form, for raw columns of mixed types.
-fn text_form(v: ValueRef<'_>) -> String {
-    match v {
-        ValueRef::String(s) => s.to_owned(),
-        ValueRef::Binary(b) => base64::engine::general_purpose::STANDARD.encode(b),
-        ValueRef::Boolean(b) => b.to_string(),
-        ValueRef::DateTime(t) => format_datetime(&t),
-        ValueRef::Double(d) => d.to_string(),
-        ValueRef::Guid(g) => g.to_string(),
-        ValueRef::Int32(i) => i.to_string(),
-        ValueRef::Int64(i) => i.to_string(),
+    fn null(&mut self, b: usize) {
+        Target::null(&mut self[b]);
     }
 }
 
@@ -438,13 +390,13 @@ pub fn decode_with(
 /// One page of `query` read by `store` into `sink`, which comes back with
 /// the page's rows: the sink is shared with the store (which may fill it on
 /// another thread) only for the call.
-pub async fn page_into(
+pub async fn page_into<S: RowSink + 'static>(
     store: &dyn TableStore,
     table: &TableName,
     query: &Query,
     token: Option<&ContinuationToken>,
-    sink: BatchSink,
-) -> Result<(PageEnd, BatchSink), StorageError> {
+    sink: S,
+) -> Result<(PageEnd, S), StorageError> {
     let sink = Arc::new(std::sync::Mutex::new(sink));
     let shared: Arc<std::sync::Mutex<dyn RowSink>> = sink.clone();
     let end = store.query_into(table, query, token, shared).await?;
@@ -482,6 +434,11 @@ impl DecodePlan {
     /// The layout's columns decoded, as positions in the layout.
     pub fn projection(&self) -> &[usize] {
         &self.projection
+    }
+
+    /// The types of the columns decoded, in order.
+    pub fn column_types(&self) -> impl Iterator<Item = ColumnType> + '_ {
+        self.projection.iter().map(|&i| self.layout.columns[i].1)
     }
 
     /// The plan for decoding `projection` of `layout` into `schema`.
@@ -547,15 +504,16 @@ pub struct BatchSink {
     /// a count per row on its reference count made both cores fight over
     /// its cache line (`perf`: a quarter of a full scan's time).
     plan: Arc<DecodePlan>,
-    state: Decoding,
+    state: Decoding<Vec<Builder>>,
     error: Option<ExecError>,
     /// The PartitionKeys met, each once per run of rows.
     partitions: Vec<String>,
 }
 
 /// What a sink fills and reuses from row to row.
-struct Decoding {
-    builders: Vec<Builder>,
+pub(super) struct Decoding<C> {
+    /// The row's columns: Arrow builders, or one row's cells.
+    columns: C,
     rows: usize,
     skipped: Skipped,
     /// The last PartitionKey decomposed, and its values.
@@ -574,17 +532,9 @@ impl BatchSink {
             .iter()
             .map(|&i| Builder::new(plan.layout.columns[i].1, capacity))
             .collect();
-        let filled = vec![false; plan.properties.len()];
         Self {
+            state: Decoding::new(builders, &plan),
             plan,
-            state: Decoding {
-                builders,
-                rows: 0,
-                skipped: Skipped::default(),
-                last_pk: None,
-                spans: Vec::new(),
-                filled,
-            },
             error: None,
             partitions: Vec::new(),
         }
@@ -602,16 +552,36 @@ impl BatchSink {
             return Err(e);
         }
         let state = self.state;
-        let arrays: Vec<ArrayRef> = state.builders.into_iter().map(Builder::finish).collect();
+        let arrays: Vec<ArrayRef> = state.columns.into_iter().map(Builder::finish).collect();
         let options = RecordBatchOptions::new().with_row_count(Some(state.rows));
         let batch = RecordBatch::try_new_with_options(self.plan.schema.clone(), arrays, &options)?;
         Ok((batch, state.skipped))
     }
 }
 
-impl Decoding {
+impl<C: Columns> Decoding<C> {
+    pub(super) fn new(columns: C, plan: &DecodePlan) -> Self {
+        Self {
+            columns,
+            rows: 0,
+            skipped: Skipped::default(),
+            last_pk: None,
+            spans: Vec::new(),
+            filled: vec![false; plan.properties.len()],
+        }
+    }
+
+    /// The columns filled.
+    pub(super) fn into_columns(self) -> C {
+        self.columns
+    }
+
     /// Takes one entity: `Ok(false)` for an index row skipped.
-    fn take(&mut self, plan: &DecodePlan, e: &dyn EntityView) -> Result<bool, ExecError> {
+    pub(super) fn take(
+        &mut self,
+        plan: &DecodePlan,
+        e: &dyn EntityView,
+    ) -> Result<bool, ExecError> {
         let layout = &plan.layout;
         let rk = e.row_key();
         // The first builder (in projection order, as errors are named)
@@ -625,10 +595,10 @@ impl Decoding {
                 self.skipped.index_rows += 1;
                 return Ok(false);
             }
-            let builders = &mut self.builders;
+            let columns = &mut self.columns;
             let mut put = |n: usize, value: KeyRef<'_>| {
                 for &(field, b) in &plan.row_fields {
-                    if field == n && !builders[b].key(&value) {
+                    if field == n && !columns.key(b, &value) {
                         wrong = Some(wrong.map_or(b, |w| w.min(b)));
                     }
                 }
@@ -679,13 +649,13 @@ impl Decoding {
         }
         for (b, &i) in plan.projection.iter().enumerate() {
             let (source, column_type) = &layout.columns[i];
-            let builder = &mut self.builders[b];
+            let columns = &mut self.columns;
             let ok = match source {
                 Source::PartitionField(n) => self
                     .last_pk
                     .as_ref()
                     .and_then(|(_, v)| v.get(*n))
-                    .is_some_and(|v| builder.key_value(v)),
+                    .is_some_and(|v| columns.key(b, &v.as_ref())),
                 // Filled by the key's check above, from the layout's own
                 // template; a field it lacks was never filled.
                 Source::RowField(n) => {
@@ -693,10 +663,10 @@ impl Decoding {
                 }
                 // Filled below, all in one walk of the properties.
                 Source::Property { .. } => true,
-                Source::PartitionKey => builder.key(&KeyRef::Text(e.partition_key().into())),
-                Source::RowKey => builder.key(&KeyRef::Text(rk.into())),
-                Source::Timestamp => builder.value(ValueRef::DateTime(e.timestamp()), false),
-                Source::ETag => builder.value(ValueRef::String(&e.etag().to_string()), false),
+                Source::PartitionKey => columns.key(b, &KeyRef::Text(e.partition_key().into())),
+                Source::RowKey => columns.key(b, &KeyRef::Text(rk.into())),
+                Source::Timestamp => columns.value(b, ValueRef::DateTime(e.timestamp()), false),
+                Source::ETag => columns.value(b, ValueRef::String(&e.etag().to_string()), false),
             };
             if !ok {
                 return Err(type_mismatch(layout, i, *column_type, e, None));
@@ -713,14 +683,14 @@ impl Decoding {
     fn properties(&mut self, plan: &DecodePlan, e: &dyn EntityView) -> Result<(), ExecError> {
         self.filled.fill(false);
         let mut wrong: Option<(usize, crate::storage::EdmType)> = None;
-        let (builders, filled) = (&mut self.builders, &mut self.filled);
+        let (columns, filled) = (&mut self.columns, &mut self.filled);
         e.select(&plan.properties, &mut |p, v| {
             let (b, lenient, t) = plan.property_columns[p];
             if filled[p] || wrong.is_some() {
                 return;
             }
             filled[p] = true;
-            if !((lenient || t.reads(v.edm_type())) && builders[b].value(v, lenient)) {
+            if !((lenient || t.reads(v.edm_type())) && columns.value(b, v, lenient)) {
                 wrong = Some((p, v.edm_type()));
             }
         });
@@ -736,12 +706,12 @@ impl Decoding {
         }
         for (p, done) in self.filled.iter().enumerate() {
             if !done {
-                let builder = &mut self.builders[plan.property_columns[p].0];
+                let b = plan.property_columns[p].0;
                 match plan.fills.get(p).and_then(Option::as_ref) {
                     Some(fill) => {
-                        builder.value(fill.as_ref(), false);
+                        self.columns.value(b, fill.as_ref(), false);
                     }
-                    None => builder.null(),
+                    None => self.columns.null(b),
                 }
             }
         }
@@ -813,42 +783,4 @@ fn type_mismatch(
 
 fn schema_name(layout: &Layout, i: usize) -> String {
     layout.schema.field(i).name().clone()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::canonical_int;
-
-    #[test]
-    fn canonical_int_takes_exactly_what_an_integer_prints_as() {
-        for i in [
-            0i64,
-            7,
-            -7,
-            10,
-            -10,
-            55,
-            i64::from(i32::MAX),
-            i64::MAX,
-            i64::MIN,
-            -1,
-        ] {
-            assert_eq!(canonical_int(&i.to_string()), Some(i), "{i}");
-        }
-        for bad in [
-            "",
-            "-",
-            "+7",
-            "007",
-            "-0",
-            "-07",
-            "7 ",
-            " 7",
-            "7a",
-            "1e3",
-            "99999999999999999999",
-        ] {
-            assert_eq!(canonical_int(bad), None, "{bad:?}");
-        }
-    }
 }

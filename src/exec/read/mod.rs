@@ -29,6 +29,7 @@
 //!   several keys in one request.
 
 pub mod access;
+mod cells;
 pub mod decode;
 pub mod dynamic;
 pub mod fanout;
@@ -38,6 +39,7 @@ pub mod lookup_join;
 pub mod metrics;
 pub mod order;
 pub mod rescan;
+pub mod row;
 pub mod scan;
 pub mod token;
 mod units;
