@@ -23,7 +23,7 @@ use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, ObjectName, Statement};
 
 use super::format::{CopyFormat, Scan};
-use super::{CHUNK_ROWS, LineFault, LoadError, LoadMode, Loader, bytea_text};
+use super::{CHUNK_ROWS, LineFault, LoadError, LoadMode, Loader};
 use crate::engine::{BlockStatus, EngineError, Session, TableInfo};
 
 /// Why a COPY cannot run, or stopped.
@@ -239,8 +239,17 @@ pub fn header(schema: &Schema, format: &CopyFormat) -> Option<String> {
     })
 }
 
-/// A batch's rows as COPY lines, each with its line end.
-pub fn encode(batch: &RecordBatch, format: &CopyFormat) -> Result<Vec<String>, ArrowError> {
+/// A batch's rows as COPY lines, each with its line end, appended to
+/// `out`; `ends` gets where each line ends in it. One buffer for the batch
+/// and one for a value's text, both reused: no allocation per value or row
+/// (a wire COPY sends each line as a slice of the batch's buffer).
+pub fn encode_into(
+    batch: &RecordBatch,
+    format: &CopyFormat,
+    out: &mut String,
+    ends: &mut Vec<usize>,
+) -> Result<(), ArrowError> {
+    use std::fmt::Write as _;
     let options = FormatOptions::default();
     let formatters = batch
         .columns()
@@ -249,24 +258,26 @@ pub fn encode(batch: &RecordBatch, format: &CopyFormat) -> Result<Vec<String>, A
         .collect::<Result<Vec<_>, _>>()?;
     // `logical_nulls`: a NullArray's values are NULL though it has no mask.
     let nulls: Vec<_> = batch.columns().iter().map(|c| c.logical_nulls()).collect();
-    let mut lines = Vec::with_capacity(batch.num_rows());
+    let mut text = String::new();
     for row in 0..batch.num_rows() {
-        let mut texts: Vec<Option<String>> = Vec::with_capacity(batch.num_columns());
-        for ((column, f), nulls) in batch.columns().iter().zip(&formatters).zip(&nulls) {
+        let columns = batch.columns().iter().zip(&formatters).zip(&nulls);
+        for (i, ((column, f), nulls)) in columns.enumerate() {
             if nulls.as_ref().is_some_and(|n| n.is_null(row)) {
-                texts.push(None);
-            } else if let Some(bytes) = binary_value(column, row) {
-                texts.push(Some(bytea_text(bytes)));
-            } else {
-                texts.push(Some(f.value(row).to_string()));
+                format.write_field(i, None, out);
+                continue;
             }
+            text.clear();
+            match binary_value(column, row) {
+                Some(bytes) => super::push_bytea(bytes, &mut text),
+                None => write!(text, "{}", f.value(row))
+                    .map_err(|e| ArrowError::ExternalError(Box::new(e)))?,
+            }
+            format.write_field(i, Some(&text), out);
         }
-        let values: Vec<Option<&str>> = texts.iter().map(|t| t.as_deref()).collect();
-        let mut line = String::new();
-        format.write_row(&values, &mut line);
-        lines.push(line);
+        out.push('\n');
+        ends.push(out.len());
     }
-    Ok(lines)
+    Ok(())
 }
 
 /// A binary column's value, which COPY writes as PostgreSQL's bytea.

@@ -132,19 +132,30 @@ impl CopyFormat {
     /// One row as a line, with its newline.
     pub fn write_row(&self, values: &[Option<&str>], out: &mut String) {
         for (i, v) in values.iter().enumerate() {
-            if i > 0 {
-                out.push(self.delimiter);
-            }
-            match v {
-                None => out.push_str(&self.null),
-                Some(v) if self.csv => self.write_csv_field(v, out),
-                Some(v) => self.write_text_field(v, out),
-            }
+            self.write_field(i, *v, out);
         }
         out.push('\n');
     }
 
+    /// Field `i` of a row (0 first), with the delimiter before it; the
+    /// caller ends the row with a newline.
+    pub fn write_field(&self, i: usize, v: Option<&str>, out: &mut String) {
+        if i > 0 {
+            out.push(self.delimiter);
+        }
+        match v {
+            None => out.push_str(&self.null),
+            Some(v) if self.csv => self.write_csv_field(v, out),
+            Some(v) => self.write_text_field(v, out),
+        }
+    }
+
     fn write_text_field(&self, v: &str, out: &mut String) {
+        // Most values need no escape: copied whole.
+        if !v.contains(['\\', '\n', '\r', '\t', self.delimiter]) {
+            out.push_str(v);
+            return;
+        }
         for c in v.chars() {
             match c {
                 '\\' => out.push_str("\\\\"),

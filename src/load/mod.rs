@@ -441,11 +441,18 @@ fn convert(
 /// bytea's hex form, `\x0102`.
 pub fn bytea_text(bytes: &[u8]) -> String {
     let mut out = String::with_capacity(2 + bytes.len() * 2);
+    push_bytea(bytes, &mut out);
+    out
+}
+
+/// Appends bytea's hex form of `bytes` to `out`.
+pub fn push_bytea(bytes: &[u8], out: &mut String) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     out.push_str("\\x");
     for b in bytes {
-        out.push_str(&format!("{b:02x}"));
+        out.push(char::from(HEX[usize::from(b >> 4)]));
+        out.push(char::from(HEX[usize::from(b & 0xf)]));
     }
-    out
 }
 
 /// bytea from its hex form (`\x0102`); other text is its own bytes, as

@@ -271,6 +271,8 @@ fn external(e: ExecError) -> DataFusionError {
 /// What a point read found: `found` holds no row or one.
 #[derive(Debug)]
 pub struct PointAnswer<T> {
+    /// What holds the row, if one was found: a batch, a row, or the sink
+    /// it was read into.
     pub found: T,
     /// Requests it sent (a page past empty ones, or none for a key no
     /// table can hold).

@@ -158,6 +158,7 @@ impl Probe {
     /// The connection's timer, unless a statement still holds it (a
     /// cursor's stream outlives its FETCH): that statement's guard then
     /// makes its own.
+    ///
     /// A timer past its deadline (the connection rested longer than an
     /// interval) is re-armed, or it would fire at once and cost the
     /// statement a check it does not need yet.

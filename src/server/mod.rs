@@ -338,6 +338,7 @@ impl Server {
             let metrics = shared.metrics.clone();
             let stop = shared.phase.subscribe();
             let slow = shared.slow;
+            let (core, on_core) = cores.place(&socket);
             // Its core's reactor must own the socket.
             let socket = match socket.into_std() {
                 Ok(s) => s,
@@ -346,9 +347,8 @@ impl Server {
                     continue;
                 }
             };
-            let core = cores.next();
             tasks.spawn_on(async move {
-                let _place = place;
+                let (_place, _on_core) = (place, on_core);
                 let socket = match TcpStream::from_std(socket) {
                     Ok(s) => s,
                     Err(e) => {

@@ -872,12 +872,13 @@ async fn copy_out(
         out.write_all(header.as_bytes())?;
     }
     let mut rows = 0;
+    let (mut text, mut ends) = (String::new(), Vec::new());
     while let Some(batch) = stream.next().await {
         let batch = batch.map_err(RenderError::from)?;
-        let lines = crate::load::copy::encode(&batch, format).map_err(RenderError::from)?;
-        for line in lines {
-            out.write_all(line.as_bytes())?;
-        }
+        text.clear();
+        crate::load::copy::encode_into(&batch, format, &mut text, &mut ends)
+            .map_err(RenderError::from)?;
+        out.write_all(text.as_bytes())?;
         rows += batch.num_rows() as u64;
     }
     out.flush()?;

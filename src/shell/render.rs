@@ -156,10 +156,12 @@ impl Printer<'_> {
                 copy.write_row(&names, &mut line);
                 self.out.write_all(line.as_bytes())?;
                 let mut rows = 0;
+                let (mut text, mut ends) = (String::new(), Vec::new());
                 while let Some(batch) = stream.next().await {
                     let batch = batch?;
                     // A batch at a time: written as it arrives, never held.
-                    let text: String = crate::load::copy::encode(&batch, &copy)?.concat();
+                    text.clear();
+                    crate::load::copy::encode_into(&batch, &copy, &mut text, &mut ends)?;
                     self.out.write_all(text.as_bytes())?;
                     rows += batch.num_rows();
                 }

@@ -47,12 +47,18 @@ impl Kind {
     }
 }
 
-/// One column's typed appends: a target takes the one its [`Kind`] names.
+/// One column's typed appends: a target takes the one its [`Kind`] names
+/// (the rules call no other), one per row.
 pub trait Target {
+    /// An `INT`.
     fn int(&mut self, v: i32);
+    /// A `BIGINT`.
     fn bigint(&mut self, v: i64);
+    /// A `DOUBLE`.
     fn double(&mut self, v: f64);
+    /// A `TEXT` (a UUID as its hyphenated text).
     fn text(&mut self, v: &str);
+    /// A `BOOLEAN`.
     fn boolean(&mut self, v: bool);
     /// Microseconds since 1970 in UTC.
     fn micros(&mut self, v: i64);
@@ -60,7 +66,9 @@ pub trait Target {
     fn days(&mut self, v: i32);
     /// In units of 10^-scale of the column's kind.
     fn decimal(&mut self, v: i128);
+    /// A `BYTEA`.
     fn bytes(&mut self, v: &[u8]);
+    /// NULL.
     fn null(&mut self);
 }
 
@@ -72,6 +80,7 @@ pub trait Columns {
     /// Appends a key field's value to column `b`; `false` if it cannot hold
     /// it.
     fn key(&mut self, b: usize, v: &KeyRef<'_>) -> bool;
+    /// Appends NULL to column `b`.
     fn null(&mut self, b: usize);
 }
 
@@ -86,6 +95,7 @@ fn days(micros: i64) -> Option<i32> {
 /// Appends a property value to `t`, of kind `kind`; `false` if the column
 /// cannot hold it. `lenient` (raw columns of mixed types) converts what a
 /// typed column would refuse.
+#[inline]
 pub fn put_value(kind: Kind, t: &mut impl Target, v: ValueRef<'_>, lenient: bool) -> bool {
     match (kind, v) {
         (Kind::Int, ValueRef::Int32(i)) => t.int(i),
@@ -127,6 +137,7 @@ pub fn put_value(kind: Kind, t: &mut impl Target, v: ValueRef<'_>, lenient: bool
 
 /// Appends a key field's value to `t`, of kind `kind`; `false` if the
 /// column cannot hold it.
+#[inline]
 pub fn put_key(kind: Kind, t: &mut impl Target, v: &KeyRef<'_>) -> bool {
     match (kind, v) {
         (Kind::Int, KeyRef::Int(i)) => match i32::try_from(*i) {

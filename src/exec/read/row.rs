@@ -2,7 +2,8 @@
 //! goes to a client as it is: a prepared point read. A batch's builders, its
 //! arrays and their encoding back into rows cost such a read more than the
 //! store's read of its entity (`perf` under pgbench, BENCHMARKS.md); cells
-//! take the same values by the same rules (`cells`) and are reused.
+//! take the same values by the same rules (`cells`), and a row's text and
+//! bytes share one buffer each.
 
 use std::ops::{ControlFlow, Range};
 use std::sync::Arc;

@@ -23,7 +23,8 @@ use crate::load::copy::{self, CopyIn};
 use crate::load::format::CopyFormat;
 
 /// The rows of a query as COPY data: a CSV header first when asked, then a
-/// CopyData per row.
+/// CopyData per row. Each batch's lines are written into one buffer, and
+/// each row's CopyData is a slice of it: no allocation per row or value.
 pub fn copy_out(
     schema: SchemaRef,
     batches: impl Stream<Item = PgWireResult<RecordBatch>> + Send + 'static,
@@ -32,23 +33,30 @@ pub fn copy_out(
     let columns = schema.fields().len();
     let header = Arc::new(std::sync::Mutex::new(copy::header(&schema, &format)));
     let header_left = header.clone();
+    let mut ends = Vec::new();
     let rows = batches.flat_map(move |batch| {
-        let lines = batch.and_then(|b| {
-            copy::encode(&b, &format)
+        let mut text = String::new();
+        ends.clear();
+        let encoded = batch.and_then(|b| {
+            // The header goes with the first row: pgwire counts one row
+            // per CopyData in the command tag.
+            if b.num_rows() > 0
+                && let Some(h) = header.lock().ok().and_then(|mut h| h.take())
+            {
+                text.push_str(&h);
+            }
+            copy::encode_into(&b, &format, &mut text, &mut ends)
                 .map_err(|e| error(super::sqlstate::INTERNAL_ERROR, e.to_string()))
         });
-        let lines: Vec<PgWireResult<CopyData>> = match lines {
-            Ok(lines) => lines
-                .into_iter()
-                .map(|mut line| {
-                    // The header goes with the first row: pgwire counts
-                    // one row per CopyData in the command tag.
-                    if let Some(h) = header.lock().ok().and_then(|mut h| h.take()) {
-                        line.insert_str(0, &h);
-                    }
-                    Ok(CopyData::new(Bytes::from(line)))
-                })
-                .collect(),
+        let lines: Vec<PgWireResult<CopyData>> = match encoded {
+            Ok(()) => {
+                let text = Bytes::from(text);
+                let starts = std::iter::once(0).chain(ends.iter().copied());
+                starts
+                    .zip(&ends)
+                    .map(|(start, &end)| Ok(CopyData::new(text.slice(start..end))))
+                    .collect()
+            }
             Err(e) => vec![Err(e)],
         };
         futures::stream::iter(lines)

@@ -17,7 +17,8 @@ use crate::storage::{
 
 /// Reads one page. The page ends when it holds `top` entities, when `budget`
 /// entities in range have been examined, or at the end of the range; when it ends
-/// early the token names the next entity in range (none if the range ends there).
+/// early the token names the next stored row, or none where that row shows
+/// the range has no more (see `walk`).
 pub fn page(
     rows: &impl ReadableTable<&'static [u8], &'static [u8]>,
     dict: &Dict,
@@ -168,22 +169,20 @@ fn walk(
             // partition's first row to find that entity, so a narrow RowKey
             // range over many partitions costs a full page one step, not a
             // seek per partition: the token then names the row it stopped at.
-            let seek_to = match () {
+            let seek_to = if !same_partition && row_range.is_before(this_rk) {
                 // A row of the partition of the row before is past the
                 // range's start already: keys ascend, and that row was in
                 // range.
-                _ if !same_partition && row_range.is_before(this_rk) => {
-                    Some(row_range.start_in(key::partition_prefix_bytes(this_pk)))
+                Some(row_range.start_in(key::partition_prefix_bytes(this_pk)))
+            } else if row_range.is_after(this_rk) {
+                // On to the next partition, if the range holds one.
+                let next = key::after_partition_bytes(this_pk);
+                if partitions.is_after(&next) {
+                    break 'seek;
                 }
-                _ if row_range.is_after(this_rk) => {
-                    // On to the next partition, if the range holds one.
-                    let next = key::after_partition_bytes(this_pk);
-                    if partitions.is_after(&next) {
-                        break 'seek;
-                    }
-                    Some(next)
-                }
-                _ => None,
+                Some(next)
+            } else {
+                None
             };
             if full {
                 let (pk, rk) = key::decode(key)?;

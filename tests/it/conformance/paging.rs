@@ -260,7 +260,10 @@ pub async fn small_scan_budget_with_row_range_and_top(fx: &Fixture) -> TestResul
 
 /// A page filled by the last entities of its range ends the query: no
 /// token to a page that could only come back empty. A point read by a
-/// RowKey prefix (`top` 1) is such a page.
+/// RowKey prefix (`top` 1) is such a page. Across partitions a full page
+/// has a token, and following it gives the rest (where the token points
+/// is the store's: the local stores name the next stored row, Azure what
+/// it names).
 pub async fn a_page_that_ends_with_its_range_has_no_token(fx: &Fixture) -> TestResult {
     let s = fx.store();
     let t = table(s, "Ending").await?;
@@ -279,7 +282,7 @@ pub async fn a_page_that_ends_with_its_range_has_no_token(fx: &Fixture) -> TestR
     let page = s.query(&t, &point, None).await?;
     assert_eq!(row_keys(&page.entities), ["00012"]);
     assert_eq!(page.continuation, None);
-    // Over partitions, the token names the next entity in range.
+    // Over partitions a full page has a token, whatever row it names.
     let across = Query::all()
         .rows(range(Included("00028"), Unbounded, rk))
         .top(2);
