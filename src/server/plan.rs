@@ -277,9 +277,12 @@ impl Runner {
             return Err(error(SYNTAX_ERROR, "not a query"));
         };
         // A point read's row goes straight to the wire (`server::row`).
-        if let Some(found) = guard
-            .run(engine(self.session.point_row(statement, values)))
-            .await?
+        // (`is_point_read` first: any other query skips the engine's
+        // checks, which its own start makes again.)
+        if statement.is_point_read()
+            && let Some(found) = guard
+                .run(engine(self.session.point_row(statement, values)))
+                .await?
         {
             let fields = descriptions.of(&statement.schema(), format, prepared.catalog)?;
             let row = found.map(|row| data_row(&row, &fields)).transpose()?;
