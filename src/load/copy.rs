@@ -6,7 +6,7 @@
 //! - Out: `COPY table [(cols)] TO` exports a mapped table's declared
 //!   columns (the system columns are made by the keys and the store, and an
 //!   import could not write them), `COPY (query) TO` any query; rows are
-//!   encoded as the query yields them ([`encode`]).
+//!   encoded as the query yields them ([`encode_into`]).
 //! - In: bytes are cut into records as they arrive and written
 //!   `CHUNK_ROWS` rows at a time through the same INSERT as SQL's (the
 //!   [`Loader`]), so memory stays flat whatever the size. A bad row (a
