@@ -230,6 +230,11 @@ async fn answer(
     // may end the connection without cutting a statement short.
     let mut at_rest = true;
     let mut in_exchange = false;
+    // Made once: each one made anew registers with the server's shared
+    // watch, a lock and a waiter list that every connection's every
+    // message would contend for.
+    let draining = reached(&mut context.stop, Phase::Draining);
+    tokio::pin!(draining);
     loop {
         let starting = matches!(
             socket.state(),
@@ -243,7 +248,7 @@ async fn answer(
         let idle = nothing_read && (starting || at_rest);
         let next = tokio::select! {
             _ = &mut deadline, if starting => None,
-            () = reached(&mut context.stop, Phase::Draining), if idle => {
+            () = &mut draining, if idle => {
                 return say_terminated(socket).await;
             }
             m = socket.next() => m,

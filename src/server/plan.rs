@@ -291,25 +291,31 @@ impl Runner {
                 futures::stream::iter(row.map(Ok)),
             ));
         }
-        let started = if paged {
-            guard
-                .run(engine(self.session.query_prepared(statement, values)))
-                .await?
-        } else {
-            guard
-                .run(engine(self.session.query_prepared_whole(statement, values)))
-                .await?
-        };
-        let schema = statement.schema();
-        let fields = descriptions.of(&schema, format, prepared.catalog)?;
-        let vectors = vectors::vector_columns(&schema);
-        let mut response = respond(fields, started, vectors, guard).await?;
-        if statement.returns_rows()
-            && let Some(tag) = tag_of_rows(statement.kind())
-        {
-            response.set_command_tag(tag);
-        }
-        Ok(response)
+        // The general path's future (planning, the stream's start) is many
+        // times a point read's: boxed, a point read's state is not moved
+        // in and out of a box that size at every Execute.
+        Box::pin(async move {
+            let started = if paged {
+                guard
+                    .run(engine(self.session.query_prepared(statement, values)))
+                    .await?
+            } else {
+                guard
+                    .run(engine(self.session.query_prepared_whole(statement, values)))
+                    .await?
+            };
+            let schema = statement.schema();
+            let fields = descriptions.of(&schema, format, prepared.catalog)?;
+            let vectors = vectors::vector_columns(&schema);
+            let mut response = respond(fields, started, vectors, guard).await?;
+            if statement.returns_rows()
+                && let Some(tag) = tag_of_rows(statement.kind())
+            {
+                response.set_command_tag(tag);
+            }
+            Ok(response)
+        })
+        .await
     }
 }
 

@@ -524,9 +524,14 @@ impl ExtendedQueryHandler for Session {
         self.start(client);
         match &portal.statement.statement.kind {
             Kind::Query { write, .. } => {
+                // The paths a point read does not take are boxed (this
+                // write, the command below, the general plan in
+                // `Runner::bound`): async_trait moves this whole future
+                // into a box at every Execute, and it is as large as its
+                // largest path.
                 if write.is_some() {
                     let guard = self.guard(client);
-                    let done = self.runner.execute_write(portal, guard).await;
+                    let done = Box::pin(self.runner.execute_write(portal, guard)).await;
                     self.send_notices(client, Vec::new()).await?;
                     return done;
                 }
@@ -535,7 +540,7 @@ impl ExtendedQueryHandler for Session {
                 self.send_notices(client, Vec::new()).await?;
                 Ok(Response::Query(rows?))
             }
-            Kind::Command(statement) => self.run(client, statement, Some(portal)).await,
+            Kind::Command(statement) => Box::pin(self.run(client, statement, Some(portal))).await,
         }
     }
 

@@ -4,6 +4,7 @@
 //! text normalized (literals as `$n`, as the workload statistics show it).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use pgwire::api::DEFAULT_NAME;
@@ -16,48 +17,54 @@ use super::plan::Runner;
 /// Execute can be named by its text.
 #[derive(Debug, Default)]
 pub(super) struct Timing {
-    statements: HashMap<String, String>,
+    statements: HashMap<String, Arc<str>>,
     /// Portal to statement name.
     portals: HashMap<String, String>,
 }
 
 /// A statement being timed.
 pub(super) struct Timed {
-    sql: String,
+    sql: Arc<str>,
     started: Instant,
 }
 
 impl Timing {
     /// Notes what `message` prepares or binds; for a Query or an Execute,
-    /// starts timing its statement.
+    /// starts timing its statement. A Bind of the portal to the statement
+    /// it already names, and an Execute, allocate nothing: a prepared
+    /// point query sends both every time.
     pub(super) fn message(&mut self, message: &PgWireFrontendMessage) -> Option<Timed> {
-        let name = |n: &Option<String>| n.clone().unwrap_or_else(|| DEFAULT_NAME.to_owned());
+        let name = |n: &Option<String>| n.as_deref().unwrap_or(DEFAULT_NAME).to_owned();
         let sql = match message {
-            PgWireFrontendMessage::Query(q) => Some(q.query.clone()),
+            PgWireFrontendMessage::Query(q) => Some(Arc::from(q.query.as_str())),
             PgWireFrontendMessage::Parse(p) => {
-                self.statements.insert(name(&p.name), p.query.clone());
+                self.statements
+                    .insert(name(&p.name), Arc::from(p.query.as_str()));
                 None
             }
             PgWireFrontendMessage::Bind(b) => {
-                self.portals
-                    .insert(name(&b.portal_name), name(&b.statement_name));
+                let portal = b.portal_name.as_deref().unwrap_or(DEFAULT_NAME);
+                let statement = b.statement_name.as_deref().unwrap_or(DEFAULT_NAME);
+                if self.portals.get(portal).map(String::as_str) != Some(statement) {
+                    self.portals.insert(portal.to_owned(), statement.to_owned());
+                }
                 None
             }
             PgWireFrontendMessage::Close(c) => {
-                let map = if c.target_type == TARGET_TYPE_BYTE_STATEMENT {
-                    &mut self.statements
+                let map_name = c.name.as_deref().unwrap_or(DEFAULT_NAME);
+                if c.target_type == TARGET_TYPE_BYTE_STATEMENT {
+                    self.statements.remove(map_name);
                 } else {
-                    &mut self.portals
-                };
-                map.remove(&name(&c.name));
+                    self.portals.remove(map_name);
+                }
                 None
             }
             PgWireFrontendMessage::Execute(e) => self
                 .portals
-                .get(&name(&e.name))
+                .get(e.name.as_deref().unwrap_or(DEFAULT_NAME))
                 .and_then(|s| self.statements.get(s))
                 .cloned()
-                .or_else(|| Some(String::new())),
+                .or_else(|| Some(Arc::from(""))),
             _ => None,
         }?;
         Some(Timed {

@@ -155,6 +155,7 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
         store.derived.written(table, partitions);
     }
     let committed = txn.commit();
+    store.snapshots.committed();
     for (table, partitions) in &touched {
         store.derived.written(table, partitions);
     }

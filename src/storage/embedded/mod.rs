@@ -9,6 +9,7 @@ mod format1;
 mod key;
 pub mod migrate;
 mod scan;
+mod snapshot;
 mod value;
 
 use std::collections::HashMap;
@@ -54,6 +55,10 @@ fn entities(name: &str) -> TableDefinition<'_, &'static [u8], &'static [u8]> {
 /// Tables of entities in a redb database file.
 #[derive(Debug, Clone)]
 pub struct EmbeddedStore {
+    /// Reads' opened tables, kept until the next commit. Declared before
+    /// `db`, so dropped first: the database closes with no read
+    /// transaction of ours still live.
+    snapshots: Arc<snapshot::Snapshots>,
     db: Arc<Database>,
     clock: Arc<Clock>,
     commits: Arc<commit::GroupCommit>,
@@ -151,6 +156,7 @@ impl EmbeddedStore {
             dicts: Arc::default(),
             derived: Arc::new(DerivedCache::new(DEFAULT_DERIVED_CACHE)),
             partition_counts: Arc::default(),
+            snapshots: Arc::default(),
             scan_budget: DEFAULT_SCAN_BUDGET,
         })
     }
@@ -168,14 +174,21 @@ impl EmbeddedStore {
     }
 
     /// `work` over a table's entities and the names their values use, in
-    /// a read transaction of its own. The entities' redb table stands for
-    /// the table: `create_table` and `delete_table` make and drop it with
-    /// the table's name (and its names and counts), in one commit.
+    /// a snapshot no older than the last commit (kept between reads:
+    /// `snapshot`). The entities' redb table stands for the table:
+    /// `create_table` and `delete_table` make and drop it with the table's
+    /// name (and its names and counts), in one commit.
     fn with_rows<T>(
         &self,
         table: &TableName,
-        work: impl FnOnce(&redb::ReadOnlyTable<&'static [u8], &'static [u8]>, &Dict) -> Result<T>,
+        work: impl FnOnce(&snapshot::Rows, &Dict) -> Result<T>,
     ) -> Result<T> {
+        let (rows, dict) = self.snapshots.table(table, || self.open_rows(table))?;
+        work(&rows, &dict)
+    }
+
+    /// A table's entities and names in a read transaction of its own.
+    fn open_rows(&self, table: &TableName) -> Result<(snapshot::Rows, Arc<Dict>)> {
         let epoch = self.dicts.epoch();
         let txn = self.db.begin_read()?;
         let name = entity_table_name(table);
@@ -188,11 +201,11 @@ impl EmbeddedStore {
         let folded = table.folded();
         // Begun after the snapshot: a settled dictionary holds its names.
         if let Some(dict) = self.dicts.settled(&folded) {
-            return work(&rows, &dict);
+            return Ok((rows, dict));
         }
         let names = txn.open_table(dict::definition(&dict::table_name(&folded)))?;
         let dict = self.dict(&folded, &names, epoch)?;
-        work(&rows, &dict)
+        Ok((rows, dict))
     }
 
     /// A stamp for a table made now, unique in the store: the write
@@ -280,6 +293,7 @@ impl TableStore for EmbeddedStore {
                 txn.open_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
             let committed = txn.commit();
+            s.snapshots.committed();
             s.derived.replaced(&table);
             committed?;
             Ok(())
@@ -305,6 +319,7 @@ impl TableStore for EmbeddedStore {
                 txn.delete_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
             let committed = txn.commit();
+            s.snapshots.committed();
             s.derived.replaced(&table);
             committed?;
             s.dicts.forget(&table.folded());
