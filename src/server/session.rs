@@ -22,7 +22,8 @@ use pgwire::api::{ClientInfo, ClientPortalStore};
 use pgwire::api::{DEFAULT_NAME, PgWireConnectionState};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::PgWireBackendMessage;
-use pgwire::messages::extendedquery::Execute;
+use pgwire::messages::data::{NoData, RowDescription};
+use pgwire::messages::extendedquery::{Describe, Execute, TARGET_TYPE_BYTE_PORTAL};
 use pgwire::messages::response::{EmptyQueryResponse, TransactionStatus};
 use pgwire::messages::simplequery::Query;
 use pgwire::messages::startup::ParameterStatus;
@@ -466,6 +467,47 @@ impl ExtendedQueryHandler for Session {
 
     fn query_parser(&self) -> Arc<Runner> {
         self.runner.clone()
+    }
+
+    /// A query's portal is described from the description its statement
+    /// keeps (`server::row::Descriptions`), without the copy of it that
+    /// pgwire's `DescribePortalResponse` takes: a prepared query's client
+    /// (pgbench, libpq's `PQsendQueryPrepared`) describes its portal at
+    /// every run. Anything else takes pgwire's path.
+    async fn on_describe<C>(&self, client: &mut C, message: Describe) -> PgWireResult<()>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Stmt>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let name = message.name.as_deref().unwrap_or(DEFAULT_NAME);
+        if message.target_type == TARGET_TYPE_BYTE_PORTAL
+            && let Some(Entry::Value(portal)) = client.portal_store().get_portal(name)
+            && let Kind::Query {
+                prepared,
+                write: None,
+                descriptions,
+                ..
+            } = &portal.statement.statement.kind
+        {
+            let fields = descriptions.of(
+                &prepared.schema(),
+                &portal.result_column_format,
+                portal.statement.statement.catalog,
+            )?;
+            // As pgwire's `send_describe_response`: no columns, no data.
+            let answer = if fields.is_empty() {
+                PgWireBackendMessage::NoData(NoData::new())
+            } else {
+                PgWireBackendMessage::RowDescription(RowDescription::new(
+                    fields.iter().map(Into::into).collect(),
+                ))
+            };
+            client.send(answer).await?;
+            return Ok(());
+        }
+        self._on_describe(client, message).await
     }
 
     /// pgwire answers an Execute without a row limit by collecting the whole
