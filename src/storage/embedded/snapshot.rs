@@ -88,7 +88,7 @@ impl Snapshots {
             return Ok((kept.rows.clone(), kept.dict.clone()));
         }
         let (rows, dict) = open()?;
-        let (rows, dict) = (Arc::new(rows), dict);
+        let rows = Arc::new(rows);
         let mut kept = lock(slot);
         // Checked under the slot's lock, which `committed` takes after
         // bumping the version: either this sees the bump and keeps
