@@ -57,6 +57,7 @@ use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 
 mod apply;
+mod bind;
 mod block;
 pub mod bulk;
 mod describe;

@@ -87,9 +87,17 @@ pub async fn start(
         return Ok(None);
     };
     let filters: Vec<Expr> = shape.filters.into_iter().cloned().collect();
+    // The scan answers every filter itself, so it reads only the columns
+    // shown: a prepared statement's plan still holds the Filter its
+    // placeholders kept inexact, and the columns that Filter read (a key
+    // range's every key column, decoded at every row for nothing).
+    let Some((read, columns)) = shown_columns(shape.scan.projection.as_deref(), &shape.columns)
+    else {
+        return Ok(None);
+    };
     let Some(exec) = shape.table.exact_scan(
         session.state.as_ref(),
-        shape.scan.projection.as_ref(),
+        Some(&read),
         &filters,
         shape.scan.fetch,
     )?
@@ -97,10 +105,63 @@ pub async fn start(
         return Ok(None);
     };
     let stream = exec.clone().execute(0, session.task.clone())?;
-    let schema = Arc::new(stream.schema().project(&shape.columns)?);
-    let columns = shape.columns;
+    if columns.iter().copied().eq(0..read.len()) {
+        return Ok(Some((stream, exec)));
+    }
+    let schema = Arc::new(stream.schema().project(&columns)?);
     let projected = stream.map(move |batch| batch.and_then(|b| Ok(b.project(&columns)?)));
     let stream: SendableRecordBatchStream =
         Box::pin(RecordBatchStreamAdapter::new(schema, projected));
     Ok(Some((stream, exec)))
+}
+
+/// The table's columns to read for output `columns` (positions in the
+/// scan's `projection`, all the table's for `None`), each once, and the
+/// output's positions among them; `None` for a column past the projection.
+fn shown_columns(
+    projection: Option<&[usize]>,
+    columns: &[usize],
+) -> Option<(Vec<usize>, Vec<usize>)> {
+    let mut read: Vec<usize> = Vec::new();
+    let positions = columns
+        .iter()
+        .map(|&c| {
+            let column = match projection {
+                Some(p) => *p.get(c)?,
+                None => c,
+            };
+            Some(match read.iter().position(|&r| r == column) {
+                Some(at) => at,
+                None => {
+                    read.push(column);
+                    read.len() - 1
+                }
+            })
+        })
+        .collect::<Option<_>>()?;
+    Some((read, positions))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shown_columns;
+
+    #[test]
+    fn an_exact_scan_reads_each_shown_column_once_and_no_other() {
+        // `SELECT name FROM t WHERE e = $1 AND bib > $2`: the scan had read
+        // e, bib and name for the Filter above it.
+        assert_eq!(
+            shown_columns(Some(&[0, 1, 3]), &[2]),
+            Some((vec![3], vec![0]))
+        );
+        // Repeated and reordered.
+        assert_eq!(
+            shown_columns(Some(&[0, 1, 3]), &[2, 0, 2]),
+            Some((vec![3, 0], vec![0, 1, 0]))
+        );
+        // No projection: positions are the table's.
+        assert_eq!(shown_columns(None, &[1, 0]), Some((vec![1, 0], vec![0, 1])));
+        assert_eq!(shown_columns(None, &[]), Some((vec![], vec![])));
+        assert_eq!(shown_columns(Some(&[0]), &[1]), None);
+    }
 }

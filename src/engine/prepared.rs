@@ -297,6 +297,9 @@ pub fn bind(
     if params.is_empty() {
         return Ok(plan.clone());
     }
+    if let Some(bound) = super::bind::filters(plan, values)? {
+        return Ok(bound);
+    }
     let plan = plan
         .clone()
         .replace_params_with_values(values)

@@ -10,10 +10,10 @@
 //!
 //! So each connection is placed at accept on one of several
 //! single-threaded runtimes, one per core, and stays there. Its socket,
-//! its statements and the point reads they make (the store reads one
-//! entity on the calling thread) all run on that thread. A scan's pages
-//! are still read on the blocking pool, so a long scan still uses every
-//! core.
+//! its statements and the reads they make of one partition's first page
+//! (the embedded store reads those on the calling thread) all run on that
+//! thread. A scan's later pages and its reads of many partitions are still
+//! read on the blocking pool, so a long scan still uses every core.
 //!
 //! Which runtime matters as much. A client thread that holds several
 //! connections (pgbench's `-j`, a pool's worker) talks to every runtime its

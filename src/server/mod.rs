@@ -8,6 +8,7 @@
 //! and timeouts are where that crate's defaults do not fit a store.
 
 pub(crate) mod auth;
+mod batch;
 pub(crate) mod cancel;
 pub(crate) mod command;
 mod connection;

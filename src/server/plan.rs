@@ -10,8 +10,8 @@
 
 use std::sync::Arc;
 
+use arrow_pg::datatypes::arrow_schema_to_pg_fields;
 use arrow_pg::datatypes::df::deserialize_parameters_with_server_types;
-use arrow_pg::datatypes::{arrow_schema_to_pg_fields, encode_recordbatch};
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::common::ParamValues;
@@ -381,7 +381,7 @@ async fn respond(
                 match batch.and_then(|b| {
                     vectors::wire_batch(b, &vectors).map_err(|e| datafusion_error(&e))
                 }) {
-                    Ok(b) => encode_recordbatch(encode_fields.clone(), b),
+                    Ok(b) => super::batch::data_rows(encode_fields.clone(), b),
                     Err(e) => Box::new(std::iter::once(Err(e))),
                 }
             },

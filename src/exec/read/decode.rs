@@ -2,7 +2,7 @@
 //! from: a key field, a property or a system column) and the decoding of a
 //! page of entities into one record batch.
 
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use datafusion::arrow::array::{
     ArrayRef, BinaryBuilder, BooleanBuilder, Date32Builder, Decimal128Builder, Float64Builder,
@@ -68,6 +68,23 @@ pub struct Layout {
     /// The index whose rows this layout decodes (`RowField`s are its
     /// template's); `None` for base rows.
     pub index: Option<usize>,
+    /// This layout's `Debug` text, made at its first use.
+    printed: Printed,
+}
+
+/// A layout's `Debug` text, kept: a scan's pages are named by it in the
+/// store's derived cache (`scan::cached`), and it prints the whole table
+/// definition, which took more time than the rest of a range read's
+/// planning when made at every run. A layout is not changed once built;
+/// one built from another starts with none.
+#[derive(Clone, Default)]
+struct Printed(OnceLock<Arc<str>>);
+
+impl std::fmt::Debug for Printed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Not itself: the text it keeps is the layout's.
+        f.write_str("_")
+    }
 }
 
 fn system_columns() -> [(String, Source, ColumnType, bool); 4] {
@@ -105,7 +122,16 @@ impl Layout {
             schema: Arc::new(Schema::new(fields)),
             columns: cols.into_iter().map(|(_, s, t, _)| (s, t)).collect(),
             index: None,
+            printed: Printed::default(),
         }
+    }
+
+    /// The layout's `Debug` text, made once.
+    pub fn printed(&self) -> Arc<str> {
+        self.printed
+            .0
+            .get_or_init(|| format!("{self:?}").into())
+            .clone()
     }
 
     /// The layout of index `position`'s rows, with the same schema: key
@@ -137,6 +163,7 @@ impl Layout {
         Some(Layout {
             columns,
             index: Some(position),
+            printed: Printed::default(),
             ..self.clone()
         })
     }
@@ -783,4 +810,31 @@ fn type_mismatch(
 
 fn schema_name(layout: &Layout, i: usize) -> String {
     layout.schema.field(i).name().clone()
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::Layout;
+    use crate::catalog::ddl;
+
+    /// The kept text names a scan's pages in the derived cache: it must be
+    /// the layout's own, and a layout over an index must not inherit its
+    /// base's (their pages differ).
+    #[test]
+    fn a_layout_prints_as_its_debug_text_and_an_index_layout_prints_its_own() {
+        let def = ddl::parse(
+            "CREATE TABLE runs (e TEXT, bib INT NOT NULL, age INT NOT NULL, PRIMARY KEY (e, bib)) \
+             WITH (partition_key = '{e}', row_key = 'BIB:{bib:05}', index_age = 'AGE:{age:03}__{bib}')",
+        )
+        .expect("definition");
+        let base = Layout::mapped(Arc::new(def));
+        let printed = base.printed();
+        assert_eq!(*printed, *format!("{base:?}"));
+        assert!(Arc::ptr_eq(&printed, &base.printed()), "made once");
+        let index = base.over_index(0).expect("an index layout");
+        assert_eq!(*index.printed(), *format!("{index:?}"));
+        assert_ne!(index.printed(), printed);
+    }
 }

@@ -1060,8 +1060,7 @@ impl PartitionScanExec {
         if let Some(limit) = self.limit {
             query.top = Some(limit.clamp(1, crate::storage::query::MAX_PAGE) as u32);
         }
-        // Named only where a request could be kept (a point read is not):
-        // the name prints the layout, table definition included.
+        // Named only where a request could be kept (a point read is not).
         let keeps = self.store.derived().is_some()
             && lookup.is_none()
             && query.filter.is_none()
@@ -1077,8 +1076,10 @@ impl PartitionScanExec {
             });
         let shape = keeps.then(|| {
             format!(
-                "{:?} projection={:?} select={:?}",
-                self.rows, self.projection, query.select
+                "{} projection={:?} select={:?}",
+                self.rows.printed(),
+                self.projection,
+                query.select
             )
             .into()
         });

@@ -250,11 +250,18 @@ impl EmbeddedStore {
     }
 }
 
-/// Whether a query reads at most one entity and a seek or two: one
-/// partition, `top` 1 and no filter to scan past others. (Over many
-/// partitions it could seek through each, too long for an async thread.)
-fn one_entity(query: &Query) -> bool {
-    query.partitions.single().is_some() && query.top == Some(1) && query.filter.is_none()
+/// Whether a page is read on the calling thread: the first page of one
+/// partition (or one entity), with no filter: at most 1,000 entities past
+/// a seek or two, as a PostgreSQL backend reads its page without giving up
+/// its CPU. Handing such a page to the blocking pool and back cost a
+/// 1,000-row range read more than the read itself waited: 5 to 7% of its
+/// CPU time and a fifth of its system time (BENCHMARKS.md). The rest go to
+/// the pool: over many partitions, or past rows a filter refuses, a page
+/// can seek and scan too long for an async thread; and a long scan's later
+/// pages are read there while the consumer takes the one before.
+fn read_here(query: &Query, continuation: Option<&ContinuationToken>) -> bool {
+    let first = continuation.is_none() || query.top == Some(1);
+    first && query.partitions.single().is_some() && query.filter.is_none()
 }
 
 fn read_u32(b: &[u8]) -> Result<u32> {
@@ -362,9 +369,7 @@ impl TableStore for EmbeddedStore {
         continuation: Option<&ContinuationToken>,
     ) -> Result<Page> {
         query.page_size()?;
-        // One entity is a seek or two, cheaper here than a hand-over to
-        // the blocking pool.
-        if one_entity(query) {
+        if read_here(query, continuation) {
             return self.with_rows(table, |rows, dict| {
                 scan::page(rows, dict, query, continuation, self.scan_budget)
             });
@@ -386,7 +391,7 @@ impl TableStore for EmbeddedStore {
         sink: Arc<std::sync::Mutex<dyn RowSink>>,
     ) -> Result<PageEnd> {
         query.page_size()?;
-        if one_entity(query) {
+        if read_here(query, continuation) {
             return self.page_into(table, query, continuation, &sink);
         }
         let (table, query, token) = (table.clone(), query.clone(), continuation.cloned());
@@ -487,5 +492,38 @@ impl EmbeddedStore {
             other => other?,
         };
         counts::sum(&counters, partitions, kind)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::read_here;
+    use crate::storage::{
+        CmpOp, ContinuationToken, EdmValue, Filter, KeyRange, PartitionKey, Query, RowKey,
+    };
+
+    fn pk(s: &str) -> PartitionKey {
+        PartitionKey::new(s).expect("key")
+    }
+
+    #[test]
+    fn only_a_first_unfiltered_page_of_one_partition_or_one_entity_is_read_here() {
+        let one = Query::partition(pk("a"));
+        let token = ContinuationToken::at(pk("a"), RowKey::new("r").expect("key"));
+        assert!(read_here(&one, None));
+        assert!(!read_here(&one, Some(&token)), "a later page: the pool");
+        assert!(read_here(&one.clone().top(1), Some(&token)), "one entity");
+        let filtered = one.filter(Filter::property("n", CmpOp::Eq, EdmValue::Int32(1)));
+        assert!(
+            !read_here(&filtered, None),
+            "a filter can scan a whole partition"
+        );
+        let mut two = Query::all();
+        two.partitions = KeyRange {
+            start: std::ops::Bound::Included(pk("a")),
+            end: std::ops::Bound::Included(pk("b")),
+        };
+        assert!(!read_here(&two, None), "many partitions");
+        assert!(!read_here(&Query::all().top(1), None));
     }
 }
