@@ -18,11 +18,14 @@ use pgwire::messages::PgWireBackendMessage;
 use pgwire::messages::PgWireFrontendMessage;
 use pgwire::messages::response::TransactionStatus;
 use pgwire::tokio::TlsAcceptor;
-use pgwire::tokio::server::{negotiate_tls, process_error, process_message};
+use pgwire::tokio::server::{MaybeTls, negotiate_tls, process_error, process_message};
 use tokio::net::TcpStream;
+use tokio::runtime::Handle;
 use tokio::sync::watch;
 use tokio_util::codec::{Framed, FramedParts};
+use tokio_util::task::AbortOnDropHandle;
 
+use super::cores::Seat;
 use super::frames::Violation;
 use super::metrics::Metrics;
 use super::plan::Stmt;
@@ -56,6 +59,8 @@ pub(super) struct Context {
     pub stop: watch::Receiver<Phase>,
     /// `log_min_duration_statement`.
     pub slow: Option<Duration>,
+    /// Its runtime, which it leaves to follow its client (`cores`).
+    pub seat: Seat,
 }
 
 /// Serves a connection until the client leaves, breaks the protocol, the
@@ -147,21 +152,141 @@ async fn run(
     new_parts.write_buf = parts.write_buf;
     let mut socket: Socket = Framed::from_parts(new_parts);
     socket.set_state(PgWireConnectionState::AwaitingStartup);
+    let handlers = match admission {
+        Admission::Admitted(handlers) => handlers,
+        Admission::Full(registry) => {
+            let mut hard_stop = context.stop.clone();
+            let served = tokio::select! {
+                r = turn_away(&mut socket, deadline, registry, &mut context.stop) => r,
+                () = reached(&mut hard_stop, Phase::Terminating) => say_terminated(&mut socket).await,
+            };
+            return close(socket, &context, served).await;
+        }
+    };
+    // This task stays where it was spawned (the server's shutdown waits
+    // for it); a connection that moves answers in a task on the runtime it
+    // moved to, which gives it back here when it moves again or ends.
+    let id = context.id;
+    let mut step = converse(socket, deadline, handlers, context).await;
+    loop {
+        let moving = match step {
+            Step::Ended(served) => return served,
+            Step::Moving(moving) => moving,
+        };
+        let resumed = moving.to.clone().spawn(CONNECTION.scope(
+            id,
+            std::panic::AssertUnwindSafe(moving.resume()).catch_unwind(),
+        ));
+        step = match AbortOnDropHandle::new(resumed).await {
+            Ok(Ok(step)) => step,
+            // The panic hook (`install_panic_log`) has logged it.
+            Ok(Err(_)) => return Ok(()),
+            Err(e) => return Err(io::Error::other(e)),
+        };
+    }
+}
+
+/// Where a connection's answering stopped: it ended, or it moves.
+enum Step {
+    Ended(io::Result<()>),
+    Moving(Box<Moving>),
+}
+
+/// Answers a logged-in connection on this runtime until it ends, or until
+/// its client sends from another runtime's CPU (`Seat::follow`).
+async fn converse(
+    mut socket: Socket,
+    deadline: Pin<&mut tokio::time::Sleep>,
+    handlers: Connection,
+    mut context: Context,
+) -> Step {
     // Past the shutdown's bound the statement is dropped where it is: a
     // write's entity group transaction is one request, sent whole or not
     // at all, and the embedded store commits on a thread of its own.
     let mut hard_stop = context.stop.clone();
-    let served = tokio::select! {
-        r = async {
-            match admission {
-                Admission::Admitted(handlers) => answer(&mut socket, deadline, handlers, &mut context).await,
-                Admission::Full(registry) => turn_away(&mut socket, deadline, registry, &mut context.stop).await,
-            }
-        } => r,
-        () = reached(&mut hard_stop, Phase::Terminating) => say_terminated(&mut socket).await,
+    let answered = tokio::select! {
+        r = answer(&mut socket, deadline, &handlers, &mut context) => r,
+        () = reached(&mut hard_stop, Phase::Terminating) => say_terminated(&mut socket).await.map(|()| None),
     };
-    // What the last message answered (a FATAL error) goes out too; the
-    // client may be gone, or not reading.
+    match answered {
+        Ok(Some(to)) => {
+            context.metrics.connection_moved();
+            match Moving::take(socket, handlers, context, to) {
+                Ok(moving) => Step::Moving(Box::new(moving)),
+                Err(e) => Step::Ended(Err(e)),
+            }
+        }
+        Ok(None) => Step::Ended(close(socket, &context, Ok(())).await),
+        Err(e) => Step::Ended(close(socket, &context, Err(e)).await),
+    }
+}
+
+/// A connection between two runtimes: its socket out of the reactor of
+/// the one it leaves, with the bytes read and written that it holds.
+struct Moving {
+    io: Guarded<std::net::TcpStream>,
+    codec: pgwire::tokio::server::PgWireMessageServerCodec<Stmt>,
+    read_buf: bytes::BytesMut,
+    write_buf: bytes::BytesMut,
+    handlers: Connection,
+    context: Context,
+    to: Handle,
+}
+
+impl Moving {
+    /// Takes a plain TCP connection out of this runtime's reactor (the only
+    /// kind `answer` moves).
+    fn take(
+        socket: Socket,
+        handlers: Connection,
+        context: Context,
+        to: Handle,
+    ) -> io::Result<Self> {
+        let parts = socket.into_parts();
+        let io = parts.io.try_map(|stream| match stream {
+            MaybeTls::Plain(tcp) => tcp.into_std(),
+            _ => Err(io::Error::other("only a plain TCP connection moves")),
+        })?;
+        Ok(Self {
+            io,
+            codec: parts.codec,
+            read_buf: parts.read_buf,
+            write_buf: parts.write_buf,
+            handlers,
+            context,
+            to,
+        })
+    }
+
+    /// On the runtime it moved to: the socket in this runtime's reactor,
+    /// and on answering.
+    async fn resume(self) -> Step {
+        let io = match self
+            .io
+            .try_map(|std| TcpStream::from_std(std).map(MaybeTls::Plain))
+        {
+            Ok(io) => io,
+            Err(e) => return Step::Ended(Err(e)),
+        };
+        let mut parts = FramedParts::new(io, self.codec);
+        parts.read_buf = self.read_buf;
+        parts.write_buf = self.write_buf;
+        // Logged in long ago: the startup's deadline is not armed.
+        let deadline = tokio::time::sleep(STARTUP);
+        tokio::pin!(deadline);
+        converse(
+            Framed::from_parts(parts),
+            deadline,
+            self.handlers,
+            self.context,
+        )
+        .await
+    }
+}
+
+/// Sends what the last message answered (a FATAL error) and logs the end;
+/// the client may be gone, or not reading.
+async fn close(mut socket: Socket, context: &Context, served: io::Result<()>) -> io::Result<()> {
     socket.get_mut().release(true);
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), socket.flush()).await;
     let user = socket.metadata().get("user").cloned().unwrap_or_default();
@@ -210,14 +335,16 @@ async fn turn_away(
     Ok(())
 }
 
-/// Reads and answers messages until the connection ends. Answers are held
-/// back while more messages are already read (`stream`).
+/// Reads and answers messages until the connection ends, or, between
+/// round trips at rest, until its client sends from another runtime's CPU:
+/// then the runtime it moves to (its seat is already there). Answers are
+/// held back while more messages are already read (`stream`).
 async fn answer(
     socket: &mut Socket,
     mut deadline: Pin<&mut tokio::time::Sleep>,
-    handlers: Connection,
+    handlers: &Connection,
     context: &mut Context,
-) -> io::Result<()> {
+) -> io::Result<Option<Handle>> {
     // The handlers' own types: pgwire's trait hides the statement type
     // that its message loop needs to name.
     let startup = handlers.startup.clone();
@@ -244,12 +371,19 @@ async fn answer(
         let nothing_read = !socket.get_ref().has_message() && socket.read_buffer().is_empty();
         if nothing_read {
             send_held(socket).await?;
+            if at_rest
+                && !starting
+                && let MaybeTls::Plain(tcp) = socket.get_ref().inner()
+                && let Some(to) = context.seat.follow(tcp)
+            {
+                return Ok(Some(to));
+            }
         }
         let idle = nothing_read && (starting || at_rest);
         let next = tokio::select! {
             _ = &mut deadline, if starting => None,
             () = &mut draining, if idle => {
-                return say_terminated(socket).await;
+                return say_terminated(socket).await.map(|()| None);
             }
             m = socket.next() => m,
         };
@@ -257,14 +391,14 @@ async fn answer(
             Some(Ok(m)) => m,
             Some(Err(_)) if socket.get_ref().violation.is_some() => {
                 let violation = socket.get_ref().violation.clone().unwrap_or_default();
-                return refuse(socket, &violation).await;
+                return refuse(socket, &violation).await.map(|()| None);
             }
             Some(Err(e)) => return Err(io::Error::other(e.to_string())),
-            None => return Ok(()),
+            None => return Ok(None),
         };
         // The client leaves: close, as PostgreSQL does.
         if matches!(message, PgWireFrontendMessage::Terminate(_)) {
-            return Ok(());
+            return Ok(None);
         }
         let cancel_request = matches!(message, PgWireFrontendMessage::CancelRequest(_));
         // Where PostgreSQL flushes: the end of a round trip is sent even
@@ -319,7 +453,7 @@ async fn answer(
             )
             .await?;
             if fatal {
-                return Ok(());
+                return Ok(None);
             }
         }
         if round_trip {
@@ -339,7 +473,7 @@ async fn answer(
         socket.set_transaction_status(simple.wire_status());
         // A cancel request is all its connection carries.
         if cancel_request {
-            return Ok(());
+            return Ok(None);
         }
         // Logged in: messages may now be long.
         if matches!(socket.state(), PgWireConnectionState::ReadyForQuery)

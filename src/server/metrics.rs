@@ -33,6 +33,7 @@ pub struct Metrics {
     registry: Registry,
     connections: Counter,
     active: Gauge,
+    moved: Counter,
     statements: Family<Label, Counter>,
     /// The family's counter of each kind, as first used: a statement's
     /// count is one atomic add, not the family's lock and a label made.
@@ -49,6 +50,7 @@ impl Metrics {
         let mut registry = Registry::default();
         let connections = Counter::default();
         let active = Gauge::default();
+        let moved = Counter::default();
         let statements = Family::<Label, Counter>::default();
         let errors = Family::<Label, Counter>::default();
         // 1 ms to about 65 s.
@@ -62,6 +64,11 @@ impl Metrics {
             "tablesql_connections_active",
             "Client connections open now",
             active.clone(),
+        );
+        registry.register(
+            "tablesql_connections_moved",
+            "Connections moved to the runtime of the CPU their client sends from",
+            moved.clone(),
         );
         registry.register(
             "tablesql_statements",
@@ -86,6 +93,7 @@ impl Metrics {
             registry,
             connections,
             active,
+            moved,
             statements,
             by_kind: Default::default(),
             errors,
@@ -108,6 +116,10 @@ impl Metrics {
 
     pub(super) fn connection_closed(&self) {
         self.active.dec();
+    }
+
+    pub(super) fn connection_moved(&self) {
+        self.moved.inc();
     }
 
     /// A statement completed, as its command tag names it.

@@ -339,7 +339,7 @@ impl Server {
             let metrics = shared.metrics.clone();
             let stop = shared.phase.subscribe();
             let slow = shared.slow;
-            let (core, on_core) = cores.place(&socket);
+            let (core, seat) = cores.place(&socket);
             // Its core's reactor must own the socket.
             let socket = match socket.into_std() {
                 Ok(s) => s,
@@ -349,7 +349,7 @@ impl Server {
                 }
             };
             tasks.spawn_on(async move {
-                let (_place, _on_core) = (place, on_core);
+                let _place = place;
                 let socket = match TcpStream::from_std(socket) {
                     Ok(s) => s,
                     Err(e) => {
@@ -365,6 +365,7 @@ impl Server {
                     metrics: metrics.clone(),
                     stop,
                     slow,
+                    seat,
                 };
                 if let Err(e) = connection::serve(context, socket, tls, admission).await {
                     tracing::info!(connection = id, %peer, error = %e, "connection failed");

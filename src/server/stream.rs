@@ -71,6 +71,27 @@ impl<S> Guarded<S> {
     pub fn release(&mut self, released: bool) {
         self.released = released;
     }
+
+    /// The stream it reads and writes.
+    pub fn inner(&self) -> &S {
+        &self.inner
+    }
+
+    /// The same stream over `inner` made another thing (a socket taken out
+    /// of one runtime's reactor and into another's), with all it holds.
+    pub fn try_map<T, E>(self, f: impl FnOnce(S) -> Result<T, E>) -> Result<Guarded<T>, E> {
+        Ok(Guarded {
+            inner: f(self.inner)?,
+            staged: self.staged,
+            checked: self.checked,
+            phase: self.phase,
+            logged_in: self.logged_in,
+            violation: self.violation,
+            held: self.held,
+            released: self.released,
+            tap: self.tap,
+        })
+    }
 }
 
 impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {

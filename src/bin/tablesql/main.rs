@@ -1,5 +1,6 @@
 //! The `tablesql` command line.
 
+mod alloc;
 mod clidoc;
 mod load;
 mod logging;
@@ -339,6 +340,7 @@ fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
 }
 
 fn main() {
+    alloc::purge_at_once();
     let ran = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(tablesql::THREAD_STACK)

@@ -582,6 +582,101 @@ async fn metrics_count_the_workload() -> TestResult {
     Ok(())
 }
 
+/// A connection follows its client's thread to the other CPU's runtime
+/// (`server/cores.rs`): moved between round trips, never inside a
+/// transaction block, with its prepared statement and settings intact, and
+/// counted in `tablesql_connections_moved_total`.
+#[test]
+fn a_connection_moves_with_its_client_between_cpus_and_keeps_its_session() -> TestResult {
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if cpus < 2 {
+        eprintln!("one CPU: a connection has nowhere to move");
+        return Ok(());
+    }
+    let (dir, store) = demo_store()?;
+    let server = Proc::start(
+        &mut serve_cmd(&store, &["--metrics-listen", "127.0.0.1:0"]),
+        dir.path(),
+        true,
+    )?;
+    let url = server.metrics.clone().ok_or("no metrics address")?;
+    let moved = move || -> Result<f64, Box<dyn std::error::Error>> {
+        Ok(sample(
+            &http_get(&url)?.1,
+            "tablesql_connections_moved_total",
+        ))
+    };
+    let conninfo = format!(
+        "host={} port={} user=tablesql dbname=tablesql",
+        server.addr.ip(),
+        server.addr.port()
+    );
+    let pin = |cpu: usize| {
+        let mut on = rustix::thread::CpuSet::new();
+        on.set(cpu);
+        rustix::thread::sched_setaffinity(None, &on)
+    };
+    // The client's own thread, pinned where the test says.
+    let client = std::thread::spawn(move || -> Result<Vec<f64>, String> {
+        let run = async {
+            pin(0)?;
+            let (client, connection) = tokio_postgres::connect(&conninfo, NoTls).await?;
+            tokio::spawn(connection);
+            let point = client.prepare(super::POINT).await?;
+            client
+                .batch_execute("SET application_name = 'follows'")
+                .await?;
+            let rounds = |from: u64| {
+                let (client, point) = (&client, &point);
+                async move {
+                    for i in from..from + 200 {
+                        let r = tablesql::demo::registration(i % 1000);
+                        let row = client
+                            .query_one(point, &[&r.event, &r.distance, &r.bib])
+                            .await?;
+                        if row.get::<_, &str>(0) != r.name {
+                            return Err(format!("wrong row for {i}").into());
+                        }
+                    }
+                    Ok::<_, Box<dyn std::error::Error>>(())
+                }
+            };
+            let mut counts = Vec::new();
+            rounds(0).await?;
+            counts.push(moved()?);
+            pin(1)?;
+            client.batch_execute("BEGIN").await?;
+            rounds(200).await?;
+            counts.push(moved()?);
+            client.batch_execute("COMMIT").await?;
+            rounds(400).await?;
+            counts.push(moved()?);
+            pin(0)?;
+            rounds(600).await?;
+            counts.push(moved()?);
+            let name = client.query_one("SHOW application_name", &[]).await?;
+            if name.get::<_, &str>(0) != "follows" {
+                return Err("the setting was lost".into());
+            }
+            Ok::<_, Box<dyn std::error::Error>>(counts)
+        };
+        tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())?
+            .block_on(run)
+            .map_err(|e| e.to_string())
+    });
+    let counts = client.join().map_err(|_| "the client thread panicked")??;
+    // Placed where its packets came in, it stays while they do; inside the
+    // block it stays too; after COMMIT it moves to CPU 1's runtime, and back.
+    assert_eq!(counts[0], 0.0, "{counts:?}\n{}", server.log());
+    assert_eq!(counts[1], counts[0], "{counts:?}");
+    assert!(counts[2] > counts[1], "{counts:?}\n{}", server.log());
+    assert!(counts[3] > counts[2], "{counts:?}\n{}", server.log());
+    Ok(())
+}
+
 /// Every serve flag has an environment form: the listen address, the
 /// metrics address and the slow statement threshold from the environment;
 /// with `TABLESQL_LOG_MIN_DURATION_STATEMENT=0` every statement is logged

@@ -1,0 +1,54 @@
+//! The binary's allocator: mimalloc, set to give freed memory back at once.
+//!
+//! glibc's malloc cost the server 7-11% of its user time on point reads and
+//! 1,000-row ranges (BENCHMARKS.md, "mimalloc"): its arenas' locks and
+//! free-list walks, where mimalloc keeps a free list per page and thread.
+//! Left at its defaults, though, mimalloc kept memory: its arenas are
+//! madvised for transparent huge pages and a freed page is purged a second
+//! later (v3's `purge_delay` of 1,000 ms), so after a spilling sort the
+//! server stayed 25-45 MB above glibc's RSS, past what the memory-limit test
+//! allows over `--memory-limit`. So the crate is built with `no_thp` and the
+//! purge is made immediate here, which put the test's growth back at
+//! glibc's (57-59 MB for 48 MB of limit). `MIMALLOC_PURGE_DELAY` in the
+//! environment still wins, for whoever tunes it.
+//!
+//! The embedding library sets no allocator: that is its host's choice.
+
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// `mi_option_purge_delay` in v3's `mi_option_e` (mimalloc.h), which
+/// libmimalloc-sys 0.1.49 does not name. The crate is pinned in Cargo.lock;
+/// the test below fails if the number stops naming that option.
+const PURGE_DELAY: libmimalloc_sys::mi_option_t = 15;
+
+/// Purges freed pages at once unless the environment says otherwise. Called
+/// first in `main`: the option is read at each purge, so later is safe too,
+/// but pages freed before it wait out the old delay.
+pub fn purge_at_once() {
+    if std::env::var_os("MIMALLOC_PURGE_DELAY").is_none() {
+        // SAFETY: a setter of a process-wide integer that mimalloc reads
+        // atomically; no pointer crosses.
+        unsafe { libmimalloc_sys::mi_option_set(PURGE_DELAY, 0) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn option_15_is_the_purge_delay_at_its_v3_default_and_purge_at_once_zeroes_it() {
+        // SAFETY: a getter of a process-wide integer.
+        let delay = || unsafe { libmimalloc_sys::mi_option_get(PURGE_DELAY) };
+        let set = std::env::var("MIMALLOC_PURGE_DELAY").ok();
+        // No other option of v3 defaults to 1,000 (options.c's table).
+        let before = delay();
+        match &set {
+            Some(value) => assert_eq!(before.to_string(), *value),
+            None => assert_eq!(before, 1000),
+        }
+        purge_at_once();
+        assert_eq!(delay(), if set.is_some() { before } else { 0 });
+    }
+}
