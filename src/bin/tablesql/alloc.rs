@@ -1,15 +1,13 @@
 //! The binary's allocator: mimalloc, set to give freed memory back at once.
 //!
-//! glibc's malloc cost the server 7-11% of its user time on point reads and
-//! 1,000-row ranges (BENCHMARKS.md, "mimalloc"): its arenas' locks and
-//! free-list walks, where mimalloc keeps a free list per page and thread.
-//! Left at its defaults, though, mimalloc kept memory: its arenas are
-//! madvised for transparent huge pages and a freed page is purged a second
-//! later (v3's `purge_delay` of 1,000 ms), so after a spilling sort the
-//! server stayed 25-45 MB above glibc's RSS, past what the memory-limit test
-//! allows over `--memory-limit`. So the crate is built with `no_thp` and the
-//! purge is made immediate here, which put the test's growth back at
-//! glibc's (57-59 MB for 48 MB of limit). `MIMALLOC_PURGE_DELAY` in the
+//! With glibc's malloc the server spent 7-11% more user time on point
+//! reads and 1,000-row ranges (BENCHMARKS.md, sessions 10 and 11). Left at
+//! its defaults, though, mimalloc kept memory: its arenas are madvised for
+//! transparent huge pages, and a freed page is purged a second later (v3's
+//! `purge_delay` of 1,000 ms), so a spilling sort grew the server's RSS
+//! 137-151 MB against glibc's 51-62, past what the memory-limit test allows
+//! over `--memory-limit`. So the crate is built with `no_thp` and the purge
+//! is made immediate here: 44-61 MB. `MIMALLOC_PURGE_DELAY` in the
 //! environment still wins, for whoever tunes it.
 //!
 //! The embedding library sets no allocator: that is its host's choice.
