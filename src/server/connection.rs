@@ -216,8 +216,7 @@ async fn converse(
                 Err(e) => Step::Ended(Err(e)),
             }
         }
-        Ok(None) => Step::Ended(close(socket, &context, Ok(())).await),
-        Err(e) => Step::Ended(close(socket, &context, Err(e)).await),
+        served => Step::Ended(close(socket, &context, served.map(drop)).await),
     }
 }
 

@@ -96,13 +96,18 @@ impl Runtimes {
     }
 
     fn seat(self: &Arc<Self>, index: usize) -> Seat {
-        self.open[index].fetch_add(1, Ordering::Relaxed);
         Seat {
             runtimes: self.clone(),
             index,
-            place: Place(self.open[index].clone()),
+            place: self.place_on(index),
             follow: Follow::default(),
         }
+    }
+
+    /// A place on runtime `index`, counted until dropped.
+    fn place_on(&self, index: usize) -> Place {
+        self.open[index].fetch_add(1, Ordering::Relaxed);
+        Place(self.open[index].clone())
     }
 }
 
@@ -121,15 +126,19 @@ impl Seat {
     /// doc). The seat is then already that runtime's; the caller moves.
     /// One `getsockopt` every [`LOOK_EVERY`] calls.
     pub(super) fn follow(&mut self, socket: &impl std::os::fd::AsFd) -> Option<Handle> {
-        let runtimes = self.runtimes.clone();
-        let to = self.follow.round_trip(|| {
+        let Self {
+            runtimes,
+            index,
+            follow,
+            ..
+        } = self;
+        let to = follow.round_trip(|| {
             let incoming = runtimes.of_cpu(incoming_cpu(socket));
-            follow_to(self.index, incoming, &runtimes.loads())
+            follow_to(*index, incoming, &runtimes.loads())
         })?;
-        self.place = Place(runtimes.open[to].clone());
-        runtimes.open[to].fetch_add(1, Ordering::Relaxed);
+        self.place = self.runtimes.place_on(to);
         self.index = to;
-        Some(runtimes.handles[to].clone())
+        Some(self.runtimes.handles[to].clone())
     }
 }
 
