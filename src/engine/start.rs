@@ -237,6 +237,8 @@ impl Session {
         prepared: &PreparedStatement,
         values: &ParamValues,
     ) -> Result<Option<Option<Row>>, EngineError> {
+        // Awaited where it is made: a future kept in a variable and then
+        // awaited is held twice in this one's state.
         let read = async {
             self.refuse_in_failed_block()?;
             self.engine().follow_catalog().await;
@@ -252,8 +254,8 @@ impl Session {
             Ok(point
                 .run_row(self.engine(), self.context(), prepared.label(), values)
                 .await?)
-        };
-        let read = read.await;
+        }
+        .await;
         self.failed_if(read)
     }
 

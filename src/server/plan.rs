@@ -320,8 +320,13 @@ impl Runner {
 }
 
 /// An engine call's error as the wire's.
-async fn engine<T>(call: impl Future<Output = Result<T, EngineError>>) -> PgWireResult<T> {
-    call.await.map_err(|e| engine_error(&e))
+///
+/// A plain function returning a combinator, not an `async fn`, which would
+/// hold its argument twice (see `Guard::run`).
+fn engine<T>(
+    call: impl Future<Output = Result<T, EngineError>>,
+) -> impl Future<Output = PgWireResult<T>> {
+    futures::TryFutureExt::map_err(call, |e| engine_error(&e))
 }
 
 /// Runs a write to the end under its guard: its count becomes the command

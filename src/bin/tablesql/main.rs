@@ -340,7 +340,7 @@ fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
 }
 
 fn main() {
-    alloc::purge_at_once();
+    alloc::purge_soon();
     let ran = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .thread_stack_size(tablesql::THREAD_STACK)
