@@ -76,3 +76,32 @@ pub(super) async fn close_engine(engine: Engine) {
         tracing::debug!("store closed");
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use crate::server::{AuthMode, Server, ServerConfig};
+    use crate::storage::{MemoryStore, TableStore};
+    use crate::{Engine, EngineOptions};
+
+    /// Nothing the server installed keeps the engine's tables, and with
+    /// them its store, alive once it has stopped: `pg_catalog`'s providers
+    /// hold the catalogs that hold them weakly.
+    #[tokio::test]
+    async fn a_stopped_server_lets_its_store_go() -> Result<(), Box<dyn std::error::Error>> {
+        let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        let weak = Arc::downgrade(&store);
+        let engine = Engine::with_store(store, EngineOptions::default()).await?;
+        engine
+            .collect("CREATE TABLE kept (k TEXT PRIMARY KEY, v INT)")
+            .await?;
+        let listen = "127.0.0.1:0".parse()?;
+        let server = Server::bind(engine, ServerConfig::new(listen, AuthMode::Trust)).await?;
+        server
+            .run_until(std::future::ready(()), std::time::Duration::ZERO)
+            .await?;
+        assert!(weak.upgrade().is_none(), "the store outlived the server");
+        Ok(())
+    }
+}

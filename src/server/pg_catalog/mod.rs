@@ -52,7 +52,7 @@ pub async fn install(ctx: &SessionContext) -> Result<()> {
     };
     // Its tables again, over the tables' own columns (`OwnColumns`).
     let inner: Arc<dyn SchemaProvider> = Arc::new(PgCatalogSchemaProvider::try_new(
-        OwnColumns(ctx.state().catalog_list().clone()),
+        OwnColumns(Arc::downgrade(ctx.state().catalog_list())),
         Arc::new(PgCatalogStaticTables::try_new()?),
         EmptyContextProvider,
     )?);
@@ -86,21 +86,35 @@ pub async fn install(ctx: &SessionContext) -> Result<()> {
 /// others keep their numbers). psql's `\d`, JDBC's `getColumns` and
 /// SQLAlchemy's reflection then see the columns a table was created with;
 /// a query still names the system columns.
+///
+/// It holds the catalogs weakly, as `Shared::catalogs` does: they hold the
+/// `pg_catalog` schema that holds this, and a strong reference made a
+/// cycle that kept every table provider, and with them the store, alive
+/// past the engine's close (a server's stop waited out its 5 s for the
+/// store and then left it open).
 #[derive(Debug, Clone)]
-struct OwnColumns(Arc<dyn CatalogProviderList>);
+struct OwnColumns(Weak<dyn CatalogProviderList>);
+
+impl OwnColumns {
+    fn catalogs(&self) -> Result<Arc<dyn CatalogProviderList>> {
+        self.0
+            .upgrade()
+            .ok_or_else(|| DataFusionError::Execution("the engine is closed".into()))
+    }
+}
 
 #[async_trait]
 impl CatalogInfo for OwnColumns {
     async fn catalog_names(&self) -> Result<Vec<String>> {
-        self.0.catalog_names().await
+        self.catalogs()?.catalog_names().await
     }
 
     async fn schema_names(&self, catalog: &str) -> Result<Option<Vec<String>>> {
-        CatalogInfo::schema_names(&self.0, catalog).await
+        CatalogInfo::schema_names(&self.catalogs()?, catalog).await
     }
 
     async fn table_names(&self, catalog: &str, schema: &str) -> Result<Option<Vec<String>>> {
-        CatalogInfo::table_names(&self.0, catalog, schema).await
+        CatalogInfo::table_names(&self.catalogs()?, catalog, schema).await
     }
 
     async fn table_schema(
@@ -109,7 +123,11 @@ impl CatalogInfo for OwnColumns {
         schema: &str,
         table: &str,
     ) -> Result<Option<SchemaRef>> {
-        let provider = match self.0.catalog(catalog).and_then(|c| c.schema(schema)) {
+        let provider = match self
+            .catalogs()?
+            .catalog(catalog)
+            .and_then(|c| c.schema(schema))
+        {
             Some(s) => s.table(table).await?,
             None => None,
         };
@@ -138,7 +156,7 @@ impl CatalogInfo for OwnColumns {
         schema: &str,
         table: &str,
     ) -> Result<Option<TableType>> {
-        CatalogInfo::table_type(&self.0, catalog, schema, table).await
+        CatalogInfo::table_type(&self.catalogs()?, catalog, schema, table).await
     }
 }
 
