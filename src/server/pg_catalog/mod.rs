@@ -50,9 +50,10 @@ pub async fn install(ctx: &SessionContext) -> Result<()> {
     let Some(catalog) = ctx.catalog(CATALOG) else {
         return Err(DataFusionError::Internal(format!("no catalog {CATALOG}")));
     };
+    let catalogs = Arc::downgrade(ctx.state().catalog_list());
     // Its tables again, over the tables' own columns (`OwnColumns`).
     let inner: Arc<dyn SchemaProvider> = Arc::new(PgCatalogSchemaProvider::try_new(
-        OwnColumns(Arc::downgrade(ctx.state().catalog_list())),
+        OwnColumns(catalogs.clone()),
         Arc::new(PgCatalogStaticTables::try_new()?),
         EmptyContextProvider,
     )?);
@@ -68,7 +69,7 @@ pub async fn install(ctx: &SessionContext) -> Result<()> {
     let results = Arc::new(function_results(ctx).await?);
     let shared = Arc::new(Shared {
         inner,
-        catalogs: Arc::downgrade(&ctx.state().catalog_list().clone()),
+        catalogs,
         known: Arc::default(),
         class,
         settings,
