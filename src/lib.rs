@@ -177,6 +177,7 @@ pub mod server;
 pub mod shell;
 pub mod storage;
 pub mod stress;
+mod striped;
 
 /// The DataFusion release tablesql is built on, for embedders.
 pub use datafusion;

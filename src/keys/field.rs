@@ -196,7 +196,6 @@ impl FieldFormat {
         last: bool,
         out: &mut String,
     ) -> Result<(), KeyError> {
-        use std::fmt::Write;
         if let FieldFormat::Typed(t) = self {
             return t.encode_into(column, &value.as_ref(), last, out);
         }
@@ -238,19 +237,20 @@ impl FieldFormat {
             }
             // Returned above.
             FieldFormat::Typed(_) => Ok(()),
-            FieldFormat::Padded { width } => write!(out, "{:0w$}", int(value)?, w = width as usize),
+            FieldFormat::Padded { width } => push_padded(out, int(value)?, width),
             FieldFormat::Inverted { width } => {
                 let max = 10i64.pow(u32::from(width)) - 1;
-                write!(out, "{:0w$}", max - int(value)?, w = width as usize)
+                push_padded(out, max - int(value)?, width)
             }
             FieldFormat::Signed { width } => {
                 let v = int(value)?;
-                let w = width as usize;
                 if v < 0 {
                     let max = 10i64.pow(u32::from(width)) - 1;
-                    write!(out, "-{:0w$}", max + v)
+                    out.push('-');
+                    push_padded(out, max + v, width)
                 } else {
-                    write!(out, "0{v:0w$}")
+                    out.push('0');
+                    push_padded(out, v, width)
                 }
             }
         };
@@ -407,6 +407,34 @@ pub fn escape_text_into(s: &str, also: &str, out: &mut String) {
         kept = at + c.len_utf8();
     }
     out.push_str(&s[kept..]);
+}
+
+/// Appends `v` zero-padded to `width` digits, as `{:0width$}` writes it,
+/// without the formatting machinery: a point read composes its key at
+/// every run. The formats' range checks leave `v` not negative here.
+pub(super) fn push_padded(out: &mut String, v: i64, width: u8) -> std::fmt::Result {
+    if v < 0 {
+        use std::fmt::Write;
+        return write!(out, "{v:0w$}", w = usize::from(width));
+    }
+    let mut digits = [0u8; 20];
+    let mut n = v.unsigned_abs();
+    let mut at = digits.len();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            break;
+        }
+    }
+    let len = digits.len() - at;
+    out.extend(std::iter::repeat_n(
+        '0',
+        usize::from(width).saturating_sub(len),
+    ));
+    out.extend(digits[at..].iter().map(|&d| char::from(d)));
+    Ok(())
 }
 
 /// Undoes `escape_text`; `None` for a malformed escape.

@@ -193,6 +193,18 @@ impl KeyTemplate {
         }
     }
 
+    /// A composed key's likely length, to make room for it once: its
+    /// literals and 16 bytes a field.
+    fn length_guess(&self) -> usize {
+        self.segments
+            .iter()
+            .map(|s| match s {
+                Segment::Literal(l) => l.len(),
+                Segment::Field { .. } => 16,
+            })
+            .sum()
+    }
+
     /// The segments in order.
     pub fn segments(&self) -> &[Segment] {
         &self.segments
@@ -241,7 +253,7 @@ impl KeyTemplate {
                 column: "RowKey (a {#N} PartitionKey is the bucket of the RowKey)".into(),
             });
         }
-        let mut key = String::new();
+        let mut key = String::with_capacity(self.length_guess());
         let mut used = 0;
         for (i, seg) in self.segments.iter().enumerate() {
             match seg {
@@ -643,7 +655,9 @@ pub fn successor(s: &str) -> Option<String> {
         return None;
     }
     let next = char::from_u32(code + 1)?;
-    let mut out = s[..s.len() - last.len_utf8()].to_owned();
+    let kept = &s[..s.len() - last.len_utf8()];
+    let mut out = String::with_capacity(kept.len() + next.len_utf8());
+    out.push_str(kept);
     out.push(next);
     Some(out)
 }

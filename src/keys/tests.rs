@@ -173,6 +173,13 @@ proptest! {
     }
 
     #[test]
+    fn padding_writes_what_the_formatter_writes(v in any::<i64>(), width in 0u8..=20) {
+        let mut out = String::from("BIB:");
+        field::push_padded(&mut out, v, width).unwrap();
+        prop_assert_eq!(out, format!("BIB:{v:0w$}", w = usize::from(width)));
+    }
+
+    #[test]
     fn the_scan_check_accepts_exactly_what_decomposes(
         parts in proptest::collection::vec(
             prop_oneof![

@@ -2,6 +2,7 @@
 //! `supports_filters_pushdown` and `scan` ask the one pushdown function, so
 //! what DataFusion drops as Exact is what the scan answers.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -100,9 +101,16 @@ impl StoreTable {
     /// The store seen from transaction block `tx` (the store itself for
     /// `None`).
     pub(crate) fn store_in(&self, tx: Option<&Arc<Transaction>>) -> Arc<dyn TableStore> {
+        self.store_lent(tx).into_owned()
+    }
+
+    /// As `store_in`, lent where it is the store itself: a point read
+    /// that clones the store's `Arc` moves its count, which every
+    /// connection shares, between cores at every run.
+    pub(crate) fn store_lent(&self, tx: Option<&Arc<Transaction>>) -> Cow<'_, Arc<dyn TableStore>> {
         match tx {
-            Some(tx) => tx.store_for(self.store.clone()),
-            None => self.store.clone(),
+            Some(tx) => Cow::Owned(tx.store_for(self.store.clone())),
+            None => Cow::Borrowed(&self.store),
         }
     }
 

@@ -329,6 +329,21 @@ impl Registry {
     }
 }
 
+/// The registry as one connection hands it to pgwire's `process_message`,
+/// which takes its handlers' `Arc`s by value: the connection's loop clones
+/// this one for every message, a count on the connection's own core.
+/// Cloning the registry itself, which every connection shares, moved its
+/// cache line between the cores at every message.
+#[derive(Debug)]
+pub(super) struct Canceller(pub(super) Arc<Registry>);
+
+#[async_trait]
+impl CancelHandler for Canceller {
+    async fn on_cancel_request(&self, request: CancelRequest) {
+        self.0.on_cancel_request(request).await;
+    }
+}
+
 #[async_trait]
 impl CancelHandler for Registry {
     async fn on_cancel_request(&self, request: CancelRequest) {

@@ -25,6 +25,7 @@ use tokio::sync::watch;
 use tokio_util::codec::{Framed, FramedParts};
 use tokio_util::task::AbortOnDropHandle;
 
+use super::cancel::Canceller;
 use super::cores::Seat;
 use super::frames::Violation;
 use super::metrics::Metrics;
@@ -350,7 +351,7 @@ async fn answer(
     let simple = handlers.session.clone();
     let extended = handlers.session.clone();
     let copy = handlers.copy_handler();
-    let cancel = handlers.registry.clone();
+    let cancel = Arc::new(Canceller(handlers.registry.clone()));
     let mut timing = Timing::default();
     // Between round trips, with nothing begun: where a stopping server
     // may end the connection without cutting a statement short.

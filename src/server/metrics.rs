@@ -7,19 +7,21 @@
 //! size however many tables and statements the server sees.
 
 use std::collections::HashSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use prometheus_client::collector::Collector;
-use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder, NoLabelSet};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::storage::TableStore;
 use crate::storage::metered::StoreCounters;
+use crate::striped::Striped;
 
 /// Distinct SQLSTATEs counted under their own label; the rest count as
 /// `other`.
@@ -34,13 +36,10 @@ pub struct Metrics {
     connections: Counter,
     active: Gauge,
     moved: Counter,
-    statements: Family<Label, Counter>,
-    /// The family's counter of each kind, as first used: a statement's
-    /// count is one atomic add, not the family's lock and a label made.
-    by_kind: [std::sync::OnceLock<Counter>; KINDS.len()],
+    statements: Statements,
     errors: Family<Label, Counter>,
     sqlstates: Mutex<HashSet<String>>,
-    duration: Histogram,
+    duration: Durations,
 }
 
 impl Metrics {
@@ -51,10 +50,9 @@ impl Metrics {
         let connections = Counter::default();
         let active = Gauge::default();
         let moved = Counter::default();
-        let statements = Family::<Label, Counter>::default();
+        let statements = Statements::default();
         let errors = Family::<Label, Counter>::default();
-        // 1 ms to about 65 s.
-        let duration = Histogram::new(exponential_buckets(0.001, 4.0, 9));
+        let duration = Durations::default();
         registry.register(
             "tablesql_connections",
             "Client connections accepted",
@@ -95,7 +93,6 @@ impl Metrics {
             active,
             moved,
             statements,
-            by_kind: Default::default(),
             errors,
             sqlstates: Mutex::new(HashSet::new()),
             duration,
@@ -129,13 +126,9 @@ impl Metrics {
             .iter()
             .position(|k| *k == kind)
             .unwrap_or(KINDS.len() - 1);
-        self.by_kind[i]
-            .get_or_init(|| {
-                self.statements
-                    .get_or_create(&[("kind", kind.to_owned())])
-                    .clone()
-            })
-            .inc();
+        if let Some(n) = self.statements.0.local().get(i) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// An error sent to a client.
@@ -152,7 +145,89 @@ impl Metrics {
     }
 
     pub(super) fn statement_took(&self, took: Duration) {
-        self.duration.observe(took.as_secs_f64());
+        let local = self.duration.0.local();
+        let secs = took.as_secs_f64();
+        let bucket = BOUNDS
+            .iter()
+            .position(|b| secs <= *b)
+            .unwrap_or(BOUNDS.len());
+        if let Some(n) = local.buckets.get(bucket) {
+            n.fetch_add(1, Ordering::Relaxed);
+        }
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        local.nanos.fetch_add(nanos, Ordering::Relaxed);
+    }
+}
+
+/// Statements completed, by kind (`KINDS`), counted by thread
+/// (`crate::striped`): each connection's every statement adds one. A
+/// kind shows once counted, as a family's label does once used.
+#[derive(Debug, Clone, Default)]
+struct Statements(Arc<Striped<[AtomicU64; KINDS.len()]>>);
+
+impl EncodeMetric for Statements {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let mut counts = [0u64; KINDS.len()];
+        for local in self.0.all() {
+            for (n, c) in counts.iter_mut().zip(local) {
+                *n += c.load(Ordering::Relaxed);
+            }
+        }
+        for (kind, n) in KINDS.iter().zip(counts) {
+            if n > 0 {
+                let labels = [("kind", *kind)];
+                ConstCounter::new(n).encode(encoder.encode_family(&labels)?)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Counter
+    }
+}
+
+/// The upper bounds of the statement durations' buckets, in seconds:
+/// 1 ms to about 65 s, by fours; past the last, `+Inf`.
+const BOUNDS: [f64; 9] = [
+    0.001, 0.004, 0.016, 0.064, 0.256, 1.024, 4.096, 16.384, 65.536,
+];
+
+/// Statement durations as a histogram, counted by thread
+/// (`crate::striped`).
+#[derive(Debug, Clone, Default)]
+struct Durations(Arc<Striped<DurationCounts>>);
+
+#[derive(Debug, Default)]
+struct DurationCounts {
+    /// By bucket (`BOUNDS`, then `+Inf`), not cumulative.
+    buckets: [AtomicU64; BOUNDS.len() + 1],
+    /// Their sum, in nanoseconds.
+    nanos: AtomicU64,
+}
+
+impl EncodeMetric for Durations {
+    fn encode(&self, mut encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let mut buckets: Vec<(f64, u64)> = BOUNDS
+            .iter()
+            .copied()
+            .chain([f64::MAX])
+            .map(|b| (b, 0))
+            .collect();
+        let mut nanos = 0u64;
+        for local in self.0.all() {
+            for ((_, n), c) in buckets.iter_mut().zip(&local.buckets) {
+                *n += c.load(Ordering::Relaxed);
+            }
+            // Wraps after 584 years of statements, as each copy does.
+            nanos = nanos.wrapping_add(local.nanos.load(Ordering::Relaxed));
+        }
+        let count = buckets.iter().map(|(_, n)| n).sum();
+        encoder.encode_histogram::<NoLabelSet>(nanos as f64 / 1e9, count, &buckets, None)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Histogram
     }
 }
 
@@ -202,7 +277,7 @@ impl Collector for StorageCollector {
                 "tablesql_storage_requests",
                 "Requests made of the store, by operation",
                 None,
-                prometheus_client::metrics::MetricType::Counter,
+                MetricType::Counter,
             )?;
             for (operation, n) in counters.by_operation() {
                 let labels = [("operation", operation)];
@@ -290,6 +365,45 @@ mod tests {
                 "{text}"
             );
         }
+    }
+
+    #[test]
+    fn durations_show_as_prometheus_clients_histogram_shows_them() {
+        let took = [0.0005, 0.001, 0.003, 0.05, 2.0, 70.0, 100.0].map(Duration::from_secs_f64);
+        let m = Metrics::new(Arc::new(MemoryStore::new()), None);
+        let reference = prometheus_client::metrics::histogram::Histogram::new(
+            prometheus_client::metrics::histogram::exponential_buckets(0.001, 4.0, 9),
+        );
+        for t in took {
+            m.statement_took(t);
+            reference.observe(t.as_secs_f64());
+        }
+        let mut registry = Registry::default();
+        registry.register(
+            "tablesql_statement_duration_seconds",
+            "Time from a Query or Execute message to its answer's end",
+            reference,
+        );
+        let mut expected = String::new();
+        prometheus_client::encoding::text::encode(&mut expected, &registry).expect("encode");
+        let series = |text: &str| -> Vec<String> {
+            text.lines()
+                .filter(|l| l.starts_with("tablesql_statement_duration_seconds"))
+                .map(str::to_owned)
+                .collect()
+        };
+        let (shown, expected) = (series(&m.encode().expect("encode")), series(&expected));
+        assert_eq!(shown.len(), 12, "sum, count, 10 buckets: {shown:?}");
+        // The sum is of whole nanoseconds here, of f64 seconds there: the
+        // same to the last few digits.
+        let sum = |lines: &[String]| -> f64 {
+            lines[0]
+                .rsplit_once(' ')
+                .and_then(|(_, v)| v.parse().ok())
+                .unwrap_or(f64::NAN)
+        };
+        assert!((sum(&shown) - sum(&expected)).abs() < 1e-9, "{shown:?}");
+        assert_eq!(shown[1..], expected[1..]);
     }
 
     #[test]

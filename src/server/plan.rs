@@ -207,6 +207,9 @@ impl Runner {
                 param_types,
                 ..
             } if !params.is_empty() => {
+                if let Some(values) = params::simple_values(portal, params, param_types) {
+                    return values;
+                }
                 let inferred: Vec<Option<&DataType>> = params.iter().map(Option::as_ref).collect();
                 let server: Vec<Option<&Type>> = param_types
                     .iter()

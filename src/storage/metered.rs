@@ -13,35 +13,46 @@ use super::{
     ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result, RowKey,
     RowSink, ServiceCounters, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
 };
+use crate::striped::Striped;
 
 /// Requests made of a store since it opened, by operation. Failed calls
-/// count too: a request is a request.
+/// count too: a request is a request. Counted by thread (`crate::striped`):
+/// every connection's every read adds one.
 #[derive(Debug, Default)]
 pub struct StoreCounters {
-    get: AtomicU64,
-    query_page: AtomicU64,
-    write: AtomicU64,
-    batch: AtomicU64,
-    partitions: AtomicU64,
-    tables: AtomicU64,
+    counts: Striped<[AtomicU64; OPERATIONS.len()]>,
 }
 
+/// The operations counted; each one's name is a metric label (a fixed set).
+#[derive(Debug, Clone, Copy)]
+enum Operation {
+    Get,
+    QueryPage,
+    Write,
+    Batch,
+    Partitions,
+    Tables,
+}
+
+/// The names, in the operations' order.
+const OPERATIONS: [&str; 6] = ["get", "query_page", "write", "batch", "partitions", "table"];
+
 impl StoreCounters {
-    /// Each operation's name (a metric label: a fixed set) and its count.
+    /// Each operation's name and its count.
     pub fn by_operation(&self) -> [(&'static str, u64); 6] {
-        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        [
-            ("get", n(&self.get)),
-            ("query_page", n(&self.query_page)),
-            ("write", n(&self.write)),
-            ("batch", n(&self.batch)),
-            ("partitions", n(&self.partitions)),
-            ("table", n(&self.tables)),
-        ]
+        let mut counted = OPERATIONS.map(|name| (name, 0));
+        for counts in self.counts.all() {
+            for (c, (_, n)) in counts.iter().zip(counted.iter_mut()) {
+                *n += c.load(Ordering::Relaxed);
+            }
+        }
+        counted
     }
 
-    fn add(c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
+    fn add(&self, operation: Operation) {
+        if let Some(c) = self.counts.local().get(operation as usize) {
+            c.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -67,17 +78,17 @@ impl MeteredStore {
 #[async_trait]
 impl TableStore for MeteredStore {
     async fn create_table(&self, table: &TableName) -> Result<()> {
-        StoreCounters::add(&self.counters.tables);
+        self.counters.add(Operation::Tables);
         self.inner.create_table(table).await
     }
 
     async fn delete_table(&self, table: &TableName) -> Result<()> {
-        StoreCounters::add(&self.counters.tables);
+        self.counters.add(Operation::Tables);
         self.inner.delete_table(table).await
     }
 
     async fn list_tables(&self) -> Result<Vec<TableName>> {
-        StoreCounters::add(&self.counters.tables);
+        self.counters.add(Operation::Tables);
         self.inner.list_tables().await
     }
 
@@ -87,7 +98,7 @@ impl TableStore for MeteredStore {
         pk: &PartitionKey,
         rk: &RowKey,
     ) -> Result<Option<StoredEntity>> {
-        StoreCounters::add(&self.counters.get);
+        self.counters.add(Operation::Get);
         self.inner.get(table, pk, rk).await
     }
 
@@ -101,7 +112,7 @@ impl TableStore for MeteredStore {
         // reads them one by one.
         let requests = row_keys.len().div_ceil(self.inner.get_many_limit().max(1));
         for _ in 0..requests {
-            StoreCounters::add(&self.counters.get);
+            self.counters.add(Operation::Get);
         }
         self.inner.get_many(table, pk, row_keys).await
     }
@@ -116,7 +127,7 @@ impl TableStore for MeteredStore {
         query: &Query,
         continuation: Option<&ContinuationToken>,
     ) -> Result<Page> {
-        StoreCounters::add(&self.counters.query_page);
+        self.counters.add(Operation::QueryPage);
         self.inner.query(table, query, continuation).await
     }
 
@@ -127,7 +138,7 @@ impl TableStore for MeteredStore {
         continuation: Option<&ContinuationToken>,
         sink: Arc<std::sync::Mutex<dyn RowSink>>,
     ) -> Result<PageEnd> {
-        StoreCounters::add(&self.counters.query_page);
+        self.counters.add(Operation::QueryPage);
         self.inner
             .query_into(table, query, continuation, sink)
             .await
@@ -139,7 +150,7 @@ impl TableStore for MeteredStore {
         range: &KeyRange<PartitionKey>,
         after: Option<&PartitionKey>,
     ) -> Result<PartitionPage> {
-        StoreCounters::add(&self.counters.partitions);
+        self.counters.add(Operation::Partitions);
         self.inner.partitions(table, range, after).await
     }
 
@@ -148,14 +159,14 @@ impl TableStore for MeteredStore {
         table: &TableName,
         ops: Vec<WriteOp>,
     ) -> Result<Vec<WriteOutcome>> {
-        StoreCounters::add(&self.counters.batch);
+        self.counters.add(Operation::Batch);
         self.inner.execute_batch(table, ops).await
     }
 
     // Passed on, not left to the default (a batch of one): a store may
     // send one write otherwise (Azure: a plain PUT, not a `$batch`).
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
-        StoreCounters::add(&self.counters.write);
+        self.counters.add(Operation::Write);
         self.inner.execute(table, op).await
     }
 

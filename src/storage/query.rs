@@ -4,6 +4,7 @@
 use std::fmt;
 use std::ops::Bound;
 use std::str::FromStr;
+use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -140,7 +141,8 @@ pub struct Query {
     /// A property filter; entities failing it are scanned but not returned.
     pub filter: Option<Filter>,
     /// The custom properties to return (`$select`); `None` returns all.
-    pub select: Option<Vec<String>>,
+    /// Shared: a prepared read sets the same names at every run.
+    pub select: Option<Arc<[String]>>,
     /// Most entities in one page (`$top`), 1 to 1000; `None` means 1000.
     pub top: Option<u32>,
 }
@@ -202,7 +204,7 @@ impl Query {
     /// The custom properties a store must read to filter and project: `None`
     /// for all of them.
     pub fn needed_properties(&self) -> Option<Vec<String>> {
-        let mut names = self.select.clone()?;
+        let mut names = self.select.as_deref()?.to_vec();
         if let Some(f) = &self.filter {
             f.visit_properties(&mut |n| {
                 if !names.iter().any(|m| m == n) {

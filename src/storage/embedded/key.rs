@@ -13,13 +13,15 @@
 //! the in-place reading and the appending into a reused buffer, which are
 //! the whole of the code.)
 
+use std::borrow::Cow;
+
 use crate::storage::{PartitionKey, RowKey, StorageError};
 
 /// Appends `s` in CESU-8.
 pub fn push(out: &mut Vec<u8>, s: &str) {
     // Below U+10000 (every key but those with supplementary characters)
-    // CESU-8 is UTF-8: four-byte UTF-8 sequences start with 0xF0-0xF4.
-    if !s.bytes().any(|b| b >= 0xF0) {
+    // CESU-8 is UTF-8.
+    if is_utf8_cesu(s) {
         out.extend_from_slice(s.as_bytes());
         return;
     }
@@ -51,6 +53,22 @@ pub fn bytes(s: &str) -> Vec<u8> {
     let mut out = Vec::with_capacity(s.len());
     push(&mut out, s);
     out
+}
+
+/// As `bytes`, but lent from `s` where they are its UTF-8 (no
+/// supplementary character): a point read's bounds then cost no copy.
+pub fn bytes_of(s: &str) -> Cow<'_, [u8]> {
+    if is_utf8_cesu(s) {
+        Cow::Borrowed(s.as_bytes())
+    } else {
+        Cow::Owned(bytes(s))
+    }
+}
+
+/// Whether `s`'s UTF-8 is its CESU-8: four-byte UTF-8 sequences (the
+/// supplementary characters) start with 0xF0-0xF4.
+fn is_utf8_cesu(s: &str) -> bool {
+    !s.bytes().any(|b| b >= 0xF0)
 }
 
 /// The bytes that every key of a partition starts with.

@@ -183,8 +183,8 @@ impl EmbeddedStore {
         table: &TableName,
         work: impl FnOnce(&snapshot::Rows, &Dict) -> Result<T>,
     ) -> Result<T> {
-        let (rows, dict) = self.snapshots.table(table, || self.open_rows(table))?;
-        work(&rows, &dict)
+        let opened = self.snapshots.table(table, || self.open_rows(table))?;
+        work(&opened.rows, &opened.dict)
     }
 
     /// A table's entities and names in a read transaction of its own.

@@ -3,6 +3,7 @@
 
 use redb::ReadableTable;
 
+use std::borrow::Cow;
 use std::cell::RefCell;
 use std::ops::{Bound, ControlFlow};
 
@@ -58,17 +59,18 @@ pub fn page_into(
     })
 }
 
-/// A key range as stored bytes, compared without decoding keys.
-struct ByteRange {
-    start: Bound<Vec<u8>>,
-    end: Bound<Vec<u8>>,
+/// A key range as stored bytes, compared without decoding keys; lent
+/// from the range's keys where their bytes are the stored ones.
+struct ByteRange<'a> {
+    start: Bound<Cow<'a, [u8]>>,
+    end: Bound<Cow<'a, [u8]>>,
 }
 
-impl ByteRange {
-    fn of<K: AsRef<str>>(range: &KeyRange<K>) -> Self {
-        let bytes = |b: &Bound<K>| match b {
-            Bound::Included(k) => Bound::Included(key::bytes(k.as_ref())),
-            Bound::Excluded(k) => Bound::Excluded(key::bytes(k.as_ref())),
+impl<'a> ByteRange<'a> {
+    fn of<K: AsRef<str>>(range: &'a KeyRange<K>) -> Self {
+        let bytes = |b: &'a Bound<K>| match b {
+            Bound::Included(k) => Bound::Included(key::bytes_of(k.as_ref())),
+            Bound::Excluded(k) => Bound::Excluded(key::bytes_of(k.as_ref())),
             Bound::Unbounded => Bound::Unbounded,
         };
         Self {
@@ -77,32 +79,35 @@ impl ByteRange {
         }
     }
 
-    /// Where this range starts in the partition whose key and separator
-    /// are `prefix`.
-    fn start_in(&self, mut prefix: Vec<u8>) -> Vec<u8> {
-        match &self.start {
-            Bound::Included(s) => prefix.extend_from_slice(s),
-            Bound::Excluded(s) => {
-                prefix.extend_from_slice(s);
-                prefix.push(0);
-            }
-            Bound::Unbounded => {}
+    /// Where this range starts in the partition whose key, in CESU-8, is
+    /// `pk`.
+    fn start_in(&self, pk: &[u8]) -> Vec<u8> {
+        let start: &[u8] = match &self.start {
+            Bound::Included(s) | Bound::Excluded(s) => s,
+            Bound::Unbounded => &[],
+        };
+        let mut key = Vec::with_capacity(pk.len() + start.len() + 2);
+        key.extend_from_slice(pk);
+        key.push(0);
+        key.extend_from_slice(start);
+        if let Bound::Excluded(_) = self.start {
+            key.push(0);
         }
-        prefix
+        key
     }
 
     fn is_before(&self, k: &[u8]) -> bool {
         match &self.start {
-            Bound::Included(s) => k < s.as_slice(),
-            Bound::Excluded(s) => k <= s.as_slice(),
+            Bound::Included(s) => k < s.as_ref(),
+            Bound::Excluded(s) => k <= s.as_ref(),
             Bound::Unbounded => false,
         }
     }
 
     fn is_after(&self, k: &[u8]) -> bool {
         match &self.end {
-            Bound::Included(e) => k > e.as_slice(),
-            Bound::Excluded(e) => k >= e.as_slice(),
+            Bound::Included(e) => k > e.as_ref(),
+            Bound::Excluded(e) => k >= e.as_ref(),
             Bound::Unbounded => false,
         }
     }
@@ -132,7 +137,7 @@ fn walk(
     let mut lower = match (token, &query.partitions.start) {
         (Some(t), _) => key::encode(&t.next_partition_key, &t.next_row_key),
         (None, Bound::Unbounded) => Vec::new(),
-        (None, Bound::Included(pk)) => row_range.start_in(partition_prefix(pk)),
+        (None, Bound::Included(pk)) => row_range.start_in(&key::bytes_of(pk.as_str())),
         (None, Bound::Excluded(pk)) => after_partition(pk),
     };
     let mut end = PageEnd::default();
@@ -173,7 +178,7 @@ fn walk(
                 // A row of the partition of the row before is past the
                 // range's start already: keys ascend, and that row was in
                 // range.
-                Some(row_range.start_in(key::partition_prefix_bytes(this_pk)))
+                Some(row_range.start_in(this_pk))
             } else if row_range.is_after(this_rk) {
                 // On to the next partition, if the range holds one.
                 let next = key::after_partition_bytes(this_pk);

@@ -18,54 +18,44 @@
 //! The rule: every commit of the store is followed by
 //! [`Snapshots::committed`], also a failed one (it may have landed).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::dict::Dict;
 use crate::storage::{Result, TableName};
+use crate::striped::Striped;
 
 /// A table's entities as one snapshot holds them.
 pub(super) type Rows = redb::ReadOnlyTable<&'static [u8], &'static [u8]>;
 
-/// Slots that threads share by their index: the server's runtime threads
-/// and the blocking pool's. More slots than cores keeps two busy threads
-/// off one slot's lock most of the time.
-const SLOTS: usize = 16;
 /// Tables one slot keeps; past it, the longest kept gives way.
 const TABLES_PER_SLOT: usize = 4;
 
 /// The kept opened tables of a store.
-#[derive(Debug)]
+#[derive(Debug, Default)]
 pub(super) struct Snapshots {
     /// Commits made so far.
     version: AtomicU64,
-    slots: Box<[Mutex<Vec<Kept>>]>,
+    /// A slot per thread (`crate::striped`): the server's runtime threads
+    /// and the blocking pool's. Two runtime threads' slots once shared a
+    /// cache line, and every read by one core took it from the other.
+    slots: Striped<Mutex<Vec<Kept>>>,
+}
+
+/// A table as one snapshot holds it, with the names its values use.
+#[derive(Debug)]
+pub(super) struct Opened {
+    pub(super) rows: Rows,
+    pub(super) dict: Arc<Dict>,
 }
 
 #[derive(Debug)]
 struct Kept {
     version: u64,
     table: TableName,
-    rows: Arc<Rows>,
-    dict: Arc<Dict>,
-}
-
-impl Default for Snapshots {
-    fn default() -> Self {
-        Self {
-            version: AtomicU64::new(0),
-            slots: (0..SLOTS).map(|_| Mutex::new(Vec::new())).collect(),
-        }
-    }
-}
-
-/// This thread's slot index, given out in turn as threads first read.
-fn slot_index() -> usize {
-    static NEXT: AtomicUsize = AtomicUsize::new(0);
-    thread_local! {
-        static SLOT: usize = NEXT.fetch_add(1, Ordering::Relaxed) % SLOTS;
-    }
-    SLOT.with(|s| *s)
+    /// The slot's own reference: a read counts it, not the store's
+    /// dictionary that every thread shares.
+    opened: Arc<Opened>,
 }
 
 impl Snapshots {
@@ -75,8 +65,8 @@ impl Snapshots {
         &self,
         table: &TableName,
         open: impl FnOnce() -> Result<(Rows, Arc<Dict>)>,
-    ) -> Result<(Arc<Rows>, Arc<Dict>)> {
-        let slot = &self.slots[slot_index()];
+    ) -> Result<Arc<Opened>> {
+        let slot = self.slots.local();
         // Read before the snapshot begins: a commit that lands in between
         // makes the version newer than the snapshot is kept under, never
         // older.
@@ -85,10 +75,10 @@ impl Snapshots {
             .iter()
             .find(|k| k.version == version && k.table == *table)
         {
-            return Ok((kept.rows.clone(), kept.dict.clone()));
+            return Ok(kept.opened.clone());
         }
         let (rows, dict) = open()?;
-        let rows = Arc::new(rows);
+        let opened = Arc::new(Opened { rows, dict });
         let mut kept = lock(slot);
         // Checked under the slot's lock, which `committed` takes after
         // bumping the version: either this sees the bump and keeps
@@ -101,18 +91,17 @@ impl Snapshots {
             kept.push(Kept {
                 version,
                 table: table.clone(),
-                rows: rows.clone(),
-                dict: dict.clone(),
+                opened: opened.clone(),
             });
         }
-        Ok((rows, dict))
+        Ok(opened)
     }
 
     /// A commit was made (or tried): no kept snapshot may serve a read
     /// that begins after it, and none is kept past it.
     pub(super) fn committed(&self) {
         self.version.fetch_add(1, Ordering::SeqCst);
-        for slot in self.slots.iter() {
+        for slot in self.slots.all() {
             // Dropped outside the lock: the last reference ends its read
             // transaction, which takes redb's own lock.
             let gone = std::mem::take(&mut *lock(slot));
@@ -154,15 +143,15 @@ mod tests {
             .map_err(|e| crate::storage::StorageError::Corrupt(e.to_string()))?;
         let same = TableName::new("regs")
             .map_err(|e| crate::storage::StorageError::Corrupt(e.to_string()))?;
-        let (first, _) = snapshots.table(&table, open)?;
-        let (again, _) = snapshots.table(&same, open)?;
+        let first = snapshots.table(&table, open)?;
+        let again = snapshots.table(&same, open)?;
         assert_eq!(opens.get(), 1, "the second read reuses the first's table");
         assert!(Arc::ptr_eq(&first, &again));
 
         snapshots.committed();
         // Let go at the commit: only the reads still running hold it.
         assert_eq!(Arc::strong_count(&first), 2);
-        let (after, _) = snapshots.table(&table, open)?;
+        let after = snapshots.table(&table, open)?;
         assert_eq!(opens.get(), 2, "a read after a commit opens a new snapshot");
         assert!(!Arc::ptr_eq(&first, &after));
         Ok(())
