@@ -50,7 +50,6 @@ use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
 use pgwire::api::{PgWireServerHandlers, RandomPidSecretKeyGenerator};
 use pgwire::tokio::TlsAcceptor;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 pub use auth::{AuthMode, Users};
@@ -180,7 +179,7 @@ struct Shared {
     pids: Arc<RandomPidSecretKeyGenerator>,
     metrics: Arc<Metrics>,
     slow: Option<Duration>,
-    phase: watch::Sender<Phase>,
+    phase: shutdown::Phases,
     max_connections: usize,
     /// Connections admitted and not yet ended.
     open: Arc<AtomicUsize>,
@@ -268,7 +267,7 @@ impl Server {
                 pids: Arc::new(RandomPidSecretKeyGenerator::default()),
                 metrics,
                 slow: config.log_min_duration_statement,
-                phase: watch::channel(Phase::Serving).0,
+                phase: shutdown::Phases::default(),
                 max_connections: config.max_connections,
                 open: Arc::default(),
                 refusing: Arc::default(),
@@ -380,13 +379,13 @@ impl Server {
             grace_s = grace.as_secs_f64(),
             "shutting down: no new connections"
         );
-        shared.phase.send_replace(Phase::Draining);
+        shared.phase.send(Phase::Draining);
         if !ended(&mut tasks, grace).await {
             tracing::warn!(
                 connections = tasks.len(),
                 "shutdown timeout reached: cancelling the statements still running"
             );
-            shared.phase.send_replace(Phase::Terminating);
+            shared.phase.send(Phase::Terminating);
             if !ended(&mut tasks, shutdown::LAST_WORDS).await {
                 tasks.abort_all();
                 while tasks.join_next().await.is_some() {}

@@ -4,6 +4,7 @@
 //! cancelled with 57P01 too; then, every connection ended, the engine is
 //! closed ([`close_engine`]).
 
+use std::sync::Mutex;
 use std::time::Duration;
 
 use pgwire::error::ErrorInfo;
@@ -20,6 +21,58 @@ pub(super) enum Phase {
     Draining,
     /// Past the bound: each ends now, its statement cancelled.
     Terminating,
+}
+
+/// The server's phase, told to each connection on a channel of its own.
+///
+/// A connection waits for the phase at every message (between round trips
+/// it may be ended, and a statement past the bound is cut short), and a
+/// waiting tokio `watch` receiver locks its channel's list of waiters at
+/// each poll: with one channel for the server, every connection's every
+/// wake-up took the same lock, 3.8% of a prepared point query's server
+/// time (`perf`). Each connection's own channel keeps that lock on its
+/// own lines; the server sends the rare change to all of them.
+#[derive(Debug)]
+pub(super) struct Phases {
+    /// The phase, and one sender per connection still listening.
+    told: Mutex<(Phase, Vec<watch::Sender<Phase>>)>,
+}
+
+impl Default for Phases {
+    fn default() -> Self {
+        Self {
+            told: Mutex::new((Phase::Serving, Vec::new())),
+        }
+    }
+}
+
+impl Phases {
+    /// A new connection's channel, starting at the current phase. The
+    /// channels of connections that ended are dropped here, so the list
+    /// holds about the connections open.
+    pub(super) fn subscribe(&self) -> watch::Receiver<Phase> {
+        let mut told = self.lock();
+        told.1.retain(|tx| !tx.is_closed());
+        let (tx, rx) = watch::channel(told.0);
+        told.1.push(tx);
+        rx
+    }
+
+    /// Moves every connection to `phase`.
+    pub(super) fn send(&self, phase: Phase) {
+        let mut told = self.lock();
+        told.0 = phase;
+        for tx in &told.1 {
+            tx.send_replace(phase);
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, (Phase, Vec<watch::Sender<Phase>>)> {
+        // Nothing can be left half-done under this lock.
+        self.told
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
 }
 
 /// Resolves once the server has reached `phase`; never, if the server is

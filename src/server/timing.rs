@@ -3,7 +3,7 @@
 //! at least `log_min_duration_statement` (PostgreSQL's setting), with its
 //! text normalized (literals as `$n`, as the workload statistics show it).
 
-use std::collections::HashMap;
+use foldhash::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -15,6 +15,7 @@
 //! - `sample`: a sampled `ANALYZE`, runs of pages placed by the last statistics.
 //! - `workload`: the statement and partition statistics.
 //! - `observed`: the store that records each request per partition.
+//! - `pending`: what each thread recorded of the workload, not yet folded in.
 //! - `recorded`: statements normalized, and their runs recorded as they stream.
 //! - `key_order`: whether writes go where the keys end (append-only keys).
 //! - `snapshot`: one process's workload statistics as text.
@@ -26,6 +27,7 @@ pub mod advise;
 pub mod analyze;
 pub mod key_order;
 pub mod observed;
+mod pending;
 pub mod persist;
 pub mod recorded;
 pub mod sample;

@@ -12,6 +12,10 @@
 //!   by `ObservedStore` once per request (a get, a page, a batch), never
 //!   per entity; read as `tablesql_stat_partitions`.
 //!
+//! Each thread records into a slot of its own, folded in at the next
+//! second and before any read (`pending`), so that threads recording at
+//! once do not take one lock.
+//!
 //! What this process counted is its own; what other processes over the
 //! store counted (and this one before a restart) is read from the store
 //! (`persist`) and merged in when the statistics are read: counts are
@@ -28,6 +32,8 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::key_order::KeyOrder;
+use super::pending::Pending;
+use crate::striped::Striped;
 
 /// One partition's traffic since the last reset.
 #[derive(Debug, Clone, Default, Eq)]
@@ -68,20 +74,37 @@ impl PartitionTraffic {
         self
     }
 
-    fn add_read(&mut self, second: u64, n: u64) {
+    pub(super) fn add_read(&mut self, second: u64, n: u64) {
         let t = self.at(second);
         t.read += n;
         t.read_in_window += n;
         t.peak_read_per_s = t.peak_read_per_s.max(t.read_in_window);
     }
 
-    fn add_written(&mut self, second: u64, n: u64) {
+    pub(super) fn add_written(&mut self, second: u64, n: u64) {
         let t = self.at(second);
         t.written += n;
         t.written_in_window += n;
         t.peak_written_per_s = t.peak_written_per_s.max(t.written_in_window);
         t.writes += 1;
         t.writes_in_window += 1;
+        t.peak_writes_per_s = t.peak_writes_per_s.max(t.writes_in_window);
+    }
+
+    /// Takes in `d`, what one thread counted in `second` (`pending`): its
+    /// counts added to that second's as well as to the totals.
+    pub(super) fn fold(&mut self, second: u64, d: &PartitionTraffic) {
+        let t = self.at(second);
+        t.requests += d.requests;
+        t.conflicts += d.conflicts;
+        t.read += d.read;
+        t.read_in_window += d.read;
+        t.peak_read_per_s = t.peak_read_per_s.max(t.read_in_window);
+        t.written += d.written;
+        t.written_in_window += d.written;
+        t.peak_written_per_s = t.peak_written_per_s.max(t.written_in_window);
+        t.writes += d.writes;
+        t.writes_in_window += d.writes;
         t.peak_writes_per_s = t.peak_writes_per_s.max(t.writes_in_window);
     }
 }
@@ -218,7 +241,7 @@ pub struct StatementStats {
 }
 
 impl StatementStats {
-    fn add(&mut self, run: Run) {
+    pub(super) fn add(&mut self, run: Run) {
         self.min = if self.calls == 0 {
             run.elapsed
         } else {
@@ -278,14 +301,20 @@ pub const OTHER_PARTITIONS: &str = "(other partitions)";
 pub struct Workload {
     /// Where the one-second windows count from.
     origin: Instant,
-    /// This process's own (with what it took over from stopped ones).
+    /// This process's own (with what it took over from stopped ones),
+    /// but for what `pending` holds.
     inner: Mutex<Kept>,
+    /// What each thread counted and `inner` does not have yet.
+    pending: Striped<Mutex<Pending>>,
     /// Other processes', as last read from the store, merged.
     others: Mutex<Kept>,
     /// When `tablesql_stat_reset()` last ran here and was not yet stored.
     reset_at: Mutex<Option<DateTime<Utc>>>,
     /// `false`: nothing is kept (`EngineOptions::statistics`).
     enabled: bool,
+    /// The second a test sets, instead of the clock's.
+    #[cfg(test)]
+    fixed_second: Option<std::sync::atomic::AtomicU64>,
 }
 
 /// Statistics of one process, or several merged.
@@ -411,6 +440,9 @@ impl Default for Workload {
             inner: Mutex::new(Kept::empty(now)),
             others: Mutex::new(Kept::empty(now)),
             reset_at: Mutex::new(None),
+            pending: Striped::default(),
+            #[cfg(test)]
+            fixed_second: None,
         }
     }
 }
@@ -430,39 +462,13 @@ impl Workload {
     /// One request to `table` that read `counts` entities per partition
     /// (a partition with 0 still counts the request).
     pub fn read<'a>(&self, table: &str, counts: impl IntoIterator<Item = (&'a str, u64)>) {
-        let second = self.second();
-        self.with(table, |t| {
-            let mut all = 0;
-            for (pk, n) in counts {
-                if let Some(p) = traffic(&mut t.partitions, pk) {
-                    p.requests += 1;
-                    p.add_read(second, n);
-                    all += n;
-                }
-            }
-            t.totals.requests += 1;
-            t.totals.add_read(second, all);
-        });
+        self.record(|p, second| p.read(second, table, counts));
     }
 
     /// One batch of `n` writes to a partition of `table`; `conflict` when
     /// the store refused it for one.
     pub fn wrote(&self, table: &str, partition: &str, n: u64, conflict: bool) {
-        let second = self.second();
-        self.with(table, |t| {
-            let Some(p) = traffic(&mut t.partitions, partition) else {
-                return;
-            };
-            p.requests += 1;
-            t.totals.requests += 1;
-            if conflict {
-                p.conflicts += 1;
-                t.totals.conflicts += 1;
-            } else {
-                p.add_written(second, n);
-                t.totals.add_written(second, n);
-            }
-        });
+        self.record(|p, second| p.wrote(second, table, partition, n, conflict));
     }
 
     /// One run of the statement whose normalized text is `statement`.
@@ -470,33 +476,19 @@ impl Workload {
         if !self.enabled {
             return;
         }
-        let mut kept = self.lock();
-        kept.changes += 1;
         if let (Some(table), Some((first, last, n))) = (&run.table, &run.span) {
+            // A write is classed against the key range written before it,
+            // which slots counted apart would each see only part of: it
+            // goes straight into the one range.
+            let mut kept = lock(&self.inner);
+            kept.changes += 1;
             let t = match kept.tables.get_mut(table.as_ref()) {
                 Some(t) => t,
                 None => kept.tables.entry(table.to_string()).or_default(),
             };
             t.order.statement(first, last, *n);
         }
-        if let Some(s) = kept.statements.get_mut(statement) {
-            s.add(run);
-            return;
-        }
-        if kept.statements.len() >= MAX_STATEMENTS {
-            let least = kept
-                .statements
-                .iter()
-                .min_by_key(|(_, s)| s.calls)
-                .map(|(k, _)| k.clone());
-            if let Some(least) = least {
-                kept.statements.remove(&least);
-            }
-        }
-        kept.statements
-            .entry(statement.to_owned())
-            .or_default()
-            .add(run);
+        self.record(|p, second| p.ran(second, statement, run));
     }
 
     /// A run of `statement` that the store refused for a conflict.
@@ -504,19 +496,7 @@ impl Workload {
         if !self.enabled {
             return;
         }
-        let mut kept = self.lock();
-        kept.changes += 1;
-        let room = kept.statements.len() < MAX_STATEMENTS;
-        match kept.statements.get_mut(statement) {
-            Some(s) => s.conflicts += 1,
-            None if room => {
-                kept.statements
-                    .entry(statement.to_owned())
-                    .or_default()
-                    .conflicts += 1;
-            }
-            None => {}
-        }
+        self.record(|p, second| p.refused(second, statement));
     }
 
     /// Every statement's runs, by normalized text.
@@ -631,11 +611,42 @@ impl Workload {
     }
 
     fn second(&self) -> u64 {
+        #[cfg(test)]
+        if let Some(s) = &self.fixed_second {
+            return s.load(std::sync::atomic::Ordering::Relaxed);
+        }
         self.origin.elapsed().as_secs()
     }
 
+    /// Records into the calling thread's slot, after folding every slot
+    /// when it holds another second's counts (or is full).
+    fn record(&self, record: impl FnOnce(&mut Pending, u64)) {
+        let slot = self.pending.local();
+        loop {
+            let mut pending = lock(slot);
+            // Read under the slot's lock: see `pending`.
+            let second = self.second();
+            if pending.takes(second) {
+                return record(&mut pending, second);
+            }
+            drop(pending);
+            // Empties every slot; another thread that shares this one may
+            // fill it again first, with a later second, hence the loop.
+            drop(self.lock());
+        }
+    }
+
+    /// This process's own counts, every slot folded in.
     fn lock(&self) -> std::sync::MutexGuard<'_, Kept> {
-        lock(&self.inner)
+        let mut kept = lock(&self.inner);
+        // Every slot's lock at once (a recorder holds only its own, and
+        // never waits for `inner` while it does).
+        let mut slots: Vec<_> = self.pending.all().map(lock).collect();
+        slots.sort_by_key(|p| p.second());
+        for p in &mut slots {
+            p.fold_into(&mut kept);
+        }
+        kept
     }
 
     /// Each storage table's traffic, by name.
@@ -655,16 +666,6 @@ impl Workload {
             rows
         })
     }
-
-    /// Runs `record` on `table`'s traffic.
-    fn with(&self, table: &str, record: impl FnOnce(&mut TableTraffic)) {
-        let mut kept = self.lock();
-        kept.changes += 1;
-        match kept.tables.get_mut(table) {
-            Some(t) => record(t),
-            None => record(kept.tables.entry(table.to_owned()).or_default()),
-        }
-    }
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -675,7 +676,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The entry of `pk`, made on first use (no allocation when it exists;
 /// always `Some`), or the table's other partitions' past `MAX_PARTITIONS`.
-fn traffic<'a>(
+pub(super) fn traffic<'a>(
     t: &'a mut HashMap<String, PartitionTraffic>,
     pk: &str,
 ) -> Option<&'a mut PartitionTraffic> {
@@ -724,6 +725,104 @@ mod tests {
         assert_eq!(rows[1].traffic.requests, 1);
         w.reset();
         assert!(w.partitions().is_empty());
+    }
+
+    /// Statistics whose clock the test sets, at `second` to start.
+    fn at_second(second: u64) -> Workload {
+        Workload {
+            fixed_second: Some(std::sync::atomic::AtomicU64::new(second)),
+            ..Workload::default()
+        }
+    }
+
+    fn set_second(w: &Workload, second: u64) {
+        if let Some(s) = &w.fixed_second {
+            s.store(second, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Reads of partition `a` of table `T`, `n` entities each, on a thread
+    /// of its own (so in a slot of its own, mostly).
+    fn read_on_a_thread(w: &Workload, reads: u64, n: u64) {
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                for _ in 0..reads {
+                    w.read("T", [("a", n)]);
+                }
+            });
+        });
+    }
+
+    #[test]
+    fn a_seconds_peak_sums_what_every_thread_read_in_it() {
+        let w = at_second(0);
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..100 {
+                        w.read("T", [("a", 1)]);
+                    }
+                });
+            }
+        });
+        set_second(&w, 1);
+        read_on_a_thread(&w, 50, 1);
+        set_second(&w, 2);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| w.read("T", [("a", 10)]));
+            }
+        });
+        let a = &w.partitions()[0].traffic;
+        assert_eq!((a.read, a.requests, a.peak_read_per_s), (480, 453, 400));
+        let totals = &w.tables()[0].totals;
+        assert_eq!((totals.read, totals.peak_read_per_s), (480, 400));
+    }
+
+    #[test]
+    fn a_slot_of_an_earlier_second_folds_before_a_later_one() {
+        let w = at_second(0);
+        std::thread::scope(|s| {
+            // This thread takes its slot before the thread that reads in
+            // the earlier second, and reads in the later one: its slot
+            // comes first and holds the later second.
+            let (read, reads) = std::sync::mpsc::channel::<u64>();
+            let (answer, answered) = std::sync::mpsc::channel::<()>();
+            let w = &w;
+            s.spawn(move || {
+                for n in reads {
+                    w.read("T", [("a", n)]);
+                    let _ = answer.send(());
+                }
+            });
+            let on_first = |n| {
+                let _ = read.send(n);
+                let _ = answered.recv();
+            };
+            on_first(0);
+            assert_eq!(w.partitions()[0].traffic.requests, 1);
+            read_on_a_thread(w, 1, 3);
+            set_second(w, 1);
+            on_first(5);
+            assert_eq!(w.partitions()[0].traffic.peak_read_per_s, 5);
+        });
+        read_on_a_thread(&w, 1, 7);
+        let a = &w.partitions()[0].traffic;
+        assert_eq!((a.read, a.peak_read_per_s), (15, 12));
+    }
+
+    #[test]
+    fn writes_and_reads_of_one_second_share_its_window() {
+        let w = at_second(4);
+        w.wrote("T", "a", 5, false);
+        read_on_a_thread(&w, 2, 1);
+        w.wrote("T", "a", 1, true);
+        set_second(&w, 5);
+        w.wrote("T", "a", 2, false);
+        let a = &w.partitions()[0].traffic;
+        assert_eq!((a.written, a.writes, a.conflicts, a.requests), (7, 2, 1, 5));
+        assert_eq!((a.peak_written_per_s, a.peak_writes_per_s), (5, 1));
+        assert_eq!((a.read, a.peak_read_per_s), (2, 2));
     }
 
     #[test]
