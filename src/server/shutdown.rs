@@ -134,9 +134,32 @@ pub(super) async fn close_engine(engine: Engine) {
 mod tests {
     use std::sync::Arc;
 
+    use super::{Phase, Phases};
     use crate::server::{AuthMode, Server, ServerConfig};
     use crate::storage::{MemoryStore, TableStore};
     use crate::{Engine, EngineOptions};
+
+    #[test]
+    fn each_connection_hears_the_phase_and_ended_ones_are_let_go() {
+        let phases = Phases::default();
+        let open = phases.subscribe();
+        drop(phases.subscribe());
+        phases.send(Phase::Draining);
+        assert_eq!(*open.borrow(), Phase::Draining);
+        // One that comes after the change starts at it.
+        let late = phases.subscribe();
+        assert_eq!(*late.borrow(), Phase::Draining);
+        assert_eq!(
+            phases.lock().1.len(),
+            2,
+            "the ended one's channel is dropped"
+        );
+        phases.send(Phase::Terminating);
+        assert_eq!(
+            (*open.borrow(), *late.borrow()),
+            (Phase::Terminating, Phase::Terminating)
+        );
+    }
 
     /// Nothing the server installed keeps the engine's tables, and with
     /// them its store, alive once it has stopped: `pg_catalog`'s providers

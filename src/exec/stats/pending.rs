@@ -16,6 +16,8 @@
 //! fold's second, and what is counted after it no earlier; the statistics'
 //! window never has to go back to a second it has left.
 
+use std::ops::DerefMut;
+
 use foldhash::HashMap;
 
 use super::workload::{Kept, MAX_STATEMENTS, Run, StatementStats, TableTraffic, traffic};
@@ -41,11 +43,6 @@ impl Pending {
     /// is held is of the same second and leaves room.
     pub(super) fn takes(&self, second: u64) -> bool {
         self.entries == 0 || (self.second == second && self.entries < MOST)
-    }
-
-    /// The second of what is held.
-    pub(super) fn second(&self) -> u64 {
-        self.second
     }
 
     /// One request to `table` that read `counts` entities per partition.
@@ -150,7 +147,7 @@ impl Pending {
             t.totals.fold(second, &held.totals);
         }
         for (q, s) in self.statements.drain() {
-            fold_statement(kept, q, &s);
+            fold_statement(kept, q, s);
         }
         self.entries = 0;
     }
@@ -159,9 +156,9 @@ impl Pending {
 /// Takes in one slot's runs of `q`. A statement not kept takes the place
 /// of the least called when the statistics are full, as a run recorded
 /// directly did; one that only had conflicts does not.
-fn fold_statement(kept: &mut Kept, q: String, s: &StatementStats) {
+fn fold_statement(kept: &mut Kept, q: String, s: StatementStats) {
     if let Some(mine) = kept.statements.get_mut(&q) {
-        mine.merge(s);
+        mine.merge(&s);
         return;
     }
     if kept.statements.len() >= MAX_STATEMENTS {
@@ -177,5 +174,86 @@ fn fold_statement(kept: &mut Kept, q: String, s: &StatementStats) {
             kept.statements.remove(&least);
         }
     }
-    kept.statements.insert(q, s.clone());
+    kept.statements.insert(q, s);
+}
+
+/// Moves every slot's counts into `kept`, the slots of earlier seconds
+/// first; the caller holds all of them (see the module doc).
+pub(super) fn fold_all<P: DerefMut<Target = Pending>>(kept: &mut Kept, slots: &mut [P]) {
+    slots.sort_by_key(|p| p.second);
+    for p in slots {
+        p.fold_into(kept);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chrono::Utc;
+
+    use super::*;
+    use crate::exec::stats::workload::PartitionTraffic;
+
+    fn read(second: u64, pk: &str, n: u64) -> Pending {
+        let mut p = Pending::default();
+        p.read(second, "T", [(pk, n)]);
+        p
+    }
+
+    fn partition(kept: &Kept, pk: &str) -> PartitionTraffic {
+        kept.tables
+            .get("T")
+            .and_then(|t| t.partitions.get(pk))
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn slots_fold_in_order_of_second_whatever_their_order() {
+        let mut kept = Kept::empty(Utc::now());
+        // The later second's slot first, as a slot of a lower index would be.
+        fold_all(&mut kept, &mut [&mut read(1, "a", 5), &mut read(0, "a", 3)]);
+        fold_all(&mut kept, &mut [&mut read(1, "a", 7)]);
+        let a = partition(&kept, "a");
+        assert_eq!((a.read, a.peak_read_per_s), (15, 12));
+    }
+
+    #[test]
+    fn a_full_slot_folds_within_its_second_and_the_peak_stays_whole() {
+        let mut kept = Kept::empty(Utc::now());
+        let mut slot = Pending::default();
+        let names: Vec<String> = (0..MOST + 10).map(|i| format!("p{i}")).collect();
+        for name in &names {
+            if !slot.takes(0) {
+                fold_all(&mut kept, &mut [&mut slot]);
+            }
+            slot.read(0, "T", [(name.as_str(), 1)]);
+        }
+        assert!(slot.takes(0), "the slot was folded on the way");
+        fold_all(&mut kept, &mut [&mut slot]);
+        let totals = kept.tables.get("T").map(|t| t.totals.clone());
+        let totals = totals.unwrap_or_default();
+        let all = names.len() as u64;
+        assert_eq!((totals.read, totals.peak_read_per_s), (all, all));
+        let partitions = kept.tables.get("T").map(|t| t.partitions.len());
+        assert_eq!(partitions, Some(names.len()));
+    }
+
+    #[test]
+    fn a_refusal_of_a_new_statement_is_dropped_when_the_statistics_are_full() {
+        let mut kept = Kept::empty(Utc::now());
+        let mut slot = Pending::default();
+        for i in 0..MAX_STATEMENTS {
+            slot.ran(0, &format!("s{i}"), Run::default());
+            if !slot.takes(0) {
+                fold_all(&mut kept, &mut [&mut slot]);
+            }
+        }
+        fold_all(&mut kept, &mut [&mut slot]);
+        slot.refused(0, "refused");
+        slot.ran(0, "ran", Run::default());
+        fold_all(&mut kept, &mut [&mut slot]);
+        assert_eq!(kept.statements.len(), MAX_STATEMENTS);
+        assert!(!kept.statements.contains_key("refused"));
+        assert!(kept.statements.contains_key("ran"));
+    }
 }

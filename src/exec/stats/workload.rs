@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use super::key_order::KeyOrder;
-use super::pending::Pending;
+use super::pending::{Pending, fold_all};
 use crate::striped::Striped;
 
 /// One partition's traffic since the last reset.
@@ -232,7 +232,8 @@ pub struct StatementStats {
     /// Runs that failed because the store refused a write for a conflict
     /// (409, 412); not counted in `calls`.
     pub conflicts: u64,
-    /// The access path of the last run.
+    /// The access path of the last run (of runs on several threads within
+    /// one second, one of theirs).
     pub path: Cow<'static, str>,
     /// The storage table the last run read whole entities of, if it did.
     pub whole: Option<String>,
@@ -630,10 +631,15 @@ impl Workload {
                 return record(&mut pending, second);
             }
             drop(pending);
-            // Empties every slot; another thread that shares this one may
-            // fill it again first, with a later second, hence the loop.
-            drop(self.lock());
+            self.fold();
         }
+    }
+
+    /// Empties every slot into this process's counts. Another thread that
+    /// shares the caller's slot may fill it again first, with a later
+    /// second: `record` loops.
+    fn fold(&self) {
+        drop(self.lock());
     }
 
     /// This process's own counts, every slot folded in.
@@ -642,10 +648,8 @@ impl Workload {
         // Every slot's lock at once (a recorder holds only its own, and
         // never waits for `inner` while it does).
         let mut slots: Vec<_> = self.pending.all().map(lock).collect();
-        slots.sort_by_key(|p| p.second());
-        for p in &mut slots {
-            p.fold_into(&mut kept);
-        }
+        fold_all(&mut kept, &mut slots);
+        drop(slots);
         kept
     }
 
