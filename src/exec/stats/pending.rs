@@ -52,25 +52,18 @@ impl Pending {
         table: &str,
         counts: impl IntoIterator<Item = (&'a str, u64)>,
     ) {
-        self.second = second;
-        let tables = self.tables.len();
-        let t = match self.tables.get_mut(table) {
-            Some(t) => t,
-            None => self.tables.entry(table.to_owned()).or_default(),
-        };
-        let partitions = t.partitions.len();
-        let mut all = 0;
-        for (pk, n) in counts {
-            if let Some(p) = traffic(&mut t.partitions, pk) {
-                p.requests += 1;
-                p.add_read(second, n);
-                all += n;
+        self.table(second, table, |t| {
+            let mut all = 0;
+            for (pk, n) in counts {
+                if let Some(p) = traffic(&mut t.partitions, pk) {
+                    p.requests += 1;
+                    p.add_read(second, n);
+                    all += n;
+                }
             }
-        }
-        t.totals.requests += 1;
-        t.totals.add_read(second, all);
-        let made = t.partitions.len() - partitions;
-        self.entries += made + (self.tables.len() - tables);
+            t.totals.requests += 1;
+            t.totals.add_read(second, all);
+        });
     }
 
     /// One batch of `n` writes to `partition` of `table`, or its conflict.
@@ -82,14 +75,10 @@ impl Pending {
         n: u64,
         conflict: bool,
     ) {
-        self.second = second;
-        let tables = self.tables.len();
-        let t = match self.tables.get_mut(table) {
-            Some(t) => t,
-            None => self.tables.entry(table.to_owned()).or_default(),
-        };
-        let partitions = t.partitions.len();
-        if let Some(p) = traffic(&mut t.partitions, partition) {
+        self.table(second, table, |t| {
+            let Some(p) = traffic(&mut t.partitions, partition) else {
+                return;
+            };
             p.requests += 1;
             t.totals.requests += 1;
             if conflict {
@@ -99,7 +88,20 @@ impl Pending {
                 p.add_written(second, n);
                 t.totals.add_written(second, n);
             }
-        }
+        });
+    }
+
+    /// Runs `record` on `table`'s counts of `second`, counting the table
+    /// and the partitions it makes towards `MOST`.
+    fn table(&mut self, second: u64, table: &str, record: impl FnOnce(&mut TableTraffic)) {
+        self.second = second;
+        let tables = self.tables.len();
+        let t = match self.tables.get_mut(table) {
+            Some(t) => t,
+            None => self.tables.entry(table.to_owned()).or_default(),
+        };
+        let partitions = t.partitions.len();
+        record(t);
         let made = t.partitions.len() - partitions;
         self.entries += made + (self.tables.len() - tables);
     }
