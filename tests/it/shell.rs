@@ -355,22 +355,33 @@ impl Terminal {
 
     /// Clears the screen (Ctrl-L at the prompt), so later checks see only
     /// what comes next.
+    ///
+    /// Ctrl-L is sent again each second until the screen clears: a key that
+    /// arrives while the line editor starts its prompt is read as the
+    /// terminal's answer to the editor's cursor query and dropped
+    /// (rustyline's `move_cursor_at_leftmost`). The wider that window on a
+    /// loaded machine, the likelier: a CI run failed so with one Ctrl-L.
     fn clear(&self) -> TestResult {
-        self.keys(&["C-l"])?;
         let start = Instant::now();
-        while self
-            .screen()?
-            .lines()
-            .filter(|l| !l.trim().is_empty())
-            .count()
-            > 1
-        {
-            if start.elapsed() > Duration::from_secs(5) {
+        let mut sent = None;
+        loop {
+            let lines = self
+                .screen()?
+                .lines()
+                .filter(|l| !l.trim().is_empty())
+                .count();
+            if lines <= 1 {
+                return Ok(());
+            }
+            if start.elapsed() > Duration::from_secs(10) {
                 return Err("the screen did not clear".into());
+            }
+            if sent.is_none_or(|at: Instant| at.elapsed() > Duration::from_secs(1)) {
+                self.keys(&["C-l"])?;
+                sent = Some(Instant::now());
             }
             std::thread::sleep(Duration::from_millis(50));
         }
-        Ok(())
     }
 
     fn alive(&self) -> bool {
