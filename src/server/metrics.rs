@@ -36,6 +36,7 @@ pub struct Metrics {
     connections: Counter,
     active: Gauge,
     moved: Counter,
+    refused: Family<Label, Counter>,
     statements: Statements,
     errors: Family<Label, Counter>,
     sqlstates: Mutex<HashSet<String>>,
@@ -50,12 +51,13 @@ impl Metrics {
         let connections = Counter::default();
         let active = Gauge::default();
         let moved = Counter::default();
+        let refused = Family::<Label, Counter>::default();
         let statements = Statements::default();
         let errors = Family::<Label, Counter>::default();
         let duration = Durations::default();
         registry.register(
             "tablesql_connections",
-            "Client connections accepted",
+            "Client connections admitted (under max_connections)",
             connections.clone(),
         );
         registry.register(
@@ -67,6 +69,12 @@ impl Metrics {
             "tablesql_connections_moved",
             "Connections moved to the runtime of the CPU their client sends from",
             moved.clone(),
+        );
+        registry.register(
+            "tablesql_connections_refused",
+            "Client connections refused, by reason: full (past max_connections: told 53300, or their \
+             cancel request served), flood (past as many refusals again: closed unread)",
+            refused.clone(),
         );
         registry.register(
             "tablesql_statements",
@@ -92,6 +100,7 @@ impl Metrics {
             connections,
             active,
             moved,
+            refused,
             statements,
             errors,
             sqlstates: Mutex::new(HashSet::new()),
@@ -117,6 +126,17 @@ impl Metrics {
 
     pub(super) fn connection_moved(&self) {
         self.moved.inc();
+    }
+
+    /// A connection was refused; it counts in no other connection metric.
+    pub(super) fn connection_refused(&self, why: Refusal) {
+        let reason = match why {
+            Refusal::Full => "full",
+            Refusal::Flood => "flood",
+        };
+        self.refused
+            .get_or_create(&[("reason", reason.to_owned())])
+            .inc();
     }
 
     /// A statement completed, as its command tag names it.
@@ -157,6 +177,15 @@ impl Metrics {
         let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         local.nanos.fetch_add(nanos, Ordering::Relaxed);
     }
+}
+
+/// Why a connection was refused (`tablesql_connections_refused`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Refusal {
+    /// Past `max_connections`: its startup message answered 53300.
+    Full,
+    /// Past the refusals' own bound too: closed before anything is read.
+    Flood,
 }
 
 /// Statements completed, by kind (`KINDS`), counted by thread

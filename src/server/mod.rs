@@ -56,6 +56,7 @@ pub use auth::{AuthMode, Users};
 use cancel::Registry;
 use cores::Cores;
 pub use metrics::Metrics;
+use metrics::Refusal;
 pub use metrics_http::serve_metrics;
 use plan::Runner;
 use session::Session;
@@ -331,6 +332,7 @@ impl Server {
             let id = next_id;
             let probe = cancel::Probe::of(&socket);
             let Some((admission, place)) = shared.admit(probe) else {
+                shared.metrics.connection_refused(Refusal::Flood);
                 tracing::debug!(connection = id, %peer, "closed unread: too many refused already");
                 continue;
             };
@@ -356,8 +358,15 @@ impl Server {
                         return;
                     }
                 };
-                metrics.connection_opened();
-                tracing::debug!(connection = id, %peer, "connection opened");
+                // A refused connection is no client's session: it counts
+                // apart, and leaves the open connections' gauge alone.
+                let admitted = matches!(admission, Admission::Admitted(_));
+                if admitted {
+                    metrics.connection_opened();
+                } else {
+                    metrics.connection_refused(Refusal::Full);
+                }
+                tracing::debug!(connection = id, %peer, admitted, "connection opened");
                 let context = connection::Context {
                     id,
                     peer,
@@ -369,7 +378,9 @@ impl Server {
                 if let Err(e) = connection::serve(context, socket, tls, admission).await {
                     tracing::info!(connection = id, %peer, error = %e, "connection failed");
                 }
-                metrics.connection_closed();
+                if admitted {
+                    metrics.connection_closed();
+                }
             }, core);
         }
         drop(listener);

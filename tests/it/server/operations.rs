@@ -582,6 +582,68 @@ async fn metrics_count_the_workload() -> TestResult {
     Ok(())
 }
 
+/// Connections refused past `--max-connections` count apart from the
+/// admitted ones: `tablesql_connections_refused_total` by reason (`full`:
+/// told 53300; `flood`: past as many refusals again, closed unread), and
+/// neither in `tablesql_connections_total` nor in the open connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refused_connections_count_apart_from_the_admitted() -> TestResult {
+    let (dir, store) = demo_store()?;
+    let server = Proc::start(
+        &mut serve_cmd(
+            &store,
+            &[
+                "--max-connections",
+                "1",
+                "--metrics-listen",
+                "127.0.0.1:0",
+                "--stats-flush-interval",
+                "0",
+            ],
+        ),
+        dir.path(),
+        true,
+    )?;
+    let url = server.metrics.clone().ok_or("no metrics address")?;
+    let (client, _conn) = server.connect().await?;
+    let refused = server
+        .connect()
+        .await
+        .err()
+        .ok_or("a second connection got in")?;
+    assert_eq!(code(&refused), "53300", "{refused:?}");
+    // Its refusal's place is given back a moment after the client read
+    // the 53300. Then one silent connection takes it (and waits for a
+    // startup message) and the next is closed unread.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let _silent = tokio::net::TcpStream::connect(server.addr).await?;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let _flood = tokio::net::TcpStream::connect(server.addr).await?;
+    let full = "tablesql_connections_refused_total{reason=\"full\"}";
+    let flood = "tablesql_connections_refused_total{reason=\"flood\"}";
+    let mut scrape = String::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while Instant::now() < deadline {
+        scrape = http_get(&url)?.1;
+        if sample(&scrape, full) == 2.0 && sample(&scrape, flood) == 1.0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let expect = [
+        (full, 2.0),
+        (flood, 1.0),
+        ("tablesql_connections_total", 1.0),
+        ("tablesql_connections_active", 1.0),
+    ];
+    for (series, n) in expect {
+        assert_eq!(sample(&scrape, series), n, "{series} in:\n{scrape}");
+    }
+    let one: i32 = client.query_one("SELECT 1::INT", &[]).await?.get(0);
+    assert_eq!(one, 1);
+    Ok(())
+}
+
 /// A connection follows its client's thread to the other CPU's runtime
 /// (`server/cores.rs`): moved between round trips, never inside a
 /// transaction block, with its prepared statement and settings intact, and
