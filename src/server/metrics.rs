@@ -36,7 +36,10 @@ pub struct Metrics {
     connections: Counter,
     active: Gauge,
     moved: Counter,
-    refused: Family<Label, Counter>,
+    /// `tablesql_connections_refused{reason="full"}` and `{reason="flood"}`,
+    /// made at start so that both series exist before the first refusal.
+    refused_full: Counter,
+    refused_flood: Counter,
     statements: Statements,
     errors: Family<Label, Counter>,
     sqlstates: Mutex<HashSet<String>>,
@@ -52,6 +55,12 @@ impl Metrics {
         let active = Gauge::default();
         let moved = Counter::default();
         let refused = Family::<Label, Counter>::default();
+        let refused_full = refused
+            .get_or_create(&[("reason", "full".to_owned())])
+            .clone();
+        let refused_flood = refused
+            .get_or_create(&[("reason", "flood".to_owned())])
+            .clone();
         let statements = Statements::default();
         let errors = Family::<Label, Counter>::default();
         let duration = Durations::default();
@@ -72,9 +81,10 @@ impl Metrics {
         );
         registry.register(
             "tablesql_connections_refused",
-            "Client connections refused, by reason: full (past max_connections: told 53300, or their \
-             cancel request served), flood (past as many refusals again: closed unread)",
-            refused.clone(),
+            "Client connections refused, by reason: full (past max_connections: given 5 s to be told \
+             53300, or to have a cancel request served), flood (past max_connections while as many \
+             refusals are pending: closed unread)",
+            refused,
         );
         registry.register(
             "tablesql_statements",
@@ -100,7 +110,8 @@ impl Metrics {
             connections,
             active,
             moved,
-            refused,
+            refused_full,
+            refused_flood,
             statements,
             errors,
             sqlstates: Mutex::new(HashSet::new()),
@@ -115,13 +126,12 @@ impl Metrics {
         Ok(out)
     }
 
-    pub(super) fn connection_opened(&self) {
+    /// An admitted connection opened: counted open until the guard is
+    /// dropped, also when its task panics.
+    pub(super) fn connection_opened(&self) -> Open {
         self.connections.inc();
         self.active.inc();
-    }
-
-    pub(super) fn connection_closed(&self) {
-        self.active.dec();
+        Open(self.active.clone())
     }
 
     pub(super) fn connection_moved(&self) {
@@ -130,13 +140,11 @@ impl Metrics {
 
     /// A connection was refused; it counts in no other connection metric.
     pub(super) fn connection_refused(&self, why: Refusal) {
-        let reason = match why {
-            Refusal::Full => "full",
-            Refusal::Flood => "flood",
+        let counter = match why {
+            Refusal::Full => &self.refused_full,
+            Refusal::Flood => &self.refused_flood,
         };
-        self.refused
-            .get_or_create(&[("reason", reason.to_owned())])
-            .inc();
+        counter.inc();
     }
 
     /// A statement completed, as its command tag names it.
@@ -179,12 +187,25 @@ impl Metrics {
     }
 }
 
-/// Why a connection was refused (`tablesql_connections_refused`).
+/// An admitted connection counted in `tablesql_connections_active`.
+pub(super) struct Open(Gauge);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// Why a connection was refused (`tablesql_connections_refused`),
+/// counted when it is accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Refusal {
-    /// Past `max_connections`: its startup message answered 53300.
+    /// Past `max_connections`: given 5 s to send its startup message, which
+    /// is answered 53300 (a cancel request is served, as PostgreSQL does
+    /// when full; under the cap one counts as an admitted connection).
     Full,
-    /// Past the refusals' own bound too: closed before anything is read.
+    /// Past `max_connections` while as many refusals are pending: closed
+    /// before anything is read.
     Flood,
 }
 

@@ -361,11 +361,12 @@ impl Server {
                 // A refused connection is no client's session: it counts
                 // apart, and leaves the open connections' gauge alone.
                 let admitted = matches!(admission, Admission::Admitted(_));
-                if admitted {
-                    metrics.connection_opened();
+                let _open = if admitted {
+                    Some(metrics.connection_opened())
                 } else {
                     metrics.connection_refused(Refusal::Full);
-                }
+                    None
+                };
                 tracing::debug!(connection = id, %peer, admitted, "connection opened");
                 let context = connection::Context {
                     id,
@@ -377,9 +378,6 @@ impl Server {
                 };
                 if let Err(e) = connection::serve(context, socket, tls, admission).await {
                     tracing::info!(connection = id, %peer, error = %e, "connection failed");
-                }
-                if admitted {
-                    metrics.connection_closed();
                 }
             }, core);
         }

@@ -612,27 +612,49 @@ async fn refused_connections_count_apart_from_the_admitted() -> TestResult {
         .err()
         .ok_or("a second connection got in")?;
     assert_eq!(code(&refused), "53300", "{refused:?}");
-    // Its refusal's place is given back a moment after the client read
-    // the 53300. Then one silent connection takes it (and waits for a
-    // startup message) and the next is closed unread.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let _silent = tokio::net::TcpStream::connect(server.addr).await?;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let _flood = tokio::net::TcpStream::connect(server.addr).await?;
     let full = "tablesql_connections_refused_total{reason=\"full\"}";
     let flood = "tablesql_connections_refused_total{reason=\"flood\"}";
-    let mut scrape = String::new();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while Instant::now() < deadline {
-        scrape = http_get(&url)?.1;
-        if sample(&scrape, full) == 2.0 && sample(&scrape, flood) == 1.0 {
+    // The refusals counted, once they add up to `total` (each is counted
+    // a moment after its connection is accepted).
+    let counted = |total: f64| {
+        let url = url.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            loop {
+                let scrape = http_get(&url)?.1;
+                let (f, g) = (sample(&scrape, full), sample(&scrape, flood));
+                if f + g == total || Instant::now() > deadline {
+                    return Ok::<_, Box<dyn std::error::Error>>((f, g, scrape));
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let (_, _, scrape) = counted(1.0).await?;
+    assert_eq!(sample(&scrape, full), 1.0, "{scrape}");
+    // The 53300's place is given back a moment after its client read it.
+    // Until then a silent connection is closed unread (a flood); the first
+    // one that is not takes the place, and waits 5 s for a startup message.
+    let mut silent = None;
+    let mut refusals = 1.0;
+    for _ in 0..20 {
+        let socket = tokio::net::TcpStream::connect(server.addr).await?;
+        refusals += 1.0;
+        let (f, _, scrape) = counted(refusals).await?;
+        if f == 2.0 {
+            silent = Some(socket);
             break;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(f, 1.0, "{scrape}");
     }
+    let _silent = silent.ok_or("no silent connection was kept past the cap")?;
+    // While it waits, the next is a flood.
+    let _one_more = tokio::net::TcpStream::connect(server.addr).await?;
+    let (_, _, scrape) = counted(refusals + 1.0).await?;
+    let floods = refusals + 1.0 - 2.0;
     let expect = [
         (full, 2.0),
-        (flood, 1.0),
+        (flood, floods),
         ("tablesql_connections_total", 1.0),
         ("tablesql_connections_active", 1.0),
     ];
