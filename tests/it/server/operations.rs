@@ -124,6 +124,20 @@ fn serve_cmd(store: &Path, args: &[&str]) -> Command {
     cmd
 }
 
+/// A server over a copy of the 1,000-row demo store with `args` and its
+/// metrics on a free port; the directory (kept as long as the server), the
+/// server and its metrics' URL.
+fn with_metrics(
+    args: &[&str],
+) -> Result<(tempfile::TempDir, Proc, String), Box<dyn std::error::Error>> {
+    let (dir, store) = demo_store()?;
+    let mut cmd = serve_cmd(&store, &["--metrics-listen", "127.0.0.1:0"]);
+    cmd.args(args);
+    let server = Proc::start(&mut cmd, dir.path(), true)?;
+    let url = server.metrics.clone().ok_or("no metrics address")?;
+    Ok((dir, server, url))
+}
+
 /// `tablesql query` over the store, as CSV.
 fn query(store: &Path, sql: &str) -> Result<String, String> {
     let out = tablesql()
@@ -429,22 +443,8 @@ fn sample(scrape: &str, series: &str) -> f64 {
 /// caused; and many distinct tables and statements add no label.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_count_the_workload() -> TestResult {
-    let (dir, store) = demo_store()?;
-    let server = Proc::start(
-        &mut serve_cmd(
-            &store,
-            // No statistics flushed meanwhile: its requests would count too.
-            &[
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--stats-flush-interval",
-                "0",
-            ],
-        ),
-        dir.path(),
-        true,
-    )?;
-    let url = server.metrics.clone().ok_or("no metrics address")?;
+    // No statistics flushed meanwhile: its requests would count too.
+    let (_dir, server, url) = with_metrics(&["--stats-flush-interval", "0"])?;
     let (status, before) = http_get(&url)?;
     assert!(status.contains("200"), "{status}");
     assert_eq!(
@@ -588,23 +588,8 @@ async fn metrics_count_the_workload() -> TestResult {
 /// neither in `tablesql_connections_total` nor in the open connections.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refused_connections_count_apart_from_the_admitted() -> TestResult {
-    let (dir, store) = demo_store()?;
-    let server = Proc::start(
-        &mut serve_cmd(
-            &store,
-            &[
-                "--max-connections",
-                "1",
-                "--metrics-listen",
-                "127.0.0.1:0",
-                "--stats-flush-interval",
-                "0",
-            ],
-        ),
-        dir.path(),
-        true,
-    )?;
-    let url = server.metrics.clone().ok_or("no metrics address")?;
+    let (_dir, server, url) =
+        with_metrics(&["--max-connections", "1", "--stats-flush-interval", "0"])?;
     let (client, _conn) = server.connect().await?;
     let refused = server
         .connect()
@@ -677,13 +662,7 @@ fn a_connection_moves_with_its_client_between_cpus_and_keeps_its_session() -> Te
         eprintln!("one CPU: a connection has nowhere to move");
         return Ok(());
     }
-    let (dir, store) = demo_store()?;
-    let server = Proc::start(
-        &mut serve_cmd(&store, &["--metrics-listen", "127.0.0.1:0"]),
-        dir.path(),
-        true,
-    )?;
-    let url = server.metrics.clone().ok_or("no metrics address")?;
+    let (_dir, server, url) = with_metrics(&[])?;
     let moved = move || -> Result<f64, Box<dyn std::error::Error>> {
         Ok(sample(
             &http_get(&url)?.1,
