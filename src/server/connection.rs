@@ -30,8 +30,8 @@ use super::cores::Seat;
 use super::frames::Violation;
 use super::metrics::Metrics;
 use super::plan::Stmt;
-use super::shutdown::{Phase, reached, terminated};
-use super::sqlstate::TOO_MANY_CONNECTIONS;
+use super::shutdown::{LAST_WORDS, Phase, reached, terminated};
+use super::sqlstate::{CANNOT_CONNECT_NOW, TOO_MANY_CONNECTIONS};
 use super::stream::Guarded;
 use super::tap::Tap;
 use super::timing::Timing;
@@ -120,19 +120,24 @@ type Socket = Framed<
 >;
 
 async fn run(
-    mut context: Context,
+    context: Context,
     tcp: TcpStream,
     tls: Option<TlsAcceptor>,
     admission: Admission,
 ) -> io::Result<()> {
     let deadline = tokio::time::sleep(match admission {
         Admission::Admitted(_) => STARTUP,
-        Admission::Full(_) => TURN_AWAY,
+        Admission::Full(_) | Admission::ShuttingDown(_) => TURN_AWAY,
     });
     tokio::pin!(deadline);
+    // A stopping server still reads the first message of a connection
+    // it accepted, so that it can say why it ends it (`answer`, 57P01),
+    // as it would not if it closed it unread; only past the bound is it
+    // closed as it is.
+    let mut hard_stop = context.stop.clone();
     let negotiated = tokio::select! {
         _ = &mut deadline => return Ok(()),
-        () = reached(&mut context.stop, Phase::Draining) => return Ok(()),
+        () = reached(&mut hard_stop, Phase::Terminating) => return Ok(()),
         socket = negotiate_tls::<Stmt>(tcp, tls) => socket?,
     };
     // A client that asked for TLS directly from a server without it.
@@ -156,11 +161,21 @@ async fn run(
     let handlers = match admission {
         Admission::Admitted(handlers) => handlers,
         Admission::Full(registry) => {
-            let mut hard_stop = context.stop.clone();
             let served = tokio::select! {
-                r = turn_away(&mut socket, deadline, registry, &mut context.stop) => r,
+                r = turn_away(&mut socket, deadline, registry, Refusal::Full, &context.metrics) => r,
                 () = reached(&mut hard_stop, Phase::Terminating) => say_terminated(&mut socket).await,
             };
+            return close(socket, &context, served).await;
+        }
+        Admission::ShuttingDown(registry) => {
+            let served = turn_away(
+                &mut socket,
+                deadline,
+                registry,
+                Refusal::ShuttingDown,
+                &context.metrics,
+            )
+            .await;
             return close(socket, &context, served).await;
         }
     };
@@ -284,51 +299,74 @@ impl Moving {
     }
 }
 
-/// Sends what the last message answered (a FATAL error) and logs the end;
+/// Sends what the last message answered (a FATAL error) so that the
+/// client reads it before the end (`Guarded::finish`), and logs the end;
 /// the client may be gone, or not reading.
 async fn close(mut socket: Socket, context: &Context, served: io::Result<()>) -> io::Result<()> {
     socket.get_mut().release(true);
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), socket.flush()).await;
+    let finish = async {
+        socket.flush().await?;
+        socket.get_mut().finish().await
+    };
+    let _ = tokio::time::timeout(LAST_WORDS, finish).await;
     let user = socket.metadata().get("user").cloned().unwrap_or_default();
     tracing::debug!(connection = context.id, peer = %context.peer, user, "connection closed");
     served
 }
 
-/// Tells the client the server ends its connection (57P01); the caller closes it.
+/// Tells the client the server ends its connection (57P01); the caller
+/// closes it (`close`, which sees that the client reads it).
 async fn say_terminated(socket: &mut Socket) -> io::Result<()> {
     socket.get_mut().release(true);
     let send = socket.send(PgWireBackendMessage::ErrorResponse(terminated().into()));
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), send).await;
+    let _ = tokio::time::timeout(LAST_WORDS, send).await;
     Ok(())
 }
 
-/// A connection past `max_connections`: its startup message is answered
-/// with PostgreSQL's words (53300), which clients and poolers know, and a
-/// cancel request is served; nothing else is read.
+/// Why a connection is refused at startup.
+#[derive(Debug, Clone, Copy)]
+enum Refusal {
+    /// Past `max_connections`.
+    Full,
+    /// Accepted while the server stops.
+    ShuttingDown,
+}
+
+impl Refusal {
+    /// PostgreSQL's words, which clients and poolers know.
+    fn error(self) -> ErrorInfo {
+        let (code, message) = match self {
+            Refusal::Full => (TOO_MANY_CONNECTIONS, "sorry, too many clients already"),
+            Refusal::ShuttingDown => (CANNOT_CONNECT_NOW, "the database system is shutting down"),
+        };
+        ErrorInfo::new("FATAL".to_owned(), code.to_owned(), message.to_owned())
+    }
+}
+
+/// A connection refused at startup: its startup message is answered with
+/// the refusal (53300 when full, 57P03 while the server stops), and a
+/// cancel request is served (a client may cancel its statement while the
+/// server waits for it to finish); nothing else is read.
 async fn turn_away(
     socket: &mut Socket,
     deadline: Pin<&mut tokio::time::Sleep>,
     registry: Arc<Registry>,
-    stop: &mut watch::Receiver<Phase>,
+    refusal: Refusal,
+    metrics: &Metrics,
 ) -> io::Result<()> {
     let next = tokio::select! {
         _ = deadline => return Ok(()),
-        () = reached(stop, Phase::Draining) => return Ok(()),
         m = socket.next() => m,
     };
     match next {
         Some(Ok(PgWireFrontendMessage::CancelRequest(cancel))) => {
             registry.on_cancel_request(cancel).await;
+            metrics.cancel_served();
         }
         Some(Ok(PgWireFrontendMessage::Startup(_))) => {
-            let refusal = ErrorInfo::new(
-                "FATAL".to_owned(),
-                TOO_MANY_CONNECTIONS.to_owned(),
-                "sorry, too many clients already".to_owned(),
-            );
             socket.get_mut().release(true);
-            let send = socket.send(PgWireBackendMessage::ErrorResponse(refusal.into()));
-            let _ = tokio::time::timeout(Duration::from_secs(5), send).await;
+            let send = socket.send(PgWireBackendMessage::ErrorResponse(refusal.error().into()));
+            let _ = tokio::time::timeout(LAST_WORDS, send).await;
         }
         _ => {}
     }
@@ -357,6 +395,8 @@ async fn answer(
     // may end the connection without cutting a statement short.
     let mut at_rest = true;
     let mut in_exchange = false;
+    // The statement running: timed, and counted running until it ends.
+    let mut statement = None;
     // Made once: each one made anew registers with the server's shared
     // watch, a lock and a waiter list that every connection's every
     // message would contend for.
@@ -415,7 +455,9 @@ async fn answer(
             PgWireConnectionState::CopyInProgress(extended) => extended,
             _ => message.is_extended_query(),
         };
-        let timed = timing.message(&message);
+        if let Some(timed) = timing.message(&message) {
+            statement = Some((timed, context.metrics.statement_started()));
+        }
         // An extended-protocol exchange lasts until its Sync.
         match message {
             PgWireFrontendMessage::Sync(_) => in_exchange = false,
@@ -459,7 +501,9 @@ async fn answer(
         if round_trip {
             send_held(socket).await?;
         }
-        if let Some(timed) = timed {
+        // A COPY FROM STDIN runs until its data ends.
+        let copying = matches!(socket.state(), PgWireConnectionState::CopyInProgress(_));
+        if !copying && let Some((timed, _running)) = statement.take() {
             let took = timed.done(context.id, context.slow, simple.runner());
             context.metrics.statement_took(took);
         }
@@ -473,6 +517,7 @@ async fn answer(
         socket.set_transaction_status(simple.wire_status());
         // A cancel request is all its connection carries.
         if cancel_request {
+            context.metrics.cancel_served();
             return Ok(None);
         }
         // Logged in: messages may now be long.
@@ -504,6 +549,6 @@ async fn refuse(socket: &mut Socket, violation: &Violation) -> io::Result<()> {
     // The client may be gone, or not reading; the connection ends either way.
     socket.get_mut().release(true);
     let send = socket.send(PgWireBackendMessage::ErrorResponse(error.into()));
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), send).await;
+    let _ = tokio::time::timeout(LAST_WORDS, send).await;
     Ok(())
 }

@@ -7,7 +7,7 @@
 //! size however many tables and statements the server sees.
 
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -16,6 +16,7 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::{ConstCounter, Counter};
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
@@ -40,7 +41,10 @@ pub struct Metrics {
     /// made at start so that both series exist before the first refusal.
     refused_full: Counter,
     refused_flood: Counter,
+    refused_shutting_down: Counter,
+    cancels: Counter,
     statements: Statements,
+    running: Running,
     errors: Family<Label, Counter>,
     sqlstates: Mutex<HashSet<String>>,
     duration: Durations,
@@ -61,7 +65,12 @@ impl Metrics {
         let refused_flood = refused
             .get_or_create(&[("reason", "flood".to_owned())])
             .clone();
+        let refused_shutting_down = refused
+            .get_or_create(&[("reason", "shutting_down".to_owned())])
+            .clone();
+        let cancels = Counter::default();
         let statements = Statements::default();
+        let running = Running::default();
         let errors = Family::<Label, Counter>::default();
         let duration = Durations::default();
         registry.register(
@@ -83,13 +92,23 @@ impl Metrics {
             "tablesql_connections_refused",
             "Client connections refused, by reason: full (past max_connections: given 5 s to be told \
              53300, or to have a cancel request served), flood (past max_connections while as many \
-             refusals are pending: closed unread)",
+             refusals are pending: closed unread), shutting_down (while the server stops: told 57P03)",
             refused,
+        );
+        registry.register(
+            "tablesql_cancel_requests",
+            "Cancel requests served (each reaches the statement its key names, if one runs)",
+            cancels.clone(),
         );
         registry.register(
             "tablesql_statements",
             "Statements completed, by kind (select, insert, update, delete, ddl, copy, transaction, other)",
             statements.clone(),
+        );
+        registry.register(
+            "tablesql_statements_running",
+            "Statements between their Query or Execute message and their answer's end",
+            running.clone(),
         );
         registry.register(
             "tablesql_errors",
@@ -112,7 +131,10 @@ impl Metrics {
             moved,
             refused_full,
             refused_flood,
+            refused_shutting_down,
+            cancels,
             statements,
+            running,
             errors,
             sqlstates: Mutex::new(HashSet::new()),
             duration,
@@ -143,6 +165,7 @@ impl Metrics {
         let counter = match why {
             Refusal::Full => &self.refused_full,
             Refusal::Flood => &self.refused_flood,
+            Refusal::ShuttingDown => &self.refused_shutting_down,
         };
         counter.inc();
     }
@@ -157,6 +180,18 @@ impl Metrics {
         if let Some(n) = self.statements.0.local().get(i) {
             n.fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// A cancel request was served.
+    pub(super) fn cancel_served(&self) {
+        self.cancels.inc();
+    }
+
+    /// A statement started: counted running until the guard is dropped
+    /// (answered, or dropped with its connection).
+    pub(super) fn statement_started(&self) -> Started {
+        self.running.0.local().fetch_add(1, Ordering::Relaxed);
+        Started(self.running.clone())
     }
 
     /// An error sent to a client.
@@ -196,6 +231,33 @@ impl Drop for Open {
     }
 }
 
+/// A statement counted in `tablesql_statements_running`.
+pub(super) struct Started(Running);
+
+impl Drop for Started {
+    fn drop(&mut self) {
+        // On this thread's copy, whichever took the one: the sum is right.
+        self.0.0.local().fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Statements running, counted by thread (`crate::striped`), as
+/// `tablesql_statements_total` is: each statement of every connection
+/// changes it twice.
+#[derive(Debug, Clone, Default)]
+struct Running(Arc<Striped<AtomicI64>>);
+
+impl EncodeMetric for Running {
+    fn encode(&self, encoder: MetricEncoder) -> Result<(), std::fmt::Error> {
+        let n: i64 = self.0.all().map(|c| c.load(Ordering::Relaxed)).sum();
+        ConstGauge::new(n).encode(encoder)
+    }
+
+    fn metric_type(&self) -> MetricType {
+        MetricType::Gauge
+    }
+}
+
 /// Why a connection was refused (`tablesql_connections_refused`),
 /// counted when it is accepted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -207,6 +269,8 @@ pub(super) enum Refusal {
     /// Past `max_connections` while as many refusals are pending: closed
     /// before anything is read.
     Flood,
+    /// Made while the server stops: its startup message is answered 57P03.
+    ShuttingDown,
 }
 
 /// Statements completed, by kind (`KINDS`), counted by thread

@@ -219,6 +219,9 @@ enum Admission {
     /// request served, as PostgreSQL serves them when full); no session is
     /// made for it.
     Full(Arc<Registry>),
+    /// Accepted while the server stops: answered 57P03 (a cancel request
+    /// served), with no session.
+    ShuttingDown(Arc<Registry>),
 }
 
 impl Shared {
@@ -226,6 +229,10 @@ impl Shared {
     /// when even the refusals are at their bound, so that a flood of
     /// connections costs the server no more than twice the cap's tasks.
     fn admit(&self, probe: Option<cancel::Probe>) -> Option<(Admission, Place)> {
+        if self.phase.now() >= Phase::Draining {
+            let place = Place::take(&self.refusing, self.max_connections.max(1))?;
+            return Some((Admission::ShuttingDown(self.registry.clone()), place));
+        }
         if let Some(place) = Place::take(&self.open, self.max_connections) {
             return Some((Admission::Admitted(Connection::new(self, probe)), place));
         }
@@ -293,15 +300,29 @@ impl Server {
         self.run_until(std::future::pending(), Duration::MAX).await
     }
 
-    /// Accepts connections until `shutdown` resolves, then stops: no new
-    /// connection; a connection at rest (between statements) is told
-    /// 57P01 and closed at once, a running statement gets `grace` to
-    /// finish (its connection then closes the same way) and past it is
-    /// cancelled with 57P01. Returns once every connection has ended and
-    /// the engine is closed (`shutdown::close_engine`).
+    /// Accepts connections until `shutdown` resolves, then stops: a
+    /// connection at rest (between statements) is told 57P01 and closed at
+    /// once, a running statement gets `grace` to finish (its connection
+    /// then closes the same way) and past it is cancelled with 57P01; a
+    /// connection made meanwhile is told 57P03 at its startup. Returns once
+    /// every connection has ended and the engine is closed
+    /// (`shutdown::close_engine`).
     pub async fn run_until(
         self,
         shutdown: impl std::future::Future<Output = ()>,
+        grace: Duration,
+    ) -> std::io::Result<()> {
+        self.run_until_hurried(shutdown, std::future::pending(), grace)
+            .await
+    }
+
+    /// As [`Server::run_until`]; and `hurry` (a second SIGTERM, say),
+    /// should it resolve while running statements have their grace, ends
+    /// the grace there: they are cancelled with 57P01 at once.
+    pub async fn run_until_hurried(
+        self,
+        shutdown: impl std::future::Future<Output = ()>,
+        hurry: impl std::future::Future<Output = ()>,
         grace: Duration,
     ) -> std::io::Result<()> {
         connection::install_panic_log();
@@ -313,92 +334,84 @@ impl Server {
         let mut tasks = JoinSet::new();
         let mut next_id: u64 = 0;
         tokio::pin!(shutdown);
+        tokio::pin!(hurry);
         loop {
-            let (socket, peer) = tokio::select! {
+            tokio::select! {
                 () = &mut shutdown => break,
                 // Reaps the connections that ended.
-                Some(_) = tasks.join_next(), if !tasks.is_empty() => continue,
-                accepted = listener.accept() => match accepted {
-                    Ok(s) => s,
-                    // Out of descriptors and the like: keep serving the others.
-                    Err(e) => {
-                        tracing::warn!(error = %e, "accept failed");
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                },
-            };
-            next_id += 1;
-            let id = next_id;
-            let probe = cancel::Probe::of(&socket);
-            let Some((admission, place)) = shared.admit(probe) else {
-                shared.metrics.connection_refused(Refusal::Flood);
-                tracing::debug!(connection = id, %peer, "closed unread: too many refused already");
-                continue;
-            };
-            let tls = shared.tls.clone();
-            let metrics = shared.metrics.clone();
-            let stop = shared.phase.subscribe();
-            let slow = shared.slow;
-            let (core, seat) = cores.place(&socket);
-            // Its core's reactor must own the socket.
-            let socket = match socket.into_std() {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(connection = id, %peer, error = %e, "cannot hand the connection over");
-                    continue;
+                Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
+                accepted = listener.accept() => {
+                    next_id += 1;
+                    accept(accepted, next_id, &shared, &cores, &mut tasks).await;
                 }
-            };
-            tasks.spawn_on(async move {
-                let _place = place;
-                let socket = match TcpStream::from_std(socket) {
-                    Ok(s) => s,
-                    Err(e) => {
-                        tracing::warn!(connection = id, %peer, error = %e, "cannot serve the connection");
-                        return;
-                    }
-                };
-                // A refused connection is no client's session: it counts
-                // apart, and leaves the open connections' gauge alone.
-                let admitted = matches!(admission, Admission::Admitted(_));
-                let _open = if admitted {
-                    Some(metrics.connection_opened())
-                } else {
-                    metrics.connection_refused(Refusal::Full);
-                    None
-                };
-                tracing::debug!(connection = id, %peer, admitted, "connection opened");
-                let context = connection::Context {
-                    id,
-                    peer,
-                    metrics: metrics.clone(),
-                    stop,
-                    slow,
-                    seat,
-                };
-                if let Err(e) = connection::serve(context, socket, tls, admission).await {
-                    tracing::info!(connection = id, %peer, error = %e, "connection failed");
-                }
-            }, core);
+            }
         }
-        drop(listener);
-        let open = tasks.len();
         tracing::info!(
-            connections = open,
+            connections = tasks.len(),
             grace_s = grace.as_secs_f64(),
             "shutting down: no new connections"
         );
         shared.phase.send(Phase::Draining);
-        if !ended(&mut tasks, grace).await {
+        // Connections made while the others finish are told why they are
+        // refused (57P03), as PostgreSQL tells them, not reset unread.
+        let mut refused = JoinSet::new();
+        let draining = async {
+            let deadline = tokio::time::Instant::now().checked_add(grace);
+            let bound = async {
+                match deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::pin!(bound);
+            loop {
+                tokio::select! {
+                    joined = tasks.join_next() => if joined.is_none() { return true },
+                    () = &mut bound => return false,
+                    () = &mut hurry => {
+                        tracing::warn!("told again to stop: cancelling the statements still running");
+                        return false;
+                    }
+                    accepted = listener.accept() => {
+                        next_id += 1;
+                        accept(accepted, next_id, &shared, &cores, &mut refused).await;
+                    }
+                }
+            }
+        };
+        if !draining.await {
             tracing::warn!(
                 connections = tasks.len(),
                 "shutdown timeout reached: cancelling the statements still running"
             );
             shared.phase.send(Phase::Terminating);
+            // A statement is cancelled where it next yields. A connection
+            // whose runtime is inside a computation that does not yield (a
+            // join's hash table, built in one go) says its 57P01 once that
+            // ends: it is waited for, not cut, since a task aborted there
+            // would only be dropped unsaid when the computation ended.
             if !ended(&mut tasks, shutdown::LAST_WORDS).await {
-                tasks.abort_all();
-                while tasks.join_next().await.is_some() {}
+                tracing::warn!(
+                    connections = tasks.len(),
+                    "connections inside a computation that does not yield: waiting for them to say 57P01"
+                );
+                if !ended(&mut tasks, shutdown::UNSAID).await {
+                    tracing::warn!(
+                        connections = tasks.len(),
+                        "connections still busy: closing them unsaid"
+                    );
+                    tasks.abort_all();
+                    while tasks.join_next().await.is_some() {}
+                }
             }
+        }
+        drop(listener);
+        // The refused ones have said so, or are closed unread (their
+        // clients sent nothing to answer).
+        shared.phase.send(Phase::Terminating);
+        if !ended(&mut refused, shutdown::LAST_WORDS).await {
+            refused.abort_all();
+            while refused.join_next().await.is_some() {}
         }
         cores.stop().await;
         match Arc::try_unwrap(shared) {
@@ -409,6 +422,85 @@ impl Server {
         tracing::info!("server stopped");
         Ok(())
     }
+}
+
+/// Serves an accepted connection on a task of `tasks`, on the runtime of
+/// its client's CPU (`cores`): admitted, refused (full, or the server
+/// stopping), or, past the refusals' bound, closed unread.
+async fn accept(
+    accepted: std::io::Result<(TcpStream, SocketAddr)>,
+    id: u64,
+    shared: &Arc<Shared>,
+    cores: &Cores,
+    tasks: &mut JoinSet<()>,
+) {
+    let (socket, peer) = match accepted {
+        Ok(s) => s,
+        // Out of descriptors and the like: keep serving the others.
+        Err(e) => {
+            tracing::warn!(error = %e, "accept failed");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            return;
+        }
+    };
+    let probe = cancel::Probe::of(&socket);
+    let Some((admission, place)) = shared.admit(probe) else {
+        shared.metrics.connection_refused(Refusal::Flood);
+        tracing::debug!(connection = id, %peer, "closed unread: too many refused already");
+        return;
+    };
+    let tls = shared.tls.clone();
+    let metrics = shared.metrics.clone();
+    let stop = shared.phase.subscribe();
+    let slow = shared.slow;
+    let (core, seat) = cores.place(&socket);
+    // Its core's reactor must own the socket.
+    let socket = match socket.into_std() {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!(connection = id, %peer, error = %e, "cannot hand the connection over");
+            return;
+        }
+    };
+    tasks.spawn_on(
+        async move {
+            let _place = place;
+            let socket = match TcpStream::from_std(socket) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(connection = id, %peer, error = %e, "cannot serve the connection");
+                    return;
+                }
+            };
+            // A refused connection is no client's session: it counts
+            // apart, and leaves the open connections' gauge alone.
+            let admitted = matches!(admission, Admission::Admitted(_));
+            let _open = match &admission {
+                Admission::Admitted(_) => Some(metrics.connection_opened()),
+                Admission::Full(_) => {
+                    metrics.connection_refused(Refusal::Full);
+                    None
+                }
+                Admission::ShuttingDown(_) => {
+                    metrics.connection_refused(Refusal::ShuttingDown);
+                    None
+                }
+            };
+            tracing::debug!(connection = id, %peer, admitted, "connection opened");
+            let context = connection::Context {
+                id,
+                peer,
+                metrics: metrics.clone(),
+                stop,
+                slow,
+                seat,
+            };
+            if let Err(e) = connection::serve(context, socket, tls, admission).await {
+                tracing::info!(connection = id, %peer, error = %e, "connection failed");
+            }
+        },
+        core,
+    );
 }
 
 /// Waits up to `bound` for every task to end; whether they all did.

@@ -1,8 +1,9 @@
-//! Stopping the server: on SIGTERM or SIGINT (the binary's) the server
-//! stops accepting, connections at rest are told 57P01 and closed at once,
-//! running statements get a bound to finish in, and past it they are
-//! cancelled with 57P01 too; then, every connection ended, the engine is
-//! closed ([`close_engine`]).
+//! Stopping the server: on SIGTERM or SIGINT (the binary's) connections
+//! made from then on are told 57P03, connections at rest are told 57P01
+//! and closed at once, running statements get a bound to finish in, and
+//! past it they are cancelled with 57P01 too; each last word is read by
+//! its client before its socket closes (`stream::Guarded::finish`). Then,
+//! every connection ended, the engine is closed ([`close_engine`]).
 
 use std::sync::Mutex;
 use std::time::Duration;
@@ -58,6 +59,11 @@ impl Phases {
         rx
     }
 
+    /// The phase now.
+    pub(super) fn now(&self) -> Phase {
+        self.lock().0
+    }
+
     /// Moves every connection to `phase`.
     pub(super) fn send(&self, phase: Phase) {
         let mut told = self.lock();
@@ -92,9 +98,15 @@ pub(super) fn terminated() -> ErrorInfo {
     )
 }
 
-/// How long connections cancelled past the bound get to say goodbye
-/// before their tasks are dropped.
+/// How long a connection gets to say goodbye (send its 57P01, and see it
+/// read) once its statement is cancelled; also how long refused
+/// connections get.
 pub(super) const LAST_WORDS: Duration = Duration::from_secs(5);
+
+/// How much longer a cancelled connection is waited for while its runtime
+/// is inside a computation that does not yield, before it is dropped
+/// unsaid: only a computation of more than a minute is cut.
+pub(super) const UNSAID: Duration = Duration::from_secs(60);
 
 /// The one place the engine is closed, after every connection has ended
 /// and no statement runs: what must outlive the sessions (the store's last

@@ -32,6 +32,7 @@ pub const SERIALIZATION_FAILURE: &str = "40001";
 pub const PROGRAM_LIMIT_EXCEEDED: &str = "54000";
 pub const QUERY_CANCELED: &str = "57014";
 pub const ADMIN_SHUTDOWN: &str = "57P01";
+pub const CANNOT_CONNECT_NOW: &str = "57P03";
 pub const INVALID_AUTHORIZATION: &str = "28000";
 pub const FEATURE_NOT_SUPPORTED: &str = "0A000";
 pub const INVALID_CURSOR_NAME: &str = "34000";

@@ -148,6 +148,43 @@ impl<S: AsyncRead + Unpin> AsyncRead for Guarded<S> {
     }
 }
 
+/// How long a closing connection waits for its client to go quiet.
+const QUIET: std::time::Duration = std::time::Duration::from_millis(250);
+
+/// How long a closing connection reads what its client still sends: a
+/// client that goes on sending (psql copying rows in reads the server's
+/// answers only when a send fails) is cut off, with a reset, after it.
+const LINGER: std::time::Duration = std::time::Duration::from_secs(1);
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Guarded<S> {
+    /// Ends the connection so that its last words reach the client.
+    ///
+    /// A socket closed with bytes of the client's still unread makes the
+    /// kernel reset the connection, and a reset can throw away what the
+    /// client had received and not yet read: the FATAL error that says why
+    /// it ends (57P01 at shutdown, 53300 when full), lost under COPY data
+    /// or pipelined messages still arriving. So this sends what is held,
+    /// ends the sending side (the client reads the error, then the end),
+    /// and reads and drops what the client still sends until it closes,
+    /// has been quiet for [`QUIET`], or [`LINGER`] has passed. The caller
+    /// bounds the sending.
+    pub async fn finish(&mut self) -> io::Result<()> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        self.released = true;
+        self.shutdown().await?;
+        let until = tokio::time::Instant::now() + LINGER;
+        loop {
+            let quiet = until.min(tokio::time::Instant::now() + QUIET);
+            match tokio::time::timeout_at(quiet, self.inner.read(&mut self.chunk)).await {
+                // The client closed, or went quiet: nothing is left unread.
+                Ok(Ok(0)) | Err(_) => return Ok(()),
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e),
+            }
+        }
+    }
+}
+
 impl<S: AsyncWrite + Unpin> Guarded<S> {
     /// Sends everything held.
     fn poll_send_held(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
@@ -239,6 +276,42 @@ mod tests {
         s.flush().await.expect("flush");
         assert_eq!(s.inner.writes, 1);
         assert_eq!(s.inner.bytes, b"BindCompleteDataRowCommandComplete");
+    }
+
+    /// The server's last words reach a client that is still sending (a
+    /// COPY's rows): it reads them, then the end, never a reset.
+    #[tokio::test]
+    async fn last_words_reach_a_client_that_is_still_sending() -> io::Result<()> {
+        use tokio::io::AsyncReadExt;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let client = tokio::spawn(async move {
+            let (mut from, mut to) = tokio::net::TcpStream::connect(addr).await?.into_split();
+            let sending = tokio::spawn(async move {
+                let rows = vec![b'r'; 64 * 1024];
+                // Until the server's end stops it (bounded all the same).
+                for _ in 0..1000 {
+                    if to.write_all(&rows).await.is_err() {
+                        break;
+                    }
+                }
+            });
+            let mut heard = Vec::new();
+            let read = from.read_to_end(&mut heard).await;
+            sending.abort();
+            read.map(|_| heard)
+        });
+        let (server, _) = listener.accept().await?;
+        let mut s = Guarded::new(server, BytesMut::new(), None);
+        // Some of the client's bytes arrive unread, as under COPY.
+        let mut first = [0u8; 1];
+        s.inner.read_exact(&mut first).await?;
+        s.write_all(b"FATAL 57P01").await?;
+        s.finish().await?;
+        drop(s);
+        let heard = client.await.map_err(io::Error::other)??;
+        assert_eq!(heard, b"FATAL 57P01");
+        Ok(())
     }
 
     #[tokio::test]

@@ -334,12 +334,17 @@ impl Shell {
             // What `\e` left without its `;` is on the next line, as psql
             // shows its query buffer.
             let pending = std::mem::take(&mut self.pending);
-            let (back, line) = tokio::task::spawn_blocking(move || {
-                let line = editor.readline_with_initial("tablesql=> ", (&pending, ""));
-                (editor, line)
-            })
-            .await
-            .map_err(std::io::Error::other)?;
+            // On a thread of its own, not the runtime's blocking pool: a
+            // process stopped at the prompt (SIGTERM) closes its store as
+            // its runtime shuts down, which waits for the pool's threads.
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            std::thread::Builder::new()
+                .name("tablesql-readline".into())
+                .spawn(move || {
+                    let line = editor.readline_with_initial("tablesql=> ", (&pending, ""));
+                    let _ = tx.send((editor, line));
+                })?;
+            let (back, line) = rx.await.map_err(std::io::Error::other)?;
             editor = back;
             let text = match line {
                 Ok(text) => text,

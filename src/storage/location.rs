@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 #[cfg(feature = "azure")]
 use super::azure::{AzureConfig, AzureStore, ConfigError};
-use super::embedded::DEFAULT_DERIVED_CACHE;
-use super::{EmbeddedStore, Result, TableStore};
+use super::embedded::{DEFAULT_DERIVED_CACHE, DEFAULT_PAGE_CACHE, Opening};
+use super::{Result, TableStore};
 
 /// The directory the embedded store uses when none is given.
 pub const DEFAULT_LOCATION: &str = "./tablesql-data";
@@ -105,6 +105,24 @@ impl fmt::Display for StoreLocation {
     }
 }
 
+/// The memory an embedded store keeps, each process its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreMemory {
+    /// Scans' decoded pages, answered again until a write lands in them.
+    pub derived_cache: usize,
+    /// The file's pages, as read (redb's read cache).
+    pub page_cache: usize,
+}
+
+impl Default for StoreMemory {
+    fn default() -> Self {
+        Self {
+            derived_cache: DEFAULT_DERIVED_CACHE,
+            page_cache: DEFAULT_PAGE_CACHE,
+        }
+    }
+}
+
 impl StoreLocation {
     /// The Azure location of a connection string read from the environment
     /// (`None`, or empty: unset). Its text is never repeated in an error.
@@ -124,19 +142,23 @@ impl StoreLocation {
         }
     }
 
-    /// Opens the store, an embedded one with the default derived cache.
+    /// Opens the store, an embedded one with the default caches.
     pub fn open(&self) -> Result<Arc<dyn TableStore>> {
-        self.open_with(DEFAULT_DERIVED_CACHE)
+        self.open_with(StoreMemory::default())
     }
 
-    /// Opens the store; an embedded one keeps at most `derived_cache`
-    /// bytes of scans' decoded pages (`EmbeddedStore::with_derived_cache`,
-    /// 0: none). A remote store keeps none whatever it is given: other
-    /// processes write to it unheard.
-    pub fn open_with(&self, derived_cache: usize) -> Result<Arc<dyn TableStore>> {
+    /// Opens the store; an embedded one keeps at most `memory`'s bytes of
+    /// scans' decoded pages (`EmbeddedStore::with_derived_cache`, 0: none)
+    /// and of its file's pages (`Opening::page_cache`). A remote store
+    /// keeps neither whatever it is given: other processes write to it
+    /// unheard.
+    pub fn open_with(&self, memory: StoreMemory) -> Result<Arc<dyn TableStore>> {
         match self {
             StoreLocation::Embedded(dir) => Ok(Arc::new(
-                EmbeddedStore::open(dir)?.with_derived_cache(derived_cache),
+                Opening::new()
+                    .page_cache(memory.page_cache)
+                    .open(dir)?
+                    .with_derived_cache(memory.derived_cache),
             )),
             #[cfg(feature = "azure")]
             StoreLocation::Azure(config) => Ok(Arc::new(AzureStore::new(config.clone())?)),

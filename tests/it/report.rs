@@ -5,7 +5,7 @@
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tablesql::datafusion::arrow::array::AsArray;
 use tablesql::datafusion::scalar::ScalarValue;
@@ -50,15 +50,14 @@ fn headless(
         let mut text = String::new();
         std::io::Read::read_to_string(&mut stdout, &mut text).map(|_| text)
     });
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while child.try_wait()?.is_none() {
-        if Instant::now() > deadline {
+    let status = match crate::wait::exit_of(&mut child, Duration::from_secs(120), "chromium to end")
+    {
+        Ok(status) => status,
+        Err(e) => {
             child.kill()?;
-            return Err("chromium did not finish within a minute".into());
+            return Err(e.into());
         }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let status = child.wait()?;
+    };
     let text = reader.join().map_err(|_| "the reading thread panicked")??;
     if !status.success() {
         return Err(format!("chromium failed: {status}").into());

@@ -340,16 +340,26 @@ impl Terminal {
 
     /// Waits until the screen shows `text`, for at most `limit`.
     fn wait_for(&self, text: &str, limit: Duration) -> Result<String, Box<dyn std::error::Error>> {
-        let start = Instant::now();
+        self.wait_screen(limit, &format!("the screen to show {text:?}"), |s| {
+            s.contains(text)
+        })
+    }
+
+    /// Waits until `shows` holds of the screen, for at most `limit`; the
+    /// screen then.
+    fn wait_screen(
+        &self,
+        limit: Duration,
+        what: &str,
+        shows: impl Fn(&str) -> bool,
+    ) -> Result<String, Box<dyn std::error::Error>> {
+        let mut deadline = crate::wait::Deadline::new(limit, what);
         loop {
             let screen = self.screen()?;
-            if screen.contains(text) {
+            if shows(&screen) {
                 return Ok(screen);
             }
-            if start.elapsed() > limit {
-                return Err(format!("the screen never showed {text:?}:\n{screen}").into());
-            }
-            std::thread::sleep(Duration::from_millis(100));
+            deadline.again(format!("\n{screen}"))?;
         }
     }
 
@@ -362,25 +372,33 @@ impl Terminal {
     /// (rustyline's `move_cursor_at_leftmost`). The wider that window on a
     /// loaded machine, the likelier: a CI run failed so with one Ctrl-L.
     fn clear(&self) -> TestResult {
-        let start = Instant::now();
-        let mut sent = None;
+        self.keys_until(&["C-l"], "the screen to clear", |screen| {
+            screen.lines().filter(|l| !l.trim().is_empty()).count() <= 1
+        })?;
+        Ok(())
+    }
+
+    /// Sends `keys`, and again each second, until `shows` holds of the
+    /// screen (for at most 30 s): for keys that may be lost, or may come
+    /// before the shell is ready for them, and do no harm sent twice.
+    fn keys_until(
+        &self,
+        keys: &[&str],
+        what: &str,
+        shows: impl Fn(&str) -> bool,
+    ) -> Result<String, Box<dyn std::error::Error>> {
+        let mut deadline = crate::wait::Deadline::new(Duration::from_secs(30), what);
+        let mut sent: Option<Instant> = None;
         loop {
-            let lines = self
-                .screen()?
-                .lines()
-                .filter(|l| !l.trim().is_empty())
-                .count();
-            if lines <= 1 {
-                return Ok(());
-            }
-            if start.elapsed() > Duration::from_secs(10) {
-                return Err("the screen did not clear".into());
-            }
-            if sent.is_none_or(|at: Instant| at.elapsed() > Duration::from_secs(1)) {
-                self.keys(&["C-l"])?;
+            if sent.is_none_or(|at| at.elapsed() > Duration::from_secs(1)) {
+                self.keys(keys)?;
                 sent = Some(Instant::now());
             }
-            std::thread::sleep(Duration::from_millis(50));
+            let screen = self.screen()?;
+            if shows(&screen) {
+                return Ok(screen);
+            }
+            deadline.again(format!("\n{screen}"))?;
         }
     }
 
@@ -490,11 +508,12 @@ fn the_shell_in_a_terminal() -> TestResult {
     term.clear()?;
     term.type_text(LONG)?;
     term.keys(&["Enter"])?;
-    std::thread::sleep(Duration::from_secs(2));
-    let started = Instant::now();
-    term.keys(&["C-c"])?;
-    term.wait_for("canceling statement due to user request", wait)?;
-    assert!(started.elapsed() < Duration::from_secs(10));
+    // Nothing shows that it runs: Ctrl-C until it is cancelled (one that
+    // comes first is dropped with the signals from before the statement;
+    // one after, at the empty prompt, clears nothing).
+    term.keys_until(&["C-c"], "the long query cancelled", |screen| {
+        screen.contains("canceling statement due to user request")
+    })?;
     term.clear()?;
     term.type_text("SELECT 41 + 1 AS alive;")?;
     term.keys(&["Enter"])?;
@@ -509,8 +528,9 @@ fn the_shell_in_a_terminal() -> TestResult {
     assert!(first.contains("│ bib ┆ name"), "{first}");
     assert!(!first.contains("rows)"), "{first}");
     term.keys(&["Space"])?;
-    std::thread::sleep(Duration::from_millis(300));
-    term.wait_for("-- more:", wait)?;
+    term.wait_screen(wait, "the second page", |screen| {
+        screen != first && screen.contains("-- more:")
+    })?;
     term.keys(&["q"])?;
     let screen = term.wait_for("rows shown; stopped)", wait)?;
     let shown: usize = screen
@@ -527,17 +547,14 @@ fn the_shell_in_a_terminal() -> TestResult {
     // again (and is lost), so it is sent again every 2 s until the shell
     // ends, within `wait`.
     term.keys(&["C-d"])?;
-    let start = Instant::now();
+    let mut deadline = crate::wait::Deadline::new(wait, "Ctrl-D to end the shell");
     let mut sent = Instant::now();
     while term.alive() {
-        if start.elapsed() > wait {
-            return Err(format!("\\q did not end the shell:\n{}", term.screen()?).into());
-        }
         if sent.elapsed() > Duration::from_secs(2) {
             term.keys(&["C-d"])?;
             sent = Instant::now();
         }
-        std::thread::sleep(Duration::from_millis(100));
+        deadline.again(format!("\n{}", term.screen().unwrap_or_default()))?;
     }
     let saved = std::fs::read_to_string(&history)?;
     assert!(saved.contains("GROUP BY event ORDER BY event;"), "{saved}");
@@ -620,17 +637,9 @@ fn psql_meta_commands_and_the_pager_in_a_terminal() -> TestResult {
     term.clear()?;
     term.type_text("\\watch i=0.2 c=3")?;
     term.keys(&["Enter"])?;
-    let start = Instant::now();
-    loop {
-        let screen = term.screen()?;
-        if screen.matches("(every 0.2s)").count() == 3 && screen.matches("(1 row)").count() == 3 {
-            break;
-        }
-        if start.elapsed() > wait {
-            return Err(format!("\\watch did not run three times:\n{screen}").into());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    term.wait_screen(wait, "\\watch to run three times", |screen| {
+        screen.matches("(every 0.2s)").count() == 3 && screen.matches("(1 row)").count() == 3
+    })?;
 
     // \e: the last query in the editor; what ends with ';' runs, the rest
     // waits on the next line.
@@ -653,16 +662,12 @@ fn psql_meta_commands_and_the_pager_in_a_terminal() -> TestResult {
     term.type_text("SELECT value FROM generate_series(1, 200) ORDER BY value;")?;
     term.keys(&["Enter"])?;
     term.wait_for("Time: ", wait)?;
-    let start = Instant::now();
-    while !std::fs::read_to_string(&paged)
-        .unwrap_or_default()
-        .contains("(200 rows)")
-    {
-        if start.elapsed() > wait {
-            return Err("the pager never got the result".into());
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    crate::wait::until(wait, "the pager to get the result", || {
+        Ok(std::fs::read_to_string(&paged)
+            .unwrap_or_default()
+            .contains("(200 rows)")
+            .then_some(()))
+    })?;
     assert!(!term.screen()?.contains("(200 rows)"));
     term.clear()?;
     term.type_text("SELECT 'short' AS small;")?;
@@ -702,12 +707,10 @@ fn query_pages_through_the_environments_pager_in_a_terminal() -> TestResult {
         done = done.display(),
     );
     let term = Terminal::start(&["sh", "-c", &command], 100, 30)?;
-    let start = Instant::now();
-    while !done.exists() {
-        if start.elapsed() > Duration::from_secs(30) {
-            return Err(format!("the queries did not end:\n{}", term.screen()?).into());
-        }
-        std::thread::sleep(Duration::from_millis(100));
+    if let Err(e) = crate::wait::until(Duration::from_secs(60), "the queries to end", || {
+        Ok(done.exists().then_some(()))
+    }) {
+        return Err(format!("{e}:\n{}", term.screen()?).into());
     }
     let through = std::fs::read_to_string(&paged)?;
     assert!(through.contains("(300 rows)"), "{through}");

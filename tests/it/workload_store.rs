@@ -8,7 +8,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tablesql::storage::{EdmValue, Entity, PartitionKey, RowKey, TableName, TableStore, WriteOp};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
@@ -73,20 +73,16 @@ impl Server {
         if !sent.success() {
             return Err(format!("kill -INT {pid} failed"));
         }
-        let until = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Some(status) = self.child.try_wait().map_err(|e| e.to_string())? {
-                let log = std::fs::read_to_string(&self.log).unwrap_or_default();
-                return if status.success() {
-                    Ok(())
-                } else {
-                    Err(format!("serve exited with {status}: {log}"))
-                };
-            }
-            if Instant::now() > until {
-                return Err("serve did not stop within 30 s of SIGINT".into());
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        let status = crate::wait::exit_of(
+            &mut self.child,
+            Duration::from_secs(60),
+            "serve to stop after SIGINT",
+        )?;
+        let log = std::fs::read_to_string(&self.log).unwrap_or_default();
+        if status.success() {
+            Ok(())
+        } else {
+            Err(format!("serve exited with {status}: {log}"))
         }
     }
 }
@@ -269,7 +265,8 @@ async fn workload_statistics_survive_a_restart_of_serve() -> TestResult {
 /// Polls `tablesql query` (a process of its own) for `sql`'s CSV answer
 /// until it is `want`, at most 30 s.
 fn query_until(store: &std::ffi::OsStr, sql: &str, want: &str) -> Result<(), String> {
-    let until = Instant::now() + Duration::from_secs(30);
+    let mut deadline =
+        crate::wait::Deadline::new(Duration::from_secs(60), format!("{sql} to answer {want:?}"));
     loop {
         let out = tablesql(store)
             .args(["query", sql, "--format", "csv"])
@@ -280,13 +277,7 @@ fn query_until(store: &std::ffi::OsStr, sql: &str, want: &str) -> Result<(), Str
         if out.status.success() && answer == want {
             return Ok(());
         }
-        if Instant::now() > until {
-            return Err(format!(
-                "{sql}: {said:?} {}, not {want:?}",
-                String::from_utf8_lossy(&out.stderr)
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(200));
+        deadline.again(format!("{said:?} {}", String::from_utf8_lossy(&out.stderr)))?;
     }
 }
 
@@ -305,26 +296,30 @@ async fn servers_over_one_account_see_their_workloads_merged() -> TestResult {
     let s = south.connect().await?;
     append_readings(&n, "merged_readings", "MergedReadings").await?;
     // South learns of the new table from the stored catalog.
-    let until = Instant::now() + Duration::from_secs(30);
+    let mut deadline =
+        crate::wait::Deadline::new(Duration::from_secs(60), "south to see the table");
     let known =
         "SELECT count(*) FROM information_schema.tables WHERE table_name = 'merged_readings'";
-    while rows(&s, known).await? != [["1"]] {
-        assert!(Instant::now() < until, "south never saw the table");
-        tokio::time::sleep(Duration::from_millis(100)).await;
+    loop {
+        let seen = rows(&s, known).await?;
+        if seen == [["1"]] {
+            break;
+        }
+        deadline.again_async(format!("{seen:?}")).await?;
     }
     point_reads(&n, "merged_readings", 7).await?;
     point_reads(&s, "merged_readings", 5).await?;
 
     // Each server, once the other stored its counts (every 0.2 s here).
     for client in [&n, &s] {
-        let until = Instant::now() + Duration::from_secs(30);
+        let mut deadline =
+            crate::wait::Deadline::new(Duration::from_secs(60), "12 point reads merged");
         loop {
             let points = calls(client, "SELECT v FROM merged_readings").await?;
             if points == [(12, "point".to_owned())] {
                 break;
             }
-            assert!(Instant::now() < until, "{points:?}");
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            deadline.again_async(format!("{points:?}")).await?;
         }
     }
     // North stopped with SIGINT, south still running: a third process sees both.

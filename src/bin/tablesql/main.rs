@@ -2,6 +2,7 @@
 
 mod alloc;
 mod clidoc;
+mod ending;
 mod load;
 mod logging;
 mod output;
@@ -51,6 +52,12 @@ struct Cli {
     /// or 0 for none. Each process keeps its own.
     #[arg(long, global = true, env = "TABLESQL_DERIVED_CACHE", default_value = "256MB", value_parser = memory_size)]
     derived_cache: usize,
+    /// Memory the embedded store keeps pages of its file in, as they are
+    /// read (redb's read cache), a size as --derived-cache takes one: a
+    /// scan grows the process by the pages it reads, up to this. Each
+    /// process keeps its own.
+    #[arg(long, global = true, env = "TABLESQL_PAGE_CACHE", default_value = "1GB", value_parser = memory_size)]
+    page_cache: usize,
     /// Memory all statements together may hold (sorts, aggregates, joins),
     /// a size as --derived-cache takes one: past it sorts and aggregates
     /// spill to disk, and a statement that cannot fails with 53200. By
@@ -339,40 +346,69 @@ fn scan_policy(s: &str) -> Result<ScanPolicy, String> {
         .map_err(|e: tablesql::datafusion::error::DataFusionError| e.to_string())
 }
 
-fn main() {
+fn main() -> std::process::ExitCode {
     alloc::purge_soon();
-    let ran = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(tablesql::THREAD_STACK)
-        .build()
-        .map_err(anyhow::Error::from)
-        .and_then(|runtime| runtime.block_on(run()));
-    // psql's form and exit code for an error of the tool's own: one line
-    // with its causes, code 1 (not Rust's debug print with a backtrace).
-    if let Err(e) = ran {
-        eprintln!("tablesql: error: {e:#}");
-        std::process::exit(1);
-    }
-}
-
-async fn run() -> anyhow::Result<()> {
     // psql's exit codes: a bad command line is 1 (clap's own is 2, which
     // psql keeps for a connection that failed); --help and --version 0.
     let matches = match Cli::command().try_get_matches() {
         Ok(m) => m,
         Err(e) => {
             let _ = e.print();
-            std::process::exit(if e.use_stderr() { 1 } else { 0 });
+            return (if e.use_stderr() { 1 } else { 0 }).into();
         }
     };
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| {
-        let _ = e.print();
-        std::process::exit(1)
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => {
+            let _ = e.print();
+            return 1.into();
+        }
+    };
+    let serving = matches!(cli.command, Command::Serve(_));
+    if let Err(e) = logging::install(cli.log_level.as_deref(), serving) {
+        return ending::code(Err(e)).into();
+    }
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(tablesql::THREAD_STACK)
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => return ending::code(Err(e.into())).into(),
+    };
+    let watch = match &cli.command {
+        Command::Serve(_) | Command::Completions { .. } | Command::Man | Command::CliDoc => {
+            ending::Watch::Nothing
+        }
+        Command::Shell { file: None, .. } if std::io::stdin().is_terminal() => {
+            ending::Watch::TermAndHup
+        }
+        _ => ending::Watch::All,
+    };
+    let opened = ending::Opened::default();
+    let code = runtime.block_on(async {
+        let mut signals = match ending::Signals::listen(watch) {
+            Ok(s) => s,
+            Err(e) => return ending::code(Err(e.into())),
+        };
+        tokio::select! {
+            ended = run(cli, &matches, &opened) => ending::code(ended),
+            stopped = signals.first() => {
+                eprintln!("tablesql: {}: stopped", stopped.name());
+                stopped.code()
+            }
+        }
     });
-    logging::install(
-        cli.log_level.as_deref(),
-        matches!(cli.command, Command::Serve(_)),
-    )?;
+    // The command's future is gone; its tasks go with the runtime, and
+    // with them the last handles on the store, which closes (a blocking
+    // task, such as a commit under way, is waited for up to the bound).
+    runtime.shutdown_timeout(std::time::Duration::from_secs(10));
+    opened.check_closed();
+    code.into()
+}
+
+/// Runs the command; its exit code (psql's, where psql has one).
+async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> anyhow::Result<u8> {
     match &cli.command {
         Command::Completions { shell } => {
             clap_complete::generate(
@@ -381,15 +417,15 @@ async fn run() -> anyhow::Result<()> {
                 "tablesql",
                 &mut std::io::stdout(),
             );
-            return Ok(());
+            return Ok(0);
         }
         Command::Man => {
             clap_mangen::Man::new(Cli::command()).render(&mut std::io::stdout())?;
-            return Ok(());
+            return Ok(0);
         }
         Command::CliDoc => {
             print!("{}", clidoc::markdown(&Cli::command()));
-            return Ok(());
+            return Ok(0);
         }
         _ => {}
     }
@@ -409,13 +445,18 @@ async fn run() -> anyhow::Result<()> {
         .parse()
         .map_err(|e| anyhow::anyhow!("invalid --store: {e}"))?;
     if let Command::Migrate = cli.command {
-        return migrate(&location);
+        return migrate(&location).map(|()| 0);
     }
-    let store = match location.open_with(cli.derived_cache) {
-        Ok(store) => store,
-        Err(e) => run::store_failed(&location, &e),
+    let memory = tablesql::storage::location::StoreMemory {
+        derived_cache: cli.derived_cache,
+        page_cache: cli.page_cache,
     };
-    match cli.command {
+    let store = match location.open_with(memory) {
+        Ok(store) => store,
+        Err(e) => return Err(run::store_failed(&location, &e)),
+    };
+    opened.note(&store);
+    let done = match cli.command {
         Command::Tables => tables(store.as_ref()).await,
         Command::Demo {
             rows,
@@ -430,20 +471,20 @@ async fn run() -> anyhow::Result<()> {
             pset,
             print_progress,
         } => {
-            let engine = run::engine(store, options, &location).await;
-            let actions = run::actions(&matches, sql, commands, files);
+            let engine = run::engine(store, options, &location).await?;
+            let actions = run::actions(matches, sql, commands, files);
             // One CREATE INDEX or TRUNCATE, with its progress.
             if let [run::Action::Sql(text) | run::Action::Command(text)] = actions.as_slice() {
                 match engine.parse(text).as_deref() {
                     Ok([Statement::CreateIndex(create)]) => {
                         let done = create_index(&engine, create, print_progress).await;
                         close(&engine).await;
-                        return done;
+                        return done.map(|()| 0);
                     }
                     Ok([Statement::Truncate(t)]) => {
                         let done = truncate_table(&engine, t, print_progress).await;
                         close(&engine).await;
-                        return done;
+                        return done.map(|()| 0);
                     }
                     _ => {}
                 }
@@ -459,7 +500,7 @@ async fn run() -> anyhow::Result<()> {
             set_psets(&mut shell, &pset)?;
             let code = run::query(&mut shell, actions, &set).await;
             close(&closing).await;
-            std::process::exit(code)
+            return Ok(code);
         }
         Command::Completions { .. } | Command::Man | Command::CliDoc | Command::Migrate => Ok(()),
         Command::Shell {
@@ -468,8 +509,8 @@ async fn run() -> anyhow::Result<()> {
             set,
             pset,
         } => {
-            let engine = run::engine(store, options, &location).await;
-            shell(engine, &location, file, format, &set, &pset).await
+            let engine = run::engine(store, options, &location).await?;
+            return shell(engine, &location, file, format, &set, &pset).await;
         }
         Command::Load {
             table,
@@ -558,7 +599,7 @@ async fn run() -> anyhow::Result<()> {
             }
             Ok(())
         }
-        Command::Serve(args) => serve::serve(store, options, args).await,
+        Command::Serve(args) => return serve::serve(store, options, args).await,
         Command::Scan {
             table,
             pk,
@@ -583,7 +624,8 @@ async fn run() -> anyhow::Result<()> {
             };
             scan::scan(store.as_ref(), &table, &query, limit, format).await
         }
-    }
+    };
+    done.map(|()| 0)
 }
 
 /// Stores the engine's workload statistics for every process over the
@@ -602,7 +644,7 @@ async fn shell(
     format: output::Format,
     set: &[String],
     pset: &[String],
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u8> {
     use tablesql::shell::{ScriptEnd, Shell};
     // The session's workload statistics, stored for every process at the end.
     let closing = engine.clone();
@@ -618,14 +660,14 @@ async fn shell(
             .or_else(|| std::env::home_dir().map(|h| h.join(".tablesql_history")));
         let ended = shell.interactive(history).await;
         close(&closing).await;
-        return Ok(ended?);
+        return Ok(ended.map(|()| 0)?);
     }
     let text = match &file {
         Some(path) => match std::fs::read_to_string(path) {
             Ok(text) => text,
             Err(e) => {
                 eprintln!("tablesql: error: {}: {}", path.display(), run::io_text(&e));
-                std::process::exit(1);
+                return Ok(1);
             }
         },
         None => std::io::read_to_string(std::io::stdin())?,
@@ -634,10 +676,7 @@ async fn shell(
     // code is psql's: 3 when ON_ERROR_STOP ended the script.
     let end = shell.run_file(&text).await;
     close(&closing).await;
-    if end == ScriptEnd::Stopped {
-        std::process::exit(3);
-    }
-    Ok(())
+    Ok(if end == ScriptEnd::Stopped { 3 } else { 0 })
 }
 
 /// `-P NAME=VALUE` options, as psql's `\pset`.

@@ -6,6 +6,8 @@
 use std::path::PathBuf;
 
 use tablesql::shell::{ScriptEnd, Shell};
+
+use crate::ending::Exit;
 use tablesql::storage::{StorageError, StoreLocation, TableStore};
 
 /// What `tablesql query` runs, in the order the command line gives.
@@ -54,7 +56,7 @@ pub fn actions(
 /// Runs the actions as psql does: each in turn, stopping after a failed
 /// one only when ON_ERROR_STOP is on; the exit code is the last one's.
 /// With no action, statements come from stdin (`-f -`).
-pub async fn query(shell: &mut Shell, mut actions: Vec<Action>, set: &[String]) -> i32 {
+pub async fn query(shell: &mut Shell, mut actions: Vec<Action>, set: &[String]) -> u8 {
     // psql's default for -f: run on after an error; the SQL argument keeps
     // stopping at its first one unless told otherwise.
     let explicit = set.iter().any(|a| a.starts_with("ON_ERROR_STOP="));
@@ -120,12 +122,12 @@ fn read(path: &std::path::Path) -> std::io::Result<String> {
 /// A store that cannot be opened: psql's message for a connection that
 /// failed, exit code 2, and for an embedded store another process holds
 /// (redb locks its file) the way in: through that process's `serve`.
-pub fn store_failed(location: &StoreLocation, e: &StorageError) -> ! {
+pub fn store_failed(location: &StoreLocation, e: &StorageError) -> anyhow::Error {
     eprintln!("tablesql: error: cannot open the store at {location}: {e}");
     if let Some(hint) = in_use_hint(e) {
         eprintln!("{hint}");
     }
-    std::process::exit(2)
+    Exit(2).into()
 }
 
 /// The engine over `store`; a failure to read its catalog (an unreachable
@@ -134,14 +136,13 @@ pub async fn engine(
     store: std::sync::Arc<dyn TableStore>,
     options: tablesql::EngineOptions,
     location: &StoreLocation,
-) -> tablesql::Engine {
-    match tablesql::Engine::with_store(store, options).await {
-        Ok(engine) => engine,
-        Err(e) => {
+) -> anyhow::Result<tablesql::Engine> {
+    tablesql::Engine::with_store(store, options)
+        .await
+        .map_err(|e| {
             eprintln!("tablesql: error: cannot open the store at {location}: {e}");
-            std::process::exit(2)
-        }
-    }
+            Exit(2).into()
+        })
 }
 
 /// The hint under an error that says another process holds the store.

@@ -54,7 +54,7 @@ pub struct ServeArgs {
     max_connections: u32,
     /// On SIGTERM or SIGINT, how long running statements get to finish
     /// before they are cancelled (clients are told 57P01). The default
-    /// ends within `docker stop`'s 10 s; a second signal exits at once.
+    /// ends within `docker stop`'s 10 s; a second signal cancels them at once.
     #[arg(
         long,
         env = "TABLESQL_SHUTDOWN_TIMEOUT",
@@ -65,12 +65,13 @@ pub struct ServeArgs {
 }
 
 /// Serves until SIGTERM or SIGINT, then stops gracefully (see
-/// `Server::run_until`); the engine is closed before this returns.
+/// `Server::run_until`); the engine is closed before this returns. The
+/// exit code: 1 when a second signal cut the statements' grace short.
 pub async fn serve(
     store: Arc<dyn TableStore>,
     options: tablesql::EngineOptions,
     args: ServeArgs,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<u8> {
     let grace = Duration::try_from_secs_f64(args.shutdown_timeout)
         .map_err(|_| anyhow::anyhow!("--shutdown-timeout is a number of seconds"))?;
     let mut users = Users::default();
@@ -129,33 +130,63 @@ pub async fn serve(
         tls = if tls_on { "required" } else { "off" },
         "listening"
     );
-    server.run_until(stop_signal(), grace).await?;
-    Ok(())
+    let signals = Signals::watch()?;
+    server
+        .run_until_hurried(signals.reached(1), signals.reached(2), grace)
+        .await?;
+    // Told twice: its statements were cut short.
+    Ok(if signals.count() >= 2 { 1 } else { 0 })
 }
 
-/// SIGTERM (`docker stop`, `systemctl stop`) or SIGINT (Ctrl-C). A second
-/// one while the server drains ends the process at once, as an operator who
-/// signals again means (every acknowledged commit is already durable).
-async fn stop_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = match signal(SignalKind::terminate()) {
-        Ok(s) => s,
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot watch SIGTERM; only SIGINT stops the server");
-            let _ = tokio::signal::ctrl_c().await;
-            return;
-        }
-    };
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM: stopping"),
-        _ = tokio::signal::ctrl_c() => tracing::info!("SIGINT: stopping"),
+/// SIGTERM (`docker stop`, `systemctl stop`) and SIGINT (Ctrl-C), counted.
+/// The first drains the server; a second, while it drains, cancels the
+/// statements still running (57P01) and the store closes as ever, as an
+/// operator who signals again means (every acknowledged commit is
+/// already durable); a third exits at once, the store left to be repaired.
+struct Signals(tokio::sync::watch::Receiver<u32>);
+
+impl Signals {
+    fn watch() -> anyhow::Result<Self> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate())?;
+        let mut int = signal(SignalKind::interrupt())?;
+        let (tx, rx) = tokio::sync::watch::channel(0);
+        tokio::spawn(async move {
+            loop {
+                let name = tokio::select! {
+                    _ = term.recv() => "SIGTERM",
+                    _ = int.recv() => "SIGINT",
+                };
+                let n = *tx.borrow() + 1;
+                match n {
+                    1 => tracing::info!("{name}: stopping"),
+                    2 => tracing::warn!(
+                        "{name}: a second signal: cancelling the statements still running"
+                    ),
+                    _ => {
+                        tracing::warn!(
+                            "{name}: a third signal: exiting at once (the store is repaired at its next open)"
+                        );
+                        std::process::exit(1);
+                    }
+                }
+                tx.send_replace(n);
+            }
+        });
+        Ok(Self(rx))
     }
-    tokio::spawn(async move {
-        tokio::select! {
-            _ = term.recv() => {}
-            _ = tokio::signal::ctrl_c() => {}
+
+    /// Resolves once `n` signals have come.
+    fn reached(&self, n: u32) -> impl std::future::Future<Output = ()> + use<> {
+        let mut rx = self.0.clone();
+        async move {
+            if rx.wait_for(|&got| got >= n).await.is_err() {
+                std::future::pending::<()>().await;
+            }
         }
-        tracing::warn!("a second signal: exiting without waiting for the statements");
-        std::process::exit(1);
-    });
+    }
+
+    fn count(&self) -> u32 {
+        *self.0.borrow()
+    }
 }

@@ -278,7 +278,41 @@ impl PersistedWorkload {
     /// Reads the heads, the reset marker and the snapshots that changed
     /// since the last read; sets the others' statistics; returns the last
     /// reset. Heads older than it are deleted (best effort).
+    ///
+    /// A head and the chunks it names are separate requests, with no
+    /// snapshot across them: a process that stores a new generation
+    /// between the two has deleted the chunks its old head named, and a
+    /// reader that took the old head finds them gone. Its new head has
+    /// landed by then, so the heads are read again, up to [`READS`]
+    /// times, until every snapshot named reads whole; a process merged
+    /// without one would be missing from the sum (a reader that knew it
+    /// before keeps what it read then).
     async fn read_others(&self, state: &mut State) -> Result<Option<DateTime<Utc>>> {
+        let mut read = 1;
+        loop {
+            let Some(heads) = self.read_heads().await? else {
+                return Ok(None);
+            };
+            let (seen, torn) = self.read_snapshots(state, &heads).await?;
+            if torn == 0 || read == READS {
+                if torn > 0 {
+                    tracing::debug!(torn, "workload snapshots replaced while read, each time");
+                }
+                for (instance, o) in heads.old {
+                    // Best effort: another process may be deleting it too.
+                    let _ = self.delete_other(&instance, &o).await;
+                }
+                state.others = seen;
+                self.workload.set_others(merged(state.others.values()));
+                return Ok(heads.reset);
+            }
+            read += 1;
+        }
+    }
+
+    /// The other processes' heads and the reset marker; `None` before
+    /// any process stored statistics.
+    async fn read_heads(&self) -> Result<Option<Heads>> {
         let table = table()?;
         let query = Query::partition(partition()?).rows(starting_with(HEAD)?);
         let heads = match self.store.query_all(&table, &query).await {
@@ -295,8 +329,11 @@ impl PersistedWorkload {
             Some(EdmValue::DateTime(at)) => Some(at),
             _ => None,
         };
-        let mut seen = HashMap::new();
-        let mut old = Vec::new();
+        let mut found = Heads {
+            current: Vec::new(),
+            old: Vec::new(),
+            reset,
+        };
         for h in &heads {
             let Some(instance) = h.row_key().as_str().strip_prefix(HEAD) else {
                 continue;
@@ -304,13 +341,29 @@ impl PersistedWorkload {
             if instance == self.instance {
                 continue;
             }
-            let Some(mut other) = parse_head(h) else {
+            let Some(other) = parse_head(h) else {
                 continue;
             };
             if reset.is_some_and(|at| other.since < at) {
-                old.push((instance.to_owned(), other));
-                continue;
+                found.old.push((instance.to_owned(), other));
+            } else {
+                found.current.push((instance.to_owned(), other));
             }
+        }
+        Ok(Some(found))
+    }
+
+    /// The snapshots `heads` name, read where they changed since `state`
+    /// knew them; and how many could not be read whole (replaced meanwhile).
+    async fn read_snapshots(
+        &self,
+        state: &State,
+        heads: &Heads,
+    ) -> Result<(HashMap<String, Other>, usize)> {
+        let mut seen = HashMap::new();
+        let mut torn = 0;
+        for (instance, head) in &heads.current {
+            let mut other = head.clone();
             let known = state.others.get(instance);
             match known {
                 Some(o) if o.generation == other.generation && o.kept.is_some() => {
@@ -318,25 +371,22 @@ impl PersistedWorkload {
                 }
                 _ => other.kept = self.read_snapshot(instance, &other).await?,
             }
+            if other.kept.is_none() {
+                torn += 1;
+            }
             match known {
                 // Replaced while it was read: the snapshot read before (its
                 // own generation and ETag, so that it is read again next
                 // time, and never taken over under the new head) until then.
                 Some(o) if other.kept.is_none() && o.kept.is_some() => {
-                    seen.insert(instance.to_owned(), o.clone());
+                    seen.insert(instance.clone(), o.clone());
                 }
                 _ => {
-                    seen.insert(instance.to_owned(), other);
+                    seen.insert(instance.clone(), other);
                 }
             }
         }
-        for (instance, o) in old {
-            // Best effort: another process may be deleting it too.
-            let _ = self.delete_other(&instance, &o).await;
-        }
-        state.others = seen;
-        self.workload.set_others(merged(state.others.values()));
-        Ok(reset)
+        Ok((seen, torn))
     }
 
     /// The snapshot `head` names; `None` where it is not whole (its process
@@ -644,6 +694,19 @@ fn may_have_landed(e: &StorageError) -> bool {
     }
 }
 
+/// Reads of the heads that `read_others` makes at most, while snapshots
+/// are replaced under it.
+const READS: u32 = 5;
+
+/// What the heads said in one read.
+struct Heads {
+    /// The other processes' heads, by instance.
+    current: Vec<(String, Other)>,
+    /// Heads older than the last reset (deleted by the reader).
+    old: Vec<(String, Other)>,
+    reset: Option<DateTime<Utc>>,
+}
+
 /// Whether to try storing again (after another process took a head over).
 enum Stored {
     Done,
@@ -897,6 +960,82 @@ mod tests {
             // An error only while the head could not be read back.
             assert_eq!(first.is_err(), fail_gets > 0, "{retry} {fail_gets}");
         }
+        Ok(())
+    }
+
+    /// A store whose first query of chunks first lets another process
+    /// store a new generation (deleting the chunks the head read before
+    /// named), as a flush landing between a reader's two requests does.
+    struct Replacing {
+        inner: Arc<MemoryStore>,
+        writer: tokio::sync::Mutex<Option<(Arc<Workload>, PersistedWorkload)>>,
+    }
+
+    impl std::fmt::Debug for Replacing {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("Replacing")
+        }
+    }
+
+    #[async_trait]
+    impl TableStore for Replacing {
+        async fn create_table(&self, table: &TableName) -> Result<()> {
+            self.inner.create_table(table).await
+        }
+        async fn delete_table(&self, table: &TableName) -> Result<()> {
+            self.inner.delete_table(table).await
+        }
+        async fn list_tables(&self) -> Result<Vec<TableName>> {
+            self.inner.list_tables().await
+        }
+        async fn get(
+            &self,
+            table: &TableName,
+            pk: &PartitionKey,
+            rk: &RowKey,
+        ) -> Result<Option<StoredEntity>> {
+            self.inner.get(table, pk, rk).await
+        }
+        async fn query(
+            &self,
+            table: &TableName,
+            query: &Query,
+            token: Option<&ContinuationToken>,
+        ) -> Result<Page> {
+            let chunks =
+                matches!(&query.rows.start, Bound::Included(k) if k.as_str().starts_with(CHUNK));
+            if chunks && let Some((w, writer)) = self.writer.lock().await.take() {
+                w.ran("SELECT 3", Run::default());
+                writer.flush(false).await?;
+            }
+            self.inner.query(table, query, token).await
+        }
+        async fn execute_batch(
+            &self,
+            table: &TableName,
+            ops: Vec<WriteOp>,
+        ) -> Result<Vec<WriteOutcome>> {
+            self.inner.execute_batch(table, ops).await
+        }
+    }
+
+    /// A snapshot replaced while another process reads it is read again
+    /// under its new head: the reader's sum misses no process.
+    #[tokio::test]
+    async fn a_snapshot_replaced_while_read_is_read_again_under_its_new_head() -> Result<()> {
+        let inner = Arc::new(MemoryStore::new());
+        let direct: Arc<dyn TableStore> = inner.clone();
+        let (a, pa) = process(&direct);
+        a.ran("SELECT 1", Run::default());
+        a.ran("SELECT 2", Run::default());
+        pa.flush(false).await?;
+        let store: Arc<dyn TableStore> = Arc::new(Replacing {
+            inner,
+            writer: tokio::sync::Mutex::new(Some((a, pa))),
+        });
+        let (b, pb) = process(&store);
+        pb.refresh().await?;
+        assert_eq!(calls(&b), 3, "the new generation, read whole");
         Ok(())
     }
 

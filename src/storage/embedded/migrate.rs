@@ -110,7 +110,11 @@ pub fn migrate(
     if kept.exists() && !same_file(&kept, &path)? {
         return Err(left_over(&kept));
     }
-    let target = EmbeddedStore::open_file(&target_path)?;
+    let target = EmbeddedStore::open_file(
+        &target_path,
+        super::open::DEFAULT_PAGE_CACHE,
+        super::open::log_repair(&target_path),
+    )?;
     let mut done = Migrated {
         from,
         ..Migrated::default()

@@ -8,6 +8,7 @@ mod dict;
 mod format1;
 mod key;
 pub mod migrate;
+mod open;
 mod scan;
 mod snapshot;
 mod value;
@@ -20,6 +21,7 @@ use async_trait::async_trait;
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 
 use dict::{Dict, Dicts};
+pub use open::{DEFAULT_PAGE_CACHE, Opened, Opening};
 
 use super::write::validate_batch;
 use super::{
@@ -68,6 +70,7 @@ pub struct EmbeddedStore {
     /// when read.
     partition_counts: Arc<Mutex<HashMap<String, (u64, Option<Arc<[PartitionCount]>>)>>>,
     scan_budget: usize,
+    opened: Opened,
 }
 
 /// Most partitions whose counts `partition_counts` reads as a table's
@@ -83,28 +86,41 @@ pub const MAX_COUNTED_PARTITIONS: usize = 1_000;
 pub const DEFAULT_DERIVED_CACHE: usize = 256 << 20;
 
 impl EmbeddedStore {
-    /// Opens the store in a directory, creating both if needed.
+    /// Opens the store in a directory, creating both if needed, with
+    /// [`Opening`]'s defaults. A file its last process did not close is
+    /// repaired first, which reads all of it; the log says so, with its
+    /// progress (`open::log_repair`).
     pub fn open(dir: impl AsRef<Path>) -> Result<Self> {
-        let dir = dir.as_ref();
+        Opening::new().open(dir)
+    }
+
+    /// The database file in `dir`, which is made if missing.
+    fn file_in(dir: &Path) -> Result<std::path::PathBuf> {
         std::fs::create_dir_all(dir)?;
-        Self::open_file(&dir.join(FILE_NAME))
+        Ok(dir.join(FILE_NAME))
     }
 
     /// Opens the store in a file, creating it if needed.
-    fn open_file(path: &Path) -> Result<Self> {
-        let db = Database::create(path).map_err(|e| match e {
-            redb::DatabaseError::DatabaseAlreadyOpen => {
-                StorageError::InUse(path.display().to_string())
-            }
-            e => e.into(),
-        })?;
-        Self::init(db)
+    fn open_file(path: &Path, page_cache: usize, progress: impl Fn(f64) + 'static) -> Result<Self> {
+        let (db, opened) = open::create(path, page_cache, progress)?;
+        Self::init(db, opened)
     }
 
     /// A store in memory, with the same code paths as on disk but no file.
     pub fn in_memory() -> Result<Self> {
+        let started = std::time::Instant::now();
         let db = Database::builder().create_with_backend(redb::backends::InMemoryBackend::new())?;
-        Self::init(db)
+        let opened = Opened {
+            took: started.elapsed(),
+            repaired: false,
+        };
+        Self::init(db, opened)
+    }
+
+    /// How the store's file was opened: how long it took, and whether it
+    /// had to be repaired.
+    pub fn opened(&self) -> Opened {
+        self.opened
     }
 
     /// Keeps at most `bytes` of scans' decoded pages (0: none). Set it on
@@ -121,43 +137,50 @@ impl EmbeddedStore {
         self
     }
 
-    fn init(db: Database) -> Result<Self> {
-        let txn = db.begin_write()?;
-        let last_ticks = {
-            let mut meta = txn.open_table(META)?;
-            let found = meta
-                .get(FORMAT_KEY)?
-                .map(|v| read_u32(v.value()))
-                .transpose()?;
-            match found {
-                Some(found) if found != FORMAT_VERSION => {
-                    return Err(StorageError::FormatVersion {
-                        found,
-                        expected: FORMAT_VERSION,
-                    });
-                }
-                Some(_) => {}
-                None => {
-                    meta.insert(FORMAT_KEY, FORMAT_VERSION.to_le_bytes().as_slice())?;
-                }
+    fn init(db: Database, opened: Opened) -> Result<Self> {
+        // A store already made is only read: a write transaction here
+        // would be a commit, a wait for the disk, at every open.
+        let (format, last_ticks) = {
+            let txn = db.begin_read()?;
+            match txn.open_table(META) {
+                Ok(meta) => (
+                    meta.get(FORMAT_KEY)?
+                        .map(|v| read_u32(v.value()))
+                        .transpose()?,
+                    meta.get(CLOCK_KEY)?
+                        .map(|v| read_i64(v.value()))
+                        .transpose()?,
+                ),
+                Err(redb::TableError::TableDoesNotExist(_)) => (None, None),
+                Err(e) => return Err(e.into()),
             }
-            txn.open_table(TABLES)?;
-            let last = meta
-                .get(CLOCK_KEY)?
-                .map(|v| read_i64(v.value()))
-                .transpose()?;
-            last.unwrap_or(i64::MIN)
         };
-        txn.commit()?;
+        match format {
+            Some(found) if found != FORMAT_VERSION => {
+                return Err(StorageError::FormatVersion {
+                    found,
+                    expected: FORMAT_VERSION,
+                });
+            }
+            Some(_) => {}
+            None => {
+                let txn = db.begin_write()?;
+                txn.open_table(META)?
+                    .insert(FORMAT_KEY, FORMAT_VERSION.to_le_bytes().as_slice())?;
+                txn.open_table(TABLES)?;
+                txn.commit()?;
+            }
+        }
         Ok(Self {
             db: Arc::new(db),
-            clock: Arc::new(Clock::starting_after(last_ticks)),
+            clock: Arc::new(Clock::starting_after(last_ticks.unwrap_or(i64::MIN))),
             commits: Arc::default(),
             dicts: Arc::default(),
             derived: Arc::new(DerivedCache::new(DEFAULT_DERIVED_CACHE)),
             partition_counts: Arc::default(),
             snapshots: Arc::default(),
             scan_budget: DEFAULT_SCAN_BUDGET,
+            opened,
         })
     }
 

@@ -5,7 +5,7 @@
 //! (`scripts/python-env`) and names them in `TABLESQL_TEST_PSQL` and
 //! `TABLESQL_TEST_PYTHON`.
 
-use std::io::{BufRead, BufReader};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -22,6 +22,7 @@ mod protocol;
 mod psql;
 mod security;
 mod spark;
+mod stopping;
 mod transactions;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -39,6 +40,8 @@ const LONG: &str = "SELECT count(*) FROM registrations a JOIN registrations b ON
 pub(crate) struct Served {
     child: Child,
     pub(crate) addr: SocketAddr,
+    /// Its `/metrics` URL.
+    pub(crate) metrics: String,
     stderr: PathBuf,
     _dir: tempfile::TempDir,
 }
@@ -92,6 +95,53 @@ impl Served {
 
     pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
+    }
+
+    /// See [`cancel_served`].
+    pub(crate) async fn cancel(&self, token: &tokio_postgres::CancelToken) -> TestResult {
+        cancel_served(&self.metrics, token).await
+    }
+
+    /// See [`until_running`].
+    pub(crate) async fn until_running(&self, n: usize) -> TestResult {
+        until_running(&self.metrics, n).await
+    }
+}
+
+/// Sends a cancel request with `token` to the server whose metrics are at
+/// `metrics`, and waits until the server has served it
+/// (`tablesql_cancel_requests_total`): the client's own call returns once
+/// the request is sent, not once it has landed.
+pub(crate) async fn cancel_served(
+    metrics: &str,
+    token: &tokio_postgres::CancelToken,
+) -> TestResult {
+    let series = "tablesql_cancel_requests_total";
+    let before = sample(&http_get(metrics)?.1, series);
+    token.cancel_query(NoTls).await?;
+    let mut deadline =
+        crate::wait::Deadline::new(Duration::from_secs(60), "the cancel request served");
+    loop {
+        let now = sample(&http_get(metrics)?.1, series);
+        if now > before {
+            return Ok(());
+        }
+        deadline.again_async(format!("{series} {now}")).await?;
+    }
+}
+
+/// Waits until `n` statements run on the server whose metrics are at
+/// `metrics` (`tablesql_statements_running`): statements clients sent
+/// have reached it, and run.
+pub(crate) async fn until_running(metrics: &str, n: usize) -> TestResult {
+    let mut deadline =
+        crate::wait::Deadline::new(Duration::from_secs(60), format!("{n} statements running"));
+    loop {
+        let running = sample(&http_get(metrics)?.1, "tablesql_statements_running");
+        if running == n as f64 {
+            return Ok(());
+        }
+        deadline.again_async(format!("{running} running")).await?;
     }
 }
 
@@ -209,14 +259,57 @@ pub(crate) fn serve_store(
     cmd.arg("--store")
         .arg(store)
         .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(["--metrics-listen", "127.0.0.1:0"])
         .args(args);
-    let (child, addr, _) = spawn_serve(&mut cmd, &stderr)?;
+    let (child, addr, mut out) = spawn_serve(&mut cmd, &stderr)?;
+    let mut line = String::new();
+    out.read_line(&mut line)?;
+    let metrics = line
+        .trim()
+        .strip_prefix("metrics on ")
+        .ok_or_else(|| format!("no metrics line: {line:?}"))?
+        .to_owned();
     Ok(Served {
         child,
         addr,
+        metrics,
         stderr,
         _dir: dir,
     })
+}
+
+/// An HTTP GET of `url` (`http://host:port/path`) with a raw socket: the
+/// status line and the body.
+pub(crate) fn http_get(url: &str) -> Result<(String, String), Box<dyn std::error::Error>> {
+    let rest = url.strip_prefix("http://").ok_or("not http")?;
+    let (host, path) = rest.split_once('/').ok_or("no path")?;
+    let mut tcp = std::net::TcpStream::connect(host)?;
+    tcp.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        tcp,
+        "GET /{path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut answer = String::new();
+    tcp.read_to_string(&mut answer)?;
+    let (head, body) = answer.split_once("\r\n\r\n").ok_or("no body")?;
+    Ok((
+        head.lines().next().unwrap_or_default().to_owned(),
+        body.to_owned(),
+    ))
+}
+
+/// A sample's value in a scrape (`name{labels} value`), 0 when absent.
+pub(crate) fn sample(scrape: &str, series: &str) -> f64 {
+    scrape
+        .lines()
+        .find_map(|l| {
+            l.strip_prefix(series)?
+                .strip_prefix(' ')?
+                .trim()
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0.0)
 }
 
 /// The SQLSTATE of a failed statement.

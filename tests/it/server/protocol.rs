@@ -201,17 +201,15 @@ async fn cancel_request_stops_a_long_query() -> TestResult {
     let server = serve(1000, &[])?;
     let client = server.connect().await?;
     let token = client.cancel_token();
-    let canceller = tokio::spawn(async move {
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        token.cancel_query(NoTls).await
-    });
+    // Cancelled once it runs.
+    let cancelling = async {
+        server.until_running(1).await?;
+        server.cancel(&token).await
+    };
     let started = Instant::now();
-    let e = client
-        .simple_query(LONG)
-        .await
-        .err()
-        .ok_or("not cancelled")?;
-    canceller.await??;
+    let (answer, cancelled) = tokio::join!(client.simple_query(LONG), cancelling);
+    cancelled?;
+    let e = answer.err().ok_or("not cancelled")?;
     assert_eq!(code(&e), "57014", "{e:?}");
     assert!(started.elapsed() < Duration::from_secs(20));
     // A cancel is for the statement running when it arrives, not the next.
@@ -263,8 +261,7 @@ async fn cursors_declare_fetch_close() -> TestResult {
         .await?;
     assert_eq!(bibs(client.simple_query("FETCH 5 FROM d").await?).len(), 5);
     for _ in 0..3 {
-        client.cancel_token().cancel_query(NoTls).await?;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.cancel(&client.cancel_token()).await?;
         client.simple_query("SELECT 1").await?;
     }
     let rest = bibs(client.simple_query("FETCH ALL FROM d").await?);
@@ -282,8 +279,7 @@ async fn cursors_declare_fetch_close() -> TestResult {
     let portal = tx.bind(&statement, &[]).await?;
     assert_eq!(tx.query_portal(&portal, 5).await?.len(), 5);
     for _ in 0..3 {
-        token.cancel_query(NoTls).await?;
-        tokio::time::sleep(Duration::from_millis(200)).await;
+        server.cancel(&token).await?;
         tx.simple_query("SET application_name = 'between'").await?;
     }
     assert_eq!(tx.query_portal(&portal, 0).await?.len(), 12_000 - 5);

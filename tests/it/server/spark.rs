@@ -68,22 +68,16 @@ fn run_spark(url: &str, reads: &Value) -> Result<String, Box<dyn std::error::Err
         .stdout(std::fs::File::create(&out)?)
         .stderr(std::fs::File::create(&err)?)
         .spawn()?;
-    let deadline = Instant::now() + SPARK_BOUND;
-    let status = loop {
-        if let Some(status) = child.try_wait()? {
-            break status;
-        }
-        if Instant::now() > deadline {
+    let status = match crate::wait::exit_of(&mut child, SPARK_BOUND, "the Spark client to end") {
+        Ok(status) => status,
+        Err(e) => {
             // The JVM exits when its stdin, the Python driver's pipe, closes.
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!(
-                "the Spark client ran past {SPARK_BOUND:?}: {}",
-                std::fs::read_to_string(&err).unwrap_or_default()
-            )
-            .into());
+            return Err(
+                format!("{e}: {}", std::fs::read_to_string(&err).unwrap_or_default()).into(),
+            );
         }
-        std::thread::sleep(Duration::from_millis(100));
     };
     let stdout = std::fs::read_to_string(&out)?;
     if !status.success() {
@@ -361,14 +355,14 @@ async fn spark_reads_through_several_servers_over_one_azure_account() -> TestRes
     let (buckets, rows) = (32, 1600);
     create_buckets(&one, buckets, rows).await?;
     // The other server plans with the new table at its next catalog check.
-    let started = Instant::now();
+    let mut deadline = crate::wait::Deadline::new(
+        Duration::from_secs(60),
+        "the other server to see spark_buckets",
+    );
     let expected = loop {
         match count_sum(&other, "spark_buckets", "reading", "true").await {
             Ok(answer) => break answer,
-            Err(e) if started.elapsed() > Duration::from_secs(10) => {
-                return Err(format!("the other server never saw spark_buckets: {e}").into());
-            }
-            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+            Err(e) => deadline.again_async(e).await?,
         }
     };
     assert_eq!(
