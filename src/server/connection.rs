@@ -130,10 +130,23 @@ async fn run(
         Admission::Full(_) | Admission::ShuttingDown(_) => TURN_AWAY,
     });
     tokio::pin!(deadline);
-    // A stopping server still reads the first message of a connection
-    // it accepted, so that it can say why it ends it (`answer`, 57P01),
-    // as it would not if it closed it unread; only past the bound is it
-    // closed as it is.
+    // Until its client's first bytes come, a connection the server ends is
+    // told why at once: an admitted one when the server starts to stop
+    // (57P01), a refused one when it stops waiting for it (57P03). A
+    // client reads it in answer to its startup (or its TLS request) as it
+    // would after it; closed unread, it would see the socket close unsaid.
+    let (ends_at, why) = match admission {
+        Admission::Admitted(_) => (Phase::Draining, terminated()),
+        Admission::Full(_) | Admission::ShuttingDown(_) => {
+            (Phase::Terminating, Refusal::ShuttingDown.error())
+        }
+    };
+    let mut ending = context.stop.clone();
+    tokio::select! {
+        _ = &mut deadline => return Ok(()),
+        ready = tcp.readable() => ready?,
+        () = reached(&mut ending, ends_at) => return say_unread(tcp, why, &context).await,
+    }
     let mut hard_stop = context.stop.clone();
     let negotiated = tokio::select! {
         _ = &mut deadline => return Ok(()),
@@ -168,14 +181,11 @@ async fn run(
             return close(socket, &context, served).await;
         }
         Admission::ShuttingDown(registry) => {
-            let served = turn_away(
-                &mut socket,
-                deadline,
-                registry,
-                Refusal::ShuttingDown,
-                &context.metrics,
-            )
-            .await;
+            let refusal = Refusal::ShuttingDown;
+            let served = tokio::select! {
+                r = turn_away(&mut socket, deadline, registry, refusal, &context.metrics) => r,
+                () = reached(&mut hard_stop, Phase::Terminating) => say(&mut socket, refusal.error()).await,
+            };
             return close(socket, &context, served).await;
         }
     };
@@ -317,9 +327,32 @@ async fn close(mut socket: Socket, context: &Context, served: io::Result<()>) ->
 /// Tells the client the server ends its connection (57P01); the caller
 /// closes it (`close`, which sees that the client reads it).
 async fn say_terminated(socket: &mut Socket) -> io::Result<()> {
+    say(socket, terminated()).await
+}
+
+/// Sends `error`, a FATAL one; the caller closes the connection.
+async fn say(socket: &mut Socket, error: ErrorInfo) -> io::Result<()> {
     socket.get_mut().release(true);
-    let send = socket.send(PgWireBackendMessage::ErrorResponse(terminated().into()));
+    let send = socket.send(PgWireBackendMessage::ErrorResponse(error.into()));
     let _ = tokio::time::timeout(LAST_WORDS, send).await;
+    Ok(())
+}
+
+/// Ends a connection whose client has sent nothing yet with `error`, sent
+/// as it would answer the client's startup, and read before the end.
+async fn say_unread(tcp: TcpStream, error: ErrorInfo, context: &Context) -> io::Result<()> {
+    use tokio::io::AsyncWriteExt;
+    let mut bytes = bytes::BytesMut::new();
+    PgWireBackendMessage::ErrorResponse(error.into())
+        .encode(&mut bytes)
+        .map_err(io::Error::other)?;
+    let mut stream = Guarded::new(tcp, bytes::BytesMut::new(), None);
+    let last_words = async {
+        stream.write_all(&bytes).await?;
+        stream.finish().await
+    };
+    let _ = tokio::time::timeout(LAST_WORDS, last_words).await;
+    tracing::debug!(connection = context.id, peer = %context.peer, "connection closed before its startup");
     Ok(())
 }
 
@@ -363,11 +396,7 @@ async fn turn_away(
             registry.on_cancel_request(cancel).await;
             metrics.cancel_served();
         }
-        Some(Ok(PgWireFrontendMessage::Startup(_))) => {
-            socket.get_mut().release(true);
-            let send = socket.send(PgWireBackendMessage::ErrorResponse(refusal.error().into()));
-            let _ = tokio::time::timeout(LAST_WORDS, send).await;
-        }
+        Some(Ok(PgWireFrontendMessage::Startup(_))) => say(socket, refusal.error()).await?,
         _ => {}
     }
     Ok(())
@@ -395,8 +424,10 @@ async fn answer(
     // may end the connection without cutting a statement short.
     let mut at_rest = true;
     let mut in_exchange = false;
-    // The statement running: timed, and counted running until it ends.
+    // The statement running, timed, and the count of running statements
+    // it holds (given back should the connection be dropped mid-statement).
     let mut statement = None;
+    let mut running = context.metrics.running_statements();
     // Made once: each one made anew registers with the server's shared
     // watch, a lock and a waiter list that every connection's every
     // message would contend for.
@@ -456,7 +487,8 @@ async fn answer(
             _ => message.is_extended_query(),
         };
         if let Some(timed) = timing.message(&message) {
-            statement = Some((timed, context.metrics.statement_started()));
+            statement = Some(timed);
+            running.start();
         }
         // An extended-protocol exchange lasts until its Sync.
         match message {
@@ -503,7 +535,8 @@ async fn answer(
         }
         // A COPY FROM STDIN runs until its data ends.
         let copying = matches!(socket.state(), PgWireConnectionState::CopyInProgress(_));
-        if !copying && let Some((timed, _running)) = statement.take() {
+        if !copying && let Some(timed) = statement.take() {
+            running.end();
             let took = timed.done(context.id, context.slow, simple.runner());
             context.metrics.statement_took(took);
         }

@@ -187,11 +187,14 @@ impl Metrics {
         self.cancels.inc();
     }
 
-    /// A statement started: counted running until the guard is dropped
-    /// (answered, or dropped with its connection).
-    pub(super) fn statement_started(&self) -> Started {
-        self.running.0.local().fetch_add(1, Ordering::Relaxed);
-        Started(self.running.clone())
+    /// A connection's count of running statements, made once per
+    /// connection (not per statement: a shared count's clone is a shared
+    /// cache line).
+    pub(super) fn running_statements(&self) -> RunningStatements {
+        RunningStatements {
+            running: self.running.clone(),
+            now: false,
+        }
     }
 
     /// An error sent to a client.
@@ -231,13 +234,35 @@ impl Drop for Open {
     }
 }
 
-/// A statement counted in `tablesql_statements_running`.
-pub(super) struct Started(Running);
+/// One connection's part of `tablesql_statements_running`: its statement,
+/// while one runs; given back when dropped.
+pub(super) struct RunningStatements {
+    running: Running,
+    now: bool,
+}
 
-impl Drop for Started {
+impl RunningStatements {
+    /// A statement started.
+    pub(super) fn start(&mut self) {
+        if !self.now {
+            self.now = true;
+            self.running.0.local().fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// The statement ended.
+    pub(super) fn end(&mut self) {
+        if self.now {
+            self.now = false;
+            // On this thread's copy, whichever took the one: the sum is right.
+            self.running.0.local().fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for RunningStatements {
     fn drop(&mut self) {
-        // On this thread's copy, whichever took the one: the sum is right.
-        self.0.0.local().fetch_sub(1, Ordering::Relaxed);
+        self.end();
     }
 }
 

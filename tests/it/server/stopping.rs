@@ -145,9 +145,15 @@ async fn a_statement_within_the_bound_is_answered_and_newcomers_are_told_57p03()
     let mut server = Proc::start(&mut cmd, dir.path(), true)?;
     let url = server.metrics.clone().ok_or("no metrics address")?;
     let (client, connection) = server.connect().await?;
+    // A client that has connected and sent nothing yet.
+    let silent = tokio::net::TcpStream::connect(server.addr).await?;
     // A transaction block holds the server in its drain until COMMIT.
     client.batch_execute("BEGIN").await?;
     server.signal("-TERM")?;
+    // The silent one is told 57P01 at once, then the connection ends.
+    let said = tokio::time::timeout(Duration::from_secs(30), all_of(silent)).await??;
+    assert_eq!(said.first(), Some(&b'E'), "{said:?}");
+    assert!(String::from_utf8_lossy(&said).contains("57P01"), "{said:?}");
     // The drain has begun once a newcomer is refused as shutting down.
     let mut deadline = Deadline::new(Duration::from_secs(30), "a newcomer told 57P03");
     loop {
@@ -172,6 +178,8 @@ async fn a_statement_within_the_bound_is_answered_and_newcomers_are_told_57p03()
         ) >= 1.0,
         "{scrape}"
     );
+    // A newcomer that sends nothing is told 57P03 once the drain ends.
+    let silent_newcomer = tokio::net::TcpStream::connect(server.addr).await?;
     // The block's statement is answered in full.
     let rows = client
         .simple_query("SELECT count(*) FROM registrations")
@@ -186,8 +194,19 @@ async fn a_statement_within_the_bound_is_answered_and_newcomers_are_told_57p03()
     let ended = tokio::time::timeout(Duration::from_secs(30), connection).await??;
     let e = ended.err().ok_or("the connection ended without an error")?;
     assert_eq!(code(&e), "57P01", "{e}");
+    let said = tokio::time::timeout(Duration::from_secs(30), all_of(silent_newcomer)).await??;
+    assert_eq!(said.first(), Some(&b'E'), "{said:?}");
+    assert!(String::from_utf8_lossy(&said).contains("57P03"), "{said:?}");
     assert_eq!(server.exited_within(Duration::from_secs(30))?, 0);
     Ok(())
+}
+
+/// Everything the server sends on `socket` until it ends the connection.
+async fn all_of(mut socket: tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
+    use tokio::io::AsyncReadExt;
+    let mut said = Vec::new();
+    socket.read_to_end(&mut said).await?;
+    Ok(said)
 }
 
 /// SIGTERM while psql copies rows in (`COPY ... FROM STDIN`, its rows
