@@ -331,96 +331,46 @@ impl Server {
             shared,
             cores,
         } = self;
+        let mut acceptor = Acceptor {
+            listener,
+            shared,
+            cores,
+            next_id: 0,
+        };
         let mut tasks = JoinSet::new();
-        let mut next_id: u64 = 0;
         tokio::pin!(shutdown);
-        tokio::pin!(hurry);
         loop {
             tokio::select! {
                 () = &mut shutdown => break,
                 // Reaps the connections that ended.
                 Some(_) = tasks.join_next(), if !tasks.is_empty() => {}
-                accepted = listener.accept() => {
-                    next_id += 1;
-                    accept(accepted, next_id, &shared, &cores, &mut tasks).await;
-                }
+                accepted = acceptor.listener.accept() => acceptor.serve(accepted, &mut tasks).await,
             }
         }
-        tracing::info!(
-            connections = tasks.len(),
-            grace_s = grace.as_secs_f64(),
-            "shutting down: no new connections"
-        );
-        shared.phase.send(Phase::Draining);
-        // Connections made while the others finish are told why they are
-        // refused (57P03), as PostgreSQL tells them, not reset unread.
-        let mut refused = JoinSet::new();
-        let draining = async {
-            let deadline = tokio::time::Instant::now().checked_add(grace);
-            let bound = async {
-                match deadline {
-                    Some(at) => tokio::time::sleep_until(at).await,
-                    None => std::future::pending().await,
-                }
-            };
-            tokio::pin!(bound);
-            loop {
-                tokio::select! {
-                    joined = tasks.join_next() => if joined.is_none() { return true },
-                    () = &mut bound => return false,
-                    () = &mut hurry => {
-                        tracing::warn!("told again to stop: cancelling the statements still running");
-                        return false;
-                    }
-                    accepted = listener.accept() => {
-                        next_id += 1;
-                        accept(accepted, next_id, &shared, &cores, &mut refused).await;
-                    }
-                }
-            }
-        };
-        if !draining.await {
-            tracing::warn!(
-                connections = tasks.len(),
-                "shutdown timeout reached: cancelling the statements still running"
-            );
-            shared.phase.send(Phase::Terminating);
-            // A statement is cancelled where it next yields. A connection
-            // whose runtime is inside a computation that does not yield (a
-            // join's hash table, built in one go) says its 57P01 once that
-            // ends: it is waited for, not cut, since a task aborted there
-            // would only be dropped unsaid when the computation ended.
-            if !ended(&mut tasks, shutdown::LAST_WORDS).await {
-                tracing::warn!(
-                    connections = tasks.len(),
-                    "connections inside a computation that does not yield: waiting for them to say 57P01"
-                );
-                if !ended(&mut tasks, shutdown::UNSAID).await {
-                    tracing::warn!(
-                        connections = tasks.len(),
-                        "connections still busy: closing them unsaid"
-                    );
-                    tasks.abort_all();
-                    while tasks.join_next().await.is_some() {}
-                }
-            }
-        }
-        drop(listener);
-        // The refused ones have said so, or are closed unread (their
-        // clients sent nothing to answer).
-        shared.phase.send(Phase::Terminating);
-        if !ended(&mut refused, shutdown::LAST_WORDS).await {
-            refused.abort_all();
-            while refused.join_next().await.is_some() {}
-        }
-        cores.stop().await;
-        match Arc::try_unwrap(shared) {
-            Ok(shared) => shutdown::close_engine(shared.engine).await,
-            // Nothing else holds it once the connections are gone.
-            Err(_) => tracing::warn!("the engine is still shared at shutdown"),
-        }
-        tracing::info!("server stopped");
+        let refused = shutdown::drain(&mut acceptor, &mut tasks, grace, hurry).await;
+        shutdown::end(acceptor, refused).await;
         Ok(())
+    }
+}
+
+/// What accepts connections, and serves them on the connections' runtimes.
+struct Acceptor {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+    cores: Cores,
+    /// The last connection's number, for the log.
+    next_id: u64,
+}
+
+impl Acceptor {
+    /// Serves an accepted connection on a task of `tasks`.
+    async fn serve(
+        &mut self,
+        accepted: std::io::Result<(TcpStream, SocketAddr)>,
+        tasks: &mut JoinSet<()>,
+    ) {
+        self.next_id += 1;
+        accept(accepted, self.next_id, &self.shared, &self.cores, tasks).await;
     }
 }
 
@@ -501,18 +451,6 @@ async fn accept(
         },
         core,
     );
-}
-
-/// Waits up to `bound` for every task to end; whether they all did.
-async fn ended(tasks: &mut JoinSet<()>, bound: Duration) -> bool {
-    let all = async { while tasks.join_next().await.is_some() {} };
-    match tokio::time::Instant::now().checked_add(bound) {
-        Some(deadline) => tokio::time::timeout_at(deadline, all).await.is_ok(),
-        None => {
-            all.await;
-            true
-        }
-    }
 }
 
 /// The handlers of one connection.

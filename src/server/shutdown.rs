@@ -5,12 +5,14 @@
 //! its client before its socket closes (`stream::Guarded::finish`). Then,
 //! every connection ended, the engine is closed ([`close_engine`]).
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use pgwire::error::ErrorInfo;
 use tokio::sync::watch;
+use tokio::task::JoinSet;
 
+use super::Acceptor;
 use super::sqlstate::ADMIN_SHUTDOWN;
 use crate::engine::Engine;
 
@@ -108,12 +110,116 @@ pub(super) const LAST_WORDS: Duration = Duration::from_secs(5);
 /// unsaid: only a computation of more than a minute is cut.
 pub(super) const UNSAID: Duration = Duration::from_secs(60);
 
+/// Stops the server's connections, once told to: connections made from
+/// now on are refused (57P03, on tasks of the returned set); the others
+/// get `grace` to come to rest, or until `hurry`; past it their statements
+/// are cancelled, and each is waited for until it has said so (57P01).
+pub(super) async fn drain(
+    acceptor: &mut Acceptor,
+    tasks: &mut JoinSet<()>,
+    grace: Duration,
+    hurry: impl std::future::Future<Output = ()>,
+) -> JoinSet<()> {
+    tracing::info!(
+        connections = tasks.len(),
+        grace_s = grace.as_secs_f64(),
+        "shutting down: no new connections"
+    );
+    acceptor.shared.phase.send(Phase::Draining);
+    let mut refused = JoinSet::new();
+    let deadline = tokio::time::Instant::now().checked_add(grace);
+    let bound = async {
+        match deadline {
+            Some(at) => tokio::time::sleep_until(at).await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(bound);
+    tokio::pin!(hurry);
+    let rested = loop {
+        tokio::select! {
+            joined = tasks.join_next() => if joined.is_none() { break true },
+            () = &mut bound => break false,
+            () = &mut hurry => break false,
+            accepted = acceptor.listener.accept() => acceptor.serve(accepted, &mut refused).await,
+        }
+    };
+    if !rested {
+        tracing::warn!(
+            connections = tasks.len(),
+            "shutdown timeout reached: cancelling the statements still running"
+        );
+        acceptor.shared.phase.send(Phase::Terminating);
+        last_words(tasks).await;
+    }
+    refused
+}
+
+/// Waits for cancelled connections to end. A statement is cancelled where
+/// it next yields; a connection whose runtime is inside a computation that
+/// does not yield (a join's hash table, built in one go) says its 57P01
+/// once that ends. It is waited for, not cut: a task aborted there would
+/// only be dropped unsaid when the computation ended.
+async fn last_words(tasks: &mut JoinSet<()>) {
+    if ended(tasks, LAST_WORDS).await {
+        return;
+    }
+    tracing::warn!(
+        connections = tasks.len(),
+        "connections inside a computation that does not yield: waiting for them to say 57P01"
+    );
+    if !ended(tasks, UNSAID).await {
+        tracing::warn!(
+            connections = tasks.len(),
+            "connections still busy: closing them unsaid"
+        );
+        tasks.abort_all();
+        while tasks.join_next().await.is_some() {}
+    }
+}
+
+/// Every connection ended: the refused ones are told (57P03) now if they
+/// have not been, the connections' runtimes stop, and the engine closes.
+pub(super) async fn end(acceptor: Acceptor, mut refused: JoinSet<()>) {
+    let Acceptor {
+        listener,
+        shared,
+        cores,
+        ..
+    } = acceptor;
+    drop(listener);
+    shared.phase.send(Phase::Terminating);
+    if !ended(&mut refused, LAST_WORDS).await {
+        refused.abort_all();
+        while refused.join_next().await.is_some() {}
+    }
+    cores.stop().await;
+    match Arc::try_unwrap(shared) {
+        Ok(shared) => close_engine(shared.engine).await,
+        // Nothing else holds it once the connections are gone.
+        Err(_) => tracing::warn!("the engine is still shared at shutdown"),
+    }
+    tracing::info!("server stopped");
+}
+
+/// Waits up to `bound` for every task to end; whether they all did.
+async fn ended(tasks: &mut JoinSet<()>, bound: Duration) -> bool {
+    let all = async { while tasks.join_next().await.is_some() {} };
+    match tokio::time::Instant::now().checked_add(bound) {
+        Some(deadline) => tokio::time::timeout_at(deadline, all).await.is_ok(),
+        None => {
+            all.await;
+            true
+        }
+    }
+}
+
 /// The one place the engine is closed, after every connection has ended
 /// and no statement runs: what must outlive the sessions (the store's last
 /// writes) is settled here. Dropping the last engine drops the store: the
 /// embedded store's redb database closes (every commit was durable when
 /// it was acknowledged), the Azure client's connections close.
-pub(super) async fn close_engine(engine: Engine) {
+async fn close_engine(engine: Engine) {
     // The workload statistics, stored a last time for every process over
     // the store; bounded, since a throttled or unreachable service would
     // otherwise hold the process past what a supervisor waits before
@@ -130,10 +236,10 @@ pub(super) async fn close_engine(engine: Engine) {
     // A scan's tasks may still hold the store for a moment after their
     // statement's stream was dropped; the database closes with the last.
     let deadline = tokio::time::Instant::now() + LAST_WORDS;
-    while std::sync::Arc::strong_count(&store) > 1 && tokio::time::Instant::now() < deadline {
+    while Arc::strong_count(&store) > 1 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    let held = std::sync::Arc::strong_count(&store) - 1;
+    let held = Arc::strong_count(&store) - 1;
     drop(store);
     if held > 0 {
         tracing::warn!(held, "the store is still held at shutdown");

@@ -130,7 +130,7 @@ async fn run(addr: std::net::SocketAddr, proper_startup: bool, bytes: &[u8]) -> 
             return got;
         }
         // Read up to ReadyForQuery ('Z', length 5, 'I').
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
         while !got.windows(6).any(|w| w == [b'Z', 0, 0, 0, 5, b'I']) {
             match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
                 Ok(Ok(n)) if n > 0 => got.extend_from_slice(&buf[..n]),

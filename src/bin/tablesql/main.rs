@@ -447,6 +447,12 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
     if let Command::Migrate = cli.command {
         return migrate(&location).map(|()| 0);
     }
+    // `serve` counts its signals from here: one that comes while the store
+    // opens (a repair may take seconds) stops it as soon as it serves.
+    let signals = match cli.command {
+        Command::Serve(_) => Some(serve::Signals::watch()?),
+        _ => None,
+    };
     let memory = tablesql::storage::location::StoreMemory {
         derived_cache: cli.derived_cache,
         page_cache: cli.page_cache,
@@ -599,7 +605,11 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
             }
             Ok(())
         }
-        Command::Serve(args) => return serve::serve(store, options, args).await,
+        Command::Serve(args) => {
+            let signals =
+                signals.ok_or_else(|| anyhow::anyhow!("serve's signals are not watched"))?;
+            return serve::serve(store, options, args, signals).await;
+        }
         Command::Scan {
             table,
             pk,

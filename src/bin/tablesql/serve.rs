@@ -71,6 +71,7 @@ pub async fn serve(
     store: Arc<dyn TableStore>,
     options: tablesql::EngineOptions,
     args: ServeArgs,
+    signals: Signals,
 ) -> anyhow::Result<u8> {
     let grace = Duration::try_from_secs_f64(args.shutdown_timeout)
         .map_err(|_| anyhow::anyhow!("--shutdown-timeout is a number of seconds"))?;
@@ -130,7 +131,6 @@ pub async fn serve(
         tls = if tls_on { "required" } else { "off" },
         "listening"
     );
-    let signals = Signals::watch()?;
     server
         .run_until_hurried(signals.reached(1), signals.reached(2), grace)
         .await?;
@@ -143,10 +143,11 @@ pub async fn serve(
 /// statements still running (57P01) and the store closes as ever, as an
 /// operator who signals again means (every acknowledged commit is
 /// already durable); a third exits at once, the store left to be repaired.
-struct Signals(tokio::sync::watch::Receiver<u32>);
+pub struct Signals(tokio::sync::watch::Receiver<u32>);
 
 impl Signals {
-    fn watch() -> anyhow::Result<Self> {
+    /// Counts them from now on (in the runtime).
+    pub fn watch() -> anyhow::Result<Self> {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;

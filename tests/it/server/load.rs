@@ -6,7 +6,7 @@ use super::*;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fetch_size_streams_100k_rows_in_flat_memory() -> TestResult {
     let _cpu = crate::exclusive();
-    let server = serve(100_000, &[])?;
+    let server = serve(100_000, &["--page-cache", "8MB"])?;
     let mut client = server.connect().await?;
     let tx = client.transaction().await?;
     // `finish > 0` (every row) is a condition the store applies, so the

@@ -146,18 +146,15 @@ async fn connections_past_the_cap_get_53300_and_the_others_keep_working() -> Tes
     }
     // The server hears of the close a moment after the client is dropped.
     drop(open.pop());
-    let mut again = None;
-    for _ in 0..100 {
+    let mut deadline =
+        crate::wait::Deadline::new(Duration::from_secs(30), "a closed connection's place back");
+    let again = loop {
         match server.connect().await {
-            Ok(client) => {
-                again = Some(client);
-                break;
-            }
-            Err(e) if code(&e) == "53300" => tokio::time::sleep(Duration::from_millis(50)).await,
+            Ok(client) => break client,
+            Err(e) if code(&e) == "53300" => deadline.again_async(e).await?,
             Err(e) => return Err(e.into()),
         }
-    }
-    let again = again.ok_or("a closed connection's place was not given back")?;
+    };
     let one: i32 = again.query_one("SELECT 1::INT", &[]).await?.get(0);
     assert_eq!(one, 1);
     let still = server
