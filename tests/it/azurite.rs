@@ -1,7 +1,9 @@
 //! The Azurite emulator the Azure tests run against: `scripts/test` starts it
 //! (through `scripts/azurite start`) and names it in `TABLESQL_TEST_AZURITE`.
 //! Each test takes an account of its own from the pool that script creates,
-//! so tests never see each other's tables.
+//! so tests never see each other's tables; also not those of another test
+//! process against the same Azurite (a second checkout's suite, say), which
+//! claims its accounts the same way (`claim`).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -28,13 +30,19 @@ pub fn endpoint() -> Result<String, String> {
 /// used it.
 pub fn fresh_account() -> Result<AzureConfig, String> {
     static NEXT: AtomicUsize = AtomicUsize::new(0);
-    let n = NEXT.fetch_add(1, Ordering::Relaxed);
-    if n >= POOL {
-        return Err(format!("the Azurite account pool ({POOL}) is used up"));
-    }
-    let account = format!("tsql{n:03}");
-    let mut config = AzureConfig::development(&format!("{}/{account}", endpoint()?))
-        .map_err(|e| e.to_string())?;
+    let endpoint = endpoint()?;
+    let account = loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        if n >= POOL {
+            return Err(format!("the Azurite account pool ({POOL}) is used up"));
+        }
+        let account = format!("tsql{n:03}");
+        if claim(&endpoint, &account)? {
+            break account;
+        }
+    };
+    let mut config =
+        AzureConfig::development(&format!("{endpoint}/{account}")).map_err(|e| e.to_string())?;
     config.account = account;
     config.retry = RetryPolicy::default().with_max_retries(6).with_delays(
         Duration::from_millis(20),
@@ -43,6 +51,32 @@ pub fn fresh_account() -> Result<AzureConfig, String> {
     );
     wipe(&config)?;
     Ok(config)
+}
+
+/// Takes `account` of the Azurite at `endpoint` for this process, unless
+/// another process has it: an advisory lock on a file named after both,
+/// held until this process exits (the system lets it go then, however the
+/// process ends).
+fn claim(endpoint: &str, account: &str) -> Result<bool, String> {
+    static HELD: std::sync::Mutex<Vec<std::fs::File>> = std::sync::Mutex::new(Vec::new());
+    let name: String = format!("{endpoint}-{account}")
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    let dir = std::env::temp_dir().join("tablesql-azurite-accounts");
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = dir.join(name);
+    let file = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => {
+            HELD.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(file);
+            Ok(true)
+        }
+        Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+        Err(std::fs::TryLockError::Error(e)) => Err(format!("{}: {e}", path.display())),
+    }
 }
 
 /// The `--store` argument of the command line for `account`.
