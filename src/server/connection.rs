@@ -137,9 +137,8 @@ async fn run(
     // would after it; closed unread, it would see the socket close unsaid.
     let (ends_at, why) = match admission {
         Admission::Admitted(_) => (Phase::Draining, terminated()),
-        Admission::Full(_) | Admission::ShuttingDown(_) => {
-            (Phase::Terminating, Refusal::ShuttingDown.error())
-        }
+        Admission::Full(_) => (Phase::Draining, Refusal::ShuttingDown.error()),
+        Admission::ShuttingDown(_) => (Phase::Terminating, Refusal::ShuttingDown.error()),
     };
     let mut ending = context.stop.clone();
     tokio::select! {
@@ -173,10 +172,13 @@ async fn run(
     socket.set_state(PgWireConnectionState::AwaitingStartup);
     let handlers = match admission {
         Admission::Admitted(handlers) => handlers,
+        // Refused as full, and the server starts to stop: it is told so
+        // now, not kept until its startup comes (the drain waits for it).
         Admission::Full(registry) => {
+            let mut draining = context.stop.clone();
             let served = tokio::select! {
                 r = turn_away(&mut socket, deadline, registry, Refusal::Full, &context.metrics) => r,
-                () = reached(&mut hard_stop, Phase::Terminating) => say_terminated(&mut socket).await,
+                () = reached(&mut draining, Phase::Draining) => say(&mut socket, Refusal::ShuttingDown.error()).await,
             };
             return close(socket, &context, served).await;
         }

@@ -42,6 +42,7 @@ pub struct Metrics {
     refused_full: Counter,
     refused_flood: Counter,
     refused_shutting_down: Counter,
+    refusing: Gauge,
     cancels: Counter,
     statements: Statements,
     running: Running,
@@ -68,6 +69,7 @@ impl Metrics {
         let refused_shutting_down = refused
             .get_or_create(&[("reason", "shutting_down".to_owned())])
             .clone();
+        let refusing = Gauge::default();
         let cancels = Counter::default();
         let statements = Statements::default();
         let running = Running::default();
@@ -94,6 +96,11 @@ impl Metrics {
              53300, or to have a cancel request served), flood (past max_connections while as many \
              refusals are pending: closed unread), shutting_down (while the server stops: told 57P03)",
             refused,
+        );
+        registry.register(
+            "tablesql_connections_refusing",
+            "Refused connections still being told so (each holds a place: at most max_connections)",
+            refusing.clone(),
         );
         registry.register(
             "tablesql_cancel_requests",
@@ -132,6 +139,7 @@ impl Metrics {
             refused_full,
             refused_flood,
             refused_shutting_down,
+            refusing,
             cancels,
             statements,
             running,
@@ -182,6 +190,12 @@ impl Metrics {
         }
     }
 
+    /// A refused connection is being told so, until the guard is dropped.
+    pub(super) fn refusing(&self) -> Open {
+        self.refusing.inc();
+        Open(self.refusing.clone())
+    }
+
     /// A cancel request was served.
     pub(super) fn cancel_served(&self) {
         self.cancels.inc();
@@ -225,7 +239,8 @@ impl Metrics {
     }
 }
 
-/// An admitted connection counted in `tablesql_connections_active`.
+/// A connection counted in a gauge (`tablesql_connections_active`, or
+/// `_refusing`) while it is open.
 pub(super) struct Open(Gauge);
 
 impl Drop for Open {

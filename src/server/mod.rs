@@ -426,14 +426,14 @@ async fn accept(
             // apart, and leaves the open connections' gauge alone.
             let admitted = matches!(admission, Admission::Admitted(_));
             let _open = match &admission {
-                Admission::Admitted(_) => Some(metrics.connection_opened()),
+                Admission::Admitted(_) => metrics.connection_opened(),
                 Admission::Full(_) => {
                     metrics.connection_refused(Refusal::Full);
-                    None
+                    metrics.refusing()
                 }
                 Admission::ShuttingDown(_) => {
                     metrics.connection_refused(Refusal::ShuttingDown);
-                    None
+                    metrics.refusing()
                 }
             };
             tracing::debug!(connection = id, %peer, admitted, "connection opened");

@@ -1,4 +1,4 @@
-//! Stopping the server: on SIGTERM or SIGINT (the binary's) connections
+//! Stopping the server: on SIGTERM, SIGINT or SIGHUP (the binary's) connections
 //! made from then on are told 57P03, connections at rest are told 57P01
 //! and closed at once, running statements get a bound to finish in, and
 //! past it they are cancelled with 57P01 too; each last word is read by
@@ -150,31 +150,46 @@ pub(super) async fn drain(
             "shutdown timeout reached: cancelling the statements still running"
         );
         acceptor.shared.phase.send(Phase::Terminating);
-        last_words(tasks).await;
+        last_words(acceptor, tasks, &mut refused).await;
     }
     refused
 }
 
-/// Waits for cancelled connections to end. A statement is cancelled where
-/// it next yields; a connection whose runtime is inside a computation that
-/// does not yield (a join's hash table, built in one go) says its 57P01
-/// once that ends. It is waited for, not cut: a task aborted there would
-/// only be dropped unsaid when the computation ended.
-async fn last_words(tasks: &mut JoinSet<()>) {
-    if ended(tasks, LAST_WORDS).await {
-        return;
+/// Waits for cancelled connections to end, refusing new ones meanwhile. A
+/// statement is cancelled where it next yields; a connection whose runtime
+/// is inside a computation that does not yield (a join's hash table, built
+/// in one go) says its 57P01 once that ends. It is waited for, not cut: a
+/// task aborted there would only be dropped unsaid when the computation
+/// ended. Past [`UNSAID`] more, it is.
+async fn last_words(acceptor: &mut Acceptor, tasks: &mut JoinSet<()>, refused: &mut JoinSet<()>) {
+    let now = tokio::time::Instant::now();
+    let (warn_at, cut_at) = (now + LAST_WORDS, now + LAST_WORDS + UNSAID);
+    let mut warned = false;
+    loop {
+        tokio::select! {
+            joined = tasks.join_next() => if joined.is_none() { return },
+            () = tokio::time::sleep_until(warn_at), if !warned => {
+                warned = true;
+                tracing::warn!(
+                    connections = tasks.len(),
+                    "connections inside a computation that does not yield: waiting for them to say 57P01"
+                );
+            }
+            () = tokio::time::sleep_until(cut_at) => break,
+            accepted = acceptor.listener.accept() => acceptor.serve(accepted, refused).await,
+        }
     }
     tracing::warn!(
         connections = tasks.len(),
-        "connections inside a computation that does not yield: waiting for them to say 57P01"
+        "connections still busy: closing them unsaid"
     );
-    if !ended(tasks, UNSAID).await {
+    tasks.abort_all();
+    // An aborted task still ends only where it yields.
+    if !ended(tasks, LAST_WORDS).await {
         tracing::warn!(
             connections = tasks.len(),
-            "connections still busy: closing them unsaid"
+            "connections still inside their computation: left to the process's exit"
         );
-        tasks.abort_all();
-        while tasks.join_next().await.is_some() {}
     }
 }
 
@@ -193,7 +208,10 @@ pub(super) async fn end(acceptor: Acceptor, mut refused: JoinSet<()>) {
         refused.abort_all();
         while refused.join_next().await.is_some() {}
     }
-    cores.stop().await;
+    // A runtime still inside a computation ends only when it yields.
+    if tokio::time::timeout(UNSAID, cores.stop()).await.is_err() {
+        tracing::warn!("a connections' runtime is still busy: its statement may hold the store");
+    }
     match Arc::try_unwrap(shared) {
         Ok(shared) => close_engine(shared.engine).await,
         // Nothing else holds it once the connections are gone.

@@ -86,7 +86,13 @@ pub fn exit_of(
     within: Duration,
     what: &str,
 ) -> Result<std::process::ExitStatus, String> {
-    until(within, what, || child.try_wait().map_err(|e| e.to_string()))
+    let mut deadline = Deadline::new(within, what);
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            return Ok(status);
+        }
+        deadline.again(format!("process {} still running", child.id()))?;
+    }
 }
 
 #[cfg(test)]

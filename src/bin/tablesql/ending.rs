@@ -52,8 +52,8 @@ pub enum Watch {
     /// None: the command has no store (`completions`), or stops on its
     /// own signals (`serve` drains its connections).
     Nothing,
-    /// SIGTERM and SIGHUP: Ctrl-C belongs to the interactive shell, where
-    /// it cancels a statement.
+    /// SIGTERM and SIGHUP: Ctrl-C belongs to the command (the interactive
+    /// shell cancels a statement with it, `stress` removes its test table).
     TermAndHup,
     /// SIGTERM, SIGHUP and SIGINT.
     All,
@@ -131,6 +131,19 @@ impl Signals {
             () = next(&mut self.int) => Stopped::Int,
         }
     }
+}
+
+/// All of stdin, read on a thread of its own: a read that never ends (a
+/// pipe left open) holds neither the runtime, which would not see a signal
+/// meanwhile, nor its shutdown, which waits for the blocking pool.
+pub async fn read_stdin() -> std::io::Result<String> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("tablesql-stdin".into())
+        .spawn(move || {
+            let _ = tx.send(std::io::read_to_string(std::io::stdin()));
+        })?;
+    rx.await.map_err(std::io::Error::other)?
 }
 
 /// The store a command opened, held weakly: whether it was let go.

@@ -162,7 +162,7 @@ enum Command {
     CliDoc,
     /// Serve SQL over the Postgres wire protocol (psql, drivers, BI tools).
     /// Every flag can also come from the environment (TABLESQL_LISTEN, ...).
-    /// SIGTERM or SIGINT stops it gracefully.
+    /// SIGTERM, SIGINT or SIGHUP stops it gracefully.
     Serve(serve::ServeArgs),
     /// Apply a directory of catalog files (`CREATE TABLE ... WITH (...)`
     /// mappings in `.sql` files, like the project's `catalog/`) to the store:
@@ -380,9 +380,12 @@ fn main() -> std::process::ExitCode {
         Command::Serve(_) | Command::Completions { .. } | Command::Man | Command::CliDoc => {
             ending::Watch::Nothing
         }
+        // Ctrl-C is theirs: it cancels the shell's statement, and ends a
+        // stress test, whose copy of the partition is removed after it.
         Command::Shell { file: None, .. } if std::io::stdin().is_terminal() => {
             ending::Watch::TermAndHup
         }
+        Command::Stress { .. } => ending::Watch::TermAndHup,
         _ => ending::Watch::All,
     };
     let opened = ending::Opened::default();
@@ -680,7 +683,7 @@ async fn shell(
                 return Ok(1);
             }
         },
-        None => std::io::read_to_string(std::io::stdin())?,
+        None => ending::read_stdin().await?,
     };
     // Errors are already reported, psql's way, by the shell; the exit
     // code is psql's: 3 when ON_ERROR_STOP ended the script.

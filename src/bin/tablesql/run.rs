@@ -93,7 +93,7 @@ pub async fn query(shell: &mut Shell, mut actions: Vec<Action>, set: &[String]) 
                 }
                 if end == ScriptEnd::Done { 0 } else { 1 }
             }
-            Action::File(path) => match read(&path) {
+            Action::File(path) => match read(&path).await {
                 Err(e) => {
                     eprintln!("tablesql: error: {}: {}", path.display(), io_text(&e));
                     1
@@ -111,9 +111,9 @@ pub async fn query(shell: &mut Shell, mut actions: Vec<Action>, set: &[String]) 
     code
 }
 
-fn read(path: &std::path::Path) -> std::io::Result<String> {
+async fn read(path: &std::path::Path) -> std::io::Result<String> {
     if path.as_os_str() == "-" {
-        std::io::read_to_string(std::io::stdin())
+        crate::ending::read_stdin().await
     } else {
         std::fs::read_to_string(path)
     }

@@ -1,5 +1,5 @@
 //! `tablesql serve`: its flags (each also from the environment), the
-//! metrics endpoint, and stopping on SIGTERM or SIGINT.
+//! metrics endpoint, and stopping on SIGTERM, SIGINT or SIGHUP.
 
 use std::io::Write;
 use std::net::SocketAddr;
@@ -52,9 +52,12 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     max_connections: u32,
-    /// On SIGTERM or SIGINT, how long running statements get to finish
-    /// before they are cancelled (clients are told 57P01). The default
-    /// ends within `docker stop`'s 10 s; a second signal cancels them at once.
+    /// On SIGTERM, SIGINT or SIGHUP, how long running statements get to
+    /// finish before they are cancelled (clients are told 57P01). The
+    /// default ends within `docker stop`'s 10 s, but for a statement inside
+    /// a computation that does not yield (a join's hash table, built in one
+    /// go), which is waited for so that its client hears why; a second
+    /// signal cancels them at once, a third exits.
     #[arg(
         long,
         env = "TABLESQL_SHUTDOWN_TIMEOUT",
@@ -64,7 +67,7 @@ pub struct ServeArgs {
     shutdown_timeout: f64,
 }
 
-/// Serves until SIGTERM or SIGINT, then stops gracefully (see
+/// Serves until SIGTERM, SIGINT or SIGHUP, then stops gracefully (see
 /// `Server::run_until`); the engine is closed before this returns. The
 /// exit code: 1 when a second signal cut the statements' grace short.
 pub async fn serve(
@@ -138,7 +141,8 @@ pub async fn serve(
     Ok(if signals.count() >= 2 { 1 } else { 0 })
 }
 
-/// SIGTERM (`docker stop`, `systemctl stop`) and SIGINT (Ctrl-C), counted.
+/// SIGTERM (`docker stop`, `systemctl stop`), SIGINT (Ctrl-C) and SIGHUP
+/// (its terminal closed; there is no configuration to reload), counted.
 /// The first drains the server; a second, while it drains, cancels the
 /// statements still running (57P01) and the store closes as ever, as an
 /// operator who signals again means (every acknowledged commit is
@@ -151,12 +155,14 @@ impl Signals {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
+        let mut hup = signal(SignalKind::hangup())?;
         let (tx, rx) = tokio::sync::watch::channel(0);
         tokio::spawn(async move {
             loop {
                 let name = tokio::select! {
                     _ = term.recv() => "SIGTERM",
                     _ = int.recv() => "SIGINT",
+                    _ = hup.recv() => "SIGHUP",
                 };
                 let n = *tx.borrow() + 1;
                 match n {

@@ -283,31 +283,47 @@ impl PersistedWorkload {
     /// snapshot across them: a process that stores a new generation
     /// between the two has deleted the chunks its old head named, and a
     /// reader that took the old head finds them gone. Its new head has
-    /// landed by then, so the heads are read again, up to [`READS`]
-    /// times, until every snapshot named reads whole; a process merged
-    /// without one would be missing from the sum (a reader that knew it
-    /// before keeps what it read then).
+    /// landed by then, so the heads are read again (up to [`READS`] times
+    /// in all) while a snapshot that did not read whole has a new head, and
+    /// the new one read; a process merged without one would be missing from
+    /// the sum (a reader that knew it before keeps what it read then). A
+    /// snapshot that does not read under an unchanged head is not read again.
     async fn read_others(&self, state: &mut State) -> Result<Option<DateTime<Utc>>> {
-        let mut read = 1;
-        loop {
-            let Some(heads) = self.read_heads().await? else {
-                return Ok(None);
+        let Some(mut heads) = self.read_heads().await? else {
+            return Ok(None);
+        };
+        let (mut seen, mut torn) = self.read_snapshots(&state.others, &heads).await?;
+        let mut reads = 1;
+        while !torn.is_empty() && reads < READS {
+            let Some(again) = self.read_heads().await? else {
+                break;
             };
-            let (seen, torn) = self.read_snapshots(state, &heads).await?;
-            if torn == 0 || read == READS {
-                if torn > 0 {
-                    tracing::debug!(torn, "workload snapshots replaced while read, each time");
-                }
-                for (instance, o) in heads.old {
-                    // Best effort: another process may be deleting it too.
-                    let _ = self.delete_other(&instance, &o).await;
-                }
-                state.others = seen;
-                self.workload.set_others(merged(state.others.values()));
-                return Ok(heads.reset);
+            reads += 1;
+            let replaced = torn.iter().any(|(instance, generation)| {
+                again
+                    .current
+                    .iter()
+                    .any(|(i, o)| i == instance && o.generation != *generation)
+            });
+            heads = again;
+            if !replaced {
+                break;
             }
-            read += 1;
+            (seen, torn) = self.read_snapshots(&seen, &heads).await?;
         }
+        if !torn.is_empty() {
+            tracing::debug!(
+                torn = torn.len(),
+                "workload snapshots that did not read whole"
+            );
+        }
+        for (instance, o) in heads.old {
+            // Best effort: another process may be deleting it too.
+            let _ = self.delete_other(&instance, &o).await;
+        }
+        state.others = seen;
+        self.workload.set_others(merged(state.others.values()));
+        Ok(heads.reset)
     }
 
     /// The other processes' heads and the reset marker; `None` before
@@ -353,18 +369,19 @@ impl PersistedWorkload {
         Ok(Some(found))
     }
 
-    /// The snapshots `heads` name, read where they changed since `state`
-    /// knew them; and how many could not be read whole (replaced meanwhile).
+    /// The snapshots `heads` name, read where they changed since `known`
+    /// held them; and those that could not be read whole (replaced
+    /// meanwhile, or unreadable), by instance and generation.
     async fn read_snapshots(
         &self,
-        state: &State,
+        known: &HashMap<String, Other>,
         heads: &Heads,
-    ) -> Result<(HashMap<String, Other>, usize)> {
+    ) -> Result<(HashMap<String, Other>, Vec<(String, u64)>)> {
         let mut seen = HashMap::new();
-        let mut torn = 0;
+        let mut torn = Vec::new();
         for (instance, head) in &heads.current {
             let mut other = head.clone();
-            let known = state.others.get(instance);
+            let known = known.get(instance);
             match known {
                 Some(o) if o.generation == other.generation && o.kept.is_some() => {
                     other.kept = o.kept.clone();
@@ -372,7 +389,7 @@ impl PersistedWorkload {
                 _ => other.kept = self.read_snapshot(instance, &other).await?,
             }
             if other.kept.is_none() {
-                torn += 1;
+                torn.push((instance.clone(), other.generation));
             }
             match known {
                 // Replaced while it was read: the snapshot read before (its

@@ -106,6 +106,16 @@ impl Served {
     pub(crate) async fn until_running(&self, n: usize) -> TestResult {
         until_running(&self.metrics, n).await
     }
+
+    /// The statements running now (`tablesql_statements_running`).
+    pub(crate) fn running(&self) -> Result<f64, Box<dyn std::error::Error>> {
+        self.metric("tablesql_statements_running")
+    }
+
+    /// A series of the server's metrics, now.
+    pub(crate) fn metric(&self, series: &str) -> Result<f64, Box<dyn std::error::Error>> {
+        Ok(sample(&http_get(&self.metrics)?.1, series))
+    }
 }
 
 /// Sends a cancel request with `token` to the server whose metrics are at

@@ -175,8 +175,15 @@ async fn connections_past_the_cap_get_53300_and_the_others_keep_working() -> Tes
         )
     };
     // A refusal's place is given back when its task ends, a moment after
-    // its client has read the 53300: let the last ones end first.
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // its client has read the 53300: the last ones end first.
+    let mut deadline = crate::wait::Deadline::new(Duration::from_secs(30), "no refusal pending");
+    loop {
+        let refusing = server.metric("tablesql_connections_refusing")?;
+        if refusing == 0.0 {
+            break;
+        }
+        deadline.again_async(format!("{refusing} refusing")).await?;
+    }
     let mut silent = Vec::new();
     for _ in 0..3 {
         silent.push(tokio::net::TcpStream::connect(server.addr).await?);

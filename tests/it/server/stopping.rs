@@ -145,8 +145,10 @@ async fn a_statement_within_the_bound_is_answered_and_newcomers_are_told_57p03()
     let mut server = Proc::start(&mut cmd, dir.path(), true)?;
     let url = server.metrics.clone().ok_or("no metrics address")?;
     let (client, connection) = server.connect().await?;
-    // A client that has connected and sent nothing yet.
+    // A client that has connected and sent nothing yet, once the server
+    // has taken it in.
     let silent = tokio::net::TcpStream::connect(server.addr).await?;
+    until_metric(&url, "tablesql_connections_total", 2.0).await?;
     // A transaction block holds the server in its drain until COMMIT.
     client.batch_execute("BEGIN").await?;
     server.signal("-TERM")?;
@@ -179,7 +181,17 @@ async fn a_statement_within_the_bound_is_answered_and_newcomers_are_told_57p03()
         "{scrape}"
     );
     // A newcomer that sends nothing is told 57P03 once the drain ends.
+    let refused = sample(
+        &scrape,
+        "tablesql_connections_refused_total{reason=\"shutting_down\"}",
+    );
     let silent_newcomer = tokio::net::TcpStream::connect(server.addr).await?;
+    until_metric(
+        &url,
+        "tablesql_connections_refused_total{reason=\"shutting_down\"}",
+        refused + 1.0,
+    )
+    .await?;
     // The block's statement is answered in full.
     let rows = client
         .simple_query("SELECT count(*) FROM registrations")
@@ -199,6 +211,18 @@ async fn a_statement_within_the_bound_is_answered_and_newcomers_are_told_57p03()
     assert!(String::from_utf8_lossy(&said).contains("57P03"), "{said:?}");
     assert_eq!(server.exited_within(Duration::from_secs(30))?, 0);
     Ok(())
+}
+
+/// Waits until the server's `series` reads `value`.
+async fn until_metric(url: &str, series: &str, value: f64) -> TestResult {
+    let mut deadline = Deadline::new(Duration::from_secs(30), format!("{series} at {value}"));
+    loop {
+        let now = sample(&http_get(url)?.1, series);
+        if now == value {
+            return Ok(());
+        }
+        deadline.again_async(format!("{series} {now}")).await?;
+    }
 }
 
 /// Everything the server sends on `socket` until it ends the connection.
@@ -257,7 +281,11 @@ async fn sigterm_during_copy_reaches_psql() -> TestResult {
     });
     super::until_running(&url, 1).await?;
     server.signal("-TERM")?;
-    let out = tokio::task::spawn_blocking(move || psql.wait_with_output()).await??;
+    let out = tokio::time::timeout(
+        Duration::from_secs(120),
+        tokio::task::spawn_blocking(move || psql.wait_with_output()),
+    )
+    .await???;
     let _ = feeding.join();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{said}");
