@@ -142,7 +142,14 @@ async fn run(
     };
     let mut ending = context.stop.clone();
     tokio::select! {
-        _ = &mut deadline => return Ok(()),
+        // An admitted client silent past the startup bound is closed, as
+        // PostgreSQL's authentication_timeout closes it; a refused one is
+        // told its refusal, which it came to hear.
+        _ = &mut deadline => return match admission {
+            Admission::Admitted(_) => Ok(()),
+            Admission::Full(_) => say_unread(tcp, Refusal::Full.error(), &context).await,
+            Admission::ShuttingDown(_) => say_unread(tcp, why, &context).await,
+        },
         ready = tcp.readable() => ready?,
         () = reached(&mut ending, ends_at) => return say_unread(tcp, why, &context).await,
     }

@@ -96,6 +96,13 @@ pub struct Signals {
 impl Signals {
     pub fn listen(watch: Watch) -> std::io::Result<Self> {
         let on = |kind| signal(kind).map(Some);
+        let hup = || {
+            if hangup_ignored() {
+                Ok(None)
+            } else {
+                on(SignalKind::hangup())
+            }
+        };
         Ok(match watch {
             Watch::Nothing => Self {
                 term: None,
@@ -104,12 +111,12 @@ impl Signals {
             },
             Watch::TermAndHup => Self {
                 term: on(SignalKind::terminate())?,
-                hup: on(SignalKind::hangup())?,
+                hup: hup()?,
                 int: None,
             },
             Watch::All => Self {
                 term: on(SignalKind::terminate())?,
-                hup: on(SignalKind::hangup())?,
+                hup: hup()?,
                 int: on(SignalKind::interrupt())?,
             },
         })
@@ -131,6 +138,24 @@ impl Signals {
             () = next(&mut self.int) => Stopped::Int,
         }
     }
+}
+
+/// Whether the process was started with SIGHUP ignored (`nohup`, a
+/// service manager): then it is not listened to, since listening would
+/// replace the ignoring and end the command at its terminal's close, which
+/// `nohup` asked not to. Read once, before the first listener replaces it,
+/// from the kernel's mask of ignored signals (Linux, as the server).
+pub fn hangup_ignored() -> bool {
+    static IGNORED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *IGNORED.get_or_init(|| {
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .and_then(|mask| u64::from_str_radix(mask.trim(), 16).ok())
+            // SIGHUP is signal 1: the mask's lowest bit.
+            .is_some_and(|mask| mask & 1 == 1)
+    })
 }
 
 /// All of stdin, read on a thread of its own: a read that never ends (a

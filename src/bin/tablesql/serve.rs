@@ -142,7 +142,8 @@ pub async fn serve(
 }
 
 /// SIGTERM (`docker stop`, `systemctl stop`), SIGINT (Ctrl-C) and SIGHUP
-/// (its terminal closed; there is no configuration to reload), counted.
+/// (its terminal closed; there is no configuration to reload; not when
+/// started with it ignored, as under `nohup`), counted.
 /// The first drains the server; a second, while it drains, cancels the
 /// statements still running (57P01) and the store closes as ever, as an
 /// operator who signals again means (every acknowledged commit is
@@ -155,14 +156,18 @@ impl Signals {
         use tokio::signal::unix::{SignalKind, signal};
         let mut term = signal(SignalKind::terminate())?;
         let mut int = signal(SignalKind::interrupt())?;
-        let mut hup = signal(SignalKind::hangup())?;
+        let mut hup = if crate::ending::hangup_ignored() {
+            None
+        } else {
+            Some(signal(SignalKind::hangup())?)
+        };
         let (tx, rx) = tokio::sync::watch::channel(0);
         tokio::spawn(async move {
             loop {
                 let name = tokio::select! {
                     _ = term.recv() => "SIGTERM",
                     _ = int.recv() => "SIGINT",
-                    _ = hup.recv() => "SIGHUP",
+                    Some(_) = async { hup.as_mut()?.recv().await } => "SIGHUP",
                 };
                 let n = *tx.borrow() + 1;
                 match n {

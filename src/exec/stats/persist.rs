@@ -305,10 +305,12 @@ impl PersistedWorkload {
                     .iter()
                     .any(|(i, o)| i == instance && o.generation != *generation)
             });
-            heads = again;
+            // Unreplaced, the snapshots read stay with the heads they were
+            // read under (a reset read since would delete what was merged).
             if !replaced {
                 break;
             }
+            heads = again;
             (seen, torn) = self.read_snapshots(&seen, &heads).await?;
         }
         if !torn.is_empty() {

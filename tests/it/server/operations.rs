@@ -222,6 +222,10 @@ async fn sigterm_lets_an_open_block_commit_and_a_second_signal_exits_at_once() -
              VALUES ('{RUN}', 'Full', 77, 'In a block', 'F', 33)"
         ))
         .await?;
+    // The INSERT's answer may reach the client before its statement is
+    // counted out: one running statement then is the long query's only
+    // once none runs before it.
+    super::until_running(server.metrics()?, 0).await?;
     let long = tokio::spawn(async move { busy.simple_query(LONG).await });
     super::until_running(server.metrics()?, 1).await?;
     server.signal("-TERM")?;
@@ -368,6 +372,8 @@ async fn sigterm_during_copy() -> TestResult {
             ))
             .await?;
     }
+    // The INSERTs counted out first (see above).
+    super::until_running(server.metrics()?, 0).await?;
     let copy =
         tokio::spawn(async move { copy_run(&client, 100, 2000, Duration::from_millis(25)).await });
     super::until_running(server.metrics()?, 1).await?;
@@ -402,6 +408,8 @@ async fn sigterm_during_copy() -> TestResult {
             ))
             .await?;
     }
+    // The INSERTs counted out first (see above).
+    super::until_running(server.metrics()?, 0).await?;
     let copy =
         tokio::spawn(
             async move { copy_run(&client, 10_000, 20_000, Duration::from_millis(25)).await },
@@ -948,5 +956,34 @@ async fn store_azure_from_the_environment() -> TestResult {
     );
     assert!(!out.status.success(), "{all}");
     assert!(!all.contains(key) && !all.contains("AccountKey"), "{all}");
+    Ok(())
+}
+
+/// Under `nohup` (SIGHUP ignored, as a service manager may also start it)
+/// the terminal's close does not stop the server: SIGHUP stays ignored,
+/// and the SIGTERM after it is the one signal the server hears.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_nohup_sighup_leaves_the_server_serving() -> TestResult {
+    let (dir, store) = demo_store()?;
+    let mut cmd = Command::new("nohup");
+    cmd.arg(env!("CARGO_BIN_EXE_tablesql"))
+        .arg("--store")
+        .arg(&store)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env_remove("TABLESQL_STORE")
+        .env_remove("TABLESQL_USER")
+        .env_remove("RUST_LOG")
+        .env_remove("TABLESQL_LOG_LEVEL");
+    let mut server = Proc::start(&mut cmd, dir.path(), false)?;
+    server.signal("-HUP")?;
+    // Listened to, it would drain the server: this connection would be
+    // told 57P03.
+    let (client, _connection) = server.connect().await?;
+    client.simple_query("SELECT 1").await?;
+    server.signal("-TERM")?;
+    assert_eq!(server.exited_within(Duration::from_secs(60))?, 0);
+    let log = server.log();
+    assert!(log.contains("SIGTERM: stopping"), "{log}");
+    assert!(!log.contains("SIGHUP"), "{log}");
     Ok(())
 }
