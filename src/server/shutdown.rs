@@ -142,6 +142,9 @@ pub(super) async fn drain(
             () = &mut bound => break false,
             () = &mut hurry => break false,
             accepted = acceptor.listener.accept() => acceptor.serve(accepted, &mut refused).await,
+            // Reaped as they end: a client retrying through a long drain
+            // would otherwise leave a finished task per attempt.
+            Some(_) = refused.join_next() => {}
         }
     };
     if !rested {
@@ -177,6 +180,7 @@ async fn last_words(acceptor: &mut Acceptor, tasks: &mut JoinSet<()>, refused: &
             }
             () = tokio::time::sleep_until(cut_at) => break,
             accepted = acceptor.listener.accept() => acceptor.serve(accepted, refused).await,
+            Some(_) = refused.join_next() => {}
         }
     }
     tracing::warn!(

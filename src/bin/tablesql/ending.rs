@@ -181,14 +181,15 @@ impl Opened {
     }
 
     /// Says so when something still holds the store after every task
-    /// ended: it is not closed, and the next open repairs it.
+    /// ended: it is not closed, and an embedded store's next open repairs
+    /// it (a remote store has nothing to repair).
     pub fn check_closed(&self) {
         if let Some(weak) = self.0.get()
             && weak.strong_count() > 0
         {
             tracing::warn!(
                 held = weak.strong_count(),
-                "the store is still held as the process exits: the next open repairs it"
+                "the store is still held as the process exits: an embedded store is repaired at its next open"
             );
         }
     }

@@ -447,8 +447,15 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
         .store
         .parse()
         .map_err(|e| anyhow::anyhow!("invalid --store: {e}"))?;
+    // Migrating and opening (a repair reads the whole file) are long and
+    // synchronous: on a thread of their own, so that the runtime's thread
+    // still hears a signal meanwhile. One stops the process; the migration
+    // resumes where it stopped, the repair starts again.
     if let Command::Migrate = cli.command {
-        return migrate(&location).map(|()| 0);
+        let location = location.clone();
+        return tokio::task::spawn_blocking(move || migrate(&location))
+            .await?
+            .map(|()| 0);
     }
     // `serve` counts its signals from here: one that comes while the store
     // opens (a repair may take seconds) stops it as soon as it serves.
@@ -460,7 +467,8 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
         derived_cache: cli.derived_cache,
         page_cache: cli.page_cache,
     };
-    let store = match location.open_with(memory) {
+    let opening = location.clone();
+    let store = match tokio::task::spawn_blocking(move || opening.open_with(memory)).await? {
         Ok(store) => store,
         Err(e) => return Err(run::store_failed(&location, &e)),
     };

@@ -236,8 +236,8 @@ async fn all_of(mut socket: tokio::net::TcpStream) -> std::io::Result<Vec<u8>> {
 /// SIGTERM while psql copies rows in (`COPY ... FROM STDIN`, its rows
 /// still coming): past the bound psql reads the server's FATAL, 57P01,
 /// though the rows it sent after it were never read (the server reads and
-/// drops them until psql stops, so that the connection ends with its last
-/// word, not with a reset that would throw it away).
+/// drops them until psql stops or a second has passed, so that psql has
+/// its last word before a reset could throw it away).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_during_copy_reaches_psql() -> TestResult {
     use std::io::Write;
