@@ -47,8 +47,16 @@ impl Delayed {
     }
 }
 
+// Every request waits, so whatever a store derives from its requests
+// (query_into's page, execute's batch) runs over these.
 #[async_trait]
-impl TableStore for Delayed {
+impl layer::StoreLayer for Delayed {
+    const DERIVED: layer::Derived = layer::Derived::Here;
+
+    fn below(&self) -> &dyn TableStore {
+        self.inner.as_ref()
+    }
+
     async fn create_table(&self, table: &TableName) -> Result<()> {
         self.wait().await;
         self.inner.create_table(table).await

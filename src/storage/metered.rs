@@ -1,17 +1,18 @@
 //! A store that counts the requests made of it, by operation, as plain
 //! counters for an operator's metrics (`serve --metrics-listen`); every
-//! call is otherwise passed through unchanged. Retries and busy answers
-//! are the remote store's own counts ([`TableStore::service_counters`]),
-//! forwarded.
+//! call is otherwise passed through unchanged (a [`StoreLayer`] of
+//! [`super::layer::Derived::Below`]). Retries and busy answers are the remote
+//! store's own counts ([`TableStore::service_counters`]), forwarded.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
+use super::layer::StoreLayer;
 use super::{
     ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result, RowKey,
-    RowSink, ServiceCounters, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
+    RowSink, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
 };
 use crate::striped::Striped;
 
@@ -76,7 +77,11 @@ impl MeteredStore {
 }
 
 #[async_trait]
-impl TableStore for MeteredStore {
+impl StoreLayer for MeteredStore {
+    fn below(&self) -> &dyn TableStore {
+        self.inner.as_ref()
+    }
+
     async fn create_table(&self, table: &TableName) -> Result<()> {
         self.counters.add(Operation::Tables);
         self.inner.create_table(table).await
@@ -115,10 +120,6 @@ impl TableStore for MeteredStore {
             self.counters.add(Operation::Get);
         }
         self.inner.get_many(table, pk, row_keys).await
-    }
-
-    fn get_many_limit(&self) -> usize {
-        self.inner.get_many_limit()
     }
 
     async fn query(
@@ -163,42 +164,11 @@ impl TableStore for MeteredStore {
         self.inner.execute_batch(table, ops).await
     }
 
-    // Passed on, not left to the default (a batch of one): a store may
-    // send one write otherwise (Azure: a plain PUT, not a `$batch`).
+    // A write of its own, not a batch of one: a store may send it
+    // otherwise (Azure: a plain PUT, not a `$batch`).
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
         self.counters.add(Operation::Write);
         self.inner.execute(table, op).await
-    }
-
-    fn service_counters(&self) -> Option<ServiceCounters> {
-        self.inner.service_counters()
-    }
-
-    fn retries_requests(&self) -> bool {
-        self.inner.retries_requests()
-    }
-
-    // Counting reads no entity: nothing to record, and no entities of
-    // its own to add.
-    fn counted(
-        &self,
-        table: &TableName,
-        partitions: &crate::storage::KeyRange<crate::storage::PartitionKey>,
-        rows: &crate::storage::KeyRange<crate::storage::RowKey>,
-    ) -> Result<Option<u64>> {
-        self.inner.counted(table, partitions, rows)
-    }
-
-    fn partition_counts(
-        &self,
-        table: &TableName,
-    ) -> crate::storage::Result<Option<std::sync::Arc<[crate::storage::PartitionCount]>>> {
-        self.inner.partition_counts(table)
-    }
-
-    // A read served from the cache is no request: nothing to record.
-    fn derived(&self) -> Option<&crate::storage::DerivedCache> {
-        self.inner.derived()
     }
 }
 

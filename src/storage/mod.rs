@@ -5,12 +5,14 @@
 #[cfg(feature = "azure")]
 pub mod azure;
 mod clock;
+pub mod defaults;
 pub mod derived;
 pub mod embedded;
 pub mod entity;
 mod error;
 pub mod filter;
 pub mod key;
+pub mod layer;
 pub mod location;
 pub mod memory;
 pub mod metered;
@@ -83,8 +85,9 @@ pub const DEFAULT_SCAN_BUDGET: usize = 100_000;
 /// Every backend passes the one conformance suite (`tests/it/conformance`).
 /// A store that retries a request within one call says so
 /// ([`TableStore::retries_requests`]) and reports each retry with
-/// [`retries::note`], so that its caller can count them; a store that wraps
-/// another forwards `retries_requests`, or its retries go uncounted.
+/// [`retries::note`], so that its caller can count them. A store that wraps
+/// another is a [`layer::StoreLayer`], which forwards what it does not change
+/// (`retries_requests` among them, or the retries would go uncounted).
 #[async_trait]
 pub trait TableStore: Send + Sync + std::fmt::Debug {
     /// Creates a table; fails if one of that name (in any case) exists.
@@ -110,20 +113,14 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
     /// (`exec::read::scan`). This default asks [`TableStore::get`] for each
     /// key; a store that reads several keys in one request overrides it and
     /// says how many in [`TableStore::get_many_limit`] (the Azure store:
-    /// one `$filter` of RowKeys), and a store that wraps another forwards both.
+    /// one `$filter` of RowKeys), and a layer forwards both ([`layer::Derived`]).
     async fn get_many(
         &self,
         table: &TableName,
         partition_key: &PartitionKey,
         row_keys: &[RowKey],
     ) -> Result<Vec<StoredEntity>> {
-        let mut found = Vec::with_capacity(row_keys.len());
-        for rk in row_keys {
-            if let Some(e) = self.get(table, partition_key, rk).await? {
-                found.push(e);
-            }
-        }
-        Ok(found)
+        defaults::get_many(self, table, partition_key, row_keys).await
     }
 
     /// Most RowKeys one [`TableStore::get_many`] call reads in one request:
@@ -152,13 +149,7 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
 
     /// Runs one write.
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
-        match self.execute_batch(table, vec![op]).await {
-            Ok(mut outcomes) => outcomes
-                .pop()
-                .ok_or_else(|| StorageError::Task("no outcome".into())),
-            Err(StorageError::Batch { source, .. }) => Err(*source),
-            Err(e) => Err(e),
-        }
+        defaults::execute(self, table, op).await
     }
 
     /// One page of a query read into `sink` instead of returned: the same
@@ -174,23 +165,7 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
         continuation: Option<&ContinuationToken>,
         sink: std::sync::Arc<std::sync::Mutex<dyn RowSink>>,
     ) -> Result<PageEnd> {
-        let page = self.query(table, query, continuation).await?;
-        let mut sink = sink
-            .lock()
-            .map_err(|_| StorageError::Task("a row sink panicked".into()))?;
-        let mut end = PageEnd {
-            continuation: page.continuation,
-            scanned: page.scanned,
-            ..PageEnd::default()
-        };
-        for e in &page.entities {
-            end.count(e.partition_key().as_str());
-            if sink.push(e).is_break() {
-                end.continuation = None;
-                break;
-            }
-        }
-        Ok(end)
+        defaults::query_into(self, table, query, continuation, sink).await
     }
 
     /// One page of the distinct PartitionKeys in `range`, starting after
@@ -206,23 +181,7 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
         range: &KeyRange<PartitionKey>,
         after: Option<&PartitionKey>,
     ) -> Result<PartitionPage> {
-        let mut query = Query::all().select(Vec::<String>::new()).top(1);
-        query.partitions = range.after(after);
-        let mut page = PartitionPage::default();
-        let mut token = None;
-        loop {
-            let found = self.query(table, &query, token.as_ref()).await?;
-            page.requests += 1;
-            if let Some(e) = found.entities.first() {
-                page.after = Some(e.partition_key().clone());
-                page.partitions.push(e.partition_key().clone());
-                return Ok(page);
-            }
-            match found.continuation {
-                Some(t) => token = Some(t),
-                None => return Ok(page),
-            }
-        }
+        defaults::partitions(self, table, range, after).await
     }
 
     /// Every entity a query matches, following continuation tokens to the end.
@@ -261,8 +220,8 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
     /// it for a `count(*)` with no condition but the keys' (DataFusion
     /// then answers from the number); it is synchronous because planning
     /// is, so only a store that answers from its own file or memory
-    /// overrides it, and a store that wraps another forwards it only where
-    /// the wrapper adds no entities of its own (a transaction's overlay does).
+    /// overrides it, and a layer forwards it only where it adds no
+    /// entities of its own (a transaction's overlay does: [`layer::Derived`]).
     fn counted(
         &self,
         table: &TableName,
@@ -301,16 +260,6 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
 
     /// How many entities a table holds (a full scan that projects nothing).
     async fn count(&self, table: &TableName) -> Result<u64> {
-        let query = Query::all().select(Vec::<String>::new());
-        let mut n = 0;
-        let mut token = None;
-        loop {
-            let page = self.query(table, &query, token.as_ref()).await?;
-            n += page.entities.len() as u64;
-            match page.continuation {
-                Some(t) => token = Some(t),
-                None => return Ok(n),
-            }
-        }
+        defaults::count(self, table).await
     }
 }

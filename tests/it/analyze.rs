@@ -35,32 +35,18 @@ impl Unlisted {
 }
 
 #[async_trait::async_trait]
-impl TableStore for Unlisted {
-    async fn create_table(&self, t: &TableName) -> Result<()> {
-        self.inner.create_table(t).await
+impl layer::StoreLayer for Unlisted {
+    const DERIVED: layer::Derived = layer::Derived::Here;
+
+    fn below(&self) -> &dyn TableStore {
+        self.inner.as_ref()
     }
-    async fn delete_table(&self, t: &TableName) -> Result<()> {
-        self.inner.delete_table(t).await
-    }
-    async fn list_tables(&self) -> Result<Vec<TableName>> {
-        self.inner.list_tables().await
-    }
-    async fn get(
-        &self,
-        t: &TableName,
-        pk: &PartitionKey,
-        rk: &RowKey,
-    ) -> Result<Option<StoredEntity>> {
-        self.inner.get(t, pk, rk).await
-    }
+
     async fn query(&self, t: &TableName, q: &Query, c: Option<&ContinuationToken>) -> Result<Page> {
         if let Ok(mut m) = self.queries.lock() {
             *m.entry(t.as_str().to_owned()).or_default() += 1;
         }
         self.inner.query(t, q, c).await
-    }
-    async fn execute_batch(&self, t: &TableName, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
-        self.inner.execute_batch(t, ops).await
     }
 }
 

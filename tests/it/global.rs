@@ -40,27 +40,13 @@ impl Between {
 }
 
 #[async_trait::async_trait]
-impl TableStore for Between {
-    async fn create_table(&self, t: &TableName) -> Result<()> {
-        self.inner.create_table(t).await
+impl layer::StoreLayer for Between {
+    const DERIVED: layer::Derived = layer::Derived::Here;
+
+    fn below(&self) -> &dyn TableStore {
+        &self.inner
     }
-    async fn delete_table(&self, t: &TableName) -> Result<()> {
-        self.inner.delete_table(t).await
-    }
-    async fn list_tables(&self) -> Result<Vec<TableName>> {
-        self.inner.list_tables().await
-    }
-    async fn get(
-        &self,
-        t: &TableName,
-        pk: &PartitionKey,
-        rk: &RowKey,
-    ) -> Result<Option<StoredEntity>> {
-        self.inner.get(t, pk, rk).await
-    }
-    async fn query(&self, t: &TableName, q: &Query, c: Option<&ContinuationToken>) -> Result<Page> {
-        self.inner.query(t, q, c).await
-    }
+
     async fn execute_batch(&self, t: &TableName, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
         if t == &self.base && self.stop.swap(false, Ordering::SeqCst) {
             return Err(StorageError::Task("the process stopped".into()));

@@ -30,16 +30,13 @@ impl Counted {
 }
 
 #[async_trait::async_trait]
-impl TableStore for Counted {
-    async fn create_table(&self, t: &TableName) -> Result<()> {
-        self.inner.create_table(t).await
+impl layer::StoreLayer for Counted {
+    const DERIVED: layer::Derived = layer::Derived::Here;
+
+    fn below(&self) -> &dyn TableStore {
+        &self.inner
     }
-    async fn delete_table(&self, t: &TableName) -> Result<()> {
-        self.inner.delete_table(t).await
-    }
-    async fn list_tables(&self) -> Result<Vec<TableName>> {
-        self.inner.list_tables().await
-    }
+
     async fn get(
         &self,
         t: &TableName,
@@ -78,9 +75,6 @@ impl TableStore for Counted {
     ) -> Result<PartitionPage> {
         self.count();
         self.inner.partitions(t, range, after).await
-    }
-    async fn execute_batch(&self, t: &TableName, ops: Vec<WriteOp>) -> Result<Vec<WriteOutcome>> {
-        self.inner.execute_batch(t, ops).await
     }
 }
 

@@ -324,16 +324,13 @@ impl InFlight {
 }
 
 #[async_trait::async_trait]
-impl TableStore for InFlight {
-    async fn create_table(&self, t: &TableName) -> tablesql::storage::Result<()> {
-        self.inner.create_table(t).await
+impl layer::StoreLayer for InFlight {
+    const DERIVED: layer::Derived = layer::Derived::Here;
+
+    fn below(&self) -> &dyn TableStore {
+        &self.inner
     }
-    async fn delete_table(&self, t: &TableName) -> tablesql::storage::Result<()> {
-        self.inner.delete_table(t).await
-    }
-    async fn list_tables(&self) -> tablesql::storage::Result<Vec<TableName>> {
-        self.inner.list_tables().await
-    }
+
     async fn get(
         &self,
         t: &TableName,
@@ -349,13 +346,6 @@ impl TableStore for InFlight {
         c: Option<&ContinuationToken>,
     ) -> tablesql::storage::Result<Page> {
         self.counted(self.inner.query(t, q, c)).await
-    }
-    async fn execute_batch(
-        &self,
-        t: &TableName,
-        ops: Vec<WriteOp>,
-    ) -> tablesql::storage::Result<Vec<WriteOutcome>> {
-        self.inner.execute_batch(t, ops).await
     }
 }
 

@@ -1,16 +1,17 @@
 //! A store that tells the engine's `Workload` what each request did to
-//! each partition, and otherwise passes every call through unchanged: each
-//! method the inner store may implement its own way is forwarded, not left
-//! to the trait's default.
+//! each partition, and otherwise passes every call through unchanged: a
+//! [`StoreLayer`] of [`crate::storage::layer::Derived::Below`], so each method
+//! the inner store implements its own way still serves.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 
 use super::workload::Workload;
+use crate::storage::layer::StoreLayer;
 use crate::storage::{
-    ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result, RowKey,
-    RowSink, StorageError, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
+    ContinuationToken, Page, PageEnd, PartitionKey, Query, Result, RowKey, RowSink, StorageError,
+    StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
 };
 
 /// `inner`, observed (see the module doc).
@@ -60,17 +61,9 @@ fn per_partition(entities: &[StoredEntity]) -> Vec<(&str, u64)> {
 }
 
 #[async_trait]
-impl TableStore for ObservedStore {
-    async fn create_table(&self, table: &TableName) -> Result<()> {
-        self.inner.create_table(table).await
-    }
-
-    async fn delete_table(&self, table: &TableName) -> Result<()> {
-        self.inner.delete_table(table).await
-    }
-
-    async fn list_tables(&self) -> Result<Vec<TableName>> {
-        self.inner.list_tables().await
+impl StoreLayer for ObservedStore {
+    fn below(&self) -> &dyn TableStore {
+        self.inner.as_ref()
     }
 
     async fn get(
@@ -95,10 +88,6 @@ impl TableStore for ObservedStore {
         self.workload
             .read(table.as_str(), [(pk.as_str(), found.len() as u64)]);
         Ok(found)
-    }
-
-    fn get_many_limit(&self) -> usize {
-        self.inner.get_many_limit()
     }
 
     async fn query(
@@ -131,15 +120,6 @@ impl TableStore for ObservedStore {
         Ok(end)
     }
 
-    async fn partitions(
-        &self,
-        table: &TableName,
-        range: &KeyRange<PartitionKey>,
-        after: Option<&PartitionKey>,
-    ) -> Result<PartitionPage> {
-        self.inner.partitions(table, range, after).await
-    }
-
     async fn execute_batch(
         &self,
         table: &TableName,
@@ -155,39 +135,8 @@ impl TableStore for ObservedStore {
         done
     }
 
-    fn service_counters(&self) -> Option<crate::storage::ServiceCounters> {
-        self.inner.service_counters()
-    }
-
-    fn retries_requests(&self) -> bool {
-        self.inner.retries_requests()
-    }
-
-    // Counting reads no entity: nothing to record, and no entities of
-    // its own to add.
-    fn counted(
-        &self,
-        table: &TableName,
-        partitions: &crate::storage::KeyRange<crate::storage::PartitionKey>,
-        rows: &crate::storage::KeyRange<crate::storage::RowKey>,
-    ) -> crate::storage::Result<Option<u64>> {
-        self.inner.counted(table, partitions, rows)
-    }
-
-    fn partition_counts(
-        &self,
-        table: &TableName,
-    ) -> crate::storage::Result<Option<std::sync::Arc<[crate::storage::PartitionCount]>>> {
-        self.inner.partition_counts(table)
-    }
-
-    // A read served from the cache is no request: nothing to record.
-    fn derived(&self) -> Option<&crate::storage::DerivedCache> {
-        self.inner.derived()
-    }
-
-    // Passed on, not left to the default (a batch of one): a store may
-    // send one write otherwise (Azure: a plain PUT, not a `$batch`).
+    // A write of its own, not a batch of one: a store may send it
+    // otherwise (Azure: a plain PUT, not a `$batch`).
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
         let partition = op.keys().0.clone();
         let done = self.inner.execute(table, op).await;

@@ -784,6 +784,7 @@ mod tests {
 
     use super::super::workload::Run;
     use super::*;
+    use crate::storage::layer::{Derived, StoreLayer};
     use crate::storage::{ContinuationToken, MemoryStore, Page, WriteOutcome};
 
     fn process(store: &Arc<dyn TableStore>) -> (Arc<Workload>, PersistedWorkload) {
@@ -889,16 +890,13 @@ mod tests {
     }
 
     #[async_trait]
-    impl TableStore for Lossy {
-        async fn create_table(&self, table: &TableName) -> Result<()> {
-            self.inner.create_table(table).await
+    impl StoreLayer for Lossy {
+        const DERIVED: Derived = Derived::Here;
+
+        fn below(&self) -> &dyn TableStore {
+            &self.inner
         }
-        async fn delete_table(&self, table: &TableName) -> Result<()> {
-            self.inner.delete_table(table).await
-        }
-        async fn list_tables(&self) -> Result<Vec<TableName>> {
-            self.inner.list_tables().await
-        }
+
         async fn get(
             &self,
             table: &TableName,
@@ -909,14 +907,6 @@ mod tests {
                 return Err(unavailable(false));
             }
             self.inner.get(table, pk, rk).await
-        }
-        async fn query(
-            &self,
-            table: &TableName,
-            query: &Query,
-            token: Option<&ContinuationToken>,
-        ) -> Result<Page> {
-            self.inner.query(table, query, token).await
         }
         async fn execute_batch(
             &self,
@@ -997,24 +987,13 @@ mod tests {
     }
 
     #[async_trait]
-    impl TableStore for Replacing {
-        async fn create_table(&self, table: &TableName) -> Result<()> {
-            self.inner.create_table(table).await
+    impl StoreLayer for Replacing {
+        const DERIVED: Derived = Derived::Here;
+
+        fn below(&self) -> &dyn TableStore {
+            self.inner.as_ref()
         }
-        async fn delete_table(&self, table: &TableName) -> Result<()> {
-            self.inner.delete_table(table).await
-        }
-        async fn list_tables(&self) -> Result<Vec<TableName>> {
-            self.inner.list_tables().await
-        }
-        async fn get(
-            &self,
-            table: &TableName,
-            pk: &PartitionKey,
-            rk: &RowKey,
-        ) -> Result<Option<StoredEntity>> {
-            self.inner.get(table, pk, rk).await
-        }
+
         async fn query(
             &self,
             table: &TableName,
@@ -1028,13 +1007,6 @@ mod tests {
                 writer.flush(false).await?;
             }
             self.inner.query(table, query, token).await
-        }
-        async fn execute_batch(
-            &self,
-            table: &TableName,
-            ops: Vec<WriteOp>,
-        ) -> Result<Vec<WriteOutcome>> {
-            self.inner.execute_batch(table, ops).await
         }
     }
 

@@ -857,8 +857,9 @@ mod tests {
 
     use super::*;
     use crate::exec::write::transaction::Transaction;
+    use crate::storage::WriteOutcome;
+    use crate::storage::layer::{Derived, StoreLayer};
     use crate::storage::memory::MemoryStore;
-    use crate::storage::{ContinuationToken, Page, WriteOutcome};
 
     /// A store whose writes fail from the `n`th on, as a process that stops
     /// midway leaves the store.
@@ -869,32 +870,13 @@ mod tests {
     }
 
     #[async_trait]
-    impl TableStore for Stops {
-        async fn create_table(&self, table: &TableName) -> Result<()> {
-            self.inner.create_table(table).await
+    impl StoreLayer for Stops {
+        const DERIVED: Derived = Derived::Here;
+
+        fn below(&self) -> &dyn TableStore {
+            self.inner.as_ref()
         }
-        async fn delete_table(&self, table: &TableName) -> Result<()> {
-            self.inner.delete_table(table).await
-        }
-        async fn list_tables(&self) -> Result<Vec<TableName>> {
-            self.inner.list_tables().await
-        }
-        async fn get(
-            &self,
-            table: &TableName,
-            pk: &PartitionKey,
-            rk: &RowKey,
-        ) -> Result<Option<StoredEntity>> {
-            self.inner.get(table, pk, rk).await
-        }
-        async fn query(
-            &self,
-            table: &TableName,
-            query: &Query,
-            token: Option<&ContinuationToken>,
-        ) -> Result<Page> {
-            self.inner.query(table, query, token).await
-        }
+
         async fn execute_batch(
             &self,
             table: &TableName,

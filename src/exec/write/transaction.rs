@@ -27,6 +27,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::commit::{self, Change};
+use crate::storage::layer::{Derived, StoreLayer};
 use crate::storage::write::{Effect, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS, apply, validate_batch};
 use crate::storage::{
     ContinuationToken, IfMatch, KeyRange, Page, PartitionKey, PartitionPage, Query, Result, RowKey,
@@ -551,26 +552,15 @@ impl TxStore {
     }
 }
 
+// Every read and write passes the buffer, so what the store would answer
+// its own way (a batch of keys, a page lent in place, a count) runs over
+// this layer's reads and writes, and the store's counts are not the block's.
 #[async_trait]
-impl TableStore for TxStore {
-    fn service_counters(&self) -> Option<crate::storage::ServiceCounters> {
-        self.inner.service_counters()
-    }
+impl StoreLayer for TxStore {
+    const DERIVED: Derived = Derived::Here;
 
-    fn retries_requests(&self) -> bool {
-        self.inner.retries_requests()
-    }
-
-    async fn create_table(&self, table: &TableName) -> Result<()> {
-        self.inner.create_table(table).await
-    }
-
-    async fn delete_table(&self, table: &TableName) -> Result<()> {
-        self.inner.delete_table(table).await
-    }
-
-    async fn list_tables(&self) -> Result<Vec<TableName>> {
-        self.inner.list_tables().await
+    fn below(&self) -> &dyn TableStore {
+        self.inner.as_ref()
     }
 
     async fn get(
