@@ -56,10 +56,12 @@ use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_optimizer::optimizer::PhysicalOptimizer;
 
+mod analyze;
 mod apply;
 mod bind;
 mod block;
 pub mod bulk;
+mod create_as;
 mod describe;
 mod direct;
 mod follow;
@@ -73,11 +75,20 @@ pub(crate) mod refuse;
 mod run;
 mod schema;
 mod session;
+mod show;
 mod start;
+mod table_ddl;
+mod views;
 
 pub use crate::exec::notices::{Notice, NoticeKind};
+/// The SQLSTATE of a DataFusion failure, through the wrappers it adds:
+/// for the front ends, which reach exec through the engine.
+pub(crate) use crate::exec::sqlstate::of_datafusion as datafusion_sqlstate;
+pub(crate) use crate::exec::stats::advise::PARTITION_TARGET_PER_S;
+pub(crate) use crate::exec::stats::workload::PartitionTraffic;
 pub use crate::exec::write::upkeep::IndexHealth;
 pub use crate::planner::identity::{PG_VERSION, PG_VERSION_NUM};
+pub use analyze::Reading;
 pub use apply::Applied;
 pub use block::{BlockChange, BlockEnd, BlockStatus};
 pub use describe::{
@@ -88,7 +99,7 @@ pub use kind::{StatementKind, reads_system_catalog, returns_rows};
 pub use memory::MemoryLimits;
 pub use paging::ResultPage;
 pub use prepared::PreparedStatement;
-pub(crate) use run::Transaction;
+pub(crate) use run::{Transaction, statement_label};
 pub use session::{Outcome, Session};
 pub use start::Write;
 
@@ -150,6 +161,26 @@ pub enum EngineError {
 }
 
 impl EngineError {
+    /// The SQLSTATE a client is told (`crate::sqlstate`): what the wire
+    /// server answers, what the shell prints under `VERBOSITY verbose`,
+    /// and what an embedder that answers PostgreSQL clients of its own
+    /// reports.
+    pub fn sqlstate(&self) -> &'static str {
+        use crate::sqlstate as code;
+        match self {
+            EngineError::Catalog(c) => c.sqlstate(),
+            EngineError::Storage(s) => s.sqlstate(),
+            EngineError::DataFusion(d) => crate::exec::sqlstate::of_datafusion(d),
+            EngineError::NotSupported(_) => code::FEATURE_NOT_SUPPORTED,
+            EngineError::InFailedTransaction => code::IN_FAILED_TRANSACTION,
+            EngineError::NoTransactionBlock(_) => code::NO_ACTIVE_TRANSACTION,
+            EngineError::NoSavepoint(_) => code::INVALID_SAVEPOINT,
+            EngineError::InTransactionBlock { .. } => code::ACTIVE_TRANSACTION,
+            EngineError::UnknownSetting(_) => code::UNDEFINED_OBJECT,
+            EngineError::Parameter(p) => p.sqlstate(),
+        }
+    }
+
     /// The storage error under it, if one is (through any DataFusion error that wraps it).
     pub fn storage_cause(&self) -> Option<&StorageError> {
         match self {
@@ -510,9 +541,15 @@ impl Engine {
         Ok(engine)
     }
 
-    /// The workload statistics kept since the engine started or was reset.
-    pub(crate) fn workload(&self) -> &Arc<Workload> {
-        &self.workload
+    /// The traffic the workload statistics hold for one partition of a
+    /// storage table (none where it saw none).
+    pub(crate) fn partition_traffic(&self, table: &TableName, partition: &str) -> PartitionTraffic {
+        self.workload
+            .partitions()
+            .into_iter()
+            .find(|p| p.table == table.as_str() && p.partition == partition)
+            .map(|p| p.traffic)
+            .unwrap_or_default()
     }
 
     /// Stores the workload statistics now, when they are kept in the store
@@ -706,215 +743,6 @@ impl Engine {
         Ok(self.provider(Layout::raw(table.clone(), &infer(&sample.entities))))
     }
 
-    /// Adds a mapped table: persists its definition, creates its storage
-    /// table if missing, and registers it. `replace` overwrites a definition
-    /// of the same name.
-    pub async fn create_table(&self, def: TableDef, replace: bool) -> Result<(), EngineError> {
-        if !replace && self.name_taken(&def.name).await? {
-            return Err(CatalogError::TableExists(def.name.clone()).into());
-        }
-        let mut def = def;
-        let mut created = false;
-        if def.owned {
-            // Replacing a table that owns its storage keeps it (and its rows).
-            let kept = persist::load(self.store.as_ref())
-                .await?
-                .into_iter()
-                .find(|d| d.name == def.name && d.owned)
-                .map(|d| d.storage_table);
-            match kept {
-                Some(t) => def.storage_table = t,
-                None => {
-                    // The store says last whether a name is free: another
-                    // engine may have taken the one listed free meanwhile.
-                    let wanted = def.storage_table.clone();
-                    let mut lost = std::collections::HashSet::new();
-                    loop {
-                        def.storage_table = self.fresh_storage_table(&wanted, &lost).await?;
-                        match self.store.create_table(&def.storage_table).await {
-                            Ok(()) => break,
-                            Err(StorageError::TableAlreadyExists(_)) if lost.len() < 10 => {
-                                lost.insert(def.storage_table.as_str().to_lowercase());
-                            }
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                    created = true;
-                }
-            }
-        }
-        if !created {
-            match self.store.create_table(&def.storage_table).await {
-                Ok(()) | Err(StorageError::TableAlreadyExists(_)) => {}
-                Err(e) => return Err(e.into()),
-            }
-        }
-        // Defaults that do not plan are refused before anything is stored
-        // (a stored one would fail every later start).
-        self.column_defaults(&Layout::mapped(Arc::new(def.clone())))?;
-        // Identity columns' sequences first: a table is never stored with
-        // a default that names a missing sequence.
-        for seq in def.columns.iter().filter_map(|c| c.identity.as_ref()) {
-            sequence::create(self.store.as_ref(), seq, replace).await?;
-        }
-        // Not while the tables reload: the reload would put back a schema
-        // read before this table was there.
-        let _reloading = self.watch.lock().await;
-        persist::save(self.store.as_ref(), &def, replace).await?;
-        self.register_mapped(def)?;
-        Ok(())
-    }
-
-    /// `ALTER TABLE` of a mapped table (`catalog::ddl::alter` says what it
-    /// changes): the definition replaced in one catalog write, the tables
-    /// registered again. `None` for a table that is not mapped here (an
-    /// embedder's, DataFusion's to answer).
-    async fn alter_table(
-        &self,
-        alter: &datafusion::sql::sqlparser::ast::AlterTable,
-    ) -> Result<Option<DdlOutcome>, EngineError> {
-        let name = ddl::object_name(&alter.name)?;
-        let defs = persist::load(self.store.as_ref()).await?;
-        let Some(def) = defs.iter().find(|d| d.name == name) else {
-            return match self.public_schema().table(&name).await? {
-                Some(t) if (t.as_ref() as &dyn std::any::Any).is::<StoreTable>() => {
-                    Err(CatalogError::NotDroppable(name).into())
-                }
-                Some(_) => Ok(None),
-                None if alter.if_exists => Ok(Some(DdlOutcome {
-                    notices: vec![Notice::new(
-                        NoticeKind::DoesNotExist,
-                        format!("relation \"{name}\" does not exist, skipping"),
-                    )],
-                })),
-                None => Err(CatalogError::UnknownTable(name).into()),
-            };
-        };
-        // Checked before the write: a view or an embedder's table of the
-        // new name is not in the catalog's partition to collide with.
-        let renamed = ddl::alter(def, alter)?.name;
-        if renamed != def.name && self.name_taken(&renamed).await? {
-            return Err(CatalogError::TableExists(renamed).into());
-        }
-        {
-            let _reloading = self.watch.lock().await;
-            persist::alter(self.store.as_ref(), &def.name, |d| ddl::alter(d, alter)).await?;
-        }
-        self.refresh().await?;
-        Ok(Some(DdlOutcome::default()))
-    }
-
-    /// The provider of a stored view: its `CREATE VIEW` text planned as
-    /// every statement is (so `*` in it is PostgreSQL's), over the tables
-    /// registered now.
-    async fn view_provider(&self, sql: &str) -> Result<Arc<dyn TableProvider>, EngineError> {
-        let statement = self
-            .parse(sql)
-            .map_err(|e| CatalogError::Definition(format!("stored view: {e}")))?
-            .into_iter()
-            .next()
-            .ok_or_else(|| CatalogError::Definition("stored view: no statement".into()))?;
-        let state = self.ctx.state();
-        match crate::planner::upsert::statement_to_plan(&state, statement).await? {
-            LogicalPlan::Ddl(datafusion::logical_expr::DdlStatement::CreateView(view)) => {
-                Ok(Arc::new(datafusion::datasource::ViewTable::new(
-                    view.input.as_ref().clone(),
-                    view.definition.clone(),
-                )))
-            }
-            _ => Err(CatalogError::Definition("stored view: not CREATE VIEW".into()).into()),
-        }
-    }
-
-    /// `CREATE [OR REPLACE] VIEW`: planned first (a view that does not plan
-    /// is refused before anything is stored), then stored in the catalog,
-    /// where every engine over the store finds it.
-    async fn create_view(&self, statement: &Statement) -> Result<Option<DdlOutcome>, EngineError> {
-        let Statement::CreateView(view) = statement else {
-            return Ok(None);
-        };
-        if view.materialized || view.temporary {
-            return Err(EngineError::NotSupported(
-                "CREATE MATERIALIZED or TEMPORARY VIEW is not supported: a view is stored as its query".into(),
-            ));
-        }
-        let name = ddl::object_name(&view.name)?;
-        if view.if_not_exists && self.name_taken(&name).await? {
-            return Ok(Some(DdlOutcome::default()));
-        }
-        let defs = persist::load(self.store.as_ref()).await?;
-        if defs.iter().any(|d| d.name == name) {
-            return Err(CatalogError::TableExists(name).into());
-        }
-        let sql = statement.to_string();
-        self.view_provider(&sql).await?;
-        persist::save_view(self.store.as_ref(), &name, &sql, view.or_replace).await?;
-        self.refresh().await?;
-        Ok(Some(DdlOutcome::default()))
-    }
-
-    /// `DROP VIEW [IF EXISTS] v, ...`.
-    async fn drop_views(
-        &self,
-        names: &[ObjectName],
-        if_exists: bool,
-    ) -> Result<Option<DdlOutcome>, EngineError> {
-        let mut outcome = DdlOutcome::default();
-        for n in names {
-            let name = ddl::object_name(n)?;
-            if !persist::remove_view(self.store.as_ref(), &name).await? {
-                if !if_exists {
-                    return Err(CatalogError::UnknownTable(name).into());
-                }
-                outcome.notices.push(Notice::new(
-                    NoticeKind::DoesNotExist,
-                    format!("view \"{name}\" does not exist, skipping"),
-                ));
-            }
-        }
-        self.refresh().await?;
-        Ok(Some(outcome))
-    }
-
-    /// A storage table for a table that owns its rows: `wanted`, or where
-    /// that name is taken (rows of a table dropped without its storage, an
-    /// application's table), `wanted` and the first free number, so that a
-    /// new table never shows rows it did not write. Storage names compare
-    /// without case.
-    async fn fresh_storage_table(
-        &self,
-        wanted: &TableName,
-        also_taken: &std::collections::HashSet<String>,
-    ) -> Result<TableName, EngineError> {
-        let mut taken: std::collections::HashSet<String> = self
-            .store
-            .list_tables()
-            .await?
-            .iter()
-            .map(|t| t.as_str().to_lowercase())
-            .collect();
-        taken.extend(also_taken.iter().cloned());
-        if !taken.contains(&wanted.as_str().to_lowercase()) {
-            return Ok(wanted.clone());
-        }
-        for n in 2u32..10_000 {
-            let name = format!("{}{n}", wanted.as_str());
-            if !taken.contains(&name.to_lowercase()) {
-                return Ok(TableName::new(name).map_err(StorageError::from)?);
-            }
-        }
-        Err(CatalogError::Definition(format!(
-            "no free storage table name like {wanted}: set storage_table"
-        ))
-        .into())
-    }
-
-    /// Removes a mapped table's definition; its entities stay in the store.
-    pub async fn drop_table(&self, name: &str) -> Result<(), EngineError> {
-        persist::remove(self.store.as_ref(), name).await?;
-        self.refresh().await
-    }
-
     /// The statements of a query string, as every front end reads them
     /// (PostgreSQL's dialect; see `planner::sql`).
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
@@ -1021,246 +849,6 @@ impl Engine {
         Ok(Some(session::Control::Ddl(StatementKind::of(statement))))
     }
 
-    /// `TRUNCATE t [, u ...]`: every row of each table deleted, as a
-    /// `DELETE FROM t` deletes them (partition by partition in entity group
-    /// transactions, index rows with their base rows). Outside a
-    /// transaction block only: a block holds its writes until COMMIT, and a
-    /// TRUNCATE's are the whole table. `RESTART IDENTITY`, `CASCADE` and
-    /// `PARTITION` have nothing here to act on and are refused. `progress`
-    /// hears the rows deleted so far, about every 200 ms (a front end's
-    /// progress bar on long work).
-    pub async fn truncate(
-        &self,
-        truncate: &datafusion::sql::sqlparser::ast::Truncate,
-        progress: impl Fn(u64),
-    ) -> Result<u64, EngineError> {
-        if session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
-            return Err(EngineError::InTransactionBlock {
-                tag: "TRUNCATE TABLE",
-                why: ": a block holds its writes until COMMIT, and a TRUNCATE's are the whole table's rows",
-            });
-        }
-        if truncate.identity.is_some()
-            || truncate.cascade.is_some()
-            || truncate.partitions.is_some()
-        {
-            return Err(EngineError::NotSupported(
-                "TRUNCATE with RESTART IDENTITY, CASCADE or PARTITION is not supported".into(),
-            ));
-        }
-        let mut deleted = 0;
-        for target in &truncate.table_names {
-            let delete = format!("DELETE FROM {}", target.name);
-            let Some(statement) = self.parse(&delete).ok().and_then(|s| s.into_iter().next())
-            else {
-                return Err(CatalogError::UnknownTable(target.name.to_string()).into());
-            };
-            let write = self.as_session().write(statement).await?;
-            let run = write.run();
-            tokio::pin!(run);
-            let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
-            let rows = loop {
-                tokio::select! {
-                    done = &mut run => break done?,
-                    _ = tick.tick() => progress(deleted + write.committed()),
-                }
-            };
-            deleted += rows;
-            progress(deleted);
-        }
-        Ok(deleted)
-    }
-
-    /// `CREATE TABLE t [(names)] AS <query>`: a plain table (the default
-    /// mapping, a hidden row key: the query gives no primary key) with the
-    /// query's columns and types, then its rows, written as `INSERT INTO t
-    /// <query>` writes them. A type the store has no EDM type for is
-    /// refused before anything is created.
-    async fn create_table_as(
-        &self,
-        create: &datafusion::sql::sqlparser::ast::CreateTable,
-    ) -> Result<DdlOutcome, EngineError> {
-        let Some(query) = &create.query else {
-            return Err(CatalogError::Definition("CREATE TABLE AS needs a query".into()).into());
-        };
-        // Its rows would go in the block's buffer and its table in the
-        // catalog at once: a ROLLBACK would leave an empty table.
-        if session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
-            return Err(EngineError::InTransactionBlock {
-                tag: "CREATE TABLE AS",
-                why: ": the table would be created at once, its rows only at COMMIT",
-            });
-        }
-        // PostgreSQL has no CREATE OR REPLACE TABLE; over an existing table
-        // it would keep the old rows beside the query's.
-        if create.or_replace {
-            return Err(CatalogError::Definition(
-                "CREATE OR REPLACE TABLE ... AS is not supported: DROP TABLE, then CREATE TABLE ... AS".into(),
-            )
-            .into());
-        }
-        let name = ddl::object_name(&create.name)?;
-        if self.name_taken(&name).await? {
-            if create.if_not_exists {
-                let mut outcome = DdlOutcome::default();
-                outcome.notices.push(Notice::new(
-                    NoticeKind::AlreadyExists,
-                    format!("relation \"{name}\" already exists, skipping"),
-                ));
-                return Ok(outcome);
-            }
-            return Err(CatalogError::TableExists(name).into());
-        }
-        let state = self.ctx.state();
-        let plan =
-            crate::planner::upsert::statement_to_plan(&state, Statement::Query(query.clone()))
-                .await?;
-        let fields = crate::planner::output_names::shown(plan.schema().inner());
-        if create.columns.len() > fields.fields().len() {
-            return Err(CatalogError::Definition(format!(
-                "CREATE TABLE AS specifies {} column names, but the query has only {} columns",
-                create.columns.len(),
-                fields.fields().len()
-            ))
-            .into());
-        }
-        let quote = |n: &str| format!("\"{}\"", n.replace('"', "\"\""));
-        let mut columns = Vec::new();
-        for (i, field) in fields.fields().iter().enumerate() {
-            let column = match create.columns.get(i) {
-                Some(c) => crate::catalog::normalize_ident(&c.name),
-                None => field.name().clone(),
-            };
-            let t = crate::catalog::ColumnType::from_arrow(field.data_type()).ok_or_else(|| {
-                CatalogError::UnsupportedType {
-                    column: column.clone(),
-                    sql_type: field.data_type().to_string(),
-                }
-            })?;
-            columns.push((column, t));
-        }
-        let ddl = format!(
-            "CREATE TABLE {} ({})",
-            quote(&name),
-            columns
-                .iter()
-                .map(|(c, t)| format!("{} {t}", quote(c)))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        let def = ddl::parse(&ddl)?;
-        self.create_table(def, false).await?;
-        let insert = format!(
-            "INSERT INTO {} ({}) {query}",
-            quote(&name),
-            columns
-                .iter()
-                .map(|(c, _)| quote(c))
-                .collect::<Vec<_>>()
-                .join(", ")
-        );
-        // The table and its rows together: a failed write drops the table
-        // (with what it wrote of them; an owned table's storage goes too).
-        let written = async {
-            let statement = self
-                .parse(&insert)
-                .map_err(|e| EngineError::DataFusion(DataFusionError::SQL(Box::new(e), None)))?
-                .into_iter()
-                .next()
-                .ok_or_else(|| {
-                    CatalogError::Definition(format!("could not write {name}'s rows"))
-                })?;
-            self.frame(statement).await?.collect().await?;
-            Ok::<(), EngineError>(())
-        }
-        .await;
-        if let Err(e) = written {
-            let _ = Box::pin(self.drop_table(&name)).await;
-            return Err(e);
-        }
-        Ok(DdlOutcome::default())
-    }
-
-    /// `SHOW CREATE TABLE t` of a mapped table, as CockroachDB answers it
-    /// (`table_name`, `create_statement`): the canonical DDL, with the
-    /// mapping a plain `CREATE TABLE` chose. `None` for other statements
-    /// and other tables (DataFusion's answer).
-    async fn show_create_table(
-        &self,
-        statement: &Statement,
-    ) -> Result<Option<RecordBatch>, EngineError> {
-        let Statement::ShowCreate {
-            obj_type: datafusion::sql::sqlparser::ast::ShowCreateObject::Table,
-            obj_name,
-        } = statement
-        else {
-            return Ok(None);
-        };
-        let Ok(name) = ddl::object_name(obj_name) else {
-            return Ok(None);
-        };
-        let Some(def) = self
-            .public_schema()
-            .table(&name)
-            .await?
-            .and_then(|t| bulk::mapping(t.as_ref()))
-        else {
-            return Ok(None);
-        };
-        let schema = Arc::new(datafusion::arrow::datatypes::Schema::new(vec![
-            datafusion::arrow::datatypes::Field::new(
-                "table_name",
-                datafusion::arrow::datatypes::DataType::Utf8,
-                false,
-            ),
-            datafusion::arrow::datatypes::Field::new(
-                "create_statement",
-                datafusion::arrow::datatypes::DataType::Utf8,
-                false,
-            ),
-        ]));
-        let batch = RecordBatch::try_new(
-            schema,
-            vec![
-                Arc::new(datafusion::arrow::array::StringArray::from(vec![
-                    def.name.clone(),
-                ])),
-                Arc::new(datafusion::arrow::array::StringArray::from(vec![
-                    def.to_ddl(),
-                ])),
-            ],
-        )
-        .map_err(DataFusionError::from)?;
-        Ok(Some(batch))
-    }
-
-    /// `SHOW tablesql.name` as PostgreSQL shows a setting: one column named
-    /// after it, one row. `None` for any other statement (DataFusion's
-    /// `SHOW` answers `datafusion.*` names).
-    fn show_setting(&self, statement: &Statement) -> Result<Option<RecordBatch>, EngineError> {
-        let Statement::ShowVariable { variable } = statement else {
-            return Ok(None);
-        };
-        let name = variable
-            .iter()
-            .map(|i| i.value.to_ascii_lowercase())
-            .collect::<Vec<_>>()
-            .join(".");
-        if !name.starts_with("tablesql.") {
-            return Ok(None);
-        }
-        let Some(value) = session_setting(&self.ctx.state(), &name) else {
-            return Err(EngineError::UnknownSetting(name));
-        };
-        let column: datafusion::arrow::array::ArrayRef =
-            Arc::new(datafusion::arrow::array::StringArray::from(vec![
-                value.unwrap_or_default(),
-            ]));
-        Ok(Some(
-            RecordBatch::try_from_iter([(name, column)]).map_err(DataFusionError::from)?,
-        ))
-    }
-
     /// The session's PostgreSQL parameters (`planner::parameters`).
     pub(crate) fn parameters(&self) -> SessionParameters {
         self.ctx
@@ -1272,25 +860,6 @@ impl Engine {
             .get::<SessionParameters>()
             .cloned()
             .unwrap_or_default()
-    }
-
-    /// `SHOW` of session parameters, as PostgreSQL answers it: one column
-    /// of text, or `name` and `setting` for `SHOW ALL`.
-    fn show_parameters(&self, shown: &parameters::Shown) -> Result<RecordBatch, EngineError> {
-        let session = self.parameters();
-        let rows: Vec<(String, String)> = match shown {
-            parameters::Shown::All => session.all(),
-            parameters::Shown::One(name) => vec![(name.clone(), session.get(name)?)],
-        };
-        let column = |values: Vec<String>| -> datafusion::arrow::array::ArrayRef {
-            Arc::new(datafusion::arrow::array::StringArray::from(values))
-        };
-        let (names, values): (Vec<String>, Vec<String>) = rows.into_iter().unzip();
-        let columns = match shown {
-            parameters::Shown::All => vec![("name", column(names)), ("setting", column(values))],
-            parameters::Shown::One(name) => vec![(name.as_str(), column(values))],
-        };
-        Ok(RecordBatch::try_from_iter(columns).map_err(DataFusionError::from)?)
     }
 
     /// Marks the session's open transaction block failed (`engine::block`).
@@ -1389,286 +958,6 @@ impl Engine {
         SessionContext::new_with_state(state)
     }
 
-    /// Runs a statement if it is catalog DDL; `None` if it is not (DataFusion's).
-    /// Refuses, for every front end, what would create an object that only
-    /// this process remembers (`engine::refuse`).
-    pub async fn catalog_ddl(
-        &self,
-        statement: &Statement,
-    ) -> Result<Option<DdlOutcome>, EngineError> {
-        if let Some(why) = refuse::in_memory_only(statement) {
-            return Err(EngineError::NotSupported(why));
-        }
-        let ddl = matches!(
-            statement,
-            Statement::CreateTable(_)
-                | Statement::CreateView(_)
-                | Statement::AlterTable(_)
-                | Statement::CreateIndex(_)
-                | Statement::CreateSequence { .. }
-                | Statement::Drop { .. }
-        );
-        // A block that has written nothing may run DDL (ORMs and migration
-        // tools open one around `CREATE TABLE`); the change is not part of
-        // the block, and ROLLBACK does not undo it.
-        if ddl && session_transaction(&self.ctx).is_some_and(|tx| tx.has_buffered_writes()) {
-            let tag = StatementKind::of(statement).tag().unwrap_or("catalog DDL");
-            return Err(EngineError::InTransactionBlock {
-                tag,
-                why: " after the block's writes: the store cannot commit catalog changes and rows together",
-            });
-        }
-        match statement {
-            Statement::CreateTable(create) if ddl::is_mapping(create) => {
-                let def = ddl::from_create_table(create)?;
-                if create.if_not_exists && self.name_taken(&def.name).await? {
-                    return Ok(Some(DdlOutcome::default()));
-                }
-                let mut outcome = DdlOutcome::default();
-                for (columns, fk) in ddl::foreign_keys(create)? {
-                    let target = ddl::object_name(&fk.foreign_table)?;
-                    if target != def.name && !self.name_taken(&target).await? {
-                        return Err(CatalogError::UnknownTable(target).into());
-                    }
-                    outcome.notices.push(Notice::new(
-                        NoticeKind::NotEnforced,
-                        format!(
-                            "FOREIGN KEY ({}) REFERENCES {target} is accepted but not enforced",
-                            columns.join(", ")
-                        ),
-                    ));
-                }
-                self.create_table(def, create.or_replace).await?;
-                Ok(Some(outcome))
-            }
-            // Boxed: its planning and writing futures are large, and every
-            // DDL statement's future would carry them.
-            Statement::CreateTable(create) => {
-                Box::pin(self.create_table_as(create)).await.map(Some)
-            }
-            Statement::Drop {
-                object_type: ObjectType::Table,
-                if_exists,
-                names,
-                ..
-            } => self.drop_tables(names, *if_exists).await,
-            Statement::CreateIndex(create) => self.create_index(create, |_| {}).await.map(Some),
-            Statement::AlterTable(alter) => self.alter_table(alter).await,
-            Statement::CreateView(_) => self.create_view(statement).await,
-            Statement::Drop {
-                object_type: ObjectType::View,
-                if_exists,
-                names,
-                ..
-            } => self.drop_views(names, *if_exists).await,
-            Statement::Drop {
-                object_type: ObjectType::Index,
-                if_exists,
-                names,
-                cascade,
-                ..
-            } => self.drop_index(names, *if_exists, *cascade).await.map(Some),
-            Statement::Analyze(analyze) => {
-                let settings = TablesqlConfig::of(self.ctx.state().config());
-                let how = Reading {
-                    every: settings.guidepost_every,
-                    sample: settings.analyze_sample,
-                };
-                self.analyze_statement(analyze, how).await.map(Some)
-            }
-            Statement::CreateSequence {
-                temporary,
-                if_not_exists,
-                name,
-                data_type,
-                sequence_options,
-                owned_by,
-            } => {
-                if *temporary || owned_by.is_some() {
-                    return Err(CatalogError::Definition(
-                        "TEMPORARY and OWNED BY sequences are not supported".into(),
-                    )
-                    .into());
-                }
-                if data_type
-                    .as_ref()
-                    .is_some_and(|t| !t.to_string().eq_ignore_ascii_case("bigint"))
-                {
-                    return Err(CatalogError::Definition(
-                        "sequences are bigint (AS bigint or no AS)".into(),
-                    )
-                    .into());
-                }
-                let name = sequence::object_name(name)?;
-                let def = SequenceDef::from_options(&name, sequence_options)
-                    .map_err(CatalogError::from)?;
-                let mut outcome = DdlOutcome::default();
-                if !sequence::create(self.store.as_ref(), &def, *if_not_exists).await? {
-                    outcome.notices.push(Notice::new(
-                        NoticeKind::AlreadyExists,
-                        format!("relation \"{name}\" already exists, skipping"),
-                    ));
-                }
-                Ok(Some(outcome))
-            }
-            Statement::Drop {
-                object_type: ObjectType::Sequence,
-                if_exists,
-                names,
-                ..
-            } => {
-                let mut outcome = DdlOutcome::default();
-                for n in names {
-                    let name = sequence::object_name(n)?;
-                    if sequence::drop(self.store.as_ref(), &name, *if_exists).await? {
-                        self.sequences.forget(&name);
-                    } else {
-                        outcome.notices.push(Notice::new(
-                            NoticeKind::DoesNotExist,
-                            format!("sequence \"{name}\" does not exist, skipping"),
-                        ));
-                    }
-                }
-                Ok(Some(outcome))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// `ANALYZE table`, read as `how` says; its outcome says what it
-    /// found. A bare `ANALYZE` analyzes every mapped table.
-    pub async fn analyze_statement(
-        &self,
-        analyze: &datafusion::sql::sqlparser::ast::Analyze,
-        how: Reading,
-    ) -> Result<DdlOutcome, EngineError> {
-        let name = analyze
-            .table_name
-            .as_ref()
-            .map(ddl::object_name)
-            .transpose()?;
-        Ok(DdlOutcome {
-            notices: self.analyze_tables(name.as_deref(), how).await?,
-        })
-    }
-
-    /// Analyzes one table (a mapped table by its SQL name, with its global
-    /// indexes' tables; or a storage table), or every mapped table: a
-    /// notice per storage table read says what it found. SQL's `ANALYZE`
-    /// and `tablesql analyze` both come here.
-    pub async fn analyze_tables(
-        &self,
-        name: Option<&str>,
-        how: Reading,
-    ) -> Result<Vec<Notice>, EngineError> {
-        let defs = persist::load(self.store.as_ref()).await?;
-        let names: Vec<String> = match name {
-            Some(name) => vec![name.to_owned()],
-            None => defs.iter().map(|d| d.name.clone()).collect(),
-        };
-        let mut outcome = DdlOutcome::default();
-        for name in names {
-            let def = defs.iter().find(|d| d.name == name);
-            let (table, paths) = self.analyzed_as(&name, def).await?;
-            let (stats, sampled) = self.analyze_storage(table, how, &paths, true).await?;
-            outcome.notices.push(Notice::new(
-                NoticeKind::Done,
-                format!("analyzed {name}: {stats}{}", sampled_note(sampled)),
-            ));
-            // A global index's table too: the planner costs a path through
-            // it by the entities its partitions (the indexed values) hold.
-            let globals = def.map(|d| d.global_indexes.as_slice()).unwrap_or_default();
-            for g in globals.iter().filter(|g| !g.building) {
-                let path = KeyPath {
-                    name: PRIMARY_PATH.to_owned(),
-                    row_key: g.row_key.clone(),
-                    others: Vec::new(),
-                };
-                let (stats, sampled) = self
-                    .analyze_storage(g.table.clone(), how, &[path], false)
-                    .await?;
-                outcome.notices.push(Notice::new(
-                    NoticeKind::Done,
-                    format!(
-                        "analyzed index {}: {stats}{}",
-                        g.name,
-                        sampled_note(sampled)
-                    ),
-                ));
-            }
-        }
-        Ok(outcome.notices)
-    }
-
-    /// Takes and stores the statistics of a table (a mapped table by its SQL
-    /// name, or a storage table): from now on its scans fan out by them.
-    pub async fn analyze(&self, name: &str, every: u64) -> Result<TableStats, EngineError> {
-        let defs = persist::load(self.store.as_ref()).await?;
-        let def = defs.iter().find(|d| d.name == name);
-        let (table, paths) = self.analyzed_as(name, def).await?;
-        let how = Reading { every, sample: 0 };
-        Ok(self.analyze_storage(table, how, &paths, true).await?.0)
-    }
-
-    /// The storage table `ANALYZE name` reads and the key paths it counts:
-    /// a mapped table's (`def`, already read) give both; otherwise a
-    /// storage table by its name or as `raw.<name>` (another catalog read),
-    /// with none.
-    async fn analyzed_as(
-        &self,
-        name: &str,
-        def: Option<&TableDef>,
-    ) -> Result<(crate::storage::TableName, Vec<KeyPath>), EngineError> {
-        Ok(match def {
-            Some(d) => (d.storage_table.clone(), key_paths(d)),
-            None => (self.storage_table(name).await?, Vec::new()),
-        })
-    }
-
-    /// Takes and stores the statistics of storage table `table`, counting
-    /// the distinct key prefixes of `paths`, and the entities' sizes where
-    /// `sizes` (the advisor and the report read them; the planner not).
-    /// Sampled where `how` asks and the last statistics hold more entities
-    /// than the sample (they place it); then also what the sample did.
-    async fn analyze_storage(
-        &self,
-        table: crate::storage::TableName,
-        how: Reading,
-        paths: &[KeyPath],
-        sizes: bool,
-    ) -> Result<(TableStats, Option<SampleReport>), EngineError> {
-        let previous = self.stats.get(&table);
-        let analysis = Analysis {
-            every: how.every,
-            width: self.options.scan.max_in_flight,
-            paths,
-            sizes,
-            previous: previous.as_deref(),
-            sample: how.sample,
-        };
-        if let Some(before) = previous.as_deref()
-            && how.sample > 0
-            && before.entities() > how.sample
-        {
-            let sampled = analyze_sampled(&self.store, &table, &analysis, before).await?;
-            stats::save_changes(
-                self.store.as_ref(),
-                &table,
-                &sampled.stats,
-                &sampled.changed,
-                &sampled.gone,
-                before.taken,
-            )
-            .await?;
-            self.stats.set(table, sampled.stats.clone());
-            return Ok((sampled.stats, Some(sampled.report)));
-        }
-        let taken = crate::exec::stats::analyze::analyze(&self.store, &table, &analysis).await?;
-        stats::save(self.store.as_ref(), &table, &taken).await?;
-        self.stats.set(table, taken.clone());
-        Ok((taken, None))
-    }
-
     /// A mapped table's definition, as stored.
     pub async fn table_def(&self, name: &str) -> Result<TableDef, EngineError> {
         persist::load(self.store.as_ref())
@@ -1709,86 +998,6 @@ impl Engine {
         }
     }
 
-    /// `DROP TABLE [IF EXISTS] a, b`, as PostgreSQL: every name is checked
-    /// before anything is dropped; a missing one is an error (42P01), or a
-    /// notice with IF EXISTS. Mapped tables lose their definition (the
-    /// entities stay); storage tables without a mapping are refused. `None`
-    /// leaves tables an embedder registered to DataFusion.
-    async fn drop_tables(
-        &self,
-        names: &[ObjectName],
-        if_exists: bool,
-    ) -> Result<Option<DdlOutcome>, EngineError> {
-        let defs = persist::load(self.store.as_ref()).await?;
-        let mut mapped = Vec::new();
-        let mut outcome = DdlOutcome::default();
-        for n in names {
-            let raw = n.0.len() > 1
-                && n.0[n.0.len() - 2]
-                    .as_ident()
-                    .is_some_and(|i| i.value.eq_ignore_ascii_case(RAW_SCHEMA));
-            if raw {
-                return Err(CatalogError::NotDroppable(n.to_string()).into());
-            }
-            let name = ddl::object_name(n)?;
-            if defs.iter().any(|d| d.name == name) {
-                mapped.push(name);
-                continue;
-            }
-            match self.public_schema().table(&name).await? {
-                Some(t) => {
-                    let any: &dyn std::any::Any = t.as_ref();
-                    if any.is::<StoreTable>() {
-                        return Err(CatalogError::NotDroppable(name).into());
-                    }
-                    return Ok(None);
-                }
-                None if if_exists => outcome.notices.push(Notice::new(
-                    NoticeKind::DoesNotExist,
-                    format!("table \"{name}\" does not exist, skipping"),
-                )),
-                None => return Err(CatalogError::UnknownTable(name).into()),
-            }
-        }
-        if !mapped.is_empty() {
-            for name in &mapped {
-                persist::remove(self.store.as_ref(), name).await?;
-                // A table that owns its storage takes its rows with it.
-                // Its derived global indexes' tables go in any case (CREATE
-                // INDEX made them); declared ones are the application's.
-                if let Some(def) = defs.iter().find(|d| d.name == *name) {
-                    let tables = def.owned.then_some(&def.storage_table).into_iter().chain(
-                        def.global_indexes
-                            .iter()
-                            .filter(|g| !g.declared)
-                            .map(|g| &g.table),
-                    );
-                    for table in tables {
-                        match self.store.delete_table(table).await {
-                            Ok(()) | Err(StorageError::TableNotFound(_)) => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                }
-                // An identity column's sequence goes with its table, as in
-                // PostgreSQL (it was created with it).
-                let Some(def) = defs.iter().find(|d| d.name == *name) else {
-                    continue;
-                };
-                for seq in def
-                    .columns
-                    .iter()
-                    .filter_map(|c| ddl::owned_sequence(name, c))
-                {
-                    sequence::drop(self.store.as_ref(), &seq, true).await?;
-                    self.sequences.forget(&seq);
-                }
-            }
-            self.refresh().await?;
-        }
-        Ok(Some(outcome))
-    }
-
     /// Runs one statement and streams its rows; the run is recorded in
     /// the workload statistics when the stream ends or is dropped.
     pub async fn execute_stream(
@@ -1799,7 +1008,7 @@ impl Engine {
             Ok(mut s) if s.len() == 1 => {
                 let statement = s.remove(0);
                 (
-                    run::statement_label(&statement),
+                    statement_label(&statement),
                     self.statement(statement).await?,
                 )
             }
@@ -1859,47 +1068,4 @@ pub(crate) fn session_setting(
         .map(datafusion::config::ExtensionOptions::entries)
         .unwrap_or_default();
     entries.into_iter().find(|e| e.key == name).map(|e| e.value)
-}
-
-/// How `ANALYZE` reads a table, from the session's settings.
-#[derive(Debug, Clone, Copy)]
-pub struct Reading {
-    /// A guidepost every this many entities (`tablesql.guidepost_every`).
-    pub every: u64,
-    /// Entities to sample, 0 to read them all (`tablesql.analyze_sample`).
-    pub sample: u64,
-}
-
-/// What a sampled `ANALYZE` adds to its notice.
-fn sampled_note(report: Option<SampleReport>) -> String {
-    report.map(|r| format!(" ({r})")).unwrap_or_default()
-}
-
-/// The key paths of a mapped table whose distinct prefixes `ANALYZE`
-/// counts: the primary key's RowKey and each local index's that is built.
-fn key_paths(def: &TableDef) -> Vec<KeyPath> {
-    let literal = |t: &crate::keys::KeyTemplate| match t.segments().first() {
-        Some(crate::keys::Segment::Literal(l)) => Some(l.clone()),
-        _ => None,
-    };
-    // A base RowKey that starts with a field reads index rows as its own.
-    let others = match literal(&def.row_key) {
-        Some(_) => Vec::new(),
-        None => def
-            .indexes
-            .iter()
-            .filter_map(|i| literal(&i.row_key))
-            .collect(),
-    };
-    let primary = KeyPath {
-        name: PRIMARY_PATH.to_owned(),
-        row_key: def.row_key.clone(),
-        others,
-    };
-    let indexes = def.indexes.iter().filter(|i| !i.building).map(|i| KeyPath {
-        name: i.name.clone(),
-        row_key: i.row_key.clone(),
-        others: Vec::new(),
-    });
-    std::iter::once(primary).chain(indexes).collect()
 }

@@ -175,6 +175,7 @@ mod report;
 pub mod server;
 #[cfg(feature = "shell")]
 pub mod shell;
+mod sqlstate;
 pub mod storage;
 pub mod stress;
 mod striped;

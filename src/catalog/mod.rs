@@ -72,6 +72,25 @@ pub enum CatalogError {
     Storage(#[from] StorageError),
 }
 
+impl CatalogError {
+    /// The SQLSTATE a client is told (`crate::sqlstate`).
+    pub fn sqlstate(&self) -> &'static str {
+        use crate::sqlstate as code;
+        match self {
+            CatalogError::Definition(_)
+            | CatalogError::Template(_)
+            | CatalogError::UnsupportedType { .. }
+            | CatalogError::Inconsistent { .. } => code::INVALID_TABLE_DEFINITION,
+            CatalogError::UnknownTable(_) => code::UNDEFINED_TABLE,
+            CatalogError::NotDroppable(_) => code::FEATURE_NOT_SUPPORTED,
+            CatalogError::TableExists(_) => code::DUPLICATE_TABLE,
+            CatalogError::Secret(_) => code::DATA_CORRUPTED,
+            CatalogError::Sequence(s) => s.sqlstate(),
+            CatalogError::Storage(s) => s.sqlstate(),
+        }
+    }
+}
+
 /// One SQL column.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ColumnDef {

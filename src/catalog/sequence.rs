@@ -104,6 +104,23 @@ pub enum SequenceError {
     },
 }
 
+impl SequenceError {
+    /// The SQLSTATE a client is told (`crate::sqlstate`).
+    pub fn sqlstate(&self) -> &'static str {
+        use crate::sqlstate as code;
+        match self {
+            SequenceError::Unknown(_) => code::UNDEFINED_TABLE,
+            SequenceError::Exists(_) => code::DUPLICATE_TABLE,
+            SequenceError::Option { .. } => code::INVALID_PARAMETER_VALUE,
+            SequenceError::Exhausted { .. } => code::SEQUENCE_GENERATOR_LIMIT_EXCEEDED,
+            SequenceError::OutOfBounds { .. } => code::NUMERIC_OUT_OF_RANGE,
+            SequenceError::NotYetDefined(_) => code::OBJECT_NOT_IN_PREREQUISITE_STATE,
+            SequenceError::Contention { .. } => code::SERIALIZATION_FAILURE,
+            SequenceError::Corrupt { .. } => code::DATA_CORRUPTED,
+        }
+    }
+}
+
 /// A sequence's options, as `CREATE SEQUENCE` gives them (PostgreSQL's
 /// defaults for a `bigint` sequence).
 #[derive(Debug, Clone, PartialEq, Eq)]

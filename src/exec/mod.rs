@@ -24,6 +24,7 @@
 pub mod notices;
 pub mod ops;
 pub mod read;
+pub mod sqlstate;
 pub mod stats;
 pub mod write;
 

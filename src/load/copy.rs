@@ -68,6 +68,22 @@ pub enum CopyError {
     },
 }
 
+impl CopyError {
+    /// The SQLSTATE a client is told (`crate::sqlstate`).
+    pub fn sqlstate(&self) -> &'static str {
+        use crate::sqlstate as code;
+        match self {
+            CopyError::NotSupported(_) => code::FEATURE_NOT_SUPPORTED,
+            CopyError::UnknownTable(_) => code::UNDEFINED_TABLE,
+            CopyError::UnknownColumn { .. } => code::UNDEFINED_COLUMN,
+            CopyError::DuplicateColumn(_) => code::DUPLICATE_COLUMN,
+            CopyError::InTransactionBlock => code::ACTIVE_TRANSACTION,
+            CopyError::Engine(e) => e.sqlstate(),
+            CopyError::Load { source, .. } => source.sqlstate(),
+        }
+    }
+}
+
 /// A load's failure as COPY says it: where, and what was written before.
 fn load_message(table: &str, written: u64, e: &LoadError) -> String {
     match e {

@@ -77,6 +77,15 @@ pub enum LoadError {
 }
 
 impl LoadError {
+    /// The SQLSTATE a client is told (`crate::sqlstate`).
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            LoadError::Line { fault, .. } => fault.sqlstate(),
+            LoadError::Write { source, .. } => crate::engine::datafusion_sqlstate(source),
+            LoadError::Plan(d) => crate::engine::datafusion_sqlstate(d),
+        }
+    }
+
     /// The line it names, for a loader that sets bad lines aside.
     pub fn line(&self) -> Option<u64> {
         match self {
@@ -87,7 +96,7 @@ impl LoadError {
 }
 
 /// What is wrong with a line, as a kind: each front end names it in its
-/// own terms (the wire server by SQLSTATE, in `server::sqlstate`).
+/// own terms (the wire server by its SQLSTATE, as PostgreSQL's COPY does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum LineFault {
@@ -101,6 +110,20 @@ pub enum LineFault {
     BadRecord,
     /// Bytes that are not UTF-8.
     NotUtf8,
+}
+
+impl LineFault {
+    /// The SQLSTATE PostgreSQL's COPY reports for the fault.
+    pub fn sqlstate(self) -> &'static str {
+        use crate::sqlstate as code;
+        match self {
+            LineFault::UnknownColumn => code::UNDEFINED_COLUMN,
+            LineFault::MissingValue => code::NOT_NULL_VIOLATION,
+            LineFault::BadValue => code::INVALID_TEXT_REPRESENTATION,
+            LineFault::BadRecord => code::BAD_COPY_FILE_FORMAT,
+            LineFault::NotUtf8 => code::CHARACTER_NOT_IN_REPERTOIRE,
+        }
+    }
 }
 
 /// Rows on their way into one table.

@@ -49,6 +49,19 @@ pub enum ParameterError {
     NotSupported(String),
 }
 
+impl ParameterError {
+    /// The SQLSTATE a client is told (`crate::sqlstate`).
+    pub fn sqlstate(&self) -> &'static str {
+        use crate::sqlstate as code;
+        match self {
+            ParameterError::Unknown(_) => code::UNDEFINED_OBJECT,
+            ParameterError::ReadOnly(_) => code::CANT_CHANGE_RUNTIME_PARAM,
+            ParameterError::InvalidValue(_) => code::INVALID_PARAMETER_VALUE,
+            ParameterError::NotSupported(_) => code::FEATURE_NOT_SUPPORTED,
+        }
+    }
+}
+
 /// Parameters a client is told about when they change (PostgreSQL's
 /// GUC_REPORT set), by their name in lower case and as reported.
 const REPORTED: &[(&str, &str)] = &[

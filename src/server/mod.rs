@@ -28,12 +28,6 @@ pub(crate) mod sqlstate;
 mod tap;
 mod timing;
 
-/// The SQLSTATE the server answers an engine error with: what the shell
-/// prints under `VERBOSITY verbose`, and what an embedder that answers
-/// PostgreSQL clients of its own reports.
-pub fn sqlstate(e: &crate::engine::EngineError) -> &'static str {
-    sqlstate::engine_code(e)
-}
 mod stream;
 pub(crate) mod tls;
 mod vectors;
@@ -61,7 +55,6 @@ pub use metrics_http::serve_metrics;
 use plan::Runner;
 use session::Session;
 use shutdown::Phase;
-pub use sqlstate::engine_code;
 
 use crate::engine::Engine;
 

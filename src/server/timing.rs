@@ -98,7 +98,7 @@ fn normalized(sql: &str, runner: &Runner) -> String {
     match runner.parse(sql) {
         Ok(statements) if !statements.is_empty() => statements
             .iter()
-            .map(crate::exec::stats::recorded::normalize)
+            .map(crate::engine::statement_label)
             .collect::<Vec<_>>()
             .join("; "),
         _ => format!("<{} bytes that do not parse>", sql.len()),

@@ -956,12 +956,12 @@ pub(crate) fn report(piece: &Piece, e: &ShellError, verbose: bool) {
         None => message.clone(),
     };
     let code = match (verbose, e) {
-        (true, ShellError::Engine(e)) => Some(crate::server::sqlstate::engine_code(e)),
+        (true, ShellError::Engine(e)) => Some(e.sqlstate()),
         (true, ShellError::Render(RenderError::Query(e))) => {
-            Some(crate::server::sqlstate::datafusion_code(e))
+            Some(crate::engine::datafusion_sqlstate(e))
         }
-        (true, ShellError::Copy(e)) => Some(crate::server::sqlstate::copy_code(e)),
-        (true, _) => Some(crate::server::sqlstate::INTERNAL_ERROR),
+        (true, ShellError::Copy(e)) => Some(e.sqlstate()),
+        (true, _) => Some(crate::sqlstate::INTERNAL_ERROR),
         (false, _) => None,
     };
     match code {

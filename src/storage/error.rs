@@ -1,6 +1,7 @@
 //! Errors of the storage layer: what Table Storage would answer, typed.
 
 use super::key::KeyKind;
+use crate::sqlstate as code;
 
 /// Result of a storage operation.
 pub type Result<T, E = StorageError> = std::result::Result<T, E>;
@@ -317,6 +318,51 @@ pub enum StorageError {
 }
 
 impl StorageError {
+    /// The SQLSTATE a client is told (`crate::sqlstate`).
+    pub fn sqlstate(&self) -> &'static str {
+        match self {
+            StorageError::Invalid(i) => match i {
+                InvalidInput::KeyTooLong { .. }
+                | InvalidInput::TooManyProperties { .. }
+                | InvalidInput::ValueTooLarge { .. }
+                | InvalidInput::EntityTooLarge { .. }
+                | InvalidInput::TooManyOperations { .. }
+                | InvalidInput::BatchTooLarge { .. }
+                | InvalidInput::TooManyPropertyNames { .. } => code::PROGRAM_LIMIT_EXCEEDED,
+                InvalidInput::DuplicateRow { .. } => code::UNIQUE_VIOLATION,
+                InvalidInput::DateTimeOutOfRange { .. } => code::DATETIME_FIELD_OVERFLOW,
+                _ => code::INVALID_PARAMETER_VALUE,
+            },
+            StorageError::TableNotFound(_) | StorageError::TableBeingDeleted(_) => {
+                code::UNDEFINED_TABLE
+            }
+            StorageError::TableAlreadyExists(_) => code::DUPLICATE_TABLE,
+            StorageError::EntityAlreadyExists { .. } => code::UNIQUE_VIOLATION,
+            // A conditional write that met another version, or no entity: the
+            // row changed (or went) since it was read.
+            StorageError::PreconditionFailed { .. } | StorageError::EntityNotFound { .. } => {
+                code::SERIALIZATION_FAILURE
+            }
+            StorageError::Batch { source, .. } => source.sqlstate(),
+            StorageError::Transaction(scope) => match scope {
+                TransactionScope::Aborted => code::IN_FAILED_TRANSACTION,
+                TransactionScope::Undone { .. } => code::SERIALIZATION_FAILURE,
+                TransactionScope::TooLarge { .. } => code::PROGRAM_LIMIT_EXCEEDED,
+                // Some of it may be written.
+                TransactionScope::PartlyCommitted { .. } | TransactionScope::Unknown { .. } => {
+                    code::STATEMENT_COMPLETION_UNKNOWN
+                }
+            },
+            // The store's failures are the server's, not the client's login or
+            // connection (class 28 or 08 would make pools drop the connection).
+            StorageError::Unauthorized { .. }
+            | StorageError::Unavailable { .. }
+            | StorageError::AmbiguousRetry { .. } => code::SYSTEM_ERROR,
+            StorageError::Corrupt(_) | StorageError::FormatVersion { .. } => code::DATA_CORRUPTED,
+            _ => code::INTERNAL_ERROR,
+        }
+    }
+
     /// Whether the failure is transient (a busy, timed-out or unreachable
     /// service), so that the same request later may well succeed. The Azure
     /// backend has retried these already, as its retry policy allows.
@@ -366,3 +412,32 @@ from_redb!(
     redb::StorageError,
     redb::CommitError
 );
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn storage_limits_and_conflicts() {
+        let limit = StorageError::Invalid(InvalidInput::ValueTooLarge {
+            name: "note".into(),
+            bytes: 70_000,
+        });
+        assert_eq!(limit.sqlstate(), code::PROGRAM_LIMIT_EXCEEDED);
+        let key = StorageError::Invalid(InvalidInput::KeyTooLong {
+            kind: KeyKind::RowKey,
+            bytes: 2000,
+        });
+        assert_eq!(key.sqlstate(), code::PROGRAM_LIMIT_EXCEEDED);
+        let dup = StorageError::EntityAlreadyExists {
+            partition_key: "p".into(),
+            row_key: "r".into(),
+        };
+        assert_eq!(dup.sqlstate(), code::UNIQUE_VIOLATION);
+        let etag = StorageError::PreconditionFailed {
+            partition_key: "p".into(),
+            row_key: "r".into(),
+        };
+        assert_eq!(etag.sqlstate(), code::SERIALIZATION_FAILURE);
+    }
+}

@@ -20,7 +20,6 @@ pub use outcome::{Failures, Latency, StressReport, Verdict};
 pub use script::Script;
 
 use crate::engine::{Engine, EngineError};
-use crate::exec::stats::workload::PartitionTraffic;
 use crate::storage::{StorageError, TableName};
 
 /// Why a stress test could not run.
@@ -91,7 +90,7 @@ impl StressOptions {
             rows: 1000,
             clients: 8,
             duration: Duration::from_secs(10),
-            target_per_s: crate::exec::stats::advise::PARTITION_TARGET_PER_S,
+            target_per_s: crate::engine::PARTITION_TARGET_PER_S,
         }
     }
 }
@@ -176,7 +175,7 @@ async fn load_and_run(
         options.partition, options.clients, options.duration
     ));
 
-    let before = traffic(engine, storage, &options.partition);
+    let before = engine.partition_traffic(storage, &options.partition);
     let counters_before = engine.store().service_counters();
     let start = Instant::now();
     let deadline = start + options.duration;
@@ -196,7 +195,7 @@ async fn load_and_run(
         runs.push(done.map_err(|e| StressError::Client(e.to_string()))??);
     }
     let elapsed = start.elapsed();
-    let after = traffic(engine, storage, &options.partition);
+    let after = engine.partition_traffic(storage, &options.partition);
     let service = engine
         .store()
         .service_counters()
@@ -263,17 +262,6 @@ async fn client(
         }
     }
     Ok(run)
-}
-
-/// The traffic the workload statistics hold for one partition.
-fn traffic(engine: &Engine, table: &TableName, partition: &str) -> PartitionTraffic {
-    engine
-        .workload()
-        .partitions()
-        .into_iter()
-        .find(|p| p.table == table.as_str() && p.partition == partition)
-        .map(|p| p.traffic)
-        .unwrap_or_default()
 }
 
 /// A name no other test table has: the time in microseconds, in hex.

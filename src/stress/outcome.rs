@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use super::{ClientRun, StressOptions};
 use crate::engine::EngineError;
-use crate::exec::stats::workload::PartitionTraffic;
+use crate::engine::PartitionTraffic;
 use crate::storage::ServiceCounters;
 
 /// Statements that failed, by why.

@@ -318,7 +318,7 @@ async fn library(store: &std::path::Path) -> Result<Vec<Answer>, Box<dyn std::er
                     match batch {
                         Ok(batch) => rows.extend(text_rows(&batch)?),
                         Err(e) => {
-                            failed = Some(tablesql::server::sqlstate(&EngineError::DataFusion(e)));
+                            failed = Some(EngineError::DataFusion(e).sqlstate());
                             break;
                         }
                     }
@@ -329,7 +329,7 @@ async fn library(store: &std::path::Path) -> Result<Vec<Answer>, Box<dyn std::er
                 }
             }
             Ok(outcome) => Answer::Tag(outcome.tag().ok_or("an outcome without a tag")?),
-            Err(e) => class(tablesql::server::sqlstate(&e)),
+            Err(e) => class(e.sqlstate()),
         };
         answers.push(answer);
     }

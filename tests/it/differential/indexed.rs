@@ -355,7 +355,7 @@ async fn run(
             let answer = match on.collect(step).await {
                 Ok(_) => Answer::Rows(Vec::new()),
                 Err(e) => Answer::Error {
-                    code: tablesql::server::engine_code(&e).to_owned(),
+                    code: e.sqlstate().to_owned(),
                     message: e.to_string(),
                 },
             };

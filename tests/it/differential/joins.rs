@@ -282,7 +282,7 @@ impl Systems {
         Ok(match self.engine.collect(sql).await {
             Ok(batches) => Answer::Rows(batches.iter().flat_map(batch_rows).collect()),
             Err(e) => Answer::Error {
-                code: tablesql::server::engine_code(&e).to_owned(),
+                code: e.sqlstate().to_owned(),
                 message: e.to_string(),
             },
         })
