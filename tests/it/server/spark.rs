@@ -71,12 +71,29 @@ fn run_spark(url: &str, reads: &Value) -> Result<String, Box<dyn std::error::Err
     let status = match crate::wait::exit_of(&mut child, SPARK_BOUND, "the Spark client to end") {
         Ok(status) => status,
         Err(e) => {
+            // Slow or stuck? The JVM (the Python driver's child) prints its
+            // threads' stacks on SIGQUIT, to the stdout it shares.
+            let dumped = Command::new("pkill")
+                .args(["-QUIT", "-P", &child.id().to_string(), "java"])
+                .status()
+                .is_ok_and(|s| s.success())
+                && crate::wait::until(Duration::from_secs(10), "the JVM's thread dump", || {
+                    let text = std::fs::read_to_string(&out).map_err(|e| e.to_string())?;
+                    Ok(text.contains("Full thread dump").then_some(()))
+                })
+                .is_ok();
             // The JVM exits when its stdin, the Python driver's pipe, closes.
             let _ = child.kill();
             let _ = child.wait();
-            return Err(
-                format!("{e}: {}", std::fs::read_to_string(&err).unwrap_or_default()).into(),
-            );
+            let stacks = match dumped {
+                true => std::fs::read_to_string(&out).unwrap_or_default(),
+                false => "(no thread dump)".to_owned(),
+            };
+            return Err(format!(
+                "{e}: {}\n{stacks}",
+                std::fs::read_to_string(&err).unwrap_or_default()
+            )
+            .into());
         }
     };
     let stdout = std::fs::read_to_string(&out)?;
