@@ -5,6 +5,9 @@
 //! this with `cargo bench --bench azure`). Not a divan bench: each figure is one
 //! timed pass over thousands of HTTP requests, repeated `ROUNDS` times.
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

@@ -11,6 +11,9 @@
 //! `cargo bench --bench azure_count`. Not a divan bench: each figure is one
 //! timed query of hundreds of HTTP requests.
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

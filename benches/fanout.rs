@@ -8,6 +8,9 @@
 //!
 //! Run with `cargo bench --bench fanout`.
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::{Arc, LazyLock};
 
 use divan::Bencher;

@@ -8,6 +8,9 @@
 //!
 //! Run with `cargo bench --bench global_index` (BENCHMARKS.md).
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::Instant;
 

@@ -13,6 +13,9 @@
 //! and returned, store requests, partitions) with and without the index.
 //! Run with `cargo bench --bench indexes`; the load takes about a minute.
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::{Arc, LazyLock};
 
 use divan::{Bencher, black_box};

@@ -18,6 +18,9 @@
 //! `TABLESQL_BENCH_IN_FLIGHT=n` sets the requests in flight. Loading the
 //! million people takes most of the run.
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 

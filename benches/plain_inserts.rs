@@ -15,6 +15,9 @@
 //! throughput a spread buys on Azure. Each figure is the best of `ROUNDS`
 //! alternating passes. Run with `cargo bench --bench plain_inserts`.
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::time::{Duration, Instant};
 
 use tablesql::storage::StoreLocation;

@@ -20,6 +20,9 @@
 //! minute). The file builds against format 1's code too (the raw iteration
 //! picks its key encoding by `embedded::FORMAT_VERSION`), for a base run.
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::{Arc, LazyLock, Mutex};
 
 use divan::counter::ItemsCount;

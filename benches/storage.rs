@@ -1,6 +1,9 @@
 //! Storage benchmarks: the embedded store beside the memory store on the same
 //! work. Run with `cargo bench --bench storage`.
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 
 use divan::counter::ItemsCount;

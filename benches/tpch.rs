@@ -28,6 +28,7 @@
 //!   writes a second, which a fact table loaded in bulk and then read can
 //!   afford. `TPCH_LAYOUT=plain` loads the plain mapping for every table
 //!   instead, for comparison.
+//!
 //! Text columns are VARCHAR where the spec says CHAR (`schema`'s doc says why).
 //!
 //! The queries are the spec's, with the validation run's substitution
@@ -44,6 +45,9 @@
 //! runs Q1 and Q6 only. The stores, the plans (`plans/qNN.txt`: tablesql's
 //! EXPLAIN and EXPLAIN ANALYZE, PostgreSQL's EXPLAIN) and the report
 //! (`report.md`) are under `<target>/tpch/`.
+
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[path = "tpch/compare.rs"]
 mod compare;
@@ -116,10 +120,8 @@ fn main() {
         let pg = load::postgres(&mut rows, SCALE, &conninfo).await;
         let engine = load::tablesql(&mut rows, SCALE, layout, &dir).await;
         drop(rows);
-        let mut report = format!(
-            "| query | tablesql ms | PostgreSQL ms | ratio | answer | tablesql plan: joins, then scans (table:access) |\n\
-             | --- | --- | --- | --- | --- | --- |\n"
-        );
+        let mut report = "| query | tablesql ms | PostgreSQL ms | ratio | answer | tablesql plan: joins, then scans (table:access) |\n\
+             | --- | --- | --- | --- | --- | --- |\n".to_string();
         let mut findings = String::new();
         for (i, sql) in QUERIES.iter().enumerate() {
             let n = i + 1;

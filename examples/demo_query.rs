@@ -2,6 +2,9 @@
 //! store, open an engine on it, and query it with SQL. The example checks its
 //! own answers, and CI runs it (`cargo run --example demo_query`).
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 
 use futures::StreamExt;

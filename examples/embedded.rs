@@ -5,6 +5,9 @@
 //! `cargo run --no-default-features --example embedded`. CI runs it in the
 //! full build and checks that the engine compiles without default features.
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
 use std::sync::Arc;
 
 use tablesql::datafusion::arrow::array::{AsArray, RecordBatch};

@@ -163,44 +163,28 @@
 
 #![deny(missing_docs)]
 
-pub mod catalog;
-pub mod demo;
-mod engine;
-mod exec;
-pub mod keys;
-pub mod load;
-mod planner;
-mod report;
+pub use tablesql_engine::{catalog, demo, keys, load, storage, stress};
 #[cfg(feature = "server")]
-pub mod server;
+pub use tablesql_server::server;
 #[cfg(feature = "shell")]
-pub mod shell;
-mod sqlstate;
-pub mod storage;
-pub mod stress;
-mod striped;
+pub use tablesql_shell::shell;
 
 /// The DataFusion release tablesql is built on, for embedders.
 pub use datafusion;
-pub use engine::{
-    Applied, BlockChange, BlockEnd, BlockStatus, ColumnInfo, DEFAULT_CATALOG_CHECK, DdlOutcome,
-    Engine, EngineError, EngineOptions, IndexHealth, IndexInfo, IndexTemplate, MappingInfo,
-    MemoryLimits, Outcome, PG_VERSION, PG_VERSION_NUM, PreparedStatement, RAW_SCHEMA, Reading,
-    ResultPage, Session, StatementKind, StoredAs, THREAD_STACK, TableDescription, TableInfo, Write,
-    reads_system_catalog,
+pub use tablesql_engine::{
+    Applied, BlockChange, BlockEnd, BlockStatus, Cell, ColumnInfo, DEFAULT_CATALOG_CHECK,
+    DdlOutcome, Engine, EngineError, EngineOptions, ExecError, IndexHealth, IndexInfo,
+    IndexTemplate, MappingInfo, MemoryLimits, Outcome, PG_VERSION, PG_VERSION_NUM, ParameterError,
+    PreparedStatement, RAW_SCHEMA, Reading, ResultPage, Row, ScanOptions, ScanPolicy, Session,
+    StatementKind, StoredAs, THREAD_STACK, TableDescription, TableInfo, TokenError, WholeTable,
+    Write,
 };
-pub use exec::read::access::WholeTable;
-pub use exec::read::row::{Cell, Row};
-pub use exec::read::token::TokenError;
-pub use exec::{ExecError, ScanOptions};
-pub use planner::parameters::ParameterError;
-pub use planner::policy::ScanPolicy;
 
 /// Internals the project's own benchmarks drive directly. Not API: no
 /// promise holds for them between releases.
 #[doc(hidden)]
 #[cfg(feature = "server")]
 pub mod __bench {
-    pub use crate::server::cancel::Guard;
-    pub use crate::server::plan::Runner;
+    pub use tablesql_server::server::cancel::Guard;
+    pub use tablesql_server::server::plan::Runner;
 }

@@ -1154,14 +1154,13 @@ fn peak_kib(
             return Err("the query did not end within 300 s".into());
         }
         // VmHWM: the high-water mark, so a late sample is still the peak.
-        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status")) {
-            if let Some(kib) = status
+        if let Ok(status) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            && let Some(kib) = status
                 .lines()
                 .find_map(|l| l.strip_prefix("VmHWM:"))
                 .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-            {
-                sampled = sampled.max(kib);
-            }
+        {
+            sampled = sampled.max(kib);
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }

@@ -222,7 +222,7 @@ async fn a_hash_join_reads_its_probe_side_by_the_dynamic_filter() -> TestResult 
         filtered_requests <= 1 + 3 * 4,
         "{filtered_requests} requests"
     );
-    assert!(whole_requests >= 1 + 6, "{whole_requests} requests");
+    assert!(whole_requests > 6, "{whole_requests} requests");
     Ok(())
 }
 

@@ -1,5 +1,11 @@
 //! Integration tests: one binary, one module per scenario.
 
+// Tests and benchmarks may unwrap: a failure names its line.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+// `exclusive()` is held for the whole of a test on purpose, across its
+// awaits: no other task of its runtime takes it.
+#![allow(clippy::await_holding_lock)]
+
 mod analyze;
 mod azure;
 mod azurite;

@@ -536,7 +536,7 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
             mode,
             reject,
         } => {
-            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            let engine = tablesql::Engine::with_store(store, options).await?;
             let request = load::Request {
                 table,
                 file,
@@ -553,7 +553,7 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
             index,
             repair,
         } => {
-            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            let engine = tablesql::Engine::with_store(store, options).await?;
             let checked = check_index(&engine, &table, index.as_deref(), repair).await;
             close(&engine).await;
             checked
@@ -566,7 +566,7 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
             // Its own reading (ANALYZE's) is not the users' workload: it
             // counts none, and advises from what other processes stored.
             let options = options.with_statistics(false);
-            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            let engine = tablesql::Engine::with_store(store, options).await?;
             advise(&engine, table, format, html.as_deref()).await
         }
         Command::Stress {
@@ -588,13 +588,13 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
             test.duration = std::time::Duration::try_from_secs_f64(duration)
                 .context("--duration is a number of seconds")?;
             test.target_per_s = target;
-            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            let engine = tablesql::Engine::with_store(store, options).await?;
             let stressed = stress(&engine, &test).await;
             close(&engine).await;
             stressed
         }
         Command::Apply { dir } => {
-            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            let engine = tablesql::Engine::with_store(store, options).await?;
             // Each as it is done: a failure part way shows what was applied.
             engine
                 .apply_catalog(&dir, |applied| println!("{applied}"))
@@ -606,7 +606,7 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
             guidepost_every,
             sample,
         } => {
-            let engine = tablesql::Engine::with_store(store.into(), options).await?;
+            let engine = tablesql::Engine::with_store(store, options).await?;
             let how = tablesql::Reading {
                 every: guidepost_every,
                 sample,

@@ -143,7 +143,7 @@ async fn plain_tables_outlive_every_process_and_reach_every_server() -> TestResu
         String::from_utf8_lossy(&shell.stderr)
     );
     {
-        let location: tablesql::storage::StoreLocation = format!("{store}").parse()?;
+        let location: tablesql::storage::StoreLocation = store.to_string().parse()?;
         let engine = tablesql::Engine::open(&location).await?;
         engine
             .collect("CREATE TABLE marks (who TEXT, score INT, PRIMARY KEY (who, score))")

@@ -1,0 +1,374 @@
+//! One connection's session, and the one way a statement runs.
+//!
+//! Every front end (the wire server, the shell, `tablesql query`, an
+//! embedder) answered statements its own way, and a change to how one runs
+//! had to go into each: the same `CREATE TABLE` made a table in one front end
+//! and was refused in another. A [`Session`] owns what a connection has (its
+//! DataFusion session with its settings, its transaction block, its notices,
+//! its sequences' `currval`, its page tokens) and [`Session::execute`] runs a
+//! statement to a typed [`Outcome`]: rows, rows written, a change of the
+//! transaction block, or a command done. Front ends only present outcomes
+//! (a command tag, a table, a wire message) and errors (psql's `ERROR:`, a
+//! SQLSTATE).
+//!
+//! The rule: a statement that fails fails the session's open block
+//! (`engine::block`), wherever it failed: planning, running, or while its
+//! rows streamed.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::error::DataFusionError;
+use datafusion::execution::{RecordBatchStream, SendableRecordBatchStream};
+use datafusion::prelude::SessionContext;
+use datafusion::sql::sqlparser::ast::Statement;
+use futures::{Stream, StreamExt};
+
+use super::block::{self, BlockChange, BlockStatus};
+use super::{
+    Engine, EngineError, Notice, OneStatement, PreparedStatement, StatementKind,
+    session_transaction,
+};
+use super::{run, session_notices};
+use crate::exec::write::transaction::Transaction;
+
+/// What the engine ran without DataFusion (`Engine::control`).
+pub(crate) enum Control {
+    Block(BlockChange),
+    Ddl(StatementKind),
+    /// `SHOW` of a setting, as PostgreSQL answers it.
+    Shown(RecordBatch),
+}
+
+/// What a statement did.
+#[non_exhaustive]
+pub enum Outcome {
+    /// A query's rows (`SELECT`, `VALUES`, `EXPLAIN`, `SHOW`), as they come.
+    Rows(SendableRecordBatchStream),
+    /// A write ran to its end: `rows` rows written.
+    Written {
+        /// `Insert`, `Update` or `Delete`.
+        kind: StatementKind,
+        /// How many rows it wrote.
+        rows: u64,
+    },
+    /// Transaction control.
+    Block(BlockChange),
+    /// A command that answers with its tag alone (DDL, `SET`); its notices
+    /// are the session's ([`Session::take_notices`]).
+    Done(StatementKind),
+}
+
+impl std::fmt::Debug for Outcome {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Outcome::Rows(s) => f.debug_tuple("Rows").field(&s.schema()).finish(),
+            Outcome::Written { kind, rows } => f
+                .debug_struct("Written")
+                .field("kind", kind)
+                .field("rows", rows)
+                .finish(),
+            Outcome::Block(c) => f.debug_tuple("Block").field(c).finish(),
+            Outcome::Done(k) => f.debug_tuple("Done").field(k).finish(),
+        }
+    }
+}
+
+impl Outcome {
+    /// The command tag PostgreSQL answers with (`INSERT 0 3`, `BEGIN`,
+    /// `CREATE TABLE`); `None` for rows, whose tag counts them as read.
+    pub fn tag(&self) -> Option<String> {
+        match self {
+            Outcome::Rows(_) => None,
+            // PostgreSQL's INSERT tag carries an OID, always 0 now.
+            Outcome::Written {
+                kind: StatementKind::Insert,
+                rows,
+            } => Some(format!("INSERT 0 {rows}")),
+            Outcome::Written { kind, rows } => {
+                Some(format!("{} {rows}", kind.tag().unwrap_or("UPDATE")))
+            }
+            Outcome::Block(change) => Some(change.tag().to_owned()),
+            Outcome::Done(kind) => Some(kind.tag().unwrap_or("OK").to_owned()),
+        }
+    }
+}
+
+/// One connection's state over an engine's tables (see the module doc).
+/// Clones share it.
+#[derive(Clone, Debug)]
+pub struct Session {
+    /// An engine whose DataFusion session is this session's own.
+    engine: Engine,
+    /// Its transaction block, held here: the wire server asks for its
+    /// status after every message.
+    tx: Option<Arc<Transaction>>,
+    /// Its PostgreSQL parameters (shared with its context's extension).
+    parameters: crate::planner::parameters::SessionParameters,
+    /// Its state for planning, taken when first needed (`engine::start`).
+    pub(super) snapshot: Arc<std::sync::RwLock<Option<super::direct::Snapshot>>>,
+}
+
+impl Engine {
+    /// A new session over this engine's tables: its settings, transaction
+    /// block and notices are its own.
+    pub fn session(&self) -> Session {
+        Session::of(self.new_session())
+    }
+
+    /// This engine's own session (what `Engine::sql` runs in), as a
+    /// [`Session`].
+    pub fn as_session(&self) -> Session {
+        Session::of(self.clone())
+    }
+}
+
+impl Session {
+    fn of(engine: Engine) -> Self {
+        let tx = session_transaction(engine.context());
+        let parameters = engine.parameters();
+        Session {
+            engine,
+            tx,
+            parameters,
+            snapshot: Arc::default(),
+        }
+    }
+
+    /// The session's transaction block, if its engine keeps one.
+    pub(super) fn transaction(&self) -> Option<Arc<Transaction>> {
+        self.tx.clone()
+    }
+
+    /// The engine, whose context is this session's.
+    pub fn engine(&self) -> &Engine {
+        &self.engine
+    }
+
+    /// The session's DataFusion context.
+    pub fn context(&self) -> &SessionContext {
+        self.engine.context()
+    }
+
+    /// Splits and parses a query string (PostgreSQL's dialect).
+    pub fn parse(
+        &self,
+        sql: &str,
+    ) -> Result<Vec<Statement>, datafusion::sql::sqlparser::parser::ParserError> {
+        self.engine.parse(sql)
+    }
+
+    /// Whether a statement reads `pg_catalog` or `information_schema`.
+    pub fn reads_system_catalog(&self, statement: &Statement) -> bool {
+        self.engine.reads_system_catalog(statement)
+    }
+
+    /// Where the session's transaction block stands.
+    pub fn status(&self) -> BlockStatus {
+        match &self.tx {
+            Some(tx) => block::status(tx),
+            None => BlockStatus::Idle,
+        }
+    }
+
+    /// A statement of the session failed where the engine did not see it
+    /// (the wire protocol's own errors: a Bind that does not fit): its
+    /// open block fails, as any statement's failure fails it.
+    pub fn statement_failed(&self) {
+        self.engine.fail_block();
+    }
+
+    /// Whether the session's block is failed, as an error for a statement
+    /// about to run outside [`Self::execute`] (a prepared statement's run).
+    pub fn admit(&self, statement: &Statement) -> Result<(), EngineError> {
+        match &self.tx {
+            Some(tx) => block::admit(tx, statement),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether the session pages its queries (`tablesql.page_size` above 0).
+    pub fn pages(&self) -> bool {
+        super::paging::paging_on(self.engine.context())
+    }
+
+    /// A session parameter's value (`application_name`, `DateStyle`,
+    /// `search_path`: what `SHOW` and `current_setting` read).
+    pub fn parameter(&self, name: &str) -> Result<String, EngineError> {
+        Ok(self.parameters.get(name)?)
+    }
+
+    /// Sets a session parameter as `SET` does (a wire client's startup
+    /// parameters, say).
+    pub fn set_parameter(&self, name: &str, value: &str) -> Result<(), EngineError> {
+        Ok(self.parameters.set(name, value)?)
+    }
+
+    /// The parameters a client is told about that changed since the last
+    /// call (the wire's ParameterStatus), as (name, value).
+    pub fn take_reported(&self) -> Vec<(String, String)> {
+        self.parameters.take_reported()
+    }
+
+    /// The session's `statement_timeout`, when one is set.
+    pub fn statement_timeout(&self) -> Option<std::time::Duration> {
+        self.parameters.statement_timeout()
+    }
+
+    /// The parameters every session has, in name order (`pg_settings`).
+    pub fn parameter_names() -> Vec<String> {
+        crate::planner::parameters::SessionParameters::default_names()
+    }
+
+    /// The columns a `SHOW` of session parameters answers with, known
+    /// before it runs (a wire client's Describe); `None` for any other
+    /// statement.
+    pub fn shown_columns(statement: &Statement) -> Option<Vec<String>> {
+        crate::planner::parameters::show_target(statement).map(|s| s.columns())
+    }
+
+    /// `DISCARD ALL`'s part in the engine: the session forgets the sequence
+    /// values it holds (`currval`) and its parameters go back to their
+    /// defaults. Outside a transaction block only, as in PostgreSQL (a
+    /// pooler discards between clients).
+    pub fn discard(&self) -> Result<(), EngineError> {
+        if self.status() != BlockStatus::Idle {
+            return Err(EngineError::InTransactionBlock {
+                tag: "DISCARD ALL",
+                why: "",
+            });
+        }
+        self.parameters.reset();
+        let state = self.engine.context().state();
+        let extensions = &state.config().options().extensions;
+        if let Some(sequences) =
+            extensions.get::<crate::planner::sequence_functions::SequenceSession>()
+        {
+            sequences.clear();
+        }
+        Ok(())
+    }
+
+    /// The notices the session's statements left since the last call.
+    pub fn take_notices(&self) -> Vec<Notice> {
+        session_notices(self.engine.context())
+    }
+
+    /// Plans a query or write for running many times (see
+    /// [`Engine::prepare`]); its runs are this session's.
+    pub async fn prepare(&self, sql: &str) -> Result<PreparedStatement, EngineError> {
+        let mut statements = self
+            .parse(sql)
+            .map_err(|e| EngineError::DataFusion(DataFusionError::SQL(Box::new(e), None)))?;
+        if statements.len() != 1 {
+            return Err(DataFusionError::Plan(format!(
+                "a prepared statement is one statement, not {}",
+                statements.len()
+            ))
+            .into());
+        }
+        self.prepare_statement(statements.remove(0)).await
+    }
+
+    /// Runs one statement of a query string (see the module doc). What
+    /// PostgreSQL's grammar lacks goes to DataFusion's own parser, as in
+    /// `Engine::sql`; a statement that does not parse fails the open block.
+    pub async fn execute_sql(&self, sql: &str) -> Result<Outcome, EngineError> {
+        match self.engine.one_statement(sql).await {
+            Ok(OneStatement::Parsed(statement)) => self.execute(statement).await,
+            Ok(OneStatement::DataFusion(frame)) => {
+                // One of DataFusion's own may change the configuration.
+                self.configuration_changed();
+                let stream = frame.execute_stream().await?;
+                let tx = self.tx.clone();
+                Ok(Outcome::Rows(Box::pin(FailsBlock { stream, tx })))
+            }
+            Err(e) => {
+                self.engine.fail_block();
+                Err(e)
+            }
+        }
+    }
+
+    /// Runs one statement: the engine's answer first (transaction control,
+    /// catalog DDL, refusals), then DataFusion's. A failure fails the
+    /// session's open block.
+    pub async fn execute(&self, statement: Statement) -> Result<Outcome, EngineError> {
+        let done = self.run(statement).await;
+        if done.is_err() {
+            self.engine.fail_block();
+        }
+        done
+    }
+
+    async fn run(&self, statement: Statement) -> Result<Outcome, EngineError> {
+        match self.engine.control(&statement).await? {
+            Some(Control::Block(change)) => return Ok(Outcome::Block(change)),
+            Some(Control::Ddl(kind)) => return Ok(Outcome::Done(kind)),
+            Some(Control::Shown(batch)) => {
+                let schema = batch.schema();
+                let rows = futures::stream::iter([Ok(batch)]);
+                return Ok(Outcome::Rows(Box::pin(
+                    datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(schema, rows),
+                )));
+            }
+            None => {}
+        }
+        let kind = StatementKind::of(&statement);
+        let returning = super::returns_rows(&statement);
+        if kind.writes_rows() && !returning {
+            let write = self.write(statement).await?;
+            let rows = write.run().await?;
+            return Ok(Outcome::Written { kind, rows });
+        }
+        if returning || matches!(statement, Statement::Query(_) | Statement::Explain { .. }) {
+            return Ok(Outcome::Rows(self.query(statement).await?));
+        }
+        // The rest is DataFusion's: SET, and its DDL of an embedder's tables.
+        let label = run::statement_label(&statement);
+        let frame = self.engine.frame(statement).await?;
+        let task = Arc::new(frame.task_ctx());
+        let plan = frame.create_physical_plan().await?;
+        let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
+        let stream = self.engine.recorded(label, Some(plan), stream);
+        if stream.schema().fields().is_empty() && kind.tag().is_some() {
+            datafusion::physical_plan::common::collect(stream).await?;
+            return Ok(Outcome::Done(kind));
+        }
+        let tx = self.tx.clone();
+        Ok(Outcome::Rows(Box::pin(FailsBlock { stream, tx })))
+    }
+}
+
+/// A query's rows; an error among them fails the session's open block.
+pub(super) struct FailsBlock {
+    stream: SendableRecordBatchStream,
+    tx: Option<Arc<Transaction>>,
+}
+
+impl FailsBlock {
+    pub(super) fn new(stream: SendableRecordBatchStream, tx: Option<Arc<Transaction>>) -> Self {
+        Self { stream, tx }
+    }
+}
+
+impl Stream for FailsBlock {
+    type Item = datafusion::error::Result<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let next = self.stream.poll_next_unpin(cx);
+        if let (Poll::Ready(Some(Err(_))), Some(tx)) = (&next, &self.tx) {
+            tx.fail();
+        }
+        next
+    }
+}
+
+impl RecordBatchStream for FailsBlock {
+    fn schema(&self) -> SchemaRef {
+        self.stream.schema()
+    }
+}

@@ -1,0 +1,340 @@
+//! PostgreSQL functions DataFusion lacks that depend on nothing but their
+//! arguments: `like_escape` (what a `LIKE ... ESCAPE 'c'` becomes, see
+//! `pg_spelling`), `json_build_object`, and the list forms of
+//! `_pg_expandarray` and `generate_subscripts`.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{
+    Array, ArrayRef, Int32Array, Int32Builder, ListArray, ListBuilder, StringBuilder, StructArray,
+};
+use datafusion::arrow::datatypes::{DataType, Field, Fields};
+use datafusion::common::cast::{as_list_array, as_string_array};
+use datafusion::common::{ScalarValue, exec_err, plan_err};
+use datafusion::error::Result;
+use datafusion::logical_expr::{
+    ColumnarValue, ScalarFunctionArgs, ScalarUDF, ScalarUDFImpl, Signature, Volatility, create_udf,
+};
+
+use super::pg_spelling::{EXPANDARRAY_ITEMS, LIKE_ESCAPE, SUBSCRIPTS};
+
+/// `like_escape(pattern, escape)`: the pattern rewritten to escape with a
+/// backslash, as PostgreSQL's function of the same name does. An empty
+/// escape means none, so every backslash becomes literal.
+pub fn like_escape(pattern: &str, escape: &str) -> Result<String, String> {
+    let mut chars = escape.chars();
+    let esc = match (chars.next(), chars.next()) {
+        (None, _) => None,
+        (Some(c), None) => Some(c),
+        _ => return Err("invalid escape string: it must be empty or one character".into()),
+    };
+    let mut out = String::with_capacity(pattern.len() + 4);
+    let mut it = pattern.chars();
+    while let Some(c) = it.next() {
+        if Some(c) == esc {
+            match it.next() {
+                Some(next @ ('%' | '_' | '\\')) => {
+                    out.push('\\');
+                    out.push(next);
+                }
+                Some(next) => out.push(next),
+                None => return Err("LIKE pattern must not end with escape character".into()),
+            }
+        } else if c == '\\' {
+            out.push_str("\\\\");
+        } else {
+            out.push(c);
+        }
+    }
+    Ok(out)
+}
+
+/// The `like_escape` SQL function.
+pub fn like_escape_udf() -> ScalarUDF {
+    create_udf(
+        LIKE_ESCAPE,
+        vec![DataType::Utf8, DataType::Utf8],
+        DataType::Utf8,
+        Volatility::Immutable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let arrays = ColumnarValue::values_to_arrays(args)?;
+            let (patterns, escapes) = match arrays.as_slice() {
+                [p, e] => (as_string_array(p)?, as_string_array(e)?),
+                _ => return exec_err!("like_escape takes a pattern and an escape"),
+            };
+            let mut out = StringBuilder::with_capacity(patterns.len(), 0);
+            for (p, e) in patterns.iter().zip(escapes.iter()) {
+                match (p, e) {
+                    (Some(p), Some(e)) => match like_escape(p, e) {
+                        Ok(s) => out.append_value(s),
+                        Err(why) => return exec_err!("{why}"),
+                    },
+                    _ => out.append_null(),
+                }
+            }
+            Ok(ColumnarValue::Array(Arc::new(out.finish())))
+        }),
+    )
+}
+
+/// `tablesql_expandarray_items(a)`: for each array, the list of its
+/// elements as structs `{x: element, n: position from 1}`.
+pub fn expandarray_items_udf() -> ScalarUDF {
+    ScalarUDF::new_from_impl(ExpandArrayItems {
+        signature: Signature::any(1, Volatility::Immutable),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct ExpandArrayItems {
+    signature: Signature,
+}
+
+fn item_fields(element: &DataType) -> Fields {
+    Fields::from(vec![
+        Field::new("x", element.clone(), true),
+        Field::new("n", DataType::Int32, false),
+    ])
+}
+
+impl ScalarUDFImpl for ExpandArrayItems {
+    fn name(&self) -> &str {
+        EXPANDARRAY_ITEMS
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        match args {
+            [DataType::List(element)] => Ok(DataType::List(Arc::new(Field::new(
+                "item",
+                DataType::Struct(item_fields(element.data_type())),
+                true,
+            )))),
+            other => plan_err!("_pg_expandarray takes an array, not {other:?}"),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let [array] = arrays.as_slice() else {
+            return exec_err!("_pg_expandarray takes one array");
+        };
+        let lists = as_list_array(array)?;
+        let offsets = lists.value_offsets();
+        // Each element's position within its own list, from 1. Elements
+        // outside every list (a sliced array) keep 0: no list refers to them.
+        let first = offsets
+            .first()
+            .map_or(0, |o| usize::try_from(*o).unwrap_or(0));
+        let mut positions = vec![0; first];
+        for w in offsets.windows(2) {
+            positions.extend(1..=(w[1] - w[0]));
+        }
+        positions.resize(lists.values().len(), 0);
+        let element = lists.values().data_type().clone();
+        let items = StructArray::try_new(
+            item_fields(&element),
+            vec![
+                lists.values().clone(),
+                Arc::new(Int32Array::from(positions)) as ArrayRef,
+            ],
+            None,
+        )?;
+        let out = ListArray::try_new(
+            Arc::new(Field::new(
+                "item",
+                DataType::Struct(item_fields(&element)),
+                true,
+            )),
+            lists.offsets().clone(),
+            Arc::new(items),
+            lists.nulls().cloned(),
+        )?;
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
+/// `tablesql_subscripts(a, dim)`: the list `[1, ..., len]` of `a`'s
+/// subscripts (what `generate_subscripts(a, 1)` becomes, see
+/// `pg_spelling`); empty in any other dimension, as PostgreSQL yields no
+/// row there for a one-dimensional array.
+pub fn subscripts_udf() -> ScalarUDF {
+    ScalarUDF::new_from_impl(Subscripts {
+        signature: Signature::any(2, Volatility::Immutable),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Subscripts {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Subscripts {
+    fn name(&self) -> &str {
+        SUBSCRIPTS
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, args: &[DataType]) -> Result<DataType> {
+        match args {
+            [DataType::List(_), dim] if dim.is_integer() => Ok(DataType::List(Arc::new(
+                Field::new("item", DataType::Int32, true),
+            ))),
+            other => plan_err!("generate_subscripts takes an array and a dimension, not {other:?}"),
+        }
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let [array, dims] = arrays.as_slice() else {
+            return exec_err!("generate_subscripts takes an array and a dimension");
+        };
+        let lists = as_list_array(array)?;
+        let dims = datafusion::arrow::compute::cast(dims, &DataType::Int64)?;
+        let dims = datafusion::common::cast::as_int64_array(&dims)?;
+        let mut out = ListBuilder::new(Int32Builder::new());
+        for i in 0..lists.len() {
+            if lists.is_null(i) || dims.is_null(i) {
+                out.append_null();
+                continue;
+            }
+            if dims.value(i) == 1 {
+                let len = lists.value_length(i);
+                out.values().append_slice(&(1..=len).collect::<Vec<_>>());
+            }
+            out.append(true);
+        }
+        Ok(ColumnarValue::Array(Arc::new(out.finish())))
+    }
+}
+
+/// `json_build_object(k1, v1, ...)`: a JSON object of the pairs, as text,
+/// keys as text and values as JSON numbers, booleans, strings or null.
+pub fn json_build_object_udf() -> ScalarUDF {
+    ScalarUDF::new_from_impl(JsonBuildObject {
+        signature: Signature::variadic_any(Volatility::Immutable),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonBuildObject {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for JsonBuildObject {
+    fn name(&self) -> &str {
+        "json_build_object"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        if !args.args.len().is_multiple_of(2) {
+            return exec_err!("json_build_object takes an even number of arguments");
+        }
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let rows = arrays.first().map_or(1, |a| a.len());
+        let mut out = StringBuilder::new();
+        for row in 0..rows {
+            let mut object = serde_json::Map::new();
+            for pair in arrays.chunks(2) {
+                let [k, v] = pair else { continue };
+                let key = ScalarValue::try_from_array(k, row)?;
+                if key.is_null() {
+                    return exec_err!("json_build_object: a key must not be null");
+                }
+                let key = match key {
+                    ScalarValue::Utf8(Some(s))
+                    | ScalarValue::LargeUtf8(Some(s))
+                    | ScalarValue::Utf8View(Some(s)) => s,
+                    other => other.to_string(),
+                };
+                object.insert(key, json_value(&ScalarValue::try_from_array(v, row)?));
+            }
+            out.append_value(serde_json::Value::Object(object).to_string());
+        }
+        let all_scalar = args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let out = out.finish();
+        if all_scalar {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
+        }
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
+fn json_value(v: &ScalarValue) -> serde_json::Value {
+    use serde_json::Value as J;
+    match v {
+        v if v.is_null() => J::Null,
+        ScalarValue::Boolean(Some(b)) => J::Bool(*b),
+        ScalarValue::Int8(Some(n)) => J::from(*n),
+        ScalarValue::Int16(Some(n)) => J::from(*n),
+        ScalarValue::Int32(Some(n)) => J::from(*n),
+        ScalarValue::Int64(Some(n)) => J::from(*n),
+        ScalarValue::UInt8(Some(n)) => J::from(*n),
+        ScalarValue::UInt16(Some(n)) => J::from(*n),
+        ScalarValue::UInt32(Some(n)) => J::from(*n),
+        ScalarValue::UInt64(Some(n)) => J::from(*n),
+        ScalarValue::Float32(Some(x)) => {
+            serde_json::Number::from_f64(f64::from(*x)).map_or(J::Null, J::Number)
+        }
+        ScalarValue::Float64(Some(x)) => {
+            serde_json::Number::from_f64(*x).map_or(J::Null, J::Number)
+        }
+        ScalarValue::Utf8(Some(s))
+        | ScalarValue::LargeUtf8(Some(s))
+        | ScalarValue::Utf8View(Some(s)) => J::String(s.clone()),
+        other => J::String(other.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_values_keep_their_types() {
+        assert_eq!(
+            json_value(&ScalarValue::Int64(Some(3))),
+            serde_json::json!(3)
+        );
+        assert_eq!(
+            json_value(&ScalarValue::Boolean(Some(true))),
+            serde_json::json!(true)
+        );
+        assert_eq!(
+            json_value(&ScalarValue::Utf8(None)),
+            serde_json::Value::Null
+        );
+        assert_eq!(
+            json_value(&ScalarValue::from("a\"b")),
+            serde_json::json!("a\"b")
+        );
+    }
+
+    #[test]
+    fn like_escape_moves_the_escape_to_backslash() {
+        assert_eq!(like_escape("pg/_%", "/").as_deref(), Ok("pg\\_%"));
+        assert_eq!(like_escape("a//b", "/").as_deref(), Ok("a/b"));
+        assert_eq!(like_escape("a\\b", "/").as_deref(), Ok("a\\\\b"));
+        assert_eq!(like_escape("a!%", "!").as_deref(), Ok("a\\%"));
+        assert_eq!(like_escape("a\\%", "").as_deref(), Ok("a\\\\%"));
+        assert!(like_escape("abc/", "/").is_err());
+        assert!(like_escape("abc", "//").is_err());
+    }
+}

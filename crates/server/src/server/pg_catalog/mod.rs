@@ -1,0 +1,339 @@
+//! `pg_catalog` as drivers and BI tools read it: datafusion-pg-catalog's
+//! tables and functions, with what their introspection queries need and it
+//! lacks filled in beside it (each a gap to report upstream):
+//!
+//! - primary keys and indexes: `pg_index` and `pg_constraint` with rows for
+//!   each table's primary key (a mapped table's declared one, a raw table's
+//!   `(PartitionKey, RowKey)`) and declared index rows, their vectors as
+//!   lists, and an index relation in `pg_class` for each (`relkind = 'i'`,
+//!   `relhasindex` on its table); `pg_class.reloptions`;
+//! - `pg_settings` with the session's parameters (it held one row);
+//! - `pg_table_is_visible`, which answered true for every table, so that
+//!   SQLAlchemy listed each table of `public` again from `raw`;
+//! - `pg_get_indexdef`, `pg_get_constraintdef`, `pg_get_serial_sequence`,
+//!   `to_regtype`, `pg_get_function_result`, and, in the planner,
+//!   `like_escape` (`LIKE ... ESCAPE`) and `_pg_expandarray`.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Weak};
+
+use async_trait::async_trait;
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{Int32Type, SchemaRef};
+use datafusion::catalog::{CatalogProviderList, SchemaProvider, Session, TableProvider};
+use datafusion::datasource::TableType;
+use datafusion::datasource::memory::MemorySourceConfig;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::logical_expr::Expr;
+use datafusion::physical_plan::{ExecutionPlan, collect};
+use datafusion::prelude::SessionContext;
+use datafusion_pg_catalog::pg_catalog::catalog_info::CatalogInfo;
+use datafusion_pg_catalog::pg_catalog::context::EmptyContextProvider;
+use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStaticTables};
+
+use crate::engine::TableInfo;
+
+mod dialect;
+mod functions;
+mod keys;
+mod relations;
+mod settings;
+
+pub use dialect::PgDialect;
+use relations::Known;
+
+/// The catalog whose `public` and `raw` tables `pg_catalog` describes.
+const CATALOG: &str = "datafusion";
+
+/// Installs `pg_catalog` and its functions on `ctx`, the engine's context,
+/// which every session copies.
+pub async fn install(ctx: &SessionContext) -> Result<()> {
+    datafusion_pg_catalog::setup_pg_catalog(ctx, CATALOG, EmptyContextProvider).map_err(|e| *e)?;
+    let Some(catalog) = ctx.catalog(CATALOG) else {
+        return Err(DataFusionError::Internal(format!("no catalog {CATALOG}")));
+    };
+    let catalogs = Arc::downgrade(ctx.state().catalog_list());
+    // Its tables again, over the tables' own columns (`OwnColumns`).
+    let inner: Arc<dyn SchemaProvider> = Arc::new(PgCatalogSchemaProvider::try_new(
+        OwnColumns(catalogs.clone()),
+        Arc::new(PgCatalogStaticTables::try_new()?),
+        EmptyContextProvider,
+    )?);
+    let class = match inner.table("pg_class").await? {
+        Some(t) => relations::pg_class_schema(&t.schema()),
+        None => return Err(DataFusionError::Internal("no pg_class".into())),
+    };
+    let settings = match inner.table("pg_settings").await? {
+        Some(t) => t.schema(),
+        None => return Err(DataFusionError::Internal("no pg_settings".into())),
+    };
+    let types = Arc::new(type_oids(ctx).await?);
+    let results = Arc::new(function_results(ctx).await?);
+    let shared = Arc::new(Shared {
+        inner,
+        catalogs,
+        known: Arc::default(),
+        class,
+        settings,
+    });
+    for udf in functions::udfs(&shared.known, &types, &results) {
+        ctx.register_udf(udf);
+    }
+    catalog.register_schema("pg_catalog", Arc::new(PgCatalog { shared }))?;
+    Ok(())
+}
+
+/// The catalog as `pg_attribute` lists it: a mapped table's own columns,
+/// without its system columns (`PartitionKey`, `RowKey`, `Timestamp`,
+/// `_etag`), as PostgreSQL lists no `ctid` or `xmin` (they are last, so the
+/// others keep their numbers). psql's `\d`, JDBC's `getColumns` and
+/// SQLAlchemy's reflection then see the columns a table was created with;
+/// a query still names the system columns.
+///
+/// It holds the catalogs weakly, as `Shared::catalogs` does: they hold the
+/// `pg_catalog` schema that holds this, and a strong reference made a
+/// cycle that kept every table provider, and with them the store, alive
+/// past the engine's close (a server's stop waited out its 5 s for the
+/// store and then left it open).
+#[derive(Debug, Clone)]
+struct OwnColumns(Weak<dyn CatalogProviderList>);
+
+impl OwnColumns {
+    fn catalogs(&self) -> Result<Arc<dyn CatalogProviderList>> {
+        self.0
+            .upgrade()
+            .ok_or_else(|| DataFusionError::Execution("the engine is closed".into()))
+    }
+}
+
+#[async_trait]
+impl CatalogInfo for OwnColumns {
+    async fn catalog_names(&self) -> Result<Vec<String>> {
+        self.catalogs()?.catalog_names().await
+    }
+
+    async fn schema_names(&self, catalog: &str) -> Result<Option<Vec<String>>> {
+        CatalogInfo::schema_names(&self.catalogs()?, catalog).await
+    }
+
+    async fn table_names(&self, catalog: &str, schema: &str) -> Result<Option<Vec<String>>> {
+        CatalogInfo::table_names(&self.catalogs()?, catalog, schema).await
+    }
+
+    async fn table_schema(
+        &self,
+        catalog: &str,
+        schema: &str,
+        table: &str,
+    ) -> Result<Option<SchemaRef>> {
+        let provider = match self
+            .catalogs()?
+            .catalog(catalog)
+            .and_then(|c| c.schema(schema))
+        {
+            Some(s) => s.table(table).await?,
+            None => None,
+        };
+        Ok(provider.map(|t| {
+            let full = t.schema();
+            let Some(def) = crate::engine::bulk::mapping(t.as_ref()) else {
+                return full;
+            };
+            let hidden = def.hidden_columns();
+            let own: Vec<_> = full
+                .fields()
+                .iter()
+                .filter(|f| !hidden.contains(&f.name().as_str()))
+                .cloned()
+                .collect();
+            Arc::new(datafusion::arrow::datatypes::Schema::new_with_metadata(
+                own,
+                full.metadata().clone(),
+            ))
+        }))
+    }
+
+    async fn table_type(
+        &self,
+        catalog: &str,
+        schema: &str,
+        table: &str,
+    ) -> Result<Option<TableType>> {
+        CatalogInfo::table_type(&self.catalogs()?, catalog, schema, table).await
+    }
+}
+
+/// `pg_type`'s names to oids (static), for `to_regtype`.
+async fn type_oids(ctx: &SessionContext) -> Result<HashMap<String, i32>> {
+    let batches = ctx
+        .sql("SELECT typname, oid FROM pg_catalog.pg_type")
+        .await?
+        .collect()
+        .await?;
+    let mut out = HashMap::new();
+    for b in &batches {
+        let (Some(names), Some(oids)) = (
+            b.column(0).as_string_opt::<i32>(),
+            b.column(1).as_primitive_opt::<Int32Type>(),
+        ) else {
+            return Err(DataFusionError::Internal(
+                "pg_type: unexpected types".into(),
+            ));
+        };
+        for i in 0..b.num_rows() {
+            out.insert(names.value(i).to_owned(), oids.value(i));
+        }
+    }
+    Ok(out)
+}
+
+/// `pg_proc`'s functions to their result types as PostgreSQL prints them
+/// (static), for `pg_get_function_result`.
+async fn function_results(ctx: &SessionContext) -> Result<HashMap<i32, String>> {
+    let batches = ctx
+        .sql(
+            "SELECT oid, CASE WHEN proretset THEN 'SETOF ' ELSE '' END \
+             || format_type(prorettype, NULL) FROM pg_catalog.pg_proc",
+        )
+        .await?
+        .collect()
+        .await?;
+    let mut out = HashMap::new();
+    for b in &batches {
+        let (Some(oids), Some(results)) = (
+            b.column(0).as_primitive_opt::<Int32Type>(),
+            b.column(1).as_string_opt::<i32>(),
+        ) else {
+            return Err(DataFusionError::Internal(
+                "pg_proc: unexpected types".into(),
+            ));
+        };
+        for i in 0..b.num_rows() {
+            if results.is_valid(i) {
+                out.insert(oids.value(i), results.value(i).to_owned());
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[derive(Debug)]
+struct Shared {
+    /// datafusion-pg-catalog's schema.
+    inner: Arc<dyn SchemaProvider>,
+    /// The context's catalogs, weakly: they hold this schema.
+    catalogs: Weak<dyn CatalogProviderList>,
+    known: Arc<Known>,
+    /// `pg_class` with `reloptions`.
+    class: SchemaRef,
+    /// datafusion-pg-catalog's `pg_settings`.
+    settings: SchemaRef,
+}
+
+impl Shared {
+    async fn scan_inner(&self, name: &str, state: &dyn Session) -> Result<Vec<RecordBatch>> {
+        let Some(table) = self.inner.table(name).await? else {
+            return Err(DataFusionError::Internal(format!("no {name}")));
+        };
+        let plan = table.scan(state, None, &[], None).await?;
+        collect(plan, state.task_ctx()).await
+    }
+
+    /// Reads the tables and their oids afresh: datafusion-pg-catalog
+    /// assigns oids as its `pg_class` is read.
+    async fn read(
+        &self,
+        state: &dyn Session,
+    ) -> Result<(Vec<RecordBatch>, Arc<relations::Relations>)> {
+        let class = self.scan_inner("pg_class", state).await?;
+        let namespaces = self.scan_inner("pg_namespace", state).await?;
+        let tables = match self.catalogs.upgrade().and_then(|c| c.catalog(CATALOG)) {
+            Some(catalog) => TableInfo::all_in(catalog.as_ref()).await?,
+            None => Vec::new(),
+        };
+        let relations = self.known.update(&class, &namespaces, &tables)?;
+        Ok((class, relations))
+    }
+}
+
+#[derive(Debug)]
+struct PgCatalog {
+    shared: Arc<Shared>,
+}
+
+#[async_trait]
+impl SchemaProvider for PgCatalog {
+    fn table_names(&self) -> Vec<String> {
+        self.shared.inner.table_names()
+    }
+
+    async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
+        let kind = match name.to_ascii_lowercase().as_str() {
+            "pg_settings" => Kind::Settings,
+            "pg_class" => Kind::Class,
+            "pg_index" => Kind::Index,
+            "pg_constraint" => Kind::Constraint,
+            _ => return self.shared.inner.table(name).await,
+        };
+        Ok(Some(Arc::new(CatalogTable {
+            shared: self.shared.clone(),
+            kind,
+        })))
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.shared.inner.table_exist(name)
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Settings,
+    Class,
+    Index,
+    Constraint,
+}
+
+/// A catalog table computed afresh at each scan.
+#[derive(Debug)]
+struct CatalogTable {
+    shared: Arc<Shared>,
+    kind: Kind,
+}
+
+#[async_trait]
+impl TableProvider for CatalogTable {
+    fn schema(&self) -> SchemaRef {
+        match self.kind {
+            Kind::Settings => self.shared.settings.clone(),
+            Kind::Class => self.shared.class.clone(),
+            Kind::Index => keys::pg_index_schema(),
+            Kind::Constraint => keys::pg_constraint_schema(),
+        }
+    }
+
+    fn table_type(&self) -> TableType {
+        TableType::Base
+    }
+
+    async fn scan(
+        &self,
+        state: &dyn Session,
+        projection: Option<&Vec<usize>>,
+        _filters: &[Expr],
+        _limit: Option<usize>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        let batch = match self.kind {
+            Kind::Settings => settings::pg_settings(&self.shared.settings, state)?,
+            Kind::Class => {
+                let (class, relations) = self.shared.read(state).await?;
+                relations::pg_class(&self.shared.class, &class, &relations)?
+            }
+            Kind::Index => keys::pg_index(&self.shared.read(state).await?.1)?,
+            Kind::Constraint => keys::pg_constraint(&self.shared.read(state).await?.1)?,
+        };
+        let exec =
+            MemorySourceConfig::try_new_exec(&[vec![batch]], self.schema(), projection.cloned())?;
+        Ok(exec)
+    }
+}
