@@ -173,11 +173,11 @@ pub use tablesql_shell::shell;
 pub use datafusion;
 pub use tablesql_engine::{
     Applied, BlockChange, BlockEnd, BlockStatus, Cell, ColumnInfo, DEFAULT_CATALOG_CHECK,
-    DdlOutcome, Engine, EngineError, EngineOptions, ExecError, IndexHealth, IndexInfo,
+    DdlOutcome, Dialect, Engine, EngineError, EngineOptions, ExecError, IndexHealth, IndexInfo,
     IndexTemplate, MappingInfo, MemoryLimits, Outcome, PG_VERSION, PG_VERSION_NUM, ParameterError,
-    PreparedStatement, RAW_SCHEMA, Reading, ResultPage, Row, ScanOptions, ScanPolicy, Session,
-    StatementKind, StoredAs, THREAD_STACK, TableDescription, TableInfo, TokenError, WholeTable,
-    Write,
+    PreparedStatement, RAW_SCHEMA, Reading, Respell, ResultPage, Row, ScanOptions, ScanPolicy,
+    Session, StatementKind, StoredAs, THREAD_STACK, TableDescription, TableInfo, TokenError,
+    WholeTable, Write,
 };
 
 /// Internals the project's own benchmarks drive directly. Not API: no

@@ -29,6 +29,7 @@ pub use engine::{
     MemoryLimits, Outcome, PG_VERSION, PG_VERSION_NUM, PreparedStatement, RAW_SCHEMA, Reading,
     ResultPage, Session, StatementKind, StoredAs, THREAD_STACK, TableDescription, TableInfo, Write,
 };
+pub use engine::{Dialect, Respell};
 pub use exec::read::access::WholeTable;
 pub use exec::read::row::{Cell, Row};
 pub use exec::read::token::TokenError;

@@ -762,7 +762,22 @@ fn quote(s: &str) -> String {
 }
 
 impl TableDef {
-    /// The definition as canonical DDL, which [`parse`] reads back unchanged.
+    /// The definition as a user writes it, which [`parse`] takes back: what
+    /// `SHOW CREATE TABLE` shows, without the catalog's own state (an index
+    /// still being built, `Origin::Stored`).
+    pub fn to_user_ddl(&self) -> String {
+        let mut def = self.clone();
+        for i in &mut def.indexes {
+            i.building = false;
+        }
+        for g in &mut def.global_indexes {
+            g.building = false;
+        }
+        def.to_ddl()
+    }
+
+    /// The definition as canonical DDL, which [`parse_from`] with
+    /// `Origin::Stored` reads back unchanged (the stored catalog's form).
     pub fn to_ddl(&self) -> String {
         let mut out = format!("CREATE TABLE {} (\n", ident(&self.name));
         for c in &self.columns {

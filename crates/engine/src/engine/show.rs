@@ -49,7 +49,7 @@ impl Engine {
                     def.name.clone(),
                 ])),
                 Arc::new(datafusion::arrow::array::StringArray::from(vec![
-                    def.to_ddl(),
+                    def.to_user_ddl(),
                 ])),
             ],
         )

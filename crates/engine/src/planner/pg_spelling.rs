@@ -9,9 +9,9 @@ use std::ops::ControlFlow;
 
 use super::sql::Respell;
 use datafusion::sql::sqlparser::ast::{
-    AccessExpr, DataType, Expr, Function, FunctionArg, FunctionArgExpr, FunctionArgumentList,
-    FunctionArguments, Ident, ObjectName, ObjectNamePart, Statement, Value, ValueWithSpan,
-    visit_expressions_mut,
+    AccessExpr, BinaryOperator, DataType, Expr, Function, FunctionArg, FunctionArgExpr,
+    FunctionArgumentList, FunctionArguments, Ident, ObjectName, ObjectNamePart, Statement, Value,
+    ValueWithSpan, visit_expressions_mut,
 };
 
 /// The function that turns a pattern with another escape character into
@@ -24,6 +24,51 @@ pub const EXPANDARRAY_ITEMS: &str = "tablesql_expandarray_items";
 
 /// The list of an array's subscripts in one dimension, from 1.
 pub const SUBSCRIPTS: &str = "tablesql_subscripts";
+
+/// `pg_catalog.f(...)` as `f(...)`, and `OPERATOR(pg_catalog.~)` (and
+/// `~*`, `!~`, `!~*`) as the operator itself: the same function and the
+/// same operator in PostgreSQL, which a dump (`pg_catalog.set_config`)
+/// and psql's own queries spell out. Every engine reads them, with or
+/// without the wire server's dialect, whose rules go further over its
+/// `pg_catalog`.
+#[derive(Debug)]
+pub struct PgCatalogQualified;
+
+impl Respell for PgCatalogQualified {
+    fn rewrite(&self, mut s: Statement) -> Statement {
+        let _ = visit_expressions_mut(&mut s, |e: &mut Expr| {
+            match e {
+                Expr::Function(f) => {
+                    if let [ObjectNamePart::Identifier(schema), _] = f.name.0.as_slice()
+                        && schema.value.eq_ignore_ascii_case("pg_catalog")
+                    {
+                        f.name.0.remove(0);
+                    }
+                }
+                Expr::BinaryOp { op, .. } => {
+                    if let BinaryOperator::PGCustomBinaryOperator(parts) = op
+                        && let [schema, name] = parts.as_slice()
+                        && schema.eq_ignore_ascii_case("pg_catalog")
+                    {
+                        let builtin = match name.as_str() {
+                            "~" => Some(BinaryOperator::PGRegexMatch),
+                            "~*" => Some(BinaryOperator::PGRegexIMatch),
+                            "!~" => Some(BinaryOperator::PGRegexNotMatch),
+                            "!~*" => Some(BinaryOperator::PGRegexNotIMatch),
+                            _ => None,
+                        };
+                        if let Some(b) = builtin {
+                            *op = b;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            ControlFlow::<()>::Continue(())
+        });
+        s
+    }
+}
 
 /// `a LIKE p ESCAPE 'c'` (SQLAlchemy's `startswith`, `NOT LIKE 'pg/_%'
 /// ESCAPE '/'`): DataFusion reads only a backslash as the escape, so any

@@ -31,7 +31,8 @@ use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
 use super::pg_spelling::{
-    ExpandArray, FieldSelection, GenerateSubscripts, LikeEscape, RegprocLiterals, SequenceNames,
+    ExpandArray, FieldSelection, GenerateSubscripts, LikeEscape, PgCatalogQualified,
+    RegprocLiterals, SequenceNames,
 };
 
 /// A rewrite of a statement into a spelling DataFusion plans, with the same
@@ -118,6 +119,7 @@ impl SqlParser {
         if let Some(d) = &dialect {
             spelling.extend(d.early());
         }
+        spelling.push(Arc::new(PgCatalogQualified));
         spelling.push(Arc::new(SequenceNames));
         if let Some(d) = &dialect {
             spelling.extend(d.late());
@@ -351,6 +353,20 @@ mod tests {
             one("SELECT * FROM t WHERE (c, d) > (-3, 'p')"),
             "SELECT * FROM t WHERE (c, d) > struct(-3, 'p')"
         );
+    }
+
+    #[test]
+    fn pg_catalog_functions_and_operators_are_read_without_a_dialect() {
+        assert_eq!(
+            one("SELECT pg_catalog.set_config('search_path', '', false)"),
+            "SELECT set_config('search_path', '', false)"
+        );
+        assert_eq!(
+            one("SELECT a FROM t WHERE a OPERATOR(pg_catalog.~) '^x'"),
+            "SELECT a FROM t WHERE a ~ '^x'"
+        );
+        // Another schema's function is not PostgreSQL's own: kept.
+        assert_eq!(one("SELECT s.f(a) FROM t"), "SELECT s.f(a) FROM t");
     }
 
     #[test]

@@ -523,5 +523,7 @@ mod tests {
             parse_from(&stored.to_ddl(), Origin::Stored).unwrap(),
             stored
         );
+        // What a user is shown, a user may write again.
+        assert!(!parse(&stored.to_user_ddl()).unwrap().indexes[0].building);
     }
 }
