@@ -21,7 +21,7 @@ use tablesql::ScanOptions;
 use tablesql::ScanPolicy;
 use tablesql::storage::azure::AzureConfig;
 use tablesql::storage::{AzureStore, TableStore};
-use tablesql::{Engine, EngineOptions, demo};
+use tablesql::{Engine, EngineOptions, Session, demo};
 
 const ROWS: u64 = 100_000;
 const ROUNDS: usize = 3;
@@ -40,7 +40,7 @@ fn azurite_cpu() -> Option<Duration> {
 }
 
 /// One count: its wall time, and Azurite's CPU time during it.
-async fn count(engine: &Engine) -> Result<(Duration, Option<Duration>)> {
+async fn count(engine: &Session) -> Result<(Duration, Option<Duration>)> {
     let cpu = azurite_cpu();
     let started = Instant::now();
     let batches = engine.collect("SELECT count(*) FROM registrations").await?;
@@ -63,11 +63,11 @@ fn show((wall, cpu): (Duration, Option<Duration>)) -> String {
     }
 }
 
-async fn engine(store: &Arc<dyn TableStore>, fan_out: bool) -> Result<Engine> {
+async fn engine(store: &Arc<dyn TableStore>, fan_out: bool) -> Result<Session> {
     let options = EngineOptions::default()
         .with_scan(ScanOptions::default().with_fan_out(fan_out))
         .with_scan_policy(ScanPolicy::Allow);
-    Ok(Engine::with_store(store.clone(), options).await?)
+    Ok(Engine::with_store(store.clone(), options).await?.session())
 }
 
 #[tokio::main]

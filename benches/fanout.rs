@@ -16,7 +16,7 @@ use std::sync::{Arc, LazyLock};
 use divan::Bencher;
 use tablesql::ScanOptions;
 use tablesql::storage::*;
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 use tokio::runtime::Runtime;
 
 #[path = "common/delayed.rs"]
@@ -71,7 +71,8 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     rt.block_on(async {
         let engine = Engine::with_store(store.clone(), EngineOptions::default())
             .await
-            .expect("engine");
+            .expect("engine")
+            .session();
         for (prefix, size) in SIZES
             .iter()
             .flat_map(|s| [("Readings", *s), ("Analyzed", *s)])
@@ -96,7 +97,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
     Fixture { rt, store }
 });
 
-fn engine(max_in_flight: usize, fan_out: bool) -> Engine {
+fn engine(max_in_flight: usize, fan_out: bool) -> Session {
     let options = EngineOptions::default()
         .with_scan(
             ScanOptions::default()
@@ -108,13 +109,14 @@ fn engine(max_in_flight: usize, fan_out: bool) -> Engine {
         .rt
         .block_on(Engine::with_store(FIXTURE.store.clone(), options))
         .expect("engine")
+        .session()
 }
 
-fn count(bencher: Bencher, engine: Engine, size: usize) {
+fn count(bencher: Bencher, engine: Session, size: usize) {
     count_of(bencher, engine, "readings", size);
 }
 
-fn count_of(bencher: Bencher, engine: Engine, table: &str, size: usize) {
+fn count_of(bencher: Bencher, engine: Session, table: &str, size: usize) {
     let sql = format!("SELECT count(*) FROM {table}{size}");
     bencher.bench_local(|| {
         FIXTURE.rt.block_on(async {

@@ -39,7 +39,8 @@ async fn run() {
     // Loaded without the delay.
     let loader = Engine::with_store(inner.clone(), EngineOptions::default())
         .await
-        .expect("engine");
+        .expect("engine")
+        .session();
     for (table, with) in [("people_l", ""), ("people_g", " WITH (global = true)")] {
         loader
             .collect(&format!(
@@ -69,7 +70,8 @@ async fn run() {
     let delayed = Arc::new(Delayed::new(inner));
     let engine = Engine::with_store(delayed.clone(), EngineOptions::default())
         .await
-        .expect("engine");
+        .expect("engine")
+        .session();
     println!(
         "equality lookup on email, {PARTITIONS} partitions x {ROWS_PER_PARTITION} rows, {} ms per request, {RUNS} runs",
         DELAY.as_millis()

@@ -22,7 +22,7 @@ use divan::{Bencher, black_box};
 use tablesql::datafusion::physical_plan::{ExecutionPlan, collect};
 use tablesql::demo;
 use tablesql::storage::{EmbeddedStore, TableStore};
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 use tokio::runtime::Runtime;
 
 const ROWS: u64 = 1_000_000;
@@ -38,8 +38,8 @@ const EVERYWHERE: &str = "SELECT event, distance, bib, name FROM registrations W
 
 struct Fixture {
     rt: Runtime,
-    on: Engine,
-    off: Engine,
+    on: Session,
+    off: Session,
     dir: tempfile::TempDir,
 }
 
@@ -57,10 +57,12 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
             .expect("demo");
         let on = Engine::with_store(store.clone(), EngineOptions::default())
             .await
-            .expect("engine");
+            .expect("engine")
+            .session();
         let off = Engine::with_store(store.clone(), EngineOptions::default())
             .await
-            .expect("engine");
+            .expect("engine")
+            .session();
         off.collect("SET tablesql.use_indexes = off")
             .await
             .expect("set");
@@ -70,7 +72,7 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
 });
 
 /// Runs `sql` and sums the scan's counters over the plan.
-async fn counters(engine: &Engine, sql: &str) -> String {
+async fn counters(engine: &Session, sql: &str) -> String {
     let df = engine.sql(sql).await.expect("plan");
     let task = Arc::new(df.task_ctx());
     let plan = df.create_physical_plan().await.expect("physical plan");
@@ -126,7 +128,7 @@ fn main() {
     let _ = std::fs::remove_dir_all(f.dir.path());
 }
 
-fn run(engine: &Engine, sql: &str) -> usize {
+fn run(engine: &Session, sql: &str) -> usize {
     let f = &*FIXTURE;
     let rows = f.rt.block_on(engine.collect(sql)).expect("query");
     rows.iter().map(|b| b.num_rows()).sum()

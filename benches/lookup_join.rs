@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
 use tablesql::storage::*;
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 
 #[path = "common/delayed.rs"]
 mod delayed;
@@ -82,7 +82,8 @@ async fn people_join() {
     // Loaded without the delay.
     let loader = Engine::with_store(inner.clone(), EngineOptions::default())
         .await
-        .expect("engine");
+        .expect("engine")
+        .session();
     let started = Instant::now();
     for ddl in [
         "CREATE TABLE people (country TEXT NOT NULL, id BIGINT NOT NULL, name TEXT NOT NULL, \
@@ -137,7 +138,8 @@ async fn people_join() {
     let in_flight = options.scan.max_in_flight;
     let engine = Engine::with_store(delayed.clone(), options)
         .await
-        .expect("engine");
+        .expect("engine")
+        .session();
     let sql = "SELECT count(*) AS n, sum(p.born) AS born FROM registrations r \
                JOIN people p ON p.country = r.country AND p.id = r.person WHERE r.event = 'E1'";
     println!(
@@ -187,7 +189,8 @@ async fn demo_join() {
         .expect("demo");
     let engine = Engine::with_store(store, EngineOptions::default())
         .await
-        .expect("engine");
+        .expect("engine")
+        .session();
     let sql = "SELECT e.city, r.distance, count(*) AS runners, round(avg(r.finish) / 60) AS avg_minutes \
                FROM registrations r JOIN events e ON r.event = e.event AND r.distance = e.distance \
                GROUP BY e.city, r.distance ORDER BY e.city, r.distance";
@@ -219,7 +222,7 @@ async fn demo_join() {
 }
 
 /// The join operator of `sql`'s plan, as EXPLAIN shows it.
-async fn join_of(engine: &Engine, sql: &str) -> String {
+async fn join_of(engine: &Session, sql: &str) -> String {
     let plan = engine
         .collect(&format!("EXPLAIN {sql}"))
         .await

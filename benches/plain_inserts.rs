@@ -21,7 +21,7 @@
 use std::time::{Duration, Instant};
 
 use tablesql::storage::StoreLocation;
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 
 const ROUNDS: usize = 3;
 /// Rows per pass, one statement each (ORM style).
@@ -44,7 +44,7 @@ const MAPPINGS: [(&str, &str); 2] = [
     ),
 ];
 
-async fn pass(engine: &Engine, ddl: &str, round: usize, bulk: bool) -> Result<Duration> {
+async fn pass(engine: &Session, ddl: &str, round: usize, bulk: bool) -> Result<Duration> {
     let table = format!("bench{}{round}", if bulk { "b" } else { "s" });
     engine
         .collect(&format!("DROP TABLE IF EXISTS {table}"))
@@ -71,7 +71,9 @@ async fn pass(engine: &Engine, ddl: &str, round: usize, bulk: bool) -> Result<Du
 }
 
 async fn run(name: &str, location: StoreLocation) -> Result {
-    let engine = Engine::with_store(location.open()?, EngineOptions::default()).await?;
+    let engine = Engine::with_store(location.open()?, EngineOptions::default())
+        .await?
+        .session();
     engine.collect("SET tablesql.scan_policy = 'allow'").await?;
     for (bulk, rows, what) in [
         (false, SINGLE, "one row per INSERT"),

@@ -32,7 +32,7 @@ use tablesql::datafusion::arrow::datatypes::Int64Type;
 use tablesql::datafusion::arrow::record_batch::RecordBatch;
 use tablesql::demo;
 use tablesql::storage::*;
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 use tokio::runtime::Runtime;
 
 /// Registrations loaded: 1,000,000, or `TABLESQL_SCAN_ROWS` (a smaller
@@ -62,7 +62,7 @@ fn main() {
 struct Fixture {
     rt: Runtime,
     store: Arc<dyn TableStore>,
-    engine: Engine,
+    engine: Session,
     sqlite: Mutex<rusqlite::Connection>,
     /// The copy of the store's file, and the base rows' key range of each
     /// partition in the store's key encoding.
@@ -94,7 +94,8 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
         );
         let engine = Engine::with_store(store.clone(), EngineOptions::default())
             .await
-            .expect("engine");
+            .expect("engine")
+            .session();
         let partitions = store
             .partitions(&table, &KeyRange::all(), None)
             .await

@@ -21,7 +21,7 @@ use tablesql::datafusion::arrow::array::AsArray;
 use tablesql::datafusion::arrow::datatypes::Int64Type;
 use tablesql::demo::{self, registration};
 use tablesql::storage::*;
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 use tokio::runtime::Runtime;
 
 const ROWS: u64 = 100_000;
@@ -41,10 +41,10 @@ fn main() {
 struct Fixture {
     rt: Runtime,
     store: Arc<dyn TableStore>,
-    pushed: Engine,
-    unpushed: Engine,
+    pushed: Session,
+    unpushed: Session,
     /// As `pushed`, without workload statistics: what they cost.
-    unobserved: Engine,
+    unobserved: Session,
     sqlite: std::sync::Mutex<rusqlite::Connection>,
     dir: tempfile::TempDir,
 }
@@ -63,15 +63,18 @@ static FIXTURE: LazyLock<Fixture> = LazyLock::new(|| {
             .expect("demo");
         let pushed = Engine::with_store(store.clone(), EngineOptions::default())
             .await
-            .expect("engine");
+            .expect("engine")
+            .session();
         let off = EngineOptions::default().with_pushdown(false);
         let unpushed = Engine::with_store(store.clone(), off)
             .await
-            .expect("engine");
+            .expect("engine")
+            .session();
         let no_statistics = EngineOptions::default().with_statistics(false);
         let unobserved = Engine::with_store(store.clone(), no_statistics)
             .await
-            .expect("engine");
+            .expect("engine")
+            .session();
         (pushed, unpushed, unobserved)
     });
     let sqlite = std::sync::Mutex::new(sqlite::copy(ROWS));
@@ -127,7 +130,7 @@ fn point_query_prepared_no_statistics(bencher: Bencher) {
     prepared_execute(bencher, &FIXTURE.unobserved);
 }
 
-fn prepared_execute(bencher: Bencher, engine: &Engine) {
+fn prepared_execute(bencher: Bencher, engine: &Session) {
     use futures::StreamExt;
     use tablesql::__bench::Guard;
     use tablesql::__bench::Runner;
@@ -165,7 +168,7 @@ fn prepared_execute(bencher: Bencher, engine: &Engine) {
     });
 }
 
-/// The library's prepared statement (`Engine::prepare`): planned once,
+/// The library's prepared statement (`Session::prepare`): planned once,
 /// each run binds the keys and reads the entity on the calling task.
 #[divan::bench]
 fn point_query_library_prepared(bencher: Bencher) {
@@ -178,7 +181,7 @@ fn point_query_library_prepared_no_statistics(bencher: Bencher) {
     library_prepared(bencher, &FIXTURE.unobserved);
 }
 
-fn library_prepared(bencher: Bencher, engine: &Engine) {
+fn library_prepared(bencher: Bencher, engine: &Session) {
     use tablesql::datafusion::scalar::ScalarValue;
     let f = &*FIXTURE;
     let prepared = f

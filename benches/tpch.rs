@@ -61,7 +61,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use compare::{Verdict, batch_rows, plan_summary, postgres_rows, verdict};
-use tablesql::Engine;
+use tablesql::Session;
 use tokio_postgres::Client;
 
 const SCALE: f64 = 0.1;
@@ -147,7 +147,7 @@ fn main() {
 /// Runs query `n` on both systems: compares, times, writes its plans;
 /// its report line (and any finding's detail into `findings`).
 async fn query(
-    engine: &Engine,
+    engine: &Session,
     pg: &Client,
     n: usize,
     sql: &str,

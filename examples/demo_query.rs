@@ -18,9 +18,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
     demo::load(store.as_ref(), 6_000, |_, _| {}).await?;
     let engine = Engine::with_store(store, EngineOptions::default()).await?;
+    // What every session shares is the engine's; statements run in a session.
+    let session = engine.session();
 
     // Index rows (AGE:) are not rows of the table.
-    let batches = engine.collect("SELECT count(*) FROM registrations").await?;
+    let batches = session
+        .collect("SELECT count(*) FROM registrations")
+        .await?;
     let count = batches[0].column(0).as_primitive::<Int64Type>().value(0);
     assert_eq!(count, 6_000);
     println!("registrations: {count}");
@@ -28,11 +32,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A point query: the plan reads one entity.
     let point = "SELECT bib, name, age FROM registrations \
                  WHERE event = '2012 Boston Marathon' AND distance = 'Half' AND bib = 123";
-    let plan = engine.collect(&format!("EXPLAIN {point}")).await?;
+    let plan = session.collect(&format!("EXPLAIN {point}")).await?;
     let plan_text =
         tablesql::datafusion::arrow::util::pretty::pretty_format_batches(&plan)?.to_string();
     assert!(plan_text.contains("access=point"), "{plan_text}");
-    let rows = engine.collect(point).await?;
+    let rows = session.collect(point).await?;
     let bib = rows[0].column(0).as_primitive::<Int32Type>().value(0);
     assert_eq!(bib, 123);
     println!(
@@ -41,7 +45,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     // Streaming: batches arrive as the scan pages through the store.
-    let mut stream = engine
+    let mut stream = session
         .execute_stream("SELECT event, distance, bib FROM registrations WHERE bib <= 10")
         .await?;
     let mut streamed = 0;

@@ -21,9 +21,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A file-backed store would be `EmbeddedStore::open(dir)`.
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
     let engine = Engine::with_store(store, EngineOptions::default()).await?;
+    // What every session shares is the engine's; statements run in a session.
+    let session = engine.session();
 
     // A mapping: race is the PartitionKey, the bib number the RowKey.
-    engine
+    session
         .collect(
             "CREATE TABLE runners (race TEXT NOT NULL, bib INT NOT NULL, name TEXT, age INT) \
              WITH (storage_table = 'Runners', partition_key = '{race}', row_key = 'BIB:{bib:05}')",
@@ -31,7 +33,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .await?;
 
     // Write: one INSERT is one entity group transaction per partition.
-    let written = engine
+    let written = session
         .collect(
             "INSERT INTO runners VALUES \
              ('Boston', 1, 'Ann', 34), ('Boston', 2, 'Bo', 51), ('Boston', 3, 'Cy', 27), \
@@ -41,13 +43,13 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(count(&written), 5);
 
     // Query: both keys fixed is a point read of one entity.
-    let rows = engine
+    let rows = session
         .collect("SELECT name FROM runners WHERE race = 'Boston' AND bib = 2")
         .await?;
     assert_eq!(rows[0].column(0).as_string::<i32>().value(0), "Bo");
 
     // Prepare once, run with parameters many times.
-    let older = engine
+    let older = session
         .prepare("SELECT bib FROM runners WHERE race = $1 AND age > $2")
         .await?;
     let params = |age: i32| {
@@ -64,7 +66,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut token = None;
     let mut pages = Vec::new();
     loop {
-        let page = engine.query_page(sql, 2, token.as_deref()).await?;
+        let page = session.query_page(sql, 2, token.as_deref()).await?;
         pages.push(bibs(&page.batches));
         match page.next {
             Some(next) => token = Some(next),
@@ -74,11 +76,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     assert_eq!(pages, [vec![1, 2], vec![3, 4], vec![5]]);
 
     // Write again: an UPDATE by key, then read it back.
-    let updated = engine
+    let updated = session
         .collect("UPDATE runners SET age = age + 1 WHERE race = 'Boston' AND bib = 5")
         .await?;
     assert_eq!(count(&updated), 1);
-    let rows = engine
+    let rows = session
         .collect("SELECT age FROM runners WHERE race = 'Boston' AND bib = 5")
         .await?;
     assert_eq!(rows[0].column(0).as_primitive::<Int32Type>().value(0), 63);

@@ -6,9 +6,11 @@
 //! and key range scans, run in parallel page by page, over any
 //! [`storage::TableStore`]: the embedded store (redb, the default), the Azure
 //! Table service (`storage::AzureStore`, feature `azure`) or memory.
-//! [`Engine`] is the one door: it runs, prepares and pages SQL, and lists
-//! and describes the tables it maps. The wire server (`server`, feature
-//! `server`) and the shell (`shell`, feature `shell`) go through it too.
+//! An [`Engine`] is what every session over a store shares, and lists and
+//! describes the tables it maps; [`Engine::session`] gives a [`Session`],
+//! the one door: it runs, prepares and pages SQL under its own settings
+//! and transaction block. The wire server (`server`, feature `server`) and
+//! the shell (`shell`, feature `shell`) go through it too.
 //!
 //! # Features
 //!
@@ -40,7 +42,9 @@
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
 //! let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
-//! engine.collect(
+//! // What every session shares is the engine's; statements run in a session.
+//! let session = engine.session();
+//! session.collect(
 //!     "CREATE TABLE runners (race TEXT NOT NULL, bib INT NOT NULL, name TEXT, age INT) \
 //!      WITH (storage_table = 'Runners', partition_key = '{race}', row_key = 'BIB:{bib:05}')",
 //! ).await?;
@@ -56,9 +60,9 @@
 //!
 //! // Both keys fixed: a point read of one entity.
 //! let sql = "SELECT name, age FROM runners WHERE race = 'Boston' AND bib = 1234";
-//! let plan = pretty_format_batches(&engine.collect(&format!("EXPLAIN {sql}")).await?)?.to_string();
+//! let plan = pretty_format_batches(&session.collect(&format!("EXPLAIN {sql}")).await?)?.to_string();
 //! assert!(plan.contains("access=point"));
-//! let rows = pretty_format_batches(&engine.collect(sql).await?)?.to_string();
+//! let rows = pretty_format_batches(&session.collect(sql).await?)?.to_string();
 //! assert!(rows.contains("| John | 55  |"));
 //! # Ok(())
 //! # }
@@ -79,16 +83,16 @@
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
-//! # let engine = Engine::with_store(store, EngineOptions::default()).await?;
-//! # engine.collect(
+//! # let session = Engine::with_store(store, EngineOptions::default()).await?.session();
+//! # session.collect(
 //! #     "CREATE TABLE runners (race TEXT NOT NULL, bib INT NOT NULL, name TEXT, age INT) \
 //! #      WITH (storage_table = 'Runners', partition_key = '{race}', row_key = 'BIB:{bib:05}')",
 //! # ).await?;
-//! let written = engine
+//! let written = session
 //!     .collect("INSERT INTO runners VALUES ('Boston', 1, 'Ann', 34), ('Boston', 2, 'Bo', 51)")
 //!     .await?;
 //! assert_eq!(written[0].column(0).as_primitive::<UInt64Type>().value(0), 2);
-//! let updated = engine
+//! let updated = session
 //!     .collect("UPDATE runners SET age = 35 WHERE race = 'Boston' AND bib = 1")
 //!     .await?;
 //! assert_eq!(updated[0].column(0).as_primitive::<UInt64Type>().value(0), 1);
@@ -110,13 +114,13 @@
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
-//! # let engine = Engine::with_store(store, EngineOptions::default()).await?;
-//! # engine.collect(
+//! # let session = Engine::with_store(store, EngineOptions::default()).await?.session();
+//! # session.collect(
 //! #     "CREATE TABLE runners (race TEXT NOT NULL, bib INT NOT NULL, name TEXT, age INT) \
 //! #      WITH (storage_table = 'Runners', partition_key = '{race}', row_key = 'BIB:{bib:05}')",
 //! # ).await?;
-//! # engine.collect("INSERT INTO runners VALUES ('Boston', 1, 'Ann', 34), ('Boston', 2, 'Bo', 51)").await?;
-//! let by_bib = engine
+//! # session.collect("INSERT INTO runners VALUES ('Boston', 1, 'Ann', 34), ('Boston', 2, 'Bo', 51)").await?;
+//! let by_bib = session
 //!     .prepare("SELECT name FROM runners WHERE race = $1 AND bib = $2")
 //!     .await?;
 //! assert!(by_bib.is_point_read());
@@ -132,7 +136,7 @@
 //!
 //! # Page with a token
 //!
-//! [`Engine::query_page`] reads at most a page of rows in key order and
+//! [`Session::query_page`] reads at most a page of rows in key order and
 //! hands back a signed token of the next page; any engine over the same
 //! store resumes from it, so a stateless service can give it to its client.
 //!
@@ -143,18 +147,18 @@
 //! # #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! # let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
-//! # let engine = Engine::with_store(store, EngineOptions::default()).await?;
-//! # engine.collect(
+//! # let session = Engine::with_store(store, EngineOptions::default()).await?.session();
+//! # session.collect(
 //! #     "CREATE TABLE runners (race TEXT NOT NULL, bib INT NOT NULL, name TEXT, age INT) \
 //! #      WITH (storage_table = 'Runners', partition_key = '{race}', row_key = 'BIB:{bib:05}')",
 //! # ).await?;
-//! # engine.collect("INSERT INTO runners VALUES ('Boston', 1, 'Ann', 34), ('Boston', 2, 'Bo', 51), ('Boston', 3, 'Cy', 27)").await?;
+//! # session.collect("INSERT INTO runners VALUES ('Boston', 1, 'Ann', 34), ('Boston', 2, 'Bo', 51), ('Boston', 3, 'Cy', 27)").await?;
 //! let sql = "SELECT name FROM runners WHERE race = 'Boston'";
-//! let first = engine.query_page(sql, 2, None).await?;
+//! let first = session.query_page(sql, 2, None).await?;
 //! assert_eq!(first.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 2);
 //! let token = first.next.expect("a second page");
 //! // Later, perhaps in another process over the same store:
-//! let second = engine.query_page(sql, 2, Some(&token)).await?;
+//! let second = session.query_page(sql, 2, Some(&token)).await?;
 //! assert_eq!(second.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
 //! assert!(second.next.is_none());
 //! # Ok(())

@@ -10,7 +10,7 @@ use std::time::Instant;
 use futures::SinkExt;
 use tablesql::load::{CHUNK_ROWS, LoadMode, Loader};
 use tablesql::storage::{EmbeddedStore, TableStore};
-use tablesql::{Engine, EngineOptions, ScanPolicy};
+use tablesql::{Engine, EngineOptions, ScanPolicy, Session};
 use tokio_postgres::{Client, NoTls};
 
 use crate::schema::{Layout, TABLES, fingerprint};
@@ -64,7 +64,7 @@ pub fn work_dir() -> PathBuf {
 
 /// An engine over the embedded store holding every table at `sf` in
 /// `layout`, loaded and analyzed unless a previous run left one.
-pub async fn tablesql(rows: &mut Rows, sf: f64, layout: Layout, dir: &Path) -> Engine {
+pub async fn tablesql(rows: &mut Rows, sf: f64, layout: Layout, dir: &Path) -> Session {
     let ddl: Vec<String> = TABLES.iter().map(|t| t.create(Some(layout))).collect();
     let mut parts: Vec<&str> = vec![GENERATOR];
     let scale = sf.to_string();
@@ -85,7 +85,10 @@ pub async fn tablesql(rows: &mut Rows, sf: f64, layout: Layout, dir: &Path) -> E
     let store: Arc<dyn TableStore> =
         Arc::new(EmbeddedStore::open(store_dir.join("data")).expect("embedded store"));
     let options = EngineOptions::default().with_scan_policy(ScanPolicy::Allow);
-    let engine = Engine::with_store(store, options).await.expect("engine");
+    let engine = Engine::with_store(store, options)
+        .await
+        .expect("engine")
+        .session();
     if !fresh {
         eprintln!(
             "tablesql: using the store loaded before, {}",
@@ -96,7 +99,7 @@ pub async fn tablesql(rows: &mut Rows, sf: f64, layout: Layout, dir: &Path) -> E
     for (i, (table, ddl)) in TABLES.iter().zip(&ddl).enumerate() {
         engine.collect(ddl).await.expect("create table");
         let started = Instant::now();
-        let session = engine.as_session();
+        let session = engine.session();
         let key: Vec<String> = table.key.iter().map(|k| k.to_string()).collect();
         let mut loader = Loader::new(
             &session,

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use tablesql::catalog::stats::{PRIMARY_PATH, TableStats};
 use tablesql::storage::*;
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -52,7 +52,7 @@ impl layer::StoreLayer for Unlisted {
 
 /// `PARTITIONS` people, one per partition (the first key column is the
 /// PartitionKey), and an index on their age.
-async fn load(engine: &Engine) -> TestResult {
+async fn load(engine: &Session) -> TestResult {
     engine
         .collect(
             "CREATE TABLE people (id BIGINT NOT NULL, n INT NOT NULL, age INT, \
@@ -99,7 +99,9 @@ fn counts(stats: &TableStats) -> Vec<(String, u64, usize, Vec<u64>)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn analyze_reads_small_partitions_as_ranges_of_pages() -> TestResult {
     let store = Arc::new(Unlisted::default());
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     load(&engine).await?;
     let table = engine.table_def("people").await?.storage_table;
 
@@ -130,7 +132,9 @@ async fn analyze_reads_small_partitions_as_ranges_of_pages() -> TestResult {
 
     // The memory store lists partitions cheaply, so its first ANALYZE
     // splits by their number: the same statistics.
-    let listed = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default()).await?;
+    let listed = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default())
+        .await?
+        .session();
     load(&listed).await?;
     let cheap = listed.analyze("people", 100).await?;
     assert_eq!(counts(&cheap), counts(&first));
@@ -140,7 +144,9 @@ async fn analyze_reads_small_partitions_as_ranges_of_pages() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_global_index_table_is_analyzed_by_its_keys_alone() -> TestResult {
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     load(&engine).await?;
     engine
         .collect("CREATE INDEX people_age ON people (age) WITH (global = true)")
@@ -181,7 +187,9 @@ const PER_EVENT: u64 = 2_500;
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sampled_analyze_reads_in_proportion_to_its_sample() -> TestResult {
     let store = Arc::new(Unlisted::default());
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     engine
         .collect(
             "CREATE TABLE runners (event TEXT NOT NULL, id BIGINT NOT NULL, age INT, \
@@ -257,13 +265,17 @@ async fn a_sampled_analyze_reads_in_proportion_to_its_sample() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sampled_run_over_small_partitions_measures_them_and_drops_the_gone() -> TestResult {
     let store = Arc::new(Unlisted::default());
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     load(&engine).await?;
     let table = engine.table_def("people").await?.storage_table;
     let old = engine.analyze("people", 100).await?;
     // Every tenth person leaves; each of the others gains a second row
     // (by key, beside the counting store).
-    let writer = Engine::with_store(store.inner.clone(), EngineOptions::default()).await?;
+    let writer = Engine::with_store(store.inner.clone(), EngineOptions::default())
+        .await?
+        .session();
     let leaving: Vec<String> = (1..=PARTITIONS / 10)
         .map(|i| (i * 10).to_string())
         .collect();
@@ -293,6 +305,7 @@ async fn a_sampled_run_over_small_partitions_measures_them_and_drops_the_gone() 
     let stats = stored(store.as_ref(), &table).await?;
     let truth = Engine::with_store(store.clone(), EngineOptions::default())
         .await?
+        .session()
         .analyze("people", 100)
         .await?;
     let now: HashMap<&str, u64> = truth

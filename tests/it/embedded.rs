@@ -522,7 +522,7 @@ async fn property_names_past_the_limit_refuse_only_their_transaction() -> TestRe
 /// The text of a query's answer, and the sum of `name=` over the scans of
 /// its EXPLAIN ANALYZE.
 async fn answer_and_metric(
-    engine: &tablesql::Engine,
+    engine: &tablesql::Session,
     sql: &str,
     name: &str,
 ) -> Result<(String, u64), Box<dyn std::error::Error>> {
@@ -558,7 +558,9 @@ async fn a_scan_asked_again_is_served_from_the_derived_cache_until_a_write() -> 
     for s in [&store, &uncached] {
         tablesql::demo::load(s.as_ref(), 1200, |_, _| {}).await?;
         engines.push(
-            tablesql::Engine::with_store(s.clone(), tablesql::EngineOptions::default()).await?,
+            tablesql::Engine::with_store(s.clone(), tablesql::EngineOptions::default())
+                .await?
+                .session(),
         );
     }
     let (cached, plain) = (&engines[0], &engines[1]);
@@ -616,7 +618,7 @@ async fn a_scan_asked_again_is_served_from_the_derived_cache_until_a_write() -> 
 
 /// The text of a plan's scan line.
 async fn scan_line(
-    engine: &tablesql::Engine,
+    engine: &tablesql::Session,
     sql: &str,
 ) -> Result<String, Box<dyn std::error::Error>> {
     use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
@@ -651,7 +653,9 @@ async fn a_table_never_analyzed_is_planned_from_its_kept_counts() -> TestResult 
     );
 
     let shared: std::sync::Arc<dyn TableStore> = store.clone();
-    let engine = tablesql::Engine::with_store(shared, tablesql::EngineOptions::default()).await?;
+    let engine = tablesql::Engine::with_store(shared, tablesql::EngineOptions::default())
+        .await?
+        .session();
     engine.collect("SET tablesql.scan_policy = allow").await?;
     let count = "SELECT count(name) FROM registrations";
     let scan = scan_line(&engine, count).await?;
@@ -723,7 +727,9 @@ async fn a_table_past_the_counted_partitions_is_listed() -> TestResult {
         .await?;
     assert!(store.partition_counts(&table)?.is_none());
     let shared: std::sync::Arc<dyn TableStore> = store.clone();
-    let engine = tablesql::Engine::with_store(shared, tablesql::EngineOptions::default()).await?;
+    let engine = tablesql::Engine::with_store(shared, tablesql::EngineOptions::default())
+        .await?
+        .session();
     engine.collect("SET tablesql.scan_policy = allow").await?;
     let scan = scan_line(
         &engine,

@@ -52,7 +52,8 @@ pub(crate) async fn setup(
     );
     let engine = Engine::with_store(store.clone(), options(false, 1))
         .await
-        .unwrap();
+        .unwrap()
+        .session();
     engine.collect(&ddl).await.unwrap();
     insert(store, storage_table, shape, rows).await;
     name
@@ -94,13 +95,15 @@ async fn check_analyzed(
     let name = setup(&store, storage_table, shape, &rows[..half]).await;
     let engine = Engine::with_store(store.clone(), options(true, width))
         .await
-        .unwrap();
+        .unwrap()
+        .session();
     engine.analyze(&name, every).await.unwrap();
     insert(&store, storage_table, shape, &rows[half..]).await;
     // A new engine plans with the statistics in the store.
     let fresh = Engine::with_store(store.clone(), options(true, width))
         .await
-        .unwrap();
+        .unwrap()
+        .session();
     let plan = answer(&fresh, &format!("EXPLAIN SELECT count(b) FROM {name}")).await;
     prop_assert!(plan.contains(" estimate=[partitions="), "{}", plan);
     compare(store, &name, pred, width).await
@@ -114,8 +117,12 @@ async fn compare(
 ) -> Result<(), TestCaseError> {
     let fanned = Engine::with_store(store.clone(), options(true, width))
         .await
-        .unwrap();
-    let sequential = Engine::with_store(store, options(false, 1)).await.unwrap();
+        .unwrap()
+        .session();
+    let sequential = Engine::with_store(store, options(false, 1))
+        .await
+        .unwrap()
+        .session();
     let ordered = [
         format!("SELECT a, b, c, d, v, w FROM {name} WHERE {pred} ORDER BY a, b, c, d"),
         format!("SELECT count(*), sum(b), min(d) FROM {name} WHERE {pred}"),

@@ -608,7 +608,9 @@ async fn a_sequence_hands_out_no_value_twice_through_injected_faults() -> TestRe
     use tablesql::{Engine, EngineOptions};
     let account = crate::azurite::fresh_account()?;
     let direct: Arc<dyn TableStore> = Arc::new(AzureStore::new(account.clone())?);
-    let setup = Engine::with_store(direct, EngineOptions::default()).await?;
+    let setup = Engine::with_store(direct, EngineOptions::default())
+        .await?
+        .session();
     setup.sql("CREATE SEQUENCE ids").await?.collect().await?;
     let proxy = Proxy::start(upstream()?, counter_faults(11)).await?;
     const ENGINES: usize = 4;
@@ -617,7 +619,9 @@ async fn a_sequence_hands_out_no_value_twice_through_injected_faults() -> TestRe
     for _ in 0..ENGINES {
         let store: Arc<dyn TableStore> = Arc::new(AzureStore::new(proxy.config(&account))?);
         tasks.push(tokio::spawn(async move {
-            let engine = Engine::with_store(store, EngineOptions::default()).await?;
+            let engine = Engine::with_store(store, EngineOptions::default())
+                .await?
+                .session();
             let mut values = Vec::new();
             for _ in 0..CALLS {
                 let batches = engine.sql("SELECT nextval('ids')").await?.collect().await?;
@@ -693,7 +697,7 @@ fn all_met(armed: &Armed, step: &str) -> TestResult {
 }
 
 /// `(query, calls, requests, retries)` of each statement in the view.
-async fn statement_retries(engine: &tablesql::Engine) -> TestResult<Vec<(String, i64, i64, i64)>> {
+async fn statement_retries(engine: &tablesql::Session) -> TestResult<Vec<(String, i64, i64, i64)>> {
     use datafusion::arrow::array::AsArray;
     use datafusion::arrow::datatypes::Int64Type;
     let batches = engine
@@ -731,7 +735,9 @@ async fn statements_count_the_retries_their_requests_took() -> TestResult {
     config.retry.min_delay = Duration::from_millis(5);
     config.request_timeout = TIMEOUT;
     let store = Arc::new(AzureStore::new(config)?);
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     engine.collect("SET tablesql.scan_policy = allow").await?;
     let point = engine
         .prepare("SELECT name FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3")
@@ -821,7 +827,9 @@ async fn global_index_writes_through_injected_faults_give_no_wrong_answer() -> T
     let _cpu = crate::exclusive();
     let account = crate::azurite::fresh_account()?;
     let direct: Arc<dyn TableStore> = Arc::new(AzureStore::new(account.clone())?);
-    let checker = Engine::with_store(direct, EngineOptions::default()).await?;
+    let checker = Engine::with_store(direct, EngineOptions::default())
+        .await?
+        .session();
     let rows: Vec<String> = (0..60)
         .map(|i| format!("({i}, 'e{}', 0)", i % 20))
         .collect();
@@ -847,7 +855,9 @@ async fn global_index_writes_through_injected_faults_give_no_wrong_answer() -> T
             break;
         }
     }
-    let faulty = faulty.ok_or("the engine never opened through the proxy")?;
+    let faulty = faulty
+        .ok_or("the engine never opened through the proxy")?
+        .session();
     let mut rng = ChaCha8Rng::seed_from_u64(36);
     let (mut failed, mut next) = (0, 1000);
     let emails: Vec<String> = (0..20).map(|i| format!("'e{i}'")).collect();

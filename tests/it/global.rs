@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
 use tablesql::storage::*;
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -62,7 +62,7 @@ impl layer::StoreLayer for Between {
     }
 }
 
-async fn shown(engine: &Engine, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
+async fn shown(engine: &Session, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
     Ok(pretty_format_batches(&engine.collect(sql).await?)?.to_string())
 }
 
@@ -78,7 +78,9 @@ async fn all(store: &dyn TableStore, table: &TableName) -> Result<Vec<StoredEnti
 async fn a_row_moved_back_between_an_update_s_steps_keeps_its_entity() -> TestResult {
     let base = TableName::new("members")?;
     let store = Between::over(&base);
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     for sql in [
         "CREATE TABLE members (id INT PRIMARY KEY, email TEXT)",
         "INSERT INTO members VALUES (1, 'a@x.org'), (2, 'c@x.org')",
@@ -143,7 +145,9 @@ async fn a_row_moved_back_between_an_update_s_steps_keeps_its_entity() -> TestRe
 /// pull ahead as far as its buffers let it.)
 #[tokio::test]
 async fn a_limit_stops_the_lookups_early() -> TestResult {
-    let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default()).await?;
+    let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default())
+        .await?
+        .session();
     engine
         .collect("SET datafusion.execution.target_partitions = 1")
         .await?;
@@ -184,7 +188,9 @@ async fn a_limit_stops_the_lookups_early() -> TestResult {
 #[tokio::test]
 async fn drop_index_deletes_a_global_index_s_table() -> TestResult {
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     for sql in [
         "CREATE TABLE tags (id INT PRIMARY KEY, tag TEXT)",
         "CREATE INDEX tags_tag ON tags (tag) WITH (global = true)",
@@ -214,7 +220,9 @@ async fn drop_index_deletes_a_global_index_s_table() -> TestResult {
 async fn a_unique_value_handed_over_and_stopped_midway_still_finds_its_row() -> TestResult {
     let base = TableName::new("accounts")?;
     let store = Between::over(&base);
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     for sql in [
         "CREATE TABLE accounts (shard TEXT NOT NULL, id TEXT NOT NULL, email TEXT, PRIMARY KEY (shard, id)) \
          WITH (storage_table = 'accounts', partition_key = '{shard}', row_key = '{id}')",
@@ -264,7 +272,9 @@ async fn a_unique_value_handed_over_and_stopped_midway_still_finds_its_row() -> 
 #[tokio::test]
 async fn a_declared_index_reads_an_application_s_entities_by_their_keys() -> TestResult {
     let store = Arc::new(MemoryStore::new());
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     for sql in [
         "CREATE TABLE users (id INT PRIMARY KEY, email TEXT NOT NULL, name TEXT)",
         "INSERT INTO users VALUES (1, 'a@x.org', 'Ann'), (2, 'b@x.org', 'Bob')",

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use tablesql::storage::*;
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 
 use super::fanout::azurite_case;
 use super::pushdown::answer;
@@ -141,7 +141,8 @@ async fn check(store: Arc<dyn TableStore>, name: &str, case: &Case) -> Result<bo
     let fail = |e: tablesql::EngineError| TestCaseError::fail(e.to_string());
     let on = Engine::with_store(store.clone(), EngineOptions::default())
         .await
-        .map_err(fail)?;
+        .map_err(fail)?
+        .session();
     // One catalog per store: on a shared Azurite account, a name per case.
     let t = name.to_lowercase();
     let sql = format!(
@@ -165,7 +166,8 @@ async fn check(store: Arc<dyn TableStore>, name: &str, case: &Case) -> Result<bo
     }
     let off = Engine::with_store(store, EngineOptions::default())
         .await
-        .map_err(fail)?;
+        .map_err(fail)?
+        .session();
     off.collect("SET tablesql.use_indexes = off")
         .await
         .map_err(fail)?;
@@ -259,7 +261,11 @@ fn index_paths_return_what_base_rows_return_azurite() {
 
 /// The counts `tablesql_check_index` (or `_repair_index`) reports, per
 /// index: (index, missing, orphaned, stale, repaired).
-async fn health(engine: &Engine, function: &str, table: &str) -> Vec<(String, i64, i64, i64, i64)> {
+async fn health(
+    engine: &Session,
+    function: &str,
+    table: &str,
+) -> Vec<(String, i64, i64, i64, i64)> {
     use tablesql::datafusion::arrow::array::{AsArray, Int64Array};
     let batches = engine
         .collect(&format!(
@@ -297,7 +303,8 @@ async fn health(engine: &Engine, function: &str, table: &str) -> Vec<(String, i6
 async fn damaged_indexes_are_found_and_repaired(store: Arc<dyn TableStore>, name: &str) {
     let engine = Engine::with_store(store.clone(), EngineOptions::default())
         .await
-        .expect("engine");
+        .expect("engine")
+        .session();
     let t = name.to_lowercase();
     engine
         .collect(&format!(
@@ -372,7 +379,8 @@ async fn damaged_indexes_are_found_and_repaired(store: Arc<dyn TableStore>, name
     );
     let off = Engine::with_store(store, EngineOptions::default())
         .await
-        .expect("engine");
+        .expect("engine")
+        .session();
     off.collect("SET tablesql.use_indexes = off")
         .await
         .expect("set");
@@ -396,7 +404,8 @@ async fn damaged_indexes_are_found_and_repaired(store: Arc<dyn TableStore>, name
 async fn created_indexes_are_backfilled(store: Arc<dyn TableStore>, name: &str) {
     let engine = Engine::with_store(store.clone(), EngineOptions::default())
         .await
-        .expect("engine");
+        .expect("engine")
+        .session();
     let t = name.to_lowercase();
     engine
         .collect(&format!(
@@ -483,7 +492,8 @@ async fn an_unindexable_row_keeps_a_new_index_unused() {
     let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
     let engine = Engine::with_store(store, EngineOptions::default())
         .await
-        .expect("engine");
+        .expect("engine")
+        .session();
     engine
         .collect(
             "CREATE TABLE uu (p TEXT NOT NULL, id INT NOT NULL, a INT NOT NULL, big BIGINT NOT NULL, PRIMARY KEY (p, id)) \

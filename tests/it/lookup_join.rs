@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
 use tablesql::storage::*;
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
@@ -81,7 +81,7 @@ impl layer::StoreLayer for Counted {
 /// People in `COUNTRIES` partitions of `per_country`, and `REGISTRATIONS`
 /// registrations of event E1 (and as many of E2) naming one each;
 /// both analyzed.
-async fn load(engine: &Engine, per_country: u64) -> TestResult {
+async fn load(engine: &Session, per_country: u64) -> TestResult {
     engine
         .collect(
             "CREATE TABLE people (country TEXT NOT NULL, id BIGINT NOT NULL, name TEXT NOT NULL, \
@@ -130,14 +130,16 @@ const JOIN: &str = "SELECT r.bib, p.name FROM registrations r \
                     JOIN people p ON p.country = r.country AND p.id = r.person \
                     WHERE r.event = 'E1' ORDER BY r.bib";
 
-async fn text(engine: &Engine, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
+async fn text(engine: &Session, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
     Ok(pretty_format_batches(&engine.collect(sql).await?)?.to_string())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_join_by_primary_key_reads_batches_of_keys() -> TestResult {
     let store = Arc::new(Counted::default());
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     load(&engine, 2000).await?;
 
     engine
@@ -186,7 +188,9 @@ async fn a_join_by_primary_key_reads_batches_of_keys() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hash_join_reads_its_probe_side_by_the_dynamic_filter() -> TestResult {
     let store = Arc::new(Counted::default());
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     load(&engine, 2000).await?;
     engine
         .collect("SET tablesql.enable_lookup_join = off")
@@ -228,7 +232,9 @@ async fn a_hash_join_reads_its_probe_side_by_the_dynamic_filter() -> TestResult 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn small_batches_and_every_join_type_answer_as_the_hash_join() -> TestResult {
-    let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default()).await?;
+    let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default())
+        .await?
+        .session();
     load(&engine, 50).await?;
     // (query, whether its join can read by key: an id alone fixes no
     // partition of the people, so `p.id IN (...)` stays a hash join).
@@ -292,7 +298,9 @@ async fn small_batches_and_every_join_type_answer_as_the_hash_join() -> TestResu
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_transaction_block_reads_its_own_writes_through_a_lookup() -> TestResult {
-    let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default()).await?;
+    let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default())
+        .await?
+        .session();
     load(&engine, 50).await?;
     engine
         .collect("SET tablesql.enable_lookup_join = always")
@@ -316,7 +324,9 @@ async fn a_transaction_block_reads_its_own_writes_through_a_lookup() -> TestResu
 async fn over_azurite_a_lookup_join_reads_a_few_requests_of_keys() -> TestResult {
     let account = crate::azurite::fresh_account()?;
     let store = Arc::new(AzureStore::new(account)?);
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     load(&engine, 4000).await?;
     // The requests the engine made: not the store's retries of them (a
     // pooled connection Azurite closed while a busy machine kept the test

@@ -50,7 +50,8 @@ async fn check(
     let sql = format!("SELECT a, b, c, d, v, w FROM {name} WHERE {pred}");
     let whole = Engine::with_store(store.clone(), options(false, 1))
         .await
-        .unwrap();
+        .unwrap()
+        .session();
     // Pages fanned out by statistics: chunks of partitions between guideposts.
     if let Some(every) = analyze {
         whole.analyze(&name, every).await.unwrap();
@@ -63,7 +64,8 @@ async fn check(
         // A new engine per page: the token alone carries the position.
         let engine = Engine::with_store(store.clone(), options(true, width))
             .await
-            .unwrap();
+            .unwrap()
+            .session();
         let size = sizes[pages % sizes.len()];
         let page = engine
             .query_page(&sql, size, token.as_deref())
@@ -166,7 +168,8 @@ async fn bad_tokens_are_refused() {
     let name = setup(&store, "Things", 0, &[]).await;
     let engine = Engine::with_store(store.clone(), options(true, 4))
         .await
-        .unwrap();
+        .unwrap()
+        .session();
     engine.collect(insert).await.unwrap();
     let sql = format!("SELECT a, b FROM {name}");
     let first = engine.query_page(&sql, 3, None).await.unwrap();
@@ -200,7 +203,8 @@ async fn bad_tokens_are_refused() {
     setup(&elsewhere, "Things", 0, &[]).await;
     let foreign = Engine::with_store(elsewhere, options(true, 4))
         .await
-        .unwrap();
+        .unwrap()
+        .session();
     foreign.collect(insert).await.unwrap();
     let e = foreign.query_page(&sql, 3, Some(&token)).await.unwrap_err();
     assert_eq!(token_error(e), TokenError::OtherStore);
@@ -220,7 +224,10 @@ async fn bad_tokens_are_refused() {
 async fn session_tokens_survive_other_statements() {
     let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
     let name = setup(&store, "Things", 0, &[]).await;
-    let engine = Engine::with_store(store, options(true, 4)).await.unwrap();
+    let engine = Engine::with_store(store, options(true, 4))
+        .await
+        .unwrap()
+        .session();
     engine
         .collect(
             "INSERT INTO things (a, b, c, d) VALUES ('x', 1, 1, 'p'), ('x', 2, 2, 'q'), \

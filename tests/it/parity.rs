@@ -49,7 +49,7 @@ async fn in_memory_objects_are_refused_alike_by_every_front_end() -> TestResult 
     // The library.
     let lib_store = store_copy()?;
     let location = tablesql::storage::StoreLocation::Embedded(lib_store.path().to_owned());
-    let engine = Engine::open(&location).await?;
+    let engine = Engine::open(&location).await?.session();
     for (sql, says) in REFUSED {
         match engine.sql(sql).await {
             Err(EngineError::NotSupported(why)) => assert!(why.contains(says), "{sql}: {why}"),

@@ -10,7 +10,7 @@ use tablesql::catalog::ddl;
 use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
 use tablesql::keys::KeyValue;
 use tablesql::storage::*;
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 
 /// The shapes: (partition key, row key, index row key). Base rows of a
 /// table with index rows start with a literal of their own.
@@ -205,7 +205,7 @@ pub(crate) fn entities(shape: usize, rows: &[Row]) -> Vec<Entity> {
     out
 }
 
-async fn engines(shape: usize, rows: &[Row]) -> (Engine, Engine) {
+async fn engines(shape: usize, rows: &[Row]) -> (Session, Session) {
     let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
     let (pk, rk, ix) = SHAPES[shape];
     let index = ix
@@ -217,7 +217,8 @@ async fn engines(shape: usize, rows: &[Row]) -> (Engine, Engine) {
     );
     let pushed = Engine::with_store(store.clone(), EngineOptions::default())
         .await
-        .unwrap();
+        .unwrap()
+        .session();
     pushed.collect(&sql).await.unwrap();
     assert!(ddl::parse(&sql).is_ok());
     let table = TableName::new("Things").unwrap();
@@ -232,11 +233,12 @@ async fn engines(shape: usize, rows: &[Row]) -> (Engine, Engine) {
     }
     let reference = Engine::with_store(store, EngineOptions::default().with_pushdown(false))
         .await
-        .unwrap();
+        .unwrap()
+        .session();
     (pushed, reference)
 }
 
-pub(crate) async fn answer(engine: &Engine, sql: &str) -> String {
+pub(crate) async fn answer(engine: &Session, sql: &str) -> String {
     match engine.collect(sql).await {
         Ok(b) => pretty_format_batches(&b)
             .map(|t| t.to_string())
@@ -246,7 +248,7 @@ pub(crate) async fn answer(engine: &Engine, sql: &str) -> String {
 }
 
 /// Rows `sql` returns from `engine`; an error fails the test.
-async fn row_count(engine: &Engine, sql: &str) -> usize {
+async fn row_count(engine: &Session, sql: &str) -> usize {
     match engine.collect(sql).await {
         Ok(batches) => batches.iter().map(|b| b.num_rows()).sum(),
         Err(e) => panic!("{sql}: {e}"),

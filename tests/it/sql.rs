@@ -9,12 +9,12 @@ use tablesql::datafusion::arrow::datatypes::Int64Type;
 use tablesql::datafusion::arrow::record_batch::RecordBatch;
 use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
 use tablesql::storage::*;
-use tablesql::{Engine, EngineOptions, demo};
+use tablesql::{Engine, EngineOptions, Session, demo};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
 /// An engine over an in-memory embedded store holding `rows` demo registrations.
-pub async fn demo_engine(rows: u64) -> Engine {
+pub async fn demo_engine(rows: u64) -> Session {
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory().expect("store"));
     demo::load(store.as_ref(), rows, |_, _| {})
         .await
@@ -22,6 +22,7 @@ pub async fn demo_engine(rows: u64) -> Engine {
     Engine::with_store(store, EngineOptions::default())
         .await
         .expect("engine")
+        .session()
 }
 
 fn text(batches: &[RecordBatch]) -> String {
@@ -47,7 +48,7 @@ fn metric(plan: &str, name: &str) -> Option<u64> {
         .ok()
 }
 
-async fn analyze(engine: &Engine, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
+async fn analyze(engine: &Session, sql: &str) -> Result<String, Box<dyn std::error::Error>> {
     Ok(text(
         &engine.collect(&format!("EXPLAIN ANALYZE {sql}")).await?,
     ))
@@ -119,7 +120,9 @@ async fn limit_stops_the_scan_early() -> TestResult {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_catalog_lives_in_the_store() -> TestResult {
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     engine
         .collect(
             "CREATE TABLE readings (device TEXT NOT NULL, at BIGINT NOT NULL, celsius DOUBLE) \
@@ -136,7 +139,9 @@ async fn the_catalog_lives_in_the_store() -> TestResult {
         store.execute(&t, WriteOp::Insert(e)).await?;
     }
     // A second engine over the same store sees the definition.
-    let other = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let other = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     let rows = text(
         &other
             .collect("SELECT at, celsius FROM readings WHERE device = 'd1' AND at >= 200")
@@ -191,7 +196,9 @@ async fn raw_tables_infer_their_columns() -> TestResult {
             .with("v", v);
         store.execute(&t, WriteOp::Insert(e)).await?;
     }
-    let engine = Engine::with_store(store, EngineOptions::default()).await?;
+    let engine = Engine::with_store(store, EngineOptions::default())
+        .await?
+        .session();
     let got = text(&engine.collect("SELECT \"RowKey\", n, v, arrow_typeof(n) AS tn, arrow_typeof(v) AS tv FROM mixed ORDER BY \"RowKey\"").await?);
     assert!(
         got.contains("| a      | 1          | x    | Int64 | Utf8 |"),
@@ -363,7 +370,7 @@ async fn requests_run_concurrently_within_the_bound() -> TestResult {
             .with_max_in_flight(4)
             .with_pages_ahead(1),
     );
-    let engine = Engine::with_store(store.clone(), options).await?;
+    let engine = Engine::with_store(store.clone(), options).await?.session();
     store.most.store(0, std::sync::atomic::Ordering::SeqCst);
     let bibs: Vec<String> = (1..=40).map(|b| b.to_string()).collect();
     let sql = format!(
@@ -383,7 +390,9 @@ async fn requests_run_concurrently_within_the_bound() -> TestResult {
 async fn sql_over_azurite_matches_the_embedded_store() -> TestResult {
     let azure: Arc<dyn TableStore> = Arc::new(AzureStore::new(crate::azurite::fresh_account()?)?);
     demo::load(azure.as_ref(), 600, |_, _| {}).await?;
-    let on_azure = Engine::with_store(azure, EngineOptions::default()).await?;
+    let on_azure = Engine::with_store(azure, EngineOptions::default())
+        .await?
+        .session();
     let embedded = demo_engine(600).await;
     for sql in [
         "SELECT name, age FROM registrations WHERE event = '2012 Boston Marathon' AND distance = 'Half' AND bib = 7",
@@ -439,7 +448,9 @@ async fn analyze_plans_fan_outs_from_statistics() -> TestResult {
     );
 
     // Another engine over the same store: the statistics are the store's.
-    let again = Engine::with_store(engine.store().clone(), EngineOptions::default()).await?;
+    let again = Engine::with_store(engine.store().clone(), EngineOptions::default())
+        .await?
+        .session();
     again.collect("SET tablesql.scan_policy = 'allow'").await?;
     let after = analyze(&again, count).await?;
     assert!(after.contains("fanout=chunks("), "{after}");
@@ -477,7 +488,9 @@ async fn analyze_plans_fan_outs_from_statistics() -> TestResult {
 #[tokio::test]
 async fn statistics_that_cannot_be_kept_or_read() -> TestResult {
     let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     engine
         .collect(
             "CREATE TABLE wide (p TEXT NOT NULL, r TEXT NOT NULL) \
@@ -510,7 +523,9 @@ async fn statistics_that_cannot_be_kept_or_read() -> TestResult {
     store
         .execute(&catalog, WriteOp::InsertOrReplace(alien))
         .await?;
-    let again = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let again = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     again.collect("SET tablesql.scan_policy = 'allow'").await?;
     let plan = text(&again.collect("EXPLAIN SELECT * FROM wide").await?);
     assert!(plan.contains("fanout=partitions(listed)"), "{plan}");
@@ -629,7 +644,9 @@ async fn prepared_upserts_type_the_placeholders_of_their_do_update() -> TestResu
     use tablesql::datafusion::arrow::datatypes::DataType;
     use tablesql::datafusion::scalar::ScalarValue;
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
-    let engine = Engine::with_store(store, EngineOptions::default()).await?;
+    let engine = Engine::with_store(store, EngineOptions::default())
+        .await?
+        .session();
     engine
         .collect(
             "CREATE TABLE notes (k TEXT NOT NULL, id INT NOT NULL, v TEXT) WITH \
@@ -671,7 +688,9 @@ async fn prepared_upserts_type_the_placeholders_of_their_do_update() -> TestResu
 async fn prepared_point_reads_follow_the_catalog_and_the_transaction() -> TestResult {
     use tablesql::datafusion::scalar::ScalarValue;
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     engine
         .collect(
             "CREATE TABLE kv (k TEXT NOT NULL, v TEXT) \
@@ -724,7 +743,7 @@ async fn prepared_point_reads_follow_the_catalog_and_the_transaction() -> TestRe
 
 /// Catalog DDL is recognised by its statement, not its first word: a
 /// leading comment (as tools and migration files write them) changes
-/// nothing, through `Engine::sql` and through a prepared statement.
+/// nothing, through `Session::collect` and through a prepared statement.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn catalog_ddl_after_a_leading_comment() -> TestResult {
     let engine = demo_engine(0).await;
@@ -750,5 +769,20 @@ async fn catalog_ddl_after_a_leading_comment() -> TestResult {
     engine.collect("-- gone\nDROP TABLE readings").await?;
     // The mapping is gone (its entities stay, readable as a raw table).
     assert!(engine.table_def("readings").await.is_err());
+    Ok(())
+}
+
+/// `now()` is each statement's start, as PostgreSQL's is outside a
+/// transaction block, not the moment the session first planned; and the
+/// names planning makes up start afresh in each statement.
+#[tokio::test]
+async fn now_is_each_statements_start_not_the_sessions() -> TestResult {
+    let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+    let session = Engine::with_store(store, EngineOptions::default())
+        .await?
+        .session();
+    let first = text(&session.collect("SELECT now()").await?);
+    let second = text(&session.collect("SELECT now()").await?);
+    assert_ne!(first, second, "now() stood still across statements");
     Ok(())
 }

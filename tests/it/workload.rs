@@ -13,7 +13,7 @@ use crate::sql::demo_engine;
 /// store serves, and the cache would serve the scans these tests repeat
 /// (the hot-partition and wide-read findings are about reads that reach
 /// the store).
-async fn uncached_demo_engine(rows: u64) -> tablesql::Engine {
+async fn uncached_demo_engine(rows: u64) -> tablesql::Session {
     let store = tablesql::storage::EmbeddedStore::in_memory()
         .expect("store")
         .with_derived_cache(0);
@@ -24,6 +24,7 @@ async fn uncached_demo_engine(rows: u64) -> tablesql::Engine {
     tablesql::Engine::with_store(store, tablesql::EngineOptions::default())
         .await
         .expect("engine")
+        .session()
 }
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
@@ -31,7 +32,7 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 /// `(table, partition, read, written, requests, conflicts, peak read/s)`
 /// of every row of the view.
 async fn partitions(
-    engine: &tablesql::Engine,
+    engine: &tablesql::Session,
 ) -> Result<Vec<(String, String, [i64; 5])>, Box<dyn std::error::Error>> {
     let batches = engine
         .collect(
@@ -198,7 +199,7 @@ fn workload_statistics_in_psql() -> TestResult {
 type StatementRow = (String, i64, i64, i64, i64, Option<f64>, i64, String);
 
 async fn statements(
-    engine: &tablesql::Engine,
+    engine: &tablesql::Session,
 ) -> Result<Vec<StatementRow>, Box<dyn std::error::Error>> {
     use tablesql::datafusion::arrow::array::Array;
     use tablesql::datafusion::arrow::datatypes::Float64Type;
@@ -291,7 +292,7 @@ async fn statement_statistics_normalize_and_measure_density() -> TestResult {
 
 /// `(table, finding, evidence)` of `tablesql_advise()`.
 async fn advice(
-    engine: &tablesql::Engine,
+    engine: &tablesql::Session,
 ) -> Result<Vec<(String, String, String)>, Box<dyn std::error::Error>> {
     let batches = engine
         .collect("SELECT table_name, finding, evidence FROM tablesql_advise()")
@@ -656,7 +657,9 @@ async fn statistics_can_be_turned_off() -> TestResult {
     let store: Arc<dyn TableStore> = Arc::new(EmbeddedStore::in_memory()?);
     tablesql::demo::load(store.as_ref(), 60, |_, _| {}).await?;
     let options = tablesql::EngineOptions::default().with_statistics(false);
-    let engine = tablesql::Engine::with_store(store, options).await?;
+    let engine = tablesql::Engine::with_store(store, options)
+        .await?
+        .session();
     let r = tablesql::demo::registration(3);
     let point = format!(
         "SELECT name FROM registrations WHERE event = '{}' AND distance = '{}' AND bib = {}",

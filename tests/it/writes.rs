@@ -78,7 +78,9 @@ async fn consistent(store: &dyn TableStore) -> Result<usize, Box<dyn std::error:
 
 async fn scenario(store: Arc<dyn TableStore>) -> TestResult {
     demo::load(store.as_ref(), 30, |_, _| {}).await?;
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     let table = TableName::new("Registrations")?;
 
     // An application's own property on a demo row and its index row,
@@ -172,7 +174,9 @@ async fn scenario(store: Arc<dyn TableStore>) -> TestResult {
 /// a write of their base row, and the write leaves them right.
 async fn damaged_index_rows(store: Arc<dyn TableStore>) -> TestResult {
     demo::load(store.as_ref(), 30, |_, _| {}).await?;
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     let table = TableName::new("Registrations")?;
     engine
         .collect(&format!(
@@ -264,7 +268,9 @@ fn rows(n: std::ops::RangeInclusive<i32>, name: &str, age: i32) -> String {
 /// key is one entity.
 async fn upserts(store: Arc<dyn TableStore>) -> TestResult {
     demo::load(store.as_ref(), 30, |_, _| {}).await?;
-    let engine = Engine::with_store(store.clone(), EngineOptions::default()).await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
     let insert =
         "INSERT INTO registrations (event, distance, bib, name, gender, age, finish) VALUES";
     let target = "ON CONFLICT (event, distance, bib)";

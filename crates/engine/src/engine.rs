@@ -1,8 +1,62 @@
-//! The engine: a DataFusion `SessionContext` whose tables are the store's,
-//! mapped through the catalog (or raw), plus the catalog DDL DataFusion does
-//! not know (`CREATE TABLE ... WITH (partition_key = ...)`, `DROP TABLE` of a
-//! mapped table). Front ends (the CLI, the wire server, the shell) and
-//! embedders all go through it.
+//! The engine and its sessions. An [`Engine`] is what every session over a
+//! store shares: the store, the catalog's tables registered for DataFusion
+//! (mapped through the catalog, or raw), statistics, sequences and the
+//! workload. A [`Session`] is one connection's state over it (settings, a
+//! transaction block, notices) and the one door statements run through
+//! ([`Session::execute`]), the catalog DDL DataFusion does not know
+//! (`CREATE TABLE ... WITH (partition_key = ...)`, `DROP TABLE` of a mapped
+//! table) included. Front ends (the CLI, the wire server, the shell) and
+//! embedders all go through it: `engine.session()`, then statements.
+//!
+//! - `session`: `Session`, one connection's state (its DataFusion context,
+//!   settings, transaction block, notices), which `Engine::session` alone
+//!   gives; `Session::execute` and `execute_sql`, the one door every statement
+//!   runs through to a typed `Outcome`; `prepare`.
+//! - `context`: a session's DataFusion context, built from the engine's: its
+//!   own settings, notices, transaction block and share of memory.
+//! - `door`: what a session answers before DataFusion plans (transaction
+//!   control, catalog DDL, `SET`, `SHOW`), and `sql`, `execute_stream` and
+//!   `collect` for an embedder.
+//! - `start`: how the session starts a query (a prepared point read without
+//!   planning, a page, the direct path or DataFusion's) and a `Write` (its run
+//!   can be interrupted and say what it committed), for every front end alike.
+//! - `run`: a run's pieces: its optimized plan and placeholder types, the
+//!   prepared point query, its record in the workload statistics.
+//! - `direct`: fully pushed scans without the physical planner, and the
+//!   session's planning snapshot.
+//! - `prepared`: `PreparedStatement`, the one prepared statement (the library's
+//!   and the server's), planned again after a catalog change.
+//! - `bind`: a run's values bound into its scans' filters without DataFusion's
+//!   rebuild of every node.
+//! - `paging`: token paging (`Session::query_page`).
+//! - `block`: transaction control and the one authority on a failed block.
+//! - `kind`: `StatementKind`, a statement's command tag, whether it writes
+//!   rows, whether it changes the catalog.
+//! - `show`: `SHOW` as the session answers it.
+//! - `table_ddl`: catalog DDL: `CREATE TABLE ... WITH`, `ALTER TABLE`,
+//!   `DROP TABLE` and `TRUNCATE` of a mapped table.
+//! - `create_as`: `CREATE TABLE ... AS <query>`.
+//! - `indexes`: `CREATE INDEX` and `DROP INDEX`.
+//! - `views`: `CREATE VIEW` kept in the catalog, and `DROP VIEW`.
+//! - `analyze`: `ANALYZE`: statistics taken (whole or sampled) and stored.
+//! - `apply`: catalog directories (`tablesql apply`).
+//! - `refuse`: the statements refused because what they create would live only
+//!   in memory.
+//! - `bulk`: what COPY and `tablesql load` (`crate::load`) ask of the planner
+//!   and executor.
+//! - `options`: `EngineOptions`, what an engine is opened with.
+//! - `tables`: the tables an engine registers (mapped and raw), found by SQL
+//!   name.
+//! - `schema`: schema `public`: the store's tables, replaced whole at a reload,
+//!   beside what an embedder or `CREATE VIEW` registers.
+//! - `follow`: the live catalog: other engines' changes, followed by the stored
+//!   catalog's version.
+//! - `rules`: the optimizer rules the sessions plan with.
+//! - `memory`: memory limits, for the process and for each session.
+//! - `persist_timer`: the timer that stores the workload statistics.
+//! - `describe`: what the tables are (primary keys, indexes), for front ends
+//!   that describe them.
+//! - `error`: `EngineError` and the SQLSTATE of each failure.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -87,9 +141,6 @@ mod tables;
 mod views;
 
 pub use crate::exec::notices::{Notice, NoticeKind};
-/// The SQLSTATE of a DataFusion failure, through the wrappers it adds:
-/// for the front ends, which reach exec through the engine.
-pub use crate::exec::sqlstate::of_datafusion as datafusion_sqlstate;
 pub use crate::exec::stats::advise::PARTITION_TARGET_PER_S;
 pub use crate::exec::stats::workload::PartitionTraffic;
 pub use crate::exec::write::upkeep::IndexHealth;
@@ -98,11 +149,13 @@ pub use crate::planner::sql::{Dialect, Respell, SqlParser};
 pub use analyze::Reading;
 pub use apply::Applied;
 pub use block::{BlockChange, BlockEnd, BlockStatus};
-pub(crate) use context::{session_notices, session_setting, session_transaction};
+pub(crate) use context::{
+    session_notices, session_parameters, session_setting, session_transaction,
+};
 pub use describe::{
     ColumnInfo, IndexInfo, IndexTemplate, MappingInfo, StoredAs, TableDescription, TableInfo,
 };
-pub use error::EngineError;
+pub use error::{EngineError, datafusion_sqlstate};
 pub use follow::DEFAULT_CATALOG_CHECK;
 pub use kind::{StatementKind, returns_rows};
 pub use memory::MemoryLimits;
@@ -126,12 +179,15 @@ pub const RAW_SCHEMA: &str = "raw";
 /// The schema of mapped tables (DataFusion's default).
 const PUBLIC_SCHEMA: &str = "public";
 
-/// SQL over one store. An engine is one session: its clones share its
-/// settings and its transaction block; [`Engine::session_context`] gives
-/// another session over the same tables.
+/// SQL over one store: what every session shares (the store, the catalog
+/// and its tables, statistics, sequences, the workload). Statements run in
+/// a [`Session`], one connection's state, which [`Engine::session`] gives;
+/// clones of an engine share everything.
 #[derive(Clone)]
 pub struct Engine {
-    ctx: SessionContext,
+    /// The context every session's own is copied from: the tables, the
+    /// functions and the rules, never a statement's state.
+    base: SessionContext,
     store: Arc<dyn TableStore>,
     options: EngineOptions,
     parser: Arc<SqlParser>,
@@ -157,7 +213,7 @@ pub struct Engine {
     unobserved: Arc<dyn TableStore>,
 }
 
-/// A query string's one statement (`Engine::one_statement`). Made once per
+/// A query string's one statement (`Session::one_statement`). Made once per
 /// statement and matched at once: not worth a box.
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum OneStatement {
@@ -292,7 +348,7 @@ impl Engine {
             ctx.register_udtf(name, Arc::new(f));
         }
         let engine = Self {
-            ctx,
+            base: ctx,
             store,
             options,
             parser: Arc::new(SqlParser::new()),
@@ -363,16 +419,11 @@ impl Engine {
         Ok(())
     }
 
-    /// The DataFusion session, for users who want it whole.
+    /// The DataFusion context every session is copied from: a function or
+    /// catalog registered here is in each session made afterwards (the wire
+    /// server's `pg_catalog`). Statements run in a [`Session`].
     pub fn context(&self) -> &SessionContext {
-        &self.ctx
-    }
-
-    /// The notices the session's statements left since the last call (a
-    /// scan of every partition under `tablesql.scan_policy = warn`), for the
-    /// front end to show.
-    pub fn take_notices(&self) -> Vec<Notice> {
-        session_notices(&self.ctx)
+        &self.base
     }
 
     /// The store.

@@ -92,7 +92,7 @@ pub async fn load(engine: &tablesql::Engine, request: Request) -> anyhow::Result
         Mode::Upsert => LoadMode::Upsert,
         Mode::Skip => LoadMode::Skip,
     };
-    let session = engine.as_session();
+    let session = engine.session();
     let mut loader = Loader::new(
         &session,
         &table.name,
@@ -232,7 +232,7 @@ impl Run {
         loader: &mut Loader,
     ) -> anyhow::Result<()> {
         loop {
-            match loader.write(&engine.as_session()).await {
+            match loader.write(&engine.session()).await {
                 Ok(_) => {
                     self.pending.clear();
                     return Ok(());

@@ -740,6 +740,7 @@ async fn advise(
     format: output::Format,
     html: Option<&std::path::Path>,
 ) -> anyhow::Result<()> {
+    let session = engine.session();
     // Every mapped table when none is named, as `ANALYZE` alone does.
     let (analyze, advise) = match &table {
         Some(t) => {
@@ -754,13 +755,13 @@ async fn advise(
         }
         None => ("ANALYZE".to_owned(), "tablesql_advise()".to_owned()),
     };
-    engine.collect(&analyze).await?;
-    for notice in engine.take_notices() {
+    session.collect(&analyze).await?;
+    for notice in session.take_notices() {
         eprintln!("NOTICE:  {notice}");
     }
     if let Some(path) = html {
         let report = advise.replacen("tablesql_advise", "tablesql_advise_report", 1);
-        let page = engine
+        let page = session
             .collect(&format!("SELECT html FROM {report}"))
             .await?;
         let text = page
@@ -775,7 +776,7 @@ async fn advise(
     let sql = format!(
         "SELECT table_name, finding, evidence, remedy FROM {advise} ORDER BY table_name, finding"
     );
-    output::print_stream(engine.execute_stream(&sql).await?, format).await
+    output::print_stream(session.execute_stream(&sql).await?, format).await
 }
 
 async fn tables(store: &dyn TableStore) -> anyhow::Result<()> {
@@ -866,6 +867,7 @@ async fn truncate_table(
 ) -> anyhow::Result<()> {
     let bar = spinner("rows deleted", print_progress)?;
     engine
+        .session()
         .truncate(truncate, |rows| {
             bar.set_position(rows);
             if print_progress {

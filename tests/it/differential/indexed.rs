@@ -317,8 +317,12 @@ async fn run(
 ) -> Result<Counts, Box<dyn std::error::Error>> {
     let (pg, connection) = tokio_postgres::connect(&postgres()?, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
-    let on = Engine::with_store(store.clone(), EngineOptions::default()).await?;
-    let off = Engine::with_store(store, EngineOptions::default()).await?;
+    let on = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
+    let off = Engine::with_store(store, EngineOptions::default())
+        .await?
+        .session();
     off.collect("SET tablesql.use_indexes = off").await?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut counts = Counts::default();
@@ -568,7 +572,9 @@ async fn every_create_index_form_postgresql_accepts_is_accepted_or_refused_as_do
 -> TestResult {
     let (pg, connection) = tokio_postgres::connect(&postgres()?, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
-    let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default()).await?;
+    let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default())
+        .await?
+        .session();
     let create = "CREATE TABLE forms (id INT PRIMARY KEY, i INTEGER, d DOUBLE PRECISION, t TEXT, ts TIMESTAMP)";
     let rows = "INSERT INTO forms VALUES (1, 1, 1.5, 'a', '2024-01-01'), (2, NULL, NULL, NULL, NULL), (3, -4, 'NaN', 'b c', '1999-01-01')";
     simple_query(&pg, "DROP TABLE IF EXISTS forms").await;

@@ -34,7 +34,7 @@ use std::sync::Arc;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use tablesql::storage::{EmbeddedStore, MemoryStore, TableStore};
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 use tokio_postgres::Client;
 
 use super::{Answer, TestResult, batch_rows, env_number, postgres, same_rows, simple_query};
@@ -143,7 +143,7 @@ impl Tally {
 /// session takes each setting in turn.
 struct Systems {
     pg: Client,
-    engine: Engine,
+    engine: Session,
 }
 
 /// How tablesql's answer compares with PostgreSQL's.
@@ -162,7 +162,9 @@ async fn run(
 ) -> Result<Tally, Error> {
     let (pg, connection) = tokio_postgres::connect(&postgres()?, tokio_postgres::NoTls).await?;
     tokio::spawn(connection);
-    let engine = Engine::with_store(store, EngineOptions::default()).await?;
+    let engine = Engine::with_store(store, EngineOptions::default())
+        .await?
+        .session();
     let systems = Systems { pg, engine };
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let mut tally = Tally::default();

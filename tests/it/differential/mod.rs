@@ -37,7 +37,7 @@ use tablesql::datafusion::arrow::array::RecordBatch;
 use tablesql::datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use tablesql::server::{AuthMode, Server, ServerConfig};
 use tablesql::storage::{EmbeddedStore, TableStore};
-use tablesql::{Engine, EngineOptions};
+use tablesql::{Engine, EngineOptions, Session};
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 use generate::{Data, Generator, TABLES};
@@ -58,7 +58,7 @@ enum Answer {
 /// The systems under test.
 struct Systems {
     postgres: Client,
-    engine: Engine,
+    engine: Session,
     wire: Client,
 }
 
@@ -247,6 +247,7 @@ impl Systems {
         let listen: SocketAddr = "127.0.0.1:0".parse()?;
         let server =
             Server::bind(engine.clone(), ServerConfig::new(listen, AuthMode::Trust)).await?;
+        let engine = engine.session();
         let addr = server.local_addr()?;
         tokio::spawn(server.run());
         let conninfo = format!(

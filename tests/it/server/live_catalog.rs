@@ -144,7 +144,7 @@ async fn plain_tables_outlive_every_process_and_reach_every_server() -> TestResu
     );
     {
         let location: tablesql::storage::StoreLocation = store.to_string().parse()?;
-        let engine = tablesql::Engine::open(&location).await?;
+        let engine = tablesql::Engine::open(&location).await?.session();
         engine
             .collect("CREATE TABLE marks (who TEXT, score INT, PRIMARY KEY (who, score))")
             .await?;

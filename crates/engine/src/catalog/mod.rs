@@ -5,6 +5,25 @@
 //! files in the top-level `catalog/` folder and persisted in the store itself
 //! (`persist`) so that every front end over one store sees one catalog.
 //! Tables without a definition are read raw with an inferred schema (`raw`).
+//!
+//! - `ddl`: table definitions as SQL DDL, the `CREATE TABLE ... WITH` syntax;
+//!   `ddl::create` a definition from its statement, `ddl::alter` `ALTER TABLE`.
+//! - `validate`: `TableDef::validate`, the checks every definition passes
+//!   before it is used or stored.
+//! - `types`: column types: what a column holds, its EDM property and its Arrow
+//!   type.
+//! - `persist`: the definitions' copy in the store (`TablesqlCatalog`), and the
+//!   version entity that tells other engines of a change.
+//! - `files`: catalog files: a directory of `.sql` mappings, checked whole
+//!   before any is applied.
+//! - `raw`: raw-table inference: a table without a mapping, its schema from a
+//!   sample.
+//! - `stats`: `ANALYZE`'s statistics in the store (counts, sizes, guideposts,
+//!   distinct key prefixes per partition); `stats::counted` those of a table
+//!   never analyzed, from a store's kept counts.
+//! - `sequence`: sequences: a counter entity each, values reserved a block at a
+//!   time.
+//! - `secret`: the store's secret that signs page tokens.
 
 pub mod ddl;
 pub(crate) mod files;

@@ -102,14 +102,14 @@ mod tests {
         let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default())
             .await
             .expect("engine");
-        engine
+        let session = engine.session();
+        session
             .collect(
                 "CREATE TABLE runs (e TEXT, bib INT, name TEXT, PRIMARY KEY (e, bib)) \
                  WITH (partition_key = '{e}', row_key = '{bib:05}')",
             )
             .await
             .expect("create");
-        let session = engine.session();
         let values = ParamValues::from(vec![
             ScalarValue::from("Berlin"),
             ScalarValue::Int32(Some(10)),

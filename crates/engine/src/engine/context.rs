@@ -1,14 +1,14 @@
-//! A session's DataFusion context: made for each session with its own
-//! settings, notices, transaction block and share of memory, and read
-//! back by the engine's statements.
+//! A session's DataFusion context: copied from the engine's for each
+//! session, with its own settings, notices, transaction block and share
+//! of memory, and read back by the session's statements.
 
 use super::*;
 
 impl Engine {
-    /// A new session over the same tables (the wire server's connections):
-    /// settings are its own, the catalog and the tables are shared.
-    pub fn session_context(&self) -> SessionContext {
-        let mut state = self.ctx.state();
+    /// A new session's context over the same tables: settings are its
+    /// own, the catalog and the tables are shared ([`Engine::session`]).
+    pub(super) fn session_context(&self) -> SessionContext {
+        let mut state = self.base.state();
         // Its own notices: another session's must not reach it.
         state
             .config_mut()
@@ -37,16 +37,19 @@ impl Engine {
         let state = memory::share(state, self.options.memory);
         SessionContext::new_with_state(state)
     }
+}
 
-    /// Another session over the same tables, statistics and store: its
-    /// settings and transaction block are its own (see
-    /// [`Engine::session_context`]).
-    pub fn new_session(&self) -> Engine {
-        Engine {
-            ctx: self.session_context(),
-            ..self.clone()
-        }
-    }
+/// A session's PostgreSQL parameters (`planner::parameters`), shared with
+/// its context.
+pub(crate) fn session_parameters(ctx: &SessionContext) -> SessionParameters {
+    ctx.state_ref()
+        .read()
+        .config()
+        .options()
+        .extensions
+        .get::<SessionParameters>()
+        .cloned()
+        .unwrap_or_default()
 }
 
 /// The notices a session's statements left since the last call.
@@ -59,8 +62,7 @@ pub(crate) fn session_notices(ctx: &SessionContext) -> Vec<Notice> {
         .unwrap_or_default()
 }
 
-/// The transaction block of a session (an engine's own, or one of
-/// [`Engine::session_context`]'s).
+/// The transaction block of a session's context.
 pub(crate) fn session_transaction(ctx: &SessionContext) -> Option<Arc<Transaction>> {
     ctx.state_ref()
         .read()

@@ -3,7 +3,7 @@
 
 use super::*;
 
-impl Engine {
+impl Session {
     /// `CREATE TABLE t [(names)] AS <query>`: a plain table (the default
     /// mapping, a hidden row key: the query gives no primary key) with the
     /// query's columns and types, then its rows, written as `INSERT INTO t
@@ -18,7 +18,7 @@ impl Engine {
         };
         // Its rows would go in the block's buffer and its table in the
         // catalog at once: a ROLLBACK would leave an empty table.
-        if session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
+        if self.transaction().is_some_and(|tx| tx.is_open()) {
             return Err(EngineError::InTransactionBlock {
                 tag: "CREATE TABLE AS",
                 why: ": the table would be created at once, its rows only at COMMIT",

@@ -53,7 +53,7 @@ pub struct IndexInfo {
 impl Engine {
     /// Every table of schemas `public` and `raw`, in name order per schema.
     pub async fn describe_tables(&self) -> Result<Vec<TableInfo>, EngineError> {
-        match self.ctx.catalog("datafusion") {
+        match self.base.catalog("datafusion") {
             Some(catalog) => Ok(TableInfo::all_in(catalog.as_ref()).await?),
             None => Ok(Vec::new()),
         }

@@ -66,6 +66,17 @@ impl std::fmt::Debug for Snapshot {
 }
 
 impl Snapshot {
+    /// The state to plan one statement under: the snapshot's, started now,
+    /// so that `now()` is this statement's start, not the snapshot's, and
+    /// the names planning makes up (`__subquery_1`) are this statement's
+    /// own. A copy (about 17 µs, beside planning's 150 or more); a
+    /// prepared statement's run does not plan, and takes none.
+    pub fn for_statement(&self) -> SessionState {
+        let mut state = self.state.as_ref().clone();
+        state.mark_start_execution();
+        state
+    }
+
     pub fn of(ctx: &SessionContext) -> Self {
         // Read first: a change after it makes this snapshot stale.
         let generation = ConfigGeneration::of(ctx);

@@ -1,12 +1,16 @@
-//! The engine's statement door: a statement's text or its parsed form to
-//! a DataFrame, with what the engine answers itself (transaction control,
-//! catalog DDL, `SET` and `SHOW`) run before DataFusion plans the rest.
+//! What a session answers itself before DataFusion plans a statement
+//! (transaction control, catalog DDL, `SET` and `SHOW`: `control`), and
+//! the shortcuts over [`Session::execute`] for an embedder: a statement's
+//! rows streamed or collected, or its DataFrame to go on composing.
 
+use super::session::Outcome;
 use super::*;
 
-impl Engine {
-    /// Plans one statement. Catalog DDL runs here and yields an empty frame;
-    /// everything else is DataFusion's.
+impl Session {
+    /// The DataFrame of one statement, for an embedder who goes on
+    /// composing it with DataFusion. What the session answers itself
+    /// (catalog DDL, transaction control, `SET`) runs here and yields an
+    /// empty or a shown frame. To run a statement, [`Session::execute_sql`].
     pub async fn sql(&self, sql: &str) -> Result<DataFrame, EngineError> {
         match self.one_statement(sql).await? {
             OneStatement::Parsed(statement) => self.statement(statement).await,
@@ -21,7 +25,8 @@ impl Engine {
         let mut statements = match self.parse(sql) {
             Ok(s) => s,
             Err(e) => {
-                let frame = self.datafusion_statement(sql, e).await?;
+                // Boxed: DataFusion's planning future, rarely needed.
+                let frame = Box::pin(self.datafusion_statement(sql, e)).await?;
                 return Ok(OneStatement::DataFusion(frame));
             }
         };
@@ -39,7 +44,7 @@ impl Engine {
     /// Under `tablesql.page_size` a query of one table runs here, as one
     /// page, resumable from `tablesql.page_token`. A statement that fails
     /// here fails the session's transaction block (`engine::block`).
-    pub async fn statement(&self, statement: Statement) -> Result<DataFrame, EngineError> {
+    async fn statement(&self, statement: Statement) -> Result<DataFrame, EngineError> {
         let planned = self.statement_frame(statement).await;
         if planned.is_err() {
             self.fail_block();
@@ -66,10 +71,10 @@ impl Engine {
         &self,
         statement: &Statement,
     ) -> Result<Option<session::Control>, EngineError> {
-        self.follow_catalog().await;
-        if let Some(tx) = session_transaction(&self.ctx) {
+        self.follow().await;
+        if let Some(tx) = self.transaction() {
             block::admit(&tx, statement)?;
-            if let Some(change) = block::control(&tx, self.store.as_ref(), statement).await {
+            if let Some(change) = block::control(&tx, self.store().as_ref(), statement).await {
                 return Ok(Some(session::Control::Block(change?)));
             }
         }
@@ -81,7 +86,7 @@ impl Engine {
         }
         if let Some(target) = parameters::set_target(statement) {
             let (name, value) = target?;
-            self.parameters().set(&name, &value)?;
+            self.set_parameter(&name, &value)?;
             return Ok(Some(session::Control::Ddl(StatementKind::Set)));
         }
         if let Some(shown) = parameters::show_target(statement) {
@@ -100,30 +105,36 @@ impl Engine {
         let Some(outcome) = self.catalog_ddl(statement).await? else {
             return Ok(None);
         };
-        if let Some(notices) = self.ctx.state().config().get_extension::<Notices>() {
-            for n in outcome.notices {
-                notices.push(n);
-            }
+        for n in outcome.notices {
+            self.notice(n);
         }
         Ok(Some(session::Control::Ddl(StatementKind::of(statement))))
     }
 
-    /// The session's PostgreSQL parameters (`planner::parameters`).
-    pub(crate) fn parameters(&self) -> SessionParameters {
-        self.ctx
+    /// Leaves a notice for the front end ([`Session::take_notices`]).
+    pub(crate) fn notice(&self, notice: Notice) {
+        if let Some(notices) = self
+            .ctx
             .state_ref()
             .read()
             .config()
-            .options()
-            .extensions
-            .get::<SessionParameters>()
-            .cloned()
-            .unwrap_or_default()
+            .get_extension::<Notices>()
+        {
+            notices.push(notice);
+        }
+    }
+
+    /// Catches up with the catalog as [`Engine::follow_catalog`] does, the
+    /// notice of a check that failed left for this session.
+    pub(crate) async fn follow(&self) {
+        if let Some(n) = self.engine().follow_catalog().await {
+            self.notice(n);
+        }
     }
 
     /// Marks the session's open transaction block failed (`engine::block`).
     pub(crate) fn fail_block(&self) {
-        if let Some(tx) = session_transaction(&self.ctx) {
+        if let Some(tx) = self.transaction() {
             tx.fail();
         }
     }
@@ -184,38 +195,37 @@ impl Engine {
         }
     }
 
-    /// Runs one statement and streams its rows; the run is recorded in
-    /// the workload statistics when the stream ends or is dropped.
+    /// Runs one statement ([`Session::execute_sql`]) and streams its rows:
+    /// a write's are one row of its count (DataFusion's `count`), a
+    /// command's none.
     pub async fn execute_stream(
         &self,
         sql: &str,
     ) -> Result<SendableRecordBatchStream, EngineError> {
-        let (label, frame) = match self.parse(sql) {
-            Ok(mut s) if s.len() == 1 => {
-                let statement = s.remove(0);
-                (
-                    statement_label(&statement),
-                    self.statement(statement).await?,
+        // Boxed: a statement's future is large (planning, catalog DDL), and
+        // an embedder's own future, on its thread's stack, would carry it.
+        Ok(match Box::pin(self.execute_sql(sql)).await? {
+            Outcome::Rows(stream) => stream,
+            Outcome::Written { rows, .. } => {
+                let count = crate::exec::write::dml::count_batch(rows)?;
+                let schema = count.schema();
+                Box::pin(
+                    datafusion::physical_plan::stream::RecordBatchStreamAdapter::new(
+                        schema,
+                        futures::stream::iter([Ok(count)]),
+                    ),
                 )
             }
-            // What our parser refuses (DataFusion's own statements): their
-            // text may hold values (secrets, paths), so only its first word.
-            _ => {
-                let first = sql.split_whitespace().next().unwrap_or_default();
-                (
-                    format!("{} ...", first.to_uppercase()),
-                    self.sql(sql).await?,
-                )
+            Outcome::Block(_) | Outcome::Done(_) => {
+                Box::pin(datafusion::physical_plan::EmptyRecordBatchStream::new(
+                    Arc::new(datafusion::arrow::datatypes::Schema::empty()),
+                ))
             }
-        };
-        let task = Arc::new(frame.task_ctx());
-        let plan = frame.create_physical_plan().await?;
-        let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
-        Ok(self.recorded(label, Some(plan), stream))
+        })
     }
 
-    /// Runs one statement and collects its rows (recorded as
-    /// [`Self::execute_stream`] records).
+    /// Runs one statement and collects its rows (as
+    /// [`Self::execute_stream`] streams them).
     pub async fn collect(&self, sql: &str) -> Result<Vec<RecordBatch>, EngineError> {
         let stream = self.execute_stream(sql).await?;
         Ok(datafusion::physical_plan::common::collect(stream).await?)

@@ -58,7 +58,7 @@ impl EngineError {
         match self {
             EngineError::Catalog(c) => c.sqlstate(),
             EngineError::Storage(s) => s.sqlstate(),
-            EngineError::DataFusion(d) => crate::exec::sqlstate::of_datafusion(d),
+            EngineError::DataFusion(d) => datafusion_sqlstate(d),
             EngineError::NotSupported(_) => code::FEATURE_NOT_SUPPORTED,
             EngineError::InFailedTransaction => code::IN_FAILED_TRANSACTION,
             EngineError::NoTransactionBlock(_) => code::NO_ACTIVE_TRANSACTION,
@@ -83,5 +83,37 @@ impl EngineError {
             | EngineError::Parameter(_)
             | EngineError::InTransactionBlock { .. } => None,
         }
+    }
+}
+
+/// The SQLSTATE of a DataFusion failure, through the wrappers it adds, for
+/// the front ends: the planner's own errors carried in it first (exec,
+/// below the planner, cannot name them), then exec's reading
+/// (`exec::sqlstate`).
+pub fn datafusion_sqlstate(e: &DataFusionError) -> &'static str {
+    planner_sqlstate(e).unwrap_or_else(|| crate::exec::sqlstate::of_datafusion(e))
+}
+
+/// The code of a planner error that `e` carries, if it carries one.
+fn planner_sqlstate(e: &DataFusionError) -> Option<&'static str> {
+    use crate::planner::parameters::ParameterError;
+    use crate::planner::undefined::Undefined;
+    match e {
+        DataFusionError::External(x) => {
+            if let Some(u) = x.downcast_ref::<Undefined>() {
+                Some(u.sqlstate())
+            } else if let Some(p) = x.downcast_ref::<ParameterError>() {
+                Some(p.sqlstate())
+            } else {
+                x.downcast_ref::<DataFusionError>()
+                    .and_then(planner_sqlstate)
+            }
+        }
+        DataFusionError::Context(_, inner) | DataFusionError::Diagnostic(_, inner) => {
+            planner_sqlstate(inner)
+        }
+        DataFusionError::Shared(inner) => planner_sqlstate(inner),
+        DataFusionError::Collection(errors) => errors.first().and_then(planner_sqlstate),
+        _ => None,
     }
 }

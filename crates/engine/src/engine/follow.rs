@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 
 use super::{Engine, EngineError, Notice, NoticeKind};
 use crate::catalog::persist;
-use crate::planner::policy::Notices;
 use crate::storage::ETag;
 
 /// How often an engine reads the catalog's version by default.
@@ -61,16 +60,17 @@ impl Engine {
     /// is due (see the module doc). A statement that finds another one
     /// checking goes on with the tables registered. A check that fails (the
     /// store unavailable, a definition that no longer plans) fails no
-    /// statement: the tables stay as they were, the session gets a notice,
-    /// and the next check tries again.
-    pub async fn follow_catalog(&self) {
+    /// statement: the tables stay as they were, the notice returned is
+    /// for the session whose statement checked, and the next check tries
+    /// again.
+    pub async fn follow_catalog(&self) -> Option<Notice> {
         let watch = &self.watch;
         let now = watch.now_ms();
         if now < watch.due_ms.load(Ordering::Relaxed) {
-            return;
+            return None;
         }
         let Ok(seen) = watch.seen.try_lock() else {
-            return;
+            return None;
         };
         let every = u64::try_from(self.options.catalog_check.as_millis()).unwrap_or(u64::MAX);
         watch
@@ -78,24 +78,13 @@ impl Engine {
             .store(now.saturating_add(every), Ordering::Relaxed);
         // Boxed: a reload's future is large, and every statement's future
         // (a point read's too) would carry it.
-        if let Err(e) = Box::pin(self.check_catalog(seen)).await {
-            self.notice(format!(
+        let checked = Box::pin(self.check_catalog(seen)).await;
+        checked.err().map(|e| Notice::new(
+            NoticeKind::CatalogChanged,
+            format!(
                 "the catalog could not be read again, so changes made elsewhere are not seen yet: {e}"
-            ));
-        }
-    }
-
-    /// Tells the session (a NOTICE, for the wire server and the shell).
-    fn notice(&self, text: String) {
-        if let Some(notices) = self
-            .ctx
-            .state_ref()
-            .read()
-            .config()
-            .get_extension::<Notices>()
-        {
-            notices.push(Notice::new(NoticeKind::CatalogChanged, text));
-        }
+            ),
+        ))
     }
 
     /// Reads the catalog's version and reloads the tables if it moved.

@@ -121,8 +121,8 @@ fn cgroup_limit() -> Option<usize> {
 }
 
 /// The engine's runtime: its memory pool holds `limits.total`, and the
-/// engine's own session (what `Engine::sql` runs) takes a share of it as
-/// every session does.
+/// engine's context takes a share of it as every session's does (each
+/// session's share is made afresh over the same pool: `share`).
 pub(super) fn runtime(limits: MemoryLimits) -> datafusion::common::Result<Arc<RuntimeEnv>> {
     let pool: Arc<dyn MemoryPool> = match limits.total {
         Some(total) => Arc::new(FairSpillPool::new(total)),
@@ -353,8 +353,8 @@ mod tests {
         let engine = crate::engine::Engine::with_store(store, options)
             .await
             .expect("engine");
-        let pool = |e: &crate::engine::Engine| e.context().runtime_env().memory_pool.clone();
-        let (a, b) = (pool(&engine.new_session()), pool(&engine.new_session()));
+        let pool = |s: &crate::engine::Session| s.context().runtime_env().memory_pool.clone();
+        let (a, b) = (pool(&engine.session()), pool(&engine.session()));
         let share = |p: &Arc<dyn MemoryPool>| {
             let share = p.downcast_ref::<SessionPool>().expect("a session's share");
             (share.limit, share.inner.clone())

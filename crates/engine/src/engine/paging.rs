@@ -1,6 +1,6 @@
 //! Token paging through the engine: one page of a query of one table, and
 //! the signed token of the next (`planner::page` runs the page,
-//! `exec::read::token` signs). The library asks with [`Engine::query_page`]; a
+//! `exec::read::token` signs). The library asks with [`Session::query_page`]; a
 //! session (the wire, the shell) pages under `tablesql.page_size`.
 
 use datafusion::arrow::datatypes::SchemaRef;
@@ -10,7 +10,7 @@ use datafusion::execution::SessionState;
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::prelude::SessionContext;
 
-use super::{Engine, EngineError};
+use super::{Engine, EngineError, Session};
 use crate::catalog::secret;
 use crate::exec::ExecError;
 use crate::exec::notices::{Notice, NoticeKind, Notices};
@@ -26,11 +26,11 @@ pub struct ResultPage {
     /// The rows, at most the page size, in the table's key order.
     pub batches: Vec<RecordBatch>,
     /// The token of the next page, `None` after the last. Any engine over
-    /// the same store resumes from it ([`Engine::query_page`]).
+    /// the same store resumes from it ([`Session::query_page`]).
     pub next: Option<String>,
 }
 
-impl Engine {
+impl Session {
     /// One page of at most `size` rows of a query of one table, in key
     /// order, resuming after the page `token` ended (the first page for
     /// `None`); the page carries the next page's token. A stateless service
@@ -63,7 +63,9 @@ impl Engine {
         }
         self.page(&state, &plan, &text, size, token).await
     }
+}
 
+impl Engine {
     /// One page of an optimized query plan (as [`Self::query_page`]);
     /// `statement` names it: its text as parsed (normalized), with any
     /// parameter values. Not the plan: the optimizer folds `now()` into a

@@ -24,7 +24,7 @@ use datafusion::sql::sqlparser::ast::Statement;
 use super::run::{PointQuery, cast_placeholder_types, parameter_types, statement_label};
 use super::{Engine, EngineError, Session, StatementKind};
 
-/// A statement planned once (see the module doc), from [`Engine::prepare`].
+/// A statement planned once (see the module doc), from [`Session::prepare`].
 pub struct PreparedStatement {
     /// The session it runs in (the one it was prepared in).
     session: Session,
@@ -61,48 +61,6 @@ pub(crate) struct Planned {
 }
 
 impl Engine {
-    /// Plans a query or write (`SELECT`, `VALUES`, `INSERT`, `UPDATE`,
-    /// `DELETE`, with `$1`, `$2`, ... placeholders) for running many times.
-    /// Other statements (DDL, `SET`, `BEGIN`) are refused: run them with
-    /// [`Engine::sql`].
-    ///
-    /// ```no_run
-    /// # async fn f(engine: tablesql_engine::Engine) -> Result<(), tablesql_engine::EngineError> {
-    /// use datafusion::scalar::ScalarValue;
-    /// let by_bib = engine
-    ///     .prepare("SELECT name FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3")
-    ///     .await?;
-    /// let rows = by_bib
-    ///     .query(vec![
-    ///         ScalarValue::from("2012 Boston Marathon"),
-    ///         ScalarValue::from("Full"),
-    ///         ScalarValue::Int32(Some(42)),
-    ///     ])
-    ///     .await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn prepare(&self, sql: &str) -> Result<PreparedStatement, EngineError> {
-        let mut statements = self
-            .parse(sql)
-            .map_err(|e| EngineError::DataFusion(DataFusionError::SQL(Box::new(e), None)))?;
-        if statements.len() != 1 {
-            return Err(DataFusionError::Plan(format!(
-                "a prepared statement is one statement, not {}",
-                statements.len()
-            ))
-            .into());
-        }
-        self.prepare_statement(statements.remove(0)).await
-    }
-
-    /// As [`Engine::prepare`], of a parsed statement (`EXPLAIN` too).
-    pub async fn prepare_statement(
-        &self,
-        statement: Statement,
-    ) -> Result<PreparedStatement, EngineError> {
-        self.as_session().prepare_statement(statement).await
-    }
-
     /// The catalog's version in this engine: raised by every change of
     /// the tables it registers.
     pub(crate) fn catalog_version(&self) -> u64 {
@@ -170,9 +128,8 @@ impl PreparedStatement {
             ))
             .into());
         }
-        let engine = session.engine();
-        engine.follow_catalog().await;
-        let planned = engine.plan_prepared(state, &statement).await?;
+        session.follow().await;
+        let planned = session.plan_prepared(state, &statement).await?;
         Ok(PreparedStatement {
             text: statement.to_string(),
             label: statement_label(&statement),
@@ -218,9 +175,9 @@ impl PreparedStatement {
     }
 
     async fn plan_again(&self, old: &Planned) -> Result<Arc<Planned>, EngineError> {
-        let engine = self.session.engine();
-        let fresh = engine
-            .plan_prepared(&engine.ctx.state(), &self.statement)
+        let fresh = self
+            .session
+            .plan_prepared(&self.session.context().state(), &self.statement)
             .await?;
         if fresh.plan.schema().as_arrow() != old.plan.schema().as_arrow() {
             return Err(EngineError::NotSupported(

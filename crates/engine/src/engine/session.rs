@@ -32,10 +32,10 @@ use super::{
     Engine, EngineError, Notice, OneStatement, PreparedStatement, StatementKind,
     session_transaction,
 };
-use super::{run, session_notices};
+use super::{run, session_notices, session_parameters};
 use crate::exec::write::transaction::Transaction;
 
-/// What the engine ran without DataFusion (`Engine::control`).
+/// What the session ran without DataFusion (`Session::control`).
 pub(crate) enum Control {
     Block(BlockChange),
     Ddl(StatementKind),
@@ -97,60 +97,74 @@ impl Outcome {
     }
 }
 
-/// One connection's state over an engine's tables (see the module doc).
-/// Clones share it.
-#[derive(Clone, Debug)]
+/// One connection's state over an engine's tables (see the module doc),
+/// from [`Engine::session`]. Clones share it. A session reaches what its
+/// engine shares (the store, `ANALYZE`, the catalog's descriptions)
+/// through `Deref`.
+#[derive(Clone)]
 pub struct Session {
-    /// An engine whose DataFusion session is this session's own.
-    engine: Engine,
+    /// What every session of the engine shares.
+    pub(super) engine: Engine,
+    /// Its DataFusion context, copied from the engine's: its settings,
+    /// notices, transaction block and `currval`s are its own.
+    pub(super) ctx: SessionContext,
     /// Its transaction block, held here: the wire server asks for its
     /// status after every message.
-    tx: Option<Arc<Transaction>>,
+    pub(super) tx: Option<Arc<Transaction>>,
     /// Its PostgreSQL parameters (shared with its context's extension).
-    parameters: crate::planner::parameters::SessionParameters,
+    pub(super) parameters: crate::planner::parameters::SessionParameters,
     /// Its state for planning, taken when first needed (`engine::start`).
     pub(super) snapshot: Arc<std::sync::RwLock<Option<super::direct::Snapshot>>>,
 }
 
 impl Engine {
     /// A new session over this engine's tables: its settings, transaction
-    /// block and notices are its own.
+    /// block and notices are its own. The one way to run statements.
     pub fn session(&self) -> Session {
-        Session::of(self.new_session())
-    }
-
-    /// This engine's own session (what `Engine::sql` runs in), as a
-    /// [`Session`].
-    pub fn as_session(&self) -> Session {
-        Session::of(self.clone())
-    }
-}
-
-impl Session {
-    fn of(engine: Engine) -> Self {
-        let tx = session_transaction(engine.context());
-        let parameters = engine.parameters();
+        let ctx = self.session_context();
+        let tx = session_transaction(&ctx);
+        let parameters = session_parameters(&ctx);
         Session {
-            engine,
+            engine: self.clone(),
+            ctx,
             tx,
             parameters,
             snapshot: Arc::default(),
         }
     }
+}
 
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("engine", &self.engine)
+            .field("status", &self.status())
+            .finish()
+    }
+}
+
+impl std::ops::Deref for Session {
+    type Target = Engine;
+
+    fn deref(&self) -> &Engine {
+        &self.engine
+    }
+}
+
+impl Session {
     /// The session's transaction block, if its engine keeps one.
     pub(super) fn transaction(&self) -> Option<Arc<Transaction>> {
         self.tx.clone()
     }
 
-    /// The engine, whose context is this session's.
+    /// The engine: what this session shares with the others.
     pub fn engine(&self) -> &Engine {
         &self.engine
     }
 
     /// The session's DataFusion context.
     pub fn context(&self) -> &SessionContext {
-        self.engine.context()
+        &self.ctx
     }
 
     /// Splits and parses a query string (PostgreSQL's dialect).
@@ -178,7 +192,7 @@ impl Session {
     /// (the wire protocol's own errors: a Bind that does not fit): its
     /// open block fails, as any statement's failure fails it.
     pub fn statement_failed(&self) {
-        self.engine.fail_block();
+        self.fail_block();
     }
 
     /// Whether the session's block is failed, as an error for a statement
@@ -192,7 +206,7 @@ impl Session {
 
     /// Whether the session pages its queries (`tablesql.page_size` above 0).
     pub fn pages(&self) -> bool {
-        super::paging::paging_on(self.engine.context())
+        super::paging::paging_on(&self.ctx)
     }
 
     /// A session parameter's value (`application_name`, `DateStyle`,
@@ -242,7 +256,7 @@ impl Session {
             });
         }
         self.parameters.reset();
-        let state = self.engine.context().state();
+        let state = &self.ctx.state();
         let extensions = &state.config().options().extensions;
         if let Some(sequences) =
             extensions.get::<crate::planner::sequence_functions::SequenceSession>()
@@ -254,11 +268,30 @@ impl Session {
 
     /// The notices the session's statements left since the last call.
     pub fn take_notices(&self) -> Vec<Notice> {
-        session_notices(self.engine.context())
+        session_notices(&self.ctx)
     }
 
-    /// Plans a query or write for running many times (see
-    /// [`Engine::prepare`]); its runs are this session's.
+    /// Plans a query or write (`SELECT`, `VALUES`, `INSERT`, `UPDATE`,
+    /// `DELETE`, with `$1`, `$2`, ... placeholders) for running many times;
+    /// its runs are this session's. Other statements (DDL, `SET`, `BEGIN`)
+    /// are refused: run them with [`Session::execute_sql`].
+    ///
+    /// ```no_run
+    /// # async fn f(engine: tablesql_engine::Engine) -> Result<(), tablesql_engine::EngineError> {
+    /// use datafusion::scalar::ScalarValue;
+    /// let by_bib = engine
+    ///     .session()
+    ///     .prepare("SELECT name FROM registrations WHERE event = $1 AND distance = $2 AND bib = $3")
+    ///     .await?;
+    /// let rows = by_bib
+    ///     .query(vec![
+    ///         ScalarValue::from("2012 Boston Marathon"),
+    ///         ScalarValue::from("Full"),
+    ///         ScalarValue::Int32(Some(42)),
+    ///     ])
+    ///     .await?;
+    /// # Ok(()) }
+    /// ```
     pub async fn prepare(&self, sql: &str) -> Result<PreparedStatement, EngineError> {
         let mut statements = self
             .parse(sql)
@@ -275,19 +308,26 @@ impl Session {
 
     /// Runs one statement of a query string (see the module doc). What
     /// PostgreSQL's grammar lacks goes to DataFusion's own parser, as in
-    /// `Engine::sql`; a statement that does not parse fails the open block.
+    /// [`Session::sql`]; a statement that does not parse fails the open block.
     pub async fn execute_sql(&self, sql: &str) -> Result<Outcome, EngineError> {
-        match self.engine.one_statement(sql).await {
+        match self.one_statement(sql).await {
             Ok(OneStatement::Parsed(statement)) => self.execute(statement).await,
             Ok(OneStatement::DataFusion(frame)) => {
                 // One of DataFusion's own may change the configuration.
                 self.configuration_changed();
-                let stream = frame.execute_stream().await?;
+                // Recorded under its first word: its text may hold values
+                // (secrets, paths).
+                let first = sql.split_whitespace().next().unwrap_or_default();
+                let label = format!("{} ...", first.to_uppercase());
+                let task = Arc::new(frame.task_ctx());
+                let plan = frame.create_physical_plan().await?;
+                let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
+                let stream = self.engine.recorded(label, Some(plan), stream);
                 let tx = self.tx.clone();
                 Ok(Outcome::Rows(Box::pin(FailsBlock { stream, tx })))
             }
             Err(e) => {
-                self.engine.fail_block();
+                self.fail_block();
                 Err(e)
             }
         }
@@ -299,13 +339,13 @@ impl Session {
     pub async fn execute(&self, statement: Statement) -> Result<Outcome, EngineError> {
         let done = self.run(statement).await;
         if done.is_err() {
-            self.engine.fail_block();
+            self.fail_block();
         }
         done
     }
 
     async fn run(&self, statement: Statement) -> Result<Outcome, EngineError> {
-        match self.engine.control(&statement).await? {
+        match self.control(&statement).await? {
             Some(Control::Block(change)) => return Ok(Outcome::Block(change)),
             Some(Control::Ddl(kind)) => return Ok(Outcome::Done(kind)),
             Some(Control::Shown(batch)) => {
@@ -329,7 +369,7 @@ impl Session {
         }
         // The rest is DataFusion's: SET, and its DDL of an embedder's tables.
         let label = run::statement_label(&statement);
-        let frame = self.engine.frame(statement).await?;
+        let frame = self.frame(statement).await?;
         let task = Arc::new(frame.task_ctx());
         let plan = frame.create_physical_plan().await?;
         let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;

@@ -1,9 +1,9 @@
-//! `SHOW` as the engine answers it: a mapped table's DDL, a `tablesql.*`
+//! `SHOW` as the session answers it: a mapped table's DDL, a `tablesql.*`
 //! setting, a session parameter.
 
 use super::*;
 
-impl Engine {
+impl Session {
     /// `SHOW CREATE TABLE t` of a mapped table, as CockroachDB answers it
     /// (`table_name`, `create_statement`): the canonical DDL, with the
     /// mapping a plain `CREATE TABLE` chose. `None` for other statements
@@ -93,7 +93,7 @@ impl Engine {
         &self,
         shown: &parameters::Shown,
     ) -> Result<RecordBatch, EngineError> {
-        let session = self.parameters();
+        let session = &self.parameters;
         let rows: Vec<(String, String)> = match shown {
             parameters::Shown::All => session.all(),
             parameters::Shown::One(name) => vec![(name.clone(), session.get(name)?)],

@@ -6,7 +6,7 @@
 //! own way, so a query was paged, read by its key or planned without
 //! DataFusion's physical planner in one front end and not in another.
 //! Every [`Session`] starts its queries and writes here (the DataFrame API
-//! of `Engine::sql` is DataFusion's own): a prepared point query reads its entity
+//! of `Session::sql` is DataFusion's own): a prepared point query reads its entity
 //! without planning; under `tablesql.page_size` a query of one table is one
 //! page; a plan the scan answers exactly skips the physical planner
 //! (`direct`); the rest is DataFusion's. Each run is recorded in the
@@ -122,7 +122,7 @@ impl Session {
     }
 
     /// Plans a parsed query or write for running many times under this
-    /// session's settings (see [`Engine::prepare`]).
+    /// session's settings (see [`Session::prepare`]).
     pub async fn prepare_statement(
         &self,
         statement: Statement,
@@ -163,7 +163,7 @@ impl Session {
                 "not a query: {statement} (a write runs through Session::write)"
             )));
         }
-        self.engine().follow_catalog().await;
+        self.follow().await;
         let label = run::statement_label(&statement);
         // What a page token names (only paging needs it); a write's rows
         // are never a page: a token could not run it again.
@@ -171,7 +171,7 @@ impl Session {
         let snapshot = self.snapshot();
         let plan = self
             .engine()
-            .plan_statement(&snapshot.state, statement)
+            .plan_statement(&snapshot.for_statement(), statement)
             .await?;
         self.start_plan(&snapshot, &plan, text.as_deref(), label)
             .await
@@ -191,12 +191,12 @@ impl Session {
                 "not a write: {statement}"
             )));
         }
-        self.engine().follow_catalog().await;
+        self.follow().await;
         let label = run::statement_label(&statement);
         let snapshot = self.snapshot();
         let plan = self
             .engine()
-            .plan_statement(&snapshot.state, statement)
+            .plan_statement(&snapshot.for_statement(), statement)
             .await?;
         self.write_plan(&snapshot, &plan, kind, label).await
     }
@@ -241,7 +241,7 @@ impl Session {
         // awaited is held twice in this one's state.
         let read = async {
             self.refuse_in_failed_block()?;
-            self.engine().follow_catalog().await;
+            self.follow().await;
             let planned = prepared.planned().await?;
             // As `start_prepared`: a paged run answers with a page and its
             // token.
@@ -266,7 +266,7 @@ impl Session {
         paged: bool,
     ) -> Result<SendableRecordBatchStream, EngineError> {
         self.refuse_in_failed_block()?;
-        self.engine().follow_catalog().await;
+        self.follow().await;
         let planned = prepared.planned().await?;
         let paged = paged && !prepared.returns_rows() && self.pages();
         if let Some(point) = &planned.point
@@ -321,7 +321,7 @@ impl Session {
         values: &ParamValues,
     ) -> Result<Write, EngineError> {
         self.refuse_in_failed_block()?;
-        self.engine().follow_catalog().await;
+        self.follow().await;
         let kind = prepared.kind();
         if !kind.writes_rows() {
             return Err(EngineError::NotSupported(format!(

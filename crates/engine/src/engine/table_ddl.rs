@@ -142,7 +142,9 @@ impl Engine {
         persist::remove(self.store.as_ref(), name).await?;
         self.refresh().await
     }
+}
 
+impl Session {
     /// `TRUNCATE t [, u ...]`: every row of each table deleted, as a
     /// `DELETE FROM t` deletes them (partition by partition in entity group
     /// transactions, index rows with their base rows). Outside a
@@ -156,7 +158,7 @@ impl Engine {
         truncate: &datafusion::sql::sqlparser::ast::Truncate,
         progress: impl Fn(u64),
     ) -> Result<u64, EngineError> {
-        if session_transaction(&self.ctx).is_some_and(|tx| tx.is_open()) {
+        if self.transaction().is_some_and(|tx| tx.is_open()) {
             return Err(EngineError::InTransactionBlock {
                 tag: "TRUNCATE TABLE",
                 why: ": a block holds its writes until COMMIT, and a TRUNCATE's are the whole table's rows",
@@ -177,7 +179,7 @@ impl Engine {
             else {
                 return Err(CatalogError::UnknownTable(target.name.to_string()).into());
             };
-            let write = self.as_session().write(statement).await?;
+            let write = self.write(statement).await?;
             let run = write.run();
             tokio::pin!(run);
             let mut tick = tokio::time::interval(std::time::Duration::from_millis(200));
@@ -215,7 +217,11 @@ impl Engine {
         // A block that has written nothing may run DDL (ORMs and migration
         // tools open one around `CREATE TABLE`); the change is not part of
         // the block, and ROLLBACK does not undo it.
-        if ddl && session_transaction(&self.ctx).is_some_and(|tx| tx.has_buffered_writes()) {
+        if ddl
+            && self
+                .transaction()
+                .is_some_and(|tx| tx.has_buffered_writes())
+        {
             let tag = StatementKind::of(statement).tag().unwrap_or("catalog DDL");
             return Err(EngineError::InTransactionBlock {
                 tag,
@@ -338,7 +344,9 @@ impl Engine {
             _ => Ok(None),
         }
     }
+}
 
+impl Engine {
     /// `DROP TABLE [IF EXISTS] a, b`, as PostgreSQL: every name is checked
     /// before anything is dropped; a missing one is an error (42P01), or a
     /// notice with IF EXISTS. Mapped tables lose their definition (the

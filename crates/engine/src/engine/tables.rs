@@ -35,7 +35,7 @@ impl Engine {
                 tables.insert(name, provider);
             }
         }
-        if let Some(catalog) = self.ctx.catalog("datafusion") {
+        if let Some(catalog) = self.base.catalog("datafusion") {
             catalog.register_schema(RAW_SCHEMA, raw)?;
         }
         self.public.replace_store_tables(tables.clone())?;
@@ -125,7 +125,7 @@ impl Engine {
         def.columns
             .iter()
             .filter_map(|c| c.default.as_ref().map(|d| (c, d)))
-            .map(|(c, d)| Ok((c.name.clone(), self.ctx.parse_sql_expr(d, &schema)?)))
+            .map(|(c, d)| Ok((c.name.clone(), self.base.parse_sql_expr(d, &schema)?)))
             .collect()
     }
 

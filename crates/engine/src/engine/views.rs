@@ -17,7 +17,7 @@ impl Engine {
             .into_iter()
             .next()
             .ok_or_else(|| CatalogError::Definition("stored view: no statement".into()))?;
-        let state = self.ctx.state();
+        let state = self.base.state();
         match crate::planner::upsert::statement_to_plan(&state, statement).await? {
             LogicalPlan::Ddl(datafusion::logical_expr::DdlStatement::CreateView(view)) => {
                 Ok(Arc::new(datafusion::datasource::ViewTable::new(

@@ -1,10 +1,16 @@
 //! The SQLSTATE of a failure that comes out of DataFusion: ours, carried
 //! through it as `DataFusionError::External` and asked for its own code
-//! ([`ExecError::sqlstate`] and the others'), or DataFusion's own. Some of
-//! DataFusion's own conditions have no variant of their own, only the
-//! text of a `Plan` or `Execution` error (an unknown table or function, a
-//! cast that fails); those alone are read from the message, here and
-//! nowhere else.
+//! ([`ExecError::sqlstate`] and the others'), or DataFusion's own. The
+//! planner's errors, which exec cannot name, are asked first by the
+//! engine (`engine::datafusion_sqlstate`); among them an unknown table or
+//! function, which DataFusion reports only as text, found by asking the
+//! catalog (`planner::undefined`). Four conditions of
+//! DataFusion's own remain that it reports as the text of a `Plan` or
+//! `Execution` error and that no lookup can tell (a cast that fails, a
+//! feature its planner lacks, a division by zero, an overflow inside one
+//! of its functions); those alone are read from the message, here and
+//! nowhere else. None of ours is: each error enum of the engine has its
+//! `sqlstate()`.
 
 use datafusion::arrow::error::ArrowError;
 use datafusion::common::SchemaError;
@@ -111,13 +117,11 @@ fn of_external(e: &(dyn std::error::Error + 'static)) -> &'static str {
     }
 }
 
-/// DataFusion reports several distinct conditions as `Plan` text.
+/// DataFusion reports several distinct conditions as `Plan` text. An
+/// unknown table or function is not read here: the planner asks the
+/// catalog (`planner::undefined`).
 fn of_plan_text(message: &str) -> &'static str {
-    if message.starts_with("Invalid function") {
-        code::UNDEFINED_FUNCTION
-    } else if message.contains("not found") && message.contains("table") {
-        code::UNDEFINED_TABLE
-    } else if message.contains("Cannot cast") || message.contains("cannot be cast") {
+    if message.contains("Cannot cast") || message.contains("cannot be cast") {
         code::INVALID_TEXT_REPRESENTATION
     } else if message.contains("Unsupported")
         || message.contains("not supported")

@@ -164,7 +164,7 @@ pub async fn plan(session: &Session, statement: &Statement) -> Result<Copy, Copy
         return Err(CopyError::InTransactionBlock);
     }
     // Tables made or dropped elsewhere since.
-    session.engine().follow_catalog().await;
+    session.follow().await;
     let table = table_of(session, table_name).await?;
     let listed: Vec<String> = columns
         .iter()

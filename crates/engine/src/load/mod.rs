@@ -6,6 +6,12 @@
 //! (`DmlExec`: a row and its index rows in one entity group transaction,
 //! a partition's rows packed together) — or as an upsert, when a load run
 //! again must not fail on the rows already written.
+//!
+//! - `format`: COPY's two text formats, `text` and `csv`, as PostgreSQL writes
+//!   and reads them; pure.
+//! - `copy`: what a COPY statement asks for and its data in and out, for the
+//!   server and the shell alike (COPY FROM outside a transaction block decided
+//!   there).
 
 pub mod copy;
 pub mod format;

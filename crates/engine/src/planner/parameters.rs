@@ -7,7 +7,7 @@
 //! are DataFusion's session config; these are the rest. They were the wire
 //! server's alone, so `SET application_name` worked over the wire and
 //! failed in the shell. They live in a config extension that every session
-//! gets afresh (`Engine::session_context`), as `currval`'s state does, so
+//! gets afresh (`Engine::session`), as `currval`'s state does, so
 //! each front end's session has them and the two functions read them from
 //! the statement's config.
 
@@ -47,6 +47,12 @@ pub enum ParameterError {
     /// A form of `SET` that sets nothing here.
     #[error("{0}")]
     NotSupported(String),
+}
+
+/// A parameter's failure inside a function DataFusion runs, as DataFusion
+/// carries ours: it keeps its SQLSTATE (`exec::sqlstate`).
+fn external(e: ParameterError) -> DataFusionError {
+    DataFusionError::External(Box::new(e))
 }
 
 impl ParameterError {
@@ -437,12 +443,14 @@ struct ParameterFunction {
 impl ParameterFunction {
     fn assign(parameters: &SessionParameters, name: &str, value: &str) -> Result<String> {
         if is_engine_setting(name) {
-            return exec_err!("set_config cannot change \"{name}\": use SET");
+            return Err(external(ParameterError::NotSupported(format!(
+                "set_config cannot change \"{name}\": use SET"
+            ))));
         }
         // Not a ParameterStatus: set_config's change goes unreported.
         match parameters.assign(name, value, false) {
             Ok(()) => Ok(parameters.get(name).unwrap_or_else(|_| value.to_owned())),
-            Err(e) => exec_err!("{e}"),
+            Err(e) => Err(external(e)),
         }
     }
 }
@@ -483,13 +491,13 @@ impl ScalarUDFImpl for ParameterFunction {
                 }
                 let name = names.value(i);
                 match values {
-                    Some(v) if v.is_null(i) => {
-                        exec_err!("set_config of a NULL value is not supported: use RESET")
-                    }
+                    Some(v) if v.is_null(i) => Err(external(ParameterError::NotSupported(
+                        "set_config of a NULL value is not supported: use RESET".into(),
+                    ))),
                     Some(v) => Self::assign(parameters, name, v.value(i)).map(Some),
                     None => match parameters.get(name) {
                         Ok(v) => Ok(Some(v)),
-                        Err(e) => exec_err!("{e}"),
+                        Err(e) => Err(external(e)),
                     },
                 }
             })

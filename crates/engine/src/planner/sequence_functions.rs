@@ -7,7 +7,7 @@
 //! functions: the physical planner runs them in an `AsyncFuncExec` above
 //! their input. `currval` reads what this session's `nextval` returned last,
 //! kept in a config extension ([`SequenceSession`]) that each session gets
-//! afresh (`Engine::session_context`).
+//! afresh (`Engine::session`).
 
 use std::any::Any;
 use std::collections::HashMap;

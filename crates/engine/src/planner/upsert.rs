@@ -294,11 +294,17 @@ fn upsert_of(plan: &LogicalPlan) -> Option<&UpsertNode> {
 }
 
 /// Plans a statement as DataFusion does, and an INSERT with ON CONFLICT as
-/// an upsert.
-pub async fn statement_to_plan(
-    state: &SessionState,
-    mut statement: Statement,
-) -> Result<LogicalPlan> {
+/// an upsert. A table or function it names that does not exist fails as
+/// [`super::undefined::Undefined`].
+pub async fn statement_to_plan(state: &SessionState, statement: Statement) -> Result<LogicalPlan> {
+    // Kept for the failure's lookups: planning takes the statement apart.
+    let named = statement.clone();
+    plan_statement(state, statement)
+        .await
+        .map_err(|e| super::undefined::classify(state, &named, e))
+}
+
+async fn plan_statement(state: &SessionState, mut statement: Statement) -> Result<LogicalPlan> {
     // EXPLAIN [ANALYZE] of an upsert or a RETURNING: as planned here.
     if let Statement::Explain {
         statement: inner,
@@ -317,7 +323,7 @@ pub async fn statement_to_plan(
         else {
             return Err(DataFusionError::Internal("EXPLAIN changed".into()));
         };
-        let plan = Box::pin(statement_to_plan(state, *inner)).await?;
+        let plan = Box::pin(plan_statement(state, *inner)).await?;
         return datafusion::logical_expr::LogicalPlanBuilder::from(plan)
             .explain(verbose, analyze)?
             .build();

@@ -7,6 +7,9 @@
 //! the service's busy and timed-out answers and the retries, and the
 //! verdict against the 2,000 entities/s a partition serves (`outcome`).
 //! The copy is removed at the end, whatever happened.
+//!
+//! - `script`: workload scripts in pgbench's syntax.
+//! - `outcome`: the figures and the verdict; pure.
 
 mod outcome;
 pub mod script;
@@ -19,7 +22,7 @@ use rand::SeedableRng;
 pub use outcome::{Failures, Latency, StressReport, Verdict};
 pub use script::Script;
 
-use crate::engine::{Engine, EngineError};
+use crate::engine::{Engine, EngineError, Session};
 use crate::storage::{StorageError, TableName};
 
 /// Why a stress test could not run.
@@ -162,7 +165,7 @@ async fn load_and_run(
         options.partition.replace('\'', "''"),
         options.rows
     );
-    let batches = engine.collect(&copy).await?;
+    let batches = engine.session().collect(&copy).await?;
     let loaded = rows_written(&batches);
     if loaded == 0 {
         return Err(StressError::EmptyPartition {
@@ -182,7 +185,7 @@ async fn load_and_run(
     // Dropped on an early return, the set aborts the clients still running.
     let mut tasks = tokio::task::JoinSet::new();
     for id in 0..options.clients {
-        let session = engine.new_session();
+        let session = engine.session();
         let script = options.script.clone();
         let vars = HashMap::from([
             ("table".to_owned(), quote(name)),
@@ -218,7 +221,7 @@ pub(crate) struct ClientRun {
 /// One client: runs the script until `deadline`, a run that fails ending
 /// at its failed statement.
 async fn client(
-    session: Engine,
+    session: Session,
     script: Script,
     mut vars: HashMap<String, String>,
     deadline: Instant,

@@ -6,6 +6,51 @@
 //! send), the parts datafusion-postgres is made of. The handlers are our own:
 //! authentication, TLS policy, command tags, transactions, cursors, cancel
 //! and timeouts are where that crate's defaults do not fit a store.
+//!
+//! - `connection`: one connection's loop, from its first byte; the panic log.
+//! - `cores`: a single-threaded runtime per core; each connection is placed on
+//!   one at accept, by the CPU its packets came in on, and follows its client
+//!   to another between round trips.
+//! - `frames`: the protocol's message layouts: every message checked whole
+//!   before pgwire decodes it.
+//! - `stream`: the checked byte stream, its output held to one send per round
+//!   trip.
+//! - `tls`: TLS from a PEM certificate chain and key, never a fallback to
+//!   plaintext.
+//! - `auth`: SCRAM-SHA-256, and `trust` on loopback only.
+//! - `session`: the pgwire handlers of one connection: pgwire messages to
+//!   `engine::Session` calls, outcomes to tags, rows, notices and SQLSTATEs;
+//!   the client is told the session's transaction status and the parameters a
+//!   SET changed.
+//! - `plan`: `Runner`: binds a portal's values and starts the engine session's
+//!   query or write under the statement's guard, then encodes rows.
+//! - `row`: a prepared point read's row straight into a DataRow, and a prepared
+//!   query's row descriptions, made once per plan.
+//! - `batch`: a batch's rows as DataRows: text, integer and boolean columns
+//!   written straight from their arrays, any other batch through arrow-pg.
+//! - `params`: parameter types a driver must be told (`oid[]`).
+//! - `vectors`: `int2vector` and `oidvector`: lists in a query, PostgreSQL's
+//!   text on the wire.
+//! - `command`: cursors, SHOW's row description, refusals.
+//! - `copy`: `COPY ... TO STDOUT` and `COPY ... FROM STDIN` as CopyData
+//!   messages, over `load::copy`.
+//! - `copying`: the session's side of COPY: starting one, pgwire's copy-in
+//!   messages.
+//! - `cancel`: cancel requests, `statement_timeout`, the client-gone probe.
+//! - `sqlstate`: ErrorResponses built from the engine's errors, each of which
+//!   names its own SQLSTATE (codes in `crates/storage/src/sqlstate.rs`); only
+//!   the wire's own codes are the server's.
+//! - `pg_catalog`: what tools' catalog queries need beside
+//!   datafusion-pg-catalog (keys and indexes, `pg_settings`, oid-reading
+//!   functions), and the PostgreSQL client dialect the engine's parser applies
+//!   (`pg_catalog::dialect`).
+//! - `shutdown`: stopping the server: 57P03 to new connections, 57P01 to the
+//!   others, then the engine closed.
+//! - `metrics`: the server's metrics, in Prometheus' text format.
+//! - `metrics_http`: `GET /metrics` over HTTP/1.1.
+//! - `tap`: each CommandComplete and ErrorResponse counted as it is written.
+//! - `timing`: each statement's time, into the metrics and the log
+//!   (`log_min_duration_statement`).
 
 pub(crate) mod auth;
 mod batch;

@@ -147,14 +147,15 @@ mod tests {
         let engine = Engine::with_store(Arc::new(MemoryStore::new()), EngineOptions::default())
             .await
             .expect("engine");
-        engine
+        let session = engine.session();
+        session
             .collect(
                 "CREATE TABLE every (k TEXT PRIMARY KEY, i INT, b BIGINT, d DOUBLE, t TEXT, \
                  u UUID, f BOOLEAN, ts TIMESTAMP, dt DATE, n NUMERIC(12, 3), y BYTEA)",
             )
             .await
             .expect("create");
-        engine
+        session
             .collect(
                 "INSERT INTO every VALUES ('full', -7, 9007199254740993, 0.1, 'a \"q\" ü', \
                  'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', true, '2024-02-29 23:59:58.123456', \
@@ -163,7 +164,6 @@ mod tests {
             )
             .await
             .expect("insert");
-        let session = engine.session();
         for sql in [
             "SELECT * FROM every WHERE k = $1",
             // Reordered, the key among them.

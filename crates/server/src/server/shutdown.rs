@@ -310,6 +310,7 @@ mod tests {
         let weak = Arc::downgrade(&store);
         let engine = Engine::with_store(store, EngineOptions::default()).await?;
         engine
+            .session()
             .collect("CREATE TABLE kept (k TEXT PRIMARY KEY, v INT)")
             .await?;
         let listen = "127.0.0.1:0".parse()?;

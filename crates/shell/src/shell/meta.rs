@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 
 use super::render::table;
-use crate::engine::{ColumnInfo, Engine, EngineError, StoredAs};
+use crate::engine::{ColumnInfo, Engine, EngineError, Session, StoredAs};
 
 /// One meta-command.
 #[derive(Debug, Clone, PartialEq)]
@@ -405,9 +405,9 @@ pub async fn list_sequences(
 }
 
 /// Rows of a catalog query, as text.
-async fn catalog_rows(engine: &Engine, sql: &str) -> Result<Vec<Vec<String>>, EngineError> {
+async fn catalog_rows(session: &Session, sql: &str) -> Result<Vec<Vec<String>>, EngineError> {
     let mut rows = Vec::new();
-    for batch in engine.collect(sql).await? {
+    for batch in session.collect(sql).await? {
         rows.extend(
             super::render::rows_text(&batch, "")
                 .map_err(|e| EngineError::from(datafusion::error::DataFusionError::from(e)))?,
@@ -418,12 +418,12 @@ async fn catalog_rows(engine: &Engine, sql: &str) -> Result<Vec<Vec<String>>, En
 
 /// `\dv`: the views, with their definitions.
 pub async fn list_views(
-    engine: &Engine,
+    session: &Session,
     pattern: Option<&str>,
     width: Option<u16>,
 ) -> Result<String, EngineError> {
     let rows: Vec<Vec<String>> = catalog_rows(
-        engine,
+        session,
         "SELECT table_schema, table_name, definition FROM information_schema.views \
          WHERE table_schema NOT IN ('information_schema', 'pg_catalog') ORDER BY 1, 2",
     )
@@ -443,12 +443,12 @@ pub async fn list_views(
 /// without a pattern (as psql lists the user's, not the system's), every
 /// one whose name matches with one.
 pub async fn list_functions(
-    engine: &Engine,
+    session: &Session,
     pattern: Option<&str>,
     width: Option<u16>,
 ) -> Result<String, EngineError> {
     let mut rows: Vec<Vec<String>> = catalog_rows(
-        engine,
+        session,
         "SELECT DISTINCT routine_name, data_type, function_type \
          FROM information_schema.routines ORDER BY 1, 2, 3",
     )

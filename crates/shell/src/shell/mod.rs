@@ -6,6 +6,19 @@
 //! order and the first error ends the run (`\set ON_ERROR_STOP off` goes on,
 //! as psql does by default). Statements run through the engine's
 //! [`Session`], as over the wire: the same outcome, tag and error.
+//!
+//! - `split`: where statements end: quotes, comments, dollar quotes,
+//!   meta-command lines; pure.
+//! - `complete`: the line editor's helper (rustyline): completion, and whether
+//!   a statement has ended.
+//! - `meta`: psql's backslash commands (`\dt`, `\d`, ...).
+//! - `copy`: `\copy`'s arguments; the data moves through `load::copy` as the
+//!   server's COPY does.
+//! - `render`: tables, expanded records, CSV, TSV, JSON and JSON lines, printed
+//!   as rows arrive.
+//! - `pager`: the pager (`$PSQL_PAGER`, `$PAGER`) once a result passes a
+//!   screenful.
+//! - `term`: terminal size, one key read without echo.
 
 pub(crate) mod complete;
 mod copy;
@@ -98,8 +111,8 @@ pub enum ScriptEnd {
 
 /// One shell session over an engine.
 pub struct Shell {
-    engine: Engine,
-    /// The engine's own session: what the statements run in.
+    /// What the statements run in; the engine's shared parts (the
+    /// catalog's descriptions) through it.
     session: Session,
     /// `\set ON_ERROR_STOP`: a script ends at its first error.
     stop_on_error: bool,
@@ -141,8 +154,7 @@ impl Shell {
     /// tables to the terminal's width.
     pub async fn new(engine: Engine, format: Format, terminal: bool) -> Self {
         Self {
-            session: engine.as_session(),
-            engine,
+            session: engine.session(),
             stop_on_error: true,
             verbose: false,
             format,
@@ -693,13 +705,13 @@ impl Shell {
                 String::new()
             }
             Meta::Help => meta::HELP.to_owned(),
-            Meta::ListIndexes(p) => meta::list_indexes(&self.engine, p.as_deref(), width).await?,
+            Meta::ListIndexes(p) => meta::list_indexes(&self.session, p.as_deref(), width).await?,
             Meta::ListSequences(p) => {
-                meta::list_sequences(&self.engine, p.as_deref(), width).await?
+                meta::list_sequences(&self.session, p.as_deref(), width).await?
             }
-            Meta::ListViews(p) => meta::list_views(&self.engine, p.as_deref(), width).await?,
+            Meta::ListViews(p) => meta::list_views(&self.session, p.as_deref(), width).await?,
             Meta::ListFunctions(p) => {
-                meta::list_functions(&self.engine, p.as_deref(), width).await?
+                meta::list_functions(&self.session, p.as_deref(), width).await?
             }
             Meta::ConnInfo => format!("{}\n", self.conninfo),
             Meta::Pset(name, value) => self.pset(&name, value.as_deref())? + "\n",
@@ -711,8 +723,8 @@ impl Shell {
                 Box::pin(self.edit(file)).await?;
                 String::new()
             }
-            Meta::ListTables => meta::list_tables(&self.engine, width).await? + "\n",
-            Meta::Describe(name) => meta::describe(&self.engine, &name, width)
+            Meta::ListTables => meta::list_tables(&self.session, width).await? + "\n",
+            Meta::Describe(name) => meta::describe(&self.session, &name, width)
                 .await
                 .map_err(ShellError::Meta)?,
             Meta::Timing(on) => {
@@ -836,7 +848,7 @@ impl Shell {
     async fn refresh_names(&self) {
         let mut names = Names::default();
         if let Some(schema) = self
-            .engine
+            .session
             .context()
             .catalog("datafusion")
             .and_then(|c| c.schema("public"))

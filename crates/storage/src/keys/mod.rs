@@ -22,6 +22,18 @@
 //! into one of `N` buckets (`bucket_of`). It spreads keys that grow (a
 //! SERIAL id) over `N` partitions while a whole RowKey still names its
 //! partition, so a point query stays one request.
+//!
+//! - `template`: `KeyTemplate`, literal text and fields, composed into keys,
+//!   decomposed back into values, and key ranges for the predicates a field can
+//!   answer; `bucket_of`.
+//! - `field`: one field of a template: how a value is written into a key and
+//!   read back, and whether the encodings keep the values' order.
+//! - `typed`: typed fields: every column type but BYTEA, and NULL, in
+//!   PostgreSQL's order, ascending or descending.
+//! - `reader`: `KeyReader`, a template compiled for reading many keys in one
+//!   pass, as a scan reads them.
+//! - `tests`: property tests of the codec: round trips, order, key ranges.
+//! - `typed_tests`: property tests of the typed fields.
 
 mod field;
 mod reader;

@@ -1,6 +1,43 @@
 //! Storage: the entity model of partitioned table storage and the `TableStore`
 //! trait that speaks its semantics, with its backends (`memory`, `embedded`,
 //! `azure`).
+//!
+//! - `entity`: entities (keys and typed properties), their limits, and the
+//!   Timestamp and ETag a store gives every write.
+//! - `value`: property values, the eight EDM types of the service.
+//! - `key`: PartitionKey and RowKey, ordered as the service orders them (by
+//!   UTF-16 code unit).
+//! - `table_name`: table names, case kept, compared case-insensitively.
+//! - `error`: `StorageError`, what Table Storage would answer, typed.
+//! - `query`: queries (key ranges, filter, projection, top), pages of at most
+//!   1,000 entities and their continuation tokens.
+//! - `filter`: property filters (OData `$filter`) and their evaluation against
+//!   an entity.
+//! - `view`: entities lent rather than built (`EntityView`, `RowSink`), for
+//!   readers that copy values straight into Arrow.
+//! - `write`: writes and their semantics: the six operations, entity group
+//!   transactions and their limits, the pure rules every backend applies.
+//! - `clock`: the write clock, Timestamps that strictly increase.
+//! - `memory`: the memory backend, a `BTreeMap` per table: the reference
+//!   oracle.
+//! - `embedded`: the embedded backend on redb, the default store: its file
+//!   format, group commit, kept counts, `tablesql migrate`.
+//! - `azure`: the Azure Table REST backend (feature `azure`): `config`
+//!   (connection strings), `auth` (signing), `http` (requests, retries, error
+//!   answers), `filter_text` (`$filter`), `batch` (multipart).
+//! - `layer`: `StoreLayer`, a store that wraps another (a decorator or a test
+//!   double): it writes only what it changes, and the rest forwards; `Derived`
+//!   says whether the backend's own `get_many`, `query_into`, `partitions`,
+//!   `count` and counts serve through it.
+//! - `defaults`: the trait's default bodies, for a layer that runs them over
+//!   itself.
+//! - `metered`: requests counted by operation, for the metrics.
+//! - `derived`: `DerivedCache`, a cache of what readers derive from a range of
+//!   partitions (a scan's decoded pages), kept while no write lands in it.
+//! - `location`: where a store lives (`--store`, `TABLESQL_STORE`).
+//! - `odata`: entities as the service's JSON (`odata=minimalmetadata`).
+//! - `retry`: the backoff formula, shared with the sequences' conflict retries.
+//! - `retries`: a store's retries told to the statement that sent the request.
 
 #[cfg(feature = "azure")]
 pub mod azure;

@@ -164,6 +164,15 @@ impl WrittenSpan {
 /// ([`crate::exec::read::metrics::count`]).
 pub const ROWS_WRITTEN: &str = "rows_written";
 
+/// The one row a write answers with: how many rows it wrote, as every
+/// DML plan yields it (the library's `Session::collect` of a write).
+pub fn count_batch(rows: u64) -> Result<RecordBatch> {
+    Ok(RecordBatch::try_new(
+        count_schema(),
+        vec![Arc::new(UInt64Array::from(vec![rows]))],
+    )?)
+}
+
 /// The schema every DML plan yields (DataFusion's convention).
 fn count_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![Field::new(
