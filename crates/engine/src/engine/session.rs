@@ -319,10 +319,7 @@ impl Session {
                 // (secrets, paths).
                 let first = sql.split_whitespace().next().unwrap_or_default();
                 let label = format!("{} ...", first.to_uppercase());
-                let task = Arc::new(frame.task_ctx());
-                let plan = frame.create_physical_plan().await?;
-                let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
-                let stream = self.engine.recorded(label, Some(plan), stream);
+                let stream = self.run_frame(label, frame).await?;
                 let tx = self.tx.clone();
                 Ok(Outcome::Rows(Box::pin(FailsBlock { stream, tx })))
             }
@@ -342,6 +339,19 @@ impl Session {
             self.fail_block();
         }
         done
+    }
+
+    /// Runs a frame DataFusion planned, recorded under `label` in the
+    /// workload statistics as its rows stream.
+    async fn run_frame(
+        &self,
+        label: String,
+        frame: datafusion::dataframe::DataFrame,
+    ) -> Result<SendableRecordBatchStream, EngineError> {
+        let task = Arc::new(frame.task_ctx());
+        let plan = frame.create_physical_plan().await?;
+        let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
+        Ok(self.engine.recorded(label, Some(plan), stream))
     }
 
     async fn run(&self, statement: Statement) -> Result<Outcome, EngineError> {
@@ -370,10 +380,7 @@ impl Session {
         // The rest is DataFusion's: SET, and its DDL of an embedder's tables.
         let label = run::statement_label(&statement);
         let frame = self.frame(statement).await?;
-        let task = Arc::new(frame.task_ctx());
-        let plan = frame.create_physical_plan().await?;
-        let stream = datafusion::physical_plan::execute_stream(plan.clone(), task)?;
-        let stream = self.engine.recorded(label, Some(plan), stream);
+        let stream = self.run_frame(label, frame).await?;
         if stream.schema().fields().is_empty() && kind.tag().is_some() {
             datafusion::physical_plan::common::collect(stream).await?;
             return Ok(Outcome::Done(kind));
