@@ -36,19 +36,19 @@ mod alter;
 mod create;
 
 pub use alter::alter;
-pub use create::{Origin, from_create, from_create_table};
+pub use create::from_create_table;
 
 /// Parses one user's `CREATE TABLE ... WITH (...)` statement.
 pub fn parse(sql: &str) -> Result<TableDef, CatalogError> {
-    parse_from(sql, Origin::User)
+    from_create_table(&create_statement(sql)?)
 }
 
-/// Parses one `CREATE TABLE ... WITH (...)` statement written by `origin`.
-pub fn parse_from(sql: &str, origin: Origin) -> Result<TableDef, CatalogError> {
+/// The one `CREATE TABLE` statement `sql` holds, parsed.
+pub(super) fn create_statement(sql: &str) -> Result<CreateTable, CatalogError> {
     let statements = Parser::parse_sql(&PostgreSqlDialect {}, sql)
         .map_err(|e| CatalogError::Definition(e.to_string()))?;
-    match statements.as_slice() {
-        [Statement::CreateTable(create)] => from_create(create, origin),
+    match <[Statement; 1]>::try_from(statements) {
+        Ok([Statement::CreateTable(create)]) => Ok(create),
         _ => Err(CatalogError::Definition(
             "expected exactly one CREATE TABLE statement".into(),
         )),
@@ -267,6 +267,11 @@ fn serial_type(t: &datafusion::sql::sqlparser::ast::DataType) -> Option<ColumnTy
         "bigserial" | "serial8" => Some(ColumnType::BigInt),
         _ => None,
     }
+}
+
+/// A true/false option's value.
+pub(super) fn flag_option(key: &str, value: &Expr) -> Result<bool, CatalogError> {
+    flag(key, &string_value(key, value)?)
 }
 
 /// A true/false option.
@@ -762,22 +767,10 @@ fn quote(s: &str) -> String {
 }
 
 impl TableDef {
-    /// The definition as a user writes it, which [`parse`] takes back: what
-    /// `SHOW CREATE TABLE` shows, without the catalog's own state (an index
-    /// still being built, `Origin::Stored`).
-    pub fn to_user_ddl(&self) -> String {
-        let mut def = self.clone();
-        for i in &mut def.indexes {
-            i.building = false;
-        }
-        for g in &mut def.global_indexes {
-            g.building = false;
-        }
-        def.to_ddl()
-    }
-
-    /// The definition as canonical DDL, which [`parse_from`] with
-    /// `Origin::Stored` reads back unchanged (the stored catalog's form).
+    /// The definition as canonical DDL, as a user writes it: what `SHOW
+    /// CREATE TABLE` shows and the stored catalog keeps. [`parse`] reads it
+    /// back the same but for the catalog's own state, which DDL never
+    /// holds (an index still being built: `catalog::state`).
     pub fn to_ddl(&self) -> String {
         let mut out = format!("CREATE TABLE {} (\n", ident(&self.name));
         for c in &self.columns {
@@ -835,9 +828,6 @@ impl TableDef {
             if g.declared {
                 options.push(format!("global_declared_{} = true", g.name));
             }
-            if g.building {
-                options.push(format!("building_{} = true", g.name));
-            }
         }
         for i in &self.indexes {
             options.push(format!(
@@ -847,9 +837,6 @@ impl TableDef {
             ));
             if !i.covering {
                 options.push(format!("covering_{} = false", i.name));
-            }
-            if i.building {
-                options.push(format!("building_{} = true", i.name));
             }
         }
         out.push_str(&format!("    {}\n);\n", options.join(",\n    ")));

@@ -12,6 +12,8 @@
 //!   before it is used or stored.
 //! - `types`: column types: what a column holds, its EDM property and its Arrow
 //!   type.
+//! - `state`: what the catalog keeps of a table beside its DDL (an index
+//!   still being built), typed, never a user's option.
 //! - `persist`: the definitions' copy in the store (`TablesqlCatalog`), and the
 //!   version entity that tells other engines of a change.
 //! - `files`: catalog files: a directory of `.sql` mappings, checked whole
@@ -32,6 +34,7 @@ pub(crate) mod raw;
 pub(crate) mod secret;
 #[doc(hidden)]
 pub mod sequence;
+pub(crate) mod state;
 pub mod stats;
 mod types;
 mod validate;
@@ -206,8 +209,8 @@ pub struct IndexDef {
     /// looks the base row up.
     pub covering: bool,
     /// Whether `CREATE INDEX` is still writing the rows of existing base
-    /// rows (`building_<name> = true`): writes keep its rows, reads do not
-    /// use it yet.
+    /// rows: writes keep its rows, reads do not use it yet. The catalog's
+    /// state, never the DDL's (`state`).
     pub building: bool,
 }
 
@@ -246,8 +249,8 @@ pub struct GlobalIndexDef {
     pub partition_key: KeyTemplate,
     /// The RowKey template of its entities (`global_rk_<name>`).
     pub row_key: KeyTemplate,
-    /// Whether `CREATE INDEX` is still writing its entities
-    /// (`building_<name> = true`): writes keep them, reads do not use it.
+    /// Whether `CREATE INDEX` is still writing its entities: writes keep
+    /// them, reads do not use it. The catalog's state (`state`).
     pub building: bool,
     /// `CREATE UNIQUE INDEX`: the number of leading key fields that are
     /// the unique columns (`global_unique_<name> = 'n'`). A row whose

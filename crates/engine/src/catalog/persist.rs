@@ -1,11 +1,13 @@
 //! The catalog persisted in the store itself: one entity per mapped table in
-//! the storage table `TablesqlCatalog`, holding the table's canonical DDL, so
-//! that every front end over one store reads the same definitions. One more
+//! the storage table `TablesqlCatalog`, holding the table's canonical DDL and,
+//! apart from it, the catalog's own state of the table (`state`), so that
+//! every front end over one store reads the same definitions. One more
 //! entity of that partition, the version (RowKey `""`, a name no table can
 //! have), is rewritten in the same entity group transaction as every change
 //! of a definition, so the two never disagree: an engine in another process
 //! learns of a change by one point read of the version's ETag.
 
+use super::state::TableState;
 use super::{CatalogError, TableDef, ddl};
 use crate::storage::{
     ETag, EdmValue, Entity, PartitionKey, Query, RowKey, StorageError, TableName, TableStore,
@@ -17,7 +19,14 @@ pub const CATALOG_TABLE: &str = "TablesqlCatalog";
 /// The PartitionKey of table definitions.
 const TABLES_PARTITION: &str = "table";
 /// The version of the stored form; a reader refuses versions it does not know.
-const FORMAT_VERSION: i32 = 1;
+/// Version 2 keeps the table's state in a property of its own; version 1,
+/// still read, kept it as options of the DDL (`TableState::split_legacy`).
+const FORMAT_VERSION: i32 = 2;
+/// The property of a definition's DDL.
+const DEFINITION_PROPERTY: &str = "definition";
+/// The property of a table's state ([`TableState`], as JSON), absent when
+/// there is none.
+const STATE_PROPERTY: &str = "state";
 /// The RowKey of the catalog's version entity, in the definitions'
 /// partition: empty, which no table name is (`TableDef::validate`).
 const VERSION_ROW: &str = "";
@@ -186,19 +195,52 @@ async fn write_versioned(
     }
 }
 
-/// The definition a catalog entity holds.
+/// The definition a catalog entity holds, its state put on it.
 fn parse(e: &crate::storage::StoredEntity) -> Result<TableDef, CatalogError> {
     let name = e.row_key().as_str();
     let bad = |why: &str| CatalogError::Definition(format!("stored definition of {name}: {why}"));
-    match e.get("format_version") {
-        Some(EdmValue::Int32(FORMAT_VERSION)) => {}
-        Some(other) => return Err(bad(&format!("unknown format version {other:?}"))),
-        None => return Err(bad("no format version")),
-    }
-    let Some(EdmValue::String(sql)) = e.get("definition") else {
+    let Some(EdmValue::String(sql)) = e.get(DEFINITION_PROPERTY) else {
         return Err(bad("no definition text"));
     };
-    ddl::parse_from(sql, ddl::Origin::Stored).map_err(|err| bad(&err.to_string()))
+    let read = |sql: &str| -> Result<TableDef, CatalogError> {
+        let mut create = ddl::create_statement(sql)?;
+        let state = match e.get("format_version") {
+            Some(EdmValue::Int32(FORMAT_VERSION)) => match e.get(STATE_PROPERTY) {
+                Some(EdmValue::String(json)) => TableState::from_json(json)?,
+                Some(other) => {
+                    return Err(CatalogError::Definition(format!(
+                        "a state that is not text: {other:?}"
+                    )));
+                }
+                None => TableState::default(),
+            },
+            Some(EdmValue::Int32(1)) => TableState::split_legacy(&mut create)?,
+            Some(other) => {
+                return Err(CatalogError::Definition(format!(
+                    "unknown format version {other:?}"
+                )));
+            }
+            None => return Err(CatalogError::Definition("no format version".into())),
+        };
+        let mut def = ddl::from_create_table(&create)?;
+        state.apply(&mut def)?;
+        Ok(def)
+    };
+    read(sql).map_err(|err| bad(&err.to_string()))
+}
+
+/// The catalog entity of `def`, under `row_key` of `pk`: its DDL, and its
+/// state where it has one.
+fn definition_entity(pk: PartitionKey, def: &TableDef) -> Result<Entity, CatalogError> {
+    let entity = Entity::new(pk, row_key(&def.name)?)
+        .with("format_version", EdmValue::Int32(FORMAT_VERSION))
+        .with(DEFINITION_PROPERTY, EdmValue::String(def.to_ddl()));
+    let state = TableState::of(def);
+    Ok(if state.is_empty() {
+        entity
+    } else {
+        entity.with(STATE_PROPERTY, EdmValue::String(state.to_json()?))
+    })
 }
 
 /// Attempts `update` makes before it gives up on concurrent changes.
@@ -226,9 +268,7 @@ pub async fn update(
         let mut def = parse(&stored)?;
         change(&mut def)?;
         def.validate()?;
-        let entity = Entity::new(pk.clone(), row_key(name)?)
-            .with("format_version", EdmValue::Int32(FORMAT_VERSION))
-            .with("definition", EdmValue::String(def.to_ddl()));
+        let entity = definition_entity(pk.clone(), &def)?;
         let op = WriteOp::Update(entity, crate::storage::IfMatch::ETag(stored.etag));
         match write_versioned(store, &table()?, op, version_entity()?).await {
             Ok(()) => return Ok(def),
@@ -253,12 +293,10 @@ pub async fn save(
     replace: bool,
 ) -> Result<(), CatalogError> {
     let table = created(store).await?;
-    let entity = Entity::new(
+    let entity = definition_entity(
         PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?,
-        row_key(&def.name)?,
-    )
-    .with("format_version", EdmValue::Int32(FORMAT_VERSION))
-    .with("definition", EdmValue::String(def.to_ddl()));
+        def,
+    )?;
     let op = if replace {
         WriteOp::InsertOrReplace(entity)
     } else {
@@ -295,9 +333,7 @@ pub async fn alter(
             Err(e) => return Err(e.into()),
         };
         let def = change(&parse(&stored)?)?;
-        let entity = Entity::new(pk.clone(), row_key(&def.name)?)
-            .with("format_version", EdmValue::Int32(FORMAT_VERSION))
-            .with("definition", EdmValue::String(def.to_ddl()));
+        let entity = definition_entity(pk.clone(), &def)?;
         let read = crate::storage::IfMatch::ETag(stored.etag.clone());
         let mut ops = Vec::new();
         if old == def.name {
@@ -346,5 +382,70 @@ pub async fn remove(store: &dyn TableStore, name: &str) -> Result<(), CatalogErr
             Err(CatalogError::UnknownTable(name.to_owned()))
         }
         Err(e) => Err(e.into()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::MemoryStore;
+
+    const THINGS: &str = "CREATE TABLE things (p TEXT, r TEXT, a TEXT NOT NULL, PRIMARY KEY (p, r)) \
+        WITH (partition_key = '{p}', row_key = 'R:{r}', index_a = 'A:{a}__{r}'";
+
+    /// Version 2 keeps the state beside the DDL, and a store written by
+    /// version 1 (the state among the DDL's options) still reads the same.
+    #[tokio::test]
+    async fn the_state_is_stored_apart_and_format_one_still_reads() {
+        let store = MemoryStore::new();
+        let mut def = ddl::parse(&format!("{THINGS})")).unwrap();
+        def.indexes[0].building = true;
+        save(&store, &def, false).await.unwrap();
+        let pk = PartitionKey::new(TABLES_PARTITION).unwrap();
+        let stored = store
+            .get(&table().unwrap(), &pk, &row_key("things").unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let Some(EdmValue::String(sql)) = stored.get(DEFINITION_PROPERTY) else {
+            panic!("no definition: {stored:?}");
+        };
+        assert!(!sql.contains("building"), "{sql}");
+        assert_eq!(
+            stored.get(STATE_PROPERTY),
+            Some(&EdmValue::String(r#"{"building":["a"]}"#.into()))
+        );
+        assert_eq!(load(&store).await.unwrap(), [def.clone()]);
+
+        let legacy = Entity::new(pk, row_key("things").unwrap())
+            .with("format_version", EdmValue::Int32(1))
+            .with(
+                DEFINITION_PROPERTY,
+                EdmValue::String(format!("{THINGS}, building_a = true)")),
+            );
+        store
+            .execute(&table().unwrap(), WriteOp::InsertOrReplace(legacy))
+            .await
+            .unwrap();
+        assert_eq!(load(&store).await.unwrap(), [def.clone()]);
+
+        // Built: no state is stored.
+        let built = update(&store, "things", |d| {
+            d.indexes[0].building = false;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let stored = store
+            .get(
+                &table().unwrap(),
+                &PartitionKey::new(TABLES_PARTITION).unwrap(),
+                &row_key("things").unwrap(),
+            )
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(stored.get(STATE_PROPERTY), None);
+        assert_eq!(load(&store).await.unwrap(), [built]);
     }
 }

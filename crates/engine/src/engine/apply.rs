@@ -55,9 +55,7 @@ impl Engine {
         for file in wanted {
             let name = file.def.name.clone();
             let outcome = match stored.iter().find(|d| d.name == name) {
-                Some(old) if old.to_user_ddl() == file.def.to_user_ddl() => {
-                    Applied::Unchanged(name)
-                }
+                Some(old) if old.to_ddl() == file.def.to_ddl() => Applied::Unchanged(name),
                 Some(_) => {
                     self.create_table(file.def, true).await?;
                     Applied::Replaced(name)

@@ -49,7 +49,7 @@ impl Session {
                     def.name.clone(),
                 ])),
                 Arc::new(datafusion::arrow::array::StringArray::from(vec![
-                    def.to_user_ddl(),
+                    def.to_ddl(),
                 ])),
             ],
         )

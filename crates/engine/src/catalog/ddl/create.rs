@@ -20,24 +20,8 @@ use crate::catalog::{
 use crate::keys::KeyTemplate;
 use crate::storage::TableName;
 
-/// Who wrote a `CREATE TABLE`: the catalog's own state (an index still
-/// being built) is read from the stored catalog only, never taken from a
-/// user's statement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Origin {
-    /// A user's statement (or a catalog file).
-    User,
-    /// The stored catalog's copy (`persist`).
-    Stored,
-}
-
 /// Builds a definition from a user's parsed `CREATE TABLE`.
 pub fn from_create_table(create: &CreateTable) -> Result<TableDef, CatalogError> {
-    from_create(create, Origin::User)
-}
-
-/// Builds a definition from a parsed `CREATE TABLE` written by `origin`.
-pub fn from_create(create: &CreateTable, origin: Origin) -> Result<TableDef, CatalogError> {
     let name = object_name(&create.name)?;
     if create.query.is_some() {
         return Err(CatalogError::Definition(
@@ -59,7 +43,7 @@ pub fn from_create(create: &CreateTable, origin: Origin) -> Result<TableDef, Cat
     }
     let mut with = WithOptions::default();
     for option in options(create) {
-        with.apply(TableOption::read(option, origin)?, &mut columns)?;
+        with.apply(TableOption::read(option)?, &mut columns)?;
     }
     with.into_def(name, columns, primary_key)
 }
@@ -189,8 +173,6 @@ enum TableOption {
     Index(IndexDef),
     /// `covering_<name>`: whether the index rows carry every column.
     Covering(String, bool),
-    /// `building_<name>`: an index (or a global one) still being built.
-    Building(String, bool),
     /// `global_<part>_<name>`: one part of a global index.
     Global(String, GlobalPart),
 }
@@ -208,7 +190,7 @@ enum GlobalPart {
 }
 
 impl TableOption {
-    fn read(option: &SqlOption, origin: Origin) -> Result<Self, CatalogError> {
+    fn read(option: &SqlOption) -> Result<Self, CatalogError> {
         let SqlOption::KeyValue { key, value } = option else {
             return Err(CatalogError::Definition(format!(
                 "option {option} is not supported"
@@ -233,7 +215,7 @@ impl TableOption {
                     .collect(),
             ),
             _ if key.starts_with("global_") => global(&key, text)?,
-            _ => named(&key, text, origin)?,
+            _ => named(&key, text)?,
         })
     }
 }
@@ -287,8 +269,8 @@ fn global(key: &str, text: String) -> Result<TableOption, CatalogError> {
     Ok(TableOption::Global(name, part))
 }
 
-/// An `index_<name>`, `covering_<name>` or `building_<name>` option.
-fn named(key: &str, text: String, origin: Origin) -> Result<TableOption, CatalogError> {
+/// An `index_<name>` or `covering_<name>` option.
+fn named(key: &str, text: String) -> Result<TableOption, CatalogError> {
     if let Some(index) = slot(key, "index_") {
         return Ok(TableOption::Index(IndexDef {
             name: index,
@@ -299,11 +281,6 @@ fn named(key: &str, text: String, origin: Origin) -> Result<TableOption, Catalog
     }
     if let Some(index) = slot(key, "covering_") {
         return Ok(TableOption::Covering(index, flag(key, &text)?));
-    }
-    if let Some(index) = slot(key, "building_")
-        && origin == Origin::Stored
-    {
-        return Ok(TableOption::Building(index, flag(key, &text)?));
     }
     Err(CatalogError::Definition(format!(
         "unknown option {key} (expected storage_table, partition_key, row_key, owned, dropped, renamed, index_<name> or covering_<name>)"
@@ -324,8 +301,6 @@ struct WithOptions {
     indexes: Vec<IndexDef>,
     /// Indexes whose rows carry only their keys (`covering_<name> = false`).
     keys_only: Vec<String>,
-    /// Indexes and global indexes still being built.
-    building: Vec<String>,
     /// Global indexes by name.
     globals: BTreeMap<String, GlobalParts>,
     uniques: BTreeMap<String, usize>,
@@ -361,11 +336,6 @@ impl WithOptions {
                     self.keys_only.push(index);
                 }
             }
-            TableOption::Building(index, on) => {
-                if on {
-                    self.building.push(index);
-                }
-            }
             TableOption::Global(name, part) => match part {
                 GlobalPart::Table(t) => self.globals.entry(name).or_default().0 = Some(t),
                 GlobalPart::PartitionKey(t) => self.globals.entry(name).or_default().1 = Some(t),
@@ -392,28 +362,17 @@ impl WithOptions {
         mut columns: Vec<ColumnDef>,
         mut primary_key: Vec<String>,
     ) -> Result<TableDef, CatalogError> {
-        // A building mark names a global index or an index row template.
-        let (building_globals, building): (Vec<String>, Vec<String>) =
-            std::mem::take(&mut self.building)
-                .into_iter()
-                .partition(|n| self.globals.contains_key(n));
-        let keys_only = std::mem::take(&mut self.keys_only);
-        for (names, option) in [(keys_only, "covering"), (building, "building")] {
-            for index in names {
-                let ix = self
-                    .indexes
-                    .iter_mut()
-                    .find(|i| i.name == index)
-                    .ok_or_else(|| {
-                        CatalogError::Definition(format!(
-                            "option {option}_{index} names no index (declare index_{index} = '<template>')"
-                        ))
-                    })?;
-                match option {
-                    "covering" => ix.covering = false,
-                    _ => ix.building = true,
-                }
-            }
+        for index in std::mem::take(&mut self.keys_only) {
+            let ix = self
+                .indexes
+                .iter_mut()
+                .find(|i| i.name == index)
+                .ok_or_else(|| {
+                    CatalogError::Definition(format!(
+                        "option covering_{index} names no index (declare index_{index} = '<template>')"
+                    ))
+                })?;
+            ix.covering = false;
         }
         let missing =
             |what: &str| CatalogError::Definition(format!("table {name}: WITH needs {what}"));
@@ -460,7 +419,7 @@ impl WithOptions {
                 .map(str::to_owned)
                 .collect();
         }
-        let global_indexes = self.global_indexes(&building_globals)?;
+        let global_indexes = self.global_indexes()?;
         let def = TableDef {
             name,
             storage_table,
@@ -478,7 +437,7 @@ impl WithOptions {
     }
 
     /// The global indexes, each with all three of its parts.
-    fn global_indexes(&mut self, building: &[String]) -> Result<Vec<GlobalIndexDef>, CatalogError> {
+    fn global_indexes(&mut self) -> Result<Vec<GlobalIndexDef>, CatalogError> {
         std::mem::take(&mut self.globals)
             .into_iter()
             .map(|(name, parts)| {
@@ -495,35 +454,12 @@ impl WithOptions {
                     })?,
                     partition_key: part("the PartitionKey", parts.1)?.parse()?,
                     row_key: part("the RowKey", parts.2)?.parse()?,
-                    building: building.contains(&name),
+                    building: false,
                     unique: self.uniques.get(&name).copied(),
                     declared: self.declared_globals.contains(&name),
                     name,
                 })
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use crate::catalog::ddl::{Origin, parse, parse_from};
-
-    const BUILDING: &str = "CREATE TABLE things (p TEXT, r TEXT, a TEXT NOT NULL, PRIMARY KEY (p, r)) \
-        WITH (partition_key = '{p}', row_key = 'R:{r}', index_a = 'A:{a}__{r}', building_a = true)";
-
-    #[test]
-    fn an_index_being_built_is_the_stored_catalogs_state_not_a_users_option() {
-        let e = parse(BUILDING).unwrap_err();
-        assert!(e.to_string().contains("unknown option building_a"), "{e}");
-        let stored = parse_from(BUILDING, Origin::Stored).unwrap();
-        assert!(stored.indexes[0].building);
-        // The stored form keeps the mark, and reads back the same.
-        assert_eq!(
-            parse_from(&stored.to_ddl(), Origin::Stored).unwrap(),
-            stored
-        );
-        // What a user is shown, a user may write again.
-        assert!(!parse(&stored.to_user_ddl()).unwrap().indexes[0].building);
     }
 }
