@@ -786,3 +786,54 @@ async fn now_is_each_statements_start_not_the_sessions() -> TestResult {
     assert_ne!(first, second, "now() stood still across statements");
     Ok(())
 }
+
+/// DataFusion's own failures are told by their variant, as PostgreSQL
+/// tells them: a division by zero (22012), an overflow (22003), a value a
+/// cast cannot read (22P02), and a subquery DataFusion cannot run where it
+/// stands, which is valid SQL and so not implemented (0A000), not a syntax
+/// error.
+#[tokio::test]
+async fn datafusions_own_failures_have_postgres_codes() -> TestResult {
+    let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+    let session = Engine::with_store(store, EngineOptions::default())
+        .await?
+        .session();
+    session
+        .collect(
+            "CREATE TABLE nums (k INT NOT NULL, i INT, t TEXT) \
+             WITH (storage_table = 'Nums', partition_key = 'P', row_key = '{k:03}')",
+        )
+        .await?;
+    session
+        .collect("INSERT INTO nums (k, i, t) VALUES (1, 2147483647, 'x'), (2, 0, '12')")
+        .await?;
+    let cases = [
+        ("SELECT 1/0", "22012"),
+        ("SELECT k / i FROM nums", "22012"),
+        ("SELECT k % i FROM nums", "22012"),
+        ("SELECT 2147483647 + 1", "22003"),
+        ("SELECT i + i FROM nums", "22003"),
+        ("SELECT t::int FROM nums", "22P02"),
+        ("SELECT k FROM nums WHERE k = 'seven'", "22P02"),
+        ("SELECT CAST(99999999999 AS INT)", "22P02"),
+        (
+            "SELECT k FROM nums ORDER BY (SELECT max(m.i) FROM nums m WHERE m.k = nums.k)",
+            "0A000",
+        ),
+        (
+            "SELECT sum(k) OVER (ORDER BY (SELECT max(m.i) FROM nums m WHERE m.k = nums.k)) FROM nums",
+            "0A000",
+        ),
+        ("SELECT CAST(1 AS INTERVAL)", "0A000"),
+        ("SELECT k FROM nums LIMIT -1", "42601"),
+    ];
+    for (sql, code) in cases {
+        let e = session
+            .collect(sql)
+            .await
+            .err()
+            .ok_or_else(|| format!("{sql} ran"))?;
+        assert_eq!(e.sqlstate(), code, "{sql}: {e}");
+    }
+    Ok(())
+}

@@ -104,6 +104,7 @@ use crate::planner::settings::TablesqlConfig;
 use crate::planner::subquery::ExtractSubqueries;
 use crate::planner::subquery_rules::{
     AggregateScalarSubqueries, CorrelatedNotIn, NameComparedValues, NameSetComparisons,
+    RefuseUnrunnableSubqueries,
 };
 use crate::planner::{StoreTable, TablesqlQueryPlanner};
 use crate::storage::{Query, StorageError, StoreLocation, TableName, TableStore};
@@ -301,6 +302,7 @@ impl Engine {
             .with_analyzer_rule(Arc::new(NameComparedValues))
             .with_analyzer_rule(Arc::new(CorrelatedNotIn))
             .with_analyzer_rule(Arc::new(AggregateScalarSubqueries::default()))
+            .with_analyzer_rule(Arc::new(RefuseUnrunnableSubqueries))
             .with_optimizer_rules(optimizer_rules())
             .with_optimizer_rule(Arc::new(EmptyDml))
             .build();

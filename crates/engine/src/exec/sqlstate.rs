@@ -1,16 +1,15 @@
 //! The SQLSTATE of a failure that comes out of DataFusion: ours, carried
 //! through it as `DataFusionError::External` and asked for its own code
-//! ([`ExecError::sqlstate`] and the others'), or DataFusion's own. The
-//! planner's errors, which exec cannot name, are asked first by the
-//! engine (`engine::datafusion_sqlstate`); among them an unknown table or
-//! function, which DataFusion reports only as text, found by asking the
-//! catalog (`planner::undefined`). Four conditions of
-//! DataFusion's own remain that it reports as the text of a `Plan` or
-//! `Execution` error and that no lookup can tell (a cast that fails, a
-//! feature its planner lacks, a division by zero, an overflow inside one
-//! of its functions); those alone are read from the message, here and
-//! nowhere else. None of ours is: each error enum of the engine has its
-//! `sqlstate()`.
+//! ([`ExecError::sqlstate`] and the others'), or DataFusion's own, by its
+//! variant and never by its message. The planner's errors, which exec
+//! cannot name, are asked first by the engine (`engine::datafusion_sqlstate`);
+//! among them an unknown table or function, which DataFusion reports only
+//! as text, found by asking the catalog (`planner::undefined`), and a
+//! subquery DataFusion cannot run, refused as not implemented before its
+//! analyzer says so in text (`planner::subquery::refuse_unrunnable`). A
+//! division by zero, an overflow and a failed cast arrive as Arrow's own
+//! variants; what DataFusion reports only as `Plan` or `Execution` text
+//! gets its class's code (42601, 22000).
 
 use datafusion::arrow::error::ArrowError;
 use datafusion::common::SchemaError;
@@ -68,10 +67,10 @@ pub fn of_datafusion(e: &DataFusionError) -> &'static str {
             SchemaError::DuplicateQualifiedField { .. }
             | SchemaError::DuplicateUnqualifiedField { .. } => code::DUPLICATE_COLUMN,
         },
-        DataFusionError::Plan(m) => of_plan_text(m),
+        DataFusionError::Plan(_) => code::SYNTAX_ERROR,
         DataFusionError::NotImplemented(_) => code::FEATURE_NOT_SUPPORTED,
         DataFusionError::ArrowError(a, _) => of_arrow(a),
-        DataFusionError::Execution(m) => of_execution_text(m),
+        DataFusionError::Execution(_) => code::DATA_EXCEPTION,
         DataFusionError::External(x) => of_external(x.as_ref()),
         DataFusionError::Context(_, inner) => of_datafusion(inner),
         DataFusionError::Shared(inner) => of_datafusion(inner),
@@ -117,37 +116,6 @@ fn of_external(e: &(dyn std::error::Error + 'static)) -> &'static str {
     }
 }
 
-/// DataFusion reports several distinct conditions as `Plan` text. An
-/// unknown table or function is not read here: the planner asks the
-/// catalog (`planner::undefined`).
-fn of_plan_text(message: &str) -> &'static str {
-    if message.contains("Cannot cast") || message.contains("cannot be cast") {
-        code::INVALID_TEXT_REPRESENTATION
-    } else if message.contains("Unsupported")
-        || message.contains("not supported")
-        // DataFusion's refusal of a subquery where its planner cannot place
-        // it ("Correlated scalar subquery can only be used in ...").
-        || message.contains("subquery can only be used")
-    {
-        code::FEATURE_NOT_SUPPORTED
-    } else {
-        code::SYNTAX_ERROR
-    }
-}
-
-/// And some as `Execution` text.
-fn of_execution_text(message: &str) -> &'static str {
-    if message.contains("Cannot cast") || message.contains("cannot be cast") {
-        code::INVALID_TEXT_REPRESENTATION
-    } else if message.contains("Divide by zero") {
-        code::DIVISION_BY_ZERO
-    } else if message.contains("Overflow") || message.contains("overflow") {
-        code::NUMERIC_OUT_OF_RANGE
-    } else {
-        code::DATA_EXCEPTION
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,10 +139,6 @@ mod tests {
 
     #[test]
     fn subqueries_tablesql_cannot_run_are_not_supported() {
-        let placed = DataFusionError::Plan(
-            "Correlated scalar subquery can only be used in Projection, Filter, Aggregate plan nodes".into(),
-        );
-        assert_eq!(of_datafusion(&placed), code::FEATURE_NOT_SUPPORTED);
         assert_eq!(
             ExecError::SubqueryRows.sqlstate(),
             code::CARDINALITY_VIOLATION

@@ -1,22 +1,68 @@
 //! Analyzer rules that keep DataFusion 55's subquery rewrites from
 //! changing an answer. They run before the optimizer and rewrite the plan
-//! into an equivalent one those rules handle correctly.
+//! into an equivalent one those rules handle correctly; the last refuses,
+//! as not implemented, a subquery still left where DataFusion cannot run
+//! it ([`RefuseUnrunnableSubqueries`]).
 
 use std::sync::Arc;
 
 use datafusion::common::ExprSchema;
 use datafusion::common::config::ConfigOptions;
-use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::error::Result;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::error::{DataFusionError, Result};
 use datafusion::logical_expr::AggregateUDF;
 use datafusion::logical_expr::expr::{Exists, InSubquery, SetComparison};
 use datafusion::logical_expr::{
-    BinaryExpr, Expr, Filter, LogicalPlan, LogicalPlanBuilder, Operator, Projection, Subquery, col,
+    BinaryExpr, Expr, Filter, LogicalPlan, LogicalPlanBuilder, Operator, Projection, Subquery,
+    check_subquery_expr, col,
 };
 use datafusion::optimizer::AnalyzerRule;
 
 use super::rewrite::{has_subquery, is_subquery, rewrite_named};
 use crate::exec::ops::single_value::SingleValue;
+
+/// Refuses, as not implemented (0A000), a plan with a subquery that
+/// DataFusion cannot run where it stands after the rules before this one
+/// (a correlated scalar subquery in an ORDER BY, a window or a join
+/// condition). DataFusion's analyzer would refuse the same plan next, with
+/// its own check ([`check_subquery_expr`]), as a `Plan` error that only
+/// its text tells from a mistake in the SQL (42601); asked here, last of
+/// the analyzer rules and on the same plan, the check's verdict is told by
+/// where it came from. The statement is valid SQL that PostgreSQL runs.
+#[derive(Debug, Default)]
+pub struct RefuseUnrunnableSubqueries;
+
+impl AnalyzerRule for RefuseUnrunnableSubqueries {
+    fn analyze(&self, plan: LogicalPlan, _config: &ConfigOptions) -> Result<LogicalPlan> {
+        if !has_subquery(&plan) {
+            return Ok(plan);
+        }
+        plan.apply_with_subqueries(|node| {
+            node.apply_expressions(|expr| {
+                expr.apply(|e| {
+                    if let Expr::Exists(Exists { subquery, .. })
+                    | Expr::InSubquery(InSubquery { subquery, .. })
+                    | Expr::SetComparison(SetComparison { subquery, .. })
+                    | Expr::ScalarSubquery(subquery) = e
+                    {
+                        check_subquery_expr(node, &subquery.subquery, e).map_err(
+                            |err| match err {
+                                DataFusionError::Plan(why) => DataFusionError::NotImplemented(why),
+                                other => other,
+                            },
+                        )?;
+                    }
+                    Ok(TreeNodeRecursion::Continue)
+                })
+            })
+        })?;
+        Ok(plan)
+    }
+
+    fn name(&self) -> &str {
+        "refuse_unrunnable_subqueries"
+    }
+}
 
 /// Names every SELECT-list expression that holds a quantified comparison
 /// (`v = ANY (SELECT ...)`) by its own name, before the optimizer runs.
