@@ -787,11 +787,11 @@ async fn now_is_each_statements_start_not_the_sessions() -> TestResult {
     Ok(())
 }
 
-/// DataFusion's own failures are told by their variant, as PostgreSQL
-/// tells them: a division by zero (22012), an overflow (22003), a value a
-/// cast cannot read (22P02), and a subquery DataFusion cannot run where it
-/// stands, which is valid SQL and so not implemented (0A000), not a syntax
-/// error.
+/// DataFusion's own failures are told by their variant, with PostgreSQL's
+/// codes: a division by zero (22012), an integer overflow (22003), a value
+/// a cast cannot read (22P02); and a subquery DataFusion cannot run where
+/// it stands, valid SQL that PostgreSQL runs, is not implemented (0A000),
+/// not a syntax error.
 #[tokio::test]
 async fn datafusions_own_failures_have_postgres_codes() -> TestResult {
     let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
@@ -815,7 +815,7 @@ async fn datafusions_own_failures_have_postgres_codes() -> TestResult {
         ("SELECT i + i FROM nums", "22003"),
         ("SELECT t::int FROM nums", "22P02"),
         ("SELECT k FROM nums WHERE k = 'seven'", "22P02"),
-        ("SELECT CAST(99999999999 AS INT)", "22P02"),
+        ("SELECT CAST('abc' AS INT)", "22P02"),
         (
             "SELECT k FROM nums ORDER BY (SELECT max(m.i) FROM nums m WHERE m.k = nums.k)",
             "0A000",
@@ -824,8 +824,6 @@ async fn datafusions_own_failures_have_postgres_codes() -> TestResult {
             "SELECT sum(k) OVER (ORDER BY (SELECT max(m.i) FROM nums m WHERE m.k = nums.k)) FROM nums",
             "0A000",
         ),
-        ("SELECT CAST(1 AS INTERVAL)", "0A000"),
-        ("SELECT k FROM nums LIMIT -1", "42601"),
     ];
     for (sql, code) in cases {
         let e = session

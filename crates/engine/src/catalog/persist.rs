@@ -19,9 +19,13 @@ pub const CATALOG_TABLE: &str = "TablesqlCatalog";
 /// The PartitionKey of table definitions.
 const TABLES_PARTITION: &str = "table";
 /// The version of the stored form; a reader refuses versions it does not know.
-/// Version 2 keeps the table's state in a property of its own; version 1,
-/// still read, kept it as options of the DDL (`TableState::split_legacy`).
-const FORMAT_VERSION: i32 = 2;
+/// Version 1 is the DDL alone (before the state had a property of its own,
+/// it also held the state as options: `TableState::split_legacy`).
+const FORMAT_VERSION: i32 = 1;
+/// The version of a definition stored with a state (an index still being
+/// built). A row without one stays version 1, the form engines before the
+/// state record read, so that they refuse only a row they would misread.
+const STATE_FORMAT_VERSION: i32 = 2;
 /// The property of a definition's DDL.
 const DEFINITION_PROPERTY: &str = "definition";
 /// The property of a table's state ([`TableState`], as JSON), absent when
@@ -205,7 +209,7 @@ fn parse(e: &crate::storage::StoredEntity) -> Result<TableDef, CatalogError> {
     let read = |sql: &str| -> Result<TableDef, CatalogError> {
         let mut create = ddl::create_statement(sql)?;
         let state = match e.get("format_version") {
-            Some(EdmValue::Int32(FORMAT_VERSION)) => match e.get(STATE_PROPERTY) {
+            Some(EdmValue::Int32(STATE_FORMAT_VERSION)) => match e.get(STATE_PROPERTY) {
                 Some(EdmValue::String(json)) => TableState::from_json(json)?,
                 Some(other) => {
                     return Err(CatalogError::Definition(format!(
@@ -214,7 +218,7 @@ fn parse(e: &crate::storage::StoredEntity) -> Result<TableDef, CatalogError> {
                 }
                 None => TableState::default(),
             },
-            Some(EdmValue::Int32(1)) => TableState::split_legacy(&mut create)?,
+            Some(EdmValue::Int32(FORMAT_VERSION)) => TableState::split_legacy(&mut create)?,
             Some(other) => {
                 return Err(CatalogError::Definition(format!(
                     "unknown format version {other:?}"
@@ -233,13 +237,14 @@ fn parse(e: &crate::storage::StoredEntity) -> Result<TableDef, CatalogError> {
 /// state where it has one.
 fn definition_entity(pk: PartitionKey, def: &TableDef) -> Result<Entity, CatalogError> {
     let entity = Entity::new(pk, row_key(&def.name)?)
-        .with("format_version", EdmValue::Int32(FORMAT_VERSION))
         .with(DEFINITION_PROPERTY, EdmValue::String(def.to_ddl()));
     let state = TableState::of(def);
     Ok(if state.is_empty() {
-        entity
+        entity.with("format_version", EdmValue::Int32(FORMAT_VERSION))
     } else {
-        entity.with(STATE_PROPERTY, EdmValue::String(state.to_json()?))
+        entity
+            .with("format_version", EdmValue::Int32(STATE_FORMAT_VERSION))
+            .with(STATE_PROPERTY, EdmValue::String(state.to_json()?))
     })
 }
 
@@ -393,8 +398,9 @@ mod tests {
     const THINGS: &str = "CREATE TABLE things (p TEXT, r TEXT, a TEXT NOT NULL, PRIMARY KEY (p, r)) \
         WITH (partition_key = '{p}', row_key = 'R:{r}', index_a = 'A:{a}__{r}'";
 
-    /// Version 2 keeps the state beside the DDL, and a store written by
-    /// version 1 (the state among the DDL's options) still reads the same.
+    /// A state is stored beside the DDL (version 2), none when there is
+    /// none (version 1), and a row written before the state record (its
+    /// state among the DDL's options) still reads the same.
     #[tokio::test]
     async fn the_state_is_stored_apart_and_format_one_still_reads() {
         let store = MemoryStore::new();
@@ -415,6 +421,7 @@ mod tests {
             stored.get(STATE_PROPERTY),
             Some(&EdmValue::String(r#"{"building":["a"]}"#.into()))
         );
+        assert_eq!(stored.get("format_version"), Some(&EdmValue::Int32(2)));
         assert_eq!(load(&store).await.unwrap(), [def.clone()]);
 
         let legacy = Entity::new(pk, row_key("things").unwrap())
@@ -445,7 +452,9 @@ mod tests {
             .await
             .unwrap()
             .unwrap();
+        // Without a state, the form engines before the state record read.
         assert_eq!(stored.get(STATE_PROPERTY), None);
+        assert_eq!(stored.get("format_version"), Some(&EdmValue::Int32(1)));
         assert_eq!(load(&store).await.unwrap(), [built]);
     }
 }

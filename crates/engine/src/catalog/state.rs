@@ -6,8 +6,8 @@
 //!
 //! The definition is DDL a user could have written; the state is this typed
 //! record, stored beside it as JSON (`persist`). Kept apart, a `CREATE
-//! TABLE` cannot set the state and `SHOW CREATE TABLE` never shows it. The
-//! stored catalog of format 1 kept it as `building_<name> = true` options
+//! TABLE` cannot set the state and `SHOW CREATE TABLE` never shows it. Rows
+//! written before this record kept it as `building_<name> = true` options
 //! in the DDL; [`TableState::split_legacy`] reads that form.
 
 use std::collections::BTreeSet;
@@ -47,11 +47,14 @@ impl TableState {
 
     /// Puts the state on `def`; a name `def` has no index of is an error
     /// (the two were stored together, so they disagree only if damaged).
+    /// Names match as the DDL's option keys read them, whatever their
+    /// case (`index_ByAge` reads back as index `byage`).
     pub fn apply(&self, def: &mut TableDef) -> Result<(), CatalogError> {
         for name in &self.building {
-            if let Some(i) = def.indexes.iter_mut().find(|i| &i.name == name) {
+            let named = |n: &String| n.eq_ignore_ascii_case(name);
+            if let Some(i) = def.indexes.iter_mut().find(|i| named(&i.name)) {
                 i.building = true;
-            } else if let Some(g) = def.global_indexes.iter_mut().find(|g| &g.name == name) {
+            } else if let Some(g) = def.global_indexes.iter_mut().find(|g| named(&g.name)) {
                 g.building = true;
             } else {
                 return Err(CatalogError::Definition(format!(
@@ -74,9 +77,9 @@ impl TableState {
             .map_err(|e| CatalogError::Definition(format!("the table's state {text:?}: {e}")))
     }
 
-    /// Format 1's DDL, which held the state as `building_<name> = true`
-    /// options: the options taken out into the state, the rest left as
-    /// the user's statement.
+    /// A version-1 row's DDL, which before this record held the state as
+    /// `building_<name> = true` options: the options taken out into the
+    /// state, the rest left as the user's statement.
     pub fn split_legacy(create: &mut CreateTable) -> Result<Self, CatalogError> {
         let mut state = TableState::default();
         let (CreateTableOptions::With(options) | CreateTableOptions::Options(options)) =
@@ -146,6 +149,22 @@ mod tests {
         let mut def = ddl::from_create_table(&create).unwrap();
         state.apply(&mut def).unwrap();
         assert!(def.indexes[0].building);
+    }
+
+    #[test]
+    fn a_building_index_keeps_its_mark_whatever_the_case_of_its_name() {
+        let mut def = ddl::parse(&format!("{THINGS}, index_ByAge = 'B:{{a}}__{{r}}')")).unwrap();
+        let state = TableState {
+            building: BTreeSet::from(["ByAge".to_owned()]),
+        };
+        state.apply(&mut def).unwrap();
+        let marked: Vec<&str> = def
+            .indexes
+            .iter()
+            .filter(|i| i.building)
+            .map(|i| i.name.as_str())
+            .collect();
+        assert_eq!(marked, ["byage"], "{def:?}");
     }
 
     #[test]

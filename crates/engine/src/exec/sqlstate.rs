@@ -6,10 +6,13 @@
 //! among them an unknown table or function, which DataFusion reports only
 //! as text, found by asking the catalog (`planner::undefined`), and a
 //! subquery DataFusion cannot run, refused as not implemented before its
-//! analyzer says so in text (`planner::subquery::refuse_unrunnable`). A
-//! division by zero, an overflow and a failed cast arrive as Arrow's own
-//! variants; what DataFusion reports only as `Plan` or `Execution` text
-//! gets its class's code (42601, 22000).
+//! analyzer says so in text
+//! (`planner::subquery_rules::RefuseUnrunnableSubqueries`). The arithmetic
+//! operators' division by zero and overflow, and casts, arrive as Arrow's
+//! own variants; what DataFusion reports only as `Plan` or `Execution` text
+//! (an overflow inside one of its functions, a clause its SQL planner does
+//! not support) gets that class's code, 42601 or 22000, which may be less
+//! precise than PostgreSQL's.
 
 use datafusion::arrow::error::ArrowError;
 use datafusion::common::SchemaError;

@@ -103,7 +103,9 @@ fn datafusion_message(e: &DataFusionError) -> String {
         }
         DataFusionError::Shared(inner) => datafusion_message(inner),
         DataFusionError::External(x) => x.to_string(),
-        DataFusionError::Plan(m) | DataFusionError::Execution(m) => m.clone(),
+        DataFusionError::Plan(m)
+        | DataFusionError::Execution(m)
+        | DataFusionError::NotImplemented(m) => m.clone(),
         _ => e.strip_backtrace(),
     }
 }
