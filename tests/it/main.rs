@@ -22,6 +22,7 @@ mod global;
 mod hostile;
 mod indexes;
 mod interop;
+mod isolation;
 mod lookup_join;
 mod model;
 mod paging;

@@ -190,6 +190,7 @@ slt_files!(
     ddl,
     dml_queries,
     indexes,
+    locking,
     lookup_joins,
     paging,
     pg_spellings,

@@ -92,6 +92,7 @@ use crate::catalog::stats::{PRIMARY_PATH, StatsCache, TableStats};
 use crate::catalog::{CatalogError, TableDef, ddl, persist, stats};
 use crate::exec::ops::coop::YieldingJoins;
 use crate::exec::read::token::Signer;
+use crate::exec::write::locks::RowLocks;
 use crate::exec::write::sequences::Sequences;
 use crate::exec::{Layout, ScanOptions};
 use crate::planner::checked::CheckedIntegers;
@@ -198,6 +199,8 @@ pub struct Engine {
     stats: Arc<StatsCache>,
     /// The blocks of sequence values this process holds.
     sequences: Arc<Sequences>,
+    /// The row locks its sessions' `FOR UPDATE` reads hold (`exec::write::locks`).
+    locks: Arc<RowLocks>,
     /// Raised by every change of the tables registered: prepared
     /// statements planned under an older version plan again.
     catalog_version: Arc<std::sync::atomic::AtomicU64>,
@@ -357,6 +360,7 @@ impl Engine {
             signer: Arc::default(),
             stats,
             sequences,
+            locks: Arc::default(),
             catalog_version: Arc::default(),
             watch: Arc::default(),
             public,

@@ -17,6 +17,7 @@ use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
 mod live_catalog;
 mod load;
+mod locking;
 mod operations;
 mod protocol;
 mod psql;

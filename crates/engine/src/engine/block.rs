@@ -10,11 +10,13 @@
 //! in PostgreSQL. The wire server tells the client this state; it keeps none
 //! of its own.
 
-use datafusion::sql::sqlparser::ast::Statement;
+use datafusion::sql::sqlparser::ast::{GroupByExpr, Set, SetExpr, Statement, TransactionMode};
 
 use super::{EngineError, Transaction};
 use crate::catalog::normalize_ident;
 use crate::exec::write::commit::Order;
+use crate::exec::write::locks::{Locking, Strength};
+use crate::exec::write::reads::Isolation;
 use crate::storage::TableStore;
 
 /// The order a wide COMMIT writes in: global index entities around the
@@ -65,6 +67,9 @@ pub enum BlockChange {
     Released,
     /// `ROLLBACK TO`: back to a mark, and the block good again.
     RolledBackTo,
+    /// `SET TRANSACTION`: the open block's isolation level (outside a
+    /// block, nothing, as PostgreSQL warns and goes on).
+    Isolation,
 }
 
 impl BlockChange {
@@ -76,6 +81,7 @@ impl BlockChange {
             BlockChange::Savepoint => "SAVEPOINT",
             BlockChange::Released => "RELEASE",
             BlockChange::RolledBackTo => "ROLLBACK",
+            BlockChange::Isolation => "SET",
         }
     }
 }
@@ -113,13 +119,55 @@ pub fn admit(tx: &Transaction, statement: &Statement) -> Result<(), EngineError>
     Ok(())
 }
 
+/// The row locks a statement's reads take (`SELECT ... FOR UPDATE`), if
+/// any; refused as PostgreSQL refuses them where its rows are not the
+/// table's (0A000).
+pub fn locking(statement: &Statement) -> Result<Option<Locking>, EngineError> {
+    let Statement::Query(query) = statement else {
+        return Ok(None);
+    };
+    let Some(locking) = Locking::of(query) else {
+        return Ok(None);
+    };
+    let clause = match locking.strength {
+        Strength::Share => "FOR SHARE",
+        Strength::Update => "FOR UPDATE",
+    };
+    let with = match query.body.as_ref() {
+        SetExpr::SetOperation { .. } => Some("UNION/INTERSECT/EXCEPT"),
+        SetExpr::Select(select) if select.distinct.is_some() => Some("DISTINCT clause"),
+        SetExpr::Select(select) if !matches!(&select.group_by, GroupByExpr::Expressions(e, _) if e.is_empty()) => {
+            Some("GROUP BY clause")
+        }
+        SetExpr::Select(select) if select.having.is_some() => Some("HAVING clause"),
+        _ => None,
+    };
+    match with {
+        Some(with) => Err(EngineError::NotSupported(format!(
+            "{clause} is not allowed with {with}"
+        ))),
+        None => Ok(Some(locking)),
+    }
+}
+
+/// The isolation level `modes` name, if they name one.
+fn isolation_of(modes: &[TransactionMode]) -> Option<Isolation> {
+    modes.iter().find_map(|m| match m {
+        TransactionMode::IsolationLevel(level) => Some(Isolation::of(level)),
+        TransactionMode::AccessMode(_) => None,
+    })
+}
+
 /// Runs `statement` on `tx` if it is transaction control; `None` if it is
 /// not. A block is closed by its `COMMIT` or `ROLLBACK` whatever the
-/// outcome, as a failed `COMMIT` closes it in PostgreSQL.
+/// outcome, as a failed `COMMIT` closes it in PostgreSQL. A `BEGIN` that
+/// names no isolation level opens the block at `default` (the session's
+/// `default_transaction_isolation`).
 pub async fn control(
     tx: &Transaction,
     store: &dyn TableStore,
     statement: &Statement,
+    default: Isolation,
 ) -> Option<Result<BlockChange, EngineError>> {
     let mark = |what: &'static str, name| {
         if !tx.is_open() {
@@ -129,10 +177,20 @@ pub async fn control(
     };
     let no_savepoint = |name: String| Err(EngineError::NoSavepoint(name));
     Some(match statement {
-        Statement::StartTransaction { .. } => {
-            tx.begin();
+        Statement::StartTransaction { modes, .. } => {
+            tx.begin(isolation_of(modes).unwrap_or(default));
             Ok(BlockChange::Began)
         }
+        // `SET TRANSACTION`, not `SET SESSION CHARACTERISTICS AS
+        // TRANSACTION` (the session's default: `planner::parameters`).
+        Statement::Set(Set::SetTransaction {
+            modes,
+            session: false,
+            ..
+        }) => match isolation_of(modes) {
+            Some(level) if !tx.set_isolation(level) => Err(EngineError::IsolationAfterQuery),
+            _ => Ok(BlockChange::Isolation),
+        },
         Statement::Commit { chain: true, .. } | Statement::Rollback { chain: true, .. } => Err(
             EngineError::NotSupported("AND CHAIN is not supported".into()),
         ),
@@ -197,7 +255,7 @@ mod tests {
         if let Err(e) = admit(tx, &s) {
             return Some(Err(e.to_string()));
         }
-        control(tx, &store, &s)
+        control(tx, &store, &s, Isolation::default())
             .await
             .map(|r| r.map(BlockChange::tag).map_err(|e| e.to_string()))
     }

@@ -13,10 +13,10 @@ impl Engine {
         state
             .config_mut()
             .set_extension(Arc::new(Notices::default()));
-        // Its own transaction block.
+        // Its own transaction block, over the row locks of every session.
         state
             .config_mut()
-            .set_extension(Arc::new(Transaction::default()));
+            .set_extension(Arc::new(Transaction::new(self.locks.clone())));
         // Its own configuration, changed by its own SETs.
         state
             .config_mut()

@@ -5,6 +5,7 @@
 
 use super::session::Outcome;
 use super::*;
+use crate::exec::write::reads::Isolation;
 
 impl Session {
     /// The DataFrame of one statement, for an embedder who goes on
@@ -74,7 +75,13 @@ impl Session {
         self.follow().await;
         if let Some(tx) = self.transaction() {
             block::admit(&tx, statement)?;
-            if let Some(change) = block::control(&tx, self.store().as_ref(), statement).await {
+            let default = self.default_isolation();
+            if let Some(change) =
+                block::control(&tx, self.store().as_ref(), statement, default).await
+            {
+                // `transaction_isolation` is the block's, or the default.
+                let level = tx.isolation().unwrap_or(default);
+                self.parameters.set("transaction_isolation", level.name())?;
                 return Ok(Some(session::Control::Block(change?)));
             }
         }
@@ -109,6 +116,15 @@ impl Session {
             self.notice(n);
         }
         Ok(Some(session::Control::Ddl(StatementKind::of(statement))))
+    }
+
+    /// The level a `BEGIN` that names none opens its block at.
+    fn default_isolation(&self) -> Isolation {
+        self.parameters
+            .get("default_transaction_isolation")
+            .ok()
+            .and_then(|v| Isolation::named(&v))
+            .unwrap_or_default()
     }
 
     /// Leaves a notice for the front end ([`Session::take_notices`]).

@@ -37,6 +37,10 @@ pub enum EngineError {
     /// that cannot be set or read.
     #[error(transparent)]
     Parameter(#[from] ParameterError),
+    /// `SET TRANSACTION ISOLATION LEVEL` after the block's first statement
+    /// over the store.
+    #[error("SET TRANSACTION ISOLATION LEVEL must be called before any query")]
+    IsolationAfterQuery,
     /// A statement that cannot run in a transaction block: its command
     /// tag, and why (after a colon, or empty).
     #[error("{tag} cannot run inside a transaction block{why}")]
@@ -63,7 +67,9 @@ impl EngineError {
             EngineError::InFailedTransaction => code::IN_FAILED_TRANSACTION,
             EngineError::NoTransactionBlock(_) => code::NO_ACTIVE_TRANSACTION,
             EngineError::NoSavepoint(_) => code::INVALID_SAVEPOINT,
-            EngineError::InTransactionBlock { .. } => code::ACTIVE_TRANSACTION,
+            EngineError::InTransactionBlock { .. } | EngineError::IsolationAfterQuery => {
+                code::ACTIVE_TRANSACTION
+            }
             EngineError::UnknownSetting(_) => code::UNDEFINED_OBJECT,
             EngineError::Parameter(p) => p.sqlstate(),
         }
@@ -81,7 +87,8 @@ impl EngineError {
             | EngineError::NoSavepoint(_)
             | EngineError::UnknownSetting(_)
             | EngineError::Parameter(_)
-            | EngineError::InTransactionBlock { .. } => None,
+            | EngineError::InTransactionBlock { .. }
+            | EngineError::IsolationAfterQuery => None,
         }
     }
 }

@@ -23,6 +23,7 @@ use datafusion::sql::sqlparser::ast::Statement;
 
 use super::run::{PointQuery, cast_placeholder_types, parameter_types, statement_label};
 use super::{Engine, EngineError, Session, StatementKind};
+use crate::exec::write::locks::Locking;
 
 /// A statement planned once (see the module doc), from [`Session::prepare`].
 pub struct PreparedStatement {
@@ -34,6 +35,8 @@ pub struct PreparedStatement {
     /// The statement normalized: what its runs are recorded under.
     label: String,
     kind: StatementKind,
+    /// The row locks its reads take (`FOR UPDATE`).
+    locking: Option<Locking>,
     planned: std::sync::RwLock<Arc<Planned>>,
 }
 
@@ -128,9 +131,11 @@ impl PreparedStatement {
             ))
             .into());
         }
+        let locking = super::block::locking(&statement)?;
         session.follow().await;
         let planned = session.plan_prepared(state, &statement).await?;
         Ok(PreparedStatement {
+            locking,
             text: statement.to_string(),
             label: statement_label(&statement),
             kind: StatementKind::of(&statement),
@@ -144,6 +149,11 @@ impl PreparedStatement {
     /// does not say.
     pub fn parameter_types(&self) -> Vec<Option<DataType>> {
         self.current().params.clone()
+    }
+
+    /// The row locks its reads take (`FOR UPDATE`), if any.
+    pub(crate) fn locking(&self) -> Option<Locking> {
+        self.locking
     }
 
     /// Whether a run reads one entity by its keys without planning.

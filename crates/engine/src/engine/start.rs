@@ -32,7 +32,8 @@ use super::prepared::{Planned, bind};
 use super::session::FailsBlock;
 use super::{Engine, EngineError, PreparedStatement, Session, StatementKind, run};
 use crate::exec::read::row::Row;
-use crate::exec::write::transaction::Transaction;
+use crate::exec::write::locks::Locking;
+use crate::exec::write::transaction::{LockingGuard, Transaction};
 
 /// A write planned and ready to run ([`Session::write`]).
 pub struct Write {
@@ -157,6 +158,7 @@ impl Session {
         paged: bool,
     ) -> Result<SendableRecordBatchStream, EngineError> {
         self.refuse_in_failed_block()?;
+        let guard = self.lock_reads(super::block::locking(&statement)?);
         let returning = super::returns_rows(&statement);
         if StatementKind::of(&statement).writes_rows() && !returning {
             return Err(EngineError::NotSupported(format!(
@@ -173,8 +175,17 @@ impl Session {
             .engine()
             .plan_statement(&snapshot.for_statement(), statement)
             .await?;
-        self.start_plan(&snapshot, &plan, text.as_deref(), label)
-            .await
+        let stream = self
+            .start_plan(&snapshot, &plan, text.as_deref(), label)
+            .await?;
+        Ok(holding(stream, guard))
+    }
+
+    /// The guard under which a statement's reads lock what they return.
+    fn lock_reads(&self, locking: Option<Locking>) -> Option<LockingGuard> {
+        // `locking` first: a plain query pays nothing here.
+        let locking = locking?;
+        Some(self.transaction()?.locking(locking))
     }
 
     /// Plans a write (`INSERT`, `UPDATE`, `DELETE`) for [`Write::run`].
@@ -241,6 +252,7 @@ impl Session {
         // awaited is held twice in this one's state.
         let read = async {
             self.refuse_in_failed_block()?;
+            let _locks = self.lock_reads(prepared.locking());
             self.follow().await;
             let planned = prepared.planned().await?;
             // As `start_prepared`: a paged run answers with a page and its
@@ -266,6 +278,7 @@ impl Session {
         paged: bool,
     ) -> Result<SendableRecordBatchStream, EngineError> {
         self.refuse_in_failed_block()?;
+        let guard = self.lock_reads(prepared.locking());
         self.follow().await;
         let planned = prepared.planned().await?;
         let paged = paged && !prepared.returns_rows() && self.pages();
@@ -283,7 +296,8 @@ impl Session {
         }
         // Boxed: planning's futures are large, and a point read's future
         // should not carry them.
-        Box::pin(self.start_bound(prepared, &planned, values, paged)).await
+        let stream = Box::pin(self.start_bound(prepared, &planned, values, paged)).await?;
+        Ok(holding(stream, guard))
     }
 
     async fn start_bound(
@@ -421,6 +435,24 @@ async fn physical_plan(
         .query_planner()
         .create_physical_plan(plan, state.as_ref())
         .await
+}
+
+/// `stream`, holding `guard` until it ends or is dropped: a locking query's
+/// rows are read as the stream is polled, and its locks (outside a block)
+/// last as long as it does.
+fn holding(
+    stream: SendableRecordBatchStream,
+    guard: Option<LockingGuard>,
+) -> SendableRecordBatchStream {
+    let Some(guard) = guard else {
+        return stream;
+    };
+    let schema = stream.schema();
+    let held = futures::StreamExt::map(stream, move |batch| {
+        let _ = &guard;
+        batch
+    });
+    Box::pin(RecordBatchStreamAdapter::new(schema, held))
 }
 
 /// `stream` with its columns named as clients see them

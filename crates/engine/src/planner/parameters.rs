@@ -117,8 +117,8 @@ fn defaults() -> BTreeMap<String, String> {
         ("statement_timeout", "0"),
         // No JIT compiler here; asyncpg turns it off on connect.
         ("jit", "off"),
-        // Each read sees the entities committed when it reads (and a
-        // transaction block's own buffered writes): read committed.
+        // The open block's level, or the default's (`engine::block`):
+        // read committed unless set.
         ("transaction_isolation", "read committed"),
         ("default_transaction_isolation", "read committed"),
         ("default_transaction_read_only", "off"),
@@ -187,6 +187,16 @@ impl SessionParameters {
                 let t = duration_ms(value)?;
                 values.statement_timeout = (t > 0).then(|| Duration::from_millis(t));
                 t.to_string()
+            }
+            // PostgreSQL's names, kept as given (`read uncommitted` runs
+            // as read committed, and shows as itself).
+            "default_transaction_isolation" | "transaction_isolation" => {
+                if crate::exec::write::reads::Isolation::named(value).is_none() {
+                    return Err(ParameterError::InvalidValue(format!(
+                        "invalid value for parameter \"{name}\": \"{value}\""
+                    )));
+                }
+                value.trim().to_ascii_lowercase()
             }
             "client_encoding" => {
                 let v = value.to_ascii_uppercase().replace('-', "");
@@ -322,8 +332,9 @@ pub fn set_target(statement: &Statement) -> Option<Result<(String, String), Para
             ))
         }
         Set::SetTimeZone { value, .. } => Ok(("timezone".to_owned(), expr_text(value))),
-        // SET SESSION CHARACTERISTICS AS TRANSACTION ...: recorded for SHOW.
-        // Every level runs as read committed (the store has no snapshots).
+        // SET SESSION CHARACTERISTICS AS TRANSACTION ...: the level a
+        // `BEGIN` opens its block at (`engine::block`; a block's own `SET
+        // TRANSACTION` is the block's).
         Set::SetTransaction { modes, .. } => match modes.first() {
             Some(TransactionMode::IsolationLevel(level)) => Ok((
                 "default_transaction_isolation".to_owned(),

@@ -27,6 +27,7 @@ use datafusion::sql::sqlparser::ast::{
     ObjectName, ObjectNamePart, Statement, visit_expressions_mut, visit_relations,
 };
 use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
@@ -145,10 +146,16 @@ impl SqlParser {
     /// The statements of `sql`, in order.
     pub fn parse(&self, sql: &str) -> Result<Vec<Statement>, ParserError> {
         // The common case: plain SQL over user tables, parsed once.
-        if let Ok(statements) = parse_postgres(sql)
-            && !statements.iter().any(|s| self.reads_system_catalog(s))
-        {
-            return Ok(statements.into_iter().map(|s| self.respell(s)).collect());
+        match parse_postgres(sql) {
+            Ok(statements) if !statements.iter().any(|s| self.reads_system_catalog(s)) => {
+                return Ok(statements.into_iter().map(|s| self.respell(s)).collect());
+            }
+            Err(e) => {
+                if let Some(respelled) = weaker_locks_respelled(sql) {
+                    return self.parse(&respelled).map_err(|_| e);
+                }
+            }
+            Ok(_) => {}
         }
         // Statement by statement: each gets the treatment its own text calls for.
         let mut out = Vec::new();
@@ -287,6 +294,59 @@ impl Respell for TuplesAsStructs {
     }
 }
 
+/// `sql` with PostgreSQL's `FOR NO KEY UPDATE` as `FOR UPDATE` and `FOR
+/// KEY SHARE` as `FOR SHARE`, which sqlparser does not read; `None` where
+/// it has neither. The stronger lock is held instead (`exec::write::locks`):
+/// it excludes all the weaker one does, and only adds waits.
+fn weaker_locks_respelled(sql: &str) -> Option<String> {
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    let word = |t: &Token, k: Keyword| matches!(t, Token::Word(w) if w.keyword == k);
+    // Positions of the tokens that are not whitespace.
+    let solid: Vec<(usize, &Token)> = tokens
+        .iter()
+        .enumerate()
+        .filter(|(_, t)| !matches!(t, Token::Whitespace(_)))
+        .collect();
+    let mut dropped = std::collections::BTreeSet::new();
+    for (n, (_, token)) in solid.iter().enumerate() {
+        if !word(token, Keyword::FOR) {
+            continue;
+        }
+        let next = |k: usize| solid.get(n + k).copied();
+        let weaker = match (next(1), next(2), next(3)) {
+            (Some((a, t1)), Some((b, t2)), Some((_, t3)))
+                if word(t1, Keyword::NO) && word(t2, Keyword::KEY) && word(t3, Keyword::UPDATE) =>
+            {
+                vec![a, b]
+            }
+            (Some((a, t1)), Some((_, t2)), _)
+                if word(t1, Keyword::KEY) && word(t2, Keyword::SHARE) =>
+            {
+                vec![a]
+            }
+            _ => continue,
+        };
+        for j in weaker {
+            // The word and the space after it.
+            dropped.insert(j);
+            if matches!(tokens.get(j + 1), Some(Token::Whitespace(_))) {
+                dropped.insert(j + 1);
+            }
+        }
+    }
+    if dropped.is_empty() {
+        return None;
+    }
+    Some(
+        tokens
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| !dropped.contains(i))
+            .map(|(_, t)| t.to_string())
+            .collect(),
+    )
+}
+
 /// The text of each statement in `sql`: split at `;` outside quotes, comments
 /// and dollar quotes (the tokenizer knows them), each rebuilt from its tokens.
 fn statement_texts(sql: &str) -> Result<Vec<String>, ParserError> {
@@ -326,6 +386,23 @@ mod tests {
         let statements = SqlParser::new().parse(sql).unwrap();
         assert_eq!(statements.len(), 1, "{sql}");
         statements[0].to_string()
+    }
+
+    #[test]
+    fn the_weaker_row_locks_read_as_the_stronger() {
+        assert_eq!(
+            one("SELECT * FROM t WHERE a = 'for no key update' FOR NO KEY UPDATE OF t NOWAIT"),
+            "SELECT * FROM t WHERE a = 'for no key update' FOR UPDATE OF t NOWAIT"
+        );
+        assert_eq!(
+            one("select * from t for key share skip locked"),
+            "SELECT * FROM t FOR SHARE SKIP LOCKED"
+        );
+        assert!(
+            SqlParser::new()
+                .parse("SELECT * FROM t FOR NO KEY SHARE")
+                .is_err()
+        );
     }
 
     #[test]

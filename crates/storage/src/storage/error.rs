@@ -168,6 +168,46 @@ pub enum TransactionScope {
         /// The most a block writes.
         limit: usize,
     },
+    /// A row the block read (`FOR UPDATE`, or any read under REPEATABLE
+    /// READ or SERIALIZABLE) has another version now: another client
+    /// changed, added or removed it since. Nothing of the block is written.
+    #[error(
+        "could not serialize access due to concurrent update: row ({partition_key:?}, {row_key:?}) of {table} changed since the transaction block read it"
+    )]
+    ReadChanged {
+        /// The table the row is in.
+        table: String,
+        /// The row's PartitionKey.
+        partition_key: String,
+        /// The row's RowKey.
+        row_key: String,
+    },
+    /// `FOR UPDATE NOWAIT` (or `FOR SHARE NOWAIT`) met a row another
+    /// session of this engine holds.
+    #[error("could not obtain lock on row in relation \"{table}\"")]
+    LockNotAvailable {
+        /// The table the row is in.
+        table: String,
+    },
+    /// Waiting for a row lock would wait forever: its holder waits, directly
+    /// or through others, for a lock this block holds.
+    #[error(
+        "deadlock detected: a row of {table} is locked by a transaction that waits for this one"
+    )]
+    Deadlock {
+        /// The table of the row waited for.
+        table: String,
+    },
+    /// A read a SERIALIZABLE block cannot keep serializable here: the store
+    /// has no lock over a range, so rows another client adds to it are not
+    /// seen at COMMIT.
+    #[error(
+        "SERIALIZABLE cannot read a range of rows ({what}): read rows by their whole key, or use REPEATABLE READ, which allows the rows another client adds (phantoms)"
+    )]
+    NotSerializable {
+        /// What was read.
+        what: String,
+    },
     /// As `Undone`, but putting back failed too (yet another write came).
     #[error(
         "COMMIT met a change by another client ({reason}), and putting back what it had written failed ({undo}): these partitions may hold the block's writes: {partitions}"
@@ -346,7 +386,12 @@ impl StorageError {
             StorageError::Batch { source, .. } => source.sqlstate(),
             StorageError::Transaction(scope) => match scope {
                 TransactionScope::Aborted => code::IN_FAILED_TRANSACTION,
-                TransactionScope::Undone { .. } => code::SERIALIZATION_FAILURE,
+                TransactionScope::Undone { .. } | TransactionScope::ReadChanged { .. } => {
+                    code::SERIALIZATION_FAILURE
+                }
+                TransactionScope::LockNotAvailable { .. } => code::LOCK_NOT_AVAILABLE,
+                TransactionScope::Deadlock { .. } => code::DEADLOCK_DETECTED,
+                TransactionScope::NotSerializable { .. } => code::FEATURE_NOT_SUPPORTED,
                 TransactionScope::TooLarge { .. } => code::PROGRAM_LIMIT_EXCEEDED,
                 // Some of it may be written.
                 TransactionScope::PartlyCommitted { .. } | TransactionScope::Unknown { .. } => {

@@ -922,7 +922,7 @@ mod tests {
     /// A block writing rows of two tables and 3 partitions, 150 rows in one
     /// of them: more than one entity group transaction holds.
     async fn wide_block(tx: &Arc<Transaction>, store: Arc<dyn TableStore>) {
-        tx.begin();
+        tx.begin(crate::exec::write::reads::Isolation::default());
         let seen = tx.store_for(store);
         for (t, pk, count) in [("orders", "a", 150), ("orders", "b", 1), ("lines", "a", 2)] {
             for i in 0..count {
@@ -980,7 +980,7 @@ mod tests {
                 .expect("seeded");
         }
         let tx = Arc::new(Transaction::default());
-        tx.begin();
+        tx.begin(crate::exec::write::reads::Isolation::default());
         let through = tx.store_for(seen);
         for pk in ["a", "b"] {
             let key = (
@@ -1085,7 +1085,7 @@ mod tests {
             writes_left: AtomicUsize::new(3),
         });
         let tx = Arc::new(Transaction::default());
-        tx.begin();
+        tx.begin(crate::exec::write::reads::Isolation::default());
         let seen = tx.store_for(stops.clone());
         for (t, op) in writes {
             seen.execute_batch(&table(t), vec![op])

@@ -13,7 +13,9 @@
 //!
 //! - `dml`: `DmlExec`, INSERT, UPDATE and DELETE; `dml::upsert`, `ON CONFLICT`.
 //! - `encode`: a row into its base entity and index rows; pure.
-//! - `transaction`: `BEGIN ... COMMIT`, a session's buffered writes.
+//! - `transaction`: `BEGIN ... COMMIT`, a session's buffered writes and
+//!   the reads it validates at COMMIT.
+//! - `locks`: the row locks of `FOR UPDATE` among one engine's sessions.
 //! - `commit`: COMMIT of a block wider than one entity group transaction.
 //! - `upkeep`: index CHECK and REPAIR (and `CREATE INDEX`'s backfill).
 //! - `global`: global indexes' entities, written around the base row's write.
@@ -23,6 +25,8 @@ pub mod commit;
 pub mod dml;
 pub mod encode;
 pub mod global;
+pub mod locks;
+pub mod reads;
 pub mod sequences;
 pub mod transaction;
 pub mod upkeep;

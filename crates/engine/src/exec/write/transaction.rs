@@ -21,12 +21,15 @@
 //! whole buffer (a SAVEPOINT does: it is a copy).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 
 use super::commit::{self, Change};
+use super::locks::{Locking, Owner, RowLocks, Taken};
+use super::reads::{Isolation, ReadSet};
 use crate::storage::layer::{Derived, StoreLayer};
 use crate::storage::write::{Effect, MAX_BATCH_BYTES, MAX_BATCH_OPERATIONS, apply, validate_batch};
 use crate::storage::{
@@ -334,6 +337,18 @@ impl Buffer {
 struct State {
     /// `Some` while a transaction block is open.
     open: Option<Buffer>,
+    /// The open block's isolation level.
+    isolation: Isolation,
+    /// The rows the open block keeps to validate at COMMIT (`reads.rs`).
+    /// Not marked by savepoints: a row read after one and rolled back to
+    /// is still checked, which refuses more, never less.
+    reads: ReadSet,
+    /// The open block has run a statement over the store
+    /// (`SET TRANSACTION` must come before).
+    used: bool,
+    /// The locking clauses of the statements running now, by their guard's
+    /// number (`FOR UPDATE` ...).
+    locking: Vec<(u64, Locking)>,
     /// The buffer at each savepoint, oldest first.
     marks: Vec<(String, Buffer)>,
     /// A write of the block failed, perhaps after earlier writes of its
@@ -343,14 +358,145 @@ struct State {
 }
 
 /// A session's transaction: none, or an open one with its buffer.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Transaction {
     state: Mutex<State>,
+    /// This session's name in `locks`.
+    owner: Owner,
+    /// The row locks of the engine's sessions (`locks.rs`).
+    locks: Arc<RowLocks>,
+}
+
+/// Numbers each transaction (and each locking statement) apart.
+static NEXT: AtomicU64 = AtomicU64::new(1);
+
+impl Default for Transaction {
+    /// A transaction whose row locks are its own (an engine's sessions
+    /// share theirs: [`Transaction::new`]).
+    fn default() -> Self {
+        Self::new(Arc::default())
+    }
+}
+
+impl Drop for Transaction {
+    /// A session that goes away lets go of its rows.
+    fn drop(&mut self) {
+        self.locks.release(self.owner);
+    }
+}
+
+/// What a read through an open block does with the rows it finds.
+#[derive(Debug, Clone, Copy)]
+struct ReadRule {
+    /// The lock a running statement takes on them.
+    lock: Option<Locking>,
+    /// Kept for COMMIT (`reads.rs`): inside a block, read with a lock or
+    /// under REPEATABLE READ or SERIALIZABLE.
+    keep: bool,
+    /// Written back at COMMIT: read `FOR UPDATE`, or under SERIALIZABLE.
+    touch: bool,
+    /// A row read absent is kept too (a key the block found free).
+    keep_absent: bool,
+    /// A range read is refused (SERIALIZABLE).
+    points_only: bool,
+}
+
+/// While alive, the reads of a statement lock the rows they return
+/// ([`Transaction::locking`]).
+#[derive(Debug)]
+pub struct LockingGuard {
+    tx: Arc<Transaction>,
+    id: u64,
+}
+
+impl Drop for LockingGuard {
+    /// Outside a block a statement's locks last as long as it does.
+    fn drop(&mut self) {
+        let outside = {
+            let mut state = self.tx.lock();
+            state.locking.retain(|(id, _)| *id != self.id);
+            state.open.is_none() && state.locking.is_empty()
+        };
+        if outside {
+            self.tx.locks.release(self.tx.owner);
+        }
+    }
 }
 
 impl Transaction {
+    /// A session's transaction over the engine's row locks.
+    pub fn new(locks: Arc<RowLocks>) -> Self {
+        Self {
+            state: Mutex::default(),
+            owner: NEXT.fetch_add(1, Ordering::Relaxed),
+            locks,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The reads of the statement about to run lock their rows as
+    /// `locking` says, until the guard goes (and inside a block, until the
+    /// block ends).
+    pub fn locking(self: &Arc<Self>, locking: Locking) -> LockingGuard {
+        let id = NEXT.fetch_add(1, Ordering::Relaxed);
+        self.lock().locking.push((id, locking));
+        LockingGuard {
+            tx: self.clone(),
+            id,
+        }
+    }
+
+    /// The open block's isolation level; `None` outside a block.
+    pub fn isolation(&self) -> Option<Isolation> {
+        let state = self.lock();
+        state.open.as_ref().map(|_| state.isolation)
+    }
+
+    /// `SET TRANSACTION ISOLATION LEVEL`: `false` once the block has run a
+    /// statement over the store, as PostgreSQL refuses it after the first
+    /// query (the caller says so). Outside a block, nothing.
+    pub fn set_isolation(&self, isolation: Isolation) -> bool {
+        let mut state = self.lock();
+        if state.open.is_none() {
+            return true;
+        }
+        if state.used && state.isolation != isolation {
+            return false;
+        }
+        state.isolation = isolation;
+        true
+    }
+
+    /// What a read does now (`None`: nothing but read).
+    fn rule(&self) -> Option<ReadRule> {
+        let state = self.lock();
+        let lock = state
+            .locking
+            .iter()
+            .map(|(_, l)| *l)
+            .max_by_key(|l| l.strength);
+        let open = state.open.is_some();
+        let level = if open {
+            state.isolation
+        } else {
+            Isolation::ReadCommitted
+        };
+        let keep = open && (lock.is_some() || level != Isolation::ReadCommitted);
+        if lock.is_none() && !keep {
+            return None;
+        }
+        Some(ReadRule {
+            lock,
+            keep,
+            touch: open
+                && (level == Isolation::Serializable
+                    || lock.is_some_and(|l| l.strength == super::locks::Strength::Update)),
+            keep_absent: keep && level != Isolation::ReadCommitted,
+            points_only: level == Isolation::Serializable,
+        })
     }
 
     /// Whether a transaction block is open.
@@ -408,21 +554,28 @@ impl Transaction {
 
     /// `BEGIN`: opens a block (a second `BEGIN` keeps the first's buffer,
     /// as PostgreSQL warns and goes on).
-    pub fn begin(&self) {
+    pub fn begin(&self, isolation: Isolation) {
         let mut state = self.lock();
         if state.open.is_none() {
             state.open = Some(Buffer::default());
             state.marks.clear();
             state.aborted = false;
+            state.isolation = isolation;
+            state.reads = ReadSet::default();
+            state.used = false;
         }
     }
 
     /// `ROLLBACK`: discards the buffer and closes the block.
     pub fn rollback(&self) {
-        let mut state = self.lock();
-        state.open = None;
-        state.marks.clear();
-        state.aborted = false;
+        {
+            let mut state = self.lock();
+            state.open = None;
+            state.marks.clear();
+            state.aborted = false;
+            state.reads = ReadSet::default();
+        }
+        self.locks.release(self.owner);
     }
 
     /// `COMMIT`: applies the buffer to `store` (one entity group
@@ -432,10 +585,21 @@ impl Transaction {
     /// transaction), which is
     /// `StorageError::Transaction(TransactionScope::Aborted)`.
     pub async fn commit(&self, store: &dyn TableStore, order: &commit::Order) -> Result<usize> {
-        let (buffer, aborted) = {
+        let done = self.commit_buffer(store, order).await;
+        // Its rows are let go whatever the outcome: the block has ended.
+        self.locks.release(self.owner);
+        done
+    }
+
+    async fn commit_buffer(&self, store: &dyn TableStore, order: &commit::Order) -> Result<usize> {
+        let (buffer, aborted, reads) = {
             let mut state = self.lock();
             state.marks.clear();
-            (state.open.take(), std::mem::take(&mut state.aborted))
+            (
+                state.open.take(),
+                std::mem::take(&mut state.aborted),
+                std::mem::take(&mut state.reads),
+            )
         };
         let Some(buffer) = buffer else {
             return Ok(0);
@@ -443,7 +607,19 @@ impl Transaction {
         if aborted {
             return Err(StorageError::Transaction(TransactionScope::Aborted));
         }
-        let changes = buffer.changes();
+        let mut changes = buffer.changes();
+        if !reads.is_empty() {
+            let written = |t: &TableName, p: &PartitionKey, r: &RowKey| {
+                buffer.entity(t, p, r).is_some_and(Touched::writes)
+            };
+            let touches = reads.validate(store, written).await?;
+            // A block that writes nothing is done: its reads were all
+            // current at one instant, between its last read and its
+            // first check.
+            if !changes.is_empty() {
+                changes.extend(touches);
+            }
+        }
         let Some(first) = changes.first() else {
             return Ok(0);
         };
@@ -498,9 +674,14 @@ impl Transaction {
     }
 
     /// The store a statement of this session sees: `store` itself outside
-    /// a transaction block, the buffer over it inside one.
+    /// a transaction block, the buffer over it inside one (and the row
+    /// locks over it while a locking statement runs).
     pub fn store_for(self: &Arc<Self>, store: Arc<dyn TableStore>) -> Arc<dyn TableStore> {
-        if self.is_open() {
+        let through = {
+            let state = self.lock();
+            state.open.is_some() || !state.locking.is_empty()
+        };
+        if through {
             Arc::new(TxStore {
                 inner: store,
                 tx: self.clone(),
@@ -546,10 +727,86 @@ impl TxStore {
         let mut bases = Vec::with_capacity(missing.len());
         for rk in missing {
             let base = self.inner.get(table, pk, &rk).await?;
+            // A row the block kept is written over the version it read.
+            self.tx.lock().reads.check(table, pk, &rk, base.as_ref())?;
             bases.push((rk, base));
         }
         Ok(bases)
     }
+
+    /// Takes the locks and keeps the versions `rule` asks for, of an
+    /// entity a read found in the store (`query`: the query that found it,
+    /// `None` for a point read). The entity the read answers with: `None`
+    /// for one `SKIP LOCKED` leaves out, the row as it is now for one whose
+    /// lock it waited for (gone, or no longer a match of `query`: `None`).
+    async fn observe(
+        &self,
+        rule: ReadRule,
+        table: &TableName,
+        found: StoredEntity,
+        query: Option<&Query>,
+    ) -> Result<Option<StoredEntity>> {
+        let mut entity = found;
+        if let Some(locking) = rule.lock {
+            let (pk, rk) = (entity.partition_key(), entity.row_key());
+            match self
+                .tx
+                .locks
+                .lock(self.tx.owner, table, pk, rk, locking)
+                .await?
+            {
+                Taken::Now => {}
+                Taken::Skipped => return Ok(None),
+                Taken::AfterWait => {
+                    let Some(mut fresh) = self.inner.get(table, pk, rk).await? else {
+                        return Ok(None);
+                    };
+                    if let Some(query) = query {
+                        if !query.passes(&fresh) {
+                            return Ok(None);
+                        }
+                        query.project(&mut fresh.entity.properties);
+                    }
+                    entity = fresh;
+                }
+            }
+        }
+        if rule.keep {
+            let (pk, rk) = (entity.partition_key(), entity.row_key());
+            let mut state = self.tx.lock();
+            if state
+                .open
+                .as_ref()
+                .is_some_and(|b| b.entity(table, pk, rk).is_none())
+            {
+                state
+                    .reads
+                    .record(table, pk, rk, Some(&entity.etag), rule.touch)?;
+            }
+        }
+        Ok(Some(entity))
+    }
+
+    /// The rule for a read now, the block marked as used.
+    fn rule(&self) -> Option<ReadRule> {
+        let rule = self.tx.rule();
+        let mut state = self.tx.lock();
+        if state.open.is_some() {
+            state.used = true;
+        }
+        rule
+    }
+}
+
+/// What SERIALIZABLE refuses: a read of more than one whole key.
+fn range_read(query: &Query) -> Option<String> {
+    if query.partitions.single().is_some() && query.rows.single().is_some() {
+        return None;
+    }
+    Some(match query.partitions.single() {
+        Some(pk) => format!("rows of partition {:?}", pk.as_str()),
+        None => "rows of several partitions".to_owned(),
+    })
 }
 
 // Every read and write passes the buffer, so what the store would answer
@@ -573,9 +830,25 @@ impl StoreLayer for TxStore {
             b.entity(table, partition_key, row_key)
                 .map(|t| t.now.clone())
         });
-        match buffered.flatten() {
-            Some(now) => Ok(now),
-            None => self.inner.get(table, partition_key, row_key).await,
+        if let Some(now) = buffered.flatten() {
+            return Ok(now);
+        }
+        let rule = self.rule();
+        let found = self.inner.get(table, partition_key, row_key).await?;
+        let Some(rule) = rule else {
+            return Ok(found);
+        };
+        match found {
+            Some(entity) => self.observe(rule, table, entity, None).await,
+            None => {
+                if rule.keep_absent {
+                    self.tx
+                        .lock()
+                        .reads
+                        .record(table, partition_key, row_key, None, rule.touch)?;
+                }
+                Ok(None)
+            }
         }
     }
 
@@ -587,7 +860,25 @@ impl StoreLayer for TxStore {
         query: &Query,
         continuation: Option<&ContinuationToken>,
     ) -> Result<Page> {
+        let rule = self.rule();
+        if let Some(what) = rule
+            .filter(|r| r.points_only)
+            .and_then(|_| range_read(query))
+        {
+            return Err(StorageError::Transaction(
+                TransactionScope::NotSerializable {
+                    what: format!("{what} of {table}"),
+                },
+            ));
+        }
         let mut page = self.inner.query(table, query, continuation).await?;
+        if let Some(rule) = rule {
+            let mut kept = Vec::with_capacity(page.entities.len());
+            for entity in std::mem::take(&mut page.entities) {
+                kept.extend(self.observe(rule, table, entity, Some(query)).await?);
+            }
+            page.entities = kept;
+        }
         self.read(|b| b.overlay(table, query, continuation, &mut page))
             .transpose()?;
         Ok(page)
@@ -602,6 +893,7 @@ impl StoreLayer for TxStore {
         if self.read(|_| ()).is_none() {
             return self.inner.execute_batch(table, ops).await;
         }
+        self.tx.lock().used = true;
         let read = match validate_batch(&mut ops) {
             Ok(()) => {
                 let pk = ops
