@@ -10,7 +10,11 @@
 //! in PostgreSQL. The wire server tells the client this state; it keeps none
 //! of its own.
 
-use datafusion::sql::sqlparser::ast::{GroupByExpr, Set, SetExpr, Statement, TransactionMode};
+use std::ops::ControlFlow;
+
+use datafusion::sql::sqlparser::ast::{
+    GroupByExpr, Query, Set, SetExpr, Statement, TransactionMode, Visit, Visitor,
+};
 
 use super::{EngineError, Transaction};
 use crate::catalog::normalize_ident;
@@ -123,6 +127,11 @@ pub fn admit(tx: &Transaction, statement: &Statement) -> Result<(), EngineError>
 /// any; refused as PostgreSQL refuses them where its rows are not the
 /// table's (0A000).
 pub fn locking(statement: &Statement) -> Result<Option<Locking>, EngineError> {
+    if nested_locking(statement) {
+        return Err(EngineError::NotSupported(
+            "FOR UPDATE and FOR SHARE are supported on a statement's own SELECT, not in a subquery, a CTE or a write's query".into(),
+        ));
+    }
     let Statement::Query(query) = statement else {
         return Ok(None);
     };
@@ -148,6 +157,26 @@ pub fn locking(statement: &Statement) -> Result<Option<Locking>, EngineError> {
         ))),
         None => Ok(Some(locking)),
     }
+}
+
+/// Whether a locking clause stands anywhere but on the statement's own
+/// query: DataFusion plans every query without its clauses, so such a lock
+/// would be dropped without a word.
+fn nested_locking(statement: &Statement) -> bool {
+    struct Count(usize);
+    impl Visitor for Count {
+        type Break = ();
+        fn pre_visit_query(&mut self, query: &Query) -> ControlFlow<()> {
+            if !query.locks.is_empty() {
+                self.0 += 1;
+            }
+            ControlFlow::Continue(())
+        }
+    }
+    let mut count = Count(0);
+    let _ = statement.visit(&mut count);
+    let own = matches!(statement, Statement::Query(q) if !q.locks.is_empty());
+    count.0 > usize::from(own)
 }
 
 /// The isolation level `modes` name, if they name one.

@@ -158,6 +158,12 @@ impl Session {
     /// A query's or write's frame: one page under `tablesql.page_size`,
     /// else DataFusion's plan.
     pub(super) async fn frame(&self, statement: Statement) -> Result<DataFrame, EngineError> {
+        // A frame runs later, or never: no lock could be held for it.
+        if block::locking(&statement)?.is_some() {
+            return Err(EngineError::NotSupported(
+                "FOR UPDATE and FOR SHARE run through Session::execute, not as a DataFrame".into(),
+            ));
+        }
         // One copy of the session state serves planning and the frame (a
         // copy costs about 17 µs, a tenth of a point query's planning).
         let state = self.ctx.state();

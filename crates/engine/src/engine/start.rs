@@ -196,6 +196,8 @@ impl Session {
 
     async fn plan_write(&self, statement: Statement) -> Result<Write, EngineError> {
         self.refuse_in_failed_block()?;
+        // A write takes no row lock of its own; one in its query is refused.
+        super::block::locking(&statement)?;
         let kind = StatementKind::of(&statement);
         if !kind.writes_rows() {
             return Err(EngineError::NotSupported(format!(
@@ -448,6 +450,7 @@ fn holding(
         return stream;
     };
     let schema = stream.schema();
+    // The closure owns the guard, so it goes when the stream does.
     let held = futures::StreamExt::map(stream, move |batch| {
         let _ = &guard;
         batch

@@ -299,7 +299,12 @@ impl Respell for TuplesAsStructs {
 /// it has neither. The stronger lock is held instead (`exec::write::locks`):
 /// it excludes all the weaker one does, and only adds waits.
 fn weaker_locks_respelled(sql: &str) -> Option<String> {
-    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql).tokenize().ok()?;
+    // Escapes kept as written: the text is rebuilt from the tokens, and
+    // an unescaped `'O''Brien'` would print as `'O'Brien'`.
+    let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .with_unescape(false)
+        .tokenize()
+        .ok()?;
     let word = |t: &Token, k: Keyword| matches!(t, Token::Word(w) if w.keyword == k);
     // Positions of the tokens that are not whitespace.
     let solid: Vec<(usize, &Token)> = tokens
@@ -350,7 +355,9 @@ fn weaker_locks_respelled(sql: &str) -> Option<String> {
 /// The text of each statement in `sql`: split at `;` outside quotes, comments
 /// and dollar quotes (the tokenizer knows them), each rebuilt from its tokens.
 fn statement_texts(sql: &str) -> Result<Vec<String>, ParserError> {
+    // Escapes kept as written, as in `weaker_locks_respelled`.
     let tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .with_unescape(false)
         .tokenize()
         .map_err(|e| ParserError::TokenizerError(e.to_string()))?;
     let mut texts = Vec::new();
@@ -402,6 +409,11 @@ mod tests {
             SqlParser::new()
                 .parse("SELECT * FROM t FOR NO KEY SHARE")
                 .is_err()
+        );
+        // A quote escaped in a literal stays one: the text is not re-quoted.
+        assert_eq!(
+            one("SELECT * FROM t WHERE a = 'O''Brien'' OR ''1''=''1' FOR KEY SHARE"),
+            "SELECT * FROM t WHERE a = 'O''Brien'' OR ''1''=''1' FOR SHARE"
         );
     }
 

@@ -861,11 +861,12 @@ impl ExecutionPlan for PartitionScanExec {
 
     /// Takes a LIMIT that DataFusion would keep above it, once a sort the
     /// scan's key order satisfies is gone (`ORDER BY id LIMIT 1`): the scan
-    /// then asks the store for that many rows (`$top`), not a page, and a
-    /// locking read (`FOR UPDATE SKIP LOCKED`, a job queue's) locks only the
-    /// rows it returns. The scan stops at its limit itself (`Limited`), so
-    /// the LIMIT above it can go. Not where a join's dynamic filter narrows
-    /// it: those rows are not yet the join's.
+    /// then asks the store for that many rows a request (`$top`), not a
+    /// page of 1,000, which a locking read (`FOR UPDATE`) would lock. It
+    /// still reads pages ahead of its consumer, whose rows a locking read
+    /// locks too (docs/writes.md). The scan stops at its limit itself
+    /// (`Limited`), so the LIMIT above it can go. Not where a join's dynamic
+    /// filter narrows it: those rows are not yet the join's.
     fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
         if self.dynamic.is_some() {
             return None;

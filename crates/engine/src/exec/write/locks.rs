@@ -116,7 +116,8 @@ pub enum Taken {
     Skipped,
 }
 
-/// Who holds locks: one session's transaction.
+/// Who holds locks: one session (its block's, or its statement's outside a
+/// block).
 pub type Owner = u64;
 
 /// A row of a table.
@@ -128,8 +129,9 @@ struct Table {
     rows: HashMap<Row, Vec<(Owner, Strength)>>,
     /// The rows each owner holds, so that its release visits only them.
     held: HashMap<Owner, Vec<Row>>,
-    /// The owners each waiting owner waits for.
-    waits: HashMap<Owner, Vec<Owner>>,
+    /// Each wait under way (by its number: one owner's statement may wait
+    /// in several scans at once): who waits, and for whom.
+    waits: HashMap<u64, (Owner, Vec<Owner>)>,
 }
 
 impl Table {
@@ -163,7 +165,11 @@ impl Table {
                 return true;
             }
             if seen.insert(o) {
-                next.extend(self.waits.get(&o).into_iter().flatten().copied());
+                for (waiter, on) in self.waits.values() {
+                    if *waiter == o {
+                        next.extend(on.iter().copied());
+                    }
+                }
             }
         }
         false
@@ -182,14 +188,17 @@ pub struct RowLocks {
 /// it got its lock, failed, or its statement was cancelled.
 struct Waiting<'a> {
     locks: &'a RowLocks,
-    owner: Owner,
+    id: u64,
 }
 
 impl Drop for Waiting<'_> {
     fn drop(&mut self) {
-        self.locks.table().waits.remove(&self.owner);
+        self.locks.table().waits.remove(&self.id);
     }
 }
+
+/// Numbers each wait apart.
+static WAIT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
 
 impl RowLocks {
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -206,6 +215,7 @@ impl RowLocks {
         locking: Locking,
     ) -> Result<Taken, StorageError> {
         let row = (table.clone(), pk.clone(), rk.clone());
+        let id = WAIT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let mut waiting = None;
         loop {
             // Registered before the look, so a release between the look
@@ -235,12 +245,12 @@ impl RowLocks {
                                     },
                                 ));
                             }
-                            t.waits.insert(owner, blocking);
+                            t.waits.insert(id, (owner, blocking));
                         }
                     },
                 }
             };
-            waiting.get_or_insert(Waiting { locks: self, owner });
+            waiting.get_or_insert(Waiting { locks: self, id });
             released.await;
         }
     }
@@ -367,7 +377,7 @@ mod tests {
             tokio::spawn(async move { take(&locks, 2, "a", update).await })
         };
         // Observed, not timed: the waiter is in the waits before the release.
-        while !locks.table().waits.contains_key(&2) {
+        while !locks.table().waits.values().any(|(o, _)| *o == 2) {
             tokio::task::yield_now().await;
         }
         assert!(!waiter.is_finished());
@@ -386,7 +396,7 @@ mod tests {
             let locks = locks.clone();
             tokio::spawn(async move { take(&locks, 1, "b", update).await })
         };
-        while !locks.table().waits.contains_key(&1) {
+        while !locks.table().waits.values().any(|(o, _)| *o == 1) {
             tokio::task::yield_now().await;
         }
         let second = take(&locks, 2, "a", update).await;

@@ -150,6 +150,13 @@ impl ReadSet {
         }
     }
 
+    /// Whether the block read this row and found none: its write must then
+    /// be an insert, which fails if another client put one there since.
+    pub fn read_absent(&self, table: &TableName, pk: &PartitionKey, rk: &RowKey) -> bool {
+        let key = (table.clone(), pk.clone(), rk.clone());
+        self.rows.get(&key).is_some_and(|read| read.etag.is_none())
+    }
+
     /// Whether a write may take `stored` as the version of a row: a conflict
     /// where the block read that row at another version.
     pub fn check(

@@ -401,6 +401,15 @@ struct ReadRule {
     points_only: bool,
 }
 
+/// Lets go of a transaction's rows when dropped.
+struct Release<'a>(&'a Transaction);
+
+impl Drop for Release<'_> {
+    fn drop(&mut self) {
+        self.0.locks.release(self.0.owner);
+    }
+}
+
 /// While alive, the reads of a statement lock the rows they return
 /// ([`Transaction::locking`]).
 #[derive(Debug)]
@@ -585,10 +594,10 @@ impl Transaction {
     /// transaction), which is
     /// `StorageError::Transaction(TransactionScope::Aborted)`.
     pub async fn commit(&self, store: &dyn TableStore, order: &commit::Order) -> Result<usize> {
-        let done = self.commit_buffer(store, order).await;
-        // Its rows are let go whatever the outcome: the block has ended.
-        self.locks.release(self.owner);
-        done
+        // Its rows are let go whatever the outcome, even if the COMMIT is
+        // dropped midway: the block has ended.
+        let _release = Release(self);
+        self.commit_buffer(store, order).await
     }
 
     async fn commit_buffer(&self, store: &dyn TableStore, order: &commit::Order) -> Result<usize> {
@@ -608,6 +617,15 @@ impl Transaction {
             return Err(StorageError::Transaction(TransactionScope::Aborted));
         }
         let mut changes = buffer.changes();
+        // An upsert of a key the block read as absent is an insert: a row
+        // another client put there since is a conflict, not overwritten.
+        for c in &mut changes {
+            if let WriteOp::InsertOrReplace(e) = &c.op
+                && reads.read_absent(&c.table, &e.partition_key, &e.row_key)
+            {
+                c.op = WriteOp::Insert(e.clone());
+            }
+        }
         if !reads.is_empty() {
             let written = |t: &TableName, p: &PartitionKey, r: &RowKey| {
                 buffer.entity(t, p, r).is_some_and(Touched::writes)
