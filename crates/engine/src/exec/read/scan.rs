@@ -855,33 +855,6 @@ impl ExecutionPlan for PartitionScanExec {
         Some(self.metrics.clone_inner())
     }
 
-    fn fetch(&self) -> Option<usize> {
-        self.limit
-    }
-
-    /// Takes a LIMIT that DataFusion would keep above it, once a sort the
-    /// scan's key order satisfies is gone (`ORDER BY id LIMIT 1`): the scan
-    /// then asks the store for that many rows a request (`$top`), not a
-    /// page of 1,000, which a locking read (`FOR UPDATE`) would lock. It
-    /// still reads pages ahead of its consumer, whose rows a locking read
-    /// locks too (docs/writes.md). The scan stops at its limit itself
-    /// (`Limited`), so the LIMIT above it can go. Not where a join's dynamic
-    /// filter narrows it: those rows are not yet the join's.
-    fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
-        if self.dynamic.is_some() {
-            return None;
-        }
-        let mut scan = self.clone();
-        scan.limit = limit;
-        // As `new` chooses: under a LIMIT the first pages usually answer.
-        if limit.is_some() && scan.path.partition_bound.is_none() {
-            scan.fanout = Fanout::Sequential;
-        }
-        scan.metrics = ExecutionPlanMetricsSet::new();
-        scan.counters = Counters::register(&scan.metrics);
-        Some(Arc::new(scan))
-    }
-
     /// The rows it reads at most, where something bounds them: a path of
     /// points reads one row per key, a LIMIT its count, and `ANALYZE`'s
     /// statistics estimate the rest. Join selection and lookup joins
