@@ -7,6 +7,9 @@ uses, on Azurite's development account. Run by tests/it/interop.rs.
     sdk_check.py write TABLE REPORT    (re)create TABLE, write `sdk_entities()` into it
                                        with the SDK, and save what was written to
                                        REPORT as JSON (see `report`)
+    sdk_check.py expect TABLE REPORT   read TABLE with the SDK and check that it holds
+                                       exactly the entities of REPORT (the form `write`
+                                       saves), each property of the same EDM type and value
 
 Exits non-zero with a message naming the entity and property on any mismatch.
 
@@ -256,8 +259,32 @@ def write(table, report_path):
     print(f"sdk_check write: {table}: {len(entities)} entities written with the SDK")
 
 
+def expect(table, report_path):
+    with open(report_path, encoding="utf-8") as f:
+        wanted = json.load(f)
+    read = {key_of(e): e for e in client(table).list_entities()}
+    want_keys = sorted((w["PartitionKey"], w["RowKey"]) for w in wanted)
+    if want_keys != sorted(read):
+        raise Mismatch(f"{table}: expected entities {want_keys}, the SDK read {sorted(read)}")
+    for w in wanted:
+        key = (w["PartitionKey"], w["RowKey"])
+        got = {n: v for n, v in read[key].items() if n not in KEYS}
+        if set(w["properties"]) != set(got):
+            raise Mismatch(f"entity {key}: expected properties {sorted(w['properties'])}, the SDK read {sorted(got)}")
+        for name, (want_type, want) in sorted(w["properties"].items()):
+            got_type, value = typed(got[name])
+            if got_type != want_type:
+                raise Mismatch(f"entity {key}, property {name!r}: expected {want_type}, the SDK read {got_type} ({value!r})")
+            if canonical(want_type, want) != canonical(got_type, value):
+                raise Mismatch(
+                    f"entity {key}, property {name!r} ({want_type}): expected {canonical(want_type, want)!r}, "
+                    f"the SDK read {canonical(got_type, value)!r}"
+                )
+    print(f"sdk_check expect: {table}: {len(wanted)} entities as expected")
+
+
 def main(argv):
-    modes = {"verify": verify, "write": write}
+    modes = {"verify": verify, "write": write, "expect": expect}
     if len(argv) != 4 or argv[1] not in modes:
         print(__doc__, file=sys.stderr)
         return 2

@@ -23,7 +23,7 @@ type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
 
 /// What the proxy does with one request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Fate {
+pub(crate) enum Fate {
     Forward,
     /// Answer with this status without forwarding.
     Fail(u16),
@@ -47,12 +47,12 @@ enum Fate {
 
 /// Faults injected so far, by kind.
 #[derive(Debug, Default)]
-struct Injected {
-    failed: AtomicU64,
+pub(crate) struct Injected {
+    pub(crate) failed: AtomicU64,
     delayed: AtomicU64,
     stalled: AtomicU64,
     dropped_before: AtomicU64,
-    dropped_after: AtomicU64,
+    pub(crate) dropped_after: AtomicU64,
     /// Injected answers the client counts as timeouts (408, 504, 500
     /// `OperationTimedOut`).
     timeout_answers: AtomicU64,
@@ -81,12 +81,12 @@ impl Drop for InFlight<'_> {
     }
 }
 
-type Decide = Box<dyn FnMut(&str) -> Fate + Send>;
+pub(crate) type Decide = Box<dyn FnMut(&str) -> Fate + Send>;
 
 /// The proxy: listens on 127.0.0.1, port 0, and forwards to `upstream`.
-struct Proxy {
+pub(crate) struct Proxy {
     addr: std::net::SocketAddr,
-    injected: Arc<Injected>,
+    pub(crate) injected: Arc<Injected>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -97,7 +97,7 @@ impl Drop for Proxy {
 }
 
 impl Proxy {
-    async fn start(upstream: String, decide: Decide) -> TestResult<Proxy> {
+    pub(crate) async fn start(upstream: String, decide: Decide) -> TestResult<Proxy> {
         let listener = TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
         let injected = Arc::new(Injected::default());
@@ -134,7 +134,7 @@ impl Proxy {
     }
 
     /// An Azure configuration for `account` on Azurite, through this proxy.
-    fn config(&self, account: &AzureConfig) -> AzureConfig {
+    pub(crate) fn config(&self, account: &AzureConfig) -> AzureConfig {
         let mut config = account.clone();
         let path = account.base_path().to_owned();
         config.endpoint = format!("http://{}{path}", self.addr);
@@ -278,7 +278,7 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
 }
 
 /// `127.0.0.1:10002` from the test Azurite's endpoint.
-fn upstream() -> TestResult<String> {
+pub(crate) fn upstream() -> TestResult<String> {
     let endpoint = crate::azurite::endpoint()?;
     Ok(endpoint
         .trim_start_matches("http://")

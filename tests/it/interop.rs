@@ -47,7 +47,8 @@ fn tablesql_and_the_python_sdk_read_each_others_entities() -> TestResult {
     demo_tables_and_scan_in_separate_processes()?;
     sdk_reads_what_tablesql_wrote(&python, dir.path())?;
     sdk_reads_every_type_tablesql_writes(&python, dir.path())?;
-    tablesql_reads_what_the_sdk_wrote(&python, dir.path())
+    tablesql_reads_what_the_sdk_wrote(&python, dir.path())?;
+    an_update_keeps_what_the_sdk_wrote(&python, dir.path())
 }
 
 /// `demo`, `tables` and `scan` as a user runs them, each its own process, so
@@ -192,6 +193,60 @@ fn tablesql_reads_what_the_sdk_wrote(python: &str, dir: &Path) -> TestResult {
         assert_same_entities("query_all", &all, &expected);
         Ok(())
     })
+}
+
+/// A mapping over the SDK's entities, and an UPDATE of one column through
+/// it, each a `tablesql query` process: the SDK reads back every other
+/// property as it wrote it: an Int32 under a BIGINT column stays Int32, a
+/// DateTime under a TIMESTAMP column keeps its seventh fractional digit
+/// (tablesql reads microseconds), undeclared properties stay.
+fn an_update_keeps_what_the_sdk_wrote(python: &str, dir: &Path) -> TestResult {
+    tablesql(&[
+        "query",
+        &format!(
+            // The catalog outlives a run; the SDK's table is written anew.
+            "CREATE TABLE IF NOT EXISTS sdk_kept (part TEXT NOT NULL, name TEXT NOT NULL, int32 BIGINT, \
+             int64_small BIGINT, micros TIMESTAMP, ticks TIMESTAMP, note TEXT, \
+             PRIMARY KEY (part, name)) WITH (storage_table = '{SDK_TABLE}', \
+             partition_key = '{{part}}', row_key = '{{name}}')"
+        ),
+    ])?;
+    let seen = tablesql(&[
+        "query",
+        "SELECT ticks FROM sdk_kept WHERE part = 'sdk' AND name = 'other types, é'''",
+    ])?;
+    assert!(
+        seen.contains("12:34:56.123456") && !seen.contains("1234567"),
+        "SELECT shows microseconds: {seen}"
+    );
+    tablesql(&[
+        "query",
+        &format!("UPDATE sdk_kept SET note = 'updated' WHERE part = '{SDK_PARTITION}'"),
+    ])?;
+    // What the SDK wrote, and the new column on every entity.
+    let written = dir.join("sdk-written.json");
+    let mut expected: Value = serde_json::from_str(&std::fs::read_to_string(&written)?)?;
+    for entity in expected
+        .as_array_mut()
+        .ok_or("the report is no JSON array")?
+    {
+        entity["properties"]["note"] = serde_json::json!(["Edm.String", "updated"]);
+    }
+    let path = dir.join("sdk-updated.json");
+    std::fs::write(&path, serde_json::to_string(&expected)?)?;
+    let summary = sdk_check(
+        python,
+        [
+            OsStr::new("expect"),
+            OsStr::new(SDK_TABLE),
+            path.as_os_str(),
+        ],
+    )?;
+    assert!(
+        summary.contains("4 entities as expected"),
+        "sdk_check.py expect printed: {summary}"
+    );
+    Ok(())
 }
 
 /// What `sdk_check.py write` stores (its `sdk_entities`), value for value as

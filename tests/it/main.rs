@@ -19,6 +19,7 @@ mod embedded;
 mod fanout;
 mod faults;
 mod global;
+mod history;
 mod hostile;
 mod indexes;
 mod interop;

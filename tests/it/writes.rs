@@ -1,7 +1,8 @@
 //! SQL writes against every backend (memory, embedded, Azurite): INSERT,
 //! UPDATE and DELETE keep each base row and its index row in step, read
 //! straight from the store after every statement; UPDATE keeps properties the
-//! mapping does not declare; transactions of more than 100 operations are
+//! mapping does not declare, and writes back the columns it did not change as
+//! stored (EDM type, 100-ns ticks); transactions of more than 100 operations are
 //! split without splitting a row from its index row; index rows damaged by
 //! raw writes (missing, orphaned, stale) never block a write of their base
 //! row, which leaves them right.
@@ -10,10 +11,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tablesql::datafusion::arrow::array::{AsArray, RecordBatch};
-use tablesql::datafusion::arrow::datatypes::UInt64Type;
+use tablesql::datafusion::arrow::datatypes::{TimestampMicrosecondType, UInt64Type};
 use tablesql::demo;
 use tablesql::storage::{
-    EdmValue, EmbeddedStore, Entity, IfMatch, MemoryStore, Query, TableName, TableStore, WriteOp,
+    EdmValue, EmbeddedStore, Entity, IfMatch, MemoryStore, PartitionKey, Query, RowKey, TableName,
+    TableStore, WriteOp,
 };
 use tablesql::{Engine, EngineOptions};
 
@@ -373,4 +375,103 @@ async fn upserts_on_the_embedded_store() -> TestResult {
 async fn upserts_on_azurite() -> TestResult {
     let config = super::azurite::fresh_account()?;
     upserts(Arc::new(tablesql::storage::AzureStore::new(config)?)).await
+}
+
+/// An UPDATE writes back what it did not change as stored: an
+/// application's Int32 under a BIGINT column stays Int32, a DateTime keeps
+/// its 100-ns ticks though SELECT reads microseconds, an undeclared
+/// property stays; a changed column takes the mapping's type. An upsert's
+/// `DO UPDATE` is an UPDATE.
+async fn values_kept_as_written(store: Arc<dyn TableStore>) -> TestResult {
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
+    engine
+        .collect(
+            "CREATE TABLE kept (part TEXT NOT NULL, name TEXT NOT NULL, n BIGINT, at TIMESTAMP, \
+             note TEXT, PRIMARY KEY (part, name)) \
+             WITH (storage_table = 'Kept', partition_key = '{part}', row_key = '{name}')",
+        )
+        .await?;
+    let table = TableName::new("Kept")?;
+    let ticks = chrono::DateTime::parse_from_rfc3339("2026-01-02T03:04:05.1234567Z")?
+        .with_timezone(&chrono::Utc);
+    let (pk, rk) = (PartitionKey::new("a")?, RowKey::new("1")?);
+    let written = Entity::new(pk.clone(), rk.clone())
+        .with("n", EdmValue::Int32(7))
+        .with("at", EdmValue::DateTime(ticks))
+        .with("note", EdmValue::String("x".into()))
+        .with("app", EdmValue::Int32(1));
+    store.execute(&table, WriteOp::Insert(written)).await?;
+    let stored = || async {
+        Ok::<_, Box<dyn std::error::Error>>(
+            store
+                .get(&table, &pk, &rk)
+                .await?
+                .ok_or("the row is gone")?
+                .entity
+                .properties,
+        )
+    };
+
+    let shown = engine
+        .collect("SELECT at FROM kept WHERE part = 'a' AND name = '1'")
+        .await?;
+    let micros = shown[0]
+        .column(0)
+        .as_primitive::<TimestampMicrosecondType>()
+        .value(0);
+    assert_eq!(
+        micros,
+        ticks.timestamp_micros(),
+        "SELECT reads microseconds"
+    );
+
+    engine
+        .collect("UPDATE kept SET note = 'y' WHERE part = 'a' AND name = '1'")
+        .await?;
+    let after = stored().await?;
+    assert_eq!(after["n"], EdmValue::Int32(7));
+    assert_eq!(after["at"], EdmValue::DateTime(ticks));
+    assert_eq!(after["note"], EdmValue::String("y".into()));
+    assert_eq!(after["app"], EdmValue::Int32(1));
+
+    engine
+        .collect(
+            "INSERT INTO kept (part, name, note) VALUES ('a', '1', 'z') \
+             ON CONFLICT (part, name) DO UPDATE SET note = excluded.note",
+        )
+        .await?;
+    let after = stored().await?;
+    assert_eq!(after["n"], EdmValue::Int32(7));
+    assert_eq!(after["at"], EdmValue::DateTime(ticks));
+    assert_eq!(after["note"], EdmValue::String("z".into()));
+
+    engine
+        .collect("UPDATE kept SET n = n + 1 WHERE part = 'a' AND name = '1'")
+        .await?;
+    let after = stored().await?;
+    assert_eq!(
+        after["n"],
+        EdmValue::Int64(8),
+        "a changed value is the column's type"
+    );
+    assert_eq!(after["at"], EdmValue::DateTime(ticks));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_kept_as_written_on_the_memory_store() -> TestResult {
+    values_kept_as_written(Arc::new(MemoryStore::new())).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_kept_as_written_on_the_embedded_store() -> TestResult {
+    values_kept_as_written(Arc::new(EmbeddedStore::in_memory()?)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn values_kept_as_written_on_azurite() -> TestResult {
+    let config = super::azurite::fresh_account()?;
+    values_kept_as_written(Arc::new(tablesql::storage::AzureStore::new(config)?)).await
 }

@@ -763,14 +763,45 @@ impl Writer {
             return Err(conflict().into());
         }
         let invalid = |e| ExecError::Storage(StorageError::Invalid(e));
+        // A column the statement left as it was is written back as stored:
+        // its EDM type (an application's Int32 under a BIGINT column) and
+        // precision (a DateTime's 100-ns ticks, read as microseconds) are
+        // the writer's, and other clients read them.
+        let unchanged: Vec<&str> = self
+            .def
+            .columns
+            .iter()
+            .zip(old_values.iter().zip(&new_values))
+            .filter(|(_, (was, is))| was == is)
+            .map(|(c, _)| c.property_name())
+            .collect();
         // Keys-only index rows carry none.
         let carries = std::iter::once(true).chain(self.def.indexes.iter().map(|i| i.covering));
-        for (e, carries) in std::iter::once(&mut next.base)
+        for (i, (e, carries)) in std::iter::once(&mut next.base)
             .chain(next.index.iter_mut())
             .zip(carries)
+            .enumerate()
         {
+            if !carries {
+                e.validate().map_err(invalid)?;
+                continue;
+            }
+            for name in &unchanged {
+                match stored.entity.properties.get(*name) {
+                    Some(as_stored) => {
+                        e.properties.insert((*name).to_owned(), as_stored.clone());
+                    }
+                    // A key column the application never wrote as a
+                    // property stays out of its entity (it is read from
+                    // the keys); an index row carries it to rebuild the row.
+                    None if i == 0 => {
+                        e.properties.remove(*name);
+                    }
+                    None => {}
+                }
+            }
             for (name, value) in &stored.entity.properties {
-                if carries && !self.def.declares_property(name) {
+                if !self.def.declares_property(name) {
                     e.properties
                         .entry(name.clone())
                         .or_insert_with(|| value.clone());
