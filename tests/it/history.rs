@@ -32,6 +32,7 @@
 //! a longer one.
 
 use std::collections::{BTreeMap, HashMap};
+use std::ffi::OsString;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -39,7 +40,7 @@ use std::time::Duration;
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use tokio_postgres::{Client, NoTls};
+use tokio_postgres::Client;
 
 use crate::faults::{Fate, Proxy};
 use crate::server::{Served, serve_store};
@@ -125,39 +126,64 @@ impl Progress {
     }
 }
 
+/// Starts `serve` over one store, a new process at each call.
+type Start = Box<dyn Fn() -> TestResult<Served> + Send + Sync>;
+
+fn starter(store: OsString) -> Start {
+    Box::new(move || Ok(serve_store(tempfile::tempdir()?, &store, &[]).map_err(|e| e.to_string())?))
+}
+
 /// The servers clients connect to; a killed one is replaced in place.
-#[derive(Default)]
 struct Servers {
-    addrs: Mutex<Vec<SocketAddr>>,
+    start: Start,
+    running: Mutex<Vec<(SocketAddr, Option<Served>)>>,
 }
 
 impl Servers {
-    fn addr(&self, client: usize) -> Option<SocketAddr> {
-        let addrs = self.addrs.lock().unwrap_or_else(|p| p.into_inner());
-        (!addrs.is_empty()).then(|| addrs[client % addrs.len()])
+    fn new(start: Start) -> Self {
+        Self {
+            start,
+            running: Mutex::new(Vec::new()),
+        }
     }
 
-    fn set(&self, i: usize, addr: SocketAddr) {
-        let mut addrs = self.addrs.lock().unwrap_or_else(|p| p.into_inner());
-        if i < addrs.len() {
-            addrs[i] = addr;
-        } else {
-            addrs.push(addr);
+    fn running(&self) -> std::sync::MutexGuard<'_, Vec<(SocketAddr, Option<Served>)>> {
+        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Starts one more server; its address.
+    fn add(&self) -> TestResult<SocketAddr> {
+        let served = (self.start)()?;
+        let addr = served.addr;
+        self.running().push((addr, Some(served)));
+        Ok(addr)
+    }
+
+    /// Kills server `i` (SIGKILL, as its drop does), its clients' blocks
+    /// cut off, and starts another in its place.
+    fn replace(&self, i: usize) -> TestResult {
+        let killed = self.running().get_mut(i).and_then(|(_, s)| s.take());
+        drop(killed);
+        let next = (self.start)()?;
+        if let Some(slot) = self.running().get_mut(i) {
+            *slot = (next.addr, Some(next));
         }
+        Ok(())
+    }
+
+    fn addr(&self, client: usize) -> Option<SocketAddr> {
+        let running = self.running();
+        (!running.is_empty()).then(|| running[client % running.len()].0)
     }
 }
 
 async fn connect(addr: SocketAddr) -> Result<Client, tokio_postgres::Error> {
-    let (client, connection) = tokio_postgres::connect(
-        &format!(
-            "host={} port={} user=tablesql dbname=tablesql connect_timeout=10",
-            addr.ip(),
-            addr.port()
-        ),
-        NoTls,
-    )
+    let client = crate::server::connect(&format!(
+        "host={} port={} user=tablesql dbname=tablesql connect_timeout=10",
+        addr.ip(),
+        addr.port()
+    ))
     .await?;
-    tokio::spawn(connection);
     // A wait past this ends on the server too (57014), so a block its
     // client gave up on lets go of its rows instead of holding them while
     // it waits.
@@ -449,13 +475,9 @@ fn blocks_per_client() -> usize {
 }
 
 /// Runs the clients against `servers`; once a third of the blocks are
-/// done, `kill` replaces a server (SIGKILL and a new process). Returns the
+/// done, server 0 is replaced (SIGKILL and a new process). Returns the
 /// history and prints its figures.
-async fn history_with_a_kill(
-    name: &str,
-    servers: Arc<Servers>,
-    kill: impl FnOnce() -> TestResult + Send + 'static,
-) -> TestResult<Vec<Block>> {
+async fn history_with_a_kill(name: &str, servers: Arc<Servers>) -> TestResult<Vec<Block>> {
     let blocks = blocks_per_client();
     let progress = Arc::new(Progress::new());
     let clients: Vec<_> = (0..CLIENTS)
@@ -469,7 +491,8 @@ async fn history_with_a_kill(
     while progress.done.load(Ordering::SeqCst) < total / 3 {
         deadline.again_async(progress.shown()).await?;
     }
-    tokio::task::spawn_blocking(kill).await??;
+    let replacing = servers.clone();
+    tokio::task::spawn_blocking(move || replacing.replace(0)).await??;
     let mut history = Vec::new();
     for c in clients {
         history.extend(c.await??);
@@ -535,43 +558,21 @@ async fn list_append_over_two_servers_on_azurite_finds_no_anomaly() -> TestResul
     )
     .await?;
     let store = crate::azurite::store_argument(&proxy.config(&account));
-    let start =
-        {
-            let store = store.clone();
-            move || -> TestResult<Served> {
-                Ok(serve_store(tempfile::tempdir()?, store.as_ref(), &[])
-                    .map_err(|e| e.to_string())?)
-            }
-        };
-    let first = start()?;
-    create_lists(&first.connect().await?).await?;
-    let second = start()?;
-    let servers = Arc::new(Servers::default());
-    servers.set(0, first.addr);
-    servers.set(1, second.addr);
+    let servers = Arc::new(Servers::new(starter(store.into())));
+    let first = servers.add()?;
+    create_lists(&connect(first).await?).await?;
+    servers.add()?;
     faulty.store(true, Ordering::Relaxed);
-
-    let held = Arc::new(Mutex::new(vec![first]));
-    let (replace, kept) = (servers.clone(), held.clone());
-    let history = history_with_a_kill("azurite", servers, move || {
-        // Dropped: killed with SIGKILL, its clients' blocks cut off.
-        kept.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        let next = start()?;
-        replace.set(0, next.addr);
-        kept.lock().unwrap_or_else(|p| p.into_inner()).push(next);
-        Ok(())
-    })
-    .await?;
+    let history = history_with_a_kill("azurite", servers.clone()).await?;
 
     faulty.store(false, Ordering::Relaxed);
-    let finals = finals(&second.connect().await?).await?;
+    let finals = finals(&connect(servers.addr(1).ok_or("no server")?).await?).await?;
     let injected = &proxy.injected;
     println!(
         "history azurite: the proxy answered {} requests with 503 and lost {} answers",
         injected.failed.load(Ordering::Relaxed),
         injected.dropped_after.load(Ordering::Relaxed)
     );
-    drop(held);
     assert_none("azurite", &history, &finals);
     Ok(())
 }
@@ -581,33 +582,13 @@ async fn list_append_over_two_servers_on_azurite_finds_no_anomaly() -> TestResul
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn list_append_on_the_embedded_store_finds_no_anomaly() -> TestResult {
     let dir = tempfile::tempdir()?;
-    let store = dir.path().join("store");
-    let start = {
-        let store = store.clone();
-        move || -> TestResult<Served> {
-            Ok(serve_store(tempfile::tempdir()?, store.as_os_str(), &[])
-                .map_err(|e| e.to_string())?)
-        }
-    };
-    let first = start()?;
-    create_lists(&first.connect().await?).await?;
-    let servers = Arc::new(Servers::default());
-    servers.set(0, first.addr);
-
-    let held = Arc::new(Mutex::new(vec![first]));
-    let (replace, kept) = (servers.clone(), held.clone());
-    let history = history_with_a_kill("embedded", servers.clone(), move || {
-        kept.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        let next = start()?;
-        replace.set(0, next.addr);
-        kept.lock().unwrap_or_else(|p| p.into_inner()).push(next);
-        Ok(())
-    })
-    .await?;
+    let servers = Arc::new(Servers::new(starter(dir.path().join("store").into())));
+    let first = servers.add()?;
+    create_lists(&connect(first).await?).await?;
+    let history = history_with_a_kill("embedded", servers.clone()).await?;
 
     let addr = servers.addr(0).ok_or("no server")?;
     let finals = finals(&connect(addr).await?).await?;
-    drop(held);
     assert_none("embedded", &history, &finals);
     Ok(())
 }

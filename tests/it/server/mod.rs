@@ -156,7 +156,7 @@ pub(crate) async fn until_running(metrics: &str, n: usize) -> TestResult {
     }
 }
 
-async fn connect(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
+pub(crate) async fn connect(conninfo: &str) -> Result<Client, tokio_postgres::Error> {
     let (client, connection) = tokio_postgres::connect(conninfo, NoTls).await?;
     tokio::spawn(connection);
     Ok(client)
