@@ -149,6 +149,35 @@ async fn nowait_and_skip_locked_meet_a_row_another_session_holds() -> TestResult
         )
         .await?;
     assert_eq!(free.len(), 1);
+
+    // EXPLAIN ANALYZE runs the query, and takes its locks as PostgreSQL's
+    // does; a plain EXPLAIN reads no row and takes none.
+    a.batch_execute("BEGIN").await?;
+    a.query(
+        "EXPLAIN SELECT id FROM accounts WHERE id = 2 FOR UPDATE",
+        &[],
+    )
+    .await?;
+    b.query(
+        "SELECT id FROM accounts WHERE id = 2 FOR UPDATE NOWAIT",
+        &[],
+    )
+    .await?;
+    a.query(
+        "EXPLAIN ANALYZE SELECT id FROM accounts WHERE id = 2 FOR UPDATE",
+        &[],
+    )
+    .await?;
+    let e = b
+        .query(
+            "SELECT id FROM accounts WHERE id = 2 FOR UPDATE NOWAIT",
+            &[],
+        )
+        .await
+        .err()
+        .ok_or("NOWAIT took a row EXPLAIN ANALYZE locked")?;
+    assert_eq!(code(&e), "55P03", "{e:?}");
+    a.batch_execute("ROLLBACK").await?;
     Ok(())
 }
 

@@ -125,8 +125,16 @@ pub fn admit(tx: &Transaction, statement: &Statement) -> Result<(), EngineError>
 
 /// The row locks a statement's reads take (`SELECT ... FOR UPDATE`), if
 /// any; refused as PostgreSQL refuses them where its rows are not the
-/// table's (0A000).
+/// table's (0A000). `EXPLAIN` checks the clause of the query it shows and
+/// takes no lock, since it reads no row; `EXPLAIN ANALYZE` runs the query,
+/// and takes its locks as PostgreSQL's does.
 pub fn locking(statement: &Statement) -> Result<Option<Locking>, EngineError> {
+    let (statement, reads) = match statement {
+        Statement::Explain {
+            statement, analyze, ..
+        } => (statement.as_ref(), *analyze),
+        other => (other, true),
+    };
     if nested_locking(statement) {
         return Err(EngineError::NotSupported(
             "FOR UPDATE and FOR SHARE are supported on a statement's own SELECT, not in a subquery, a CTE or a write's query".into(),
@@ -155,7 +163,7 @@ pub fn locking(statement: &Statement) -> Result<Option<Locking>, EngineError> {
         Some(with) => Err(EngineError::NotSupported(format!(
             "{clause} is not allowed with {with}"
         ))),
-        None => Ok(Some(locking)),
+        None => Ok(reads.then_some(locking)),
     }
 }
 
