@@ -98,6 +98,29 @@ impl Served {
         std::fs::read_to_string(&self.stderr).unwrap_or_default()
     }
 
+    /// What a failing test shows of a server it waited for in vain: its
+    /// counters now (statements running, connections, store requests,
+    /// retries and timeouts) and the end of its log, so that "stuck in a
+    /// statement", "waiting on the store" and "never asked" can be told
+    /// apart.
+    pub(crate) fn vitals(&self) -> String {
+        let metrics = match http_get(&self.metrics) {
+            Ok((_, body)) => body
+                .lines()
+                .filter(|l| l.starts_with("tablesql_") && !l.contains("_bucket{"))
+                .collect::<Vec<_>>()
+                .join("\n"),
+            Err(e) => format!("(no metrics: {e})"),
+        };
+        let log = self.log();
+        let lines: Vec<&str> = log.lines().collect();
+        let tail = lines[lines.len().saturating_sub(60)..].join("\n");
+        format!(
+            "server {}:\n{metrics}\nthe end of its log:\n{tail}",
+            self.addr
+        )
+    }
+
     /// See [`cancel_served`].
     pub(crate) async fn cancel(&self, token: &tokio_postgres::CancelToken) -> TestResult {
         cancel_served(&self.metrics, token).await

@@ -244,7 +244,9 @@ async fn spark_reads_a_mapped_table_one_jdbc_query_per_partition_range() -> Test
         "jdbc:postgresql://127.0.0.1:{}/tablesql",
         server.addr.port()
     );
-    let out = spark(url, reads).await?;
+    let out = spark(url, reads)
+        .await
+        .map_err(|e| format!("{e}\n{}", server.vitals()))?;
 
     let columns = check_read(
         &client,
@@ -397,12 +399,18 @@ async fn spark_reads_through_several_servers_over_one_azure_account() -> TestRes
     let out = match spark(url, reads).await {
         Ok(out) => out,
         Err(e) => {
-            // Whether the table was there for the servers at the end.
+            // The servers as the client left them, then whether the table
+            // was there for them at the end.
+            let vitals = [servers[0].vitals(), servers[1].vitals()];
             let after = [
                 count_sum(&one, "spark_buckets", "reading", "true").await,
                 count_sum(&other, "spark_buckets", "reading", "true").await,
             ];
-            return Err(format!("{e}\nspark_buckets afterwards: {after:?}").into());
+            return Err(format!(
+                "{e}\nspark_buckets afterwards: {after:?}\n{}",
+                vitals.join("\n")
+            )
+            .into());
         }
     };
     let read = &out["reads"][0];
