@@ -40,11 +40,24 @@
 //!    has the version the block read, left where it already holds the
 //!    block's values, and skipped where a later write has changed it.
 //!
+//! A row's version cannot tell "never written" from "written, then
+//! changed back": a row the block inserted that another client deleted
+//! before the recovery looks untouched, and redoing its insert would bring
+//! back what the other client deleted. So the record numbers the entity
+//! group transactions, and the commit counts those that landed in the
+//! header (`landed`, written If-Match the lease after each one but the
+//! last, which renews the lease too). A recovery redoes nothing of a
+//! counted transaction. The one that may have landed uncounted (the
+//! process stopped between its answer and the count) landed if any of its
+//! rows still holds the block's values under a version other than the one
+//! the block read: a transaction lands whole. Only if every row of that
+//! one transaction was changed by others between the stop and the
+//! recovery, one of them an insert since deleted, is that row inserted
+//! again. The count costs a request per transaction but the last.
+//!
 //! The record keeps each row as the block read it too, so a recovery that
 //! meets a record marked undone (its process stopped while putting back)
-//! puts back what is still the block's. Known gaps: a row the block
-//! inserted that another client deleted before a recovery is inserted
-//! again.
+//! puts back what is still the block's.
 //!
 //! A running commit renews its header (If-Match its last version) every
 //! `RENEW_EVERY`, so its record never looks stale; a recovery claims a
@@ -80,6 +93,8 @@ const HEADER: &str = "";
 const UNDONE: &str = "undone";
 /// The header property that marks a commit whose writes all landed.
 const DONE: &str = "done";
+/// The header property counting the entity group transactions that landed.
+const LANDED: &str = "landed";
 /// The property of a chunk holding its part of the JSON.
 const PART: &str = "part";
 /// UTF-16 units of JSON per chunk: within a property's 64 KiB.
@@ -160,12 +175,21 @@ pub async fn commit(
         Err(e) => return Err(e),
     }
     let id = record_id()?;
-    let mut lease = write_record(store, &log, &id, &changes).await?;
+    let plan = batches(&changes, order);
+    let mut number = vec![0; changes.len()];
+    for (n, (_, members)) in plan.iter().enumerate() {
+        for &i in members {
+            number[i] = n;
+        }
+    }
+    let mut lease = write_record(store, &log, &id, &changes, &number).await?;
     let mut written: Vec<(Change, Option<crate::storage::ETag>)> = Vec::new();
     // When the first index entity was put: the base rows must land soon
     // after, or another row could take a unique value it holds.
     let mut since: Option<std::time::Instant> = None;
-    for (table, ops) in batches(&changes, order) {
+    let count = plan.len();
+    for (n, (table, members)) in plan.into_iter().enumerate() {
+        let ops: Vec<&Change> = members.iter().map(|&i| &changes[i]).collect();
         if ops.first().is_some_and(|c| c.first) {
             since.get_or_insert_with(std::time::Instant::now);
         } else if since.is_some_and(|t| t.elapsed() > super::global::LAND_WITHIN) {
@@ -194,6 +218,15 @@ pub async fn commit(
             Ok(outcomes) => {
                 for (change, outcome) in ops.into_iter().zip(outcomes) {
                     written.push((change.clone(), outcome.etag));
+                }
+                // Counted, so that a recovery never redoes it (module
+                // doc); the last is counted by the mark done.
+                if n + 1 < count
+                    && let Err(reason) = lease.landed(store, &log, &id, n + 1).await
+                {
+                    return Err(StorageError::Transaction(TransactionScope::Unknown {
+                        reason,
+                    }));
                 }
             }
             Err(e) => {
@@ -285,7 +318,9 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
     let mut headers = Vec::new();
     let mut orphans = Vec::new();
     let mut token = None;
-    let mut query = Query::all().select(vec![UNDONE.to_owned(), DONE.to_owned()]);
+    // A claim writes the header back as read: every property it has.
+    let mut query =
+        Query::all().select(vec![UNDONE.to_owned(), DONE.to_owned(), LANDED.to_owned()]);
     query.partitions = KeyRange {
         start: std::ops::Bound::Included(PartitionKey::new(RECORD_PREFIX)?),
         // The prefix's successor: ':' + 1.
@@ -312,7 +347,11 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
                     } else if marked(UNDONE) {
                         Stale::Undone
                     } else {
-                        Stale::Committed
+                        let landed = match e.entity.properties.get(LANDED) {
+                            Some(EdmValue::Int32(n)) => usize::try_from(*n).unwrap_or(0),
+                            _ => 0,
+                        };
+                        Stale::Committed { landed }
                     };
                     headers.push((e.clone(), state));
                 }
@@ -338,23 +377,22 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
             }
             match state {
                 Stale::Done => {}
-                Stale::Committed => {
-                    let changes = read_record(store, &log, &id).await?;
+                Stale::Committed { landed } => {
+                    let recorded = read_record(store, &log, &id).await?;
+                    let changes: Vec<&Change> = recorded.iter().map(|(c, _)| c).collect();
                     if taken_over(store, &changes).await? {
                         // Finished now, its rows would hold values another
                         // row took: the block is put back instead.
-                        for change in changes.into_iter().rev() {
+                        for (change, _) in recorded.into_iter().rev() {
                             undo(store, change).await?;
                         }
                     } else {
-                        for change in changes {
-                            redo(store, change).await?;
-                        }
+                        finish(store, recorded, landed).await?;
                     }
                 }
                 Stale::Undone => {
                     // Newest first, as the commit itself puts back.
-                    for change in read_record(store, &log, &id).await?.into_iter().rev() {
+                    for (change, _) in read_record(store, &log, &id).await?.into_iter().rev() {
                         undo(store, change).await?;
                     }
                 }
@@ -384,12 +422,13 @@ fn record_id() -> Result<PartitionKey> {
     ))?)
 }
 
-/// The changes grouped per phase of `order`, table and partition, in key
-/// order, cut into entity group transactions.
-fn batches<'a>(changes: &'a [Change], order: &Order) -> Vec<(TableName, Vec<&'a Change>)> {
-    type Group<'a> = (TableName, Vec<&'a Change>);
-    let mut groups: BTreeMap<(u8, String, PartitionKey), Group<'a>> = BTreeMap::new();
-    for c in changes {
+/// The changes (by their place in `changes`) grouped per phase of
+/// `order`, table and partition, in key order, cut into entity group
+/// transactions.
+fn batches(changes: &[Change], order: &Order) -> Vec<(TableName, Vec<usize>)> {
+    type Group = (TableName, Vec<usize>);
+    let mut groups: BTreeMap<(u8, String, PartitionKey), Group> = BTreeMap::new();
+    for (i, c) in changes.iter().enumerate() {
         let key = (
             order.phase(c),
             c.table.as_str().to_ascii_lowercase(),
@@ -399,14 +438,14 @@ fn batches<'a>(changes: &'a [Change], order: &Order) -> Vec<(TableName, Vec<&'a 
             .entry(key)
             .or_insert_with(|| (c.table.clone(), Vec::new()))
             .1
-            .push(c);
+            .push(i);
     }
     let mut out = Vec::new();
     for (_, (table, group)) in groups {
-        let mut batch: Vec<&Change> = Vec::new();
+        let mut batch: Vec<usize> = Vec::new();
         let mut bytes = 0;
-        for c in group {
-            let size = c.op.stored_size();
+        for i in group {
+            let size = changes[i].op.stored_size();
             if !batch.is_empty()
                 && (batch.len() == MAX_BATCH_OPERATIONS || bytes + size > MAX_BATCH_BYTES)
             {
@@ -414,7 +453,7 @@ fn batches<'a>(changes: &'a [Change], order: &Order) -> Vec<(TableName, Vec<&'a 
                 bytes = 0;
             }
             bytes += size;
-            batch.push(c);
+            batch.push(i);
         }
         if !batch.is_empty() {
             out.push((table.clone(), batch));
@@ -465,6 +504,43 @@ impl Lease {
             Err(e) => Failure::of(&e) != Failure::Conflict,
         }
     }
+
+    /// Counts `n` entity group transactions landed in the header, If-Match
+    /// the version last written (which renews the lease). The reason it
+    /// could not, should a recovery have claimed the record or the answer
+    /// been lost: the commit then stops, and the record is the recovery's.
+    async fn landed(
+        &mut self,
+        store: &dyn TableStore,
+        log: &TableName,
+        id: &PartitionKey,
+        n: usize,
+    ) -> std::result::Result<(), String> {
+        let Some(etag) = self.etag.clone() else {
+            return Err("the record's header gave no version".into());
+        };
+        let mut header = Entity::new(id.clone(), RowKey::new(HEADER).map_err(|e| e.to_string())?);
+        header.properties.insert(
+            LANDED.into(),
+            EdmValue::Int32(i32::try_from(n).unwrap_or(i32::MAX)),
+        );
+        match store
+            .execute_batch(log, vec![WriteOp::Update(header, IfMatch::ETag(etag))])
+            .await
+        {
+            Ok(outcomes) => {
+                self.etag = outcomes.into_iter().next().and_then(|o| o.etag);
+                self.since = std::time::Instant::now();
+                Ok(())
+            }
+            Err(e) if Failure::of(&e) == Failure::Conflict => {
+                Err("a recovery took over the block's record".into())
+            }
+            Err(e) => Err(format!(
+                "counting a landed write in the block's record: {e}"
+            )),
+        }
+    }
 }
 
 /// Claims a stale record for this recovery: its header rewritten If-Match
@@ -486,8 +562,16 @@ async fn write_record(
     log: &TableName,
     id: &PartitionKey,
     changes: &[Change],
+    number: &[usize],
 ) -> Result<Lease> {
-    let text = Value::Array(changes.iter().map(to_json).collect()).to_string();
+    let text = Value::Array(
+        changes
+            .iter()
+            .zip(number)
+            .map(|(c, &n)| to_json(c, n))
+            .collect(),
+    )
+    .to_string();
     // Cut by UTF-16 units, which the property's limit counts.
     let mut parts = vec![String::new()];
     let mut units = 0;
@@ -533,12 +617,14 @@ async fn write_record(
     })
 }
 
-/// The changes a record holds, read back.
+/// The changes a record holds, read back, each with the number of its
+/// entity group transaction (`None` in a record written before they were
+/// numbered).
 async fn read_record(
     store: &dyn TableStore,
     log: &TableName,
     id: &PartitionKey,
-) -> Result<Vec<Change>> {
+) -> Result<Vec<(Change, Option<usize>)>> {
     let mut text = String::new();
     let mut token = None;
     let query = Query::partition(id.clone());
@@ -561,7 +647,13 @@ async fn read_record(
     };
     items
         .iter()
-        .map(|item| from_json(item).map_err(&corrupt))
+        .map(|item| {
+            let number = item
+                .get("batch")
+                .and_then(Value::as_u64)
+                .and_then(|n| usize::try_from(n).ok());
+            from_json(item).map_err(&corrupt).map(|c| (c, number))
+        })
         .collect()
 }
 
@@ -645,8 +737,8 @@ async fn put_back(
             first: false,
         });
     }
-    for (table, ops) in batches(&undo, order) {
-        let ops = ops.into_iter().map(|c| c.op.clone()).collect();
+    for (table, members) in batches(&undo, order) {
+        let ops = members.into_iter().map(|i| undo[i].op.clone()).collect();
         store.execute_batch(&table, ops).await?;
     }
     Ok(())
@@ -655,8 +747,9 @@ async fn put_back(
 /// Where a record a stopped process left stands.
 #[derive(Debug, Clone, Copy)]
 enum Stale {
-    /// Past its commit point: its writes are finished.
-    Committed,
+    /// Past its commit point: its writes are finished, but for the
+    /// `landed` entity group transactions counted.
+    Committed { landed: usize },
     /// Being put back: the rest of its writes are put back.
     Undone,
     /// Every write landed: only the record is left to delete.
@@ -666,7 +759,7 @@ enum Stale {
 /// Whether another writer changed an index entity the record puts first
 /// since the block read it: a unique value taken over once the entity,
 /// its base row not yet written, looked abandoned (`global::IN_FLIGHT`).
-async fn taken_over(store: &dyn TableStore, changes: &[Change]) -> Result<bool> {
+async fn taken_over(store: &dyn TableStore, changes: &[&Change]) -> Result<bool> {
     for c in changes.iter().filter(|c| c.first) {
         let (pk, rk) = c.op.keys();
         let now = match store.get(&c.table, pk, rk).await {
@@ -679,6 +772,68 @@ async fn taken_over(store: &dyn TableStore, changes: &[Change]) -> Result<bool> 
         let untouched = now.as_ref().map(|n| n.etag.to_string())
             == c.before.as_ref().map(|b| b.etag.to_string());
         if !done && !untouched {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Finishes a committed record's writes (module doc, 4) whose entity group
+/// transactions, `landed` of them counted, are numbered in the record:
+/// nothing of a counted one, nothing of the next if it shows that it
+/// landed, every write of the rest that a later write has not changed. A
+/// record without numbers has every write redone that way.
+async fn finish(
+    store: &dyn TableStore,
+    recorded: Vec<(Change, Option<usize>)>,
+    landed: usize,
+) -> Result<()> {
+    let mut groups: BTreeMap<usize, Vec<Change>> = BTreeMap::new();
+    let mut unnumbered = Vec::new();
+    for (change, number) in recorded {
+        match number {
+            Some(n) => groups.entry(n).or_default().push(change),
+            None => unnumbered.push(change),
+        }
+    }
+    if !unnumbered.is_empty() {
+        let all = groups.into_values().flatten();
+        for change in unnumbered.into_iter().chain(all) {
+            redo(store, change).await?;
+        }
+        return Ok(());
+    }
+    for (n, group) in groups {
+        if n < landed || (n == landed && witnessed(store, &group).await?) {
+            continue;
+        }
+        for change in group {
+            redo(store, change).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Whether an entity group transaction of a record landed, by one of its
+/// rows holding the values it wrote under a version other than the one
+/// the block read (it lands whole or not at all). A delete shows nothing:
+/// another client may have deleted the row.
+async fn witnessed(store: &dyn TableStore, group: &[Change]) -> Result<bool> {
+    for c in group {
+        let Some(wanted) = c.op.entity() else {
+            continue;
+        };
+        let (pk, rk) = c.op.keys();
+        let now = match store.get(&c.table, pk, rk).await {
+            Ok(now) => now,
+            Err(StorageError::TableNotFound(_)) => continue,
+            Err(e) => return Err(e),
+        };
+        let base = c.before.as_ref().map(|b| b.etag.to_string());
+        if let Some(now) = now
+            && now.entity.properties == wanted.properties
+            && Some(now.etag.to_string()) != base
+        {
             return Ok(true);
         }
     }
@@ -766,7 +921,7 @@ fn partitions_of(written: &[(Change, Option<crate::storage::ETag>)]) -> String {
 /// One change as the record keeps it: its table, the operation's kind, the
 /// entity it writes (or the keys it deletes), and the version it requires
 /// (`base`: the ETag the block read; absent for a row that was not there).
-fn to_json(c: &Change) -> Value {
+fn to_json(c: &Change, batch: usize) -> Value {
     let (kind, entity) = match &c.op {
         WriteOp::Insert(e) => ("insert", Some(e)),
         WriteOp::Update(e, _) => ("update", Some(e)),
@@ -785,6 +940,7 @@ fn to_json(c: &Change) -> Value {
         "entity": entity.map(entity_body),
         "before": c.before.as_ref().map(|b| entity_body(&b.entity)),
         "first": c.first,
+        "batch": batch,
     })
 }
 
@@ -1037,11 +1193,12 @@ mod tests {
     #[tokio::test]
     async fn a_commit_stopped_while_putting_back_is_put_back_by_the_next_recovery() {
         let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
-        // The record (2), a's batch (3), b's conflicting batch (4) and the
-        // mark undone (5) reach the store; putting back a does not.
+        // The record (2), a's batch (3) and its count (4), b's conflicting
+        // batch (5) and the mark undone (6) reach the store; putting back a
+        // does not.
         let stops: Arc<dyn TableStore> = Arc::new(Stops {
             inner: inner.clone(),
-            writes_left: AtomicUsize::new(5),
+            writes_left: AtomicUsize::new(6),
         });
         let tx = conflicting_block(&inner, stops.clone()).await;
         let e = tx
@@ -1219,5 +1376,62 @@ mod tests {
             recover(inner.as_ref(), Duration::ZERO).await.expect("read"),
             0
         );
+    }
+
+    /// A wide block's commit stopped after `writes` writes, then another
+    /// client deleting row 0000 of `lines` partition `a`, which the block's
+    /// first entity group transaction inserted; then a recovery.
+    async fn stopped_then_deleted(writes: usize) -> Arc<dyn TableStore> {
+        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        tables(inner.as_ref()).await;
+        let stops: Arc<dyn TableStore> = Arc::new(Stops {
+            inner: inner.clone(),
+            writes_left: AtomicUsize::new(writes),
+        });
+        let tx = Arc::new(Transaction::default());
+        wide_block(&tx, stops.clone()).await;
+        tx.commit(stops.as_ref(), &Order::default())
+            .await
+            .expect_err("stopped");
+        assert_eq!(n_of(inner.as_ref(), "lines", "a", "0000").await, Some(0));
+        assert_eq!(n_of(inner.as_ref(), "orders", "a", "0000").await, None);
+        inner
+            .execute_batch(
+                &table("lines"),
+                vec![WriteOp::Delete {
+                    partition_key: PartitionKey::new("a").expect("a key"),
+                    row_key: RowKey::new("0000").expect("a key"),
+                    if_match: IfMatch::Any,
+                }],
+            )
+            .await
+            .expect("deleted by another client");
+        assert_eq!(
+            recover(inner.as_ref(), Duration::ZERO)
+                .await
+                .expect("finished"),
+            1
+        );
+        // The rest of the block is finished.
+        assert_eq!(n_of(inner.as_ref(), "orders", "a", "0149").await, Some(149));
+        assert_eq!(n_of(inner.as_ref(), "orders", "b", "0000").await, Some(0));
+        inner
+    }
+
+    #[tokio::test]
+    async fn a_recovery_redoes_nothing_of_a_counted_transaction() {
+        // The record (2), the first transaction (3) and its count (4) land.
+        let inner = stopped_then_deleted(4).await;
+        assert_eq!(n_of(inner.as_ref(), "lines", "a", "0000").await, None);
+        assert_eq!(n_of(inner.as_ref(), "lines", "a", "0001").await, Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_recovery_redoes_nothing_of_an_uncounted_transaction_one_row_shows_landed() {
+        // The record (2) and the first transaction (3) land, not its count:
+        // its other row, still as the block wrote it, shows that it landed.
+        let inner = stopped_then_deleted(3).await;
+        assert_eq!(n_of(inner.as_ref(), "lines", "a", "0000").await, None);
+        assert_eq!(n_of(inner.as_ref(), "lines", "a", "0001").await, Some(1));
     }
 }
