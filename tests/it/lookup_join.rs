@@ -16,16 +16,24 @@ type TestResult = Result<(), Box<dyn std::error::Error>>;
 const COUNTRIES: u64 = 3;
 const REGISTRATIONS: u64 = 40;
 
-/// The memory store, counting requests, reading 12 keys a `get_many`.
+/// The memory store, counting requests to the tables queried, reading 12
+/// keys a `get_many`.
 #[derive(Debug, Default)]
 struct Counted {
     inner: MemoryStore,
     requests: AtomicU64,
 }
 
+/// The engine's own table: its catalog check and its statistics' timed
+/// flush read it whenever they fall due, which on a busy machine is
+/// during a join (13 requests counted against at most 7).
+const ENGINE_TABLE: &str = "TablesqlCatalog";
+
 impl Counted {
-    fn count(&self) {
-        self.requests.fetch_add(1, Ordering::Relaxed);
+    fn count(&self, t: &TableName) {
+        if !t.as_str().eq_ignore_ascii_case(ENGINE_TABLE) {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+        }
     }
 }
 
@@ -43,7 +51,7 @@ impl layer::StoreLayer for Counted {
         pk: &PartitionKey,
         rk: &RowKey,
     ) -> Result<Option<StoredEntity>> {
-        self.count();
+        self.count(t);
         self.inner.get(t, pk, rk).await
     }
     async fn get_many(
@@ -57,14 +65,14 @@ impl layer::StoreLayer for Counted {
             rks.windows(2).all(|w| w[0] < w[1]),
             "keys sorted and distinct"
         );
-        self.count();
+        self.count(t);
         self.inner.get_many(t, pk, rks).await
     }
     fn get_many_limit(&self) -> usize {
         12
     }
     async fn query(&self, t: &TableName, q: &Query, c: Option<&ContinuationToken>) -> Result<Page> {
-        self.count();
+        self.count(t);
         self.inner.query(t, q, c).await
     }
     async fn partitions(
@@ -73,7 +81,7 @@ impl layer::StoreLayer for Counted {
         range: &KeyRange<PartitionKey>,
         after: Option<&PartitionKey>,
     ) -> Result<PartitionPage> {
-        self.count();
+        self.count(t);
         self.inner.partitions(t, range, after).await
     }
 }
