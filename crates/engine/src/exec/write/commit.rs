@@ -48,12 +48,15 @@
 //! header (`landed`, written If-Match the lease after each one but the
 //! last, which renews the lease too). A recovery redoes nothing of a
 //! counted transaction. The one that may have landed uncounted (the
-//! process stopped between its answer and the count) landed if any of its
-//! rows still holds the block's values under a version other than the one
-//! the block read: a transaction lands whole. Only if every row of that
-//! one transaction was changed by others between the stop and the
-//! recovery, one of them an insert since deleted, is that row inserted
-//! again. The count costs a request per transaction but the last.
+//! process stopped between its answer and the count) did not if a row it
+//! wrote still has the version the block read, and did if a row holds the
+//! block's values under another: a transaction lands whole. A recovery
+//! settles that once in the header before it redoes anything, and counts
+//! each transaction it finishes, since its own writes go row by row and
+//! show nothing. Only if every row of that one transaction was changed by
+//! others between the stop and the recovery, one of them an insert since
+//! deleted, is that row inserted again. The count costs a request per
+//! transaction but the last.
 //!
 //! The record keeps each row as the block read it too, so a recovery that
 //! meets a record marked undone (its process stopped while putting back)
@@ -95,6 +98,9 @@ const UNDONE: &str = "undone";
 const DONE: &str = "done";
 /// The header property counting the entity group transactions that landed.
 const LANDED: &str = "landed";
+/// The header property that marks a count a recovery settled: past it,
+/// writes are redone row by row, and no longer land whole.
+const SETTLED: &str = "settled";
 /// The property of a chunk holding its part of the JSON.
 const PART: &str = "part";
 /// UTF-16 units of JSON per chunk: within a property's 64 KiB.
@@ -193,19 +199,16 @@ pub async fn commit(
         if ops.first().is_some_and(|c| c.first) {
             since.get_or_insert_with(std::time::Instant::now);
         } else if since.is_some_and(|t| t.elapsed() > super::global::LAND_WITHIN) {
-            let undone = abandon(store, &log, &id, &written, order).await;
             let reason = format!(
                 "the block's index entities took over {} s to write; its rows were not written",
                 super::global::LAND_WITHIN.as_secs()
             );
-            return Err(match undone {
-                Ok(()) => StorageError::Transaction(TransactionScope::Undone { reason }),
-                Err(undo) => StorageError::Transaction(TransactionScope::PartlyCommitted {
+            let left = abandon(store, &log, &id, &written, order, &reason).await;
+            return Err(
+                left.unwrap_or(StorageError::Transaction(TransactionScope::Undone {
                     reason,
-                    undo: undo.to_string(),
-                    partitions: partitions_of(&written),
-                }),
-            });
+                })),
+            );
         }
         // A record a recovery has claimed is the recovery's to finish.
         if !lease.renewed(store, &log, &id).await {
@@ -239,21 +242,15 @@ pub async fn commit(
                         reason,
                     }));
                 }
-                let undone = abandon(store, &log, &id, &written, order).await;
-                return Err(match (undone, failure) {
-                    (Ok(()), Failure::Conflict) => {
+                let left = abandon(store, &log, &id, &written, order, &reason).await;
+                return Err(match (left, failure) {
+                    (Some(left), _) => left,
+                    (None, Failure::Conflict) => {
                         StorageError::Transaction(TransactionScope::Undone { reason })
                     }
                     // A write the store refuses every time: its own error,
                     // with nothing of the block left.
-                    (Ok(()), _) => e,
-                    (Err(undo), _) => {
-                        StorageError::Transaction(TransactionScope::PartlyCommitted {
-                            reason,
-                            undo: undo.to_string(),
-                            partitions: partitions_of(&written),
-                        })
-                    }
+                    (None, _) => e,
                 });
             }
         }
@@ -267,18 +264,35 @@ pub async fn commit(
 }
 
 /// Gives a commit up: its record marked undone, what it wrote put back,
-/// the record deleted; the put-back's outcome.
+/// the record deleted. The error COMMIT answers, `reason` why it gave up,
+/// should something of it stay; `None` when nothing does.
 async fn abandon(
     store: &dyn TableStore,
     log: &TableName,
     id: &PartitionKey,
     written: &[(Change, Option<crate::storage::ETag>)],
     order: &Order,
-) -> Result<()> {
-    let _ = mark(store, log, id, UNDONE).await;
+    reason: &str,
+) -> Option<StorageError> {
+    // Unmarked, the record still says committed: a recovery would finish
+    // it, and must not meet it half put back.
+    if let Err(e) = mark(store, log, id, UNDONE).await {
+        return Some(StorageError::Transaction(TransactionScope::Unknown {
+            reason: format!(
+                "{reason}; the block's record could not be marked to be put back, \
+                 so a recovery finishes it: {e}"
+            ),
+        }));
+    }
     let undone = put_back(store, written, order).await;
     let _ = forget(store, log, id).await;
-    undone
+    undone.err().map(|undo| {
+        StorageError::Transaction(TransactionScope::PartlyCommitted {
+            reason: reason.to_owned(),
+            undo: undo.to_string(),
+            partitions: partitions_of(written),
+        })
+    })
 }
 
 /// What a failed batch of a commit means for the block.
@@ -320,7 +334,7 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
     let mut token = None;
     // A claim writes the header back as read: every property it has.
     let mut query =
-        Query::all().select(vec![UNDONE.to_owned(), DONE.to_owned(), LANDED.to_owned()]);
+        Query::all().select([UNDONE, DONE, LANDED, SETTLED].map(str::to_owned).to_vec());
     query.partitions = KeyRange {
         start: std::ops::Bound::Included(PartitionKey::new(RECORD_PREFIX)?),
         // The prefix's successor: ':' + 1.
@@ -351,7 +365,10 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
                             Some(EdmValue::Int32(n)) => usize::try_from(*n).unwrap_or(0),
                             _ => 0,
                         };
-                        Stale::Committed { landed }
+                        Stale::Committed {
+                            landed,
+                            settled: marked(SETTLED),
+                        }
                     };
                     headers.push((e.clone(), state));
                 }
@@ -372,12 +389,12 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
     for (header, state) in headers {
         let id = header.partition_key().clone();
         let done = async {
-            if !claim(store, &log, &header).await? {
+            let Some(claimed) = claim(store, &log, &header).await? else {
                 return Ok(false);
-            }
+            };
             match state {
                 Stale::Done => {}
-                Stale::Committed { landed } => {
+                Stale::Committed { landed, settled } => {
                     let recorded = read_record(store, &log, &id).await?;
                     let changes: Vec<&Change> = recorded.iter().map(|(c, _)| c).collect();
                     if taken_over(store, &changes).await? {
@@ -387,7 +404,13 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
                             undo(store, change).await?;
                         }
                     } else {
-                        finish(store, recorded, landed).await?;
+                        let lease = Lease {
+                            etag: claimed,
+                            since: std::time::Instant::now(),
+                            landed,
+                            settled,
+                        };
+                        finish(store, &log, &id, lease, recorded).await?;
                     }
                 }
                 Stale::Undone => {
@@ -468,6 +491,11 @@ fn batches(changes: &[Change], order: &Order) -> Vec<(TableName, Vec<usize>)> {
 struct Lease {
     etag: Option<crate::storage::ETag>,
     since: std::time::Instant,
+    /// The entity group transactions counted as landed: every write of
+    /// the header carries the count.
+    landed: usize,
+    /// Whether a recovery settled the count ([`SETTLED`]).
+    settled: bool,
 }
 
 /// How often a running commit renews its record's header: far inside
@@ -486,29 +514,16 @@ impl Lease {
         if self.since.elapsed() < RENEW_EVERY {
             return true;
         }
-        let Some(etag) = self.etag.clone() else {
-            return true;
-        };
-        let Ok(header) = RowKey::new(HEADER).map(|rk| Entity::new(id.clone(), rk)) else {
-            return true;
-        };
-        match store
-            .execute_batch(log, vec![WriteOp::Update(header, IfMatch::ETag(etag))])
-            .await
-        {
-            Ok(outcomes) => {
-                self.etag = outcomes.into_iter().next().and_then(|o| o.etag);
-                self.since = std::time::Instant::now();
-                true
-            }
+        match self.write(store, log, id).await {
+            Ok(()) => true,
             Err(e) => Failure::of(&e) != Failure::Conflict,
         }
     }
 
-    /// Counts `n` entity group transactions landed in the header, If-Match
-    /// the version last written (which renews the lease). The reason it
-    /// could not, should a recovery have claimed the record or the answer
-    /// been lost: the commit then stops, and the record is the recovery's.
+    /// Counts `n` entity group transactions landed in the header (which
+    /// renews the lease). The reason it could not, should a recovery have
+    /// claimed the record or the answer been lost: the commit then stops,
+    /// and the record is the recovery's.
     async fn landed(
         &mut self,
         store: &dyn TableStore,
@@ -516,23 +531,9 @@ impl Lease {
         id: &PartitionKey,
         n: usize,
     ) -> std::result::Result<(), String> {
-        let Some(etag) = self.etag.clone() else {
-            return Err("the record's header gave no version".into());
-        };
-        let mut header = Entity::new(id.clone(), RowKey::new(HEADER).map_err(|e| e.to_string())?);
-        header.properties.insert(
-            LANDED.into(),
-            EdmValue::Int32(i32::try_from(n).unwrap_or(i32::MAX)),
-        );
-        match store
-            .execute_batch(log, vec![WriteOp::Update(header, IfMatch::ETag(etag))])
-            .await
-        {
-            Ok(outcomes) => {
-                self.etag = outcomes.into_iter().next().and_then(|o| o.etag);
-                self.since = std::time::Instant::now();
-                Ok(())
-            }
+        self.landed = n;
+        match self.write(store, log, id).await {
+            Ok(()) => Ok(()),
             Err(e) if Failure::of(&e) == Failure::Conflict => {
                 Err("a recovery took over the block's record".into())
             }
@@ -541,16 +542,52 @@ impl Lease {
             )),
         }
     }
+
+    /// Writes the header, with the count, If-Match the version last
+    /// written (a header that gave none is left as it is).
+    async fn write(
+        &mut self,
+        store: &dyn TableStore,
+        log: &TableName,
+        id: &PartitionKey,
+    ) -> Result<()> {
+        let Some(etag) = self.etag.clone() else {
+            return Ok(());
+        };
+        let mut header = Entity::new(id.clone(), RowKey::new(HEADER)?);
+        if self.landed > 0 {
+            header.properties.insert(
+                LANDED.into(),
+                EdmValue::Int32(i32::try_from(self.landed).unwrap_or(i32::MAX)),
+            );
+        }
+        if self.settled {
+            header
+                .properties
+                .insert(SETTLED.into(), EdmValue::Boolean(true));
+        }
+        let outcomes = store
+            .execute_batch(log, vec![WriteOp::Update(header, IfMatch::ETag(etag))])
+            .await?;
+        self.etag = outcomes.into_iter().next().and_then(|o| o.etag);
+        self.since = std::time::Instant::now();
+        Ok(())
+    }
 }
 
 /// Claims a stale record for this recovery: its header rewritten If-Match
 /// the version read, so that its commit (renewing) or another recovery
-/// (claiming) fails theirs. `false` when someone else got there first.
-async fn claim(store: &dyn TableStore, log: &TableName, header: &StoredEntity) -> Result<bool> {
+/// (claiming) fails theirs. The header's new version; `None` when someone
+/// else got there first.
+async fn claim(
+    store: &dyn TableStore,
+    log: &TableName,
+    header: &StoredEntity,
+) -> Result<Option<Option<crate::storage::ETag>>> {
     let op = WriteOp::Update(header.entity.clone(), IfMatch::ETag(header.etag.clone()));
     match store.execute_batch(log, vec![op]).await {
-        Ok(_) => Ok(true),
-        Err(e) if Failure::of(&e) == Failure::Conflict => Ok(false),
+        Ok(outcomes) => Ok(Some(outcomes.into_iter().next().and_then(|o| o.etag))),
+        Err(e) if Failure::of(&e) == Failure::Conflict => Ok(None),
         Err(e) => Err(e),
     }
 }
@@ -614,6 +651,8 @@ async fn write_record(
     Ok(Lease {
         etag: outcomes.into_iter().next().and_then(|o| o.etag),
         since: std::time::Instant::now(),
+        landed: 0,
+        settled: false,
     })
 }
 
@@ -748,8 +787,9 @@ async fn put_back(
 #[derive(Debug, Clone, Copy)]
 enum Stale {
     /// Past its commit point: its writes are finished, but for the
-    /// `landed` entity group transactions counted.
-    Committed { landed: usize },
+    /// `landed` entity group transactions counted (`settled`: by a
+    /// recovery, which redoes the rest row by row).
+    Committed { landed: usize, settled: bool },
     /// Being put back: the rest of its writes are put back.
     Undone,
     /// Every write landed: only the record is left to delete.
@@ -779,14 +819,21 @@ async fn taken_over(store: &dyn TableStore, changes: &[&Change]) -> Result<bool>
 }
 
 /// Finishes a committed record's writes (module doc, 4) whose entity group
-/// transactions, `landed` of them counted, are numbered in the record:
-/// nothing of a counted one, nothing of the next if it shows that it
-/// landed, every write of the rest that a later write has not changed. A
-/// record without numbers has every write redone that way.
+/// transactions are numbered in the record, `lease` holding the claimed
+/// header and its count: nothing of a counted one, nothing of the next if
+/// it shows that it landed, every write of the rest that a later write has
+/// not changed. A record without numbers has every write redone that way.
+///
+/// The recovery redoes row by row, so what it writes does not land whole
+/// and cannot show anything to a later recovery: the uncounted one is
+/// decided once, and the count settled in the header before anything is
+/// redone, then raised after each transaction finished.
 async fn finish(
     store: &dyn TableStore,
+    log: &TableName,
+    id: &PartitionKey,
+    mut lease: Lease,
     recorded: Vec<(Change, Option<usize>)>,
-    landed: usize,
 ) -> Result<()> {
     let mut groups: BTreeMap<usize, Vec<Change>> = BTreeMap::new();
     let mut unnumbered = Vec::new();
@@ -804,25 +851,38 @@ async fn finish(
         return Ok(());
     }
     for (n, group) in groups {
-        if n < landed || (n == landed && witnessed(store, &group).await?) {
+        if n < lease.landed {
             continue;
+        }
+        if !lease.settled {
+            let whole = landed(store, &group).await?;
+            lease.landed = n + usize::from(whole);
+            lease.settled = true;
+            lease.write(store, log, id).await?;
+            if whole {
+                continue;
+            }
         }
         for change in group {
             redo(store, change).await?;
         }
+        lease.landed = n + 1;
+        lease.write(store, log, id).await?;
     }
     Ok(())
 }
 
-/// Whether an entity group transaction of a record landed, by one of its
-/// rows holding the values it wrote under a version other than the one
-/// the block read (it lands whole or not at all). A delete shows nothing:
-/// another client may have deleted the row.
-async fn witnessed(store: &dyn TableStore, group: &[Change]) -> Result<bool> {
+/// Whether an entity group transaction of a record landed (whole, or not
+/// at all). Not if a row it wrote still has the version the block read: a
+/// transaction gives every row it writes a new one. Else yes if a row
+/// holds the values it wrote under a version other than the one the block
+/// read. A delete shows only the former (another client may have deleted
+/// the row), a merge neither. Wrong only when another client wrote the
+/// block's very values into a row and no row of the transaction had a
+/// version to compare (all inserts).
+async fn landed(store: &dyn TableStore, group: &[Change]) -> Result<bool> {
+    let mut shown = false;
     for c in group {
-        let Some(wanted) = c.op.entity() else {
-            continue;
-        };
         let (pk, rk) = c.op.keys();
         let now = match store.get(&c.table, pk, rk).await {
             Ok(now) => now,
@@ -830,14 +890,15 @@ async fn witnessed(store: &dyn TableStore, group: &[Change]) -> Result<bool> {
             Err(e) => return Err(e),
         };
         let base = c.before.as_ref().map(|b| b.etag.to_string());
-        if let Some(now) = now
-            && now.entity.properties == wanted.properties
-            && Some(now.etag.to_string()) != base
-        {
-            return Ok(true);
+        let version = now.as_ref().map(|n| n.etag.to_string());
+        if base.is_some() && version == base {
+            return Ok(false);
+        }
+        if let (Some(now), Some(wanted)) = (&now, c.op.entity()) {
+            shown |= now.entity.properties == wanted.properties;
         }
     }
-    Ok(false)
+    Ok(shown)
 }
 
 /// Puts back one write of a record its process stopped putting back: where
@@ -1380,8 +1441,9 @@ mod tests {
 
     /// A wide block's commit stopped after `writes` writes, then another
     /// client deleting row 0000 of `lines` partition `a`, which the block's
-    /// first entity group transaction inserted; then a recovery.
-    async fn stopped_then_deleted(writes: usize) -> Arc<dyn TableStore> {
+    /// first entity group transaction inserted (and, `sibling`, changing
+    /// its row 0001 to 7); then a recovery.
+    async fn stopped_then_deleted(writes: usize, sibling: bool) -> Arc<dyn TableStore> {
         let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
         tables(inner.as_ref()).await;
         let stops: Arc<dyn TableStore> = Arc::new(Stops {
@@ -1406,6 +1468,15 @@ mod tests {
             )
             .await
             .expect("deleted by another client");
+        if sibling {
+            inner
+                .execute_batch(
+                    &table("lines"),
+                    vec![WriteOp::Update(row("a", "0001", 7), IfMatch::Any)],
+                )
+                .await
+                .expect("changed by another client");
+        }
         assert_eq!(
             recover(inner.as_ref(), Duration::ZERO)
                 .await
@@ -1421,17 +1492,121 @@ mod tests {
     #[tokio::test]
     async fn a_recovery_redoes_nothing_of_a_counted_transaction() {
         // The record (2), the first transaction (3) and its count (4) land.
-        let inner = stopped_then_deleted(4).await;
+        // Its other row changed too, only the count tells that it landed.
+        let inner = stopped_then_deleted(4, true).await;
         assert_eq!(n_of(inner.as_ref(), "lines", "a", "0000").await, None);
-        assert_eq!(n_of(inner.as_ref(), "lines", "a", "0001").await, Some(1));
+        assert_eq!(n_of(inner.as_ref(), "lines", "a", "0001").await, Some(7));
     }
 
     #[tokio::test]
     async fn a_recovery_redoes_nothing_of_an_uncounted_transaction_one_row_shows_landed() {
         // The record (2) and the first transaction (3) land, not its count:
         // its other row, still as the block wrote it, shows that it landed.
-        let inner = stopped_then_deleted(3).await;
+        let inner = stopped_then_deleted(3, false).await;
         assert_eq!(n_of(inner.as_ref(), "lines", "a", "0000").await, None);
         assert_eq!(n_of(inner.as_ref(), "lines", "a", "0001").await, Some(1));
+    }
+
+    #[tokio::test]
+    async fn a_recovery_that_stopped_midway_leaves_the_rest_to_the_next() {
+        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        tables(inner.as_ref()).await;
+        // The record (2), the first transaction (3) and its count (4) land.
+        let stops: Arc<dyn TableStore> = Arc::new(Stops {
+            inner: inner.clone(),
+            writes_left: AtomicUsize::new(4),
+        });
+        let tx = Arc::new(Transaction::default());
+        wide_block(&tx, stops.clone()).await;
+        tx.commit(stops.as_ref(), &Order::default())
+            .await
+            .expect_err("stopped");
+        // A recovery claims (1), settles the count (2) and redoes one row
+        // of `orders` partition `a` (3), then stops.
+        let stops: Arc<dyn TableStore> = Arc::new(Stops {
+            inner: inner.clone(),
+            writes_left: AtomicUsize::new(3),
+        });
+        assert_eq!(
+            recover(stops.as_ref(), Duration::ZERO).await.expect("read"),
+            0
+        );
+        assert_eq!(n_of(inner.as_ref(), "orders", "a", "0000").await, Some(0));
+        assert_eq!(n_of(inner.as_ref(), "orders", "a", "0001").await, None);
+        // Its row, as the block wrote it, shows nothing: the next recovery
+        // redoes the rest.
+        assert_eq!(
+            recover(inner.as_ref(), Duration::ZERO)
+                .await
+                .expect("finished"),
+            1
+        );
+        assert_eq!(n_of(inner.as_ref(), "orders", "a", "0099").await, Some(99));
+        assert_eq!(n_of(inner.as_ref(), "orders", "a", "0149").await, Some(149));
+        assert_eq!(n_of(inner.as_ref(), "orders", "b", "0000").await, Some(0));
+    }
+
+    #[tokio::test]
+    async fn a_row_another_client_gave_the_blocks_values_does_not_pass_for_a_landed_transaction() {
+        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        tables(inner.as_ref()).await;
+        let orders = table("orders");
+        for (pk, rk) in [("a", "x"), ("a", "y"), ("b", "x")] {
+            inner
+                .execute_batch(&orders, vec![WriteOp::Insert(row(pk, rk, 1))])
+                .await
+                .expect("seeded");
+        }
+        // A block updating the three rows to 2; only its record (2)
+        // lands.
+        let stops: Arc<dyn TableStore> = Arc::new(Stops {
+            inner: inner.clone(),
+            writes_left: AtomicUsize::new(2),
+        });
+        let tx = Arc::new(Transaction::default());
+        tx.begin(crate::exec::write::reads::Isolation::default());
+        let through = tx.store_for(stops.clone());
+        for (pk, rk) in [("a", "x"), ("a", "y"), ("b", "x")] {
+            let (pk, rk) = (
+                PartitionKey::new(pk).expect("k"),
+                RowKey::new(rk).expect("k"),
+            );
+            let read = through
+                .get(&orders, &pk, &rk)
+                .await
+                .expect("read")
+                .expect("there");
+            through
+                .execute_batch(
+                    &orders,
+                    vec![WriteOp::Update(
+                        row(pk.as_str(), rk.as_str(), 2),
+                        IfMatch::ETag(read.etag),
+                    )],
+                )
+                .await
+                .expect("buffered");
+        }
+        tx.commit(stops.as_ref(), &Order::default())
+            .await
+            .expect_err("stopped");
+        // Another client writes the block's very value into a/y; a/x still
+        // has the version the block read, so partition a's transaction did
+        // not land, and the recovery finishes it.
+        inner
+            .execute_batch(
+                &orders,
+                vec![WriteOp::Update(row("a", "y", 2), IfMatch::Any)],
+            )
+            .await
+            .expect("written by another client");
+        assert_eq!(
+            recover(inner.as_ref(), Duration::ZERO)
+                .await
+                .expect("finished"),
+            1
+        );
+        assert_eq!(n_of(inner.as_ref(), "orders", "a", "x").await, Some(2));
+        assert_eq!(n_of(inner.as_ref(), "orders", "b", "x").await, Some(2));
     }
 }
