@@ -174,16 +174,30 @@ async fn a_join_by_primary_key_reads_batches_of_keys() -> TestResult {
 
     assert_eq!(hashed, looked_up);
     assert_eq!(looked_up.matches("| p").count(), REGISTRATIONS as usize - 2);
-    // One query for the registrations, then per country ceil(keys / 12):
-    // 39 keys over 3 partitions.
-    assert!(lookup_requests <= 1 + 6, "{lookup_requests} requests");
-    // The hash join reads every page of the 6,000 people.
+    // The hash join reads every page of the 6,000 people; the lookup
+    // join's own reads are counted exactly below, by its plan. The store
+    // sees a little more on a busy machine (8 where the join's are 6, in a
+    // CI run; no other statement was running, and the engine's own table
+    // is left out above): the store's count bounds it by the hash join's
+    // only.
     assert!(hash_requests >= 6, "{hash_requests} requests");
+    assert!(
+        lookup_requests < hash_requests,
+        "{lookup_requests} requests against the hash join's {hash_requests}"
+    );
 
     let analyzed = text(&engine, &format!("EXPLAIN ANALYZE {JOIN}")).await?;
     // 40 registrations, one with a NULL person (no key) and one naming
     // nobody (a key read, no row).
-    for counted in ["batches=1", "outer_rows=40", "keys=39", "rows_read=38"] {
+    // Per country ceil(keys / 12) requests: 39 keys, 12, 13 and 14 of
+    // them in the 3 partitions.
+    for counted in [
+        "batches=1",
+        "outer_rows=40",
+        "keys=39",
+        "requests=5",
+        "rows_read=38",
+    ] {
         assert!(analyzed.contains(counted), "{counted} in {analyzed}");
     }
     Ok(())
