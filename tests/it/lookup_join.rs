@@ -176,10 +176,12 @@ async fn a_join_by_primary_key_reads_batches_of_keys() -> TestResult {
     assert_eq!(looked_up.matches("| p").count(), REGISTRATIONS as usize - 2);
     // The hash join reads every page of the 6,000 people; the lookup
     // join's own reads are counted exactly below, by its plan. The store
-    // sees a little more on a busy machine (8 where the join's are 6, in a
-    // CI run; no other statement was running, and the engine's own table
-    // is left out above): the store's count bounds it by the hash join's
-    // only.
+    // sees more when the engine's catalog check falls due during the join
+    // on a busy machine and finds the catalog moved since it last looked
+    // (the ANALYZE above moves it): its reload samples a page of each
+    // storage table for
+    // schema `raw` (8 where the join's were 6, in a CI run). So the
+    // store's count is bounded by the hash join's only.
     assert!(hash_requests >= 6, "{hash_requests} requests");
     assert!(
         lookup_requests < hash_requests,

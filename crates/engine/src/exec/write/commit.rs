@@ -855,7 +855,7 @@ async fn finish(
             continue;
         }
         if !lease.settled {
-            let whole = landed(store, &group).await?;
+            let whole = transaction_landed(store, &group).await?;
             lease.landed = n + usize::from(whole);
             lease.settled = true;
             lease.write(store, log, id).await?;
@@ -880,7 +880,7 @@ async fn finish(
 /// the row), a merge neither. Wrong only when another client wrote the
 /// block's very values into a row and no row of the transaction had a
 /// version to compare (all inserts).
-async fn landed(store: &dyn TableStore, group: &[Change]) -> Result<bool> {
+async fn transaction_landed(store: &dyn TableStore, group: &[Change]) -> Result<bool> {
     let mut shown = false;
     for c in group {
         let (pk, rk) = c.op.keys();
