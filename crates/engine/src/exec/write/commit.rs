@@ -1153,6 +1153,29 @@ mod tests {
         }
     }
 
+    /// `inner`, seen through a store that stops after `writes` writes.
+    fn stopping(inner: &Arc<dyn TableStore>, writes: usize) -> Arc<dyn TableStore> {
+        Arc::new(Stops {
+            inner: inner.clone(),
+            writes_left: AtomicUsize::new(writes),
+        })
+    }
+
+    /// A memory store where a wide block's commit stopped after `writes`
+    /// writes, and the commit's error.
+    async fn wide_block_stopped(writes: usize) -> (Arc<dyn TableStore>, StorageError) {
+        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        tables(inner.as_ref()).await;
+        let stops = stopping(&inner, writes);
+        let tx = Arc::new(Transaction::default());
+        wide_block(&tx, stops.clone()).await;
+        let e = tx
+            .commit(stops.as_ref(), &Order::default())
+            .await
+            .expect_err("stopped");
+        (inner, e)
+    }
+
     async fn tables(store: &dyn TableStore) {
         for t in ["orders", "lines"] {
             store.create_table(&table(t)).await.expect("created");
@@ -1257,10 +1280,7 @@ mod tests {
         // The record (2), a's batch (3) and its count (4), b's conflicting
         // batch (5) and the mark undone (6) reach the store; putting back a
         // does not.
-        let stops: Arc<dyn TableStore> = Arc::new(Stops {
-            inner: inner.clone(),
-            writes_left: AtomicUsize::new(6),
-        });
+        let stops = stopping(&inner, 6);
         let tx = conflicting_block(&inner, stops.clone()).await;
         let e = tx
             .commit(stops.as_ref(), &Order::default())
@@ -1298,10 +1318,7 @@ mod tests {
     /// a store that stops after three writes: the record's two and the
     /// block's first batch.
     async fn stopped_block(inner: &Arc<dyn TableStore>, writes: Vec<(&str, WriteOp)>) {
-        let stops: Arc<dyn TableStore> = Arc::new(Stops {
-            inner: inner.clone(),
-            writes_left: AtomicUsize::new(3),
-        });
+        let stops = stopping(inner, 3);
         let tx = Arc::new(Transaction::default());
         tx.begin(crate::exec::write::reads::Isolation::default());
         let seen = tx.store_for(stops.clone());
@@ -1394,22 +1411,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_commit_stopped_midway_is_finished_by_the_next_recovery() {
-        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
-        tables(inner.as_ref()).await;
         // The record (2 transactions: its chunk, its header) and one
         // partition's first transaction land; then the process stops.
-        let stops: Arc<dyn TableStore> = Arc::new(Stops {
-            inner: inner.clone(),
-            writes_left: AtomicUsize::new(3),
-        });
-        let tx = Arc::new(Transaction::default());
-        wide_block(&tx, stops.clone()).await;
         // The store stopped answering: whether the batch landed is not
         // known, so nothing is put back and the record stays.
-        let e = tx
-            .commit(stops.as_ref(), &Order::default())
-            .await
-            .expect_err("stopped");
+        let (inner, e) = wide_block_stopped(3).await;
         assert!(
             matches!(
                 e,
@@ -1444,17 +1450,7 @@ mod tests {
     /// first entity group transaction inserted (and, `sibling`, changing
     /// its row 0001 to 7); then a recovery.
     async fn stopped_then_deleted(writes: usize, sibling: bool) -> Arc<dyn TableStore> {
-        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
-        tables(inner.as_ref()).await;
-        let stops: Arc<dyn TableStore> = Arc::new(Stops {
-            inner: inner.clone(),
-            writes_left: AtomicUsize::new(writes),
-        });
-        let tx = Arc::new(Transaction::default());
-        wide_block(&tx, stops.clone()).await;
-        tx.commit(stops.as_ref(), &Order::default())
-            .await
-            .expect_err("stopped");
+        let (inner, _) = wide_block_stopped(writes).await;
         assert_eq!(n_of(inner.as_ref(), "lines", "a", "0000").await, Some(0));
         assert_eq!(n_of(inner.as_ref(), "orders", "a", "0000").await, None);
         inner
@@ -1509,24 +1505,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_recovery_that_stopped_midway_leaves_the_rest_to_the_next() {
-        let inner: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
-        tables(inner.as_ref()).await;
         // The record (2), the first transaction (3) and its count (4) land.
-        let stops: Arc<dyn TableStore> = Arc::new(Stops {
-            inner: inner.clone(),
-            writes_left: AtomicUsize::new(4),
-        });
-        let tx = Arc::new(Transaction::default());
-        wide_block(&tx, stops.clone()).await;
-        tx.commit(stops.as_ref(), &Order::default())
-            .await
-            .expect_err("stopped");
+        let (inner, _) = wide_block_stopped(4).await;
         // A recovery claims (1), settles the count (2) and redoes one row
         // of `orders` partition `a` (3), then stops.
-        let stops: Arc<dyn TableStore> = Arc::new(Stops {
-            inner: inner.clone(),
-            writes_left: AtomicUsize::new(3),
-        });
+        let stops = stopping(&inner, 3);
         assert_eq!(
             recover(stops.as_ref(), Duration::ZERO).await.expect("read"),
             0
@@ -1559,10 +1542,7 @@ mod tests {
         }
         // A block updating the three rows to 2; only its record (2)
         // lands.
-        let stops: Arc<dyn TableStore> = Arc::new(Stops {
-            inner: inner.clone(),
-            writes_left: AtomicUsize::new(2),
-        });
+        let stops = stopping(&inner, 2);
         let tx = Arc::new(Transaction::default());
         tx.begin(crate::exec::write::reads::Isolation::default());
         let through = tx.store_for(stops.clone());
