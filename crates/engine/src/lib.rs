@@ -24,10 +24,11 @@ mod report;
 pub mod stress;
 
 pub use engine::{
-    Applied, BlockChange, BlockEnd, BlockStatus, ColumnInfo, DEFAULT_CATALOG_CHECK, DdlOutcome,
-    Engine, EngineError, EngineOptions, IndexHealth, IndexInfo, IndexTemplate, MappingInfo,
-    MemoryLimits, Outcome, PG_VERSION, PG_VERSION_NUM, PreparedStatement, RAW_SCHEMA, Reading,
-    ResultPage, Session, StatementKind, StoredAs, THREAD_STACK, TableDescription, TableInfo, Write,
+    Applied, BlockChange, BlockEnd, BlockStatus, ColumnInfo, DEFAULT_CATALOG_CHECK,
+    DEFAULT_DATABASE, DdlOutcome, Engine, EngineError, EngineOptions, IndexHealth, IndexInfo,
+    IndexTemplate, MappingInfo, MemoryLimits, Outcome, PG_VERSION, PG_VERSION_NUM,
+    PreparedStatement, RAW_SCHEMA, Reading, ResultPage, Session, StatementKind, StoredAs,
+    THREAD_STACK, TableDescription, TableInfo, Write,
 };
 pub use engine::{Dialect, Respell};
 pub use exec::read::access::WholeTable;

@@ -52,6 +52,19 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     max_connections: u32,
+    /// The database names clients connect to (repeat the flag, or separate
+    /// them with commas). The store is one database under each name:
+    /// current_database() answers the one a client named, and three-part
+    /// names may give it; a client naming another is refused at startup
+    /// with 3D000, "database ... does not exist". Default: tablesql and
+    /// postgres (the name tools connect to by default).
+    #[arg(
+        long = "database",
+        env = "TABLESQL_DATABASES",
+        value_name = "NAME",
+        value_delimiter = ','
+    )]
+    databases: Vec<String>,
     /// On SIGTERM, SIGINT or SIGHUP, how long running statements get to
     /// finish before they are cancelled (clients are told 57P01). The
     /// default ends within `docker stop`'s 10 s, but for a statement inside
@@ -98,7 +111,8 @@ pub async fn serve(
     let mut config = ServerConfig::new(args.listen, auth.clone())
         .with_log_min_duration_statement(args.log_min_duration_statement.map(Duration::from_millis))
         .with_store_counters(counters)
-        .with_max_connections(args.max_connections as usize);
+        .with_max_connections(args.max_connections as usize)
+        .with_databases(args.databases);
     let tls_on = args.tls_cert.is_some();
     if let Some((cert, key)) = args.tls_cert.zip(args.tls_key) {
         config = config.with_tls(cert, key);

@@ -25,6 +25,7 @@
 mod generate;
 mod indexed;
 mod joins;
+mod names;
 mod scenario;
 
 use std::collections::BTreeMap;

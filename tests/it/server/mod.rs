@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 use tablesql::demo;
 use tokio_postgres::{Client, NoTls, SimpleQueryMessage};
 
+mod databases;
 mod live_catalog;
 mod load;
 mod locking;

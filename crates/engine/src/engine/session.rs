@@ -115,6 +115,8 @@ pub struct Session {
     pub(super) parameters: crate::planner::parameters::SessionParameters,
     /// Its state for planning, taken when first needed (`engine::start`).
     pub(super) snapshot: Arc<std::sync::RwLock<Option<super::direct::Snapshot>>>,
+    /// The database it is in (`engine::database`).
+    pub(super) database: Arc<std::sync::Mutex<String>>,
 }
 
 impl Engine {
@@ -124,12 +126,17 @@ impl Engine {
         let ctx = self.session_context();
         let tx = session_transaction(&ctx);
         let parameters = session_parameters(&ctx);
+        let database = crate::planner::identity::DEFAULT_DATABASE;
+        // Over the wire server's `pg_catalog` one, which names DataFusion's
+        // catalog.
+        ctx.register_udf(crate::planner::identity::current_database_udf(database));
         Session {
             engine: self.clone(),
             ctx,
             tx,
             parameters,
             snapshot: Arc::default(),
+            database: Arc::new(std::sync::Mutex::new(database.to_owned())),
         }
     }
 }
@@ -167,12 +174,20 @@ impl Session {
         &self.ctx
     }
 
-    /// Splits and parses a query string (PostgreSQL's dialect).
+    /// Splits and parses a query string (PostgreSQL's dialect), the
+    /// session's database taken off its three-part names
+    /// (`engine::database`: every door a statement reaches refuses another
+    /// database's).
     pub fn parse(
         &self,
         sql: &str,
     ) -> Result<Vec<Statement>, datafusion::sql::sqlparser::parser::ParserError> {
-        self.engine.parse(sql)
+        let mut statements = self.engine.parse(sql)?;
+        let database = self.database();
+        for statement in &mut statements {
+            super::database::strip(statement, &database);
+        }
+        Ok(statements)
     }
 
     /// Whether a statement reads `pg_catalog` or `information_schema`.
@@ -355,6 +370,7 @@ impl Session {
     }
 
     async fn run(&self, statement: Statement) -> Result<Outcome, EngineError> {
+        let statement = self.local_names(statement)?;
         match self.control(&statement).await? {
             Some(Control::Block(change)) => return Ok(Outcome::Block(change)),
             Some(Control::Ddl(kind)) => return Ok(Outcome::Done(kind)),

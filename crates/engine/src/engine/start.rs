@@ -128,6 +128,7 @@ impl Session {
         &self,
         statement: Statement,
     ) -> Result<PreparedStatement, EngineError> {
+        let statement = self.local_names(statement)?;
         let state = self.snapshot().state;
         PreparedStatement::new(self.clone(), &state, statement).await
     }
@@ -158,6 +159,7 @@ impl Session {
         paged: bool,
     ) -> Result<SendableRecordBatchStream, EngineError> {
         self.refuse_in_failed_block()?;
+        let statement = self.local_names(statement)?;
         let guard = self.lock_reads(super::block::locking(&statement)?);
         let returning = super::returns_rows(&statement);
         if StatementKind::of(&statement).writes_rows() && !returning {
@@ -196,6 +198,7 @@ impl Session {
 
     async fn plan_write(&self, statement: Statement) -> Result<Write, EngineError> {
         self.refuse_in_failed_block()?;
+        let statement = self.local_names(statement)?;
         // A write takes no row lock of its own; one in its query is refused.
         super::block::locking(&statement)?;
         let kind = StatementKind::of(&statement);

@@ -15,6 +15,10 @@ use datafusion::logical_expr::{ColumnarValue, ScalarUDF, Volatility, create_udf}
 /// queries and protocol its clients are tested with.
 pub const PG_VERSION: &str = "16.6";
 
+/// The database a session is in until a front end names another (the wire
+/// server names the one a client connects to): `current_database()`.
+pub const DEFAULT_DATABASE: &str = "tablesql";
+
 /// `server_version_num` of [`PG_VERSION`].
 pub const PG_VERSION_NUM: &str = "160006";
 
@@ -38,6 +42,20 @@ pub fn version_udf() -> ScalarUDF {
         Volatility::Immutable,
         Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(text.clone()))))),
     )
+}
+
+/// `current_database()`, and `current_catalog` (the SQL standard's name
+/// for it), answering `database`: a session registers its own.
+pub fn current_database_udf(database: &str) -> ScalarUDF {
+    let name = database.to_owned();
+    create_udf(
+        "current_database",
+        vec![],
+        DataType::Utf8,
+        Volatility::Stable,
+        Arc::new(move |_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name.clone()))))),
+    )
+    .with_aliases(["current_catalog"])
 }
 
 #[cfg(test)]

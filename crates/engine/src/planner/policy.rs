@@ -57,33 +57,41 @@ impl fmt::Display for ScanPolicy {
 
 /// What the session's policy makes of a scan of `layout` along `path`:
 /// nothing, unless it reads every partition, or more partitions than
-/// `tablesql.partition_threshold` by the statistics (`partitions` counts
-/// the analyzed partitions the scan reads, `None` without statistics; it is
-/// asked only when the threshold could apply); then a notice under `warn`,
-/// a refusal under `deny`. The scan acts on it when it runs, so that
-/// EXPLAIN shows even a plan the policy refuses. Every scan asks, so the
-/// common answer (nothing) allocates nothing.
+/// `tablesql.partition_threshold` by the statistics; then a notice under
+/// `warn`, a refusal under `deny`. `warn` is quiet where PostgreSQL is,
+/// over a small table: it speaks of a scan of every partition only where
+/// the estimate puts `tablesql.scan_warn_entities` or more in its ranges,
+/// and not at all without one (unless that setting is 0). `estimate` gives the analyzed partitions
+/// the scan reads and their entities, by `ANALYZE`'s statistics or the
+/// store's kept counts (`None` without either); it is asked only when an
+/// answer could apply. The scan acts on the verdict when it runs, so that
+/// EXPLAIN shows even a plan the policy refuses.
 pub fn verdict(
     session: &dyn Session,
     layout: &Layout,
     path: &AccessPath,
-    partitions: impl FnOnce() -> Option<usize>,
+    estimate: impl FnOnce() -> Option<(usize, u64)>,
 ) -> Option<ScanVerdict> {
-    let (policy, threshold) = TablesqlConfig::get(session.config()).map_or_else(
-        || {
-            let d = TablesqlConfig::default();
-            (d.scan_policy, d.partition_threshold)
-        },
-        |s| (s.scan_policy, s.partition_threshold),
-    );
+    let settings = TablesqlConfig::get(session.config());
+    let default = TablesqlConfig::default();
+    let settings = settings.unwrap_or(&default);
+    let policy = settings.scan_policy;
     if policy == ScanPolicy::Allow {
         return None;
     }
     let counted = if path.reads_every_partition() {
+        let at_least = settings.scan_warn_entities;
+        if policy == ScanPolicy::Warn && at_least > 0 {
+            match estimate() {
+                Some((_, entities)) if entities >= at_least => {}
+                _ => return None,
+            }
+        }
         None
     } else {
-        match partitions() {
-            Some(n) if threshold > 0 && n > threshold => Some((n, threshold)),
+        let threshold = settings.partition_threshold;
+        match estimate() {
+            Some((n, _)) if threshold > 0 && n > threshold => Some((n, threshold)),
             _ => return None,
         }
     };

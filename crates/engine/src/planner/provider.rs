@@ -337,16 +337,16 @@ impl StoreTable {
         }
     }
 
-    /// The scan with the scan policy's verdict on `path` (and on the
-    /// analyzed partitions it reads, when the table has statistics), to
-    /// act on when it runs.
+    /// The scan with the scan policy's verdict on `path`, and on the
+    /// analyzed partitions and entities it reads where the table has
+    /// statistics or kept counts, to act on when it runs.
     fn judged(
         &self,
         session: &dyn Session,
         scan: PartitionScanExec,
         path: &AccessPath,
     ) -> PartitionScanExec {
-        let partitions = || {
+        let estimate = || {
             if !path
                 .requests
                 .iter()
@@ -355,9 +355,10 @@ impl StoreTable {
                 return None;
             }
             let stats = self.table_stats()?;
-            Some(crate::exec::read::fanout::analyzed(&stats, path).partitions)
+            let analyzed = crate::exec::read::fanout::analyzed(&stats, path);
+            Some((analyzed.partitions, analyzed.entities))
         };
-        let verdict = super::policy::verdict(session, &self.layout, path, partitions);
+        let verdict = super::policy::verdict(session, &self.layout, path, estimate);
         scan.with_verdict(verdict)
     }
 

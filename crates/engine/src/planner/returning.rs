@@ -245,17 +245,10 @@ fn visible(def: &crate::catalog::TableDef, qualifier: &TableReference) -> Vec<Ex
 }
 
 /// The name PostgreSQL gives an unnamed RETURNING expression: a column's
-/// own (`None`: DataFusion's is that), a function's name, else `?column?`.
+/// own (`None`: DataFusion's is that), else as it names a SELECT list's.
 fn output_name(e: &SqlExpr) -> Option<String> {
     match e {
         SqlExpr::Identifier(_) | SqlExpr::CompoundIdentifier(_) => None,
-        SqlExpr::Nested(inner) => output_name(inner),
-        SqlExpr::Function(f) => f
-            .name
-            .0
-            .last()
-            .and_then(|p| p.as_ident())
-            .map(crate::catalog::normalize_ident),
-        _ => Some("?column?".to_owned()),
+        e => Some(super::output_names::figured(e)),
     }
 }

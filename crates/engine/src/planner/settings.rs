@@ -11,6 +11,9 @@
 //!   (1000 by default, a page of the service's);
 //! - `partition_threshold`: the scan policy also takes a scan that reads
 //!   more analyzed partitions than this (100 by default; 0 turns it off);
+//! - `scan_warn_entities`: under `warn`, a scan of every partition gets its
+//!   notice only where the kept counts or statistics put at least this many
+//!   entities in its ranges (100,000 by default; 0 warns of every one);
 //! - `use_indexes`: on (the default) lets the planner read declared index
 //!   rows; off reads base rows only (for comparisons, and for users who
 //!   distrust their application-written index rows);
@@ -44,6 +47,8 @@ pub struct TablesqlConfig {
     pub guidepost_every: u64,
     /// `tablesql.partition_threshold`.
     pub partition_threshold: usize,
+    /// `tablesql.scan_warn_entities`.
+    pub scan_warn_entities: u64,
     /// `tablesql.use_indexes`.
     pub use_indexes: bool,
     /// `tablesql.enable_lookup_join`.
@@ -100,6 +105,7 @@ impl Default for TablesqlConfig {
             next_page_token: String::new(),
             guidepost_every: 1000,
             partition_threshold: 100,
+            scan_warn_entities: 100_000,
             use_indexes: true,
             lookup_join: LookupJoin::default(),
             lookup_join_batch: 1000,
@@ -126,12 +132,13 @@ const PAGE_TOKEN: &str = "page_token";
 const NEXT_PAGE_TOKEN: &str = "next_page_token";
 const GUIDEPOST_EVERY: &str = "guidepost_every";
 const PARTITION_THRESHOLD: &str = "partition_threshold";
+const SCAN_WARN_ENTITIES: &str = "scan_warn_entities";
 const USE_INDEXES: &str = "use_indexes";
 const ENABLE_LOOKUP_JOIN: &str = "enable_lookup_join";
 const LOOKUP_JOIN_BATCH: &str = "lookup_join_batch";
 const ANALYZE_SAMPLE: &str = "analyze_sample";
 
-const DOCS: [(&str, &str); 10] = [
+const DOCS: [(&str, &str); 11] = [
     (
         SCAN_POLICY,
         "What a statement reading every partition of a table gets: allow, warn or deny",
@@ -152,6 +159,10 @@ const DOCS: [(&str, &str); 10] = [
     (
         PARTITION_THRESHOLD,
         "The scan policy also takes a scan reading more analyzed partitions than this (0: off)",
+    ),
+    (
+        SCAN_WARN_ENTITIES,
+        "Under scan_policy warn, the entities a scan of every partition reads by the kept counts or statistics before it gets a notice (0: every such scan)",
     ),
     (
         USE_INDEXES,
@@ -179,6 +190,7 @@ impl TablesqlConfig {
             PAGE_TOKEN => self.page_token.clone(),
             GUIDEPOST_EVERY => self.guidepost_every.to_string(),
             PARTITION_THRESHOLD => self.partition_threshold.to_string(),
+            SCAN_WARN_ENTITIES => self.scan_warn_entities.to_string(),
             NEXT_PAGE_TOKEN => self.next_page_token.clone(),
             USE_INDEXES => if self.use_indexes { "on" } else { "off" }.into(),
             ENABLE_LOOKUP_JOIN => self.lookup_join.to_string(),
@@ -233,6 +245,13 @@ impl ExtensionOptions for TablesqlConfig {
                 self.partition_threshold = value.trim().parse().map_err(|_| {
                     DataFusionError::Configuration(format!(
                         "tablesql.partition_threshold is a number of partitions (0 for none), not {value:?}"
+                    ))
+                })?;
+            }
+            SCAN_WARN_ENTITIES => {
+                self.scan_warn_entities = value.trim().parse().map_err(|_| {
+                    DataFusionError::Configuration(format!(
+                        "tablesql.scan_warn_entities is a number of entities (0 to warn of every scan of every partition), not {value:?}"
                     ))
                 })?;
             }

@@ -31,6 +31,7 @@ use datafusion::sql::sqlparser::keywords::Keyword;
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
 
+use super::output_names::OutputNames;
 use super::pg_spelling::{
     ExpandArray, FieldSelection, GenerateSubscripts, LikeEscape, PgCatalogQualified,
     RegprocLiterals, SequenceNames,
@@ -116,7 +117,8 @@ impl SqlParser {
 
     /// The rule sets, built once.
     fn build(dialect: Option<Arc<dyn Dialect>>) -> Self {
-        let mut spelling: Vec<Arc<dyn Respell>> = Vec::new();
+        // Output names first, from the expressions as written.
+        let mut spelling: Vec<Arc<dyn Respell>> = vec![Arc::new(OutputNames)];
         if let Some(d) = &dialect {
             spelling.extend(d.early());
         }
@@ -135,6 +137,7 @@ impl SqlParser {
             dialect,
             spelling,
             catalog_spelling: vec![
+                Arc::new(OutputNames),
                 Arc::new(LikeEscape),
                 Arc::new(GenerateSubscripts),
                 Arc::new(ExpandArray),
@@ -448,14 +451,14 @@ mod tests {
     fn pg_catalog_functions_and_operators_are_read_without_a_dialect() {
         assert_eq!(
             one("SELECT pg_catalog.set_config('search_path', '', false)"),
-            "SELECT set_config('search_path', '', false)"
+            "SELECT set_config('search_path', '', false) AS \"set_config\""
         );
         assert_eq!(
             one("SELECT a FROM t WHERE a OPERATOR(pg_catalog.~) '^x'"),
             "SELECT a FROM t WHERE a ~ '^x'"
         );
         // Another schema's function is not PostgreSQL's own: kept.
-        assert_eq!(one("SELECT s.f(a) FROM t"), "SELECT s.f(a) FROM t");
+        assert_eq!(one("SELECT s.f(a) FROM t"), "SELECT s.f(a) AS \"f\" FROM t");
     }
 
     #[test]

@@ -311,7 +311,7 @@ mod tests {
         );
         assert_eq!(
             rewritten("SELECT m.*, 1 FROM members AS m"),
-            format!("SELECT m.* {EX}, 1 FROM members AS m")
+            format!("SELECT m.* {EX}, 1 AS \"?column?\" FROM members AS m")
         );
         // Per relation, in FROM order; other relations as they are.
         assert_eq!(

@@ -22,7 +22,7 @@ use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use rand::RngCore;
 
 use super::ServerError;
-use super::sqlstate::{INVALID_AUTHORIZATION, fatal};
+use super::sqlstate::{INVALID_AUTHORIZATION, INVALID_CATALOG_NAME, fatal};
 
 /// Users and their SCRAM secrets (salt and salted password; never the password).
 pub struct Users {
@@ -170,6 +170,17 @@ impl StartupHandler for Trust {
     }
 }
 
+/// The database a startup message names (`database` and `user` are its
+/// parameters of those names): its `database`, else, as in PostgreSQL,
+/// its user's name.
+fn connected_database(database: Option<&String>, user: Option<&String>) -> String {
+    database
+        .filter(|d| !d.is_empty())
+        .or(user)
+        .cloned()
+        .unwrap_or_default()
+}
+
 /// The parameters a client is told at startup: pgwire's, with tablesql's
 /// PostgreSQL version (`planner::identity`).
 pub fn parameters() -> DefaultServerParameterProvider {
@@ -183,6 +194,10 @@ pub fn parameters() -> DefaultServerParameterProvider {
 pub struct Startup {
     require_tls: bool,
     kind: StartupKind,
+    /// The database names a client may connect to.
+    databases: Arc<[String]>,
+    /// The connection's session, put in the database it names.
+    session: crate::engine::Session,
 }
 
 enum StartupKind {
@@ -193,7 +208,13 @@ enum StartupKind {
 impl Startup {
     /// `pids` is the server's one generator: backend pids must be unique
     /// across connections, since a cancel request names one.
-    pub fn new(mode: &AuthMode, require_tls: bool, pids: Arc<RandomPidSecretKeyGenerator>) -> Self {
+    pub fn new(
+        mode: &AuthMode,
+        require_tls: bool,
+        pids: Arc<RandomPidSecretKeyGenerator>,
+        databases: Arc<[String]>,
+        session: crate::engine::Session,
+    ) -> Self {
         let kind = match mode {
             AuthMode::Trust => StartupKind::Trust(Trust { pids }),
             AuthMode::Scram(users) => {
@@ -208,7 +229,12 @@ impl Startup {
                 ))
             }
         };
-        Self { require_tls, kind }
+        Self {
+            require_tls,
+            kind,
+            databases,
+            session,
+        }
     }
 }
 
@@ -230,6 +256,19 @@ impl StartupHandler for Startup {
                 INVALID_AUTHORIZATION,
                 "this server accepts TLS connections only (connect with sslmode=require)",
             ));
+        }
+        if let PgWireFrontendMessage::Startup(startup) = &message {
+            let p = &startup.parameters;
+            let database = connected_database(p.get("database"), p.get("user"));
+            if !self.databases.contains(&database) {
+                return Err(fatal(
+                    INVALID_CATALOG_NAME,
+                    format!("database \"{database}\" does not exist"),
+                ));
+            }
+            // Before the first Parse: a prepared plan keeps the database
+            // it was planned in.
+            self.session.set_database(&database);
         }
         match &self.kind {
             StartupKind::Trust(h) => h.on_startup(client, message).await,

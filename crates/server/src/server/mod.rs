@@ -159,7 +159,15 @@ pub struct ServerConfig {
     /// Connections served at once (PostgreSQL's `max_connections`); one
     /// more is told 53300 at startup and closed.
     pub max_connections: usize,
+    /// The names a client may connect to: the store is one database,
+    /// reached by each (`current_database()` answers the one connected
+    /// to); another is refused at startup with 3D000.
+    pub databases: Vec<String>,
 }
+
+/// The names a server answers to unless told others: tablesql's own, and
+/// `postgres`, which every PostgreSQL has and tools connect to by default.
+pub const DEFAULT_DATABASES: [&str; 2] = [crate::engine::DEFAULT_DATABASE, "postgres"];
 
 /// PostgreSQL's default `max_connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 100;
@@ -174,7 +182,16 @@ impl ServerConfig {
             log_min_duration_statement: None,
             store_counters: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            databases: DEFAULT_DATABASES.map(str::to_owned).into(),
         }
+    }
+
+    /// Answering to `names` as its databases (unchanged if there are none).
+    pub fn with_databases(mut self, names: Vec<String>) -> Self {
+        if !names.is_empty() {
+            self.databases = names;
+        }
+        self
     }
 
     /// Serving at most `n` connections at once (at least 1).
@@ -222,6 +239,7 @@ struct Shared {
     slow: Option<Duration>,
     phase: shutdown::Phases,
     max_connections: usize,
+    databases: Arc<[String]>,
     /// Connections admitted and not yet ended.
     open: Arc<AtomicUsize>,
     /// Connections past the cap still being told so (at most
@@ -318,6 +336,7 @@ impl Server {
                 slow: config.log_min_duration_statement,
                 phase: shutdown::Phases::default(),
                 max_connections: config.max_connections,
+                databases: config.databases.into(),
                 open: Arc::default(),
                 refusing: Arc::default(),
             }),
@@ -503,13 +522,16 @@ struct Connection {
 
 impl Connection {
     fn new(shared: &Shared, probe: Option<cancel::Probe>) -> Self {
-        let runner = Runner::new(shared.engine.session());
+        let session = shared.engine.session();
+        let runner = Runner::new(session.clone());
         Self {
             session: Arc::new(Session::new(runner, shared.registry.clone(), probe)),
             startup: Arc::new(auth::Startup::new(
                 &shared.auth,
                 shared.tls.is_some(),
                 shared.pids.clone(),
+                shared.databases.clone(),
+                session,
             )),
             registry: shared.registry.clone(),
         }

@@ -17,6 +17,7 @@ pub const QUERY_CANCELED: &str = "57014";
 pub const ADMIN_SHUTDOWN: &str = "57P01";
 pub const CANNOT_CONNECT_NOW: &str = "57P03";
 pub const INVALID_AUTHORIZATION: &str = "28000";
+pub const INVALID_CATALOG_NAME: &str = "3D000";
 pub const INVALID_CURSOR_NAME: &str = "34000";
 pub const DUPLICATE_CURSOR: &str = "42P03";
 pub const CONNECTION_FAILURE: &str = "08006";

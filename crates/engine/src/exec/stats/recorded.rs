@@ -27,6 +27,8 @@ use crate::exec::write::dml::DmlExec;
 /// keeps its number (it names a column, not a value).
 pub fn normalize(statement: &Statement) -> String {
     let mut s = statement.clone();
+    // The statement as its user wrote it, without the parser's names.
+    crate::planner::output_names::unname(&mut s);
     keep_positions(&mut s);
     let mut highest = 0usize;
     let _ = visit_expressions_mut(&mut s, |e| {
