@@ -52,12 +52,12 @@ pub struct ServeArgs {
         value_parser = clap::value_parser!(u32).range(1..)
     )]
     max_connections: u32,
-    /// The database names clients connect to (repeat the flag, or separate
-    /// them with commas). The store is one database under each name:
-    /// current_database() answers the one a client named, and three-part
-    /// names may give it; a client naming another is refused at startup
-    /// with 3D000, "database ... does not exist". Default: tablesql and
-    /// postgres (the name tools connect to by default).
+    /// The database names clients may connect to (repeat the flag, or
+    /// separate them with commas); a client naming another is refused at
+    /// startup with 3D000, "database ... does not exist". Without it every
+    /// name is let in (psql without -d names the user's). The store is one
+    /// database under each name: current_database() answers the one a
+    /// client named, and three-part names may give it.
     #[arg(
         long = "database",
         env = "TABLESQL_DATABASES",

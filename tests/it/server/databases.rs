@@ -1,7 +1,8 @@
 //! Databases by name, as dbt and most tools meet them: the database a
 //! client connects to is what `current_database()` and `current_catalog`
 //! say, its three-part names resolve, another database's are refused with
-//! 0A000, and an unknown database is refused at connect with 3D000.
+//! 0A000, and, where `--database` names the databases, another is refused
+//! at connect with 3D000.
 
 use super::{TestResult, connect, serve};
 
@@ -60,21 +61,20 @@ async fn a_client_is_in_the_database_it_connects_to() -> TestResult {
         "cross-database references are not implemented: other.public.registrations"
     );
 
-    // An unknown database, named or taken from the user's name, is refused.
+    // Without --database every name is let in: psql without -d names the
+    // user's.
     let unnamed = format!(
         "host={} port={} user=someone",
         server.addr.ip(),
         server.addr.port()
     );
-    for (conn, name) in [(conninfo("nosuch"), "nosuch"), (unnamed, "someone")] {
-        let e = connect(&conn).await.err().ok_or("connected")?;
-        let db = e.as_db_error().ok_or("a server error")?;
-        assert_eq!(db.code().code(), "3D000", "{db:?}");
-        assert_eq!(db.message(), format!("database \"{name}\" does not exist"));
-    }
+    let client = connect(&unnamed).await?;
+    let row = client.query_one("SELECT current_database()", &[]).await?;
+    assert_eq!(row.get::<_, String>(0), "someone");
 
-    // --database names the databases instead.
-    let named = serve(1000, &["--database", "analytics"])?;
+    // --database names the only databases: another, named or taken from
+    // the user's name, is refused.
+    let named = serve(1000, &["--database", "analytics,postgres"])?;
     let conninfo = |db: &str| {
         format!(
             "host={} port={} user=tablesql dbname={db}",
@@ -85,10 +85,16 @@ async fn a_client_is_in_the_database_it_connects_to() -> TestResult {
     let client = connect(&conninfo("analytics")).await?;
     let row = client.query_one("SELECT current_database()", &[]).await?;
     assert_eq!(row.get::<_, String>(0), "analytics");
-    let e = connect(&conninfo("postgres"))
-        .await
-        .err()
-        .ok_or("connected")?;
-    assert_eq!(e.as_db_error().map(|d| d.code().code()), Some("3D000"));
+    let unnamed = format!(
+        "host={} port={} user=someone",
+        named.addr.ip(),
+        named.addr.port()
+    );
+    for (conn, name) in [(conninfo("tablesql"), "tablesql"), (unnamed, "someone")] {
+        let e = connect(&conn).await.err().ok_or("connected")?;
+        let db = e.as_db_error().ok_or("a server error")?;
+        assert_eq!(db.code().code(), "3D000", "{db:?}");
+        assert_eq!(db.message(), format!("database \"{name}\" does not exist"));
+    }
     Ok(())
 }

@@ -194,7 +194,7 @@ pub fn parameters() -> DefaultServerParameterProvider {
 pub struct Startup {
     require_tls: bool,
     kind: StartupKind,
-    /// The database names a client may connect to.
+    /// The database names a client may connect to (none: every name).
     databases: Arc<[String]>,
     /// The connection's session, put in the database it names.
     session: crate::engine::Session,
@@ -260,7 +260,7 @@ impl StartupHandler for Startup {
         if let PgWireFrontendMessage::Startup(startup) = &message {
             let p = &startup.parameters;
             let database = connected_database(p.get("database"), p.get("user"));
-            if !self.databases.contains(&database) {
+            if !self.databases.is_empty() && !self.databases.contains(&database) {
                 return Err(fatal(
                     INVALID_CATALOG_NAME,
                     format!("database \"{database}\" does not exist"),

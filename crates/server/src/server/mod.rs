@@ -161,13 +161,11 @@ pub struct ServerConfig {
     pub max_connections: usize,
     /// The names a client may connect to: the store is one database,
     /// reached by each (`current_database()` answers the one connected
-    /// to); another is refused at startup with 3D000.
+    /// to). Empty, the default, lets in every name, since psql without
+    /// `-d` names the user's; otherwise another is refused at startup with
+    /// 3D000.
     pub databases: Vec<String>,
 }
-
-/// The names a server answers to unless told others: tablesql's own, and
-/// `postgres`, which every PostgreSQL has and tools connect to by default.
-pub const DEFAULT_DATABASES: [&str; 2] = [crate::engine::DEFAULT_DATABASE, "postgres"];
 
 /// PostgreSQL's default `max_connections`.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 100;
@@ -182,15 +180,13 @@ impl ServerConfig {
             log_min_duration_statement: None,
             store_counters: None,
             max_connections: DEFAULT_MAX_CONNECTIONS,
-            databases: DEFAULT_DATABASES.map(str::to_owned).into(),
+            databases: Vec::new(),
         }
     }
 
-    /// Answering to `names` as its databases (unchanged if there are none).
+    /// Answering to `names` only as its databases (none: every name).
     pub fn with_databases(mut self, names: Vec<String>) -> Self {
-        if !names.is_empty() {
-            self.databases = names;
-        }
+        self.databases = names;
         self
     }
 
