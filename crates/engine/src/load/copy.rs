@@ -256,6 +256,18 @@ pub fn header(schema: &Schema, format: &CopyFormat) -> Option<String> {
     })
 }
 
+/// How values are written as text where PostgreSQL writes them (COPY, the
+/// shell's and `tablesql query`'s rows): Arrow's forms, but for timestamps,
+/// which PostgreSQL writes `2011-04-20 15:40:00+00` where Arrow writes
+/// `2011-04-20T15:40:00Z` (a CSV reader that expects PostgreSQL's form,
+/// connectorx's, fails on Arrow's). Fractions of a second are written in
+/// 3, 6 or 9 digits, where PostgreSQL drops trailing zeros.
+pub fn text_options<'a>() -> FormatOptions<'a> {
+    FormatOptions::default()
+        .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.f"))
+        .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.f%:::z"))
+}
+
 /// A batch's rows as COPY lines, each with its line end, appended to
 /// `out`; `ends` gets where each line ends in it. One buffer for the batch
 /// and one for a value's text, both reused: no allocation per value or row
@@ -267,7 +279,7 @@ pub fn encode_into(
     ends: &mut Vec<usize>,
 ) -> Result<(), ArrowError> {
     use std::fmt::Write as _;
-    let options = FormatOptions::default();
+    let options = text_options();
     let formatters = batch
         .columns()
         .iter()
