@@ -56,27 +56,32 @@ impl Respell for OutputNames {
 /// (subqueries, CTEs, set operations' branches, the query of a view or of
 /// `CREATE TABLE AS`) with PostgreSQL's name for it.
 pub fn name_outputs(statement: &mut Statement) {
-    let _ = statement.visit(&mut Namer);
+    each_select(statement, name_select);
 }
 
-struct Namer;
+/// Calls `f` on every SELECT of `statement`: each query's body, through
+/// its set operations' branches; nested queries are the visitor's.
+fn each_select(statement: &mut Statement, f: fn(&mut Select)) {
+    let _ = statement.visit(&mut Selects(f));
+}
 
-impl VisitorMut for Namer {
+struct Selects(fn(&mut Select));
+
+impl VisitorMut for Selects {
     type Break = ();
 
     fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        name_body(&mut query.body);
+        body_selects(&mut query.body, self.0);
         ControlFlow::Continue(())
     }
 }
 
-/// The SELECT lists of a query's body; a nested query's are the visitor's.
-fn name_body(body: &mut SetExpr) {
+fn body_selects(body: &mut SetExpr, f: fn(&mut Select)) {
     match body {
-        SetExpr::Select(select) => name_select(select),
+        SetExpr::Select(select) => f(select),
         SetExpr::SetOperation { left, right, .. } => {
-            name_body(left);
-            name_body(right);
+            body_selects(left, f);
+            body_selects(right, f);
         }
         _ => {}
     }
@@ -102,40 +107,18 @@ fn name_select(select: &mut Select) {
 /// that is PostgreSQL's name for its expression (one a user wrote so is
 /// taken off too, and means the same).
 pub fn unname(statement: &mut Statement) {
-    let _ = statement.visit(&mut Unnamer);
-}
-
-struct Unnamer;
-
-impl VisitorMut for Unnamer {
-    type Break = ();
-
-    fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        unname_body(&mut query.body);
-        ControlFlow::Continue(())
-    }
-}
-
-fn unname_body(body: &mut SetExpr) {
-    match body {
-        SetExpr::Select(select) => {
-            for item in &mut select.projection {
-                let SelectItem::ExprWithAlias { expr, alias } = item else {
-                    continue;
-                };
-                if alias.quote_style != Some('"') || alias.value != figured(expr) {
-                    continue;
-                }
-                let expr = std::mem::replace(expr, Expr::Value(Value::Null.into()));
-                *item = SelectItem::UnnamedExpr(expr);
+    each_select(statement, |select| {
+        for item in &mut select.projection {
+            let SelectItem::ExprWithAlias { expr, alias } = item else {
+                continue;
+            };
+            if alias.quote_style != Some('"') || alias.value != figured(expr) {
+                continue;
             }
+            let expr = std::mem::replace(expr, Expr::Value(Value::Null.into()));
+            *item = SelectItem::UnnamedExpr(expr);
         }
-        SetExpr::SetOperation { left, right, .. } => {
-            unname_body(left);
-            unname_body(right);
-        }
-        _ => {}
-    }
+    });
 }
 
 /// The name PostgreSQL gives `expr` as an output column (its
@@ -292,29 +275,7 @@ fn type_name(data_type: &DataType) -> String {
 /// Aliases the repeated output names of every SELECT list in `statement`
 /// (see the module doc).
 pub fn alias_repeats(statement: &mut Statement) {
-    let _ = statement.visit(&mut Repeats);
-}
-
-struct Repeats;
-
-impl VisitorMut for Repeats {
-    type Break = ();
-
-    fn post_visit_query(&mut self, query: &mut Query) -> ControlFlow<()> {
-        mark_body(&mut query.body);
-        ControlFlow::Continue(())
-    }
-}
-
-fn mark_body(body: &mut SetExpr) {
-    match body {
-        SetExpr::Select(select) => mark_repeats(select),
-        SetExpr::SetOperation { left, right, .. } => {
-            mark_body(left);
-            mark_body(right);
-        }
-        _ => {}
-    }
+    each_select(statement, mark_repeats);
 }
 
 fn mark_repeats(select: &mut Select) {
