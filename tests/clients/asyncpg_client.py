@@ -1,9 +1,14 @@
 """asyncpg against `tablesql serve`: prepared statements, a cursor inside a
-transaction, and its type introspection (asyncpg asks pg_type about every
-type it has not met). Run as `python asyncpg_client.py PORT USER DATABASE`;
+transaction, its type introspection (asyncpg asks pg_type about every
+type it has not met), and binary COPY (copy_records_to_table) and COPY of a
+query with arguments (copy_from_query, which inlines them with
+quote_literal). Run as `python asyncpg_client.py PORT USER DATABASE`;
 prints one JSON document for tests/it/clients.rs.
 """
 import asyncio
+import datetime
+import decimal
+import io
 import json
 import sys
 
@@ -39,6 +44,31 @@ async def main():
             "SELECT array_agg(DISTINCT bib ORDER BY bib) FROM registrations WHERE bib < 4"
         )
     )
+    # Binary COPY both ways: records into a table, a query with arguments
+    # (inlined with quote_literal) out of it.
+    await conn.execute(
+        "CREATE TABLE asyncpg_copy (k TEXT NOT NULL, id INT NOT NULL, at TIMESTAMP, "
+        "price NUMERIC(10, 2), PRIMARY KEY (k, id)) WITH (storage_table = 'AsyncpgCopy', "
+        "partition_key = '{k}', row_key = '{id:05}')"
+    )
+    when = datetime.datetime(2026, 5, 1, 10, 0, tzinfo=datetime.timezone.utc)
+    records = [("a", i, when + datetime.timedelta(seconds=i), decimal.Decimal(i) / 4)
+               for i in range(1, 2001)]
+    out["copy_in"] = await conn.copy_records_to_table(
+        "asyncpg_copy", records=records, columns=["k", "id", "at", "price"]
+    )
+    out["copied"] = [
+        [r["id"], r["at"].isoformat(), str(r["price"])]
+        for r in await conn.fetch(
+            "SELECT id, at, price FROM asyncpg_copy WHERE id IN (1, 2000) ORDER BY id"
+        )
+    ]
+    buffer = io.BytesIO()
+    out["copy_out"] = await conn.copy_from_query(
+        "SELECT id, k FROM asyncpg_copy WHERE id <= $1 AND k = $2 ORDER BY id",
+        3, "a", output=buffer, format="csv",
+    )
+    out["copy_out_rows"] = buffer.getvalue().decode()
     await conn.close()
     print(json.dumps(out, default=str))
 

@@ -7,7 +7,8 @@
 //!   inspector, a reflected `Table`'s select, a bound query, `pandas.read_sql`
 //!   (pandas 3.1.1);
 //! - asyncpg 0.32.0: prepared statements, a cursor in a transaction, its
-//!   type introspection (an array result);
+//!   type introspection (an array result), binary COPY of records into a
+//!   table, COPY of a query with arguments;
 //! - node-postgres 8.23.1 with pg-cursor 2.22.0: a parameterised query, a
 //!   cursor, INSERT and UPDATE with RETURNING;
 //! - an application's own tables: SQLAlchemy's ORM, Alembic 1.20.0, pandas'
@@ -191,7 +192,7 @@ fn sqlalchemy_over_psycopg2_inspects_and_queries() -> TestResult {
 }
 
 #[test]
-fn asyncpg_prepares_iterates_a_cursor_and_introspects_types() -> TestResult {
+fn asyncpg_prepares_iterates_a_cursor_introspects_types_and_copies() -> TestResult {
     let server = serve(1000, &[])?;
     let mut command = Command::new(env("TABLESQL_TEST_PYTHON")?);
     command.args([
@@ -224,6 +225,17 @@ fn asyncpg_prepares_iterates_a_cursor_and_introspects_types() -> TestResult {
     ))?;
     assert_eq!(out["cursor"], json!(cursor), "{out}");
     assert_eq!(out["array"], json!([1, 2, 3]), "{out}");
+    assert_eq!(out["copy_in"], "COPY 2000", "{out}");
+    assert_eq!(
+        out["copied"],
+        json!([
+            [1, "2026-05-01T10:00:01+00:00", "0.25"],
+            [2000, "2026-05-01T10:33:20+00:00", "500.00"]
+        ]),
+        "{out}"
+    );
+    assert_eq!(out["copy_out"], "COPY 3", "{out}");
+    assert_eq!(out["copy_out_rows"], "1,a\n2,a\n3,a\n", "{out}");
     Ok(())
 }
 

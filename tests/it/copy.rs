@@ -5,7 +5,7 @@ use crate::server::serve;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-const REGS2: &str = "CREATE TABLE regs2 (event TEXT NOT NULL, distance TEXT NOT NULL, \
+pub(crate) const REGS2: &str = "CREATE TABLE regs2 (event TEXT NOT NULL, distance TEXT NOT NULL, \
     bib INT NOT NULL, name TEXT NOT NULL, gender TEXT NOT NULL, age INT NOT NULL, \
     finish BIGINT, registered TIMESTAMP, club TEXT, PRIMARY KEY (event, distance, bib)) \
     WITH (storage_table = 'Regs2', partition_key = '{event}__{distance}', \
@@ -20,7 +20,7 @@ fn shown(out: &std::process::Output) -> String {
     )
 }
 
-fn sorted_lines(path: &std::path::Path) -> std::io::Result<Vec<String>> {
+pub(crate) fn sorted_lines(path: &std::path::Path) -> std::io::Result<Vec<String>> {
     let mut lines: Vec<String> = std::fs::read_to_string(path)?
         .lines()
         .map(str::to_owned)

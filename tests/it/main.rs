@@ -14,6 +14,7 @@ mod clients;
 mod closing;
 mod conformance;
 mod copy;
+mod copy_binary;
 mod differential;
 mod embedded;
 mod fanout;

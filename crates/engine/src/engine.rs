@@ -310,6 +310,13 @@ impl Engine {
             .with_optimizer_rules(optimizer_rules())
             .with_optimizer_rule(Arc::new(EmptyDml))
             .build();
+        // After DataFusion's own planners, which plan no comparison.
+        let mut state = state;
+        {
+            use datafusion::execution::FunctionRegistry as _;
+            state
+                .register_expr_planner(Arc::new(crate::planner::bool_literals::BooleanLiterals))?;
+        }
         let ctx = SessionContext::new_with_state(state);
         let public = Arc::new(schema::PublicSchema::default());
         if let Some(catalog) = ctx.catalog("datafusion") {
@@ -341,6 +348,13 @@ impl Engine {
         ctx.register_udf(crate::planner::pg_functions::expandarray_items_udf());
         ctx.register_udf(crate::planner::pg_functions::subscripts_udf());
         ctx.register_udf(crate::planner::pg_functions::json_build_object_udf());
+        for f in crate::planner::pg_functions::quote_udfs() {
+            ctx.register_udf(f);
+        }
+        for f in crate::planner::pg_functions::constant_udfs() {
+            ctx.register_udf(f);
+        }
+        ctx.register_udf(crate::planner::pg_functions::pg_typeof_udf());
         let sequences = Arc::new(Sequences::new(store.clone()));
         for f in sequence_functions::udfs(sequences.clone()) {
             ctx.register_udf(f);

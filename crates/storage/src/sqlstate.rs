@@ -18,6 +18,7 @@ pub const CHARACTER_NOT_IN_REPERTOIRE: &str = "22021";
 pub const INVALID_PARAMETER_VALUE: &str = "22023";
 pub const SEQUENCE_GENERATOR_LIMIT_EXCEEDED: &str = "2200H";
 pub const INVALID_TEXT_REPRESENTATION: &str = "22P02";
+pub const INVALID_BINARY_REPRESENTATION: &str = "22P03";
 pub const BAD_COPY_FILE_FORMAT: &str = "22P04";
 pub const NOT_NULL_VIOLATION: &str = "23502";
 pub const UNIQUE_VIOLATION: &str = "23505";

@@ -86,10 +86,10 @@ pub async fn scan(
     match format {
         Format::Csv | Format::Tsv => {
             let columns = columns(&header);
-            let mut line = String::new();
+            let mut line = Vec::new();
             let names: Vec<Option<&str>> = columns.iter().map(|c| Some(c.as_str())).collect();
             copy.write_row(&names, &mut line);
-            out.write_all(line.as_bytes())?;
+            out.write_all(&line)?;
         }
         Format::Json => out.write_all(b"[\n")?,
         _ => {}
@@ -118,13 +118,13 @@ pub async fn scan(
             }
             Format::Csv | Format::Tsv => {
                 let columns = columns(&header);
-                let mut line = String::new();
+                let mut line = Vec::new();
                 for e in entities {
                     let cells = cells(e, &columns);
                     let values: Vec<Option<&str>> = cells.iter().map(|c| c.as_deref()).collect();
                     line.clear();
                     copy.write_row(&values, &mut line);
-                    out.write_all(line.as_bytes())?;
+                    out.write_all(&line)?;
                 }
             }
             Format::Json | Format::Ndjson => {

@@ -657,8 +657,8 @@ fn index_ddl_in_psql() -> TestResult {
 }
 
 /// Global and unique indexes over the wire: created, described by `\d`
-/// (from `pg_index` and `pg_get_indexdef`), read by a lookup, enforced with
-/// SQLSTATE 23505, dropped with their table.
+/// (from `pg_index` and `pg_get_indexdef`) and by `pg_indexes`, read by a
+/// lookup, enforced with SQLSTATE 23505, dropped with their table.
 #[test]
 fn global_indexes_in_psql() -> TestResult {
     let server = serve(1000, &[])?;
@@ -696,6 +696,32 @@ fn global_indexes_in_psql() -> TestResult {
         "{shown}"
     );
     assert!(shown.contains("  1\n  3\n(2 rows)"), "{shown}");
+    // The pg_indexes view, as PostgreSQL's (DuckDB loads a catalog from
+    // it), and psqlODBC's primary-key query with its untyped 't'.
+    let out = server.psql(
+        "",
+        &[
+            "-At",
+            "-c",
+            "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = 'public' \
+             AND tablename = 'members' ORDER BY indexname",
+            "-c",
+            "SELECT a.attname FROM pg_index i JOIN pg_class c ON c.oid = i.indrelid \
+             JOIN pg_namespace n ON n.oid = c.relnamespace \
+             JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (i.indkey) \
+             WHERE n.nspname = 'public' AND c.relname = 'members' AND i.indisprimary = 't'",
+        ],
+    )?;
+    let shown = text(&out);
+    assert!(out.status.success(), "{shown}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "members_city|CREATE INDEX members_city ON public.members USING btree (city) WITH (global='true')\n\
+         members_email|CREATE UNIQUE INDEX members_email ON public.members USING btree (email) WITH (global='true')\n\
+         members_pkey|CREATE UNIQUE INDEX members_pkey ON public.members USING btree (id)\n\
+         id\n",
+        "{shown}"
+    );
     let out = server.psql(
         "",
         &[

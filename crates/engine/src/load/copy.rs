@@ -6,10 +6,12 @@
 //! - Out: `COPY table [(cols)] TO` exports a mapped table's declared
 //!   columns (the system columns are made by the keys and the store, and an
 //!   import could not write them), `COPY (query) TO` any query; rows are
-//!   encoded as the query yields them ([`encode_into`]).
+//!   encoded as the query yields them ([`encode_into`]), as text, CSV or
+//!   PostgreSQL's binary format (`binary.rs`).
 //! - In: bytes are cut into records as they arrive and written
 //!   `CHUNK_ROWS` rows at a time through the same INSERT as SQL's (the
-//!   [`Loader`]), so memory stays flat whatever the size. A bad row (a
+//!   [`Loader`]; binary rows are decoded straight into arrays of the
+//!   columns' types), so memory stays flat whatever the size. A bad row (a
 //!   value that does not convert, NULL in a NOT NULL column, a wrong field
 //!   count) stops the copy with its line number; the rows of earlier chunks
 //!   are written, and the error says how many.
@@ -22,6 +24,7 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
 use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, ObjectName, Statement};
 
+use super::binary::{self, Reader};
 use super::format::{CopyFormat, Scan};
 use super::{CHUNK_ROWS, LineFault, LoadError, LoadMode, Loader};
 use crate::engine::{BlockStatus, EngineError, Session, TableInfo};
@@ -242,18 +245,39 @@ fn quote(name: &str) -> String {
     format!("\"{}\"", name.replace('"', "\"\""))
 }
 
-/// A COPY TO's header line (CSV with `HEADER`), `None` without one.
-pub fn header(schema: &Schema, format: &CopyFormat) -> Option<String> {
+/// What a COPY TO writes before its rows: the header line (CSV with
+/// `HEADER`) or binary's signature; `None` for nothing.
+pub fn header(schema: &Schema, format: &CopyFormat) -> Option<Vec<u8>> {
+    if format.binary {
+        return Some(binary::HEADER.to_vec());
+    }
     format.header.then(|| {
         let names: Vec<Option<&str>> = schema
             .fields()
             .iter()
             .map(|f| Some(f.name().as_str()))
             .collect();
-        let mut line = String::new();
+        let mut line = Vec::new();
         format.write_row(&names, &mut line);
         line
     })
+}
+
+/// Whether a COPY TO of rows of `schema` can be written in `format`:
+/// binary has no form for some types (lists, intervals, structs).
+pub fn check_out(schema: &Schema, format: &CopyFormat) -> Result<(), CopyError> {
+    if !format.binary {
+        return Ok(());
+    }
+    for f in schema.fields() {
+        binary::check_type(f.name(), f.data_type()).map_err(CopyError::NotSupported)?;
+    }
+    Ok(())
+}
+
+/// What a COPY TO writes after its rows: binary's trailer, else nothing.
+pub fn trailer(format: &CopyFormat) -> &'static [u8] {
+    if format.binary { &binary::TRAILER } else { &[] }
 }
 
 /// How values are written as text where PostgreSQL writes them (COPY, the
@@ -268,17 +292,21 @@ pub fn text_options<'a>() -> FormatOptions<'a> {
         .with_timestamp_tz_format(Some("%Y-%m-%d %H:%M:%S%.f%:::z"))
 }
 
-/// A batch's rows as COPY lines, each with its line end, appended to
-/// `out`; `ends` gets where each line ends in it. One buffer for the batch
-/// and one for a value's text, both reused: no allocation per value or row
-/// (a wire COPY sends each line as a slice of the batch's buffer).
+/// A batch's rows as COPY writes them (lines, each with its line end, or
+/// binary rows), appended to `out`; `ends` gets where each row ends in it.
+/// One buffer for the batch and one for a value's text, both reused: no
+/// allocation per value or row (a wire COPY sends each row as a slice of
+/// the batch's buffer).
 pub fn encode_into(
     batch: &RecordBatch,
     format: &CopyFormat,
-    out: &mut String,
+    out: &mut Vec<u8>,
     ends: &mut Vec<usize>,
 ) -> Result<(), ArrowError> {
     use std::fmt::Write as _;
+    if format.binary {
+        return binary::encode_into(batch, out, ends);
+    }
     let options = text_options();
     let formatters = batch
         .columns()
@@ -303,7 +331,7 @@ pub fn encode_into(
             }
             format.write_field(i, Some(&text), out);
         }
-        out.push('\n');
+        out.push(b'\n');
         ends.push(out.len());
     }
     Ok(())
@@ -335,6 +363,8 @@ pub struct CopyIn {
     line: u64,
     /// The end-of-data marker `\.` was read.
     ended: bool,
+    /// Binary rows' reader, in place of the text records' scan.
+    binary: Option<Reader>,
 }
 
 impl CopyIn {
@@ -352,6 +382,11 @@ impl CopyIn {
                 written: 0,
                 source,
             })?;
+        let binary = if format.binary {
+            Some(Reader::new(loader.loaded_types()).map_err(CopyError::NotSupported)?)
+        } else {
+            None
+        };
         Ok(Self {
             table: table.name.clone(),
             format,
@@ -360,6 +395,7 @@ impl CopyIn {
             scan: Scan::default(),
             line: 0,
             ended: false,
+            binary,
         })
     }
 
@@ -373,11 +409,16 @@ impl CopyIn {
         self.loader.written()
     }
 
+    /// Whether the data comes in binary COPY's format.
+    pub fn binary(&self) -> bool {
+        self.binary.is_some()
+    }
+
     /// Takes a piece of the data: its whole records are parsed, and
     /// written `CHUNK_ROWS` rows at a time. After an error the caller
     /// drops the rest of the data (as PostgreSQL reads and drops it).
     pub async fn take(&mut self, session: &Session, data: &[u8]) -> Result<(), CopyError> {
-        if self.ended {
+        if self.ended || self.binary.as_ref().is_some_and(Reader::ended) {
             return Ok(());
         }
         self.buffer.extend_from_slice(data);
@@ -396,14 +437,40 @@ impl CopyIn {
     /// wait, so that one large piece is never held whole as rows.
     async fn parse_and_write(&mut self, session: &Session, at_end: bool) -> Result<(), CopyError> {
         loop {
-            let more = self.parse_records(at_end).map_err(|e| self.failed(e))?;
-            if self.loader.pending() >= CHUNK_ROWS {
+            let more = match self.binary.is_some() {
+                true => self.read_binary(at_end),
+                false => self.parse_records(at_end),
+            };
+            let more = more.map_err(|e| self.failed(e))?;
+            if self.pending() >= CHUNK_ROWS {
                 self.write(session).await?;
             }
             if !more {
                 return Ok(());
             }
         }
+    }
+
+    /// Rows parsed and not yet written.
+    fn pending(&self) -> usize {
+        self.loader.pending() + self.binary.as_ref().map_or(0, Reader::held)
+    }
+
+    /// Reads binary rows until `CHUNK_ROWS` wait; whether it stopped for
+    /// that (more rows may follow).
+    fn read_binary(&mut self, at_end: bool) -> Result<bool, LoadError> {
+        let Some(reader) = self.binary.as_mut() else {
+            return Ok(false);
+        };
+        let used = reader.read(&self.buffer, CHUNK_ROWS)?;
+        self.buffer.drain(..used);
+        if reader.held() >= CHUNK_ROWS {
+            return Ok(true);
+        }
+        if at_end {
+            reader.finish(&self.buffer)?;
+        }
+        Ok(false)
     }
 
     /// Parses records until `CHUNK_ROWS` rows wait; whether it stopped for
@@ -464,7 +531,15 @@ impl CopyIn {
     async fn write(&mut self, session: &Session) -> Result<(), CopyError> {
         // What was written before these rows: the error names their lines.
         let before = self.loader.written();
-        match self.loader.write(session).await {
+        let written = match self.binary.as_mut() {
+            Some(reader) if reader.held() > 0 => match reader.take() {
+                Ok((lines, arrays)) => self.loader.write_arrays(session, &lines, arrays).await,
+                Err(e) => Err(LoadError::Plan(e.into())),
+            },
+            Some(_) => Ok(0),
+            None => self.loader.write(session).await,
+        };
+        match written {
             Ok(_) => Ok(()),
             Err(source) => Err(CopyError::Load {
                 table: self.table.clone(),

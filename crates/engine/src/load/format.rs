@@ -1,6 +1,8 @@
-//! COPY's two text formats, as PostgreSQL writes and reads them: `text`
-//! (tab-separated, `\N` for NULL, backslash escapes) and `csv` (an unquoted
-//! empty field is NULL, a quoted one is the empty string). Pure functions.
+//! COPY's formats as a statement asks for them, and its two text formats
+//! as PostgreSQL writes and reads them: `text` (tab-separated, `\N` for
+//! NULL, backslash escapes) and `csv` (an unquoted empty field is NULL, a
+//! quoted one is the empty string). Pure functions. The third, `binary`,
+//! is `binary.rs`.
 //!
 //! The CSV reader is ours, not the `csv` crate's: that crate does not say
 //! whether a field was quoted, and PostgreSQL's NULL depends on it.
@@ -17,8 +19,11 @@ pub struct Scan {
 /// How rows are written and read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyFormat {
-    /// CSV; otherwise the text format.
+    /// CSV; otherwise the text format (or binary).
     pub csv: bool,
+    /// PostgreSQL's binary format (`binary.rs`): none of the text options
+    /// below apply.
+    pub binary: bool,
     /// The character between fields (tab in text, comma in CSV).
     pub delimiter: char,
     /// The text that stands for NULL (`\N` in text, empty in CSV).
@@ -36,6 +41,7 @@ impl CopyFormat {
     pub fn text() -> Self {
         Self {
             csv: false,
+            binary: false,
             delimiter: '\t',
             null: "\\N".to_owned(),
             quote: '"',
@@ -60,15 +66,28 @@ impl CopyFormat {
             CopyOption::Format(name) => name.value.eq_ignore_ascii_case("csv"),
             _ => false,
         }) || legacy.iter().any(|o| matches!(o, CopyLegacyOption::Csv(_)));
+        let binary = options.iter().any(|o| match o {
+            CopyOption::Format(name) => name.value.eq_ignore_ascii_case("binary"),
+            _ => false,
+        }) || legacy.iter().any(|o| matches!(o, CopyLegacyOption::Binary));
         let mut f = if csv { Self::csv() } else { Self::text() };
+        f.binary = binary;
         for o in options {
             match o {
                 CopyOption::Format(name)
-                    if !["csv", "text"].contains(&name.value.to_ascii_lowercase().as_str()) =>
+                    if !["csv", "text", "binary"]
+                        .contains(&name.value.to_ascii_lowercase().as_str()) =>
                 {
-                    return Err(format!(
-                        "COPY format \"{name}\" is not supported: text or csv"
-                    ));
+                    return Err(format!("COPY format \"{name}\" not recognized"));
+                }
+                CopyOption::Delimiter(_)
+                | CopyOption::Null(_)
+                | CopyOption::Header(true)
+                | CopyOption::Quote(_)
+                | CopyOption::Escape(_)
+                    if binary =>
+                {
+                    return Err(format!("COPY option {o} is not valid in BINARY mode"));
                 }
                 CopyOption::Format(_) | CopyOption::Freeze(_) => {}
                 CopyOption::Delimiter(c) => f.delimiter = *c,
@@ -82,6 +101,14 @@ impl CopyFormat {
         }
         for o in legacy {
             match o {
+                CopyLegacyOption::Binary => {}
+                CopyLegacyOption::Delimiter(_)
+                | CopyLegacyOption::Null(_)
+                | CopyLegacyOption::Csv(_)
+                    if binary =>
+                {
+                    return Err(format!("COPY option {o} is not valid in BINARY mode"));
+                }
                 CopyLegacyOption::Delimiter(c) => f.delimiter = *c,
                 CopyLegacyOption::Null(s) => f.null = s.clone(),
                 CopyLegacyOption::Csv(csv_options) => {
@@ -130,48 +157,48 @@ impl CopyFormat {
     }
 
     /// One row as a line, with its newline.
-    pub fn write_row(&self, values: &[Option<&str>], out: &mut String) {
+    pub fn write_row(&self, values: &[Option<&str>], out: &mut Vec<u8>) {
         for (i, v) in values.iter().enumerate() {
             self.write_field(i, *v, out);
         }
-        out.push('\n');
+        out.push(b'\n');
     }
 
     /// Field `i` of a row (0 first), with the delimiter before it; the
     /// caller ends the row with a newline.
-    pub fn write_field(&self, i: usize, v: Option<&str>, out: &mut String) {
+    pub fn write_field(&self, i: usize, v: Option<&str>, out: &mut Vec<u8>) {
         if i > 0 {
-            out.push(self.delimiter);
+            push_char(out, self.delimiter);
         }
         match v {
-            None => out.push_str(&self.null),
+            None => out.extend_from_slice(self.null.as_bytes()),
             Some(v) if self.csv => self.write_csv_field(v, out),
             Some(v) => self.write_text_field(v, out),
         }
     }
 
-    fn write_text_field(&self, v: &str, out: &mut String) {
+    fn write_text_field(&self, v: &str, out: &mut Vec<u8>) {
         // Most values need no escape: copied whole.
         if !v.contains(['\\', '\n', '\r', '\t', self.delimiter]) {
-            out.push_str(v);
+            out.extend_from_slice(v.as_bytes());
             return;
         }
         for c in v.chars() {
             match c {
-                '\\' => out.push_str("\\\\"),
-                '\n' => out.push_str("\\n"),
-                '\r' => out.push_str("\\r"),
-                '\t' => out.push_str("\\t"),
+                '\\' => out.extend_from_slice(b"\\\\"),
+                '\n' => out.extend_from_slice(b"\\n"),
+                '\r' => out.extend_from_slice(b"\\r"),
+                '\t' => out.extend_from_slice(b"\\t"),
                 c if c == self.delimiter => {
-                    out.push('\\');
-                    out.push(c);
+                    out.push(b'\\');
+                    push_char(out, c);
                 }
-                c => out.push(c),
+                c => push_char(out, c),
             }
         }
     }
 
-    fn write_csv_field(&self, v: &str, out: &mut String) {
+    fn write_csv_field(&self, v: &str, out: &mut Vec<u8>) {
         // Quoted when it could be read otherwise: empty (NULL), the NULL
         // text, or holding a delimiter, quote, escape or line break.
         let quoted = v.is_empty()
@@ -179,17 +206,17 @@ impl CopyFormat {
             || v.contains([self.delimiter, self.quote, self.escape, '\n', '\r'])
             || v.starts_with("\\.");
         if !quoted {
-            out.push_str(v);
+            out.extend_from_slice(v.as_bytes());
             return;
         }
-        out.push(self.quote);
+        push_char(out, self.quote);
         for c in v.chars() {
             if c == self.quote || c == self.escape {
-                out.push(self.escape);
+                push_char(out, self.escape);
             }
-            out.push(c);
+            push_char(out, c);
         }
-        out.push(self.quote);
+        push_char(out, self.quote);
     }
 
     /// Where the first whole record of `data` ends (after its newline), if
@@ -338,13 +365,19 @@ impl CopyFormat {
     }
 }
 
+/// A character's UTF-8 bytes.
+fn push_char(out: &mut Vec<u8>, c: char) {
+    out.extend_from_slice(c.encode_utf8(&mut [0; 4]).as_bytes());
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn round_trip(f: &CopyFormat, values: &[Option<&str>]) {
-        let mut line = String::new();
+        let mut line = Vec::new();
         f.write_row(values, &mut line);
+        let line = String::from_utf8(line).unwrap_or_else(|e| panic!("{e}"));
         let mut scan = Scan::default();
         assert_eq!(
             f.record_end(line.as_bytes(), &mut scan),

@@ -9,10 +9,13 @@
 //!
 //! - `format`: COPY's two text formats, `text` and `csv`, as PostgreSQL writes
 //!   and reads them; pure.
+//! - `binary`: COPY's binary format, rows in and out as arrays of the
+//!   columns' types, with no text between.
 //! - `copy`: what a COPY statement asks for and its data in and out, for the
 //!   server and the shell alike (COPY FROM outside a transaction block decided
 //!   there).
 
+pub mod binary;
 pub mod copy;
 pub mod format;
 
@@ -112,6 +115,8 @@ pub enum LineFault {
     MissingValue,
     /// A value that is not text of its column's type.
     BadValue,
+    /// A binary value that is not its column type's send form.
+    BadBinary,
     /// Too many or too few fields, or a record that cannot be split.
     BadRecord,
     /// Bytes that are not UTF-8.
@@ -126,6 +131,7 @@ impl LineFault {
             LineFault::UnknownColumn => code::UNDEFINED_COLUMN,
             LineFault::MissingValue => code::NOT_NULL_VIOLATION,
             LineFault::BadValue => code::INVALID_TEXT_REPRESENTATION,
+            LineFault::BadBinary => code::INVALID_BINARY_REPRESENTATION,
             LineFault::BadRecord => code::BAD_COPY_FILE_FORMAT,
             LineFault::NotUtf8 => code::CHARACTER_NOT_IN_REPERTOIRE,
         }
@@ -231,6 +237,17 @@ impl Loader {
         self.columns.len()
     }
 
+    /// The loaded columns' names and types, in the data's order.
+    pub fn loaded_types(&self) -> Vec<(String, DataType)> {
+        self.columns
+            .iter()
+            .map(|&i| {
+                let f = self.schema.field(i);
+                (f.name().clone(), f.data_type().clone())
+            })
+            .collect()
+    }
+
     /// Rows written so far.
     pub fn written(&self) -> u64 {
         self.written
@@ -268,14 +285,31 @@ impl Loader {
     /// rows written (a skipped row is not). A bad value writes nothing of
     /// the chunk.
     pub async fn write(&mut self, session: &Session) -> Result<u64, LoadError> {
-        let ctx = session.context();
         if self.rows.is_empty() {
             return Ok(0);
         }
-        let batch = self.batch()?;
+        let lines: Vec<u64> = self.rows.iter().map(|r| r.0).collect();
+        let loaded = self.converted()?;
+        let n = self.write_arrays(session, &lines, loaded).await?;
+        self.rows.clear();
+        Ok(n)
+    }
+
+    /// Writes rows already of the loaded columns' types (binary COPY's):
+    /// `loaded` holds an array per loaded column, in the data's order, and
+    /// `lines` each row's line. A NULL in a NOT NULL column writes nothing
+    /// of them.
+    pub async fn write_arrays(
+        &mut self,
+        session: &Session,
+        lines: &[u64],
+        loaded: Vec<ArrayRef>,
+    ) -> Result<u64, LoadError> {
+        let ctx = session.context();
+        let batch = self.batch(lines, loaded)?;
         let (first, last) = (
-            self.rows.first().map_or(0, |r| r.0),
-            self.rows.last().map_or(0, |r| r.0),
+            lines.first().copied().unwrap_or(0),
+            lines.last().copied().unwrap_or(0),
         );
         let plan = self.plan(ctx, batch).await?;
         let counts = match async { ctx.execute_logical_plan(plan).await?.collect().await }.await {
@@ -294,7 +328,6 @@ impl Loader {
         };
         // The statement's one row: how many it wrote.
         let n = crate::engine::bulk::rows_counted(&counts)?;
-        self.rows.clear();
         self.written += n;
         Ok(n)
     }
@@ -383,36 +416,19 @@ impl Loader {
         )?)
     }
 
-    /// The waiting rows as a batch of the table's schema: loaded columns
-    /// converted from text, the others NULL. A value that does not
-    /// convert, or a NULL in a NOT NULL column, is refused with its line.
-    fn batch(&self) -> Result<RecordBatch, LoadError> {
+    /// The waiting rows' loaded columns converted from text, in the data's
+    /// order. A value that does not convert is refused with its line (a
+    /// NULL in a NOT NULL column, by `batch`).
+    fn converted(&self) -> Result<Vec<ArrayRef>, LoadError> {
         let rows = &self.rows;
         let line = |i: usize| rows.get(i).map_or(0, |r| r.0);
-        let mut columns: Vec<ArrayRef> = self
-            .schema
-            .fields()
-            .iter()
-            .map(|f| new_null_array(f.data_type(), rows.len()))
-            .collect();
+        let mut loaded = Vec::with_capacity(self.columns.len());
         for (k, &at) in self.columns.iter().enumerate() {
             let field = self.schema.field(at);
             let text: StringArray = rows
                 .iter()
                 .map(|(_, r)| r.get(k).cloned().flatten())
                 .collect();
-            if self.not_null.get(at).copied().unwrap_or(false)
-                && let Some(i) = (0..text.len()).find(|i| text.is_null(*i))
-            {
-                return Err(LoadError::Line {
-                    line: line(i),
-                    fault: LineFault::MissingValue,
-                    reason: format!(
-                        "null value in column \"{}\" violates not-null constraint",
-                        field.name()
-                    ),
-                });
-            }
             let converted = convert(&text, field.data_type(), &line)?;
             if let Some(i) = (0..text.len()).find(|i| text.is_valid(*i) && converted.is_null(*i)) {
                 return Err(LoadError::Line {
@@ -426,8 +442,37 @@ impl Loader {
                     ),
                 });
             }
+            loaded.push(converted);
+        }
+        Ok(loaded)
+    }
+
+    /// Loaded columns (in the data's order) as a batch of the table's
+    /// schema, the columns not loaded NULL; a NULL in a NOT NULL column is
+    /// refused with its line.
+    fn batch(&self, lines: &[u64], loaded: Vec<ArrayRef>) -> Result<RecordBatch, LoadError> {
+        let mut columns: Vec<ArrayRef> = self
+            .schema
+            .fields()
+            .iter()
+            .map(|f| new_null_array(f.data_type(), lines.len()))
+            .collect();
+        for (array, &at) in loaded.into_iter().zip(&self.columns) {
+            if self.not_null.get(at).copied().unwrap_or(false)
+                && array.null_count() > 0
+                && let Some(i) = (0..array.len()).find(|i| array.is_null(*i))
+            {
+                return Err(LoadError::Line {
+                    line: lines.get(i).copied().unwrap_or(0),
+                    fault: LineFault::MissingValue,
+                    reason: format!(
+                        "null value in column \"{}\" violates not-null constraint",
+                        self.schema.field(at).name()
+                    ),
+                });
+            }
             if let Some(slot) = columns.get_mut(at) {
-                *slot = converted;
+                *slot = array;
             }
         }
         Ok(RecordBatch::try_new(self.schema.clone(), columns).map_err(DataFusionError::from)?)

@@ -23,12 +23,14 @@
 //! - `pg_spelling`: PostgreSQL spellings DataFusion lacks, as ones it plans:
 //!   `LIKE ... ESCAPE`, `(expr).field`, `generate_subscripts`,
 //!   `_pg_expandarray`.
-//! - `pg_functions`: the functions they become, and `json_build_object`.
+//! - `pg_functions`: the functions they become, `json_build_object`,
+//!   `quote_literal`, `pg_typeof` and the constant answers tools ask for.
 //! - `wildcard`: `SELECT *` as PostgreSQL expands it, without the system
 //!   columns.
 //! - `column_listing`: `information_schema.columns` without the system columns.
 //! - `output_names`: output columns of one name, as PostgreSQL allows them.
 //! - `literals`: integer literals typed as PostgreSQL types them.
+//! - `bool_literals`: a quoted literal compared with a boolean is one.
 //! - `checked`: integer arithmetic as PostgreSQL's (`exec::ops::checked`).
 //! - `undefined`: an unknown table or function, found by asking the catalog
 //!   after DataFusion's planning fails, so that its SQLSTATE (42P01, 42883) is
@@ -59,6 +61,7 @@
 //!   `tablesql_advise_report`.
 
 pub mod apply_node;
+pub mod bool_literals;
 pub mod checked;
 pub mod column_listing;
 pub mod dml_query;

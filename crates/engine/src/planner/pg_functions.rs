@@ -1,6 +1,9 @@
 //! PostgreSQL functions DataFusion lacks that depend on nothing but their
 //! arguments: `like_escape` (what a `LIKE ... ESCAPE 'c'` becomes, see
-//! `pg_spelling`), `json_build_object`, and the list forms of
+//! `pg_spelling`), `json_build_object`, `quote_literal` and
+//! `quote_nullable`, `pg_typeof`, the constant answers of a server that is
+//! no standby and has no other session's temporary schema
+//! (`pg_is_in_recovery`, `pg_is_other_temp_schema`), and the list forms of
 //! `_pg_expandarray` and `generate_subscripts`.
 
 use std::sync::Arc;
@@ -277,6 +280,178 @@ impl ScalarUDFImpl for JsonBuildObject {
     }
 }
 
+/// `quote_literal(x)`: `x` as text quoted to be a SQL string literal
+/// (`'O''Reilly'`, `E'a\\\\b'` where a backslash is doubled), NULL for NULL;
+/// `quote_nullable(x)`: the same, but the text `NULL` for NULL. Clients
+/// inline their arguments with it (asyncpg's `copy_from_query`).
+pub fn quote_udfs() -> [ScalarUDF; 2] {
+    [false, true].map(|nullable| {
+        ScalarUDF::new_from_impl(Quote {
+            nullable,
+            signature: Signature::any(1, Volatility::Immutable),
+        })
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct Quote {
+    nullable: bool,
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for Quote {
+    fn name(&self) -> &str {
+        if self.nullable {
+            "quote_nullable"
+        } else {
+            "quote_literal"
+        }
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [arg] = args.args.as_slice() else {
+            return exec_err!("{} takes one argument", self.name());
+        };
+        let scalar = matches!(arg, ColumnarValue::Scalar(_));
+        let array = arg.to_array(args.number_rows.max(1))?;
+        let text = datafusion::arrow::compute::cast(&array, &DataType::Utf8)?;
+        let text = as_string_array(&text)?;
+        let mut out = StringBuilder::new();
+        for v in text.iter() {
+            match v {
+                Some(v) => out.append_value(quote_literal(v)),
+                None if self.nullable => out.append_value("NULL"),
+                None => out.append_null(),
+            }
+        }
+        let out = out.finish();
+        if scalar {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
+        }
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
+/// `pg_typeof(x)`: the name of `x`'s type as PostgreSQL prints a
+/// regtype (`integer`, `timestamp with time zone`), for the type the wire
+/// describes a value of the Arrow type as. A literal's type is
+/// DataFusion's: `pg_typeof(1)` is `bigint`.
+pub fn pg_typeof_udf() -> ScalarUDF {
+    ScalarUDF::new_from_impl(PgTypeof {
+        signature: Signature::any(1, Volatility::Immutable),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct PgTypeof {
+    signature: Signature,
+}
+
+impl ScalarUDFImpl for PgTypeof {
+    fn name(&self) -> &str {
+        "pg_typeof"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let [arg] = args.arg_fields.as_slice() else {
+            return exec_err!("pg_typeof takes one argument");
+        };
+        let name = regtype_name(arg.data_type());
+        Ok(ColumnarValue::Scalar(ScalarValue::Utf8(Some(name))))
+    }
+}
+
+/// PostgreSQL's printed name of the type an Arrow type is sent as
+/// (arrow-pg's mapping, which the wire server describes columns by).
+pub fn regtype_name(t: &DataType) -> String {
+    use DataType as T;
+    match t {
+        T::Null => "unknown",
+        T::Boolean => "boolean",
+        T::Int8 | T::Int16 | T::UInt8 => "smallint",
+        T::Int32 | T::UInt16 => "integer",
+        T::Int64 | T::UInt32 => "bigint",
+        T::UInt64 | T::Decimal32(..) | T::Decimal64(..) | T::Decimal128(..) | T::Decimal256(..) => {
+            "numeric"
+        }
+        T::Float16 | T::Float32 => "real",
+        T::Float64 => "double precision",
+        T::Utf8 | T::LargeUtf8 | T::Utf8View => "text",
+        T::Binary | T::LargeBinary | T::BinaryView | T::FixedSizeBinary(_) => "bytea",
+        T::Date32 | T::Date64 => "date",
+        T::Timestamp(_, Some(_)) => "timestamp with time zone",
+        T::Timestamp(_, None) => "timestamp without time zone",
+        T::Time32(_) | T::Time64(_) => "time without time zone",
+        T::Interval(_) | T::Duration(_) => "interval",
+        T::List(f)
+        | T::LargeList(f)
+        | T::FixedSizeList(f, _)
+        | T::ListView(f)
+        | T::LargeListView(f) => {
+            return format!("{}[]", regtype_name(f.data_type()));
+        }
+        T::Struct(_) => "record",
+        T::Dictionary(_, value) => return regtype_name(value),
+        _ => "unknown",
+    }
+    .to_owned()
+}
+
+/// `pg_is_in_recovery()`, false: tablesql is never a standby replaying
+/// WAL; and `pg_is_other_temp_schema(oid)`, false: no schema is another
+/// session's temporary one. Tools ask both at connect (dbt's docs, pgAdmin).
+pub fn constant_udfs() -> [ScalarUDF; 2] {
+    let is_in_recovery = create_udf(
+        "pg_is_in_recovery",
+        vec![],
+        DataType::Boolean,
+        Volatility::Stable,
+        Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(false))))),
+    );
+    let other_temp = create_udf(
+        "pg_is_other_temp_schema",
+        vec![DataType::Int64],
+        DataType::Boolean,
+        Volatility::Stable,
+        Arc::new(|args: &[ColumnarValue]| {
+            let rows = match args.first() {
+                Some(ColumnarValue::Array(a)) => a.len(),
+                _ => return Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(false)))),
+            };
+            Ok(ColumnarValue::Array(Arc::new(
+                datafusion::arrow::array::BooleanArray::from(vec![false; rows]),
+            )))
+        }),
+    );
+    [is_in_recovery, other_temp]
+}
+
+/// A string as a SQL literal, as PostgreSQL's `quote_literal` writes it.
+pub fn quote_literal(v: &str) -> String {
+    let quoted = v.replace('\'', "''");
+    if v.contains('\\') {
+        format!("E'{}'", quoted.replace('\\', "\\\\"))
+    } else {
+        format!("'{quoted}'")
+    }
+}
+
 fn json_value(v: &ScalarValue) -> serde_json::Value {
     use serde_json::Value as J;
     match v {
@@ -325,6 +500,13 @@ mod tests {
             json_value(&ScalarValue::from("a\"b")),
             serde_json::json!("a\"b")
         );
+    }
+
+    #[test]
+    fn quote_literal_doubles_quotes_and_marks_backslashes() {
+        assert_eq!(quote_literal("O'Reilly"), "'O''Reilly'");
+        assert_eq!(quote_literal("a\\b"), "E'a\\\\b'");
+        assert_eq!(quote_literal(""), "''");
     }
 
     #[test]

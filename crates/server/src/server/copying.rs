@@ -57,14 +57,17 @@ impl Session {
         match planned.map_err(|e| copy_error(&e))? {
             Copy::Out { query, format } => {
                 let (schema, batches) = runner.batches(query, self.guard(client)).await?;
+                crate::load::copy::check_out(&schema, &format).map_err(|e| copy_error(&e))?;
                 Ok(Response::CopyOut(copy::copy_out(schema, batches, format)))
             }
             Copy::In(state) => {
                 let state = WireCopyIn::new(state, self.guard(client));
-                let width = state.width();
+                let (width, binary) = (state.width(), state.binary());
                 self.copying().put(Box::new(state));
+                // The format tells the client how to send: psql reads a
+                // binary file whole only when told the copy is binary.
                 Ok(Response::CopyIn(CopyResponse::new(
-                    0,
+                    i8::from(binary),
                     width,
                     futures::stream::empty(),
                 )))

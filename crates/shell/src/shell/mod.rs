@@ -812,6 +812,7 @@ impl Shell {
         match crate::load::copy::plan(&self.session, statement).await? {
             crate::load::copy::Copy::Out { query, format } => {
                 let stream = self.session.query_whole(query).await?;
+                crate::load::copy::check_out(&stream.schema(), &format)?;
                 let mut stdout = std::io::stdout();
                 let mut file;
                 let out: &mut dyn Write = match (place, &mut self.output) {
@@ -886,18 +887,19 @@ async fn copy_out(
     out: &mut dyn Write,
 ) -> Result<u64, ShellError> {
     if let Some(header) = crate::load::copy::header(&stream.schema(), format) {
-        out.write_all(header.as_bytes())?;
+        out.write_all(&header)?;
     }
     let mut rows = 0;
-    let (mut text, mut ends) = (String::new(), Vec::new());
+    let (mut text, mut ends) = (Vec::new(), Vec::new());
     while let Some(batch) = stream.next().await {
         let batch = batch.map_err(RenderError::from)?;
         text.clear();
         crate::load::copy::encode_into(&batch, format, &mut text, &mut ends)
             .map_err(RenderError::from)?;
-        out.write_all(text.as_bytes())?;
+        out.write_all(&text)?;
         rows += batch.num_rows() as u64;
     }
+    out.write_all(crate::load::copy::trailer(format))?;
     out.flush()?;
     Ok(rows)
 }

@@ -152,17 +152,17 @@ impl Printer<'_> {
                 // The header is written as a row of the format, so a name
                 // with a comma or tab reads back as one field.
                 let names: Vec<Option<&str>> = header.iter().map(|h| Some(h.as_str())).collect();
-                let mut line = String::new();
+                let mut line = Vec::new();
                 copy.write_row(&names, &mut line);
-                self.out.write_all(line.as_bytes())?;
+                self.out.write_all(&line)?;
                 let mut rows = 0;
-                let (mut text, mut ends) = (String::new(), Vec::new());
+                let (mut text, mut ends) = (Vec::new(), Vec::new());
                 while let Some(batch) = stream.next().await {
                     let batch = batch?;
                     // A batch at a time: written as it arrives, never held.
                     text.clear();
                     crate::load::copy::encode_into(&batch, &copy, &mut text, &mut ends)?;
-                    self.out.write_all(text.as_bytes())?;
+                    self.out.write_all(&text)?;
                     rows += batch.num_rows();
                 }
                 self.out.flush()?;

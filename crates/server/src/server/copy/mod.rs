@@ -22,20 +22,22 @@ use crate::engine::Session;
 use crate::load::copy::{self, CopyIn};
 use crate::load::format::CopyFormat;
 
-/// The rows of a query as COPY data: a CSV header first when asked, then a
-/// CopyData per row. Each batch's lines are written into one buffer, and
-/// each row's CopyData is a slice of it: no allocation per row or value.
+/// The rows of a query as COPY data: a CSV header (or binary's signature)
+/// first, then a CopyData per row; pgwire ends binary data with its
+/// trailer. Each batch's rows are written into one buffer, and each row's
+/// CopyData is a slice of it: no allocation per row or value.
 pub fn copy_out(
     schema: SchemaRef,
     batches: impl Stream<Item = PgWireResult<RecordBatch>> + Send + 'static,
     format: CopyFormat,
 ) -> CopyResponse {
     let columns = schema.fields().len();
+    let binary = i8::from(format.binary);
     let header = Arc::new(std::sync::Mutex::new(copy::header(&schema, &format)));
     let header_left = header.clone();
     let mut ends = Vec::new();
     let rows = batches.flat_map(move |batch| {
-        let mut text = String::new();
+        let mut text = Vec::new();
         ends.clear();
         let encoded = batch.and_then(|b| {
             // The header goes with the first row: pgwire counts one row
@@ -43,7 +45,7 @@ pub fn copy_out(
             if b.num_rows() > 0
                 && let Some(h) = header.lock().ok().and_then(|mut h| h.take())
             {
-                text.push_str(&h);
+                text.extend_from_slice(&h);
             }
             copy::encode_into(&b, &format, &mut text, &mut ends)
                 .map_err(|e| error(super::sqlstate::INTERNAL_ERROR, e.to_string()))
@@ -70,7 +72,7 @@ pub fn copy_out(
             .and_then(|mut h| h.take())
             .map(|h| Ok(CopyData::new(Bytes::from(h))))
     })));
-    CopyResponse::new(0, columns, rows)
+    CopyResponse::new(binary, columns, rows)
 }
 
 /// A COPY FROM STDIN in progress on a connection.
@@ -100,6 +102,11 @@ impl WireCopyIn {
     /// Rows written so far.
     pub fn written(&self) -> u64 {
         self.copy.written()
+    }
+
+    /// Whether the data comes in binary COPY's format.
+    pub fn binary(&self) -> bool {
+        self.copy.binary()
     }
 
     /// Takes a CopyData message's bytes; after an error they are dropped.

@@ -43,6 +43,34 @@ impl<R: SqlStatementRewriteRule> Respell for Pg<R> {
     }
 }
 
+/// The views this `pg_catalog` adds (`keys.rs`), which
+/// datafusion-pg-catalog's list of its tables does not name.
+const OWN_VIEWS: [&str; 1] = ["pg_indexes"];
+
+/// An unqualified name of one of [`OWN_VIEWS`] is `pg_catalog`'s, which
+/// PostgreSQL searches first.
+#[derive(Debug)]
+struct OwnViews;
+
+impl Respell for OwnViews {
+    fn rewrite(&self, mut statement: Statement) -> Statement {
+        use datafusion::sql::sqlparser::ast::{Ident, ObjectNamePart, visit_relations_mut};
+        let _ = visit_relations_mut(&mut statement, |name| {
+            if let [ObjectNamePart::Identifier(table)] = name.0.as_slice()
+                && table.quote_style.is_none()
+                && OWN_VIEWS
+                    .iter()
+                    .any(|v| v.eq_ignore_ascii_case(&table.value))
+            {
+                name.0
+                    .insert(0, ObjectNamePart::Identifier(Ident::new("pg_catalog")));
+            }
+            std::ops::ControlFlow::<()>::Continue(())
+        });
+        statement
+    }
+}
+
 impl Dialect for PgDialect {
     fn early(&self) -> Vec<Arc<dyn Respell>> {
         vec![
@@ -60,12 +88,19 @@ impl Dialect for PgDialect {
     }
 
     fn parse_catalog_query(&self, text: &str) -> Result<Vec<Statement>, ParserError> {
-        self.catalog.parse(text)
+        // A statement naming one of them reads the catalogs: parsed here.
+        let statements = self.catalog.parse(text)?;
+        Ok(statements
+            .into_iter()
+            .map(|s| OwnViews.rewrite(s))
+            .collect())
     }
 
     fn is_catalog_table(&self, table: &str) -> bool {
+        // With the views this `pg_catalog` adds (`keys.rs`).
         PG_CATALOG_TABLES
             .iter()
+            .chain(&OWN_VIEWS)
             .any(|t| t.eq_ignore_ascii_case(table))
     }
 }

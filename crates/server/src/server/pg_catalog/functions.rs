@@ -264,7 +264,7 @@ fn quoted_list(columns: &[String]) -> String {
 
 /// `pg_get_indexdef(oid, column)`: the whole definition for column 0, else
 /// that column's name (NULL past the last).
-fn index_def(ix: &IndexRelation, column: i32) -> Option<String> {
+pub(super) fn index_def(ix: &IndexRelation, column: i32) -> Option<String> {
     if column > 0 {
         let at = usize::try_from(column - 1).ok()?;
         return ix.columns.get(at).map(|c| quote_ident(c));

@@ -1,4 +1,5 @@
-//! `pg_index` and `pg_constraint`: PostgreSQL's columns and types
+//! `pg_index`, `pg_constraint` and the `pg_indexes` view (DuckDB's
+//! postgres extension reads it to load a catalog): PostgreSQL's columns and types
 //! (`int2vector` and `int2[]` as lists, so that `unnest`, subscripts and
 //! `_pg_expandarray` read them; see `server::vectors`), with a row per index and per primary key
 //! of the tables tablesql serves.
@@ -145,4 +146,40 @@ pub fn pg_constraint(relations: &Relations) -> Result<RecordBatch> {
         })
         .collect();
     rows_batch(&pg_constraint_schema(), &rows)
+}
+
+/// The `pg_indexes` view: a row per index, with the definition
+/// `pg_get_indexdef` gives.
+pub fn pg_indexes_schema() -> SchemaRef {
+    Arc::new(Schema::new(
+        [
+            "schemaname",
+            "tablename",
+            "indexname",
+            "tablespace",
+            "indexdef",
+        ]
+        .map(|name| Field::new(name, DataType::Utf8, name == "tablespace"))
+        .to_vec(),
+    ))
+}
+
+pub fn pg_indexes(relations: &Relations) -> Result<RecordBatch> {
+    let rows: Vec<_> = relations
+        .indexes
+        .iter()
+        .map(|ix| {
+            vec![
+                ("schemaname", ScalarValue::from(ix.schema.as_str())),
+                ("tablename", ScalarValue::from(ix.table_name.as_str())),
+                ("indexname", ScalarValue::from(ix.name.as_str())),
+                ("tablespace", ScalarValue::Utf8(None)),
+                (
+                    "indexdef",
+                    ScalarValue::Utf8(super::functions::index_def(ix, 0)),
+                ),
+            ]
+        })
+        .collect();
+    rows_batch(&pg_indexes_schema(), &rows)
 }

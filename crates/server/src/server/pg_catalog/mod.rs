@@ -2,7 +2,8 @@
 //! tables and functions, with what their introspection queries need and it
 //! lacks filled in beside it (each a gap to report upstream):
 //!
-//! - primary keys and indexes: `pg_index` and `pg_constraint` with rows for
+//! - primary keys and indexes: `pg_index`, `pg_constraint` and the
+//!   `pg_indexes` view with rows for
 //!   each table's primary key (a mapped table's declared one, a raw table's
 //!   `(PartitionKey, RowKey)`) and declared index rows, their vectors as
 //!   lists, and an index relation in `pg_class` for each (`relkind = 'i'`,
@@ -264,7 +265,9 @@ struct PgCatalog {
 #[async_trait]
 impl SchemaProvider for PgCatalog {
     fn table_names(&self) -> Vec<String> {
-        self.shared.inner.table_names()
+        let mut names = self.shared.inner.table_names();
+        names.push("pg_indexes".to_owned());
+        names
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
@@ -273,6 +276,7 @@ impl SchemaProvider for PgCatalog {
             "pg_class" => Kind::Class,
             "pg_index" => Kind::Index,
             "pg_constraint" => Kind::Constraint,
+            "pg_indexes" => Kind::Indexes,
             _ => return self.shared.inner.table(name).await,
         };
         Ok(Some(Arc::new(CatalogTable {
@@ -282,7 +286,7 @@ impl SchemaProvider for PgCatalog {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.shared.inner.table_exist(name)
+        name.eq_ignore_ascii_case("pg_indexes") || self.shared.inner.table_exist(name)
     }
 }
 
@@ -292,6 +296,7 @@ enum Kind {
     Class,
     Index,
     Constraint,
+    Indexes,
 }
 
 /// A catalog table computed afresh at each scan.
@@ -309,11 +314,15 @@ impl TableProvider for CatalogTable {
             Kind::Class => self.shared.class.clone(),
             Kind::Index => keys::pg_index_schema(),
             Kind::Constraint => keys::pg_constraint_schema(),
+            Kind::Indexes => keys::pg_indexes_schema(),
         }
     }
 
     fn table_type(&self) -> TableType {
-        TableType::Base
+        match self.kind {
+            Kind::Indexes => TableType::View,
+            _ => TableType::Base,
+        }
     }
 
     async fn scan(
@@ -331,6 +340,7 @@ impl TableProvider for CatalogTable {
             }
             Kind::Index => keys::pg_index(&self.shared.read(state).await?.1)?,
             Kind::Constraint => keys::pg_constraint(&self.shared.read(state).await?.1)?,
+            Kind::Indexes => keys::pg_indexes(&self.shared.read(state).await?.1)?,
         };
         let exec =
             MemorySourceConfig::try_new_exec(&[vec![batch]], self.schema(), projection.cloned())?;
