@@ -69,6 +69,23 @@ async def main():
         3, "a", output=buffer, format="csv",
     )
     out["copy_out_rows"] = buffer.getvalue().decode()
+    # Binary COPY out of one table and into another, through asyncpg.
+    binary = io.BytesIO()
+    columns = ["k", "id", "at", "price"]
+    await conn.copy_from_table("asyncpg_copy", columns=columns, output=binary, format="binary")
+    await conn.execute(
+        "CREATE TABLE asyncpg_copy2 (k TEXT NOT NULL, id INT NOT NULL, at TIMESTAMP, "
+        "price NUMERIC(10, 2), PRIMARY KEY (k, id)) WITH (storage_table = 'AsyncpgCopy2', "
+        "partition_key = '{k}', row_key = '{id:05}')"
+    )
+    binary.seek(0)
+    out["copy_binary_in"] = await conn.copy_to_table(
+        "asyncpg_copy2", source=binary, columns=columns, format="binary"
+    )
+    out["copy_binary_same"] = await conn.fetchval(
+        "SELECT count(*) FROM asyncpg_copy a JOIN asyncpg_copy2 b ON a.k = b.k "
+        "AND a.id = b.id AND a.at = b.at AND a.price = b.price"
+    )
     await conn.close()
     print(json.dumps(out, default=str))
 

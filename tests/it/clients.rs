@@ -236,6 +236,8 @@ fn asyncpg_prepares_iterates_a_cursor_introspects_types_and_copies() -> TestResu
     );
     assert_eq!(out["copy_out"], "COPY 3", "{out}");
     assert_eq!(out["copy_out_rows"], "1,a\n2,a\n3,a\n", "{out}");
+    assert_eq!(out["copy_binary_in"], "COPY 2000", "{out}");
+    assert_eq!(out["copy_binary_same"], 2000, "{out}");
     Ok(())
 }
 

@@ -320,6 +320,10 @@ pub fn numeric_value(bytes: &[u8], precision: u8, scale: u8) -> Result<i128, Str
         }
         // The power of ten this digit's units stand for, in units of 10^-scale.
         let e = 4 * (weight - i as i32) + i32::from(scale);
+        if e >= 0 && d == 0 {
+            // A zero adds nothing, however high its place.
+            continue;
+        }
         if e >= 0 {
             let unit = 10i128.checked_pow(e.unsigned_abs()).ok_or_else(overflow)?;
             acc = d
@@ -330,7 +334,7 @@ pub fn numeric_value(bytes: &[u8], precision: u8, scale: u8) -> Result<i128, Str
             // The first digit past the scale decides the rounding.
             let cut = e.unsigned_abs();
             if cut < 4 {
-                acc += d / 10i128.pow(cut);
+                acc = acc.checked_add(d / 10i128.pow(cut)).ok_or_else(overflow)?;
                 round = Some(d / 10i128.pow(cut - 1) % 10);
             } else {
                 round = Some(if cut == 4 { d / 1000 } else { 0 });
@@ -344,6 +348,15 @@ pub fn numeric_value(bytes: &[u8], precision: u8, scale: u8) -> Result<i128, Str
         return Err(overflow());
     }
     Ok(if negative { -acc } else { acc })
+}
+
+/// A date or timestamp beyond what a column stores (PostgreSQL's
+/// `infinity` and `-infinity` among them).
+fn infinity(what: &str) -> (LineFault, String) {
+    (
+        LineFault::BadBinary,
+        format!("{what} out of range: infinity and -infinity are not stored"),
+    )
 }
 
 /// One loaded column's values, decoded into a builder of its type.
@@ -443,20 +456,23 @@ impl Decoder {
                 )
             })?),
             Self::Bytes(b) => b.append_value(v),
-            Self::Date(b) => b.append_value(be4(v).checked_add(EPOCH_DAYS).ok_or_else(|| {
-                (
-                    LineFault::BadBinary,
-                    "date out of range (infinity has no date here)".to_owned(),
-                )
-            })?),
-            Self::Timestamp(b) => {
-                b.append_value(be8(v).checked_add(EPOCH_MICROS).ok_or_else(|| {
-                    (
-                        LineFault::BadBinary,
-                        "timestamp out of range (infinity has no timestamp here)".to_owned(),
-                    )
-                })?)
-            }
+            // PostgreSQL's infinities (the extreme values) have no
+            // counterpart in a stored date or timestamp.
+            Self::Date(b) => match be4(v) {
+                i32::MIN | i32::MAX => return Err(infinity("date")),
+                days => b.append_value(
+                    days.checked_add(EPOCH_DAYS)
+                        .ok_or_else(|| infinity("date"))?,
+                ),
+            },
+            Self::Timestamp(b) => match be8(v) {
+                i64::MIN | i64::MAX => return Err(infinity("timestamp")),
+                micros => b.append_value(
+                    micros
+                        .checked_add(EPOCH_MICROS)
+                        .ok_or_else(|| infinity("timestamp"))?,
+                ),
+            },
             Self::Numeric(b, p, s) => {
                 let value = numeric_value(v, *p, *s).map_err(|e| (LineFault::BadBinary, e))?;
                 b.append_value(value);
@@ -503,6 +519,9 @@ pub struct Reader {
     /// The line of the first row the builders hold.
     first: u64,
     held: usize,
+    /// A row failed to decode: its earlier fields are in the builders, so
+    /// nothing more is read or taken.
+    failed: bool,
 }
 
 impl std::fmt::Debug for Reader {
@@ -534,6 +553,7 @@ impl Reader {
             line: 0,
             first: 1,
             held: 0,
+            failed: false,
         })
     }
 
@@ -559,6 +579,12 @@ impl Reader {
     /// held or the data runs out; the number of bytes read (the rest,
     /// part of a row, waits for more).
     pub fn read(&mut self, data: &[u8], limit: usize) -> Result<usize, LoadError> {
+        if self.failed {
+            return Err(self.fault(LineFault::BadRecord, "COPY stopped at an earlier row"));
+        }
+        if self.ended && !data.is_empty() {
+            return Err(self.fault(LineFault::BadRecord, "received copy data after EOF marker"));
+        }
         let mut at = 0;
         if !self.header_read {
             let Some(used) = self.header(data)? else {
@@ -575,10 +601,18 @@ impl Reader {
             at += end;
             if row == TRAILER {
                 self.ended = true;
+                if at < data.len() {
+                    return Err(
+                        self.fault(LineFault::BadRecord, "received copy data after EOF marker")
+                    );
+                }
                 break;
             }
             self.line += 1;
-            self.decode(row)?;
+            if let Err(e) = self.decode(row) {
+                self.failed = true;
+                return Err(e);
+            }
             self.held += 1;
         }
         Ok(at)
@@ -634,6 +668,13 @@ impl Reader {
             else {
                 return Ok(None);
             };
+            if len < -1 {
+                return Err(LoadError::Line {
+                    line: self.line + 1,
+                    fault: LineFault::BadRecord,
+                    reason: format!("invalid field size {len}"),
+                });
+            }
             at += 4 + usize::try_from(len).unwrap_or(0);
             if at > data.len() {
                 return Ok(None);
@@ -667,6 +708,11 @@ impl Reader {
 
     /// The rows held, as one array per column, and each row's line.
     pub fn take(&mut self) -> Result<(Vec<u64>, Vec<ArrayRef>), ArrowError> {
+        if self.failed {
+            return Err(ArrowError::InvalidArgumentError(
+                "binary COPY stopped at a bad row: its rows are not taken".into(),
+            ));
+        }
         let lines = (self.first..self.first + self.held as u64).collect();
         let arrays = self
             .columns
@@ -738,8 +784,15 @@ mod tests {
         assert_eq!(numeric_value(&numeric(12_345, 3), 10, 2), Ok(1_235));
         assert_eq!(numeric_value(&numeric(-5, 3), 10, 2), Ok(-1));
         assert_eq!(numeric_value(&numeric(12_344, 3), 10, 2), Ok(1_234));
-        // 1000.5 does not fit NUMERIC(4, 1).
+        // 1000.5 does not fit NUMERIC(4, 1); a sum past i128 is an error,
+        // not a wrapped value.
         assert!(numeric_value(&numeric(10_005, 1), 4, 1).is_err());
+        let huge = words(&[
+            11, 9, 0, 4, 17, 141, 1834, 6046, 9231, 7316, 8730, 3715, 8841, 572, 9999,
+        ]);
+        assert!(numeric_value(&huge, 38, 1).is_err());
+        // Zeros above any place i128 holds add nothing.
+        assert_eq!(numeric_value(&words(&[2, 20, 0, 0, 0, 0]), 38, 0), Ok(0));
         assert!(numeric_value(&words(&[0, 0, 0xC000u16 as i16, 0]), 10, 2).is_err());
     }
 
@@ -831,5 +884,25 @@ mod tests {
         cut.extend_from_slice(&[0, 1, 0, 0]);
         let used = reader.read(&cut, 10).unwrap_or_else(|e| panic!("{e}"));
         assert!(reader.finish(&cut[used..]).is_err());
+        // A length below -1, and data after the trailer.
+        let reader_of = || {
+            Reader::new(vec![("id".to_owned(), DataType::Int32)]).unwrap_or_else(|e| panic!("{e}"))
+        };
+        let mut negative = HEADER.to_vec();
+        negative.extend_from_slice(&[0, 1, 0xff, 0xff, 0xff, 0xfe]);
+        let e = reader_of().read(&negative, 10).err();
+        assert!(e.is_some_and(|e| e.to_string().contains("invalid field size -2")));
+        let mut after = HEADER.to_vec();
+        after.extend_from_slice(&[0xff, 0xff, 0]);
+        let e = reader_of().read(&after, 10).err();
+        assert!(e.is_some_and(|e| e.to_string().contains("after EOF marker")));
+        // -infinity is refused, not stored as a date millions of years ago.
+        let mut reader =
+            Reader::new(vec![("d".to_owned(), DataType::Date32)]).unwrap_or_else(|e| panic!("{e}"));
+        let mut minus = HEADER.to_vec();
+        minus.extend_from_slice(&[0, 1, 0, 0, 0, 4, 0x80, 0, 0, 0]);
+        let e = reader.read(&minus, 10).err();
+        assert!(e.is_some_and(|e| e.to_string().contains("infinity")));
+        assert!(reader.take().is_err());
     }
 }

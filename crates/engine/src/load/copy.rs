@@ -21,7 +21,7 @@
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Schema};
 use datafusion::arrow::error::ArrowError;
-use datafusion::arrow::util::display::{ArrayFormatter, FormatOptions};
+use datafusion::arrow::util::display::FormatOptions;
 use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, ObjectName, Statement};
 
 use super::binary::{self, Reader};
@@ -311,7 +311,7 @@ pub fn encode_into(
     let formatters = batch
         .columns()
         .iter()
-        .map(|c| ArrayFormatter::try_new(c.as_ref(), &options))
+        .map(|c| super::pg_text::formatter(c.as_ref(), &options))
         .collect::<Result<Vec<_>, _>>()?;
     // `logical_nulls`: a NullArray's values are NULL though it has no mask.
     let nulls: Vec<_> = batch.columns().iter().map(|c| c.logical_nulls()).collect();
@@ -418,7 +418,8 @@ impl CopyIn {
     /// written `CHUNK_ROWS` rows at a time. After an error the caller
     /// drops the rest of the data (as PostgreSQL reads and drops it).
     pub async fn take(&mut self, session: &Session, data: &[u8]) -> Result<(), CopyError> {
-        if self.ended || self.binary.as_ref().is_some_and(Reader::ended) {
+        // Binary data after its trailer is an error, which the reader says.
+        if self.ended {
             return Ok(());
         }
         self.buffer.extend_from_slice(data);

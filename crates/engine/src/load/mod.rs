@@ -9,6 +9,7 @@
 //!
 //! - `format`: COPY's two text formats, `text` and `csv`, as PostgreSQL writes
 //!   and reads them; pure.
+//! - `pg_text`: timestamps as PostgreSQL writes them as text, fast.
 //! - `binary`: COPY's binary format, rows in and out as arrays of the
 //!   columns' types, with no text between.
 //! - `copy`: what a COPY statement asks for and its data in and out, for the
@@ -18,6 +19,7 @@
 pub mod binary;
 pub mod copy;
 pub mod format;
+pub mod pg_text;
 
 use std::sync::Arc;
 
@@ -417,8 +419,8 @@ impl Loader {
     }
 
     /// The waiting rows' loaded columns converted from text, in the data's
-    /// order. A value that does not convert is refused with its line (a
-    /// NULL in a NOT NULL column, by `batch`).
+    /// order. A value that does not convert, or a NULL in a NOT NULL
+    /// column, is refused with its line.
     fn converted(&self) -> Result<Vec<ArrayRef>, LoadError> {
         let rows = &self.rows;
         let line = |i: usize| rows.get(i).map_or(0, |r| r.0);
@@ -429,6 +431,20 @@ impl Loader {
                 .iter()
                 .map(|(_, r)| r.get(k).cloned().flatten())
                 .collect();
+            // Before the conversion, as before it PostgreSQL refuses a
+            // NULL in a NOT NULL column at its line.
+            if self.not_null.get(at).copied().unwrap_or(false)
+                && let Some(i) = (0..text.len()).find(|i| text.is_null(*i))
+            {
+                return Err(LoadError::Line {
+                    line: line(i),
+                    fault: LineFault::MissingValue,
+                    reason: format!(
+                        "null value in column \"{}\" violates not-null constraint",
+                        field.name()
+                    ),
+                });
+            }
             let converted = convert(&text, field.data_type(), &line)?;
             if let Some(i) = (0..text.len()).find(|i| text.is_valid(*i) && converted.is_null(*i)) {
                 return Err(LoadError::Line {

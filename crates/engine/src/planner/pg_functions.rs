@@ -320,17 +320,34 @@ impl ScalarUDFImpl for Quote {
         let [arg] = args.args.as_slice() else {
             return exec_err!("{} takes one argument", self.name());
         };
-        let scalar = matches!(arg, ColumnarValue::Scalar(_));
-        let array = arg.to_array(args.number_rows.max(1))?;
-        let text = datafusion::arrow::compute::cast(&array, &DataType::Utf8)?;
-        let text = as_string_array(&text)?;
+        // A constant is quoted once.
+        let (array, scalar) = match arg {
+            ColumnarValue::Scalar(v) => (v.to_array()?, true),
+            ColumnarValue::Array(a) => (a.clone(), false),
+        };
+        let options = crate::load::copy::text_options();
+        let formatter = crate::load::pg_text::formatter(array.as_ref(), &options)?;
+        let booleans = array
+            .as_any()
+            .downcast_ref::<datafusion::arrow::array::BooleanArray>();
+        // `logical_nulls`: an untyped NULL's array has no mask.
+        let nulls = array.logical_nulls();
         let mut out = StringBuilder::new();
-        for v in text.iter() {
-            match v {
-                Some(v) => out.append_value(quote_literal(v)),
-                None if self.nullable => out.append_value("NULL"),
-                None => out.append_null(),
+        for i in 0..array.len() {
+            if nulls.as_ref().is_some_and(|n| n.is_null(i)) {
+                if self.nullable {
+                    out.append_value("NULL");
+                } else {
+                    out.append_null();
+                }
+                continue;
             }
+            // A value's text as PostgreSQL writes it: `t`, not `true`.
+            let text = match booleans {
+                Some(b) => if b.value(i) { "t" } else { "f" }.to_owned(),
+                None => formatter.value(i).to_string(),
+            };
+            out.append_value(quote_literal(&text));
         }
         let out = out.finish();
         if scalar {
@@ -429,14 +446,17 @@ pub fn constant_udfs() -> [ScalarUDF; 2] {
         vec![DataType::Int64],
         DataType::Boolean,
         Volatility::Stable,
-        Arc::new(|args: &[ColumnarValue]| {
-            let rows = match args.first() {
-                Some(ColumnarValue::Array(a)) => a.len(),
-                _ => return Ok(ColumnarValue::Scalar(ScalarValue::Boolean(Some(false)))),
-            };
-            Ok(ColumnarValue::Array(Arc::new(
-                datafusion::arrow::array::BooleanArray::from(vec![false; rows]),
-            )))
+        // False, but NULL for NULL (the function is strict).
+        Arc::new(|args: &[ColumnarValue]| match args.first() {
+            Some(ColumnarValue::Array(a)) => Ok(ColumnarValue::Array(Arc::new(
+                (0..a.len())
+                    .map(|i| a.is_valid(i).then_some(false))
+                    .collect::<datafusion::arrow::array::BooleanArray>(),
+            ))),
+            Some(ColumnarValue::Scalar(v)) => Ok(ColumnarValue::Scalar(ScalarValue::Boolean(
+                (!v.is_null()).then_some(false),
+            ))),
+            None => exec_err!("pg_is_other_temp_schema takes one argument"),
         }),
     );
     [is_in_recovery, other_temp]

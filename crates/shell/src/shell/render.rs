@@ -10,7 +10,6 @@ use comfy_table::{ContentArrangement, Table, presets::UTF8_FULL_CONDENSED};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::json::writer::{LineDelimited, WriterBuilder};
 use datafusion::arrow::record_batch::RecordBatch;
-use datafusion::arrow::util::display::ArrayFormatter;
 use datafusion::error::DataFusionError;
 use datafusion::execution::SendableRecordBatchStream;
 use futures::StreamExt;
@@ -88,7 +87,7 @@ fn column_text(
     null_text: &str,
 ) -> Result<Vec<String>, ArrowError> {
     let options = crate::load::copy::text_options().with_null(null_text);
-    let formatter = ArrayFormatter::try_new(batch.column(column).as_ref(), &options)?;
+    let formatter = crate::load::pg_text::formatter(batch.column(column).as_ref(), &options)?;
     Ok((0..batch.num_rows())
         .map(|row| formatter.value(row).to_string())
         .collect())
