@@ -9,6 +9,9 @@
 //! - asyncpg 0.32.0: prepared statements, a cursor in a transaction, its
 //!   type introspection (an array result), binary COPY of records into a
 //!   table, COPY of a query with arguments;
+//! - connectorx 0.4.6 (binary COPY, CSV, partitioned), polars 2.1.0 over
+//!   connectorx and ADBC, ADBC's PostgreSQL driver 1.13.0 with a bound
+//!   parameter (`arrow_readers.py`);
 //! - node-postgres 8.23.1 with pg-cursor 2.22.0: a parameterised query, a
 //!   cursor, INSERT and UPDATE with RETURNING;
 //! - an application's own tables: SQLAlchemy's ORM, Alembic 1.20.0, pandas'
@@ -238,6 +241,53 @@ fn asyncpg_prepares_iterates_a_cursor_introspects_types_and_copies() -> TestResu
     assert_eq!(out["copy_out_rows"], "1,a\n2,a\n3,a\n", "{out}");
     assert_eq!(out["copy_binary_in"], "COPY 2000", "{out}");
     assert_eq!(out["copy_binary_same"], 2000, "{out}");
+    Ok(())
+}
+
+/// The Arrow readers read the same rows as tokio-postgres, whichever way
+/// they move them: connectorx's binary COPY, CSV COPY and partitioned
+/// queries, polars over connectorx and over ADBC, and ADBC with a bound
+/// parameter.
+#[test]
+fn arrow_readers_read_the_same_rows_every_way() -> TestResult {
+    let server = serve(1000, &[])?;
+    let mut command = Command::new(env("TABLESQL_TEST_PYTHON")?);
+    command.args([
+        &client_file("arrow_readers.py"),
+        &server.addr.port().to_string(),
+    ]);
+    let out: Value = serde_json::from_str(&run(command)?)?;
+    assert_eq!(
+        out["versions"],
+        json!(["0.4.6", "2.1.0", "1.13.0"]),
+        "{out}"
+    );
+    let client = block_on(server.connect())?;
+    let sums = block_on(rows(
+        &client,
+        "SELECT count(*), sum(bib), sum(age) FROM registrations",
+        &[],
+    ))?;
+    let want = &out["connectorx"];
+    assert_eq!(
+        json!([want["rows"], want["bibs"], want["ages"]]),
+        json!(sums[0]),
+        "{out}"
+    );
+    for way in [
+        "connectorx_csv",
+        "connectorx_partitioned",
+        "polars_connectorx",
+        "polars_adbc",
+    ] {
+        assert_eq!(&out[way], want, "{way}: {out}");
+    }
+    let bound = block_on(rows(
+        &client,
+        "SELECT name, age FROM registrations WHERE bib = $1 ORDER BY event, distance LIMIT 2",
+        &[&3i32],
+    ))?;
+    assert_eq!(out["adbc_bound"], json!(bound), "{out}");
     Ok(())
 }
 

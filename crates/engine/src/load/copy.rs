@@ -284,8 +284,11 @@ pub fn trailer(format: &CopyFormat) -> &'static [u8] {
 /// shell's and `tablesql query`'s rows): Arrow's forms, but for timestamps,
 /// which PostgreSQL writes `2011-04-20 15:40:00+00` where Arrow writes
 /// `2011-04-20T15:40:00Z` (a CSV reader that expects PostgreSQL's form,
-/// connectorx's, fails on Arrow's). Fractions of a second are written in
-/// 3, 6 or 9 digits, where PostgreSQL drops trailing zeros.
+/// connectorx's, fails on Arrow's). Microsecond timestamps, every stored
+/// one, are written by `pg_text` (its formatter takes these options for
+/// the rest); the format strings here cover other units, whose fractions
+/// of a second come in 3, 6 or 9 digits where PostgreSQL drops trailing
+/// zeros.
 pub fn text_options<'a>() -> FormatOptions<'a> {
     FormatOptions::default()
         .with_timestamp_format(Some("%Y-%m-%d %H:%M:%S%.f"))

@@ -13,7 +13,9 @@
 //!   SQLAlchemy listed each table of `public` again from `raw`;
 //! - `pg_get_indexdef`, `pg_get_constraintdef`, `pg_get_serial_sequence`,
 //!   `to_regtype`, `pg_get_function_result`, and, in the planner,
-//!   `like_escape` (`LIKE ... ESCAPE`) and `_pg_expandarray`.
+//!   `like_escape` (`LIKE ... ESCAPE`) and `_pg_expandarray`;
+//! - a regproc column (kept as the function's name) compared with 0
+//!   (`regproc.rs`), as ADBC's driver asks at connect.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Weak};
@@ -37,6 +39,7 @@ use crate::engine::TableInfo;
 mod dialect;
 mod functions;
 mod keys;
+mod regproc;
 mod relations;
 mod settings;
 
@@ -81,6 +84,12 @@ pub async fn install(ctx: &SessionContext) -> Result<()> {
         ctx.register_udf(udf);
     }
     catalog.register_schema("pg_catalog", Arc::new(PgCatalog { shared }))?;
+    {
+        use datafusion::execution::FunctionRegistry as _;
+        let state = ctx.state_ref();
+        let mut state = state.write();
+        state.register_expr_planner(Arc::new(regproc::RegprocZero))?;
+    }
     Ok(())
 }
 
