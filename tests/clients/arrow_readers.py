@@ -10,6 +10,7 @@ import sys
 
 import adbc_driver_postgresql
 import adbc_driver_postgresql.dbapi as dbapi
+import pyarrow as pa
 import connectorx as cx
 import polars as pl
 
@@ -44,4 +45,21 @@ with dbapi.connect(uri) as conn:
             parameters=(3,),
         )
         out["adbc_bound"] = [[r["name"], r["age"]] for r in cur.fetch_arrow_table().to_pylist()]
+        # adbc_ingest: CREATE TABLE and a binary COPY in one block, then an
+        # append (its columns found by `$1::regclass` of `"public" . "t"`).
+        ingested = pa.table(
+            {
+                "id": pa.array([1, 2, 3], pa.int64()),
+                "name": ["a", "b", None],
+                "x": [1.5, None, 2.5],
+            }
+        )
+        created = cur.adbc_ingest("adbc_ingested", ingested, mode="create")
+        conn.commit()
+        appended = cur.adbc_ingest("adbc_ingested", ingested.slice(0, 1).set_column(0, "id", pa.array([4], pa.int64())), mode="append")
+        conn.commit()
+        cur.execute("SELECT id, name, x FROM adbc_ingested ORDER BY id")
+        out["adbc_ingest"] = {"created": created, "appended": appended, "rows": [list(r) for r in cur.fetchall()]}
+        cur.execute("DROP TABLE adbc_ingested")
+        conn.commit()
 print(json.dumps(out))

@@ -11,7 +11,8 @@
 //!   table, COPY of a query with arguments;
 //! - connectorx 0.4.6 (binary COPY, CSV, partitioned), polars 2.1.0 over
 //!   connectorx and ADBC, ADBC's PostgreSQL driver 1.13.0 with a bound
-//!   parameter (`arrow_readers.py`);
+//!   parameter and `adbc_ingest` (CREATE TABLE and binary COPY in one
+//!   block, then an append) (`arrow_readers.py`);
 //! - node-postgres 8.23.1 with pg-cursor 2.22.0: a parameterised query, a
 //!   cursor, INSERT and UPDATE with RETURNING;
 //! - an application's own tables: SQLAlchemy's ORM, Alembic 1.20.0, pandas'
@@ -34,17 +35,17 @@ use crate::server::serve;
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-fn env(name: &str) -> Result<String, String> {
+pub(crate) fn env(name: &str) -> Result<String, String> {
     std::env::var(name).map_err(|_| format!("{name} is not set: run the tests with ./scripts/test"))
 }
 
-fn client_file(name: &str) -> String {
+pub(crate) fn client_file(name: &str) -> String {
     format!("{}/tests/clients/{name}", env!("CARGO_MANIFEST_DIR"))
 }
 
 /// Runs a client to the end (bounded: each connects to one local server and
 /// runs a fixed script); its standard output.
-fn run(mut command: Command) -> Result<String, Box<dyn std::error::Error>> {
+pub(crate) fn run(mut command: Command) -> Result<String, Box<dyn std::error::Error>> {
     let out = command.output()?;
     let stdout = String::from_utf8(out.stdout)?;
     if !out.status.success() {
@@ -288,6 +289,13 @@ fn arrow_readers_read_the_same_rows_every_way() -> TestResult {
         &[&3i32],
     ))?;
     assert_eq!(out["adbc_bound"], json!(bound), "{out}");
+    assert_eq!(
+        out["adbc_ingest"],
+        json!({"created": 3, "appended": 1, "rows": [
+            [1, "a", 1.5], [2, "b", null], [3, null, 2.5], [4, "a", 1.5]
+        ]}),
+        "{out}"
+    );
     Ok(())
 }
 

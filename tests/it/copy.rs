@@ -12,7 +12,7 @@ pub(crate) const REGS2: &str = "CREATE TABLE regs2 (event TEXT NOT NULL, distanc
     row_key = 'BIB:{bib:05}__{name}__{gender}__{age}', \
     index_age = 'AGE:{age:03}__{bib}__{name}__{gender}')";
 
-fn shown(out: &std::process::Output) -> String {
+pub(crate) fn shown(out: &std::process::Output) -> String {
     format!(
         "{}{}",
         String::from_utf8_lossy(&out.stdout),
@@ -209,5 +209,53 @@ fn copy_fills_defaults_of_columns_it_does_not_carry() -> TestResult {
     assert!(out.status.success(), "{text}");
     assert!(text.contains("COPY 2"), "{text}");
     assert!(text.contains("1|hello\n2|world"), "{text}");
+    Ok(())
+}
+
+/// COPY FROM in a transaction block writes as an INSERT there does: its
+/// rows are the block's, read by it, written at COMMIT and gone at
+/// ROLLBACK (psql sends the block's statements in one session with `-c`s
+/// over one connection).
+#[test]
+fn copy_in_a_block_waits_for_its_end() -> TestResult {
+    let server = serve(1000, &[])?;
+    let dir = tempfile::tempdir()?;
+    let data = dir.path().join("kv.csv");
+    std::fs::write(&data, "a,1\nb,2\nc,3\n")?;
+    let copy = format!("\\copy kv FROM '{}' CSV", data.display());
+    let out = server.psql(
+        "",
+        &[
+            "-c",
+            "CREATE TABLE kv (k TEXT NOT NULL, v INT, PRIMARY KEY (k))",
+            "-c",
+            "BEGIN",
+            "-c",
+            &copy,
+            "-At",
+            "-c",
+            "SELECT count(*) FROM kv",
+            "-c",
+            "ROLLBACK",
+            "-c",
+            "SELECT 'after rollback', count(*) FROM kv",
+            "-c",
+            "BEGIN",
+            "-c",
+            &copy,
+            "-c",
+            "COMMIT",
+            "-c",
+            "SELECT 'after commit', count(*), sum(v) FROM kv",
+        ],
+    )?;
+    let text = shown(&out);
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(
+            "BEGIN\nCOPY 3\n3\nROLLBACK\nafter rollback|0\nBEGIN\nCOPY 3\nCOMMIT\nafter commit|3|6"
+        ),
+        "{text}"
+    );
     Ok(())
 }

@@ -6,20 +6,13 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
+use crate::copy::shown;
 use crate::server::{psql, serve};
 
 type TestResult = Result<(), Box<dyn std::error::Error>>;
 
-fn shown(out: &Output) -> String {
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
-}
-
 /// psql's answer, or its output as the error.
-fn ok(out: Output) -> Result<String, Box<dyn std::error::Error>> {
+pub(crate) fn ok(out: Output) -> Result<String, Box<dyn std::error::Error>> {
     let text = shown(&out);
     if !out.status.success() {
         return Err(text.into());
@@ -28,7 +21,7 @@ fn ok(out: Output) -> Result<String, Box<dyn std::error::Error>> {
 }
 
 /// psql against the PostgreSQL the tests compare with.
-fn postgres(args: &[&str]) -> Result<String, Box<dyn std::error::Error>> {
+pub(crate) fn postgres(args: &[&str]) -> Result<String, Box<dyn std::error::Error>> {
     let conninfo = std::env::var("TABLESQL_TEST_POSTGRES").map_err(|_| {
         "TABLESQL_TEST_POSTGRES is not set: run the tests with ./scripts/test (scripts/postgres starts one)"
     })?;

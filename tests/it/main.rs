@@ -36,6 +36,8 @@ mod server;
 mod shell;
 mod slt;
 mod sql;
+mod terminal;
+mod tools;
 mod wait;
 mod workload;
 mod workload_store;

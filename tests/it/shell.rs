@@ -2,6 +2,7 @@
 //! driven with send-keys; the screen read back with capture-pane and
 //! checked), and non-interactively with `-f` and on stdin.
 
+use crate::terminal::Terminal;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
@@ -205,6 +206,8 @@ fn backslash_copy_moves_files_both_ways() -> TestResult {
     std::fs::write(&input, "k,n\na,1\nb,\n\"c,d\",3\n")?;
     let bad = dir.join("bad.csv");
     std::fs::write(&bad, "e\t5\nf\tnot a number\n")?;
+    let more = dir.join("more.csv");
+    std::fs::write(&more, "x\t7\ny\t8\n")?;
     let out_csv = dir.join("out.csv");
     let regs = dir.join("regs.txt");
     let script = format!(
@@ -219,7 +222,7 @@ fn backslash_copy_moves_files_both_ways() -> TestResult {
          \\set ON_ERROR_STOP off\n\
          \\copy kvs from '{}'\n\
          \\copy nowhere from '{}'\n\
-         BEGIN;\n\\copy kvs from '{}'\nROLLBACK;\n\
+         BEGIN;\n\\copy kvs from '{}'\nSELECT count(*) AS in_block FROM kvs;\nROLLBACK;\n\
          COPY kvs FROM STDIN;\n\
          SELECT count(*) AS rows FROM kvs;\n",
         input.display(),
@@ -227,7 +230,7 @@ fn backslash_copy_moves_files_both_ways() -> TestResult {
         regs.display(),
         bad.display(),
         input.display(),
-        input.display(),
+        more.display(),
     );
     let out = run_with_stdin(tablesql(dir).args(["shell", "--format", "csv"]), &script)?;
     let stdout = String::from_utf8(out.stdout)?;
@@ -256,165 +259,15 @@ fn backslash_copy_moves_files_both_ways() -> TestResult {
         stderr.contains("relation \"nowhere\" does not exist"),
         "{stderr}"
     );
+    // In a block its rows wait for COMMIT, seen by the block's reads
+    // (5) and gone at ROLLBACK (3 at the end).
     assert!(
-        stderr.contains("COPY FROM cannot run inside a transaction block"),
-        "{stderr}"
+        stdout.contains("BEGIN\nCOPY 2\nin_block\n5\nROLLBACK\n"),
+        "{stdout}\n{stderr}"
     );
     assert!(stderr.contains("use \\copy TABLE from 'FILE'"), "{stderr}");
     assert!(stdout.ends_with("rows\n3\n"), "{stdout}");
     Ok(())
-}
-
-/// A tmux server of the test's own (its own socket), killed when dropped.
-struct Terminal {
-    tmux: String,
-    socket: String,
-}
-
-impl Terminal {
-    fn start(
-        command: &[&str],
-        width: u16,
-        height: u16,
-    ) -> Result<Self, Box<dyn std::error::Error>> {
-        let tmux = std::env::var("TABLESQL_TEST_TMUX").map_err(|_| {
-            "TABLESQL_TEST_TMUX is not set: run the tests with ./scripts/test, which installs tmux if \
-             it is missing (scripts/tmux), or set it to the path of tmux"
-        })?;
-        // A socket per terminal: tests run at once in one process.
-        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let socket = format!("tablesql-test-{}-{n}", std::process::id());
-        let t = Self { tmux, socket };
-        let status = t
-            .cmd()
-            .args(["new-session", "-d", "-s", "shell"])
-            .args(["-x", &width.to_string(), "-y", &height.to_string()])
-            .args(command)
-            .status()?;
-        if !status.success() {
-            return Err("tmux new-session failed".into());
-        }
-        Ok(t)
-    }
-
-    fn cmd(&self) -> Command {
-        let mut c = Command::new(&self.tmux);
-        c.args(["-L", &self.socket]);
-        c
-    }
-
-    /// Types text literally. (A `;` ending a tmux argument would end the
-    /// tmux command, so semicolons go as keys of their own.)
-    fn type_text(&self, text: &str) -> TestResult {
-        for (i, part) in text.split(';').enumerate() {
-            if i > 0 {
-                self.keys(&["-H", "3b"])?;
-            }
-            if !part.is_empty() {
-                self.keys(&["-l", part])?;
-            }
-        }
-        Ok(())
-    }
-
-    fn keys(&self, keys: &[&str]) -> TestResult {
-        let status = self
-            .cmd()
-            .args(["send-keys", "-t", "shell"])
-            .args(keys)
-            .status()?;
-        if !status.success() {
-            return Err(format!("send-keys {keys:?} failed").into());
-        }
-        Ok(())
-    }
-
-    fn screen(&self) -> Result<String, Box<dyn std::error::Error>> {
-        let out = self
-            .cmd()
-            .args(["capture-pane", "-p", "-t", "shell"])
-            .output()?;
-        Ok(String::from_utf8(out.stdout)?)
-    }
-
-    /// Waits until the screen shows `text`, for at most `limit`.
-    fn wait_for(&self, text: &str, limit: Duration) -> Result<String, Box<dyn std::error::Error>> {
-        self.wait_screen(limit, &format!("the screen to show {text:?}"), |s| {
-            s.contains(text)
-        })
-    }
-
-    /// Waits until `shows` holds of the screen, for at most `limit`; the
-    /// screen then.
-    fn wait_screen(
-        &self,
-        limit: Duration,
-        what: &str,
-        shows: impl Fn(&str) -> bool,
-    ) -> Result<String, Box<dyn std::error::Error>> {
-        let mut deadline = crate::wait::Deadline::new(limit, what);
-        loop {
-            let screen = self.screen()?;
-            if shows(&screen) {
-                return Ok(screen);
-            }
-            deadline.again(format!("\n{screen}"))?;
-        }
-    }
-
-    /// Clears the screen (Ctrl-L at the prompt), so later checks see only
-    /// what comes next.
-    ///
-    /// Ctrl-L is sent again each second until the screen clears: a key that
-    /// arrives while the line editor starts its prompt is read as the
-    /// terminal's answer to the editor's cursor query and dropped
-    /// (rustyline's `move_cursor_at_leftmost`). The wider that window on a
-    /// loaded machine, the likelier: a CI run failed so with one Ctrl-L.
-    fn clear(&self) -> TestResult {
-        self.keys_until(&["C-l"], "the screen to clear", |screen| {
-            screen.lines().filter(|l| !l.trim().is_empty()).count() <= 1
-        })?;
-        Ok(())
-    }
-
-    /// Sends `keys`, and again each second, until `shows` holds of the
-    /// screen (for at most 30 s): for keys that may be lost, or may come
-    /// before the shell is ready for them, and do no harm sent twice.
-    fn keys_until(
-        &self,
-        keys: &[&str],
-        what: &str,
-        shows: impl Fn(&str) -> bool,
-    ) -> Result<String, Box<dyn std::error::Error>> {
-        let mut deadline = crate::wait::Deadline::new(Duration::from_secs(30), what);
-        let mut sent: Option<Instant> = None;
-        loop {
-            if sent.is_none_or(|at| at.elapsed() > Duration::from_secs(1)) {
-                self.keys(keys)?;
-                sent = Some(Instant::now());
-            }
-            let screen = self.screen()?;
-            if shows(&screen) {
-                return Ok(screen);
-            }
-            deadline.again(format!("\n{screen}"))?;
-        }
-    }
-
-    fn alive(&self) -> bool {
-        self.cmd()
-            .args(["has-session", "-t", "shell"])
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success())
-    }
-}
-
-impl Drop for Terminal {
-    fn drop(&mut self) {
-        let _ = self.cmd().arg("kill-server").stderr(Stdio::null()).status();
-    }
 }
 
 const LONG: &str = "SELECT count(*) FROM registrations a JOIN registrations b ON a.age = b.age \

@@ -148,6 +148,7 @@ pub use crate::exec::stats::advise::PARTITION_TARGET_PER_S;
 pub use crate::exec::stats::workload::PartitionTraffic;
 pub use crate::exec::write::upkeep::IndexHealth;
 pub use crate::planner::identity::{DEFAULT_DATABASE, PG_VERSION, PG_VERSION_NUM};
+pub use crate::planner::parse_ident::parse_ident_udf;
 pub use crate::planner::sql::{Dialect, Respell, SqlParser};
 pub use analyze::Reading;
 pub use apply::Applied;
@@ -355,6 +356,7 @@ impl Engine {
             ctx.register_udf(f);
         }
         ctx.register_udf(crate::planner::pg_functions::pg_typeof_udf());
+        ctx.register_udf(crate::planner::parse_ident::parse_ident_udf());
         let sequences = Arc::new(Sequences::new(store.clone()));
         for f in sequence_functions::udfs(sequences.clone()) {
             ctx.register_udf(f);

@@ -757,8 +757,8 @@ fn global_indexes_in_psql() -> TestResult {
     let shown = text(&out);
     assert!(out.status.success(), "{shown}");
     assert!(shown.contains("day|date||not null|"), "{shown}");
-    // (Without its typmod: pg_attribute does not carry (6,1) yet.)
-    assert!(shown.contains("km|numeric|||"), "{shown}");
+    // With its typmod, from pg_attribute.atttypmod.
+    assert!(shown.contains("km|numeric(6,1)|||"), "{shown}");
     assert!(shown.contains("2024-03-01|5.5"), "{shown}");
     let out = server.psql("", &["-c", "DROP INDEX members_city", "-c", "\\d members"])?;
     let shown = text(&out);

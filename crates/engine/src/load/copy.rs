@@ -15,8 +15,9 @@
 //!   value that does not convert, NULL in a NOT NULL column, a wrong field
 //!   count) stops the copy with its line number; the rows of earlier chunks
 //!   are written, and the error says how many.
-//! - A COPY FROM runs outside a transaction block: it writes as it reads,
-//!   and a block is one entity group transaction.
+//! - A COPY FROM inside a transaction block writes into the block, as an
+//!   INSERT there does: its rows wait for COMMIT (and count against the
+//!   block's limit of writes).
 
 use datafusion::arrow::array::{Array, ArrayRef, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Schema};
@@ -27,7 +28,7 @@ use datafusion::sql::sqlparser::ast::{CopySource, CopyTarget, ObjectName, Statem
 use super::binary::{self, Reader};
 use super::format::{CopyFormat, Scan};
 use super::{CHUNK_ROWS, LineFault, LoadError, LoadMode, Loader};
-use crate::engine::{BlockStatus, EngineError, Session, TableInfo};
+use crate::engine::{EngineError, Session, TableInfo};
 
 /// Why a COPY cannot run, or stopped.
 #[derive(Debug, thiserror::Error)]
@@ -50,11 +51,6 @@ pub enum CopyError {
     /// A column listed twice.
     #[error("column \"{0}\" specified more than once")]
     DuplicateColumn(String),
-    /// A COPY FROM in a transaction block.
-    #[error(
-        "COPY FROM cannot run inside a transaction block: a block holds its writes until COMMIT, and COPY writes as it reads, in transactions of its own (use autocommit)"
-    )]
-    InTransactionBlock,
     /// Finding the table or planning the query failed.
     #[error(transparent)]
     Engine(#[from] EngineError),
@@ -80,7 +76,6 @@ impl CopyError {
             CopyError::UnknownTable(_) => code::UNDEFINED_TABLE,
             CopyError::UnknownColumn { .. } => code::UNDEFINED_COLUMN,
             CopyError::DuplicateColumn(_) => code::DUPLICATE_COLUMN,
-            CopyError::InTransactionBlock => code::ACTIVE_TRANSACTION,
             CopyError::Engine(e) => e.sqlstate(),
             CopyError::Load { source, .. } => source.sqlstate(),
         }
@@ -163,9 +158,10 @@ pub async fn plan(session: &Session, statement: &Statement) -> Result<Copy, Copy
             columns,
         } => (table_name, columns),
     };
-    if !*to && session.status() != BlockStatus::Idle {
-        return Err(CopyError::InTransactionBlock);
-    }
+    // In a transaction block its rows wait in the block's buffer, as an
+    // INSERT's do (the session's writes go through the block's store),
+    // and are written at COMMIT: ADBC's `adbc_ingest` sends CREATE TABLE
+    // and COPY in one block.
     // Tables made or dropped elsewhere since.
     session.follow().await;
     let table = table_of(session, table_name).await?;

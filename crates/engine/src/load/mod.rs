@@ -13,8 +13,7 @@
 //! - `binary`: COPY's binary format, rows in and out as arrays of the
 //!   columns' types, with no text between.
 //! - `copy`: what a COPY statement asks for and its data in and out, for the
-//!   server and the shell alike (COPY FROM outside a transaction block decided
-//!   there).
+//!   server and the shell alike.
 
 pub mod binary;
 pub mod copy;

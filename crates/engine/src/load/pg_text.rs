@@ -1,6 +1,7 @@
 //! Timestamps as PostgreSQL writes them as text (`2011-04-20 15:40:00+00`,
 //! a fraction of a second without its trailing zeros), where COPY, the
-//! shell and `tablesql query` write values as text.
+//! shell, `tablesql query` and the wire server (a result in text) write
+//! values as text.
 //!
 //! Arrow writes `2011-04-20T15:40:00Z`, and a chrono format string given
 //! to its formatter is parsed again for every value: a COPY TO of 1,000,000
@@ -22,16 +23,7 @@ pub fn formatter<'a>(
     array: &'a dyn Array,
     options: &FormatOptions<'a>,
 ) -> Result<ArrayFormatter<'a>, ArrowError> {
-    let zone = match array.data_type() {
-        DataType::Timestamp(TimeUnit::Microsecond, None) => Some(false),
-        DataType::Timestamp(TimeUnit::Microsecond, Some(tz))
-            if ["+00:00", "+00", "UTC", "Z"].contains(&tz.as_ref()) =>
-        {
-            Some(true)
-        }
-        _ => None,
-    };
-    match zone {
+    match timestamp_zone(array.data_type()) {
         Some(zone) => Ok(ArrayFormatter::new(
             Box::new(Timestamps {
                 array: array.as_primitive::<TimestampMicrosecondType>(),
@@ -41,6 +33,20 @@ pub fn formatter<'a>(
             options.safe(),
         )),
         None => ArrayFormatter::try_new(array, options),
+    }
+}
+
+/// For a timestamp type written here, whether it is written with its zone
+/// (`+00`); `None` for any other type.
+pub fn timestamp_zone(data_type: &DataType) -> Option<bool> {
+    match data_type {
+        DataType::Timestamp(TimeUnit::Microsecond, None) => Some(false),
+        DataType::Timestamp(TimeUnit::Microsecond, Some(tz))
+            if ["+00:00", "+00", "UTC", "Z"].contains(&tz.as_ref()) =>
+        {
+            Some(true)
+        }
+        _ => None,
     }
 }
 

@@ -75,6 +75,7 @@ pub mod lookup;
 pub mod output_names;
 pub mod page;
 pub mod parameters;
+pub mod parse_ident;
 pub mod pg_functions;
 pub mod pg_spelling;
 pub mod physical;

@@ -160,10 +160,16 @@ impl ScalarUDFImpl for ExpandArrayItems {
     }
 }
 
+/// The field metadata that marks a list column as one of PostgreSQL's
+/// vector types (`int2vector`, `oidvector`: the wire server's catalog),
+/// whose subscripts start at 0.
+pub const PG_VECTOR_KEY: &str = "tablesql.pg_vector";
+
 /// `tablesql_subscripts(a, dim)`: the list `[1, ..., len]` of `a`'s
 /// subscripts (what `generate_subscripts(a, 1)` becomes, see
-/// `pg_spelling`); empty in any other dimension, as PostgreSQL yields no
-/// row there for a one-dimensional array.
+/// `pg_spelling`), `[0, ..., len - 1]` of a vector's ([`PG_VECTOR_KEY`]);
+/// empty in any other dimension, as PostgreSQL yields no row there for a
+/// one-dimensional array.
 pub fn subscripts_udf() -> ScalarUDF {
     ScalarUDF::new_from_impl(Subscripts {
         signature: Signature::any(2, Volatility::Immutable),
@@ -199,6 +205,10 @@ impl ScalarUDFImpl for Subscripts {
             return exec_err!("generate_subscripts takes an array and a dimension");
         };
         let lists = as_list_array(array)?;
+        let first = match args.arg_fields.first() {
+            Some(f) if f.metadata().contains_key(PG_VECTOR_KEY) => 0,
+            _ => 1,
+        };
         let dims = datafusion::arrow::compute::cast(dims, &DataType::Int64)?;
         let dims = datafusion::common::cast::as_int64_array(&dims)?;
         let mut out = ListBuilder::new(Int32Builder::new());
@@ -209,7 +219,8 @@ impl ScalarUDFImpl for Subscripts {
             }
             if dims.value(i) == 1 {
                 let len = lists.value_length(i);
-                out.values().append_slice(&(1..=len).collect::<Vec<_>>());
+                out.values()
+                    .append_slice(&(first..len + first).collect::<Vec<_>>());
             }
             out.append(true);
         }

@@ -58,6 +58,11 @@ pub trait Dialect: Debug + Send + Sync {
     /// The statements of `text`, which reads the system catalogs, as the
     /// dialect's compatibility parser reads them.
     fn parse_catalog_query(&self, text: &str) -> Result<Vec<Statement>, ParserError>;
+    /// Rewrites for a statement [`Dialect::parse_catalog_query`] read, after
+    /// its output names are taken from the expressions as written.
+    fn catalog(&self) -> Vec<Arc<dyn Respell>> {
+        Vec::new()
+    }
     /// Whether an unqualified `table` is one of the catalog's (PostgreSQL's
     /// search path finds `pg_class` without its schema).
     fn is_catalog_table(&self, table: &str) -> bool;
@@ -133,16 +138,20 @@ impl SqlParser {
             Arc::new(GenerateSubscripts),
             Arc::new(FieldSelection),
         ]);
+        let mut catalog_spelling: Vec<Arc<dyn Respell>> = vec![Arc::new(OutputNames)];
+        if let Some(d) = &dialect {
+            catalog_spelling.extend(d.catalog());
+        }
+        catalog_spelling.extend([
+            Arc::new(LikeEscape) as Arc<dyn Respell>,
+            Arc::new(GenerateSubscripts),
+            Arc::new(ExpandArray),
+            Arc::new(FieldSelection),
+        ]);
         Self {
             dialect,
             spelling,
-            catalog_spelling: vec![
-                Arc::new(OutputNames),
-                Arc::new(LikeEscape),
-                Arc::new(GenerateSubscripts),
-                Arc::new(ExpandArray),
-                Arc::new(FieldSelection),
-            ],
+            catalog_spelling,
         }
     }
 

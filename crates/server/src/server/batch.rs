@@ -11,15 +11,17 @@
 //! written into buffers its rows share; any other batch is arrow-pg's.
 //! Either way a client reads the same bytes (the tests compare them).
 
+use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow_pg::datatypes::encode_recordbatch;
 use bytes::{BufMut, BytesMut};
 use datafusion::arrow::array::{
-    Array, AsArray, BooleanArray, Int16Array, Int32Array, Int64Array, LargeStringArray,
-    RecordBatch, StringArray, StringViewArray,
+    Array, ArrayRef, AsArray, BooleanArray, Int16Array, Int32Array, Int64Array, LargeStringArray,
+    RecordBatch, StringArray, StringBuilder, StringViewArray,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Int16Type, Int32Type, Int64Type};
+use datafusion::arrow::datatypes::{DataType, Field, Int16Type, Int32Type, Int64Type, Schema};
+use datafusion::arrow::util::display::FormatOptions;
 use pgwire::api::Type;
 use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::error::PgWireResult;
@@ -36,10 +38,92 @@ pub fn data_rows(
     fields: Arc<Vec<FieldInfo>>,
     batch: RecordBatch,
 ) -> Box<dyn Iterator<Item = PgWireResult<DataRow>> + Send> {
+    let (fields, batch) = as_written(fields, batch);
     match Rows::of(&fields, &batch) {
         Some(rows) => Box::new(rows),
         None => encode_recordbatch(fields, batch),
     }
+}
+
+/// `fields` and `batch` as written: a column sent in text whose text
+/// arrow-pg would write otherwise than PostgreSQL is made that text here,
+/// and encoded as `text` (the client's description keeps its type):
+/// - a vector (`int2vector`, `oidvector`; text already,
+///   `vectors::wire_batch`): pgwire counts the vector types as arrays and
+///   would quote the text as an array's element (`"1 2"`), which psqlODBC
+///   cannot read as a vector;
+/// - a timestamp: arrow-pg writes `2011-04-20 15:40:00.000000+00`,
+///   PostgreSQL `2011-04-20 15:40:00+00`, as COPY and the shell write it
+///   (`load::pg_text`).
+fn as_written(
+    fields: Arc<Vec<FieldInfo>>,
+    batch: RecordBatch,
+) -> (Arc<Vec<FieldInfo>>, RecordBatch) {
+    let texts: Vec<Option<ArrayRef>> = fields
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, column)| {
+            if f.format() != FieldFormat::Text {
+                None
+            } else if [Type::INT2_VECTOR, Type::OID_VECTOR].contains(f.datatype()) {
+                Some(column.clone())
+            } else {
+                timestamp_text(column)
+            }
+        })
+        .collect();
+    if texts.iter().all(Option::is_none) {
+        return (fields, batch);
+    }
+    let schema = batch.schema();
+    let (mut infos, mut own, mut columns) = (Vec::new(), Vec::new(), Vec::new());
+    for (((info, field), column), text) in fields
+        .iter()
+        .zip(schema.fields())
+        .zip(batch.columns())
+        .zip(texts)
+    {
+        match text {
+            Some(text) => {
+                infos.push(FieldInfo::new(
+                    info.name().to_owned(),
+                    info.table_id(),
+                    info.column_id(),
+                    Type::TEXT,
+                    info.format(),
+                ));
+                own.push(Field::new(field.name(), text.data_type().clone(), true));
+                columns.push(text);
+            }
+            None => {
+                infos.push(info.clone());
+                own.push(field.as_ref().clone());
+                columns.push(column.clone());
+            }
+        }
+    }
+    match RecordBatch::try_new(Arc::new(Schema::new(own)), columns) {
+        Ok(written) => (Arc::new(infos), written),
+        Err(_) => (fields, batch),
+    }
+}
+
+/// A timestamp column as PostgreSQL's text (`load::pg_text`); `None` for
+/// any other column.
+fn timestamp_text(column: &ArrayRef) -> Option<ArrayRef> {
+    crate::load::pg_text::timestamp_zone(column.data_type())?;
+    let options = FormatOptions::default();
+    let formatter = crate::load::pg_text::formatter(column.as_ref(), &options).ok()?;
+    let mut out = StringBuilder::with_capacity(column.len(), column.len() * 24);
+    for i in 0..column.len() {
+        if column.is_null(i) {
+            out.append_null();
+        } else {
+            write!(out, "{}", formatter.value(i)).ok()?;
+            out.append_value("");
+        }
+    }
+    Some(Arc::new(out.finish()))
 }
 
 /// A column typed once, with the format it is sent in.

@@ -19,7 +19,7 @@ use datafusion::execution::SendableRecordBatchStream;
 use datafusion::sql::sqlparser::ast::Statement;
 use futures::StreamExt;
 use pgwire::api::portal::{Format, Portal};
-use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{FieldFormat, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::{ClientInfo, Type};
 use pgwire::error::{PgWireError, PgWireResult};
@@ -448,8 +448,9 @@ fn tag_of_rows(kind: StatementKind) -> Option<&'static str> {
     }
 }
 
-/// The row description of a result (its vector columns as text; in a
-/// query over the system catalogs, lists of int4 as `oid[]`).
+/// The row description of a result (its vector columns as text, typed as
+/// vectors where sent as text; in a query over the system catalogs, lists
+/// of int4 as `oid[]`).
 pub fn result_fields(
     schema: &Schema,
     format: &Format,
@@ -459,18 +460,24 @@ pub fn result_fields(
     let fields = arrow_schema_to_pg_fields(&wire, format, None)?;
     Ok(fields
         .into_iter()
-        .zip(wire.fields())
-        .map(|(info, field)| {
-            if catalog && vectors::is_oid_list(field) {
-                FieldInfo::new(
+        .zip(wire.fields().iter().zip(schema.fields()))
+        .map(|(info, (field, own))| {
+            let described = if catalog && vectors::is_oid_list(field) {
+                Some(Type::OID_ARRAY)
+            } else if info.format() == FieldFormat::Text {
+                vectors::text_type(own)
+            } else {
+                None
+            };
+            match described {
+                Some(t) => FieldInfo::new(
                     info.name().to_owned(),
                     info.table_id(),
                     info.column_id(),
-                    Type::OID_ARRAY,
+                    t,
                     info.format(),
-                )
-            } else {
-                info
+                ),
+                None => info,
             }
         })
         .collect())
@@ -527,13 +534,21 @@ impl QueryParser for Runner {
                 prepared,
                 descriptions,
                 ..
-            } => descriptions
-                .of(
+            } => {
+                let fields = descriptions.of(
                     &prepared.schema(),
                     format.unwrap_or(&Format::UnifiedText),
                     stmt.catalog,
-                )
-                .map(|fields| fields.as_ref().clone()),
+                )?;
+                let mut fields = fields.as_ref().clone();
+                // A statement's Describe comes before its results' format
+                // is chosen: a vector stays `text`, as binary sends it.
+                // Told `int2vector`, asyncpg would ask for a binary array.
+                if format.is_none() {
+                    fields = fields.into_iter().map(vectors::described_as_text).collect();
+                }
+                Ok(fields)
+            }
             Kind::Command(statement) => super::command::result_fields(statement),
         }
     }

@@ -13,8 +13,9 @@
 use std::sync::{Arc, Mutex};
 
 use datafusion::arrow::datatypes::SchemaRef;
+use pgwire::api::Type;
 use pgwire::api::portal::Format;
-use pgwire::api::results::{DataRowEncoder, FieldInfo};
+use pgwire::api::results::{DataRowEncoder, FieldFormat, FieldInfo};
 use pgwire::error::PgWireResult;
 use pgwire::messages::data::DataRow;
 
@@ -51,6 +52,15 @@ fn encode(encoder: &mut DataRowEncoder, cell: Cell<'_>, field: &FieldInfo) -> Pg
         Cell::Double(v) => put(&v),
         Cell::Text(v) => put(&v),
         Cell::Boolean(v) => put(&v),
+        // In text as PostgreSQL writes it, as a batch's are
+        // (`batch::as_written`).
+        Cell::Timestamp(micros) if field.format() == FieldFormat::Text => {
+            let mut text = String::with_capacity(24);
+            let zone = *field.datatype() != Type::TIMESTAMP;
+            crate::load::pg_text::write_timestamp(micros, zone, &mut text)
+                .map_err(|e| internal(e.to_string()))?;
+            put(&text)
+        }
         // As arrow-pg reads a timestamp column in "+00:00": the instant at
         // offset zero (none where chrono cannot hold it).
         Cell::Timestamp(micros) => {
@@ -129,7 +139,6 @@ impl Descriptions {
 mod tests {
     use std::sync::Arc;
 
-    use arrow_pg::datatypes::encode_recordbatch;
     use datafusion::common::ParamValues;
     use datafusion::scalar::ScalarValue;
     use pgwire::api::portal::Format;
@@ -193,7 +202,7 @@ mod tests {
                     );
                     let want: Vec<_> = batches
                         .iter()
-                        .flat_map(|b| encode_recordbatch(fields.clone(), b.clone()))
+                        .flat_map(|b| super::super::batch::data_rows(fields.clone(), b.clone()))
                         .map(|r| r.expect("encoded").data)
                         .collect();
                     let got: Vec<_> = row

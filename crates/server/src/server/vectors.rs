@@ -7,6 +7,12 @@
 //! arrow-pg knows no vector type, so a catalog column declares itself one
 //! in its field's metadata, and a result column that still carries the
 //! mark is turned to text before it is encoded.
+//!
+//! A vector's subscripts start at 0 (`indkey[0]` is an index's first
+//! column, psqlODBC's primary-key query reads `indkey[ia.attnum - 1]`),
+//! where an array's and a list's start at 1: [`VectorSubscripts`], asked
+//! as each subscript is planned, adds 1 to a subscript of a marked column,
+//! and `generate_subscripts` of one counts from 0 (`pg_functions`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,13 +21,17 @@ use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringBuilder};
 use datafusion::arrow::compute::cast;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::cast::{as_list_array, as_string_array};
+use datafusion::common::{DFSchema, ExprSchema};
 use datafusion::error::Result;
+use datafusion::logical_expr::planner::{ExprPlanner, PlannerResult, RawFieldAccessExpr};
+use datafusion::logical_expr::{Expr, GetFieldAccess, lit};
+use pgwire::api::results::FieldInfo;
 
 /// datafusion-pg-catalog's mark of an oid column (arrow-pg's contract).
 const OID_ALIAS_KEY: &str = "pg.oid_alias";
 
 /// The field metadata naming a list column's PostgreSQL vector type.
-const VECTOR_KEY: &str = "tablesql.pg_vector";
+const VECTOR_KEY: &str = tablesql_engine::planner::pg_functions::PG_VECTOR_KEY;
 
 /// A list field of `item`s that PostgreSQL calls `vector_type`
 /// (`int2vector`, `oidvector`).
@@ -35,6 +45,70 @@ pub fn vector_field(name: &str, item: DataType, vector_type: &str) -> Field {
         VECTOR_KEY.to_owned(),
         vector_type.to_owned(),
     )]))
+}
+
+/// The expression planner of the module doc.
+#[derive(Debug, Default)]
+pub struct VectorSubscripts;
+
+impl ExprPlanner for VectorSubscripts {
+    fn plan_field_access(
+        &self,
+        expr: RawFieldAccessExpr,
+        schema: &DFSchema,
+    ) -> Result<PlannerResult<RawFieldAccessExpr>> {
+        let RawFieldAccessExpr { field_access, expr } = expr;
+        let field_access = match field_access {
+            GetFieldAccess::ListIndex { key }
+                if matches!(&expr, Expr::Column(c)
+                    if schema.field_from_column(c).is_ok_and(|f| is_vector(f))) =>
+            {
+                GetFieldAccess::ListIndex {
+                    key: Box::new(*key + lit(1i64)),
+                }
+            }
+            other => other,
+        };
+        Ok(PlannerResult::Original(RawFieldAccessExpr {
+            field_access,
+            expr,
+        }))
+    }
+}
+
+/// The PostgreSQL type a vector column is described as, where its text
+/// is sent: psqlODBC reads `indkey` into an array of shorts only when the
+/// column is an `int2vector` (its default C type), and as text it took the
+/// characters for numbers. In binary a column stays `text`: the binary form
+/// of a vector is an array's, which is not what is sent.
+pub fn text_type(field: &Field) -> Option<pgwire::api::Type> {
+    if !is_vector(field) {
+        return None;
+    }
+    match field.metadata().get(VECTOR_KEY).map(String::as_str) {
+        Some("int2vector") => Some(pgwire::api::Type::INT2_VECTOR),
+        Some("oidvector") => Some(pgwire::api::Type::OID_VECTOR),
+        _ => None,
+    }
+}
+
+/// `info` as `text` where [`text_type`] made it a vector.
+pub fn described_as_text(info: FieldInfo) -> FieldInfo {
+    if ![
+        pgwire::api::Type::INT2_VECTOR,
+        pgwire::api::Type::OID_VECTOR,
+    ]
+    .contains(info.datatype())
+    {
+        return info;
+    }
+    FieldInfo::new(
+        info.name().to_owned(),
+        info.table_id(),
+        info.column_id(),
+        pgwire::api::Type::TEXT,
+        info.format(),
+    )
 }
 
 fn is_vector(field: &Field) -> bool {

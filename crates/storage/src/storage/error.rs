@@ -162,7 +162,7 @@ pub enum TransactionScope {
     },
     /// More writes than a block holds (`MAX_BLOCK_WRITES`).
     #[error(
-        "the transaction block would write more than {limit} entities, which it holds in memory until COMMIT: write so much in autocommit or with COPY"
+        "the transaction block would write more than {limit} entities, which it holds in memory until COMMIT: write so much in autocommit, or with COPY outside a block"
     )]
     TooLarge {
         /// The most a block writes.

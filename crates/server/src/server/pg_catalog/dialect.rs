@@ -77,6 +77,7 @@ impl Dialect for PgDialect {
             Arc::new(Pg(StripCallableQualifier)),
             Arc::new(Pg(CurrentUserVariableToSessionUserFunctionCall)),
             Arc::new(Pg(RewritePgCatalogOperator)),
+            Arc::new(super::regtype::RegtypeText),
         ]
     }
 
@@ -94,6 +95,10 @@ impl Dialect for PgDialect {
             .into_iter()
             .map(|s| OwnViews.rewrite(s))
             .collect())
+    }
+
+    fn catalog(&self) -> Vec<Arc<dyn Respell>> {
+        vec![Arc::new(super::regtype::RegtypeText)]
     }
 
     fn is_catalog_table(&self, table: &str) -> bool {

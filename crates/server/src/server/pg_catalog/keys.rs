@@ -4,10 +4,8 @@
 //! `_pg_expandarray` read them; see `server::vectors`), with a row per index and per primary key
 //! of the tables tablesql serves.
 //!
-//! One difference: PostgreSQL counts an `int2vector`'s subscripts from 0,
-//! a list's count from 1, so `indkey[0]` is NULL here. pgJDBC reads
-//! `indoption[n - 1]`, which gives the same answer only because every
-//! `indoption` here is 0 (ascending).
+//! A vector's subscripts count from 0, as PostgreSQL's (`indkey[0]` is the
+//! first column; `server::vectors::VectorSubscripts`).
 //!
 //! datafusion-pg-catalog ships both as static copies of a PostgreSQL
 //! install: rows for system catalogs whose oids its own `pg_class` never

@@ -14,6 +14,10 @@
 //! - `pg_get_indexdef`, `pg_get_constraintdef`, `pg_get_serial_sequence`,
 //!   `to_regtype`, `pg_get_function_result`, and, in the planner,
 //!   `like_escape` (`LIKE ... ESCAPE`) and `_pg_expandarray`;
+//! - `pg_proc`'s argument columns as arrays (`procs.rs`), and a
+//!   `regtype` cast to text as the type's name (`regtype.rs`);
+//! - `pg_attribute`'s NUMERIC type modifiers and index columns
+//!   (`attributes.rs`);
 //! - a regproc column (kept as the function's name) compared with 0
 //!   (`regproc.rs`), as ADBC's driver asks at connect.
 
@@ -36,10 +40,13 @@ use datafusion_pg_catalog::pg_catalog::{PgCatalogSchemaProvider, PgCatalogStatic
 
 use crate::engine::TableInfo;
 
+mod attributes;
 mod dialect;
 mod functions;
 mod keys;
+mod procs;
 mod regproc;
+mod regtype;
 mod relations;
 mod settings;
 
@@ -53,6 +60,9 @@ const CATALOG: &str = "datafusion";
 /// which every session copies.
 pub async fn install(ctx: &SessionContext) -> Result<()> {
     datafusion_pg_catalog::setup_pg_catalog(ctx, CATALOG, EmptyContextProvider).map_err(|e| *e)?;
+    // The engine's, which datafusion-pg-catalog's replaced: it reads
+    // `"public" . "t"` as PostgreSQL does (its `regclass` lookups use it).
+    ctx.register_udf(crate::engine::parse_ident_udf());
     let Some(catalog) = ctx.catalog(CATALOG) else {
         return Err(DataFusionError::Internal(format!("no catalog {CATALOG}")));
     };
@@ -71,7 +81,22 @@ pub async fn install(ctx: &SessionContext) -> Result<()> {
         Some(t) => t.schema(),
         None => return Err(DataFusionError::Internal("no pg_settings".into())),
     };
+    let attribute = match inner.table("pg_attribute").await? {
+        Some(t) => t.schema(),
+        None => return Err(DataFusionError::Internal("no pg_attribute".into())),
+    };
     let types = Arc::new(type_oids(ctx).await?);
+    let type_names = Arc::new(type_names(ctx).await?);
+    let procs = match inner.table("pg_proc").await? {
+        Some(t) => {
+            let state = ctx.state();
+            let plan = t.scan(&state, None, &[], None).await?;
+            let all = collect(plan, state.task_ctx()).await?;
+            let all = datafusion::arrow::compute::concat_batches(&t.schema(), &all)?;
+            procs::typed(&all)?
+        }
+        None => return Err(DataFusionError::Internal("no pg_proc".into())),
+    };
     let results = Arc::new(function_results(ctx).await?);
     let shared = Arc::new(Shared {
         inner,
@@ -79,16 +104,35 @@ pub async fn install(ctx: &SessionContext) -> Result<()> {
         known: Arc::default(),
         class,
         settings,
+        attribute,
+        procs,
     });
     for udf in functions::udfs(&shared.known, &types, &results) {
         ctx.register_udf(udf);
     }
+    ctx.register_udf(datafusion::logical_expr::ScalarUDF::new_from_impl(
+        regtype::RegtypeOut::new(type_names),
+    ));
     catalog.register_schema("pg_catalog", Arc::new(PgCatalog { shared }))?;
     {
         use datafusion::execution::FunctionRegistry as _;
         let state = ctx.state_ref();
         let mut state = state.write();
         state.register_expr_planner(Arc::new(regproc::RegprocZero))?;
+    }
+    {
+        // First among the planners: DataFusion's own plans every subscript
+        // and asks no planner after it (`register_expr_planner` appends).
+        use datafusion::execution::session_state::SessionStateBuilder;
+        use datafusion::logical_expr::planner::ExprPlanner;
+        let state = ctx.state_ref();
+        let existing = state.read().clone();
+        let mut planners: Vec<Arc<dyn ExprPlanner>> =
+            vec![Arc::new(crate::server::vectors::VectorSubscripts)];
+        planners.extend(existing.expr_planners().iter().cloned());
+        *state.write() = SessionStateBuilder::new_from_existing(existing)
+            .with_expr_planners(planners)
+            .build();
     }
     Ok(())
 }
@@ -197,6 +241,61 @@ async fn type_oids(ctx: &SessionContext) -> Result<HashMap<String, i32>> {
     Ok(out)
 }
 
+/// `pg_type`'s oids to the names a `regtype` prints (static):
+/// `format_type`'s (`integer`, `text[]`); for a type it does not know (it
+/// says `oid(N)`), the type's own name, an array's as its element's with
+/// `[]` (`aclitem[]`), quoted where PostgreSQL's `format_type` quotes it
+/// (`"any"`, a keyword).
+async fn type_names(ctx: &SessionContext) -> Result<HashMap<i32, String>> {
+    let batches = ctx
+        .sql("SELECT oid, format_type(oid, NULL), typname, typelem FROM pg_catalog.pg_type")
+        .await?
+        .collect()
+        .await?;
+    let mut known = HashMap::new();
+    let mut others = Vec::new();
+    for b in &batches {
+        let (Some(oids), Some(formatted), Some(names), Some(elements)) = (
+            b.column(0).as_primitive_opt::<Int32Type>(),
+            b.column(1).as_string_opt::<i32>(),
+            b.column(2).as_string_opt::<i32>(),
+            b.column(3).as_primitive_opt::<Int32Type>(),
+        ) else {
+            return Err(DataFusionError::Internal(
+                "pg_type: unexpected types".into(),
+            ));
+        };
+        for i in 0..b.num_rows() {
+            if formatted.is_valid(i) && !formatted.value(i).starts_with("oid(") {
+                known.insert(oids.value(i), formatted.value(i).to_owned());
+            } else {
+                others.push((oids.value(i), names.value(i).to_owned(), elements.value(i)));
+            }
+        }
+    }
+    let own = |name: &str| match name {
+        "any" => "\"any\"".to_owned(),
+        other => other.to_owned(),
+    };
+    let mut out = known.clone();
+    for (oid, name, element) in &others {
+        let array_of = name.strip_prefix('_').and_then(|_| {
+            known.get(element).cloned().or_else(|| {
+                others
+                    .iter()
+                    .find(|(o, ..)| o == element)
+                    .map(|(_, n, _)| own(n))
+            })
+        });
+        let shown = match array_of {
+            Some(element) => format!("{element}[]"),
+            None => own(name),
+        };
+        out.insert(*oid, shown);
+    }
+    Ok(out)
+}
+
 /// `pg_proc`'s functions to their result types as PostgreSQL prints them
 /// (static), for `pg_get_function_result`.
 async fn function_results(ctx: &SessionContext) -> Result<HashMap<i32, String>> {
@@ -238,6 +337,10 @@ struct Shared {
     class: SchemaRef,
     /// datafusion-pg-catalog's `pg_settings`.
     settings: SchemaRef,
+    /// datafusion-pg-catalog's `pg_attribute`.
+    attribute: SchemaRef,
+    /// `pg_proc`, typed (static).
+    procs: RecordBatch,
 }
 
 impl Shared {
@@ -264,6 +367,46 @@ impl Shared {
         let relations = self.known.update(&class, &namespaces, &tables)?;
         Ok((class, relations))
     }
+
+    /// The columns of each table that `pg_attribute` (`theirs`) gives a
+    /// NUMERIC column, by the table's oid: the precision and scale that
+    /// its `atttypmod` tells are in the table's schema only.
+    async fn numeric_tables(
+        &self,
+        theirs: &[RecordBatch],
+        relations: &relations::Relations,
+    ) -> Result<HashMap<i32, SchemaRef>> {
+        const NUMERIC: i32 = 1700;
+        let mut oids = std::collections::BTreeSet::new();
+        for b in theirs {
+            let (Some(relids), Some(types)) = (
+                b.column_by_name("attrelid")
+                    .and_then(|c| c.as_primitive_opt::<Int32Type>()),
+                b.column_by_name("atttypid")
+                    .and_then(|c| c.as_primitive_opt::<Int32Type>()),
+            ) else {
+                return Err(DataFusionError::Internal(
+                    "pg_attribute: unexpected types".into(),
+                ));
+            };
+            oids.extend(
+                (0..b.num_rows())
+                    .filter(|&i| types.value(i) == NUMERIC)
+                    .map(|i| relids.value(i)),
+            );
+        }
+        let columns = OwnColumns(self.catalogs.clone());
+        let mut out = HashMap::new();
+        for oid in oids {
+            let Some(r) = relations.tables.get(&oid) else {
+                continue;
+            };
+            if let Some(schema) = columns.table_schema(CATALOG, &r.schema, &r.name).await? {
+                out.insert(oid, schema);
+            }
+        }
+        Ok(out)
+    }
 }
 
 #[derive(Debug)]
@@ -286,6 +429,8 @@ impl SchemaProvider for PgCatalog {
             "pg_index" => Kind::Index,
             "pg_constraint" => Kind::Constraint,
             "pg_indexes" => Kind::Indexes,
+            "pg_attribute" => Kind::Attribute,
+            "pg_proc" => Kind::Proc,
             _ => return self.shared.inner.table(name).await,
         };
         Ok(Some(Arc::new(CatalogTable {
@@ -306,6 +451,8 @@ enum Kind {
     Index,
     Constraint,
     Indexes,
+    Attribute,
+    Proc,
 }
 
 /// A catalog table computed afresh at each scan.
@@ -324,6 +471,8 @@ impl TableProvider for CatalogTable {
             Kind::Index => keys::pg_index_schema(),
             Kind::Constraint => keys::pg_constraint_schema(),
             Kind::Indexes => keys::pg_indexes_schema(),
+            Kind::Attribute => self.shared.attribute.clone(),
+            Kind::Proc => self.shared.procs.schema(),
         }
     }
 
@@ -350,6 +499,13 @@ impl TableProvider for CatalogTable {
             Kind::Index => keys::pg_index(&self.shared.read(state).await?.1)?,
             Kind::Constraint => keys::pg_constraint(&self.shared.read(state).await?.1)?,
             Kind::Indexes => keys::pg_indexes(&self.shared.read(state).await?.1)?,
+            Kind::Attribute => {
+                let theirs = self.shared.scan_inner("pg_attribute", state).await?;
+                let relations = self.shared.read(state).await?.1;
+                let tables = self.shared.numeric_tables(&theirs, &relations).await?;
+                attributes::pg_attribute(&self.shared.attribute, &theirs, &relations, &tables)?
+            }
+            Kind::Proc => self.shared.procs.clone(),
         };
         let exec =
             MemorySourceConfig::try_new_exec(&[vec![batch]], self.schema(), projection.cloned())?;

@@ -53,9 +53,10 @@ impl ExprPlanner for RegprocZero {
         } = expr;
         if matches!(op, BinaryOperator::Eq | BinaryOperator::NotEq) {
             let none = || Expr::Literal(ScalarValue::Utf8(Some("-".to_owned())), None);
-            if regproc_name(&left, schema) && zero(&right) {
+            // The literal first: the field lookup runs only beside a 0.
+            if zero(&right) && regproc_name(&left, schema) {
                 right = none();
-            } else if regproc_name(&right, schema) && zero(&left) {
+            } else if zero(&left) && regproc_name(&right, schema) {
                 left = none();
             }
         }

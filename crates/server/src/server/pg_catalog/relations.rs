@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError, RwLock};
 
-use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray, BooleanArray, Int32Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
 use datafusion::common::{DataFusionError, ScalarValue};
 use datafusion::error::Result;
@@ -246,13 +246,13 @@ fn relations_of(
     Ok(out)
 }
 
-fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Arc<dyn Array>> {
+pub(super) fn column<'a>(batch: &'a RecordBatch, name: &str) -> Result<&'a Arc<dyn Array>> {
     batch
         .column_by_name(name)
         .ok_or_else(|| DataFusionError::Internal(format!("pg_catalog: no column {name}")))
 }
 
-fn int32_column<'a>(
+pub(super) fn int32_column<'a>(
     batch: &'a RecordBatch,
     name: &str,
 ) -> Result<&'a datafusion::arrow::array::PrimitiveArray<Int32Type>> {
@@ -329,10 +329,15 @@ pub fn pg_class(
         let has_index: BooleanArray = (0..batch.num_rows())
             .map(|i| Some(relations.indexes.iter().any(|ix| ix.table == oids.value(i))))
             .collect();
+        // No table here is stored in pages: 0, as PostgreSQL says of a
+        // table it has not measured. datafusion-pg-catalog's 1 made
+        // DuckDB split its scans by `ctid` page ranges.
+        let pages: Arc<dyn Array> = Arc::new(Int32Array::from(vec![0; batch.num_rows()]));
         let mut columns = Vec::with_capacity(schema.fields().len());
         for field in schema.fields() {
             columns.push(match field.name().as_str() {
                 "relhasindex" => Arc::new(has_index.clone()) as Arc<dyn Array>,
+                "relpages" => pages.clone(),
                 name => match batch.column_by_name(name) {
                     Some(c) => c.clone(),
                     None => datafusion::arrow::array::new_null_array(
