@@ -263,8 +263,8 @@ fn catalog_columns_read_as_postgresqls() -> TestResult {
 
 /// Timestamps in a text result as PostgreSQL writes them (`2020-01-01
 /// 10:10:00+00`, a fraction without its trailing zeros), whether the rows
-/// come from a scan, a point read or a computed value: connectorx's CSV
-/// mode, pandas and BI tools parse this text.
+/// come from a scan, a point read or a computed value, and cast to text in
+/// SQL: connectorx's CSV mode, pandas and BI tools parse this text.
 #[test]
 fn timestamps_read_as_postgresql_writes_them() -> TestResult {
     let server = serve(1000, &[])?;
@@ -280,6 +280,12 @@ fn timestamps_read_as_postgresql_writes_them() -> TestResult {
         format!(
             "SELECT max(ts), min(ts) + interval '1.5 seconds', CAST(NULL AS TIMESTAMPTZ) FROM {table}"
         ),
+        "-c".to_owned(),
+        format!(
+            "SELECT ts::text, CAST(ts AS VARCHAR), 'at ' || ts FROM {table} WHERE id = 10 AND k = 'b'"
+        ),
+        "-c".to_owned(),
+        format!("SELECT count(*) FROM {table} WHERE ts::text LIKE '2020-01-02 %'"),
     ];
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
     let theirs = postgres(&args);

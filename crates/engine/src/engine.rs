@@ -308,6 +308,9 @@ impl Engine {
             .with_analyzer_rule(Arc::new(CorrelatedNotIn))
             .with_analyzer_rule(Arc::new(AggregateScalarSubqueries::default()))
             .with_analyzer_rule(Arc::new(RefuseUnrunnableSubqueries))
+            .with_analyzer_rule(Arc::new(
+                crate::planner::timestamp_text::TimestampText::default(),
+            ))
             .with_optimizer_rules(optimizer_rules())
             .with_optimizer_rule(Arc::new(EmptyDml))
             .build();

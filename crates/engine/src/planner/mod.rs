@@ -91,6 +91,7 @@ pub(crate) mod simple_scan;
 pub mod sql;
 pub mod subquery;
 pub mod subquery_rules;
+pub mod timestamp_text;
 pub mod undefined;
 pub mod upsert;
 pub mod wildcard;
