@@ -12,7 +12,7 @@
 
 use std::fmt::Write;
 
-use datafusion::arrow::array::{Array, AsArray, PrimitiveArray};
+use datafusion::arrow::array::{Array, AsArray, PrimitiveArray, StringArray, StringBuilder};
 use datafusion::arrow::datatypes::{DataType, TimeUnit, TimestampMicrosecondType};
 use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::util::display::{ArrayFormatter, DisplayIndex, FormatOptions, FormatResult};
@@ -48,6 +48,24 @@ pub fn timestamp_zone(data_type: &DataType) -> Option<bool> {
         }
         _ => None,
     }
+}
+
+/// A timestamp column written here ([`timestamp_zone`]) as a column of its
+/// text (the wire server's results, `ts::text`); `None` for any other.
+pub fn timestamp_strings(array: &dyn Array) -> Option<StringArray> {
+    let zone = timestamp_zone(array.data_type())?;
+    let stamps = array.as_primitive_opt::<TimestampMicrosecondType>()?;
+    let mut out = StringBuilder::with_capacity(stamps.len(), stamps.len() * 24);
+    for stamp in stamps {
+        match stamp {
+            Some(micros) => {
+                write_timestamp(micros, zone, &mut out).ok()?;
+                out.append_value("");
+            }
+            None => out.append_null(),
+        }
+    }
+    Some(out.finish())
 }
 
 struct Timestamps<'a> {

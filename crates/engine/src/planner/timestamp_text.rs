@@ -10,9 +10,8 @@
 
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, ArrayRef, StringBuilder};
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::{DataType, TimeUnit};
-use datafusion::arrow::util::display::FormatOptions;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::Transformed;
 use datafusion::common::{DFSchema, exec_err};
@@ -25,7 +24,7 @@ use datafusion::logical_expr::{
 use datafusion::optimizer::AnalyzerRule;
 
 use super::rewrite::rewrite_named;
-use crate::load::pg_text::{formatter, timestamp_zone};
+use crate::load::pg_text::{timestamp_strings, timestamp_zone};
 
 /// The function a timestamp's cast to text becomes.
 pub const PG_TIMESTAMP_TEXT: &str = "tablesql_timestamp_text";
@@ -121,21 +120,10 @@ impl ScalarUDFImpl for TimestampTextUdf {
         let Some(stamps) = arrays.first() else {
             return exec_err!("{PG_TIMESTAMP_TEXT} takes a timestamp");
         };
-        let options = FormatOptions::default();
-        let shown = formatter(stamps.as_ref(), &options)?;
-        let mut out = StringBuilder::with_capacity(stamps.len(), stamps.len() * 24);
-        for i in 0..stamps.len() {
-            if stamps.is_null(i) {
-                out.append_null();
-            } else {
-                use std::fmt::Write as _;
-                if write!(out, "{}", shown.value(i)).is_err() {
-                    return exec_err!("a timestamp that cannot be written as text");
-                }
-                out.append_value("");
-            }
-        }
-        let out: ArrayRef = Arc::new(out.finish());
+        let Some(out) = timestamp_strings(stamps.as_ref()) else {
+            return exec_err!("{PG_TIMESTAMP_TEXT} takes a timestamp in UTC or without a zone");
+        };
+        let out: ArrayRef = Arc::new(out);
         Ok(ColumnarValue::Array(out))
     }
 }

@@ -11,17 +11,15 @@
 //! written into buffers its rows share; any other batch is arrow-pg's.
 //! Either way a client reads the same bytes (the tests compare them).
 
-use std::fmt::Write as _;
 use std::sync::Arc;
 
 use arrow_pg::datatypes::encode_recordbatch;
 use bytes::{BufMut, BytesMut};
 use datafusion::arrow::array::{
     Array, ArrayRef, AsArray, BooleanArray, Int16Array, Int32Array, Int64Array, LargeStringArray,
-    RecordBatch, StringArray, StringBuilder, StringViewArray,
+    RecordBatch, StringArray, StringViewArray,
 };
 use datafusion::arrow::datatypes::{DataType, Field, Int16Type, Int32Type, Int64Type, Schema};
-use datafusion::arrow::util::display::FormatOptions;
 use pgwire::api::Type;
 use pgwire::api::results::{FieldFormat, FieldInfo};
 use pgwire::error::PgWireResult;
@@ -111,19 +109,8 @@ fn as_written(
 /// A timestamp column as PostgreSQL's text (`load::pg_text`); `None` for
 /// any other column.
 fn timestamp_text(column: &ArrayRef) -> Option<ArrayRef> {
-    crate::load::pg_text::timestamp_zone(column.data_type())?;
-    let options = FormatOptions::default();
-    let formatter = crate::load::pg_text::formatter(column.as_ref(), &options).ok()?;
-    let mut out = StringBuilder::with_capacity(column.len(), column.len() * 24);
-    for i in 0..column.len() {
-        if column.is_null(i) {
-            out.append_null();
-        } else {
-            write!(out, "{}", formatter.value(i)).ok()?;
-            out.append_value("");
-        }
-    }
-    Some(Arc::new(out.finish()))
+    let text = crate::load::pg_text::timestamp_strings(column.as_ref())?;
+    Some(Arc::new(text))
 }
 
 /// A column typed once, with the format it is sent in.

@@ -85,8 +85,8 @@ pub async fn install(ctx: &SessionContext) -> Result<()> {
         Some(t) => t.schema(),
         None => return Err(DataFusionError::Internal("no pg_attribute".into())),
     };
-    let types = Arc::new(type_oids(ctx).await?);
-    let type_names = Arc::new(type_names(ctx).await?);
+    let (types, type_names) = type_maps(ctx).await?;
+    let (types, type_names) = (Arc::new(types), Arc::new(type_names));
     let procs = match inner.table("pg_proc").await? {
         Some(t) => {
             let state = ctx.state();
@@ -217,41 +217,19 @@ impl CatalogInfo for OwnColumns {
     }
 }
 
-/// `pg_type`'s names to oids (static), for `to_regtype`.
-async fn type_oids(ctx: &SessionContext) -> Result<HashMap<String, i32>> {
-    let batches = ctx
-        .sql("SELECT typname, oid FROM pg_catalog.pg_type")
-        .await?
-        .collect()
-        .await?;
-    let mut out = HashMap::new();
-    for b in &batches {
-        let (Some(names), Some(oids)) = (
-            b.column(0).as_string_opt::<i32>(),
-            b.column(1).as_primitive_opt::<Int32Type>(),
-        ) else {
-            return Err(DataFusionError::Internal(
-                "pg_type: unexpected types".into(),
-            ));
-        };
-        for i in 0..b.num_rows() {
-            out.insert(names.value(i).to_owned(), oids.value(i));
-        }
-    }
-    Ok(out)
-}
-
-/// `pg_type`'s oids to the names a `regtype` prints (static):
+/// `pg_type`'s names to oids, for `to_regtype`, and its oids to the names
+/// a `regtype` prints (static), from one read:
 /// `format_type`'s (`integer`, `text[]`); for a type it does not know (it
 /// says `oid(N)`), the type's own name, an array's as its element's with
 /// `[]` (`aclitem[]`), quoted where PostgreSQL's `format_type` quotes it
 /// (`"any"`, a keyword).
-async fn type_names(ctx: &SessionContext) -> Result<HashMap<i32, String>> {
+async fn type_maps(ctx: &SessionContext) -> Result<(HashMap<String, i32>, HashMap<i32, String>)> {
     let batches = ctx
         .sql("SELECT oid, format_type(oid, NULL), typname, typelem FROM pg_catalog.pg_type")
         .await?
         .collect()
         .await?;
+    let mut oids_by_name = HashMap::new();
     let mut known = HashMap::new();
     let mut others = Vec::new();
     for b in &batches {
@@ -266,6 +244,7 @@ async fn type_names(ctx: &SessionContext) -> Result<HashMap<i32, String>> {
             ));
         };
         for i in 0..b.num_rows() {
+            oids_by_name.insert(names.value(i).to_owned(), oids.value(i));
             if formatted.is_valid(i) && !formatted.value(i).starts_with("oid(") {
                 known.insert(oids.value(i), formatted.value(i).to_owned());
             } else {
@@ -293,7 +272,7 @@ async fn type_names(ctx: &SessionContext) -> Result<HashMap<i32, String>> {
         };
         out.insert(*oid, shown);
     }
-    Ok(out)
+    Ok((oids_by_name, out))
 }
 
 /// `pg_proc`'s functions to their result types as PostgreSQL prints them
