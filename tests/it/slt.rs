@@ -132,8 +132,10 @@ async fn run_file(name: &str) {
     let file = slt_dir().join(name);
     let engine = demo_engine(SLT_ROWS).await;
     let mut runner = sqllogictest::Runner::new(move || {
-        let engine = engine.clone();
-        async move { Ok::<_, EngineError>(Db(engine)) }
+        // A session of its own for each connection a file names
+        // (`connection other`), over one engine's tables.
+        let session = engine.engine().session();
+        async move { Ok::<_, EngineError>(Db(session)) }
     });
     runner.with_validator(validator);
     if std::env::var_os("TABLESQL_SLT_COMPLETE").is_some() {
@@ -204,6 +206,7 @@ slt_files!(
     sequences,
     subqueries,
     transactions,
+    transactional_ddl,
     typed_indexes,
     upserts,
     writes,

@@ -15,10 +15,15 @@
 //!   `pg_attribute` rows of the index), SQLStatistics (`indkey` described
 //!   as an `int2vector`), a bound parameter, commit, rollback, and a failed
 //!   statement inside a transaction.
+//! - dbt-core 1.11 with dbt-postgres 1.11.0 (`dbt_project.py` over the
+//!   project in `tests/clients/dbt`): seeds, a table, a view and an
+//!   incremental model run twice, a snapshot twice, `dbt test` and `dbt
+//!   docs generate`, each materialization in the blocks dbt sends (CREATE
+//!   TABLE AS, renames and drops in one block, temporary tables).
 //! - The catalog queries behind them, statement by statement.
 //!
-//! The clients are installed by `scripts/python-env` (PyPI) and
-//! `scripts/debian-packages` (psqlODBC, unixODBC).
+//! The clients are installed by `scripts/python-env` and `scripts/dbt-env`
+//! (PyPI) and `scripts/debian-packages` (psqlODBC, unixODBC).
 
 use std::process::Command;
 use std::time::Duration;
@@ -297,5 +302,47 @@ fn timestamps_read_as_postgresql_writes_them() -> TestResult {
         "{theirs}"
     );
     assert_eq!(ours, theirs, "tablesql, then PostgreSQL 15");
+    Ok(())
+}
+
+/// dbt over the project, as `dbt_project.py` reports it: the last line of
+/// its output (dbt prints its progress before).
+fn dbt(conninfo: &str, schema: &str) -> Result<Value, Box<dyn std::error::Error>> {
+    let mut command = Command::new(env("TABLESQL_TEST_DBT_PYTHON")?);
+    command.args([&client_file("dbt_project.py"), conninfo, schema]);
+    let out = run(command)?;
+    let last = out.lines().last().unwrap_or_default();
+    Ok(serde_json::from_str(last).map_err(|e| format!("{e}: {out}"))?)
+}
+
+#[test]
+fn dbt_builds_tests_and_documents_a_project_as_over_postgresql() -> TestResult {
+    let server = serve(1000, &[])?;
+    // A schema of its own in PostgreSQL, which other tests share.
+    let schema = format!("dbt_{}", std::process::id());
+    let theirs = dbt(&env("TABLESQL_TEST_POSTGRES")?, &schema);
+    postgres(&["-c", &format!("DROP SCHEMA IF EXISTS {schema} CASCADE")])?;
+    let theirs = theirs?;
+    let ours = dbt(
+        &format!(
+            "host=127.0.0.1 port={} user=tablesql dbname=postgres",
+            server.addr.port()
+        ),
+        "public",
+    )?;
+    // What PostgreSQL's run must show, so that the comparison says something.
+    assert_eq!(
+        theirs["commands"]["run"][1].as_array().map(Vec::len),
+        Some(3),
+        "{theirs}"
+    );
+    assert_eq!(
+        theirs["commands"]["test"][0].as_array().map(Vec::len),
+        Some(5),
+        "{theirs}"
+    );
+    assert_eq!(theirs["catalog"]["older"]["type"], "VIEW", "{theirs}");
+    assert_eq!(theirs["seen"].as_array().map(Vec::len), Some(5), "{theirs}");
+    assert_eq!(ours, theirs, "dbt over tablesql, then over PostgreSQL 15");
     Ok(())
 }

@@ -116,6 +116,7 @@ mod analyze;
 mod apply;
 mod bind;
 mod block;
+mod block_ddl;
 pub mod bulk;
 mod context;
 mod create_as;
@@ -129,6 +130,8 @@ mod indexes;
 mod kind;
 mod memory;
 mod options;
+mod overlay;
+mod own;
 mod paging;
 mod persist_timer;
 mod prepared;
@@ -141,6 +144,7 @@ mod show;
 mod start;
 mod table_ddl;
 mod tables;
+mod temp;
 mod views;
 
 pub use crate::exec::notices::{Notice, NoticeKind};
@@ -154,7 +158,7 @@ pub use analyze::Reading;
 pub use apply::Applied;
 pub use block::{BlockChange, BlockEnd, BlockStatus};
 pub(crate) use context::{
-    session_notices, session_parameters, session_setting, session_transaction,
+    session_notices, session_parameters, session_relations, session_setting, session_transaction,
 };
 pub use describe::{
     ColumnInfo, IndexInfo, IndexTemplate, MappingInfo, StoredAs, TableDescription, TableInfo,

@@ -84,8 +84,9 @@ fn psql_command_tags_and_transactions() -> TestResult {
         "{shown}"
     );
 
-    // A catalog change cannot be committed with rows, so it is refused
-    // after a block's writes, and nothing is written.
+    // A catalog change cannot be committed with rows of an older table,
+    // so it is refused after a block's writes to one, and nothing is
+    // written.
     let write = "INSERT INTO registrations (event, distance, bib, name, gender, age) VALUES ('Block', '5K', 1, 'N', 'F', 30)";
     let out = server.psql(
         "",
@@ -106,7 +107,7 @@ fn psql_command_tags_and_transactions() -> TestResult {
     )?;
     let shown = text(&out);
     assert!(
-        shown.contains("cannot run inside a transaction block after the block's writes"),
+        shown.contains("cannot run inside a transaction block: a block that changes the catalog writes rows only to the tables it made"),
         "{shown}"
     );
     assert!(shown.contains("ROLLBACK"), "{shown}");
@@ -135,8 +136,8 @@ fn psql_command_tags_and_transactions() -> TestResult {
     );
     assert!(!shown.contains("walkers"), "{shown}");
 
-    // Before any write, a block runs DDL as ORMs and migration tools send
-    // it (SQLAlchemy's create_all): the table stays after COMMIT.
+    // A block's DDL, as ORMs and migration tools send it (SQLAlchemy's
+    // create_all), is there after COMMIT.
     let out = server.psql(
         "",
         &[

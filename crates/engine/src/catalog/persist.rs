@@ -374,6 +374,93 @@ pub async fn alter(
     })
 }
 
+/// A relation as a transaction block leaves it, for [`apply`].
+#[derive(Debug, Clone)]
+pub enum Change {
+    /// A table's definition.
+    Table(Box<TableDef>),
+    /// A view's `CREATE VIEW` text.
+    View(String),
+}
+
+/// Writes a transaction block's catalog changes, each name as the block
+/// leaves it (`None`: dropped), in one entity group transaction with the
+/// version: every other engine sees all of them or none. A name the block
+/// made that another session took meanwhile fails the whole (`TableExists`).
+/// Returns the table definitions it replaced or removed, whose storage the
+/// caller may have to delete.
+pub async fn apply(
+    store: &dyn TableStore,
+    changes: &[(String, Option<Change>)],
+) -> Result<Vec<TableDef>, CatalogError> {
+    // The version entity rides in the same batch.
+    if changes.len() + 1 > crate::storage::write::MAX_BATCH_OPERATIONS {
+        return Err(CatalogError::Definition(format!(
+            "a transaction block changes at most {} relations; this one changes {}",
+            crate::storage::write::MAX_BATCH_OPERATIONS - 1,
+            changes.len()
+        )));
+    }
+    let table = created(store).await?;
+    let pk = PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?;
+    let mut ops = Vec::new();
+    // The name of each op, to say which one failed.
+    let mut named = Vec::new();
+    let mut replaced = Vec::new();
+    for (name, change) in changes {
+        let stored = store.get(&table, &pk, &row_key(name)?).await?;
+        if let Some(e) = &stored
+            && e.get(VIEW_PROPERTY).is_none()
+        {
+            replaced.push(parse(e)?);
+        }
+        let entity = match change {
+            Some(Change::Table(def)) => Some(definition_entity(pk.clone(), def)?),
+            Some(Change::View(sql)) => Some(
+                Entity::new(pk.clone(), row_key(name)?)
+                    .with("format_version", EdmValue::Int32(FORMAT_VERSION))
+                    .with(VIEW_PROPERTY, EdmValue::String(sql.clone())),
+            ),
+            None => None,
+        };
+        let read = stored.map(|e| crate::storage::IfMatch::ETag(e.etag));
+        ops.push(match (entity, read) {
+            (Some(entity), None) => WriteOp::Insert(entity),
+            (Some(entity), Some(read)) => WriteOp::Update(entity, read),
+            (None, Some(read)) => WriteOp::Delete {
+                partition_key: pk.clone(),
+                row_key: row_key(name)?,
+                if_match: read,
+            },
+            // Made and dropped in the block: nothing to write.
+            (None, None) => continue,
+        });
+        named.push(name.clone());
+    }
+    if ops.is_empty() {
+        return Ok(replaced);
+    }
+    ops.push(WriteOp::InsertOrReplace(version_entity()?));
+    let failed = match store.execute_batch(&table, ops).await {
+        Ok(_) => return Ok(replaced),
+        Err(StorageError::Batch { source, index }) => (*source, named.get(index)),
+        Err(e) => return Err(e.into()),
+    };
+    match failed {
+        (StorageError::EntityAlreadyExists { .. }, Some(name)) => {
+            Err(CatalogError::TableExists(name.clone()))
+        }
+        (
+            StorageError::PreconditionFailed { .. } | StorageError::EntityNotFound { .. },
+            Some(name),
+        ) => Err(CatalogError::Inconsistent {
+            table: name.clone(),
+            reason: "another session changed it while this block's change waited for COMMIT".into(),
+        }),
+        (e, _) => Err(e.into()),
+    }
+}
+
 /// Removes a definition (the entities of its storage table stay).
 pub async fn remove(store: &dyn TableStore, name: &str) -> Result<(), CatalogError> {
     let op = WriteOp::Delete {

@@ -33,6 +33,18 @@ impl Engine {
             .options_mut()
             .extensions
             .insert(SessionParameters::default());
+        // Its own relations (a block's DDL, its temporary tables), which
+        // it plans through (`engine::overlay`).
+        let own = Arc::new(own::OwnRelations::default());
+        state.config_mut().set_extension(own.clone());
+        let catalogs = overlay::SessionCatalogs {
+            base: state.catalog_list().clone(),
+            name: state.config().options().catalog.default_catalog.clone(),
+            own,
+        };
+        let state = SessionStateBuilder::new_from_existing(state)
+            .with_catalog_list(Arc::new(catalogs))
+            .build();
         // Its own share of the engine's memory.
         let state = memory::share(state, self.options.memory);
         SessionContext::new_with_state(state)
@@ -60,6 +72,14 @@ pub(crate) fn session_notices(ctx: &SessionContext) -> Vec<Notice> {
         .get_extension::<Notices>()
         .map(|n| n.take())
         .unwrap_or_default()
+}
+
+/// The relations of a session's own (`engine::own`).
+pub(crate) fn session_relations(ctx: &SessionContext) -> Option<Arc<own::OwnRelations>> {
+    ctx.state_ref()
+        .read()
+        .config()
+        .get_extension::<own::OwnRelations>()
 }
 
 /// The transaction block of a session's context.

@@ -8,7 +8,8 @@ impl Session {
     /// mapping, a hidden row key: the query gives no primary key) with the
     /// query's columns and types, then its rows, written as `INSERT INTO t
     /// <query>` writes them. A type the store has no EDM type for is
-    /// refused before anything is created.
+    /// refused before anything is created. In a transaction block both
+    /// wait for COMMIT.
     pub(super) async fn create_table_as(
         &self,
         create: &datafusion::sql::sqlparser::ast::CreateTable,
@@ -16,14 +17,6 @@ impl Session {
         let Some(query) = &create.query else {
             return Err(CatalogError::Definition("CREATE TABLE AS needs a query".into()).into());
         };
-        // Its rows would go in the block's buffer and its table in the
-        // catalog at once: a ROLLBACK would leave an empty table.
-        if self.transaction().is_some_and(|tx| tx.is_open()) {
-            return Err(EngineError::InTransactionBlock {
-                tag: "CREATE TABLE AS",
-                why: ": the table would be created at once, its rows only at COMMIT",
-            });
-        }
         // PostgreSQL has no CREATE OR REPLACE TABLE; over an existing table
         // it would keep the old rows beside the query's.
         if create.or_replace {
@@ -33,7 +26,7 @@ impl Session {
             .into());
         }
         let name = ddl::object_name(&create.name)?;
-        if self.name_taken(&name).await? {
+        if !matches!(self.named(&name).await?, block_ddl::Named::Missing) {
             if create.if_not_exists {
                 let mut outcome = DdlOutcome::default();
                 outcome.notices.push(Notice::new(
@@ -82,7 +75,9 @@ impl Session {
                 .join(", ")
         );
         let def = ddl::parse(&ddl)?;
-        self.create_table(def, false).await?;
+        // In a block, the table and its rows wait for COMMIT together
+        // (`engine::block_ddl`).
+        self.define_table(def).await?;
         let insert = format!(
             "INSERT INTO {} ({}) {query}",
             quote(&name),
@@ -108,7 +103,11 @@ impl Session {
         }
         .await;
         if let Err(e) = written {
-            let _ = Box::pin(self.drop_table(&name)).await;
+            if self.block_own().is_some() {
+                self.undefine_in_block(&name);
+            } else {
+                let _ = Box::pin(self.drop_table(&name)).await;
+            }
             return Err(e);
         }
         Ok(DdlOutcome::default())

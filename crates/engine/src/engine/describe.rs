@@ -8,7 +8,7 @@ use std::any::Any;
 use datafusion::catalog::CatalogProvider;
 use datafusion::error::Result;
 
-use super::{Engine, EngineError, RAW_SCHEMA};
+use super::{Engine, EngineError, RAW_SCHEMA, Session};
 use crate::catalog::TableDef;
 use crate::planner::StoreTable;
 
@@ -54,6 +54,25 @@ impl Engine {
     /// Every table of schemas `public` and `raw`, in name order per schema.
     pub async fn describe_tables(&self) -> Result<Vec<TableInfo>, EngineError> {
         match self.base.catalog("datafusion") {
+            Some(catalog) => Ok(TableInfo::all_in(catalog.as_ref()).await?),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+impl Session {
+    /// [`Engine::describe_tables`] as this session sees them: its open
+    /// block's tables among them (`engine::overlay`).
+    pub async fn describe_tables(&self) -> Result<Vec<TableInfo>, EngineError> {
+        let default = self
+            .ctx
+            .state()
+            .config()
+            .options()
+            .catalog
+            .default_catalog
+            .clone();
+        match self.ctx.catalog(&default) {
             Some(catalog) => Ok(TableInfo::all_in(catalog.as_ref()).await?),
             None => Ok(Vec::new()),
         }

@@ -76,9 +76,24 @@ impl Session {
         if let Some(tx) = self.transaction() {
             block::admit(&tx, statement)?;
             let default = self.default_isolation();
-            if let Some(change) =
-                block::control(&tx, self.store().as_ref(), statement, default).await
-            {
+            let own = self.own();
+            let change = match (statement, own.as_deref()) {
+                // A block that changed the catalog writes it at COMMIT
+                // (`engine::block_ddl`).
+                (Statement::Commit { chain: false, .. }, Some(own)) if own.has_changes() => {
+                    Some(Box::pin(self.commit_with_ddl(&tx, own)).await)
+                }
+                _ => {
+                    let change =
+                        block::control(&tx, self.store().as_ref(), statement, default).await;
+                    if let (Some(changed), Some(own)) = (&change, own.as_deref()) {
+                        self.follow_block(own, statement, changed.as_ref().ok())
+                            .await;
+                    }
+                    change
+                }
+            };
+            if let Some(change) = change {
                 // `transaction_isolation` is the block's, or the default.
                 let level = tx.isolation().unwrap_or(default);
                 self.parameters.set("transaction_isolation", level.name())?;
@@ -116,6 +131,38 @@ impl Session {
             self.notice(n);
         }
         Ok(Some(session::Control::Ddl(StatementKind::of(statement))))
+    }
+
+    /// The session's own relations follow what transaction control did
+    /// to its block (`engine::own`): `None` for a statement that failed.
+    async fn follow_block(
+        &self,
+        own: &own::OwnRelations,
+        statement: &Statement,
+        change: Option<&BlockChange>,
+    ) {
+        let name = |n: &datafusion::sql::sqlparser::ast::Ident| crate::catalog::normalize_ident(n);
+        match (change, statement) {
+            (Some(BlockChange::Began), _) => own.begin(),
+            (Some(BlockChange::Savepoint), Statement::Savepoint { name: n }) => {
+                own.savepoint(&name(n));
+            }
+            (Some(BlockChange::Released), Statement::ReleaseSavepoint { name: n }) => {
+                own.release(&name(n));
+            }
+            (
+                Some(BlockChange::RolledBackTo),
+                Statement::Rollback {
+                    savepoint: Some(n), ..
+                },
+            ) => own.rollback_to(&name(n)),
+            (Some(BlockChange::Ended(end)), _) => {
+                self.end_own(own, *end == BlockEnd::Committed).await;
+            }
+            // A failed COMMIT closes the block.
+            (None, Statement::Commit { .. }) => self.end_own(own, false).await,
+            _ => {}
+        }
     }
 
     /// The level a `BEGIN` that names none opens its block at.

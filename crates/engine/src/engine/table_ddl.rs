@@ -147,9 +147,9 @@ impl Engine {
 impl Session {
     /// `TRUNCATE t [, u ...]`: every row of each table deleted, as a
     /// `DELETE FROM t` deletes them (partition by partition in entity group
-    /// transactions, index rows with their base rows). Outside a
-    /// transaction block only: a block holds its writes until COMMIT, and a
-    /// TRUNCATE's are the whole table. `RESTART IDENTITY`, `CASCADE` and
+    /// transactions, index rows with their base rows). In a transaction
+    /// block, its deletes wait for COMMIT as a `DELETE`'s do (and count
+    /// against the block's limit). `RESTART IDENTITY`, `CASCADE` and
     /// `PARTITION` have nothing here to act on and are refused. `progress`
     /// hears the rows deleted so far, about every 200 ms (a front end's
     /// progress bar on long work).
@@ -158,12 +158,6 @@ impl Session {
         truncate: &datafusion::sql::sqlparser::ast::Truncate,
         progress: impl Fn(u64),
     ) -> Result<u64, EngineError> {
-        if self.transaction().is_some_and(|tx| tx.is_open()) {
-            return Err(EngineError::InTransactionBlock {
-                tag: "TRUNCATE TABLE",
-                why: ": a block holds its writes until COMMIT, and a TRUNCATE's are the whole table's rows",
-            });
-        }
         if truncate.identity.is_some()
             || truncate.cascade.is_some()
             || truncate.partitions.is_some()
@@ -205,24 +199,40 @@ impl Session {
         if let Some(why) = refuse::in_memory_only(statement) {
             return Err(EngineError::NotSupported(why));
         }
-        let ddl = matches!(
+        if let Some(outcome) = self.temp_ddl(statement).await? {
+            return Ok(Some(outcome));
+        }
+        // The DDL a block holds until COMMIT (`engine::block_ddl`).
+        let held = matches!(
             statement,
             Statement::CreateTable(_)
                 | Statement::CreateView(_)
                 | Statement::AlterTable(_)
-                | Statement::CreateIndex(_)
-                | Statement::CreateSequence { .. }
-                | Statement::Drop { .. }
+                | Statement::Drop {
+                    object_type: ObjectType::Table | ObjectType::View,
+                    ..
+                }
         );
-        // A block that has written nothing may run DDL (ORMs and migration
-        // tools open one around `CREATE TABLE`); the change is not part of
-        // the block, and ROLLBACK does not undo it.
-        if ddl
+        let ddl = held
+            || matches!(
+                statement,
+                Statement::CreateIndex(_)
+                    | Statement::CreateSequence { .. }
+                    | Statement::Drop { .. }
+            );
+        let tag = StatementKind::of(statement).tag().unwrap_or("catalog DDL");
+        if let Some(own) = self.block_own().filter(|_| held) {
+            self.refuse_mixed(&own, tag)?;
+            if let Some(outcome) = self.block_ddl(&own, statement).await? {
+                return Ok(Some(outcome));
+            }
+        } else if ddl
             && self
                 .transaction()
                 .is_some_and(|tx| tx.has_buffered_writes())
         {
-            let tag = StatementKind::of(statement).tag().unwrap_or("catalog DDL");
+            // The rest of DDL runs at once, not as part of the block: in a
+            // block, only before its first write.
             return Err(EngineError::InTransactionBlock {
                 tag,
                 why: " after the block's writes: the store cannot commit catalog changes and rows together",
@@ -234,20 +244,9 @@ impl Session {
                 if create.if_not_exists && self.name_taken(&def.name).await? {
                     return Ok(Some(DdlOutcome::default()));
                 }
-                let mut outcome = DdlOutcome::default();
-                for (columns, fk) in ddl::foreign_keys(create)? {
-                    let target = ddl::object_name(&fk.foreign_table)?;
-                    if target != def.name && !self.name_taken(&target).await? {
-                        return Err(CatalogError::UnknownTable(target).into());
-                    }
-                    outcome.notices.push(Notice::new(
-                        NoticeKind::NotEnforced,
-                        format!(
-                            "FOREIGN KEY ({}) REFERENCES {target} is accepted but not enforced",
-                            columns.join(", ")
-                        ),
-                    ));
-                }
+                let outcome = DdlOutcome {
+                    notices: self.foreign_key_notices(create, &def.name).await?,
+                };
                 self.create_table(def, create.or_replace).await?;
                 Ok(Some(outcome))
             }
@@ -263,7 +262,10 @@ impl Session {
                 ..
             } => self.drop_tables(names, *if_exists).await,
             Statement::CreateIndex(create) => self.create_index(create, |_| {}).await.map(Some),
-            Statement::AlterTable(alter) => self.alter_table(alter).await,
+            Statement::AlterTable(alter) => match self.rename_stored_view(alter).await? {
+                Some(outcome) => Ok(Some(outcome)),
+                None => self.alter_table(alter).await,
+            },
             Statement::CreateView(_) => self.create_view(statement).await,
             Statement::Drop {
                 object_type: ObjectType::View,
@@ -361,11 +363,7 @@ impl Engine {
         let mut mapped = Vec::new();
         let mut outcome = DdlOutcome::default();
         for n in names {
-            let raw = n.0.len() > 1
-                && n.0[n.0.len() - 2]
-                    .as_ident()
-                    .is_some_and(|i| i.value.eq_ignore_ascii_case(RAW_SCHEMA));
-            if raw {
+            if block_ddl::is_raw(n) {
                 return Err(CatalogError::NotDroppable(n.to_string()).into());
             }
             let name = ddl::object_name(n)?;
@@ -391,35 +389,8 @@ impl Engine {
         if !mapped.is_empty() {
             for name in &mapped {
                 persist::remove(self.store.as_ref(), name).await?;
-                // A table that owns its storage takes its rows with it.
-                // Its derived global indexes' tables go in any case (CREATE
-                // INDEX made them); declared ones are the application's.
                 if let Some(def) = defs.iter().find(|d| d.name == *name) {
-                    let tables = def.owned.then_some(&def.storage_table).into_iter().chain(
-                        def.global_indexes
-                            .iter()
-                            .filter(|g| !g.declared)
-                            .map(|g| &g.table),
-                    );
-                    for table in tables {
-                        match self.store.delete_table(table).await {
-                            Ok(()) | Err(StorageError::TableNotFound(_)) => {}
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
-                }
-                // An identity column's sequence goes with its table, as in
-                // PostgreSQL (it was created with it).
-                let Some(def) = defs.iter().find(|d| d.name == *name) else {
-                    continue;
-                };
-                for seq in def
-                    .columns
-                    .iter()
-                    .filter_map(|c| ddl::owned_sequence(name, c))
-                {
-                    sequence::drop(self.store.as_ref(), &seq, true).await?;
-                    self.sequences.forget(&seq);
+                    self.drop_storage(def).await?;
                 }
             }
             self.refresh().await?;

@@ -39,11 +39,7 @@ impl Engine {
         let Statement::CreateView(view) = statement else {
             return Ok(None);
         };
-        if view.materialized || view.temporary {
-            return Err(EngineError::NotSupported(
-                "CREATE MATERIALIZED or TEMPORARY VIEW is not supported: a view is stored as its query".into(),
-            ));
-        }
+        block_ddl::refuse_view_kind(view)?;
         let name = ddl::object_name(&view.name)?;
         if view.if_not_exists && self.name_taken(&name).await? {
             return Ok(Some(DdlOutcome::default()));

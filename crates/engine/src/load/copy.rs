@@ -193,7 +193,7 @@ async fn table_of(session: &Session, name: &ObjectName) -> Result<TableInfo, Cop
             .and_then(|p| p.as_ident())
             .ok_or_else(|| CopyError::NotSupported("COPY of an unnamed table".into()))?,
     );
-    let tables = session.engine().describe_tables().await?;
+    let tables = session.describe_tables().await?;
     tables
         .into_iter()
         .find(|t| t.schema == "public" && t.name == name)

@@ -163,7 +163,9 @@ impl SqlParser {
                 return Ok(statements.into_iter().map(|s| self.respell(s)).collect());
             }
             Err(e) => {
-                if let Some(respelled) = weaker_locks_respelled(sql) {
+                if let Some(respelled) =
+                    weaker_locks_respelled(sql).or_else(|| view_rename_respelled(sql))
+                {
                     return self.parse(&respelled).map_err(|_| e);
                 }
             }
@@ -364,6 +366,41 @@ fn weaker_locks_respelled(sql: &str) -> Option<String> {
     )
 }
 
+/// `sql` with `ALTER VIEW v RENAME TO w` spelled `ALTER TABLE v RENAME TO
+/// w`, which PostgreSQL takes of a view too and sqlparser reads (it reads
+/// `ALTER VIEW` only with `AS`); `None` where there is none.
+fn view_rename_respelled(sql: &str) -> Option<String> {
+    // Escapes kept as written, as in `weaker_locks_respelled`.
+    let mut tokens = Tokenizer::new(&PostgreSqlDialect {}, sql)
+        .with_unescape(false)
+        .tokenize()
+        .ok()?;
+    let word = |t: &Token, k: Keyword| matches!(t, Token::Word(w) if w.keyword == k);
+    let solid: Vec<usize> = (0..tokens.len())
+        .filter(|&i| !matches!(tokens[i], Token::Whitespace(_)))
+        .collect();
+    let mut views = Vec::new();
+    for (n, pair) in solid.windows(2).enumerate() {
+        if !(word(&tokens[pair[0]], Keyword::ALTER) && word(&tokens[pair[1]], Keyword::VIEW)) {
+            continue;
+        }
+        let renames = solid[n + 2..]
+            .iter()
+            .take_while(|&&i| tokens[i] != Token::SemiColon)
+            .any(|&i| word(&tokens[i], Keyword::RENAME));
+        if renames {
+            views.push(pair[1]);
+        }
+    }
+    if views.is_empty() {
+        return None;
+    }
+    for i in views {
+        tokens[i] = Token::make_keyword("TABLE");
+    }
+    Some(tokens.iter().map(ToString::to_string).collect())
+}
+
 /// The text of each statement in `sql`: split at `;` outside quotes, comments
 /// and dollar quotes (the tokenizer knows them), each rebuilt from its tokens.
 fn statement_texts(sql: &str) -> Result<Vec<String>, ParserError> {
@@ -400,6 +437,17 @@ fn statement_texts(sql: &str) -> Result<Vec<String>, ParserError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn alter_view_rename_reads_as_alter_table_rename() {
+        let respelled =
+            view_rename_respelled("ALTER VIEW \"v\" RENAME TO w; ALTER VIEW x AS SELECT 1");
+        assert_eq!(
+            respelled.as_deref(),
+            Some("ALTER TABLE \"v\" RENAME TO w; ALTER VIEW x AS SELECT 1")
+        );
+        assert_eq!(view_rename_respelled("ALTER VIEW x AS SELECT 1"), None);
+    }
 
     fn one(sql: &str) -> String {
         let statements = SqlParser::new().parse(sql).unwrap();

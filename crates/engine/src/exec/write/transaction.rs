@@ -534,6 +534,22 @@ impl Transaction {
         self.lock().open.as_ref().is_some_and(|b| b.writes > 0)
     }
 
+    /// The storage tables the open block's buffer writes to.
+    pub fn written_tables(&self) -> Vec<TableName> {
+        self.lock().open.as_ref().map_or_else(Vec::new, |b| {
+            b.tables
+                .iter()
+                .filter(|(_, parts)| {
+                    parts
+                        .values()
+                        .flat_map(BTreeMap::values)
+                        .any(Touched::writes)
+                })
+                .map(|(t, _)| t.clone())
+                .collect()
+        })
+    }
+
     /// Whether the open block writes to more than one table.
     pub fn spans_tables(&self) -> bool {
         self.lock().open.as_ref().is_some_and(|b| {

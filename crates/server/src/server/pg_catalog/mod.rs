@@ -49,6 +49,7 @@ mod regproc;
 mod regtype;
 mod relations;
 mod settings;
+mod tables;
 
 pub use dialect::PgDialect;
 use relations::Known;
@@ -410,6 +411,8 @@ impl SchemaProvider for PgCatalog {
             "pg_indexes" => Kind::Indexes,
             "pg_attribute" => Kind::Attribute,
             "pg_proc" => Kind::Proc,
+            "pg_tables" => Kind::Tables,
+            "pg_views" => Kind::Views,
             _ => return self.shared.inner.table(name).await,
         };
         Ok(Some(Arc::new(CatalogTable {
@@ -432,6 +435,8 @@ enum Kind {
     Indexes,
     Attribute,
     Proc,
+    Tables,
+    Views,
 }
 
 /// A catalog table computed afresh at each scan.
@@ -452,12 +457,14 @@ impl TableProvider for CatalogTable {
             Kind::Indexes => keys::pg_indexes_schema(),
             Kind::Attribute => self.shared.attribute.clone(),
             Kind::Proc => self.shared.procs.schema(),
+            Kind::Tables => tables::pg_tables_schema(),
+            Kind::Views => tables::pg_views_schema(),
         }
     }
 
     fn table_type(&self) -> TableType {
         match self.kind {
-            Kind::Indexes => TableType::View,
+            Kind::Indexes | Kind::Tables | Kind::Views => TableType::View,
             _ => TableType::Base,
         }
     }
@@ -485,6 +492,16 @@ impl TableProvider for CatalogTable {
                 attributes::pg_attribute(&self.shared.attribute, &theirs, &relations, &tables)?
             }
             Kind::Proc => self.shared.procs.clone(),
+            Kind::Tables => tables::pg_tables(&self.shared.read(state).await?.1)?,
+            Kind::Views => {
+                let relations = self.shared.read(state).await?.1;
+                let catalog = self
+                    .shared
+                    .catalogs
+                    .upgrade()
+                    .and_then(|c| c.catalog(CATALOG));
+                tables::pg_views(&relations, catalog).await?
+            }
         };
         let exec =
             MemorySourceConfig::try_new_exec(&[vec![batch]], self.schema(), projection.cloned())?;

@@ -32,6 +32,8 @@ pub struct Relation {
     pub namespace: i32,
     pub schema: String,
     pub name: String,
+    /// `relkind`: `r` a table, `v` a view.
+    pub kind: String,
 }
 
 /// An index relation: a table's primary key or one of its declared indexes.
@@ -229,6 +231,7 @@ fn relations_of(
         let oids = int32_column(batch, "oid")?;
         let names = string_column(batch, "relname")?;
         let spaces = int32_column(batch, "relnamespace")?;
+        let kinds = string_column(batch, "relkind")?;
         for i in 0..batch.num_rows() {
             out.insert(
                 oids.value(i),
@@ -239,6 +242,7 @@ fn relations_of(
                         .cloned()
                         .unwrap_or_default(),
                     name: names.value(i).to_owned(),
+                    kind: kinds.value(i).to_owned(),
                 },
             );
         }
