@@ -185,3 +185,61 @@ async fn serializable_writes_back_what_it_read() -> TestResult {
     }
     Ok(())
 }
+
+/// DDL in a block reaches another process at COMMIT, all of it at once:
+/// dbt's swap (a new table under a temporary name, the old one renamed
+/// aside, the new one renamed into place) shows the other engine the old
+/// table until COMMIT and the new one after it, never neither; a name the
+/// other engine took meanwhile fails the COMMIT whole (42P07).
+#[tokio::test]
+async fn a_blocks_ddl_reaches_another_process_at_commit_whole() -> TestResult {
+    let store = Arc::new(MemoryStore::new());
+    // Each statement checks the catalog's version: nothing waits for time.
+    let options = EngineOptions::default().with_catalog_check(std::time::Duration::ZERO);
+    let a = Engine::with_store(store.clone(), options).await?.session();
+    let b = Engine::with_store(store, options).await?.session();
+    a.collect("CREATE TABLE model AS SELECT 1 AS v").await?;
+    assert_eq!(
+        one(&b, "SELECT CAST(sum(v) AS BIGINT) FROM model").await?,
+        1
+    );
+
+    a.collect("BEGIN").await?;
+    a.collect("CREATE TABLE model__tmp AS SELECT 2 AS v UNION ALL SELECT 3")
+        .await?;
+    a.collect("ALTER TABLE model RENAME TO model__backup")
+        .await?;
+    a.collect("ALTER TABLE model__tmp RENAME TO model").await?;
+    assert_eq!(
+        one(&a, "SELECT CAST(sum(v) AS BIGINT) FROM model").await?,
+        5
+    );
+    assert_eq!(
+        one(&b, "SELECT CAST(sum(v) AS BIGINT) FROM model").await?,
+        1
+    );
+    assert_eq!(code(b.collect("SELECT * FROM model__tmp").await), "42P01");
+    a.collect("COMMIT").await?;
+    assert_eq!(
+        one(&b, "SELECT CAST(sum(v) AS BIGINT) FROM model").await?,
+        5
+    );
+    assert_eq!(
+        one(&b, "SELECT CAST(sum(v) AS BIGINT) FROM model__backup").await?,
+        1
+    );
+
+    // The name the block made, taken by the other process first.
+    a.collect("BEGIN").await?;
+    a.collect("CREATE TABLE raced AS SELECT 1 AS v").await?;
+    a.collect("DROP TABLE model__backup").await?;
+    b.collect("CREATE TABLE raced (v INT PRIMARY KEY)").await?;
+    assert_eq!(code(a.collect("COMMIT").await), "42P07");
+    // Nothing of the block: the backup is still there, the raced table b's.
+    assert_eq!(
+        one(&b, "SELECT CAST(sum(v) AS BIGINT) FROM model__backup").await?,
+        1
+    );
+    assert_eq!(one(&a, "SELECT count(*) FROM raced").await?, 0);
+    Ok(())
+}

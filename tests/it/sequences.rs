@@ -124,7 +124,8 @@ fn eight_processes_draw_distinct_values_from_one_azurite_account() -> TestResult
 }
 
 /// `currval` belongs to the session: another connection has none, and
-/// `DISCARD ALL` (a pooler handing the connection on) forgets it.
+/// `DISCARD ALL` (a pooler handing the connection on) forgets it, and the
+/// session's temporary tables.
 #[tokio::test]
 async fn currval_is_per_session_and_discard_all_forgets_it() -> TestResult {
     let served = crate::server::serve(1000, &[]).map_err(|e| e.to_string())?;
@@ -151,5 +152,16 @@ async fn currval_is_per_session_and_discard_all_forgets_it() -> TestResult {
             .ok_or(format!("{what} saw a currval"))?;
         assert_eq!(e.code().map(|c| c.code()), Some("55000"), "{what}: {e:?}");
     }
+    // Its temporary tables go too, as PostgreSQL's DISCARD ALL drops them.
+    a.batch_execute("CREATE TEMP TABLE pad AS SELECT 1 AS one")
+        .await?;
+    assert_eq!(a.query("SELECT one FROM pad", &[]).await?.len(), 1);
+    a.batch_execute("DISCARD ALL").await?;
+    let e = a
+        .query("SELECT one FROM pad", &[])
+        .await
+        .err()
+        .ok_or("a temporary table outlived DISCARD ALL")?;
+    assert_eq!(e.code().map(|c| c.code()), Some("42P01"), "{e:?}");
     Ok(())
 }

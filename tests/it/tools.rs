@@ -241,18 +241,28 @@ fn catalog_columns_read_as_postgresqls() -> TestResult {
              JOIN pg_attribute a ON a.attrelid = i.indexrelid WHERE c.relname = '{table}' ORDER BY 2"
         ),
         "SELECT count(*) FROM pg_type WHERE typreceive != 0 AND typname = 'int4'".to_owned(),
+        // dbt tells a view from a table by these two.
+        format!(
+            "SELECT tablename, tableowner, hasindexes FROM pg_tables \
+             WHERE tablename LIKE '{table}%' ORDER BY 1"
+        ),
+        format!(
+            "SELECT viewname, viewowner, definition LIKE '%WHERE%' FROM pg_views \
+             WHERE viewname LIKE '{table}%' ORDER BY 1"
+        ),
     ];
+    let view = format!("CREATE VIEW {table}_v AS SELECT k, id FROM {table} WHERE id > 1");
     let mut args = vec!["-A".to_owned()];
     for statement in &statements {
         args.extend(["-c".to_owned(), statement.clone()]);
     }
     let args: Vec<&str> = args.iter().map(String::as_str).collect();
-    postgres(&["-c", &format!("DROP TABLE IF EXISTS {table}")])?;
-    postgres(&["-c", &ddl])?;
+    postgres(&["-c", &format!("DROP TABLE IF EXISTS {table} CASCADE")])?;
+    postgres(&["-c", &ddl, "-c", &view])?;
     let theirs = postgres(&args);
-    postgres(&["-c", &format!("DROP TABLE {table}")])?;
+    postgres(&["-c", &format!("DROP TABLE {table} CASCADE")])?;
     let theirs = theirs?;
-    ok(server.psql("", &["-c", &ddl])?)?;
+    ok(server.psql("", &["-c", &ddl, "-c", &view])?)?;
     let ours = ok(server.psql("", &args)?)?;
     assert!(
         theirs.contains("integer|timestamp with time zone|integer[]|-"),
@@ -260,6 +270,10 @@ fn catalog_columns_read_as_postgresqls() -> TestResult {
     );
     assert!(
         theirs.contains("{aclitem[],oid,oid,text,boolean}"),
+        "{theirs}"
+    );
+    assert!(
+        theirs.contains(&format!("{table}_v|postgres|t")),
         "{theirs}"
     );
     assert_eq!(ours, theirs, "tablesql, then PostgreSQL 15");

@@ -10,8 +10,8 @@
 use super::state::TableState;
 use super::{CatalogError, TableDef, ddl};
 use crate::storage::{
-    ETag, EdmValue, Entity, PartitionKey, Query, RowKey, StorageError, TableName, TableStore,
-    WriteOp,
+    ETag, EdmValue, Entity, PartitionKey, Query, RowKey, StorageError, StoredEntity, TableName,
+    TableStore, WriteOp,
 };
 
 /// The storage table holding the catalog.
@@ -36,7 +36,7 @@ const STATE_PROPERTY: &str = "state";
 const VERSION_ROW: &str = "";
 
 /// The catalog's storage table, created if it is not there yet.
-async fn created(store: &dyn TableStore) -> Result<TableName, CatalogError> {
+pub(crate) async fn created(store: &dyn TableStore) -> Result<TableName, CatalogError> {
     let table = table()?;
     match store.create_table(&table).await {
         Ok(()) | Err(StorageError::TableAlreadyExists(_)) => Ok(table),
@@ -108,9 +108,7 @@ pub async fn save_view(
     let table = created(store).await?;
     let pk = PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?;
     let existing = store.get(&table, &pk, &row_key(name)?).await?;
-    let entity = Entity::new(pk, row_key(name)?)
-        .with("format_version", EdmValue::Int32(FORMAT_VERSION))
-        .with(VIEW_PROPERTY, EdmValue::String(sql.to_owned()));
+    let entity = view_entity(pk, name, sql)?;
     let op = match existing {
         Some(e) if replace && e.get(VIEW_PROPERTY).is_some() => {
             WriteOp::Update(entity, crate::storage::IfMatch::ETag(e.etag))
@@ -383,17 +381,51 @@ pub enum Change {
     View(String),
 }
 
-/// Writes a transaction block's catalog changes, each name as the block
-/// leaves it (`None`: dropped), in one entity group transaction with the
-/// version: every other engine sees all of them or none. A name the block
-/// made that another session took meanwhile fails the whole (`TableExists`).
-/// Returns the table definitions it replaced or removed, whose storage the
-/// caller may have to delete.
-pub async fn apply(
+/// Relation `name`'s stored entity; `None` when the catalog has no such
+/// relation. A transaction block keeps it when it first changes the name,
+/// and its COMMIT writes If-Match its version (and puts it back if the
+/// commit is undone).
+pub async fn stored(
     store: &dyn TableStore,
-    changes: &[(String, Option<Change>)],
-) -> Result<Vec<TableDef>, CatalogError> {
-    // The version entity rides in the same batch.
+    name: &str,
+) -> Result<Option<StoredEntity>, CatalogError> {
+    let pk = PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?;
+    match store.get(&table()?, &pk, &row_key(name)?).await {
+        Ok(found) => Ok(found),
+        Err(StorageError::TableNotFound(_)) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// One relation a transaction block changed.
+#[derive(Debug, Clone)]
+pub struct BlockChange {
+    /// The relation's name.
+    pub name: String,
+    /// Its stored entity when the block first changed it (`None`: there
+    /// was no such relation).
+    pub base: Option<StoredEntity>,
+    /// What the block leaves (`None`: dropped).
+    pub change: Option<Change>,
+}
+
+/// A block's catalog changes as writes of the catalog's storage table,
+/// each with the entity as the block found it: If-Match its version, or an
+/// insert where there was none; the version entity with them. At most 99
+/// relations, so that they land in one entity group transaction. Also the
+/// table definitions they replace or remove, whose storage the caller may
+/// have to delete once they land.
+#[allow(clippy::type_complexity)]
+pub fn block_writes(
+    changes: &[BlockChange],
+) -> Result<
+    (
+        TableName,
+        Vec<(WriteOp, Option<StoredEntity>)>,
+        Vec<TableDef>,
+    ),
+    CatalogError,
+> {
     if changes.len() + 1 > crate::storage::write::MAX_BATCH_OPERATIONS {
         return Err(CatalogError::Definition(format!(
             "a transaction block changes at most {} relations; this one changes {}",
@@ -401,64 +433,96 @@ pub async fn apply(
             changes.len()
         )));
     }
-    let table = created(store).await?;
     let pk = PartitionKey::new(TABLES_PARTITION).map_err(StorageError::from)?;
-    let mut ops = Vec::new();
-    // The name of each op, to say which one failed.
-    let mut named = Vec::new();
+    let mut writes = Vec::new();
     let mut replaced = Vec::new();
-    for (name, change) in changes {
-        let stored = store.get(&table, &pk, &row_key(name)?).await?;
-        if let Some(e) = &stored
+    for c in changes {
+        if let Some(e) = &c.base
             && e.get(VIEW_PROPERTY).is_none()
         {
             replaced.push(parse(e)?);
         }
-        let entity = match change {
+        let entity = match &c.change {
             Some(Change::Table(def)) => Some(definition_entity(pk.clone(), def)?),
-            Some(Change::View(sql)) => Some(
-                Entity::new(pk.clone(), row_key(name)?)
-                    .with("format_version", EdmValue::Int32(FORMAT_VERSION))
-                    .with(VIEW_PROPERTY, EdmValue::String(sql.clone())),
-            ),
+            Some(Change::View(sql)) => Some(view_entity(pk.clone(), &c.name, sql)?),
             None => None,
         };
-        let read = stored.map(|e| crate::storage::IfMatch::ETag(e.etag));
-        ops.push(match (entity, read) {
+        let read = c
+            .base
+            .as_ref()
+            .map(|e| crate::storage::IfMatch::ETag(e.etag.clone()));
+        let op = match (entity, read) {
             (Some(entity), None) => WriteOp::Insert(entity),
             (Some(entity), Some(read)) => WriteOp::Update(entity, read),
             (None, Some(read)) => WriteOp::Delete {
                 partition_key: pk.clone(),
-                row_key: row_key(name)?,
+                row_key: row_key(&c.name)?,
                 if_match: read,
             },
             // Made and dropped in the block: nothing to write.
             (None, None) => continue,
-        });
-        named.push(name.clone());
+        };
+        writes.push((op, c.base.clone()));
     }
-    if ops.is_empty() {
+    if !writes.is_empty() {
+        writes.push((WriteOp::InsertOrReplace(version_entity()?), None));
+    }
+    Ok((table()?, writes, replaced))
+}
+
+/// Whether each of a block's changes still finds the relation as the block
+/// found it: a name another session took is `TableExists`, a definition it
+/// changed or dropped `Inconsistent`, before anything is written. (The
+/// writes are conditional too; this says which name, and why.)
+pub async fn check(store: &dyn TableStore, changes: &[BlockChange]) -> Result<(), CatalogError> {
+    for c in changes {
+        if c.base.is_none() && c.change.is_none() {
+            continue;
+        }
+        let now = stored(store, &c.name).await?;
+        match (&c.base, now) {
+            (None, None) => {}
+            (None, Some(_)) => return Err(CatalogError::TableExists(c.name.clone())),
+            (Some(base), Some(now)) if base.etag == now.etag => {}
+            (Some(_), _) => {
+                return Err(CatalogError::Inconsistent {
+                    table: c.name.clone(),
+                    reason:
+                        "another session changed it while this block's change waited for COMMIT"
+                            .into(),
+                });
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Writes changes as a block's COMMIT does ([`block_writes`], after
+/// [`check`]), alone: one entity group transaction, all or nothing.
+/// Returns the table definitions it replaced or removed.
+pub async fn apply(
+    store: &dyn TableStore,
+    changes: &[BlockChange],
+) -> Result<Vec<TableDef>, CatalogError> {
+    check(store, changes).await?;
+    let (table, writes, replaced) = block_writes(changes)?;
+    if writes.is_empty() {
         return Ok(replaced);
     }
-    ops.push(WriteOp::InsertOrReplace(version_entity()?));
-    let failed = match store.execute_batch(&table, ops).await {
-        Ok(_) => return Ok(replaced),
-        Err(StorageError::Batch { source, index }) => (*source, named.get(index)),
-        Err(e) => return Err(e.into()),
-    };
-    match failed {
-        (StorageError::EntityAlreadyExists { .. }, Some(name)) => {
-            Err(CatalogError::TableExists(name.clone()))
-        }
-        (
-            StorageError::PreconditionFailed { .. } | StorageError::EntityNotFound { .. },
-            Some(name),
-        ) => Err(CatalogError::Inconsistent {
-            table: name.clone(),
-            reason: "another session changed it while this block's change waited for COMMIT".into(),
-        }),
-        (e, _) => Err(e.into()),
+    created(store).await?;
+    let ops = writes.into_iter().map(|(op, _)| op).collect();
+    match store.execute_batch(&table, ops).await {
+        Ok(_) => Ok(replaced),
+        Err(StorageError::Batch { source, .. }) => Err((*source).into()),
+        Err(e) => Err(e.into()),
     }
+}
+
+/// The catalog entity of view `name`.
+fn view_entity(pk: PartitionKey, name: &str, sql: &str) -> Result<Entity, CatalogError> {
+    Ok(Entity::new(pk, row_key(name)?)
+        .with("format_version", EdmValue::Int32(FORMAT_VERSION))
+        .with(VIEW_PROPERTY, EdmValue::String(sql.to_owned())))
 }
 
 /// Removes a definition (the entities of its storage table stay).

@@ -3,22 +3,23 @@
 //! `CREATE VIEW` in a block change the session's own relations; COMMIT
 //! writes them, ROLLBACK forgets them.
 //!
-//! The store cannot make a catalog change and rows of tables that existed
-//! before the block one atomic write. COMMIT writes the block's rows first,
-//! all of them of tables it made (no one reads those before the catalog
-//! names them), then its catalog changes in one entity group transaction:
-//! a failure anywhere leaves nothing of the block visible. So a block that
-//! changes the catalog may write rows only to the tables it made; the other
-//! order is refused where it shows (DDL after such a write) and at COMMIT.
+//! The store cannot make a catalog change and rows of other partitions one
+//! atomic write, but a block's COMMIT already writes across partitions
+//! through its record (`exec::write::commit`): whole, or put back, or
+//! finished by a recovery. So the catalog's changes go in as writes of the
+//! catalog's partition, each If-Match the entity as the block first found
+//! it (an insert where there was none), and land last, in one entity group
+//! transaction: a reader sees the new tables' names only once their rows
+//! are there, and all of the block's names at once.
 
-use datafusion::datasource::ViewTable;
 use datafusion::sql::sqlparser::ast::{
     AlterTableOperation, CreateTable, Ident, ObjectNamePart, RenameTableNameKind,
 };
 
 use super::own::{Ended, OwnRelations, Relation, Seen};
 use super::*;
-use crate::catalog::persist::Change;
+use crate::catalog::persist::{BlockChange as Changed, Change};
+use crate::exec::write::commit::Order;
 
 /// What a name is to a session.
 pub(super) enum Named {
@@ -34,18 +35,17 @@ pub(super) enum Named {
     Missing,
 }
 
-/// Why a block cannot write its catalog changes and these rows together.
-const MIXED: &str = ": a block that changes the catalog writes rows only to the tables it made (the store cannot commit a catalog change and other tables' rows together)";
-
 impl Session {
     /// The session's own relations.
     pub(super) fn own(&self) -> Option<Arc<OwnRelations>> {
         session_relations(&self.ctx)
     }
 
-    /// The session's own relations while a block is open.
+    /// The session's own relations while a block is open (its transaction
+    /// and its relations both).
     pub(super) fn block_own(&self) -> Option<Arc<OwnRelations>> {
-        self.own().filter(|o| o.is_open())
+        let open = self.transaction().is_some_and(|tx| tx.is_open());
+        self.own().filter(|o| open && o.is_open())
     }
 
     /// What `name` is to this session: its temporary tables first, then
@@ -70,23 +70,22 @@ impl Session {
             return Ok(Named::View(sql));
         }
         Ok(match self.public_schema().table(name).await? {
+            // An unmapped storage table is listed by its name until a
+            // mapping takes the name (`Engine::name_taken`).
+            Some(t) if (t.as_ref() as &dyn std::any::Any).is::<StoreTable>() => Named::Missing,
             Some(_) => Named::Other,
             None => Named::Missing,
         })
     }
 
-    /// Refuses DDL in a block that wrote rows of tables it did not make
-    /// (see the module doc).
-    pub(super) fn refuse_mixed(
-        &self,
-        own: &OwnRelations,
-        tag: &'static str,
-    ) -> Result<(), EngineError> {
-        let mixed = self
-            .transaction()
-            .is_some_and(|tx| tx.written_tables().iter().any(|t| !own.made(t)));
-        if mixed {
-            return Err(EngineError::InTransactionBlock { tag, why: MIXED });
+    /// Notes the stored entity of each of `names` the block changes for
+    /// the first time (COMMIT writes If-Match its version:
+    /// `persist::block_writes`).
+    async fn touch(&self, own: &OwnRelations, names: &[&str]) -> Result<(), EngineError> {
+        for name in names {
+            if own.needs_base(name) {
+                own.set_base(name, persist::stored(self.store.as_ref(), name).await?);
+            }
         }
         Ok(())
     }
@@ -183,18 +182,7 @@ impl Session {
     async fn define_in_block(&self, own: &OwnRelations, def: TableDef) -> Result<(), EngineError> {
         let mut def = def;
         if def.owned {
-            let wanted = def.storage_table.clone();
-            let mut lost = std::collections::HashSet::new();
-            loop {
-                def.storage_table = self.fresh_storage_table(&wanted, &lost).await?;
-                match self.store.create_table(&def.storage_table).await {
-                    Ok(()) => break,
-                    Err(StorageError::TableAlreadyExists(_)) if lost.len() < 10 => {
-                        lost.insert(def.storage_table.as_str().to_lowercase());
-                    }
-                    Err(e) => return Err(e.into()),
-                }
-            }
+            def.storage_table = self.created_storage_table(&def.storage_table).await?;
             own.made_storage(def.storage_table.clone());
         } else {
             match self.store.create_table(&def.storage_table).await {
@@ -206,6 +194,7 @@ impl Session {
         // Its defaults plan (a stored one that does not would fail every
         // later start) before a sequence is made for them.
         let (name, provider) = self.mapped_provider(def.clone())?;
+        self.touch(own, &[&name]).await?;
         for seq in def.columns.iter().filter_map(|c| c.identity.as_ref()) {
             sequence::create(self.store.as_ref(), seq, false).await?;
             own.made_sequence(seq.name.clone());
@@ -261,6 +250,7 @@ impl Session {
             }
         }
         for name in gone {
+            self.touch(own, &[&name]).await?;
             own.put(&name, None);
         }
         Ok(Some(outcome))
@@ -275,6 +265,7 @@ impl Session {
         match self.named(&name).await? {
             Named::Table(def) => {
                 let changed = ddl::alter(&def, alter)?;
+                self.touch(own, &[&name, &changed.name]).await?;
                 if changed.name != name {
                     self.check_free(&changed.name).await?;
                     own.put(&name, None);
@@ -292,6 +283,7 @@ impl Session {
                 let to = view_rename(alter)?;
                 self.check_free(&to).await?;
                 let provider = self.plan_view(&renamed_view(&sql, &to)?).await?;
+                self.touch(own, &[&name, &to]).await?;
                 own.put(&name, None);
                 own.put(
                     &to,
@@ -320,6 +312,64 @@ impl Session {
         Ok(Some(DdlOutcome::default()))
     }
 
+    /// `CREATE INDEX` in a block: of a table the block made and has not
+    /// written yet, the index joins its definition (there is nothing to
+    /// build); of a table the block changed otherwise it would write a
+    /// definition the COMMIT then overwrites, so it is refused; of any
+    /// other table it runs at once, as outside a block (`None`).
+    pub(super) async fn index_in_block(
+        &self,
+        own: &OwnRelations,
+        create: &datafusion::sql::sqlparser::ast::CreateIndex,
+    ) -> Result<Option<DdlOutcome>, EngineError> {
+        let table = ddl::object_name(&create.table_name)?;
+        let later = EngineError::InTransactionBlock {
+            tag: "CREATE INDEX",
+            why: " on a table the block changed or wrote to: COMMIT first",
+        };
+        let def = match own.seen(&table) {
+            Seen::Untouched => return Ok(None),
+            Seen::Changed(Relation::Table { def, .. }) => def,
+            Seen::Changed(Relation::View { .. }) | Seen::Dropped => {
+                return Err(CatalogError::UnknownTable(table).into());
+            }
+        };
+        let written = self
+            .transaction()
+            .is_some_and(|tx| tx.written_tables().contains(&def.storage_table));
+        if !own.made(&def.storage_table) || written {
+            return Err(later);
+        }
+        let ddl::NewIndex::Local(index) = ddl::index_from_create(create, &def)? else {
+            return Err(later);
+        };
+        let mut outcome = DdlOutcome::default();
+        if def.indexes.iter().any(|i| i.name == index.name) {
+            if create.if_not_exists {
+                outcome.notices.push(exists_skipping(&index.name));
+                return Ok(Some(outcome));
+            }
+            return Err(CatalogError::Inconsistent {
+                table,
+                reason: format!("index {} already exists", index.name),
+            }
+            .into());
+        }
+        let mut changed = def.as_ref().clone();
+        changed.indexes.push(index);
+        changed.validate()?;
+        let (name, provider) = self.mapped_provider(changed.clone())?;
+        own.put(
+            &name,
+            Some(Relation::Table {
+                def: Arc::new(changed),
+                provider,
+            }),
+        );
+        self.engine.catalog_changed();
+        Ok(Some(outcome))
+    }
+
     async fn check_free(&self, name: &str) -> Result<(), EngineError> {
         match self.named(name).await? {
             Named::Missing => Ok(()),
@@ -345,6 +395,7 @@ impl Session {
         }
         let sql = statement.to_string();
         let provider = self.plan_view(&sql).await?;
+        self.touch(own, &[&name]).await?;
         own.put(&name, Some(Relation::View { sql, provider }));
         Ok(DdlOutcome::default())
     }
@@ -352,22 +403,7 @@ impl Session {
     /// A view's `CREATE VIEW` text planned as this session sees the
     /// relations (its block's among them).
     async fn plan_view(&self, sql: &str) -> Result<Arc<dyn TableProvider>, EngineError> {
-        let statement = self
-            .parse(sql)
-            .map_err(|e| CatalogError::Definition(format!("view: {e}")))?
-            .into_iter()
-            .next()
-            .ok_or_else(|| CatalogError::Definition("view: no statement".into()))?;
-        let state = self.ctx.state();
-        match crate::planner::upsert::statement_to_plan(&state, statement).await? {
-            LogicalPlan::Ddl(datafusion::logical_expr::DdlStatement::CreateView(view)) => {
-                Ok(Arc::new(ViewTable::new(
-                    view.input.as_ref().clone(),
-                    view.definition.clone(),
-                )))
-            }
-            _ => Err(CatalogError::Definition("view: not CREATE VIEW".into()).into()),
-        }
+        self.view_planned(&self.ctx.state(), sql).await
     }
 
     /// `ALTER TABLE|VIEW v RENAME TO w` of a stored view, outside a block:
@@ -384,7 +420,18 @@ impl Session {
         self.check_free(&to).await?;
         let sql = renamed_view(&sql, &to)?;
         self.plan_view(&sql).await?;
-        let changes = [(name, None), (to, Some(Change::View(sql)))];
+        let changes = [
+            Changed {
+                base: persist::stored(self.store.as_ref(), &name).await?,
+                name,
+                change: None,
+            },
+            Changed {
+                base: None,
+                name: to,
+                change: Some(Change::View(sql)),
+            },
+        ];
         persist::apply(self.store.as_ref(), &changes).await?;
         self.refresh().await?;
         Ok(Some(DdlOutcome::default()))
@@ -401,46 +448,66 @@ impl Session {
             self.end_own(own, false).await;
             return Ok(BlockChange::Ended(BlockEnd::RolledBack));
         }
-        if let Err(e) = self.refuse_mixed(own, "COMMIT") {
-            tx.rollback();
-            self.end_own(own, false).await;
-            return Err(e);
-        }
-        let tables = own.tables();
-        let order = crate::exec::write::commit::Order::new(
-            tables
-                .iter()
-                .flat_map(|d| d.global_indexes.iter().map(|g| &g.table)),
-        );
-        // The block's rows, all in tables nothing names yet.
-        if let Err(e) = tx.commit(self.store.as_ref(), &order).await {
-            self.end_own(own, false).await;
-            return Err(e.into());
-        }
         let ended = own.end(true);
-        let changes: Vec<(String, Option<Change>)> = ended
+        self.engine.catalog_changed();
+        let changes: Vec<Changed> = ended
             .relations
             .iter()
-            .map(|(name, r)| {
-                let change = r.as_ref().map(|r| match r {
+            .map(|(name, base, r)| Changed {
+                name: name.clone(),
+                base: base.clone(),
+                change: r.as_ref().map(|r| match r {
                     Relation::Table { def, .. } => Change::Table(Box::new(def.as_ref().clone())),
                     Relation::View { sql, .. } => Change::View(sql.clone()),
-                });
-                (name.clone(), change)
+                }),
             })
             .collect();
-        let replaced = match persist::apply(self.store.as_ref(), &changes).await {
-            Ok(r) => r,
+        let written = async {
+            persist::check(self.store.as_ref(), &changes).await?;
+            let (catalog, writes, replaced) = persist::block_writes(&changes)?;
+            persist::created(self.store.as_ref()).await?;
+            // Global index entities around the base rows, as any COMMIT
+            // writes them, and the catalog last, after the rows it names.
+            let stored = persist::load(self.store.as_ref()).await?;
+            let order = Order::new(
+                stored
+                    .iter()
+                    .chain(changes.iter().filter_map(|c| match &c.change {
+                        Some(Change::Table(def)) => Some(def.as_ref()),
+                        _ => None,
+                    }))
+                    .flat_map(|d| d.global_indexes.iter().map(|g| &g.table)),
+            )
+            .landing_last(&catalog);
+            let extra = writes
+                .into_iter()
+                .map(|(op, before)| crate::exec::write::commit::Change {
+                    table: catalog.clone(),
+                    op,
+                    before,
+                    first: false,
+                })
+                .collect();
+            tx.commit_with(self.store.as_ref(), &order, extra).await?;
+            Ok::<_, EngineError>(replaced)
+        };
+        let replaced = match written.await {
+            Ok(replaced) => replaced,
             Err(e) => {
-                self.delete_made(&ended, &[]).await;
-                return Err(e.into());
+                tx.rollback();
+                // A commit whose outcome is unknown is left to recovery,
+                // which may yet name what the block made.
+                if e.sqlstate() != crate::sqlstate::STATEMENT_COMPLETION_UNKNOWN {
+                    self.delete_made(&ended, &[]).await;
+                }
+                return Err(e);
             }
         };
         // What the catalog no longer names goes: tables the block made and
         // dropped, and the storage of the tables it dropped.
         let kept: Vec<&TableDef> = changes
             .iter()
-            .filter_map(|(_, c)| match c {
+            .filter_map(|c| match &c.change {
                 Some(Change::Table(def)) => Some(def.as_ref()),
                 _ => None,
             })
@@ -451,7 +518,13 @@ impl Session {
             // Best effort: the COMMIT has landed; what stays is unnamed.
             let _ = self.drop_storage(def).await;
         }
-        self.refresh().await?;
+        // Landed: a failed reload is the next statement's to retry.
+        if let Err(e) = self.refresh().await {
+            self.notice(Notice::new(
+                NoticeKind::CatalogChanged,
+                format!("the catalog committed, but reloading it failed: {e}"),
+            ));
+        }
         Ok(BlockChange::Ended(BlockEnd::Committed))
     }
 

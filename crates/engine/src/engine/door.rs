@@ -77,6 +77,14 @@ impl Session {
             block::admit(&tx, statement)?;
             let default = self.default_isolation();
             let own = self.own();
+            // A block whose COMMIT was dropped midway (a cancel, a
+            // timeout) closed without its relations: they close now.
+            if let Some(own) = own.as_deref()
+                && own.is_open()
+                && !tx.is_open()
+            {
+                self.end_own(own, false).await;
+            }
             let change = match (statement, own.as_deref()) {
                 // A block that changed the catalog writes it at COMMIT
                 // (`engine::block_ddl`).
@@ -87,7 +95,7 @@ impl Session {
                     let change =
                         block::control(&tx, self.store().as_ref(), statement, default).await;
                     if let (Some(changed), Some(own)) = (&change, own.as_deref()) {
-                        self.follow_block(own, statement, changed.as_ref().ok())
+                        self.follow_block(&tx, own, statement, changed.as_ref().ok())
                             .await;
                     }
                     change
@@ -135,8 +143,11 @@ impl Session {
 
     /// The session's own relations follow what transaction control did
     /// to its block (`engine::own`): `None` for a statement that failed.
+    /// They close with the block, however it closed (a failed COMMIT
+    /// closes it; a refused `COMMIT AND CHAIN` does not).
     async fn follow_block(
         &self,
+        tx: &Transaction,
         own: &own::OwnRelations,
         statement: &Statement,
         change: Option<&BlockChange>,
@@ -155,13 +166,16 @@ impl Session {
                 Statement::Rollback {
                     savepoint: Some(n), ..
                 },
-            ) => own.rollback_to(&name(n)),
-            (Some(BlockChange::Ended(end)), _) => {
-                self.end_own(own, *end == BlockEnd::Committed).await;
+            ) => {
+                own.rollback_to(&name(n));
+                // Plans made since the mark may name what is gone.
+                self.engine.catalog_changed();
             }
-            // A failed COMMIT closes the block.
-            (None, Statement::Commit { .. }) => self.end_own(own, false).await,
             _ => {}
+        }
+        if own.is_open() && !tx.is_open() {
+            let committed = change == Some(&BlockChange::Ended(BlockEnd::Committed));
+            self.end_own(own, committed).await;
         }
     }
 

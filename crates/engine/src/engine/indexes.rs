@@ -199,18 +199,7 @@ impl Engine {
                 self.declare_building(table, &g).await?;
             }
             None => {
-                let wanted = g.table.clone();
-                let mut lost = std::collections::HashSet::new();
-                loop {
-                    g.table = self.fresh_storage_table(&wanted, &lost).await?;
-                    match self.store.create_table(&g.table).await {
-                        Ok(()) => break,
-                        Err(StorageError::TableAlreadyExists(_)) if lost.len() < 10 => {
-                            lost.insert(g.table.as_str().to_lowercase());
-                        }
-                        Err(e) => return Err(e.into()),
-                    }
-                }
+                g.table = self.created_storage_table(&g.table).await?;
                 self.declare_building(table, &g).await?;
             }
         }

@@ -6,9 +6,10 @@
 //! after ROLLBACK. The store cannot write a catalog change and rows of other
 //! partitions in one atomic step, so a block's changes wait here, each
 //! relation as the block would leave it, and the session plans through them
-//! (`engine::overlay`). COMMIT writes them in one entity group transaction
-//! of the catalog's partition (`engine::block_ddl`): other sessions see all
-//! of a block's DDL at once, or none of it.
+//! (`engine::overlay`). COMMIT writes them with the block's rows, the
+//! catalog's partition last, in one entity group transaction
+//! (`engine::block_ddl`): other sessions see all of a block's DDL at once,
+//! or none of it.
 //!
 //! Savepoints mark this state as `Transaction` marks its buffer; the storage
 //! tables and sequences a block made are kept apart, since a `ROLLBACK TO`
@@ -26,7 +27,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use datafusion::catalog::TableProvider;
 
 use crate::catalog::TableDef;
-use crate::storage::TableName;
+use crate::storage::{StoredEntity, TableName};
 
 /// A relation as a block leaves it.
 #[derive(Debug, Clone)]
@@ -82,6 +83,10 @@ struct State {
     made: Vec<TableName>,
     /// Sequences the block created, for ROLLBACK.
     sequences: Vec<String>,
+    /// Each name's stored entity when the block first changed it (`None`:
+    /// no such relation), whose version COMMIT writes If-Match. Not marked
+    /// by savepoints: a first change undone leaves the base true.
+    bases: BTreeMap<String, Option<StoredEntity>>,
 }
 
 /// See the module doc. One per session, shared with its context.
@@ -93,8 +98,8 @@ pub(crate) struct OwnRelations {
 /// What a block's end leaves to do in the store.
 #[derive(Debug, Default)]
 pub(crate) struct Ended {
-    /// The block's relations (empty at ROLLBACK).
-    pub relations: Vec<(String, Option<Relation>)>,
+    /// The block's relations, each with its base (empty at ROLLBACK).
+    pub relations: Vec<(String, Option<StoredEntity>, Option<Relation>)>,
     /// The storage tables it created.
     pub made: Vec<TableName>,
     /// The sequences it created.
@@ -143,16 +148,14 @@ impl OwnRelations {
         )
     }
 
-    /// The definitions of the tables the block made or changed.
-    pub(crate) fn tables(&self) -> Vec<Arc<TableDef>> {
-        self.lock()
-            .relations
-            .values()
-            .filter_map(|r| match r {
-                Some(Relation::Table { def, .. }) => Some(def.clone()),
-                _ => None,
-            })
-            .collect()
+    /// Whether the block has yet to note `name`'s stored version.
+    pub(crate) fn needs_base(&self, name: &str) -> bool {
+        !self.lock().bases.contains_key(name)
+    }
+
+    /// Notes `name`'s stored entity as the block first found it.
+    pub(crate) fn set_base(&self, name: &str, base: Option<StoredEntity>) {
+        self.lock().bases.entry(name.to_owned()).or_insert(base);
     }
 
     /// `name` as the block leaves it (`None`: dropped).
@@ -191,6 +194,11 @@ impl OwnRelations {
             Some(t) => s.temp.insert(name.to_owned(), t),
             None => s.temp.remove(name),
         };
+    }
+
+    /// Drops every temporary table (`DISCARD ALL`, outside a block).
+    pub(crate) fn clear_temp(&self) {
+        self.lock().temp.clear();
     }
 
     /// `SAVEPOINT name`.
@@ -232,13 +240,20 @@ impl OwnRelations {
         s.open = false;
         s.marks.clear();
         let relations = std::mem::take(&mut s.relations);
+        let mut bases = std::mem::take(&mut s.bases);
         let begun = std::mem::take(&mut s.temp_at_begin);
         if !keep {
             s.temp = begun;
         }
         Ended {
             relations: if keep {
-                relations.into_iter().collect()
+                relations
+                    .into_iter()
+                    .map(|(name, r)| {
+                        let base = bases.remove(&name).flatten();
+                        (name, base, r)
+                    })
+                    .collect()
             } else {
                 Vec::new()
             },

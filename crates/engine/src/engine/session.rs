@@ -260,8 +260,8 @@ impl Session {
     }
 
     /// `DISCARD ALL`'s part in the engine: the session forgets the sequence
-    /// values it holds (`currval`) and its parameters go back to their
-    /// defaults. Outside a transaction block only, as in PostgreSQL (a
+    /// values it holds (`currval`) and its temporary tables, and its
+    /// parameters go back to their defaults. Outside a transaction block only, as in PostgreSQL (a
     /// pooler discards between clients).
     pub fn discard(&self) -> Result<(), EngineError> {
         if self.status() != BlockStatus::Idle {
@@ -271,6 +271,10 @@ impl Session {
             });
         }
         self.parameters.reset();
+        // Its temporary tables go, as PostgreSQL's DISCARD ALL drops them.
+        if let Some(own) = super::session_relations(&self.ctx) {
+            own.clear_temp();
+        }
         let state = &self.ctx.state();
         let extensions = &state.config().options().extensions;
         if let Some(sequences) =

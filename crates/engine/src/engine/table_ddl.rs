@@ -25,20 +25,7 @@ impl Engine {
             match kept {
                 Some(t) => def.storage_table = t,
                 None => {
-                    // The store says last whether a name is free: another
-                    // engine may have taken the one listed free meanwhile.
-                    let wanted = def.storage_table.clone();
-                    let mut lost = std::collections::HashSet::new();
-                    loop {
-                        def.storage_table = self.fresh_storage_table(&wanted, &lost).await?;
-                        match self.store.create_table(&def.storage_table).await {
-                            Ok(()) => break,
-                            Err(StorageError::TableAlreadyExists(_)) if lost.len() < 10 => {
-                                lost.insert(def.storage_table.as_str().to_lowercase());
-                            }
-                            Err(e) => return Err(e.into()),
-                        }
-                    }
+                    def.storage_table = self.created_storage_table(&def.storage_table).await?;
                     created = true;
                 }
             }
@@ -102,6 +89,26 @@ impl Engine {
         }
         self.refresh().await?;
         Ok(Some(DdlOutcome::default()))
+    }
+
+    /// A new storage table: [`Self::fresh_storage_table`]'s name, created.
+    /// The store says last whether a name is free: another engine may have
+    /// taken the one listed free meanwhile, and the next free one is tried.
+    pub(super) async fn created_storage_table(
+        &self,
+        wanted: &TableName,
+    ) -> Result<TableName, EngineError> {
+        let mut lost = std::collections::HashSet::new();
+        loop {
+            let table = self.fresh_storage_table(wanted, &lost).await?;
+            match self.store.create_table(&table).await {
+                Ok(()) => return Ok(table),
+                Err(StorageError::TableAlreadyExists(_)) if lost.len() < 10 => {
+                    lost.insert(table.as_str().to_lowercase());
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
 
     /// A storage table for a table that owns its rows: `wanted`, or where
@@ -221,8 +228,13 @@ impl Session {
                     | Statement::Drop { .. }
             );
         let tag = StatementKind::of(statement).tag().unwrap_or("catalog DDL");
-        if let Some(own) = self.block_own().filter(|_| held) {
-            self.refuse_mixed(&own, tag)?;
+        let own = self.block_own();
+        if let (Some(own), Statement::CreateIndex(create)) = (&own, statement)
+            && let Some(outcome) = self.index_in_block(own, create).await?
+        {
+            return Ok(Some(outcome));
+        }
+        if let Some(own) = own.filter(|_| held) {
             if let Some(outcome) = self.block_ddl(&own, statement).await? {
                 return Ok(Some(outcome));
             }

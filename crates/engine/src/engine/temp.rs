@@ -85,20 +85,28 @@ impl Session {
         create: &CreateTable,
         query: &datafusion::sql::sqlparser::ast::Query,
     ) -> Result<MemTable, EngineError> {
-        let frame = self
-            .frame(Statement::Query(Box::new(query.clone())))
-            .await?;
-        let shown = crate::planner::output_names::shown(frame.schema().inner());
-        let batches = frame.collect().await?;
-        let fields: Vec<_> = shown
+        // Planned here, not by `frame`: its rows whole, never one page.
+        let state = self.ctx.state();
+        let plan = crate::planner::upsert::statement_to_plan(
+            &state,
+            Statement::Query(Box::new(query.clone())),
+        )
+        .await?;
+        let shown = crate::planner::output_names::shown(plan.schema().inner());
+        // The names the plan shows, the types its rows come in (the
+        // physical plan's, which rules after the logical one may change).
+        let stream = DataFrame::new(state, plan).execute_stream().await?;
+        let types = stream.schema();
+        let batches: Vec<RecordBatch> = futures::TryStreamExt::try_collect(stream).await?;
+        let fields: Vec<_> = types
             .fields()
             .iter()
             .enumerate()
             .map(|(i, f)| {
-                let name = create.columns.get(i).map_or_else(
-                    || f.name().clone(),
-                    |c| crate::catalog::normalize_ident(&c.name),
-                );
+                let name = match create.columns.get(i) {
+                    Some(c) => crate::catalog::normalize_ident(&c.name),
+                    None => shown.field(i).name().clone(),
+                };
                 f.as_ref().clone().with_name(name).with_nullable(true)
             })
             .collect();

@@ -11,14 +11,23 @@ impl Engine {
         &self,
         sql: &str,
     ) -> Result<Arc<dyn TableProvider>, EngineError> {
+        self.view_planned(&self.base.state(), sql).await
+    }
+
+    /// A view's `CREATE VIEW` text planned under `state` (a session's sees
+    /// its own relations: `engine::overlay`).
+    pub(super) async fn view_planned(
+        &self,
+        state: &datafusion::execution::session_state::SessionState,
+        sql: &str,
+    ) -> Result<Arc<dyn TableProvider>, EngineError> {
         let statement = self
             .parse(sql)
             .map_err(|e| CatalogError::Definition(format!("stored view: {e}")))?
             .into_iter()
             .next()
             .ok_or_else(|| CatalogError::Definition("stored view: no statement".into()))?;
-        let state = self.base.state();
-        match crate::planner::upsert::statement_to_plan(&state, statement).await? {
+        match crate::planner::upsert::statement_to_plan(state, statement).await? {
             LogicalPlan::Ddl(datafusion::logical_expr::DdlStatement::CreateView(view)) => {
                 Ok(Arc::new(datafusion::datasource::ViewTable::new(
                     view.input.as_ref().clone(),

@@ -117,6 +117,8 @@ pub const RECOVER_AFTER: Duration = Duration::from_secs(120);
 #[derive(Debug, Clone, Default)]
 pub struct Order {
     index_tables: std::collections::HashSet<String>,
+    /// Written after everything else (`landing_last`).
+    last: Option<String>,
 }
 
 impl Order {
@@ -127,13 +129,27 @@ impl Order {
                 .into_iter()
                 .map(|t| t.as_str().to_ascii_lowercase())
                 .collect(),
+            last: None,
         }
     }
 
+    /// The same order, `table`'s writes after all the others: a block's
+    /// catalog changes, after the rows of the tables they name.
+    pub fn landing_last(mut self, table: &TableName) -> Self {
+        self.last = Some(table.as_str().to_ascii_lowercase());
+        self
+    }
+
     /// 0: an index entity's put; 1: any other table's write; 2: an index
-    /// entity's delete.
+    /// entity's delete; 3: the table that lands last.
     fn phase(&self, c: &Change) -> u8 {
-        if !self
+        if self
+            .last
+            .as_deref()
+            .is_some_and(|t| t.eq_ignore_ascii_case(c.table.as_str()))
+        {
+            3
+        } else if !self
             .index_tables
             .contains(&c.table.as_str().to_ascii_lowercase())
         {

@@ -610,13 +610,30 @@ impl Transaction {
     /// transaction), which is
     /// `StorageError::Transaction(TransactionScope::Aborted)`.
     pub async fn commit(&self, store: &dyn TableStore, order: &commit::Order) -> Result<usize> {
+        self.commit_with(store, order, Vec::new()).await
+    }
+
+    /// As [`Self::commit`], `extra` written with the buffer as part of it
+    /// (a block's catalog changes, each conditional on the version the
+    /// block found: `engine::block_ddl`).
+    pub async fn commit_with(
+        &self,
+        store: &dyn TableStore,
+        order: &commit::Order,
+        extra: Vec<commit::Change>,
+    ) -> Result<usize> {
         // Its rows are let go whatever the outcome, even if the COMMIT is
         // dropped midway: the block has ended.
         let _release = Release(self);
-        self.commit_buffer(store, order).await
+        self.commit_buffer(store, order, extra).await
     }
 
-    async fn commit_buffer(&self, store: &dyn TableStore, order: &commit::Order) -> Result<usize> {
+    async fn commit_buffer(
+        &self,
+        store: &dyn TableStore,
+        order: &commit::Order,
+        extra: Vec<commit::Change>,
+    ) -> Result<usize> {
         let (buffer, aborted, reads) = {
             let mut state = self.lock();
             state.marks.clear();
@@ -650,10 +667,11 @@ impl Transaction {
             // A block that writes nothing is done: its reads were all
             // current at one instant, between its last read and its
             // first check.
-            if !changes.is_empty() {
+            if !changes.is_empty() || !extra.is_empty() {
                 changes.extend(touches);
             }
         }
+        changes.extend(extra);
         let Some(first) = changes.first() else {
             return Ok(0);
         };
