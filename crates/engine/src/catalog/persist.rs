@@ -412,7 +412,7 @@ pub struct BlockChange {
 /// A block's catalog changes as writes of the catalog's storage table,
 /// each with the entity as the block found it: If-Match its version, or an
 /// insert where there was none; the version entity with them. At most 99
-/// relations, so that they land in one entity group transaction. Also the
+/// relations and 4 MiB, so that they land in one entity group transaction. Also the
 /// table definitions they replace or remove, whose storage the caller may
 /// have to delete once they land.
 #[allow(clippy::type_complexity)]
@@ -466,6 +466,13 @@ pub fn block_writes(
     }
     if !writes.is_empty() {
         writes.push((WriteOp::InsertOrReplace(version_entity()?), None));
+    }
+    let bytes: usize = writes.iter().map(|(op, _)| op.stored_size()).sum();
+    if bytes > crate::storage::write::MAX_BATCH_BYTES {
+        return Err(CatalogError::Definition(format!(
+            "a transaction block's catalog changes come to {bytes} bytes; one entity group transaction holds {}",
+            crate::storage::write::MAX_BATCH_BYTES
+        )));
     }
     Ok((table()?, writes, replaced))
 }

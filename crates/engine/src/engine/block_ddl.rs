@@ -80,8 +80,13 @@ impl Session {
 
     /// Notes the stored entity of each of `names` the block changes for
     /// the first time (COMMIT writes If-Match its version:
-    /// `persist::block_writes`).
-    async fn touch(&self, own: &OwnRelations, names: &[&str]) -> Result<(), EngineError> {
+    /// `persist::block_writes`), before the block decides anything of it:
+    /// a name another session takes after this read fails the COMMIT.
+    pub(super) async fn touch(
+        &self,
+        own: &OwnRelations,
+        names: &[&str],
+    ) -> Result<(), EngineError> {
         for name in names {
             if own.needs_base(name) {
                 own.set_base(name, persist::stored(self.store.as_ref(), name).await?);
@@ -130,6 +135,7 @@ impl Session {
         create: &CreateTable,
     ) -> Result<DdlOutcome, EngineError> {
         let def = ddl::from_create_table(create)?;
+        self.touch(own, &[&def.name]).await?;
         let mut outcome = DdlOutcome::default();
         if !matches!(self.named(&def.name).await?, Named::Missing) {
             if create.if_not_exists {
@@ -232,6 +238,7 @@ impl Session {
                 return Err(CatalogError::NotDroppable(n.to_string()).into());
             }
             let name = ddl::object_name(n)?;
+            self.touch(own, &[&name]).await?;
             match self.named(&name).await? {
                 Named::Table(_) if !view => gone.push(name),
                 Named::View(_) if view => gone.push(name),
@@ -250,7 +257,6 @@ impl Session {
             }
         }
         for name in gone {
-            self.touch(own, &[&name]).await?;
             own.put(&name, None);
         }
         Ok(Some(outcome))
@@ -262,10 +268,11 @@ impl Session {
         alter: &datafusion::sql::sqlparser::ast::AlterTable,
     ) -> Result<Option<DdlOutcome>, EngineError> {
         let name = ddl::object_name(&alter.name)?;
+        self.touch(own, &[&name]).await?;
         match self.named(&name).await? {
             Named::Table(def) => {
                 let changed = ddl::alter(&def, alter)?;
-                self.touch(own, &[&name, &changed.name]).await?;
+                self.touch(own, &[&changed.name]).await?;
                 if changed.name != name {
                     self.check_free(&changed.name).await?;
                     own.put(&name, None);
@@ -281,9 +288,9 @@ impl Session {
             }
             Named::View(sql) => {
                 let to = view_rename(alter)?;
+                self.touch(own, &[&to]).await?;
                 self.check_free(&to).await?;
                 let provider = self.plan_view(&renamed_view(&sql, &to)?).await?;
-                self.touch(own, &[&name, &to]).await?;
                 own.put(&name, None);
                 own.put(
                     &to,
@@ -387,6 +394,7 @@ impl Session {
         };
         refuse_view_kind(view)?;
         let name = ddl::object_name(&view.name)?;
+        self.touch(own, &[&name]).await?;
         match self.named(&name).await? {
             Named::Missing => {}
             Named::View(_) if view.or_replace => {}
@@ -395,7 +403,6 @@ impl Session {
         }
         let sql = statement.to_string();
         let provider = self.plan_view(&sql).await?;
-        self.touch(own, &[&name]).await?;
         own.put(&name, Some(Relation::View { sql, provider }));
         Ok(DdlOutcome::default())
     }
@@ -448,10 +455,10 @@ impl Session {
             self.end_own(own, false).await;
             return Ok(BlockChange::Ended(BlockEnd::RolledBack));
         }
-        let ended = own.end(true);
-        self.engine.catalog_changed();
-        let changes: Vec<Changed> = ended
-            .relations
+        // The relations close once the outcome is known: a COMMIT dropped
+        // before it takes the buffer leaves the block as it was.
+        let changes: Vec<Changed> = own
+            .pending()
             .iter()
             .map(|(name, base, r)| Changed {
                 name: name.clone(),
@@ -495,14 +502,23 @@ impl Session {
             Ok(replaced) => replaced,
             Err(e) => {
                 tx.rollback();
-                // A commit whose outcome is unknown is left to recovery,
-                // which may yet name what the block made.
-                if e.sqlstate() != crate::sqlstate::STATEMENT_COMPLETION_UNKNOWN {
-                    self.delete_made(&ended, &[]).await;
+                let ended = own.end(false);
+                self.engine.catalog_changed();
+                // What the block made goes, but what the catalog names: a
+                // batch whose answer was lost may have landed. A commit
+                // whose outcome is unknown is recovery's to finish, and
+                // may yet name all of it.
+                if e.sqlstate() != crate::sqlstate::STATEMENT_COMPLETION_UNKNOWN
+                    && let Ok(named) = persist::load(self.store.as_ref()).await
+                {
+                    self.delete_made(&ended, &named.iter().collect::<Vec<_>>())
+                        .await;
                 }
                 return Err(e);
             }
         };
+        let ended = own.end(true);
+        self.engine.catalog_changed();
         // What the catalog no longer names goes: tables the block made and
         // dropped, and the storage of the tables it dropped.
         let kept: Vec<&TableDef> = changes

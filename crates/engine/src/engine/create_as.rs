@@ -26,6 +26,9 @@ impl Session {
             .into());
         }
         let name = ddl::object_name(&create.name)?;
+        if let Some(own) = self.block_own() {
+            self.touch(&own, &[&name]).await?;
+        }
         if !matches!(self.named(&name).await?, block_ddl::Named::Missing) {
             if create.if_not_exists {
                 let mut outcome = DdlOutcome::default();

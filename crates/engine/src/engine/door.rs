@@ -78,12 +78,15 @@ impl Session {
             let default = self.default_isolation();
             let own = self.own();
             // A block whose COMMIT was dropped midway (a cancel, a
-            // timeout) closed without its relations: they close now.
+            // timeout) closed without its relations: they close now. What
+            // it made in the store stays: the COMMIT may have landed, or a
+            // recovery may yet land it.
             if let Some(own) = own.as_deref()
                 && own.is_open()
                 && !tx.is_open()
             {
-                self.end_own(own, false).await;
+                own.end(false);
+                self.engine.catalog_changed();
             }
             let change = match (statement, own.as_deref()) {
                 // A block that changed the catalog writes it at COMMIT

@@ -98,8 +98,6 @@ pub(crate) struct OwnRelations {
 /// What a block's end leaves to do in the store.
 #[derive(Debug, Default)]
 pub(crate) struct Ended {
-    /// The block's relations, each with its base (empty at ROLLBACK).
-    pub relations: Vec<(String, Option<StoredEntity>, Option<Relation>)>,
     /// The storage tables it created.
     pub made: Vec<TableName>,
     /// The sequences it created.
@@ -229,9 +227,23 @@ impl OwnRelations {
         }
     }
 
-    /// Closes the block: at COMMIT (`keep`) with its changes to write, at
-    /// ROLLBACK with its temporary tables as at BEGIN and only what it
-    /// made in the store to delete.
+    /// The block's relations, each with its base, as COMMIT would write
+    /// them, the block left open (it closes once the COMMIT's outcome is
+    /// known: `end`).
+    pub(crate) fn pending(&self) -> Vec<(String, Option<StoredEntity>, Option<Relation>)> {
+        let s = self.lock();
+        s.relations
+            .iter()
+            .map(|(name, r)| {
+                let base = s.bases.get(name).cloned().flatten();
+                (name.clone(), base, r.clone())
+            })
+            .collect()
+    }
+
+    /// Closes the block: after its COMMIT (`keep`), or at ROLLBACK with its
+    /// temporary tables as at BEGIN; what it made in the store, for the
+    /// caller to delete what no relation kept.
     pub(crate) fn end(&self, keep: bool) -> Ended {
         let mut s = self.lock();
         if !s.open {
@@ -239,24 +251,13 @@ impl OwnRelations {
         }
         s.open = false;
         s.marks.clear();
-        let relations = std::mem::take(&mut s.relations);
-        let mut bases = std::mem::take(&mut s.bases);
+        s.relations.clear();
+        s.bases.clear();
         let begun = std::mem::take(&mut s.temp_at_begin);
         if !keep {
             s.temp = begun;
         }
         Ended {
-            relations: if keep {
-                relations
-                    .into_iter()
-                    .map(|(name, r)| {
-                        let base = bases.remove(&name).flatten();
-                        (name, base, r)
-                    })
-                    .collect()
-            } else {
-                Vec::new()
-            },
             made: std::mem::take(&mut s.made),
             sequences: std::mem::take(&mut s.sequences),
         }
@@ -295,8 +296,8 @@ mod tests {
         assert!(matches!(own.seen("v"), Seen::Changed(_)));
         assert!(matches!(own.seen("w"), Seen::Untouched));
         assert!(own.temp("t").is_none());
+        assert_eq!(own.pending().len(), 1);
         let ended = own.end(true);
-        assert_eq!(ended.relations.len(), 1);
         // Made after the mark, still in the store: the end deletes it.
         assert_eq!(ended.made.len(), 1);
         assert!(!own.has_changes());
@@ -310,8 +311,8 @@ mod tests {
         own.put_temp("kept", None);
         own.put_temp("new", Some(table()));
         own.put("v", view());
-        let ended = own.end(false);
-        assert!(ended.relations.is_empty());
+        own.end(false);
+        assert!(own.pending().is_empty());
         assert!(own.temp("kept").is_some());
         assert!(own.temp("new").is_none());
         // Outside a block a temporary table is made at once.

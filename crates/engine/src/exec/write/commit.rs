@@ -444,6 +444,12 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
     for id in orphans {
         let _ = forget(store, &log, &id).await;
     }
+    // A record may hold a block's catalog changes (`engine::block_ddl`),
+    // which its version entity's write, redone only where absent, would not
+    // announce: engines reload when they next look. Best effort, as above.
+    if finished > 0 {
+        let _ = crate::catalog::persist::touch(store).await;
+    }
     Ok(finished)
 }
 

@@ -644,6 +644,10 @@ impl Transaction {
             )
         };
         let Some(buffer) = buffer else {
+            // Writes of a block that is not open are no one's to make.
+            if !extra.is_empty() {
+                return Err(StorageError::Transaction(TransactionScope::Aborted));
+            }
             return Ok(0);
         };
         if aborted {
