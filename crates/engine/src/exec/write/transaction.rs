@@ -527,9 +527,9 @@ impl Transaction {
         (state.open.is_some(), state.open.is_some() && state.aborted)
     }
 
-    /// Whether the open block holds a write COMMIT would make: catalog DDL
-    /// runs in a block only before its first (the store cannot put a
-    /// catalog change and a partition's rows in one atomic write).
+    /// Whether the open block holds a write COMMIT would make: the DDL a
+    /// block does not hold until COMMIT (`CREATE INDEX` of an older table,
+    /// sequences) runs at once, so only before its first.
     pub fn has_buffered_writes(&self) -> bool {
         self.lock().open.as_ref().is_some_and(|b| b.writes > 0)
     }
