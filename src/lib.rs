@@ -172,6 +172,8 @@ pub use tablesql_engine::{catalog, demo, keys, load, storage, stress};
 pub use tablesql_server::server;
 #[cfg(feature = "shell")]
 pub use tablesql_shell::shell;
+#[cfg(feature = "tableservice")]
+pub use tablesql_tableservice as tableservice;
 
 /// The DataFusion release tablesql is built on, for embedders.
 pub use datafusion;

@@ -532,19 +532,35 @@ async fn errors_that_would_repeat_are_not_retried() -> TestResult {
         );
         assert_eq!(store.stats().retries, 0);
     }
-    // And 503 is retried until the policy gives up: 1 + max_retries attempts.
-    let decide: Decide = Box::new(|_| Fate::Fail(503));
+    // 500 is retried until the policy gives up: 1 + max_retries attempts.
+    let decide: Decide = Box::new(|_| Fate::Fail(500));
     let proxy = Proxy::start(upstream()?, decide).await?;
     let mut config = proxy.config(&account);
     config.retry.max_retries = 3;
     let store = AzureStore::new(config)?;
-    let err = store.list_tables().await.err().ok_or("503 forever fails")?;
+    let err = store.list_tables().await.err().ok_or("500 forever fails")?;
     assert!(err.is_retryable());
     assert!(
         matches!(err, StorageError::Unavailable { attempts: 4, .. }),
         "{err:?}"
     );
     assert_eq!(store.stats().retries, 3);
+    // 503 refused the work undone: it is retried past max_retries, until
+    // the busy timeout.
+    let decide: Decide = Box::new(|_| Fate::Fail(503));
+    let proxy = Proxy::start(upstream()?, decide).await?;
+    let mut config = proxy.config(&account);
+    config.retry.max_retries = 3;
+    config.retry.delay = Duration::from_millis(1);
+    config.retry.min_delay = Duration::from_millis(1);
+    config.retry.max_delay = Duration::from_millis(5);
+    config.retry.busy_timeout = Duration::from_millis(300);
+    let store = AzureStore::new(config)?;
+    let err = store.list_tables().await.err().ok_or("503 forever fails")?;
+    assert!(
+        matches!(err, StorageError::Unavailable { attempts, .. } if attempts > 4),
+        "{err:?}"
+    );
     Ok(())
 }
 

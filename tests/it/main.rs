@@ -25,6 +25,7 @@ mod hostile;
 mod indexes;
 mod interop;
 mod isolation;
+mod local_service;
 mod lookup_join;
 mod model;
 mod paging;

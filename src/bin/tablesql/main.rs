@@ -9,6 +9,7 @@ mod output;
 mod run;
 mod scan;
 mod serve;
+mod table_service;
 
 use std::io::{IsTerminal, Write};
 use std::ops::Bound;
@@ -160,6 +161,12 @@ enum Command {
     /// Print the command line's reference in Markdown (docs/cli.md).
     #[command(hide = true)]
     CliDoc,
+    /// A local Table service with Azure's limits: the Azure Table REST API
+    /// over an embedded store of its own, with Azure Storage's (or, with
+    /// --profile cosmos, Cosmos DB's) range servers, throttling, 5-second
+    /// query budget and faults, to test a mapping's cost and behaviour
+    /// before deploying. Point `--store azure:<connection string>` at it.
+    TableService(table_service::TableServiceArgs),
     /// Serve SQL over the Postgres wire protocol (psql, drivers, BI tools).
     /// Every flag can also come from the environment (TABLESQL_LISTEN, ...).
     /// SIGTERM, SIGINT or SIGHUP stops it gracefully.
@@ -430,6 +437,7 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
             print!("{}", clidoc::markdown(&Cli::command()));
             return Ok(0);
         }
+        Command::TableService(args) => return table_service::run(args).await,
         _ => {}
     }
     let mut memory = match cli.memory_limit {
@@ -519,7 +527,11 @@ async fn run(cli: Cli, matches: &clap::ArgMatches, opened: &ending::Opened) -> a
             close(&closing).await;
             return Ok(code);
         }
-        Command::Completions { .. } | Command::Man | Command::CliDoc | Command::Migrate => Ok(()),
+        Command::Completions { .. }
+        | Command::Man
+        | Command::CliDoc
+        | Command::Migrate
+        | Command::TableService(_) => Ok(()),
         Command::Shell {
             file,
             format,

@@ -21,6 +21,8 @@ pub type Constructor = fn(usize) -> TestResult<Fixture>;
 pub struct Fixture {
     pub store: Arc<dyn TableStore>,
     _dir: Option<TempDir>,
+    /// A service the store talks to, kept running while the fixture lives.
+    _service: Option<crate::local_service::Local>,
     make: Constructor,
     /// The service loses the sign of -0.0, which no client can restore:
     /// Azurite keeps Doubles as JavaScript numbers and prints -0 as 0.
@@ -33,6 +35,7 @@ impl Fixture {
         Self {
             store,
             _dir: dir,
+            _service: None,
             make,
             loses_negative_zero: false,
         }
@@ -67,6 +70,37 @@ impl Fixture {
         let store = AzureStore::new(config)?.with_scan_budget(scan_budget);
         let mut fixture = Self::new(Arc::new(store), None, Fixture::azure);
         fixture.loses_negative_zero = emulator;
+        Ok(fixture)
+    }
+
+    /// The Azure backend on the local Table service with Azure's limits
+    /// (the `storage` profile), quick and without faults.
+    pub fn table_service(scan_budget: usize) -> TestResult<Fixture> {
+        Self::local(scan_budget, &[], Fixture::table_service)
+    }
+
+    /// As [`Fixture::table_service`], with busy answers (with and without
+    /// hints) and latency with a heavy tail: every case still gets the
+    /// model's answer. The faults that change what a case may see are
+    /// tested apart (`local_service`): a 500 makes a refused write's
+    /// error ambiguous, and an empty page is a page a case counts.
+    pub fn table_service_faults(scan_budget: usize) -> TestResult<Fixture> {
+        let faults = [
+            "busy=0.05",
+            "retry_hint=0.5",
+            "latency_ms=0.5",
+            "latency_sigma=1.5",
+        ];
+        Self::local(scan_budget, &faults, Fixture::table_service_faults)
+    }
+
+    fn local(scan_budget: usize, knobs: &[&str], make: Constructor) -> TestResult<Fixture> {
+        let local =
+            crate::local_service::Local::start(tablesql::tableservice::Profile::Storage, knobs)
+                .map_err(|e| e.to_string())?;
+        let store = local.store().map_err(|e| e.to_string())?;
+        let mut fixture = Self::new(Arc::new(store.with_scan_budget(scan_budget)), None, make);
+        fixture._service = Some(local);
         Ok(fixture)
     }
 
@@ -474,3 +508,5 @@ macro_rules! conformance_suite {
 conformance_suite!(memory, Fixture::memory);
 conformance_suite!(embedded, Fixture::embedded);
 conformance_suite!(azure, Fixture::azure);
+conformance_suite!(table_service, Fixture::table_service);
+conformance_suite!(table_service_faults, Fixture::table_service_faults);

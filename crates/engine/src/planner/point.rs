@@ -325,7 +325,7 @@ async fn get<S: RowSink>(
         // `finish` tells.
         let _ = sink.push(&e);
     }
-    Ok((sink, 1, retries))
+    Ok((sink, 1, retries.retries))
 }
 
 /// The first entity `query` (of `top` 1) finds, following tokens past
@@ -342,7 +342,7 @@ async fn first<S: RowSink + 'static>(
         let (page, n) =
             retries::counted_by(store, page_into(store, table, query, token.as_ref(), sink)).await;
         let (end, filled) = page?;
-        (sink, requests, retries) = (filled, requests + 1, retries + n);
+        (sink, requests, retries) = (filled, requests + 1, retries + n.retries);
         match end.continuation {
             Some(next) if end.returned == 0 => token = Some(next),
             _ => return Ok((sink, requests, retries)),

@@ -99,6 +99,8 @@ pub struct ServiceCounters {
     /// Attempts that timed out (408, 504, 500 `OperationTimedOut`, or no
     /// whole answer in time).
     pub timeouts: u64,
+    /// Time spent waiting before retries.
+    pub waited: std::time::Duration,
 }
 
 impl ServiceCounters {
@@ -109,6 +111,7 @@ impl ServiceCounters {
             retries: self.retries.saturating_sub(earlier.retries),
             busy: self.busy.saturating_sub(earlier.busy),
             timeouts: self.timeouts.saturating_sub(earlier.timeouts),
+            waited: self.waited.saturating_sub(earlier.waited),
         }
     }
 }

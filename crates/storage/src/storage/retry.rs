@@ -18,6 +18,10 @@ pub struct RetryPolicy {
     pub min_delay: Duration,
     /// zmax, the longest wait.
     pub max_delay: Duration,
+    /// How long a request refused as busy (503 ServerBusy, 429) is retried,
+    /// counted from its first attempt; busy answers do not count against
+    /// `max_retries`.
+    pub busy_timeout: Duration,
 }
 
 impl Default for RetryPolicy {
@@ -27,6 +31,7 @@ impl Default for RetryPolicy {
             delay: Duration::from_millis(500),
             min_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(30),
+            busy_timeout: Duration::from_secs(600),
         }
     }
 }
@@ -61,6 +66,18 @@ impl RetryPolicy {
         let growth = 2f64.powi(x.min(62) as i32) - 1.0;
         let y = self.min_delay.as_secs_f64() + rand * growth;
         Duration::from_secs_f64(y.min(self.max_delay.as_secs_f64()))
+    }
+
+    /// Waits without end, for a caller that decides itself when to stop
+    /// (the Azure client, which counts busy answers apart).
+    pub fn backoff_forever(&self) -> Backoff {
+        Backoff {
+            policy: RetryPolicy {
+                max_retries: u32::MAX,
+                ..*self
+            },
+            retry: 0,
+        }
     }
 
     /// The successive waits of one request: a backon `Backoff`.
@@ -115,6 +132,7 @@ mod tests {
             delay: Duration::from_millis(100),
             min_delay: Duration::from_millis(10),
             max_delay: Duration::from_millis(500),
+            busy_timeout: Duration::from_secs(1),
         }
     }
 

@@ -431,7 +431,7 @@ fn split(split: Split, state: State) -> BoxStream<'static, Result<KeyRequest>> {
                 .partitions(&split.table, &split.range, state.after.as_ref());
             let (page, retries) =
                 crate::storage::retries::counted_by(split.store.as_ref(), listing).await;
-            split.counters.retries.add(retries as usize);
+            split.counters.retries.add(retries.retries as usize);
             match page {
                 Err(e) => {
                     state.done = true;

@@ -143,6 +143,10 @@ struct Counters {
     requests: ExactCount,
     /// Retries the store made for the scan's requests.
     retries: ExactCount,
+    /// Of them, retries of answers that refused the work as busy.
+    throttled: ExactCount,
+    /// Time the store waited before its retries, in milliseconds.
+    retry_wait_ms: ExactCount,
     partitions: ExactCount,
     listing_requests: ExactCount,
     peak_in_flight: ExactCount,
@@ -413,6 +417,8 @@ impl Counters {
             returned: m("entities_returned"),
             requests: m("requests"),
             retries: m("retries"),
+            throttled: m("throttled"),
+            retry_wait_ms: m("retry_wait_ms"),
             partitions: m("partitions"),
             listing_requests: m("listing_requests"),
             peak_in_flight: m("peak_in_flight"),
@@ -517,7 +523,11 @@ impl RequestRun {
         let _landed = InFlight(&self.counters.in_flight);
         let (answer, retries) =
             crate::storage::retries::counted_by(self.store.as_ref(), call).await;
-        self.counters.retries.add(retries as usize);
+        self.counters.retries.add(retries.retries as usize);
+        self.counters.throttled.add(retries.busy as usize);
+        self.counters
+            .retry_wait_ms
+            .add(retries.waited.as_millis() as usize);
         Ok(answer.map_err(ExecError::from)?)
     }
 
@@ -1022,6 +1032,8 @@ impl DynamicChoice {
                 ("entities_returned", &counters.returned),
                 ("partitions", &counters.partitions),
                 ("retries", &counters.retries),
+                ("throttled", &counters.throttled),
+                ("retry_wait_ms", &counters.retry_wait_ms),
             ] {
                 counter.add(super::metrics::sum(plan.as_ref(), name));
             }

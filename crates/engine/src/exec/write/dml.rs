@@ -454,7 +454,7 @@ impl ExecutionPlan for DmlExec {
             let store = writer.store.clone();
             let (result, n) =
                 crate::storage::retries::counted_by(store.as_ref(), writer.run(input)).await;
-            retries.add(n as usize);
+            retries.add(n.retries as usize);
             let rows = match result {
                 Ok(()) => writer.written,
                 Err(e) if writer.written > 0 => {

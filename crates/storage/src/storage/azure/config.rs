@@ -90,7 +90,8 @@ pub enum ConfigError {
 impl AzureConfig {
     /// Parses an Azure Storage connection string, plus tablesql's own keys:
     /// `AuthScheme=SharedKeyLite`, `MaxRetries`, `RetryDelayMs` (z), `RetryMinMs`,
-    /// `RetryMaxMs`, `MaxConnections`, `RequestTimeoutMs`.
+    /// `RetryMaxMs`, `BusyTimeoutMs`, `MaxConnections`, `RequestTimeoutMs`, `Emulator` (true or
+    /// false; by default, whether the endpoint is on a loopback address).
     pub fn parse(conn: &str) -> Result<Self, ConfigError> {
         let mut protocol = "https".to_owned();
         let mut account = None;
@@ -103,6 +104,7 @@ impl AzureConfig {
         let mut retry = RetryPolicy::default();
         let mut max_connections = DEFAULT_MAX_CONNECTIONS;
         let mut request_timeout = Duration::from_secs(30);
+        let mut emulator_said = None;
         let parts = conn.split(';').map(str::trim).filter(|p| !p.is_empty());
         for (n, part) in parts.enumerate() {
             let (k, v) = part
@@ -141,6 +143,7 @@ impl AzureConfig {
                 "retrydelayms" => retry.delay = millis(v)?,
                 "retryminms" => retry.min_delay = millis(v)?,
                 "retrymaxms" => retry.max_delay = millis(v)?,
+                "busytimeoutms" => retry.busy_timeout = millis(v)?,
                 "maxconnections" => {
                     max_connections = v
                         .parse()
@@ -149,6 +152,15 @@ impl AzureConfig {
                         .ok_or_else(|| bad("expected a positive count"))?;
                 }
                 "requesttimeoutms" => request_timeout = millis(v)?,
+                // A service on a loopback address that is not Azurite (the
+                // local Table service, `tablesql table-service`) says so.
+                "emulator" => {
+                    emulator_said = Some(match v.to_ascii_lowercase().as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad("expected true or false")),
+                    })
+                }
                 _ => return Err(ConfigError::UnknownKey(key_name_or_position(k, n))),
             }
         }
@@ -181,7 +193,7 @@ impl AzureConfig {
             Some(a) => a,
             None => account_from_endpoint(&endpoint).ok_or(ConfigError::Missing("AccountName"))?,
         };
-        let emulator = dev || is_loopback(&endpoint);
+        let emulator = emulator_said.unwrap_or(dev || is_loopback(&endpoint));
         Ok(Self {
             account,
             endpoint,
@@ -278,6 +290,12 @@ mod tests {
         assert!(c.emulator);
         assert!(is_loopback("http://[::1]:10002/a") && is_loopback("http://localhost/a"));
         assert!(!is_loopback("https://acme.table.core.windows.net"));
+        // A loopback service that is not Azurite says so.
+        let c = AzureConfig::parse(
+            "AccountName=a;AccountKey=a2V5;TableEndpoint=http://127.0.0.1:9/a;Emulator=false",
+        )
+        .unwrap();
+        assert!(!c.emulator);
     }
 
     #[test]

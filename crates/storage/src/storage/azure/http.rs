@@ -122,6 +122,17 @@ impl Failure {
         }
     }
 
+    /// Whether the service refused the work as busy, before doing any.
+    fn is_busy(&self) -> bool {
+        matches!(
+            self,
+            Failure::Status {
+                status: 503 | 429,
+                ..
+            }
+        )
+    }
+
     /// Whether the service may have applied the request despite this answer.
     fn may_have_applied(&self) -> bool {
         match self {
@@ -155,6 +166,8 @@ pub struct ClientStats {
     /// Attempts that timed out (408, 504, 500 `OperationTimedOut`, or no
     /// whole answer in time).
     pub timeouts: u64,
+    /// Time spent waiting before retries.
+    pub waited: Duration,
 }
 
 /// The HTTP client of one store.
@@ -167,6 +180,7 @@ pub struct Client {
     retries: AtomicU64,
     busy: AtomicU64,
     timeouts: AtomicU64,
+    waited_us: AtomicU64,
 }
 
 impl Client {
@@ -187,6 +201,7 @@ impl Client {
             retries: AtomicU64::new(0),
             busy: AtomicU64::new(0),
             timeouts: AtomicU64::new(0),
+            waited_us: AtomicU64::new(0),
         })
     }
 
@@ -200,38 +215,57 @@ impl Client {
             retries: self.retries.load(Ordering::Relaxed),
             busy: self.busy.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
+            waited: Duration::from_micros(self.waited_us.load(Ordering::Relaxed)),
         }
     }
 
     /// Sends a request, retrying transient failures per the retry policy.
     /// Any answer the service gives that is not a success is an error.
+    ///
+    /// A busy answer (503 ServerBusy, 429) refused the work before doing it,
+    /// so it is retried for as long as the policy's `busy_timeout` allows,
+    /// not a number of times: a throttled scan slows down and finishes
+    /// rather than fails (a statement's own timeout ends it first). Its wait
+    /// is the service's hint where it gives one (`x-ms-retry-after-ms`,
+    /// `Retry-After`), else the backoff formula. Other failures are retried
+    /// `max_retries` times.
     pub async fn send(&self, req: &Request) -> Result<Response, SendError> {
+        let policy = self.config.retry;
+        let started = std::time::Instant::now();
         let mut attempts = 0u32;
         let mut answer_lost = false;
         let mut retried = 0u32;
+        let (mut busy, mut other) = (0u32, 0u32);
         let result = (|| {
             attempts += 1;
             self.attempt(req)
         })
-        .retry(self.config.retry.backoff())
+        .retry(policy.backoff_forever())
         .sleep(tokio::time::sleep)
-        .when(Failure::is_retryable)
-        // The service's Retry-After wins over a shorter backoff, up to zmax.
-        .adjust(|failure, wait| match (failure, wait) {
-            (
-                Failure::Status {
-                    retry_after: Some(after),
-                    ..
-                },
-                Some(wait),
-            ) => Some(wait.max((*after).min(self.config.retry.max_delay))),
-            (_, wait) => wait,
+        .when(|f| policy.max_retries > 0 && f.is_retryable())
+        .adjust(|failure, _| {
+            let jitter = rand::random::<f64>();
+            let hint = match failure {
+                Failure::Status { retry_after, .. } => retry_after.map(|h| h.min(policy.max_delay)),
+                _ => None,
+            };
+            if failure.is_busy() {
+                busy += 1;
+                let wait = hint.unwrap_or_else(|| policy.wait(busy, jitter));
+                (started.elapsed() + wait <= policy.busy_timeout).then_some(wait)
+            } else {
+                other += 1;
+                let wait = policy.wait(other, jitter);
+                (other <= policy.max_retries).then(|| hint.map_or(wait, |h| wait.max(h)))
+            }
         })
         .notify(|failure, wait| {
             // A read has nothing to apply; a lost answer to it is just lost.
             answer_lost |= req.method != Method::GET && failure.may_have_applied();
             self.retries.fetch_add(1, Ordering::Relaxed);
-            super::super::retries::note();
+            self.waited_us
+                .fetch_add(wait.as_micros() as u64, Ordering::Relaxed);
+            super::super::retries::note(failure.is_busy(), wait);
             retried += 1;
             log_retry(req, failure, retried, wait);
         })
@@ -291,10 +325,7 @@ impl Client {
             status: status.as_u16(),
             code,
             message,
-            retry_after: headers
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_retry_after),
+            retry_after: retry_hint(&headers),
         })
     }
 
@@ -365,6 +396,18 @@ impl Client {
         }
         builder.build().map_err(|e| e.without_url().to_string())
     }
+}
+
+/// How long the service asks a client to wait: Cosmos DB's
+/// `x-ms-retry-after-ms` (milliseconds, possibly fractional), else
+/// `Retry-After` in seconds.
+fn retry_hint(headers: &HeaderMap) -> Option<Duration> {
+    let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
+    text("x-ms-retry-after-ms")
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|ms| ms.is_finite() && *ms >= 0.0)
+        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+        .or_else(|| text("retry-after").and_then(parse_retry_after))
 }
 
 /// A transport error with its causes ("error sending request: … Connection

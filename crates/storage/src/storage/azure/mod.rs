@@ -255,6 +255,7 @@ impl TableStore for AzureStore {
             retries: c.retries,
             busy: c.busy,
             timeouts: c.timeouts,
+            waited: c.waited,
         })
     }
 
