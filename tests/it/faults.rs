@@ -466,7 +466,7 @@ async fn queries_and_batches_survive_injected_faults() -> TestResult {
 }
 
 #[tokio::test]
-async fn insert_retried_after_lost_answer_is_reported_as_ambiguous() -> TestResult {
+async fn insert_retried_after_lost_answer_is_settled_as_applied() -> TestResult {
     let account = crate::azurite::fresh_account()?;
     let direct = AzureStore::new(account.clone())?;
     let t = TableName::new("Lost")?;
@@ -476,22 +476,13 @@ async fn insert_retried_after_lost_answer_is_reported_as_ambiguous() -> TestResu
     let proxy = Proxy::start(upstream()?, decide).await?;
     let faulty = AzureStore::new(proxy.config(&account))?;
     let e = entity("p", 1)?;
-    let err = faulty
-        .execute(&t, WriteOp::Insert(e.clone()))
-        .await
-        .err()
-        .ok_or("the retried insert met its own first attempt")?;
-    match &err {
-        StorageError::AmbiguousRetry { attempts, source } => {
-            assert_eq!(*attempts, 2);
-            assert!(matches!(**source, StorageError::EntityAlreadyExists { .. }));
-            assert!(err.to_string().contains("may have been applied"), "{err}");
-        }
-        other => panic!("expected AmbiguousRetry, got {other:?}"),
-    }
-    // The first attempt was applied, once.
+    // The retry meets its own first attempt (409); read back, the entity
+    // is the one inserted, so the insert was applied, once.
+    let wrote = faulty.execute(&t, WriteOp::Insert(e.clone())).await?;
     let got = direct.get(&t, &e.partition_key, &e.row_key).await?;
+    assert_eq!(wrote.etag, got.as_ref().map(|s| s.etag.clone()));
     assert_eq!(got.map(|s| s.entity), Some(e));
+    assert_eq!(faulty.stats().retries, 1);
     // A plain duplicate, with no lost answer, stays a plain duplicate.
     let again = faulty.execute(&t, WriteOp::Insert(entity("p", 1)?)).await;
     assert!(matches!(

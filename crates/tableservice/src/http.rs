@@ -63,11 +63,13 @@ pub struct Running {
 }
 
 impl Running {
-    /// The connection string of the account (tablesql's `Emulator=false`:
-    /// the client treats the service as Azure, not as Azurite).
+    /// The connection string of the account: tablesql's `Emulator=false`
+    /// (the client treats the service as Azure, not as Azurite), and
+    /// `Cosmos=true` on the `cosmos` profile.
     pub fn connection_string(&self) -> String {
+        let cosmos = self.service.limits().profile == Profile::Cosmos;
         format!(
-            "DefaultEndpointsProtocol=http;AccountName={};AccountKey={};TableEndpoint=http://{}/{};Emulator=false",
+            "DefaultEndpointsProtocol=http;AccountName={};AccountKey={};TableEndpoint=http://{}/{};Emulator=false;Cosmos={cosmos}",
             self.account.name,
             STANDARD.encode(&self.account.key),
             self.addr,

@@ -171,18 +171,16 @@ impl Service {
             Bound::Unbounded => None,
         });
         self.admit(table.as_str(), start_pk)?;
+        let start_pk = start_pk.cloned();
+        let mut walk = Walk::new(self, &table, pks, rks, req.resume.clone(), cosmos);
         if self.chance(limits.empty_pages) {
-            let at = req.resume.clone().unwrap_or_else(|| {
-                let pk = start_pk.cloned().unwrap_or_default();
-                (pk, RowKey::default())
-            });
+            // Nothing read, and a token to where the walk starts.
             return Ok(PageAnswer {
                 entities: Vec::new(),
-                next: Some(at),
+                next: walk.start(start_pk),
             });
         }
         let deadline = Instant::now() + limits.query_budget;
-        let mut walk = Walk::new(self, &table, pks, rks, req.resume.clone(), cosmos);
         let mut page = PageAnswer::default();
         let mut touched: BTreeMap<(PartitionKey, usize), Counts> = BTreeMap::new();
         let mut page_server = None;
@@ -317,6 +315,18 @@ impl<'a> Walk<'a> {
             at: resume,
             started: false,
             hashed,
+        }
+    }
+
+    /// Where a walk not yet begun starts: where it resumes, the next
+    /// partition of Cosmos DB's order, or the start of the key range.
+    fn start(&self, start_pk: Option<PartitionKey>) -> Option<(PartitionKey, RowKey)> {
+        if self.at.is_some() {
+            return self.at.clone();
+        }
+        match &self.hashed {
+            Some(order) => order.last().map(|p| (p.clone(), RowKey::default())),
+            None => Some((start_pk.unwrap_or_default(), RowKey::default())),
         }
     }
 

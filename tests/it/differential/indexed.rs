@@ -504,6 +504,35 @@ async fn indexes_answer_as_with_index_use_off_and_as_postgresql() -> TestResult 
     Ok(())
 }
 
+/// The index differential over the Azure client on the local Table service,
+/// both profiles, with its faults on: fewer scenarios, each a round trip.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn indexes_answer_as_postgresql_on_the_local_table_service() -> TestResult {
+    use tablesql::tableservice::Profile;
+    let seed: u64 = env_number("TABLESQL_DIFF_SEED", 13);
+    let (pg, connection) = tokio_postgres::connect(&postgres()?, tokio_postgres::NoTls).await?;
+    tokio::spawn(connection);
+    for (label, profile) in [
+        ("svcstorage", Profile::Storage),
+        ("svccosmos", Profile::Cosmos),
+    ] {
+        // A run stopped part way leaves its tables on PostgreSQL.
+        for n in 0..4 {
+            pg.batch_execute(&format!("DROP TABLE IF EXISTS ix_{label}_{n} CASCADE"))
+                .await?;
+        }
+        let local = crate::local_service::Local::start(profile, super::SERVICE_FAULTS)
+            .map_err(|e| e.to_string())?;
+        let store: Arc<dyn TableStore> = Arc::new(local.store().map_err(|e| e.to_string())?);
+        let Counts {
+            queries, indexed, ..
+        } = run(label, store, 4, seed).await?;
+        eprintln!("index differential on {label}: {queries} queries, {indexed} read an index");
+        assert!(indexed > 0, "{label}: no query read an index");
+    }
+    Ok(())
+}
+
 /// The `CREATE INDEX` forms PostgreSQL accepts on a table of nullable
 /// INTEGER, DOUBLE, TEXT and TIMESTAMP columns, each with what tablesql
 /// does: `None` accepts it; `Some(reason)` refuses it with an error saying

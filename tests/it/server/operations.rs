@@ -546,6 +546,10 @@ async fn metrics_count_the_workload() -> TestResult {
         "{scrape}"
     );
     assert!(scrape.contains("tablesql_storage_busy_total 0"), "{scrape}");
+    assert!(
+        scrape.contains("tablesql_storage_retry_wait_seconds_total 0"),
+        "{scrape}"
+    );
 
     // Many tables and statements: the same series, the same labels.
     let series = |s: &str| {

@@ -116,9 +116,13 @@ impl Engine {
             previous: previous.as_deref(),
             sample: how.sample,
         };
+        // A sample reads forward from the last guideposts, which needs
+        // pages in key order: a store without it (`TableStore::key_ordered`)
+        // is read whole.
         if let Some(before) = previous.as_deref()
             && how.sample > 0
             && before.entities() > how.sample
+            && self.store.key_ordered()
         {
             let sampled = analyze_sampled(&self.store, &table, &analysis, before).await?;
             stats::save_changes(

@@ -212,8 +212,13 @@ impl Session {
         }
     }
 
-    /// Marks the session's open transaction block failed (`engine::block`).
+    /// Marks the session's open transaction block failed (`engine::block`),
+    /// after a statement failed. A failed statement may have changed the
+    /// catalog all the same (a write whose answer was lost, then applied):
+    /// the next statement reads the catalog's version rather than trust the
+    /// tables registered.
     pub(crate) fn fail_block(&self) {
+        self.engine().recheck_catalog();
         if let Some(tx) = self.transaction() {
             tx.fail();
         }

@@ -87,6 +87,12 @@ impl Engine {
         ))
     }
 
+    /// Makes the next statement's check read the catalog's version, however
+    /// recent the last one.
+    pub(super) fn recheck_catalog(&self) {
+        self.watch.due_ms.store(0, Ordering::Relaxed);
+    }
+
     /// Reads the catalog's version and reloads the tables if it moved.
     async fn check_catalog(
         &self,

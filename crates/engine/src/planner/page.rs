@@ -67,11 +67,21 @@ pub enum Paging {
 /// How token paging treats a plan.
 pub fn paging(plan: &LogicalPlan) -> Paging {
     let split = split(plan);
-    if split
-        .as_ref()
-        .is_ok_and(|(_, scan)| store_table(scan).is_some())
+    if let Ok((_, scan)) = &split
+        && let Some(provider) = store_table(scan)
     {
-        return Paging::Pages;
+        let any: &dyn std::any::Any = provider.as_ref();
+        let ordered = any
+            .downcast_ref::<StoreTable>()
+            .is_none_or(StoreTable::key_ordered);
+        // A page resumes after the last row's key: only rows in key order
+        // leave none behind it.
+        return match ordered {
+            true => Paging::Pages,
+            false => Paging::Cannot(not_pageable(
+                "a store whose rows come in no key order (Cosmos DB's Table API)",
+            )),
+        };
     }
     let reads_store = plan
         .exists(|node| {

@@ -46,6 +46,11 @@ pub struct StoreTable {
 }
 
 impl StoreTable {
+    /// Whether its store's pages come in key order ([`TableStore::key_ordered`]).
+    pub fn key_ordered(&self) -> bool {
+        self.store.key_ordered()
+    }
+
     /// The table `layout` describes, read from `store`.
     pub fn new(store: Arc<dyn TableStore>, layout: Layout, options: ScanOptions) -> Self {
         Self {

@@ -470,6 +470,14 @@ impl Collector for StorageCollector {
             let metric = encoder.encode_descriptor(name, help, None, counter.metric_type())?;
             counter.encode(metric)?;
         }
+        let waited = ConstCounter::new(service.waited.as_secs_f64());
+        let metric = encoder.encode_descriptor(
+            "tablesql_storage_retry_wait_seconds",
+            "Time the store waited before its retries (throttled answers' hints included)",
+            None,
+            waited.metric_type(),
+        )?;
+        waited.encode(metric)?;
         Ok(())
     }
 }

@@ -70,13 +70,18 @@ pub async fn query_into<S: TableStore + ?Sized>(
 }
 
 /// [`TableStore::partitions`] as one keys-only `query` with `$top=1` per
-/// partition.
+/// partition; on a store whose pages come in no key order, where the first
+/// entity past a key is not the next partition's, as one keys-only scan of
+/// the whole range, its partitions sorted into one page.
 pub async fn partitions<S: TableStore + ?Sized>(
     store: &S,
     table: &TableName,
     range: &KeyRange<PartitionKey>,
     after: Option<&PartitionKey>,
 ) -> Result<PartitionPage> {
+    if !store.key_ordered() {
+        return partitions_by_scan(store, table, range.after(after)).await;
+    }
     let mut query = Query::all().select(Vec::<String>::new()).top(1);
     query.partitions = range.after(after);
     let mut page = PartitionPage::default();
@@ -94,6 +99,32 @@ pub async fn partitions<S: TableStore + ?Sized>(
             None => return Ok(page),
         }
     }
+}
+
+async fn partitions_by_scan<S: TableStore + ?Sized>(
+    store: &S,
+    table: &TableName,
+    range: KeyRange<PartitionKey>,
+) -> Result<PartitionPage> {
+    let mut query = Query::all().select(Vec::<String>::new());
+    query.partitions = range;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut requests = 0;
+    let mut token = None;
+    loop {
+        let found = store.query(table, &query, token.as_ref()).await?;
+        requests += 1;
+        seen.extend(found.entities.iter().map(|e| e.partition_key().clone()));
+        match found.continuation {
+            Some(t) => token = Some(t),
+            None => break,
+        }
+    }
+    Ok(PartitionPage {
+        partitions: seen.into_iter().collect(),
+        after: None,
+        requests,
+    })
 }
 
 /// [`TableStore::count`] as a keys-only scan of every page.

@@ -92,6 +92,19 @@ pub enum InvalidInput {
         /// The batch's operations.
         count: usize,
     },
+    /// Over a limit of one service that the model's own limits allow
+    /// (Cosmos DB's Table API: RowKeys of 255 bytes, batches of 2 MB).
+    #[error("{what} is {size} bytes; {service} takes at most {limit}")]
+    ServiceLimit {
+        /// What is too large.
+        what: &'static str,
+        /// Its size.
+        size: usize,
+        /// The service's limit.
+        limit: usize,
+        /// The service.
+        service: &'static str,
+    },
     /// A batch over 4 MiB.
     #[error("entity group transaction is {bytes} bytes; the limit is 4194304")]
     BatchTooLarge {
@@ -368,6 +381,7 @@ impl StorageError {
                 | InvalidInput::EntityTooLarge { .. }
                 | InvalidInput::TooManyOperations { .. }
                 | InvalidInput::BatchTooLarge { .. }
+                | InvalidInput::ServiceLimit { .. }
                 | InvalidInput::TooManyPropertyNames { .. } => code::PROGRAM_LIMIT_EXCEEDED,
                 InvalidInput::DuplicateRow { .. } => code::UNIQUE_VIOLATION,
                 InvalidInput::DateTimeOutOfRange { .. } => code::DATETIME_FIELD_OVERFLOW,

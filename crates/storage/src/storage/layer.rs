@@ -176,6 +176,12 @@ pub trait StoreLayer: Sized + Send + Sync + std::fmt::Debug {
         self.below().retries_requests()
     }
 
+    /// [`TableStore::key_ordered`], forwarded: a layer keeps the order of
+    /// what it passes on.
+    fn key_ordered(&self) -> bool {
+        self.below().key_ordered()
+    }
+
     /// [`TableStore::counted`]: the store's below, or this layer's ([`Derived`]).
     fn counted(
         &self,
@@ -293,6 +299,10 @@ impl<L: StoreLayer> TableStore for L {
 
     fn retries_requests(&self) -> bool {
         StoreLayer::retries_requests(self)
+    }
+
+    fn key_ordered(&self) -> bool {
+        StoreLayer::key_ordered(self)
     }
 
     fn counted(

@@ -245,6 +245,18 @@ pub trait TableStore: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Whether a query's pages come in key order (PartitionKey, then RowKey),
+    /// each page after the one before, and a continuation token names the
+    /// key the next page starts at. Every store here keeps it, as Azure
+    /// Storage does, except Cosmos DB's Table API, whose pages come in no
+    /// key order and whose tokens are opaque: there the engine sorts what
+    /// a plan needs sorted, lists partitions by reading their keys, and
+    /// resumes only by the service's tokens. `get_many` answers in RowKey
+    /// order on every store.
+    fn key_ordered(&self) -> bool {
+        true
+    }
+
     /// Whether this store retries requests within a call (and reports
     /// each retry through [`retries::note`]): a remote store does; one in
     /// this process has nothing to retry, and its callers skip the count.

@@ -162,18 +162,35 @@ pub struct PageEnd {
     pub scanned: usize,
     /// Entities handed to the sink.
     pub returned: usize,
-    /// Of those, how many each PartitionKey gave, in the order met (for
-    /// the engine's statistics per partition).
+    /// Of those, how many each PartitionKey gave, once each, in key order
+    /// (for the engine's statistics per partition).
     pub partitions: Vec<(String, usize)>,
 }
 
 impl PageEnd {
     /// Counts one entity handed over from partition `pk`.
+    ///
+    /// `partitions` stays in key order, so that a partition met again
+    /// after another (the pages of a store not in key order,
+    /// `TableStore::key_ordered`, interleave them) is found and counted
+    /// once. In key order, as every other store reads, an entity is of the
+    /// last partition or of a new one after it: no search.
     pub fn count(&mut self, pk: &str) {
         self.returned += 1;
-        match self.partitions.last_mut() {
-            Some((last, n)) if last == pk => *n += 1,
-            _ => self.partitions.push((pk.to_owned(), 1)),
+        let len = self.partitions.len();
+        let at = match self.partitions.last() {
+            None => Err(0),
+            Some((last, _)) if last == pk => Ok(len - 1),
+            Some((last, _)) => match super::key::cmp_utf16(last, pk) {
+                Ordering::Less => Err(len),
+                _ => self
+                    .partitions
+                    .binary_search_by(|(k, _)| super::key::cmp_utf16(k, pk)),
+            },
+        };
+        match at {
+            Ok(i) => self.partitions[i].1 += 1,
+            Err(i) => self.partitions.insert(i, (pk.to_owned(), 1)),
         }
     }
 }

@@ -312,7 +312,9 @@ pub fn expand(
     if let Fanout::Analyzed(a) = fanout {
         return stream::iter(a.requests.into_iter().map(Ok)).boxed();
     }
-    let listing = fanout == Fanout::Partitions;
+    // Listing partitions to fan out over needs a store in key order: on
+    // another, each listing is a scan of every key.
+    let listing = fanout == Fanout::Partitions && store.key_ordered();
     let bound = bound.map(Arc::new);
     stream::iter(requests)
         .flat_map(move |request| match &request {

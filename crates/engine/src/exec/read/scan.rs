@@ -229,7 +229,13 @@ impl PartitionScanExec {
                 (Arc::new(rows), lookup)
             }
         };
-        let ordering = super::order::key_ordering(&rows, &path, &projection);
+        // A store whose pages come in no key order (Cosmos DB's) promises
+        // DataFusion none: sorts, top-N and merges are planned above it.
+        let ordering = if store.key_ordered() {
+            super::order::key_ordering(&rows, &path, &projection)
+        } else {
+            Vec::new()
+        };
         // Rows that carry only keys cannot answer a property filter: it
         // applies to the base rows looked up, or is left to DataFusion
         // (which keeps every property condition).
@@ -241,7 +247,10 @@ impl PartitionScanExec {
         // Under a LIMIT the first pages usually answer: listing partitions
         // and starting a request in each would cost more than it saves.
         // A row-value bound passes partitions by only when they are known.
+        // A store in no key order cannot list partitions but by a scan of
+        // every key: its scan follows the service's tokens instead.
         let fanout = if options.fan_out
+            && store.key_ordered()
             && (limit.is_none() || path.partition_bound.is_some())
             && path.requests.iter().any(super::fanout::spans_partitions)
         {
@@ -328,6 +337,9 @@ impl PartitionScanExec {
 
     /// The scan along alternative `i`, if its rows come in order `want`.
     fn ordered_by(&self, want: &[PhysicalSortExpr]) -> Result<Option<Self>> {
+        if !self.store.key_ordered() {
+            return Ok(None);
+        }
         for (i, alt) in self.alternatives.iter().enumerate() {
             let rows = match alt.index() {
                 None => self.layout.clone(),

@@ -21,7 +21,7 @@ use std::collections::BTreeMap;
 use std::ops::{Bound, Range};
 use std::sync::Arc;
 
-use chrono::Utc;
+use chrono::{DateTime, Utc};
 use futures::stream::{self, StreamExt, TryStreamExt};
 
 use crate::catalog::stats::{
@@ -177,6 +177,40 @@ async fn read_range(
     let mut out = Vec::new();
     let mut current: Option<Partition<'_>> = None;
     let mut token: Option<ContinuationToken> = None;
+    if !store.key_ordered() {
+        // Pages in no key order (`TableStore::key_ordered`): a partition's
+        // entities are counted together, its guideposts placed and its
+        // prefixes counted in RowKey order, so the range's entities are
+        // gathered (keys, Timestamp and sizes, not properties) and sorted.
+        let mut all: Vec<Counted> = Vec::new();
+        loop {
+            let page = store.query(table, &query, token.as_ref()).await?;
+            all.extend(page.entities.iter().map(|e| Counted::of(e, how.sizes)));
+            match page.continuation {
+                Some(next) => token = Some(next),
+                None => break,
+            }
+        }
+        all.sort_by(|a, b| {
+            a.partition
+                .cmp(&b.partition)
+                .then_with(|| a.row.cmp(&b.row))
+        });
+        for c in &all {
+            if current
+                .as_ref()
+                .is_none_or(|p| p.stats.partition != c.partition)
+            {
+                out.extend(current.take().map(Partition::finish));
+                current = Some(Partition::new(c.partition.clone(), how));
+            }
+            if let Some(p) = current.as_mut() {
+                p.add_counted(&c.row, c.timestamp, c.measured);
+            }
+        }
+        out.extend(current.map(Partition::finish));
+        return Ok(out);
+    }
     loop {
         let page = store.query(table, &query, token.as_ref()).await?;
         for e in &page.entities {
@@ -198,6 +232,38 @@ async fn read_range(
     }
     out.extend(current.map(Partition::finish));
     Ok(out)
+}
+
+/// An entity as [`Partition`] counts it, kept to be sorted: its keys, its
+/// Timestamp and, where sizes are measured, its stored size and number of
+/// properties.
+struct Counted {
+    partition: PartitionKey,
+    row: RowKey,
+    timestamp: DateTime<Utc>,
+    measured: Option<(u64, u64)>,
+}
+
+impl Counted {
+    fn of(e: &StoredEntity, sizes: bool) -> Self {
+        Self {
+            partition: e.partition_key().clone(),
+            row: e.row_key().clone(),
+            timestamp: e.timestamp,
+            measured: measured(e, sizes),
+        }
+    }
+}
+
+/// An entity's stored size and number of properties, where sizes are
+/// measured.
+fn measured(e: &StoredEntity, sizes: bool) -> Option<(u64, u64)> {
+    sizes.then(|| {
+        (
+            e.entity.stored_size() as u64,
+            e.entity.properties.len() as u64,
+        )
+    })
 }
 
 /// One partition's statistics as its entities come, in key order: a
@@ -230,9 +296,15 @@ impl<'a> Partition<'a> {
     }
 
     pub(super) fn add(&mut self, e: &StoredEntity, sizes: bool) {
+        self.add_counted(e.row_key(), e.timestamp, measured(e, sizes));
+    }
+
+    /// [`Partition::add`] of an entity by its row key, Timestamp and
+    /// (where sizes are measured) stored size and number of properties.
+    fn add_counted(&mut self, row_key: &RowKey, at: DateTime<Utc>, measured: Option<(u64, u64)>) {
         let stats = &mut self.stats;
         if stats.entities > 0 && stats.entities.is_multiple_of(self.step) {
-            stats.guideposts.push(e.row_key().clone());
+            stats.guideposts.push(row_key.clone());
             while stats.guideposts.len() > MAX_GUIDEPOSTS
                 || guidepost_bytes(&stats.guideposts) > MAX_GUIDEPOST_BYTES
             {
@@ -249,15 +321,13 @@ impl<'a> Partition<'a> {
         }
         stats.entities += 1;
         for c in &mut self.counters {
-            c.add(e.row_key().as_str());
+            c.add(row_key.as_str());
         }
-        if sizes {
-            let size = e.entity.stored_size() as u64;
+        if let Some((size, width)) = measured {
             stats.bytes += size;
             stats.largest = stats.largest.max(size);
-            stats.widest = stats.widest.max(e.entity.properties.len() as u64);
+            stats.widest = stats.widest.max(width);
         }
-        let at = e.timestamp;
         stats.oldest = Some(stats.oldest.map_or(at, |o| o.min(at)));
         stats.newest = Some(stats.newest.map_or(at, |n| n.max(at)));
     }

@@ -47,17 +47,28 @@ impl ObservedStore {
     }
 }
 
-/// Entities per PartitionKey of a page, in order.
+/// Entities per PartitionKey of a page, each partition once, in key
+/// order. A store whose pages are not in key order
+/// (`TableStore::key_ordered`) interleaves partitions: one met again is
+/// found (a binary search) and counted once. In key order an entity is of
+/// the last partition or of a new one after it: no search.
 fn per_partition(entities: &[StoredEntity]) -> Vec<(&str, u64)> {
-    let mut counts: Vec<(&str, u64)> = Vec::new();
+    let mut counts: Vec<(&PartitionKey, u64)> = Vec::new();
     for e in entities {
-        let pk = e.partition_key().as_str();
-        match counts.last_mut() {
-            Some((last, n)) if *last == pk => *n += 1,
-            _ => counts.push((pk, 1)),
+        let pk = e.partition_key();
+        let len = counts.len();
+        let at = match counts.last() {
+            None => Err(0),
+            Some((last, _)) if *last == pk => Ok(len - 1),
+            Some((last, _)) if *last < pk => Err(len),
+            Some(_) => counts.binary_search_by(|(k, _)| (*k).cmp(pk)),
+        };
+        match at {
+            Ok(i) => counts[i].1 += 1,
+            Err(i) => counts.insert(i, (pk, 1)),
         }
     }
-    counts
+    counts.into_iter().map(|(pk, n)| (pk.as_str(), n)).collect()
 }
 
 #[async_trait]

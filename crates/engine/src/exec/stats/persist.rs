@@ -413,10 +413,14 @@ impl PersistedWorkload {
     async fn read_snapshot(&self, instance: &str, head: &Other) -> Result<Option<Kept>> {
         let prefix = chunk_prefix(instance, head.generation);
         let query = Query::partition(partition()?).rows(starting_with(&prefix)?);
-        let chunks = self.store.query_all(&table()?, &query).await?;
+        let mut chunks = self.store.query_all(&table()?, &query).await?;
         if chunks.len() != head.chunks {
             return Ok(None);
         }
+        // Joined in RowKey order (`chunk_key`'s zero-padded numbers), not
+        // in the order the pages brought them: a store that is not key
+        // ordered ([`TableStore::key_ordered`]) brings them in any.
+        chunks.sort_by(|a, b| a.row_key().cmp(b.row_key()));
         let mut text = String::new();
         for c in &chunks {
             for i in 0..PROPERTIES_PER_CHUNK {

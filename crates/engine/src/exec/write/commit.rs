@@ -346,7 +346,6 @@ impl Failure {
 pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usize> {
     let log = commits_table()?;
     let mut headers = Vec::new();
-    let mut orphans = Vec::new();
     let mut token = None;
     // A claim writes the header back as read: every property it has.
     let mut query =
@@ -356,7 +355,8 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
         // The prefix's successor: ':' + 1.
         end: std::ops::Bound::Excluded(PartitionKey::new("commit;")?),
     };
-    let mut seen: BTreeMap<PartitionKey, bool> = BTreeMap::new();
+    // Per record seen: whether it has a header, whether an old chunk.
+    let mut seen: BTreeMap<PartitionKey, (bool, bool)> = BTreeMap::new();
     loop {
         let page = match store.query(&log, &query, token.as_ref()).await {
             Ok(p) => p,
@@ -367,7 +367,12 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
             let old = Utc::now() - e.timestamp
                 > chrono::Duration::from_std(older_than).unwrap_or(chrono::Duration::MAX);
             if e.row_key().as_str() == HEADER {
-                seen.insert(e.partition_key().clone(), true);
+                match seen.get_mut(e.partition_key()) {
+                    Some(record) => record.0 = true,
+                    None => {
+                        seen.insert(e.partition_key().clone(), (true, false));
+                    }
+                }
                 if old {
                     let marked = |name| {
                         matches!(e.entity.properties.get(name), Some(EdmValue::Boolean(true)))
@@ -388,10 +393,13 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
                     };
                     headers.push((e.clone(), state));
                 }
-            } else if old && !seen.contains_key(e.partition_key()) {
-                // Chunks sort after their header: none seen, none written.
-                seen.insert(e.partition_key().clone(), false);
-                orphans.push(e.partition_key().clone());
+            } else if old {
+                match seen.get_mut(e.partition_key()) {
+                    Some(record) => record.1 = true,
+                    None => {
+                        seen.insert(e.partition_key().clone(), (false, true));
+                    }
+                }
             }
         }
         match page.continuation {
@@ -399,6 +407,19 @@ pub async fn recover(store: &dyn TableStore, older_than: Duration) -> Result<usi
             None => break,
         }
     }
+    // An old record with chunks and no header never reached its commit
+    // point. Decided once the scan is whole: on a store that is not key
+    // ordered ([`TableStore::key_ordered`]) a chunk may come before its
+    // header, on another page or the same one.
+    let orphans: Vec<PartitionKey> = seen
+        .into_iter()
+        .filter(|(_, (header, old_chunk))| !*header && *old_chunk)
+        .map(|(id, _)| id)
+        .collect();
+    // Oldest first, as the scan of a key-ordered store lists them.
+    headers.sort_by(|a: &(StoredEntity, Stale), b: &(StoredEntity, Stale)| {
+        a.0.partition_key().cmp(b.0.partition_key())
+    });
     // Record by record: one that cannot be finished now (a store error, a
     // corrupt record) stays for a later recovery and stops no other.
     let mut finished = 0;
@@ -686,14 +707,14 @@ async fn read_record(
     log: &TableName,
     id: &PartitionKey,
 ) -> Result<Vec<(Change, Option<usize>)>> {
-    let mut text = String::new();
+    let mut parts: Vec<(RowKey, String)> = Vec::new();
     let mut token = None;
     let query = Query::partition(id.clone());
     loop {
         let page = store.query(log, &query, token.as_ref()).await?;
         for e in &page.entities {
             if let Some(EdmValue::String(part)) = e.entity.properties.get(PART) {
-                text.push_str(part);
+                parts.push((e.row_key().clone(), part.clone()));
             }
         }
         match page.continuation {
@@ -701,6 +722,11 @@ async fn read_record(
             None => break,
         }
     }
+    // Joined in RowKey order (zero-padded numbers, `write_record`), not in
+    // the order the pages brought them: a store that is not key ordered
+    // ([`TableStore::key_ordered`]) brings them in any.
+    parts.sort_by(|a, b| a.0.cmp(&b.0));
+    let text: String = parts.into_iter().map(|(_, part)| part).collect();
     let corrupt = |why: String| StorageError::Corrupt(format!("commit record {id:?}: {why}"));
     let json: Value = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
     let Value::Array(items) = json else {

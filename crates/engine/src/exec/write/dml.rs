@@ -899,7 +899,9 @@ impl Writer {
     /// One partition's new keys against the store: in key order, each page
     /// read starts at the first key not yet settled and settles every key
     /// up to the page's last, so no request settles fewer keys than one
-    /// query per key would, and a sparse range is never read whole.
+    /// query per key would, and a sparse range is never read whole. A store
+    /// whose pages come in no key order is read whole instead
+    /// (`check_partition_unordered`).
     async fn check_partition(
         &self,
         partition: &PartitionKey,
@@ -911,6 +913,9 @@ impl Writer {
             Some(s) => Bound::Excluded(RowKey::from_stored(s)),
             None => Bound::Unbounded,
         };
+        if !self.store.key_ordered() {
+            return self.check_partition_unordered(partition, &keys, end).await;
+        }
         let mut next = 0;
         while let Some((start, _)) = keys.get(next) {
             let mut query = Query::partition(partition.clone())
@@ -958,6 +963,59 @@ impl Writer {
                     return Err(self.duplicate(shown));
                 }
                 next += 1;
+            }
+        }
+        Ok(())
+    }
+
+    /// `check_partition` on a store whose pages come in no key
+    /// order (`TableStore::key_ordered` false, Cosmos DB's Table API): a
+    /// page is no prefix of the range, so a key missing from it may still
+    /// be stored. The whole range from the first new key (`keys`, sorted)
+    /// to `end` is read, following every continuation token, and each new
+    /// key is checked against all of it.
+    async fn check_partition_unordered(
+        &self,
+        partition: &PartitionKey,
+        keys: &[(String, String)],
+        end: Bound<RowKey>,
+    ) -> Result<()> {
+        let Some((first, _)) = keys.first() else {
+            return Ok(());
+        };
+        let mut query = Query::partition(partition.clone()).select(Vec::<String>::new());
+        query.rows = KeyRange {
+            start: Bound::Included(RowKey::from_stored(first.clone())),
+            end,
+        };
+        let mut existing: Vec<String> = Vec::new();
+        let mut token = None;
+        loop {
+            let page = self
+                .store
+                .query(&self.layout.table, &query, token.as_ref())
+                .await
+                .map_err(ExecError::from)?;
+            existing.extend(
+                page.entities
+                    .iter()
+                    .map(|e| e.row_key().as_str().to_owned()),
+            );
+            match page.continuation {
+                Some(t) => token = Some(t),
+                None => break,
+            }
+        }
+        // Sorted as the lookup compares: the keys under a prefix follow
+        // one another from the first at or after it.
+        existing.sort_unstable();
+        for (prefix, shown) in keys {
+            let at = existing.partition_point(|k| k.as_str() < prefix.as_str());
+            if existing
+                .get(at)
+                .is_some_and(|k| k.starts_with(prefix.as_str()))
+            {
+                return Err(self.duplicate(shown));
             }
         }
         Ok(())

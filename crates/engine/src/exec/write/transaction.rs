@@ -242,17 +242,24 @@ impl Buffer {
 
     /// Lays the buffer over a page of the store's answer to `query`: over
     /// the keys the page covers, from where it starts (`continuation`) to
-    /// where its own continuation resumes.
+    /// where its own continuation resumes. On a store whose pages come in
+    /// no key order (`ordered` false: `TableStore::key_ordered`) a page
+    /// covers no range of keys: see `overlay_unordered`.
     fn overlay(
         &self,
         table: &TableName,
         query: &Query,
         continuation: Option<&ContinuationToken>,
+        ordered: bool,
         page: &mut Page,
     ) -> Result<()> {
         let Some(partitions) = self.tables.get(table) else {
             return Ok(());
         };
+        if !ordered {
+            Self::overlay_unordered(partitions, query, page);
+            return Ok(());
+        }
         let position =
             |c: &ContinuationToken| (c.next_partition_key.clone(), c.next_row_key.clone());
         let start = continuation.map(position);
@@ -295,6 +302,36 @@ impl Buffer {
             }
         }
         Ok(())
+    }
+
+    /// The overlay of a page of a store whose pages come in no key order
+    /// and whose tokens are opaque: every page loses the entities the
+    /// transaction touched (its version is the buffer's), and the last one
+    /// (no continuation) carries every buffered entity the query matches.
+    /// Nothing is sorted or split, and the store's token passes unchanged:
+    /// only the service's token resumes such a store.
+    fn overlay_unordered(partitions: &Partitions, query: &Query, page: &mut Page) {
+        page.entities.retain(|e| {
+            partitions
+                .get(e.partition_key())
+                .is_none_or(|touched| !touched.contains_key(e.row_key()))
+        });
+        if page.continuation.is_some() {
+            return;
+        }
+        for (pk, touched) in partitions {
+            if !query.partitions.contains(pk) {
+                continue;
+            }
+            for (rk, t) in touched {
+                let Some(now) = &t.now else { continue };
+                if query.rows.contains(rk) && query.passes(now) {
+                    let mut e = now.clone();
+                    query.project(&mut e.entity.properties);
+                    page.entities.push(e);
+                }
+            }
+        }
     }
 
     /// Lists the buffer's partitions in a page of the store's listing where
@@ -909,7 +946,9 @@ impl StoreLayer for TxStore {
     }
 
     /// The store's page with the buffer laid over the keys it covers: from
-    /// where it starts to where its continuation resumes.
+    /// where it starts to where its continuation resumes. On a store whose
+    /// pages come in no key order, the buffer's rows come on the last page
+    /// and the store's token passes unchanged (`Buffer::overlay_unordered`).
     async fn query(
         &self,
         table: &TableName,
@@ -935,7 +974,8 @@ impl StoreLayer for TxStore {
             }
             page.entities = kept;
         }
-        self.read(|b| b.overlay(table, query, continuation, &mut page))
+        let ordered = self.inner.key_ordered();
+        self.read(|b| b.overlay(table, query, continuation, ordered, &mut page))
             .transpose()?;
         Ok(page)
     }
@@ -985,5 +1025,183 @@ impl StoreLayer for TxStore {
         let mut page = self.inner.partitions(table, range, after).await?;
         self.read(|b| b.add_partitions(table, range, after, &mut page));
         Ok(page)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::ops::Bound;
+
+    use super::*;
+    use crate::storage::memory::MemoryStore;
+    use crate::storage::{EdmValue, Entity, ServiceToken};
+
+    /// A store whose pages come in no key order, as Cosmos DB's Table API
+    /// answers: each page of the store below reversed, its token carrying a
+    /// service token, and `key_ordered` false.
+    #[derive(Debug)]
+    struct Unordered {
+        inner: Arc<dyn TableStore>,
+    }
+
+    #[async_trait]
+    impl StoreLayer for Unordered {
+        const DERIVED: Derived = Derived::Here;
+
+        fn below(&self) -> &dyn TableStore {
+            self.inner.as_ref()
+        }
+
+        fn key_ordered(&self) -> bool {
+            false
+        }
+
+        async fn query(
+            &self,
+            table: &TableName,
+            query: &Query,
+            continuation: Option<&ContinuationToken>,
+        ) -> Result<Page> {
+            let mut page = self.inner.query(table, query, continuation).await?;
+            page.entities.reverse();
+            if let Some(token) = page.continuation.as_mut() {
+                token.service = Some(ServiceToken {
+                    next_partition_key: "opaque".to_owned(),
+                    next_row_key: None,
+                });
+            }
+            Ok(page)
+        }
+    }
+
+    fn row(rk: &str, n: i32) -> Entity {
+        let mut e = Entity::new(
+            PartitionKey::new("p").expect("a key"),
+            RowKey::new(rk).expect("a key"),
+        );
+        e.properties.insert("n".into(), EdmValue::Int32(n));
+        e
+    }
+
+    fn n_of(e: &StoredEntity) -> Option<i32> {
+        match e.entity.properties.get("n") {
+            Some(EdmValue::Int32(n)) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// Every page of `query` through `seen`: each page's keys and values,
+    /// its token checked against the one the store below gives there.
+    async fn pages(
+        seen: &dyn TableStore,
+        below: &dyn TableStore,
+        table: &TableName,
+        query: &Query,
+    ) -> Vec<(Vec<(String, Option<i32>)>, bool)> {
+        let mut out = Vec::new();
+        let mut token: Option<ContinuationToken> = None;
+        loop {
+            let page = seen
+                .query(table, query, token.as_ref())
+                .await
+                .expect("a page");
+            let stored = below
+                .query(table, query, token.as_ref())
+                .await
+                .expect("the store's page");
+            assert_eq!(
+                page.continuation, stored.continuation,
+                "the store's token passes unchanged"
+            );
+            let rows: Vec<(String, Option<i32>)> = page
+                .entities
+                .iter()
+                .map(|e| (e.row_key().as_str().to_owned(), n_of(e)))
+                .collect();
+            out.push((rows, page.continuation.is_none()));
+            match page.continuation {
+                Some(t) => token = Some(t),
+                None => return out,
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn a_block_over_an_unordered_store_adds_its_rows_on_the_last_page() {
+        let t = TableName::new("Unordered").expect("a name");
+        let memory: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+        memory.create_table(&t).await.expect("created");
+        let stored = (1..=6)
+            .map(|i| WriteOp::InsertOrReplace(row(&format!("{i:02}"), i)))
+            .collect();
+        memory.execute_batch(&t, stored).await.expect("written");
+        let below: Arc<dyn TableStore> = Arc::new(Unordered { inner: memory });
+
+        let tx = Arc::new(Transaction::default());
+        tx.begin(Isolation::default());
+        let seen = tx.store_for(below.clone());
+        for op in [
+            WriteOp::InsertOrReplace(row("02", 20)),
+            WriteOp::Delete {
+                partition_key: PartitionKey::new("p").expect("a key"),
+                row_key: RowKey::new("04").expect("a key"),
+                if_match: IfMatch::Any,
+            },
+            WriteOp::Insert(row("00", 100)),
+            WriteOp::Insert(row("09", 90)),
+        ] {
+            seen.execute_batch(&t, vec![op]).await.expect("buffered");
+        }
+
+        // Pages of two: the buffer's rows only on the last, nothing split.
+        let query = Query::partition(PartitionKey::new("p").expect("a key")).top(2);
+        let got = pages(seen.as_ref(), below.as_ref(), &t, &query).await;
+        let mut all = Vec::new();
+        for (rows, last) in got {
+            if !last {
+                assert!(rows.len() <= 2, "a page is not split: {rows:?}");
+                assert!(
+                    rows.iter()
+                        .all(|(rk, _)| !["00", "02", "04", "09"].contains(&rk.as_str())),
+                    "a touched key is not on a page before the last: {rows:?}"
+                );
+            }
+            all.extend(rows);
+        }
+        all.sort();
+        let want: Vec<(String, Option<i32>)> = [
+            ("00", 100),
+            ("01", 1),
+            ("02", 20),
+            ("03", 3),
+            ("05", 5),
+            ("06", 6),
+            ("09", 90),
+        ]
+        .into_iter()
+        .map(|(rk, n)| (rk.to_owned(), Some(n)))
+        .collect();
+        assert_eq!(all, want);
+
+        // A RowKey range keeps the buffer's rows outside it out.
+        let mut ranged = Query::partition(PartitionKey::new("p").expect("a key")).top(2);
+        ranged.rows = KeyRange {
+            start: Bound::Included(RowKey::new("01").expect("a key")),
+            end: Bound::Excluded(RowKey::new("05").expect("a key")),
+        };
+        let mut all: Vec<(String, Option<i32>)> = pages(seen.as_ref(), below.as_ref(), &t, &ranged)
+            .await
+            .into_iter()
+            .flat_map(|(rows, _)| rows)
+            .collect();
+        all.sort();
+        assert_eq!(
+            all,
+            vec![
+                ("01".to_owned(), Some(1)),
+                ("02".to_owned(), Some(20)),
+                ("03".to_owned(), Some(3)),
+            ]
+        );
     }
 }

@@ -66,6 +66,11 @@ pub struct AzureConfig {
     /// ASCII (Azurite miscounts long strings whose UTF-8 spans its read
     /// chunks) and resolves table names ignoring case, as Azure does.
     pub emulator: bool,
+    /// The service is Cosmos DB's Table API (an endpoint on
+    /// `table.cosmos.azure.com`, or `Cosmos=true`): its pages come in no key
+    /// order, its tokens are opaque, a `Timestamp` condition matches
+    /// nothing there, batches stop at 2 MB and RowKeys at 255 bytes.
+    pub cosmos: bool,
 }
 
 /// A connection string this backend cannot use.
@@ -91,7 +96,8 @@ impl AzureConfig {
     /// Parses an Azure Storage connection string, plus tablesql's own keys:
     /// `AuthScheme=SharedKeyLite`, `MaxRetries`, `RetryDelayMs` (z), `RetryMinMs`,
     /// `RetryMaxMs`, `BusyTimeoutMs`, `MaxConnections`, `RequestTimeoutMs`, `Emulator` (true or
-    /// false; by default, whether the endpoint is on a loopback address).
+    /// false; by default, whether the endpoint is on a loopback address),
+    /// `Cosmos` (true or false; by default, whether the endpoint is Cosmos DB's).
     pub fn parse(conn: &str) -> Result<Self, ConfigError> {
         let mut protocol = "https".to_owned();
         let mut account = None;
@@ -105,6 +111,7 @@ impl AzureConfig {
         let mut max_connections = DEFAULT_MAX_CONNECTIONS;
         let mut request_timeout = Duration::from_secs(30);
         let mut emulator_said = None;
+        let mut cosmos_said = None;
         let parts = conn.split(';').map(str::trim).filter(|p| !p.is_empty());
         for (n, part) in parts.enumerate() {
             let (k, v) = part
@@ -152,6 +159,13 @@ impl AzureConfig {
                         .ok_or_else(|| bad("expected a positive count"))?;
                 }
                 "requesttimeoutms" => request_timeout = millis(v)?,
+                "cosmos" => {
+                    cosmos_said = Some(match v.to_ascii_lowercase().as_str() {
+                        "true" => true,
+                        "false" => false,
+                        _ => return Err(bad("expected true or false")),
+                    })
+                }
                 // A service on a loopback address that is not Azurite (the
                 // local Table service, `tablesql table-service`) says so.
                 "emulator" => {
@@ -194,6 +208,7 @@ impl AzureConfig {
             None => account_from_endpoint(&endpoint).ok_or(ConfigError::Missing("AccountName"))?,
         };
         let emulator = emulator_said.unwrap_or(dev || is_loopback(&endpoint));
+        let cosmos = cosmos_said.unwrap_or_else(|| endpoint.contains(".table.cosmos."));
         Ok(Self {
             account,
             endpoint,
@@ -202,6 +217,7 @@ impl AzureConfig {
             max_connections,
             request_timeout,
             emulator,
+            cosmos,
         })
     }
 
@@ -295,7 +311,12 @@ mod tests {
             "AccountName=a;AccountKey=a2V5;TableEndpoint=http://127.0.0.1:9/a;Emulator=false",
         )
         .unwrap();
-        assert!(!c.emulator);
+        assert!(!c.emulator && !c.cosmos);
+        let c = AzureConfig::parse(
+            "AccountName=a;AccountKey=a2V5;TableEndpoint=https://a.table.cosmos.azure.com:443/",
+        )
+        .unwrap();
+        assert!(c.cosmos && !c.emulator);
     }
 
     #[test]

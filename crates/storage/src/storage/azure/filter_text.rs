@@ -33,11 +33,14 @@ pub enum Push {
 }
 
 /// The `$filter` for a query, or `None` for every entity. `resume` starts the
-/// query at a key (a continuation that carries no service token).
+/// query at a key (a continuation that carries no service token). Without
+/// `timestamp`, conditions on `Timestamp` stay on the client (Cosmos DB's
+/// Table API matches nothing for them).
 pub fn query_filter(
     query: &Query,
     push: Push,
     resume: Option<(&PartitionKey, &RowKey)>,
+    timestamp: bool,
 ) -> Option<String> {
     let mut terms = Vec::new();
     key_terms("PartitionKey", &query.partitions, &mut terms);
@@ -57,6 +60,9 @@ pub fn query_filter(
         let mut conjuncts = Vec::new();
         flatten_and(filter, &mut conjuncts);
         for c in conjuncts {
+            if !timestamp && reads_timestamp(c) {
+                continue;
+            }
             let n = comparisons(c);
             if used + n <= MAX_COMPARISONS
                 && let Some(text) = pushable(c, push == Push::AllTypes)
@@ -99,6 +105,14 @@ fn flatten_and<'a>(f: &'a Filter, out: &mut Vec<&'a Filter>) {
             flatten_and(b, out);
         }
         other => out.push(other),
+    }
+}
+
+fn reads_timestamp(f: &Filter) -> bool {
+    match f {
+        Filter::Compare { operand, .. } => *operand == Operand::Timestamp,
+        Filter::And(a, b) | Filter::Or(a, b) => reads_timestamp(a) || reads_timestamp(b),
+        Filter::Not(a) => reads_timestamp(a),
     }
 }
 
@@ -198,10 +212,13 @@ mod tests {
             end: Bound::Excluded(RowKey::new("b").unwrap()),
         });
         assert_eq!(
-            query_filter(&q, Push::SafeTypes, None).unwrap(),
+            query_filter(&q, Push::SafeTypes, None, true).unwrap(),
             "PartitionKey eq 'it''s' and RowKey ge 'a' and RowKey lt 'b'"
         );
-        assert_eq!(query_filter(&Query::all(), Push::SafeTypes, None), None);
+        assert_eq!(
+            query_filter(&Query::all(), Push::SafeTypes, None, true),
+            None
+        );
     }
 
     #[test]
@@ -231,7 +248,8 @@ mod tests {
         let f = (1..20).fold(prop("A0", CmpOp::Eq, EdmValue::Int32(0)), |f, i| {
             f.and(prop(&format!("A{i}"), CmpOp::Eq, EdmValue::Int32(i)))
         });
-        let text = query_filter(&Query::all().filter(f.clone()), Push::SafeTypes, None).unwrap();
+        let text =
+            query_filter(&Query::all().filter(f.clone()), Push::SafeTypes, None, true).unwrap();
         assert_eq!(text.matches(" eq ").count(), 15);
         // An Or of 16 cannot be split: none of it goes, only the keys.
         let big_or = (1..16).fold(prop("B", CmpOp::Eq, EdmValue::Int32(0)), |f, i| {
@@ -239,7 +257,7 @@ mod tests {
         });
         let q = Query::partition(PartitionKey::new("p").unwrap()).filter(big_or);
         assert_eq!(
-            query_filter(&q, Push::SafeTypes, None).unwrap(),
+            query_filter(&q, Push::SafeTypes, None, true).unwrap(),
             "PartitionKey eq 'p'"
         );
         // Not stays client-side; its sibling conjunct goes.
@@ -249,20 +267,20 @@ mod tests {
             EdmValue::Int32(2),
         ));
         assert_eq!(
-            query_filter(&Query::all().filter(f), Push::SafeTypes, None).unwrap(),
+            query_filter(&Query::all().filter(f), Push::SafeTypes, None, true).unwrap(),
             "D gt 2"
         );
         let f = prop("D", CmpOp::Eq, EdmValue::Double(1.5));
         assert_eq!(
-            query_filter(&Query::all().filter(f.clone()), Push::SafeTypes, None),
+            query_filter(&Query::all().filter(f.clone()), Push::SafeTypes, None, true),
             None
         );
         assert_eq!(
-            query_filter(&Query::all().filter(f.clone()), Push::AllTypes, None).unwrap(),
+            query_filter(&Query::all().filter(f.clone()), Push::AllTypes, None, true).unwrap(),
             "D eq 1.5"
         );
         assert_eq!(
-            query_filter(&Query::all().filter(f), Push::KeysOnly, None),
+            query_filter(&Query::all().filter(f), Push::KeysOnly, None, true),
             None
         );
     }

@@ -9,7 +9,6 @@ use backon::Retryable as _;
 use percent_encoding::{AsciiSet, NON_ALPHANUMERIC, utf8_percent_encode};
 use reqwest::Method;
 use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
-use tokio::sync::Semaphore;
 
 use super::auth::{SignedParts, authorization};
 use super::config::{AzureConfig, Credentials};
@@ -155,7 +154,7 @@ pub struct SendError {
 }
 
 /// Counters of one client, for tests and benchmarks.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq)]
 pub struct ClientStats {
     /// HTTP requests sent, retries included.
     pub requests: u64,
@@ -168,6 +167,8 @@ pub struct ClientStats {
     pub timeouts: u64,
     /// Time spent waiting before retries.
     pub waited: Duration,
+    /// Requests the client keeps in flight now (`window`).
+    pub window: f64,
 }
 
 /// The HTTP client of one store.
@@ -175,7 +176,7 @@ pub struct ClientStats {
 pub struct Client {
     http: reqwest::Client,
     config: AzureConfig,
-    permits: Semaphore,
+    window: super::window::Window,
     requests: AtomicU64,
     retries: AtomicU64,
     busy: AtomicU64,
@@ -195,7 +196,7 @@ impl Client {
             .map_err(|e| e.without_url().to_string())?;
         Ok(Self {
             http,
-            permits: Semaphore::new(config.max_connections),
+            window: super::window::Window::new(config.max_connections),
             config,
             requests: AtomicU64::new(0),
             retries: AtomicU64::new(0),
@@ -216,6 +217,7 @@ impl Client {
             busy: self.busy.load(Ordering::Relaxed),
             timeouts: self.timeouts.load(Ordering::Relaxed),
             waited: Duration::from_micros(self.waited_us.load(Ordering::Relaxed)),
+            window: self.window.width(),
         }
     }
 
@@ -285,11 +287,7 @@ impl Client {
     }
 
     async fn attempt(&self, req: &Request) -> Result<Response, Failure> {
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| Failure::Transport("client closed".into()))?;
+        let mut slot = self.window.enter().await;
         self.requests.fetch_add(1, Ordering::Relaxed);
         let built = self.build(req).map_err(Failure::Local)?;
         let resp = self
@@ -298,6 +296,7 @@ impl Client {
             .await
             .map_err(|e| self.transport(e))?;
         let status = resp.status();
+        slot.answered(matches!(status.as_u16(), 503 | 429));
         match status.as_u16() {
             503 | 429 => self.busy.fetch_add(1, Ordering::Relaxed),
             408 | 504 => self.timeouts.fetch_add(1, Ordering::Relaxed),

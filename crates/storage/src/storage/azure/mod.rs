@@ -12,6 +12,7 @@ pub mod config;
 mod errors;
 mod filter_text;
 mod http;
+mod window;
 
 use std::collections::HashMap;
 
@@ -23,7 +24,7 @@ use serde_json::Value;
 use tokio::sync::Mutex;
 
 use super::TableStore;
-use super::entity::StoredEntity;
+use super::entity::{IfMatch, StoredEntity};
 use super::error::{InvalidInput, Result, StorageError};
 use super::key::{PartitionKey, RowKey};
 use super::odata::{entity_body, entity_from_json};
@@ -146,11 +147,90 @@ impl AzureStore {
         self.client.send(&req).await.map_err(|e| map_error(e, &ctx))
     }
 
+    /// Refuses what Cosmos DB's Table API would: RowKeys past 255 bytes.
+    fn check_cosmos(&self, ops: &[WriteOp]) -> Result<()> {
+        if !self.client.config().cosmos {
+            return Ok(());
+        }
+        for (index, op) in ops.iter().enumerate() {
+            let size = op.keys().1.as_str().len();
+            if size > COSMOS_MAX_ROW_KEY {
+                let source = InvalidInput::ServiceLimit {
+                    what: "the RowKey",
+                    size,
+                    limit: COSMOS_MAX_ROW_KEY,
+                    service: "Cosmos DB's Table API",
+                };
+                return Err(match ops.len() {
+                    1 => source.into(),
+                    _ => StorageError::Batch {
+                        index,
+                        source: Box::new(source.into()),
+                    },
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A write whose answer was lost, retried into a conflict the lost
+    /// attempt would cause (`AmbiguousRetry`), settled by reading back what
+    /// it wrote: every operation's entity as the writes leave it means the
+    /// lost attempt was applied, and the writes' outcomes are the entities'
+    /// ETags now. Otherwise, or if a read fails, the ambiguity stands. An
+    /// update conditional on an ETag is never settled so: another client's
+    /// equal write in between (a sequence's next value, claimed by both)
+    /// would read as ours, and only one of them may have it. An
+    /// unconditional write, or a delete, may: the state is the one asked
+    /// for either way.
+    async fn settle(
+        &self,
+        table: &TableName,
+        ops: &[WriteOp],
+        err: StorageError,
+    ) -> Result<Vec<WriteOutcome>> {
+        if !matches!(err, StorageError::AmbiguousRetry { .. }) {
+            return Err(err);
+        }
+        let mut outcomes = Vec::with_capacity(ops.len());
+        for op in ops {
+            let (pk, rk) = op.keys();
+            let Ok(found) = self.get(table, pk, rk).await else {
+                return Err(err);
+            };
+            let applied = match (op, &found) {
+                (WriteOp::Update(_, IfMatch::ETag(_)) | WriteOp::Merge(_, IfMatch::ETag(_)), _) => {
+                    false
+                }
+                // Gone, as asked: by this delete or another of the same version.
+                (WriteOp::Delete { .. }, None) => true,
+                (
+                    WriteOp::Insert(e) | WriteOp::Update(e, _) | WriteOp::InsertOrReplace(e),
+                    Some(now),
+                ) => now.entity.properties == e.properties,
+                (WriteOp::Merge(e, _) | WriteOp::InsertOrMerge(e), Some(now)) => e
+                    .properties
+                    .iter()
+                    .all(|(name, v)| now.entity.properties.get(name) == Some(v)),
+                _ => false,
+            };
+            if !applied {
+                return Err(err);
+            }
+            outcomes.push(WriteOutcome {
+                etag: found.map(|now| now.etag),
+            });
+        }
+        tracing::info!(table = %table, writes = ops.len(), "azure: a lost answer's write was applied");
+        Ok(outcomes)
+    }
+
     async fn write_one(&self, table: &TableName, mut op: WriteOp) -> Result<WriteOutcome> {
         validate_batch(std::slice::from_mut(&mut op)).map_err(|e| match e {
             StorageError::Batch { source, .. } => *source,
             other => other,
         })?;
+        self.check_cosmos(std::slice::from_ref(&op))?;
         let (pk, rk) = op.keys();
         let ctx = Ctx::entity(table, pk, rk);
         let entity_path = entity_path(table, pk, rk);
@@ -238,6 +318,11 @@ fn continuation_position(
     }
 }
 
+/// Cosmos DB's Table API's longest RowKey, in UTF-8 bytes.
+const COSMOS_MAX_ROW_KEY: usize = 255;
+/// Cosmos DB's Table API's largest batch request.
+const COSMOS_MAX_BATCH_BYTES: usize = 2_000_000;
+
 /// RowKeys one `get_many` request names: the service takes 15 comparisons
 /// in a `$filter`, three of which bound the partition and the keys' span.
 const GET_MANY_KEYS: usize = filter_text::MAX_COMPARISONS - 3;
@@ -246,6 +331,10 @@ const GET_MANY_KEYS: usize = filter_text::MAX_COMPARISONS - 3;
 impl TableStore for AzureStore {
     fn retries_requests(&self) -> bool {
         true
+    }
+
+    fn key_ordered(&self) -> bool {
+        !self.client.config().cosmos
     }
 
     fn service_counters(&self) -> Option<crate::storage::ServiceCounters> {
@@ -349,6 +438,8 @@ impl TableStore for AzureStore {
                 .filter(filter);
             found.extend(self.query_all(table, &query).await?);
         }
+        // In RowKey order on every service (Cosmos DB's answers in none).
+        found.sort_by(|a, b| a.row_key().cmp(b.row_key()));
         Ok(found)
     }
 
@@ -377,7 +468,8 @@ impl TableStore for AzureStore {
             (false, true) => Push::SafeTypes,
             (false, false) => Push::AllTypes,
         };
-        if let Some(f) = filter_text::query_filter(query, push, resume) {
+        let config = self.client.config();
+        if let Some(f) = filter_text::query_filter(query, push, resume, !config.cosmos) {
             req = req.query("$filter", f);
         }
         if let Some(names) = query.needed_properties() {
@@ -435,7 +527,15 @@ impl TableStore for AzureStore {
 
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
         let table = &self.resolve(table).await?;
-        self.write_one(table, op).await
+        match self.write_one(table, op.clone()).await {
+            Err(e @ StorageError::AmbiguousRetry { .. }) => {
+                let mut settled = self.settle(table, std::slice::from_ref(&op), e).await?;
+                settled
+                    .pop()
+                    .ok_or_else(|| StorageError::Protocol("no outcome".into()))
+            }
+            other => other,
+        }
     }
 
     async fn execute_batch(
@@ -444,6 +544,7 @@ impl TableStore for AzureStore {
         mut ops: Vec<WriteOp>,
     ) -> Result<Vec<WriteOutcome>> {
         validate_batch(&mut ops)?;
+        self.check_cosmos(&ops)?;
         let table = &self.resolve(table).await?;
         let table_url = format!("{}/{table}", self.client.config().endpoint);
         let entity_url = |op: &WriteOp| {
@@ -460,6 +561,15 @@ impl TableStore for AzureStore {
         // entity size formula (base64 Binary, escapes, multipart framing).
         if body.len() > MAX_BATCH_BYTES {
             return Err(InvalidInput::BatchTooLarge { bytes: body.len() }.into());
+        }
+        if self.client.config().cosmos && body.len() > COSMOS_MAX_BATCH_BYTES {
+            return Err(InvalidInput::ServiceLimit {
+                what: "the batch request",
+                size: body.len(),
+                limit: COSMOS_MAX_BATCH_BYTES,
+                service: "Cosmos DB's Table API",
+            }
+            .into());
         }
         let mut req = Request::new(Method::POST, "/$batch");
         req.body = Some((content_type, body));
@@ -480,7 +590,8 @@ impl TableStore for AzureStore {
                 index,
                 source: Box::new(source),
             };
-            return Err(ambiguous_if_lost(err, resp.answer_lost, resp.attempts));
+            let err = ambiguous_if_lost(err, resp.answer_lost, resp.attempts);
+            return self.settle(table, &ops, err).await;
         }
         if parts.len() != ops.len() {
             return Err(StorageError::Protocol(format!(
