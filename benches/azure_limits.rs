@@ -10,6 +10,8 @@
 //!   server's 2,000/s.
 //! - The full aggregate again with the capacity halved a third of the way
 //!   in: slower, and still right.
+//! - The full aggregate with a range server per partition: the client's
+//!   rate where the account alone bounds it.
 //!
 //! Each with the service's counters (requests, throttled answers, entities
 //! scanned) and the client's (retries, busy answers, time waiting, the
@@ -83,17 +85,28 @@ fn ints(batches: &[tablesql::datafusion::arrow::array::RecordBatch]) -> Vec<i64>
         .collect()
 }
 
-/// Runs `sql`, checks its answer, and prints its rate and counters.
+/// What a measurement runs on.
+struct Bench<'a> {
+    session: &'a Session,
+    store: &'a AzureStore,
+    service: &'a Service,
+}
+
+/// Runs `sql`, checks its answer, and prints its rate against `target`
+/// entities/s and the counters.
 async fn measure(
+    on: &Bench<'_>,
     label: &str,
-    session: &Session,
-    store: &AzureStore,
-    service: &Service,
     sql: &str,
     want: &[i64],
     entities: usize,
     target: f64,
 ) -> Result<f64> {
+    let Bench {
+        session,
+        store,
+        service,
+    } = on;
     let before = (service.counters(), store.stats());
     let started = Instant::now();
     let got = ints(&session.collect(sql).await?);
@@ -150,12 +163,15 @@ async fn main() -> Result {
         .with_scan_policy(ScanPolicy::Allow);
     let session = Engine::with_store(shared, options).await?.session();
     let sum: i64 = (0..per_partition as i64).sum::<i64>() * PARTITIONS as i64;
+    let on = Bench {
+        session: &session,
+        store: &store,
+        service: &service,
+    };
     let full = "SELECT count(*), sum(v) FROM raw.big";
     measure(
+        &on,
         "full aggregate",
-        &session,
-        &store,
-        &service,
         full,
         &[total as i64, sum],
         total,
@@ -163,10 +179,8 @@ async fn main() -> Result {
     )
     .await?;
     measure(
+        &on,
         "one partition",
-        &session,
-        &store,
-        &service,
         "SELECT count(*), sum(v) FROM raw.one",
         &[BIG_PARTITION as i64, BIG_PARTITION as i64],
         BIG_PARTITION,
@@ -187,10 +201,8 @@ async fn main() -> Result {
     // A third at the full rate, two thirds at half: 5/3 of the time.
     let blended = limits.account_rate * 3.0 / 5.0;
     measure(
+        &on,
         "full aggregate, capacity halved",
-        &session,
-        &store,
-        &service,
         full,
         &[total as i64, sum],
         total,
@@ -198,5 +210,20 @@ async fn main() -> Result {
     )
     .await?;
     halving.await?;
+    // The same with every partition on a range server of its own: what the
+    // client sustains where the account, not a range, is the bound.
+    service.set_limits(|l| {
+        *l = limits.clone();
+        l.partitions_per_server = 1;
+    });
+    measure(
+        &on,
+        "full aggregate, a range server per partition",
+        full,
+        &[total as i64, sum],
+        total,
+        limits.account_rate,
+    )
+    .await?;
     Ok(())
 }

@@ -536,16 +536,16 @@ async fn errors_that_would_repeat_are_not_retried() -> TestResult {
         "{err:?}"
     );
     assert_eq!(store.stats().retries, 3);
-    // 503 refused the work undone: it is retried past max_retries, until
-    // the busy timeout.
-    let decide: Decide = Box::new(|_| Fate::Fail(503));
+    // 503 ServerBusy refused the work undone: it is retried past
+    // max_retries, until the busy timeout.
+    let decide: Decide = Box::new(|_| Fate::Busy(0));
     let proxy = Proxy::start(upstream()?, decide).await?;
     let mut config = proxy.config(&account);
     config.retry.max_retries = 3;
     config.retry.delay = Duration::from_millis(1);
     config.retry.min_delay = Duration::from_millis(1);
     config.retry.max_delay = Duration::from_millis(5);
-    config.retry.busy_timeout = Duration::from_millis(300);
+    config.retry.busy_timeout = Duration::from_secs(2);
     let store = AzureStore::new(config)?;
     let err = store.list_tables().await.err().ok_or("503 forever fails")?;
     assert!(

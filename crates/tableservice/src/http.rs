@@ -53,7 +53,7 @@ impl Account {
 
 pub(crate) type Answer = Response<Full<Bytes>>;
 
-/// A running service; dropping it stops it.
+/// A running service; dropping it stops it and closes its connections.
 #[derive(Debug)]
 pub struct Running {
     pub addr: SocketAddr,
@@ -98,7 +98,12 @@ pub fn serve(
     let addr = listener.local_addr()?;
     let state = (service.clone(), account.clone());
     let task = tokio::spawn(async move {
+        // The connections' tasks go with the accept loop's: stopping the
+        // service closes every connection, not only the listener.
+        let mut connections = tokio::task::JoinSet::new();
         loop {
+            // Finished connections leave the set as they end.
+            while connections.try_join_next().is_some() {}
             let tcp = match listener.accept().await {
                 Ok((tcp, _)) => tcp,
                 Err(e) => {
@@ -109,7 +114,7 @@ pub fn serve(
             };
             let _ = tcp.set_nodelay(true);
             let (service, account) = state.clone();
-            tokio::spawn(async move {
+            connections.spawn(async move {
                 let handler = hyper::service::service_fn(move |req| {
                     let service = service.clone();
                     let account = account.clone();

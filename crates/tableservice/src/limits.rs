@@ -123,7 +123,14 @@ impl Limits {
                     .ok_or_else(|| format!("{name}: {value} is not a share between 0 and 1"))
             })
         };
-        let millis = || number().map(|v| Duration::from_secs_f64(v / 1000.0));
+        // At most a day: a knob, not a way to stall the service forever.
+        let millis = || {
+            number().and_then(|v| {
+                (v <= 86_400_000.0)
+                    .then(|| Duration::from_secs_f64(v / 1000.0))
+                    .ok_or_else(|| format!("{name}: {value} ms is over a day"))
+            })
+        };
         let count = || {
             value
                 .parse::<usize>()
@@ -148,7 +155,13 @@ impl Limits {
             "empty_pages" => self.empty_pages = share()?,
             "lost_answers" => self.lost_answers = share()?,
             "latency_ms" => self.latency = millis()?,
-            "latency_sigma" => self.latency_sigma = number()?,
+            "latency_sigma" => {
+                self.latency_sigma = number().and_then(|v| {
+                    (v <= 5.0)
+                        .then_some(v)
+                        .ok_or_else(|| format!("{name}: {v} is over 5"))
+                })?
+            }
             "delete_grace_ms" => self.delete_grace = millis()?,
             "max_batch_bytes" => self.max_batch_bytes = count()?,
             "max_row_key_bytes" => self.max_row_key_bytes = count()?,
@@ -189,10 +202,11 @@ pub const KNOBS: &[&str] = &[
     "seed",
 ];
 
+/// A rate: at least one entity a second.
 fn positive(name: &str, v: f64) -> Result<f64, String> {
-    (v > 0.0)
+    (v >= 1.0)
         .then_some(v)
-        .ok_or_else(|| format!("{name} must be above 0"))
+        .ok_or_else(|| format!("{name} must be at least 1 entity a second"))
 }
 
 #[cfg(test)]

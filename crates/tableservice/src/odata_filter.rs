@@ -10,6 +10,9 @@ use tablesql_storage::storage::{CmpOp, EdmValue, Filter, Operand};
 
 /// Most comparisons the service evaluates in one `$filter`.
 pub const MAX_COMPARISONS: usize = 15;
+/// Deepest nesting of `not` and parentheses: a filter is parsed by
+/// recursion, and a deep one must not overflow the stack.
+const MAX_DEPTH: usize = 64;
 
 /// Parses a `$filter`; the error says what is wrong at which offset.
 pub fn parse(text: &str) -> Result<Filter, String> {
@@ -18,6 +21,7 @@ pub fn parse(text: &str) -> Result<Filter, String> {
         tokens,
         at: 0,
         comparisons: 0,
+        depth: 0,
     };
     let f = p.or()?;
     match p.tokens.get(p.at) {
@@ -99,6 +103,7 @@ struct Parser {
     tokens: Vec<Token>,
     at: usize,
     comparisons: usize,
+    depth: usize,
 }
 
 impl Parser {
@@ -128,6 +133,16 @@ impl Parser {
     }
 
     fn unary(&mut self) -> Result<Filter, String> {
+        self.depth += 1;
+        let f = self.nested();
+        self.depth -= 1;
+        f
+    }
+
+    fn nested(&mut self) -> Result<Filter, String> {
+        if self.depth > MAX_DEPTH {
+            return Err(format!("nested deeper than {MAX_DEPTH}"));
+        }
         if self.keyword("not") {
             return Ok(self.unary()?.negate());
         }
@@ -260,5 +275,7 @@ mod tests {
             parse("A eq 2147483648").unwrap_err(),
             "\"2147483648\" is not a value"
         );
+        let deep = format!("{}A eq 1{}", "(".repeat(100_000), ")".repeat(100_000));
+        assert!(parse(&deep).unwrap_err().contains("nested deeper"));
     }
 }

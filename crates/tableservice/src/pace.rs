@@ -23,7 +23,11 @@ impl Pace {
     /// Queues `n` units at `rate` per second; the instant they are done.
     pub fn take(&mut self, now: Instant, n: f64, rate: f64) -> Instant {
         let start = self.free_at.map_or(now, |t| t.max(now));
-        let done = start + Duration::from_secs_f64(n.max(0.0) / rate);
+        // A rate is at least 1 a second (`Limits`); past a day is a day.
+        let took = Duration::try_from_secs_f64(n.max(0.0) / rate.max(1.0))
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_secs(86_400));
+        let done = start + took;
         self.free_at = Some(done);
         done
     }

@@ -14,12 +14,14 @@ use tablesql_storage::storage::PartitionKey;
 /// joins, so a stale one is harmless).
 const STALE_AFTER: Duration = Duration::from_secs(1);
 
-#[derive(Debug)]
+#[derive(Debug, Default)]
 struct Listing {
     partitions: Arc<Vec<PartitionKey>>,
-    at: Instant,
-    /// Writes since the listing: partitions may have come or gone.
+    at: Option<Instant>,
+    /// Writes to the table so far.
     writes: u64,
+    /// `writes` when the listing began: later ones may have added partitions.
+    listed_at: u64,
 }
 
 /// Each table's listing, by folded name.
@@ -28,27 +30,35 @@ pub struct Ranges {
     tables: Mutex<HashMap<String, Listing>>,
 }
 
+/// Where a listing began, for [`Ranges::set`].
+#[derive(Debug, Clone, Copy)]
+pub struct Began(u64);
+
 impl Ranges {
-    /// Whether the table needs a new listing: none yet, or writes since it,
-    /// and (unless `exact`) an old one.
-    pub fn stale(&self, table: &str, exact: bool) -> bool {
-        let tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
-        match tables.get(&table.to_lowercase()) {
+    /// Whether the table needs a new listing (none yet, or writes since it
+    /// began, and unless `exact` an old one), and if so where it begins: a
+    /// write that lands while it is read is not in it, and leaves it stale.
+    pub fn stale(&self, table: &str, exact: bool) -> Option<Began> {
+        let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        let l = tables.entry(table.to_lowercase()).or_default();
+        let stale = match l.at {
             None => true,
-            Some(l) => l.writes > 0 && (exact || l.at.elapsed() > STALE_AFTER),
-        }
+            Some(at) => l.writes > l.listed_at && (exact || at.elapsed() > STALE_AFTER),
+        };
+        stale.then_some(Began(l.writes))
     }
 
-    pub fn set(&self, table: &str, partitions: Vec<PartitionKey>) {
-        let listing = Listing {
-            partitions: Arc::new(partitions),
-            at: Instant::now(),
-            writes: 0,
-        };
-        self.tables
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(table.to_lowercase(), listing);
+    /// Installs a listing that began at `began`.
+    pub fn set(&self, table: &str, partitions: Vec<PartitionKey>, began: Began) {
+        let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        let l = tables.entry(table.to_lowercase()).or_default();
+        // An older listing finishing after a newer one is not installed.
+        if l.at.is_some() && began.0 < l.listed_at {
+            return;
+        }
+        l.partitions = Arc::new(partitions);
+        l.at = Some(Instant::now());
+        l.listed_at = began.0;
     }
 
     /// The partitions of the last listing, in key order.
@@ -62,14 +72,8 @@ impl Ranges {
 
     /// Notes a write to the table.
     pub fn touch(&self, table: &str) {
-        if let Some(l) = self
-            .tables
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get_mut(&table.to_lowercase())
-        {
-            l.writes += 1;
-        }
+        let mut tables = self.tables.lock().unwrap_or_else(|e| e.into_inner());
+        tables.entry(table.to_lowercase()).or_default().writes += 1;
     }
 
     pub fn forget(&self, table: &str) {
@@ -97,18 +101,23 @@ mod tests {
     #[test]
     fn neighbours_share_a_server_and_writes_make_the_listing_stale() {
         let r = Ranges::default();
-        assert!(r.stale("T", false));
+        let began = r.stale("T", false).unwrap();
         let pks: Vec<_> = (0..10)
             .map(|i| PartitionKey::new(format!("p{i}")).unwrap())
             .collect();
-        r.set("T", pks.clone());
-        assert!(!r.stale("t", true));
+        r.set("T", pks.clone(), began);
+        assert!(r.stale("t", true).is_none());
         let servers: Vec<_> = pks.iter().map(|p| r.server_of("T", p, 4)).collect();
         assert_eq!(servers, [0, 0, 0, 0, 1, 1, 1, 1, 2, 2]);
-        // A partition between p3 and p4 joins p3's server... or p4's: where it falls.
+        // A partition not listed joins the server of its place among them.
         assert_eq!(r.server_of("T", &PartitionKey::new("p35").unwrap(), 4), 1);
         r.touch("T");
-        assert!(r.stale("T", true));
-        assert!(!r.stale("T", false));
+        assert!(r.stale("T", true).is_some());
+        assert!(r.stale("T", false).is_none());
+        // A write during a listing leaves the listing stale.
+        let began = r.stale("T", true).unwrap();
+        r.touch("T");
+        r.set("T", pks, began);
+        assert!(r.stale("T", true).is_some());
     }
 }

@@ -138,8 +138,11 @@ impl Service {
         };
         // Box-Muller: a standard normal from two uniforms.
         let normal = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+        // Capped at a thousand times the median, and at a minute.
         let factor = (l.latency_sigma * normal).exp().min(1000.0);
-        l.latency.mul_f64(factor)
+        Duration::try_from_secs_f64(l.latency.as_secs_f64() * factor)
+            .unwrap_or(Duration::MAX)
+            .min(Duration::from_secs(60))
     }
 
     /// A busy answer as the profile gives it.
@@ -407,9 +410,9 @@ impl Service {
         table: &TableName,
         exact: bool,
     ) -> Result<(), StorageError> {
-        if self.ranges.stale(table.as_str(), exact) {
+        if let Some(began) = self.ranges.stale(table.as_str(), exact) {
             let partitions = self.partitions(table).await?;
-            self.ranges.set(table.as_str(), partitions);
+            self.ranges.set(table.as_str(), partitions, began);
         }
         Ok(())
     }

@@ -20,7 +20,7 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// How long a request refused as busy (503 ServerBusy, 429) is retried,
     /// counted from its first attempt; busy answers do not count against
-    /// `max_retries`.
+    /// `max_retries` (0 still retries nothing).
     pub busy_timeout: Duration,
 }
 
@@ -31,7 +31,7 @@ impl Default for RetryPolicy {
             delay: Duration::from_millis(500),
             min_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(30),
-            busy_timeout: Duration::from_secs(600),
+            busy_timeout: Duration::from_secs(60),
         }
     }
 }

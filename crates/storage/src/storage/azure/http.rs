@@ -121,15 +121,17 @@ impl Failure {
         }
     }
 
-    /// Whether the service refused the work as busy, before doing any.
+    /// Whether the service refused the work as busy, before doing any:
+    /// 429, or 503 ServerBusy (a 503 of a gateway or an outage is retried
+    /// as any failure).
     fn is_busy(&self) -> bool {
-        matches!(
-            self,
+        match self {
+            Failure::Status { status: 429, .. } => true,
             Failure::Status {
-                status: 503 | 429,
-                ..
-            }
-        )
+                status: 503, code, ..
+            } => code == "ServerBusy",
+            _ => false,
+        }
     }
 
     /// Whether the service may have applied the request despite this answer.
@@ -247,8 +249,12 @@ impl Client {
         .when(|f| policy.max_retries > 0 && f.is_retryable())
         .adjust(|failure, _| {
             let jitter = rand::random::<f64>();
+            // A hint is honoured between zmin and zmax: a service cannot
+            // stall a client, nor make it retry at once.
             let hint = match failure {
-                Failure::Status { retry_after, .. } => retry_after.map(|h| h.min(policy.max_delay)),
+                Failure::Status { retry_after, .. } => {
+                    retry_after.map(|h| h.clamp(policy.min_delay, policy.max_delay))
+                }
                 _ => None,
             };
             if failure.is_busy() {
@@ -404,8 +410,7 @@ fn retry_hint(headers: &HeaderMap) -> Option<Duration> {
     let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok());
     text("x-ms-retry-after-ms")
         .and_then(|v| v.trim().parse::<f64>().ok())
-        .filter(|ms| ms.is_finite() && *ms >= 0.0)
-        .map(|ms| Duration::from_secs_f64(ms / 1000.0))
+        .and_then(|ms| Duration::try_from_secs_f64(ms / 1000.0).ok())
         .or_else(|| text("retry-after").and_then(parse_retry_after))
 }
 

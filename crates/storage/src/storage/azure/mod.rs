@@ -177,12 +177,13 @@ impl AzureStore {
     /// attempt would cause (`AmbiguousRetry`), settled by reading back what
     /// it wrote: every operation's entity as the writes leave it means the
     /// lost attempt was applied, and the writes' outcomes are the entities'
-    /// ETags now. Otherwise, or if a read fails, the ambiguity stands. An
-    /// update conditional on an ETag is never settled so: another client's
+    /// ETags now. Otherwise, or if a read fails, the ambiguity stands. A
+    /// write conditional on an ETag is never settled so: another client's
     /// equal write in between (a sequence's next value, claimed by both)
-    /// would read as ours, and only one of them may have it. An
-    /// unconditional write, or a delete, may: the state is the one asked
-    /// for either way.
+    /// would read as ours, and only one of them may have it. An insert, or
+    /// an unconditional write, is: the state is the one asked for either
+    /// way (two clients inserting an equal entity in that moment both
+    /// succeed).
     async fn settle(
         &self,
         table: &TableName,
@@ -199,10 +200,15 @@ impl AzureStore {
                 return Err(err);
             };
             let applied = match (op, &found) {
-                (WriteOp::Update(_, IfMatch::ETag(_)) | WriteOp::Merge(_, IfMatch::ETag(_)), _) => {
-                    false
-                }
-                // Gone, as asked: by this delete or another of the same version.
+                (
+                    WriteOp::Update(_, IfMatch::ETag(_))
+                    | WriteOp::Merge(_, IfMatch::ETag(_))
+                    | WriteOp::Delete {
+                        if_match: IfMatch::ETag(_),
+                        ..
+                    },
+                    _,
+                ) => false,
                 (WriteOp::Delete { .. }, None) => true,
                 (
                     WriteOp::Insert(e) | WriteOp::Update(e, _) | WriteOp::InsertOrReplace(e),
@@ -457,10 +463,14 @@ impl TableStore for AzureStore {
         let table = &self.resolve(table).await?;
         let budgeted = self.scan_budget < page_size;
         let top = page_size.min(self.scan_budget);
-        // A token of another store names only a key: resume by key filter.
+        // A token of another store names only a key: resume by key filter,
+        // which only a service in key order can.
         let resume = continuation
             .filter(|t| t.service.is_none())
             .map(|t| (&t.next_partition_key, &t.next_row_key));
+        if resume.is_some() && self.client.config().cosmos {
+            return Err(InvalidInput::ContinuationToken.into());
+        }
         let mut req =
             Request::new(Method::GET, format!("/{table}()")).query("$top", top.to_string());
         let push = match (budgeted, self.client.config().emulator) {

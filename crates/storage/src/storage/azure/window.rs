@@ -129,13 +129,18 @@ mod tests {
         for _ in 0..160 {
             w.enter().await.answered(false);
         }
-        assert!(w.width() > 24.0, "{}", w.width());
+        assert!(w.width() > 23.0, "{}", w.width());
         let before = w.width();
-        // A burst of refusals halves it once.
+        // A burst of refusals halves it once (twice, if the machine stalls
+        // past the cool-down within the burst).
         for _ in 0..5 {
             w.enter().await.answered(true);
         }
-        assert!((w.width() - before / 2.0).abs() < 1e-9, "{}", w.width());
+        let after = w.width();
+        assert!(
+            after <= before / 2.0 + 1e-9 && after >= before / 4.0 - 1e-9,
+            "{after}"
+        );
         // Never past the most, never under one.
         for _ in 0..10_000 {
             w.enter().await.answered(false);
