@@ -354,7 +354,7 @@ async fn route(
                 .await?;
             let etag = outcome.first().and_then(|o| o.etag.clone());
             let mut answer = if return_content {
-                let mut stored = json!(entity_body_json(&entity));
+                let mut stored = tablesql_storage::storage::odata::entity_body(&entity);
                 if let Some(e) = &etag {
                     stored["odata.etag"] = Value::String(e.to_string());
                 }
@@ -405,10 +405,6 @@ async fn route(
             &format!("{method} is not served here"),
         )),
     }
-}
-
-fn entity_body_json(e: &tablesql_storage::storage::Entity) -> Value {
-    tablesql_storage::storage::odata::entity_body(e)
 }
 
 pub(crate) fn entity(body: &[u8]) -> Result<tablesql_storage::storage::Entity, Refusal> {

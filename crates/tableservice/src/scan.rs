@@ -52,11 +52,7 @@ pub struct PageAnswer {
 pub fn key_ranges(filter: Option<&Filter>) -> (KeyRange<PartitionKey>, KeyRange<RowKey>) {
     let mut pks = KeyRange::all();
     let mut rks = KeyRange::all();
-    let mut conjuncts = Vec::new();
-    if let Some(f) = filter {
-        flatten_and(f, &mut conjuncts);
-    }
-    for c in conjuncts {
+    for c in filter.map(Filter::conjuncts).unwrap_or_default() {
         if let Filter::Compare {
             operand,
             op,
@@ -82,16 +78,6 @@ pub fn key_ranges(filter: Option<&Filter>) -> (KeyRange<PartitionKey>, KeyRange<
         rks = KeyRange::all();
     }
     (pks, rks)
-}
-
-fn flatten_and<'a>(f: &'a Filter, out: &mut Vec<&'a Filter>) {
-    match f {
-        Filter::And(a, b) => {
-            flatten_and(a, out);
-            flatten_and(b, out);
-        }
-        other => out.push(other),
-    }
 }
 
 /// Tightens a range by one comparison (`ne` narrows nothing).

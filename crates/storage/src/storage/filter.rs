@@ -128,6 +128,23 @@ impl Filter {
         Filter::Not(Box::new(self))
     }
 
+    /// The filter's top-level conjuncts: the terms of its `and`s, each of
+    /// which must hold (a filter that is no `and` is its one conjunct).
+    pub fn conjuncts(&self) -> Vec<&Filter> {
+        fn walk<'a>(f: &'a Filter, out: &mut Vec<&'a Filter>) {
+            match f {
+                Filter::And(a, b) => {
+                    walk(a, out);
+                    walk(b, out);
+                }
+                other => out.push(other),
+            }
+        }
+        let mut out = Vec::new();
+        walk(self, &mut out);
+        out
+    }
+
     /// Whether the entity passes the filter.
     pub fn matches(&self, e: &(impl EntityView + ?Sized)) -> bool {
         match self {

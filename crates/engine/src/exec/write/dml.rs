@@ -988,24 +988,14 @@ impl Writer {
             start: Bound::Included(RowKey::from_stored(first.clone())),
             end,
         };
-        let mut existing: Vec<String> = Vec::new();
-        let mut token = None;
-        loop {
-            let page = self
-                .store
-                .query(&self.layout.table, &query, token.as_ref())
-                .await
-                .map_err(ExecError::from)?;
-            existing.extend(
-                page.entities
-                    .iter()
-                    .map(|e| e.row_key().as_str().to_owned()),
-            );
-            match page.continuation {
-                Some(t) => token = Some(t),
-                None => break,
-            }
-        }
+        let mut existing: Vec<String> = self
+            .store
+            .query_all(&self.layout.table, &query)
+            .await
+            .map_err(ExecError::from)?
+            .iter()
+            .map(|e| e.row_key().as_str().to_owned())
+            .collect();
         // Sorted as the lookup compares: the keys under a prefix follow
         // one another from the first at or after it.
         existing.sort_unstable();

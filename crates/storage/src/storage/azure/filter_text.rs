@@ -57,9 +57,7 @@ pub fn query_filter(
     if push != Push::KeysOnly
         && let Some(filter) = &query.filter
     {
-        let mut conjuncts = Vec::new();
-        flatten_and(filter, &mut conjuncts);
-        for c in conjuncts {
+        for c in filter.conjuncts() {
             if !timestamp && reads_timestamp(c) {
                 continue;
             }
@@ -95,16 +93,6 @@ fn key_terms<K: AsRef<str> + Ord>(name: &str, range: &KeyRange<K>, out: &mut Vec
         Bound::Included(k) => out.push(format!("{name} le {}", lit(k))),
         Bound::Excluded(k) => out.push(format!("{name} lt {}", lit(k))),
         Bound::Unbounded => {}
-    }
-}
-
-fn flatten_and<'a>(f: &'a Filter, out: &mut Vec<&'a Filter>) {
-    match f {
-        Filter::And(a, b) => {
-            flatten_and(a, out);
-            flatten_and(b, out);
-        }
-        other => out.push(other),
     }
 }
 

@@ -199,27 +199,7 @@ impl AzureStore {
             let Ok(found) = self.get(table, pk, rk).await else {
                 return Err(err);
             };
-            let applied = match (op, &found) {
-                (
-                    WriteOp::Update(_, IfMatch::ETag(_))
-                    | WriteOp::Merge(_, IfMatch::ETag(_))
-                    | WriteOp::Delete {
-                        if_match: IfMatch::ETag(_),
-                        ..
-                    },
-                    _,
-                ) => false,
-                (WriteOp::Delete { .. }, None) => true,
-                (
-                    WriteOp::Insert(e) | WriteOp::Update(e, _) | WriteOp::InsertOrReplace(e),
-                    Some(now),
-                ) => now.entity.properties == e.properties,
-                (WriteOp::Merge(e, _) | WriteOp::InsertOrMerge(e), Some(now)) => e
-                    .properties
-                    .iter()
-                    .all(|(name, v)| now.entity.properties.get(name) == Some(v)),
-                _ => false,
-            };
+            let applied = reads_as_applied(op, found.as_ref());
             if !applied {
                 return Err(err);
             }
@@ -270,6 +250,34 @@ impl AzureStore {
                 )?)),
             },
         })
+    }
+}
+
+/// Whether `found`, an entity read back after a write's answer was lost,
+/// shows the write applied (`AzureStore::settle`): as an insert or an
+/// unconditional write leaves it, or gone after a delete of any version.
+/// Never for a write conditional on an ETag, which another client's equal
+/// write would read the same as.
+fn reads_as_applied(op: &WriteOp, found: Option<&StoredEntity>) -> bool {
+    match (op, found) {
+        (
+            WriteOp::Update(_, IfMatch::ETag(_))
+            | WriteOp::Merge(_, IfMatch::ETag(_))
+            | WriteOp::Delete {
+                if_match: IfMatch::ETag(_),
+                ..
+            },
+            _,
+        ) => false,
+        (WriteOp::Delete { .. }, None) => true,
+        (WriteOp::Insert(e) | WriteOp::Update(e, _) | WriteOp::InsertOrReplace(e), Some(now)) => {
+            now.entity.properties == e.properties
+        }
+        (WriteOp::Merge(e, _) | WriteOp::InsertOrMerge(e), Some(now)) => e
+            .properties
+            .iter()
+            .all(|(name, v)| now.entity.properties.get(name) == Some(v)),
+        _ => false,
     }
 }
 
@@ -643,6 +651,41 @@ mod tests {
             entity_path(&t, &p, &r),
             "/Tab(PartitionKey='it%27%27s%20a',RowKey='%C3%A9%25')"
         );
+    }
+
+    #[test]
+    fn a_lost_write_reads_as_applied_only_as_it_leaves_the_entity() {
+        use crate::storage::{ETag, EdmValue, Entity};
+        let key = |n: i32| {
+            Entity::new(PartitionKey::new("p").unwrap(), RowKey::new("r").unwrap())
+                .with("n", EdmValue::Int32(n))
+        };
+        let stored = |n: i32| StoredEntity {
+            entity: key(n),
+            timestamp: chrono::Utc::now(),
+            etag: ETag::from_wire("W/\"x\""),
+        };
+        let insert = WriteOp::Insert(key(4));
+        assert!(reads_as_applied(&insert, Some(&stored(4))));
+        // Another client's change since: the ambiguity stands.
+        assert!(!reads_as_applied(&insert, Some(&stored(40))));
+        assert!(!reads_as_applied(&insert, None));
+        let merge = WriteOp::InsertOrMerge(key(4));
+        let mut more = stored(4);
+        more.entity
+            .properties
+            .insert("m".into(), EdmValue::Int32(1));
+        assert!(reads_as_applied(&merge, Some(&more)));
+        let any = |if_match| WriteOp::Delete {
+            partition_key: PartitionKey::new("p").unwrap(),
+            row_key: RowKey::new("r").unwrap(),
+            if_match,
+        };
+        assert!(reads_as_applied(&any(IfMatch::Any), None));
+        let version = IfMatch::ETag(ETag::from_wire("W/\"x\""));
+        assert!(!reads_as_applied(&any(version.clone()), None));
+        let update = WriteOp::Update(key(4), version);
+        assert!(!reads_as_applied(&update, Some(&stored(4))));
     }
 
     #[test]
