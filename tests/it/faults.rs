@@ -545,7 +545,7 @@ async fn errors_that_would_repeat_are_not_retried() -> TestResult {
     config.retry.delay = Duration::from_millis(1);
     config.retry.min_delay = Duration::from_millis(1);
     config.retry.max_delay = Duration::from_millis(5);
-    config.retry.busy_timeout = Duration::from_secs(2);
+    config.retry.busy_timeout = Some(Duration::from_secs(2));
     let store = AzureStore::new(config)?;
     let err = store.list_tables().await.err().ok_or("503 forever fails")?;
     assert!(

@@ -420,3 +420,42 @@ async fn the_demo_over_cosmos_answers_ordered_queries_as_over_the_embedded_store
     assert_eq!(got, want);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scan_of_many_partitions_reads_segments_of_the_key_space_side_by_side() -> TestResult {
+    // Four partitions to a range server: a fan-out in key order would keep
+    // its four requests on one or two of them.
+    let local = Local::start(Profile::Storage, &["partitions_per_server=4"])?;
+    let store: std::sync::Arc<dyn TableStore> = std::sync::Arc::new(local.store()?);
+    let t = TableName::new("spread")?;
+    store.create_table(&t).await?;
+    fill(&*store, &t, 64, 5).await?;
+    let options = tablesql::EngineOptions::default()
+        .with_scan(tablesql::ScanOptions::default().with_max_in_flight(4))
+        .with_scan_policy(tablesql::ScanPolicy::Allow);
+    let session = tablesql::Engine::with_store(store, options)
+        .await?
+        .session();
+    let sql = "SELECT count(*) AS c, sum(n) AS s FROM raw.spread";
+    let plan = pretty_format_batches(&session.collect(&format!("EXPLAIN ANALYZE {sql}")).await?)?
+        .to_string();
+    let line = plan
+        .lines()
+        .find(|l| l.contains("PartitionScanExec"))
+        .ok_or("a scan")?;
+    assert!(line.contains("fanout=partitions(listed) lanes=4"), "{plan}");
+    // The listing found the first partitions, probed the rest of the key
+    // space for places to start, and read from each.
+    let run: usize = line
+        .split("lanes_run=")
+        .nth(1)
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .ok_or("lanes_run")?
+        .parse()?;
+    assert!((4..=8).contains(&run), "{plan}");
+    // Every partition read once: 64 partitions of n = 0..4.
+    let got = pretty_format_batches(&session.collect(sql).await?)?.to_string();
+    let want = "+-----+-----+\n| c   | s   |\n+-----+-----+\n| 320 | 640 |\n+-----+-----+";
+    assert_eq!(got, want);
+    Ok(())
+}

@@ -48,13 +48,23 @@ impl From<StorageError> for Refusal {
     }
 }
 
-/// The four messages Azure Storage gives a 503.
+/// The four messages Azure Storage gives a 503: the first for a range
+/// server's limit, the others for the account's.
 const BUSY_MESSAGES: [&str; 4] = [
     "The server is busy.",
     "Operations per second is over the account limit.",
     "Ingress is over the account limit.",
     "Egress is over the account limit.",
 ];
+
+/// Which limit a busy answer is for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Over {
+    /// A range server's entities a second.
+    Server,
+    /// The account's.
+    Account,
+}
 
 /// The local Table service over one store.
 #[derive(Debug)]
@@ -145,15 +155,18 @@ impl Service {
             .min(Duration::from_secs(60))
     }
 
-    /// A busy answer as the profile gives it.
-    pub(crate) fn busy(&self) -> Refusal {
+    /// A busy answer as the profile gives it, for the limit `over` (any of
+    /// them for `None`, an injected fault).
+    pub(crate) fn busy(&self, over: Option<Over>) -> Refusal {
         let l = self.limits();
         let hinted = self.chance(l.retry_hint);
-        let which = self
-            .rng
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .random_range(0..4);
+        let mut rng = self.rng.lock().unwrap_or_else(|e| e.into_inner());
+        let which = match over {
+            Some(Over::Server) => 0,
+            Some(Over::Account) => rng.random_range(1..4),
+            None => rng.random_range(0..4),
+        };
+        drop(rng);
         let hint = match l.profile {
             // Azure Storage's hint is whole seconds; Cosmos DB's is milliseconds.
             Profile::Storage => hinted.then_some(Duration::from_secs(1)),
@@ -180,7 +193,7 @@ impl Service {
     pub(crate) fn injected(&self) -> Result<(), Refusal> {
         let l = self.limits();
         if self.chance(l.busy) {
-            return Err(self.busy());
+            return Err(self.busy(None));
         }
         if self.chance(l.timeouts) {
             return Err(Refusal::TimedOut);
@@ -200,14 +213,18 @@ impl Service {
         let server = partition.map(|p| self.ranges.server_of(table, p, l.partitions_per_server));
         let over = {
             let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-            q.account.backlog(now) > l.busy_backlog
-                || server.is_some_and(|s| {
-                    q.servers
-                        .get(&(table.to_owned(), s))
-                        .is_some_and(|p| p.backlog(now) > l.busy_backlog)
-                })
+            let server_over = server.is_some_and(|s| {
+                q.servers
+                    .get(&(table.to_owned(), s))
+                    .is_some_and(|p| p.backlog(now) > l.busy_backlog)
+            });
+            if q.account.backlog(now) > l.busy_backlog {
+                Some(Over::Account)
+            } else {
+                server_over.then_some(Over::Server)
+            }
         };
-        if over {
+        if let Some(over) = over {
             if let (Some(p), Some(s)) = (partition, server) {
                 let at = Place {
                     table,
@@ -222,7 +239,7 @@ impl Service {
                     },
                 );
             }
-            return Err(self.busy());
+            return Err(self.busy(Some(over)));
         }
         Ok(())
     }

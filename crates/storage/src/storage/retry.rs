@@ -20,8 +20,11 @@ pub struct RetryPolicy {
     pub max_delay: Duration,
     /// How long a request refused as busy (503 ServerBusy, 429) is retried,
     /// counted from its first attempt; busy answers do not count against
-    /// `max_retries` (0 still retries nothing).
-    pub busy_timeout: Duration,
+    /// `max_retries` (0 still retries nothing). `None`, the default: for as
+    /// long as it takes, so that a throttled statement slows down and ends
+    /// only by its own `statement_timeout` or a cancel, never for
+    /// throttling.
+    pub busy_timeout: Option<Duration>,
 }
 
 impl Default for RetryPolicy {
@@ -31,7 +34,7 @@ impl Default for RetryPolicy {
             delay: Duration::from_millis(500),
             min_delay: Duration::from_millis(100),
             max_delay: Duration::from_secs(30),
-            busy_timeout: Duration::from_secs(60),
+            busy_timeout: None,
         }
     }
 }
@@ -132,7 +135,7 @@ mod tests {
             delay: Duration::from_millis(100),
             min_delay: Duration::from_millis(10),
             max_delay: Duration::from_millis(500),
-            busy_timeout: Duration::from_secs(1),
+            busy_timeout: Some(Duration::from_secs(1)),
         }
     }
 

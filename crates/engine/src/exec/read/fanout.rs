@@ -24,7 +24,10 @@ use super::access::{AccessPath, KeyRequest, PartitionBound, PartitionChoice};
 use super::metrics::ExactCount;
 use crate::catalog::stats::{PartitionStats, TableStats};
 use crate::exec::ExecError;
-use crate::storage::{KeyRange, PartitionKey, RowKey, TableName, TableStore};
+use crate::storage::{KeyRange, PartitionKey, PartitionPage, RowKey, TableName, TableStore};
+
+mod spread;
+pub use spread::midpoint;
 
 /// How a scan spreads a request that spans several partitions.
 #[derive(Debug, Clone, PartialEq)]
@@ -54,6 +57,22 @@ pub struct Analyzed {
     /// Whether they are the store's kept counts (read at planning), not
     /// `ANALYZE`'s.
     pub counted: bool,
+}
+
+impl Fanout {
+    /// The lanes (`spread`) a scan with `in_flight` requests at once reads
+    /// in, for a scan whose rows may come in any order: none where it does
+    /// not fan out, or where its known requests are too few to spread; for
+    /// a listing, as many as it may find.
+    pub fn lanes(&self, in_flight: usize) -> Option<usize> {
+        match self {
+            Fanout::Sequential => None,
+            Fanout::Partitions => (in_flight > 1).then_some(in_flight),
+            Fanout::Analyzed(a) => {
+                spread::worth_spreading(a.requests.len(), in_flight).then_some(in_flight)
+            }
+        }
+    }
 }
 
 impl fmt::Display for Fanout {
@@ -295,12 +314,17 @@ pub struct ListingCounters {
     pub requests: ExactCount,
     /// Retries the store made for them.
     pub retries: ExactCount,
+    /// Segments of the key space read side by side (`spread`): none where
+    /// the requests ran in key order.
+    pub lanes: ExactCount,
 }
 
-/// The requests a scan runs, in key order: `requests` as given, except that
-/// under `Fanout::Partitions` each one spanning partitions is split by the
+/// The requests a scan runs: `requests` as given, except that under
+/// `Fanout::Partitions` each one spanning partitions is split by the
 /// partitions the store lists, and passed through `bound` if given. A
-/// listing failure ends the stream with it.
+/// listing failure ends the stream with it. With one lane they come in key
+/// order; with more, from that many segments of the key space in turn
+/// (`spread`), for a scan whose order nothing uses.
 pub fn expand(
     store: Arc<dyn TableStore>,
     table: TableName,
@@ -308,9 +332,10 @@ pub fn expand(
     fanout: Fanout,
     bound: Option<PartitionBound>,
     counters: ListingCounters,
+    lanes: usize,
 ) -> BoxStream<'static, Result<KeyRequest>> {
     if let Fanout::Analyzed(a) = fanout {
-        return stream::iter(a.requests.into_iter().map(Ok)).boxed();
+        return spread::runs(a.requests, lanes, &counters.lanes);
     }
     // Listing partitions to fan out over needs a store in key order: on
     // another, each listing is a scan of every key.
@@ -322,8 +347,8 @@ pub fn expand(
                 partitions,
                 rows,
                 at_most_one,
-            } if listing && spans_partitions(&request) => split(
-                Split {
+            } if listing && spans_partitions(&request) => {
+                let this = Split {
                     store: store.clone(),
                     table: table.clone(),
                     range: partitions.clone(),
@@ -331,9 +356,13 @@ pub fn expand(
                     at_most_one: *at_most_one,
                     bound: bound.clone(),
                     counters: counters.clone(),
-                },
-                State::default(),
-            ),
+                };
+                if lanes > 1 {
+                    spread::listed(this, lanes)
+                } else {
+                    split(this, State::default())
+                }
+            }
             _ => stream::once(async { Ok(request) }).boxed(),
         })
         .boxed()
@@ -407,6 +436,18 @@ impl Split {
         state.owner = Some(pk);
     }
 
+    /// One page of the range's partitions after `after`, counted.
+    async fn list(&self, after: Option<&PartitionKey>) -> Result<PartitionPage> {
+        let listing = self.store.partitions(&self.table, &self.range, after);
+        let (page, retries) =
+            crate::storage::retries::counted_by(self.store.as_ref(), listing).await;
+        self.counters.retries.add(retries.retries as usize);
+        let page =
+            page.map_err(|e| datafusion::error::DataFusionError::from(ExecError::from(e)))?;
+        self.counters.requests.add(page.requests);
+        Ok(page)
+    }
+
     /// The listing ended: the last request runs to the end of the range.
     fn finish(&self, state: &mut State) {
         let lower = state
@@ -428,20 +469,12 @@ fn split(split: Split, state: State) -> BoxStream<'static, Result<KeyRequest>> {
             if state.done {
                 return None;
             }
-            let listing = split
-                .store
-                .partitions(&split.table, &split.range, state.after.as_ref());
-            let (page, retries) =
-                crate::storage::retries::counted_by(split.store.as_ref(), listing).await;
-            split.counters.retries.add(retries.retries as usize);
-            match page {
+            match split.list(state.after.as_ref()).await {
                 Err(e) => {
                     state.done = true;
-                    let e = datafusion::error::DataFusionError::from(ExecError::from(e));
                     return Some((Err(e), (split, state)));
                 }
                 Ok(page) => {
-                    split.counters.requests.add(page.requests);
                     for pk in page.partitions {
                         split.listed(&mut state, pk);
                     }
@@ -477,6 +510,18 @@ mod tests {
     }
 
     async fn expanded(store: Arc<dyn TableStore>, range: KeyRange<PartitionKey>) -> Vec<String> {
+        expanded_in(store, range, 1)
+            .await
+            .iter()
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    async fn expanded_in(
+        store: Arc<dyn TableStore>,
+        range: KeyRange<PartitionKey>,
+        lanes: usize,
+    ) -> Vec<KeyRequest> {
         let request = KeyRequest::Scan {
             partitions: range,
             rows: KeyRange::all(),
@@ -485,12 +530,52 @@ mod tests {
         let counters = ListingCounters {
             requests: ExactCount::default(),
             retries: ExactCount::default(),
+            lanes: ExactCount::default(),
         };
         let t = TableName::new("fanned").expect("name");
-        expand(store, t, vec![request], Fanout::Partitions, None, counters)
-            .map(|r| r.expect("request").to_string())
-            .collect()
-            .await
+        expand(
+            store,
+            t,
+            vec![request],
+            Fanout::Partitions,
+            None,
+            counters,
+            lanes,
+        )
+        .map(|r| r.expect("request"))
+        .collect()
+        .await
+    }
+
+    #[tokio::test]
+    async fn lanes_start_far_apart_and_still_read_each_partition_once() {
+        let names: Vec<String> = (0..40).map(|i| format!("p{i:02}")).collect();
+        let keys: Vec<&str> = names.iter().map(String::as_str).collect();
+        let store = store_with(&keys).await;
+        let got = expanded_in(store, KeyRange::all(), 4).await;
+        let reads = |pk: &PartitionKey| {
+            got.iter()
+                .filter(
+                    |r| matches!(r, KeyRequest::Scan { partitions, .. } if partitions.contains(pk)),
+                )
+                .count()
+        };
+        for name in &keys {
+            assert_eq!(reads(&pk(name)), 1, "{name}");
+        }
+        // The first four requests come from the four quarters of the table.
+        let first: Vec<usize> = got[..4]
+            .iter()
+            .map(|r| {
+                let index = names.iter().position(|n| {
+                    matches!(r, KeyRequest::Scan { partitions, .. } if partitions.contains(&pk(n)))
+                });
+                index.expect("a partition") / 10
+            })
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        assert_eq!(first, [0, 1, 2, 3]);
     }
 
     #[tokio::test]

@@ -149,6 +149,7 @@ struct Counters {
     retry_wait_ms: ExactCount,
     partitions: ExactCount,
     listing_requests: ExactCount,
+    lanes: ExactCount,
     peak_in_flight: ExactCount,
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     index_rows: ExactCount,
@@ -388,6 +389,17 @@ impl PartitionScanExec {
         self
     }
 
+    /// The segments of the key space its fan-out reads side by side
+    /// (`fanout::expand`): one where rows come in key order; otherwise as
+    /// many as requests in flight, so that they lie far apart.
+    fn lanes(&self) -> usize {
+        if self.ordered {
+            1
+        } else {
+            self.options.max_in_flight.max(1)
+        }
+    }
+
     /// The access path it runs.
     pub fn path(&self) -> &AccessPath {
         &self.path
@@ -433,6 +445,7 @@ impl Counters {
             retry_wait_ms: m("retry_wait_ms"),
             partitions: m("partitions"),
             listing_requests: m("listing_requests"),
+            lanes: m("lanes_run"),
             peak_in_flight: m("peak_in_flight"),
             in_flight: Arc::default(),
             index_rows: m("index_rows_skipped"),
@@ -455,6 +468,9 @@ impl DisplayAs for PartitionScanExec {
         }
         if self.fanout != Fanout::Sequential {
             write!(f, " {}", self.fanout)?;
+            if let Some(n) = self.fanout.lanes(self.lanes()) {
+                write!(f, " lanes={n}")?;
+            }
         }
         let names: Vec<&str> = self
             .schema
@@ -1137,7 +1153,9 @@ impl PartitionScanExec {
                 ListingCounters {
                     requests: counters.listing_requests.clone(),
                     retries: counters.retries.clone(),
+                    lanes: counters.lanes.clone(),
                 },
+                self.lanes(),
             )
             .map(|r| r.map(Unit::One))
             .boxed(),

@@ -150,7 +150,7 @@ impl AzureConfig {
                 "retrydelayms" => retry.delay = millis(v)?,
                 "retryminms" => retry.min_delay = millis(v)?,
                 "retrymaxms" => retry.max_delay = millis(v)?,
-                "busytimeoutms" => retry.busy_timeout = millis(v)?,
+                "busytimeoutms" => retry.busy_timeout = Some(millis(v)?),
                 "maxconnections" => {
                     max_connections = v
                         .parse()

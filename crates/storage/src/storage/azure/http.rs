@@ -227,9 +227,10 @@ impl Client {
     /// Any answer the service gives that is not a success is an error.
     ///
     /// A busy answer (503 ServerBusy, 429) refused the work before doing it,
-    /// so it is retried for as long as the policy's `busy_timeout` allows,
-    /// not a number of times: a throttled scan slows down and finishes
-    /// rather than fails (a statement's own timeout ends it first). Its wait
+    /// so it is retried for as long as the policy's `busy_timeout` allows
+    /// (by default without end), not a number of times: a throttled scan
+    /// slows down and finishes rather than fails; a statement's own timeout
+    /// or a cancel ends it. Its wait
     /// is the service's hint where it gives one (`x-ms-retry-after-ms`,
     /// `Retry-After`), else the backoff formula. Other failures are retried
     /// `max_retries` times.
@@ -260,7 +261,10 @@ impl Client {
             if failure.is_busy() {
                 busy += 1;
                 let wait = hint.unwrap_or_else(|| policy.wait(busy, jitter));
-                (started.elapsed() + wait <= policy.busy_timeout).then_some(wait)
+                let within = policy
+                    .busy_timeout
+                    .is_none_or(|limit| started.elapsed() + wait <= limit);
+                within.then_some(wait)
             } else {
                 other += 1;
                 let wait = policy.wait(other, jitter);
@@ -302,7 +306,6 @@ impl Client {
             .await
             .map_err(|e| self.transport(e))?;
         let status = resp.status();
-        slot.answered(matches!(status.as_u16(), 503 | 429));
         match status.as_u16() {
             503 | 429 => self.busy.fetch_add(1, Ordering::Relaxed),
             408 | 504 => self.timeouts.fetch_add(1, Ordering::Relaxed),
@@ -313,6 +316,7 @@ impl Client {
         // midway times out here.
         let body = resp.bytes().await.map_err(|e| self.transport(e))?.to_vec();
         if status.is_success() {
+            slot.answered(false);
             return Ok(Response {
                 headers,
                 body,
@@ -321,6 +325,14 @@ impl Client {
             });
         }
         let (code, message) = parse_error(&headers, &body);
+        // A range server's refusal slows the requests to it (they wait and
+        // retry) but says nothing of the account: the window, which bounds
+        // the whole client, halves only when the account is over its limit.
+        match status.as_u16() {
+            503 | 429 if !range_busy(status.as_u16(), &message) => slot.answered(true),
+            503 | 429 => {}
+            _ => slot.answered(false),
+        }
         // The service's own timeout: 500 with this code (a 408 or 504 was
         // counted above).
         if code == "OperationTimedOut" && !matches!(status.as_u16(), 408 | 504) {
@@ -471,6 +483,16 @@ pub fn ascii_json(text: &str) -> String {
     out
 }
 
+/// Whether a busy answer is a range server's, not the account's: Azure
+/// Storage's 503 ServerBusy says which only in its message, one of four it
+/// documents ("The server is busy." for a partition's server; "... is over
+/// the account limit." for the account's operations, ingress or egress).
+/// Cosmos DB's 429 is the account's (its throughput is provisioned per
+/// table or account).
+fn range_busy(status: u16, message: &str) -> bool {
+    status == 503 && !message.contains("over the account limit")
+}
+
 /// The error code and message of an error answer: `odata.error` JSON, the
 /// XML `<Error>` form, or the `x-ms-error-code` header.
 pub fn parse_error(headers: &HeaderMap, body: &[u8]) -> (String, String) {
@@ -511,5 +533,22 @@ mod tests {
         assert_eq!(ascii, r#"{"S":"\u00e9\ud800\udc00\"x"}"#);
         let back: serde_json::Value = serde_json::from_str(&ascii).unwrap();
         assert_eq!(back.to_string(), text);
+    }
+
+    #[test]
+    fn a_busy_answer_is_the_accounts_only_where_it_says_so() {
+        let range = super::range_busy;
+        assert!(range(503, "The server is busy."));
+        assert!(range(
+            503,
+            "The server is currently unable to receive requests. Please retry your request."
+        ));
+        for account in ["Operations per second", "Ingress", "Egress"] {
+            assert!(!range(
+                503,
+                &format!("{account} is over the account limit.")
+            ));
+        }
+        assert!(!range(429, "Request rate is large."));
     }
 }
