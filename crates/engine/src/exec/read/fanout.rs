@@ -1,6 +1,8 @@
 //! Fan-out: a request that spans several partitions becomes one request per
 //! partition, so that a scan runs them side by side instead of following one
-//! chain of continuation tokens through the whole table.
+//! chain of continuation tokens through the whole table. A scan whose rows
+//! may come in any order reads several segments of the range side by side
+//! instead (`spread`), each a chain where it reads whole partitions.
 //!
 //! Table Storage cannot list its partitions, so they are listed as the scan
 //! runs (`TableStore::partitions`) and each request is made as soon as the

@@ -329,7 +329,7 @@ impl Client {
         // retry) but says nothing of the account: the window, which bounds
         // the whole client, halves only when the account is over its limit.
         match status.as_u16() {
-            503 | 429 if !range_busy(status.as_u16(), &message) => slot.answered(true),
+            503 | 429 if !range_busy(status.as_u16(), &code, &message) => slot.answered(true),
             503 | 429 => {}
             _ => slot.answered(false),
         }
@@ -488,9 +488,9 @@ pub fn ascii_json(text: &str) -> String {
 /// documents ("The server is busy." for a partition's server; "... is over
 /// the account limit." for the account's operations, ingress or egress).
 /// Cosmos DB's 429 is the account's (its throughput is provisioned per
-/// table or account).
-fn range_busy(status: u16, message: &str) -> bool {
-    status == 503 && !message.contains("over the account limit")
+/// table or account), and so is any other 503 (a gateway's, an outage's).
+fn range_busy(status: u16, code: &str, message: &str) -> bool {
+    status == 503 && code == "ServerBusy" && !message.contains("over the account limit")
 }
 
 /// The error code and message of an error answer: `odata.error` JSON, the
@@ -537,7 +537,7 @@ mod tests {
 
     #[test]
     fn a_busy_answer_is_the_accounts_only_where_it_says_so() {
-        let range = super::range_busy;
+        let range = |status, message: &str| super::range_busy(status, "ServerBusy", message);
         assert!(range(503, "The server is busy."));
         assert!(range(
             503,
@@ -550,5 +550,11 @@ mod tests {
             ));
         }
         assert!(!range(429, "Request rate is large."));
+        // A 503 that is not ServerBusy (a gateway's, an outage's).
+        assert!(!super::range_busy(
+            503,
+            "ServiceUnavailable",
+            "The server is busy."
+        ));
     }
 }

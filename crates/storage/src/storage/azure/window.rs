@@ -4,8 +4,9 @@
 //! bound is either too low for an idle account or too high for a busy one.
 //! So the bound is a window, as TCP's congestion window is: each clean
 //! answer widens it by one over its width (one more request per round of
-//! answers), a busy answer halves it, at most once per `COOL_DOWN` so that
-//! one burst of refusals counts once. It stays between 1 and the
+//! answers), a busy answer for the account halves it, at most once per
+//! `COOL_DOWN` so that one burst of refusals counts once (a range server's
+//! refusal slows only the requests to it, which wait and retry). It stays between 1 and the
 //! configured most (`MaxConnections`).
 
 use std::sync::Mutex;

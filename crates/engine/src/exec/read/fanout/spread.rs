@@ -16,11 +16,16 @@
 //! than a few per lane, and only then, the rest of the range is bisected at
 //! keys halfway between known ones (`midpoint`), each probe one listing page
 //! that names the first partition at or after its key. Each segment is then
-//! read as one chain of pages: on Azure a page holds up to 1,000 entities of
-//! however many partitions, where a request per partition would pay a
-//! listing request and a query for each (20,000 requests for a million
-//! entities in 10,000 partitions, against about 1,100). The segments tile
-//! the range whatever the probes found, so every partition is read once.
+//! read as one chain of pages where it reads whole partitions: on Azure a
+//! page holds up to 1,000 entities of however many partitions, where a
+//! request per partition would pay a listing request and a query for each
+//! (20,000 requests for a million entities in 10,000 partitions, against
+//! about 1,200). Chains are cut four to a lane and started far apart (the
+//! first of each lane's, then the second), so that the scan does not wait
+//! at its end on a few long ones. A segment that reads a RowKey range in each partition is
+//! listed and read one partition at a time, as before, since the service
+//! seeks a RowKey only within one partition. The segments tile the range
+//! whatever the probes found, so every partition is read once.
 
 use std::ops::Bound;
 
@@ -34,8 +39,15 @@ use crate::storage::{KeyRange, PartitionKey, key::is_forbidden_key_char};
 /// a smaller range is read as one fan-out, without a probe.
 const HEAD_PER_LANE: usize = 2;
 
+/// Segments a lane reads in chains, in turn with the other lanes'.
+const SEGMENTS_PER_LANE: usize = 4;
+
 /// Most probe rounds; each round probes every open gap at once.
 const MAX_ROUNDS: usize = 48;
+
+/// Most probes a lane wanted may cost, beyond a few to find where the keys
+/// start to differ: a range with fewer partitions than lanes stops there.
+const PROBES_PER_LANE: usize = 4;
 
 /// The requests of `requests` (in key order) drawn in turn from `lanes`
 /// equal runs of them; in key order where they are no more than a few per
@@ -99,53 +111,79 @@ pub(super) fn listed(this: Split, lanes: usize) -> BoxStream<'static, Result<Key
         let Some(after) = state.after.clone() else {
             return Ok(split(this, state));
         };
-        let points = this.split_points(after, lanes - 1).await?;
+        // A segment is one chain of pages, which reads many small
+        // partitions to a page and lists none, unless its partitions must
+        // be read one by one: under a row-value bound, where each holds at
+        // most one row of the request, or where the request reads a RowKey
+        // range (the service seeks a RowKey only within one partition: a
+        // chain would walk every row between); then it is listed and split
+        // as `split` does, and its lanes are taken in turn.
+        let one_by_one = this.bound.is_some() || this.at_most_one || this.rows != KeyRange::all();
+        // Chains are cut finer than the lanes, and started far apart, so
+        // that the last to finish are short: the ones started first end
+        // at different times, and what is left is taken by the lanes free.
+        let wanted = if one_by_one {
+            lanes
+        } else {
+            SEGMENTS_PER_LANE * lanes
+        };
+        let points = this.split_points(after, wanted - 1).await?;
         let Some(first) = points.first() else {
             return Ok(split(this, state));
         };
-        // The first lane goes on from its head up to the first point; each
-        // of the others reads from its point to the next. A segment is one
-        // chain of pages, which reads many small partitions to a page and
-        // lists none, unless its partitions must be read one by one: under
-        // a row-value bound, or where each holds at most one row of the
-        // request; then it is listed and split as `split` does.
-        let one_by_one = this.bound.is_some() || this.at_most_one;
+        // The first segment goes on from the head up to the first point;
+        // each of the others reads from its point to the next.
         let head = this.over(KeyRange {
             start: this.range.start.clone(),
             end: Bound::Excluded(first.clone()),
         });
-        let mut segments = Vec::with_capacity(points.len() + 1);
-        if one_by_one {
-            segments.push(split(head, state));
-        } else {
-            head.finish(&mut state);
-            let known: Vec<KeyRequest> = state.ready.drain(..).collect();
-            segments.push(stream::iter(known.into_iter().map(Ok)).boxed());
-        }
-        for (i, p) in points.iter().enumerate() {
-            let end = points
+        let ranges = points.iter().enumerate().map(|(i, p)| KeyRange {
+            start: Bound::Included(p.clone()),
+            end: points
                 .get(i + 1)
-                .map_or_else(|| this.range.end.clone(), |n| Bound::Excluded(n.clone()));
-            let range = KeyRange {
-                start: Bound::Included(p.clone()),
-                end,
-            };
-            segments.push(if one_by_one {
-                split(this.over(range), State::default())
-            } else {
-                let chain = KeyRequest::Scan {
-                    partitions: range,
-                    rows: this.rows.clone(),
-                    at_most_one: false,
-                };
-                stream::once(async { Ok(chain) }).boxed()
-            });
+                .map_or_else(|| this.range.end.clone(), |n| Bound::Excluded(n.clone())),
+        });
+        this.counters.lanes.add(points.len() + 1);
+        if one_by_one {
+            let mut segments = vec![split(head, state)];
+            segments.extend(ranges.map(|r| split(this.over(r), State::default())));
+            return Ok(stream::select_all(segments).boxed());
         }
-        this.counters.lanes.add(segments.len());
-        Ok::<_, datafusion::error::DataFusionError>(stream::select_all(segments).boxed())
+        head.finish(&mut state);
+        let mut segments: Vec<Vec<KeyRequest>> = vec![state.ready.drain(..).collect()];
+        segments.extend(ranges.map(|partitions| {
+            vec![KeyRequest::Scan {
+                partitions,
+                rows: this.rows.clone(),
+                at_most_one: false,
+            }]
+        }));
+        let requests: Vec<KeyRequest> = strided(segments, lanes).into_iter().flatten().collect();
+        Ok::<_, datafusion::error::DataFusionError>(
+            stream::iter(requests.into_iter().map(Ok)).boxed(),
+        )
     })
     .try_flatten()
     .boxed()
+}
+
+/// `items` in the order that starts `lanes` of them far apart: the first
+/// of each of `lanes` equal blocks, then the second of each, and so on.
+fn strided<T>(items: Vec<T>, lanes: usize) -> Vec<T> {
+    let per_block = items.len().div_ceil(lanes.max(1)).max(1);
+    let mut slots: Vec<Option<T>> = items.into_iter().map(Some).collect();
+    let mut out = Vec::with_capacity(slots.len());
+    for offset in 0..per_block {
+        for block in 0..lanes.max(1) {
+            if let Some(item) = slots
+                .get_mut(block * per_block + offset)
+                .and_then(Option::take)
+            {
+                out.push(item);
+            }
+        }
+    }
+    out
 }
 
 /// A gap between a known partition `lo` and `end`, where probes look for
@@ -155,6 +193,19 @@ struct Gap {
     end: Bound<PartitionKey>,
     /// No key between `lo` and `end` can be made to probe at.
     closed: bool,
+}
+
+impl Gap {
+    /// Whether `pk` lies strictly inside the gap: a probe's answer that
+    /// does not (a store answering outside the range asked) is not used.
+    fn holds(&self, pk: &PartitionKey) -> bool {
+        pk > &self.lo
+            && match &self.end {
+                Bound::Unbounded => true,
+                Bound::Included(e) => pk <= e,
+                Bound::Excluded(e) => pk < e,
+            }
+    }
 }
 
 impl Split {
@@ -197,14 +248,19 @@ impl Split {
             closed: false,
         }];
         let mut found = 0;
+        let mut budget = PROBES_PER_LANE * want + MAX_ROUNDS;
         for _ in 0..MAX_ROUNDS {
-            if found >= want {
+            if found >= want || budget == 0 {
                 break;
             }
-            let open: Vec<usize> = (0..gaps.len()).filter(|&i| !gaps[i].closed).collect();
+            let open: Vec<usize> = (0..gaps.len())
+                .filter(|&i| !gaps[i].closed)
+                .take(budget)
+                .collect();
             if open.is_empty() {
                 break;
             }
+            budget -= open.len();
             let probes = open.iter().map(|&i| {
                 let gap = &gaps[i];
                 let at = probe_key(gap);
@@ -240,7 +296,7 @@ impl Split {
                         end: Bound::Excluded(at),
                         ..gap
                     }),
-                    Some((_, Some(pk))) if self.range.contains(&pk) && pk > gap.lo => {
+                    Some((_, Some(pk))) if self.range.contains(&pk) && gap.holds(&pk) => {
                         found += 1;
                         next.push(Gap {
                             lo: gap.lo,
@@ -430,6 +486,14 @@ mod tests {
                 .map(ToString::to_string)
                 .collect::<Vec<_>>()
         );
+    }
+
+    #[test]
+    fn strided_order_starts_lanes_far_apart() {
+        let order: Vec<usize> = strided((0..10).collect(), 3);
+        // Blocks of four: 0-3, 4-7, 8-9.
+        assert_eq!(order, [0, 4, 8, 1, 5, 9, 2, 6, 3, 7]);
+        assert_eq!(strided(vec![1, 2], 4), [1, 2]);
     }
 
     fn all_requests(n: usize, request: impl Fn(&str) -> KeyRequest) -> Vec<KeyRequest> {
