@@ -213,15 +213,17 @@ impl Service {
         let server = partition.map(|p| self.ranges.server_of(table, p, l.partitions_per_server));
         let over = {
             let q = self.queues.lock().unwrap_or_else(|e| e.into_inner());
-            let server_over = server.is_some_and(|s| {
-                q.servers
-                    .get(&(table.to_owned(), s))
-                    .is_some_and(|p| p.backlog(now) > l.busy_backlog)
-            });
+            let server_over = || {
+                server.is_some_and(|s| {
+                    q.servers
+                        .get(&(table.to_owned(), s))
+                        .is_some_and(|p| p.backlog(now) > l.busy_backlog)
+                })
+            };
             if q.account.backlog(now) > l.busy_backlog {
                 Some(Over::Account)
             } else {
-                server_over.then_some(Over::Server)
+                server_over().then_some(Over::Server)
             }
         };
         if let Some(over) = over {

@@ -50,37 +50,25 @@ const MAX_ROUNDS: usize = 48;
 const PROBES_PER_LANE: usize = 4;
 
 /// The requests of `requests` (in key order) drawn in turn from `lanes`
-/// equal runs of them; in key order where they are no more than a few per
-/// lane.
+/// equal runs of them (`strided`); in key order where they are no more
+/// than a few per lane.
 pub(super) fn runs(
     requests: Vec<KeyRequest>,
     lanes: usize,
     counted: &ExactCount,
 ) -> BoxStream<'static, Result<KeyRequest>> {
-    if !worth_spreading(requests.len(), lanes) {
+    if worth_spreading(requests.len(), lanes) {
+        counted.add(requests.len().div_ceil(requests.len().div_ceil(lanes)));
+        let requests = strided(requests, lanes);
         return stream::iter(requests.into_iter().map(Ok)).boxed();
     }
-    let runs = cut(requests, lanes);
-    counted.add(runs.len());
-    stream::select_all(runs).boxed()
+    stream::iter(requests.into_iter().map(Ok)).boxed()
 }
 
 /// Whether `known` requests are spread over `lanes`: only where there are
 /// more than a few a lane.
 pub(super) fn worth_spreading(known: usize, lanes: usize) -> bool {
     lanes > 1 && known > HEAD_PER_LANE * lanes
-}
-
-/// `requests` cut into at most `lanes` runs of about equal length.
-fn cut(requests: Vec<KeyRequest>, lanes: usize) -> Vec<BoxStream<'static, Result<KeyRequest>>> {
-    let per_lane = requests.len().div_ceil(lanes.max(1)).max(1);
-    let mut runs = Vec::new();
-    let mut requests = requests.into_iter().peekable();
-    while requests.peek().is_some() {
-        let run: Vec<KeyRequest> = requests.by_ref().take(per_lane).collect();
-        runs.push(stream::iter(run.into_iter().map(Ok)).boxed());
-    }
-    runs
 }
 
 /// The requests of one split request, listed as `split` lists them, but
