@@ -154,8 +154,7 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
     for (table, partitions) in &touched {
         store.derived.written(table, partitions);
     }
-    let committed = txn.commit();
-    store.snapshots.committed();
+    let committed = store.snapshots.commit(|| txn.commit());
     for (table, partitions) in &touched {
         store.derived.written(table, partitions);
     }

@@ -325,8 +325,7 @@ impl TableStore for EmbeddedStore {
                 )?;
                 txn.open_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
-            let committed = txn.commit();
-            s.snapshots.committed();
+            let committed = s.snapshots.commit(|| txn.commit());
             s.derived.replaced(&table);
             committed?;
             Ok(())
@@ -351,8 +350,7 @@ impl TableStore for EmbeddedStore {
                 txn.delete_table(dict::definition(&dict::table_name(&table.folded())))?;
                 txn.delete_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
-            let committed = txn.commit();
-            s.snapshots.committed();
+            let committed = s.snapshots.commit(|| txn.commit());
             s.derived.replaced(&table);
             committed?;
             s.dicts.forget(&table.folded());
