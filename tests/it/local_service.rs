@@ -257,15 +257,28 @@ async fn a_write_whose_answer_is_lost_is_settled_by_reading_it_back() -> TestRes
         .ok_or("the update lost the entity")?;
     assert_eq!(now.get("n"), Some(&EdmValue::Int32(10)));
     assert!(store.get(&t, &p, &RowKey::new("00003")?).await?.is_none());
-    // A write conditional on a version is never settled by what it reads
-    // back: another client's equal write would read the same.
+    // A write conditional on a version is settled by the id it carried,
+    // which no read shows: another client's equal write would read the
+    // same by its values.
     local.service().set_limits(|l| l.lost_answers = 1.0);
     let conditional = WriteOp::Update(row("p", 1, 11)?, IfMatch::ETag(now.etag));
-    let err = store
-        .execute(&t, conditional)
-        .await
-        .err()
-        .ok_or("settled")?;
+    let wrote = store.execute(&t, conditional).await?;
+    local.service().set_limits(|l| l.lost_answers = 0.0);
+    let now = store.get(&t, &p, &r1).await?.ok_or("the update lost it")?;
+    assert_eq!(wrote.etag, Some(now.etag.clone()));
+    assert_eq!(now.entity.properties.len(), 1, "{:?}", now.entity);
+    assert_eq!(now.get("n"), Some(&EdmValue::Int32(11)));
+    let scanned = store.query_all(&t, &Query::partition(p.clone())).await?;
+    assert!(scanned.iter().all(|e| e.entity.properties.len() == 1));
+    // A delete conditional on a version is not: the entity is gone
+    // whoever deleted it.
+    local.service().set_limits(|l| l.lost_answers = 1.0);
+    let delete = WriteOp::Delete {
+        partition_key: p.clone(),
+        row_key: r1.clone(),
+        if_match: IfMatch::ETag(now.etag),
+    };
+    let err = store.execute(&t, delete).await.err().ok_or("settled")?;
     assert!(
         matches!(err, StorageError::AmbiguousRetry { .. }),
         "{err:?}"

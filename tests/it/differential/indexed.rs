@@ -370,6 +370,9 @@ async fn run(
                     pg != "23505" || code == "23505" || step.starts_with("CREATE")
                 }
                 (Answer::Rows(_), Answer::Rows(_)) => true,
+                (Answer::Error { code, message }, Answer::Rows(_)) => {
+                    super::answer_lost(code, message)
+                }
                 _ => false,
             };
             if !same {

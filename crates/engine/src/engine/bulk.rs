@@ -34,6 +34,7 @@ pub fn written_before_failure(e: &DataFusionError) -> Option<u64> {
     match e {
         DataFusionError::External(inner) => match inner.downcast_ref::<crate::exec::ExecError>() {
             Some(crate::exec::ExecError::PartlyWritten { rows, .. }) => Some(*rows),
+            Some(crate::exec::ExecError::AnswersLost { written, .. }) => Some(*written),
             _ => None,
         },
         _ => None,

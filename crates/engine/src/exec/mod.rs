@@ -181,6 +181,20 @@ pub enum ExecError {
         /// The failure.
         source: Box<datafusion::error::DataFusionError>,
     },
+    /// A statement that sent every row, but some of whose transactions'
+    /// answers were lost and could not be settled (the retry met what the
+    /// lost attempt would have done): those rows may have been applied.
+    #[error(
+        "{unsure} rows of this statement may have been applied: {source} ({written} other rows were written)"
+    )]
+    AnswersLost {
+        /// The SQL rows whose transactions are known to have committed.
+        written: u64,
+        /// The SQL rows whose transactions' outcomes are unknown.
+        unsure: u64,
+        /// The first unsettled failure (`StorageError::AmbiguousRetry`).
+        source: StorageError,
+    },
     /// Two proposed rows of one `INSERT ... ON CONFLICT DO UPDATE` with one
     /// primary key.
     #[error(

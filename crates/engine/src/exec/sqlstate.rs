@@ -48,6 +48,7 @@ impl ExecError {
                 code::FEATURE_NOT_SUPPORTED
             }
             ExecError::PartlyWritten { source, .. } => of_datafusion(source),
+            ExecError::AnswersLost { source, .. } => source.sqlstate(),
             ExecError::SubqueryRows | ExecError::UpsertTwice { .. } => code::CARDINALITY_VIOLATION,
             ExecError::SubqueryBound { .. }
             | ExecError::ScanDenied(_)

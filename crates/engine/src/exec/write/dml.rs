@@ -30,6 +30,15 @@
 //! ETag the scan read (or the one the statement names with `_etag = '...'`), so
 //! a row changed by someone else in between fails the statement with a
 //! precondition error (SQLSTATE 40001) instead of being overwritten.
+//!
+//! A transaction whose answer was lost, and whose retry met what the lost
+//! attempt would have done (a conditional write's 412, an insert's 409),
+//! may have landed: the store could not settle it
+//! (`StorageError::AmbiguousRetry`). Stopping there would leave the rows
+//! after it unwritten although they are independent of it, so the statement
+//! sends the rest and then fails with 58000, naming how many rows may have
+//! been applied (`ExecError::AnswersLost`): the table then holds every row
+//! the statement asked for, except that those few are uncertain.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -435,6 +444,7 @@ impl ExecutionPlan for DmlExec {
             pending: BTreeMap::new(),
             pending_rows: 0,
             written: 0,
+            unsure: None,
             shared: self.rows_written.clone(),
             span: self.span.clone(),
             keys: HashSet::new(),
@@ -456,7 +466,17 @@ impl ExecutionPlan for DmlExec {
                 crate::storage::retries::counted_by(store.as_ref(), writer.run(input)).await;
             retries.add(n.retries as usize);
             let rows = match result {
-                Ok(()) => writer.written,
+                Ok(()) => match writer.unsure.take() {
+                    Some((unsure, source)) => {
+                        return Err(ExecError::AnswersLost {
+                            written: writer.written,
+                            unsure,
+                            source,
+                        }
+                        .into());
+                    }
+                    None => writer.written,
+                },
                 Err(e) if writer.written > 0 => {
                     return Err(ExecError::PartlyWritten {
                         rows: writer.written,
@@ -520,6 +540,9 @@ struct Writer {
     pending: BTreeMap<PartitionKey, Vec<Group>>,
     pending_rows: usize,
     written: u64,
+    /// Rows of transactions whose outcome a lost answer left unknown, with
+    /// the first such failure: the statement fails with them at its end.
+    unsure: Option<(u64, StorageError)>,
     /// The plan's `rows_written`, raised as each transaction commits.
     shared: ExactCount,
     span: Arc<std::sync::Mutex<WrittenSpan>>,
@@ -1187,6 +1210,11 @@ impl Writer {
                     if ops.is_empty() {
                         break Vec::new();
                     }
+                }
+                Err(e @ StorageError::AmbiguousRetry { .. }) => {
+                    let (unsure, _) = self.unsure.get_or_insert((0, e));
+                    *unsure += rows;
+                    return Ok(());
                 }
                 Err(e) => return Err(DataFusionError::from(ExecError::from(e))),
             }

@@ -411,6 +411,32 @@ pub fn sides(
     Ok((put, delete))
 }
 
+/// Whether a transaction of `send`'s was refused for one of its operations
+/// (or its answer was lost and its retry was): sent again one by one.
+fn one_by_one(e: &StorageError) -> bool {
+    match e {
+        StorageError::AmbiguousRetry { source, .. } => one_by_one(source),
+        StorageError::Batch { .. }
+        | StorageError::EntityNotFound { .. }
+        | StorageError::PreconditionFailed { .. } => true,
+        _ => false,
+    }
+}
+
+/// Whether an operation of `send`'s was refused because the entity is gone,
+/// changed or written meanwhile: that writer's version stands. So it does
+/// where the answer was lost and the retry met that, since the lost attempt
+/// either landed or met the same.
+fn stands(e: &StorageError) -> bool {
+    match e {
+        StorageError::AmbiguousRetry { source, .. } => stands(source),
+        StorageError::EntityNotFound { .. }
+        | StorageError::PreconditionFailed { .. }
+        | StorageError::EntityAlreadyExists { .. } => true,
+        _ => false,
+    }
+}
+
 /// Sends `ops` on `table`, partition by partition, in transactions of at
 /// most 100; a delete of an entity already gone is done. Returns the
 /// operations that took effect.
@@ -439,21 +465,11 @@ pub async fn send(
         for chunk in ops.chunks(BATCH) {
             match store.execute_batch(table, chunk.to_vec()).await {
                 Ok(_) => done += chunk.len() as u64,
-                Err(
-                    StorageError::Batch { .. }
-                    | StorageError::EntityNotFound { .. }
-                    | StorageError::PreconditionFailed { .. },
-                ) => {
+                Err(e) if one_by_one(&e) => {
                     for op in chunk {
                         match store.execute(table, op.clone()).await {
                             Ok(_) => done += 1,
-                            // Gone, changed or written meanwhile: that
-                            // writer's version stands.
-                            Err(
-                                StorageError::EntityNotFound { .. }
-                                | StorageError::PreconditionFailed { .. }
-                                | StorageError::EntityAlreadyExists { .. },
-                            ) => {}
+                            Err(e) if stands(&e) => {}
                             Err(e) => return Err(e.into()),
                         }
                     }

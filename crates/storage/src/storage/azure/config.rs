@@ -71,6 +71,11 @@ pub struct AzureConfig {
     /// order, its tokens are opaque, a `Timestamp` condition matches
     /// nothing there, batches stop at 2 MB and RowKeys at 255 bytes.
     pub cosmos: bool,
+    /// A Replace or Merge conditional on an ETag carries a random id in one
+    /// more property, `TablesqlWriteId`, so that one whose answer is lost
+    /// settles exactly (`WriteIds=false` turns it off: such a write is then
+    /// ambiguous, 58000, whenever its answer is lost).
+    pub write_ids: bool,
 }
 
 /// A connection string this backend cannot use.
@@ -97,7 +102,8 @@ impl AzureConfig {
     /// `AuthScheme=SharedKeyLite`, `MaxRetries`, `RetryDelayMs` (z), `RetryMinMs`,
     /// `RetryMaxMs`, `BusyTimeoutMs`, `MaxConnections`, `RequestTimeoutMs`, `Emulator` (true or
     /// false; by default, whether the endpoint is on a loopback address),
-    /// `Cosmos` (true or false; by default, whether the endpoint is Cosmos DB's).
+    /// `Cosmos` (true or false; by default, whether the endpoint is Cosmos DB's),
+    /// `WriteIds` (true or false; true by default).
     pub fn parse(conn: &str) -> Result<Self, ConfigError> {
         let mut protocol = "https".to_owned();
         let mut account = None;
@@ -112,6 +118,7 @@ impl AzureConfig {
         let mut request_timeout = Duration::from_secs(30);
         let mut emulator_said = None;
         let mut cosmos_said = None;
+        let mut write_ids = true;
         let parts = conn.split(';').map(str::trim).filter(|p| !p.is_empty());
         for (n, part) in parts.enumerate() {
             let (k, v) = part
@@ -124,6 +131,11 @@ impl AzureConfig {
                     .map_err(|_| bad("expected milliseconds"))
             };
             // Keys compare ignoring case, as the Azure SDKs compare them.
+            let flag = |v: &str| match v.to_ascii_lowercase().as_str() {
+                "true" => Ok(true),
+                "false" => Ok(false),
+                _ => Err(bad("expected true or false")),
+            };
             match k.to_ascii_lowercase().as_str() {
                 "usedevelopmentstorage" => dev = v.eq_ignore_ascii_case("true"),
                 "defaultendpointsprotocol" => match v {
@@ -159,22 +171,11 @@ impl AzureConfig {
                         .ok_or_else(|| bad("expected a positive count"))?;
                 }
                 "requesttimeoutms" => request_timeout = millis(v)?,
-                "cosmos" => {
-                    cosmos_said = Some(match v.to_ascii_lowercase().as_str() {
-                        "true" => true,
-                        "false" => false,
-                        _ => return Err(bad("expected true or false")),
-                    })
-                }
+                "cosmos" => cosmos_said = Some(flag(v)?),
                 // A service on a loopback address that is not Azurite (the
                 // local Table service, `tablesql table-service`) says so.
-                "emulator" => {
-                    emulator_said = Some(match v.to_ascii_lowercase().as_str() {
-                        "true" => true,
-                        "false" => false,
-                        _ => return Err(bad("expected true or false")),
-                    })
-                }
+                "emulator" => emulator_said = Some(flag(v)?),
+                "writeids" => write_ids = flag(v)?,
                 _ => return Err(ConfigError::UnknownKey(key_name_or_position(k, n))),
             }
         }
@@ -218,6 +219,7 @@ impl AzureConfig {
             request_timeout,
             emulator,
             cosmos,
+            write_ids,
         })
     }
 
@@ -316,7 +318,12 @@ mod tests {
             "AccountName=a;AccountKey=a2V5;TableEndpoint=https://a.table.cosmos.azure.com:443/",
         )
         .unwrap();
-        assert!(c.cosmos && !c.emulator);
+        assert!(c.cosmos && !c.emulator && c.write_ids);
+        let c = AzureConfig::parse(
+            "AccountName=a;AccountKey=a2V5;TableEndpoint=http://127.0.0.1:9/a;WriteIds=false",
+        )
+        .unwrap();
+        assert!(!c.write_ids);
     }
 
     #[test]

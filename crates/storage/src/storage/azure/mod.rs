@@ -13,6 +13,7 @@ mod errors;
 mod filter_text;
 mod http;
 mod window;
+mod write_id;
 
 use std::collections::HashMap;
 
@@ -178,12 +179,40 @@ impl AzureStore {
     /// it wrote: every operation's entity as the writes leave it means the
     /// lost attempt was applied, and the writes' outcomes are the entities'
     /// ETags now. Otherwise, or if a read fails, the ambiguity stands. A
-    /// write conditional on an ETag is never settled so: another client's
-    /// equal write in between (a sequence's next value, claimed by both)
-    /// would read as ours, and only one of them may have it. An insert, or
-    /// an unconditional write, is: the state is the one asked for either
-    /// way (two clients inserting an equal entity in that moment both
-    /// succeed).
+    /// write conditional on an ETag is settled only by its id
+    /// (`write_id`): another client's equal write in between (a
+    /// sequence's next value, claimed by both) would read as ours by its
+    /// values, and only one of them may have it. An insert, or an
+    /// unconditional write, is settled by its values: the state is the one
+    /// asked for either way (two clients inserting an equal entity in that
+    /// moment both succeed). A conditional delete is never: the entity is
+    /// gone whoever deleted it.
+    /// An entity as the service holds it, a write's id too (`write_id`).
+    async fn get_raw(
+        &self,
+        table: &TableName,
+        partition_key: &PartitionKey,
+        row_key: &RowKey,
+    ) -> Result<Option<StoredEntity>> {
+        let req = Request::new(Method::GET, entity_path(table, partition_key, row_key));
+        match self
+            .send(req, Ctx::entity(table, partition_key, row_key))
+            .await
+        {
+            Ok(resp) => {
+                let json = parse_json(&resp.body)?;
+                let obj = json.as_object().ok_or_else(|| {
+                    StorageError::Protocol("an entity that is not an object".into())
+                })?;
+                entity_from_json(obj, resp.header("etag"))
+                    .map(Some)
+                    .map_err(|e| StorageError::Protocol(e.to_string()))
+            }
+            Err(StorageError::EntityNotFound { .. }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
     async fn settle(
         &self,
         table: &TableName,
@@ -196,7 +225,7 @@ impl AzureStore {
         let mut outcomes = Vec::with_capacity(ops.len());
         for op in ops {
             let (pk, rk) = op.keys();
-            let Ok(found) = self.get(table, pk, rk).await else {
+            let Ok(found) = self.get_raw(table, pk, rk).await else {
                 return Err(err);
             };
             let applied = reads_as_applied(op, found.as_ref());
@@ -253,17 +282,20 @@ impl AzureStore {
     }
 }
 
-/// Whether `found`, an entity read back after a write's answer was lost,
-/// shows the write applied (`AzureStore::settle`): as an insert or an
-/// unconditional write leaves it, or gone after a delete of any version.
-/// Never for a write conditional on an ETag, which another client's equal
-/// write would read the same as.
+/// Whether `found`, an entity read back as the service holds it after a
+/// write's answer was lost, shows the write applied (`AzureStore::settle`):
+/// holding a conditional write's id, as an insert or an unconditional write
+/// leaves it, or gone after an unconditional delete. Never for a delete
+/// conditional on an ETag, or a conditional write without an id, which
+/// another client's write would read the same as.
 fn reads_as_applied(op: &WriteOp, found: Option<&StoredEntity>) -> bool {
     match (op, found) {
+        (WriteOp::Update(e, IfMatch::ETag(_)) | WriteOp::Merge(e, IfMatch::ETag(_)), found) => {
+            let id = write_id::of(e);
+            id.is_some() && id == found.and_then(|now| write_id::of(&now.entity))
+        }
         (
-            WriteOp::Update(_, IfMatch::ETag(_))
-            | WriteOp::Merge(_, IfMatch::ETag(_))
-            | WriteOp::Delete {
+            WriteOp::Delete {
                 if_match: IfMatch::ETag(_),
                 ..
             },
@@ -396,23 +428,11 @@ impl TableStore for AzureStore {
         row_key: &RowKey,
     ) -> Result<Option<StoredEntity>> {
         let table = &self.resolve(table).await?;
-        let req = Request::new(Method::GET, entity_path(table, partition_key, row_key));
-        match self
-            .send(req, Ctx::entity(table, partition_key, row_key))
-            .await
-        {
-            Ok(resp) => {
-                let json = parse_json(&resp.body)?;
-                let obj = json.as_object().ok_or_else(|| {
-                    StorageError::Protocol("an entity that is not an object".into())
-                })?;
-                entity_from_json(obj, resp.header("etag"))
-                    .map(Some)
-                    .map_err(|e| StorageError::Protocol(e.to_string()))
-            }
-            Err(StorageError::EntityNotFound { .. }) => Ok(None),
-            Err(e) => Err(e),
+        let mut found = self.get_raw(table, partition_key, row_key).await?;
+        if let Some(found) = &mut found {
+            write_id::strip(&mut found.entity);
         }
+        Ok(found)
     }
 
     /// Up to [`GET_MANY_KEYS`] RowKeys of one partition in one query:
@@ -515,6 +535,7 @@ impl TableStore for AzureStore {
                 .ok_or_else(|| StorageError::Protocol("an entity that is not an object".into()))?;
             let mut e =
                 entity_from_json(obj, None).map_err(|e| StorageError::Protocol(e.to_string()))?;
+            write_id::strip(&mut e.entity);
             last_seen = Some((e.partition_key().clone(), e.row_key().clone()));
             page.scanned += 1;
             let in_range =
@@ -543,8 +564,11 @@ impl TableStore for AzureStore {
         Ok(page)
     }
 
-    async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
+    async fn execute(&self, table: &TableName, mut op: WriteOp) -> Result<WriteOutcome> {
         let table = &self.resolve(table).await?;
+        if self.client.config().write_ids {
+            write_id::tag(&mut op);
+        }
         match self.write_one(table, op.clone()).await {
             Err(e @ StorageError::AmbiguousRetry { .. }) => {
                 let mut settled = self.settle(table, std::slice::from_ref(&op), e).await?;
@@ -574,7 +598,19 @@ impl TableStore for AzureStore {
             )
         };
         let ascii = self.client.config().emulator;
-        let (content_type, body) = batch::encode(&table_url, entity_url, &ops, ascii);
+        if self.client.config().write_ids {
+            ops.iter_mut().for_each(write_id::tag);
+        }
+        let (mut content_type, mut body) = batch::encode(&table_url, entity_url, &ops, ascii);
+        let limit = match self.client.config().cosmos {
+            true => COSMOS_MAX_BATCH_BYTES,
+            false => MAX_BATCH_BYTES,
+        };
+        // The ids are worth less than a batch that fits.
+        if body.len() > limit {
+            ops.iter_mut().for_each(write_id::untag);
+            (content_type, body) = batch::encode(&table_url, entity_url, &ops, ascii);
+        }
         // The service's 4 MiB is of the request body, which can outgrow the
         // entity size formula (base64 Binary, escapes, multipart framing).
         if body.len() > MAX_BATCH_BYTES {
@@ -684,8 +720,19 @@ mod tests {
         assert!(reads_as_applied(&any(IfMatch::Any), None));
         let version = IfMatch::ETag(ETag::from_wire("W/\"x\""));
         assert!(!reads_as_applied(&any(version.clone()), None));
-        let update = WriteOp::Update(key(4), version);
+        let mut update = WriteOp::Update(key(4), version);
+        // An equal entity another client wrote, without the write's id.
         assert!(!reads_as_applied(&update, Some(&stored(4))));
+        write_id::tag(&mut update);
+        let mut ours = stored(4);
+        ours.entity = update.entity().cloned().unwrap();
+        assert!(reads_as_applied(&update, Some(&ours)));
+        // Ours, since overwritten with its values by another: it may have
+        // landed or not.
+        let mut theirs = ours.clone();
+        write_id::strip(&mut theirs.entity);
+        assert!(!reads_as_applied(&update, Some(&theirs)));
+        assert!(!reads_as_applied(&update, None));
     }
 
     #[test]
