@@ -173,11 +173,15 @@ pub enum ExecError {
     /// (outside a transaction block; inside one they were only buffered,
     /// and the block is aborted).
     #[error(
-        "{source} ({rows} rows of this statement were written before the failure: each partition's rows commit together, a statement across partitions does not)"
+        "{source} ({rows} rows of this statement were written before the failure{}: each partition's rows commit together, a statement across partitions does not)",
+        more_may_have_been(.unsure)
     )]
     PartlyWritten {
         /// The SQL rows committed before the failure.
         rows: u64,
+        /// The SQL rows whose transactions' answers were lost before it
+        /// (`AnswersLost`): they may have been committed too.
+        unsure: u64,
         /// The failure.
         source: Box<datafusion::error::DataFusionError>,
     },
@@ -185,7 +189,7 @@ pub enum ExecError {
     /// answers were lost and could not be settled (the retry met what the
     /// lost attempt would have done): those rows may have been applied.
     #[error(
-        "{unsure} rows of this statement may have been applied: {source} ({written} other rows were written)"
+        "{unsure} row(s) of this statement may or may not have been applied ({written} other rows were written): {source}"
     )]
     AnswersLost {
         /// The SQL rows whose transactions are known to have committed.
@@ -269,4 +273,12 @@ pub fn is_conflict(e: &(dyn std::error::Error + 'static)) -> bool {
         cause = c.source();
     }
     storage_cause(e).is_some_and(crate::storage::StorageError::is_conflict)
+}
+
+/// `PartlyWritten`'s word on rows whose answers were lost before it.
+fn more_may_have_been(unsure: &u64) -> String {
+    match unsure {
+        0 => String::new(),
+        n => format!(", and {n} more may have been"),
+    }
 }

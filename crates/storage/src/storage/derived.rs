@@ -15,11 +15,23 @@
 //! under the version its reader saw before reading and is served only while
 //! the range still has that version.
 //!
-//! The rule for a store: call [`DerivedCache::written`] after each commit,
-//! whatever its outcome, and before answering the writer; a reader then
+//! A commit lands inside the store at a moment no one sees from outside, so
+//! a write is announced twice: [`DerivedCache::writing`] before the commit
+//! and [`DerivedCache::written`] after it. Between the two, nothing is kept
+//! of the table: a reader that took its version then may have read either
+//! state. (Moving the version only around the commit let a reader take it
+//! between the first move and the landing, read the old state, and keep it
+//! under a version that held until the second move: pages from before a
+//! landed commit were served.)
+//!
+//! The rule for a store: call [`DerivedCache::writing`] before each commit
+//! and [`DerivedCache::written`] after it, whatever its outcome, and before
+//! answering the writer ([`DerivedCache::replacing`] and
+//! [`DerivedCache::replaced`] for a table made or dropped); a reader then
 //! never meets an entry older than a write it was told of. For a reader:
 //! take [`DerivedCache::version`] before the first read, and
-//! [`DerivedCache::put`] keeps the entry only if the version has not moved.
+//! [`DerivedCache::put`] keeps the entry only if the version has not moved
+//! and no commit of the table is in flight.
 
 use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -62,6 +74,9 @@ struct Versions {
     /// In the store's order of PartitionKeys (UTF-16 code units), so that a
     /// range here holds the partitions the store's range does.
     partitions: BTreeMap<PartitionKey, u64>,
+    /// Commits of the table announced and not yet ended: nothing is kept
+    /// while there are any.
+    in_flight: u32,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
@@ -112,40 +127,52 @@ impl DerivedCache {
         self.budget / 8
     }
 
+    /// Whether a commit of `table` is in flight: what a reader derives now
+    /// may hold either state, and is not to be kept.
+    pub fn landing(&self, table: &TableName) -> bool {
+        lock(&self.inner).landing(&table.folded())
+    }
+
     /// The version of a range of a table's partitions, to take before
     /// reading what will be kept.
     pub fn version(&self, table: &TableName, partitions: &KeyRange<PartitionKey>) -> u64 {
         lock(&self.inner).version(&table.folded(), partitions)
     }
 
-    /// Writes landed (or may have) in these partitions of `table`.
+    /// A commit of writes in these partitions of `table` is about to land.
+    pub fn writing<'a>(
+        &self,
+        table: &TableName,
+        partitions: impl IntoIterator<Item = &'a PartitionKey>,
+    ) {
+        let mut inner = lock(&self.inner);
+        inner.moved(table, partitions);
+        inner.in_flight(table, true);
+    }
+
+    /// Writes landed (or may have) in these partitions of `table`: the
+    /// commit `writing` announced ended.
     pub fn written<'a>(
         &self,
         table: &TableName,
         partitions: impl IntoIterator<Item = &'a PartitionKey>,
     ) {
         let mut inner = lock(&self.inner);
-        inner.seq += 1;
-        let seq = inner.seq;
-        let versions = inner.tables.entry(table.folded()).or_default();
-        versions.latest = seq;
-        for pk in partitions {
-            match versions.partitions.get_mut(pk) {
-                Some(v) => *v = seq,
-                None => {
-                    versions.partitions.insert(pk.clone(), seq);
-                }
-            }
-        }
-        if versions.partitions.len() > MAX_TRACKED {
-            versions.partitions.clear();
-            versions.table = seq;
-        }
+        inner.moved(table, partitions);
+        inner.in_flight(table, false);
     }
 
-    /// The table was made or dropped: nothing kept of it holds.
+    /// A commit that makes or drops `table` is about to land.
+    pub fn replacing(&self, table: &TableName) {
+        self.replaced(table);
+        lock(&self.inner).in_flight(table, true);
+    }
+
+    /// The table was made or dropped (the commit `replacing` announced
+    /// ended): nothing kept of it holds.
     pub fn replaced(&self, table: &TableName) {
         let mut inner = lock(&self.inner);
+        inner.in_flight(table, false);
         inner.seq += 1;
         let seq = inner.seq;
         let folded = table.folded();
@@ -209,7 +236,7 @@ impl DerivedCache {
             shape,
         };
         let mut inner = lock(&self.inner);
-        if inner.version(&key.table, partitions) != version {
+        if inner.landing(&key.table) || inner.version(&key.table, partitions) != version {
             return;
         }
         let entry = Entry {
@@ -234,6 +261,44 @@ impl DerivedCache {
 }
 
 impl Inner {
+    /// Gives these partitions of `table` a write number past every other.
+    fn moved<'a>(
+        &mut self,
+        table: &TableName,
+        partitions: impl IntoIterator<Item = &'a PartitionKey>,
+    ) {
+        self.seq += 1;
+        let seq = self.seq;
+        let versions = self.tables.entry(table.folded()).or_default();
+        versions.latest = seq;
+        for pk in partitions {
+            match versions.partitions.get_mut(pk) {
+                Some(v) => *v = seq,
+                None => {
+                    versions.partitions.insert(pk.clone(), seq);
+                }
+            }
+        }
+        if versions.partitions.len() > MAX_TRACKED {
+            versions.partitions.clear();
+            versions.table = seq;
+        }
+    }
+
+    /// Whether a commit of the table is in flight.
+    fn landing(&self, folded: &str) -> bool {
+        self.tables.get(folded).is_some_and(|v| v.in_flight > 0)
+    }
+
+    /// Counts a commit of `table` announced (`begun`) or ended.
+    fn in_flight(&mut self, table: &TableName, begun: bool) {
+        let versions = self.tables.entry(table.folded()).or_default();
+        versions.in_flight = match begun {
+            true => versions.in_flight.saturating_add(1),
+            false => versions.in_flight.saturating_sub(1),
+        };
+    }
+
     fn version(&self, folded: &str, partitions: &KeyRange<PartitionKey>) -> u64 {
         let Some(versions) = self.tables.get(folded) else {
             return 0;
@@ -332,6 +397,30 @@ mod tests {
         keep(&cache, &inverted, 1, 1);
         cache.written(&table(), &[pk("\u{FF00}")]);
         assert!(!kept(&cache, &inverted));
+    }
+
+    #[test]
+    fn nothing_read_while_a_commit_lands_is_kept() {
+        let cache = DerivedCache::new(1 << 20);
+        let all = KeyRange::all();
+        cache.writing(&table(), &[pk("a")]);
+        // Its version taken after the announcement, its read maybe before
+        // the landing.
+        keep(&cache, &all, 1, 1);
+        assert!(!kept(&cache, &all), "kept while the commit was in flight");
+        assert!(cache.landing(&table()));
+        cache.written(&table(), &[pk("a")]);
+        keep(&cache, &all, 1, 1);
+        assert!(kept(&cache, &all));
+
+        cache.replacing(&table());
+        keep(&cache, &all, 1, 1);
+        assert!(
+            !kept(&cache, &all),
+            "kept while the table was being dropped"
+        );
+        cache.replaced(&table());
+        assert!(!cache.landing(&table()));
     }
 
     #[test]

@@ -445,6 +445,7 @@ impl ExecutionPlan for DmlExec {
             pending_rows: 0,
             written: 0,
             unsure: None,
+            unsure_keys: HashSet::new(),
             shared: self.rows_written.clone(),
             span: self.span.clone(),
             keys: HashSet::new(),
@@ -477,9 +478,10 @@ impl ExecutionPlan for DmlExec {
                     }
                     None => writer.written,
                 },
-                Err(e) if writer.written > 0 => {
+                Err(e) if writer.written > 0 || writer.unsure.is_some() => {
                     return Err(ExecError::PartlyWritten {
                         rows: writer.written,
+                        unsure: writer.unsure.as_ref().map_or(0, |(n, _)| *n),
                         source: Box::new(e),
                     }
                     .into());
@@ -543,6 +545,9 @@ struct Writer {
     /// Rows of transactions whose outcome a lost answer left unknown, with
     /// the first such failure: the statement fails with them at its end.
     unsure: Option<(u64, StorageError)>,
+    /// The keys those transactions wrote: their rows' global index
+    /// entities are not deleted.
+    unsure_keys: HashSet<(PartitionKey, RowKey)>,
     /// The plan's `rows_written`, raised as each transaction commits.
     shared: ExactCount,
     span: Arc<std::sync::Mutex<WrittenSpan>>,
@@ -1173,7 +1178,7 @@ impl Writer {
                 }
             }
         }
-        self.delete_global(after).await?;
+        self.delete_global(after, &self.unsure_keys).await?;
         Ok(())
     }
 
@@ -1214,6 +1219,9 @@ impl Writer {
                 Err(e @ StorageError::AmbiguousRetry { .. }) => {
                     let (unsure, _) = self.unsure.get_or_insert((0, e));
                     *unsure += rows;
+                    let keys = ops.iter().map(|op| op.keys());
+                    let keys = keys.map(|(pk, rk)| (pk.clone(), rk.clone()));
+                    self.unsure_keys.extend(keys);
                     return Ok(());
                 }
                 Err(e) => return Err(DataFusionError::from(ExecError::from(e))),

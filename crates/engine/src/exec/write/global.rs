@@ -233,24 +233,29 @@ const PINS_IN_FLIGHT: usize = 16;
 /// meanwhile, deleting that statement's put and leaving the row without its
 /// entity. Pinned first, that put gives the entity a new version and the
 /// delete fails harmlessly. An entity already gone, or naming another row
-/// (a unique value another row took), is not deleted.
+/// (a unique value another row took), is not deleted. Each comes back with
+/// its base row.
 pub async fn pin_deletes(
     store: &dyn TableStore,
     def: &TableDef,
     g: &GlobalIndexDef,
     deletes: Vec<(WriteOp, (PartitionKey, RowKey))>,
-) -> Result<Vec<WriteOp>, ExecError> {
+) -> Result<Vec<(WriteOp, (PartitionKey, RowKey))>, ExecError> {
     use futures::StreamExt;
-    let pinned: Vec<Result<Option<WriteOp>, ExecError>> = futures::stream::iter(deletes)
+    type Pinned = Result<Option<(WriteOp, (PartitionKey, RowKey))>, ExecError>;
+    let pinned: Vec<Pinned> = futures::stream::iter(deletes)
         .map(|(op, base)| async move {
             let (pk, rk) = op.keys();
             let found = store.get(&g.table, pk, rk).await?;
             Ok(found
                 .filter(|f| base_keys(def, g, &f.entity).ok().as_ref() == Some(&base))
-                .map(|f| WriteOp::Delete {
-                    partition_key: pk.clone(),
-                    row_key: rk.clone(),
-                    if_match: IfMatch::ETag(f.etag),
+                .map(|f| {
+                    let delete = WriteOp::Delete {
+                        partition_key: pk.clone(),
+                        row_key: rk.clone(),
+                        if_match: IfMatch::ETag(f.etag),
+                    };
+                    (delete, base)
                 }))
         })
         .buffered(PINS_IN_FLIGHT)

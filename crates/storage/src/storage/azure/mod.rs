@@ -174,19 +174,6 @@ impl AzureStore {
         Ok(())
     }
 
-    /// A write whose answer was lost, retried into a conflict the lost
-    /// attempt would cause (`AmbiguousRetry`), settled by reading back what
-    /// it wrote: every operation's entity as the writes leave it means the
-    /// lost attempt was applied, and the writes' outcomes are the entities'
-    /// ETags now. Otherwise, or if a read fails, the ambiguity stands. A
-    /// write conditional on an ETag is settled only by its id
-    /// (`write_id`): another client's equal write in between (a
-    /// sequence's next value, claimed by both) would read as ours by its
-    /// values, and only one of them may have it. An insert, or an
-    /// unconditional write, is settled by its values: the state is the one
-    /// asked for either way (two clients inserting an equal entity in that
-    /// moment both succeed). A conditional delete is never: the entity is
-    /// gone whoever deleted it.
     /// An entity as the service holds it, a write's id too (`write_id`).
     async fn get_raw(
         &self,
@@ -213,6 +200,21 @@ impl AzureStore {
         }
     }
 
+    /// A write whose answer was lost, retried into a conflict the lost
+    /// attempt would cause (`AmbiguousRetry`), settled by reading back what
+    /// it wrote: every operation's entity as the writes leave it means the
+    /// lost attempt was applied, and the writes' outcomes are the entities'
+    /// ETags now. Otherwise, or if a read fails, the ambiguity stands. A
+    /// Replace conditional on an ETag is settled only by its id
+    /// (`write_id`), a conditional Merge never: another client's equal
+    /// write in between (a sequence's next value, claimed by both) would
+    /// read as ours by its values, and only one of them may have it. The
+    /// ETag returned is the entity's now: an unconditional write by
+    /// another client since ours landed would pass as ours. An insert, or an
+    /// unconditional write, is settled by its values: the state is the one
+    /// asked for either way (two clients inserting an equal entity in that
+    /// moment both succeed). A conditional delete is never: the entity is
+    /// gone whoever deleted it.
     async fn settle(
         &self,
         table: &TableName,
@@ -222,20 +224,28 @@ impl AzureStore {
         if !matches!(err, StorageError::AmbiguousRetry { .. }) {
             return Err(err);
         }
-        let mut outcomes = Vec::with_capacity(ops.len());
+        let mut found = Vec::with_capacity(ops.len());
         for op in ops {
             let (pk, rk) = op.keys();
-            let Ok(found) = self.get_raw(table, pk, rk).await else {
+            let Ok(now) = self.get_raw(table, pk, rk).await else {
                 return Err(err);
             };
-            let applied = reads_as_applied(op, found.as_ref());
-            if !applied {
-                return Err(err);
-            }
-            outcomes.push(WriteOutcome {
-                etag: found.map(|now| now.etag),
-            });
+            found.push(now);
         }
+        let mut read = ops.iter().zip(&found);
+        // A batch lands whole: one Replace's id proves every write applied.
+        let proven = read.clone().any(|(op, now)| {
+            matches!(op, WriteOp::Update(_, IfMatch::ETag(_))) && reads_as_applied(op, now.as_ref())
+        });
+        if !proven && !read.all(|(op, now)| reads_as_applied(op, now.as_ref())) {
+            return Err(err);
+        }
+        let outcomes: Vec<WriteOutcome> = found
+            .into_iter()
+            .map(|now| WriteOutcome {
+                etag: now.map(|now| now.etag),
+            })
+            .collect();
         tracing::info!(table = %table, writes = ops.len(), "azure: a lost answer's write was applied");
         Ok(outcomes)
     }
@@ -284,10 +294,10 @@ impl AzureStore {
 
 /// Whether `found`, an entity read back as the service holds it after a
 /// write's answer was lost, shows the write applied (`AzureStore::settle`):
-/// holding a conditional write's id, as an insert or an unconditional write
-/// leaves it, or gone after an unconditional delete. Never for a delete
-/// conditional on an ETag, or a conditional write without an id, which
-/// another client's write would read the same as.
+/// holding a conditional Replace's id, as an insert or an unconditional
+/// write leaves it, or gone after an unconditional delete. Never for a
+/// delete conditional on an ETag, or a conditional write without an id,
+/// which another client's write would read the same as.
 fn reads_as_applied(op: &WriteOp, found: Option<&StoredEntity>) -> bool {
     match (op, found) {
         (WriteOp::Update(e, IfMatch::ETag(_)) | WriteOp::Merge(e, IfMatch::ETag(_)), found) => {

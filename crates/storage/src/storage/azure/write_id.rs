@@ -1,7 +1,7 @@
 //! A conditional write's id, stored with the entity it writes, so that a
 //! write whose answer was lost can be settled exactly.
 //!
-//! The problem: a Replace or Merge `If-Match` an ETag whose answer is lost
+//! The problem: a Replace `If-Match` an ETag whose answer is lost
 //! is sent again, and the retry meets 412 both when the first attempt landed
 //! and when another client's write did. Reading the entity back cannot tell
 //! the two apart by its values: two clients that read a counter at 5 both
@@ -17,9 +17,12 @@
 //!
 //! The rule: the id proves a write landed; its absence proves nothing (the
 //! write may have landed and been overwritten since), and the ambiguity
-//! stands. An entity at the service's property or size limit goes without
-//! an id. Inserts and unconditional writes need none: the state they ask
-//! for is the same whoever wrote it.
+//! stands. Only a Replace carries one: its entity is the whole stored
+//! entity, so one at the service's property or size limit goes without,
+//! where a Merge's id would count against an entity it cannot see. Inserts
+//! and unconditional writes need none: the state they ask for is the same
+//! whoever wrote it. The property's name is reserved: a user's property of
+//! that name is overwritten by a conditional Replace and never read.
 
 use super::super::entity::{Entity, MAX_ENTITY_BYTES, MAX_PROPERTIES};
 use super::super::{EdmValue, IfMatch, WriteOp};
@@ -27,12 +30,11 @@ use super::super::{EdmValue, IfMatch, WriteOp};
 /// The property that holds a conditional write's id.
 pub const PROPERTY: &str = "TablesqlWriteId";
 
-/// Gives `op` an id if it is a conditional Replace or Merge and its entity
-/// has room for one.
+/// Gives `op` an id if it is a conditional Replace and its entity has room
+/// for one.
 pub fn tag(op: &mut WriteOp) {
-    let entity = match op {
-        WriteOp::Update(e, IfMatch::ETag(_)) | WriteOp::Merge(e, IfMatch::ETag(_)) => e,
-        _ => return,
+    let WriteOp::Update(entity, IfMatch::ETag(_)) = op else {
+        return;
     };
     let id = EdmValue::String(format!("{:032x}", rand::random::<u128>()));
     if entity.properties.len() >= MAX_PROPERTIES {
@@ -44,9 +46,9 @@ pub fn tag(op: &mut WriteOp) {
     }
 }
 
-/// Takes `op`'s id away again.
+/// Takes away the id `tag` gave `op`.
 pub fn untag(op: &mut WriteOp) {
-    if let WriteOp::Update(e, _) | WriteOp::Merge(e, _) = op {
+    if let WriteOp::Update(e, IfMatch::ETag(_)) = op {
         strip(e);
     }
 }
@@ -78,22 +80,25 @@ mod tests {
     }
 
     #[test]
-    fn only_a_conditional_replace_or_merge_with_room_gets_an_id() {
+    fn only_a_conditional_replace_with_room_gets_an_id() {
         let etag = || IfMatch::ETag(ETag::from_wire("W/\"1\""));
         let mut update = WriteOp::Update(entity(1), etag());
         tag(&mut update);
         let id = update.entity().and_then(of).cloned();
         assert!(matches!(&id, Some(EdmValue::String(s)) if s.len() == 32));
 
-        let mut other = WriteOp::Merge(entity(1), etag());
+        let mut other = WriteOp::Update(entity(1), etag());
         tag(&mut other);
         assert_ne!(
             other.entity().and_then(of),
             id.as_ref(),
             "each write its own"
         );
+        untag(&mut other);
+        assert_eq!(other.entity().and_then(of), None);
 
         for mut untagged in [
+            WriteOp::Merge(entity(1), etag()),
             WriteOp::Update(entity(1), IfMatch::Any),
             WriteOp::Insert(entity(1)),
             WriteOp::InsertOrReplace(entity(1)),

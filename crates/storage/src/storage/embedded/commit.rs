@@ -152,7 +152,7 @@ fn commit(store: &EmbeddedStore, group: &[Arc<Pending>]) -> Result<Vec<Result<Ve
     // have kept the old one; a failed commit may still have landed, and a
     // needless miss costs only a read.
     for (table, partitions) in &touched {
-        store.derived.written(table, partitions);
+        store.derived.writing(table, partitions);
     }
     let committed = store.snapshots.commit(|| txn.commit());
     for (table, partitions) in &touched {

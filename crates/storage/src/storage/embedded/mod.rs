@@ -325,6 +325,7 @@ impl TableStore for EmbeddedStore {
                 )?;
                 txn.open_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
+            s.derived.replacing(&table);
             let committed = s.snapshots.commit(|| txn.commit());
             s.derived.replaced(&table);
             committed?;
@@ -350,6 +351,7 @@ impl TableStore for EmbeddedStore {
                 txn.delete_table(dict::definition(&dict::table_name(&table.folded())))?;
                 txn.delete_table(counts::definition(&counts::table_name(&table.folded())))?;
             }
+            s.derived.replacing(&table);
             let committed = s.snapshots.commit(|| txn.commit());
             s.derived.replaced(&table);
             committed?;
@@ -489,7 +491,9 @@ impl TableStore for EmbeddedStore {
         };
         let read: Option<Arc<[PartitionCount]>> =
             counts::by_partition(&counters, MAX_COUNTED_PARTITIONS)?.map(Arc::from);
-        kept().insert(folded, (version, read.clone()));
+        if !self.derived.landing(table) {
+            kept().insert(folded, (version, read.clone()));
+        }
         Ok(read)
     }
 

@@ -22,7 +22,8 @@
 //! without bound. A snapshot outlives the commit after it only while a
 //! read is still using it.
 //!
-//! The rule: every commit of the store goes through [`Snapshots::commit`].
+//! The rule: every commit of the store goes through [`Snapshots::commit`]
+//! (those made while the store opens, before any read, need not).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -114,15 +115,24 @@ impl Snapshots {
     /// outcome (a failed commit may still have landed).
     pub(super) fn commit<T>(&self, land: impl FnOnce() -> T) -> T {
         self.begun.fetch_add(1, Ordering::SeqCst);
-        let committed = land();
-        self.ended.fetch_add(1, Ordering::SeqCst);
-        for slot in self.slots.all() {
+        // Ended also if `land` panics: else no snapshot would be kept again.
+        let _ended = Ended(self);
+        land()
+    }
+}
+
+/// Ends a commit when dropped: counts it and empties every slot.
+struct Ended<'a>(&'a Snapshots);
+
+impl Drop for Ended<'_> {
+    fn drop(&mut self) {
+        self.0.ended.fetch_add(1, Ordering::SeqCst);
+        for slot in self.0.slots.all() {
             // Dropped outside the lock: the last reference ends its read
             // transaction, which takes redb's own lock.
             let gone = std::mem::take(&mut *lock(slot));
             drop(gone);
         }
-        committed
     }
 }
 

@@ -273,7 +273,7 @@ impl Writer {
     pub(super) async fn pin_global(
         &self,
         after: Vec<(usize, WriteOp, (PartitionKey, RowKey))>,
-    ) -> Result<BTreeMap<usize, Vec<WriteOp>>> {
+    ) -> Result<BTreeMap<usize, Vec<Leaving>>> {
         let mut by_index: BTreeMap<usize, Vec<Leaving>> = BTreeMap::new();
         for (i, op, base) in after {
             by_index.entry(i).or_default().push((op, base));
@@ -292,9 +292,20 @@ impl Writer {
     }
 
     /// Deletes the pinned entities: one that changed since it was pinned
-    /// (another statement put it again) stays.
-    pub(super) async fn delete_global(&self, pinned: BTreeMap<usize, Vec<WriteOp>>) -> Result<()> {
-        for (i, ops) in pinned {
+    /// (another statement put it again) stays, and so does one of a base
+    /// row whose transaction may not have landed (`unsure`): that row may
+    /// still hold the value.
+    pub(super) async fn delete_global(
+        &self,
+        pinned: BTreeMap<usize, Vec<Leaving>>,
+        unsure: &HashSet<(PartitionKey, RowKey)>,
+    ) -> Result<()> {
+        for (i, leaving) in pinned {
+            let ops: Vec<WriteOp> = leaving
+                .into_iter()
+                .filter(|(_, base)| !unsure.contains(base))
+                .map(|(op, _)| op)
+                .collect();
             if let Some(g) = self.def.global_indexes.get(i) {
                 global::send(self.store.as_ref(), &g.table, ops)
                     .await
