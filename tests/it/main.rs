@@ -9,6 +9,7 @@
 mod analyze;
 mod azure;
 mod azurite;
+mod bill;
 mod cli;
 mod clients;
 mod closing;

@@ -385,6 +385,7 @@ impl StoreTable {
                     .map(|g| self.stats.get(&g.table))
                     .collect()
             }),
+            keys_per_request: self.store.get_many_limit(),
         }
     }
 

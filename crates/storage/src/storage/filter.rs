@@ -93,6 +93,9 @@ impl std::fmt::Display for Filter {
                     EdmValue::Int32(v) => write!(f, " {op} {v}"),
                     EdmValue::Int64(v) => write!(f, " {op} {v}L"),
                     EdmValue::Boolean(v) => write!(f, " {op} {v}"),
+                    EdmValue::DateTime(t) => {
+                        write!(f, " {op} datetime'{}'", super::value::format_datetime(t))
+                    }
                     other => write!(f, " {op} {other:?}"),
                 }
             }
@@ -167,6 +170,16 @@ impl Filter {
                 };
                 apply(*op, ord)
             }
+        }
+    }
+
+    /// Whether any comparison reads the Timestamp (which Cosmos DB's Table
+    /// API matches nothing for, and no service indexes).
+    pub fn reads_timestamp(&self) -> bool {
+        match self {
+            Filter::Compare { operand, .. } => *operand == Operand::Timestamp,
+            Filter::And(a, b) | Filter::Or(a, b) => a.reads_timestamp() || b.reads_timestamp(),
+            Filter::Not(a) => a.reads_timestamp(),
         }
     }
 

@@ -341,6 +341,13 @@ impl fmt::Display for AccessPath {
         }
         if let Some(filter) = &self.filter {
             write!(f, " filter=[{filter}]")?;
+            // The service evaluates it entity by entity: it narrows what is
+            // sent, not what is read (nor the partitions' rate it costs).
+            if filter.reads_timestamp() {
+                f.write_str(
+                    " note=[Timestamp is not indexed: every entity of the partitions read is scanned]",
+                )?;
+            }
         }
         match &self.estimate {
             Some(e) => write!(f, " cost=[requests={} rows={}]", e.requests, e.rows),

@@ -38,6 +38,10 @@ pub struct Statistics {
     pub base: Option<Arc<TableStats>>,
     /// Its global indexes' tables', by position.
     pub globals: Vec<Option<Arc<TableStats>>>,
+    /// RowKeys of one partition the store reads in one request
+    /// (`TableStore::get_many_limit`): point reads cost a request per run
+    /// of that many. 0 or 1: a request each.
+    pub keys_per_request: usize,
 }
 
 /// The estimate for `path` over `def`'s table, or `None` where the
@@ -68,9 +72,23 @@ pub fn estimate(def: &TableDef, path: &AccessPath, stats: &Statistics) -> Option
         requests: 0,
         rows: 0,
     };
-    for request in &analyzed(table, path).requests {
+    // Point reads of one partition go in runs of `keys_per_request`: the
+    // requests are sorted, so a partition's are adjacent.
+    let run = stats.keys_per_request.max(1) as u64;
+    let mut keys_in_run: Option<(&PartitionKey, u64)> = None;
+    let analyzed = analyzed(table, path);
+    for request in &analyzed.requests {
         let (requests, rows) = match request {
-            KeyRequest::Get(..) => (1, 1),
+            KeyRequest::Get(pk, _) => match &mut keys_in_run {
+                Some((p, n)) if *p == pk && *n < run => {
+                    *n += 1;
+                    (0, 1)
+                }
+                _ => {
+                    keys_in_run = Some((pk, 1));
+                    (1, 1)
+                }
+            },
             KeyRequest::Scan {
                 partitions,
                 rows,
@@ -240,6 +258,7 @@ mod tests {
         let s = Statistics {
             base: Some(stats(&[("a", 2_500), ("b", 10), ("c", 0)])),
             globals: Vec::new(),
+            keys_per_request: 1,
         };
         let whole = estimate(&def(), &scan(KeyRange::all(), KeyRange::all()), &s).expect("costed");
         // 3 pages of a, 1 of b, 1 (empty) of c.
@@ -320,6 +339,7 @@ mod tests {
         let s = Statistics {
             base: Some(Arc::new(TableStats::counted(Some(&d), &counts))),
             globals: Vec::new(),
+            keys_per_request: 1,
         };
         let kind = |k: &str, next: &str| KeyRange {
             start: Bound::Included(rk(k)),

@@ -17,6 +17,7 @@ use datafusion::logical_expr::Expr;
 
 mod analyze;
 pub mod cost;
+mod covering;
 mod domain;
 mod keyset;
 mod plan;
@@ -145,12 +146,10 @@ pub fn push_down_with(
     stats: &cost::Statistics,
 ) -> Pushdown {
     let analyses: Vec<Analysis> = filters.iter().map(|f| analyze(def, f)).collect();
-    let property_filter = def.and_then(|d| {
-        filters
-            .iter()
-            .filter_map(|f| property_filter(d, f))
-            .reduce(Filter::and)
-    });
+    let property_filter = filters
+        .iter()
+        .filter_map(|f| property_filter(def, f))
+        .reduce(Filter::and);
     if analyses.iter().any(|a| a.never) {
         return Pushdown {
             path: AccessPath::new(Access::Points, Vec::new()),
@@ -256,7 +255,12 @@ pub fn push_down_with(
             ..c.path
         })
         .collect();
-    let path = paths.remove(chosen);
+    let mut path = paths.remove(chosen);
+    // Many point reads of a partition may cost fewer requests as the span
+    // they cover.
+    if let Some(span) = def.and_then(|d| covering::covering(d, &path, stats)) {
+        path = span;
+    }
     // The other paths are for a base-row scan to switch to (an index's
     // order): a global index's entities are not read by one.
     paths.retain(|p| p.index().is_none_or(|r| !r.global));
@@ -506,6 +510,42 @@ mod tests {
         let p = requests(&[col("name").eq(lit("x"))]);
         assert_eq!(p.access, Access::FullScan);
         assert!(p.reads_every_partition());
+    }
+
+    #[test]
+    fn a_timestamp_condition_goes_to_the_store_in_its_ticks_on_every_table() {
+        use datafusion::common::ScalarValue;
+        // 2026-01-01T00:00:00.000001Z, in microseconds.
+        let t = || {
+            lit(ScalarValue::TimestampMicrosecond(
+                Some(1_767_225_600_000_001),
+                None,
+            ))
+        };
+        let filter = |def: Option<&TableDef>, e: Expr| {
+            let p = push_down(def, &[e]);
+            assert_eq!(p.exact, [false], "DataFusion keeps the condition");
+            p.path.filter.map(|f| f.to_string()).unwrap_or_default()
+        };
+        let def = registrations();
+        let ts = || datafusion::prelude::ident("Timestamp");
+        for def in [Some(&def), None] {
+            assert_eq!(
+                filter(def, ts().gt(t())),
+                "Timestamp ge datetime'2026-01-01T00:00:00.0000020Z'"
+            );
+            assert_eq!(
+                filter(def, ts().lt_eq(t())),
+                "Timestamp lt datetime'2026-01-01T00:00:00.0000020Z'"
+            );
+            assert_eq!(
+                filter(def, t().eq(ts())),
+                "Timestamp ge datetime'2026-01-01T00:00:00.0000010Z' \
+                 and Timestamp lt datetime'2026-01-01T00:00:00.0000020Z'"
+            );
+        }
+        // Not a timestamp: nothing is sent.
+        assert_eq!(filter(None, ts().eq(lit(3))), "");
     }
 
     #[test]

@@ -1,15 +1,31 @@
-//! The property filter: conditions on non-key columns the store can
-//! evaluate with the same answer as SQL.
+//! The property filter: conditions on non-key columns, and on the system
+//! `Timestamp`, that the store can evaluate with the same answer as SQL.
+//!
+//! `Timestamp` is what "what changed since" asks of Azure Tables, and the
+//! service evaluates it (it indexes nothing by it: a partition read with
+//! such a condition is still scanned whole, but only what passes is sent
+//! and billed as entities returned). The store's value has 100 ns ticks
+//! where the SQL column has microseconds, truncated: the SQL comparison is
+//! mapped onto ticks exactly ([`timestamp`]).
 
+use chrono::{DateTime, Utc};
 use datafusion::common::ScalarValue;
 use datafusion::logical_expr::expr::InList;
 use datafusion::logical_expr::{Between, BinaryExpr, Expr, Operator};
 
 use super::*;
+use crate::storage::Operand;
 
-/// The part of a filter on property columns that the store can evaluate with
-/// the same answer as SQL (see the module notes); `None` where it cannot.
-pub(super) fn property_filter(def: &TableDef, e: &Expr) -> Option<Filter> {
+/// What a pushed comparison reads.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Compared<'a> {
+    /// A mapped column's property (by its SQL name).
+    Column(&'a str),
+    /// The system column `Timestamp`: every table has it, raw ones too.
+    Timestamp,
+}
+
+pub(super) fn property_filter(def: Option<&TableDef>, e: &Expr) -> Option<Filter> {
     match e {
         Expr::BinaryExpr(BinaryExpr {
             left,
@@ -67,17 +83,18 @@ pub(super) fn property_filter(def: &TableDef, e: &Expr) -> Option<Filter> {
 
 /// A column whose comparisons the store can evaluate: a property, and not
 /// one an absent property reads as a value of (`ColumnDef::fill`: the
-/// store would take such a row as lacking it).
-pub(super) fn property_column<'a>(def: &TableDef, e: &'a Expr) -> Option<&'a str> {
-    match e {
-        Expr::Column(c)
-            if def.column(&c.name).is_some_and(|d| d.fill().is_none())
-                && !def.is_key_column(&c.name) =>
-        {
-            Some(&c.name)
-        }
-        _ => None,
+/// store would take such a row as lacking it); or the system `Timestamp`.
+pub(super) fn property_column<'a>(def: Option<&TableDef>, e: &'a Expr) -> Option<Compared<'a>> {
+    let Expr::Column(c) = e else {
+        return None;
+    };
+    // No declared column can take a system column's name (`validate`).
+    if c.name == "Timestamp" {
+        return Some(Compared::Timestamp);
     }
+    let def = def?;
+    (def.column(&c.name).is_some_and(|d| d.fill().is_none()) && !def.is_key_column(&c.name))
+        .then_some(Compared::Column(&c.name))
 }
 
 /// `column op literal` as a store comparison. Only types whose store order is
@@ -86,11 +103,16 @@ pub(super) fn property_column<'a>(def: &TableDef, e: &'a Expr) -> Option<&'a str
 /// (where UTF-16 order is code point order). Doubles (−0, NaN) and times
 /// (sub-microsecond ticks) stay with DataFusion.
 pub(super) fn compare(
-    def: &TableDef,
-    column: &str,
+    def: Option<&TableDef>,
+    column: Compared<'_>,
     op: Operator,
     lit: &ScalarValue,
 ) -> Option<Filter> {
+    let column = match column {
+        Compared::Timestamp => return timestamp(op, micros(lit)?),
+        Compared::Column(c) => c,
+    };
+    let def = def?;
     let op = match op {
         Operator::Eq => CmpOp::Eq,
         Operator::NotEq => CmpOp::Ne,
@@ -144,4 +166,39 @@ pub(super) fn compare(
         },
         _ => None,
     }
+}
+
+/// A timestamp literal in microseconds since the epoch, where it is one
+/// exactly (a nanosecond literal with a fraction of a microsecond is not:
+/// DataFusion compares it with the column cast to nanoseconds).
+fn micros(lit: &ScalarValue) -> Option<i64> {
+    match lit {
+        ScalarValue::TimestampSecond(Some(v), _) => v.checked_mul(1_000_000),
+        ScalarValue::TimestampMillisecond(Some(v), _) => v.checked_mul(1_000),
+        ScalarValue::TimestampMicrosecond(Some(v), _) => Some(*v),
+        ScalarValue::TimestampNanosecond(Some(v), _) => (v % 1_000 == 0).then_some(v / 1_000),
+        _ => None,
+    }
+}
+
+/// `Timestamp op x` over the store's ticks. The SQL value is the stored
+/// time truncated to a microsecond, so with `y` = `x` + 1 µs: `> x` holds
+/// from `y` on, `<= x` below `y`, `= x` in `[x, y)` and `<> x` outside it.
+pub(super) fn timestamp(op: Operator, x: i64) -> Option<Filter> {
+    let at = |m: i64| DateTime::<Utc>::from_timestamp_micros(m);
+    let (x, y) = (at(x)?, at(x.checked_add(1)?)?);
+    let cmp = |op, t: DateTime<Utc>| Filter::Compare {
+        operand: Operand::Timestamp,
+        op,
+        value: EdmValue::DateTime(t),
+    };
+    Some(match op {
+        Operator::GtEq => cmp(CmpOp::Ge, x),
+        Operator::Gt => cmp(CmpOp::Ge, y),
+        Operator::Lt => cmp(CmpOp::Lt, x),
+        Operator::LtEq => cmp(CmpOp::Lt, y),
+        Operator::Eq => cmp(CmpOp::Ge, x).and(cmp(CmpOp::Lt, y)),
+        Operator::NotEq => cmp(CmpOp::Lt, x).or(cmp(CmpOp::Ge, y)),
+        _ => return None,
+    })
 }

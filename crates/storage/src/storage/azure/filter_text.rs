@@ -58,7 +58,7 @@ pub fn query_filter(
         && let Some(filter) = &query.filter
     {
         for c in filter.conjuncts() {
-            if !timestamp && reads_timestamp(c) {
+            if !timestamp && c.reads_timestamp() {
                 continue;
             }
             let n = comparisons(c);
@@ -93,14 +93,6 @@ fn key_terms<K: AsRef<str> + Ord>(name: &str, range: &KeyRange<K>, out: &mut Vec
         Bound::Included(k) => out.push(format!("{name} le {}", lit(k))),
         Bound::Excluded(k) => out.push(format!("{name} lt {}", lit(k))),
         Bound::Unbounded => {}
-    }
-}
-
-fn reads_timestamp(f: &Filter) -> bool {
-    match f {
-        Filter::Compare { operand, .. } => *operand == Operand::Timestamp,
-        Filter::And(a, b) | Filter::Or(a, b) => reads_timestamp(a) || reads_timestamp(b),
-        Filter::Not(a) => reads_timestamp(a),
     }
 }
 

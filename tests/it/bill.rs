@@ -1,0 +1,246 @@
+//! What statements cost on Azure, where every request is a billed
+//! transaction: read off the local Table service's counters (requests,
+//! entities scanned and returned), for statements run by the engine over
+//! the real Azure client.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tablesql::datafusion::arrow::array::{Array, Int64Array, TimestampMicrosecondArray};
+use tablesql::datafusion::arrow::util::pretty::pretty_format_batches;
+use tablesql::storage::TableStore;
+use tablesql::tableservice::Profile;
+use tablesql::{Engine, EngineOptions, ScanPolicy, Session};
+
+use crate::local_service::Local;
+
+type TestResult<T = ()> = Result<T, Box<dyn std::error::Error + Send + Sync>>;
+
+/// A session over a local service that runs scans of every partition
+/// without a notice. Its catalog check (a read a second, and a reload
+/// after the session's own DDL moved the catalog, which samples the
+/// tables) would fall among the requests a test counts.
+async fn session(local: &Local) -> TestResult<Session> {
+    let store: Arc<dyn TableStore> = Arc::new(local.store()?);
+    let options = EngineOptions::default()
+        .with_scan_policy(ScanPolicy::Allow)
+        .with_catalog_check(Duration::from_secs(3600));
+    Ok(Engine::with_store(store, options).await?.session())
+}
+
+/// The one integer a query answers.
+async fn int(session: &Session, sql: &str) -> TestResult<i64> {
+    let batches = session.collect(sql).await?;
+    let column = batches
+        .iter()
+        .find(|b| b.num_rows() > 0)
+        .map(|b| b.column(0).clone())
+        .ok_or_else(|| format!("no row from {sql}"))?;
+    let ints = column
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or_else(|| format!("not a BIGINT from {sql}"))?;
+    Ok(ints.value(0))
+}
+
+/// `Timestamp > t`, what "what changed since" asks, goes to the service in
+/// `$filter` on Azure Storage: every entity of the partitions is still
+/// scanned there (and EXPLAIN says so), but only the changed ones are
+/// returned. Each comparison answers as DataFusion's own over the
+/// microsecond column, at the bound itself too; on Cosmos DB, which
+/// matches nothing for a Timestamp condition, it stays on the client and
+/// answers the same.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn changed_since_sends_its_timestamp_condition_to_the_service() -> TestResult {
+    for profile in [Profile::Storage, Profile::Cosmos] {
+        let local = Local::start(profile, &[])?;
+        let session = session(&local).await?;
+        session
+            .collect(
+                "CREATE TABLE readings (site TEXT NOT NULL, n INT NOT NULL, v INT, \
+                 PRIMARY KEY (site, n)) WITH (storage_table = 'Readings', \
+                 partition_key = '{site}', row_key = '{n:05}')",
+            )
+            .await?;
+        for site in ["a", "b", "c"] {
+            let values: Vec<String> = (0..100).map(|n| format!("('{site}', {n}, 0)")).collect();
+            session
+                .collect(&format!(
+                    "INSERT INTO readings VALUES {}",
+                    values.join(", ")
+                ))
+                .await?;
+        }
+        let batches = session
+            .collect(r#"SELECT max("Timestamp") FROM readings"#)
+            .await?;
+        let since = batches[0]
+            .column(0)
+            .as_any()
+            .downcast_ref::<TimestampMicrosecondArray>()
+            .ok_or("a timestamp")?
+            .value(0);
+        // The changes are stamped later than `since` by the same clock.
+        for _ in 0..1000 {
+            if chrono::Utc::now().timestamp_micros() > since {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        session
+            .collect("UPDATE readings SET v = 1 WHERE site = 'b' AND n < 10")
+            .await?;
+        session
+            .collect("INSERT INTO readings VALUES ('c', 100, 1), ('c', 101, 1)")
+            .await?;
+        let at = chrono::DateTime::from_timestamp_micros(since)
+            .ok_or("a time")?
+            .format("%Y-%m-%dT%H:%M:%S%.6fZ");
+        let changed = format!(r#"SELECT site, n FROM readings WHERE "Timestamp" > '{at}'"#);
+        let rows = |sql: String| {
+            let session = &session;
+            async move {
+                let batches = session.collect(&sql).await?;
+                TestResult::Ok(batches.iter().map(|b| b.num_rows()).sum::<usize>())
+            }
+        };
+
+        // One partition: one request, which scans it whole and returns
+        // its two changes.
+        let before = local.service().counters().table("Readings");
+        let found = rows(format!("{changed} AND site = 'c'")).await?;
+        let after = local.service().counters().table("Readings");
+        assert_eq!(found, 2, "{profile:?}");
+        let counted = (
+            after.requests - before.requests,
+            after.scanned - before.scanned,
+            after.returned - before.returned,
+        );
+        match profile {
+            Profile::Storage => assert_eq!(counted, (1, 102, 2), "only the changes are sent"),
+            Profile::Cosmos => {
+                assert_eq!(counted, (1, 102, 102), "Cosmos DB evaluates no Timestamp")
+            }
+        }
+        // Every partition: the changes, and on Azure Storage little more
+        // than them (what listing the partitions returns, one each).
+        let before = local.service().counters().table("Readings");
+        assert_eq!(rows(changed.clone()).await?, 12, "{profile:?}");
+        let after = local.service().counters().table("Readings");
+        let returned = after.returned - before.returned;
+        if profile == Profile::Storage {
+            assert!((12..=12 + 3).contains(&returned), "{returned} returned");
+        }
+
+        let plan = pretty_format_batches(&session.collect(&format!("EXPLAIN {changed}")).await?)?
+            .to_string();
+        assert!(
+            plan.contains("filter=[Timestamp ge datetime'")
+                && plan.contains("note=[Timestamp is not indexed: every entity of the partitions read is scanned]"),
+            "{plan}"
+        );
+
+        // Every comparison, at the bound: as DataFusion answers it over the
+        // column (a cast is not pushed down).
+        let conditions = [">", ">=", "<", "<=", "=", "<>"]
+            .map(|op| {
+                (
+                    format!(r#""Timestamp" {op} '{at}'"#),
+                    format!(r#"CAST("Timestamp" AS BIGINT) {op} {since}"#),
+                )
+            })
+            .into_iter()
+            .chain([(
+                format!(r#""Timestamp" BETWEEN '{at}' AND '2200-01-01'"#),
+                format!(r#"CAST("Timestamp" AS BIGINT) >= {since}"#),
+            )]);
+        for (pushed, kept) in conditions {
+            let count = |c: &str| format!("SELECT count(*) FROM readings WHERE {c}");
+            let (got, want) = (
+                int(&session, &count(&pushed)).await?,
+                int(&session, &count(&kept)).await?,
+            );
+            assert_eq!(got, want, "{profile:?}: {pushed}");
+        }
+    }
+    Ok(())
+}
+
+/// Requests the service counted for `table` while `f` ran.
+async fn requests_of<T>(
+    local: &Local,
+    table: &str,
+    f: impl std::future::Future<Output = TestResult<T>>,
+) -> TestResult<(u64, T)> {
+    let before = local.service().counters().table(table).requests;
+    let out = f.await?;
+    Ok((
+        local.service().counters().table(table).requests - before,
+        out,
+    ))
+}
+
+/// A lookup join of 100 keys in one partition: the keys go twelve to a
+/// request as a `$filter` of RowKeys (9 requests), and where `ANALYZE`
+/// shows them dense (here 100 of 20,000 in one chunk between guideposts),
+/// as the one span they cover, filtered to the keys: one request.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lookup_join_of_a_hundred_keys_in_one_partition_costs_a_few_requests() -> TestResult {
+    let local = Local::start(Profile::Storage, &[])?;
+    let session = session(&local).await?;
+    session
+        .collect(
+            "CREATE TABLE customers (region TEXT NOT NULL, cid INT NOT NULL, name TEXT NOT NULL, \
+             PRIMARY KEY (region, cid)) WITH (storage_table = 'Customers', \
+             partition_key = '{region}', row_key = '{cid:05}')",
+        )
+        .await?;
+    session
+        .collect(
+            "CREATE TABLE orders (region TEXT NOT NULL, id INT NOT NULL, customer INT NOT NULL, \
+             PRIMARY KEY (region, id)) WITH (storage_table = 'Orders', \
+             partition_key = '{region}', row_key = '{id:05}')",
+        )
+        .await?;
+    for chunk in (0..20_000).collect::<Vec<i32>>().chunks(1000) {
+        let values: Vec<String> = chunk
+            .iter()
+            .map(|c| format!("('eu', {c}, 'c{c}')"))
+            .collect();
+        session
+            .collect(&format!(
+                "INSERT INTO customers VALUES {}",
+                values.join(", ")
+            ))
+            .await?;
+    }
+    let values: Vec<String> = (0..100)
+        .map(|i| format!("('eu', {i}, {})", 7000 + (i * 37) % 100))
+        .collect();
+    session
+        .collect(&format!("INSERT INTO orders VALUES {}", values.join(", ")))
+        .await?;
+    // A page of 100 orders, joined by key to their customers.
+    let join = "SELECT o.id, c.name FROM \
+                (SELECT * FROM orders WHERE region = 'eu' ORDER BY id LIMIT 100) o \
+                JOIN customers c ON c.region = o.region AND c.cid = o.customer ORDER BY o.id";
+    let answer = |session: &Session| {
+        let session = session.clone();
+        async move {
+            let batches = session.collect(join).await?;
+            TestResult::Ok(pretty_format_batches(&batches)?.to_string())
+        }
+    };
+    let (unanalyzed, first) = requests_of(&local, "Customers", answer(&session)).await?;
+    let plan = pretty_format_batches(&session.collect(&format!("EXPLAIN ANALYZE {join}")).await?)?
+        .to_string();
+    assert_eq!(unanalyzed, 9, "{plan}");
+    session.collect("ANALYZE customers").await?;
+    let (analyzed, second) = requests_of(&local, "Customers", answer(&session)).await?;
+    let plan = pretty_format_batches(&session.collect(&format!("EXPLAIN ANALYZE {join}")).await?)?
+        .to_string();
+    assert_eq!(first, second);
+    assert!(first.contains("| 99 | c7063 |"), "{first}");
+    assert_eq!(analyzed, 1, "{plan}");
+    Ok(())
+}
