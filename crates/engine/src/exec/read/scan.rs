@@ -823,6 +823,38 @@ impl ExecutionPlan for PartitionScanExec {
         "PartitionScanExec"
     }
 
+    /// A LIMIT found above the scan once a sort its key order answers is
+    /// gone (a keyset page: `ORDER BY` the key, `LIMIT n`): the scan stops
+    /// at it, and reads its requests in key order rather than fan out.
+    fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+        let limit = match (limit, self.limit) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        };
+        let scan = Self::new(
+            self.store.clone(),
+            self.layout.clone(),
+            self.path.clone(),
+            self.projection.clone(),
+            limit,
+            self.options,
+        )
+        .ok()?
+        .with_stats(self.stats.clone())
+        .with_alternatives(self.alternatives.clone())
+        .with_verdict(self.verdict.clone());
+        let mut scan = match &self.rescan {
+            Some(r) => scan.with_rescan(r.clone()),
+            None => scan,
+        };
+        scan.dynamic = self.dynamic.clone();
+        Some(Arc::new(scan))
+    }
+
+    fn fetch(&self) -> Option<usize> {
+        self.limit
+    }
+
     fn properties(&self) -> &Arc<PlanProperties> {
         &self.properties
     }

@@ -76,10 +76,20 @@ fn struct_columns(e: &Expr) -> Option<Vec<Expr>> {
     }
 }
 
+/// A row value's bound on a scan, and whether its rows at the bound are
+/// exactly the row value's there.
+pub(super) struct Bounded {
+    pub(super) bound: PartitionBound,
+    /// The rows at the bound are the comparison's own: the row value ends
+    /// at the PartitionKey, or at one RowKey field whose order its key
+    /// keeps (an integer or a typed field).
+    pub(super) exact: bool,
+}
+
 /// The bound a row value puts on `request` (a scan spanning partitions):
 /// `None` unless its columns are every PartitionKey field, then leading
 /// RowKey fields, each in template order.
-pub(super) fn bound(def: &TableDef, rv: &RowValue, request: &KeyRequest) -> Option<PartitionBound> {
+pub(super) fn bound(def: &TableDef, rv: &RowValue, request: &KeyRequest) -> Option<Bounded> {
     let KeyRequest::Scan { rows, .. } = request else {
         return None;
     };
@@ -101,9 +111,32 @@ pub(super) fn bound(def: &TableDef, rv: &RowValue, request: &KeyRequest) -> Opti
     let above = matches!(rv.op, Operator::Gt | Operator::GtEq);
     let inclusive = matches!(rv.op, Operator::GtEq | Operator::LtEq);
     let rest = &rv.values[k..];
+    // A value of the next field as a key range: the row value's own rows
+    // there where it is the last of the row value.
+    let mut exact = rest.len() <= 1;
     let at_bound = match rest.first() {
         // The bound is the partition itself: in it for `>=`, out for `>`.
         None => inclusive.then(|| rows.clone()),
+        Some(v) if is_typed(def, 0) => {
+            let end = if rest.len() == 1 && !inclusive {
+                Bound::Excluded(v)
+            } else {
+                Bound::Included(v)
+            };
+            let (lo, hi) = if above {
+                (end, Bound::Unbounded)
+            } else {
+                (Bound::Unbounded, end)
+            };
+            match def.row_key.typed_range(&[], lo, hi) {
+                Ok(Some(KeyBounds::Empty)) => None,
+                Ok(Some(KeyBounds::Range { start, end })) => Some(intersect(rows, start, end)),
+                _ => {
+                    exact = false;
+                    Some(rows.clone())
+                }
+            }
+        }
         Some(KeyValue::Int(v)) => {
             // The next field bounds the RowKey where it preserves order;
             // strict only when it is the last of the row value.
@@ -120,11 +153,17 @@ pub(super) fn bound(def: &TableDef, rv: &RowValue, request: &KeyRequest) -> Opti
             match def.row_key.int_range(&[], lo, hi) {
                 Ok(Some(KeyBounds::Empty)) => None,
                 Ok(Some(KeyBounds::Range { start, end })) => Some(intersect(rows, start, end)),
-                _ => Some(rows.clone()),
+                _ => {
+                    exact = false;
+                    Some(rows.clone())
+                }
             }
         }
         // Other fields narrow nothing here: the bound is on the partitions.
-        Some(_) => Some(rows.clone()),
+        Some(_) => {
+            exact = false;
+            Some(rows.clone())
+        }
     };
     let columns: Vec<String> = rv
         .targets
@@ -144,13 +183,90 @@ pub(super) fn bound(def: &TableDef, rv: &RowValue, request: &KeyRequest) -> Opti
             other => format!("'{}'", other.to_string().replace('\'', "''")),
         })
         .collect();
-    Some(PartitionBound {
-        template: def.partition_key.clone(),
-        values: rv.values[..k].to_vec(),
-        above,
-        at_bound,
-        shown: format!("({}) {} ({})", columns.join(", "), rv.op, values.join(", ")),
+    Some(Bounded {
+        bound: PartitionBound {
+            template: def.partition_key.clone(),
+            values: rv.values[..k].to_vec(),
+            above,
+            at_bound,
+            shown: format!("({}) {} ({})", columns.join(", "), rv.op, values.join(", ")),
+        },
+        exact,
     })
+}
+
+/// Whether RowKey field `n` is a typed field (`keys::typed`).
+fn is_typed(def: &TableDef, n: usize) -> bool {
+    matches!(def.row_key.field(n), Some((_, FieldFormat::Typed(_))))
+}
+
+/// An exact bound as key ranges in key order: the bound's partition's
+/// rows, then the partitions after it (below the bound: the partitions
+/// before it, then its rows). Only where the PartitionKey's text order is
+/// its fields' order (every field ascending and order-preserving, no
+/// buckets): then the partitions past the bound are a key range, and none
+/// need listing and comparing (`PartitionBound::choose`). A LIMIT then
+/// reads the first page or two of the ranges, in order, and stops.
+pub(super) fn split(def: &TableDef, b: &Bounded, request: &KeyRequest) -> Option<Vec<KeyRequest>> {
+    let KeyRequest::Scan {
+        partitions, rows, ..
+    } = request
+    else {
+        return None;
+    };
+    let template = &def.partition_key;
+    let ordered = template.row_buckets().is_none()
+        && (0..b.bound.values.len()).all(|i| {
+            template
+                .field(i)
+                .is_some_and(|(_, format)| format.order() == Some(true))
+        });
+    if !b.exact || !ordered {
+        return None;
+    }
+    let pk = PartitionKey::from_stored(template.compose(&b.bound.values).ok()?);
+    let scan = |partitions: KeyRange<PartitionKey>, rows: KeyRange<RowKey>| KeyRequest::Scan {
+        partitions,
+        rows,
+        at_most_one: false,
+    };
+    let others = if b.bound.above {
+        partitions.after(Some(&pk))
+    } else {
+        let below = Bound::Excluded(pk.clone());
+        KeyRange {
+            start: partitions.start.clone(),
+            end: if super::domain::tighter(&partitions.end, &below, false, PartitionKey::cmp) {
+                partitions.end.clone()
+            } else {
+                below
+            },
+        }
+    };
+    let mut out = Vec::with_capacity(2);
+    let here = b
+        .bound
+        .at_bound
+        .as_ref()
+        .filter(|r| partitions.contains(&pk) && !r.is_empty())
+        .map(|r| scan(KeyRange::exactly(pk.clone()), r.clone()));
+    if !b.bound.above {
+        out.extend(others_request(others, rows, &scan));
+        out.extend(here);
+    } else {
+        out.extend(here);
+        out.extend(others_request(others, rows, &scan));
+    }
+    Some(out)
+}
+
+/// The scan of the partitions past a bound, if any are left.
+fn others_request(
+    others: KeyRange<PartitionKey>,
+    rows: &KeyRange<RowKey>,
+    scan: &impl Fn(KeyRange<PartitionKey>, KeyRange<RowKey>) -> KeyRequest,
+) -> Option<KeyRequest> {
+    (!others.is_empty()).then(|| scan(others, rows.clone()))
 }
 
 /// `rows` narrowed to `[start, end)` of a RowKey bound.

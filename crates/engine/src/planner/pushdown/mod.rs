@@ -162,12 +162,24 @@ pub fn push_down_with(
     let bound = match (def, base.path.requests.as_slice()) {
         (Some(d), [request]) if crate::exec::read::fanout::spans_partitions(request) => filters
             .iter()
-            .filter_map(|f| keyset::row_value(def, f))
-            .find_map(|rv| keyset::bound(d, &rv, request)),
+            .enumerate()
+            .filter_map(|(i, f)| Some((i, keyset::row_value(def, f)?)))
+            .find_map(|(i, rv)| Some((i, keyset::bound(d, &rv, request)?, d, request.clone()))),
         _ => None,
     };
-    if let Some(bound) = bound {
-        base.path = base.path.bounded_by(bound);
+    // A row value the keys answer exactly, as key ranges: the filter it is.
+    let mut keyset_exact = None;
+    if let Some((i, bounded, d, request)) = bound {
+        match keyset::split(d, &bounded, &request) {
+            Some(requests) => {
+                if base.path.access == Access::FullScan {
+                    base.path.access = Access::PartitionRange;
+                }
+                base.path.requests = requests;
+                keyset_exact = Some(i);
+            }
+            None => base.path = base.path.bounded_by(bounded.bound),
+        }
     }
     let mut candidates = vec![base];
     let indexes = def.map_or(0, |d| d.indexes.len());
@@ -175,6 +187,7 @@ pub fn push_down_with(
     let may_use_index = !base.contradiction
         && base.path.access != Access::Points
         && base.path.partition_bound.is_none()
+        && keyset_exact.is_none()
         && !atoms.iter().any(|a| a.target == Target::RowKey);
     if may_use_index {
         let base_fit = base.fit;
@@ -243,10 +256,13 @@ pub fn push_down_with(
         None => ruled,
     };
     let contradiction = candidates[0].contradiction;
-    let exact = analyses
+    let mut exact: Vec<bool> = analyses
         .iter()
         .map(|a| a.complete && candidates.iter().all(|c| c.contradiction || answers(c, a)))
         .collect();
+    if let Some(e) = keyset_exact.and_then(|i| exact.get_mut(i)) {
+        *e = true;
+    }
     let filter = property_filter.filter(|_| !contradiction);
     let mut paths: Vec<AccessPath> = candidates
         .into_iter()
