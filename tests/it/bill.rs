@@ -321,3 +321,61 @@ async fn a_keyset_page_of_twenty_rows_costs_at_most_two_requests() -> TestResult
     }
     Ok(())
 }
+
+/// The two reads every bill starts from: a point read is one request; a
+/// scan of one partition of N entities is a request per page of 1,000,
+/// and with the service's empty pages (its 5-second budget spent on
+/// nothing) one more for each, which the scan counts as it pays them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_point_read_costs_one_request_and_a_partition_a_request_a_page() -> TestResult {
+    for (knobs, empty) in [(&[][..], false), (&["empty_pages=0.3"][..], true)] {
+        let local = Local::start(Profile::Storage, knobs)?;
+        let session = session(&local).await?;
+        session
+            .collect(
+                "CREATE TABLE samples (p TEXT NOT NULL, n INT NOT NULL, v INT, \
+                 PRIMARY KEY (p, n)) WITH (storage_table = 'Samples', \
+                 partition_key = '{p}', row_key = '{n:05}')",
+            )
+            .await?;
+        for chunk in (0..2500).collect::<Vec<i32>>().chunks(500) {
+            let values: Vec<String> = chunk.iter().map(|n| format!("('a', {n}, {n})")).collect();
+            session
+                .collect(&format!("INSERT INTO samples VALUES {}", values.join(", ")))
+                .await?;
+        }
+        let (point, v) = requests_of(
+            &local,
+            "Samples",
+            int(
+                &session,
+                "SELECT CAST(v AS BIGINT) FROM samples WHERE p = 'a' AND n = 7",
+            ),
+        )
+        .await?;
+        assert_eq!((point, v), (1, 7));
+        let sum = "SELECT sum(v) FROM samples WHERE p = 'a'";
+        let (scan, total) = requests_of(&local, "Samples", int(&session, sum)).await?;
+        assert_eq!(total, 2499 * 2500 / 2);
+        if empty {
+            // The scan's own count of what it paid, empty pages included,
+            // is the service's.
+            let (paid, plan) = requests_of(&local, "Samples", async {
+                let batches = session.collect(&format!("EXPLAIN ANALYZE {sum}")).await?;
+                TestResult::Ok(pretty_format_batches(&batches)?.to_string())
+            })
+            .await?;
+            let counted = plan
+                .split(" requests=")
+                .nth(1)
+                .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+                .ok_or("requests=")?
+                .parse::<u64>()?;
+            assert_eq!(counted, paid, "{plan}");
+            assert!(paid >= 3 && scan >= 3, "{plan}");
+        } else {
+            assert_eq!(scan, 3, "2,500 entities: three pages");
+        }
+    }
+    Ok(())
+}

@@ -10,7 +10,8 @@ use serde_json::{Value, json};
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
     /// Requests that reached it (a query counts once for each partition and
-    /// server its page read).
+    /// server its page read; a page that read none, an empty one, once
+    /// where it started: the partition it names, `""` for the table's start).
     pub requests: u64,
     /// Requests refused as busy (503 ServerBusy, 429) or timed out (500).
     pub throttled: u64,

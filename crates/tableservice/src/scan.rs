@@ -159,7 +159,28 @@ impl Service {
         self.admit(table.as_str(), start_pk)?;
         let start_pk = start_pk.cloned();
         let mut walk = Walk::new(self, &table, pks, rks, req.resume.clone(), cosmos);
+        // A page that reads no partition is still a request (a billed
+        // transaction): counted where its walk starts.
+        let unread = |start: Option<&PartitionKey>| {
+            let server = start.map_or(0, |pk| {
+                self.ranges
+                    .server_of(table.as_str(), pk, limits.partitions_per_server)
+            });
+            let at = Place {
+                table: table.as_str(),
+                partition: start.map_or("", PartitionKey::as_str),
+                server,
+            };
+            self.counters.add(
+                at,
+                Counts {
+                    requests: 1,
+                    ..Counts::default()
+                },
+            );
+        };
         if self.chance(limits.empty_pages) {
+            unread(start_pk.as_ref());
             // Nothing read, and a token to where the walk starts.
             return Ok(PageAnswer {
                 entities: Vec::new(),
@@ -236,6 +257,9 @@ impl Service {
                 page.next = walk.position();
                 break;
             }
+        }
+        if touched.is_empty() {
+            unread(start_pk.as_ref());
         }
         for ((pk, server), mut counts) in touched {
             counts.requests = 1;
