@@ -291,6 +291,20 @@ impl StoreTable {
         } else {
             (pushdown.base().clone(), Vec::new())
         };
+        // Many point reads of a partition may cost fewer requests as the
+        // spans they cover, on a store that reads keys in runs (not a
+        // transaction block's, which reads one key a request and records
+        // what it reads).
+        let path = match self.layout.def.as_deref() {
+            Some(def) if store.get_many_limit() > 1 => {
+                let stats = super::pushdown::cost::Statistics {
+                    keys_per_request: store.get_many_limit(),
+                    ..self.cost_statistics()
+                };
+                super::pushdown::covering(def, &path, &stats).unwrap_or(path)
+            }
+            _ => path,
+        };
         let projection: Vec<usize> = match projection {
             Some(p) => p.clone(),
             None => (0..self.layout.schema.fields().len()).collect(),

@@ -827,6 +827,10 @@ impl ExecutionPlan for PartitionScanExec {
     /// gone (a keyset page: `ORDER BY` the key, `LIMIT n`): the scan stops
     /// at it, and reads its requests in key order rather than fan out.
     fn with_fetch(&self, limit: Option<usize>) -> Option<Arc<dyn ExecutionPlan>> {
+        // A dynamic filter's read (`DynamicChoice`) streams without one.
+        if self.dynamic.is_some() {
+            return None;
+        }
         let limit = match (limit, self.limit) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -847,7 +851,8 @@ impl ExecutionPlan for PartitionScanExec {
             Some(r) => scan.with_rescan(r.clone()),
             None => scan,
         };
-        scan.dynamic = self.dynamic.clone();
+        // A page scan's key order stays (`in_key_order`).
+        scan.ordered |= self.ordered;
         Some(Arc::new(scan))
     }
 

@@ -213,6 +213,12 @@ pub(super) fn order_safe(v: &KeyValue) -> bool {
     match v {
         KeyValue::Text(s) => s.chars().all(|c| (c as u32) < 0xD800),
         KeyValue::Null => false,
+        // Keys fold −0 into 0 and every NaN into one; DataFusion orders
+        // them apart (`total_cmp`).
+        KeyValue::Double(d) => {
+            let x = d.get();
+            !(x.is_nan() || (x == 0.0 && x.is_sign_negative()))
+        }
         _ => true,
     }
 }

@@ -17,12 +17,10 @@ use super::*;
 use crate::storage::Operand;
 
 /// The covering path for `points` (an `access=points(N)` path), where the
-/// statistics show it costs fewer requests; `None` otherwise.
-pub(super) fn covering(
-    def: &TableDef,
-    points: &AccessPath,
-    stats: &Statistics,
-) -> Option<AccessPath> {
+/// statistics show it costs fewer requests; `None` otherwise. Applied by
+/// the scan that knows its store (`StoreTable::build`): the filters the
+/// path answers are the points', so the choice is the scan's alone.
+pub fn covering(def: &TableDef, points: &AccessPath, stats: &Statistics) -> Option<AccessPath> {
     if stats.keys_per_request < 2 || points.access != Access::Points || points.requests.len() < 2 {
         return None;
     }

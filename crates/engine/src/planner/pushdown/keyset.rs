@@ -215,7 +215,13 @@ pub(super) fn split(def: &TableDef, b: &Bounded, request: &KeyRequest) -> Option
         return None;
     };
     let template = &def.partition_key;
-    let ordered = template.row_buckets().is_none()
+    // A NULL key field (a table mapped without a PRIMARY KEY clause may
+    // write one) sorts where no SQL comparison with a value puts it.
+    let not_null = |c: &str| def.column(c).is_some_and(|c| c.not_null);
+    let keys_not_null =
+        template.columns().all(not_null) && def.row_key.field(0).is_none_or(|(c, _)| not_null(c));
+    let ordered = keys_not_null
+        && template.row_buckets().is_none()
         && (0..b.bound.values.len()).all(|i| {
             template
                 .field(i)

@@ -24,6 +24,7 @@ mod plan;
 mod property;
 mod scalar;
 
+pub use covering::covering;
 pub use scalar::key_of_scalar;
 
 use analyze::*;
@@ -271,12 +272,7 @@ pub fn push_down_with(
             ..c.path
         })
         .collect();
-    let mut path = paths.remove(chosen);
-    // Many point reads of a partition may cost fewer requests as the span
-    // they cover.
-    if let Some(span) = def.and_then(|d| covering::covering(d, &path, stats)) {
-        path = span;
-    }
+    let path = paths.remove(chosen);
     // The other paths are for a base-row scan to switch to (an index's
     // order): a global index's entities are not read by one.
     paths.retain(|p| p.index().is_none_or(|r| !r.global));
@@ -526,6 +522,49 @@ mod tests {
         let p = requests(&[col("name").eq(lit("x"))]);
         assert_eq!(p.access, Access::FullScan);
         assert!(p.reads_every_partition());
+    }
+
+    #[test]
+    fn a_row_value_over_ordered_not_null_keys_is_two_key_ranges_and_exact() {
+        use datafusion::arrow::array::{ArrayRef, Int64Array};
+        use datafusion::arrow::datatypes::{DataType, Field};
+        use datafusion::common::ScalarValue;
+        use std::sync::Arc;
+        let row_value = || {
+            let columns =
+                datafusion::functions::core::expr_fn::r#struct(vec![col("region"), col("seq")]);
+            let fields = vec![
+                Arc::new(Field::new("c0", DataType::Int64, false)),
+                Arc::new(Field::new("c1", DataType::Int64, false)),
+            ];
+            let arrays: Vec<ArrayRef> = vec![
+                Arc::new(Int64Array::from(vec![3])),
+                Arc::new(Int64Array::from(vec![5])),
+            ];
+            let value = datafusion::arrow::array::StructArray::new(fields.into(), arrays, None);
+            columns.gt(lit(ScalarValue::Struct(Arc::new(value))))
+        };
+        let table = |keys: &str| {
+            ddl::parse(&format!(
+                "CREATE TABLE events (region BIGINT{keys}, seq BIGINT{keys}, v INT{}) \
+                 WITH (partition_key = '{{region:i10}}', row_key = '{{seq:i10}}')",
+                if keys.is_empty() {
+                    ""
+                } else {
+                    ", PRIMARY KEY (region, seq)"
+                }
+            ))
+            .unwrap()
+        };
+        let p = push_down(Some(&table(" NOT NULL")), &[row_value()]);
+        assert_eq!(p.exact, [true]);
+        assert_eq!(p.path.requests.len(), 2, "{}", p.path);
+        assert!(p.path.partition_bound.is_none());
+        // Keys that may be NULL sort where no comparison with a value puts
+        // them: the bound stays a bound on listed partitions, inexact.
+        let p = push_down(Some(&table("")), &[row_value()]);
+        assert_eq!(p.exact, [false]);
+        assert!(p.path.partition_bound.is_some(), "{}", p.path);
     }
 
     #[test]
