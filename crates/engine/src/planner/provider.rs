@@ -19,6 +19,7 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::async_func::{AsyncFuncExec, AsyncMapper};
 use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::limit::GlobalLimitExec;
 
 use super::pushdown::push_down;
 use super::settings::TablesqlConfig;
@@ -479,6 +480,28 @@ impl TableProvider for StoreTable {
             Some(p) => p.clone(),
             None => (0..self.layout.schema.fields().len()).collect(),
         };
+        // DataFusion asks which filters the scan answers as it pushes them,
+        // some at a time over its passes, drops those answered, then plans
+        // the scan with all of them, which together may be answered less
+        // (a filter that narrows a scan across partitions to one leaves a
+        // row value's key ranges unplanned). A filter the path answers
+        // alone but not among the others is applied above the scan, and
+        // the LIMIT above that.
+        let open: Vec<Expr> = filters
+            .iter()
+            .zip(&pushdown.exact)
+            .filter(|(f, exact)| !**exact && self.plan(std::slice::from_ref(*f)).exact == [true])
+            .map(|(f, _)| f.clone())
+            .collect();
+        if !open.is_empty() {
+            let plan = super::lookup::above(&columns, open, &self.layout, |columns| {
+                self.exec(state, pushdown, Some(columns), None, None)
+            })?;
+            return Ok(match limit {
+                Some(n) => Arc::new(GlobalLimitExec::new(plan, 0, Some(n))),
+                None => plan,
+            });
+        }
         let rescan = super::lookup::Reread::new(
             self.reading(self.store_for(state)),
             filters,

@@ -21,6 +21,7 @@ mod reads;
 mod reread;
 
 pub use reread::Reread;
+pub(crate) use reread::above;
 
 use std::sync::Arc;
 

@@ -73,50 +73,18 @@ impl Rescan for Reread {
             .filter(|(_, exact)| !**exact)
             .map(|(f, _)| f.clone())
             .collect();
-        let layout = self.table.layout();
-        let mut columns = self.projection.clone();
-        for f in &open {
-            for c in f.column_refs() {
-                let i = layout.schema.index_of(&c.name)?;
-                if !columns.contains(&i) {
-                    columns.push(i);
-                }
-            }
-        }
         let store = self.table.store_in(None);
-        let scan = self.table.build(
-            store,
-            pushdown,
-            Some(&columns),
-            None,
-            self.use_indexes,
-            None,
-            None,
-        )?;
-        let Some(predicate) = conjunction(open) else {
-            return Ok(scan);
-        };
-        let schema = DFSchema::try_from(scan.schema().as_ref().clone())?;
-        let predicate = create_physical_expr(
-            &predicate,
-            &schema,
-            &ExecutionProps::new(),
-            &PhysicalPlanningContext::default(),
-        )?;
-        let filtered: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, scan)?);
-        if columns.len() == self.projection.len() {
-            return Ok(filtered);
-        }
-        // Back to the scan's columns.
-        let fields = filtered.schema();
-        let exprs = (0..self.projection.len()).map(|i| {
-            let name = fields.field(i).name().clone();
-            ProjectionExpr {
-                expr: Arc::new(ColumnExpr::new(&name, i)),
-                alias: name,
-            }
-        });
-        Ok(Arc::new(ProjectionExec::try_new(exprs, filtered)?))
+        above(&self.projection, open, self.table.layout(), |columns| {
+            self.table.build(
+                store,
+                pushdown,
+                Some(columns),
+                None,
+                self.use_indexes,
+                None,
+                None,
+            )
+        })
     }
 
     fn keys_per_request(&self) -> usize {
@@ -149,4 +117,49 @@ fn unqualified(e: &Expr) -> Expr {
             other => Ok(Transformed::no(other)),
         })
         .map_or_else(|_| e.clone(), |t| t.data)
+}
+
+/// The scan `build` makes of `projection`'s columns with `open` applied
+/// above it: the scan reads the columns `open` needs too, and a projection
+/// takes the rows back to `projection`'s.
+pub(crate) fn above(
+    projection: &[usize],
+    open: Vec<Expr>,
+    layout: &crate::exec::Layout,
+    build: impl FnOnce(&Vec<usize>) -> Result<Arc<dyn ExecutionPlan>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let mut columns = projection.to_vec();
+    for f in &open {
+        for c in f.column_refs() {
+            let i = layout.schema.index_of(&c.name)?;
+            if !columns.contains(&i) {
+                columns.push(i);
+            }
+        }
+    }
+    let scan = build(&columns)?;
+    let Some(predicate) = conjunction(open) else {
+        return Ok(scan);
+    };
+    let schema = DFSchema::try_from(scan.schema().as_ref().clone())?;
+    let predicate = create_physical_expr(
+        &predicate,
+        &schema,
+        &ExecutionProps::new(),
+        &PhysicalPlanningContext::default(),
+    )?;
+    let filtered: Arc<dyn ExecutionPlan> = Arc::new(FilterExec::try_new(predicate, scan)?);
+    if columns.len() == projection.len() {
+        return Ok(filtered);
+    }
+    // Back to the scan's columns.
+    let fields = filtered.schema();
+    let exprs = (0..projection.len()).map(|i| {
+        let name = fields.field(i).name().clone();
+        ProjectionExpr {
+            expr: Arc::new(ColumnExpr::new(&name, i)),
+            alias: name,
+        }
+    });
+    Ok(Arc::new(ProjectionExec::try_new(exprs, filtered)?))
 }

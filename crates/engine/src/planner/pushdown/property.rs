@@ -185,7 +185,11 @@ fn micros(lit: &ScalarValue) -> Option<i64> {
 /// time truncated to a microsecond, so with `y` = `x` + 1 µs: `> x` holds
 /// from `y` on, `<= x` below `y`, `= x` in `[x, y)` and `<> x` outside it.
 pub(super) fn timestamp(op: Operator, x: i64) -> Option<Filter> {
-    let at = |m: i64| DateTime::<Utc>::from_timestamp_micros(m);
+    use chrono::Datelike;
+    // OData writes four-digit years: a bound outside them stays here.
+    let at = |m: i64| {
+        DateTime::<Utc>::from_timestamp_micros(m).filter(|t| (1..=9999).contains(&t.year()))
+    };
     let (x, y) = (at(x)?, at(x.checked_add(1)?)?);
     let cmp = |op, t: DateTime<Utc>| Filter::Compare {
         operand: Operand::Timestamp,
