@@ -111,54 +111,28 @@ pub(super) fn bound(def: &TableDef, rv: &RowValue, request: &KeyRequest) -> Opti
     let above = matches!(rv.op, Operator::Gt | Operator::GtEq);
     let inclusive = matches!(rv.op, Operator::GtEq | Operator::LtEq);
     let rest = &rv.values[k..];
-    // A value of the next field as a key range: the row value's own rows
-    // there where it is the last of the row value.
-    let mut exact = rest.len() <= 1;
-    let at_bound = match rest.first() {
-        // The bound is the partition itself: in it for `>=`, out for `>`.
-        None => inclusive.then(|| rows.clone()),
+    // The next field bounds the RowKey where its key keeps its order (an
+    // integer or a typed field); strict only when it is the last of the
+    // row value, and then the rows are the row value's own there.
+    let strict = rest.len() == 1 && !inclusive;
+    let narrowed = match rest.first() {
+        None => None,
         Some(v) if is_typed(def, 0) => {
-            let end = if rest.len() == 1 && !inclusive {
-                Bound::Excluded(v)
-            } else {
-                Bound::Included(v)
-            };
-            let (lo, hi) = if above {
-                (end, Bound::Unbounded)
-            } else {
-                (Bound::Unbounded, end)
-            };
-            match def.row_key.typed_range(&[], lo, hi) {
-                Ok(Some(KeyBounds::Empty)) => None,
-                Ok(Some(KeyBounds::Range { start, end })) => Some(intersect(rows, start, end)),
-                _ => {
-                    exact = false;
-                    Some(rows.clone())
-                }
-            }
+            let (lo, hi) = side(v, strict, above);
+            Some(def.row_key.typed_range(&[], lo, hi))
         }
         Some(KeyValue::Int(v)) => {
-            // The next field bounds the RowKey where it preserves order;
-            // strict only when it is the last of the row value.
-            let end = if rest.len() == 1 && !inclusive {
-                Bound::Excluded(*v)
-            } else {
-                Bound::Included(*v)
-            };
-            let (lo, hi) = if above {
-                (end, Bound::Unbounded)
-            } else {
-                (Bound::Unbounded, end)
-            };
-            match def.row_key.int_range(&[], lo, hi) {
-                Ok(Some(KeyBounds::Empty)) => None,
-                Ok(Some(KeyBounds::Range { start, end })) => Some(intersect(rows, start, end)),
-                _ => {
-                    exact = false;
-                    Some(rows.clone())
-                }
-            }
+            let (lo, hi) = side(*v, strict, above);
+            Some(def.row_key.int_range(&[], lo, hi))
         }
+        Some(_) => Some(Ok(None)),
+    };
+    let mut exact = rest.len() <= 1;
+    let at_bound = match narrowed {
+        // The bound is the partition itself: in it for `>=`, out for `>`.
+        None => inclusive.then(|| rows.clone()),
+        Some(Ok(Some(KeyBounds::Empty))) => None,
+        Some(Ok(Some(KeyBounds::Range { start, end }))) => Some(intersect(rows, start, end)),
         // Other fields narrow nothing here: the bound is on the partitions.
         Some(_) => {
             exact = false;
@@ -193,6 +167,21 @@ pub(super) fn bound(def: &TableDef, rv: &RowValue, request: &KeyRequest) -> Opti
         },
         exact,
     })
+}
+
+/// A field's values past `v` (`above`) or before it, `v` itself kept
+/// unless `strict`, as the low and high bounds of a range.
+fn side<T>(v: T, strict: bool, above: bool) -> (Bound<T>, Bound<T>) {
+    let end = if strict {
+        Bound::Excluded(v)
+    } else {
+        Bound::Included(v)
+    };
+    if above {
+        (end, Bound::Unbounded)
+    } else {
+        (Bound::Unbounded, end)
+    }
 }
 
 /// Whether RowKey field `n` is a typed field (`keys::typed`).
