@@ -43,6 +43,24 @@ async fn int(session: &Session, sql: &str) -> TestResult<i64> {
     Ok(ints.value(0))
 }
 
+/// Inserts into `table` the row `row(n)` (a VALUES tuple) for each `n` of
+/// `ns`, `per` rows a statement.
+async fn insert(
+    session: &Session,
+    table: &str,
+    ns: std::ops::Range<u32>,
+    per: usize,
+    row: impl Fn(u32) -> String,
+) -> TestResult {
+    for chunk in ns.collect::<Vec<u32>>().chunks(per) {
+        let values: Vec<String> = chunk.iter().map(|n| row(*n)).collect();
+        session
+            .collect(&format!("INSERT INTO {table} VALUES {}", values.join(", ")))
+            .await?;
+    }
+    Ok(())
+}
+
 /// `Timestamp > t`, what "what changed since" asks, goes to the service in
 /// `$filter` on Azure Storage: every entity of the partitions is still
 /// scanned there (and EXPLAIN says so), but only the changed ones are
@@ -63,13 +81,10 @@ async fn changed_since_sends_its_timestamp_condition_to_the_service() -> TestRes
             )
             .await?;
         for site in ["a", "b", "c"] {
-            let values: Vec<String> = (0..100).map(|n| format!("('{site}', {n}, 0)")).collect();
-            session
-                .collect(&format!(
-                    "INSERT INTO readings VALUES {}",
-                    values.join(", ")
-                ))
-                .await?;
+            insert(&session, "readings", 0..100, 100, |n| {
+                format!("('{site}', {n}, 0)")
+            })
+            .await?;
         }
         let batches = session
             .collect(r#"SELECT max("Timestamp") FROM readings"#)
@@ -202,18 +217,10 @@ async fn a_lookup_join_of_a_hundred_keys_in_one_partition_costs_a_few_requests()
              partition_key = '{region}', row_key = '{id:05}')",
         )
         .await?;
-    for chunk in (0..20_000).collect::<Vec<i32>>().chunks(1000) {
-        let values: Vec<String> = chunk
-            .iter()
-            .map(|c| format!("('eu', {c}, 'c{c}')"))
-            .collect();
-        session
-            .collect(&format!(
-                "INSERT INTO customers VALUES {}",
-                values.join(", ")
-            ))
-            .await?;
-    }
+    insert(&session, "customers", 0..20_000, 1000, |c| {
+        format!("('eu', {c}, 'c{c}')")
+    })
+    .await?;
     let values: Vec<String> = (0..100)
         .map(|i| format!("('eu', {i}, {})", 7000 + (i * 37) % 100))
         .collect();
@@ -290,18 +297,11 @@ async fn a_keyset_page_of_twenty_rows_costs_at_most_two_requests() -> TestResult
             ))
             .await?;
         for p in [1, 2, 3] {
-            for chunk in (0..1500).collect::<Vec<u32>>().chunks(500) {
-                let values: Vec<String> = chunk
-                    .iter()
-                    .map(|n| format!("({p}, {}, {n})", value(*n)))
-                    .collect();
-                session
-                    .collect(&format!(
-                        "INSERT INTO keyset_{name} VALUES {}",
-                        values.join(", ")
-                    ))
-                    .await?;
-            }
+            let sql_table = format!("keyset_{name}");
+            insert(&session, &sql_table, 0..1500, 500, |n| {
+                format!("({p}, {}, {n})", value(n))
+            })
+            .await?;
         }
         let page = format!(
             "SELECT v FROM keyset_{name} WHERE (p, k) > (1, {}) ORDER BY p, k LIMIT 20",
@@ -365,12 +365,10 @@ async fn a_point_read_costs_one_request_and_a_partition_a_request_a_page() -> Te
                  partition_key = '{p}', row_key = '{n:05}')",
             )
             .await?;
-        for chunk in (0..2500).collect::<Vec<i32>>().chunks(500) {
-            let values: Vec<String> = chunk.iter().map(|n| format!("('a', {n}, {n})")).collect();
-            session
-                .collect(&format!("INSERT INTO samples VALUES {}", values.join(", ")))
-                .await?;
-        }
+        insert(&session, "samples", 0..2500, 500, |n| {
+            format!("('a', {n}, {n})")
+        })
+        .await?;
         let (point, v) = requests_of(
             &local,
             "Samples",

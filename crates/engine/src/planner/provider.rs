@@ -24,7 +24,7 @@ use datafusion::physical_plan::limit::GlobalLimitExec;
 use super::pushdown::push_down;
 use super::settings::TablesqlConfig;
 use crate::catalog::stats::{StatsCache, TableStats};
-use crate::exec::read::access::AccessPath;
+use crate::exec::read::access::{Access, AccessPath};
 use crate::exec::read::decode::Source;
 use crate::exec::read::rescan::Rescan;
 use crate::exec::write::transaction::Transaction;
@@ -296,10 +296,11 @@ impl StoreTable {
         // spans they cover, on a store that reads keys in runs (not a
         // transaction block's, which reads one key a request and records
         // what it reads).
+        let run = store.get_many_limit();
         let path = match self.layout.def.as_deref() {
-            Some(def) if store.get_many_limit() > 1 => {
+            Some(def) if run > 1 && path.access == Access::Points && path.requests.len() > 1 => {
                 let stats = super::pushdown::cost::Statistics {
-                    keys_per_request: store.get_many_limit(),
+                    keys_per_request: run,
                     ..self.cost_statistics()
                 };
                 super::pushdown::covering(def, &path, &stats).unwrap_or(path)
@@ -490,7 +491,9 @@ impl TableProvider for StoreTable {
         let open: Vec<Expr> = filters
             .iter()
             .zip(&pushdown.exact)
-            .filter(|(f, exact)| !**exact && self.plan(std::slice::from_ref(*f)).exact == [true])
+            .filter(|(f, exact)| {
+                !**exact && filters.len() > 1 && self.plan(std::slice::from_ref(*f)).exact == [true]
+            })
             .map(|(f, _)| f.clone())
             .collect();
         if !open.is_empty() {
