@@ -510,6 +510,9 @@ struct RequestRun {
     /// projection and properties), naming its pages in the store's derived
     /// cache; `None` where it keeps nothing.
     shape: Option<Arc<str>>,
+    /// The scan's LIMIT: no request reads a page past the one that
+    /// reached it, since its later rows come after those in every order.
+    limit: Option<usize>,
 }
 
 /// The base rows behind index rows.
@@ -619,6 +622,7 @@ impl RequestRun {
     ) -> Result<bool> {
         let table = &self.layout.table;
         let mut token: Option<ContinuationToken> = None;
+        let mut sent = 0;
         loop {
             // Rows decoded as the store reads them; index rows that
             // lead to base rows are read whole, to look those up.
@@ -644,6 +648,11 @@ impl RequestRun {
                 self.counters.scanned.add(page.scanned);
                 (page.continuation, self.emit(&page.entities, tx).await?)
             };
+            sent += n;
+            if continuation.is_some() && self.limit.is_some_and(|l| sent >= l) {
+                // Not every page: nothing of it is kept.
+                return Ok(false);
+            }
             match continuation {
                 Some(next) if !(at_most_one && n > 0) => token = Some(next),
                 _ => return Ok(true),
@@ -1162,6 +1171,7 @@ impl PartitionScanExec {
         });
         let run = RequestRun {
             shape,
+            limit: self.limit,
             decode: Arc::new(DecodePlan::new(
                 self.rows.clone(),
                 &self.projection,
