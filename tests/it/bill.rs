@@ -196,9 +196,11 @@ async fn requests_of<T>(
 }
 
 /// A lookup join of 100 keys in one partition: the keys go twelve to a
-/// request as a `$filter` of RowKeys (9 requests), and where `ANALYZE`
-/// shows them dense (here 100 of 20,000 in one chunk between guideposts),
-/// as the one span they cover, filtered to the keys: one request.
+/// request as a `$filter` of RowKeys (9 requests), but where they are
+/// dense, as the one span they cover, filtered to the keys: one request.
+/// Dense by the key domain before `ANALYZE` (`{cid:05}` from 07000 to
+/// 07099 holds at most 100 entities), by the guideposts after it (100 of
+/// 20,000 in one chunk).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lookup_join_of_a_hundred_keys_in_one_partition_costs_a_few_requests() -> TestResult {
     let local = Local::start(Profile::Storage, &[])?;
@@ -241,7 +243,7 @@ async fn a_lookup_join_of_a_hundred_keys_in_one_partition_costs_a_few_requests()
     let (unanalyzed, first) = requests_of(&local, "Customers", answer(&session)).await?;
     let plan = pretty_format_batches(&session.collect(&format!("EXPLAIN ANALYZE {join}")).await?)?
         .to_string();
-    assert_eq!(unanalyzed, 9, "{plan}");
+    assert_eq!(unanalyzed, 1, "{plan}");
     session.collect("ANALYZE customers").await?;
     let (analyzed, second) = requests_of(&local, "Customers", answer(&session)).await?;
     let plan = pretty_format_batches(&session.collect(&format!("EXPLAIN ANALYZE {join}")).await?)?
@@ -402,5 +404,148 @@ async fn a_point_read_costs_one_request_and_a_partition_a_request_a_page() -> Te
             assert_eq!(scan, 3, "2,500 entities: three pages");
         }
     }
+    Ok(())
+}
+
+/// The `bill` row of an EXPLAIN (or EXPLAIN ANALYZE) of `sql`.
+async fn bill_of(session: &Session, explain: &str) -> TestResult<String> {
+    use tablesql::datafusion::arrow::array::AsArray;
+    for batch in session.collect(explain).await? {
+        let (kinds, plans) = (
+            batch.column(0).as_string::<i32>(),
+            batch.column(1).as_string::<i32>(),
+        );
+        for i in 0..batch.num_rows() {
+            if kinds.value(i) == "bill" {
+                return Ok(plans.value(i).to_owned());
+            }
+        }
+    }
+    Err(format!("no bill row in {explain}").into())
+}
+
+/// The bill of a statement: EXPLAIN estimates its billable transactions by
+/// kind before it runs, EXPLAIN ANALYZE counts them as it runs, for each
+/// read and write and for the statement, and the workload statistics
+/// keep them per statement; each is what the service itself counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_bill_is_estimated_counted_and_kept_as_the_service_counts_it() -> TestResult {
+    let local = Local::start(Profile::Storage, &[])?;
+    let session = session(&local).await?;
+    session
+        .collect(
+            "CREATE TABLE samples (p TEXT NOT NULL, n INT NOT NULL, v INT, \
+             PRIMARY KEY (p, n)) WITH (storage_table = 'Samples', \
+             partition_key = '{p}', row_key = '{n:05}')",
+        )
+        .await?;
+    // A write of 250 rows in three partitions: a batch per 100 rows of a
+    // partition.
+    let values: Vec<String> = (0..250)
+        .map(|i| format!("('{}', {i}, {i})", ["a", "b", "c"][i / 100]))
+        .collect();
+    let write = format!("INSERT INTO samples VALUES {}", values.join(", "));
+    let (paid, plan) = requests_of(&local, "Samples", async {
+        let batches = session.collect(&format!("EXPLAIN ANALYZE {write}")).await?;
+        TestResult::Ok(pretty_format_batches(&batches)?.to_string())
+    })
+    .await?;
+    assert_eq!(paid, 3, "{plan}");
+    assert!(plan.contains("transactions=3 (batches=3)"), "{plan}");
+    let (loaded, ()) = requests_of(
+        &local,
+        "Samples",
+        insert(&session, "samples", 1000..3500, 500, |n| {
+            format!("('d', {n}, {n})")
+        }),
+    )
+    .await?;
+    assert_eq!(loaded, 25, "2,500 rows of one partition: 25 batches");
+
+    // A point read: one, known before the run.
+    let point = "SELECT v FROM samples WHERE p = 'd' AND n = 1007";
+    let estimated = bill_of(&session, &format!("EXPLAIN {point}")).await?;
+    assert_eq!(
+        estimated,
+        "estimated=1 (point_reads=1)\n  Samples point: 1 (point_reads=1)"
+    );
+    // A partition of 2,500: three pages, estimated only as the least it
+    // costs until ANALYZE counts it.
+    let sum = "SELECT sum(v) FROM samples WHERE p = 'd'";
+    let estimated = bill_of(&session, &format!("EXPLAIN {sum}")).await?;
+    assert!(
+        estimated.starts_with("estimated>=1 (query_pages=1)"),
+        "{estimated}"
+    );
+    let (paid, counted) = requests_of(
+        &local,
+        "Samples",
+        bill_of(&session, &format!("EXPLAIN ANALYZE {sum}")),
+    )
+    .await?;
+    assert_eq!(paid, 3);
+    assert_eq!(
+        counted,
+        "transactions=3 (query_pages=3)\n  Samples row_range: 3 (query_pages=3)"
+    );
+    session.collect("ANALYZE samples").await?;
+    let estimated = bill_of(&session, &format!("EXPLAIN {sum}")).await?;
+    assert!(
+        estimated.starts_with("estimated=3 (query_pages=3)"),
+        "{estimated}"
+    );
+    // Thirty keys of a partition: as points, three runs of twelve; as the
+    // span they cover, one page. The cheaper is read.
+    let keys: Vec<String> = (1000..1030).map(|n| n.to_string()).collect();
+    let some = format!(
+        "SELECT count(v) FROM samples WHERE p = 'd' AND n IN ({})",
+        keys.join(", ")
+    );
+    let estimated = bill_of(&session, &format!("EXPLAIN {some}")).await?;
+    assert!(
+        estimated.starts_with("estimated=1 (query_pages=1)"),
+        "{estimated}"
+    );
+    let (paid, counted) = requests_of(
+        &local,
+        "Samples",
+        bill_of(&session, &format!("EXPLAIN ANALYZE {some}")),
+    )
+    .await?;
+    assert_eq!(
+        (paid, counted.lines().next()),
+        (1, Some("transactions=1 (query_pages=1)"))
+    );
+
+    // The workload statistics keep each statement's bill.
+    let (paid, total) = requests_of(&local, "Samples", int(&session, sum)).await?;
+    assert_eq!((paid, total), (3, (1000..3500).sum::<i64>()));
+    let kept = |query: &str| {
+        format!(
+            "SELECT transactions, query_pages, point_reads, batches FROM tablesql_stat_statements \
+             WHERE query = '{query}'"
+        )
+    };
+    let batches = session
+        .collect(&kept("SELECT sum(v) FROM samples WHERE p = $1"))
+        .await?;
+    let shown = pretty_format_batches(&batches)?.to_string();
+    assert!(
+        shown.contains("| 3            | 3           | 0           | 0       |"),
+        "{shown}"
+    );
+    let loads = "SELECT CAST(sum(batches) AS BIGINT) FROM tablesql_stat_statements \
+                 WHERE query LIKE 'INSERT INTO samples VALUES%'";
+    assert_eq!(int(&session, loads).await?, 25);
+    // And each storage table's: its 28 batches and the reads above.
+    let table = pretty_format_batches(
+        &session
+            .collect(
+                "SELECT batches, writes FROM tablesql_stat_tables WHERE table_name = 'Samples'",
+            )
+            .await?,
+    )?
+    .to_string();
+    assert!(table.contains("| 28      | 0      |"), "{table}");
     Ok(())
 }

@@ -113,7 +113,11 @@ fn sqlalchemy(driver: &str) -> TestResult {
     views.sort_unstable();
     assert_eq!(
         views,
-        ["tablesql_stat_partitions", "tablesql_stat_statements"],
+        [
+            "tablesql_stat_partitions",
+            "tablesql_stat_statements",
+            "tablesql_stat_tables"
+        ],
         "{out}"
     );
     let columns = out["columns"].as_array().ok_or("no columns")?;
@@ -469,7 +473,8 @@ fn pgjdbc_metadata_as_bi_tools_sync_it() -> TestResult {
     assert_eq!(
         get("tables"),
         "[public|events|TABLE, public|registrations|TABLE, \
-         public|tablesql_stat_partitions|VIEW, public|tablesql_stat_statements|VIEW]",
+         public|tablesql_stat_partitions|VIEW, public|tablesql_stat_statements|VIEW, \
+         public|tablesql_stat_tables|VIEW]",
         "{stdout}"
     );
     assert!(

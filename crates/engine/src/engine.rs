@@ -352,6 +352,10 @@ impl Engine {
             workload_views::PARTITIONS_VIEW,
             Arc::new(WorkloadView::partitions(workload.clone())),
         )?;
+        ctx.register_table(
+            workload_views::TABLES_VIEW,
+            Arc::new(WorkloadView::tables(workload.clone())),
+        )?;
         ctx.register_udf(crate::planner::pg_functions::like_escape_udf());
         ctx.register_udf(crate::planner::pg_functions::expandarray_items_udf());
         ctx.register_udf(crate::planner::pg_functions::subscripts_udf());

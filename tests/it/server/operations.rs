@@ -541,6 +541,15 @@ async fn metrics_count_the_workload() -> TestResult {
         3.0,
         "{scrape}"
     );
+    // The same as the bill's kinds (`storage::bill`).
+    assert_eq!(
+        sample(
+            &scrape,
+            "tablesql_storage_transactions_total{kind=\"batches\"}"
+        ),
+        3.0,
+        "{scrape}"
+    );
     assert!(
         scrape.contains("tablesql_storage_retries_total 0"),
         "{scrape}"

@@ -388,6 +388,7 @@ impl Session {
                 (stream, physical)
             }
         };
+        let stream = billed(snapshot, plan, &physical, stream).await?;
         let stream = self.engine().recorded(label, Some(physical), stream);
         Ok(shown(Box::pin(FailsBlock::new(stream, self.transaction()))))
     }
@@ -440,6 +441,40 @@ async fn physical_plan(
         .query_planner()
         .create_physical_plan(plan, state.as_ref())
         .await
+}
+
+/// An EXPLAIN's rows, then its `bill` row (`exec::bill`): estimated
+/// from the explained statement's physical plan (planned again here: the
+/// EXPLAIN keeps only its text), or, after an EXPLAIN ANALYZE has run,
+/// counted from `physical`'s metrics. Any other stream as it is.
+async fn billed(
+    snapshot: &Snapshot,
+    plan: &LogicalPlan,
+    physical: &Arc<dyn ExecutionPlan>,
+    stream: SendableRecordBatchStream,
+) -> Result<SendableRecordBatchStream, DataFusionError> {
+    use datafusion::common::format::ExplainFormat;
+    let bill: Box<dyn FnOnce() -> String + Send> = match plan {
+        LogicalPlan::Explain(e) if matches!(e.explain_format, ExplainFormat::Indent) => {
+            let explained = physical_plan(snapshot, &e.plan).await?;
+            Box::new(move || crate::exec::bill::estimated(explained.as_ref()))
+        }
+        LogicalPlan::Analyze(_) => {
+            let ran = physical.clone();
+            Box::new(move || crate::exec::bill::actual(ran.as_ref()))
+        }
+        _ => return Ok(stream),
+    };
+    let schema = stream.schema();
+    let out = schema.clone();
+    let last = futures::stream::once(async move {
+        Ok::<_, DataFusionError>(crate::exec::bill::row(&schema, bill()))
+    });
+    let rows = futures::StreamExt::chain(
+        stream,
+        futures::TryStreamExt::try_filter_map(last, |row| async move { Ok(row) }),
+    );
+    Ok(Box::pin(RecordBatchStreamAdapter::new(out, rows)))
 }
 
 /// `stream`, holding `guard` until it ends or is dropped: a locking query's

@@ -16,11 +16,13 @@
 //!   PostgreSQL (correlated subqueries, scalar subqueries, checked
 //!   arithmetic, joins that yield).
 //!
-//! Here, what they share: the layer's error ([`ExecError`]) and how a
+//! Here, what they share: a statement's bill as EXPLAIN shows it (`bill`),
+//! the layer's error ([`ExecError`]) and how a
 //! front end reads one ([`storage_cause`], [`is_conflict`]), a write's row
 //! count ([`rows_written`]), and the notices a statement leaves for its
 //! front end (`notices`).
 
+pub mod bill;
 pub mod notices;
 pub mod ops;
 pub mod read;

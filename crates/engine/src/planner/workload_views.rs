@@ -1,7 +1,8 @@
 //! The workload statistics in SQL: the views `tablesql_stat_statements`
-//! (one row per normalized statement run since the last reset) and
+//! (one row per normalized statement run since the last reset),
 //! `tablesql_stat_partitions` (one row per partition the statements read or
-//! wrote), and `tablesql_stat_reset()`, which forgets them, as
+//! wrote) and `tablesql_stat_tables` (one row per storage table, with its
+//! bill), and `tablesql_stat_reset()`, which forgets them, as
 //! `pg_stat_statements_reset()` does. Where the engine stores them
 //! (`EngineOptions::workload_flush`), the views show this process's counts
 //! merged with every other process's stored ones (`exec::stats::persist`),
@@ -24,13 +25,15 @@ use datafusion::scalar::ScalarValue;
 
 use crate::catalog::stats::StatsCache;
 use crate::exec::stats::advise::{Evidence, Finding, advise};
-use crate::exec::stats::workload::{PartitionRow, StatementStats, Workload};
+use crate::exec::stats::workload::{PartitionRow, StatementStats, TableRow, Workload};
 use crate::report;
 
 /// The statements view's name.
 pub const STATEMENTS_VIEW: &str = "tablesql_stat_statements";
 /// The partitions view's name.
 pub const PARTITIONS_VIEW: &str = "tablesql_stat_partitions";
+/// The tables view's name.
+pub const TABLES_VIEW: &str = "tablesql_stat_tables";
 /// The reset function's name.
 pub const RESET: &str = "tablesql_stat_reset";
 
@@ -39,6 +42,7 @@ pub const RESET: &str = "tablesql_stat_reset";
 enum Kind {
     Statements,
     Partitions,
+    Tables,
 }
 
 /// A view of the workload statistics, computed afresh at each scan.
@@ -69,6 +73,12 @@ impl WorkloadView {
             count("retries"),
             count("conflicts"),
             Field::new("access_path", DataType::Utf8, false),
+            // Billable transactions (`exec::bill`), all and by kind.
+            count("transactions"),
+            count("query_pages"),
+            count("point_reads"),
+            count("batches"),
+            count("writes"),
         ]));
         Self {
             workload,
@@ -87,12 +97,61 @@ impl WorkloadView {
         }
     }
 
+    /// `tablesql_stat_tables`: each storage table's traffic and bill.
+    pub fn tables(workload: Arc<Workload>) -> Self {
+        let count = |name: &str| Field::new(name, DataType::Int64, false);
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("table_name", DataType::Utf8, false),
+            count("entities_read"),
+            count("entities_written"),
+            count("requests"),
+            count("conflicts"),
+            count("transactions"),
+            count("query_pages"),
+            count("point_reads"),
+            count("batches"),
+            count("writes"),
+        ]));
+        Self {
+            workload,
+            kind: Kind::Tables,
+            schema,
+        }
+    }
+
     fn batch(&self) -> Result<RecordBatch> {
         match self.kind {
             Kind::Partitions => partitions_batch(&self.schema, &self.workload.partitions()),
             Kind::Statements => statements_batch(&self.schema, &self.workload.statements()),
+            Kind::Tables => tables_batch(&self.schema, &self.workload.tables()),
         }
     }
+}
+
+fn tables_batch(schema: &SchemaRef, rows: &[TableRow]) -> Result<RecordBatch> {
+    let count = |f: fn(&TableRow) -> u64| -> ArrayRef {
+        let values = rows.iter().map(|r| i64::try_from(f(r)).unwrap_or(i64::MAX));
+        Arc::new(values.collect::<Int64Array>())
+    };
+    Ok(RecordBatch::try_new(
+        schema.clone(),
+        vec![
+            Arc::new(
+                rows.iter()
+                    .map(|r| Some(r.table.as_str()))
+                    .collect::<StringArray>(),
+            ),
+            count(|r| r.totals.read),
+            count(|r| r.totals.written),
+            count(|r| r.totals.requests),
+            count(|r| r.totals.conflicts),
+            count(|r| r.bill.total()),
+            count(|r| r.bill.query_pages),
+            count(|r| r.bill.point_reads),
+            count(|r| r.bill.batches),
+            count(|r| r.bill.writes),
+        ],
+    )?)
 }
 
 fn statements_batch(schema: &SchemaRef, rows: &[(String, StatementStats)]) -> Result<RecordBatch> {
@@ -135,6 +194,11 @@ fn statements_batch(schema: &SchemaRef, rows: &[(String, StatementStats)]) -> Re
                     .map(|(_, s)| Some(s.path.as_ref()))
                     .collect::<StringArray>(),
             ),
+            count(|s| s.bill.total()),
+            count(|s| s.bill.query_pages),
+            count(|s| s.bill.point_reads),
+            count(|s| s.bill.batches),
+            count(|s| s.bill.writes),
         ],
     )?)
 }

@@ -437,6 +437,16 @@ impl Collector for StorageCollector {
                 let labels = [("operation", operation)];
                 ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
             }
+            let mut family = encoder.encode_descriptor(
+                "tablesql_storage_transactions",
+                "Billable transactions (on Azure, each request is one), by kind",
+                None,
+                MetricType::Counter,
+            )?;
+            for (kind, n) in counters.transactions().by_kind() {
+                let labels = [("kind", kind)];
+                ConstCounter::new(n).encode(family.encode_family(&labels)?)?;
+            }
         }
         // A store in this process answers no service: its counts are 0.
         let service = self

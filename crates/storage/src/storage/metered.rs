@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
+use super::bill::Transactions;
 use super::layer::StoreLayer;
 use super::{
     ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result, RowKey,
@@ -35,6 +36,16 @@ enum Operation {
     Tables,
 }
 
+/// The operations, in their order.
+const OPERATIONS_IN_ORDER: [Operation; 6] = [
+    Operation::Get,
+    Operation::QueryPage,
+    Operation::Write,
+    Operation::Batch,
+    Operation::Partitions,
+    Operation::Tables,
+];
+
 /// The names, in the operations' order.
 const OPERATIONS: [&str; 6] = ["get", "query_page", "write", "batch", "partitions", "table"];
 
@@ -48,6 +59,21 @@ impl StoreCounters {
             }
         }
         counted
+    }
+
+    /// The requests as billable transactions, by kind (`super::bill`).
+    pub fn transactions(&self) -> Transactions {
+        let mut t = Transactions::default();
+        for (operation, (_, n)) in OPERATIONS_IN_ORDER.iter().zip(self.by_operation()) {
+            match operation {
+                Operation::Get => t.point_reads += n,
+                Operation::QueryPage | Operation::Partitions => t.query_pages += n,
+                Operation::Write => t.writes += n,
+                Operation::Batch => t.batches += n,
+                Operation::Tables => t.other += n,
+            }
+        }
+        t
     }
 
     fn add(&self, operation: Operation) {
@@ -115,7 +141,7 @@ impl StoreLayer for MeteredStore {
     ) -> Result<Vec<StoredEntity>> {
         // One request of the service's, or one get per key where the store
         // reads them one by one.
-        let requests = row_keys.len().div_ceil(self.inner.get_many_limit().max(1));
+        let requests = super::bill::point_read_requests(self.inner.as_ref(), row_keys.len());
         for _ in 0..requests {
             self.counters.add(Operation::Get);
         }
@@ -198,6 +224,13 @@ mod tests {
                 ("table", 1)
             ]
         );
+        let billed = Transactions {
+            query_pages: 1,
+            point_reads: 2,
+            other: 1,
+            ..Transactions::default()
+        };
+        assert_eq!(counters.transactions(), billed);
         Ok(())
     }
 }

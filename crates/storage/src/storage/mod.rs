@@ -41,6 +41,7 @@
 
 #[cfg(feature = "azure")]
 pub mod azure;
+pub mod bill;
 mod clock;
 pub mod defaults;
 pub mod derived;

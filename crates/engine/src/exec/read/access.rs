@@ -7,6 +7,7 @@ use std::fmt;
 use std::ops::Bound;
 
 use crate::keys::{KeyTemplate, KeyValue};
+use crate::storage::bill::Transactions;
 use crate::storage::{Filter, KeyRange, PartitionKey, RowKey};
 
 /// How a path reaches its rows, in EXPLAIN's vocabulary. A path over index
@@ -182,6 +183,57 @@ impl AccessPath {
     /// The index whose rows the path reads; `None` for base rows.
     pub fn index(&self) -> Option<&IndexRead> {
         self.access.index()
+    }
+
+    /// The transactions the path costs, by kind, and whether that is an
+    /// estimate rather than the least it can cost. Point reads are known
+    /// before the run: a request per run of `keys_per_request` keys of a
+    /// partition. Other paths are estimated from the statistics
+    /// (`estimate`), `lookups` (a point read of a base row per index row)
+    /// among them; without statistics, a request of the path's costs a
+    /// page at least.
+    pub fn bill(&self, keys_per_request: usize, lookups: bool) -> (Transactions, bool) {
+        if self.access == Access::Points {
+            let run = keys_per_request.max(1) as u64;
+            let mut point_reads = 0;
+            let mut in_run: Option<(&PartitionKey, u64)> = None;
+            for request in &self.requests {
+                match (request, &mut in_run) {
+                    (KeyRequest::Get(pk, _), Some((p, n))) if *p == pk && *n < run => *n += 1,
+                    (KeyRequest::Get(pk, _), _) => {
+                        in_run = Some((pk, 1));
+                        point_reads += 1;
+                    }
+                    (KeyRequest::Scan { .. }, _) => {
+                        in_run = None;
+                        point_reads += 1;
+                    }
+                }
+            }
+            let t = Transactions {
+                point_reads,
+                ..Transactions::default()
+            };
+            return (t, true);
+        }
+        match self.estimate {
+            Some(e) => {
+                let point_reads = if lookups { e.rows } else { 0 };
+                let t = Transactions {
+                    query_pages: e.requests.saturating_sub(point_reads),
+                    point_reads,
+                    ..Transactions::default()
+                };
+                (t, true)
+            }
+            None => {
+                let t = Transactions {
+                    query_pages: self.requests.len() as u64,
+                    ..Transactions::default()
+                };
+                (t, false)
+            }
+        }
     }
 
     /// The path with a row-value bound (keyset paging): past it a scan of

@@ -286,7 +286,9 @@ impl ExecutionPlan for GlobalIndexExec {
             .get(self.position)
             .cloned()
             .ok_or_else(|| DataFusionError::Internal("no such global index".into()))?;
-        let (store, layout, path) = (self.store.clone(), self.layout.clone(), self.path.clone());
+        // The index's pages and the base rows' point reads, billed here.
+        let billed = super::metrics::BillCount::register(&self.metrics).billed(self.store.clone());
+        let (store, layout, path) = (billed.clone(), self.layout.clone(), self.path.clone());
         let (projection, schema, limit) =
             (self.projection.clone(), self.schema.clone(), self.limit);
         let (requests, found, lookups, stale) = (
@@ -308,7 +310,7 @@ impl ExecutionPlan for GlobalIndexExec {
             })
             .map_ok(|page| futures::stream::iter(page.into_iter().map(Ok::<_, ExecError>)))
             .try_flatten();
-        let base_store = self.store.clone();
+        let base_store = billed;
         let checked = entities
             .map(move |e| {
                 let (store, def, g, layout) =

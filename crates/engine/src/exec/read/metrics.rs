@@ -1,12 +1,17 @@
 //! The scan's EXPLAIN ANALYZE counters. DataFusion's own `Count` prints
 //! rounded figures (`1.20 K`); these print the exact number, since
 //! `entities_scanned=1` is the contract a point query is checked against.
+//! A node that asks the store for anything keeps its bill among them
+//! (`transactions`, [`BillCount`]); a statement's is the sum of its nodes'
+//! ([`bill`]).
 
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use crate::storage::TableStore;
+use crate::storage::bill::{Bill, BilledStore, Transactions};
 use datafusion::physical_plan::metrics::{
     CustomMetricValue, ExecutionPlanMetricsSet, MetricBuilder, MetricValue,
 };
@@ -95,4 +100,90 @@ pub fn sum(plan: &dyn datafusion::physical_plan::ExecutionPlan, name: &str) -> u
         .iter()
         .map(|c| sum(c.as_ref(), name))
         .sum::<usize>()
+}
+
+/// A node's billable transactions, by kind (`storage::bill`), shown as
+/// `transactions=7 (query_pages=2 point_reads=5)`.
+#[derive(Debug, Default, Clone)]
+pub struct BillCount(Arc<Bill>);
+
+/// The metric's name.
+pub const TRANSACTIONS: &str = "transactions";
+
+impl BillCount {
+    /// A bill registered in `metrics`.
+    pub fn register(metrics: &ExecutionPlanMetricsSet) -> Self {
+        let count = Self::default();
+        MetricBuilder::new(metrics).build(MetricValue::Custom {
+            name: TRANSACTIONS.into(),
+            value: Arc::new(count.clone()),
+        });
+        count
+    }
+
+    /// `store`, its requests billed here.
+    pub fn billed(&self, store: Arc<dyn TableStore>) -> Arc<dyn TableStore> {
+        BilledStore::over(store, self.0.clone())
+    }
+
+    /// Adds `t` (what a plan the node ran for itself was billed).
+    pub fn add(&self, t: Transactions) {
+        self.0.add(t);
+    }
+
+    /// The counts.
+    pub fn get(&self) -> Transactions {
+        self.0.get()
+    }
+}
+
+impl fmt::Display for BillCount {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.get().fmt(f)
+    }
+}
+
+impl CustomMetricValue for BillCount {
+    fn new_empty(&self) -> Arc<dyn CustomMetricValue> {
+        Arc::new(Self::default())
+    }
+
+    fn aggregate(&self, other: Arc<dyn CustomMetricValue + 'static>) {
+        if let Some(o) = other.as_any().downcast_ref::<BillCount>() {
+            self.add(o.get());
+        }
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+
+    fn as_usize(&self) -> usize {
+        self.get().total() as usize
+    }
+
+    fn is_eq(&self, other: &Arc<dyn CustomMetricValue>) -> bool {
+        other
+            .as_any()
+            .downcast_ref::<BillCount>()
+            .is_some_and(|o| o.get() == self.get())
+    }
+}
+
+/// The transactions `plan` and its inputs were billed.
+pub fn bill(plan: &dyn datafusion::physical_plan::ExecutionPlan) -> Transactions {
+    let mut out = Transactions::default();
+    if let Some(m) = plan.metrics() {
+        for m in m.iter() {
+            if let MetricValue::Custom { value, .. } = m.value()
+                && let Some(b) = value.as_any().downcast_ref::<BillCount>()
+            {
+                out += b.get();
+            }
+        }
+    }
+    for c in plan.children() {
+        out += bill(c.as_ref());
+    }
+    out
 }

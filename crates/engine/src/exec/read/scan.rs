@@ -48,7 +48,7 @@ use tokio::sync::mpsc;
 use super::access::{AccessPath, KeyRequest};
 use super::decode::{BatchSink, DecodePlan, Layout, Skipped, Source, decode_with};
 use super::fanout::{Fanout, ListingCounters, expand};
-use super::metrics::ExactCount;
+use super::metrics::{BillCount, ExactCount};
 use super::rescan::Rescan;
 use super::units::{Unit, batched};
 use crate::catalog::stats::TableStats;
@@ -157,6 +157,8 @@ struct Counters {
     /// Requests answered from the store's derived cache.
     cached: ExactCount,
     seen: Arc<Mutex<HashSet<String>>>,
+    /// Its billable transactions, by kind.
+    bill: BillCount,
 }
 
 impl PartitionScanExec {
@@ -410,6 +412,12 @@ impl PartitionScanExec {
         &self.layout.table
     }
 
+    /// The transactions its path costs, and whether that is an estimate
+    /// rather than the least it can cost (`AccessPath::bill`).
+    pub fn estimated_bill(&self) -> (crate::storage::bill::Transactions, bool) {
+        self.path.bill(self.store.get_many_limit(), self.lookup)
+    }
+
     /// Whether it reads whole entities over a range: no filter sent with
     /// the requests and every property asked for (the guidance's reads
     /// without filter or projection).
@@ -452,6 +460,7 @@ impl Counters {
             lookups: m("index_lookups"),
             cached: m("requests_cached"),
             seen: Arc::default(),
+            bill: BillCount::register(metrics),
         }
     }
 }
@@ -1111,6 +1120,7 @@ impl DynamicChoice {
             ] {
                 counter.add(super::metrics::sum(plan.as_ref(), name));
             }
+            counters.bill.add(super::metrics::bill(plan.as_ref()));
         })
         .filter_map(|()| futures::future::ready(None));
         Ok(Box::pin(RecordBatchStreamAdapter::new(
@@ -1124,6 +1134,8 @@ impl PartitionScanExec {
     /// The stream of the planned path's rows.
     fn read(&self) -> Result<SendableRecordBatchStream> {
         let counters = self.counters.clone();
+        // Every request of this run, billed to the scan.
+        let store = counters.bill.billed(self.store.clone());
         let select = self.rows.properties(&self.projection);
         let mut query = Query::all().select(select);
         query.filter = self.path.filter.clone();
@@ -1177,7 +1189,7 @@ impl PartitionScanExec {
                 &self.projection,
                 &self.schema,
             )),
-            store: self.store.clone(),
+            store: store.clone(),
             layout: self.rows.clone(),
             lookup,
             width: self.options.max_in_flight.max(1),
@@ -1192,7 +1204,7 @@ impl PartitionScanExec {
         let requests = match batched(&self.path.requests, self.store.get_many_limit()) {
             Some(units) => futures::stream::iter(units.into_iter().map(Ok)).boxed(),
             None => expand(
-                self.store.clone(),
+                store,
                 self.layout.table.clone(),
                 self.path.requests.clone(),
                 self.fanout.clone(),

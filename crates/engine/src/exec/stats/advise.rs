@@ -73,6 +73,7 @@ pub fn advise(evidence: &Evidence<'_>) -> Vec<Finding> {
     wide_reads(&evidence.statements, &evidence.analyzed, &mut out);
     read_then_write(&evidence.statements, &mut out);
     sparse(&evidence.statements, &mut out);
+    costly(&evidence.statements, &mut out);
     out
 }
 
@@ -536,6 +537,66 @@ fn sparse(statements: &[(String, StatementStats)], out: &mut Vec<Finding>) {
     }
 }
 
+/// The most statements `costly` names.
+const MOST_COSTLY: usize = 3;
+/// Share of the workload's transactions below which a statement is not
+/// named among the costliest, and transactions below which the bill says
+/// too little to name any.
+const COSTLY_SHARE: f64 = 0.1;
+const ENOUGH_TRANSACTIONS: u64 = 1000;
+
+/// The statements that cost the most billable transactions (on Azure,
+/// money): each of the few costliest that makes a good part of the
+/// workload's bill, with a remedy for the kind it spent most on.
+fn costly(statements: &[(String, StatementStats)], out: &mut Vec<Finding>) {
+    let all: u64 = statements.iter().map(|(_, s)| s.bill.total()).sum();
+    if all < ENOUGH_TRANSACTIONS {
+        return;
+    }
+    let mut ranked: Vec<&(String, StatementStats)> = statements.iter().collect();
+    ranked.sort_by(|(qa, a), (qb, b)| b.bill.total().cmp(&a.bill.total()).then(qa.cmp(qb)));
+    for (query, s) in ranked.into_iter().take(MOST_COSTLY) {
+        let total = s.bill.total();
+        if (total as f64) < COSTLY_SHARE * all as f64 {
+            break;
+        }
+        let most = s
+            .bill
+            .by_kind()
+            .into_iter()
+            .max_by_key(|(_, n)| *n)
+            .map_or("", |(kind, _)| kind);
+        let remedy = match most {
+            "point_reads" => {
+                "read the keys of a partition together (a join or IN list on the key, which \
+                 reads a run of keys a request) rather than a statement a key"
+            }
+            "batches" | "writes" => {
+                "write the rows of a partition together, up to 100 to a batch: one INSERT of \
+                 many rows, COPY or tablesql load, instead of a statement a row"
+            }
+            _ => {
+                "read fewer pages: filter on the keys (a PartitionKey and a RowKey range), \
+                 page with a LIMIT and a key bound, or keep index rows for the column filtered \
+                 on; EXPLAIN shows a plan's estimated bill"
+            }
+        };
+        out.push(Finding {
+            table: s.table.as_deref().unwrap_or_default().to_owned(),
+            kind: "costly_statement",
+            evidence: format!(
+                "{query:?} cost {} billable transactions in {} calls ({:.1} a call), {:.0}% of \
+                 the workload's {all}",
+                s.bill,
+                s.calls,
+                total as f64 / s.calls.max(1) as f64,
+                100.0 * total as f64 / all as f64
+            ),
+            remedy: remedy.into(),
+        });
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -563,6 +624,59 @@ mod tests {
                 })
                 .collect(),
         }
+    }
+
+    #[test]
+    fn the_costliest_statements_are_named_with_a_remedy_for_what_they_spent_most_on() {
+        use crate::storage::bill::Transactions;
+        let run = |calls, query_pages, point_reads, batches| StatementStats {
+            calls,
+            bill: Transactions {
+                query_pages,
+                point_reads,
+                batches,
+                ..Transactions::default()
+            },
+            ..StatementStats::default()
+        };
+        let statements = vec![
+            ("SELECT * FROM a".to_owned(), run(10, 9000, 0, 0)),
+            (
+                "SELECT x FROM b WHERE k = $1".to_owned(),
+                run(3000, 0, 3000, 0),
+            ),
+            (
+                "INSERT INTO c VALUES ($1)".to_owned(),
+                run(2000, 0, 0, 2000),
+            ),
+            ("SELECT 1".to_owned(), run(50, 50, 0, 0)),
+        ];
+        let mut out = Vec::new();
+        costly(&statements, &mut out);
+        let named: Vec<(&str, &str)> = out
+            .iter()
+            .map(|f| (f.evidence.split('"').nth(1).unwrap_or(""), &f.remedy[..10]))
+            .collect();
+        assert_eq!(
+            named,
+            [
+                ("SELECT * FROM a", "read fewer"),
+                ("SELECT x FROM b WHERE k = $1", "read the k"),
+                ("INSERT INTO c VALUES ($1)", "write the "),
+            ]
+        );
+        assert!(
+            out[0].evidence.contains(
+                "cost 9000 (query_pages=9000) billable transactions in 10 \
+                                      calls (900.0 a call), 64% of the workload's 14050"
+            ),
+            "{}",
+            out[0].evidence
+        );
+        // Too small a bill to say anything.
+        let mut none = Vec::new();
+        costly(&statements[3..], &mut none);
+        assert!(none.is_empty());
     }
 
     #[test]

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::workload::Workload;
+use crate::storage::bill::{Transactions, point_read_requests};
 use crate::storage::layer::StoreLayer;
 use crate::storage::{
     ContinuationToken, Page, PageEnd, PartitionKey, Query, Result, RowKey, RowSink, StorageError,
@@ -27,13 +28,20 @@ impl ObservedStore {
         Self { inner, workload }
     }
 
-    /// A write of `n` entities to one partition that ended with `error`,
-    /// if any: a conflict counts as one, other failures not at all.
-    fn wrote(&self, table: &TableName, pk: &PartitionKey, n: u64, error: Option<&StorageError>) {
+    /// A write of `n` entities to one partition, billed `bill`, that ended
+    /// with `error`, if any: a conflict counts as one, other failures not
+    /// at all.
+    fn wrote(
+        &self,
+        table: &TableName,
+        (pk, n): (&PartitionKey, u64),
+        bill: Transactions,
+        error: Option<&StorageError>,
+    ) {
         let conflict = error.is_some_and(StorageError::is_conflict);
         if error.is_none() || conflict {
             self.workload
-                .wrote(table.as_str(), pk.as_str(), n, conflict);
+                .wrote(table.as_str(), (pk.as_str(), n), conflict, bill);
         }
     }
 
@@ -43,7 +51,19 @@ impl ObservedStore {
         if let (true, Some(pk)) = (counts.is_empty(), query.partitions.single()) {
             counts.push((pk.as_str(), 0));
         }
-        self.workload.read(table.as_str(), counts);
+        let page = Transactions {
+            query_pages: 1,
+            ..Transactions::default()
+        };
+        self.workload.read(table.as_str(), counts, page);
+    }
+}
+
+/// `n` point reads.
+fn point_reads(n: u64) -> Transactions {
+    Transactions {
+        point_reads: n,
+        ..Transactions::default()
     }
 }
 
@@ -85,7 +105,8 @@ impl StoreLayer for ObservedStore {
     ) -> Result<Option<StoredEntity>> {
         let found = self.inner.get(table, pk, rk).await?;
         let n = u64::from(found.is_some());
-        self.workload.read(table.as_str(), [(pk.as_str(), n)]);
+        self.workload
+            .read(table.as_str(), [(pk.as_str(), n)], point_reads(1));
         Ok(found)
     }
 
@@ -96,8 +117,12 @@ impl StoreLayer for ObservedStore {
         row_keys: &[RowKey],
     ) -> Result<Vec<StoredEntity>> {
         let found = self.inner.get_many(table, pk, row_keys).await?;
-        self.workload
-            .read(table.as_str(), [(pk.as_str(), found.len() as u64)]);
+        let requests = point_read_requests(self.inner.as_ref(), row_keys.len());
+        self.workload.read(
+            table.as_str(),
+            [(pk.as_str(), found.len() as u64)],
+            point_reads(requests),
+        );
         Ok(found)
     }
 
@@ -141,7 +166,11 @@ impl StoreLayer for ObservedStore {
         let n = ops.len() as u64;
         let done = self.inner.execute_batch(table, ops).await;
         if let Some(pk) = partition {
-            self.wrote(table, &pk, n, done.as_ref().err());
+            let batch = Transactions {
+                batches: 1,
+                ..Transactions::default()
+            };
+            self.wrote(table, (&pk, n), batch, done.as_ref().err());
         }
         done
     }
@@ -151,7 +180,11 @@ impl StoreLayer for ObservedStore {
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
         let partition = op.keys().0.clone();
         let done = self.inner.execute(table, op).await;
-        self.wrote(table, &partition, 1, done.as_ref().err());
+        let write = Transactions {
+            writes: 1,
+            ..Transactions::default()
+        };
+        self.wrote(table, (&partition, 1), write, done.as_ref().err());
         done
     }
 }

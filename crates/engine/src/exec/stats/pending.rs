@@ -21,6 +21,7 @@ use std::ops::DerefMut;
 use foldhash::HashMap;
 
 use super::workload::{Kept, MAX_STATEMENTS, Run, StatementStats, TableTraffic, traffic};
+use crate::storage::bill::Transactions;
 
 /// The most partitions and statements one slot holds before it is folded,
 /// whatever the second: a bound on its memory, and far below
@@ -45,14 +46,17 @@ impl Pending {
         self.entries == 0 || (self.second == second && self.entries < MOST)
     }
 
-    /// One request to `table` that read `counts` entities per partition.
+    /// One read of `table`, billed `bill`, that read `counts` entities per
+    /// partition.
     pub(super) fn read<'a>(
         &mut self,
         second: u64,
         table: &str,
         counts: impl IntoIterator<Item = (&'a str, u64)>,
+        bill: Transactions,
     ) {
         self.table(second, table, |t| {
+            t.bill += bill;
             let mut all = 0;
             for (pk, n) in counts {
                 if let Some(p) = traffic(&mut t.partitions, pk) {
@@ -66,16 +70,18 @@ impl Pending {
         });
     }
 
-    /// One batch of `n` writes to `partition` of `table`, or its conflict.
+    /// One batch of `n` writes to `partition` of `table`, billed `bill`,
+    /// or its conflict.
     pub(super) fn wrote(
         &mut self,
         second: u64,
         table: &str,
-        partition: &str,
-        n: u64,
+        (partition, n): (&str, u64),
         conflict: bool,
+        bill: Transactions,
     ) {
         self.table(second, table, |t| {
+            t.bill += bill;
             let Some(p) = traffic(&mut t.partitions, partition) else {
                 return;
             };
@@ -147,6 +153,7 @@ impl Pending {
                 }
             }
             t.totals.fold(second, &held.totals);
+            t.bill += held.bill;
         }
         for (q, s) in self.statements.drain() {
             fold_statement(kept, q, s);
@@ -197,7 +204,7 @@ mod tests {
 
     fn read(second: u64, pk: &str, n: u64) -> Pending {
         let mut p = Pending::default();
-        p.read(second, "T", [(pk, n)]);
+        p.read(second, "T", [(pk, n)], Transactions::default());
         p
     }
 
@@ -228,7 +235,7 @@ mod tests {
             if !slot.takes(0) {
                 fold_all(&mut kept, &mut [&mut slot]);
             }
-            slot.read(0, "T", [(name.as_str(), 1)]);
+            slot.read(0, "T", [(name.as_str(), 1)], Transactions::default());
         }
         assert!(slot.takes(0), "the slot was folded on the way");
         fold_all(&mut kept, &mut [&mut slot]);

@@ -812,7 +812,12 @@ mod tests {
         for i in 0..150 {
             a.ran(&format!("SELECT '{long}', {i}"), Run::default());
         }
-        a.wrote("T", "p", 3, false);
+        a.wrote(
+            "T",
+            ("p", 3),
+            false,
+            crate::storage::bill::Transactions::default(),
+        );
         pa.flush(false).await?;
         let state = pa.state.lock().await;
         assert!(state.chunks > CHUNKS_PER_BATCH, "{} chunks", state.chunks);

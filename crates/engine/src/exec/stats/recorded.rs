@@ -82,7 +82,8 @@ fn keep_positions(statement: &mut Statement) {
 }
 
 /// What the scans of an executed plan did: entities examined and returned,
-/// requests, and their access paths; and the retries of its scans and writes.
+/// requests, and their access paths; the retries of its scans and writes;
+/// and the transactions its nodes were billed.
 pub fn plan_run(plan: &Arc<dyn ExecutionPlan>, run: &mut Run) {
     let mut paths: Vec<&'static str> = Vec::new();
     let mut stack = vec![plan];
@@ -118,6 +119,7 @@ pub fn plan_run(plan: &Arc<dyn ExecutionPlan>, run: &mut Run) {
         }
         stack.extend(node.children());
     }
+    run.bill += crate::exec::read::metrics::bill(plan.as_ref());
     paths.sort_unstable();
     run.path = match paths.as_slice() {
         [] => "none".into(),

@@ -12,6 +12,7 @@ use serde_json::{Value, json};
 
 use super::key_order::KeyOrder;
 use super::workload::{Kept, PartitionTraffic, StatementStats, TableTraffic};
+use crate::storage::bill::Transactions;
 
 /// The version of the form below.
 const VERSION: u64 = 1;
@@ -36,7 +37,8 @@ pub fn encode(kept: &Kept) -> String {
                 s.conflicts,
                 s.path.as_ref(),
                 s.whole,
-                s.table.as_deref()
+                s.table.as_deref(),
+                bill(&s.bill)
             ])
         })
         .collect();
@@ -63,7 +65,8 @@ pub fn encode(kept: &Kept) -> String {
                     o.new_last,
                     o.new_first
                 ],
-                parts
+                parts,
+                bill(&t.bill)
             ])
         })
         .collect();
@@ -103,6 +106,8 @@ pub fn decode(text: &str) -> Option<Kept> {
             path: Cow::Owned(text(11)?),
             whole: text(12),
             table: text(13).map(Arc::from),
+            // Absent from a snapshot stored before the bill was kept.
+            bill: s.get(14).and_then(restore_bill).unwrap_or_default(),
         };
         kept.statements.insert(text(0)?, stats);
     }
@@ -120,6 +125,8 @@ pub fn decode(text: &str) -> Option<Kept> {
         let mut table = TableTraffic {
             totals: restore(t.get(1)?)?,
             order,
+            // Absent from a snapshot stored before the bill was kept.
+            bill: t.get(4).and_then(restore_bill).unwrap_or_default(),
             ..TableTraffic::default()
         };
         for p in t.get(3)?.as_array()? {
@@ -131,6 +138,23 @@ pub fn decode(text: &str) -> Option<Kept> {
         kept.tables.insert(name, table);
     }
     Some(kept)
+}
+
+/// A bill as `[query_pages, point_reads, batches, writes, other]`.
+fn bill(t: &Transactions) -> Value {
+    json!(t.by_kind().map(|(_, n)| n))
+}
+
+fn restore_bill(v: &Value) -> Option<Transactions> {
+    let a = v.as_array()?;
+    let n = |i: usize| a.get(i).and_then(Value::as_u64);
+    Some(Transactions {
+        query_pages: n(0)?,
+        point_reads: n(1)?,
+        batches: n(2)?,
+        writes: n(3)?,
+        other: n(4)?,
+    })
 }
 
 fn micros(d: Duration) -> u64 {
@@ -173,11 +197,20 @@ mod tests {
     #[test]
     fn a_snapshot_reads_back_as_it_was_written() {
         let w = Workload::default();
-        w.read("T", [("a", 2), ("b\"\n", 0)]);
-        w.wrote("T", "a", 3, false);
+        let pages = Transactions {
+            query_pages: 2,
+            ..Transactions::default()
+        };
+        w.read("T", [("a", 2), ("b\"\n", 0)], pages);
+        let batch = Transactions {
+            batches: 1,
+            ..Transactions::default()
+        };
+        w.wrote("T", ("a", 3), false, batch);
         let run = Run {
             elapsed: Duration::from_micros(1500),
             rows: 4,
+            bill: batch,
             path: Cow::Borrowed("point"),
             table: Some(Arc::from("T")),
             span: Some(("a".into(), "c".into(), 4)),
@@ -192,15 +225,20 @@ mod tests {
         assert_eq!(again.statements(), w.statements());
         assert_eq!(again.partitions(), w.partitions());
         assert_eq!(again.tables(), w.tables());
+        let billed = again.tables().first().map(|t| t.bill);
+        assert_eq!(
+            billed.map(|b| b.to_string()).as_deref(),
+            Some("3 (query_pages=2 batches=1)")
+        );
         assert_eq!(decode("{\"v\":2}").map(|k| k.is_empty()), None);
     }
 
     #[test]
     fn merged_counts_add_and_peaks_take_the_higher() {
         let (a, b) = (Workload::default(), Workload::default());
-        a.wrote("T", "p", 5, false);
-        b.wrote("T", "p", 2, false);
-        b.wrote("T", "p", 2, false);
+        a.wrote("T", ("p", 5), false, Transactions::default());
+        b.wrote("T", ("p", 2), false, Transactions::default());
+        b.wrote("T", ("p", 2), false, Transactions::default());
         let run = |ms| Run {
             elapsed: Duration::from_millis(ms),
             path: Cow::Borrowed("point"),

@@ -2,7 +2,8 @@
 //!
 //! - Per normalized statement (its literals as `$n`): calls, time, rows,
 //!   the entities its scans examined and returned (their ratio is the
-//!   query's density), its requests, and its access path. Recorded when a
+//!   query's density), its requests, its billable transactions by kind,
+//!   and its access path. Recorded when a
 //!   statement's rows are done (`observe`, `ran`); read as
 //!   `tablesql_stat_statements`.
 //! - Per table and partition: entities read and written, requests, write
@@ -33,6 +34,7 @@ use chrono::{DateTime, Utc};
 
 use super::key_order::KeyOrder;
 use super::pending::{Pending, fold_all};
+use crate::storage::bill::Transactions;
 use crate::striped::Striped;
 
 /// One partition's traffic since the last reset.
@@ -168,6 +170,9 @@ pub struct Run {
     pub returned: u64,
     /// Requests its scans sent.
     pub requests: u64,
+    /// Its billable transactions, by kind: reads and writes
+    /// (`exec::bill`).
+    pub bill: Transactions,
     /// Retries the store made for its requests, reads and writes.
     pub retries: u64,
     /// Its access path (`point`, `row_range`, `full_scan`, ... joined by
@@ -199,6 +204,10 @@ impl Run {
             scanned: rows,
             returned: rows,
             requests,
+            bill: Transactions {
+                point_reads: requests,
+                ..Transactions::default()
+            },
             retries,
             path: Cow::Borrowed("point"),
             whole: None,
@@ -227,6 +236,8 @@ pub struct StatementStats {
     pub returned: u64,
     /// Requests, all runs.
     pub requests: u64,
+    /// Billable transactions by kind, all runs.
+    pub bill: Transactions,
     /// Retries the store made, all runs.
     pub retries: u64,
     /// Runs that failed because the store refused a write for a conflict
@@ -255,6 +266,7 @@ impl StatementStats {
         self.scanned += run.scanned;
         self.returned += run.returned;
         self.requests += run.requests;
+        self.bill += run.bill;
         self.retries += run.retries;
         self.path = run.path;
         self.whole = run.whole;
@@ -284,6 +296,7 @@ impl StatementStats {
         self.scanned += newer.scanned;
         self.returned += newer.returned;
         self.requests += newer.requests;
+        self.bill += newer.bill;
         self.retries += newer.retries;
         self.conflicts += newer.conflicts;
     }
@@ -395,10 +408,13 @@ pub(super) struct TableTraffic {
     pub(super) totals: PartitionTraffic,
     /// Its writes against the keys written before.
     pub(super) order: KeyOrder,
+    /// Its billable transactions, by kind.
+    pub(super) bill: Transactions,
 }
 
 impl TableTraffic {
     fn merge(&mut self, o: &TableTraffic) {
+        self.bill += o.bill;
         for (pk, t) in &o.partitions {
             if let Some(p) = traffic(&mut self.partitions, pk) {
                 p.merge(t);
@@ -420,6 +436,8 @@ pub struct TableRow {
     pub partitions: usize,
     /// Its writes against the keys written before.
     pub order: KeyOrder,
+    /// Its billable transactions, by kind.
+    pub bill: Transactions,
 }
 
 impl std::fmt::Debug for Workload {
@@ -460,16 +478,21 @@ impl Workload {
 }
 
 impl Workload {
-    /// One request to `table` that read `counts` entities per partition
-    /// (a partition with 0 still counts the request).
-    pub fn read<'a>(&self, table: &str, counts: impl IntoIterator<Item = (&'a str, u64)>) {
-        self.record(|p, second| p.read(second, table, counts));
+    /// One read of `table`, billed `bill`, that read `counts` entities
+    /// per partition (a partition with 0 still counts the request).
+    pub fn read<'a>(
+        &self,
+        table: &str,
+        counts: impl IntoIterator<Item = (&'a str, u64)>,
+        bill: Transactions,
+    ) {
+        self.record(|p, second| p.read(second, table, counts, bill));
     }
 
-    /// One batch of `n` writes to a partition of `table`; `conflict` when
-    /// the store refused it for one.
-    pub fn wrote(&self, table: &str, partition: &str, n: u64, conflict: bool) {
-        self.record(|p, second| p.wrote(second, table, partition, n, conflict));
+    /// One batch of `n` writes to a partition of `table`, billed `bill`;
+    /// `conflict` when the store refused it for one.
+    pub fn wrote(&self, table: &str, written: (&str, u64), conflict: bool, bill: Transactions) {
+        self.record(|p, second| p.wrote(second, table, written, conflict, bill));
     }
 
     /// One run of the statement whose normalized text is `statement`.
@@ -664,6 +687,7 @@ impl Workload {
                     totals: traffic.totals.clone(),
                     partitions: traffic.partitions.len(),
                     order: traffic.order.clone(),
+                    bill: traffic.bill,
                 })
                 .collect();
             rows.sort_by(|a, b| a.table.cmp(&b.table));
@@ -719,9 +743,9 @@ mod tests {
     #[test]
     fn reads_writes_and_conflicts_land_on_their_partition() {
         let w = Workload::default();
-        w.read("T", [("a", 2), ("b", 0)]);
-        w.wrote("T", "a", 3, false);
-        w.wrote("T", "a", 1, true);
+        w.read("T", [("a", 2), ("b", 0)], Transactions::default());
+        w.wrote("T", ("a", 3), false, Transactions::default());
+        w.wrote("T", ("a", 1), true, Transactions::default());
         let rows = w.partitions();
         assert_eq!(rows.len(), 2);
         let a = &rows[0].traffic;
@@ -751,7 +775,7 @@ mod tests {
         std::thread::scope(|s| {
             s.spawn(|| {
                 for _ in 0..reads {
-                    w.read("T", [("a", n)]);
+                    w.read("T", [("a", n)], Transactions::default());
                 }
             });
         });
@@ -764,7 +788,7 @@ mod tests {
             for _ in 0..4 {
                 s.spawn(|| {
                     for _ in 0..100 {
-                        w.read("T", [("a", 1)]);
+                        w.read("T", [("a", 1)], Transactions::default());
                     }
                 });
             }
@@ -774,7 +798,7 @@ mod tests {
         set_second(&w, 2);
         std::thread::scope(|s| {
             for _ in 0..3 {
-                s.spawn(|| w.read("T", [("a", 10)]));
+                s.spawn(|| w.read("T", [("a", 10)], Transactions::default()));
             }
         });
         let a = &w.partitions()[0].traffic;
@@ -795,7 +819,7 @@ mod tests {
             let w = &w;
             s.spawn(move || {
                 for n in reads {
-                    w.read("T", [("a", n)]);
+                    w.read("T", [("a", n)], Transactions::default());
                     let _ = answer.send(());
                 }
             });
@@ -818,11 +842,11 @@ mod tests {
     #[test]
     fn writes_and_reads_of_one_second_share_its_window() {
         let w = at_second(4);
-        w.wrote("T", "a", 5, false);
+        w.wrote("T", ("a", 5), false, Transactions::default());
         read_on_a_thread(&w, 2, 1);
-        w.wrote("T", "a", 1, true);
+        w.wrote("T", ("a", 1), true, Transactions::default());
         set_second(&w, 5);
-        w.wrote("T", "a", 2, false);
+        w.wrote("T", ("a", 2), false, Transactions::default());
         let a = &w.partitions()[0].traffic;
         assert_eq!((a.written, a.writes, a.conflicts, a.requests), (7, 2, 1, 5));
         assert_eq!((a.peak_written_per_s, a.peak_writes_per_s), (5, 1));

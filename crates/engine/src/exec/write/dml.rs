@@ -71,7 +71,7 @@ use super::encode::{Columns, compose, entities, mapped, primary_prefix};
 use crate::catalog::TableDef;
 use crate::exec::ExecError;
 use crate::exec::read::decode::{Layout, Source, decode};
-use crate::exec::read::metrics::ExactCount;
+use crate::exec::read::metrics::{BillCount, ExactCount};
 use crate::exec::read::scan::PartitionScanExec;
 use crate::storage::key::cmp_utf16;
 use crate::storage::write::MAX_BATCH_OPERATIONS;
@@ -141,6 +141,8 @@ pub struct DmlExec {
     /// Retries the store made for the writes and their reads (the input's
     /// scans count their own).
     retries: ExactCount,
+    /// Its billable transactions, by kind (the input's scans keep their own).
+    bill: BillCount,
     /// Whether it yields the rows it wrote (RETURNING), not their count.
     returning: bool,
     /// Whether a query chose its rows (`planner::dml_query`): read to the
@@ -192,6 +194,11 @@ fn count_schema() -> SchemaRef {
 }
 
 impl DmlExec {
+    /// What it does: `insert`, `update`, `delete` or an upsert.
+    pub fn op_name(&self) -> &'static str {
+        self.op.name()
+    }
+
     /// The storage table it writes.
     pub fn table(&self) -> &crate::storage::TableName {
         &self.layout.table
@@ -230,6 +237,7 @@ impl DmlExec {
             span: Arc::default(),
             rows_written: ExactCount::register(&metrics, ROWS_WRITTEN),
             retries: ExactCount::register(&metrics, "retries"),
+            bill: BillCount::register(&metrics),
             metrics,
             returning: false,
             chosen: false,
@@ -437,7 +445,8 @@ impl ExecutionPlan for DmlExec {
         let mut writer = Writer {
             def: mapped(&self.layout)?.clone(),
             op: self.op.clone(),
-            store: self.store.clone(),
+            // Its reads and writes (index rows among them), billed here.
+            store: self.bill.billed(self.store.clone()),
             layout: self.layout.clone(),
             if_match: self.if_match.clone(),
             materialize: self.moves_rows(),

@@ -25,6 +25,7 @@ use crate::catalog::TableDef;
 use crate::catalog::stats::{PRIMARY_PATH, PartitionStats, TableStats, template_kind};
 use crate::exec::read::access::{AccessPath, Estimate, KeyRequest};
 use crate::exec::read::fanout::{analyzed, spans_partitions};
+use crate::keys::{KeyTemplate, KeyValue};
 use crate::storage::{KeyRange, PartitionKey, RowKey};
 
 /// Entities in one page of a query's answer.
@@ -114,6 +115,50 @@ pub fn estimate(def: &TableDef, path: &AccessPath, stats: &Statistics) -> Option
         out.requests += out.rows;
     }
     Some(out)
+}
+
+/// The requests of `groups` (the RowKeys a path of points reads in each
+/// partition, in key order) read as points and as the spans from each
+/// partition's first key to its last, judged by the RowKey template alone
+/// where no statistics are at hand: a span of a template whose last field
+/// is a fixed-width integer, its other fields equal at both ends, holds at
+/// most a key per integer between them. `None` where a span is not such.
+pub fn by_key_domain(
+    template: &KeyTemplate,
+    groups: &[(&PartitionKey, Vec<&RowKey>)],
+    keys_per_request: usize,
+) -> Option<(Estimate, Estimate)> {
+    let run = keys_per_request.max(1) as u64;
+    let (mut spans, mut points) = (0, 0);
+    let mut rows = 0;
+    for (_, keys) in groups {
+        let (first, last) = (keys.first()?, keys.last()?);
+        spans += integers_between(template, first, last)?
+            .div_ceil(PAGE)
+            .max(1);
+        points += (keys.len() as u64).div_ceil(run);
+        rows += keys.len() as u64;
+    }
+    let estimate = |requests| Estimate { requests, rows };
+    Some((estimate(spans), estimate(points)))
+}
+
+/// The keys `template` can write from `first` to `last`, both included,
+/// where they differ only in a last field of fixed-width integers.
+fn integers_between(template: &KeyTemplate, first: &RowKey, last: &RowKey) -> Option<u64> {
+    let n = template.columns().count();
+    let (_, format) = template.field(n.checked_sub(1)?)?;
+    format.int_range()?;
+    let (a, b) = (
+        template.decompose(first.as_str()).ok()?,
+        template.decompose(last.as_str()).ok()?,
+    );
+    match (a.split_last()?, b.split_last()?) {
+        ((KeyValue::Int(x), lead_a), (KeyValue::Int(y), lead_b)) if lead_a == lead_b => {
+            Some(x.abs_diff(*y) + 1)
+        }
+        _ => None,
+    }
 }
 
 /// The partitions of `all` (in key order) in `range`: found by a binary

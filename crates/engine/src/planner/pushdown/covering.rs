@@ -5,7 +5,10 @@
 //! Where the keys are dense, the span from a partition's first key to its
 //! last fills a page or two, and reading it costs fewer. The guideposts of
 //! `ANALYZE` say how many entities a span holds (`cost::estimate`), so a
-//! span is read only where the statistics show it cheaper.
+//! span is read only where the statistics show it cheaper. Without them,
+//! a RowKey whose keys differ in a fixed-width integer bounds a span by
+//! its key domain: `r:07000` to `r:07099` holds at most 100 entities
+//! (`cost::by_key_domain`).
 //!
 //! The span's rows are not all the keys': the path carries the keys as a
 //! filter (`PartitionKey eq p and (RowKey eq a or ...)`) that the store
@@ -17,8 +20,8 @@ use super::*;
 use crate::storage::Operand;
 
 /// The covering path for `points` (an `access=points(N)` path), where the
-/// statistics show it costs fewer requests; `None` otherwise. Applied by
-/// the scan that knows its store (`StoreTable::build`): the filters the
+/// statistics (or the key domain) show it costs fewer requests; `None`
+/// otherwise. Applied by the scan that knows its store (`StoreTable::build`): the filters the
 /// path answers are the points', so the choice is the scan's alone.
 pub fn covering(def: &TableDef, points: &AccessPath, stats: &Statistics) -> Option<AccessPath> {
     if stats.keys_per_request < 2 || points.access != Access::Points || points.requests.len() < 2 {
@@ -76,8 +79,13 @@ pub fn covering(def: &TableDef, points: &AccessPath, stats: &Statistics) -> Opti
         partition_bound: None,
         estimate: None,
     };
-    let spans = cost::estimate(def, &path, stats)?;
-    let each = cost::estimate(def, points, stats)?;
+    let (spans, each) = match (
+        cost::estimate(def, &path, stats),
+        cost::estimate(def, points, stats),
+    ) {
+        (Some(spans), Some(each)) => (spans, each),
+        _ => cost::by_key_domain(&def.row_key, &groups, stats.keys_per_request)?,
+    };
     if spans.requests >= each.requests {
         return None;
     }
@@ -173,5 +181,29 @@ mod tests {
         // A store that reads a key a request: no runs to compare with
         // here (the embedded store, where a point read is no transaction).
         assert_eq!(covering(&def, &dense, &statistics(1)), None);
+    }
+
+    #[test]
+    fn without_statistics_a_span_of_integer_keys_is_costed_by_the_keys_it_can_hold() {
+        let def = def();
+        let none = Statistics {
+            keys_per_request: 12,
+            ..Statistics::default()
+        };
+        // `r:05000` to `r:05099`: at most 100 entities, one page.
+        let span = covering(&def, &points(5_000..5_100), &none).expect("a span");
+        assert_eq!(span.estimate.map(|e| e.requests), Some(1));
+        // `r:00000` to `r:19800`: up to 19,801 entities, 20 pages, not 9.
+        assert_eq!(
+            covering(&def, &points((0..100).map(|i| i * 200)), &none),
+            None
+        );
+        // A text RowKey bounds nothing.
+        let text = crate::catalog::ddl::parse(
+            "CREATE TABLE things (p TEXT NOT NULL, n TEXT NOT NULL, PRIMARY KEY (p, n)) \
+             WITH (partition_key = '{p}', row_key = 'r:{n}')",
+        )
+        .expect("parses");
+        assert_eq!(covering(&text, &points(5_000..5_100), &none), None);
     }
 }

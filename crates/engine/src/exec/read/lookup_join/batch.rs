@@ -21,7 +21,7 @@ use futures::stream::{self, BoxStream};
 use futures::{StreamExt, TryStreamExt};
 
 use super::{JoinSpec, KeyReads};
-use crate::exec::read::metrics::{ExactCount, sum as sum_metric};
+use crate::exec::read::metrics::{BillCount, ExactCount, bill, sum as sum_metric};
 
 /// Batches whose keys are read ahead of the one being joined.
 const READS_AHEAD: usize = 2;
@@ -34,6 +34,8 @@ struct Counters {
     keys: ExactCount,
     requests: ExactCount,
     rows_read: ExactCount,
+    /// The key reads' bills, summed.
+    bill: BillCount,
 }
 
 /// What every batch of one execution shares.
@@ -75,6 +77,7 @@ impl Run {
                 keys: m("keys"),
                 requests: m("requests"),
                 rows_read: m("rows_read"),
+                bill: BillCount::register(metrics),
             },
         }
     }
@@ -170,6 +173,7 @@ impl Run {
             self.counters
                 .requests
                 .add(sum_metric(plan.as_ref(), "requests"));
+            self.counters.bill.add(bill(plan.as_ref()));
         }
         let batches: Vec<RecordBatch> = results.into_iter().flatten().collect();
         self.counters
