@@ -1,7 +1,7 @@
 //! Billable transactions: what a statement costs on Azure, where every
 //! request is billed, counted by kind as the store is asked (a page of a
 //! query, a point read, an entity group transaction, a single write).
-//! A [`BilledStore`] counts the requests made through it into a [`Bill`];
+//! A [`MeteredStore`] over a [`Bill`] counts the requests made through it;
 //! the engine gives each scan and each write of a plan a store of its own,
 //! so that EXPLAIN ANALYZE shows each one's bill and the statement's is
 //! their sum. A store that keeps no accounts (the embedded one) is billed
@@ -12,16 +12,12 @@
 
 use std::fmt;
 use std::ops::AddAssign;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use async_trait::async_trait;
-
-use super::layer::StoreLayer;
-use super::{
-    ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result, RowKey,
-    RowSink, StoredEntity, TableName, TableStore, WriteOp, WriteOutcome,
-};
+use super::TableStore;
+#[cfg(doc)]
+use super::metered::MeteredStore;
+use super::metered::{Meter, Operation};
 
 /// Transactions by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -39,32 +35,65 @@ pub struct Transactions {
     pub other: u64,
 }
 
+/// The kinds' names, in the order of [`Transactions::by_kind`]: metric
+/// labels and column names.
+const KINDS: [&str; 5] = ["query_pages", "point_reads", "batches", "writes", "other"];
+
+/// The position among [`KINDS`] of the kind `operation` is billed as.
+fn kind(operation: Operation) -> usize {
+    match operation {
+        Operation::QueryPage | Operation::Partitions => 0,
+        Operation::Get => 1,
+        Operation::Batch => 2,
+        Operation::Write => 3,
+        Operation::Tables => 4,
+    }
+}
+
 impl Transactions {
-    /// Every kind together.
-    pub fn total(&self) -> u64 {
-        self.query_pages + self.point_reads + self.batches + self.writes + self.other
+    fn counts(&self) -> [u64; 5] {
+        [
+            self.query_pages,
+            self.point_reads,
+            self.batches,
+            self.writes,
+            self.other,
+        ]
     }
 
-    /// The kinds as `(name, count)`, in a fixed order: the names are metric
-    /// labels and column names.
+    fn from_counts([query_pages, point_reads, batches, writes, other]: [u64; 5]) -> Self {
+        Self {
+            query_pages,
+            point_reads,
+            batches,
+            writes,
+            other,
+        }
+    }
+
+    /// Adds `n` requests of `operation`, as the kind they are billed as.
+    pub fn add(&mut self, operation: Operation, n: u64) {
+        let mut counts = self.counts();
+        counts[kind(operation)] += n;
+        *self = Self::from_counts(counts);
+    }
+
+    /// Every kind together.
+    pub fn total(&self) -> u64 {
+        self.counts().iter().sum()
+    }
+
+    /// The kinds as `(name, count)`, in a fixed order.
     pub fn by_kind(&self) -> [(&'static str, u64); 5] {
-        [
-            ("query_pages", self.query_pages),
-            ("point_reads", self.point_reads),
-            ("batches", self.batches),
-            ("writes", self.writes),
-            ("other", self.other),
-        ]
+        let counts = self.counts();
+        std::array::from_fn(|i| (KINDS[i], counts[i]))
     }
 }
 
 impl AddAssign for Transactions {
     fn add_assign(&mut self, o: Self) {
-        self.query_pages += o.query_pages;
-        self.point_reads += o.point_reads;
-        self.batches += o.batches;
-        self.writes += o.writes;
-        self.other += o.other;
+        let (mine, theirs) = (self.counts(), o.counts());
+        *self = Self::from_counts(std::array::from_fn(|i| mine[i] + theirs[i]));
     }
 }
 
@@ -87,43 +116,27 @@ impl fmt::Display for Transactions {
 
 /// Transactions counted as they are made, from any thread.
 #[derive(Debug, Default)]
-pub struct Bill {
-    query_pages: AtomicU64,
-    point_reads: AtomicU64,
-    batches: AtomicU64,
-    writes: AtomicU64,
-    other: AtomicU64,
-}
+pub struct Bill([AtomicU64; 5]);
 
 impl Bill {
     /// The counts so far.
     pub fn get(&self) -> Transactions {
-        let n = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        Transactions {
-            query_pages: n(&self.query_pages),
-            point_reads: n(&self.point_reads),
-            batches: n(&self.batches),
-            writes: n(&self.writes),
-            other: n(&self.other),
-        }
+        Transactions::from_counts(std::array::from_fn(|i| self.0[i].load(Ordering::Relaxed)))
     }
 
     /// Adds `t`.
-    pub fn add(&self, t: Transactions) {
-        let add = |c: &AtomicU64, n: u64| {
+    pub fn add_all(&self, t: Transactions) {
+        for (c, n) in self.0.iter().zip(t.counts()) {
             if n > 0 {
                 c.fetch_add(n, Ordering::Relaxed);
             }
-        };
-        add(&self.query_pages, t.query_pages);
-        add(&self.point_reads, t.point_reads);
-        add(&self.batches, t.batches);
-        add(&self.writes, t.writes);
-        add(&self.other, t.other);
+        }
     }
+}
 
-    fn one(c: &AtomicU64) {
-        c.fetch_add(1, Ordering::Relaxed);
+impl Meter for Bill {
+    fn add(&self, operation: Operation, n: u64) {
+        self.0[kind(operation)].fetch_add(n, Ordering::Relaxed);
     }
 }
 
@@ -133,120 +146,19 @@ pub fn point_read_requests(store: &dyn TableStore, keys: usize) -> u64 {
     keys.div_ceil(store.get_many_limit().max(1)) as u64
 }
 
-/// `inner`, its requests counted into a [`Bill`] (see the module doc).
-#[derive(Debug)]
-pub struct BilledStore {
-    inner: Arc<dyn TableStore>,
-    bill: Arc<Bill>,
-}
-
-impl BilledStore {
-    /// `inner`, billed to `bill`.
-    pub fn over(inner: Arc<dyn TableStore>, bill: Arc<Bill>) -> Arc<dyn TableStore> {
-        Arc::new(Self { inner, bill })
-    }
-}
-
-#[async_trait]
-impl StoreLayer for BilledStore {
-    fn below(&self) -> &dyn TableStore {
-        self.inner.as_ref()
-    }
-
-    async fn create_table(&self, table: &TableName) -> Result<()> {
-        Bill::one(&self.bill.other);
-        self.inner.create_table(table).await
-    }
-
-    async fn delete_table(&self, table: &TableName) -> Result<()> {
-        Bill::one(&self.bill.other);
-        self.inner.delete_table(table).await
-    }
-
-    async fn list_tables(&self) -> Result<Vec<TableName>> {
-        Bill::one(&self.bill.other);
-        self.inner.list_tables().await
-    }
-
-    async fn get(
-        &self,
-        table: &TableName,
-        pk: &PartitionKey,
-        rk: &RowKey,
-    ) -> Result<Option<StoredEntity>> {
-        Bill::one(&self.bill.point_reads);
-        self.inner.get(table, pk, rk).await
-    }
-
-    async fn get_many(
-        &self,
-        table: &TableName,
-        pk: &PartitionKey,
-        row_keys: &[RowKey],
-    ) -> Result<Vec<StoredEntity>> {
-        let requests = point_read_requests(self.inner.as_ref(), row_keys.len());
-        self.bill.point_reads.fetch_add(requests, Ordering::Relaxed);
-        self.inner.get_many(table, pk, row_keys).await
-    }
-
-    async fn query(
-        &self,
-        table: &TableName,
-        query: &Query,
-        continuation: Option<&ContinuationToken>,
-    ) -> Result<Page> {
-        Bill::one(&self.bill.query_pages);
-        self.inner.query(table, query, continuation).await
-    }
-
-    async fn query_into(
-        &self,
-        table: &TableName,
-        query: &Query,
-        continuation: Option<&ContinuationToken>,
-        sink: Arc<std::sync::Mutex<dyn RowSink>>,
-    ) -> Result<PageEnd> {
-        Bill::one(&self.bill.query_pages);
-        self.inner
-            .query_into(table, query, continuation, sink)
-            .await
-    }
-
-    async fn partitions(
-        &self,
-        table: &TableName,
-        range: &KeyRange<PartitionKey>,
-        after: Option<&PartitionKey>,
-    ) -> Result<PartitionPage> {
-        Bill::one(&self.bill.query_pages);
-        self.inner.partitions(table, range, after).await
-    }
-
-    async fn execute_batch(
-        &self,
-        table: &TableName,
-        ops: Vec<WriteOp>,
-    ) -> Result<Vec<WriteOutcome>> {
-        Bill::one(&self.bill.batches);
-        self.inner.execute_batch(table, ops).await
-    }
-
-    async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
-        Bill::one(&self.bill.writes);
-        self.inner.execute(table, op).await
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
     use super::*;
-    use crate::storage::MemoryStore;
     use crate::storage::entity::Entity;
+    use crate::storage::metered::MeteredStore;
+    use crate::storage::{MemoryStore, PartitionKey, Query, Result, RowKey, TableName, WriteOp};
 
     #[tokio::test]
     async fn each_request_is_billed_by_its_kind() -> Result<()> {
         let bill = Arc::new(Bill::default());
-        let store = BilledStore::over(Arc::new(MemoryStore::new()), bill.clone());
+        let store = MeteredStore::over(Arc::new(MemoryStore::new()), bill.clone());
         let t = TableName::new("Billed")?;
         store.create_table(&t).await?;
         let (pk, rk) = (PartitionKey::new("p")?, RowKey::new("r")?);

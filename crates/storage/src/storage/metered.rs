@@ -1,8 +1,10 @@
-//! A store that counts the requests made of it, by operation, as plain
-//! counters for an operator's metrics (`serve --metrics-listen`); every
-//! call is otherwise passed through unchanged (a [`StoreLayer`] of
-//! [`super::layer::Derived::Below`]). Retries and busy answers are the remote
-//! store's own counts ([`TableStore::service_counters`]), forwarded.
+//! A store that counts the requests made of it, by operation, into a
+//! [`Meter`]: plain counters for an operator's metrics ([`StoreCounters`],
+//! `serve --metrics-listen`), or a scan's or a write's bill
+//! ([`super::bill::Bill`]). Every call is otherwise passed through
+//! unchanged (a [`StoreLayer`] of [`super::layer::Derived::Below`]).
+//! Retries and busy answers are the remote store's own counts
+//! ([`TableStore::service_counters`]), forwarded.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,6 +19,44 @@ use super::{
 };
 use crate::striped::Striped;
 
+/// The requests counted; each one's name is a metric label (a fixed set).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// A point read: a GET, or a query of a run of keys of one partition.
+    Get,
+    /// A page of a query.
+    QueryPage,
+    /// A write of one entity.
+    Write,
+    /// An entity group transaction.
+    Batch,
+    /// A page of a partition listing.
+    Partitions,
+    /// A table created, deleted or listed.
+    Tables,
+}
+
+impl Operation {
+    /// Every operation, in the order of [`OPERATIONS`].
+    pub const ALL: [Operation; 6] = [
+        Operation::Get,
+        Operation::QueryPage,
+        Operation::Write,
+        Operation::Batch,
+        Operation::Partitions,
+        Operation::Tables,
+    ];
+}
+
+/// The names, in the operations' order.
+const OPERATIONS: [&str; 6] = ["get", "query_page", "write", "batch", "partitions", "table"];
+
+/// What counts the requests of a [`MeteredStore`].
+pub trait Meter: std::fmt::Debug + Send + Sync {
+    /// `n` requests of `operation`.
+    fn add(&self, operation: Operation, n: u64);
+}
+
 /// Requests made of a store since it opened, by operation. Failed calls
 /// count too: a request is a request. Counted by thread (`crate::striped`):
 /// every connection's every read adds one.
@@ -24,30 +64,6 @@ use crate::striped::Striped;
 pub struct StoreCounters {
     counts: Striped<[AtomicU64; OPERATIONS.len()]>,
 }
-
-/// The operations counted; each one's name is a metric label (a fixed set).
-#[derive(Debug, Clone, Copy)]
-enum Operation {
-    Get,
-    QueryPage,
-    Write,
-    Batch,
-    Partitions,
-    Tables,
-}
-
-/// The operations, in their order.
-const OPERATIONS_IN_ORDER: [Operation; 6] = [
-    Operation::Get,
-    Operation::QueryPage,
-    Operation::Write,
-    Operation::Batch,
-    Operation::Partitions,
-    Operation::Tables,
-];
-
-/// The names, in the operations' order.
-const OPERATIONS: [&str; 6] = ["get", "query_page", "write", "batch", "partitions", "table"];
 
 impl StoreCounters {
     /// Each operation's name and its count.
@@ -64,62 +80,61 @@ impl StoreCounters {
     /// The requests as billable transactions, by kind (`super::bill`).
     pub fn transactions(&self) -> Transactions {
         let mut t = Transactions::default();
-        for (operation, (_, n)) in OPERATIONS_IN_ORDER.iter().zip(self.by_operation()) {
-            match operation {
-                Operation::Get => t.point_reads += n,
-                Operation::QueryPage | Operation::Partitions => t.query_pages += n,
-                Operation::Write => t.writes += n,
-                Operation::Batch => t.batches += n,
-                Operation::Tables => t.other += n,
-            }
+        for (operation, (_, n)) in Operation::ALL.into_iter().zip(self.by_operation()) {
+            t.add(operation, n);
         }
         t
     }
+}
 
-    fn add(&self, operation: Operation) {
+impl Meter for StoreCounters {
+    fn add(&self, operation: Operation, n: u64) {
         if let Some(c) = self.counts.local().get(operation as usize) {
-            c.fetch_add(1, Ordering::Relaxed);
+            c.fetch_add(n, Ordering::Relaxed);
         }
     }
 }
 
-/// `inner`, counted into [`StoreCounters`] (see the module doc).
+/// `inner`, its requests counted into a [`Meter`] (see the module doc).
 #[derive(Debug)]
-pub struct MeteredStore {
+pub struct MeteredStore<M: Meter> {
     inner: Arc<dyn TableStore>,
-    counters: Arc<StoreCounters>,
+    meter: Arc<M>,
 }
 
-impl MeteredStore {
+impl MeteredStore<StoreCounters> {
     /// Counts the requests made of `inner`; the counters are the second half.
     pub fn wrap(inner: Arc<dyn TableStore>) -> (Arc<dyn TableStore>, Arc<StoreCounters>) {
         let counters = Arc::new(StoreCounters::default());
-        let store = Arc::new(Self {
-            inner,
-            counters: counters.clone(),
-        });
-        (store, counters)
+        (Self::over(inner, counters.clone()), counters)
+    }
+}
+
+impl<M: Meter + 'static> MeteredStore<M> {
+    /// `inner`, its requests counted into `meter`.
+    pub fn over(inner: Arc<dyn TableStore>, meter: Arc<M>) -> Arc<dyn TableStore> {
+        Arc::new(Self { inner, meter })
     }
 }
 
 #[async_trait]
-impl StoreLayer for MeteredStore {
+impl<M: Meter + 'static> StoreLayer for MeteredStore<M> {
     fn below(&self) -> &dyn TableStore {
         self.inner.as_ref()
     }
 
     async fn create_table(&self, table: &TableName) -> Result<()> {
-        self.counters.add(Operation::Tables);
+        self.meter.add(Operation::Tables, 1);
         self.inner.create_table(table).await
     }
 
     async fn delete_table(&self, table: &TableName) -> Result<()> {
-        self.counters.add(Operation::Tables);
+        self.meter.add(Operation::Tables, 1);
         self.inner.delete_table(table).await
     }
 
     async fn list_tables(&self) -> Result<Vec<TableName>> {
-        self.counters.add(Operation::Tables);
+        self.meter.add(Operation::Tables, 1);
         self.inner.list_tables().await
     }
 
@@ -129,7 +144,7 @@ impl StoreLayer for MeteredStore {
         pk: &PartitionKey,
         rk: &RowKey,
     ) -> Result<Option<StoredEntity>> {
-        self.counters.add(Operation::Get);
+        self.meter.add(Operation::Get, 1);
         self.inner.get(table, pk, rk).await
     }
 
@@ -142,9 +157,7 @@ impl StoreLayer for MeteredStore {
         // One request of the service's, or one get per key where the store
         // reads them one by one.
         let requests = super::bill::point_read_requests(self.inner.as_ref(), row_keys.len());
-        for _ in 0..requests {
-            self.counters.add(Operation::Get);
-        }
+        self.meter.add(Operation::Get, requests);
         self.inner.get_many(table, pk, row_keys).await
     }
 
@@ -154,7 +167,7 @@ impl StoreLayer for MeteredStore {
         query: &Query,
         continuation: Option<&ContinuationToken>,
     ) -> Result<Page> {
-        self.counters.add(Operation::QueryPage);
+        self.meter.add(Operation::QueryPage, 1);
         self.inner.query(table, query, continuation).await
     }
 
@@ -165,7 +178,7 @@ impl StoreLayer for MeteredStore {
         continuation: Option<&ContinuationToken>,
         sink: Arc<std::sync::Mutex<dyn RowSink>>,
     ) -> Result<PageEnd> {
-        self.counters.add(Operation::QueryPage);
+        self.meter.add(Operation::QueryPage, 1);
         self.inner
             .query_into(table, query, continuation, sink)
             .await
@@ -177,7 +190,7 @@ impl StoreLayer for MeteredStore {
         range: &KeyRange<PartitionKey>,
         after: Option<&PartitionKey>,
     ) -> Result<PartitionPage> {
-        self.counters.add(Operation::Partitions);
+        self.meter.add(Operation::Partitions, 1);
         self.inner.partitions(table, range, after).await
     }
 
@@ -186,14 +199,14 @@ impl StoreLayer for MeteredStore {
         table: &TableName,
         ops: Vec<WriteOp>,
     ) -> Result<Vec<WriteOutcome>> {
-        self.counters.add(Operation::Batch);
+        self.meter.add(Operation::Batch, 1);
         self.inner.execute_batch(table, ops).await
     }
 
     // A write of its own, not a batch of one: a store may send it
     // otherwise (Azure: a plain PUT, not a `$batch`).
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
-        self.counters.add(Operation::Write);
+        self.meter.add(Operation::Write, 1);
         self.inner.execute(table, op).await
     }
 }

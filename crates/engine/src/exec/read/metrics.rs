@@ -11,7 +11,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::storage::TableStore;
-use crate::storage::bill::{Bill, BilledStore, Transactions};
+use crate::storage::bill::{Bill, Transactions};
+use crate::storage::metered::MeteredStore;
 use datafusion::physical_plan::metrics::{
     CustomMetricValue, ExecutionPlanMetricsSet, MetricBuilder, MetricValue,
 };
@@ -123,12 +124,12 @@ impl BillCount {
 
     /// `store`, its requests billed here.
     pub fn billed(&self, store: Arc<dyn TableStore>) -> Arc<dyn TableStore> {
-        BilledStore::over(store, self.0.clone())
+        MeteredStore::over(store, self.0.clone())
     }
 
     /// Adds `t` (what a plan the node ran for itself was billed).
     pub fn add(&self, t: Transactions) {
-        self.0.add(t);
+        self.0.add_all(t);
     }
 
     /// The counts.
