@@ -219,6 +219,128 @@ async fn raw_tables_infer_their_columns() -> TestResult {
     Ok(())
 }
 
+/// A raw table drops nothing: its columns are found from a sample of each
+/// RowKey kind, not the first page alone (five kinds with properties of
+/// their own, the rarest first met after 10,350 entities, and a second
+/// partition's property), and a property no column names, as one written
+/// after the engine opened, is read in `_properties`, a JSON object that
+/// `json_extract_path_text` reads and filters on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_tables_read_every_property_of_every_kind() -> TestResult {
+    let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
+    let t = TableName::new("Things")?;
+    store.create_table(&t).await?;
+    let guid: uuid::Uuid = "6f1c2f3e-7a8b-4c9d-8e0f-112233445566".parse()?;
+    let kinds = [
+        (
+            "A:",
+            6000,
+            vec![
+                ("a_name", EdmValue::String("x".into())),
+                ("a_n", EdmValue::Int32(1)),
+            ],
+        ),
+        ("B:", 4000, vec![("b_flag", EdmValue::Boolean(true))]),
+        (
+            "C:",
+            300,
+            vec![("c_at", EdmValue::DateTime(chrono::Utc::now()))],
+        ),
+        ("D:", 50, vec![("d_amount", EdmValue::Double(2.5))]),
+        (
+            "E:",
+            3,
+            vec![
+                ("e_guid", EdmValue::Guid(guid)),
+                ("e_bytes", EdmValue::Binary(vec![1, 2])),
+            ],
+        ),
+    ];
+    type Made<T> = Result<T, Box<dyn std::error::Error>>;
+    let entity = |pk: &str, rk: String, props: &[(&str, EdmValue)]| -> Made<Entity> {
+        let mut e = Entity::new(PartitionKey::new(pk)?, RowKey::new(rk)?);
+        for (name, v) in props {
+            e = e.with(*name, v.clone());
+        }
+        Ok(e)
+    };
+    for (kind, n, props) in &kinds {
+        let all: Vec<WriteOp> = (0..*n)
+            .map(|i| entity("p", format!("{kind}{i:05}"), props).map(WriteOp::Insert))
+            .collect::<Made<_>>()?;
+        for batch in all.chunks(100) {
+            store.execute_batch(&t, batch.to_vec()).await?;
+        }
+    }
+    let q_only = [("q_only", EdmValue::Int64(7))];
+    store
+        .execute(&t, WriteOp::Insert(entity("q", "A:00000".into(), &q_only)?))
+        .await?;
+    let engine = Engine::with_store(store.clone(), EngineOptions::default())
+        .await?
+        .session();
+    let columns = text(
+        &engine
+            .collect(
+                "SELECT column_name FROM information_schema.columns \
+                 WHERE table_schema = 'raw' AND table_name = 'things' ORDER BY column_name",
+            )
+            .await?,
+    );
+    for c in [
+        "a_name",
+        "a_n",
+        "b_flag",
+        "c_at",
+        "d_amount",
+        "e_guid",
+        "e_bytes",
+        "q_only",
+        "_properties",
+    ] {
+        assert!(columns.contains(&format!("| {c} ")), "{c} in {columns}");
+    }
+    let rare = text(
+        &engine
+            .collect(
+                "SELECT count(e_guid), count(e_bytes), min(e_guid) FROM raw.things \
+                 WHERE \"RowKey\" LIKE 'E:%'",
+            )
+            .await?,
+    );
+    assert!(
+        rare.contains("| 3 ") && rare.contains(&guid.to_string()),
+        "{rare}"
+    );
+    // Written after the engine sampled the table: in `_properties`.
+    let late = [
+        ("late", EdmValue::String("here".into())),
+        ("a_n", EdmValue::Int32(9)),
+    ];
+    store
+        .execute(&t, WriteOp::Insert(entity("q", "Z:00001".into(), &late)?))
+        .await?;
+    let found = text(
+        &engine
+            .collect(
+                "SELECT \"RowKey\", a_n, _properties, json_extract_path_text(_properties, 'late') AS late \
+                 FROM raw.things WHERE json_extract_path_text(_properties, 'late') = 'here'",
+            )
+            .await?,
+    );
+    assert!(
+        found.contains(r#"| Z:00001 | 9   | {"late":"here"} | here |"#),
+        "{found}"
+    );
+    let plain = text(
+        &engine
+            .collect("SELECT _properties FROM raw.things WHERE \"RowKey\" = 'B:00001'")
+            .await?,
+    );
+    assert!(plain.contains("| {}          |"), "{plain}");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_gets_clear_errors() -> TestResult {
     let engine = demo_engine(120).await;

@@ -360,6 +360,7 @@ impl Engine {
         ctx.register_udf(crate::planner::pg_functions::expandarray_items_udf());
         ctx.register_udf(crate::planner::pg_functions::subscripts_udf());
         ctx.register_udf(crate::planner::pg_functions::json_build_object_udf());
+        ctx.register_udf(crate::planner::pg_functions::json_extract_path_text_udf());
         for f in crate::planner::pg_functions::quote_udfs() {
             ctx.register_udf(f);
         }

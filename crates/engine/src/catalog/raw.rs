@@ -1,11 +1,18 @@
-//! Tables without a mapping, read raw: PartitionKey, RowKey, Timestamp, `_etag`
-//! and the properties found in a sample of the table's first entities.
+//! Tables without a mapping, read raw: PartitionKey, RowKey, Timestamp, `_etag`,
+//! the properties found in a sample, and `_properties`, every other property
+//! as one JSON object, so that nothing an entity holds is lost.
+//!
+//! The sample is the table's first page, then a few entities of each RowKey
+//! kind (`BIB:`, `AGE:`: the text through a short prefix's `:`) of the first
+//! partitions: each kind is found by a query that starts past the kind
+//! before it, so a kind that is rare, or comes late in key order, is seen
+//! whatever precedes it, at a request a kind (`engine::tables`).
 //!
 //! The rule for a property whose sampled values differ in type: Int32 with
 //! Int64 reads as BIGINT; Int32 or Int64 with Double reads as DOUBLE; any other
 //! mix reads as TEXT, each value in its text form (the OData literal: a number,
-//! `true`/`false`, an RFC 3339 time, base64 bytes, a GUID). Properties that
-//! first appear after the sample are not columns.
+//! `true`/`false`, an RFC 3339 time, base64 bytes, a GUID). Properties the
+//! sample did not meet are read in `_properties`.
 
 use std::collections::BTreeMap;
 
@@ -14,6 +21,21 @@ use crate::storage::{EdmType, StoredEntity};
 
 /// Entities sampled to infer a raw table's columns (one page).
 pub const SAMPLE_SIZE: u32 = 1000;
+/// Partitions whose RowKey kinds are sampled, the first in key order.
+pub const KIND_PARTITIONS: usize = 4;
+/// Kinds sampled per partition, and entities per kind.
+pub const KINDS_PER_PARTITION: usize = 16;
+pub const PER_KIND: u32 = 20;
+/// The longest kind prefix: a longer text before a `:` is data, not a kind.
+const KIND_PREFIX: usize = 16;
+
+/// The RowKey kind of `row_key`: its text through the first `:`, where
+/// that comes within a short prefix (`BIB:01234__John` is of kind `BIB:`);
+/// `None` for a key of no kind.
+pub fn kind_of(row_key: &str) -> Option<&str> {
+    let end = row_key.find(':')?;
+    (end > 0 && end < KIND_PREFIX).then(|| &row_key[..=end])
+}
 
 /// One inferred column.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,6 +100,15 @@ pub fn infer(sample: &[StoredEntity]) -> Vec<RawColumn> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_kind_is_a_short_prefix_through_its_colon() {
+        assert_eq!(kind_of("BIB:01234__John__M__55"), Some("BIB:"));
+        assert_eq!(kind_of("AGE:055__1234"), Some("AGE:"));
+        assert_eq!(kind_of("00042"), None);
+        assert_eq!(kind_of(":x"), None);
+        assert_eq!(kind_of("a-long-free-text-key:with a colon"), None);
+    }
     use crate::storage::{EdmValue, Entity, PartitionKey, RowKey};
 
     fn entity(props: &[(&str, EdmValue)]) -> StoredEntity {

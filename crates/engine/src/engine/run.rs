@@ -26,6 +26,7 @@ use crate::exec::stats::recorded::plan_run;
 use crate::exec::stats::recorded::{normalize, recorded};
 use crate::exec::stats::workload::Run;
 use crate::planner::point::{PointAnswer, PointRead};
+use crate::storage::bill::Transactions;
 
 pub use crate::exec::write::transaction::Transaction;
 
@@ -180,10 +181,11 @@ impl PointQuery {
         rows: usize,
         read: &PointAnswer<T>,
     ) {
+        let bill = Transactions::of(self.0.operation(), read.requests);
         let run = Run::point(
             started.elapsed(),
             rows,
-            (read.requests, read.retries),
+            (read.requests, read.retries, bill),
             self.0.storage_table().clone(),
         );
         engine.workload.ran(label, run);

@@ -456,8 +456,12 @@ async fn billed(
     use datafusion::common::format::ExplainFormat;
     let bill: Box<dyn FnOnce() -> String + Send> = match plan {
         LogicalPlan::Explain(e) if matches!(e.explain_format, ExplainFormat::Indent) => {
-            let explained = physical_plan(snapshot, &e.plan).await?;
-            Box::new(move || crate::exec::bill::estimated(explained.as_ref()))
+            // A plan DataFusion could not plan physically is shown as its
+            // error; so is its bill, and the EXPLAIN still answers.
+            match physical_plan(snapshot, &e.plan).await {
+                Ok(explained) => Box::new(move || crate::exec::bill::estimated(explained.as_ref())),
+                Err(error) => Box::new(move || format!("estimated: not known: {error}")),
+            }
         }
         LogicalPlan::Analyze(_) => {
             let ran = physical.clone();

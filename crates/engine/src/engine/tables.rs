@@ -150,11 +150,8 @@ impl Engine {
     pub(super) async fn raw_table(&self, table: &TableName) -> Result<StoreTable, EngineError> {
         // Not the users' workload: every process over the store samples
         // every raw table when it opens.
-        let sample = self
-            .unobserved
-            .query(table, &Query::all().top(SAMPLE_SIZE), None)
-            .await?;
-        Ok(self.provider(Layout::raw(table.clone(), &infer(&sample.entities))))
+        let sample = raw_sample(self.unobserved.as_ref(), table).await?;
+        Ok(self.provider(Layout::raw(table.clone(), &infer(&sample))))
     }
 
     /// A mapped table's definition, as stored.
@@ -186,4 +183,60 @@ impl Engine {
             _ => Err(CatalogError::UnknownTable(name.to_owned()).into()),
         }
     }
+}
+
+/// A raw table's sample (`catalog::raw`): its first page, then up to
+/// `PER_KIND` entities of each RowKey kind of its first `KIND_PARTITIONS`
+/// partitions, a kind found by a query from past the one before it, and a
+/// partition by one from past the last: a request a kind and a partition.
+async fn raw_sample(
+    store: &dyn TableStore,
+    table: &TableName,
+) -> Result<Vec<crate::storage::StoredEntity>, EngineError> {
+    use std::ops::Bound;
+
+    use crate::catalog::raw::{KIND_PARTITIONS, KINDS_PER_PARTITION, PER_KIND, kind_of};
+    use crate::storage::{KeyRange, RowKey};
+    let first = store
+        .query(table, &Query::all().top(SAMPLE_SIZE), None)
+        .await?;
+    let mut sample = first.entities;
+    let mut partition = sample.first().map(|e| e.partition_key().clone());
+    for _ in 0..KIND_PARTITIONS {
+        let Some(pk) = partition.take() else {
+            break;
+        };
+        let mut from = Bound::Unbounded;
+        for _ in 0..KINDS_PER_PARTITION {
+            let query = Query::partition(pk.clone())
+                .rows(KeyRange {
+                    start: from,
+                    end: Bound::Unbounded,
+                })
+                .top(PER_KIND);
+            let page = store.query(table, &query, None).await?;
+            // The kind after the last one read: past every key it can have.
+            let next = page
+                .entities
+                .last()
+                .and_then(|e| kind_of(e.row_key().as_str()))
+                .and_then(crate::keys::successor)
+                .and_then(|k| RowKey::new(k).ok());
+            sample.extend(page.entities);
+            match next {
+                Some(k) => from = Bound::Included(k),
+                None => break,
+            }
+        }
+        let after = Query {
+            partitions: KeyRange {
+                start: Bound::Excluded(pk),
+                end: Bound::Unbounded,
+            },
+            ..Query::all().top(1)
+        };
+        let next = store.query(table, &after, None).await?;
+        partition = next.entities.first().map(|e| e.partition_key().clone());
+    }
+    Ok(sample)
 }

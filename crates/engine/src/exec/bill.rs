@@ -8,9 +8,12 @@
 //! EXPLAIN estimates them before the run from each read's access path
 //! (`AccessPath::bill`): point reads exactly, other reads from `ANALYZE`'s
 //! statistics, and where there are none the least they cost, marked `>=`.
-//! Writes and a lookup join's reads depend on rows not yet read: they are
-//! named, not estimated. EXPLAIN ANALYZE shows what each node was billed
-//! (its `transactions` metric, counted by the store it was given).
+//! Writes, a lookup join's reads and a correlated subquery's runs depend
+//! on rows not yet read: they are named, not estimated. EXPLAIN ANALYZE
+//! shows what each node was billed (its `transactions` metric, counted by
+//! the store it was given). In a transaction block that store is the
+//! block's: a write is billed as it is asked, though the block sends it
+//! at COMMIT, in batches of its own.
 
 use datafusion::arrow::array::StringArray;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
@@ -18,6 +21,7 @@ use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::physical_plan::metrics::MetricValue;
 
+use super::ops::apply::SubqueryApplyExec;
 use super::read::global::GlobalIndexExec;
 use super::read::lookup_join::LookupJoinExec;
 use super::read::metrics::BillCount;
@@ -101,6 +105,13 @@ fn estimate_into(plan: &dyn ExecutionPlan, out: &mut Vec<Line>) {
             exact: false,
             note: Some("a read per batch of outer rows' keys"),
         });
+    } else if plan.downcast_ref::<SubqueryApplyExec>().is_some() {
+        out.push(Line {
+            label: "correlated subquery".into(),
+            transactions: Transactions::default(),
+            exact: false,
+            note: Some("a run per distinct outer value"),
+        });
     }
     for child in plan.children() {
         estimate_into(child.as_ref(), out);
@@ -108,14 +119,20 @@ fn estimate_into(plan: &dyn ExecutionPlan, out: &mut Vec<Line>) {
 }
 
 fn actual_into(plan: &dyn ExecutionPlan, out: &mut Vec<Line>) {
+    // A node run twice keeps a bill a run: all of them.
     let own = plan.metrics().and_then(|m| {
-        m.iter().find_map(|m| match m.value() {
-            MetricValue::Custom { value, .. } => value
-                .as_any()
-                .downcast_ref::<BillCount>()
-                .map(BillCount::get),
-            _ => None,
-        })
+        m.iter()
+            .filter_map(|m| match m.value() {
+                MetricValue::Custom { value, .. } => value
+                    .as_any()
+                    .downcast_ref::<BillCount>()
+                    .map(BillCount::get),
+                _ => None,
+            })
+            .reduce(|mut a, b| {
+                a += b;
+                a
+            })
     });
     if let Some(transactions) = own {
         let label = if let Some(scan) = plan.downcast_ref::<PartitionScanExec>() {
@@ -126,6 +143,8 @@ fn actual_into(plan: &dyn ExecutionPlan, out: &mut Vec<Line>) {
             format!("{} {}", write.table(), write.op_name())
         } else if plan.downcast_ref::<LookupJoinExec>().is_some() {
             "lookup join".into()
+        } else if plan.downcast_ref::<SubqueryApplyExec>().is_some() {
+            "correlated subquery".into()
         } else {
             plan.name().to_owned()
         };

@@ -228,6 +228,94 @@ impl ScalarUDFImpl for Subscripts {
     }
 }
 
+/// `json_extract_path_text(json, key, ...)`, PostgreSQL's: the value at
+/// the path of keys (or array positions) in a JSON text, as text: a
+/// string without its quotes, another value as JSON; NULL where the path
+/// leads nowhere, the JSON is NULL or does not parse. What reads a raw
+/// table's `_properties`.
+pub fn json_extract_path_text_udf() -> ScalarUDF {
+    ScalarUDF::new_from_impl(JsonExtractPathText {
+        signature: Signature::variadic_any(Volatility::Immutable),
+    })
+}
+
+#[derive(Debug, PartialEq, Eq, Hash)]
+struct JsonExtractPathText {
+    signature: Signature,
+}
+
+/// The value at `path` in `json`, as `json_extract_path_text` answers it.
+fn extract_path_text(json: &str, path: &[Option<String>]) -> Option<String> {
+    let mut at: serde_json::Value = serde_json::from_str(json).ok()?;
+    for step in path {
+        let step = step.as_deref()?;
+        at = match at {
+            serde_json::Value::Object(mut o) => o.remove(step)?,
+            serde_json::Value::Array(mut a) => {
+                let i: usize = step.parse().ok()?;
+                if i >= a.len() {
+                    return None;
+                }
+                a.swap_remove(i)
+            }
+            _ => return None,
+        };
+    }
+    match at {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s),
+        other => Some(other.to_string()),
+    }
+}
+
+impl ScalarUDFImpl for JsonExtractPathText {
+    fn name(&self) -> &str {
+        "json_extract_path_text"
+    }
+
+    fn signature(&self) -> &Signature {
+        &self.signature
+    }
+
+    fn return_type(&self, _args: &[DataType]) -> Result<DataType> {
+        Ok(DataType::Utf8)
+    }
+
+    fn invoke_with_args(&self, args: ScalarFunctionArgs) -> Result<ColumnarValue> {
+        let arrays = ColumnarValue::values_to_arrays(&args.args)?;
+        let Some((json, path)) = arrays.split_first() else {
+            return exec_err!("json_extract_path_text takes a JSON text and a path");
+        };
+        let text = |a: &ArrayRef, row: usize| -> Result<Option<String>> {
+            Ok(match ScalarValue::try_from_array(a, row)? {
+                ScalarValue::Utf8(s) | ScalarValue::LargeUtf8(s) | ScalarValue::Utf8View(s) => s,
+                v if v.is_null() => None,
+                other => Some(other.to_string()),
+            })
+        };
+        let mut out = StringBuilder::new();
+        for row in 0..json.len() {
+            let steps = path
+                .iter()
+                .map(|p| text(p, row))
+                .collect::<Result<Vec<_>>>()?;
+            match text(json, row)? {
+                Some(j) => out.append_option(extract_path_text(&j, &steps)),
+                None => out.append_null(),
+            }
+        }
+        let out = out.finish();
+        if args
+            .args
+            .iter()
+            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
+        {
+            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
+        }
+        Ok(ColumnarValue::Array(Arc::new(out)))
+    }
+}
+
 /// `json_build_object(k1, v1, ...)`: a JSON object of the pairs, as text,
 /// keys as text and values as JSON numbers, booleans, strings or null.
 pub fn json_build_object_udf() -> ScalarUDF {

@@ -297,6 +297,19 @@ fn external(e: ExecError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
+impl PointRead {
+    /// What its requests are billed as: a GET where the primary key is the
+    /// whole RowKey, else a query of the key's prefix, one page.
+    pub fn operation(&self) -> crate::storage::bill::Operation {
+        use crate::storage::bill::Operation;
+        if self.whole_row_key {
+            Operation::Get
+        } else {
+            Operation::QueryPage
+        }
+    }
+}
+
 /// What a point read found: `found` holds no row or one.
 #[derive(Debug)]
 pub struct PointAnswer<T> {

@@ -17,7 +17,42 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::TableStore;
 #[cfg(doc)]
 use super::metered::MeteredStore;
-use super::metered::{Meter, Operation};
+
+/// The requests a store is asked, as a [`Meter`] counts them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Operation {
+    /// A point read: a GET, or a query of a run of keys of one partition.
+    Get,
+    /// A page of a query.
+    QueryPage,
+    /// A write of one entity.
+    Write,
+    /// An entity group transaction.
+    Batch,
+    /// A page of a partition listing.
+    Partitions,
+    /// A table created, deleted or listed.
+    Tables,
+}
+
+impl Operation {
+    /// Every operation.
+    pub const ALL: [Operation; 6] = [
+        Operation::Get,
+        Operation::QueryPage,
+        Operation::Write,
+        Operation::Batch,
+        Operation::Partitions,
+        Operation::Tables,
+    ];
+}
+
+/// What counts the requests of a [`MeteredStore`]: the server's counters,
+/// or a [`Bill`].
+pub trait Meter: std::fmt::Debug + Send + Sync {
+    /// `n` requests of `operation`.
+    fn add(&self, operation: Operation, n: u64);
+}
 
 /// Transactions by kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -69,6 +104,13 @@ impl Transactions {
             writes,
             other,
         }
+    }
+
+    /// `n` requests of `operation`.
+    pub fn of(operation: Operation, n: u64) -> Self {
+        let mut t = Self::default();
+        t.add(operation, n);
+        t
     }
 
     /// Adds `n` requests of `operation`, as the kind they are billed as.

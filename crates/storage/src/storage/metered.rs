@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
 
-use super::bill::Transactions;
+use super::bill::{Meter, Operation, Transactions};
 use super::layer::StoreLayer;
 use super::{
     ContinuationToken, KeyRange, Page, PageEnd, PartitionKey, PartitionPage, Query, Result, RowKey,
@@ -19,43 +19,8 @@ use super::{
 };
 use crate::striped::Striped;
 
-/// The requests counted; each one's name is a metric label (a fixed set).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Operation {
-    /// A point read: a GET, or a query of a run of keys of one partition.
-    Get,
-    /// A page of a query.
-    QueryPage,
-    /// A write of one entity.
-    Write,
-    /// An entity group transaction.
-    Batch,
-    /// A page of a partition listing.
-    Partitions,
-    /// A table created, deleted or listed.
-    Tables,
-}
-
-impl Operation {
-    /// Every operation, in the order of [`OPERATIONS`].
-    pub const ALL: [Operation; 6] = [
-        Operation::Get,
-        Operation::QueryPage,
-        Operation::Write,
-        Operation::Batch,
-        Operation::Partitions,
-        Operation::Tables,
-    ];
-}
-
-/// The names, in the operations' order.
+/// The operations' names, in the order of `Operation::ALL`: metric labels.
 const OPERATIONS: [&str; 6] = ["get", "query_page", "write", "batch", "partitions", "table"];
-
-/// What counts the requests of a [`MeteredStore`].
-pub trait Meter: std::fmt::Debug + Send + Sync {
-    /// `n` requests of `operation`.
-    fn add(&self, operation: Operation, n: u64);
-}
 
 /// Requests made of a store since it opened, by operation. Failed calls
 /// count too: a request is a request. Counted by thread (`crate::striped`):

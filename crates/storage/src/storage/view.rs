@@ -111,6 +111,9 @@ pub trait EntityView {
     /// Calls `f` with the position in `names` and the value of each of
     /// those properties the entity has; the others are skipped unread.
     fn select(&self, names: &[String], f: &mut dyn FnMut(usize, ValueRef<'_>));
+    /// Calls `f` with the name and value of every custom property: what a
+    /// raw table reads into its `_properties` column.
+    fn each(&self, f: &mut dyn FnMut(&str, ValueRef<'_>));
 }
 
 impl EntityView for StoredEntity {
@@ -139,6 +142,12 @@ impl EntityView for StoredEntity {
             if let Some(v) = self.entity.properties.get(name) {
                 f(i, v.as_ref());
             }
+        }
+    }
+
+    fn each(&self, f: &mut dyn FnMut(&str, ValueRef<'_>)) {
+        for (name, v) in &self.entity.properties {
+            f(name, v.as_ref());
         }
     }
 }

@@ -25,6 +25,7 @@ use datafusion::logical_expr::utils::merge_schema;
 use datafusion::logical_expr::{Expr, LogicalPlan, LogicalPlanBuilder, Subquery};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties, collect,
@@ -32,6 +33,7 @@ use datafusion::physical_plan::{
 use futures::{StreamExt, TryStreamExt};
 
 use crate::exec::ExecError;
+use crate::exec::read::metrics::{BillCount, bill};
 
 /// Each subquery's results by the outer values it was run with.
 type Memo = Vec<HashMap<Vec<ScalarValue>, ScalarValue>>;
@@ -96,6 +98,9 @@ pub struct SubqueryApplyExec {
     session: Arc<SessionState>,
     max_evaluations: usize,
     properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
+    /// What the subqueries' runs were billed, summed.
+    bill: BillCount,
 }
 
 impl SubqueryApplyExec {
@@ -116,12 +121,15 @@ impl SubqueryApplyExec {
             EmissionType::Incremental,
             Boundedness::Bounded,
         ));
+        let metrics = ExecutionPlanMetricsSet::new();
         Self {
             input,
             subqueries,
             session,
             max_evaluations: MAX_EVALUATIONS,
             properties,
+            bill: BillCount::register(&metrics),
+            metrics,
         }
     }
 }
@@ -195,6 +203,10 @@ impl ExecutionPlan for SubqueryApplyExec {
         }
     }
 
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     fn execute(
         &self,
         partition: usize,
@@ -209,6 +221,7 @@ impl ExecutionPlan for SubqueryApplyExec {
             schema: schema.clone(),
             max_evaluations: self.max_evaluations,
             cache: Mutex::new(vec![HashMap::new(); self.subqueries.len()]),
+            bill: self.bill.clone(),
         });
         let rows = input.and_then(move |batch| {
             let evaluator = evaluator.clone();
@@ -226,6 +239,7 @@ struct Evaluator {
     schema: SchemaRef,
     max_evaluations: usize,
     cache: Mutex<Vec<HashMap<Vec<ScalarValue>, ScalarValue>>>,
+    bill: BillCount,
 }
 
 impl Evaluator {
@@ -318,7 +332,10 @@ impl Evaluator {
             plan = LogicalPlanBuilder::from(plan).limit(0, Some(1))?.build()?;
         }
         let physical = self.session.create_physical_plan(&plan).await?;
-        let batches = collect(physical, self.task.clone()).await?;
+        let batches = collect(physical.clone(), self.task.clone()).await;
+        // Billed whether or not the run succeeded: its requests were made.
+        self.bill.add(bill(physical.as_ref()));
+        let batches = batches?;
         let rows = batches.iter().filter(|b| b.num_rows() > 0).flat_map(|b| {
             (0..b.num_rows()).map(move |r| ScalarValue::try_from_array(b.column(0), r))
         });

@@ -194,27 +194,35 @@ impl AccessPath {
     /// page at least.
     pub fn bill(&self, keys_per_request: usize, lookups: bool) -> (Transactions, bool) {
         if self.access == Access::Points {
-            let run = keys_per_request.max(1) as u64;
-            let mut point_reads = 0;
+            // Keys go in runs only where every request is a key
+            // (`units::batched`); a prefix read is a query of one page.
+            let gets = self
+                .requests
+                .iter()
+                .all(|r| matches!(r, KeyRequest::Get(..)));
+            let run = if gets {
+                keys_per_request.max(1) as u64
+            } else {
+                1
+            };
+            let mut t = Transactions::default();
+            let mut exact = true;
             let mut in_run: Option<(&PartitionKey, u64)> = None;
             for request in &self.requests {
                 match (request, &mut in_run) {
                     (KeyRequest::Get(pk, _), Some((p, n))) if *p == pk && *n < run => *n += 1,
                     (KeyRequest::Get(pk, _), _) => {
                         in_run = Some((pk, 1));
-                        point_reads += 1;
+                        t.point_reads += 1;
                     }
-                    (KeyRequest::Scan { .. }, _) => {
+                    (KeyRequest::Scan { at_most_one, .. }, _) => {
                         in_run = None;
-                        point_reads += 1;
+                        t.query_pages += 1;
+                        exact &= *at_most_one;
                     }
                 }
             }
-            let t = Transactions {
-                point_reads,
-                ..Transactions::default()
-            };
-            return (t, true);
+            return (t, exact);
         }
         match self.estimate {
             Some(e) => {

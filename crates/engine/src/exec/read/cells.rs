@@ -202,7 +202,7 @@ fn canonical_int(s: &str) -> Option<i64> {
 }
 
 /// A value's text form, for raw columns of mixed types.
-fn text_form(v: ValueRef<'_>) -> String {
+pub(super) fn text_form(v: ValueRef<'_>) -> String {
     match v {
         ValueRef::String(s) => s.to_owned(),
         ValueRef::Binary(b) => base64::engine::general_purpose::STANDARD.encode(b),

@@ -41,7 +41,14 @@ pub enum Source {
     Timestamp,
     /// The ETag.
     ETag,
+    /// Every custom property no other column reads, as one JSON object
+    /// (a raw table's `_properties`): what a raw table's columns, found
+    /// from a sample, do not name is still read.
+    Rest,
 }
+
+/// The column a raw table keeps its other properties in.
+pub const REST_COLUMN: &str = "_properties";
 
 impl Source {
     /// Whether the column is the row's own (a key field or a property), not
@@ -206,10 +213,12 @@ impl Layout {
         Self::build(def.storage_table.clone(), Some(def), cols)
     }
 
-    /// The layout of a raw table: the system columns, then the inferred ones.
+    /// The layout of a raw table: the system columns, then the inferred
+    /// ones, then `_properties` (every other property).
     pub fn raw(table: TableName, inferred: &[RawColumn]) -> Self {
         let mut cols: Vec<_> = system_columns().into_iter().collect();
-        let system: Vec<String> = cols.iter().map(|c| c.0.clone()).collect();
+        let mut system: Vec<String> = cols.iter().map(|c| c.0.clone()).collect();
+        system.push(REST_COLUMN.to_owned());
         cols.extend(
             inferred
                 .iter()
@@ -226,7 +235,16 @@ impl Layout {
                     )
                 }),
         );
+        cols.push((REST_COLUMN.to_owned(), Source::Rest, ColumnType::Text, true));
         Self::build(table, None, cols)
+    }
+
+    /// Whether `projection` reads every property (`_properties`): then the
+    /// store is asked for all of them, not a `$select`.
+    pub fn reads_every_property(&self, projection: &[usize]) -> bool {
+        projection
+            .iter()
+            .any(|&i| matches!(self.columns.get(i), Some((Source::Rest, _))))
     }
 
     /// The custom properties the projected columns read.
@@ -455,6 +473,9 @@ pub struct DecodePlan {
     /// and a bit for each field in `row_fields`.
     reader: Option<(crate::keys::KeyReader, u64)>,
     needs_pk: bool,
+    /// The builder of `_properties`, if projected, and the properties the
+    /// layout's other columns read (sorted), which it leaves out.
+    rest: Option<(usize, Vec<String>)>,
 }
 
 impl DecodePlan {
@@ -490,6 +511,21 @@ impl DecodePlan {
         let needs_pk = projection
             .iter()
             .any(|&i| matches!(layout.columns.get(i), Some((Source::PartitionField(_), _))));
+        let rest = projection
+            .iter()
+            .position(|&i| matches!(layout.columns.get(i), Some((Source::Rest, _))))
+            .map(|b| {
+                let mut named: Vec<String> = layout
+                    .columns
+                    .iter()
+                    .filter_map(|(s, _)| match s {
+                        Source::Property { name, .. } => Some(name.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                named.sort_unstable();
+                (b, named)
+            });
         let row_fields = projection
             .iter()
             .enumerate()
@@ -517,9 +553,45 @@ impl DecodePlan {
             row_fields,
             reader,
             needs_pk,
+            rest,
             layout,
         }
     }
+}
+
+/// `e`'s properties but `named` (sorted), as a JSON object in name order:
+/// strings, numbers and booleans as JSON's own, other types in their text
+/// form (a time in RFC 3339, bytes in base64, a GUID), as a raw column of
+/// mixed types reads them.
+fn rest_json(e: &dyn EntityView, named: &[String]) -> String {
+    let mut found: Vec<(String, serde_json::Value)> = Vec::new();
+    e.each(&mut |name, v| {
+        if named.binary_search_by(|n| n.as_str().cmp(name)).is_ok() {
+            return;
+        }
+        let value = match v {
+            ValueRef::String(s) => serde_json::Value::from(s),
+            ValueRef::Int32(i) => serde_json::Value::from(i),
+            ValueRef::Int64(i) => serde_json::Value::from(i),
+            ValueRef::Boolean(b) => serde_json::Value::from(b),
+            // NaN and the infinities are no JSON numbers.
+            ValueRef::Double(d) if d.is_finite() => serde_json::Value::from(d),
+            other => serde_json::Value::from(super::cells::text_form(other)),
+        };
+        found.push((name.to_owned(), value));
+    });
+    found.sort_by(|a, b| a.0.cmp(&b.0));
+    let mut out = String::from("{");
+    for (i, (name, value)) in found.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&serde_json::Value::from(name.as_str()).to_string());
+        out.push(':');
+        out.push_str(&value.to_string());
+    }
+    out.push('}');
+    out
 }
 
 /// Decodes entities into Arrow builders as a store lends them (`RowSink`):
@@ -689,7 +761,7 @@ impl<C: Columns> Decoding<C> {
                     layout.row_template().is_some() && *n < self.spans.len() && wrong != Some(b)
                 }
                 // Filled below, all in one walk of the properties.
-                Source::Property { .. } => true,
+                Source::Property { .. } | Source::Rest => true,
                 Source::PartitionKey => columns.key(b, &KeyRef::Text(e.partition_key().into())),
                 Source::RowKey => columns.key(b, &KeyRef::Text(rk.into())),
                 Source::Timestamp => columns.value(b, ValueRef::DateTime(e.timestamp()), false),
@@ -701,6 +773,10 @@ impl<C: Columns> Decoding<C> {
         }
         if !plan.properties.is_empty() {
             self.properties(plan, e)?;
+        }
+        if let Some((b, named)) = &plan.rest {
+            self.columns
+                .value(*b, ValueRef::String(&rest_json(e, named)), false);
         }
         Ok(true)
     }

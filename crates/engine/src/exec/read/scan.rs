@@ -1136,8 +1136,10 @@ impl PartitionScanExec {
         let counters = self.counters.clone();
         // Every request of this run, billed to the scan.
         let store = counters.bill.billed(self.store.clone());
-        let select = self.rows.properties(&self.projection);
-        let mut query = Query::all().select(select);
+        let mut query = Query::all();
+        if !self.rows.reads_every_property(&self.projection) {
+            query = query.select(self.rows.properties(&self.projection));
+        }
         query.filter = self.path.filter.clone();
         let lookup = self.lookup.then(|| {
             let mut base = Query::all().select(self.layout.properties(&self.projection));

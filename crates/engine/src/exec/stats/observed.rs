@@ -8,6 +8,7 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::workload::Workload;
+use crate::storage::bill::Operation;
 use crate::storage::bill::{Transactions, point_read_requests};
 use crate::storage::layer::StoreLayer;
 use crate::storage::{
@@ -51,19 +52,8 @@ impl ObservedStore {
         if let (true, Some(pk)) = (counts.is_empty(), query.partitions.single()) {
             counts.push((pk.as_str(), 0));
         }
-        let page = Transactions {
-            query_pages: 1,
-            ..Transactions::default()
-        };
+        let page = Transactions::of(Operation::QueryPage, 1);
         self.workload.read(table.as_str(), counts, page);
-    }
-}
-
-/// `n` point reads.
-fn point_reads(n: u64) -> Transactions {
-    Transactions {
-        point_reads: n,
-        ..Transactions::default()
     }
 }
 
@@ -105,8 +95,11 @@ impl StoreLayer for ObservedStore {
     ) -> Result<Option<StoredEntity>> {
         let found = self.inner.get(table, pk, rk).await?;
         let n = u64::from(found.is_some());
-        self.workload
-            .read(table.as_str(), [(pk.as_str(), n)], point_reads(1));
+        self.workload.read(
+            table.as_str(),
+            [(pk.as_str(), n)],
+            Transactions::of(Operation::Get, 1),
+        );
         Ok(found)
     }
 
@@ -121,7 +114,7 @@ impl StoreLayer for ObservedStore {
         self.workload.read(
             table.as_str(),
             [(pk.as_str(), found.len() as u64)],
-            point_reads(requests),
+            Transactions::of(Operation::Get, requests),
         );
         Ok(found)
     }
@@ -166,10 +159,7 @@ impl StoreLayer for ObservedStore {
         let n = ops.len() as u64;
         let done = self.inner.execute_batch(table, ops).await;
         if let Some(pk) = partition {
-            let batch = Transactions {
-                batches: 1,
-                ..Transactions::default()
-            };
+            let batch = Transactions::of(Operation::Batch, 1);
             self.wrote(table, (&pk, n), batch, done.as_ref().err());
         }
         done
@@ -180,10 +170,7 @@ impl StoreLayer for ObservedStore {
     async fn execute(&self, table: &TableName, op: WriteOp) -> Result<WriteOutcome> {
         let partition = op.keys().0.clone();
         let done = self.inner.execute(table, op).await;
-        let write = Transactions {
-            writes: 1,
-            ..Transactions::default()
-        };
+        let write = Transactions::of(Operation::Write, 1);
         self.wrote(table, (&partition, 1), write, done.as_ref().err());
         done
     }

@@ -190,11 +190,11 @@ pub struct Run {
 
 impl Run {
     /// A point read of `rows` entities of `table` by `requests` that took
-    /// `retries` (`planner::point`).
+    /// `retries` and were billed `bill` (`planner::point`).
     pub fn point(
         elapsed: Duration,
         rows: usize,
-        (requests, retries): (u64, u64),
+        (requests, retries, bill): (u64, u64, Transactions),
         table: Arc<str>,
     ) -> Self {
         let rows = rows as u64;
@@ -204,10 +204,7 @@ impl Run {
             scanned: rows,
             returned: rows,
             requests,
-            bill: Transactions {
-                point_reads: requests,
-                ..Transactions::default()
-            },
+            bill,
             retries,
             path: Cow::Borrowed("point"),
             whole: None,

@@ -121,8 +121,11 @@ pub fn estimate(def: &TableDef, path: &AccessPath, stats: &Statistics) -> Option
 /// partition, in key order) read as points and as the spans from each
 /// partition's first key to its last, judged by the RowKey template alone
 /// where no statistics are at hand: a span of a template whose last field
-/// is a fixed-width integer, its other fields equal at both ends, holds at
-/// most a key per integer between them. `None` where a span is not such.
+/// is a fixed-width integer, its other fields equal at both ends, holds a
+/// key per integer between them at most, if the span's entities are the
+/// template's (other rows sharing its prefix, a raw writer's or another
+/// mapping's, make it cost more; never answer otherwise: the keys are
+/// still the filter). `None` where a span is not such.
 pub fn by_key_domain(
     template: &KeyTemplate,
     groups: &[(&PartitionKey, Vec<&RowKey>)],

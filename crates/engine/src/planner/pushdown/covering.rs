@@ -7,8 +7,8 @@
 //! `ANALYZE` say how many entities a span holds (`cost::estimate`), so a
 //! span is read only where the statistics show it cheaper. Without them,
 //! a RowKey whose keys differ in a fixed-width integer bounds a span by
-//! its key domain: `r:07000` to `r:07099` holds at most 100 entities
-//! (`cost::by_key_domain`).
+//! its key domain: `r:07000` to `r:07099` holds at most 100 of the
+//! template's entities (`cost::by_key_domain`).
 //!
 //! The span's rows are not all the keys': the path carries the keys as a
 //! filter (`PartitionKey eq p and (RowKey eq a or ...)`) that the store

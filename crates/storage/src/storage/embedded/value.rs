@@ -373,6 +373,21 @@ impl EntityView for RawEntity<'_> {
             }
         }
     }
+
+    fn each(&self, f: &mut dyn FnMut(&str, ValueRef<'_>)) {
+        let Some(layout) = self.layout() else {
+            return;
+        };
+        for i in 0..layout.len() {
+            let Some(name) = self.dict.name(layout.id(i)) else {
+                self.keep(corrupt("a property id the table's names do not hold"));
+                continue;
+            };
+            if let Some(v) = self.read(&layout, i) {
+                f(name, v);
+            }
+        }
+    }
 }
 
 #[cfg(test)]
