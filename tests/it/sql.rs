@@ -224,7 +224,8 @@ async fn raw_tables_infer_their_columns() -> TestResult {
 /// their own, the rarest first met after 10,350 entities, and a second
 /// partition's property), and a property no column names, as one written
 /// after the engine opened, is read in `_properties`, a JSON object that
-/// `json_extract_path_text` reads and filters on.
+/// `json_extract_path_text` reads and filters on, until `ANALYZE` samples
+/// the table again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_tables_read_every_property_of_every_kind() -> TestResult {
     let store: Arc<dyn TableStore> = Arc::new(MemoryStore::new());
@@ -338,6 +339,17 @@ async fn raw_tables_read_every_property_of_every_kind() -> TestResult {
             .await?,
     );
     assert!(plain.contains("| {}          |"), "{plain}");
+    // ANALYZE samples the table again: the late property is a column now.
+    engine.collect("ANALYZE things").await?;
+    let column = text(
+        &engine
+            .collect("SELECT \"RowKey\", late, _properties FROM raw.things WHERE late = 'here'")
+            .await?,
+    );
+    assert!(
+        column.contains("| Z:00001 | here | {}          |"),
+        "{column}"
+    );
     Ok(())
 }
 

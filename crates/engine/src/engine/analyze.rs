@@ -40,7 +40,13 @@ impl Engine {
         for name in names {
             let def = defs.iter().find(|d| d.name == name);
             let (table, paths) = self.analyzed_as(&name, def).await?;
-            let (stats, sampled) = self.analyze_storage(table, how, &paths, true).await?;
+            let (stats, sampled) = self
+                .analyze_storage(table.clone(), how, &paths, true)
+                .await?;
+            if def.is_none() {
+                // A raw table's columns are found from a sample: taken again.
+                self.refresh_raw(&table).await?;
+            }
             outcome.notices.push(Notice::new(
                 NoticeKind::Done,
                 format!("analyzed {name}: {stats}{}", sampled_note(sampled)),

@@ -147,6 +147,33 @@ impl Engine {
         })
     }
 
+    /// Samples storage table `table` again and registers its raw table
+    /// anew (`ANALYZE` of a raw table): properties met since it was
+    /// sampled become columns. This process's; another's at its next
+    /// catalog load.
+    pub(super) async fn refresh_raw(&self, table: &TableName) -> Result<(), EngineError> {
+        let provider: Arc<dyn TableProvider> = Arc::new(self.raw_table(table).await?);
+        let name = table.as_str().to_lowercase();
+        if let Some(raw) = self
+            .base
+            .catalog("datafusion")
+            .and_then(|c| c.schema(RAW_SCHEMA))
+        {
+            raw.deregister_table(&name)?;
+            raw.register_table(name.clone(), provider.clone())?;
+        }
+        // Its alias in `public`, where the name is the raw table's.
+        let aliased =
+            self.public.table(&name).await?.is_some_and(|t| {
+                StoreTable::of(t.as_ref()).is_some_and(|s| s.layout().def.is_none())
+            });
+        if aliased {
+            self.public.put_store_table(name, provider)?;
+        }
+        self.catalog_changed();
+        Ok(())
+    }
+
     pub(super) async fn raw_table(&self, table: &TableName) -> Result<StoreTable, EngineError> {
         // Not the users' workload: every process over the store samples
         // every raw table when it opens.
