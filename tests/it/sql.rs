@@ -340,7 +340,7 @@ async fn raw_tables_read_every_property_of_every_kind() -> TestResult {
     );
     assert!(plain.contains("| {}          |"), "{plain}");
     // ANALYZE samples the table again: the late property is a column now.
-    engine.collect("ANALYZE things").await?;
+    engine.collect("ANALYZE raw.things").await?;
     let column = text(
         &engine
             .collect("SELECT \"RowKey\", late, _properties FROM raw.things WHERE late = 'here'")

@@ -12,11 +12,25 @@ impl Engine {
         analyze: &datafusion::sql::sqlparser::ast::Analyze,
         how: Reading,
     ) -> Result<DdlOutcome, EngineError> {
-        let name = analyze
-            .table_name
-            .as_ref()
-            .map(ddl::object_name)
-            .transpose()?;
+        // `raw.<table>` names a storage table (`Engine::storage_table`);
+        // any other name, a table of schema public.
+        let name = match &analyze.table_name {
+            Some(n) => Some(match n.0.as_slice() {
+                [schema, table]
+                    if schema
+                        .as_ident()
+                        .is_some_and(|s| s.value.eq_ignore_ascii_case(RAW_SCHEMA)) =>
+                {
+                    let table = table
+                        .as_ident()
+                        .map(|t| t.value.clone())
+                        .unwrap_or_default();
+                    format!("{RAW_SCHEMA}.{table}")
+                }
+                _ => ddl::object_name(n)?,
+            }),
+            None => None,
+        };
         Ok(DdlOutcome {
             notices: self.analyze_tables(name.as_deref(), how).await?,
         })
