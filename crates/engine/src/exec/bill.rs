@@ -19,12 +19,11 @@ use datafusion::arrow::array::StringArray;
 use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::metrics::MetricValue;
 
 use super::ops::apply::SubqueryApplyExec;
 use super::read::global::GlobalIndexExec;
 use super::read::lookup_join::LookupJoinExec;
-use super::read::metrics::BillCount;
+use super::read::metrics::own_bill;
 use super::read::scan::PartitionScanExec;
 use super::write::dml::DmlExec;
 use crate::storage::bill::Transactions;
@@ -73,81 +72,52 @@ pub fn row(schema: &SchemaRef, text: String) -> Option<RecordBatch> {
     .ok()
 }
 
-fn estimate_into(plan: &dyn ExecutionPlan, out: &mut Vec<Line>) {
+/// The part of the bill EXPLAIN shows for `plan`'s own node, if it is
+/// one that asks the store anything (its label, and the estimate of it).
+fn estimated_part(plan: &dyn ExecutionPlan) -> Option<Line> {
     const NO_STATISTICS: &str = "no statistics (ANALYZE): a page a request at least";
+    let read = |label: String, (transactions, exact): (Transactions, bool)| Line {
+        label,
+        transactions,
+        exact,
+        note: (!exact).then_some(NO_STATISTICS),
+    };
+    let unknown = |label: String, note: &'static str| Line {
+        label,
+        transactions: Transactions::default(),
+        exact: false,
+        note: Some(note),
+    };
     if let Some(scan) = plan.downcast_ref::<PartitionScanExec>() {
-        let (transactions, exact) = scan.estimated_bill();
-        out.push(Line {
-            label: format!("{} {}", scan.table(), scan.path().access.name()),
-            transactions,
-            exact,
-            note: (!exact).then_some(NO_STATISTICS),
-        });
-    } else if let Some(read) = plan.downcast_ref::<GlobalIndexExec>() {
-        let (transactions, exact) = read.path().bill(1, true);
-        out.push(Line {
-            label: format!("{} {}", read.table(), read.path().access.name()),
-            transactions,
-            exact,
-            note: (!exact).then_some(NO_STATISTICS),
-        });
+        let label = format!("{} {}", scan.table(), scan.path().access.name());
+        Some(read(label, scan.estimated_bill()))
+    } else if let Some(g) = plan.downcast_ref::<GlobalIndexExec>() {
+        let label = format!("{} {}", g.table(), g.path().access.name());
+        Some(read(label, g.path().bill(1, true)))
     } else if let Some(write) = plan.downcast_ref::<DmlExec>() {
-        out.push(Line {
-            label: format!("{} {}", write.table(), write.op_name()),
-            transactions: Transactions::default(),
-            exact: false,
-            note: Some("a batch per 100 rows of a partition"),
-        });
+        let label = format!("{} {}", write.table(), write.op_name());
+        Some(unknown(label, "a batch per 100 rows of a partition"))
     } else if plan.downcast_ref::<LookupJoinExec>().is_some() {
-        out.push(Line {
-            label: "lookup join".into(),
-            transactions: Transactions::default(),
-            exact: false,
-            note: Some("a read per batch of outer rows' keys"),
-        });
+        let note = "a read per batch of outer rows' keys";
+        Some(unknown("lookup join".into(), note))
     } else if plan.downcast_ref::<SubqueryApplyExec>().is_some() {
-        out.push(Line {
-            label: "correlated subquery".into(),
-            transactions: Transactions::default(),
-            exact: false,
-            note: Some("a run per distinct outer value"),
-        });
+        let note = "a run per distinct outer value";
+        Some(unknown("correlated subquery".into(), note))
+    } else {
+        None
     }
+}
+
+fn estimate_into(plan: &dyn ExecutionPlan, out: &mut Vec<Line>) {
+    out.extend(estimated_part(plan));
     for child in plan.children() {
         estimate_into(child.as_ref(), out);
     }
 }
 
 fn actual_into(plan: &dyn ExecutionPlan, out: &mut Vec<Line>) {
-    // A node run twice keeps a bill a run: all of them.
-    let own = plan.metrics().and_then(|m| {
-        m.iter()
-            .filter_map(|m| match m.value() {
-                MetricValue::Custom { value, .. } => value
-                    .as_any()
-                    .downcast_ref::<BillCount>()
-                    .map(BillCount::get),
-                _ => None,
-            })
-            .reduce(|mut a, b| {
-                a += b;
-                a
-            })
-    });
-    if let Some(transactions) = own {
-        let label = if let Some(scan) = plan.downcast_ref::<PartitionScanExec>() {
-            format!("{} {}", scan.table(), scan.path().access.name())
-        } else if let Some(read) = plan.downcast_ref::<GlobalIndexExec>() {
-            format!("{} {}", read.table(), read.path().access.name())
-        } else if let Some(write) = plan.downcast_ref::<DmlExec>() {
-            format!("{} {}", write.table(), write.op_name())
-        } else if plan.downcast_ref::<LookupJoinExec>().is_some() {
-            "lookup join".into()
-        } else if plan.downcast_ref::<SubqueryApplyExec>().is_some() {
-            "correlated subquery".into()
-        } else {
-            plan.name().to_owned()
-        };
+    if let Some(transactions) = own_bill(plan) {
+        let label = estimated_part(plan).map_or_else(|| plan.name().to_owned(), |l| l.label);
         out.push(Line {
             label,
             transactions,

@@ -21,7 +21,7 @@ use datafusion::arrow::array::{Array, StringArray};
 use datafusion::arrow::datatypes::DataType;
 use datafusion::common::cast::as_string_array;
 use datafusion::common::config::{ConfigEntry, ConfigExtension, ExtensionOptions};
-use datafusion::common::{DataFusionError, ScalarValue, exec_err};
+use datafusion::common::{DataFusionError, exec_err};
 use datafusion::config::ConfigOptions;
 use datafusion::error::Result;
 use datafusion::logical_expr::{
@@ -513,15 +513,7 @@ impl ScalarUDFImpl for ParameterFunction {
                 }
             })
             .collect::<Result<StringArray>>()?;
-        // Scalar arguments give one value, which DataFusion spreads over the rows.
-        if args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
-        {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
-        }
-        Ok(ColumnarValue::Array(Arc::new(out)))
+        super::pg_functions::shaped_like(&args.args, Arc::new(out))
     }
 }
 

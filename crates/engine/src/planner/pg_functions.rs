@@ -228,6 +228,16 @@ impl ScalarUDFImpl for Subscripts {
     }
 }
 
+/// A function's answer `out` (a value a row) shaped as its arguments:
+/// one scalar where every argument is one, which DataFusion spreads over
+/// the rows; the array otherwise.
+pub(crate) fn shaped_like(args: &[ColumnarValue], out: ArrayRef) -> Result<ColumnarValue> {
+    if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
+        return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
+    }
+    Ok(ColumnarValue::Array(out))
+}
+
 /// `json_extract_path_text(json, key, ...)`, PostgreSQL's: the value at
 /// the path of keys (or array positions) in a JSON text, as text: a
 /// string without its quotes, another value as JSON; NULL where the path
@@ -304,15 +314,7 @@ impl ScalarUDFImpl for JsonExtractPathText {
                 None => out.append_null(),
             }
         }
-        let out = out.finish();
-        if args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)))
-        {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
-        }
-        Ok(ColumnarValue::Array(Arc::new(out)))
+        shaped_like(&args.args, Arc::new(out.finish()))
     }
 }
 
@@ -367,15 +369,7 @@ impl ScalarUDFImpl for JsonBuildObject {
             }
             out.append_value(serde_json::Value::Object(object).to_string());
         }
-        let all_scalar = args
-            .args
-            .iter()
-            .all(|a| matches!(a, ColumnarValue::Scalar(_)));
-        let out = out.finish();
-        if all_scalar {
-            return Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?));
-        }
-        Ok(ColumnarValue::Array(Arc::new(out)))
+        shaped_like(&args.args, Arc::new(out.finish()))
     }
 }
 

@@ -27,6 +27,7 @@ use crate::catalog::stats::StatsCache;
 use crate::exec::stats::advise::{Evidence, Finding, advise};
 use crate::exec::stats::workload::{PartitionRow, StatementStats, TableRow, Workload};
 use crate::report;
+use crate::storage::bill::Transactions;
 
 /// The statements view's name.
 pub const STATEMENTS_VIEW: &str = "tablesql_stat_statements";
@@ -58,28 +59,27 @@ impl WorkloadView {
     pub fn statements(workload: Arc<Workload>) -> Self {
         let count = |name: &str| Field::new(name, DataType::Int64, false);
         let ms = |name: &str| Field::new(name, DataType::Float64, false);
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("query", DataType::Utf8, false),
-            count("calls"),
-            ms("total_ms"),
-            ms("mean_ms"),
-            ms("min_ms"),
-            ms("max_ms"),
-            count("rows"),
-            count("entities_scanned"),
-            count("entities_returned"),
-            Field::new("density", DataType::Float64, true),
-            count("requests"),
-            count("retries"),
-            count("conflicts"),
-            Field::new("access_path", DataType::Utf8, false),
-            // Billable transactions (`exec::bill`), all and by kind.
-            count("transactions"),
-            count("query_pages"),
-            count("point_reads"),
-            count("batches"),
-            count("writes"),
-        ]));
+        let schema = Arc::new(Schema::new(
+            vec![
+                Field::new("query", DataType::Utf8, false),
+                count("calls"),
+                ms("total_ms"),
+                ms("mean_ms"),
+                ms("min_ms"),
+                ms("max_ms"),
+                count("rows"),
+                count("entities_scanned"),
+                count("entities_returned"),
+                Field::new("density", DataType::Float64, true),
+                count("requests"),
+                count("retries"),
+                count("conflicts"),
+                Field::new("access_path", DataType::Utf8, false),
+            ]
+            .into_iter()
+            .chain(bill_fields())
+            .collect::<Vec<_>>(),
+        ));
         Self {
             workload,
             kind: Kind::Statements,
@@ -100,18 +100,18 @@ impl WorkloadView {
     /// `tablesql_stat_tables`: each storage table's traffic and bill.
     pub fn tables(workload: Arc<Workload>) -> Self {
         let count = |name: &str| Field::new(name, DataType::Int64, false);
-        let schema = Arc::new(Schema::new(vec![
-            Field::new("table_name", DataType::Utf8, false),
-            count("entities_read"),
-            count("entities_written"),
-            count("requests"),
-            count("conflicts"),
-            count("transactions"),
-            count("query_pages"),
-            count("point_reads"),
-            count("batches"),
-            count("writes"),
-        ]));
+        let schema = Arc::new(Schema::new(
+            vec![
+                Field::new("table_name", DataType::Utf8, false),
+                count("entities_read"),
+                count("entities_written"),
+                count("requests"),
+                count("conflicts"),
+            ]
+            .into_iter()
+            .chain(bill_fields())
+            .collect::<Vec<_>>(),
+        ));
         Self {
             workload,
             kind: Kind::Tables,
@@ -126,6 +126,36 @@ impl WorkloadView {
             Kind::Tables => tables_batch(&self.schema, &self.workload.tables()),
         }
     }
+}
+
+/// The bill's columns of a view (`exec::bill`): every billable
+/// transaction, then the kinds but `other`.
+fn bill_fields() -> [Field; 5] {
+    [
+        "transactions",
+        "query_pages",
+        "point_reads",
+        "batches",
+        "writes",
+    ]
+    .map(|name| Field::new(name, DataType::Int64, false))
+}
+
+/// The values of [`bill_fields`], a row a bill.
+fn bill_columns(bills: impl Iterator<Item = Transactions> + Clone) -> [ArrayRef; 5] {
+    let count = |f: fn(&Transactions) -> u64| -> ArrayRef {
+        let values = bills
+            .clone()
+            .map(|b| i64::try_from(f(&b)).unwrap_or(i64::MAX));
+        Arc::new(values.collect::<Int64Array>())
+    };
+    [
+        count(Transactions::total),
+        count(|b| b.query_pages),
+        count(|b| b.point_reads),
+        count(|b| b.batches),
+        count(|b| b.writes),
+    ]
 }
 
 fn tables_batch(schema: &SchemaRef, rows: &[TableRow]) -> Result<RecordBatch> {
@@ -145,12 +175,10 @@ fn tables_batch(schema: &SchemaRef, rows: &[TableRow]) -> Result<RecordBatch> {
             count(|r| r.totals.written),
             count(|r| r.totals.requests),
             count(|r| r.totals.conflicts),
-            count(|r| r.bill.total()),
-            count(|r| r.bill.query_pages),
-            count(|r| r.bill.point_reads),
-            count(|r| r.bill.batches),
-            count(|r| r.bill.writes),
-        ],
+        ]
+        .into_iter()
+        .chain(bill_columns(rows.iter().map(|r| r.bill)))
+        .collect(),
     )?)
 }
 
@@ -169,37 +197,34 @@ fn statements_batch(schema: &SchemaRef, rows: &[(String, StatementStats)]) -> Re
         .iter()
         .map(|(_, s)| (s.scanned > 0).then(|| s.returned as f64 / s.scanned as f64))
         .collect();
+    let columns: Vec<ArrayRef> = vec![
+        Arc::new(
+            rows.iter()
+                .map(|(q, _)| Some(q.as_str()))
+                .collect::<StringArray>(),
+        ),
+        count(|s| s.calls),
+        ms(&|s| millis(s.total)),
+        ms(&|s| millis(s.total) / s.calls.max(1) as f64),
+        ms(&|s| millis(s.min)),
+        ms(&|s| millis(s.max)),
+        count(|s| s.rows),
+        count(|s| s.scanned),
+        count(|s| s.returned),
+        Arc::new(density),
+        count(|s| s.requests),
+        count(|s| s.retries),
+        count(|s| s.conflicts),
+        Arc::new(
+            rows.iter()
+                .map(|(_, s)| Some(s.path.as_ref()))
+                .collect::<StringArray>(),
+        ),
+    ];
+    let bills = bill_columns(rows.iter().map(|(_, s)| s.bill));
     Ok(RecordBatch::try_new(
         schema.clone(),
-        vec![
-            Arc::new(
-                rows.iter()
-                    .map(|(q, _)| Some(q.as_str()))
-                    .collect::<StringArray>(),
-            ),
-            count(|s| s.calls),
-            ms(&|s| millis(s.total)),
-            ms(&|s| millis(s.total) / s.calls.max(1) as f64),
-            ms(&|s| millis(s.min)),
-            ms(&|s| millis(s.max)),
-            count(|s| s.rows),
-            count(|s| s.scanned),
-            count(|s| s.returned),
-            Arc::new(density),
-            count(|s| s.requests),
-            count(|s| s.retries),
-            count(|s| s.conflicts),
-            Arc::new(
-                rows.iter()
-                    .map(|(_, s)| Some(s.path.as_ref()))
-                    .collect::<StringArray>(),
-            ),
-            count(|s| s.bill.total()),
-            count(|s| s.bill.query_pages),
-            count(|s| s.bill.point_reads),
-            count(|s| s.bill.batches),
-            count(|s| s.bill.writes),
-        ],
+        columns.into_iter().chain(bills).collect(),
     )?)
 }
 

@@ -171,18 +171,27 @@ impl CustomMetricValue for BillCount {
     }
 }
 
+/// The transactions `plan`'s own node was billed (a node run twice keeps
+/// a bill a run: all of them); `None` for a node that keeps no bill.
+pub fn own_bill(plan: &dyn datafusion::physical_plan::ExecutionPlan) -> Option<Transactions> {
+    plan.metrics()?
+        .iter()
+        .filter_map(|m| match m.value() {
+            MetricValue::Custom { value, .. } => value
+                .as_any()
+                .downcast_ref::<BillCount>()
+                .map(BillCount::get),
+            _ => None,
+        })
+        .reduce(|mut a, b| {
+            a += b;
+            a
+        })
+}
+
 /// The transactions `plan` and its inputs were billed.
 pub fn bill(plan: &dyn datafusion::physical_plan::ExecutionPlan) -> Transactions {
-    let mut out = Transactions::default();
-    if let Some(m) = plan.metrics() {
-        for m in m.iter() {
-            if let MetricValue::Custom { value, .. } = m.value()
-                && let Some(b) = value.as_any().downcast_ref::<BillCount>()
-            {
-                out += b.get();
-            }
-        }
-    }
+    let mut out = own_bill(plan).unwrap_or_default();
     for c in plan.children() {
         out += bill(c.as_ref());
     }
