@@ -118,6 +118,9 @@ pub struct PartitionScanExec {
     fanout: Fanout,
     /// Whether rows must come in request order (the plan relies on key order).
     ordered: bool,
+    /// Output columns of ascending typed text in that order: their UTF-16
+    /// order is made code points' as rows stream (`order::CodePointOrder`).
+    utf16_text: Arc<[usize]>,
     projection: Vec<usize>,
     schema: SchemaRef,
     limit: Option<usize>,
@@ -237,7 +240,7 @@ impl PartitionScanExec {
         let ordering = if store.key_ordered() {
             super::order::key_ordering(&rows, &path, &projection)
         } else {
-            Vec::new()
+            super::order::KeyOrder::default()
         };
         // Rows that carry only keys cannot answer a property filter: it
         // applies to the base rows looked up, or is left to DataFusion
@@ -246,7 +249,7 @@ impl PartitionScanExec {
         if !lookup && rows.index.is_some() && !carries_all(&layout, &path) {
             path.filter = None;
         }
-        let ordered = !ordering.is_empty();
+        let ordered = !ordering.sort.is_empty();
         // Under a LIMIT the first pages usually answer: listing partitions
         // and starting a request in each would cost more than it saves.
         // A row-value bound passes partitions by only when they are known.
@@ -261,7 +264,8 @@ impl PartitionScanExec {
         } else {
             Fanout::Sequential
         };
-        let eq = match LexOrdering::new(ordering) {
+        let utf16_text: Arc<[usize]> = ordering.utf16_text.clone().into();
+        let eq = match LexOrdering::new(ordering.sort) {
             Some(o) => EquivalenceProperties::new_with_orderings(schema.clone(), [o]),
             None => EquivalenceProperties::new(schema.clone()),
         };
@@ -283,6 +287,7 @@ impl PartitionScanExec {
             stats: None,
             fanout,
             ordered,
+            utf16_text,
             projection,
             schema,
             limit,
@@ -351,7 +356,7 @@ impl PartitionScanExec {
                     None => continue,
                 },
             };
-            let have = super::order::key_ordering(&rows, alt, &self.projection);
+            let have = super::order::key_ordering(&rows, alt, &self.projection).sort;
             if !super::order::satisfies(&have, want) {
                 continue;
             }
@@ -385,9 +390,11 @@ impl PartitionScanExec {
     }
 
     /// Rows in request (key) order even where no ordering is declared:
-    /// token paging ends a page on one row's key.
+    /// token paging ends a page on one row's key, and resumes after it in
+    /// key order, so text keys are not put in code point order.
     pub fn in_key_order(mut self) -> Self {
         self.ordered = true;
+        self.utf16_text = Arc::from([]);
         self
     }
 
@@ -522,6 +529,17 @@ struct RequestRun {
     /// The scan's LIMIT: no request reads a page past the one that
     /// reached it, since its later rows come after those in every order.
     limit: Option<usize>,
+    /// The scan's `utf16_text`: rows holding characters past U+FFFF there
+    /// may belong later, so they do not count toward the LIMIT.
+    utf16_text: Arc<[usize]>,
+}
+
+/// What a page sent: its rows, and those that count toward the LIMIT (all
+/// but rows whose text keys `order::CodePointOrder` may hold back).
+#[derive(Debug, Default, Clone, Copy)]
+struct Sent {
+    rows: usize,
+    counted: usize,
 }
 
 /// The base rows behind index rows.
@@ -631,52 +649,63 @@ impl RequestRun {
     ) -> Result<bool> {
         let table = &self.layout.table;
         let mut token: Option<ContinuationToken> = None;
-        let mut sent = 0;
+        let mut counted = 0;
+        // Under a LIMIT (`$top`), once a page held rows back: the next
+        // pages whole, so that keys full of characters past U+FFFF do not
+        // cost a request per few rows.
+        let mut widened: Option<Query> = None;
         loop {
+            let query = widened.as_ref().unwrap_or(query);
             // Rows decoded as the store reads them; index rows that
             // lead to base rows are read whole, to look those up.
-            let (continuation, n) = if self.lookup.is_none() {
+            let (continuation, page) = if self.lookup.is_none() {
                 let (end, sink) = self.page_into(query, token.as_ref()).await?;
                 self.counters.scanned.add(end.scanned);
                 self.count_partitions(sink.partitions().iter().map(String::as_str));
                 let partitions = keep.is_some().then(|| sink.partitions().to_vec());
                 let (batch, skipped) = sink.finish()?;
-                let rows = batch.num_rows();
                 if let (Some(pages), Some(partitions)) = (keep.as_deref_mut(), partitions) {
                     pages.take(&batch, skipped, partitions);
                 }
-                let sent = self.send(batch, skipped, tx).await;
-                if sent < rows {
+                let Some(sent) = self.send(batch, skipped, tx).await else {
                     return Ok(false);
-                }
+                };
                 (end.continuation, sent)
             } else {
                 let page = self
                     .request(self.store.query(table, query, token.as_ref()))
                     .await?;
                 self.counters.scanned.add(page.scanned);
-                (page.continuation, self.emit(&page.entities, tx).await?)
+                match self.emit(&page.entities, tx).await? {
+                    Some(sent) => (page.continuation, sent),
+                    None => return Ok(false),
+                }
             };
-            sent += n;
-            if continuation.is_some() && self.limit.is_some_and(|l| sent >= l) {
+            counted += page.counted;
+            if continuation.is_some() && self.limit.is_some_and(|l| counted >= l) {
                 // Not every page: nothing of it is kept.
                 return Ok(false);
             }
+            if page.counted < page.rows && query.top.is_some() {
+                let mut whole = query.clone();
+                whole.top = None;
+                widened = Some(whole);
+            }
             match continuation {
-                Some(next) if !(at_most_one && n > 0) => token = Some(next),
+                Some(next) if !(at_most_one && page.rows > 0) => token = Some(next),
                 _ => return Ok(true),
             }
         }
     }
 
-    /// Decodes and sends a page; returns the rows sent (0 if the consumer left).
+    /// Decodes and sends a page (`send`); `None` if the consumer left.
     async fn emit(
         &self,
         entities: &[crate::storage::StoredEntity],
         tx: &mpsc::Sender<Result<RecordBatch>>,
-    ) -> Result<usize> {
+    ) -> Result<Option<Sent>> {
         if entities.is_empty() {
-            return Ok(0);
+            return Ok(Some(Sent::default()));
         }
         self.count_partitions(entities.iter().map(|e| e.partition_key().as_str()));
         let base;
@@ -691,19 +720,23 @@ impl RequestRun {
         Ok(self.send(batch, skipped, tx).await)
     }
 
-    /// Sends a decoded page; returns the rows sent (0 if the consumer left).
+    /// Sends a decoded page; `None` if the consumer left.
     async fn send(
         &self,
         batch: RecordBatch,
         skipped: Skipped,
         tx: &mpsc::Sender<Result<RecordBatch>>,
-    ) -> usize {
+    ) -> Option<Sent> {
         self.counters.index_rows.add(skipped.index_rows);
-        let n = batch.num_rows();
-        if n > 0 && tx.send(Ok(batch)).await.is_err() {
-            return 0;
+        let rows = batch.num_rows();
+        let counted = match self.utf16_text.is_empty() {
+            true => rows,
+            false => super::order::CodePointOrder::counted(&self.utf16_text, &batch),
+        };
+        if rows > 0 && tx.send(Ok(batch)).await.is_err() {
+            return None;
         }
-        n
+        Some(Sent { rows, counted })
     }
 
     /// Counts the partitions not met before.
@@ -871,6 +904,7 @@ impl ExecutionPlan for PartitionScanExec {
         };
         // A page scan's key order stays (`in_key_order`).
         scan.ordered |= self.ordered;
+        scan.utf16_text = self.utf16_text.clone();
         Some(Arc::new(scan))
     }
 
@@ -1186,6 +1220,7 @@ impl PartitionScanExec {
         let run = RequestRun {
             shape,
             limit: self.limit,
+            utf16_text: self.utf16_text.clone(),
             decode: Arc::new(DecodePlan::new(
                 self.rows.clone(),
                 &self.projection,
@@ -1245,6 +1280,11 @@ impl PartitionScanExec {
         } else {
             streams.flatten_unordered(width).boxed()
         };
+        let streams = if self.utf16_text.is_empty() {
+            streams
+        } else {
+            code_point_order(streams, &self.properties, &self.utf16_text)
+        };
         let limited = Limited {
             inner: streams,
             remaining: self.limit,
@@ -1255,6 +1295,45 @@ impl PartitionScanExec {
             limited,
         )))
     }
+}
+
+/// `rows` (in the scan's key order, `properties`'s ordering) in code point
+/// order, through `order::CodePointOrder`.
+fn code_point_order(
+    rows: std::pin::Pin<Box<dyn futures::Stream<Item = Result<RecordBatch>> + Send>>,
+    properties: &PlanProperties,
+    utf16_text: &Arc<[usize]>,
+) -> std::pin::Pin<Box<dyn futures::Stream<Item = Result<RecordBatch>> + Send>> {
+    let sort = properties
+        .output_ordering()
+        .map(|o| o.iter().cloned().collect())
+        .unwrap_or_default();
+    let order = super::order::KeyOrder {
+        sort,
+        utf16_text: utf16_text.to_vec(),
+    };
+    let reorder = super::order::CodePointOrder::new(&order);
+    futures::stream::unfold(Some((rows, reorder)), |state| async move {
+        let (mut rows, mut reorder) = state?;
+        loop {
+            match rows.next().await {
+                Some(Ok(batch)) => match reorder.push(batch) {
+                    Ok(Some(out)) => return Some((Ok(out), Some((rows, reorder)))),
+                    Ok(None) => continue,
+                    Err(e) => return Some((Err(e), None)),
+                },
+                Some(Err(e)) => return Some((Err(e), None)),
+                None => {
+                    return match reorder.finish() {
+                        Ok(Some(out)) => Some((Ok(out), None)),
+                        Ok(None) => None,
+                        Err(e) => Some((Err(e), None)),
+                    };
+                }
+            }
+        }
+    })
+    .boxed()
 }
 
 /// One store request in flight, until dropped.

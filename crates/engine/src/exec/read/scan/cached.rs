@@ -103,7 +103,11 @@ impl RequestRun {
             self.counters.index_rows.add(pages.index_rows);
             self.count_partitions(pages.partitions.iter().map(String::as_str));
             for batch in &pages.batches {
-                if self.send(batch.clone(), Skipped::default(), tx).await == 0 {
+                if self
+                    .send(batch.clone(), Skipped::default(), tx)
+                    .await
+                    .is_none()
+                {
                     break;
                 }
             }
