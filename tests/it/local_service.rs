@@ -31,6 +31,16 @@ impl Local {
     /// A service of `profile` with [`QUICK`] and then `knobs`. Needs a
     /// running Tokio runtime (its accept loop is spawned on it).
     pub fn start(profile: Profile, knobs: &[&str]) -> TestResult<Local> {
+        Self::start_with(profile, knobs, None)
+    }
+
+    /// As [`Local::start`], with an account that accepts `identity`'s
+    /// Entra ID tokens.
+    pub fn start_with(
+        profile: Profile,
+        knobs: &[&str],
+        identity: Option<std::sync::Arc<tablesql::tableservice::Identity>>,
+    ) -> TestResult<Local> {
         let mut limits = Limits::new(profile);
         for k in QUICK.iter().chain(knobs) {
             limits.set(k)?;
@@ -45,6 +55,10 @@ impl Local {
             tablesql::storage::azure::config::DEV_ACCOUNT,
             tablesql::storage::azure::config::DEV_ACCOUNT_KEY,
         )?;
+        let account = match identity {
+            Some(identity) => account.with_identity(identity),
+            None => account,
+        };
         let running = tablesql::tableservice::serve(listener, service, account)?;
         Ok(Local { running, _dir: dir })
     }

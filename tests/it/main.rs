@@ -18,6 +18,7 @@ mod copy;
 mod copy_binary;
 mod differential;
 mod embedded;
+mod entra;
 mod fanout;
 mod faults;
 mod global;

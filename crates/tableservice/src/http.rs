@@ -1,7 +1,10 @@
 //! The Table REST API over HTTP/1.1 (hyper's server): path-style URLs
 //! (`http://host:port/ACCOUNT/...`) as Azurite serves them, JSON with minimal
 //! metadata, Shared Key and Shared Key Lite signatures checked with the
-//! account's key, and `GET /_tablesql/counters` for the counters.
+//! account's key, Entra ID bearer tokens checked where the account has an
+//! [`Identity`] (which also answers `GET /msi/token`, and, over TLS on a
+//! listener of its own, Entra ID's token endpoint: [`serve_authority`]),
+//! and `GET /_tablesql/counters` for the counters.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,8 +26,10 @@ use tablesql_storage::storage::{
     ETag, IfMatch, PartitionKey, RowKey, StorageError, TableName, WriteOp,
 };
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 
 use crate::batch;
+use crate::identity::Identity;
 use crate::limits::Profile;
 use crate::scan::PageRequest;
 use crate::service::{Refusal, Service};
@@ -35,6 +40,8 @@ use crate::token;
 pub struct Account {
     pub name: String,
     pub key: Vec<u8>,
+    /// Entra ID's side, where the account accepts bearer tokens.
+    pub identity: Option<Arc<Identity>>,
 }
 
 impl Account {
@@ -47,7 +54,14 @@ impl Account {
         Ok(Self {
             name: name.into(),
             key,
+            identity: None,
         })
+    }
+
+    /// The account accepting Entra ID tokens of `identity`.
+    pub fn with_identity(mut self, identity: Arc<Identity>) -> Self {
+        self.identity = Some(identity);
+        self
     }
 }
 
@@ -96,10 +110,104 @@ pub fn serve(
     account: Account,
 ) -> std::io::Result<Running> {
     let addr = listener.local_addr()?;
-    let state = (service.clone(), account.clone());
-    let task = tokio::spawn(async move {
-        // The connections' tasks go with the accept loop's: stopping the
-        // service closes every connection, not only the listener.
+    let (s, a) = (service.clone(), account.clone());
+    let task = accept(listener, None, move |req| {
+        let (service, account) = (s.clone(), a.clone());
+        async move { handle(&service, &account, req).await }
+    });
+    Ok(Running {
+        addr,
+        service,
+        account,
+        task,
+    })
+}
+
+/// Entra ID's token endpoint over TLS, served until the handle drops.
+#[derive(Debug)]
+pub struct Authority {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Authority {
+    /// The `AuthorityHost` a client names.
+    pub fn host(&self) -> String {
+        format!("https://{}", self.addr)
+    }
+}
+
+impl Drop for Authority {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Serves `identity`'s token endpoint (`POST /{tenant}/oauth2/v2.0/token`)
+/// over TLS with the PEM certificate chain and key given: the Azure SDK
+/// signs in only at an HTTPS authority.
+pub fn serve_authority(
+    listener: TcpListener,
+    cert: &std::path::Path,
+    key: &std::path::Path,
+    identity: Arc<Identity>,
+) -> std::io::Result<Authority> {
+    let addr = listener.local_addr()?;
+    let tls = crate::identity::acceptor(cert, key)?;
+    let task = accept(listener, Some(tls), move |req| {
+        let identity = identity.clone();
+        async move { Ok(token_endpoint(&identity, req).await) }
+    });
+    Ok(Authority { addr, task })
+}
+
+async fn token_endpoint(identity: &Identity, req: Request<Incoming>) -> Answer {
+    let (parts, body) = req.into_parts();
+    let tenant = parts
+        .uri
+        .path()
+        .strip_suffix("/oauth2/v2.0/token")
+        .and_then(|p| p.strip_prefix('/'));
+    let (Some(tenant), &Method::POST) = (tenant, &parts.method) else {
+        return json_answer(StatusCode::NOT_FOUND, &json!({"error": "not_found"}));
+    };
+    let body = match body.collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(_) => {
+            return json_answer(
+                StatusCode::BAD_REQUEST,
+                &json!({"error": "invalid_request"}),
+            );
+        }
+    };
+    let form = form_params(&String::from_utf8_lossy(&body));
+    identity_answer(identity.client_credentials(tenant, &form))
+}
+
+fn identity_answer(answered: crate::identity::Answered) -> Answer {
+    match answered {
+        Ok(body) => json_answer(StatusCode::OK, &body),
+        Err((status, body)) => json_answer(
+            StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_REQUEST),
+            &body,
+        ),
+    }
+}
+
+/// Accepts connections on `listener` (through `tls` where given) and serves
+/// each with `handler`, until the task is aborted. The connections' tasks
+/// go with the accept loop's: stopping it closes every connection, not
+/// only the listener.
+fn accept<H, F>(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    handler: H,
+) -> tokio::task::JoinHandle<()>
+where
+    H: Fn(Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<Answer, Lost>> + Send + 'static,
+{
+    tokio::spawn(async move {
         let mut connections = tokio::task::JoinSet::new();
         loop {
             // Finished connections leave the set as they end.
@@ -113,30 +221,37 @@ pub fn serve(
                 }
             };
             let _ = tcp.set_nodelay(true);
-            let (service, account) = state.clone();
+            let (handler, tls) = (handler.clone(), tls.clone());
             connections.spawn(async move {
-                let handler = hyper::service::service_fn(move |req| {
-                    let service = service.clone();
-                    let account = account.clone();
-                    async move { handle(&service, &account, req).await }
-                });
-                let served = hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(Duration::from_secs(30))
-                    .serve_connection(TokioIo::new(tcp), handler)
-                    .await;
+                let served = match tls {
+                    None => connection(TokioIo::new(tcp), handler).await,
+                    Some(tls) => match tls.accept(tcp).await {
+                        Ok(stream) => connection(TokioIo::new(stream), handler).await,
+                        Err(e) => {
+                            tracing::debug!(error = %e, "table service: TLS handshake failed");
+                            return;
+                        }
+                    },
+                };
                 if let Err(e) = served {
                     tracing::debug!(error = %e, "table service: connection closed");
                 }
             });
         }
-    });
-    Ok(Running {
-        addr,
-        service,
-        account,
-        task,
     })
+}
+
+async fn connection<I, H, F>(io: TokioIo<I>, handler: H) -> Result<(), hyper::Error>
+where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    H: Fn(Request<Incoming>) -> F + Send + Sync + 'static,
+    F: std::future::Future<Output = Result<Answer, Lost>> + Send + 'static,
+{
+    hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(Duration::from_secs(30))
+        .serve_connection(io, hyper::service::service_fn(handler))
+        .await
 }
 
 /// A lost answer: hyper closes the connection without writing one.
@@ -166,12 +281,24 @@ async fn handle(
         return Ok(json_answer(StatusCode::OK, &service.counters().json()));
     }
     let query = query_params(parts.uri.query().unwrap_or(""));
-    let answer = match authorize(account, &parts.method, &parts.headers, &path, &query) {
-        Err(why) => Err(Refusal::Bad {
-            status: 403,
-            code: "AuthenticationFailed",
-            message: why,
-        }),
+    // A managed identity's endpoint: its host's, not the service's, so
+    // its requests are no Table requests and are not counted.
+    if let (Some(identity), "/msi/token") = (&account.identity, path.as_str()) {
+        let header = ["x-identity-header", "secret"]
+            .iter()
+            .find_map(|h| parts.headers.get(*h).and_then(|v| v.to_str().ok()));
+        return Ok(identity_answer(identity.managed_identity(header, &query)));
+    }
+    let profile = service.limits().profile;
+    let answer = match authorize(
+        account,
+        profile,
+        &parts.method,
+        &parts.headers,
+        &path,
+        &query,
+    ) {
+        Err(refusal) => Err(refusal),
         Ok(()) => {
             let latency = service.latency();
             if !latency.is_zero() {
@@ -463,6 +590,11 @@ pub(crate) fn decode(s: &str) -> String {
     percent_decode_str(s).decode_utf8_lossy().into_owned()
 }
 
+/// An `application/x-www-form-urlencoded` body, where `+` is a space.
+fn form_params(body: &str) -> Vec<(String, String)> {
+    query_params(&body.replace('+', "%20"))
+}
+
 fn query_params(q: &str) -> Vec<(String, String)> {
     q.split('&')
         .filter(|p| !p.is_empty())
@@ -473,14 +605,17 @@ fn query_params(q: &str) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Checks a Shared Key or Shared Key Lite signature against the account's key.
+/// Checks a bearer token with the account's identity, or a Shared Key or
+/// Shared Key Lite signature against the account's key (unless the
+/// identity turned Shared Key off).
 fn authorize(
     account: &Account,
+    profile: Profile,
     method: &Method,
     headers: &HeaderMap,
     path: &str,
     query: &[(String, String)],
-) -> Result<(), String> {
+) -> Result<(), Refusal> {
     let get = |name: &str| {
         headers
             .get(name)
@@ -488,11 +623,35 @@ fn authorize(
             .unwrap_or("")
     };
     let given = get("authorization");
+    let refused = |status: u16, code: &'static str, message: &str| Refusal::Bad {
+        status,
+        code,
+        message: message.to_owned(),
+    };
+    if let Some(token) = given.strip_prefix("Bearer ") {
+        return match &account.identity {
+            Some(identity) => identity.check(token, profile),
+            None => Err(refused(
+                401,
+                "InvalidAuthenticationInfo",
+                "the account accepts no Entra ID token",
+            )),
+        };
+    }
     let lite = given.starts_with("SharedKeyLite ");
     if !(lite || given.starts_with("SharedKey ")) {
-        return Err(
-            "the request is not signed with Shared Key (the local service checks no SAS)".into(),
-        );
+        return Err(refused(
+            403,
+            "AuthenticationFailed",
+            "the request is not signed with Shared Key (the local service checks no SAS)",
+        ));
+    }
+    if account.identity.as_ref().is_some_and(|i| !i.shared_key()) {
+        return Err(refused(
+            403,
+            "KeyBasedAuthenticationNotPermitted",
+            "Key based authentication is not permitted on this storage account.",
+        ));
     }
     let date = match get("x-ms-date") {
         "" => get("date"),
@@ -513,7 +672,11 @@ fn authorize(
     if authorization(&account.name, &account.key, &parts, lite) == given {
         Ok(())
     } else {
-        Err("the signature does not match the account's key".into())
+        Err(refused(
+            403,
+            "AuthenticationFailed",
+            "the signature does not match the account's key",
+        ))
     }
 }
 

@@ -19,12 +19,15 @@
 //! - `token`: continuation tokens.
 //! - `odata_filter`: `$filter` text.
 //! - `http`, `batch`: the REST API and entity group transactions.
+//! - `identity`: Entra ID's token endpoints, and the check of a bearer
+//!   token.
 //! - `counters`: requests, throttled answers, entities scanned and returned
 //!   per partition, range server and account.
 
 mod batch;
 pub mod counters;
 mod http;
+pub mod identity;
 pub mod limits;
 pub mod odata_filter;
 mod pace;
@@ -34,6 +37,7 @@ pub mod service;
 mod token;
 
 pub use counters::{Counts, Snapshot};
-pub use http::{Account, Running, serve};
+pub use http::{Account, Authority, Running, serve, serve_authority};
+pub use identity::{Identity, IdentityOptions};
 pub use limits::{KNOBS, Limits, Profile};
 pub use service::Service;

@@ -24,7 +24,7 @@ pub enum StoreLocation {
     /// `azure:UseDevelopmentStorage=true` for Azurite on 127.0.0.1:10002;
     /// `azure` alone reads it from `AZURE_STORAGE_CONNECTION_STRING`.
     #[cfg(feature = "azure")]
-    Azure(AzureConfig),
+    Azure(Box<AzureConfig>),
 }
 
 /// A location that cannot be used.
@@ -77,7 +77,7 @@ impl FromStr for StoreLocation {
         match s.split_once(':') {
             Some(("embedded", rest)) => Ok(StoreLocation::Embedded(PathBuf::from(rest))),
             #[cfg(feature = "azure")]
-            Some(("azure", conn)) => Ok(StoreLocation::Azure(AzureConfig::parse(conn)?)),
+            Some(("azure", conn)) => Ok(StoreLocation::Azure(Box::new(AzureConfig::parse(conn)?))),
             #[cfg(not(feature = "azure"))]
             Some(("azure", _)) => Err(LocationError::NotBuilt {
                 scheme: "azure".to_owned(),
@@ -131,7 +131,7 @@ impl StoreLocation {
             .filter(|c| !c.trim().is_empty())
             .ok_or(LocationError::AzureEnvUnset)?;
         #[cfg(feature = "azure")]
-        return Ok(StoreLocation::Azure(AzureConfig::parse(&conn)?));
+        return Ok(StoreLocation::Azure(Box::new(AzureConfig::parse(&conn)?)));
         #[cfg(not(feature = "azure"))]
         {
             drop(conn);
@@ -161,7 +161,7 @@ impl StoreLocation {
                     .with_derived_cache(memory.derived_cache),
             )),
             #[cfg(feature = "azure")]
-            StoreLocation::Azure(config) => Ok(Arc::new(AzureStore::new(config.clone())?)),
+            StoreLocation::Azure(config) => Ok(Arc::new(AzureStore::new(config.as_ref().clone())?)),
         }
     }
 }
@@ -209,7 +209,7 @@ mod tests {
         ));
         #[cfg(feature = "azure")]
         assert!(matches!(
-            "azure:AccountName=x".parse::<StoreLocation>(),
+            "azure:AccountName=x;AuthScheme=SharedKey".parse::<StoreLocation>(),
             Err(LocationError::Azure(ConfigError::Missing(_)))
         ));
     }

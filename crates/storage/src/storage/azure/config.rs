@@ -7,6 +7,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 
+use super::entra::EntraSource;
 use crate::storage::retry::RetryPolicy;
 
 /// The published account of the storage emulators (Azurite).
@@ -32,6 +33,10 @@ pub enum Credentials {
     },
     /// A shared access signature (account or table SAS), appended to every URL.
     Sas(String),
+    /// A Microsoft Entra ID bearer token (`AuthScheme=EntraId`,
+    /// `ClientSecret`, `ManagedIdentity`, `WorkloadIdentity`, `AzureCli`; or
+    /// no key nor SAS at all, which is the SDKs' default chain).
+    Entra(EntraSource),
 }
 
 impl fmt::Debug for Credentials {
@@ -40,6 +45,7 @@ impl fmt::Debug for Credentials {
             Credentials::SharedKey { lite: false, .. } => f.write_str("SharedKey(<redacted>)"),
             Credentials::SharedKey { lite: true, .. } => f.write_str("SharedKeyLite(<redacted>)"),
             Credentials::Sas(_) => f.write_str("Sas(<redacted>)"),
+            Credentials::Entra(source) => write!(f, "{source:?}"),
         }
     }
 }
@@ -55,6 +61,14 @@ pub struct AzureConfig {
     pub endpoint: String,
     /// Request authorization.
     pub credentials: Credentials,
+    /// Entra ID's sign-in host for a client secret or a workload identity
+    /// (`AuthorityHost`, else `AZURE_AUTHORITY_HOST`, else the public
+    /// cloud's); HTTPS only.
+    pub authority_host: Option<String>,
+    /// PEM certificates trusted beside the public roots (`CaFile`), for the
+    /// Table endpoint and the sign-in host alike: a private cloud's, or a
+    /// test's.
+    pub ca_file: Option<std::path::PathBuf>,
     /// Retries of transient failures.
     pub retry: RetryPolicy,
     /// Most requests in flight at once (and so most open connections).
@@ -103,7 +117,12 @@ impl AzureConfig {
     /// `RetryMaxMs`, `BusyTimeoutMs`, `MaxConnections`, `RequestTimeoutMs`, `Emulator` (true or
     /// false; by default, whether the endpoint is on a loopback address),
     /// `Cosmos` (true or false; by default, whether the endpoint is Cosmos DB's),
-    /// `WriteIds` (true or false; true by default).
+    /// `WriteIds` (true or false; true by default); and for Entra ID sign-in
+    /// `AuthScheme=EntraId|ClientSecret|ManagedIdentity|WorkloadIdentity|AzureCli`
+    /// (CData's `AzureAD`, `AzureServicePrincipal` and `AzureMSI` too),
+    /// `TenantId`, `ClientId`, `ClientSecret`, `AuthorityHost`, `CaFile`.
+    /// With no key, SAS or scheme, requests sign in with the SDKs' default
+    /// chain; with `ClientSecret` alone, with that secret.
     pub fn parse(conn: &str) -> Result<Self, ConfigError> {
         let mut protocol = "https".to_owned();
         let mut account = None;
@@ -113,6 +132,11 @@ impl AzureConfig {
         let mut suffix = "core.windows.net".to_owned();
         let mut dev = false;
         let mut lite = false;
+        let mut shared_key_said = false;
+        let mut entra: Option<EntraSource> = None;
+        let (mut tenant, mut client_id, mut client_secret) = (None, None, None);
+        let mut authority_host = None;
+        let mut ca_file = None;
         let mut retry = RetryPolicy::default();
         let mut max_connections = DEFAULT_MAX_CONNECTIONS;
         let mut request_timeout = Duration::from_secs(30);
@@ -151,11 +175,25 @@ impl AzureConfig {
                 "endpointsuffix" => suffix = v.to_owned(),
                 // Endpoints of the other services are valid but not ours to use.
                 "blobendpoint" | "queueendpoint" | "fileendpoint" => {}
-                "authscheme" => match v {
-                    "SharedKey" => lite = false,
-                    "SharedKeyLite" => lite = true,
-                    _ => return Err(bad("expected SharedKey or SharedKeyLite")),
+                "authscheme" => match v.to_ascii_lowercase().as_str() {
+                    "sharedkey" => (lite, shared_key_said) = (false, true),
+                    "sharedkeylite" => (lite, shared_key_said) = (true, true),
+                    scheme => {
+                        entra = Some(entra_scheme(scheme).ok_or_else(|| {
+                            bad("expected SharedKey, SharedKeyLite, EntraId, ClientSecret, ManagedIdentity, WorkloadIdentity or AzureCli")
+                        })?)
+                    }
                 },
+                "tenantid" => tenant = Some(v.to_owned()),
+                "clientid" => client_id = Some(v.to_owned()),
+                "clientsecret" => client_secret = Some(v.to_owned()),
+                "authorityhost" => {
+                    if !v.starts_with("https://") {
+                        return Err(bad("expected an https:// URL"));
+                    }
+                    authority_host = Some(v.trim_end_matches('/').to_owned());
+                }
+                "cafile" => ca_file = Some(std::path::PathBuf::from(v)),
                 "maxretries" => {
                     retry.max_retries = v.parse().map_err(|_| bad("expected a count"))?
                 }
@@ -181,17 +219,51 @@ impl AzureConfig {
         }
         if dev {
             account.get_or_insert_with(|| DEV_ACCOUNT.to_owned());
-            if sas.is_none() {
+            if sas.is_none() && entra.is_none() {
                 key.get_or_insert_with(|| STANDARD.decode(DEV_ACCOUNT_KEY).unwrap_or_default());
             }
             endpoint.get_or_insert_with(|| DEV_TABLE_ENDPOINT.to_owned());
         }
-        let credentials = match (key, sas) {
-            (_, Some(sas)) => Credentials::Sas(sas),
-            (Some(key), None) => Credentials::SharedKey { key, lite },
-            (None, None) => {
-                return Err(ConfigError::Missing("AccountKey or SharedAccessSignature"));
+        if shared_key_said && key.is_none() {
+            return Err(ConfigError::Missing("AccountKey"));
+        }
+        let credentials = match (entra, sas, key) {
+            (Some(_), Some(_), _) => {
+                return Err(ConfigError::BadValue(
+                    "SharedAccessSignature".into(),
+                    "given beside an Entra ID AuthScheme: name one or the other",
+                ));
             }
+            (Some(source), _, _) => Credentials::Entra(source),
+            (None, Some(sas), _) => Credentials::Sas(sas),
+            (None, None, Some(key)) => Credentials::SharedKey { key, lite },
+            // A secret with no scheme named is an application's secret, as
+            // the SDKs' environment credential reads AZURE_CLIENT_SECRET;
+            // nothing at all is the SDKs' default chain.
+            (None, None, None) if client_secret.is_some() => {
+                Credentials::Entra(EntraSource::ClientSecret {
+                    tenant: None,
+                    client_id: None,
+                    secret: None,
+                })
+            }
+            (None, None, None) => Credentials::Entra(EntraSource::Default),
+        };
+        let credentials = match credentials {
+            // The default chain reads its ids from the environment only, as
+            // the SDKs' does: ids here would be silently unused.
+            Credentials::Entra(EntraSource::Default)
+                if tenant.is_some() || client_id.is_some() || client_secret.is_some() =>
+            {
+                return Err(ConfigError::BadValue(
+                    "AuthScheme".into(),
+                    "TenantId, ClientId and ClientSecret need the scheme they are for (ClientSecret, ManagedIdentity, WorkloadIdentity, AzureCli)",
+                ));
+            }
+            Credentials::Entra(source) => {
+                Credentials::Entra(source.with_ids(tenant, client_id, client_secret))
+            }
+            other => other,
         };
         let endpoint = match (endpoint, &account) {
             (Some(e), _) => e,
@@ -204,6 +276,17 @@ impl AzureConfig {
                 "expected an http:// or https:// URL",
             ));
         }
+        // A bearer token lets anyone who sees it in; the SDKs send one only
+        // over TLS (a loopback emulator aside).
+        if matches!(credentials, Credentials::Entra(_))
+            && endpoint.starts_with("http://")
+            && !is_loopback(&endpoint)
+        {
+            return Err(ConfigError::BadValue(
+                "TableEndpoint".into(),
+                "Entra ID tokens are sent only over https:// (or to a loopback address)",
+            ));
+        }
         let account = match account {
             Some(a) => a,
             None => account_from_endpoint(&endpoint).ok_or(ConfigError::Missing("AccountName"))?,
@@ -214,6 +297,8 @@ impl AzureConfig {
             account,
             endpoint,
             credentials,
+            authority_host,
+            ca_file,
             retry,
             max_connections,
             request_timeout,
@@ -221,6 +306,14 @@ impl AzureConfig {
             cosmos,
             write_ids,
         })
+    }
+
+    /// Where Entra ID tokens come from, if requests carry them.
+    pub fn credentials_source(&self) -> Option<&EntraSource> {
+        match &self.credentials {
+            Credentials::Entra(source) => Some(source),
+            _ => None,
+        }
     }
 
     /// The development account on Azurite at `endpoint` (path style).
@@ -239,6 +332,26 @@ impl AzureConfig {
             .map_or(self.endpoint.as_str(), |(_, r)| r);
         rest.find('/').map_or("", |i| &rest[i..])
     }
+}
+
+/// The Entra ID source an `AuthScheme` value (lower case) names, with CData's
+/// names beside ours.
+fn entra_scheme(scheme: &str) -> Option<EntraSource> {
+    Some(match scheme {
+        "entraid" | "azuread" => EntraSource::Default,
+        "clientsecret" | "azureserviceprincipal" => EntraSource::ClientSecret {
+            tenant: None,
+            client_id: None,
+            secret: None,
+        },
+        "managedidentity" | "azuremsi" => EntraSource::ManagedIdentity { client_id: None },
+        "workloadidentity" => EntraSource::WorkloadIdentity {
+            tenant: None,
+            client_id: None,
+        },
+        "azurecli" => EntraSource::AzureCli { tenant: None },
+        _ => return None,
+    })
 }
 
 /// `acct` from `https://acct.table.core.windows.net` (host style) or from
@@ -377,16 +490,75 @@ mod tests {
         );
         let c = AzureConfig::parse("accountname=a;ACCOUNTKEY=a2V5").unwrap();
         assert_eq!(c.account, "a");
-        assert_eq!(
-            AzureConfig::parse("AccountName=a").unwrap_err(),
-            ConfigError::Missing("AccountKey or SharedAccessSignature")
-        );
+        // No key and no SAS: Entra ID, by the SDKs' default chain.
+        let c = AzureConfig::parse("AccountName=a").unwrap();
+        assert!(matches!(
+            c.credentials,
+            Credentials::Entra(EntraSource::Default)
+        ));
         let c = AzureConfig::parse("AccountName=a;AccountKey=c2VjcmV0a2V5").unwrap();
         let shown = format!("{c:?} {c}");
         assert!(
             !shown.contains("c2VjcmV0a2V5") && !shown.contains("secretkey"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn entra_id_schemes_take_their_ids_and_hide_the_secret() {
+        let c = AzureConfig::parse(
+            "AccountName=a;AuthScheme=ClientSecret;TenantId=t;ClientId=c;ClientSecret=hush;AuthorityHost=https://login.example/;CaFile=/etc/ca.pem",
+        )
+        .unwrap();
+        assert_eq!(
+            c.credentials_source(),
+            Some(&EntraSource::ClientSecret {
+                tenant: Some("t".into()),
+                client_id: Some("c".into()),
+                secret: Some("hush".into()),
+            })
+        );
+        assert_eq!(c.authority_host.as_deref(), Some("https://login.example"));
+        assert!(!format!("{c:?}").contains("hush"));
+        // A secret alone is an application's; CData's scheme names are ours.
+        let c = AzureConfig::parse("AccountName=a;ClientSecret=s;TenantId=t;ClientId=c").unwrap();
+        assert!(matches!(
+            c.credentials_source(),
+            Some(EntraSource::ClientSecret { .. })
+        ));
+        let c = AzureConfig::parse("AccountName=a;AuthScheme=AzureMSI;ClientId=u").unwrap();
+        assert_eq!(
+            c.credentials_source(),
+            Some(&EntraSource::ManagedIdentity {
+                client_id: Some("u".into())
+            })
+        );
+        // A scheme wins over the development account's key.
+        let c = AzureConfig::parse("UseDevelopmentStorage=true;AuthScheme=AzureCli").unwrap();
+        assert_eq!(
+            c.credentials_source(),
+            Some(&EntraSource::AzureCli { tenant: None })
+        );
+        // What would go unused, or unsafe, is refused.
+        for (conn, says) in [
+            ("AccountName=a;AuthScheme=SharedKey", "AccountKey"),
+            (
+                "AccountName=a;AuthScheme=AzureCli;SharedAccessSignature=sig=x",
+                "Entra",
+            ),
+            (
+                "AccountName=a;AuthScheme=EntraId;ClientId=c",
+                "scheme they are for",
+            ),
+            ("AccountName=a;TableEndpoint=http://10.0.0.1/a", "https://"),
+        ] {
+            let e = AzureConfig::parse(conn).unwrap_err().to_string();
+            assert!(e.contains(says), "{conn}: {e}");
+        }
+        let e = AzureConfig::parse("AccountName=a;AuthScheme=Kerberos").unwrap_err();
+        assert!(e.to_string().contains("AuthScheme"), "{e}");
+        let e = AzureConfig::parse("AccountName=a;AuthorityHost=http://login.example").unwrap_err();
+        assert!(e.to_string().contains("https://"), "{e}");
     }
 
     #[test]

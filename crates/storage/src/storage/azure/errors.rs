@@ -44,6 +44,12 @@ pub fn map_error(err: SendError, ctx: &Ctx<'_>) -> StorageError {
             };
         }
         Failure::Local(detail) => return InvalidInput::Unsendable(detail.clone()).into(),
+        Failure::SignIn(detail) => {
+            return StorageError::Unauthorized {
+                code: "SignInFailed".into(),
+                message: detail.clone(),
+            };
+        }
         Failure::Status {
             status,
             code,

@@ -12,6 +12,7 @@ use reqwest::header::{HeaderMap, HeaderName, HeaderValue};
 
 use super::auth::{SignedParts, authorization};
 use super::config::{AzureConfig, Credentials};
+use super::entra::{self, Bearer};
 use crate::storage::retry::{is_retryable_status, parse_retry_after};
 
 /// The REST API version this client speaks.
@@ -110,6 +111,9 @@ pub enum Failure {
     /// The request could not be built (an invalid header value, say): never
     /// sent, never retried.
     Local(String),
+    /// No Entra ID token could be had: never sent, not retried here (the
+    /// credentials retry their own requests).
+    SignIn(String),
 }
 
 impl Failure {
@@ -117,7 +121,7 @@ impl Failure {
         match self {
             Failure::Status { status, .. } => is_retryable_status(*status),
             Failure::Transport(_) => true,
-            Failure::Local(_) => false,
+            Failure::Local(_) | Failure::SignIn(_) => false,
         }
     }
 
@@ -140,7 +144,7 @@ impl Failure {
             // 503 (ServerBusy) and 429 refuse work before doing it.
             Failure::Status { status, .. } => !matches!(status, 503 | 429),
             Failure::Transport(_) => true,
-            Failure::Local(_) => false,
+            Failure::Local(_) | Failure::SignIn(_) => false,
         }
     }
 }
@@ -171,6 +175,8 @@ pub struct ClientStats {
     pub waited: Duration,
     /// Requests the client keeps in flight now (`window`).
     pub window: f64,
+    /// Entra ID tokens fetched (none with a key or a SAS).
+    pub tokens: u64,
 }
 
 /// The HTTP client of one store.
@@ -184,19 +190,42 @@ pub struct Client {
     busy: AtomicU64,
     timeouts: AtomicU64,
     waited_us: AtomicU64,
+    /// The Entra ID token, where requests carry one.
+    bearer: Option<Bearer>,
 }
 
 impl Client {
     pub fn new(config: AzureConfig) -> Result<Self, String> {
-        let http = reqwest::Client::builder()
+        let roots = match &config.ca_file {
+            Some(path) => trusted_roots(path)?,
+            None => Vec::new(),
+        };
+        let mut http = reqwest::Client::builder()
             .tcp_nodelay(true)
             .pool_max_idle_per_host(config.max_connections)
             .pool_idle_timeout(Duration::from_secs(30))
             .timeout(config.request_timeout)
-            .connect_timeout(Duration::from_secs(10))
-            .build()
-            .map_err(|e| e.without_url().to_string())?;
+            .connect_timeout(Duration::from_secs(10));
+        for root in &roots {
+            http = http.add_root_certificate(root.clone());
+        }
+        let http = http.build().map_err(|e| e.without_url().to_string())?;
+        let bearer = match &config.credentials {
+            Credentials::Entra(source) => {
+                let env = |var: &str| std::env::var(var).ok();
+                let credential =
+                    entra::credential(source, config.authority_host.as_deref(), &roots, &env)?;
+                let scope = if config.cosmos {
+                    entra::COSMOS_SCOPE
+                } else {
+                    entra::STORAGE_SCOPE
+                };
+                Some(Bearer::new(credential, scope))
+            }
+            _ => None,
+        };
         Ok(Self {
+            bearer,
             http,
             window: super::window::Window::new(config.max_connections),
             config,
@@ -214,6 +243,7 @@ impl Client {
 
     pub fn stats(&self) -> ClientStats {
         ClientStats {
+            tokens: self.bearer.as_ref().map_or(0, Bearer::fetched),
             requests: self.requests.load(Ordering::Relaxed),
             retries: self.retries.load(Ordering::Relaxed),
             busy: self.busy.load(Ordering::Relaxed),
@@ -298,13 +328,39 @@ impl Client {
 
     async fn attempt(&self, req: &Request) -> Result<Response, Failure> {
         let mut slot = self.window.enter().await;
-        self.requests.fetch_add(1, Ordering::Relaxed);
-        let built = self.build(req).map_err(Failure::Local)?;
-        let resp = self
-            .http
-            .execute(built)
-            .await
-            .map_err(|e| self.transport(e))?;
+        let mut bearer = match &self.bearer {
+            Some(b) => Some(b.header().await.map_err(Failure::SignIn)?),
+            None => None,
+        };
+        let mut refused = false;
+        let resp = loop {
+            self.requests.fetch_add(1, Ordering::Relaxed);
+            let built = self.build(req, bearer.as_deref()).map_err(Failure::Local)?;
+            let resp = self
+                .http
+                .execute(built)
+                .await
+                .map_err(|e| self.transport(e))?;
+            // A token the service refuses (expired by its clock: 401
+            // InvalidAuthenticationInfo, or before 2021 403
+            // AuthenticationFailed) is dropped, and the request sent once
+            // more where the credential gives another; else the refusal is
+            // the answer (the SDK's credentials keep a token until five
+            // minutes before its expiry, so a revoked one stays refused).
+            if let (Some(b), Some(sent)) = (&self.bearer, &bearer)
+                && !refused
+                && token_refused(&resp)
+            {
+                refused = true;
+                b.forget(sent).await;
+                let next = b.header().await.map_err(Failure::SignIn)?;
+                if &next != sent {
+                    bearer = Some(next);
+                    continue;
+                }
+            }
+            break resp;
+        };
         let status = resp.status();
         match status.as_u16() {
             503 | 429 => self.busy.fetch_add(1, Ordering::Relaxed),
@@ -356,7 +412,7 @@ impl Client {
     }
 
     /// The full URL, headers and signature of a request, stamped now.
-    fn build(&self, req: &Request) -> Result<reqwest::Request, String> {
+    fn build(&self, req: &Request, bearer: Option<&str>) -> Result<reqwest::Request, String> {
         let path = format!("{}{}", self.config.base_path(), req.path);
         let mut url = format!("{}{}", self.config.endpoint, req.path);
         let mut sep = '?';
@@ -406,12 +462,27 @@ impl Client {
                 authorization(&self.config.account, key, &parts, *lite),
             );
         }
+        if let Some(bearer) = bearer {
+            builder = builder.header("Authorization", bearer);
+        }
         if let Some((content_type, bytes)) = &req.body {
             builder = builder
                 .header("Content-Type", content_type)
                 .body(bytes.clone());
         }
         builder.build().map_err(|e| e.without_url().to_string())
+    }
+}
+
+/// Whether an answer refuses the request's bearer token.
+fn token_refused(resp: &reqwest::Response) -> bool {
+    match resp.status().as_u16() {
+        401 => true,
+        403 => resp
+            .headers()
+            .get("x-ms-error-code")
+            .is_some_and(|c| c == "AuthenticationFailed"),
+        _ => false,
     }
 }
 
@@ -447,11 +518,25 @@ fn log_retry(req: &Request, failure: &Failure, retry: u32, wait: Duration) {
             method = %req.method, path, status, code, retry, wait_ms = wait.as_millis() as u64,
             "azure: retrying"
         ),
-        Failure::Transport(why) | Failure::Local(why) => tracing::info!(
+        Failure::Transport(why) | Failure::Local(why) | Failure::SignIn(why) => tracing::info!(
             method = %req.method, path, error = %why, retry, wait_ms = wait.as_millis() as u64,
             "azure: no answer, retrying"
         ),
     }
+}
+
+/// The PEM certificates of `path`, each trusted as a root.
+fn trusted_roots(path: &std::path::Path) -> Result<Vec<reqwest::Certificate>, String> {
+    let pem = std::fs::read(path).map_err(|e| format!("CaFile {}: {e}", path.display()))?;
+    let roots = reqwest::Certificate::from_pem_bundle(&pem)
+        .map_err(|e| format!("CaFile {}: {e}", path.display()))?;
+    if roots.is_empty() {
+        return Err(format!(
+            "CaFile {} holds no PEM certificate",
+            path.display()
+        ));
+    }
+    Ok(roots)
 }
 
 fn describe(e: reqwest::Error) -> String {

@@ -9,6 +9,7 @@
 pub mod auth;
 mod batch;
 pub mod config;
+pub mod entra;
 mod errors;
 mod filter_text;
 mod http;
@@ -92,8 +93,11 @@ impl AzureStore {
         if !names.contains_key(&table.folded()) {
             match self.list_names().await {
                 Ok(listed) => *names = listed.into_iter().map(|n| (n.folded(), n)).collect(),
-                // A table SAS may not list tables: use the name as given.
-                Err(StorageError::Unauthorized { .. }) => return Ok(table.clone()),
+                // A table SAS may not list tables: use the name as given
+                // (a failed sign-in is no such refusal).
+                Err(StorageError::Unauthorized { code, .. }) if code != "SignInFailed" => {
+                    return Ok(table.clone());
+                }
                 Err(e) => return Err(e),
             }
         }
