@@ -194,7 +194,7 @@ impl Identity {
             "iss": format!("https://sts.windows.net/{}/", self.options.tenant),
             "iat": now.floor() as u64,
             "nbf": now.floor() as u64,
-            "exp": ((now + self.options.lifetime.as_secs_f64()) * 1000.0).round() / 1000.0,
+            "exp": ((now + self.options.lifetime.as_secs_f64()) * 1000.0).floor() / 1000.0,
             "appid": subject,
             "tid": self.options.tenant,
         });
