@@ -193,6 +193,30 @@ async fn a_client_secret_signs_in_and_its_token_is_renewed_within_a_long_scan() 
     Ok(())
 }
 
+/// `tablesql` on the local service's account with `scheme`, in a process
+/// whose environment holds `env` and no other identity variable.
+fn hosted(local: &Local, scheme: &str, home: &Path, env: &[(&str, &str)]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablesql"));
+    cmd.env_remove("TABLESQL_STORE")
+        .env("HOME", home)
+        .arg("--store")
+        .arg(format!("azure:{}{scheme}", endpoint(local)));
+    for var in [
+        "IDENTITY_ENDPOINT",
+        "IDENTITY_HEADER",
+        "MSI_ENDPOINT",
+        "MSI_SECRET",
+        "AZURE_CLIENT_ID",
+        "AZURE_CLIENT_SECRET",
+        "AZURE_TENANT_ID",
+        "AZURE_FEDERATED_TOKEN_FILE",
+    ] {
+        cmd.env_remove(var);
+    }
+    cmd.envs(env.iter().copied());
+    cmd
+}
+
 /// A managed identity: `tablesql query` in a process whose environment
 /// names the host's endpoint, as App Service sets `IDENTITY_ENDPOINT` and
 /// `IDENTITY_HEADER` (and older hosts `MSI_ENDPOINT` and `MSI_SECRET`);
@@ -227,24 +251,7 @@ async fn a_managed_identity_signs_in_from_its_hosts_endpoint() -> TestResult {
     std::fs::create_dir(&home)?;
     for (n, (scheme, env)) in cases.iter().enumerate() {
         let before = identity.issued();
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablesql"));
-        cmd.env_remove("TABLESQL_STORE")
-            .env("HOME", &home)
-            .arg("--store")
-            .arg(format!("azure:{}{scheme}", endpoint(&local)));
-        for var in [
-            "IDENTITY_ENDPOINT",
-            "IDENTITY_HEADER",
-            "MSI_ENDPOINT",
-            "MSI_SECRET",
-            "AZURE_CLIENT_ID",
-            "AZURE_CLIENT_SECRET",
-            "AZURE_TENANT_ID",
-            "AZURE_FEDERATED_TOKEN_FILE",
-        ] {
-            cmd.env_remove(var);
-        }
-        cmd.envs(env.iter().copied());
+        let mut cmd = hosted(&local, scheme, &home, env);
         cmd.args([
             "query",
             "--format",
@@ -261,17 +268,12 @@ async fn a_managed_identity_signs_in_from_its_hosts_endpoint() -> TestResult {
     }
     // The header is checked: a wrong one gets no token, and the error says
     // which sign-in failed.
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tablesql"));
-    cmd.env_remove("TABLESQL_STORE")
-        .env("HOME", &home)
-        .env("IDENTITY_ENDPOINT", &msi)
-        .env("IDENTITY_HEADER", "a-guess")
-        .arg("--store")
-        .arg(format!(
-            "azure:{};AuthScheme=ManagedIdentity",
-            endpoint(&local)
-        ))
-        .args(["query", "SELECT 1"]);
+    let wrong = [
+        ("IDENTITY_ENDPOINT", msi.as_str()),
+        ("IDENTITY_HEADER", "a-guess"),
+    ];
+    let mut cmd = hosted(&local, ";AuthScheme=ManagedIdentity", &home, &wrong);
+    cmd.args(["query", "SELECT 1"]);
     let out = tokio::task::spawn_blocking(move || cmd.output()).await??;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success(), "{stderr}");

@@ -342,12 +342,7 @@ async fn route(
     query: &[(String, String)],
     body: &[u8],
 ) -> Result<Answer, Refusal> {
-    let param = |name: &str| {
-        query
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.as_str())
-    };
+    let param = |name: &str| param(query, name);
     let return_content = headers
         .get("prefer")
         .and_then(|v| v.to_str().ok())
@@ -588,6 +583,14 @@ fn quoted(s: &str) -> Option<(String, &str)> {
 
 pub(crate) fn decode(s: &str) -> String {
     percent_decode_str(s).decode_utf8_lossy().into_owned()
+}
+
+/// The value of the first pair named `name` of a query or a form.
+pub(crate) fn param<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, v)| v.as_str())
 }
 
 /// An `application/x-www-form-urlencoded` body, where `+` is a space.

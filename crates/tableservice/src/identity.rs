@@ -97,11 +97,7 @@ impl Identity {
     /// `POST /{tenant}/oauth2/v2.0/token` with a client secret: Entra ID's
     /// answer, or its error with the AADSTS code the SDKs show.
     pub fn client_credentials(&self, tenant: &str, form: &[(String, String)]) -> Answered {
-        let field = |name: &str| {
-            form.iter()
-                .find(|(k, _)| k == name)
-                .map_or("", |(_, v)| v.as_str())
-        };
+        let field = |name: &str| crate::http::param(form, name).unwrap_or("");
         let refuse = |status: u16, error: &str, code: u32, description: &str| {
             let body = json!({
                 "error": error,
@@ -158,12 +154,7 @@ impl Identity {
     /// `X-IDENTITY-HEADER`, `expires_on` in Unix seconds) or the older one
     /// (2017-09-01, `secret`).
     pub fn managed_identity(&self, header: Option<&str>, query: &[(String, String)]) -> Answered {
-        let param = |name: &str| {
-            query
-                .iter()
-                .find(|(k, _)| k == name)
-                .map(|(_, v)| v.as_str())
-        };
+        let param = |name: &str| crate::http::param(query, name);
         if header != Some(self.options.identity_header.as_str()) {
             let body =
                 json!({"statusCode": 401, "message": "The identity header is missing or wrong."});

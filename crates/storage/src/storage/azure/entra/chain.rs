@@ -65,7 +65,6 @@ pub fn credential(
 struct Made<'a> {
     env: Env<'a>,
     transport: Arc<Transport>,
-    http: reqwest::Client,
     cloud: Option<Arc<CloudConfiguration>>,
 }
 
@@ -84,19 +83,9 @@ impl<'a> Made<'a> {
             custom.authority_host = host;
             Arc::new(CloudConfiguration::from(custom))
         });
-        // No redirects: MSI_ENDPOINT's request carries its secret.
-        let mut http = reqwest::Client::builder()
-            .connect_timeout(StdDuration::from_secs(10))
-            .timeout(StdDuration::from_secs(30))
-            .redirect(reqwest::redirect::Policy::none());
-        for root in roots {
-            http = http.add_root_certificate(root.clone());
-        }
-        let http = http.build().map_err(|e| e.without_url().to_string())?;
         Ok(Self {
             env,
             transport,
-            http,
             cloud,
         })
     }
@@ -176,7 +165,7 @@ impl<'a> Made<'a> {
             && let Some(endpoint) = (self.env)("MSI_ENDPOINT")
         {
             return Ok(Arc::new(MsiEndpoint::new(
-                self.http.clone(),
+                self.transport.client().clone(),
                 endpoint,
                 (self.env)("MSI_SECRET"),
                 client_id,

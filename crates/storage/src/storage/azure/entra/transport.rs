@@ -31,6 +31,11 @@ impl Transport {
         let client = builder.build().map_err(|e| e.without_url().to_string())?;
         Ok(Self(client))
     }
+
+    /// Its client, for requests made outside the SDK (`msi`).
+    pub fn client(&self) -> &reqwest::Client {
+        &self.0
+    }
 }
 
 #[async_trait::async_trait]
